@@ -1,0 +1,95 @@
+"""The `specreg` command: wires the command modules and maps errors to one-line messages."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import sys
+import traceback
+from pathlib import Path
+from typing import Annotated, Optional
+
+import click
+import typer
+
+from specreg.commands import _common
+from specreg.errors import EXIT_UNDECIDED, SpecregError
+
+app = typer.Typer(
+    name="specreg",
+    help="Decide which speculative-decoding setups for llama.cpp are safe and worth deploying.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+
+
+@app.callback()
+def _root(
+    db: Annotated[
+        Optional[Path],
+        typer.Option("--db", help="Registry database file (default: $SPECREG_DB, else the user data dir)."),
+    ] = None,
+) -> None:
+    """specreg: admit, benchmark and audit speculative-decoding pairs for llama.cpp."""
+    if db is not None:
+        os.environ["SPECREG_DB"] = str(db)
+
+
+def _register_commands() -> None:
+    import importlib
+    import pkgutil
+
+    import specreg.commands as pkg
+
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
+        if info.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"specreg.commands.{info.name}")
+        module.register(app)
+
+
+_register_commands()
+
+
+def _fail(message: str, hint: str | None, code: int) -> int:
+    _common.err_console.print(f"[bold red]error:[/] {_common.safe(message)}")
+    if hint:
+        _common.err_console.print(f"[dim]hint: {_common.safe(hint)}[/]")
+    return code
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: one line per failure, a traceback only with SPECREG_DEBUG=1."""
+    debug = os.environ.get("SPECREG_DEBUG") == "1"
+    try:
+        rv = app(args=argv, standalone_mode=False)
+        code = rv if isinstance(rv, int) else 0
+    except SpecregError as exc:
+        if debug:
+            traceback.print_exc()
+        code = _fail(exc.message, exc.hint, exc.exit_code)
+    except click.exceptions.Exit as exc:
+        code = exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        code = EXIT_UNDECIDED
+    except click.exceptions.Abort:
+        code = _fail("aborted", None, 130)
+    except KeyboardInterrupt:
+        code = _fail("interrupted", None, 130)
+    except sqlite3.Error as exc:
+        if debug:
+            traceback.print_exc()
+        code = _fail(f"registry database error: {exc}", "check --db / SPECREG_DB and free disk space", EXIT_UNDECIDED)
+    except OSError as exc:
+        if debug:
+            traceback.print_exc()
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        code = _fail(f"{where}{exc.strerror or exc}", None, EXIT_UNDECIDED)
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,96 @@
+"""The project's exceptions: one base, structured fields, one mapping at the CLI edge.
+
+An exception means "could not decide" (unreadable file, unreachable server, bad config);
+a rejected pair is a verdict, never an exception.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+EXIT_ADMITTED = 0
+EXIT_REJECTED = 1
+EXIT_UNDECIDED = 2
+
+
+class SpecregError(Exception):
+    """Base of every error specreg reports to a user as one line (exit code 2)."""
+
+    exit_code: int = EXIT_UNDECIDED
+    hint: str | None = None
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if hint is not None:
+            self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class GGUFError(SpecregError):
+    """A GGUF file is missing, truncated, malformed, hostile or unsupported."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        problem: str,
+        *,
+        field: str | None = None,
+        offset: int | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.path = str(path)
+        self.problem = problem
+        self.field = field
+        self.offset = offset
+        where = []
+        if field:
+            where.append(f"field {field}")
+        if offset is not None:
+            where.append(f"offset {offset}")
+        loc = f" ({', '.join(where)})" if where else ""
+        super().__init__(f"{self.path}: {problem}{loc}", hint=hint)
+
+
+class ArtifactNotFound(SpecregError):
+    """A path or SHA-256 prefix names no file / no registered artifact."""
+
+
+class AmbiguousArtifact(SpecregError):
+    """A SHA-256 prefix matches more than one registered artifact."""
+
+
+class ArtifactChanged(SpecregError):
+    """A registered file no longer has its registered SHA-256."""
+
+    def __init__(self, path: str, expected: str, actual: str | None) -> None:
+        self.path = path
+        self.expected = expected
+        self.actual = actual
+        got = actual if actual else "missing"
+        super().__init__(
+            f"{path}: file changed since registration (registered sha256 {expected}, now {got})",
+            hint="re-register the file if the change is intended",
+        )
+
+
+class RegistryError(SpecregError):
+    """The registry database cannot be opened, written or migrated."""
+
+
+class UsageError(SpecregError):
+    """The command line asks for something inconsistent (e.g. a draft for an n-gram method)."""
+
+
+class PolicyError(SpecregError):
+    """A user-written policy or workload file is invalid."""
+
+
+class ServerError(SpecregError):
+    """A llama.cpp server could not be started, crashed or stopped answering."""
+
+
+class HubError(SpecregError):
+    """The Hugging Face hub (or the local cache) could not answer a provenance question."""

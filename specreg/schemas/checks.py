@@ -1,0 +1,52 @@
+"""Checks and verdicts: a verdict is admitted iff no check has severity error."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+Severity = Literal["pass", "info", "warn", "error"]
+
+Method = Literal[
+    "draft-simple",
+    "draft-eagle3",
+    "draft-dflash",
+    "draft-dspark",
+    "draft-mtp",
+    "ngram-simple",
+    "ngram-mod",
+    "ngram-map-k",
+    "ngram-map-k4v",
+    "ngram-cache",
+]
+
+DRAFT_METHODS: frozenset[str] = frozenset(
+    {"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"}
+)
+SELF_METHODS: frozenset[str] = frozenset(
+    {"draft-mtp", "ngram-simple", "ngram-mod", "ngram-map-k", "ngram-map-k4v", "ngram-cache"}
+)
+
+
+class CheckResult(BaseModel):
+    """One rule applied to one pair; `code` is stable and documented in the README."""
+
+    code: str
+    severity: Severity
+    message: str
+    evidence: dict[str, Any] = Field(default_factory=dict)
+
+
+class PairVerdict(BaseModel):
+    """The outcome of `check pair`, as stored in the registry."""
+
+    admitted: bool
+    method: Method
+    target_sha256: str
+    draft_sha256: str | None = None
+    rule_set: str
+    strict: bool = False
+    checks: list[CheckResult]
+    created_at: datetime | None = None

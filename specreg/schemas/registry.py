@@ -1,0 +1,90 @@
+"""What the registry stores about artifacts, their licences, provenance and admitted pairs."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from specreg.schemas.checks import CheckResult, Method
+from specreg.schemas.gguf import GGUFSummary
+
+LicenceSourceKind = Literal["user", "model_card", "gguf"]
+
+# Highest first: what a person states on the command line beats the model card, which beats
+# the (often copied, often stale) `general.license` inside the GGUF file.
+LICENCE_PRECEDENCE: tuple[LicenceSourceKind, ...] = ("user", "model_card", "gguf")
+
+
+class LicenceSource(BaseModel):
+    """One statement of a licence, as found in one place (untrusted text)."""
+
+    source: LicenceSourceKind
+    value: str | None = None
+    name: str | None = None
+    link: str | None = None
+
+
+class LicenceRecord(BaseModel):
+    """Every licence statement for an artifact, the one that wins and whether they disagree."""
+
+    sources: list[LicenceSource] = Field(default_factory=list)
+    effective: str | None = None
+    effective_source: LicenceSourceKind | None = None
+    conflict: bool = False
+
+
+class Provenance(BaseModel):
+    """Where the file came from: a hub repo and revision when known, and who said so."""
+
+    repo: str | None = None
+    revision: str | None = None
+    filename: str | None = None
+    source: str | None = None  # "user", "hf_cache", "hub", ... ; None when unknown
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+class ArtifactRecord(BaseModel):
+    """One registered GGUF file, identified by the SHA-256 of its bytes.
+
+    List views (`Registry.artifacts(with_summary=False)`) leave `summary` as None so that
+    10,000 rows list fast; the flat columns (name, architecture, ...) are always filled.
+    """
+
+    sha256: str
+    size: int
+    paths: list[str] = Field(default_factory=list)
+    name: str | None = None
+    architecture: str | None = None
+    file_type: int | None = None
+    file_type_name: str | None = None
+    n_tokens: int | None = None
+    summary: GGUFSummary | None = None
+    licence: LicenceRecord = Field(default_factory=LicenceRecord)
+    provenance: Provenance = Field(default_factory=Provenance)
+    registered_at: datetime
+    updated_at: datetime
+
+
+class PairRecord(BaseModel):
+    """A (target, draft, method, rule set) pair with its latest verdict.
+
+    The pair id is stable across re-checks; every verdict is kept (`n_verdicts`), the fields
+    here describe the latest one (`verdict_id`).
+    """
+
+    id: int
+    target_sha256: str
+    draft_sha256: str | None = None
+    method: Method
+    rule_set: str
+    admitted: bool
+    strict: bool = False
+    checks: list[CheckResult] = Field(default_factory=list)
+    verdict_id: int
+    n_verdicts: int = 1
+    target_name: str | None = None
+    draft_name: str | None = None
+    created_at: datetime
+    updated_at: datetime

@@ -1,0 +1,231 @@
+"""Tiny, deterministic GGUF models for tests, the demo and benchmarks.
+
+Every variant is a parameter of `ModelSpec`, never a copied file: a rule-breaking draft is
+the target's spec with one field changed. Weights come from `seed`; `noise` adds a second,
+independently seeded perturbation so a draft can agree with its target often but not always.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+from specreg.testing.vocab import build_vocab
+
+SMALL_NOISE = 0.05  # partial acceptance against the same-seed target (measured: ~30-70%)
+
+_F16 = gguf.GGMLQuantizationType.F16
+_F32 = gguf.GGMLQuantizationType.F32
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything that distinguishes one tiny test model from another."""
+
+    # weights
+    seed: int = 0
+    noise: float = 0.0
+    noise_seed: int = 1
+    weight_scale: float = 0.5
+    file_type: str = "f32"  # "f32" or "f16" (2-D weights; norms stay f32)
+    # shape
+    architecture: str = "llama"
+    n_embd: int = 64
+    n_layer: int = 2
+    n_head: int = 4
+    n_head_kv: int = 4
+    n_ff: int = 128
+    n_ctx: int = 512
+    vocab_only: bool = False
+    # vocabulary
+    vocab_type: str = "llama"  # tokenizer.ggml.model: "llama" (SPM) or "gpt2" (BPE)
+    pre: str | None = None  # tokenizer.ggml.pre
+    n_words: int = 160  # word pieces after the 256 byte tokens
+    extra_tokens: int = 0  # appended tokens ("<extra_N>", type USER_DEFINED)
+    pad_tokens: int = 0  # appended padding tokens ("[PAD_N]", type UNUSED)
+    token_edits: tuple[tuple[int, str], ...] = ()  # (id, new text)
+    token_type_edits: tuple[tuple[int, int], ...] = ()  # (id, new type)
+    # special tokens; None leaves the key out of the file
+    bos_id: int | None = 1
+    eos_id: int | None = 2
+    unk_id: int | None = 0
+    pad_id: int | None = None
+    eot_id: int | None = None
+    eom_id: int | None = None
+    add_bos: bool | None = True
+    add_eos: bool | None = False
+    chat_template: str | None = None
+    # identity, licence, provenance
+    name: str | None = "specreg-tiny"
+    license: str | None = "apache-2.0"
+    license_name: str | None = None
+    license_link: str | None = None
+    base_model: str | None = None  # general.base_model.0.name
+    base_model_repo_url: str | None = None
+    repo_url: str | None = None
+    # speculative metadata
+    eagle3_target_layers: tuple[int, ...] | None = None
+    eagle3_target_hidden_size: int | None = None
+    d2t: tuple[int, ...] | None = None  # EAGLE-3 draft-to-target id offsets
+    dflash_block_size: int | None = None
+    dflash_target_layers: tuple[int, ...] | None = None
+    dflash_target_hidden_size: int | None = None
+    nextn_predict_layers: int = 0  # MTP heads: extra blocks with blk.N.nextn.* tensors
+    extra_kv: tuple[tuple[str, object], ...] = ()
+
+    def but(self, **changes: object) -> "ModelSpec":
+        """This spec with some fields changed (the one-rule-broken variants)."""
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+def _weights(spec: ModelSpec, n_vocab: int) -> dict[str, np.ndarray]:
+    """Deterministic weights: base from `seed`, plus `noise` from `noise_seed`."""
+    base = np.random.default_rng(spec.seed)
+    jitter = np.random.default_rng(spec.noise_seed) if spec.noise else None
+    e, ff = spec.n_embd, spec.n_ff
+    kv = e * spec.n_head_kv // spec.n_head
+    shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (n_vocab, e)}
+    for i in range(spec.n_layer + spec.nextn_predict_layers):
+        shapes.update(
+            {
+                f"blk.{i}.attn_norm.weight": (e,),
+                f"blk.{i}.attn_q.weight": (e, e),
+                f"blk.{i}.attn_k.weight": (kv, e),
+                f"blk.{i}.attn_v.weight": (kv, e),
+                f"blk.{i}.attn_output.weight": (e, e),
+                f"blk.{i}.ffn_norm.weight": (e,),
+                f"blk.{i}.ffn_gate.weight": (ff, e),
+                f"blk.{i}.ffn_up.weight": (ff, e),
+                f"blk.{i}.ffn_down.weight": (e, ff),
+            }
+        )
+        if i >= spec.n_layer:  # an MTP (next-n prediction) block
+            shapes.update(
+                {
+                    f"blk.{i}.nextn.eh_proj.weight": (e, 2 * e),
+                    f"blk.{i}.nextn.enorm.weight": (e,),
+                    f"blk.{i}.nextn.hnorm.weight": (e,),
+                    f"blk.{i}.nextn.shared_head_norm.weight": (e,),
+                }
+            )
+    shapes["output_norm.weight"] = (e,)
+    shapes["output.weight"] = (n_vocab, e)
+    out: dict[str, np.ndarray] = {}
+    for name, shape in shapes.items():
+        if len(shape) == 1:
+            w = np.ones(shape, dtype=np.float32)
+        else:
+            w = base.standard_normal(shape, dtype=np.float32) * (spec.weight_scale / np.sqrt(shape[-1]))
+        if jitter is not None and len(shape) > 1:
+            w = w + jitter.standard_normal(shape, dtype=np.float32) * (spec.noise / np.sqrt(shape[-1]))
+        out[name] = w.astype(np.float32)
+    return out
+
+
+def _add_metadata(w: gguf.GGUFWriter, spec: ModelSpec, arch: str) -> None:
+    if spec.name is not None:
+        w.add_name(spec.name)
+    if spec.license is not None:
+        w.add_license(spec.license)
+    if spec.license_name is not None:
+        w.add_license_name(spec.license_name)
+    if spec.license_link is not None:
+        w.add_license_link(spec.license_link)
+    if spec.repo_url is not None:
+        w.add_repo_url(spec.repo_url)
+    if spec.base_model is not None:
+        w.add_base_model_count(1)
+        w.add_base_model_name(0, spec.base_model)
+        if spec.base_model_repo_url:
+            w.add_base_model_repo_url(0, spec.base_model_repo_url)
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_F16 if spec.file_type == "f16" else gguf.LlamaFileType.ALL_F32)
+    w.add_context_length(spec.n_ctx)
+    w.add_embedding_length(spec.n_embd)
+    w.add_block_count(spec.n_layer + spec.nextn_predict_layers)
+    w.add_feed_forward_length(spec.n_ff)
+    w.add_head_count(spec.n_head)
+    w.add_head_count_kv(spec.n_head_kv)
+    w.add_layer_norm_rms_eps(1e-5)
+    w.add_rope_dimension_count(spec.n_embd // spec.n_head)
+    if spec.nextn_predict_layers:
+        w.add_uint32(f"{arch}.nextn_predict_layers", spec.nextn_predict_layers)
+    if spec.eagle3_target_layers is not None:
+        w.add_array(f"{arch}.target_layers", list(spec.eagle3_target_layers))
+    if spec.eagle3_target_hidden_size is not None:
+        w.add_uint32(f"{arch}.target_hidden_size", spec.eagle3_target_hidden_size)
+    if spec.dflash_block_size is not None:
+        w.add_uint32(f"{arch}.block_size", spec.dflash_block_size)
+    if spec.dflash_target_layers is not None:
+        w.add_array(f"{arch}.target_layers", list(spec.dflash_target_layers))
+    if spec.dflash_target_hidden_size is not None:
+        w.add_uint32(f"{arch}.target_hidden_size", spec.dflash_target_hidden_size)
+    for key, value in spec.extra_kv:
+        w.add_key_value(key, value, _value_type(value))
+
+
+def _value_type(value: object) -> gguf.GGUFValueType:
+    if isinstance(value, bool):
+        return gguf.GGUFValueType.BOOL
+    if isinstance(value, int):
+        return gguf.GGUFValueType.INT32
+    if isinstance(value, float):
+        return gguf.GGUFValueType.FLOAT32
+    if isinstance(value, (list, tuple)):
+        return gguf.GGUFValueType.ARRAY
+    return gguf.GGUFValueType.STRING
+
+
+def _add_tokenizer(w: gguf.GGUFWriter, spec: ModelSpec) -> int:
+    vocab = build_vocab(spec)
+    w.add_tokenizer_model(spec.vocab_type)
+    if spec.pre is not None:
+        w.add_tokenizer_pre(spec.pre)
+    w.add_token_list(vocab.texts)
+    w.add_token_scores(vocab.scores)
+    w.add_token_types(vocab.types)
+    if vocab.merges:
+        w.add_token_merges(vocab.merges)
+    for value, adder in (
+        (spec.bos_id, w.add_bos_token_id),
+        (spec.eos_id, w.add_eos_token_id),
+        (spec.unk_id, w.add_unk_token_id),
+        (spec.pad_id, w.add_pad_token_id),
+        (spec.eot_id, w.add_eot_token_id),
+        (spec.eom_id, w.add_eom_token_id),
+    ):
+        if value is not None:
+            adder(value)
+    if spec.add_bos is not None:
+        w.add_add_bos_token(spec.add_bos)
+    if spec.add_eos is not None:
+        w.add_add_eos_token(spec.add_eos)
+    if spec.chat_template is not None:
+        w.add_chat_template(spec.chat_template)
+    return len(vocab.texts)
+
+
+def write_model(path: str | Path, spec: ModelSpec = ModelSpec()) -> Path:
+    """Write the model described by `spec` to `path` (same spec, same bytes)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arch = spec.architecture
+    w = gguf.GGUFWriter(path, arch)
+    _add_metadata(w, spec, arch)
+    n_vocab = _add_tokenizer(w, spec)
+    if not spec.vocab_only:
+        for name, tensor in _weights(spec, n_vocab).items():
+            if spec.file_type == "f16" and tensor.ndim > 1:
+                w.add_tensor(name, tensor.astype(np.float16), raw_dtype=_F16)
+            else:
+                w.add_tensor(name, tensor, raw_dtype=_F32)
+        if spec.d2t is not None:
+            w.add_tensor("d2t", np.asarray(spec.d2t, dtype=np.int64))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

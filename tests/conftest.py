@@ -1,0 +1,18 @@
+"""Shared fixtures: every test gets its own specreg home and registry file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point SPECREG_HOME / SPECREG_DB at a fresh folder so tests never touch a real home."""
+    home = tmp_path_factory.mktemp("specreg-home")
+    monkeypatch.setenv("SPECREG_HOME", str(home))
+    monkeypatch.setenv("SPECREG_DB", str(home / "registry.db"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(home / "hf"))
+    return home
