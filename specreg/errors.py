@@ -94,3 +94,28 @@ class ServerError(SpecregError):
 
 class HubError(SpecregError):
     """The Hugging Face hub (or the local cache) could not answer a provenance question."""
+
+
+class PairNotFound(SpecregError):
+    """No pair with this id is recorded in the registry."""
+
+
+class ServerStartError(ServerError):
+    """A llama.cpp server exited or never became healthy; carries the log lines that say why."""
+
+    def __init__(self, message: str, *, log_path: str | None = None, lines: list[str] | None = None) -> None:
+        self.log_path = log_path
+        self.lines = list(lines or [])
+        super().__init__(message, hint=f"server log: {log_path}" if log_path else None)
+
+
+class NotAdmitted(SpecregError):
+    """A pair that was rejected or never checked cannot be benchmarked."""
+
+
+class RunNotFound(SpecregError):
+    """No benchmark run has this id (or prefix)."""
+
+
+class VocabUnavailable(SpecregError):
+    """llama.cpp's vocab files are not on disk and could not be fetched (offline, no PyPI)."""

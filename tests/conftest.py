@@ -16,3 +16,6 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(home / "hf"))
     return home
+
+
+from realvocab_fixture import real_vocab  # noqa: E402,F401  (llama.cpp's vocab files; skips when offline)

@@ -49,6 +49,7 @@ class ModelSpec:
     pad_tokens: int = 0  # appended padding tokens ("[PAD_N]", type UNUSED)
     token_edits: tuple[tuple[int, str], ...] = ()  # (id, new text)
     token_type_edits: tuple[tuple[int, int], ...] = ()  # (id, new type)
+    merge_edits: tuple[tuple[int, str], ...] = ()  # (index, new "left right" merge), BPE only
     # special tokens; None leaves the key out of the file
     bos_id: int | None = 1
     eos_id: int | None = 2
@@ -76,6 +77,10 @@ class ModelSpec:
     dflash_target_hidden_size: int | None = None
     nextn_predict_layers: int = 0  # MTP heads: extra blocks with blk.N.nextn.* tensors
     extra_kv: tuple[tuple[str, object], ...] = ()
+    # tensors added or reshaped (name, numpy shape), e.g. a DSpark head ("markov_w1.weight") or a
+    # reduced-vocab EAGLE-3 output ("output.weight", (n_draft_vocab, n_embd)); and tensors left out
+    extra_tensors: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    drop_tensors: tuple[str, ...] = ()
 
     def but(self, **changes: object) -> "ModelSpec":
         """This spec with some fields changed (the one-rule-broken variants)."""
@@ -114,6 +119,9 @@ def _weights(spec: ModelSpec, n_vocab: int) -> dict[str, np.ndarray]:
             )
     shapes["output_norm.weight"] = (e,)
     shapes["output.weight"] = (n_vocab, e)
+    shapes.update(dict(spec.extra_tensors))
+    for name in spec.drop_tensors:
+        shapes.pop(name, None)
     out: dict[str, np.ndarray] = {}
     for name, shape in shapes.items():
         if len(shape) == 1:

@@ -73,4 +73,6 @@ def build_vocab(spec: "ModelSpec") -> Vocab:
     merges: list[str] = []
     if bpe:
         merges = [f"{w[0]} {w[1:]}" for w in words if len(w) > 1]
+        for idx, merge in spec.merge_edits:
+            merges[idx] = merge
     return Vocab(texts=texts, scores=scores, types=types, merges=merges)

@@ -1,0 +1,64 @@
+"""Wall time of `specreg check pair` on real 150k-token vocab files, in a fresh process each time.
+
+Includes interpreter start, imports, registering (hashing) the files, reading both headers,
+all checks, recording the verdict and printing. Target: < 0.5 s.
+
+    python benchmarks/bench_check.py [--runs 5] [--models DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+DEFAULT_MODELS = Path.home() / ".cache/specreg/llama-cpp-src/src-tree/llama.cpp/models"
+PAIRS = (
+    ("qwen2", "qwen35", "same token texts (fingerprints equal, nothing decoded)"),
+    ("llama-bpe", "qwen2", "different vocabs (both 128k/152k token lists decoded and compared)"),
+    ("llama-spm", "phi-3", "sizes differ by 64 (decoded, admitted)"),
+)
+
+
+def _run(args: list[str], env: dict[str, str]) -> tuple[float, int]:
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "specreg.cli", *args], env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - start
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"specreg failed ({proc.returncode}): {proc.stderr.strip()}")
+    return wall, proc.returncode
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--models", type=Path, default=DEFAULT_MODELS)
+    opts = ap.parse_args()
+    with tempfile.TemporaryDirectory() as home:
+        env = {**os.environ, "SPECREG_HOME": home, "SPECREG_DB": str(Path(home) / "registry.db")}
+        print(f"{'pair':24} {'verdict':9} {'first run (hashing)':>20} {'median warm':>12} {'max warm':>9}")
+        for target, draft, what in PAIRS:
+            t = opts.models / f"ggml-vocab-{target}.gguf"
+            d = opts.models / f"ggml-vocab-{draft}.gguf"
+            if not (t.is_file() and d.is_file()):
+                print(f"{target} / {draft}: vocab files not found under {opts.models}, skipped")
+                continue
+            args = ["check", "pair", str(t), str(d), "--method", "draft-simple"]
+            first, rc = _run(args, env)
+            warm = [_run(args, env)[0] for _ in range(opts.runs)]
+            verdict = "admitted" if rc == 0 else "rejected"
+            print(f"{target + ' / ' + draft:24} {verdict:9} {first:>19.3f}s {statistics.median(warm):>11.3f}s "
+                  f"{max(warm):>8.3f}s   {what}")
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", "pass"], check=True)
+        print(f"(bare interpreter start: {time.perf_counter() - start:.3f}s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,199 @@
+"""Registry at scale: 10,000 artifacts, 5,000 pairs, 1,000,000 request rows; list and audit times.
+
+Fills a fresh registry through its own tables (bulk INSERTs in one transaction each, after the
+real migrations ran), with real files on disk so integrity checks stat real files, then times
+each command in a fresh process (interpreter start and imports included). Target: < 2 s each.
+
+    python benchmarks/bench_registry.py [--scale 1.0] [--keep DIR]
+
+Shape: 1,000 targets and 9,000 drafts (small real files, SHA-256 computed); 4,000 draft-simple
+pairs (80% admitted) + 1,000 ngram-simple pairs; 1,000 complete runs (one per target, on an
+admitted draft pair), each 4 conditions x 25 prompts (5 strata) x 10 repetitions = 1,000 rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from specreg.registry.store import Registry
+from specreg.schemas.bench import BASELINE, ConditionSpec, ConditionSummary, MemoryObservation, SpecCounters, Stat
+from specreg.schemas.registry import LicenceRecord, LicenceSource
+from specreg.testing import ModelSpec, write_model
+from specreg.validators.gguf_reader import summarize
+
+STRATA = ("repetitive", "chat", "reasoning", "long_input", "structured")
+CONDITIONS = (BASELINE, "ngram-simple", "ngram-mod", "draft-simple")
+RULE_SET = "llama.cpp-b11434/r1"
+
+
+def _iso(dt: datetime) -> str:
+    return dt.isoformat(timespec="microseconds")
+
+
+def _files(folder: Path, n: int) -> list[tuple[str, str, os.stat_result]]:
+    """n small distinct files, mtime backdated (so the stat cache may trust them)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    old = time.time_ns() - 120 * 1_000_000_000
+    out = []
+    for i in range(n):
+        p = folder / f"model-{i:05d}.gguf"
+        data = i.to_bytes(4, "little") * 1024
+        p.write_bytes(data)
+        os.utime(p, ns=(old, old))
+        out.append((str(p), hashlib.sha256(data).hexdigest(), p.stat()))
+    return out
+
+
+def _manifest(template: dict, target: str, draft: str) -> str:
+    m = json.loads(json.dumps(template))
+    m["target"]["sha256"], m["draft"]["artifact"]["sha256"] = target, draft
+    return json.dumps(m)
+
+
+def fill(reg: Registry, root: Path, scale: float) -> dict[str, int]:
+    n_art, n_targets = int(10_000 * scale), int(1_000 * scale)
+    n_draft_pairs, n_runs, reps = int(4_000 * scale), int(1_000 * scale), 10
+    tiny = write_model(root / "tiny.gguf", ModelSpec())
+    summary = summarize(tiny).model_dump(mode="json")
+    licence = LicenceRecord(sources=[LicenceSource(source="gguf", value="apache-2.0")], effective="apache-2.0",
+                            effective_source="gguf").model_dump_json()
+    files = _files(root / "files", n_art)
+    now = datetime.now(timezone.utc)
+    stamp, hashed_at = _iso(now), time.time_ns()
+    with reg.write() as db:
+        db.conn.executemany(
+            "INSERT INTO artifacts (sha256, size, name, architecture, file_type, file_type_name, n_tokens, "
+            "summary_json, effective_license, licence_source, licence_conflict, licence_json, filename, "
+            "provenance_json, registered_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            [(sha, st.st_size, f"model-{i}", "llama", 0, "F32", 416, json.dumps({**summary, "sha256": sha}),
+              "apache-2.0", "gguf", 0, licence, Path(p).name, "{}", stamp, stamp)
+             for i, (p, sha, st) in enumerate(files)])
+        db.conn.executemany(
+            "INSERT INTO artifact_paths (sha256, path, device, inode, size, mtime_ns, hashed_at_ns, "
+            "first_seen_at, last_verified_at) VALUES (?,?,?,?,?,?,?,?,?)",
+            [(sha, p, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, hashed_at, stamp, stamp)
+             for p, sha, st in files])
+    shas = [sha for _, sha, _ in files]
+    checks = json.dumps([{"code": f"vocab.check{i}", "severity": "pass", "message": "ok " * 10, "evidence": {}}
+                         for i in range(12)])
+    pairs = [(shas[i % n_targets], shas[n_targets + i], "draft-simple", int(i % 5 != 4)) for i in range(n_draft_pairs)]
+    pairs += [(shas[t], None, "ngram-simple", 1) for t in range(n_targets)]
+    with reg.write() as db:
+        db.conn.executemany(
+            "INSERT INTO pairs (id, target_sha256, draft_sha256, method, rule_set, admitted, strict, "
+            "latest_verdict_id, n_verdicts, created_at, updated_at) VALUES (?,?,?,?,?,?,0,?,1,?,?)",
+            [(i + 1, t, d, m, RULE_SET, a, i + 1, stamp, stamp) for i, (t, d, m, a) in enumerate(pairs)])
+        db.conn.executemany(
+            "INSERT INTO verdicts (id, pair_id, admitted, strict, checks_json, created_at) VALUES (?,?,?,0,?,?)",
+            [(i + 1, i + 1, a, checks, stamp) for i, (_, _, _, a) in enumerate(pairs)])
+    template = _manifest_template(root)
+    rng = random.Random(0)
+    n_rows = 0
+    prompts = [(f"{s}-{k}", s) for s in STRATA for k in range(5)]
+    with reg.write() as db:
+        for r in range(n_runs):
+            j = r if r % 5 != 4 else r - 1  # runs only on admitted pairs (pair j+1)
+            target, draft = shas[j % n_targets], shas[n_targets + j]
+            run_id = f"bench-{r:06d}"
+            started = now - timedelta(minutes=n_runs - r)
+            db.conn.execute(
+                "INSERT INTO bench_runs (run_id, pair_id, status, method, target_sha256, draft_sha256, "
+                "manifest_json, started_at, finished_at) VALUES (?,?,?,?,?,?,?,?,?)",
+                (run_id, j + 1, "complete", "draft-simple", target, draft, _manifest(template, target, draft),
+                 _iso(started), _iso(started + timedelta(seconds=30))))
+            for idx, name in enumerate(CONDITIONS):
+                spec = ConditionSpec(name=name, method=name, draft_sha256=draft if name == "draft-simple" else None)
+                mem = MemoryObservation(peak_rss_bytes=(200 + 20 * idx) << 20, samples=50,
+                                        gpu={"present": False, "reason": "no NVIDIA GPU"})
+                counters = None if name == BASELINE else SpecCounters(drafted=800, accepted=500, steps=200,
+                                                                      per_position={0: 180, 1: 150, 2: 100, 3: 70})
+                argv = ["specreg-llama-server", "-m", f"/models/{target[:8]}.gguf", "--spec-type", name]
+                db.conn.execute(
+                    "INSERT INTO bench_conditions (run_id, idx, name, method, status, spec_json, argv_json, "
+                    "counters_json, memory_json) VALUES (?,?,?,?,?,?,?,?,?)",
+                    (run_id, idx, name, name, "ok", spec.model_dump_json(), json.dumps(argv),
+                     counters.model_dump_json() if counters else None, mem.model_dump_json()))
+                rows = []
+                for pid, stratum in prompts:
+                    for rep in range(reps):
+                        total = rng.uniform(80, 120) * (1.0 if name == BASELINE else rng.uniform(0.7, 1.1))
+                        rows.append((run_id, idx, name, pid, stratum, rep, _iso(started), 1, total, 12.0,
+                                     total / 32, 32, "x" * 120, None if name == BASELINE else 1))
+                db.conn.executemany(
+                    "INSERT INTO bench_requests (run_id, condition_idx, condition, prompt_id, stratum, repeat, "
+                    "started_at, ok, total_ms, ttft_ms, tpot_ms, output_tokens, output_text, matches_baseline) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+                n_rows += len(rows)
+                for stratum in ("all", *STRATA):
+                    s = ConditionSummary(condition=name, method=name, stratum=stratum, status="ok",
+                                         n_requests=50 if stratum != "all" else 250, n_ok=50,
+                                         total_ms=Stat(p50=100.0 / (1 + 0.05 * idx), p95=130.0),
+                                         speedup=1 + 0.05 * idx, n_compared=50, n_equal=50)
+                    db.conn.execute("INSERT INTO bench_summaries (run_id, condition, stratum, target_sha256, "
+                                    "draft_sha256, summary_json) VALUES (?,?,?,?,?,?)",
+                                    (run_id, name, stratum, target, draft, s.model_dump_json()))
+    return {"artifacts": n_art, "pairs": len(pairs), "runs": n_runs, "request_rows": n_rows}
+
+
+def _manifest_template(root: Path) -> dict:
+    art = {"sha256": "0" * 64, "path": "/models/x.gguf", "size": 1, "licence": {"effective": "apache-2.0"}}
+    gpu = {"present": False, "reason": "no NVIDIA GPU"}
+    return {
+        "runtime": {"kind": "bundled", "path": "/x/xllamacpp.so", "version_text": "xllamacpp 2026.10.11549",
+                    "xllamacpp_version": "2026.10.11549"},
+        "target": art, "draft": {"method": "draft-simple", "artifact": dict(art), "rule_set": RULE_SET},
+        "hardware": {"cpu_model": "bench CPU", "logical_cores": 2, "ram_bytes": 8 << 30, "platform": "linux",
+                     "gpu": gpu, "placement": "cpu"},
+        "request": {"workload": "builtin:default", "workload_sha256": "0" * 64, "seed": 42, "concurrency": 1},
+        "observation": {"repeat": 10, "start_timeout_s": 60, "request_timeout_s": 60, "run_timeout_s": 3600,
+                        "ctx_size": 4096},
+    }
+
+
+def _time(args: list[str], env: dict[str, str]) -> tuple[float, int, str]:
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "specreg.cli", *args], env=env, capture_output=True, text=True)
+    return time.perf_counter() - t0, p.returncode, (p.stderr.strip().splitlines() or [""])[-1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scale", type=float, default=1.0, help="fraction of the full size (smoke runs)")
+    ap.add_argument("--keep", type=Path, help="fill this folder and keep it (default: a temp dir)")
+    ap.add_argument("--runs", type=int, default=3, help="timed runs per command (median and max shown)")
+    opts = ap.parse_args()
+    root = opts.keep or Path(tempfile.mkdtemp(prefix="specreg-scale-"))
+    root.mkdir(parents=True, exist_ok=True)
+    db = root / "registry.db"
+    t0 = time.perf_counter()
+    with Registry(db, show_progress=False) as reg:
+        counts = fill(reg, root, opts.scale)
+        reg.db.conn.execute("ANALYZE")
+    print(f"filled {counts} in {time.perf_counter() - t0:.1f} s ({db.stat().st_size / 2**20:.0f} MiB)")
+    env = {**os.environ, "SPECREG_DB": str(db), "SPECREG_HOME": str(root), "COLUMNS": "200"}
+    t_py = min(_time(["--help"], env)[0] for _ in range(2))
+    print(f"{'command':40} {'median':>8} {'max':>8}  exit  (specreg --help alone: {t_py:.2f} s)")
+    for args in (["pairs"], ["pairs", "--json"], ["runs"], ["runs", "--json"], ["audit", "--all"],
+                 ["audit", "--all", "--json"]):
+        times, rc, tail = [], 0, ""
+        for _ in range(opts.runs):
+            t, rc, tail = _time(args, env)
+            times.append(t)
+        times.sort()
+        flag = "" if times[len(times) // 2] < 2.0 else "  OVER 2 s"
+        print(f"{'specreg ' + ' '.join(args):40} {times[len(times) // 2]:>7.2f}s {times[-1]:>7.2f}s  {rc:>4}"
+              f"{flag}{'  ' + tail if rc not in (0, 1) else ''}")
+
+
+if __name__ == "__main__":
+    main()

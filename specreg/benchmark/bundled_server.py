@@ -1,0 +1,195 @@
+"""`specreg-llama-server`: llama.cpp's own HTTP server (via xllamacpp) behind llama-server's flags.
+
+The runner treats this exactly like a user's `llama-server` binary: it gets an argv, answers
+`/health`, `/completion`, `/metrics`, ... on 127.0.0.1 and stops on SIGTERM/SIGINT. Only the
+flags the runner emits are accepted, so a typo fails loudly instead of silently benchmarking
+something else; `--spec-synth-*` is deliberately absent (its output is not model output).
+Keep imports light: this module starts once per benchmark condition.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from typing import Any
+
+SPEC_TYPES = (
+    "none",
+    "draft-simple",
+    "draft-eagle3",
+    "draft-mtp",
+    "draft-dflash",
+    "draft-dspark",
+    "ngram-simple",
+    "ngram-map-k",
+    "ngram-map-k4v",
+    "ngram-mod",
+    "ngram-cache",
+)
+
+# flag -> (attribute path under params.speculative, minimum value); names as in common/arg.cpp
+NGRAM_FLAGS: dict[str, tuple[str, int]] = {
+    "--spec-ngram-simple-size-n": ("ngram_simple.size_n", 1),
+    "--spec-ngram-simple-size-m": ("ngram_simple.size_m", 1),
+    "--spec-ngram-simple-min-hits": ("ngram_simple.min_hits", 1),
+    "--spec-ngram-mod-n-match": ("ngram_mod.n_match", 1),
+    "--spec-ngram-mod-n-min": ("ngram_mod.n_min", 0),
+    "--spec-ngram-mod-n-max": ("ngram_mod.n_max", 0),
+    "--spec-ngram-map-k-size-n": ("ngram_map_k.size_n", 1),
+    "--spec-ngram-map-k-size-m": ("ngram_map_k.size_m", 1),
+    "--spec-ngram-map-k-min-hits": ("ngram_map_k.min_hits", 1),
+    "--spec-ngram-map-k4v-size-n": ("ngram_map_k4v.size_n", 1),
+    "--spec-ngram-map-k4v-size-m": ("ngram_map_k4v.size_m", 1),
+    "--spec-ngram-map-k4v-min-hits": ("ngram_map_k4v.min_hits", 1),
+}
+
+
+def version_text() -> str:
+    """What `--version` prints: the xllamacpp release is the runtime's identity (no commit in the wheel)."""
+    import xllamacpp
+
+    info: dict[str, Any] = dict(getattr(xllamacpp, "BUILD_INFO", {}) or {})
+    return (
+        f"version: {info.get('build_number', 0)} ({info.get('commit', 'unknown')})\n"
+        f"built with {info.get('compiler', 'unknown')} for {info.get('build_target', 'unknown')}\n"
+        f"xllamacpp {xllamacpp.__version__}\n"
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The llama-server flags the benchmark runner uses, with llama-server's spellings."""
+    p = argparse.ArgumentParser(
+        prog="specreg-llama-server",
+        description="llama.cpp's HTTP server (bundled through xllamacpp) for specreg benchmarks.",
+        allow_abbrev=False,
+    )
+    p.add_argument("--version", action="store_true", help="print the runtime version and exit")
+    p.add_argument("-m", "--model", help="target model GGUF")
+    p.add_argument("-md", "--spec-draft-model", "--model-draft", dest="draft", help="draft model GGUF")
+    p.add_argument("--spec-type", default="none", help="comma-separated: " + ",".join(SPEC_TYPES))
+    p.add_argument("--spec-draft-n-max", type=int, dest="draft_n_max")
+    p.add_argument("--spec-draft-n-min", type=int, dest="draft_n_min")
+    for flag in NGRAM_FLAGS:
+        p.add_argument(flag, type=int, dest=_dest(flag))
+    p.add_argument("-c", "--ctx-size", type=int, default=4096)
+    p.add_argument("-np", "--parallel", type=int, default=1)
+    p.add_argument("-t", "--threads", type=int, default=None)
+    p.add_argument("-ngl", "--gpu-layers", "--n-gpu-layers", dest="ngl", default=None)
+    p.add_argument("-ngld", "--spec-draft-ngl", dest="ngld", default=None)
+    p.add_argument("-s", "--seed", type=int, default=None)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8080)
+    p.add_argument("--metrics", action="store_true", help="expose /metrics")
+    p.add_argument("-lv", "--verbosity", type=int, default=None)
+    return p
+
+
+def _dest(flag: str) -> str:
+    return "ng_" + flag.lstrip("-").replace("-", "_")
+
+
+def _layers(flag: str, value: str | None) -> int | None:
+    """-ngl accepts a number, 'auto' (-1) or 'all' (-2), like llama-server."""
+    if value is None:
+        return None
+    if value in ("auto", "all"):
+        return -1 if value == "auto" else -2
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"{flag}: expected a number, 'auto' or 'all', got {value!r}") from None
+
+
+def build_params(ns: argparse.Namespace) -> Any:
+    """Translate parsed flags into xllamacpp.CommonParams; raises ValueError on bad values."""
+    import xllamacpp as x
+
+    if not ns.model:
+        raise ValueError("-m/--model is required")
+    params = x.CommonParams()
+    params.model.path = ns.model
+    params.port = ns.port
+    params.hostnames = [ns.host]
+    params.endpoint_metrics = bool(ns.metrics)
+    params.n_ctx = ns.ctx_size
+    params.n_parallel = ns.parallel
+    if ns.threads is not None:
+        params.cpuparams.n_threads = ns.threads
+        params.cpuparams_batch.n_threads = ns.threads
+    if ns.seed is not None:
+        params.sampling.seed = ns.seed
+    if ns.verbosity is not None:
+        params.verbosity = ns.verbosity
+    ngl = _layers("-ngl", ns.ngl)
+    if ngl is not None:
+        params.n_gpu_layers = ngl
+    spec = params.speculative
+    names = [n.strip() for n in ns.spec_type.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SPEC_TYPES]
+    if unknown or not names:
+        raise ValueError(f"--spec-type: unknown speculative type {','.join(unknown) or '(empty)'}")
+    enum = x.common_speculative_type
+    if "none" in names:  # llama.cpp: 'none' anywhere means no speculation at all
+        spec.types = [enum.COMMON_SPECULATIVE_TYPE_NONE]
+    else:
+        spec.types = [getattr(enum, "COMMON_SPECULATIVE_TYPE_" + n.upper().replace("-", "_")) for n in names]
+    if ns.draft:
+        spec.draft.mparams.path = ns.draft
+    ngld = _layers("-ngld", ns.ngld)
+    if ngld is not None:
+        spec.draft.n_gpu_layers = ngld
+    if ns.draft_n_max is not None:
+        if ns.draft_n_max < 0:
+            raise ValueError("--spec-draft-n-max: must be >= 0")
+        spec.draft.n_max = ns.draft_n_max
+    if ns.draft_n_min is not None:
+        spec.draft.n_min = ns.draft_n_min
+    for flag, (attr, minimum) in NGRAM_FLAGS.items():
+        value = getattr(ns, _dest(flag))
+        if value is None:
+            continue
+        if value < minimum or value > 1024:
+            raise ValueError(f"{flag}: must be between {minimum} and 1024")
+        group, field = attr.split(".")
+        setattr(getattr(spec, group), field, value)
+    return params
+
+
+def serve(params: Any) -> int:
+    """Start the server and block until SIGTERM/SIGINT; the llama.cpp log goes to stderr."""
+    import xllamacpp as x
+
+    try:
+        server = x.Server(params)
+    except RuntimeError as exc:  # model load failure, port taken: llama.cpp logged the cause already
+        print(f"specreg-llama-server: server failed to start: {exc}", file=sys.stderr, flush=True)
+        return 1
+    # llama.cpp's server installs its own SIGINT/SIGTERM handlers while starting; ours go last
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    print(f"specreg-llama-server: serving on {server.listening_address}", file=sys.stderr, flush=True)
+    while not stop.wait(0.5):
+        pass
+    del server  # ~Server joins llama.cpp's loop before the process exits
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point (`specreg-llama-server`, `python -m specreg.benchmark.bundled_server`)."""
+    ns = build_parser().parse_args(argv)
+    if ns.version:
+        sys.stdout.write(version_text())
+        return 0
+    try:
+        params = build_params(ns)
+    except ValueError as exc:
+        print(f"specreg-llama-server: error: {exc}", file=sys.stderr)
+        return 2
+    return serve(params)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

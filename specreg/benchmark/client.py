@@ -1,0 +1,225 @@
+"""HTTP client for llama.cpp's native API: streamed completions with client-side timing.
+
+TTFT is measured by the client (first streamed content), the server's own `timings` come from
+the final event. Every failure mode becomes data on the outcome (error text, timed_out) so a
+bad request never loses the rows around it; only `/tokenize` and `/metrics` raise ServerError.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from specreg.errors import ServerError
+from specreg.schemas.bench import WorkloadItem
+
+_FINISH = {"limit": "length", "eos": "stop", "word": "stop"}  # /completion stop_type -> OpenAI names
+
+
+@dataclass
+class Completion:
+    """One streamed request as the client saw it."""
+
+    ok: bool = False
+    error: str | None = None
+    timed_out: bool = False
+    ttft_ms: float | None = None
+    total_ms: float | None = None
+    output_tokens: int | None = None
+    finish_reason: str | None = None
+    text: str = ""
+    token_ids: list[int] | None = None
+    timings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tpot_ms(self) -> float | None:
+        """(total - TTFT) / (n - 1): time per output token after the first."""
+        n = self.output_tokens
+        if self.total_ms is None or self.ttft_ms is None or not n or n < 2:
+            return None
+        return (self.total_ms - self.ttft_ms) / (n - 1)
+
+
+class LlamaClient:
+    """One server's HTTP API; thread-safe (one pooled httpx client)."""
+
+    def __init__(self, base_url: str, *, timeout_s: float = 120.0, max_connections: int = 16) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            timeout=httpx.Timeout(timeout_s, connect=5.0),
+            # No keep-alive: a pooled connection the server is closing fails the next request with
+            # "disconnected without sending a response" - a spurious error row. A fresh loopback
+            # connection costs ~0.1 ms.
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=0),
+            trust_env=False,  # loopback only: never through a proxy from the environment
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> LlamaClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- plain endpoints ------------------------------------------------------------------------
+
+    def _get(self, method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
+        """Idempotent calls get one retry on a dropped connection, never on a timeout."""
+        for attempt in (1, 2):
+            try:
+                return self._http.request(method, path, json=body, timeout=min(self.timeout_s, 30.0))
+            except (httpx.RemoteProtocolError, httpx.ConnectError) as exc:
+                if attempt == 2:
+                    raise ServerError(f"{path}: {type(exc).__name__}: {exc}") from exc
+            except httpx.HTTPError as exc:
+                raise ServerError(f"{path}: {type(exc).__name__}: {exc}") from exc
+        raise AssertionError("unreachable")
+
+    def _json(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        r = self._get(method, path, body)
+        if r.status_code != 200:
+            raise ServerError(f"{path}: HTTP {r.status_code}: {r.text[:200]}")
+        try:
+            return r.json()
+        except ValueError as exc:
+            raise ServerError(f"{path}: malformed JSON from server: {r.text[:200]!r}") from exc
+
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids as the server's own tokenizer produces them (with BOS, as a completion would)."""
+        data = self._json("POST", "/tokenize", {"content": text, "add_special": True})
+        tokens = data.get("tokens") if isinstance(data, dict) else None
+        if not isinstance(tokens, list):
+            raise ServerError(f"/tokenize: unexpected answer {str(data)[:200]!r}")
+        return [int(t) for t in tokens]
+
+    def apply_template(self, messages: list[dict[str, str]]) -> str:
+        """The prompt text the chat template makes of `messages`."""
+        data = self._json("POST", "/apply-template", {"messages": messages})
+        prompt = data.get("prompt") if isinstance(data, dict) else None
+        if not isinstance(prompt, str):
+            raise ServerError(f"/apply-template: unexpected answer {str(data)[:200]!r}")
+        return prompt
+
+    def input_tokens(self, item: WorkloadItem) -> int:
+        """Input token count of a workload item on this server."""
+        if item.prompt is not None:
+            return len(self.tokenize(item.prompt))
+        messages = [m.model_dump() for m in item.messages or []]
+        return len(self.tokenize(self.apply_template(messages)))
+
+    def metrics_text(self) -> str:
+        r = self._get("GET", "/metrics")
+        if r.status_code != 200:
+            raise ServerError(f"/metrics: HTTP {r.status_code} (was the server started with --metrics?)")
+        return r.text
+
+    def props(self) -> dict[str, Any]:
+        data = self._json("GET", "/props")
+        return data if isinstance(data, dict) else {}
+
+    # -- streamed generation --------------------------------------------------------------------
+
+    def complete(
+        self, item: WorkloadItem, *, max_tokens: int, seed: int, temperature: float = 0.0,
+        cache_prompt: bool = False, timeout_s: float | None = None,
+    ) -> Completion:
+        """Stream one request (`/completion` for a prompt, `/v1/chat/completions` for messages)."""
+        common = {"temperature": temperature, "seed": seed, "stream": True, "cache_prompt": cache_prompt}
+        if item.prompt is not None:
+            path = "/completion"
+            body: dict[str, Any] = {"prompt": item.prompt, "n_predict": max_tokens, **common}
+        else:
+            path = "/v1/chat/completions"
+            body = {"messages": [m.model_dump() for m in item.messages or []], "max_tokens": max_tokens,
+                    "stream_options": {"include_usage": True}, **common}
+        return self._stream(path, body, timeout_s or self.timeout_s, chat=item.prompt is None)
+
+    def _stream(self, path: str, body: dict[str, Any], timeout_s: float, *, chat: bool) -> Completion:
+        out = Completion(token_ids=None if chat else [])
+        t0 = time.perf_counter()
+        deadline = t0 + timeout_s
+        try:
+            with self._http.stream("POST", path, json=body, timeout=httpx.Timeout(timeout_s, connect=5.0)) as r:
+                if r.status_code != 200:
+                    r.read()
+                    out.error = f"HTTP {r.status_code}: {r.text[:300]}"
+                    return out
+                for line in r.iter_lines():
+                    if time.perf_counter() > deadline:
+                        out.timed_out, out.error = True, f"timed out after {timeout_s:g}s"
+                        return out
+                    if not line.startswith("data:"):
+                        continue
+                    payload = line[5:].strip()
+                    if payload == "[DONE]":
+                        break
+                    try:
+                        event = json.loads(payload)
+                    except ValueError:
+                        out.error = f"malformed event from server: {payload[:200]!r}"
+                        return out
+                    if not isinstance(event, dict):
+                        out.error = f"malformed event from server: {payload[:200]!r}"
+                        return out
+                    if "error" in event:
+                        out.error = f"server error: {json.dumps(event['error'])[:300]}"
+                        return out
+                    (_chat_event if chat else _completion_event)(out, event, t0)
+        except httpx.TimeoutException:
+            out.timed_out, out.error = True, f"timed out after {timeout_s:g}s"
+            return out
+        except httpx.HTTPError as exc:
+            out.error = f"{type(exc).__name__}: {exc}"[:300]
+            return out
+        finally:
+            out.total_ms = (time.perf_counter() - t0) * 1000.0
+        if out.finish_reason is None:
+            out.error = "stream ended without a final event"
+            return out
+        out.ok = True
+        return out
+
+
+def _first(out: Completion, t0: float) -> None:
+    if out.ttft_ms is None:
+        out.ttft_ms = (time.perf_counter() - t0) * 1000.0
+
+
+def _completion_event(out: Completion, ev: dict[str, Any], t0: float) -> None:
+    content = ev.get("content") or ""
+    tokens = ev.get("tokens") or []
+    if content or tokens:
+        _first(out, t0)
+        out.text += content
+        if out.token_ids is not None:
+            out.token_ids.extend(int(t) for t in tokens)
+    if ev.get("stop"):
+        out.finish_reason = _FINISH.get(str(ev.get("stop_type")), str(ev.get("stop_type")))
+        out.timings = dict(ev.get("timings") or {})
+        n = ev.get("tokens_predicted", out.timings.get("predicted_n"))
+        out.output_tokens = int(n) if n is not None else None
+
+
+def _chat_event(out: Completion, ev: dict[str, Any], t0: float) -> None:
+    for choice in ev.get("choices") or []:
+        delta = choice.get("delta") or {}
+        content = delta.get("content") or ""
+        if content:
+            _first(out, t0)
+            out.text += content
+        if choice.get("finish_reason"):
+            out.finish_reason = str(choice["finish_reason"])
+    if ev.get("timings"):
+        out.timings = dict(ev["timings"])
+    usage = ev.get("usage") or {}
+    n = usage.get("completion_tokens", out.timings.get("predicted_n") if out.timings else None)
+    if n is not None:
+        out.output_tokens = int(n)

@@ -1,0 +1,140 @@
+"""Which conditions a pair is benchmarked under, the server argv for each, and refusal detection.
+
+Step by step (PROTOCOL §3): the baseline `none` always runs (speed-up and output equivalence
+are measured against it), then the n-gram methods with the build's defaults, then the pair's
+admitted method. llama.cpp logs a draft it cannot use and keeps serving without it, so the log
+is searched for the lines that prove speculation never ran (PROTOCOL §8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specreg.benchmark.bundled_server import NGRAM_FLAGS
+from specreg.errors import UsageError
+from specreg.schemas.bench import BASELINE, ConditionSpec
+from specreg.schemas.checks import DRAFT_METHODS
+
+DEFAULT_SELF_METHODS = ("ngram-simple", "ngram-mod")
+# flag prefix -> the method it configures
+_NGRAM_PREFIX = {
+    "--spec-ngram-simple-": "ngram-simple",
+    "--spec-ngram-mod-": "ngram-mod",
+    "--spec-ngram-map-k4v-": "ngram-map-k4v",
+    "--spec-ngram-map-k-": "ngram-map-k",
+}
+# Log lines (from common/speculative.cpp and tools/server) that mean the draft was not used.
+REFUSAL_MARKERS = (
+    "vocabs are not compatible",
+    "must match target model to use speculation",
+    "failed to initialize speculative decoding",
+    "failed to load draft model",
+    "failed to create mtp context",
+    "speculative decoding not supported by this context",
+    "synthetic speculative acceptance is enabled",  # never ours: its output is not model output
+)
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """Flags shared by every condition of a run."""
+
+    ctx_size: int = 4096
+    parallel: int = 1
+    threads: int | None = None
+    gpu_layers: str | None = None
+    seed: int = 42
+
+
+def ngram_method(flag: str) -> str:
+    """The method an n-gram flag belongs to (longest prefix wins: map-k4v before map-k)."""
+    for prefix, method in _NGRAM_PREFIX.items():
+        if flag.startswith(prefix):
+            return method
+    raise UsageError(f"{flag} is not an n-gram option")
+
+
+def parse_ngram_options(values: list[str]) -> dict[str, int]:
+    """`simple-size-n=8` / `--spec-ngram-mod-n-match=16` -> {'--spec-ngram-...': int}."""
+    out: dict[str, int] = {}
+    for raw in values:
+        key, sep, val = raw.partition("=")
+        flag = key if key.startswith("--") else f"--spec-ngram-{key}"
+        if not sep or flag not in NGRAM_FLAGS:
+            known = ", ".join(f.removeprefix("--spec-ngram-") for f in NGRAM_FLAGS)
+            raise UsageError(f"--ngram {raw!r}: expected NAME=VALUE with NAME one of: {known}")
+        try:
+            out[flag] = int(val)
+        except ValueError:
+            raise UsageError(f"--ngram {raw!r}: value must be an integer") from None
+    return out
+
+
+def plan(
+    pair_method: str,
+    *,
+    draft_path: str | None,
+    draft_sha256: str | None,
+    methods: list[str] | None = None,
+    draft_n_max: int | None = None,
+    draft_n_min: int | None = None,
+    ngram: dict[str, int] | None = None,
+) -> list[ConditionSpec]:
+    """The conditions for one admitted pair, baseline first; unknown/unadmitted methods refused."""
+    available = [BASELINE, *DEFAULT_SELF_METHODS]
+    if pair_method not in available:
+        available.append(pair_method)
+    wanted = list(dict.fromkeys(methods)) if methods else list(available)
+    bad = [m for m in wanted if m not in available]
+    if bad:
+        raise UsageError(
+            f"method {', '.join(bad)} is not available for this pair (admitted: {pair_method})",
+            hint=f"choose from: {', '.join(available)}",
+        )
+    if BASELINE not in wanted:
+        wanted.insert(0, BASELINE)
+    wanted.sort(key=lambda m: m != BASELINE)
+    ngram = dict(ngram or {})
+    for flag in ngram:
+        if ngram_method(flag) not in wanted:
+            raise UsageError(f"{flag} configures {ngram_method(flag)}, which is not among the methods run")
+    out: list[ConditionSpec] = []
+    for method in wanted:
+        uses_draft_len = method in DRAFT_METHODS or method == "draft-mtp"
+        needs_file = method in DRAFT_METHODS
+        if needs_file and not draft_path:
+            raise UsageError(f"{method} needs a draft model file, and this pair has none")
+        out.append(ConditionSpec(
+            name=method,
+            method=method,
+            draft_path=draft_path if needs_file else None,
+            draft_sha256=draft_sha256 if needs_file else None,
+            draft_n_max=draft_n_max if uses_draft_len else None,
+            draft_n_min=draft_n_min if uses_draft_len else None,
+            params={f: v for f, v in ngram.items() if ngram_method(f) == method},
+        ))
+    return out
+
+
+def server_args(cond: ConditionSpec, target_path: str, opts: ServerOptions) -> list[str]:
+    """llama-server flags for one condition (the launcher adds --host and --port)."""
+    args = ["-m", target_path, "--spec-type", cond.method]
+    if cond.draft_path:
+        args += ["-md", cond.draft_path]
+    if cond.draft_n_max is not None:
+        args += ["--spec-draft-n-max", str(cond.draft_n_max)]
+    if cond.draft_n_min is not None:
+        args += ["--spec-draft-n-min", str(cond.draft_n_min)]
+    for flag, value in sorted(cond.params.items()):
+        args += [flag, str(value)]
+    args += ["-c", str(opts.ctx_size), "-np", str(opts.parallel), "--seed", str(opts.seed), "--metrics"]
+    if opts.threads is not None:
+        args += ["-t", str(opts.threads)]
+    if opts.gpu_layers is not None:
+        args += ["-ngl", opts.gpu_layers]
+    return args
+
+
+def refusal_lines(log_text: str) -> list[str]:
+    """The exact log lines showing the server refused or dropped speculation (empty: none)."""
+    return [ln.rstrip() for ln in log_text.splitlines() if any(m in ln.lower() for m in REFUSAL_MARKERS)]

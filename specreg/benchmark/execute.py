@@ -1,0 +1,259 @@
+"""One condition: start its server, warm up, measure every request, judge whether speculation ran.
+
+Requests go through a thread pool (`--concurrency` in flight, `-np` slots); the main thread
+writes each row as it finishes, so Ctrl-C (KeyboardInterrupt arrives in the main thread) leaves
+every finished row stored and the server is stopped in `finally`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from specreg.benchmark import expect as expect_mod
+from specreg.benchmark.client import Completion, LlamaClient
+from specreg.benchmark.conditions import ServerOptions, refusal_lines, server_args
+from specreg.benchmark.launcher import ServerCommand, ServerProcess, launch, tail_text
+from specreg.benchmark.memory import GpuProbe, MemorySampler
+from specreg.benchmark.metrics import parse_metrics, spec_counters, spec_only
+from specreg.benchmark.runstore import RunStore, now
+from specreg.benchmark.summary import compare_outputs
+from specreg.benchmark.workloads import Workload, content_sha256
+from specreg.errors import ServerError, ServerStartError
+from specreg.schemas.bench import BASELINE, ConditionRun, PromptInfo, RequestRow, RunInfo, WorkloadItem
+
+if TYPE_CHECKING:
+    from specreg.benchmark.runner import BenchOptions
+
+LOG_SCAN_BYTES = 8 << 20
+
+
+class Observer:
+    """Progress callbacks (the CLI draws a progress bar); every method is optional."""
+
+    def note(self, text: str) -> None: ...
+    def run_started(self, info: RunInfo, conds: list[ConditionRun], n_requests: int) -> None: ...
+    def condition_started(self, cond: ConditionRun) -> None: ...
+    def request_done(self, cond: ConditionRun, row: RequestRow) -> None: ...
+    def condition_done(self, cond: ConditionRun) -> None: ...
+    def run_done(self, run_id: str, status: str, reason: str | None) -> None: ...
+
+
+@dataclass
+class RunContext:
+    """What every condition of one run shares, and the rows collected so far."""
+
+    run_id: str
+    run_dir: Path
+    target_path: str
+    opts: BenchOptions
+    cmd: ServerCommand
+    store: RunStore
+    observer: Observer
+    gpu: GpuProbe
+    workload: Workload
+    started: float = field(default_factory=time.monotonic)
+    rows: list[RequestRow] = field(default_factory=list)
+    baseline: dict[tuple[str, int], RequestRow] = field(default_factory=dict)
+    prompts_stored: bool = False
+
+    def remaining(self) -> float:
+        return self.opts.run_timeout_s - (time.monotonic() - self.started)
+
+    def expired(self) -> bool:
+        return self.remaining() <= 0
+
+
+def _fail(cond: ConditionRun, message: str, lines: list[str] | None = None) -> None:
+    if cond.status == "running":
+        cond.status, cond.failure, cond.failure_lines = "failed", message, list(lines or [])
+
+
+def run_condition(ctx: RunContext, cond: ConditionRun) -> None:
+    """Run one condition to a final status (ok / failed / cancelled); never loses stored rows."""
+    o = ctx.opts
+    log_path = ctx.run_dir / f"{cond.idx:02d}-{cond.spec.name}.log"
+    cond.status, cond.started_at, cond.log_path = "running", now(), str(log_path)
+    args = server_args(cond.spec, ctx.target_path, ServerOptions(
+        ctx_size=o.ctx_size, parallel=o.concurrency, threads=o.threads, gpu_layers=o.gpu_layers, seed=o.seed))
+    cond.argv = ctx.cmd.argv(args)
+    ctx.store.save_condition(ctx.run_id, cond)
+    ctx.observer.condition_started(cond)
+    server: ServerProcess | None = None
+    try:
+        try:
+            server = launch(ctx.cmd, args, log_path, start_timeout_s=max(1.0, min(o.start_timeout_s, ctx.remaining())))
+        except ServerStartError as exc:
+            _fail(cond, exc.message, exc.lines)
+            return
+        cond.argv, cond.port, cond.server_pid = server.argv, server.port, server.pid
+        ctx.store.save_condition(ctx.run_id, cond, server_started=server.create_time)
+        with LlamaClient(server.base_url, timeout_s=o.request_timeout_s, max_connections=o.concurrency + 2) as client:
+            _measure(ctx, cond, server, client)
+    except ServerError as exc:
+        _fail(cond, exc.message)
+    except KeyboardInterrupt:
+        if cond.status == "running":
+            cond.status, cond.failure = "cancelled", "interrupted"
+        raise
+    finally:
+        if server is not None:
+            server.stop()
+        cond.log_tail = tail_text(log_path, 40)
+        if cond.status == "running":
+            _judge(cond, log_path, [r for r in ctx.rows if r.condition_idx == cond.idx])
+        cond.finished_at = now()
+        ctx.store.save_condition(ctx.run_id, cond)
+        ctx.observer.condition_done(cond)
+
+
+def _measure(ctx: RunContext, cond: ConditionRun, server: ServerProcess, client: LlamaClient) -> None:
+    o = ctx.opts
+    if not ctx.prompts_stored:
+        ctx.store.add_prompts(ctx.run_id, [_prompt_info(client, it, o.max_tokens) for it in ctx.workload.items])
+        ctx.prompts_stored = True
+    for _ in range(o.warmup):  # not counted; a dead server shows up below
+        client.complete(ctx.workload.items[0], max_tokens=min(8, o.max_tokens or 8), seed=o.seed,
+                        timeout_s=min(o.request_timeout_s, max(1.0, ctx.remaining())))
+    if not server.alive():
+        _fail(cond, f"server exited (code {server.proc.returncode}) during warm-up", _errors(server.log_path))
+        return
+    before = parse_metrics(client.metrics_text())
+    sampler = MemorySampler(server.pids, ctx.gpu)
+    with sampler:
+        _requests(ctx, cond, server, client)
+    cond.memory = sampler.result()
+    if server.alive() and cond.status == "running":
+        after = parse_metrics(client.metrics_text())
+        cond.metrics_before, cond.metrics_after = spec_only(before), spec_only(after)
+        cond.counters = spec_counters(before, after)
+
+
+def _requests(ctx: RunContext, cond: ConditionRun, server: ServerProcess, client: LlamaClient) -> None:
+    o = ctx.opts
+    tasks = [(rep, it) for rep in range(o.repeat) for it in ctx.workload.items]
+    pool = ThreadPoolExecutor(max_workers=o.concurrency, thread_name_prefix="specreg-req")
+    pending: set[Future[RequestRow | None]] = set()
+    it = iter(tasks)
+    skipped = 0
+    try:
+        while True:
+            while len(pending) < o.concurrency:  # keep exactly `concurrency` in flight
+                nxt = next(it, None)
+                if nxt is None:
+                    break
+                pending.add(pool.submit(_one, ctx, cond, client, nxt[1], nxt[0]))
+            if not pending:
+                break
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                row = fut.result()
+                if row is None:
+                    skipped += 1
+                    continue
+                _record(ctx, cond, row)
+                if not row.ok and not server.alive():
+                    n = sum(1 for r in ctx.rows if r.condition_idx == cond.idx)
+                    _fail(cond, f"server exited (code {server.proc.returncode}) during the run after {n} "
+                                f"request(s): {row.error}", _errors(server.log_path))
+                    return
+        if skipped:
+            _fail(cond, f"run deadline of {o.run_timeout_s:g}s exceeded; {skipped} request(s) not run")
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _one(ctx: RunContext, cond: ConditionRun, client: LlamaClient, item: WorkloadItem, rep: int) -> RequestRow | None:
+    o = ctx.opts
+    if ctx.expired():
+        return None
+    started = now()
+    c = client.complete(item, max_tokens=o.max_tokens or item.max_tokens, seed=o.seed,
+                        timeout_s=min(o.request_timeout_s, max(0.5, ctx.remaining())))
+    return _row(cond, item, rep, started, c)
+
+
+def _row(cond: ConditionRun, item: WorkloadItem, rep: int, started: datetime, c: Completion) -> RequestRow:
+    t = c.timings
+
+    def num(key: str) -> float | None:
+        v = t.get(key)
+        return float(v) if isinstance(v, (int, float)) else None
+
+    def whole(key: str) -> int | None:
+        v = t.get(key)
+        return int(v) if isinstance(v, (int, float)) else None
+
+    return RequestRow(
+        condition_idx=cond.idx, condition=cond.spec.name, prompt_id=item.id, stratum=item.stratum, repeat=rep,
+        started_at=started, ok=c.ok, error=c.error, timed_out=c.timed_out, ttft_ms=c.ttft_ms,
+        total_ms=c.total_ms, tpot_ms=c.tpot_ms, output_tokens=c.output_tokens, finish_reason=c.finish_reason,
+        prompt_ms=num("prompt_ms"), predicted_ms=num("predicted_ms"), draft_n=whole("draft_n"),
+        draft_n_accepted=whole("draft_n_accepted"), cache_n=whole("cache_n"),
+        output_text=c.text if c.ok else (c.text or None), output_ids=c.token_ids if c.ok else None,
+        output_sha256=hashlib.sha256(c.text.encode()).hexdigest() if c.ok else None,
+    )
+
+
+def _record(ctx: RunContext, cond: ConditionRun, row: RequestRow) -> None:
+    """Equivalence and expect checks, then one short transaction for the row."""
+    item = next(i for i in ctx.workload.items if i.id == row.prompt_id)
+    if row.ok and item.expect is not None:
+        row.expect_ok, row.expect_detail = expect_mod.check(item.expect, row.output_text or "")
+    if cond.spec.method == BASELINE:
+        if row.ok:
+            ctx.baseline[(row.prompt_id, row.repeat)] = row
+    elif row.ok:
+        base = ctx.baseline.get((row.prompt_id, row.repeat)) or ctx.baseline.get((row.prompt_id, 0))
+        if base is not None:
+            row.matches_baseline, row.first_diff, unit = compare_outputs(base, row)
+            row.diff_unit = unit  # type: ignore[assignment]
+    ctx.store.add_request(ctx.run_id, row)
+    ctx.rows.append(row)
+    ctx.observer.request_done(cond, row)
+
+
+def _prompt_info(client: LlamaClient, item: WorkloadItem, override: int | None) -> PromptInfo:
+    return PromptInfo(id=item.id, stratum=item.stratum, kind="prompt" if item.prompt is not None else "messages",
+                      content_sha256=content_sha256(item), input_tokens=client.input_tokens(item),
+                      max_tokens=override or item.max_tokens, expect=item.expect)
+
+
+def _read_log(path: Path) -> str:
+    try:
+        with open(path, "rb") as f:
+            return f.read(LOG_SCAN_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _errors(path: Path) -> list[str]:
+    lines = tail_text(path, 30).splitlines()
+    errs = [ln for ln in lines if " E " in ln or "error" in ln.lower() or "abort" in ln.lower()]
+    return errs or lines[-8:]
+
+
+def _judge(cond: ConditionRun, log_path: Path, rows: list[RequestRow]) -> None:
+    """ok, or failed when speculation provably did not run (refused in the log, or 0 drafted)."""
+    refused = refusal_lines(_read_log(log_path))
+    if refused:
+        _fail(cond, "speculation did not run: the server refused it (see log lines)", refused)
+        return
+    ok_rows = [r for r in rows if r.ok]
+    if rows and not ok_rows:
+        _fail(cond, f"no request succeeded (first error: {rows[0].error})")
+        return
+    if cond.spec.method != BASELINE:
+        drafted = cond.counters.drafted if cond.counters else sum(r.draft_n or 0 for r in ok_rows)
+        if not drafted:
+            spec_lines = [ln for ln in _read_log(log_path).splitlines()
+                          if any(k in ln.lower() for k in ("specul", "draft", "ngram", "spec "))
+                          and not ln.startswith(("#", "specreg-llama-server"))][:10]
+            _fail(cond, f"speculation did not run: 0 tokens drafted over {len(ok_rows)} request(s)", spec_lines)
+            return
+    cond.status = "ok"

@@ -1,0 +1,279 @@
+"""Start and stop one llama.cpp server process per condition, bundled or the user's binary.
+
+Each server runs in its own session (process group) so stopping it stops everything it
+spawned; its stdout+stderr go to a log file kept with the run. The port is picked free, and a
+server that answers on it is trusted only when our own child holds the listening socket
+(someone else may have grabbed the port between our check and the child's bind).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import psutil
+
+from specreg.errors import ServerError, ServerStartError
+
+HOST = "127.0.0.1"
+BIND_FAILURE_MARKERS = ("couldn't bind", "address already in use", "failed to bind")
+# llama-server reads LLAMA_ARG_* from the environment (e.g. LLAMA_ARG_SPEC_SYNTH_RATES): a run
+# must be what its argv says, so those never reach the child.
+ENV_PREFIXES_DROPPED = ("LLAMA_ARG_",)
+
+
+@dataclass(frozen=True)
+class ServerCommand:
+    """How to start a server: the argv prefix the condition's flags are appended to."""
+
+    kind: str  # "bundled" | "external"
+    prefix: tuple[str, ...]
+    path: str  # the binary (external) or the bundled module's file
+
+    def argv(self, args: list[str]) -> list[str]:
+        return [*self.prefix, *args]
+
+
+def bundled_command() -> ServerCommand:
+    """The bundled xllamacpp server, run with this interpreter (same venv, no PATH lookup)."""
+    from specreg.benchmark import bundled_server
+
+    return ServerCommand("bundled", (sys.executable, "-m", "specreg.benchmark.bundled_server"),
+                         bundled_server.__file__)
+
+
+def external_command(path: str | Path) -> ServerCommand:
+    """A user's llama-server binary; refused unless it is an executable regular file."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ServerError(f"server binary {p} does not exist", hint="give --server the path to llama-server")
+    if not p.is_file():
+        raise ServerError(f"server binary {p} is not a regular file")
+    if not os.access(p, os.X_OK):
+        raise ServerError(f"server binary {p} is not executable", hint=f"chmod +x {p}")
+    return ServerCommand("external", (str(p.resolve()),), str(p.resolve()))
+
+
+def child_env() -> dict[str, str]:
+    """The environment for a server: ours minus anything that changes llama.cpp's flags."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIXES_DROPPED)}
+
+
+def free_ports() -> Iterator[int]:
+    """Ports the kernel reports free right now (still a race; the launcher checks ownership)."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((HOST, 0))
+            port = int(s.getsockname()[1])
+        yield port  # after close: a suspended generator must not hold the port
+
+
+@dataclass
+class ServerProcess:
+    """A running server child: its process, port and log file."""
+
+    proc: subprocess.Popen[bytes]
+    port: int
+    argv: list[str]
+    log_path: Path
+    create_time: float
+    attempts: list[str] = field(default_factory=list)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def pids(self) -> list[int]:
+        """The server and every descendant (for memory sampling)."""
+        try:
+            root = psutil.Process(self.proc.pid)
+            return [root.pid, *(c.pid for c in root.children(recursive=True))]
+        except psutil.Error:
+            return []
+
+    def log_tail(self, n_lines: int = 40) -> str:
+        return tail_text(self.log_path, n_lines)
+
+    def stop(self, grace_s: float = 5.0) -> int | None:
+        """SIGTERM the process group, SIGKILL what is left after `grace_s`; returns the exit code."""
+        stop_group(self.proc.pid, grace_s, proc=self.proc)
+        return self.proc.returncode
+
+
+def tail_text(path: Path, n_lines: int = 40, max_bytes: int = 64 * 1024) -> str:
+    """The last lines of a log file (bounded read), '' when it does not exist."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return ""
+    return "\n".join(data.decode("utf-8", "replace").splitlines()[-n_lines:])
+
+
+def stop_group(pid: int, grace_s: float = 5.0, proc: subprocess.Popen[bytes] | None = None) -> None:
+    """Stop a session leader's whole group (and strays that left it): TERM, wait, KILL."""
+    try:
+        strays = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        strays = []
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        for child in strays:
+            try:
+                child.send_signal(sig)
+            except psutil.Error:
+                pass
+        deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 5.0)
+        while time.monotonic() < deadline:
+            if proc is not None:
+                if proc.poll() is not None and not _any_alive(strays):
+                    return
+            elif not _pid_alive(pid) and not _any_alive(strays):
+                return
+            time.sleep(0.02)
+    if proc is not None:
+        proc.poll()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        p = psutil.Process(pid)
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _any_alive(procs: list[psutil.Process]) -> bool:
+    return any(_pid_alive(p.pid) for p in procs)
+
+
+def owns_port(pid: int, port: int) -> bool:
+    """True when `pid` or one of its descendants holds a LISTEN socket on `port`."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return False
+    for p in procs:
+        try:
+            for c in p.net_connections(kind="tcp"):
+                if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port:
+                    return True
+        except psutil.Error:
+            continue
+    return False
+
+
+def launch(
+    cmd: ServerCommand,
+    args: list[str],
+    log_path: Path,
+    *,
+    start_timeout_s: float = 60.0,
+    ports: Iterator[int] | None = None,
+    max_attempts: int = 3,
+) -> ServerProcess:
+    """Start a server with `args` (+ host/port) and wait until `/health` says ok.
+
+    A port that turns out to be taken (bind failure in the log, or a healthy answer from a
+    process that is not our child) is retried on another port. Anything else that keeps the
+    server from becoming healthy raises ServerStartError with the log's last lines.
+    """
+    ports = ports or free_ports()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + start_timeout_s
+    attempts: list[str] = []
+    for attempt in range(1, max_attempts + 1):
+        port = next(ports)
+        argv = cmd.argv([*args, "--host", HOST, "--port", str(port)])
+        with open(log_path, "ab") as log:
+            log.write(f"# specreg: attempt {attempt} on port {port}\n".encode())
+            log.flush()
+            try:
+                proc = subprocess.Popen(
+                    argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    start_new_session=True, close_fds=True, env=child_env(),
+                )
+            except OSError as exc:
+                raise ServerStartError(f"cannot start server {argv[0]}: {exc.strerror or exc}",
+                                       log_path=str(log_path)) from exc
+        try:
+            created = psutil.Process(proc.pid).create_time()
+        except psutil.Error:
+            created = time.time()
+        server = ServerProcess(proc, port, argv, log_path, created, attempts)
+        outcome = _wait_healthy(server, deadline)
+        if outcome == "ready":
+            return server
+        server.stop()
+        attempts.append(f"port {port}: {outcome}")
+        if outcome not in ("port taken", "not our server"):
+            raise _start_error(server, outcome, start_timeout_s)
+    raise ServerStartError(
+        f"no free port after {max_attempts} attempts ({'; '.join(attempts)})", log_path=str(log_path),
+        lines=tail_text(log_path, 20).splitlines(),
+    )
+
+
+def _start_error(server: ServerProcess, outcome: str, timeout_s: float) -> ServerStartError:
+    tail = server.log_tail(30)
+    lines = [ln for ln in tail.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if " E " in ln or "error" in ln.lower() or "failed" in ln.lower()]
+    if outcome == "timeout":
+        msg = f"server did not become healthy within {timeout_s:g}s"
+    else:
+        msg = f"server exited during start ({outcome})"
+    if errors:
+        msg += f": {errors[-1].strip()}"
+    return ServerStartError(msg, log_path=str(server.log_path), lines=errors or lines[-10:])
+
+
+def _wait_healthy(server: ServerProcess, deadline: float) -> str:
+    """'ready', 'port taken', 'not our server', 'timeout' or 'exit code N'."""
+    delay = 0.02
+    with httpx.Client(timeout=httpx.Timeout(2.0, connect=1.0), trust_env=False) as http:
+        while True:
+            code = server.proc.poll()
+            if code is not None:
+                low = tail_text(server.log_path, 60).lower()
+                if any(m in low for m in BIND_FAILURE_MARKERS):
+                    return "port taken"
+                return f"exit code {code}"
+            try:
+                r = http.get(f"{server.base_url}/health")
+                if r.status_code == 200:
+                    if owns_port(server.pid, server.port):
+                        return "ready"
+                    if server.proc.poll() is None:
+                        # someone else answers on "our" port; give our child a moment to fail
+                        time.sleep(0.2)
+                        if owns_port(server.pid, server.port):
+                            return "ready"
+                    return "not our server"
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() >= deadline:
+                return "timeout"
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.25)

@@ -1,0 +1,134 @@
+"""Workloads: the built-in strata (package data) and user JSONL files, strictly validated.
+
+A bad line is reported as `file:line: field: problem` (extra="forbid": a typo is an error,
+not a silently ignored key). Every item gets a content SHA-256 so runs can prove they asked
+the same thing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from specreg.benchmark.expect import unsupported_keywords
+from specreg.errors import PolicyError
+from specreg.schemas.bench import WorkloadItem
+
+STRATA = ("repetitive", "chat", "reasoning", "long_input", "structured")
+DEFAULT = "default"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A named, hashed list of items (ids unique)."""
+
+    name: str
+    sha256: str
+    items: list[WorkloadItem]
+
+    def strata(self) -> list[str]:
+        return list(dict.fromkeys(i.stratum for i in self.items))
+
+
+def content_sha256(item: WorkloadItem) -> str:
+    """SHA-256 of what is sent (the prompt text or the messages), canonical JSON."""
+    if item.prompt is not None:
+        payload: object = {"prompt": item.prompt}
+    else:
+        payload = {"messages": [m.model_dump() for m in item.messages or []]}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def _field(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(p) for p in loc) or "(line)"
+
+
+def parse_jsonl(text: str, source: str) -> list[WorkloadItem]:
+    """Parse workload JSONL; raises PolicyError naming `source:line` and the field."""
+    items: list[WorkloadItem] = []
+    seen: dict[str, int] = {}
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("//"):
+            continue
+        try:
+            raw = json.loads(line)
+        except ValueError as exc:
+            raise PolicyError(f"{source}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(raw, dict):
+            raise PolicyError(f"{source}:{lineno}: expected a JSON object, got {type(raw).__name__}")
+        try:
+            item = WorkloadItem.model_validate(raw)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            raise PolicyError(
+                f"{source}:{lineno}: {_field(tuple(err['loc']))}: {err['msg']}",
+                hint="fields: id, stratum, prompt | messages, max_tokens, expect {exact|regex|json_schema}",
+            ) from None
+        problem = _expect_problem(item)
+        if problem:
+            raise PolicyError(f"{source}:{lineno}: expect: {problem}")
+        if item.id in seen:
+            raise PolicyError(f"{source}:{lineno}: id: duplicate id {item.id!r} (first on line {seen[item.id]})")
+        seen[item.id] = lineno
+        items.append(item)
+    if not items:
+        raise PolicyError(f"{source}: workload has no items")
+    return items
+
+
+def _expect_problem(item: WorkloadItem) -> str | None:
+    """A regex that does not compile or a schema keyword we cannot check is refused up front."""
+    exp = item.expect
+    if exp is None:
+        return None
+    if exp.regex is not None:
+        try:
+            re.compile(exp.regex)
+        except re.error as exc:
+            return f"regex does not compile ({exc})"
+    if exp.json_schema is not None:
+        bad = unsupported_keywords(exp.json_schema)
+        if bad:
+            return f"json_schema uses unsupported keywords: {', '.join(bad)}"
+    return None
+
+
+def _builtin_text(stratum: str) -> str:
+    return (resources.files("specreg.benchmark") / "workloads" / f"{stratum}.jsonl").read_text("utf-8")
+
+
+def load_workload(name_or_path: str | Path = DEFAULT) -> Workload:
+    """`default` (every built-in stratum), one stratum's name, or a JSONL file path."""
+    name = str(name_or_path)
+    if name == DEFAULT or name in STRATA:
+        parts = STRATA if name == DEFAULT else (name,)
+        texts = [(p, _builtin_text(p)) for p in parts]
+        items = [it for p, t in texts for it in parse_jsonl(t, f"<builtin>/{p}.jsonl")]
+        digest = hashlib.sha256("".join(t for _, t in texts).encode()).hexdigest()
+        _check_unique(items, name)
+        return Workload(f"builtin:{name}", digest, items)
+    path = Path(name).expanduser()
+    if not path.is_file():
+        raise PolicyError(
+            f"workload {name!r} is neither a built-in name nor a file",
+            hint=f"built-in: {DEFAULT}, {', '.join(STRATA)}; or a JSONL file path",
+        )
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise PolicyError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    return Workload(str(path), hashlib.sha256(data).hexdigest(), parse_jsonl(text, str(path)))
+
+
+def _check_unique(items: list[WorkloadItem], name: str) -> None:
+    ids = [i.id for i in items]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        raise PolicyError(f"built-in workload {name}: duplicate ids {dupes}")

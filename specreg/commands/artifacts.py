@@ -1,0 +1,124 @@
+"""`specreg register` and `specreg artifacts`: put GGUF files in the registry and list them."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from specreg.commands._common import JsonOpt, console, db_path, emit_json, err_console, safe
+from specreg.errors import ArtifactNotFound
+from specreg.schemas.registry import ArtifactRecord
+
+if TYPE_CHECKING:
+    from specreg.registry.store import Registry
+
+
+def _open_registry() -> Registry:
+    """Imported late: sqlite-utils is not needed by commands that never open the registry."""
+    from specreg.registry.store import Registry
+
+    return Registry(db_path())
+
+
+def register_cmd(
+    files: Annotated[list[Path], typer.Argument(help="GGUF files to register.", show_default=False)],
+    license: Annotated[
+        Optional[str], typer.Option("--license", help="Licence id you vouch for (beats model card and GGUF).")
+    ] = None,
+    repo: Annotated[Optional[str], typer.Option("--repo", help="Source repo, e.g. ORG/NAME.")] = None,
+    revision: Annotated[Optional[str], typer.Option("--revision", help="Source revision (commit).")] = None,
+    rehash: Annotated[bool, typer.Option("--rehash", help="Hash again even if the stat cache matches.")] = False,
+    verify: Annotated[
+        bool, typer.Option("--verify", help="Check the SHA-256 against the hub's for --repo/--revision (online).")
+    ] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Register GGUF files by SHA-256 (idempotent; the same bytes at a new path add the path).
+
+    A file in the Hugging Face cache is recorded with its repo, commit, filename and model-card
+    licence. --verify also checks it against the hub (see docs: provenance).
+
+    Example: specreg register models/target-q4.gguf --license apache-2.0 --repo org/model --revision 3f2a9c1
+    """
+    for f in files:  # fail on a typo before hashing anything
+        if not f.is_file():
+            raise ArtifactNotFound(f"{f}: no such file" if not f.exists() else f"{f}: not a regular file")
+    with _open_registry() as reg:
+        records: list[ArtifactRecord] = []
+        for f in files:
+            before = reg.hash_count
+            if verify:  # registry/provenance.py: hub LFS SHA-256 at the pinned commit, then add_artifact
+                from specreg.registry.provenance import verify as verify_on_hub
+
+                rec = verify_on_hub(reg, f, repo=repo, revision=revision, license=license)
+            else:
+                rec = reg.add_artifact(f, license=license, repo=repo, revision=revision, rehash=rehash)
+            records.append(rec)
+            if not json_out:
+                how = "hashed" if reg.hash_count > before else "known, not re-hashed"
+                console.print(f"{rec.sha256}  {safe(os.path.abspath(f))}  [dim]({how})[/]", soft_wrap=True)
+            if rec.licence.conflict:
+                said = ", ".join(f"{s.source}: {s.value}" for s in rec.licence.sources if s.value)
+                err_console.print(
+                    f"[yellow]warning:[/] licence sources disagree for {rec.sha256[:12]} ({safe(said)}); "
+                    f"effective: {safe(rec.licence.effective)}",
+                    soft_wrap=True,
+                )
+    if json_out:
+        emit_json(records)
+
+
+def artifacts_cmd(json_out: JsonOpt = False) -> None:
+    """List registered artifacts (JSON leaves out the GGUF summaries; see `specreg inspect`).
+
+    Example: specreg artifacts --json
+    """
+    with _open_registry() as reg:
+        recs = reg.artifacts(with_summary=False)
+    if json_out:
+        emit_json([r.model_dump(mode="json", exclude={"summary"}) for r in recs])
+        return
+    if not recs:
+        err_console.print("no artifacts registered yet (specreg register FILE)")
+        return
+    table = Table(show_lines=False)
+    for col, kw in (
+        ("sha256", {"no_wrap": True}),
+        ("name", {}),
+        ("arch", {}),
+        ("file type", {}),
+        ("vocab", {"justify": "right"}),
+        ("licence", {}),
+        ("repo", {}),
+        ("revision", {"no_wrap": True}),
+        ("path", {"overflow": "fold"}),
+    ):
+        table.add_column(col, **kw)  # type: ignore[arg-type]
+    for r in recs:
+        lic = safe(r.licence.effective or "-")
+        if r.licence.conflict:
+            lic += " [red](conflict)[/]"
+        table.add_row(
+            r.sha256[:12],
+            safe(r.name or "-"),
+            safe(r.architecture or "-"),
+            safe(r.file_type_name or "-"),
+            str(r.n_tokens) if r.n_tokens is not None else "-",
+            lic,
+            safe(r.provenance.repo or "-"),
+            safe((r.provenance.revision or "-")[:10]),
+            (safe(r.paths[0]) + (f" (+{len(r.paths) - 1} more)" if len(r.paths) > 1 else ""))
+            if r.paths else "-",
+        )
+    # Piped output has no terminal width; don't squeeze it into rich's default 80 columns.
+    (console if console.is_terminal else Console(width=220, highlight=False)).print(table)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("register")(register_cmd)
+    app.command("artifacts")(artifacts_cmd)

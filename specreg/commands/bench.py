@@ -1,0 +1,148 @@
+"""`specreg bench admitted`, `specreg runs`, `specreg runs show`: benchmark admitted pairs, read runs.
+
+Thin: parse options, call `benchmark.runner.Runner`, render through `_bench_view`. Heavy modules
+are imported inside the commands so `specreg --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Annotated, Optional
+
+import typer
+
+from specreg.commands._common import JsonOpt, db_path, emit_json
+
+if TYPE_CHECKING:
+    from specreg.registry.store import Registry
+    from specreg.schemas.bench import BenchRun
+
+bench_app = typer.Typer(help="Benchmark admitted pairs on a real llama.cpp server.", no_args_is_help=True)
+runs_app = typer.Typer(help="List benchmark runs, or show one (`runs show RUN_ID`).", invoke_without_command=True)
+
+
+def _registry() -> Registry:
+    from specreg.registry.store import Registry
+
+    return Registry(db_path())
+
+
+def _split(values: list[str] | None) -> list[str] | None:
+    """`--methods a,b --methods c` -> [a, b, c]."""
+    if not values:
+        return None
+    return [v.strip() for raw in values for v in raw.split(",") if v.strip()]
+
+
+def _sigterm(_sig: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt  # stop like Ctrl-C: servers stopped, run saved as cancelled
+
+
+@bench_app.command("admitted")
+def admitted(
+    pair: Annotated[Optional[list[int]], typer.Option("--pair", metavar="ID", help="Pair id (repeatable); default: every admitted pair.")] = None,
+    server: Annotated[Optional[Path], typer.Option("--server", metavar="PATH", help="Your llama-server binary (default: bundled xllamacpp server).")] = None,
+    methods: Annotated[Optional[list[str]], typer.Option("--methods", metavar="M[,M]", help="Comma-separated: none, ngram-simple, ngram-mod, the pair's method. The baseline always runs.")] = None,
+    workload: Annotated[str, typer.Option("--workload", metavar="NAME|FILE", help="default, a stratum (repetitive, chat, reasoning, long_input, structured) or a JSONL file.")] = "default",
+    repeat: Annotated[int, typer.Option("--repeat", help="Measured repetitions of every prompt.")] = 1,
+    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", help="Override every prompt's max_tokens.")] = None,
+    concurrency: Annotated[int, typer.Option("--concurrency", help="Requests in flight (= server slots, -np).")] = 1,
+    draft_max: Annotated[Optional[int], typer.Option("--draft-max", help="--spec-draft-n-max for draft methods (default: the build's).")] = None,
+    draft_min: Annotated[Optional[int], typer.Option("--draft-min", help="--spec-draft-n-min for draft methods.")] = None,
+    ngram: Annotated[Optional[list[str]], typer.Option("--ngram", metavar="NAME=VALUE", help="N-gram option NAME=VALUE, e.g. simple-size-n=8, mod-n-match=16 (repeatable).")] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Sampling seed (greedy, temperature 0).")] = 42,
+    threads: Annotated[Optional[int], typer.Option("--threads", help="Server threads (-t).")] = None,
+    ctx_size: Annotated[int, typer.Option("--ctx-size", help="Server context size (-c).")] = 4096,
+    gpu_layers: Annotated[Optional[str], typer.Option("--gpu-layers", help="-ngl: a number, auto or all.")] = None,
+    start_timeout: Annotated[float, typer.Option("--start-timeout", help="Seconds for a server to become healthy.")] = 120.0,
+    request_timeout: Annotated[float, typer.Option("--request-timeout", help="Seconds per request.")] = 120.0,
+    run_timeout: Annotated[float, typer.Option("--run-timeout", help="Seconds for a whole run (one pair).")] = 3600.0,
+    json_out: JsonOpt = False,
+) -> None:
+    """Benchmark admitted pairs: baseline, n-gram and the admitted method, one fresh server each.
+
+    Rejected or never-checked pairs are refused. Each run is stored (manifest, every request,
+    summaries, server logs); exit 0 when every condition ran, 1 when one failed (e.g. the draft
+    was refused or drafted nothing), 2 on errors.
+
+    Example: specreg bench admitted --pair 1 --workload repetitive --repeat 3 --max-tokens 32
+    """
+    from specreg.benchmark.conditions import parse_ngram_options
+    from specreg.benchmark.runner import BenchOptions, Runner
+    from specreg.commands._bench_view import ProgressView, show_run
+
+    opts = BenchOptions(
+        methods=_split(methods), workload=workload, repeat=repeat, max_tokens=max_tokens,
+        concurrency=concurrency, draft_n_max=draft_max, draft_n_min=draft_min,
+        ngram=parse_ngram_options(ngram or []), seed=seed, threads=threads, ctx_size=ctx_size,
+        gpu_layers=gpu_layers, server=str(server) if server else None, start_timeout_s=start_timeout,
+        request_timeout_s=request_timeout, run_timeout_s=run_timeout,
+    )
+    previous = signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        with _registry() as reg, ProgressView() as view:
+            runs = Runner(reg, opts, observer=view).bench(pair)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if json_out:
+        emit_json([r.model_dump(mode="json", exclude={"requests"}) for r in runs])
+    else:
+        for r in runs:
+            show_run(r)
+    raise typer.Exit(0 if all(r.info.status == "complete" for r in runs) else 1)
+
+
+def load_run(run_id: str, reg: Registry | None = None) -> BenchRun:
+    """A stored run with its summaries as pydantic models (for `runs show`, reports and audits)."""
+    from specreg.benchmark.runstore import RunStore
+
+    if reg is not None:
+        return RunStore(reg).load(run_id)
+    with _registry() as own:
+        return RunStore(own).load(run_id)
+
+
+@runs_app.callback()
+def runs(ctx: typer.Context, json_out: JsonOpt = False) -> None:
+    """List benchmark runs (oldest first) with their status.
+
+    Example: specreg runs --json
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    from specreg.benchmark.runstore import RunStore
+    from specreg.commands._bench_view import runs_table
+
+    with _registry() as reg:
+        store = RunStore(reg)
+        store.reap_orphans()
+        items = store.runs()
+    if json_out:
+        emit_json([r.model_dump(mode="json") for r in items])
+    else:
+        runs_table(items)
+
+
+@runs_app.command("show")
+def show(
+    run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix (see `specreg runs`).")],
+    json_out: JsonOpt = False,
+) -> None:
+    """Show one run: condition x stratum table (acceptance, speed-up, p50/p95, TTFT, memory, equivalence, errors).
+
+    Example: specreg runs show 20260101-120000-ab12cd
+    """
+    from specreg.commands._bench_view import show_run
+
+    run = load_run(run_id)
+    if json_out:
+        emit_json(run)
+    else:
+        show_run(run)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(bench_app, name="bench")
+    app.add_typer(runs_app, name="runs")

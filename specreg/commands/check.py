@@ -1,0 +1,182 @@
+"""`specreg check pair` and `specreg pairs`: admit or reject a speculative pair, list verdicts.
+
+Thin: resolve the files through the registry, call `validators.check_pair`, record and render.
+Heavy modules are imported inside the commands so `specreg --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import TYPE_CHECKING, Annotated, Any, Optional
+
+import typer
+
+from specreg.commands._common import JsonOpt, console, db_path, emit_json, safe
+
+if TYPE_CHECKING:
+    from specreg.registry.store import Registry
+    from specreg.schemas.checks import CheckResult, PairVerdict
+    from specreg.schemas.registry import ArtifactRecord
+    from specreg.validators.gguf_reader import GGUFFile
+
+_METHODS = ("auto", "draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark", "draft-mtp",
+            "ngram-simple", "ngram-mod", "ngram-map-k", "ngram-map-k4v", "ngram-cache")
+_STYLE = {"pass": "green", "info": "cyan", "warn": "yellow", "error": "bold red"}
+_GROUP = {"pass": "pass", "info": "info", "warn": "warn", "error": "fail"}
+
+
+def _open(reg: Registry, arg: str) -> tuple[ArtifactRecord, GGUFFile]:
+    """Resolve a path (registered on the way) or a SHA-256 prefix, and open the bytes it names."""
+    from specreg.errors import ArtifactChanged, ArtifactNotFound
+    from specreg.validators.gguf_reader import open_gguf
+
+    rec = reg.resolve(arg)
+    if os.path.exists(arg):
+        return rec, open_gguf(arg)
+    ok, problem = reg.verify_artifact(rec)
+    for path in rec.paths:
+        if os.path.isfile(path) and (ok or reg.known_sha256(path) == rec.sha256):
+            return rec, open_gguf(path)
+    if rec.paths:
+        raise ArtifactChanged(rec.paths[0], rec.sha256, None) if not problem else ArtifactNotFound(problem)
+    raise ArtifactNotFound(f"artifact {rec.sha256[:12]} has no registered path")
+
+
+def _evidence(c: CheckResult) -> str:
+    """Evidence as short text: token diffs one per line, otherwise key=value."""
+    ev = c.evidence
+    lines: list[str] = []
+    for item in ev.get("first", []) if isinstance(ev.get("first"), list) else []:
+        if isinstance(item, dict) and "id" in item and "target" in item:
+            lines.append(f"id {item['id']}: target {item['target']!r} | draft {item['draft']!r}")
+        elif isinstance(item, dict):
+            lines.append(", ".join(f"{k} {v!r}" for k, v in item.items()))
+    rest = {k: v for k, v in ev.items() if k != "first"}
+    if rest:
+        text = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False, default=str)}" for k, v in rest.items())
+        lines.insert(0, text if len(text) <= 400 else text[:400] + "...")
+    return safe("\n".join(lines))
+
+
+def _render(v: PairVerdict, target: ArtifactRecord, draft: ArtifactRecord | None, pair_id: int) -> None:
+    from rich.table import Table
+
+    table = Table(show_lines=False, pad_edge=False, expand=False, box=None)
+    table.add_column("", no_wrap=True)
+    table.add_column("check", no_wrap=True)
+    table.add_column("result / evidence", overflow="fold")
+    for sev in ("pass", "info", "warn", "error"):
+        for c in (c for c in v.checks if c.severity == sev):
+            text = safe(c.message)
+            if sev != "pass" and c.evidence:
+                text += f"\n[dim]{_evidence(c)}[/]"
+            table.add_row(f"[{_STYLE[sev]}]{_GROUP[sev]}[/]", safe(c.code), text)
+    console.print(f"target  {target.sha256[:12]}  {safe(target.name or (target.paths or ['-'])[0])}", soft_wrap=True)
+    if draft is not None:
+        console.print(f"draft   {draft.sha256[:12]}  {safe(draft.name or (draft.paths or ['-'])[0])}", soft_wrap=True)
+    console.print(f"method  {v.method}   rule set {v.rule_set}{'   strict' if v.strict else ''}")
+    console.print(table)
+    n = {s: sum(1 for c in v.checks if c.severity == s) for s in _STYLE}
+    counts = f"{n['pass']} pass, {n['info']} info, {n['warn']} warn, {n['error']} fail"
+    if v.admitted:
+        console.print(f"[bold green]ADMITTED[/] ({counts}) - pair {pair_id}")
+    else:
+        console.print(f"[bold red]REJECTED[/] ({counts}) - pair {pair_id}")
+
+
+def pair_cmd(
+    target: Annotated[str, typer.Argument(help="Target GGUF path or SHA-256 prefix.", show_default=False)],
+    draft: Annotated[Optional[str], typer.Argument(help="Draft GGUF path or SHA-256 prefix.", show_default=False)] = None,
+    method: Annotated[str, typer.Option("--method", "-m", help=f"One of: {', '.join(_METHODS)}.")] = "auto",
+    strict: Annotated[bool, typer.Option("--strict", help="Treat warnings as errors.")] = False,
+    runtime: Annotated[Optional[str], typer.Option("--runtime", help="Rule set (llama.cpp build), e.g. llama.cpp-b11434.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Decide whether a target/draft pair is safe for llama.cpp speculative decoding.
+
+    Exit 0 admitted, 1 rejected, 2 could not decide. The verdict is recorded in the registry.
+
+    Example: specreg check pair target.gguf draft.gguf --method draft-simple
+    """
+    from specreg.errors import UsageError
+    from specreg.registry.store import Registry
+    from specreg.validators.pair import check_pair, detect_method, verdict
+    from specreg.validators.ruleset import load_rule_set
+
+    if method not in _METHODS:
+        raise UsageError(f"unknown method {method!r}; choose one of {', '.join(_METHODS)}")
+    rules = load_rule_set(runtime)
+    if method == "auto" and draft is None:
+        detect_method(None, rules)  # raises the "pass --method" hint before anything is registered
+    with Registry(db_path(), show_progress=not json_out) as reg:
+        t_rec, t_file = _open(reg, target)
+        d_rec, d_file = _open(reg, draft) if draft is not None else (None, None)
+        if method == "auto":
+            method = detect_method(d_file, rules)
+        checks = check_pair(t_file, d_file, method, rule_set=rules, strict=strict)
+        v = verdict(checks, method=method, target_sha256=t_rec.sha256,
+                    draft_sha256=d_rec.sha256 if d_rec else None, rule_set=rules, strict=strict)
+        pair_id = reg.record_verdict(v)
+    if json_out:
+        emit_json(v.model_dump(mode="json", include={"admitted", "method", "target_sha256", "draft_sha256",
+                                                     "rule_set", "strict", "checks"}))
+    else:
+        _render(v, t_rec, d_rec, pair_id)
+    raise typer.Exit(0 if v.admitted else 1)
+
+
+def pairs_cmd(
+    admitted: Annotated[bool, typer.Option("--admitted", help="Only admitted pairs.")] = False,
+    rejected: Annotated[bool, typer.Option("--rejected", help="Only rejected pairs.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """List checked pairs with their latest verdict; verdicts from an outdated rule set are stale.
+
+    Example: specreg pairs --admitted
+    """
+    from specreg.errors import UsageError
+    from specreg.registry.store import Registry
+    from specreg.validators.ruleset import is_stale
+
+    if admitted and rejected:
+        raise UsageError("--admitted and --rejected exclude each other")
+    which = True if admitted else False if rejected else None
+    with Registry(db_path(), show_progress=False) as reg:
+        rows = reg.pairs(which, with_checks=False)
+    if json_out:
+        out: list[dict[str, Any]] = []
+        for p in rows:
+            d = p.model_dump(mode="json", exclude={"checks"})
+            d["stale"] = is_stale(p.rule_set)
+            out.append(d)
+        emit_json(out)
+        return
+    from rich.table import Table
+
+    table = Table(pad_edge=False)
+    for col in ("id", "target", "draft", "method", "verdict", "rule set", "when"):
+        table.add_column(col, overflow="fold")
+    for p in rows:
+        stale = is_stale(p.rule_set)
+        verdict_text = "[green]admitted[/]" if p.admitted else "[red]rejected[/]"
+        table.add_row(
+            str(p.id),
+            f"{p.target_sha256[:12]} {safe(p.target_name or '')}",
+            f"{p.draft_sha256[:12]} {safe(p.draft_name or '')}" if p.draft_sha256 else "-",
+            p.method,
+            verdict_text + (" (strict)" if p.strict else ""),
+            safe(p.rule_set) + (" [yellow]stale[/]" if stale else ""),
+            p.updated_at.strftime("%Y-%m-%d %H:%M"),
+        )
+    console.print(table)
+    if not rows:
+        console.print("[dim]no pairs yet: specreg check pair TARGET DRAFT[/]")
+
+
+def register(app: typer.Typer) -> None:
+    check_app = typer.Typer(help="Check speculative-decoding setups before they are deployed.",
+                            no_args_is_help=True, rich_markup_mode=None)
+    check_app.command("pair")(pair_cmd)
+    app.add_typer(check_app, name="check")
+    app.command("pairs")(pairs_cmd)

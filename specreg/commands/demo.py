@@ -1,0 +1,51 @@
+"""`specreg demo`: the README's first command - the whole pipeline on tiny generated models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from specreg.commands._common import console, safe
+
+
+def demo_cmd(
+    ctx: typer.Context,
+    folder: Annotated[Path, typer.Option("--dir", help="Folder for models, registry and report.")] = Path("specreg-demo"),
+    db: Annotated[Optional[Path], typer.Option("--db", help="Registry file (default: DIR/registry.db).")] = None,
+) -> None:
+    """Write tiny models, register, check, benchmark, audit and report - in about a minute.
+
+    Exit 0 when the pipeline ran (the audit's own verdict is printed), 2 when something broke.
+
+    Example: specreg demo --dir /tmp/specreg-demo
+    """
+    from specreg.demo import run_demo
+
+    root_db = ctx.parent.params.get("db") if ctx.parent is not None else None
+    result = run_demo(folder, db or root_db, say=lambda line: console.print(safe(line), soft_wrap=True))
+    audit = result.audit
+    assert audit is not None
+    console.print()
+    for p in audit.pairs:
+        failed = ", ".join(p.failed_gates)
+        console.print(f"pair {p.pair_id} {p.method}: " + ("[green]PASS[/]" if p.passed else f"[red]FAIL[/] ({failed})"))
+        for g in p.gates:
+            if not g.passed:
+                console.print(f"    {g.gate}: {safe(g.message)}", soft_wrap=True)
+    for d in audit.decisions:
+        sp = "" if d.speedup is None else f" (speed-up {d.speedup:.2f})"
+        console.print(f"deploy for {safe(d.stratum)}: {safe(d.choice)}{sp}")
+    verdict = "[green]PASS[/]" if audit.passed else "[red]FAIL[/]"
+    console.print(f"\naudit verdict: {verdict} - decided by the measured numbers (tiny random models "
+                  "may well be slower with speculation)")
+    console.print(f"report:   {safe(result.report)}", soft_wrap=True)
+    console.print(f"registry: {safe(result.db)}", soft_wrap=True)
+    console.print(f"models:   {safe(result.folder / 'models')}", soft_wrap=True)
+    console.print(f"done in {result.seconds:.1f} s; try: specreg --db {safe(result.db)} audit "
+                  f"--policy {safe(result.folder / 'policy.toml')}", soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("demo")(demo_cmd)

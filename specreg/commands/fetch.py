@@ -1,0 +1,63 @@
+"""`specreg fetch`: download a GGUF from the hub, verify it, register it with its provenance."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from specreg.commands._common import JsonOpt, console, db_path, emit_json, err_console, safe
+from specreg.schemas.registry import ArtifactRecord
+
+
+def show_provenance(rec: ArtifactRecord) -> None:
+    """Print where an artifact came from and its licence record (conflicts on stderr)."""
+    from specreg.registry.provenance import describe_licence
+
+    p = rec.provenance
+    if p.repo:
+        console.print(f"  repo      {safe(p.repo)}@{safe(p.revision or '?')}  {safe(p.filename or '')}"
+                      f"  [dim](source: {safe(p.source)})[/]", soft_wrap=True)
+    console.print(f"  licence   {safe(describe_licence(rec.licence))}", soft_wrap=True)
+    for s in rec.licence.sources:
+        extra = "".join(f"  {k}: {safe(v)}" for k, v in (("name", s.name), ("link", s.link)) if v)
+        console.print(f"    {s.source:<10} {safe(s.value or '-')}{extra}", soft_wrap=True)
+    if rec.licence.conflict:
+        err_console.print(f"[yellow]warning:[/] licence sources disagree for {rec.sha256[:12]}; "
+                          f"effective: {safe(rec.licence.effective)} ({safe(rec.licence.effective_source)})")
+
+
+def fetch_cmd(
+    repo: Annotated[str, typer.Argument(help="Hub repo, ORG/NAME.", show_default=False)],
+    filename: Annotated[str, typer.Argument(help="File in the repo, e.g. model-Q4_K_M.gguf.", show_default=False)],
+    revision: Annotated[
+        Optional[str], typer.Option("--revision", help="Branch, tag or commit (default: main); pinned to its commit.")
+    ] = None,
+    license: Annotated[
+        Optional[str], typer.Option("--license", help="Licence id you vouch for (beats model card and GGUF).")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Download REPO/FILENAME, check its SHA-256 against the hub's, register it with repo, commit and licence.
+
+    The revision is resolved to a commit hash once; the file and the model card are fetched at
+    that commit into the Hugging Face cache. A SHA-256 mismatch removes the download and
+    registers nothing.
+
+    Example: specreg fetch Qwen/Qwen2.5-0.5B-Instruct-GGUF qwen2.5-0.5b-instruct-q8_0.gguf --revision main
+    """
+    from specreg.registry.provenance import fetch
+    from specreg.registry.store import Registry
+
+    with Registry(db_path()) as reg:
+        rec, path = fetch(reg, repo, filename, revision=revision, license=license)
+    if json_out:
+        emit_json(rec)
+        return
+    console.print(f"{rec.sha256}  {safe(path)}  [dim](verified against the hub)[/]",
+                  soft_wrap=True)
+    show_provenance(rec)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("fetch")(fetch_cmd)

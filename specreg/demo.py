@@ -1,0 +1,172 @@
+"""`specreg demo`: the whole pipeline on tiny generated models, in one folder, in about a minute.
+
+Everything here calls the same core functions the commands use (registry, validators, runner,
+audit, reports); nothing is simulated. Tiny random models may or may not be faster with
+speculation: the audit's verdict is whatever the measured numbers say.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specreg.errors import SpecregError
+from specreg.schemas.audit import AuditReport
+from specreg.testing import ModelSpec, write_model
+from specreg.testing.factory import SMALL_NOISE
+
+DEFAULT_DIR = Path("specreg-demo")
+LICENCE = "apache-2.0"
+TARGET = ModelSpec(name="demo-target", license=LICENCE)
+# (file, spec, method, what it shows)
+DRAFTS: tuple[tuple[str, ModelSpec, str, str], ...] = (
+    ("draft.gguf", TARGET.but(name="demo-draft", noise=SMALL_NOISE), "draft-simple",
+     "the target's weights with small noise: same tokenizer, partial acceptance"),
+    ("near-miss.gguf", TARGET.but(name="demo-near-miss", noise=SMALL_NOISE, token_edits=((300, "\u2581swapped"),)),
+     "draft-simple", "one token text changed (id 300): llama.cpp refuses to speculate with it"),
+    ("eagle3-wrong-target.gguf",
+     TARGET.but(name="demo-eagle3", architecture="eagle3", n_layer=1, eagle3_target_layers=(0, 1, 2),
+                eagle3_target_hidden_size=TARGET.n_embd * 2),
+     "draft-eagle3", "an EAGLE-3 head trained for a wider target: the server would abort"),
+)
+SELF_METHODS = ("ngram-simple", "ngram-mod")
+WORKLOAD = "\n".join([
+    '{"id": "code-rename", "stratum": "repetitive", "max_tokens": 24, "prompt": "def add(x):\\n    x = x + 1\\n'
+    '    return x\\n\\ndef add(x):\\n    x = x + 1\\n    return x\\n\\ndef add("}',
+    '{"id": "yaml-list", "stratum": "repetitive", "max_tokens": 24, "prompt": "name: a\\nkey: b\\nname: a\\n'
+    'key: b\\nname: a\\nkey:"}',
+    '{"id": "chat-what", "stratum": "chat", "max_tokens": 24, "prompt": "Question: what is a draft model?\\nAnswer:"}',
+    '{"id": "chat-why", "stratum": "chat", "max_tokens": 24, "prompt": "Why test a server before production?"}',
+]) + "\n"
+REPEAT = 2
+
+
+@dataclass
+class DemoResult:
+    """What the demo did and where it left things."""
+
+    folder: Path
+    db: Path
+    report: Path
+    models: dict[str, Path] = field(default_factory=dict)
+    verdicts: list[tuple[str, str, bool, int, list[str]]] = field(default_factory=list)
+    run_ids: list[str] = field(default_factory=list)
+    audit: AuditReport | None = None
+    seconds: float = 0.0
+
+
+def _write_if_changed(path: Path, spec: ModelSpec) -> Path:
+    """Write the model only when the bytes differ: a re-run keeps files (and stat cache) intact."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".gguf.tmp")
+    os.close(fd)
+    try:
+        write_model(tmp, spec)
+        if path.is_file() and path.read_bytes() == Path(tmp).read_bytes():
+            return path
+        os.replace(tmp, path)
+        return path
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def _write_text_if_changed(path: Path, text: str) -> Path:
+    from specreg.registry.atomic import write_atomic
+
+    if not (path.is_file() and path.read_text("utf-8") == text):
+        write_atomic(path, text)
+    return path
+
+
+@contextmanager
+def _run_logs_in(folder: Path) -> Iterator[None]:
+    """Server logs of the demo's runs go to DIR/runs (the runner writes under SPECREG_HOME)."""
+    old = os.environ.get("SPECREG_HOME")
+    os.environ["SPECREG_HOME"] = str(folder)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("SPECREG_HOME", None)
+        else:
+            os.environ["SPECREG_HOME"] = old
+
+
+def run_demo(folder: Path = DEFAULT_DIR, db: Path | None = None,
+             say: Callable[[str], None] = print) -> DemoResult:
+    """Write, register, check, benchmark, audit and report; returns what happened."""
+    from specreg.benchmark.runner import BenchOptions, Runner
+    from specreg.registry.audit import run_audit
+    from specreg.registry.policy import example_policy_text, load_policy
+    from specreg.registry.store import Registry
+    from specreg.report import write_audit_report
+    from specreg.validators.gguf_reader import open_gguf
+    from specreg.validators.pair import check_pair, verdict
+    from specreg.validators.ruleset import load_rule_set
+
+    t0 = time.monotonic()
+    folder = folder.expanduser().resolve()
+    models_dir = folder / "models"
+    models_dir.mkdir(parents=True, exist_ok=True)
+    result = DemoResult(folder=folder, db=(db or folder / "registry.db").resolve(), report=folder / "report.html")
+    say(f"1/5 writing tiny GGUF models in {models_dir}")
+    result.models["target"] = _write_if_changed(models_dir / "target.gguf", TARGET)
+    for name, spec, _, _ in DRAFTS:
+        result.models[name] = _write_if_changed(models_dir / name, spec)
+    policy_path = _write_text_if_changed(folder / "policy.toml", example_policy_text())
+    workload = _write_text_if_changed(folder / "workload.jsonl", WORKLOAD)
+
+    rules = load_rule_set()
+    with Registry(result.db, show_progress=False) as reg:
+        say(f"2/5 registering {len(result.models)} artifacts (licence {LICENCE}) in {result.db}")
+        recs = {k: reg.add_artifact(p, license=LICENCE) for k, p in result.models.items()}
+        say("3/5 checking pairs against " + rules.id)
+        target_file = open_gguf(result.models["target"])
+        admitted: list[int] = []  # pairs with a draft file: each gets a run
+        audited: list[int] = []  # every admitted pair, n-gram ones included (measured in those runs)
+        todo = [(n, m, d) for n, _, m, d in DRAFTS] + [(None, m, "the target alone") for m in SELF_METHODS]
+        for name, method, what in todo:
+            draft_file = open_gguf(result.models[name]) if name else None
+            checks = check_pair(target_file, draft_file, method, rule_set=rules)
+            v = verdict(checks, method=method, target_sha256=recs["target"].sha256,
+                        draft_sha256=recs[name].sha256 if name else None, rule_set=rules, strict=False)
+            pair_id = reg.record_verdict(v)
+            errors = [f"{c.code}: {c.message}" for c in checks if c.severity == "error"]
+            label = f"{method} target <- {name or '(self)'}"
+            result.verdicts.append((label, what, v.admitted, pair_id, errors))
+            say(f"    pair {pair_id} {label}: {'ADMITTED' if v.admitted else 'REJECTED'} ({what})")
+            for e in errors[:3]:
+                say(f"        {e}")
+            if v.admitted:
+                audited.append(pair_id)
+                if name:
+                    admitted.append(pair_id)
+        say(f"4/5 benchmarking admitted pair(s) {admitted} with the bundled llama.cpp server "
+            f"({REPEAT} repetitions; none, ngram-simple, ngram-mod, draft-simple)")
+        # A failed run means the pipeline broke (the demo's draft is compatible by construction):
+        # that is not an audit result to print, it is an error to report.
+        opts = BenchOptions(workload=str(workload), repeat=REPEAT, ctx_size=512, threads=1,
+                            start_timeout_s=60, request_timeout_s=60, run_timeout_s=300)
+        with _run_logs_in(folder):
+            runs = Runner(reg, opts).bench(admitted)
+        for run in runs:
+            result.run_ids.append(run.info.run_id)
+            say(f"    run {run.info.run_id}: {run.info.status}"
+                + (f" ({run.info.status_reason})" if run.info.status_reason else ""))
+        broken = [r for r in runs if r.info.status != "complete"]
+        if broken:
+            raise SpecregError(
+                f"demo benchmark run {broken[0].info.run_id} is {broken[0].info.status}: "
+                f"{broken[0].info.status_reason or 'no reason recorded'}",
+                hint=f"server logs: {folder / 'runs' / broken[0].info.run_id}",
+            )
+        say(f"5/5 auditing with {policy_path}")
+        policy, source = load_policy(policy_path)
+        result.audit = run_audit(reg, policy, source, pair_ids=audited)
+    write_audit_report(result.report, result.audit)
+    result.seconds = time.monotonic() - t0
+    return result

@@ -1,0 +1,88 @@
+"""What the registry's parts share: the connection, the write transaction and row helpers."""
+
+from __future__ import annotations
+
+import errno
+import sqlite3
+import time
+from contextlib import AbstractContextManager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from sqlite_utils import Database
+
+from specreg.errors import RegistryError, SpecregError
+from specreg.registry import hashing
+from specreg.schemas.registry import ArtifactRecord
+
+
+def now_iso() -> str:
+    """UTC timestamp with microseconds, sortable as text."""
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def registry_error(path: Path, exc: BaseException) -> RegistryError:
+    """One clear message (and hint) for a database failure, naming the registry file."""
+    text = str(exc)
+    low = text.lower()
+    code = getattr(exc, "errno", None)
+    if "readonly" in low or "read-only" in low or code in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return RegistryError(
+            f"registry {path} is read-only ({text}); nothing was written",
+            hint="use --db PATH or SPECREG_DB to choose a writable registry file",
+        )
+    if "disk is full" in low or "disk i/o" in low or code in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        return RegistryError(
+            f"registry {path}: no space left to write ({text}); nothing was written, "
+            "earlier records are kept",
+            hint="free disk space (or raise the file size limit) and run the command again",
+        )
+    if "locked" in low or "busy" in low:
+        return RegistryError(
+            f"registry {path} is locked by another writer ({text})",
+            hint="another specreg process holds the write lock; try again when it finishes",
+        )
+    if "unable to open" in low:
+        return RegistryError(
+            f"registry {path} cannot be opened ({text})",
+            hint="check that the file and its folder exist and are readable and writable",
+        )
+    return RegistryError(f"registry {path}: {text}")
+
+
+class RegistryBase:
+    """Base of the Registry mixins; `Registry.__init__` sets `path`, `db` and the counters."""
+
+    path: Path
+    db: Database
+    show_progress: bool = True
+    hash_count: int = 0  # files hashed by this instance (tests and benchmarks read it)
+
+    def add_artifact(self, path: str | Path, **kw: Any) -> ArtifactRecord:  # in Registry
+        raise NotImplementedError
+
+    def write(self) -> AbstractContextManager[Database]:  # implemented by Registry
+        raise NotImplementedError
+
+    def _one(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Row | None:
+        cur = self.db.conn.execute(sql, params)
+        cur.row_factory = sqlite3.Row
+        row: sqlite3.Row | None = cur.fetchone()
+        return row
+
+    def _all(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        cur = self.db.conn.execute(sql, params)
+        cur.row_factory = sqlite3.Row
+        return cur.fetchall()
+
+    def _hash(self, path: Path) -> tuple[str, hashing.StatKey, int]:
+        try:
+            if self.show_progress:
+                sha, key = hashing.sha256_with_bar(path)
+            else:
+                sha, key = hashing.sha256_file_keyed(path)
+        except hashing.FileChangedWhileHashing as exc:
+            raise SpecregError(str(exc), hint="wait until the file is completely written") from exc
+        self.hash_count += 1
+        return sha, key, time.time_ns()

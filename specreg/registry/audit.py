@@ -1,0 +1,255 @@
+"""`specreg audit`: every gate for every pair, then the per-stratum deployment decisions.
+
+This module gathers facts (re-verifies files, re-checks stale verdicts, picks the evidence
+run) and hands them to the pure gates in `gates.py`. An exception means the audit could not
+decide (exit 2); a failed gate is a result (exit 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import datetime, timezone
+
+from specreg.errors import SpecregError
+from specreg.registry import gates
+from specreg.registry.evidence import RunHead, hardware_identity, load_digest, runs_for_pair, runtime_identity
+from specreg.registry.store import Registry
+from specreg.schemas.audit import (
+    NO_SPECULATION,
+    AuditReport,
+    Candidate,
+    ConditionDigest,
+    GateResult,
+    PairAudit,
+    Policy,
+    RunDigest,
+    StratumDecision,
+)
+from specreg.schemas.bench import ALL_STRATA
+from specreg.schemas.registry import ArtifactRecord, PairRecord
+
+RunsFor = Callable[[Registry, PairRecord], list[RunHead]]
+# Gates a pair must pass everywhere; equivalence and speed are also judged per stratum.
+# Runs that say nothing about the pair: still going, or stopped by a person or a crash of specreg.
+_NOT_EVIDENCE = ("running", "cancelled", "aborted")
+PAIR_LEVEL = ("integrity", "verdict", "evidence", "memory", "licence", "rollback")
+
+
+class _Facts:
+    """Per-audit caches: one integrity check per artifact even when many pairs share it."""
+
+    def __init__(self, reg: Registry, rehash: bool, spread: bool) -> None:
+        self.reg, self.rehash, self.spread = reg, rehash, spread
+        self.records: dict[str, ArtifactRecord] = {}
+        self.integrity: dict[str, tuple[bool, str | None]] = {}
+        self.digests: dict[str, RunDigest] = {}
+
+    def digest(self, head: RunHead) -> RunDigest:
+        if head.info.run_id not in self.digests:
+            self.digests[head.info.run_id] = load_digest(self.reg, head, spread=self.spread)
+        return self.digests[head.info.run_id]
+
+    def record(self, sha: str) -> ArtifactRecord:
+        if sha not in self.records:
+            self.records[sha] = self.reg.get_artifact(sha)
+        return self.records[sha]
+
+    def verify(self, sha: str) -> tuple[bool, str | None]:
+        if sha not in self.integrity:
+            self.integrity[sha] = self.reg.verify_artifact(self.record(sha), rehash=self.rehash)
+        return self.integrity[sha]
+
+
+def _recheck(reg: Registry, pair: PairRecord) -> PairRecord:
+    """Check a stale pair again under the current rule set and record that verdict."""
+    from specreg.validators.gguf_reader import open_gguf
+    from specreg.validators.pair import check_pair, verdict
+    from specreg.validators.ruleset import load_rule_set
+
+    rules = load_rule_set(pair.rule_set.rsplit("/r", 1)[0])
+    target = open_gguf(reg.locate(pair.target_sha256))
+    draft = open_gguf(reg.locate(pair.draft_sha256)) if pair.draft_sha256 else None
+    checks = check_pair(target, draft, pair.method, rule_set=rules, strict=pair.strict)
+    v = verdict(checks, method=pair.method, target_sha256=pair.target_sha256,
+                draft_sha256=pair.draft_sha256, rule_set=rules, strict=pair.strict)
+    return reg.get_pair(reg.record_verdict(v))
+
+
+def _verdict(facts: _Facts, pair: PairRecord, files_ok: bool) -> tuple[GateResult, PairRecord]:
+    from specreg.validators.ruleset import current_rule_set_id
+
+    current = current_rule_set_id(pair.rule_set)
+    if current is None:
+        return gates.verdict_gate(pair.admitted, pair.rule_set, "(unknown runtime)", None, []), pair
+    stale_from = None
+    if current != pair.rule_set:
+        if not files_ok:
+            return GateResult(gate="verdict", passed=False,
+                              message=f"verdict is stale ({pair.rule_set}) and the files changed: "
+                                      "cannot re-check"), pair
+        stale_from = pair.rule_set
+        pair = _recheck(facts.reg, pair)
+    elif not pair.admitted and not pair.checks:
+        pair = facts.reg.get_pair(pair.id)  # list views carry no checks; fetch the reasons
+    errors = [f"{c.code}: {c.message}" for c in pair.checks if c.severity == "error"]
+    return gates.verdict_gate(pair.admitted, pair.rule_set, current, stale_from, errors), pair
+
+
+def _matches(value: str | None, wanted: str | None) -> bool:
+    return wanted is None or (value is not None and wanted.casefold() in value.casefold())
+
+
+def select_run(heads: Iterable[RunHead], policy: Policy) -> tuple[RunHead | None, str]:
+    """The newest finished run matching the policy's runtime/hardware/concurrency, and why.
+
+    An incomplete or failed run is not skipped: when the newest run on a pair failed, an
+    older success is no longer evidence (the evidence gate then fails on that run).
+    """
+    ev, skipped = policy.evidence, []
+    for head in heads:
+        info, man = head
+        runtime, hardware = runtime_identity(man), hardware_identity(man)
+        conc = man.request.concurrency if man else None
+        if info.status in _NOT_EVIDENCE:
+            skipped.append(f"{info.run_id} {info.status}")
+        elif not _matches(runtime, ev.runtime):
+            skipped.append(f"{info.run_id} runtime {runtime}")
+        elif not _matches(hardware, ev.hardware):
+            skipped.append(f"{info.run_id} hardware {hardware}")
+        elif policy.speed.concurrency is not None and policy.speed.concurrency != conc:
+            skipped.append(f"{info.run_id} concurrency {conc}")
+        else:
+            wanted = [f"runtime ~ {ev.runtime!r}"] if ev.runtime else []
+            wanted += [f"hardware ~ {ev.hardware!r}"] if ev.hardware else []
+            how = "newest finished run" + (f" with {' and '.join(wanted)}" if wanted
+                                           else " (policy names no runtime/hardware)")
+            shown = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else "")
+            return head, how + (f"; skipped {shown}" if skipped else "")
+    shown = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else "")
+    return None, "no finished run on this pair" + (f"; skipped {shown}" if skipped else "")
+
+
+def _condition(run: RunDigest | None, pair: PairRecord) -> ConditionDigest | None:
+    if run is None:
+        return None
+    return next((c for c in run.conditions
+                 if c.spec_type == pair.method and c.draft_sha256 == pair.draft_sha256), None)
+
+
+def _concurrency(run: RunDigest | None, policy: Policy) -> int | None:
+    levels = sorted({r.concurrency for r in run.strata}) if run else []
+    if policy.speed.concurrency is not None:
+        return policy.speed.concurrency if policy.speed.concurrency in levels else None
+    return levels[0] if levels else None
+
+
+def audit_pair(facts: _Facts, pair: PairRecord, policy: Policy, runs_for: RunsFor) -> tuple[PairAudit, RunDigest | None]:
+    """All eight gates for one pair."""
+    roles = [("target", pair.target_sha256)] + ([("draft", pair.draft_sha256)] if pair.draft_sha256 else [])
+    checks = [(role, sha, *facts.verify(sha)) for role, sha in roles]
+    results = [gates.integrity_gate(checks, facts.rehash)]
+    verdict, pair = _verdict(facts, pair, all(ok for _, _, ok, _ in checks))
+    results.append(verdict)
+    head, how = select_run(runs_for(facts.reg, pair), policy)
+    run = facts.digest(head) if head else None
+    cond = _condition(run, pair)
+    conc = _concurrency(run, policy)
+    evidence = gates.evidence_gate(run, cond, policy, conc, how)
+    results.append(evidence)
+    if run is not None and cond is not None and conc is not None:
+        results += [gates.equivalence_gate(run, cond, policy, conc), gates.speed_gate(run, cond, policy, conc),
+                    gates.memory_gate(run, cond, policy.memory)]
+    else:
+        why = f"no evidence: {evidence.message}"
+        results += [GateResult(gate=g, passed=False, message=why) for g in ("equivalence", "speed", "memory")]
+    results.append(gates.licence_gate([(role, facts.record(sha)) for role, sha in roles], policy.licence))
+    rollback, command = gates.rollback_gate(run, facts.record(pair.target_sha256).paths)
+    results.append(rollback)
+    order = {"integrity": 0, "verdict": 1, "evidence": 2, "equivalence": 3, "speed": 4, "memory": 5,
+             "licence": 6, "rollback": 7}
+    results.sort(key=lambda g: order[g.gate])
+    return PairAudit(
+        pair_id=pair.id, method=pair.method, target_sha256=pair.target_sha256,
+        draft_sha256=pair.draft_sha256, target_name=pair.target_name, draft_name=pair.draft_name,
+        passed=all(g.passed for g in results), gates=results, run_id=run.run_id if run else None,
+        condition=cond.label if cond else None, rollback_command=command,
+        speculative_command=cond.command if cond else None,
+    ), run
+
+
+def decide(audits: list[PairAudit], runs: dict[str, RunDigest]) -> list[StratumDecision]:
+    """Per target and stratum: the passing condition with the best median speed-up, else none."""
+    by_target: dict[str, list[PairAudit]] = {}
+    for a in audits:
+        by_target.setdefault(a.target_sha256, []).append(a)
+    out: list[StratumDecision] = []
+    for target, group in by_target.items():
+        strata = sorted({r.stratum for a in group if a.run_id in runs
+                         for r in runs[a.run_id].strata if r.stratum != ALL_STRATA})
+        gate_maps = {a.pair_id: {g.gate: g for g in a.gates} for a in group}
+        for stratum in strata:
+            cands: list[Candidate] = []
+            for a in group:
+                gmap = gate_maps[a.pair_id]
+                failed = [g for g in PAIR_LEVEL if not (g in gmap and gmap[g].passed)]
+                local = [g for g in ("equivalence", "speed") if not (g in gmap and gmap[g].strata.get(stratum, False))]
+                row = next((r for r in runs[a.run_id].rows(a.condition or "") if r.stratum == stratum), None) \
+                    if a.run_id in runs else None
+                ok = row is not None and not failed and not local
+                if row is None:
+                    reason = "not measured in this stratum"
+                elif failed or local:
+                    reason = "fails " + ", ".join(failed + [f"{g} here" for g in local])
+                else:
+                    reason = "passes every gate"
+                cands.append(Candidate(pair_id=a.pair_id, condition=a.condition, eligible=ok, reason=reason,
+                                       speedup=row.speedup if row else None))
+            best = max((c for c in cands if c.eligible), key=lambda c: c.speedup or 0.0, default=None)
+            audit = next((a for a in group if best and a.pair_id == best.pair_id), None)
+            out.append(StratumDecision(
+                target_sha256=target, target_name=group[0].target_name, stratum=stratum,
+                choice=f"{audit.method} (pair {audit.pair_id})" if audit else NO_SPECULATION,
+                pair_id=best.pair_id if best else None, speedup=best.speedup if best else None,
+                run_id=audit.run_id if audit else None, candidates=cands))
+    return out
+
+
+def run_audit(reg: Registry, policy: Policy, policy_source: str, *, pair_ids: list[int] | None = None,
+              rehash: bool = False, spread: bool = True, runs_for: RunsFor = runs_for_pair) -> AuditReport:
+    """Audit the given pairs (None: every admitted pair); raises when nothing can be audited.
+
+    `spread=False` leaves out the per-request speed-up spread (p5-p95), which only reports show.
+    """
+    from specreg.validators.ruleset import RULE_SET_DEFAULT, load_rule_set
+
+    if pair_ids is None:
+        pairs = reg.pairs(admitted=True, with_checks=False)
+        if not pairs:
+            raise SpecregError("no admitted pairs to audit",
+                               hint="check pairs first: specreg check pair TARGET DRAFT")
+    else:
+        pairs = [reg.get_pair(i) for i in pair_ids]
+    facts = _Facts(reg, rehash, spread)
+    if len(pairs) > 20:  # one list query instead of one lookup (with its GGUF summary) per artifact
+        facts.records = {r.sha256: r for r in reg.artifacts(with_summary=False)}
+    audits: list[PairAudit] = []
+    runs: dict[str, RunDigest] = {}
+    seen: set[int] = set()
+    notes: list[str] = []
+    for pair in pairs:
+        audit, run = audit_pair(facts, pair, policy, runs_for)
+        if audit.pair_id in seen:  # a stale pair re-checked into one already audited
+            notes.append(f"pair {pair.id} (rule set {pair.rule_set}) is now pair {audit.pair_id}")
+            continue
+        if audit.pair_id != pair.id:
+            notes.append(f"pair {pair.id} was re-checked under the current rule set as pair {audit.pair_id}")
+        seen.add(audit.pair_id)
+        audits.append(audit)
+        if run is not None:
+            runs[run.run_id] = run
+    return AuditReport(
+        created_at=datetime.now(timezone.utc), policy=policy, policy_source=policy_source,
+        rule_set=load_rule_set(RULE_SET_DEFAULT).id, rehash=rehash,
+        passed=all(a.passed for a in audits), pairs=audits, decisions=decide(audits, runs),
+        runs=list(runs.values()), notes=notes,
+    )

@@ -1,0 +1,257 @@
+"""Benchmark runs as audit evidence: find the runs on a pair and reduce one to a RunDigest.
+
+The digest keeps what the gates and reports read (medians, p95, per-request speed-up spread,
+equivalence per prompt, memory, per-position acceptance, the exact server command lines).
+Requests are aggregated in SQL, never loaded as rows with their output text: an audit over
+thousands of pairs must not parse a million request models.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, NamedTuple
+
+from specreg.schemas.audit import ConditionDigest, RunDigest, StratumRow
+from specreg.schemas.bench import (
+    ALL_STRATA,
+    BASELINE,
+    BenchRun,
+    ConditionRun,
+    ConditionSpec,
+    ConditionSummary,
+    MemoryObservation,
+    RunInfo,
+    RunManifest,
+    SpecCounters,
+)
+from specreg.schemas.registry import PairRecord
+
+if TYPE_CHECKING:
+    from specreg.registry.store import Registry
+
+MIB = 1 << 20
+
+
+class PromptAgg(NamedTuple):
+    """One prompt of one condition and stratum: repetitions and how its outputs were judged."""
+
+    condition: str
+    stratum: str
+    prompt_id: str
+    repetitions: int
+    good: int  # equal to the baseline, or `expect` passed
+    bad: int  # changed output (or `expect` failed) and nothing passed
+
+
+class RunHead(NamedTuple):
+    """A run's identity and manifest: enough to choose evidence without loading requests."""
+
+    info: RunInfo
+    manifest: RunManifest | None
+
+
+def _mib(n: int | None) -> float | None:
+    return None if n is None else n / MIB
+
+
+def quantile(values: list[float], q: float) -> float | None:
+    """Linear-interpolated quantile (q in 0..1); None for no values."""
+    if not values:
+        return None
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def runtime_identity(manifest: RunManifest | None) -> str | None:
+    """One line naming the server program (what a policy's `evidence.runtime` matches)."""
+    if manifest is None:
+        return None
+    rt = manifest.runtime
+    parts = [rt.kind, rt.version_text]
+    if rt.xllamacpp_version and rt.xllamacpp_version not in rt.version_text:
+        parts.append(f"xllamacpp {rt.xllamacpp_version}")
+    return " ".join(p for p in parts if p)
+
+
+def hardware_identity(manifest: RunManifest | None) -> str | None:
+    """CPU, GPU(s) and placement in one line (what `evidence.hardware` matches)."""
+    if manifest is None:
+        return None
+    hw = manifest.hardware
+    gpus = ", ".join(d.name for d in hw.gpu.devices) if hw.gpu.present else "no GPU"
+    return f"{hw.cpu_model or 'unknown CPU'} x{hw.logical_cores or '?'}; {gpus}; {hw.placement}"
+
+
+def _condition(c: ConditionRun, base: ConditionRun | None) -> ConditionDigest:
+    gpu = c.memory.gpu if c.memory else None
+    bgpu = base.memory.gpu if base and base.memory else None
+    peak_ram = _mib(c.memory.peak_rss_bytes) if c.memory else None
+    base_ram = _mib(base.memory.peak_rss_bytes) if base and base.memory else None
+    peak_vram = _mib(gpu.peak_vram_bytes) if gpu and gpu.present else None
+    base_vram = _mib(bgpu.peak_vram_bytes) if bgpu and bgpu.present else None
+    counters = c.counters
+    by_pos: list[float | None] = []
+    if counters and counters.per_position:
+        # share of verification steps whose draft token at this position was accepted
+        for pos in range(min(counters.per_position), max(counters.per_position) + 1):
+            n = counters.per_position.get(pos, 0)
+            by_pos.append(n / counters.steps if counters.steps else None)
+    return ConditionDigest(
+        label=c.spec.name, spec_type=c.spec.method, draft_sha256=c.spec.draft_sha256,
+        params=dict(c.spec.params), status=c.status, failure=c.failure, command=list(c.argv),
+        peak_ram_mib=peak_ram, peak_vram_mib=peak_vram,
+        extra_ram_mib=None if c is base or peak_ram is None or base_ram is None else peak_ram - base_ram,
+        extra_vram_mib=None if c is base or peak_vram is None or base_vram is None else peak_vram - base_vram,
+        acceptance=counters.acceptance if counters else None, acceptance_by_position=by_pos,
+    )
+
+
+def _judged(matches: bool | None, expect_ok: bool | None) -> bool | None:
+    """Equivalent to the baseline, or its `expect` passed; None when nothing could be compared."""
+    if matches is True or expect_ok is True:
+        return True
+    if matches is False or expect_ok is False:
+        return False
+    return None
+
+
+Ratios = dict[tuple[str, str], list[float]]  # (condition, stratum) -> per-request speed-ups
+
+
+def build_digest(head: RunHead, conditions: list[ConditionRun], summaries: list[ConditionSummary],
+                 aggs: Iterable[PromptAgg], ratios: Ratios | None = None) -> RunDigest:
+    """The audit's and reports' view of one run; `ratios` (for the p5-p95 spread) is optional."""
+    info, man = head
+    conc = man.request.concurrency if man else 1
+    base = next((c for c in conditions if c.spec.method == BASELINE), None)
+    groups: dict[tuple[str, str], list[PromptAgg]] = defaultdict(list)
+    for a in aggs:
+        groups[(a.condition, a.stratum)].append(a)
+        groups[(a.condition, ALL_STRATA)].append(a)
+    rows: list[StratumRow] = []
+    for s in summaries:
+        group = groups.get((s.condition, s.stratum), [])
+        is_base = s.method == BASELINE
+        spread = (ratios or {}).get((s.condition, s.stratum), [])
+        rows.append(StratumRow(
+            condition=s.condition, stratum=s.stratum, concurrency=conc, n_requests=s.n_requests,
+            n_repetitions=min((a.repetitions for a in group), default=0),  # every prompt at least this often
+            median_total_ms=s.total_ms.p50, p95_total_ms=s.total_ms.p95,
+            median_ttft_ms=s.ttft_ms.p50, median_tpot_ms=s.tpot_ms.p50, acceptance=s.acceptance,
+            speedup=s.speedup, speedup_p5=quantile(spread, 0.05), speedup_p95=quantile(spread, 0.95),
+            errors=s.n_errors, timeouts=s.n_timeouts,
+            equivalent=0 if is_base else sum(a.good for a in group),
+            compared=0 if is_base else sum(a.good + a.bad for a in group),
+            failed_prompts=[] if is_base else sorted({a.prompt_id for a in group if a.bad}),
+            prompts=sorted({a.prompt_id for a in group}),
+        ))
+    total_vram = None
+    if man and man.hardware.gpu.present:
+        sizes = [d.memory_total_bytes for d in man.hardware.gpu.devices if d.memory_total_bytes]
+        total_vram = _mib(sum(sizes)) if sizes else None
+    return RunDigest(
+        run_id=info.run_id, status=info.status, created_at=info.started_at,
+        runtime=runtime_identity(man), hardware=hardware_identity(man),
+        total_ram_mib=_mib(man.hardware.ram_bytes) if man else None, total_vram_mib=total_vram,
+        target_sha256=info.target_sha256, workload=man.request.workload if man else None,
+        repetitions=man.observation.repeat if man else 0,
+        conditions=[_condition(c, base) for c in conditions], strata=rows,
+    )
+
+
+def _ratios(rows: Iterable[tuple[str, str, str, int, bool, float | None]], baseline: str | None) -> Ratios:
+    """Per-request speed-ups: the baseline's total ms for the same prompt and repetition / this one's."""
+    rows = list(rows)
+    base = {(p, rep): ms for c, _, p, rep, ok, ms in rows if c == baseline and ok and ms}
+    out: Ratios = defaultdict(list)
+    for c, stratum, p, rep, ok, ms in rows:
+        if c != baseline and ok and ms and (p, rep) in base:
+            out[(c, stratum)].append(base[(p, rep)] / ms)
+            out[(c, ALL_STRATA)].append(base[(p, rep)] / ms)
+    return out
+
+
+def digest_run(run: BenchRun) -> RunDigest:
+    """Digest of a fully loaded run (`specreg runs show --report`), spread included."""
+    counts: dict[tuple[str, str, str], list[object]] = {}
+    for r in run.requests:
+        entry = counts.setdefault((r.condition, r.stratum, r.prompt_id), [set(), 0, 0])
+        entry[0].add(r.repeat)  # type: ignore[union-attr]
+        verdict = _judged(r.matches_baseline, r.expect_ok)
+        if verdict is not None:
+            entry[1 if verdict else 2] += 1  # type: ignore[operator]
+    aggs = [PromptAgg(c, s, p, len(reps), good, bad)  # type: ignore[arg-type]
+            for (c, s, p), (reps, good, bad) in counts.items()]
+    base = next((c.spec.name for c in run.conditions if c.spec.method == BASELINE), None)
+    ratios = _ratios(((r.condition, r.stratum, r.prompt_id, r.repeat, r.ok, r.total_ms) for r in run.requests), base)
+    return build_digest(RunHead(run.info, run.manifest), run.conditions, run.summaries, aggs, ratios)
+
+
+# ---- reading runs from the registry ----------------------------------------------------------
+
+
+def _rows(reg: Registry, sql: str, params: tuple[object, ...]) -> list[sqlite3.Row]:
+    cur = reg.db.conn.execute(sql, params)
+    cur.row_factory = sqlite3.Row
+    return cur.fetchall()
+
+
+def runs_for_pair(reg: Registry, pair: PairRecord) -> list[RunHead]:
+    """Runs holding a condition for this pair (same target, method, draft), newest first.
+
+    An n-gram pair is measured inside any run on its target (every run includes the n-gram
+    conditions), so runs are matched by their conditions, not by the pair id they were started for.
+    """
+    from specreg.benchmark.runstore import _info
+
+    if pair.draft_sha256 is None:
+        where, params = "r.target_sha256 = ?", (pair.target_sha256, pair.method)
+    else:
+        where = "r.target_sha256 = ? AND r.draft_sha256 = ?"
+        params = (pair.target_sha256, pair.draft_sha256, pair.method)
+    rows = _rows(reg,
+                 f"SELECT r.*, 0 AS n_conditions, 0 AS n_requests FROM bench_runs r WHERE {where} AND EXISTS "
+                 "(SELECT 1 FROM bench_conditions c WHERE c.run_id = r.run_id AND c.method = ?) "
+                 "ORDER BY r.started_at DESC, r.run_id DESC", params)
+    return [RunHead(_info(r), RunManifest.model_validate_json(r["manifest_json"]) if r["manifest_json"] else None)
+            for r in rows]
+
+
+_AGG_SQL = (
+    "SELECT condition, stratum, prompt_id, count(DISTINCT repeat), "
+    "sum(ifnull(matches_baseline, 0) = 1 OR ifnull(expect_ok, 0) = 1), "
+    "sum(NOT (ifnull(matches_baseline, 0) = 1 OR ifnull(expect_ok, 0) = 1) "
+    "AND (matches_baseline = 0 OR expect_ok = 0)) "
+    "FROM bench_requests WHERE run_id = ? GROUP BY condition, stratum, prompt_id"
+)
+
+
+def load_digest(reg: Registry, head: RunHead, *, spread: bool = True) -> RunDigest:
+    """Digest one run from the bench tables: requests aggregated in SQL, never loaded as rows.
+
+    `spread=False` skips the per-request speed-up spread (reports show it; gates never read it),
+    which is the only part that has to read every request's total time.
+    """
+    rid = head.info.run_id
+    conds = [ConditionRun(idx=c["idx"], spec=ConditionSpec.model_validate_json(c["spec_json"]), status=c["status"],
+                          failure=c["failure"], argv=json.loads(c["argv_json"]),
+                          counters=SpecCounters.model_validate_json(c["counters_json"]) if c["counters_json"] else None,
+                          memory=MemoryObservation.model_validate_json(c["memory_json"]) if c["memory_json"] else None)
+             for c in _rows(reg, "SELECT idx, status, failure, spec_json, argv_json, counters_json, memory_json "
+                                 "FROM bench_conditions WHERE run_id = ? ORDER BY idx", (rid,))]
+    sums = [ConditionSummary.model_validate_json(r["summary_json"]) for r in
+            _rows(reg, "SELECT summary_json FROM bench_summaries WHERE run_id = ? ORDER BY rowid", (rid,))]
+    aggs = [PromptAgg(*row) for row in reg.db.conn.execute(_AGG_SQL, (rid,)).fetchall()]
+    ratios = None
+    if spread:
+        base = next((c.spec.name for c in conds if c.spec.method == BASELINE), None)
+        cur = reg.db.conn.execute(
+            "SELECT condition, stratum, prompt_id, repeat, ok, total_ms FROM bench_requests WHERE run_id = ?", (rid,))
+        ratios = _ratios(cur.fetchall(), base)
+    return build_digest(head, conds, sums, aggs, ratios)

@@ -1,0 +1,268 @@
+"""The audit's gates as pure functions: records and run digests in, a GateResult out.
+
+No I/O here: `audit.py` gathers the facts (re-hashes, re-checks, runs) and these functions
+judge them against the policy, so each gate can be tested on its own and reads the same way
+in the report. A gate that lacks the numbers it needs fails; it never guesses a pass.
+"""
+
+from __future__ import annotations
+
+from specreg.registry.licence import normalise
+from specreg.schemas.bench import ALL_STRATA
+from specreg.schemas.audit import (
+    ConditionDigest,
+    GateResult,
+    LicencePolicy,
+    MemoryPolicy,
+    Policy,
+    RunDigest,
+    StratumRow,
+)
+from specreg.schemas.registry import ArtifactRecord
+
+_UNKNOWN = {None, "unknown", "none", "noassertion"}
+
+
+def integrity_gate(checks: list[tuple[str, str, bool, str | None]], rehash: bool) -> GateResult:
+    """checks: (role, sha256, ok, problem) per artifact, from Registry.verify_artifact."""
+    bad = [f"{role} {sha[:12]}: {problem or 'changed'}" for role, sha, ok, problem in checks if not ok]
+    how = "full re-hash" if rehash else "stat cache (re-hash when stat changed)"
+    evidence = {"method": how, "artifacts": {role: {"sha256": sha, "ok": ok, "problem": problem}
+                                             for role, sha, ok, problem in checks}}
+    if bad:
+        return GateResult(gate="integrity", passed=False, message="; ".join(bad), evidence=evidence)
+    return GateResult(gate="integrity", passed=True,
+                      message=f"{len(checks)} artifact(s) match their registered SHA-256 ({how})",
+                      evidence=evidence)
+
+
+def verdict_gate(admitted: bool, rule_set: str, current: str, rechecked_from: str | None,
+                 errors: list[str]) -> GateResult:
+    """Admitted under the current rule set; `rechecked_from` names the stale rule set re-checked."""
+    evidence = {"rule_set": rule_set, "current_rule_set": current, "rechecked_from": rechecked_from}
+    again = f" (re-checked: verdict was under {rechecked_from})" if rechecked_from else ""
+    if rule_set != current:
+        return GateResult(gate="verdict", passed=False, evidence=evidence,
+                          message=f"verdict is under rule set {rule_set}, current is {current}")
+    if not admitted:
+        why = "; ".join(errors) if errors else "rejected"
+        return GateResult(gate="verdict", passed=False, evidence=evidence | {"errors": errors},
+                          message=f"rejected under {current}{again}: {why}")
+    return GateResult(gate="verdict", passed=True, evidence=evidence,
+                      message=f"admitted under {current}{again}")
+
+
+def licence_gate(artifacts: list[tuple[str, ArtifactRecord]], policy: LicencePolicy) -> GateResult:
+    """Both artifacts: a licence record, allowed (allow/deny), no conflict, pinned revision."""
+    allow = {normalise(x) for x in policy.allow}
+    deny = {normalise(x) for x in policy.deny}
+    problems: list[str] = []
+    evidence: dict[str, object] = {}
+    for role, rec in artifacts:
+        lic = rec.licence
+        value = normalise(lic.effective)
+        evidence[role] = {
+            "licence": lic.effective, "source": lic.effective_source, "conflict": lic.conflict,
+            "sources": {s.source: s.value for s in lic.sources},
+            "repo": rec.provenance.repo, "revision": rec.provenance.revision,
+        }
+        if value in _UNKNOWN:
+            if policy.unknown == "fail":
+                problems.append(f"{role}: no licence recorded (policy: unknown fails)")
+        elif value in deny:
+            problems.append(f"{role}: licence {lic.effective} is on the deny list")
+        elif allow and value not in allow:
+            problems.append(f"{role}: licence {lic.effective} is not on the allow list")
+        if lic.conflict and policy.conflict == "fail":
+            said = ", ".join(f"{s.source}={s.value}" for s in lic.sources if s.value)
+            problems.append(f"{role}: licence sources disagree ({said})")
+        if policy.require_revision and not rec.provenance.revision:
+            problems.append(f"{role}: no pinned revision in its provenance")
+    if problems:
+        return GateResult(gate="licence", passed=False, message="; ".join(problems), evidence=evidence)
+    lics = ", ".join(f"{role} {rec.licence.effective or 'unknown'}" for role, rec in artifacts)
+    return GateResult(gate="licence", passed=True, message=f"allowed: {lics}", evidence=evidence)
+
+
+def evidence_gate(run: RunDigest | None, cond: ConditionDigest | None, policy: Policy,
+                  concurrency: int | None, how: str) -> GateResult:
+    """A finished run whose baseline and pair condition both completed, at the policy's settings.
+
+    An `incomplete` run (some other condition failed) still counts for the conditions that ran.
+    """
+    if run is None:
+        return GateResult(gate="evidence", passed=False, message=f"no usable benchmark run ({how})")
+    evidence = {"run_id": run.run_id, "status": run.status, "runtime": run.runtime,
+                "hardware": run.hardware, "selected": how, "concurrency": concurrency}
+    problems: list[str] = []
+    base = run.baseline()
+    if run.status not in ("complete", "incomplete"):
+        problems.append(f"run {run.run_id} {run.status}")
+    if cond is None:
+        problems.append(f"run {run.run_id} has no condition for this pair")
+    elif cond.status != "ok":
+        problems.append(f"condition {cond.label} {cond.status}: {cond.failure or 'no reason recorded'}")
+    if base is None:
+        problems.append(f"run {run.run_id} has no --spec-type none baseline")
+    elif base.status != "ok":
+        problems.append(f"baseline {base.status}: {base.failure or 'no reason recorded'}")
+    if concurrency is None:
+        problems.append(f"run {run.run_id} measured no concurrency the policy accepts")
+    if cond is not None and not problems:
+        rows = [r for r in run.rows(cond.label) if r.concurrency == concurrency]
+        reps = min((r.n_repetitions for r in rows), default=0)
+        evidence["repetitions"] = reps
+        if not rows:
+            problems.append(f"condition {cond.label} has no measurements at concurrency {concurrency}")
+        elif reps < policy.evidence.min_repetitions:
+            problems.append(f"{reps} repetition(s) < policy minimum {policy.evidence.min_repetitions}")
+    if problems:
+        return GateResult(gate="evidence", passed=False, message="; ".join(problems), evidence=evidence)
+    return GateResult(gate="evidence", passed=True, evidence=evidence,
+                      message=f"run {run.run_id} ({how}; runtime {run.runtime}; hardware {run.hardware})")
+
+
+def _pairs(run: RunDigest, cond: ConditionDigest, conc: int) -> list[tuple[StratumRow, StratumRow | None]]:
+    base = run.baseline()
+    base_rows = {r.stratum: r for r in run.rows(base.label) if r.concurrency == conc} if base else {}
+    # the `all` row aggregates the strata: judging it again would double-count every request
+    return [(r, base_rows.get(r.stratum)) for r in run.rows(cond.label)
+            if r.concurrency == conc and r.stratum != ALL_STRATA]
+
+
+def _required(strata: dict[str, bool], wanted: list[str]) -> tuple[bool, list[str]]:
+    """All required strata passed (empty `wanted`: every measured one); unmeasured ones fail."""
+    names = wanted or sorted(strata)
+    missing = [s for s in names if s not in strata]
+    return bool(names) and not missing and all(strata[s] for s in names), missing
+
+
+def equivalence_gate(run: RunDigest, cond: ConditionDigest, policy: Policy, conc: int) -> GateResult:
+    """Greedy output equal to the baseline (or `expect` passed) on every required prompt."""
+    q = policy.quality
+    strata: dict[str, bool] = {}
+    notes: list[str] = []
+    counts: dict[str, str] = {}
+    for row, _ in _pairs(run, cond, conc):
+        failed = [p for p in row.failed_prompts if not q.required_prompts or p in q.required_prompts]
+        ok = not q.require_equivalence or (not failed and row.compared > 0)
+        strata[row.stratum] = ok
+        counts[row.stratum] = f"{row.equivalent}/{row.compared}"
+        if failed:
+            notes.append(f"{row.stratum}: output changed on {', '.join(failed[:5])}")
+        elif row.compared == 0 and q.require_equivalence:
+            notes.append(f"{row.stratum}: no output could be compared")
+    measured = {p for row, _ in _pairs(run, cond, conc) for p in row.prompts}
+    absent = [p for p in q.required_prompts if p not in measured]
+    if absent and q.require_equivalence:
+        notes.append(f"required prompt(s) not measured: {', '.join(absent)}")
+    passed = bool(strata) and all(strata.values()) and not (absent and q.require_equivalence)
+    if not strata:
+        notes.append("no measurements")
+    msg = "; ".join(notes) if notes else (
+        "equivalence not required by policy" if not q.require_equivalence
+        else "outputs equivalent: " + ", ".join(f"{s} {c}" for s, c in counts.items()))
+    return GateResult(gate="equivalence", passed=passed, message=msg, strata=strata,
+                      evidence={"equivalent/compared": counts, "required_prompts": q.required_prompts})
+
+
+def speed_gate(run: RunDigest, cond: ConditionDigest, policy: Policy, conc: int) -> GateResult:
+    """Median speed-up >= minimum per required stratum; p95, errors, timeouts within tolerance."""
+    sp = policy.speed
+    strata: dict[str, bool] = {}
+    notes: list[str] = []
+    evidence: dict[str, object] = {}
+    for row, base in _pairs(run, cond, conc):
+        why: list[str] = []
+        if base is None:
+            why.append("no baseline measurement")
+        else:
+            if row.speedup is None:
+                why.append("speed-up not measured")
+            elif row.speedup < sp.min_speedup:
+                why.append(f"speed-up {row.speedup:.3f} < {sp.min_speedup}")
+            limit = None if base.p95_total_ms is None else base.p95_total_ms * (1 + sp.p95_tolerance_pct / 100)
+            if row.p95_total_ms is None or limit is None:
+                why.append("p95 not measured")
+            elif row.p95_total_ms > limit:
+                why.append(f"p95 {row.p95_total_ms:.1f} ms > {limit:.1f} ms")
+            if row.errors > base.errors + sp.max_extra_errors:
+                why.append(f"errors {row.errors} vs baseline {base.errors}")
+            if row.timeouts > base.timeouts + sp.max_extra_timeouts:
+                why.append(f"timeouts {row.timeouts} vs baseline {base.timeouts}")
+        strata[row.stratum] = not why
+        evidence[row.stratum] = {
+            "speedup": row.speedup, "p5": row.speedup_p5, "p95": row.speedup_p95,
+            "p95_ms": row.p95_total_ms, "baseline_p95_ms": base.p95_total_ms if base else None,
+            "errors": row.errors, "timeouts": row.timeouts,
+        }
+        if why:
+            notes.append(f"{row.stratum}: {', '.join(why)}")
+    passed, missing = _required(strata, sp.required_strata)
+    if missing:
+        notes.append(f"required stratum not measured: {', '.join(missing)}")
+    if not strata:
+        notes.append("no measurements")
+    if passed:
+        shown = ", ".join(f"{s} x{evidence[s]['speedup']:.2f}" for s in (sp.required_strata or sorted(strata)))  # type: ignore[index]
+        msg = f"speed-up >= {sp.min_speedup} at concurrency {conc}: {shown}"
+        if notes:
+            msg += f" (not required: {'; '.join(notes)})"
+    else:
+        msg = "; ".join(notes)
+    return GateResult(gate="speed", passed=passed, message=msg, strata=strata, evidence=evidence)
+
+
+def _within(extra: float | None, total: float | None, abs_mib: float | None,
+            pct: float | None, what: str) -> list[str]:
+    if abs_mib is None and pct is None:
+        return []
+    if extra is None:
+        return [f"extra {what} not measured"]
+    out = []
+    if abs_mib is not None and extra > abs_mib:
+        out.append(f"extra {what} {extra:.0f} MiB > {abs_mib:.0f} MiB")
+    if pct is not None:
+        if total is None:
+            out.append(f"total {what} unknown, cannot apply {pct}%")
+        elif extra > total * pct / 100:
+            out.append(f"extra {what} {extra:.0f} MiB > {pct}% of {total:.0f} MiB")
+    return out
+
+
+def memory_gate(run: RunDigest, cond: ConditionDigest, policy: MemoryPolicy) -> GateResult:
+    """Extra peak RAM/VRAM over the baseline within the policy's absolute and % margins."""
+    evidence = {"extra_ram_mib": cond.extra_ram_mib, "extra_vram_mib": cond.extra_vram_mib,
+                "peak_ram_mib": cond.peak_ram_mib, "peak_vram_mib": cond.peak_vram_mib,
+                "total_ram_mib": run.total_ram_mib, "total_vram_mib": run.total_vram_mib}
+    problems = _within(cond.extra_ram_mib, run.total_ram_mib, policy.max_extra_ram_mib,
+                       policy.max_extra_ram_pct, "RAM")
+    gpu = run.total_vram_mib is not None or cond.peak_vram_mib is not None
+    if gpu:
+        problems += _within(cond.extra_vram_mib, run.total_vram_mib, policy.max_extra_vram_mib,
+                            policy.max_extra_vram_pct, "VRAM")
+    if problems:
+        return GateResult(gate="memory", passed=False, message="; ".join(problems), evidence=evidence)
+    ram = "n/a" if cond.extra_ram_mib is None else f"{cond.extra_ram_mib:+.0f} MiB"
+    vram = f"{cond.extra_vram_mib:+.0f} MiB" if gpu and cond.extra_vram_mib is not None else "no GPU recorded"
+    return GateResult(gate="memory", passed=True, evidence=evidence,
+                      message=f"extra RAM {ram}, VRAM {vram}: within margin")
+
+
+def rollback_gate(run: RunDigest | None, target_paths: list[str]) -> tuple[GateResult, list[str] | None]:
+    """The exact baseline command (`--spec-type none`, the registered target file) is on record."""
+    base = run.baseline() if run else None
+    if base is None or not base.command:
+        return GateResult(gate="rollback", passed=False,
+                          message="no baseline server command line recorded"), None
+    cmd = base.command
+    problems = []
+    if not any(a == "--spec-type" and i + 1 < len(cmd) and cmd[i + 1] == "none" for i, a in enumerate(cmd)):
+        problems.append("baseline command lacks --spec-type none")
+    if not any(p in cmd for p in target_paths):
+        problems.append("baseline command does not load a registered path of the target")
+    evidence = {"command": cmd, "run_id": run.run_id if run else None}
+    if problems:
+        return GateResult(gate="rollback", passed=False, message="; ".join(problems), evidence=evidence), cmd
+    return GateResult(gate="rollback", passed=True, evidence=evidence,
+                      message="baseline command recorded with --spec-type none and the pinned target"), cmd

@@ -1,0 +1,253 @@
+"""The Hugging Face side of provenance: the local HF cache, and the hub through huggingface_hub.
+
+Everything here goes through huggingface_hub's own API (cache scan objects, `HfApi`,
+`hf_hub_download`); nothing re-implements its layout rules or its HTTP protocol. Settings are
+read from the environment at call time (`HF_ENDPOINT`, `HF_HUB_CACHE` / `HF_HOME`,
+`HF_HUB_OFFLINE`), not from huggingface_hub's import-time constants, so one process can change
+them and the CLI always does what its environment says. Every hub failure leaves as one
+`HubError` with a hint; the local path (recognising cached files) never touches the network.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from specreg.errors import HubError, UsageError
+
+if TYPE_CHECKING:
+    from huggingface_hub import CachedRepoInfo
+
+CARD_FILENAME = "README.md"
+_TRUE = {"1", "on", "yes", "true"}
+
+
+@dataclass(frozen=True)
+class HubSettings:
+    """Where the hub and the cache are, and whether we may talk to the hub at all."""
+
+    endpoint: str
+    cache_dir: Path
+    offline: bool
+
+    @classmethod
+    def from_env(cls) -> HubSettings:
+        from huggingface_hub import constants
+
+        endpoint = (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
+        cache = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
+        if not cache:
+            home = os.environ.get("HF_HOME")
+            cache = os.path.join(home, "hub") if home else constants.HF_HUB_CACHE
+        flag = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
+        offline = flag.strip().lower() in _TRUE or constants.is_offline_mode()
+        return cls(endpoint=endpoint, cache_dir=Path(cache).expanduser(), offline=offline)
+
+    def require_online(self, what: str) -> None:
+        if self.offline:
+            raise HubError(
+                f"{what} needs the Hugging Face hub, but HF_HUB_OFFLINE is set",
+                hint="unset HF_HUB_OFFLINE to reach the hub; files already on disk still register offline "
+                "(specreg register FILE)",
+            )
+
+
+# -- the local cache ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CachedFile:
+    """A file found in a Hugging Face cache: which repo, commit and repo path it is."""
+
+    repo_id: str
+    repo_type: str
+    revision: str  # the snapshot's commit hash
+    filename: str  # path inside the repo, '/'-separated
+    refs: tuple[str, ...]  # branch / tag names the cache last saw pointing at this commit
+    cache_dir: Path
+    repo_dir: Path  # <cache_dir>/models--ORG--NAME
+    file_path: Path  # the snapshot entry
+    blob_path: Path
+    card_path: Path | None  # README.md of the same snapshot, when cached
+
+
+def _repo_dir_above(path: Path) -> Path | None:
+    """The `<type>s--<org>--<name>` folder holding `path` in its snapshots/ or blobs/, if any.
+
+    Only parents are looked at (no directory listing), so a path outside any cache costs a few
+    string comparisons and at most a stat or two.
+    """
+    for parent in path.parents:
+        if parent.name in ("snapshots", "blobs"):
+            repo_dir = parent.parent
+            if "--" in repo_dir.name and (repo_dir / "snapshots").is_dir():
+                return repo_dir
+    return None
+
+
+def _scan_repo(repo_dir: Path) -> CachedRepoInfo | None:
+    """huggingface_hub's scan of one cached repo; a corrupted repo counts as not recognised."""
+    from huggingface_hub import CorruptedCacheException, scan_cache_dir
+
+    try:
+        # One repo only: huggingface_hub's per-repo scanner, the one scan_cache_dir runs per folder.
+        from huggingface_hub.utils._cache_manager import _scan_cached_repo
+    except ImportError:  # moved in another huggingface_hub version: scan the cache, keep our repo
+        try:
+            info = scan_cache_dir(repo_dir.parent)
+        except (OSError, ValueError, CorruptedCacheException):
+            return None
+        return next((r for r in info.repos if r.repo_path == repo_dir), None)
+    try:
+        return _scan_cached_repo(repo_dir)
+    except (OSError, CorruptedCacheException):
+        return None
+
+
+def recognise_cached(path: str | Path) -> CachedFile | None:
+    """Repo id, commit and filename of a file under a Hugging Face cache, else None.
+
+    Accepts the snapshot path, a blob path, or a symlink elsewhere that resolves into a cache.
+    A blob shared by several snapshots is attributed to one that a ref (e.g. `main`) points at,
+    else to the most recent one.
+    """
+    given = Path(os.path.abspath(path))
+    for candidate in dict.fromkeys((given, Path(os.path.realpath(given)))):
+        repo_dir = _repo_dir_above(candidate)
+        if repo_dir is None:
+            continue
+        repo = _scan_repo(repo_dir)
+        if repo is None:
+            continue
+        hits = [
+            (rev, f)
+            for rev in repo.revisions
+            for f in rev.files
+            if f.file_path == candidate or f.blob_path == candidate
+        ]
+        if not hits:
+            continue
+        rev, f = max(hits, key=lambda h: (bool(h[0].refs), h[0].last_modified, h[0].commit_hash))
+        card = rev.snapshot_path / CARD_FILENAME
+        return CachedFile(
+            repo_id=repo.repo_id,
+            repo_type=repo.repo_type,
+            revision=rev.commit_hash,
+            filename=f.file_path.relative_to(rev.snapshot_path).as_posix(),
+            refs=tuple(sorted(rev.refs)),
+            cache_dir=repo_dir.parent,
+            repo_dir=repo_dir,
+            file_path=f.file_path,
+            blob_path=f.blob_path,
+            card_path=card if any(x.file_path == card for x in rev.files) else None,
+        )
+    return None
+
+
+def discard_cached(path: str | Path) -> None:
+    """Remove a cached file whose bytes are wrong: its blob and every snapshot entry pointing at it
+    (a dangling entry would make huggingface_hub's scan reject the whole repo)."""
+    cached = recognise_cached(path)
+    if cached is None:
+        return
+    repo = _scan_repo(cached.repo_dir)
+    revisions = repo.revisions if repo else ()
+    pointers = [f.file_path for r in revisions for f in r.files if f.blob_path == cached.blob_path]
+    for p in dict.fromkeys([*pointers, cached.file_path, cached.blob_path]):
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+
+
+def cached_card(repo_id: str, revision: str, cache_dir: Path) -> Path | None:
+    """The model card of `repo_id` at commit `revision` if the cache holds it (no network)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(repo_id, CARD_FILENAME, cache_dir=cache_dir, revision=revision)
+    except ValueError:  # an invalid repo id cannot be in the cache
+        return None
+    return Path(found) if isinstance(found, str) else None
+
+
+# -- the hub -------------------------------------------------------------------------------------
+
+
+def check_repo_id(repo_id: str) -> None:
+    """Refuse a malformed repo id before any request (huggingface_hub's own validator)."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as exc:
+        raise UsageError(f"{repo_id!r} is not a hub repo id: {str(exc).splitlines()[0]}",
+                         hint="use ORG/NAME, e.g. Qwen/Qwen2.5-0.5B-Instruct-GGUF") from exc
+
+
+@contextmanager
+def hub_errors(settings: HubSettings, repo_id: str, revision: str | None, filename: str | None) -> Iterator[None]:
+    """Turn whatever huggingface_hub or the network raises into one HubError line with a hint."""
+    import httpx2
+    from huggingface_hub import errors as hf
+
+    where = repo_id + (f"@{revision}" if revision else "") + (f" {filename}" if filename else "")
+    # huggingface_hub logs each retry of a broken download as a warning; the outcome is our one
+    # line. SPECREG_DEBUG=1 keeps its log (and the CLI then prints the traceback too).
+    hf_logger = logging.getLogger("huggingface_hub")
+    level = hf_logger.level
+    if os.environ.get("SPECREG_DEBUG") != "1":
+        hf_logger.setLevel(logging.ERROR)
+    try:
+        yield
+    except HubError:
+        raise
+    except hf.GatedRepoError as exc:
+        raise HubError(f"{repo_id} is gated: the hub refused access ({_status(exc)})",
+                       hint="accept the model's licence on its hub page, then log in (hf auth login or HF_TOKEN)"
+                       ) from exc
+    except hf.RepositoryNotFoundError as exc:
+        raise HubError(f"{repo_id}: repository not found on {settings.endpoint} ({_status(exc)})",
+                       hint="check the repo id; a private repo needs a login (hf auth login or HF_TOKEN)") from exc
+    except hf.RevisionNotFoundError as exc:
+        raise HubError(f"{repo_id}: revision {revision!r} not found on the hub",
+                       hint="use a branch, tag or full 40-character commit hash that exists") from exc
+    except hf.RemoteEntryNotFoundError as exc:
+        raise HubError(f"{where}: no such file in the repo at that revision",
+                       hint="list the repo's files on its hub page; names are case-sensitive") from exc
+    except hf.OfflineModeIsEnabled as exc:
+        settings.require_online(f"{where}")
+        raise HubError(f"{where}: offline mode is enabled") from exc
+    except hf.HfHubHTTPError as exc:
+        raise HubError(f"{where}: the hub answered {_status(exc)}", hint="try again later") from exc
+    except (httpx2.RemoteProtocolError, httpx2.ReadError) as exc:  # the server hung up mid-answer
+        raise HubError(f"{where}: the connection to the hub was lost ({_cause(exc)})",
+                       hint="try again; nothing was registered") from exc
+    except (hf.LocalEntryNotFoundError, hf.RevisionResolutionError, httpx2.TransportError) as exc:
+        raise HubError(f"{where}: cannot reach the hub at {settings.endpoint} ({_cause(exc)})",
+                       hint="check the network (or HF_ENDPOINT); local files still register offline") from exc
+    except OSError as exc:  # huggingface_hub's size consistency check on a short download, disk full, ...
+        raise HubError(f"{where}: download failed ({_cause(exc)})", hint="try again") from exc
+    except ValueError as exc:  # invalid filename / revision strings, caught by huggingface_hub's validators
+        raise HubError(f"{where}: {str(exc).splitlines()[0]}") from exc
+    finally:
+        hf_logger.setLevel(level)
+
+
+def _status(exc: Exception) -> str:
+    response = getattr(exc, "response", None)
+    code = getattr(response, "status_code", None)
+    return f"HTTP {code}" if code else type(exc).__name__
+
+
+def _cause(exc: BaseException) -> str:
+    """The innermost message, on one line (huggingface_hub wraps network errors)."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text[:200]

@@ -1,0 +1,240 @@
+"""The registry schema as an ordered list of small, named migrations, each applied once.
+
+`sqlite_utils.Migrations` records every applied migration (set "specreg") in the table
+`_sqlite_migrations` (name + applied_at) and runs each one inside a transaction together with
+that record. `Registry` runs `apply()` inside its own `BEGIN IMMEDIATE`, so two processes
+opening a fresh database at once cannot both apply the same migration.
+
+Adding a migration (other areas: the benchmark runs tables, ...):
+  1. append a function here, named `mNNN_what_it_does(db)`, decorated with `@migrations()`;
+     never edit or reorder one that has shipped — add another that alters;
+  2. use plain SQL (`db.execute("CREATE TABLE ...")`): explicit types, NOT NULL, foreign
+     keys and an index on every column that list views filter, join or sort on;
+  3. update `tests/test_registry_schema.py`, which pins every table and its columns.
+"""
+
+from __future__ import annotations
+
+from sqlite_utils import Database, Migrations
+
+migrations = Migrations("specreg")
+
+
+@migrations()
+def m001_artifacts(db: Database) -> None:
+    """Artifacts keyed by SHA-256, the paths (and stat cache) where each was seen."""
+    db.execute(
+        """
+        CREATE TABLE artifacts (
+            sha256 TEXT PRIMARY KEY CHECK (length(sha256) = 64),
+            size INTEGER NOT NULL,
+            name TEXT,
+            architecture TEXT,
+            file_type INTEGER,
+            file_type_name TEXT,
+            n_tokens INTEGER,
+            summary_json TEXT NOT NULL,
+            effective_license TEXT,
+            licence_source TEXT,
+            licence_conflict INTEGER NOT NULL DEFAULT 0,
+            licence_json TEXT NOT NULL,
+            repo TEXT,
+            revision TEXT,
+            filename TEXT,
+            provenance_source TEXT,
+            provenance_json TEXT NOT NULL DEFAULT '{}',
+            registered_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE INDEX idx_artifacts_repo ON artifacts (repo, revision)")
+    db.execute("CREATE INDEX idx_artifacts_registered_at ON artifacts (registered_at)")
+    db.execute(
+        """
+        CREATE TABLE artifact_paths (
+            id INTEGER PRIMARY KEY,
+            sha256 TEXT NOT NULL REFERENCES artifacts (sha256),
+            path TEXT NOT NULL UNIQUE,
+            device INTEGER NOT NULL,
+            inode INTEGER NOT NULL,
+            size INTEGER NOT NULL,
+            mtime_ns INTEGER NOT NULL,
+            hashed_at_ns INTEGER NOT NULL,
+            first_seen_at TEXT NOT NULL,
+            last_verified_at TEXT NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE INDEX idx_artifact_paths_sha256 ON artifact_paths (sha256)")
+    db.execute("CREATE INDEX idx_artifact_paths_inode ON artifact_paths (device, inode)")
+
+
+@migrations()
+def m002_pairs_verdicts(db: Database) -> None:
+    """Pairs (stable id, latest verdict denormalised for fast lists) and every verdict."""
+    db.execute(
+        """
+        CREATE TABLE pairs (
+            id INTEGER PRIMARY KEY,
+            target_sha256 TEXT NOT NULL REFERENCES artifacts (sha256),
+            draft_sha256 TEXT REFERENCES artifacts (sha256),
+            method TEXT NOT NULL,
+            rule_set TEXT NOT NULL,
+            admitted INTEGER NOT NULL,
+            strict INTEGER NOT NULL DEFAULT 0,
+            latest_verdict_id INTEGER,
+            n_verdicts INTEGER NOT NULL DEFAULT 0,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL
+        )
+        """
+    )
+    # NULL drafts (self-speculation) would be "distinct" in a plain UNIQUE; key them as ''.
+    db.execute(
+        "CREATE UNIQUE INDEX idx_pairs_identity ON pairs "
+        "(target_sha256, ifnull(draft_sha256, ''), method, rule_set)"
+    )
+    db.execute("CREATE INDEX idx_pairs_admitted ON pairs (admitted, id)")
+    db.execute("CREATE INDEX idx_pairs_draft ON pairs (draft_sha256)")
+    db.execute(
+        """
+        CREATE TABLE verdicts (
+            id INTEGER PRIMARY KEY,
+            pair_id INTEGER NOT NULL REFERENCES pairs (id),
+            admitted INTEGER NOT NULL,
+            strict INTEGER NOT NULL DEFAULT 0,
+            checks_json TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE INDEX idx_verdicts_pair ON verdicts (pair_id, id)")
+
+
+@migrations()
+def m003_bench_runs(db: Database) -> None:
+    """Benchmark runs (specreg/benchmark): run manifest, conditions, prompts, request rows, summaries.
+
+    Rows are written as they finish, one short transaction each, so a crash keeps them; a run
+    keeps the runner's pid and each condition its server's pid (with process start times) so the
+    next start can mark a killed run aborted and stop its orphaned server.
+    """
+    db.execute(
+        """
+        CREATE TABLE bench_runs (
+            run_id TEXT PRIMARY KEY,
+            pair_id INTEGER REFERENCES pairs (id),
+            status TEXT NOT NULL,
+            status_reason TEXT,
+            method TEXT NOT NULL,
+            target_sha256 TEXT NOT NULL,
+            draft_sha256 TEXT,
+            target_licence_json TEXT NOT NULL DEFAULT '{}',
+            draft_licence_json TEXT,
+            manifest_json TEXT,
+            runner_pid INTEGER,
+            runner_started REAL,
+            run_dir TEXT,
+            started_at TEXT NOT NULL,
+            finished_at TEXT
+        )
+        """
+    )
+    db.execute("CREATE INDEX idx_bench_runs_status ON bench_runs (status)")
+    db.execute("CREATE INDEX idx_bench_runs_keys ON bench_runs (target_sha256, draft_sha256)")
+    db.execute("CREATE INDEX idx_bench_runs_started ON bench_runs (started_at)")
+    db.execute("CREATE INDEX idx_bench_runs_pair ON bench_runs (pair_id)")
+    db.execute(
+        """
+        CREATE TABLE bench_conditions (
+            run_id TEXT NOT NULL REFERENCES bench_runs (run_id),
+            idx INTEGER NOT NULL,
+            name TEXT NOT NULL,
+            method TEXT NOT NULL,
+            status TEXT NOT NULL,
+            failure TEXT,
+            failure_lines_json TEXT NOT NULL DEFAULT '[]',
+            spec_json TEXT NOT NULL,
+            argv_json TEXT NOT NULL DEFAULT '[]',
+            port INTEGER,
+            server_pid INTEGER,
+            server_started REAL,
+            log_path TEXT,
+            log_tail TEXT,
+            metrics_before_json TEXT,
+            metrics_after_json TEXT,
+            counters_json TEXT,
+            memory_json TEXT,
+            started_at TEXT,
+            finished_at TEXT,
+            PRIMARY KEY (run_id, idx)
+        )
+        """
+    )
+    db.execute("CREATE INDEX idx_bench_conditions_status ON bench_conditions (status)")
+    db.execute(
+        """
+        CREATE TABLE bench_prompts (
+            run_id TEXT NOT NULL REFERENCES bench_runs (run_id),
+            prompt_id TEXT NOT NULL,
+            stratum TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            content_sha256 TEXT NOT NULL,
+            input_tokens INTEGER,
+            max_tokens INTEGER NOT NULL,
+            expect_json TEXT,
+            PRIMARY KEY (run_id, prompt_id)
+        )
+        """
+    )
+    db.execute(
+        """
+        CREATE TABLE bench_requests (
+            id INTEGER PRIMARY KEY,
+            run_id TEXT NOT NULL REFERENCES bench_runs (run_id),
+            condition_idx INTEGER NOT NULL,
+            condition TEXT NOT NULL,
+            prompt_id TEXT NOT NULL,
+            stratum TEXT NOT NULL,
+            repeat INTEGER NOT NULL,
+            started_at TEXT NOT NULL,
+            ok INTEGER NOT NULL,
+            error TEXT,
+            timed_out INTEGER NOT NULL DEFAULT 0,
+            ttft_ms REAL,
+            total_ms REAL,
+            tpot_ms REAL,
+            output_tokens INTEGER,
+            finish_reason TEXT,
+            prompt_ms REAL,
+            predicted_ms REAL,
+            draft_n INTEGER,
+            draft_n_accepted INTEGER,
+            cache_n INTEGER,
+            output_text TEXT,
+            output_ids_json TEXT,
+            output_sha256 TEXT,
+            matches_baseline INTEGER,
+            first_diff INTEGER,
+            diff_unit TEXT,
+            expect_ok INTEGER,
+            expect_detail TEXT
+        )
+        """
+    )
+    db.execute("CREATE INDEX idx_bench_requests_run ON bench_requests (run_id, condition_idx, prompt_id)")
+    db.execute(
+        """
+        CREATE TABLE bench_summaries (
+            run_id TEXT NOT NULL REFERENCES bench_runs (run_id),
+            condition TEXT NOT NULL,
+            stratum TEXT NOT NULL,
+            target_sha256 TEXT NOT NULL,
+            draft_sha256 TEXT,
+            summary_json TEXT NOT NULL,
+            PRIMARY KEY (run_id, condition, stratum)
+        )
+        """
+    )
+    db.execute("CREATE INDEX idx_bench_summaries_keys ON bench_summaries (target_sha256, draft_sha256)")

@@ -1,0 +1,238 @@
+"""Where a GGUF file came from and what licence it is under: local cache, model card, hub.
+
+Three ways in, one record out (`Provenance` + the model card's `LicenceSource`):
+- `local_facts` — the registry's hook on every registration: a file under a Hugging Face cache
+  names its repo, commit and filename, and the README.md of the same snapshot is its model card.
+  No network, ever; a path outside any cache costs a walk over its parents.
+- `fetch` — `hf_hub_download` at a commit resolved once, the bytes checked against the hub's LFS
+  SHA-256 for that commit, the card fetched at the same commit, then registered.
+- `verify` — the same check for a file already on disk (`register --verify`).
+Provenance.source says how much we know: "user" (flags only), "hf_cache" (the cache says so),
+"hub" (SHA-256 verified against the hub's metadata at that commit).
+A mismatch or any hub failure raises before the registry is touched: nothing half-registered.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from specreg.errors import HubError, UsageError
+from specreg.registry import licence
+from specreg.registry.hashing import sha256_with_bar
+from specreg.registry.hub import (
+    CARD_FILENAME,
+    HubSettings,
+    cached_card,
+    check_repo_id,
+    discard_cached,
+    hub_errors,
+    recognise_cached,
+)
+from specreg.schemas.registry import LicenceRecord, LicenceSource, Provenance
+
+if TYPE_CHECKING:
+    from specreg.registry.store import Registry
+    from specreg.schemas.registry import ArtifactRecord
+
+MAX_CARD_BYTES = 1 << 20  # a model card is text; a bigger README is not parsed (its YAML is untrusted)
+VERIFIED_KEY = "hub_verified"  # provenance extra written by fetch/verify, read back by local_facts
+_COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+def card_source(readme: str | Path) -> LicenceSource | None:
+    """The model card's YAML `license`, `license_name`, `license_link` (huggingface_hub's card
+    reader). No metadata, broken YAML or an oversized card give no source: the card is
+    untrusted text and must not stop a registration."""
+    from huggingface_hub import ModelCardData
+    from huggingface_hub.repocard import metadata_load
+
+    path = Path(readme)
+    try:
+        if path.stat().st_size > MAX_CARD_BYTES:
+            return None
+        meta = metadata_load(path)
+    except Exception:  # OSError, UnicodeDecodeError, yaml.YAMLError, ValueError: no statement at all
+        return None
+    if not isinstance(meta, dict):
+        return None
+    fields = {k: meta.get(k) for k in ("license", "license_name", "license_link")}
+    data = ModelCardData(ignore_metadata_errors=True, **fields)
+    if not (data.license or data.license_name or data.license_link):
+        return None
+    return LicenceSource(
+        source="model_card",
+        value=licence.normalise(data.license),
+        name=licence.text_field(data.license_name),
+        link=licence.text_field(data.license_link),
+    )
+
+
+def describe_licence(rec: LicenceRecord) -> str:
+    """One line for people: the effective licence, its source and, on conflict, every statement.
+
+    Built from untrusted values: print it through `safe()`.
+    """
+    if rec.effective is None:
+        return "unknown (no licence stated)"
+    line = f"{rec.effective} (from {rec.effective_source})"
+    if rec.conflict:
+        said = "; ".join(f"{s.source}: {s.value}" + (f" [{s.name}]" if s.name else "") for s in rec.sources if s.value)
+        line += f" - sources disagree: {said}"
+    return line
+
+
+def local_facts(
+    path: str | Path, *, repo: str | None = None, revision: str | None = None, extra: dict[str, Any] | None = None
+) -> tuple[Provenance, LicenceSource | None]:
+    """Provenance and model-card licence of a file about to be registered (the registry's hook).
+
+    A cached file's repo and commit come from the cache; `--repo` / `--revision` that contradict
+    them are a usage error rather than a silent override.
+    """
+    apath = os.path.abspath(path)
+    extra = dict(extra or {})
+    verified = extra.get(VERIFIED_KEY) or {}
+    cached = recognise_cached(apath)
+    card: Path | None = None
+    if cached is not None:
+        if repo and repo != cached.repo_id:
+            raise UsageError(f"{apath} is in the Hugging Face cache as {cached.repo_id}, not {repo}",
+                             hint="drop --repo; the cache knows where this file came from")
+        if revision and revision not in (cached.revision, *cached.refs):
+            raise UsageError(
+                f"{apath} is in the cache at commit {cached.revision[:12]}, which is not revision {revision!r}",
+                hint="drop --revision, or fetch that revision (specreg fetch)",
+            )
+        extra["hf_cache"] = {"cache_dir": str(cached.cache_dir), "repo_type": cached.repo_type,
+                             "refs": list(cached.refs)}
+        prov = Provenance(repo=cached.repo_id, revision=cached.revision, filename=cached.filename,
+                          source="hf_cache", extra=extra)
+        card = cached.card_path
+    else:
+        prov = Provenance(repo=repo, revision=revision, filename=os.path.basename(apath),
+                          source="user" if (repo or revision) else None, extra=extra)
+        if repo and revision and _COMMIT.fullmatch(revision):  # only a commit pins the card's text
+            card = cached_card(repo, revision, HubSettings.from_env().cache_dir)
+    if verified:
+        prov = prov.model_copy(update={"source": "hub", "filename": verified.get("filename", prov.filename)})
+    return prov, (card_source(card) if card is not None else None)
+
+
+# -- the hub ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HubFile:
+    """What the hub says about one LFS file at one commit."""
+
+    repo_id: str
+    requested_revision: str | None
+    commit: str
+    filename: str
+    sha256: str
+    size: int
+    endpoint: str
+
+
+def _hub_file(settings: HubSettings, repo: str, revision: str | None, filename: str | None,
+              local_sha256: str | None = None) -> HubFile:
+    """Resolve `revision` to a commit (caching the ref like huggingface_hub does) and read the
+    LFS SHA-256 of `filename` there; with only `local_sha256`, find the file that has it."""
+    from huggingface_hub import HfApi
+
+    api = HfApi(endpoint=settings.endpoint)
+    with hub_errors(settings, repo, revision, filename):
+        commit = api.resolve_revision(repo, revision=revision, cache_dir=settings.cache_dir).resolved
+        info = api.model_info(repo, revision=commit, files_metadata=True)
+    lfs = {s.rfilename: s.lfs for s in info.siblings or [] if s.lfs is not None}
+    plain = {s.rfilename for s in info.siblings or []}
+    name = filename
+    if name is None or (name not in plain and local_sha256):
+        name = next((n for n, l in sorted(lfs.items()) if l.sha256 == local_sha256), name)
+    where = f"{repo}@{commit[:12]}"
+    if name is None or name not in plain:
+        hint = "pass the file's name in the repo" if name is None else "names are case-sensitive; see the repo's files"
+        raise HubError(f"{where}: no file {name or 'with this SHA-256'} in the repo at that revision", hint=hint)
+    if name not in lfs:
+        raise HubError(f"{where}/{name}: the hub lists no LFS SHA-256 for this file, so it cannot be verified",
+                       hint="GGUF files on the hub are stored with LFS; is this the right file?")
+    return HubFile(repo, revision, commit, name, lfs[name].sha256, lfs[name].size, settings.endpoint)
+
+
+def _verified_extra(hf: HubFile, how: str) -> dict[str, Any]:
+    facts = asdict(hf) | {"how": how, "verified_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    return {VERIFIED_KEY: facts}
+
+
+def _download_card(settings: HubSettings, hf: HubFile) -> None:
+    """Put the model card of that very commit into the cache (absent card: fine, no statement)."""
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import RemoteEntryNotFoundError
+
+    with hub_errors(settings, hf.repo_id, hf.commit, CARD_FILENAME):
+        try:
+            hf_hub_download(hf.repo_id, CARD_FILENAME, revision=hf.commit, cache_dir=settings.cache_dir,
+                            endpoint=settings.endpoint)
+        except RemoteEntryNotFoundError:
+            pass
+
+
+def fetch(registry: Registry, repo: str, filename: str, *, revision: str | None = None,
+          license: str | None = None, settings: HubSettings | None = None) -> tuple[ArtifactRecord, Path]:
+    """Download REPO/FILENAME at a pinned commit, verify it against the hub's LFS SHA-256,
+    read the card of the same commit, then register it with all of that. Returns the record
+    and the file's path in the Hugging Face cache."""
+    from huggingface_hub import hf_hub_download
+
+    s = settings or HubSettings.from_env()
+    s.require_online("specreg fetch")
+    check_repo_id(repo)
+    hf = _hub_file(s, repo, revision, filename)
+    with hub_errors(s, repo, hf.commit, filename):
+        path = Path(hf_hub_download(repo, hf.filename, revision=hf.commit, cache_dir=s.cache_dir, endpoint=s.endpoint))
+    actual, _ = sha256_with_bar(path)
+    if actual != hf.sha256:
+        discard_cached(path)
+        raise HubError(
+            f"{repo}@{hf.commit[:12]}/{hf.filename}: downloaded bytes have SHA-256 {actual[:16]}..., the hub says "
+            f"{hf.sha256[:16]}...; removed from the cache, nothing registered",
+            hint="a proxy or mirror altered the file; check HF_ENDPOINT and try again",
+        )
+    _download_card(s, hf)
+    return registry.add_artifact(path, license=license, provenance_extra=_verified_extra(hf, "fetch")), path
+
+
+def verify(registry: Registry, path: str | Path, *, repo: str | None = None, revision: str | None = None,
+           license: str | None = None, settings: HubSettings | None = None) -> ArtifactRecord:
+    """Check a file on disk against the hub's LFS SHA-256 at REPO@REVISION, then register it.
+
+    A file in the HF cache is checked at its snapshot's commit under its repo filename; any other
+    file under its own name, else under whichever file at that commit has its SHA-256.
+    """
+    s = settings or HubSettings.from_env()
+    local_facts(path, repo=repo, revision=revision)  # flags that contradict the cache fail here
+    cached = recognise_cached(path)
+    if cached is not None:
+        repo, revision, name = cached.repo_id, cached.revision, cached.filename
+    elif not repo:
+        raise UsageError(f"{path}: --verify needs --repo ORG/NAME (the file is not in a Hugging Face cache)")
+    else:
+        name = os.path.basename(path)
+    s.require_online("register --verify")
+    check_repo_id(repo)
+    actual, _ = sha256_with_bar(path)
+    hf = _hub_file(s, repo, revision, name, local_sha256=actual)
+    if actual != hf.sha256:
+        raise HubError(
+            f"{path}: SHA-256 {actual[:16]}... does not match {repo}@{hf.commit[:12]}/{hf.filename} on the hub "
+            f"({hf.sha256[:16]}...); nothing registered",
+            hint="the file differs from the hub's; re-download it (specreg fetch) or check --repo/--revision",
+        )
+    _download_card(s, hf)
+    pinned = {} if cached else {"repo": repo, "revision": hf.commit}
+    return registry.add_artifact(path, license=license, provenance_extra=_verified_extra(hf, "verify"), **pinned)

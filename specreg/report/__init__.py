@@ -1,0 +1,65 @@
+"""Audit and run reports, chosen by the file suffix: `.md` (SVGs beside it) or `.html` (one file)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specreg.errors import UsageError
+from specreg.registry.atomic import write_atomic
+from specreg.schemas.audit import AuditReport, RunDigest
+
+SUFFIXES = {".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html"}
+
+
+def _kind(path: Path) -> str:
+    kind = SUFFIXES.get(path.suffix.lower())
+    if kind is None:
+        raise UsageError(f"--report {path}: the file name must end in .md or .html")
+    return kind
+
+
+def check_report_path(path: str | Path) -> tuple[Path, str]:
+    """The report path and its kind; a bad suffix or a missing folder is a UsageError."""
+    p = Path(path)
+    kind = _kind(p)
+    if not p.parent.is_dir():
+        raise UsageError(f"--report {p}: folder {p.parent} does not exist")
+    return p, kind
+
+
+def write_audit_report(path: str | Path, report: AuditReport) -> list[Path]:
+    """Write the audit report; returns every file written (the report, then any SVGs)."""
+    from specreg.report import html, markdown, plots
+
+    p, kind = check_report_path(path)
+    conc = report.policy.speed.concurrency
+    drawn = {r.run_id: plots.run_plots(r, conc, report.policy.speed.min_speedup) for r in report.runs}
+    if kind == "html":
+        write_atomic(p, html.render_audit(report, drawn))
+        return [p]
+    written = []
+    for run_id, svgs in drawn.items():
+        for name, svg in svgs.items():
+            f = p.with_name(f"{p.stem}-{markdown.slug(run_id)}-{name}.svg")
+            write_atomic(f, svg)
+            written.append(f)
+    write_atomic(p, markdown.render_audit(report, drawn, f"{p.stem}-"))
+    return [p, *written]
+
+
+def write_run_report(path: str | Path, run: RunDigest) -> list[Path]:
+    """Write a report for one benchmark run; returns every file written."""
+    from specreg.report import html, markdown, plots
+
+    p, kind = check_report_path(path)
+    svgs = plots.run_plots(run)
+    if kind == "html":
+        write_atomic(p, html.render_run(run, svgs))
+        return [p]
+    written = []
+    for name, svg in svgs.items():
+        f = p.with_name(f"{p.stem}-{name}.svg")
+        write_atomic(f, svg)
+        written.append(f)
+    write_atomic(p, markdown.render_run(run, svgs, f"{p.stem}-"))
+    return [p, *written]

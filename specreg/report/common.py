@@ -1,0 +1,80 @@
+"""Formatting shared by the Markdown and HTML reports (numbers, commands, table rows)."""
+
+from __future__ import annotations
+
+import shlex
+
+from specreg.schemas.audit import GATES, AuditReport, PairAudit, RunDigest, StratumRow
+
+
+def num(value: float | None, fmt: str = ".2f", none: str = "–") -> str:
+    """A number for a table cell; None stays visibly absent (never 0)."""
+    return none if value is None else format(value, fmt)
+
+
+def pct(value: float | None) -> str:
+    return "–" if value is None else f"{value * 100:.1f}%"
+
+
+def spread(row: StratumRow) -> str:
+    if row.speedup is None:
+        return "–"
+    if row.speedup_p5 is None or row.speedup_p95 is None:
+        return f"{row.speedup:.2f}"
+    return f"{row.speedup:.2f} ({row.speedup_p5:.2f}–{row.speedup_p95:.2f})"
+
+
+def command(argv: list[str] | None) -> str:
+    return shlex.join(argv) if argv else "(not recorded)"
+
+
+def short(sha: str | None) -> str:
+    return sha[:12] if sha else "–"
+
+
+def pair_title(p: PairAudit) -> str:
+    target = p.target_name or short(p.target_sha256)
+    draft = p.draft_name or short(p.draft_sha256) if p.draft_sha256 else "(self)"
+    return f"pair {p.pair_id}: {p.method} {target} ← {draft}"
+
+
+def gate_cells(p: PairAudit) -> list[tuple[str, bool | None]]:
+    """(text, passed) per gate in the fixed order; None when the gate was not evaluated."""
+    out: list[tuple[str, bool | None]] = []
+    for name in GATES:
+        g = p.gate(name)
+        out.append(("–", None) if g is None else ("pass" if g.passed else "FAIL", g.passed))
+    return out
+
+
+STRATUM_HEADERS = (
+    "condition", "stratum", "conc.", "n", "reps", "median ms", "p95 ms", "TTFT ms", "TPOT ms",
+    "acceptance", "speed-up (p5–p95)", "errors", "timeouts", "equivalent",
+)
+
+
+def stratum_cells(r: StratumRow) -> list[str]:
+    return [
+        r.condition, r.stratum, str(r.concurrency), str(r.n_requests), str(r.n_repetitions),
+        num(r.median_total_ms, ".1f"), num(r.p95_total_ms, ".1f"), num(r.median_ttft_ms, ".1f"),
+        num(r.median_tpot_ms, ".2f"), pct(r.acceptance), spread(r), str(r.errors), str(r.timeouts),
+        f"{r.equivalent}/{r.compared}",
+    ]
+
+
+CONDITION_HEADERS = ("condition", "spec type", "status", "peak RAM MiB", "extra RAM MiB",
+                     "peak VRAM MiB", "acceptance", "command")
+
+
+def condition_cells(run: RunDigest) -> list[list[str]]:
+    rows = []
+    for c in run.conditions:
+        status = c.status if not c.failure else f"{c.status}: {c.failure}"
+        rows.append([c.label, c.spec_type, status, num(c.peak_ram_mib, ".0f"),
+                     num(c.extra_ram_mib, "+.0f"), num(c.peak_vram_mib, ".0f"), pct(c.acceptance),
+                     command(c.command)])
+    return rows
+
+
+def verdict_word(report: AuditReport) -> str:
+    return "PASS" if report.passed else "FAIL"

@@ -1,0 +1,106 @@
+"""Markdown reports: tables people can paste into a review, plots as SVG files beside the .md.
+
+Every untrusted string (model names, paths, licences, messages that quote them) is
+HTML-escaped and has its pipes escaped, so a hostile name can neither inject HTML into a
+rendered page nor break a table. Commands go into code fences longer than any backtick run
+they contain.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from datetime import datetime
+
+from specreg.report import common
+from specreg.schemas.audit import GATES, AuditReport, RunDigest
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def esc(text: object) -> str:
+    """Inert Markdown table text: HTML-escaped, pipes and newlines neutralised."""
+    s = _CONTROL.sub(" ", "" if text is None else str(text))
+    return html.escape(s).replace("|", "\\|").replace("`", "&#96;")
+
+
+def _table(headers: tuple[str, ...] | list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(esc(h) for h in headers) + " |", "|" + "---|" * len(headers)]
+    out += ["| " + " | ".join(esc(c) for c in row) + " |" for row in rows]
+    return out
+
+
+def _fence(text: str) -> list[str]:
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence + "sh", _CONTROL.sub(" ", text), fence]
+
+
+def _images(plots: dict[str, str], prefix: str) -> list[str]:
+    titles = {"acceptance": "Acceptance by draft position", "speedup": "Speed-up per stratum",
+              "memory": "Peak memory per condition"}
+    return [f"![{titles.get(name, name)}]({prefix}{name}.svg)\n" for name in plots]
+
+
+def run_section(run: RunDigest, plot_names: dict[str, str], image_prefix: str, level: int = 2) -> list[str]:
+    """One run: manifest line, conditions, per-stratum table, plot images."""
+    h = "#" * level
+    out = [f"{h} Run {esc(run.run_id)} — {esc(run.status)}", ""]
+    out.append(f"Target {esc(run.target_name or common.short(run.target_sha256))} "
+               f"(`{esc(common.short(run.target_sha256))}`), workload {esc(run.workload or '–')}, "
+               f"runtime {esc(run.runtime or '–')}, hardware {esc(run.hardware or '–')}, "
+               f"{run.repetitions} repetition(s).")
+    out += ["", f"{h}# Conditions", ""]
+    out += _table(common.CONDITION_HEADERS[:-1], [c[:-1] for c in common.condition_cells(run)])
+    for c in run.conditions:
+        out += ["", f"`{esc(c.label)}`:", *_fence(common.command(c.command))]
+    out += ["", f"{h}# Per stratum", ""]
+    out += _table(common.STRATUM_HEADERS, [common.stratum_cells(r) for r in run.strata])
+    out += [""] + _images(plot_names, image_prefix)
+    return out
+
+
+def render_run(run: RunDigest, plots: dict[str, str], image_prefix: str) -> str:
+    """A single benchmark run (`specreg runs show RUN --report x.md`)."""
+    lines = [f"# specreg run {esc(run.run_id)}", ""]
+    lines += run_section(run, plots, image_prefix)
+    return "\n".join(lines) + "\n"
+
+
+def render_audit(report: AuditReport, plots: dict[str, dict[str, str]], image_prefix: str) -> str:
+    """The audit: verdict table, decisions per stratum, gates with evidence, rollback, runs."""
+    when = report.created_at.strftime("%Y-%m-%d %H:%M:%S %Z") if isinstance(report.created_at, datetime) else ""
+    lines = [f"# specreg audit — {common.verdict_word(report)}", "",
+             f"{when}; policy: {esc(report.policy_source)}; rule set {esc(report.rule_set or '–')}; "
+             f"integrity by {'full re-hash' if report.rehash else 'stat cache'}.", ""]
+    lines += [f"- {esc(n)}" for n in report.notes]
+    lines += ["", "## Verdict", ""]
+    rows = []
+    for p in report.pairs:
+        rows.append([str(p.pair_id), p.method, p.target_name or common.short(p.target_sha256),
+                     (p.draft_name or common.short(p.draft_sha256)) if p.draft_sha256 else "(self)",
+                     *[t for t, _ in common.gate_cells(p)], "PASS" if p.passed else "FAIL"])
+    lines += _table(["pair", "method", "target", "draft", *GATES, "result"], rows)
+    lines += ["", "## Decisions per stratum", ""]
+    lines += _table(["target", "stratum", "deploy", "speed-up", "run", "why"], [
+        [d.target_name or common.short(d.target_sha256), d.stratum, d.choice,
+         common.num(d.speedup), d.run_id or "–",
+         "; ".join(f"pair {c.pair_id}: {c.reason}" for c in d.candidates) or "no candidates"]
+        for d in report.decisions])
+    lines += ["", "## Pairs", ""]
+    for p in report.pairs:
+        lines += [f"### {esc(common.pair_title(p))} — {'PASS' if p.passed else 'FAIL'}", ""]
+        lines += [f"- **{g.gate}**: {'pass' if g.passed else 'FAIL'} — {esc(g.message)}" for g in p.gates]
+        lines += ["", "Rollback (baseline, `--spec-type none`):", *_fence(common.command(p.rollback_command))]
+        if p.speculative_command:
+            lines += ["", "Speculative condition:", *_fence(common.command(p.speculative_command))]
+        lines.append("")
+    for run in report.runs:
+        lines += run_section(run, plots.get(run.run_id, {}), f"{image_prefix}{slug(run.run_id)}-")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def slug(text: str) -> str:
+    """A run id as a safe file-name part."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)[:40]

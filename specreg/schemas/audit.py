@@ -1,0 +1,230 @@
+"""The audit's vocabulary: the user's policy, gate results, per-stratum decisions, run digests.
+
+A policy is user-written config, so every model here that a TOML file fills forbids extra keys
+(a typo must be an error, never a silently ignored setting). Defaults are the safe ones: a
+speed-up that is not measurably real, a changed output or an unknown licence fails.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+GateName = Literal[
+    "integrity", "verdict", "evidence", "equivalence", "speed", "memory", "licence", "rollback"
+]
+GATES: tuple[str, ...] = (
+    "integrity", "verdict", "evidence", "equivalence", "speed", "memory", "licence", "rollback"
+)
+NO_SPECULATION = "none"  # the per-stratum decision when no condition passes every gate
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EvidencePolicy(_Strict):
+    """Which benchmark run counts as evidence for a pair."""
+
+    runtime: str | None = None  # substring of the run's runtime identity; None: newest run (stated)
+    hardware: str | None = None  # substring of the run's hardware identity (CPU / GPU model)
+    min_repetitions: int = Field(default=2, ge=1)  # medians of one repetition prove nothing
+
+
+class SpeedPolicy(_Strict):
+    """Speed-up and tail-latency thresholds, judged on medians of repetitions."""
+
+    min_speedup: float = Field(default=1.05, ge=0)
+    concurrency: int | None = Field(default=None, ge=1)  # None: the run's (lowest) concurrency
+    required_strata: list[str] = Field(default_factory=list)  # empty: every measured stratum
+    p95_tolerance_pct: float = Field(default=10.0, ge=0)  # spec p95 may exceed baseline's by this
+    max_extra_errors: int = Field(default=0, ge=0)
+    max_extra_timeouts: int = Field(default=0, ge=0)
+
+
+class QualityPolicy(_Strict):
+    """Output equivalence (greedy) or the prompt's own `expect` check."""
+
+    require_equivalence: bool = True
+    required_prompts: list[str] = Field(default_factory=list)  # empty: every prompt of the run
+
+
+class MemoryPolicy(_Strict):
+    """Extra peak memory of the speculative server over the baseline's; None disables a limit."""
+
+    max_extra_ram_mib: float | None = Field(default=None, ge=0)
+    max_extra_ram_pct: float | None = Field(default=10.0, ge=0)  # % of the host's total RAM
+    max_extra_vram_mib: float | None = Field(default=None, ge=0)
+    max_extra_vram_pct: float | None = Field(default=10.0, ge=0)  # % of total VRAM
+
+
+class LicencePolicy(_Strict):
+    """Licence identifiers (case-insensitive) and provenance pinning."""
+
+    allow: list[str] = Field(default_factory=list)  # empty: any licence not denied
+    deny: list[str] = Field(default_factory=list)
+    unknown: Literal["fail", "pass"] = "fail"
+    conflict: Literal["fail", "pass"] = "fail"  # sources (user, model card, GGUF) disagree
+    require_revision: bool = True  # a hub revision pinned in the provenance record
+
+
+class Policy(_Strict):
+    """A deployment policy as written in TOML; `Policy()` is the safe built-in default."""
+
+    name: str | None = None
+    evidence: EvidencePolicy = Field(default_factory=EvidencePolicy)
+    speed: SpeedPolicy = Field(default_factory=SpeedPolicy)
+    quality: QualityPolicy = Field(default_factory=QualityPolicy)
+    memory: MemoryPolicy = Field(default_factory=MemoryPolicy)
+    licence: LicencePolicy = Field(default_factory=LicencePolicy)
+
+
+# ---- run digests: what reports and gates read from a benchmark run ------------------------
+
+
+class StratumRow(BaseModel):
+    """One condition x stratum of a run, with the baseline comparison already made."""
+
+    condition: str
+    stratum: str
+    concurrency: int = 1
+    n_requests: int = 0
+    n_repetitions: int = 0
+    median_total_ms: float | None = None
+    p95_total_ms: float | None = None
+    median_ttft_ms: float | None = None
+    median_tpot_ms: float | None = None
+    acceptance: float | None = None  # None when nothing was drafted (never 0)
+    speedup: float | None = None  # baseline median total / this median total
+    speedup_p5: float | None = None
+    speedup_p95: float | None = None
+    errors: int = 0
+    timeouts: int = 0
+    equivalent: int = 0  # requests whose output matched the baseline / passed `expect`
+    compared: int = 0  # requests that could be compared
+    prompts: list[str] = Field(default_factory=list)  # prompt ids measured in this stratum
+    failed_prompts: list[str] = Field(default_factory=list)  # prompt ids that broke equivalence
+
+
+class ConditionDigest(BaseModel):
+    """One server condition of a run: what ran, how it ended, what it cost."""
+
+    label: str
+    spec_type: str
+    target_sha256: str | None = None
+    draft_sha256: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    status: str = "ok"  # the runner's condition status: ok / failed / cancelled / ...
+    failure: str | None = None
+    command: list[str] = Field(default_factory=list)
+    peak_ram_mib: float | None = None
+    peak_vram_mib: float | None = None
+    extra_ram_mib: float | None = None  # over the baseline condition
+    extra_vram_mib: float | None = None
+    acceptance: float | None = None
+    acceptance_by_position: list[float | None] = Field(default_factory=list)
+
+    @property
+    def is_baseline(self) -> bool:
+        return self.spec_type == "none"
+
+
+class RunDigest(BaseModel):
+    """A benchmark run reduced to what the audit and the reports need."""
+
+    run_id: str
+    status: str
+    created_at: datetime | None = None
+    runtime: str | None = None
+    hardware: str | None = None
+    total_ram_mib: float | None = None
+    total_vram_mib: float | None = None
+    target_sha256: str | None = None
+    target_name: str | None = None
+    workload: str | None = None
+    repetitions: int = 0
+    conditions: list[ConditionDigest] = Field(default_factory=list)
+    strata: list[StratumRow] = Field(default_factory=list)
+
+    def baseline(self) -> ConditionDigest | None:
+        return next((c for c in self.conditions if c.is_baseline), None)
+
+    def rows(self, condition: str) -> list[StratumRow]:
+        return [r for r in self.strata if r.condition == condition]
+
+
+# ---- audit results -------------------------------------------------------------------------
+
+
+class GateResult(BaseModel):
+    """One gate for one pair: passed or not, why, and the numbers it looked at."""
+
+    gate: GateName
+    passed: bool
+    message: str
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    strata: dict[str, bool] = Field(default_factory=dict)  # per-stratum outcome where it applies
+
+
+class PairAudit(BaseModel):
+    """Every gate for one registered pair; `passed` iff every gate passed."""
+
+    pair_id: int
+    method: str
+    target_sha256: str
+    draft_sha256: str | None = None
+    target_name: str | None = None
+    draft_name: str | None = None
+    passed: bool
+    gates: list[GateResult]
+    run_id: str | None = None
+    condition: str | None = None
+    rollback_command: list[str] | None = None
+    speculative_command: list[str] | None = None
+
+    def gate(self, name: str) -> GateResult | None:
+        return next((g for g in self.gates if g.gate == name), None)
+
+    @property
+    def failed_gates(self) -> list[str]:
+        return [g.gate for g in self.gates if not g.passed]
+
+
+class Candidate(BaseModel):
+    """One pair considered for one stratum, and why it did or did not win."""
+
+    pair_id: int
+    condition: str | None = None
+    speedup: float | None = None
+    eligible: bool
+    reason: str
+
+
+class StratumDecision(BaseModel):
+    """Per workload: the passing condition with the best speed-up, or "none"."""
+
+    target_sha256: str
+    target_name: str | None = None
+    stratum: str
+    choice: str = NO_SPECULATION
+    pair_id: int | None = None
+    speedup: float | None = None
+    run_id: str | None = None
+    candidates: list[Candidate] = Field(default_factory=list)
+
+
+class AuditReport(BaseModel):
+    """The whole audit: policy used, every pair's gates, decisions and the runs they read."""
+
+    created_at: datetime
+    policy: Policy
+    policy_source: str  # a file path, or "built-in defaults"
+    rule_set: str | None = None
+    rehash: bool = False
+    passed: bool
+    pairs: list[PairAudit]
+    decisions: list[StratumDecision] = Field(default_factory=list)
+    runs: list[RunDigest] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)

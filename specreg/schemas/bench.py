@@ -1,0 +1,361 @@
+"""Benchmark records: workloads, conditions, request rows, the run manifest and summaries.
+
+A run is keyed by the target SHA-256 and the draft SHA-256 (None for self-speculation) and
+embeds the settings and runtime it came from (PROTOCOL §1). Undefined numbers stay None:
+acceptance with zero drafted tokens is undefined, not 0; an absent GPU is absent, not 0 bytes.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
+
+RunStatus = Literal["running", "complete", "incomplete", "cancelled", "aborted", "failed"]
+ConditionStatus = Literal["pending", "running", "ok", "failed", "cancelled", "aborted", "skipped"]
+BASELINE = "none"
+ALL_STRATA = "all"
+
+
+# ---- workloads (user-written: extra="forbid") ------------------------------------------------
+
+
+class ChatMessage(BaseModel):
+    """One chat turn of a `messages` prompt."""
+
+    model_config = ConfigDict(extra="forbid")
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class Expect(BaseModel):
+    """An optional output check: exactly one of exact text, a regex, or a JSON schema."""
+
+    model_config = ConfigDict(extra="forbid")
+    exact: str | None = None
+    regex: str | None = None
+    json_schema: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> "Expect":
+        given = [k for k in ("exact", "regex", "json_schema") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of exact, regex, json_schema")
+        return self
+
+
+class WorkloadItem(BaseModel):
+    """One line of a workload JSONL file."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(min_length=1, max_length=200)
+    stratum: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,39}$")
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = Field(default=None, min_length=1)
+    max_tokens: int = Field(default=32, ge=1, le=65536)
+    expect: Expect | None = None
+
+    @model_validator(mode="after")
+    def _prompt_or_messages(self) -> "WorkloadItem":
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("give exactly one of prompt, messages")
+        return self
+
+
+class PromptInfo(BaseModel):
+    """A workload item as run: its content hash and its input token count on this server."""
+
+    id: str
+    stratum: str
+    kind: Literal["prompt", "messages"]
+    content_sha256: str
+    input_tokens: int | None = None
+    max_tokens: int
+    expect: Expect | None = None
+
+
+# ---- conditions ------------------------------------------------------------------------------
+
+
+class ConditionSpec(BaseModel):
+    """One server configuration of a run; `params` holds only values the user set (else build defaults)."""
+
+    name: str
+    method: str  # "none" or a --spec-type name
+    draft_path: str | None = None
+    draft_sha256: str | None = None
+    draft_n_max: int | None = None
+    draft_n_min: int | None = None
+    params: dict[str, int] = Field(default_factory=dict)  # llama-server flag -> value
+
+
+class SpecCounters(BaseModel):
+    """`llamacpp:spec_decode_*` deltas over one condition."""
+
+    drafted: int
+    accepted: int
+    steps: int
+    per_position: dict[int, int] = Field(default_factory=dict)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def mean_accepted_per_step(self) -> float | None:
+        return self.accepted / self.steps if self.steps else None
+
+
+class GpuDevice(BaseModel):
+    """One NVIDIA GPU as NVML reports it, with the peaks seen during a condition."""
+
+    index: int
+    name: str
+    memory_total_bytes: int | None = None
+    temperature_c_max: int | None = None
+    sm_clock_mhz_min: int | None = None
+    mem_clock_mhz_min: int | None = None
+
+
+class GpuObservation(BaseModel):
+    """GPU facts; `present=False` with a reason when there is no NVIDIA GPU (never zeros)."""
+
+    present: bool
+    reason: str | None = None
+    driver: str | None = None
+    devices: list[GpuDevice] = Field(default_factory=list)
+    peak_vram_bytes: int | None = None
+    peak_vram_by_pid: dict[int, int] = Field(default_factory=dict)
+
+
+class MemoryObservation(BaseModel):
+    """Peak resident memory of the server process tree and the GPU view."""
+
+    peak_rss_bytes: int | None = None
+    samples: int = 0
+    gpu: GpuObservation
+
+
+class ConditionRun(BaseModel):
+    """What happened to one condition: the server, its log, counters and memory."""
+
+    idx: int
+    spec: ConditionSpec
+    status: ConditionStatus = "pending"
+    failure: str | None = None
+    failure_lines: list[str] = Field(default_factory=list)
+    argv: list[str] = Field(default_factory=list)
+    port: int | None = None
+    server_pid: int | None = None
+    log_path: str | None = None
+    log_tail: str | None = None
+    metrics_before: dict[str, float] | None = None
+    metrics_after: dict[str, float] | None = None
+    counters: SpecCounters | None = None
+    memory: MemoryObservation | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+# ---- requests --------------------------------------------------------------------------------
+
+
+class RequestRow(BaseModel):
+    """One measured request (warm-up requests are not stored)."""
+
+    condition_idx: int
+    condition: str
+    prompt_id: str
+    stratum: str
+    repeat: int
+    started_at: datetime
+    ok: bool
+    error: str | None = None
+    timed_out: bool = False
+    ttft_ms: float | None = None
+    total_ms: float | None = None
+    tpot_ms: float | None = None
+    output_tokens: int | None = None
+    finish_reason: str | None = None
+    prompt_ms: float | None = None
+    predicted_ms: float | None = None
+    draft_n: int | None = None
+    draft_n_accepted: int | None = None
+    cache_n: int | None = None
+    output_text: str | None = None
+    output_ids: list[int] | None = None
+    output_sha256: str | None = None
+    matches_baseline: bool | None = None
+    first_diff: int | None = None
+    diff_unit: Literal["token", "char"] | None = None
+    expect_ok: bool | None = None
+    expect_detail: str | None = None
+
+
+# ---- manifest (PROTOCOL §1) ------------------------------------------------------------------
+
+
+class RuntimeInfo(BaseModel):
+    """The server program: bundled xllamacpp or a user's llama-server binary."""
+
+    kind: Literal["bundled", "external"]
+    path: str
+    sha256: str | None = None
+    version_text: str
+    xllamacpp_version: str | None = None
+    build_info: dict[str, Any] = Field(default_factory=dict)
+    spec_defaults: dict[str, int] = Field(default_factory=dict)
+
+
+class ArtifactRef(BaseModel):
+    """A model file as it was when the run started (licence record included)."""
+
+    sha256: str
+    path: str
+    size: int | None = None
+    repo: str | None = None
+    revision: str | None = None
+    file_type: str | None = None
+    tokenizer_model: str | None = None
+    tokenizer_pre: str | None = None
+    chat_template_sha256: str | None = None
+    licence: dict[str, Any] = Field(default_factory=dict)
+
+
+class DraftInfo(BaseModel):
+    """The speculation under test: the admitted method, the draft artifact (if any), the verdict."""
+
+    method: str
+    artifact: ArtifactRef | None = None
+    pair_id: int | None = None
+    rule_set: str | None = None
+    compatibility: list[dict[str, Any]] = Field(default_factory=list)
+    draft_n_max: int | None = None
+    draft_n_min: int | None = None
+
+
+class HardwareInfo(BaseModel):
+    """The machine: CPU, RAM, GPU (absent with a reason), load when the run started."""
+
+    cpu_model: str | None = None
+    logical_cores: int | None = None
+    physical_cores: int | None = None
+    ram_bytes: int | None = None
+    load_avg_1m: float | None = None
+    platform: str
+    gpu: GpuObservation
+    placement: str  # "cpu" or "gpu (ngl=…)"
+
+
+class RequestSettings(BaseModel):
+    """How requests were made."""
+
+    workload: str
+    workload_sha256: str
+    temperature: float = 0.0
+    seed: int
+    top_k: int | None = None
+    top_p: float | None = None
+    max_tokens_override: int | None = None
+    concurrency: int = 1
+    cache_prompt: bool = False
+    stop: list[str] = Field(default_factory=list)
+
+
+class ObservationSettings(BaseModel):
+    """How the run observed: warm-up, repetitions, deadlines, the client clock."""
+
+    mode: Literal["warm", "cold"] = "warm"
+    warmup_requests: int = 1
+    repeat: int = 1
+    start_timeout_s: float
+    request_timeout_s: float
+    run_timeout_s: float
+    client_clock: str = "time.perf_counter (monotonic)"
+    threads: int | None = None
+    ctx_size: int
+
+
+class RunManifest(BaseModel):
+    """PROTOCOL §1: runtime, target, draft, hardware, request, observation."""
+
+    runtime: RuntimeInfo
+    target: ArtifactRef
+    draft: DraftInfo
+    hardware: HardwareInfo
+    request: RequestSettings
+    observation: ObservationSettings
+
+
+# ---- results ---------------------------------------------------------------------------------
+
+
+class Stat(BaseModel):
+    """Median and p95 of one quantity over the successful requests."""
+
+    p50: float | None = None
+    p95: float | None = None
+
+
+class ConditionSummary(BaseModel):
+    """One condition over one stratum (or `all`): the comparison table's row."""
+
+    condition: str
+    method: str
+    stratum: str
+    status: ConditionStatus
+    n_requests: int = 0
+    n_ok: int = 0
+    n_errors: int = 0
+    n_timeouts: int = 0
+    total_ms: Stat = Field(default_factory=Stat)
+    ttft_ms: Stat = Field(default_factory=Stat)
+    tpot_ms: Stat = Field(default_factory=Stat)
+    decode_tps: float | None = None
+    output_tokens: int = 0
+    drafted: int | None = None
+    accepted: int | None = None
+    acceptance: float | None = None
+    mean_accepted_per_step: float | None = None
+    speedup: float | None = None
+    peak_rss_bytes: int | None = None
+    rss_overhead_bytes: int | None = None
+    peak_vram_bytes: int | None = None
+    vram_overhead_bytes: int | None = None
+    n_compared: int = 0
+    n_equal: int = 0
+    first_mismatch: str | None = None  # "prompt_id#repeat @ token 7"
+    n_expect_checked: int = 0
+    n_expect_failed: int = 0
+
+
+class RunInfo(BaseModel):
+    """A run's row in `specreg runs`."""
+
+    run_id: str
+    pair_id: int | None = None
+    status: RunStatus
+    status_reason: str | None = None
+    method: str
+    target_sha256: str
+    draft_sha256: str | None = None
+    started_at: datetime
+    finished_at: datetime | None = None
+    runner_pid: int | None = None
+    run_dir: str | None = None
+    n_conditions: int = 0
+    n_requests: int = 0
+
+
+class BenchRun(BaseModel):
+    """Everything stored about one run: what `runs show` prints and reports are built from."""
+
+    info: RunInfo
+    manifest: RunManifest | None = None
+    prompts: list[PromptInfo] = Field(default_factory=list)
+    conditions: list[ConditionRun] = Field(default_factory=list)
+    requests: list[RequestRow] = Field(default_factory=list)
+    summaries: list[ConditionSummary] = Field(default_factory=list)

@@ -1,0 +1,245 @@
+"""Fast, hardened GGUF metadata reader: header, key/values and tensor infos, never tensor data.
+
+`gguf.GGUFReader` builds a numpy view per element (seconds for a 150k-token vocabulary);
+this reader walks the header once with `struct.unpack_from`, keeps arrays as references
+into the header bytes, fingerprints them by hashing their raw payload, and decodes token
+strings only when asked. Every malformed, truncated or hostile input raises `GGUFError`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+import stat
+import struct
+from collections.abc import Mapping
+from pathlib import Path
+
+from specreg.errors import GGUFError
+from specreg.schemas.gguf import GGUFSummary, TensorInfo
+from specreg.validators import gguf_format as F
+from specreg.validators.gguf_walk import ArrayRef, Header, Walker
+
+# ggml type -> numpy dtype for tensor_values(); quantized types have no per-element value.
+_VALUE_DTYPES = {0: "<f4", 1: "<f2", 28: "<f8", 24: "<i1", 25: "<i2", 26: "<i4", 27: "<i8", 30: "bf16"}
+
+
+class GGUFArray:
+    """A metadata array, kept as a reference into the header bytes until someone decodes it."""
+
+    __slots__ = ("key", "item_type", "count", "offset", "nbytes", "_owner")
+
+    def __init__(self, owner: GGUFFile, key: str, ref: ArrayRef) -> None:
+        self._owner = owner
+        self.key = key
+        self.item_type = ref.item_type
+        self.count = ref.count
+        self.offset = ref.offset  # absolute file offset of the first element
+        self.nbytes = ref.nbytes
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __repr__(self) -> str:
+        return f"GGUFArray({self.key!r}, {self.type_name}, count={self.count})"
+
+    @property
+    def type_name(self) -> str:
+        return F.VALUE_TYPE_NAMES[self.item_type]
+
+    def raw(self) -> memoryview:
+        """The payload exactly as stored (elements only, without the type and count)."""
+        return memoryview(self._owner._buf)[self.offset : self.offset + self.nbytes]
+
+    def sha256(self) -> str:
+        """Fingerprint: SHA-256 over the raw payload, so equal arrays hash equal without decoding."""
+        return hashlib.sha256(self.raw()).hexdigest()
+
+    def to_list(self) -> list:
+        """Decode every element. Strings use surrogateescape: distinct bytes stay distinct."""
+        buf = self._owner._buf
+        if self.item_type == F.T_STRING:
+            unpack = F.U64.unpack_from
+            out: list[str] = []
+            append = out.append
+            p = self.offset
+            for _ in range(self.count):
+                n = unpack(buf, p)[0]
+                p += 8
+                append(buf[p : p + n].decode("utf-8", "surrogateescape"))
+                p += n
+            return out
+        fmt = f"<{self.count}{F.SCALAR_FORMATS[self.item_type]}"
+        return list(struct.unpack_from(fmt, buf, self.offset))
+
+
+class GGUFFile:
+    """One GGUF file's header, key/values and tensor infos (see docs/CONTRACTS.md)."""
+
+    def __init__(self, path: Path, file_size: int, header: Header, buf: bytes) -> None:
+        self.path = path
+        self.file_size = file_size
+        self.version = header.version
+        self.alignment = header.alignment
+        self.data_offset = header.data_offset
+        self.header_size = header.header_end
+        self.value_types: dict[str, int] = header.value_types  # key -> GGUFValueType (ARRAY for arrays)
+        self.kv_offsets: dict[str, int] = header.kv_offsets  # key -> file offset of its entry
+        self._string_spans = header.string_spans
+        self._buf = buf  # header bytes [0, header_end): arrays and strings are decoded from here
+        self.metadata: Mapping[str, object] = {
+            k: GGUFArray(self, k, v) if isinstance(v, ArrayRef) else v for k, v in header.values.items()
+        }
+        self.tensors: list[TensorInfo] = [
+            TensorInfo.model_construct(
+                name=t.name, shape=t.shape, ggml_type=t.ggml_type, type_name=F.GGML_TYPES[t.ggml_type][0],
+                offset=t.offset, n_bytes=t.n_bytes,
+            )
+            for t in header.tensors
+        ]
+        self.n_elements: dict[str, int] = {t.name: t.n_elements for t in header.tensors}
+        self._tensor_index = {t.name: t for t in self.tensors}
+        self._cache: dict[str, object] = {}
+
+    def __repr__(self) -> str:
+        return f"GGUFFile({str(self.path)!r}, v{self.version}, {len(self.metadata)} kv, {len(self.tensors)} tensors)"
+
+    # -- lookups -------------------------------------------------------------------------
+    def error(self, problem: str, key: str | None = None, offset: int | None = None) -> GGUFError:
+        """A GGUFError for this file, located at `key`'s entry unless an offset is given."""
+        if offset is None and key is not None:
+            offset = self.kv_offsets.get(key)
+        return GGUFError(self.path, problem, field=key, offset=offset)
+
+    def raw_string(self, key: str) -> bytes | None:
+        """A string value's bytes as stored (for hashing, e.g. the chat template)."""
+        span = self._string_spans.get(key)
+        return None if span is None else self._buf[span[0] : span[0] + span[1]]
+
+    def tensor(self, name: str) -> TensorInfo | None:
+        return self._tensor_index.get(name)
+
+    def array(self, key: str) -> list:
+        """Decode the array stored under `key` (GGUFError if absent or not an array)."""
+        value = self.metadata.get(key)
+        if not isinstance(value, GGUFArray):
+            problem = "key not present" if value is None else "not an array"
+            raise self.error(problem, key)
+        return value.to_list()
+
+    def _typed_array(self, key: str, allowed: tuple[int, ...]) -> GGUFArray | None:
+        value = self.metadata.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, GGUFArray) or value.item_type not in allowed:
+            kind = value.type_name if isinstance(value, GGUFArray) else F.VALUE_TYPE_NAMES.get(self.value_types[key])
+            want = " or ".join(F.VALUE_TYPE_NAMES[a] for a in allowed)
+            raise self.error(f"must be an array of {want}, found {kind}", key)
+        return value
+
+    def _cached(self, key: str, allowed: tuple[int, ...]) -> list:
+        if key not in self._cache:
+            arr = self._typed_array(key, allowed)
+            self._cache[key] = [] if arr is None else arr.to_list()
+        return self._cache[key]  # type: ignore[return-value]
+
+    # -- tokenizer (lazy) ----------------------------------------------------------------
+    def token_texts(self) -> list[str]:
+        """Token strings, decoded on first call and cached (surrogateescape keeps raw bytes)."""
+        return self._cached(F.KEY_TOKENS, (F.T_STRING,))
+
+    def token_types(self) -> list[int]:
+        return self._cached(F.KEY_TOKEN_TYPES, (int(F.VT.INT32),))
+
+    def merges(self) -> list[str]:
+        """BPE merges, each checked like llama.cpp splits it: 'left right' around one space."""
+        if "merges!" not in self._cache:
+            merges = self._cached(F.KEY_MERGES, (F.T_STRING,))
+            arr = self.metadata[F.KEY_MERGES] if merges else None
+            for i, m in enumerate(merges):
+                if m.count(" ") != 1 or m.startswith(" ") or m.endswith(" "):
+                    assert isinstance(arr, GGUFArray)
+                    at = arr.offset + sum(8 + len(x.encode("utf-8", "surrogateescape")) for x in merges[:i])
+                    raise self.error(f"malformed merge {m[:40]!r}: expected 'left right' with one space",
+                                     f"{F.KEY_MERGES}[{i}]", at)
+            self._cache["merges!"] = True
+        return self._cached(F.KEY_MERGES, (F.T_STRING,))
+
+    # -- tensor data (small tensors only) -------------------------------------------------
+    def tensor_values(self, name: str, max_elems: int = 1 << 24) -> list[int] | list[float]:
+        """Read a small int/float tensor (EAGLE-3 `d2t`), bounded by `max_elems`."""
+        t = self.tensor(name)
+        if t is None:
+            raise GGUFError(self.path, "no such tensor", field=name)
+        n = self.n_elements[name]
+        if n > max_elems:
+            raise GGUFError(self.path, f"tensor has {n} elements, more than the {max_elems} allowed", field=name)
+        dtype = _VALUE_DTYPES.get(t.ggml_type)
+        if dtype is None:
+            raise GGUFError(self.path, f"tensor type {t.type_name} has no per-element values", field=name)
+        start = self.data_offset + t.offset
+        with open(self.path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size != self.file_size:
+                raise GGUFError(self.path, "file changed size since it was opened", field=name)
+            fh.seek(start)
+            data = fh.read(t.n_bytes)
+        if len(data) != t.n_bytes:
+            raise GGUFError(self.path, f"truncated: tensor data needs {t.n_bytes} bytes", field=name, offset=start)
+        import numpy as np
+
+        if dtype == "bf16":
+            values = (np.frombuffer(data, dtype="<u2").astype("<u4") << 16).view("<f4")
+        else:
+            values = np.frombuffer(data, dtype=dtype)
+        return values.tolist()
+
+    # -- summary -------------------------------------------------------------------------
+    def summary(self) -> GGUFSummary:
+        """The facts validators and the registry need (sha256 stays None: the registry hashes)."""
+        if "summary" not in self._cache:
+            from specreg.validators.gguf_summary import build_summary
+
+            self._cache["summary"] = build_summary(self)
+        return self._cache["summary"].model_copy(deep=True)  # type: ignore[union-attr]
+
+
+def _open_regular(path: Path) -> tuple[int, int]:
+    """Open `path` read-only; (fd, size). Missing, directory, device -> GGUFError."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise GGUFError(path, "no such file") from None
+    except IsADirectoryError:
+        raise GGUFError(path, "is a directory, not a GGUF file") from None
+    except OSError as exc:
+        raise GGUFError(path, f"cannot open: {exc.strerror or exc}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise GGUFError(path, "is a directory, not a GGUF file" if stat.S_ISDIR(st.st_mode) else "not a regular file")
+    return fd, st.st_size
+
+
+def open_gguf(path: str | Path) -> GGUFFile:
+    """Read a GGUF file's header, key/values and tensor infos; raise GGUFError on any defect."""
+    path = Path(path)
+    fd, size = _open_regular(path)
+    try:
+        if size == 0:
+            raise GGUFError(path, "not a GGUF file: the file is empty", field="magic", offset=0)
+        with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as mm:
+            header = Walker(path, mm, size).header()
+            buf = mm[: header.header_end]  # one copy of the header; no fd or mapping kept open
+    finally:
+        os.close(fd)
+    gf = GGUFFile(path, size, header, buf)
+    from specreg.validators.gguf_summary import check_tokenizer
+
+    check_tokenizer(gf)
+    return gf
+
+
+def summarize(path: str | Path) -> GGUFSummary:
+    """`open_gguf(path).summary()`."""
+    return open_gguf(path).summary()

@@ -1,0 +1,214 @@
+"""From an opened GGUF file to `GGUFSummary`: typed lookups, tokenizer sanity, fingerprints.
+
+Values are read as stored (raw, not llama.cpp's effective defaults). A key with the wrong
+value type, a token array that disagrees with its scores or types, or a special token id
+that does not index the vocabulary is a `GGUFError` naming the key - never a silent default
+and never an index into anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import TYPE_CHECKING
+
+from specreg.schemas.gguf import (
+    GGUFSummary,
+    LicenceFields,
+    ProvenanceFields,
+    SpeculativeMeta,
+    TokenizerSummary,
+)
+from specreg.validators import gguf_format as F
+
+if TYPE_CHECKING:
+    from specreg.validators.gguf_reader import GGUFArray, GGUFFile
+
+_NEXTN_TENSOR = re.compile(r"^blk\.\d+\.nextn\.")
+_BASE_MODEL_KEY = re.compile(r"^general\.base_model\.(\d+)\.(.+)$")
+_INT32 = int(F.VT.INT32)
+_FLOAT32 = int(F.VT.FLOAT32)
+_BOOL = int(F.VT.BOOL)
+
+
+def _type_name(gf: GGUFFile, key: str) -> str:
+    return F.VALUE_TYPE_NAMES.get(gf.value_types[key], "?")
+
+
+def get_str(gf: GGUFFile, key: str) -> str | None:
+    """A string value, None when absent; any other type is an error naming the key."""
+    if key not in gf.metadata:
+        return None
+    if gf.value_types[key] != F.T_STRING:
+        raise gf.error(f"must be a STRING, found {_type_name(gf, key)}", key)
+    return gf.metadata[key]  # type: ignore[return-value]
+
+
+def get_int(gf: GGUFFile, key: str) -> int | None:
+    """An integer value of any integer width, None when absent."""
+    if key not in gf.metadata:
+        return None
+    if gf.value_types[key] not in F.INTEGER_TYPES:
+        raise gf.error(f"must be an integer, found {_type_name(gf, key)}", key)
+    return gf.metadata[key]  # type: ignore[return-value]
+
+
+def get_bool(gf: GGUFFile, key: str) -> bool | None:
+    if key not in gf.metadata:
+        return None
+    if gf.value_types[key] != _BOOL:
+        raise gf.error(f"must be a BOOL, found {_type_name(gf, key)}", key)
+    return bool(gf.metadata[key])
+
+
+def get_int_or_max(gf: GGUFFile, key: str) -> int | None:
+    """An integer, or the largest entry of a per-layer integer array (llama.cpp's get_key_or_arr)."""
+    if gf.value_types.get(key) == F.T_ARRAY:
+        values = get_int_list(gf, key)
+        return max(values) if values else None
+    return get_int(gf, key)
+
+
+def get_int_list(gf: GGUFFile, key: str) -> list[int] | None:
+    """An array of integers (e.g. target layer ids), None when absent."""
+    arr = gf._typed_array(key, tuple(sorted(F.INTEGER_TYPES)))
+    return None if arr is None else arr.to_list()
+
+
+def _array(gf: GGUFFile, key: str, allowed: tuple[int, ...]) -> GGUFArray | None:
+    return gf._typed_array(key, allowed)
+
+
+def check_tokenizer(gf: GGUFFile) -> None:
+    """llama.cpp's vocabulary preconditions, checked once at open (cheap: counts and ids only)."""
+    tokens = _array(gf, F.KEY_TOKENS, (F.T_STRING,))
+    n_tokens = 0 if tokens is None else tokens.count
+    for key, allowed in ((F.KEY_SCORES, (_FLOAT32, _INT32)), (F.KEY_TOKEN_TYPES, (_INT32,))):
+        arr = _array(gf, key, allowed)
+        if arr is not None and arr.count != n_tokens:
+            raise gf.error(f"has {arr.count} entries but {F.KEY_TOKENS} has {n_tokens}", key)
+    _array(gf, F.KEY_MERGES, (F.T_STRING,))
+    for key in F.SPECIAL_ID_KEYS.values():
+        tid = get_int(gf, key)
+        if tid is None or tokens is None:
+            continue  # without a token list an id indexes nothing; nothing to check it against
+        if not 0 <= tid < n_tokens:
+            raise gf.error(f"special token id {tid} is outside the vocabulary (0..{n_tokens - 1})", key)
+    for key in F.ADD_FLAG_KEYS.values():
+        get_bool(gf, key)
+    get_str(gf, F.KEY_CHAT_TEMPLATE)
+
+
+def _sha(arr: GGUFArray | None) -> str | None:
+    return None if arr is None else arr.sha256()
+
+
+def _tokenizer(gf: GGUFFile) -> TokenizerSummary:
+    tokens = _array(gf, F.KEY_TOKENS, (F.T_STRING,))
+    merges = _array(gf, F.KEY_MERGES, (F.T_STRING,))
+    template = gf.raw_string(F.KEY_CHAT_TEMPLATE)
+    get_str(gf, F.KEY_CHAT_TEMPLATE)  # type-checks the key
+    return TokenizerSummary(
+        model=get_str(gf, F.KEY_TOK_MODEL),
+        pre=get_str(gf, F.KEY_TOK_PRE),
+        n_tokens=0 if tokens is None else tokens.count,
+        tokens_sha256=_sha(tokens),
+        token_types_sha256=_sha(_array(gf, F.KEY_TOKEN_TYPES, (_INT32,))),
+        scores_sha256=_sha(_array(gf, F.KEY_SCORES, (_FLOAT32, _INT32))),
+        merges_sha256=_sha(merges),
+        n_merges=0 if merges is None else merges.count,
+        **{field: get_int(gf, key) for field, key in F.SPECIAL_ID_KEYS.items()},
+        **{field: get_bool(gf, key) for field, key in F.ADD_FLAG_KEYS.items()},
+        chat_template_present=template is not None,
+        chat_template_sha256=None if template is None else hashlib.sha256(template).hexdigest(),
+    )
+
+
+def _speculative(gf: GGUFFile, arch: str | None) -> SpeculativeMeta:
+    meta = SpeculativeMeta(nextn_tensors=[t.name for t in gf.tensors if _NEXTN_TENSOR.match(t.name)])
+    d2t = gf.tensor(F.D2T_TENSOR)
+    meta.d2t_shape = None if d2t is None else list(d2t.shape)
+    if arch is None:
+        return meta
+    meta.nextn_predict_layers = get_int(gf, F.KEY_NEXTN.format(arch=arch))
+    # EAGLE-3 and DFlash keys are prefixed by their own architecture name (eagle3.target_layers)
+    if arch == F.EAGLE3_ARCH:
+        meta.eagle3_target_layers = get_int_list(gf, F.KEY_TARGET_LAYERS.format(arch=arch))
+        meta.eagle3_target_hidden_size = get_int(gf, F.KEY_TARGET_HIDDEN.format(arch=arch))
+    elif arch == F.DFLASH_ARCH:
+        meta.dflash_block_size = get_int(gf, F.KEY_BLOCK_SIZE.format(arch=arch))
+        meta.dflash_target_layers = get_int_list(gf, F.KEY_TARGET_LAYERS.format(arch=arch))
+        meta.dflash_target_hidden_size = get_int(gf, F.KEY_TARGET_HIDDEN.format(arch=arch))
+    return meta
+
+
+def _plain(gf: GGUFFile, key: str) -> str | int | None:
+    """A provenance value as str/int (floats, bools and arrays are rendered as text)."""
+    value = gf.metadata[key]
+    vtype = gf.value_types[key]
+    if vtype == F.T_STRING or vtype in F.INTEGER_TYPES:
+        return value  # type: ignore[return-value]
+    if vtype == F.T_ARRAY:
+        return f"<array of {len(value)} {value.type_name}>"  # type: ignore[arg-type,attr-defined]
+    return str(value)
+
+
+def _provenance(gf: GGUFFile) -> ProvenanceFields:
+    get_int(gf, F.KEY_BASE_MODEL_COUNT)  # type-checks the key; entries come from the keys present
+    bases: dict[int, dict[str, str | int | None]] = {}
+    source: dict[str, str | int | None] = {}
+    for key in gf.metadata:
+        m = _BASE_MODEL_KEY.match(key)
+        if m:
+            bases.setdefault(int(m.group(1)), {})[m.group(2)] = _plain(gf, key)
+        elif key.startswith(F.SOURCE_PREFIX):
+            source[key[len(F.SOURCE_PREFIX) :]] = _plain(gf, key)
+    return ProvenanceFields(
+        base_models=[bases[i] for i in sorted(bases)], source=source, repo_url=get_str(gf, F.KEY_REPO_URL)
+    )
+
+
+def build_summary(gf: GGUFFile) -> GGUFSummary:
+    """Assemble the summary; every lookup is type-checked against the stored value type."""
+    arch = get_str(gf, F.KEY_ARCH)
+    split_count = get_int(gf, F.KEY_SPLIT_COUNT)
+    split_no = get_int(gf, F.KEY_SPLIT_NO)
+    if split_count is not None and split_count < 1:
+        raise gf.error(f"split count {split_count} must be at least 1", F.KEY_SPLIT_COUNT)
+    if split_no is not None and split_count is not None and not 0 <= split_no < split_count:
+        raise gf.error(f"split number {split_no} is outside 0..{split_count - 1}", F.KEY_SPLIT_NO)
+
+    def arch_int(template: str) -> int | None:
+        return None if arch is None else get_int(gf, template.format(arch=arch))
+
+    file_type = get_int(gf, F.KEY_FILE_TYPE)
+    return GGUFSummary(
+        path=str(gf.path),
+        file_size=gf.file_size,
+        version=gf.version,
+        n_tensors=len(gf.tensors),
+        n_kv=len(gf.metadata),
+        alignment=gf.alignment,
+        data_offset=gf.data_offset,
+        architecture=arch,
+        name=get_str(gf, F.KEY_NAME),
+        file_type=file_type,
+        file_type_name=F.file_type_name(file_type),
+        parameter_count=sum(gf.n_elements.values()),
+        context_length=arch_int(F.KEY_CONTEXT_LENGTH),
+        embedding_length=arch_int(F.KEY_EMBEDDING_LENGTH),
+        block_count=arch_int(F.KEY_BLOCK_COUNT),
+        head_count=None if arch is None else get_int_or_max(gf, F.KEY_HEAD_COUNT.format(arch=arch)),
+        head_count_kv=None if arch is None else get_int_or_max(gf, F.KEY_HEAD_COUNT_KV.format(arch=arch)),
+        vocab_only=not gf.tensors,
+        split_count=split_count,
+        split_no=split_no,
+        tokenizer=_tokenizer(gf),
+        speculative=_speculative(gf, arch),
+        license=LicenceFields(
+            license=get_str(gf, F.KEY_LICENSE),
+            name=get_str(gf, F.KEY_LICENSE_NAME),
+            link=get_str(gf, F.KEY_LICENSE_LINK),
+        ),
+        provenance=_provenance(gf),
+    )

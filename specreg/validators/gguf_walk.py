@@ -1,0 +1,280 @@
+"""The bounds-checked walk over a GGUF header: key/values and tensor infos, never tensor data.
+
+Every length and count is checked against the bytes left *before* it is used, the way
+llama.cpp's gguf.cpp does, so a hostile file costs at most one pass over its header and no
+allocation larger than the file. Arrays are not decoded here: fixed-size arrays are a
+(offset, count, type) reference; string arrays are walked once to find their end.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specreg.errors import GGUFError
+from specreg.validators import gguf_format as F
+
+
+@dataclass
+class ArrayRef:
+    """Where an array's payload (its elements, after type and count) lies in the file."""
+
+    item_type: int
+    count: int
+    offset: int
+    nbytes: int
+
+
+@dataclass
+class RawTensor:
+    name: str
+    shape: list[int]
+    ggml_type: int
+    offset: int  # relative to the data section
+    n_bytes: int
+    n_elements: int
+    info_offset: int  # where this tensor's info starts in the file (for error messages)
+
+
+@dataclass
+class Header:
+    """Everything the walk found; values are python scalars, `ArrayRef`s or decoded strings."""
+
+    version: int
+    values: dict[str, object] = field(default_factory=dict)
+    value_types: dict[str, int] = field(default_factory=dict)
+    kv_offsets: dict[str, int] = field(default_factory=dict)
+    string_spans: dict[str, tuple[int, int]] = field(default_factory=dict)  # raw bytes of string values
+    tensors: list[RawTensor] = field(default_factory=list)
+    alignment: int = F.DEFAULT_ALIGNMENT
+    data_offset: int = 0
+    header_end: int = 0
+
+
+def _show(text: str, limit: int = 80) -> str:
+    """A name from the file, shortened for an error message."""
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def string_array_end(buf: bytes | memoryview, start: int, count: int, limit: int) -> int | None:
+    """End offset of `count` length-prefixed strings at `start`, or None if any is out of bounds.
+
+    The hot loop of the reader (151k tokens + 151k merges for qwen2): one C call per element.
+    A None sends the caller to the slow, element-by-element walk that names the bad element.
+    """
+    unpack = F.U64.unpack_from
+    p = start
+    try:
+        for _ in range(count):
+            p += 8 + unpack(buf, p)[0]
+    except (struct.error, OverflowError):
+        return None
+    if p > limit or p - start - 8 * count > F.MAX_STRING_LENGTH:
+        return None  # out of bounds, or some string may exceed 1 GiB: let the slow walk say which
+    return p
+
+
+class Walker:
+    """A cursor over the file bytes that raises GGUFError naming the field and offset."""
+
+    def __init__(self, path: Path, buf: bytes | memoryview, size: int) -> None:
+        self.path = path
+        self.buf = buf
+        self.size = size
+        self.pos = 0
+
+    def err(self, problem: str, field: str | None, offset: int | None = None) -> GGUFError:
+        return GGUFError(self.path, problem, field=field, offset=self.pos if offset is None else offset)
+
+    def need(self, n: int, what: str, field: str | None = None) -> None:
+        left = self.size - self.pos
+        if n > left:
+            raise self.err(f"truncated: {what} needs {n} bytes, {left} left", field or what)
+
+    def unpack(self, st: struct.Struct, what: str, field: str | None = None) -> int:
+        self.need(st.size, what, field)
+        (v,) = st.unpack_from(self.buf, self.pos)
+        self.pos += st.size
+        return v
+
+    def string_span(self, what: str) -> tuple[int, int]:
+        """(start, length) of a length-prefixed string; checks llama.cpp's 1 GiB limit."""
+        at = self.pos
+        n = self.unpack(F.U64, "string length", what)
+        if n > F.MAX_STRING_LENGTH:
+            raise self.err(f"string length {n} exceeds the 1 GiB limit", what, at)
+        self.need(n, f"string of length {n}", what)
+        start = self.pos
+        self.pos += n
+        return start, n
+
+    def name(self, what: str) -> str:
+        """A key or tensor name: must be valid UTF-8 (llama.cpp looks them up byte for byte)."""
+        start, n = self.string_span(what)
+        try:
+            return bytes(self.buf[start : start + n]).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise self.err("name is not valid UTF-8", what, start + exc.start) from None
+
+    def strings_end(self, count: int, what: str) -> int:
+        """Skip `count` strings; on any violation walk again element by element to name it."""
+        end = string_array_end(self.buf, self.pos, count, self.size)
+        if end is not None:
+            return end
+        for i in range(count):
+            self.string_span(f"{what}[{i}]")
+        return self.pos  # unreachable for a bad array: string_span raised
+
+    def header(self) -> Header:
+        """Magic, version and counts, each bounded before use."""
+        if self.size < 4:
+            raise self.err(f"not a GGUF file: {self.size} bytes, too short for the magic", "magic", 0)
+        magic = bytes(self.buf[0:4])
+        if magic != F.MAGIC:
+            raise self.err(f"not a GGUF file: magic {magic!r}, expected b'GGUF'", "magic", 0)
+        self.pos = 4
+        version = self.unpack(F.U32, "version", "version")
+        if version != 0 and version & 0xFFFF == 0:
+            raise self.err("big-endian GGUF not supported (byte-swapped version field)", "version", 4)
+        if version == 1:
+            raise self.err("GGUF v1 is no longer supported (llama.cpp reads v2 and v3)", "version", 4)
+        if version not in F.SUPPORTED_VERSIONS:
+            raise self.err(f"unsupported GGUF version {version} (supported: 2, 3)", "version", 4)
+        n_tensors = self.unpack(F.I64, "tensor count", "n_tensors")
+        n_kv = self.unpack(F.I64, "key/value count", "n_kv")
+        left = self.size - self.pos
+        if n_tensors < 0 or n_tensors * F.MIN_TENSOR_INFO_BYTES > left:
+            raise self.err(f"tensor count {n_tensors} cannot fit in the {left} bytes left", "n_tensors", 8)
+        if n_kv < 0 or n_kv * F.MIN_KV_BYTES + n_tensors * F.MIN_TENSOR_INFO_BYTES > left:
+            raise self.err(f"key/value count {n_kv} cannot fit in the {left} bytes left", "n_kv", 16)
+        h = Header(version=version)
+        self.kvs(h, n_kv)
+        self.alignment(h)
+        self.tensor_infos(h, n_tensors)
+        self.data_section(h)
+        return h
+
+    def kvs(self, h: Header, n_kv: int) -> None:
+        for i in range(n_kv):
+            at = self.pos
+            key = self.name(f"kv[{i}].key")
+            if not key:
+                raise self.err("empty key", f"kv[{i}].key", at)
+            if key in h.values:
+                raise self.err(f"duplicate key '{_show(key)}'", _show(key), at)
+            vtype_at = self.pos
+            vtype = self.unpack(F.U32, "value type", _show(key))
+            h.kv_offsets[key] = at
+            h.value_types[key] = vtype
+            if vtype == F.T_ARRAY:
+                h.values[key] = self.array(key)
+            elif vtype == F.T_STRING:
+                start, n = self.string_span(_show(key))
+                h.string_spans[key] = (start, n)
+                # values are shown to people: undecodable bytes become U+FFFD (the raw bytes stay hashable)
+                h.values[key] = bytes(self.buf[start : start + n]).decode("utf-8", "replace")
+            elif vtype in F.SCALAR_STRUCTS:
+                h.values[key] = self.unpack(F.SCALAR_STRUCTS[vtype], f"{F.VALUE_TYPE_NAMES[vtype]} value", _show(key))
+            else:
+                raise self.err(f"invalid value type {vtype}", _show(key), vtype_at)
+
+    def array(self, key: str) -> ArrayRef:
+        what = _show(key)
+        type_at = self.pos
+        item_type = self.unpack(F.U32, "array element type", what)
+        count = self.unpack(F.U64, "array count", what)
+        if item_type == F.T_ARRAY:
+            raise self.err("nested arrays are not supported", what, type_at)
+        if item_type != F.T_STRING and item_type not in F.SCALAR_SIZES:
+            raise self.err(f"invalid array element type {item_type}", what, type_at)
+        if count > F.MAX_ARRAY_ELEMENTS:
+            raise self.err(f"array of {count} elements exceeds the 2^30 limit", what, type_at + 4)
+        start = self.pos
+        if item_type == F.T_STRING:
+            self.need(count * 8, f"array of {count} strings", what)
+            end = self.strings_end(count, what)
+        else:
+            nbytes = count * F.SCALAR_SIZES[item_type]
+            self.need(nbytes, f"array of {count} {F.VALUE_TYPE_NAMES[item_type]}", what)
+            end = start + nbytes
+        self.pos = end
+        return ArrayRef(item_type, count, start, end - start)
+
+    def alignment(self, h: Header) -> None:
+        if F.KEY_ALIGNMENT not in h.values:
+            return
+        at = h.kv_offsets[F.KEY_ALIGNMENT]
+        vtype = h.value_types[F.KEY_ALIGNMENT]
+        if vtype != int(F.VT.UINT32):
+            raise self.err(f"must be a UINT32, found {F.VALUE_TYPE_NAMES.get(vtype)}", F.KEY_ALIGNMENT, at)
+        a = h.values[F.KEY_ALIGNMENT]
+        assert isinstance(a, int)
+        if a == 0 or a & (a - 1):
+            raise self.err(f"alignment {a} is not a power of two", F.KEY_ALIGNMENT, at)
+        h.alignment = a
+
+    def tensor_infos(self, h: Header, n_tensors: int) -> None:
+        seen: set[str] = set()
+        for i in range(n_tensors):
+            at = self.pos
+            name = self.name(f"tensor[{i}].name")
+            label = f"tensor '{_show(name)}'"
+            if len(name.encode("utf-8")) >= F.GGML_MAX_NAME:
+                raise self.err(f"tensor name is {len(name.encode())} bytes, limit {F.GGML_MAX_NAME - 1}", label, at)
+            if name in seen:
+                raise self.err("duplicate tensor name", label, at)
+            seen.add(name)
+            dims_at = self.pos
+            n_dims = self.unpack(F.U32, "n_dims", label)
+            if n_dims > F.GGML_MAX_DIMS:
+                raise self.err(f"{n_dims} dimensions, at most {F.GGML_MAX_DIMS}", label, dims_at)
+            shape = [self.unpack(F.I64, f"dimension {j}", label) for j in range(n_dims)]
+            if any(d < 0 for d in shape):
+                raise self.err(f"negative dimension in shape {shape}", label, dims_at)
+            n_el = 1
+            for d in shape:
+                n_el *= d
+            if n_el > F.INT64_MAX:
+                raise self.err(f"shape {shape} overflows int64 elements", label, dims_at)
+            type_at = self.pos
+            ggml_type = self.unpack(F.I32, "ggml type", label)
+            if ggml_type not in F.GGML_TYPES:
+                raise self.err(f"unknown ggml type {ggml_type}", label, type_at)
+            tname, blk, tsize = F.GGML_TYPES[ggml_type]
+            ne0 = shape[0] if shape else 1
+            if ne0 % blk:
+                raise self.err(f"first dimension {ne0} is not a multiple of {tname}'s block size {blk}", label, dims_at)
+            n_bytes = n_el // blk * tsize
+            if n_bytes > F.SIZE_MAX:
+                raise self.err(f"size of shape {shape} in bytes overflows", label, dims_at)
+            off = self.unpack(F.U64, "data offset", label)
+            h.tensors.append(RawTensor(name, shape, ggml_type, off, n_bytes, n_el, at))
+        h.header_end = self.pos
+
+    def data_section(self, h: Header) -> None:
+        """Tensors must be packed in order at aligned offsets and end inside this file."""
+        if not h.tensors:
+            h.data_offset = self.pos
+            return
+        h.data_offset = F.pad(self.pos, h.alignment)
+        if h.data_offset > self.size:
+            raise self.err(f"truncated: data section would start at {h.data_offset} past end of file", "data", self.pos)
+        expected = 0
+        prev = None
+        for t in h.tensors:
+            label = f"tensor '{_show(t.name)}' offset"
+            if t.offset % h.alignment:
+                raise self.err(f"offset {t.offset} is not aligned to {h.alignment}", label, t.info_offset)
+            if t.offset < expected:
+                raise self.err(f"offset {t.offset} overlaps tensor '{_show(prev or '')}' (next free {expected})",
+                               label, t.info_offset)
+            if t.offset > expected:
+                raise self.err(f"offset {t.offset}, expected {expected} (llama.cpp requires packed tensors)",
+                               label, t.info_offset)
+            end = h.data_offset + t.offset + t.n_bytes
+            if end > self.size:
+                raise self.err(f"data ends at {end}, past the end of the file ({self.size} bytes)", label,
+                               t.info_offset)
+            expected += F.pad(t.n_bytes, h.alignment)
+            prev = t.name

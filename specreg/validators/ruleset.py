@@ -1,0 +1,150 @@
+"""Rule sets: the llama.cpp facts the pair checks mirror, one JSON data file per runtime build.
+
+A later llama.cpp build with other thresholds or defaults is a new file in `rules/`, not a code
+change. The id stored with every verdict is `<name>/r<revision>`; a verdict whose id is not the
+current one for its runtime is stale.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from specreg.errors import UsageError
+
+RULES_DIR = Path(__file__).parent / "rules"
+RULE_SET_DEFAULT = "llama.cpp-b11434"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DraftSimpleRules(_Strict):
+    max_size_difference: int
+    check_start_token_id: int
+    texts_compared_as_c_strings: bool = True
+
+
+class TokenizerModelRules(_Strict):
+    """Defaults llama.cpp's vocab loader applies for one `tokenizer.ggml.model`."""
+
+    type: str
+    bos: int | None = None
+    eos: int | None = None
+    unk: int | None = None
+    sep: int | None = None
+    pad: int | None = None
+    mask: int | None = None
+    add_bos: bool = False
+    add_eos: bool = False
+    add_sep: bool = False
+    force_pre: str | None = None
+    requires_merges: bool = False
+
+
+class PreTokenizerRules(_Strict):
+    """What one BPE `tokenizer.ggml.pre` value changes (pre type, add_bos, default bos)."""
+
+    pre_type: str | None = None
+    add_bos: bool | None = None
+    add_eos: bool | None = None
+    add_sep: bool | None = None
+    bos: int | None = None
+    eos: int | None = None
+    unk: int | None = None
+    sep: int | None = None
+    pad: int | None = None
+    mask: int | None = None
+
+
+class MtpRules(_Strict):
+    architectures: list[str]
+    required_tensors: list[str]
+
+
+class Eagle3Rules(_Strict):
+    architecture: str
+    n_target_layers: int
+    final_layer_allowed: bool
+    d2t_ggml_type: int
+
+
+class DFlashRules(_Strict):
+    architecture: str
+    dspark_tensor: str
+    default_block_size: int
+    final_layer_archs: list[str]
+    d2t_ggml_type: int
+
+
+class AdvisoryRules(_Strict):
+    """specreg's own thresholds for warnings (not llama.cpp's)."""
+
+    draft_size_warn_ratio: float
+    pad_token_patterns: list[str]
+    pad_token_types: list[int]
+    evidence_max_items: int = 5
+
+
+class RuleSet(_Strict):
+    """Everything a check needs to know about one llama.cpp build."""
+
+    name: str
+    revision: int
+    runtime: str
+    build: int
+    description: str = ""
+    draft_simple: DraftSimpleRules
+    tokenizer_models: dict[str, TokenizerModelRules]
+    bpe_pre_tokenizers: dict[str, PreTokenizerRules]
+    bpe_missing_pre: str
+    add_bos_forced_pre_types: list[str]
+    empty_token_text: str | None
+    eot_texts: list[str]
+    eom_texts: list[str]
+    mtp: MtpRules
+    eagle3: Eagle3Rules
+    dflash: DFlashRules
+    vocab_type_ids: dict[str, int]
+    advisory: AdvisoryRules
+
+    @property
+    def id(self) -> str:
+        """The identity stored with each verdict: name and revision."""
+        return f"{self.name}/r{self.revision}"
+
+
+def known_rule_sets() -> list[str]:
+    """Names of the rule sets shipped in `validators/rules/`."""
+    return sorted(p.stem for p in RULES_DIR.glob("*.json"))
+
+
+@lru_cache(maxsize=None)
+def load_rule_set(runtime: str | None = None) -> RuleSet:
+    """The rule set for a runtime build name (default: RULE_SET_DEFAULT); unknown -> UsageError."""
+    name = runtime or RULE_SET_DEFAULT
+    path = RULES_DIR / f"{name}.json"
+    if "/" in name or not path.is_file():
+        known = ", ".join(known_rule_sets()) or "none"
+        raise UsageError(f"unknown runtime {name!r}; known rule sets: {known}", hint="pass --runtime with one of those")
+    try:
+        return RuleSet.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    except (ValueError, ValidationError) as exc:
+        raise UsageError(f"rule set {path} is invalid: {str(exc).splitlines()[0]}") from exc
+
+
+def current_rule_set_id(rule_set_id: str) -> str | None:
+    """The current id for the runtime a stored verdict names, or None if that runtime is unknown."""
+    name = rule_set_id.rsplit("/r", 1)[0]
+    if name not in known_rule_sets():
+        return None
+    return load_rule_set(name).id
+
+
+def is_stale(rule_set_id: str) -> bool:
+    """A verdict is stale when its rule set is no longer the current revision of its runtime."""
+    return current_rule_set_id(rule_set_id) != rule_set_id

@@ -1,0 +1,100 @@
+"""One file of a pair as the checks see it: summary, effective vocab, lazily decoded arrays.
+
+Token texts and types are decoded only when a fingerprint comparison says they differ; the
+summary is built once per file (the reader copies it on every call).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from specreg.schemas.checks import CheckResult, Severity
+from specreg.schemas.gguf import GGUFSummary, TensorInfo
+from specreg.validators.effective import EffectiveVocab, effective_vocab
+from specreg.validators.ruleset import RuleSet
+
+
+class GGUFLike(Protocol):
+    """What the checks need from an opened GGUF file (the reader's `GGUFFile`)."""
+
+    metadata: Mapping[str, object]
+    tensors: list[TensorInfo]
+
+    def summary(self) -> GGUFSummary: ...
+    def token_texts(self) -> list[str]: ...
+    def token_types(self) -> list[int]: ...
+    def tensor(self, name: str) -> TensorInfo | None: ...
+    def tensor_values(self, name: str, max_elems: int = ...) -> list[int] | list[float]: ...
+
+
+@dataclass
+class Side:
+    """The target or the draft of a pair."""
+
+    role: str
+    file: GGUFLike
+    summary: GGUFSummary
+    vocab: EffectiveVocab
+    _texts: list[str] | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, role: str, file: GGUFLike, rules: RuleSet) -> Side:
+        summary = file.summary()
+        return cls(role, file, summary, effective_vocab(summary, rules))
+
+    @property
+    def name(self) -> str:
+        return self.summary.name or self.summary.path
+
+    @property
+    def n_layer(self) -> int | None:
+        """llama.cpp's n_layer: block_count minus the MTP (next-n) blocks."""
+        blocks = self.summary.block_count
+        if blocks is None:
+            return None
+        return blocks - (self.summary.speculative.nextn_predict_layers or 0)
+
+    def texts(self) -> list[str]:
+        if self._texts is None:
+            self._texts = self.file.token_texts()
+        return self._texts
+
+    def ids_of(self, wanted: list[str]) -> list[int]:
+        """Ids whose text is one of `wanted`: llama.cpp's fallback for eot/eom ids missing in the file.
+
+        llama.cpp keeps the first match its hash map yields, so with several candidates the
+        choice is not defined; callers compare the whole sorted candidate list.
+        """
+        texts = self.texts()
+        found: list[int] = []
+        for text in wanted:  # list.index scans in C: cheaper than hashing 150k strings into a dict
+            try:
+                found.append(texts.index(text))  # llama.cpp refuses vocabs with duplicate texts
+            except ValueError:
+                pass
+        return sorted(found)
+
+    def types(self) -> list[int]:
+        return self.file.token_types()
+
+    def tensor(self, name: str) -> TensorInfo | None:
+        return self.file.tensor(name)
+
+
+def result(code: str, severity: Severity, message: str, **evidence: Any) -> CheckResult:
+    """One check outcome; evidence values must be JSON-serialisable."""
+    return CheckResult(code=code, severity=severity, message=message, evidence=evidence)
+
+
+def first_diffs(a: Sequence[Any], b: Sequence[Any], start: int, stop: int, limit: int) -> tuple[list[int], int]:
+    """The first `limit` indices in [start, stop) where a and b differ, and how many differ."""
+    first: list[int] = []
+    count = 0
+    for i in range(start, stop):
+        if a[i] != b[i]:
+            count += 1
+            if len(first) < limit:
+                first.append(i)
+    return first, count

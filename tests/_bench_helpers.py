@@ -1,0 +1,80 @@
+"""Helpers for tests/test_bench_*.py: tiny models, real verdicts, a registry, small workloads."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from specreg.registry.store import Registry
+from specreg.schemas.checks import CheckResult, PairVerdict
+from specreg.testing import ModelSpec, write_model
+from specreg.testing.factory import SMALL_NOISE
+from specreg.validators.gguf_reader import open_gguf
+from specreg.validators.pair import check_pair, verdict
+from specreg.validators.ruleset import load_rule_set
+
+RULES = load_rule_set()
+NOISE = SMALL_NOISE  # measured here: ~50% acceptance on the default workload
+
+# Small on purpose: a completion (SSE /completion) and a chat request (/v1/chat/completions),
+# one of them with an expect check; 16 tokens keep a condition well under a second.
+ITEMS: list[dict[str, Any]] = [
+    {"id": "rep", "stratum": "repetitive", "max_tokens": 16,
+     "prompt": "key: value\nname: model\nkey: value\nname: draft\nkey: value\nname:"},
+    {"id": "chat", "stratum": "chat", "max_tokens": 16,
+     "messages": [{"role": "user", "content": "hello, please answer the question"}]},
+    {"id": "json", "stratum": "structured", "max_tokens": 16, "prompt": "Return JSON:",
+     "expect": {"json_schema": {"type": "object"}}},
+]
+
+
+def aged(path: Path, seconds: int = 120) -> Path:
+    """Backdate mtime so the registry's stat cache trusts the file (fresh files are 'racy')."""
+    t = time.time_ns() - seconds * 1_000_000_000
+    os.utime(path, ns=(t, t))
+    return path
+
+
+def model(folder: Path, name: str, **spec: Any) -> Path:
+    return aged(write_model(folder / name, ModelSpec(**spec)))
+
+
+def workload(folder: Path, items: list[dict[str, Any]] | None = None, name: str = "wl.jsonl") -> Path:
+    path = folder / name
+    path.write_text("".join(json.dumps(i) + "\n" for i in (items or ITEMS)))
+    return path
+
+
+def admit(reg: Registry, target: Path, draft: Path | None, method: str = "draft-simple") -> int:
+    """Check a pair with the real validators and record the verdict; returns the pair id."""
+    t = reg.add_artifact(target)
+    d = reg.add_artifact(draft) if draft else None
+    checks = check_pair(open_gguf(target), open_gguf(draft) if draft else None, method, rule_set=RULES)
+    v = verdict(checks, method=method, target_sha256=t.sha256, draft_sha256=d.sha256 if d else None,
+                rule_set=RULES, strict=False)
+    return reg.record_verdict(v)
+
+
+def force_verdict(reg: Registry, target: Path, draft: Path | None, method: str, admitted: bool,
+                  note: str = "recorded by the test") -> int:
+    """A verdict the validators would not give: for runtime-vs-verdict disagreements."""
+    t = reg.add_artifact(target)
+    d = reg.add_artifact(draft) if draft else None
+    sev = "pass" if admitted else "error"
+    return reg.record_verdict(PairVerdict(
+        admitted=admitted, method=method, target_sha256=t.sha256, draft_sha256=d.sha256 if d else None,
+        rule_set=RULES.id, checks=[CheckResult(code="test.forced", severity=sev, message=note)],
+    ))
+
+
+def db_rows(db: Path, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+    conn = sqlite3.connect(str(db))
+    conn.row_factory = sqlite3.Row
+    try:
+        return conn.execute(sql, params).fetchall()
+    finally:
+        conn.close()

@@ -1,0 +1,44 @@
+"""Helpers shared by tests/test_registry_*.py: tiny models on disk and the real CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from specreg.testing import ModelSpec, write_model
+
+SPECREG = [sys.executable, "-m", "specreg.cli"]
+
+
+def aged(path: Path, seconds: int = 60) -> Path:
+    """Backdate mtime so the stat cache may trust it (a just-written file is 'racy')."""
+    t = time.time_ns() - seconds * 1_000_000_000
+    os.utime(path, ns=(t, t))
+    return path
+
+
+def model(folder: Path, name: str, *, age: bool = True, **spec: object) -> Path:
+    """A tiny deterministic llama GGUF; `spec` overrides ModelSpec fields."""
+    path = write_model(folder / name, ModelSpec(**spec))  # type: ignore[arg-type]
+    return aged(path) if age else path
+
+
+def cli(*args: str, db: Path, timeout: float = 60, **kw: object) -> subprocess.CompletedProcess[str]:
+    """Run the real console entry point (its error mapping included) in a fresh process."""
+    env = {**os.environ, "SPECREG_DB": str(db), "COLUMNS": "200"}
+    return subprocess.run(
+        [*SPECREG, *args], capture_output=True, text=True, env=env, timeout=timeout, **kw  # type: ignore[arg-type]
+    )
+
+
+def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
+    """The error line of a failed command; asserts exit 2, no traceback, at most error+hint."""
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert lines and lines[0].startswith("error:"), proc.stderr
+    assert len(lines) <= 2 and all(ln.startswith(("error:", "hint:")) for ln in lines), proc.stderr
+    return lines[0]

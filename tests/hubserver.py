@@ -1,0 +1,325 @@
+"""A loopback stand-in for the part of the Hugging Face hub HTTP API that huggingface_hub calls.
+
+The only fake the house rules allow: the real `huggingface_hub` client talks to it through
+`HF_ENDPOINT=http://127.0.0.1:PORT`. It answers what the client asks for `model_info`
+(`/api/models/...[/revision/REV]`, `?blobs=true` for sibling LFS metadata), `resolve_revision` and
+`hf_hub_download` (HEAD/GET `/{repo}/resolve/{rev}/{file}`), with the headers the client reads
+(`X-Repo-Commit`, `ETag`, `X-Linked-Etag`, `X-Linked-Size`, `Content-Length`, `Location`,
+`X-Error-Code`), as learned from huggingface_hub's `file_download.py` and `utils/_http.py`.
+
+LFS files are served the way the hub does it: HEAD on `resolve` answers 302 with the LFS
+metadata on the redirect itself and a `Location` on another host (the "CDN", here a second
+server on 127.0.0.2), which the client does not follow for metadata and then downloads from.
+Knobs per file / repo produce the failures tests need: a CDN that serves other bytes than the
+hub's SHA-256 says (`FakeFile.serve`), a gated repo, a CDN that hangs up mid-body and is gone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import pytest
+
+
+def git_blob_sha1(data: bytes) -> str:
+    """The git object id of a file's bytes (the hub's ETag for non-LFS files)."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+@dataclass
+class FakeFile:
+    """One file at one commit; `serve` replaces the bytes the CDN sends (a tampered mirror)."""
+
+    data: bytes
+    lfs: bool = True
+    serve: bytes | None = None
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.data).hexdigest()
+
+    def pointer(self) -> bytes:
+        return f"version https://git-lfs.github.com/spec/v1\noid sha256:{self.sha256}\nsize {len(self.data)}\n".encode()
+
+
+@dataclass
+class FakeRepo:
+    repo_id: str
+    commits: dict[str, dict[str, FakeFile]] = field(default_factory=dict)
+    refs: dict[str, str] = field(default_factory=dict)
+    gated: bool = False
+    drop_downloads: bool = False  # the CDN sends half a body, hangs up, then refuses to answer
+
+    def resolve(self, rev: str) -> str | None:
+        if rev in self.refs:
+            return self.refs[rev]
+        return rev if rev in self.commits else None
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    host: str
+
+
+class FakeHub:
+    """Start with `with FakeHub() as hub:`; `hub.endpoint` goes into HF_ENDPOINT."""
+
+    def __init__(self) -> None:
+        self.repos: dict[str, FakeRepo] = {}
+        self.requests: list[Request] = []
+        self._lock = threading.Lock()
+        self._hub = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self, cdn=False))
+        self._cdn = ThreadingHTTPServer(("127.0.0.2", 0), _handler(self, cdn=True))
+        self._threads = [threading.Thread(target=s.serve_forever, args=(0.05,), daemon=True)
+                         for s in (self._hub, self._cdn)]
+        self._dropped: set[str] = set()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self._hub.server_address[1]}"
+
+    @property
+    def cdn(self) -> str:
+        return f"http://127.0.0.2:{self._cdn.server_address[1]}"
+
+    def add_commit(self, repo_id: str, files: dict[str, bytes | FakeFile], *, ref: str = "main",
+                   gated: bool = False) -> str:
+        """Add a commit holding exactly `files` (bytes are LFS unless named *.md/*.json); move `ref` to it."""
+        repo = self.repos.setdefault(repo_id, FakeRepo(repo_id))
+        repo.gated = repo.gated or gated
+        tree = {
+            name: f if isinstance(f, FakeFile) else FakeFile(f, lfs=not name.endswith((".md", ".json")))
+            for name, f in files.items()
+        }
+        commit = hashlib.sha1(f"{repo_id}/{len(repo.commits)}/{sorted(tree)}".encode()).hexdigest()
+        repo.commits[commit] = tree
+        repo.refs[ref] = commit
+        return commit
+
+    def paths(self, method: str | None = None) -> list[str]:
+        return [r.path for r in self.requests if method is None or r.method == method]
+
+    def __enter__(self) -> FakeHub:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for s in (self._hub, self._cdn):
+            s.shutdown()
+            s.server_close()
+
+    def _blob(self, sha256: str) -> tuple[FakeRepo, FakeFile] | None:
+        for repo in self.repos.values():
+            for tree in repo.commits.values():
+                for f in tree.values():
+                    if f.lfs and f.sha256 == sha256:
+                        return repo, f
+        return None
+
+
+def _handler(hub: FakeHub, *, cdn: bool) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: object) -> None:  # keep test output clean
+            pass
+
+        def do_HEAD(self) -> None:
+            self._route(head=True)
+
+        def do_GET(self) -> None:
+            self._route(head=False)
+
+        # --- plumbing -----------------------------------------------------------------
+        def _send(self, status: int, headers: dict[str, str], body: bytes = b"", *, head: bool = False) -> None:
+            self.send_response(status)
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", headers.get("Content-Length", str(len(body))))
+            self.end_headers()
+            if not head and body:
+                self.wfile.write(body)
+
+        def _error(self, status: int, code: str, message: str, *, head: bool, commit: str | None = None) -> None:
+            headers = {"X-Error-Code": code, "X-Error-Message": message, "Content-Type": "application/json"}
+            if commit:
+                headers["X-Repo-Commit"] = commit
+            self._send(status, headers, json.dumps({"error": message}).encode(), head=head)
+
+        def _route(self, *, head: bool) -> None:
+            url = urlsplit(self.path)
+            with hub._lock:
+                hub.requests.append(Request(self.command, url.path, "cdn" if cdn else "hub"))
+            parts = [unquote(p) for p in url.path.split("/")[1:]]
+            if cdn:
+                return self._cdn_get(parts, head=head)
+            if parts[:2] == ["api", "models"] and len(parts) >= 4:
+                return self._model_info(parts[2:], parse_qs(url.query), head=head)
+            if len(parts) >= 5 and parts[2] == "resolve":
+                return self._resolve("/".join(parts[:2]), parts[3], "/".join(parts[4:]), head=head)
+            self._error(404, "NotFound", "no such route", head=head)
+
+        # --- /api/models/{repo}[/revision/{rev}] ------------------------------------------
+        def _model_info(self, parts: list[str], query: dict[str, list[str]], *, head: bool) -> None:
+            repo_id = "/".join(parts[:2])
+            repo = hub.repos.get(repo_id)
+            if repo is None:
+                return self._error(401, "RepoNotFound", "Repository not found", head=head)
+            rev = parts[3] if len(parts) >= 4 and parts[2] == "revision" else "main"
+            commit = repo.resolve(rev)
+            if commit is None:
+                return self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}", head=head)
+            blobs = query.get("blobs", ["false"])[0].lower() == "true"
+            siblings = []
+            for name, f in sorted(repo.commits[commit].items()):
+                entry: dict[str, object] = {"rfilename": name}
+                if blobs:
+                    stored = f.pointer() if f.lfs else f.data
+                    entry.update(size=len(f.data), blobId=git_blob_sha1(stored))
+                    if f.lfs:
+                        entry["lfs"] = {"size": len(f.data), "sha256": f.sha256, "pointerSize": len(stored)}
+                siblings.append(entry)
+            body = {
+                "_id": commit[:24], "id": repo_id, "modelId": repo_id, "author": repo_id.split("/")[0],
+                "sha": commit, "lastModified": "2025-01-01T00:00:00.000Z", "private": False,
+                "gated": "manual" if repo.gated else False, "disabled": False, "tags": [],
+                "siblings": siblings,
+            }
+            self._send(200, {"Content-Type": "application/json"}, json.dumps(body).encode(), head=head)
+
+        # --- /{repo}/resolve/{rev}/{file} ---------------------------------------------------
+        def _resolve(self, repo_id: str, rev: str, filename: str, *, head: bool) -> None:
+            repo = hub.repos.get(repo_id)
+            if repo is None:
+                return self._error(401, "RepoNotFound", "Repository not found", head=head)
+            commit = repo.resolve(rev)
+            if commit is None:
+                return self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}", head=head)
+            if repo.gated:
+                msg = f"Access to model {repo_id} is restricted. You must have access to it and be authenticated."
+                return self._error(401, "GatedRepo", msg, head=head)
+            f = repo.commits[commit].get(filename)
+            if f is None:
+                return self._error(404, "EntryNotFound", f"{filename} does not exist", head=head, commit=commit)
+            if f.lfs:
+                headers = {
+                    "X-Repo-Commit": commit,
+                    "ETag": f'"{git_blob_sha1(f.pointer())}"',
+                    "X-Linked-Etag": f'"{f.sha256}"',
+                    "X-Linked-Size": str(len(f.data)),
+                    "Location": f"{hub.cdn}/blobs/{f.sha256}?repo={repo_id}",
+                }
+                return self._send(302, headers, head=head)
+            headers = {"X-Repo-Commit": commit, "ETag": f'"{git_blob_sha1(f.data)}"',
+                       "Content-Type": "text/plain; charset=utf-8"}
+            self._send(200, headers, f.data, head=head)
+
+        # --- the CDN: /blobs/{sha256} -------------------------------------------------------
+        def _cdn_get(self, parts: list[str], *, head: bool) -> None:
+            found = hub._blob(parts[1]) if len(parts) == 2 and parts[0] == "blobs" else None
+            if found is None:
+                return self._error(404, "NotFound", "no such blob", head=head)
+            repo, f = found
+            body = f.serve if f.serve is not None else f.data
+            if repo.drop_downloads:
+                return self._drop(f.sha256, body)
+            start = 0
+            rng = self.headers.get("Range", "")
+            if rng.startswith("bytes=") and rng[6:].split("-")[0].isdigit():
+                start = int(rng[6:].split("-")[0])
+            status = 206 if start else 200
+            headers = {"Content-Type": "application/octet-stream", "ETag": f'"{f.sha256}"',
+                       "Accept-Ranges": "bytes"}
+            if start:
+                headers["Content-Range"] = f"bytes {start}-{len(body) - 1}/{len(body)}"
+            self._send(status, headers, body[start:], head=head)
+
+        def _drop(self, key: str, body: bytes) -> None:
+            """First request: headers promise the whole body, half of it comes, the socket closes.
+            Every later request: the connection closes before any answer (the server is gone)."""
+            self.close_connection = True
+            first = key not in hub._dropped
+            hub._dropped.add(key)
+            if first:
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.send_header("Content-Type", "application/octet-stream")
+                self.end_headers()
+                self.wfile.write(body[: len(body) // 2])
+                self.wfile.flush()
+            try:
+                self.connection.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    return Handler
+
+
+# -- pytest fixtures (import them into a test module by name) -----------------------------------
+
+
+@pytest.fixture
+def hub() -> Iterator[FakeHub]:
+    """A running loopback hub (and CDN) with no repos yet."""
+    with FakeHub() as h:
+        yield h
+
+
+def _set_online(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", "3")
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    # huggingface_hub reads HF_HUB_OFFLINE once, at import; this process may have imported it
+    # while conftest had set it. The CLI is a fresh process and reads its environment.
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+
+
+def go_offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HF_HUB_OFFLINE=1 from here on, for this process and the subprocesses it starts."""
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+
+
+@pytest.fixture
+def online(hub: FakeHub, monkeypatch: pytest.MonkeyPatch) -> FakeHub:
+    """The loopback hub, with this process (and its subprocesses) pointed at it and online."""
+    _set_online(monkeypatch, hub.endpoint)
+    return hub
+
+
+def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """The real `specreg` command in a fresh process, with this process's environment."""
+    return subprocess.run([sys.executable, "-m", "specreg.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=dict(os.environ, COLUMNS="200"))
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
+    """Exit 2, no traceback, one `error:` line (plus an optional hint) naming every needle."""
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr + proc.stdout
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("error:")]
+    assert len(errors) == 1 and all(ln.startswith(("error:", "hint:")) for ln in lines), proc.stderr
+    for needle in needles:
+        assert needle in errors[0], (needle, errors[0])
+    return errors[0]

@@ -1,0 +1,85 @@
+"""Deployment policies: safe defaults, the shipped example, and typos that name key, file and line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from _registry_helpers import cli, one_line_error
+from specreg.errors import PolicyError
+from specreg.registry.policy import BUILTIN, example_policy_text, load_policy, parse_policy
+from specreg.schemas.audit import Policy
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _keys(model: type[BaseModel], prefix: str = "") -> set[str]:
+    out: set[str] = set()
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            out |= _keys(ann, f"{prefix}{name}.")
+        else:
+            out.add(f"{prefix}{name}")
+    return out
+
+
+def test_builtin_defaults_are_the_safe_ones() -> None:
+    p, source = load_policy(None)
+    assert source == BUILTIN
+    assert p.speed.min_speedup == 1.05
+    assert p.quality.require_equivalence is True
+    assert p.licence.unknown == "fail" and p.licence.conflict == "fail"
+    assert p.licence.require_revision is True
+    assert p.evidence.min_repetitions >= 2
+
+
+def test_example_policy_parses_and_mentions_every_key() -> None:
+    text = example_policy_text()
+    assert (ROOT / "examples" / "policy.toml").read_text("utf-8") == text
+    policy = parse_policy(text, "policy.example.toml")
+    assert policy.name == "example"
+    docs = (ROOT / "docs" / "readme" / "audit.md").read_text("utf-8")
+    for key in _keys(Policy):
+        leaf = key.rsplit(".", 1)[-1]
+        assert leaf in text, f"example policy does not mention {key}"
+        assert f"`{key}`" in docs, f"docs/readme/audit.md does not document {key}"
+
+
+@pytest.mark.parametrize(
+    ("text", "expect"),
+    [
+        ("[speed]\nmin_sppedup = 2\n", "policy.toml:2: unknown key 'speed.min_sppedup'"),
+        ('name = "x"\n[sped]\nmin_speedup = 1\n', "policy.toml:2: unknown key 'sped'"),
+        ("[speed]\nmin_speedup = 'fast'\n", "policy.toml:2: key 'speed.min_speedup'"),
+        ("[licence]\nunknown = 'maybe'\n", "policy.toml:2: key 'licence.unknown'"),
+        ("[memory]\nmax_extra_ram_pct = -1\n", "policy.toml:2: key 'memory.max_extra_ram_pct'"),
+        ("[speed\n", "policy.toml: not valid TOML"),
+    ],
+)
+def test_bad_policy_names_key_file_and_line(tmp_path: Path, text: str, expect: str) -> None:
+    path = tmp_path / "policy.toml"
+    path.write_text(text)
+    with pytest.raises(PolicyError) as err:
+        load_policy(path)
+    assert str(err.value).startswith(str(tmp_path / expect)), str(err.value)
+
+
+def test_cli_policy_typo_is_one_line_exit_2(tmp_path: Path) -> None:
+    bad = tmp_path / "policy.toml"
+    bad.write_text("[quality]\nrequire_equivalance = false\n")
+    line = one_line_error(cli("audit", "--all", "--policy", str(bad), db=tmp_path / "r.db"))
+    assert "require_equivalance" in line and str(bad) in line
+    missing = one_line_error(cli("audit", "--policy", str(tmp_path / "nope.toml"), db=tmp_path / "r.db"))
+    assert "nope.toml" in missing and "not found" in missing
+
+
+def test_cli_audit_on_empty_registry_cannot_decide(tmp_path: Path) -> None:
+    line = one_line_error(cli("audit", "--all", db=tmp_path / "r.db"))
+    assert "no admitted pairs" in line
+    line = one_line_error(cli("audit", "--pair", "7", db=tmp_path / "r.db"))
+    assert "7" in line
+    line = one_line_error(cli("audit", "--report", str(tmp_path / "x.pdf"), db=tmp_path / "r.db"))
+    assert ".md or .html" in line
