@@ -111,6 +111,10 @@ def fill(reg: Registry, root: Path, scale: float) -> dict[str, int]:
                 "manifest_json, started_at, finished_at) VALUES (?,?,?,?,?,?,?,?,?)",
                 (run_id, j + 1, "complete", "draft-simple", target, draft, _manifest(template, target, draft),
                  _iso(started), _iso(started + timedelta(seconds=30))))
+            db.conn.executemany(
+                "INSERT INTO bench_prompts (run_id, prompt_id, stratum, kind, content_sha256, input_tokens, "
+                "max_tokens) VALUES (?,?,?,?,?,?,?)",
+                [(run_id, pid, stratum, "prompt", "0" * 64, 40, 32) for pid, stratum in prompts])
             for idx, name in enumerate(CONDITIONS):
                 spec = ConditionSpec(name=name, method=name, draft_sha256=draft if name == "draft-simple" else None)
                 mem = MemoryObservation(peak_rss_bytes=(200 + 20 * idx) << 20, samples=50,

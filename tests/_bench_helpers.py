@@ -39,8 +39,8 @@ def aged(path: Path, seconds: int = 120) -> Path:
     return path
 
 
-def model(folder: Path, name: str, **spec: Any) -> Path:
-    return aged(write_model(folder / name, ModelSpec(**spec)))
+def model(folder: Path, filename: str, **spec: Any) -> Path:
+    return aged(write_model(folder / filename, ModelSpec(**spec)))
 
 
 def workload(folder: Path, items: list[dict[str, Any]] | None = None, name: str = "wl.jsonl") -> Path:

@@ -20,9 +20,9 @@ def aged(path: Path, seconds: int = 60) -> Path:
     return path
 
 
-def model(folder: Path, name: str, *, age: bool = True, **spec: object) -> Path:
+def model(folder: Path, filename: str, *, age: bool = True, **spec: object) -> Path:
     """A tiny deterministic llama GGUF; `spec` overrides ModelSpec fields."""
-    path = write_model(folder / name, ModelSpec(**spec))  # type: ignore[arg-type]
+    path = write_model(folder / filename, ModelSpec(**spec))  # type: ignore[arg-type]
     return aged(path) if age else path
 
 
@@ -42,3 +42,18 @@ def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
     assert lines and lines[0].startswith("error:"), proc.stderr
     assert len(lines) <= 2 and all(ln.startswith(("error:", "hint:")) for ln in lines), proc.stderr
     return lines[0]
+
+
+def run(*args: str, db: Path) -> tuple[int, str, str]:
+    """Run a command in-process (typer's CliRunner): fast, for paths that should succeed.
+
+    Error-to-exit-code mapping lives in `specreg.cli.main`, so failures are tested with `cli()`.
+    """
+    from typer.testing import CliRunner
+
+    from specreg.cli import app
+
+    result = CliRunner().invoke(app, list(args), env={"SPECREG_DB": str(db), "COLUMNS": "200"})
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result.exit_code, result.stdout, result.stderr

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
+from _audit_world import specreg
 from _registry_helpers import cli, one_line_error
 from specreg.errors import PolicyError
 from specreg.registry.policy import BUILTIN, example_policy_text, load_policy, parse_policy
@@ -77,9 +78,11 @@ def test_cli_policy_typo_is_one_line_exit_2(tmp_path: Path) -> None:
 
 
 def test_cli_audit_on_empty_registry_cannot_decide(tmp_path: Path) -> None:
-    line = one_line_error(cli("audit", "--all", db=tmp_path / "r.db"))
+    line = one_line_error(cli("audit", "--all", db=tmp_path / "r.db"))  # the real console script
     assert "no admitted pairs" in line
-    line = one_line_error(cli("audit", "--pair", "7", db=tmp_path / "r.db"))
-    assert "7" in line
-    line = one_line_error(cli("audit", "--report", str(tmp_path / "x.pdf"), db=tmp_path / "r.db"))
-    assert ".md or .html" in line
+    for args, expect in ((("audit", "--pair", "7"), "no pair with id 7"),
+                         (("audit", "--report", str(tmp_path / "x.pdf")), ".md or .html"),
+                         (("audit", "--pair", "1", "--all"), "not both")):
+        code, out, err = specreg(*args, db=tmp_path / "r.db")
+        assert code == 2 and not out and "Traceback" not in err, (code, out, err)
+        assert err.startswith("error:") and expect in err.splitlines()[0], err

@@ -119,3 +119,11 @@ def test_older_rule_set_verdicts_are_stale(capsys, files) -> None:
     run(capsys, "check", "pair", str(files["target"]), str(files["same"]))
     rows = json.loads(run(capsys, "pairs", "--json")[1])
     assert sorted(r["stale"] for r in rows) == [False, True]
+
+
+def test_prefix_of_a_file_changed_since_registration_cannot_decide(capsys, files) -> None:
+    code, out, _ = run(capsys, "check", "pair", str(files["target"]), str(files["same"]), "--json")
+    draft_sha = json.loads(out)["draft_sha256"]
+    write_model(files["same"], BASE.but(seed=7))  # other bytes at the registered path
+    code, _, err = run(capsys, "check", "pair", str(files["target"]), draft_sha[:12])
+    assert code == 2 and "no registered path holds its bytes" in err

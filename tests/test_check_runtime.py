@@ -7,6 +7,7 @@ without speculation). Each server runs in its own subprocess, so a crash cannot 
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from _pair_helpers import BASE, errors, run_pair
+from _pair_helpers import BASE, codes, errors, run_pair
 from prometheus_client.parser import text_string_to_metric_families
 
 from specreg.testing.vocab import build_vocab
@@ -33,8 +34,8 @@ p.hostnames = ["127.0.0.1"]
 p.endpoint_metrics = True
 p.n_ctx = 256
 p.n_parallel = 1
-p.cpuparams.n_threads = 2
-p.cpuparams_batch.n_threads = 2
+p.cpuparams.n_threads = 1
+p.cpuparams_batch.n_threads = 1
 p.sampling.seed = 1
 p.speculative.types = [x.common_speculative_type.COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE]
 p.speculative.draft.mparams.path = draft
@@ -45,6 +46,7 @@ while True:
 """
 INCOMPATIBLE = "the target and draft vocabs are not compatible"
 SPM_TEXTS = tuple(enumerate(build_vocab(BASE).texts))
+N_BASE = len(SPM_TEXTS)
 
 CASES = [
     ("identical", BASE, BASE),
@@ -63,13 +65,14 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _drafted(target: Path, draft: Path, log_path: Path) -> tuple[float, str]:
-    """Serve the pair, run one greedy completion; (draft tokens from /metrics, server log)."""
+def _serve(target: Path, draft: Path, log_path: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """Start a server for the pair and wait for /health; (process, base URL)."""
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([sys.executable, "-c", _SERVE, str(target), str(draft), str(port)],
-                                stdout=log, stderr=subprocess.STDOUT)
+                                stdout=log, stderr=subprocess.STDOUT,
+                                env={**os.environ, "GGML_NO_BACKTRACE": "1"})  # an abort skips gdb
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -83,17 +86,37 @@ def _drafted(target: Path, draft: Path, log_path: Path) -> tuple[float, str]:
             if time.monotonic() > deadline:
                 pytest.fail("server did not become healthy within 60 s")
             time.sleep(0.05)
-        r = httpx.post(base + "/completion", timeout=60,
-                       json={"prompt": "the of and to in is that", "n_predict": 24, "temperature": 0, "seed": 1})
+    except BaseException:
+        _stop(proc)
+        raise
+    return proc, base
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _drafted(target: Path, draft: Path, log_path: Path) -> tuple[float, str]:
+    """Serve the pair, run one greedy completion; (draft tokens from /metrics, server log).
+
+    Ids beyond the base vocabulary are banned for the target's sampler: an id the draft lacks
+    aborts the server (see test_an_id_the_draft_lacks_aborts_the_server), which is not what
+    this test measures.
+    """
+    proc, base = _serve(target, draft, log_path)
+    try:
+        ban = [[i, False] for i in range(N_BASE, N_BASE + 256)]
+        r = httpx.post(base + "/completion", timeout=60, json={
+            "prompt": "the of and to in is that", "n_predict": 24, "temperature": 0, "seed": 1, "logit_bias": ban})
         r.raise_for_status()
         metrics = httpx.get(base + "/metrics", timeout=10).text
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
     drafted = 0.0
     for family in text_string_to_metric_families(metrics):
         for sample in family.samples:
@@ -108,3 +131,20 @@ def test_verdict_matches_llama_cpp(tmp_path: Path, target, draft) -> None:
     drafted, log = _drafted(tmp_path / "target.gguf", tmp_path / "draft.gguf", tmp_path / "server.log")
     assert admitted == (drafted > 0), f"specreg admitted={admitted}, llama.cpp drafted {drafted} tokens"
     assert admitted == (INCOMPATIBLE not in log)
+
+
+def test_an_id_the_draft_lacks_aborts_the_server(tmp_path: Path) -> None:
+    """Why `vocab.extra_ids` warns: llama.cpp admits the pair, then dies on a token the draft lacks."""
+    checks = run_pair(tmp_path, BASE.but(pad_tokens=100), BASE, "draft-simple")
+    assert not errors(checks) and "vocab.extra_ids" in codes(checks, "warn")
+    log_path = tmp_path / "server.log"
+    proc, base = _serve(tmp_path / "target.gguf", tmp_path / "draft.gguf", log_path)
+    try:
+        with pytest.raises(httpx.TransportError):  # the server process dies mid-request
+            httpx.post(base + "/completion", timeout=60,
+                       json={"prompt": [1, 300, N_BASE + 10], "n_predict": 4, "temperature": 0})
+        proc.wait(30)
+    finally:
+        _stop(proc)
+    assert proc.returncode != 0
+    assert "failed to add token" in log_path.read_text(errors="replace")

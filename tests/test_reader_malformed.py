@@ -8,7 +8,6 @@ and peak RSS of each child (from wait4) compared with the same CLI reading a val
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -22,11 +21,8 @@ import pytest
 from specreg.errors import GGUFError
 from specreg.validators.gguf_reader import open_gguf
 
-_spec = importlib.util.spec_from_file_location("make_corpus", Path(__file__).parent / "malformed" / "make_corpus.py")
-assert _spec and _spec.loader
-make_corpus = importlib.util.module_from_spec(_spec)
-sys.modules["make_corpus"] = make_corpus
-_spec.loader.exec_module(make_corpus)
+sys.path.insert(0, str(Path(__file__).parent / "malformed"))
+import make_corpus  # noqa: E402
 
 CASES = {c.name: c for c in make_corpus.CASES}
 SPECREG = str(Path(sys.executable).parent / "specreg")
@@ -86,15 +82,14 @@ def _run_cli(path: Path) -> tuple[int, str, float, int]:
 
 
 # One case per section of the file for the real-subprocess check in CI; all of them with -m slow.
-SAMPLE = ["empty", "byte_swapped", "trunc_key", "string_length_2p63", "nested_array", "overlapping_offsets",
-          "bos_id_out_of_range"]
+SAMPLE = ["empty", "byte_swapped", "string_length_2p63", "overlapping_offsets", "bos_id_out_of_range"]
 
 
 def _check_cli(corpus: dict[str, Path], names: list[str]) -> None:
     base_rc, base_err, base_cpu, base_rss = _run_cli(corpus["base"])
     assert base_rc == 0, base_err
     with ThreadPoolExecutor(max_workers=2) as pool:
-        results = dict(zip(names, pool.map(lambda n: _run_cli(corpus[n]), names)))
+        results = dict(zip(names, pool.map(lambda n: _run_cli(corpus[n]), names), strict=True))
     problems = []
     for name, (rc, err, cpu, rss) in results.items():
         lines = err.strip("\n").split("\n")

@@ -54,7 +54,7 @@ def test_phi3_extras_are_named(real_vocab: Callable[[str], Path]) -> None:
     assert pad.severity == "warn" and pad.evidence["extra"] == 64 and pad.evidence["larger"] == "draft"
     assert [r["text"] for r in pad.evidence["real"]][:2] == ["<|endoftext|>", "<|assistant|>"]
     assert "11 of the 64" in pad.message
-    assert one(checks, "vocab.draft_extra_ids").severity == "warn"
+    assert one(checks, "vocab.extra_ids").severity == "warn"
 
 
 @pytest.mark.realvocab

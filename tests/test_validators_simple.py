@@ -24,9 +24,9 @@ CASES = [
     ("eos id differs while added", BASE.but(add_eos=True), BASE.but(add_eos=True, eos_id=5), {"vocab.eos"}, set()),
     ("eos id differs, not added", BASE, BASE.but(eos_id=5), set(), {"vocab.eog"}),
     ("eot differs", BASE, BASE.but(eot_id=2), set(), {"vocab.eog"}),
-    ("draft +128 padding tokens (the limit)", BASE, BASE.but(pad_tokens=128), set(), {"vocab.padding", "vocab.draft_extra_ids"}),
+    ("draft +128 padding tokens (the limit)", BASE, BASE.but(pad_tokens=128), set(), {"vocab.padding", "vocab.extra_ids"}),
     ("draft +129 padding tokens", BASE, BASE.but(pad_tokens=129), {"vocab.n_tokens"}, {"vocab.padding"}),
-    ("target +100 padding tokens", BASE.but(pad_tokens=100), BASE, set(), {"vocab.padding"}),
+    ("target +100 padding tokens", BASE.but(pad_tokens=100), BASE, set(), {"vocab.padding", "vocab.extra_ids"}),
     ("target +50 real extra tokens", BASE.but(extra_tokens=50), BASE, set(), {"vocab.padding"}),
     ("vocab type differs, same texts", BASE, BPE.but(token_edits=SPM_TEXTS), {"vocab.type"}, {"vocab.token_types", "vocab.merges", "vocab.pre"}),
     ("SPM add_bos absent = true (effective)", BASE.but(add_bos=None), BASE, set(), set()),
@@ -84,3 +84,9 @@ def test_draft_size(tmp_path: Path) -> None:
     assert same.severity == "warn" and "no speed-up" in same.message
     half = one(run_pair(tmp_path, BASE, BASE.but(n_layer=1), "draft-simple"), "draft.size")
     assert half.severity == "warn" and half.evidence["ratio"] >= 0.5
+
+
+def test_huge_token_text_is_clipped_in_message_and_evidence(tmp_path: Path) -> None:
+    c = one(run_pair(tmp_path, BASE, BASE.but(token_edits=((300, "x" * 100_000),)), "draft-simple"), "vocab.tokens")
+    assert c.severity == "error" and len(c.message) <= 600
+    assert len(c.evidence["first"][0]["draft"]) < 300 and "+99800 chars" in c.evidence["first"][0]["draft"]

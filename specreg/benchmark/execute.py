@@ -86,8 +86,13 @@ def run_condition(ctx: RunContext, cond: ConditionRun) -> None:
     ctx.observer.condition_started(cond)
     server: ServerProcess | None = None
     try:
+        def spawned(pid: int, started: float) -> None:
+            cond.server_pid = pid
+            ctx.store.save_condition(ctx.run_id, cond, server_started=started)
+
         try:
-            server = launch(ctx.cmd, args, log_path, start_timeout_s=max(1.0, min(o.start_timeout_s, ctx.remaining())))
+            server = launch(ctx.cmd, args, log_path, start_timeout_s=max(1.0, min(o.start_timeout_s, ctx.remaining())),
+                            on_spawn=spawned)
         except ServerStartError as exc:
             _fail(cond, exc.message, exc.lines)
             return

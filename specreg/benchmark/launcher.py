@@ -14,7 +14,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -193,10 +193,11 @@ def launch(
     start_timeout_s: float = 60.0,
     ports: Iterator[int] | None = None,
     max_attempts: int = 3,
+    on_spawn: Callable[[int, float], None] | None = None,
 ) -> ServerProcess:
     """Start a server with `args` (+ host/port) and wait until `/health` says ok.
 
-    A port that turns out to be taken (bind failure in the log, or a healthy answer from a
+    `on_spawn(pid, start_time)` is called as soon as each child exists. A port that turns out to be taken (bind failure in the log, or a healthy answer from a
     process that is not our child) is retried on another port. Anything else that keeps the
     server from becoming healthy raises ServerStartError with the log's last lines.
     """
@@ -223,7 +224,13 @@ def launch(
         except psutil.Error:
             created = time.time()
         server = ServerProcess(proc, port, argv, log_path, created, attempts)
-        outcome = _wait_healthy(server, deadline)
+        try:
+            if on_spawn is not None:  # recorded before waiting, so a killed specreg leaves a findable pid
+                on_spawn(proc.pid, created)
+            outcome = _wait_healthy(server, deadline)
+        except BaseException:  # Ctrl-C while waiting: never leave the child behind
+            server.stop()
+            raise
         if outcome == "ready":
             return server
         server.stop()
@@ -252,7 +259,9 @@ def _start_error(server: ServerProcess, outcome: str, timeout_s: float) -> Serve
 def _wait_healthy(server: ServerProcess, deadline: float) -> str:
     """'ready', 'port taken', 'not our server', 'timeout' or 'exit code N'."""
     delay = 0.02
-    with httpx.Client(timeout=httpx.Timeout(2.0, connect=1.0), trust_env=False) as http:
+    # short: llama-server answers /health at once (503 while loading); a port that accepts but
+    # never answers belongs to someone else
+    with httpx.Client(timeout=httpx.Timeout(0.5, connect=0.5), trust_env=False) as http:
         while True:
             code = server.proc.poll()
             if code is not None:

@@ -97,6 +97,7 @@ class Runner:
         self.cmd: ServerCommand = external_command(opts.server) if opts.server else bundled_command()
         self.gpu = gpu or GpuProbe()
         self._runtime: RuntimeInfo | None = None
+        self.refused: list[str] = []  # pairs of the last bench() that could not start, with why
 
     def runtime(self) -> RuntimeInfo:
         if self._runtime is None:
@@ -140,12 +141,27 @@ class Runner:
     # -- running --------------------------------------------------------------------------------
 
     def bench(self, pair_ids: list[int] | None = None) -> list[BenchRun]:
-        """Benchmark the selected (default: all admitted) pairs, one run each."""
+        """Benchmark the selected (default: all admitted) pairs, one run each.
+
+        With several pairs, one that cannot start (e.g. its file changed) is refused and
+        listed in `self.refused`, and the next pair runs; a single pair raises.
+        """
+        self.refused = []
         for note in self.store.reap_orphans():
             self.observer.note(note)
         pairs = self.select(pair_ids)
         plans = [(p, self._plan(p)) for p in pairs]  # refuse bad --methods before any server starts
-        return [self.bench_pair(p, specs) for p, specs in plans]
+        self.runtime()  # a broken server binary fails once, here
+        runs = []
+        for p, specs in plans:
+            try:
+                runs.append(self.bench_pair(p, specs))
+            except SpecregError as exc:
+                if len(plans) == 1:
+                    raise
+                self.refused.append(f"pair {p.id}: {exc.message}")
+                self.observer.note(f"pair {p.id} not benchmarked: {exc.message}")
+        return runs
 
     def _plan(self, pair: PairRecord) -> list[cond_mod.ConditionSpec]:
         return cond_mod.plan(

@@ -54,9 +54,10 @@ def _dump(model: Any) -> str | None:
 
 
 def process_started(pid: int) -> float | None:
-    """A process's start time (pid reuse guard), None when it does not exist."""
+    """A live process's start time (pid reuse guard); None when it is gone or a zombie."""
     try:
-        return psutil.Process(pid).create_time()
+        p = psutil.Process(pid)
+        return None if p.status() == psutil.STATUS_ZOMBIE else p.create_time()
     except psutil.Error:
         return None
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from specreg.commands._common import JsonOpt, db_path, emit_json
+from specreg.commands._common import JsonOpt, db_path, emit_json, err_console, safe
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry
@@ -83,7 +83,8 @@ def admitted(
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
         with _registry() as reg, ProgressView() as view:
-            runs = Runner(reg, opts, observer=view).bench(pair)
+            runner = Runner(reg, opts, observer=view)
+            runs = runner.bench(pair)
     finally:
         signal.signal(signal.SIGTERM, previous)
     if json_out:
@@ -91,6 +92,10 @@ def admitted(
     else:
         for r in runs:
             show_run(r)
+    for line in runner.refused:
+        err_console.print(f"[bold red]error:[/] {safe(line)}")
+    if runner.refused:
+        raise typer.Exit(2)
     raise typer.Exit(0 if all(r.info.status == "complete" for r in runs) else 1)
 
 
@@ -129,14 +134,19 @@ def runs(ctx: typer.Context, json_out: JsonOpt = False) -> None:
 def show(
     run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix (see `specreg runs`).")],
     json_out: JsonOpt = False,
+    report: Annotated[Optional[Path], typer.Option("--report", help="Also write a report: PATH.md or PATH.html.")] = None,
 ) -> None:
     """Show one run: condition x stratum table (acceptance, speed-up, p50/p95, TTFT, memory, equivalence, errors).
 
-    Example: specreg runs show 20260101-120000-ab12cd
+    Example: specreg runs show 20260101-120000-ab12cd --report run.html
     """
     from specreg.commands._bench_view import show_run
 
     run = load_run(run_id)
+    if report is not None:  # the report module (audit area) draws the plots and writes atomically
+        from specreg.report import write_run_report_for
+
+        write_run_report_for(report, run)
     if json_out:
         emit_json(run)
     else:

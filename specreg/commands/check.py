@@ -28,19 +28,11 @@ _GROUP = {"pass": "pass", "info": "info", "warn": "warn", "error": "fail"}
 
 def _open(reg: Registry, arg: str) -> tuple[ArtifactRecord, GGUFFile]:
     """Resolve a path (registered on the way) or a SHA-256 prefix, and open the bytes it names."""
-    from specreg.errors import ArtifactChanged, ArtifactNotFound
     from specreg.validators.gguf_reader import open_gguf
 
     rec = reg.resolve(arg)
-    if os.path.exists(arg):
-        return rec, open_gguf(arg)
-    ok, problem = reg.verify_artifact(rec)
-    for path in rec.paths:
-        if os.path.isfile(path) and (ok or reg.known_sha256(path) == rec.sha256):
-            return rec, open_gguf(path)
-    if rec.paths:
-        raise ArtifactChanged(rec.paths[0], rec.sha256, None) if not problem else ArtifactNotFound(problem)
-    raise ArtifactNotFound(f"artifact {rec.sha256[:12]} has no registered path")
+    path = arg if os.path.exists(arg) else reg.locate(rec.sha256)  # locate: a path verified to hold it
+    return rec, open_gguf(path)
 
 
 def _evidence(c: CheckResult) -> str:
@@ -86,8 +78,8 @@ def _render(v: PairVerdict, target: ArtifactRecord, draft: ArtifactRecord | None
 
 
 def pair_cmd(
-    target: Annotated[str, typer.Argument(help="Target GGUF path or SHA-256 prefix.", show_default=False)],
-    draft: Annotated[Optional[str], typer.Argument(help="Draft GGUF path or SHA-256 prefix.", show_default=False)] = None,
+    target: Annotated[str, typer.Argument(metavar="TARGET", help="Target GGUF path or SHA-256 prefix.", show_default=False)],
+    draft: Annotated[Optional[str], typer.Argument(metavar="DRAFT", help="Draft GGUF path or SHA-256 prefix.", show_default=False)] = None,
     method: Annotated[str, typer.Option("--method", "-m", help=f"One of: {', '.join(_METHODS)}.")] = "auto",
     strict: Annotated[bool, typer.Option("--strict", help="Treat warnings as errors.")] = False,
     runtime: Annotated[Optional[str], typer.Option("--runtime", help="Rule set (llama.cpp build), e.g. llama.cpp-b11434.")] = None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import sqlite3
 import time
 from contextlib import AbstractContextManager
@@ -22,17 +23,40 @@ def now_iso() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
 
+def writable(path: Path) -> bool:
+    """Can we write the registry file (if it exists) and create its -wal/-shm next to it?
+    access(2) also says no for read-only filesystems and immutable files, even to root."""
+    if path.exists() and not os.access(path, os.W_OK):
+        return False
+    return os.access(path.parent, os.W_OK)
+
+
+def _low_on_space(path: Path, minimum: int = 1 << 20) -> bool:
+    try:
+        st = os.statvfs(path.parent)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < minimum
+
+
+def read_only_error(path: Path, detail: str = "") -> RegistryError:
+    """The registry file or its folder cannot be written."""
+    why = f" ({detail})" if detail else ""
+    return RegistryError(
+        f"registry {path} is read-only{why}; nothing was written",
+        hint="use --db PATH or SPECREG_DB to choose a writable registry file",
+    )
+
+
 def registry_error(path: Path, exc: BaseException) -> RegistryError:
     """One clear message (and hint) for a database failure, naming the registry file."""
     text = str(exc)
     low = text.lower()
     code = getattr(exc, "errno", None)
     if "readonly" in low or "read-only" in low or code in (errno.EROFS, errno.EACCES, errno.EPERM):
-        return RegistryError(
-            f"registry {path} is read-only ({text}); nothing was written",
-            hint="use --db PATH or SPECREG_DB to choose a writable registry file",
-        )
-    if "disk is full" in low or "disk i/o" in low or code in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        return read_only_error(path, text)
+    full = "disk is full" in low or code in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+    if full or ("disk i/o" in low and _low_on_space(path)):
         return RegistryError(
             f"registry {path}: no space left to write ({text}); nothing was written, "
             "earlier records are kept",
@@ -44,10 +68,14 @@ def registry_error(path: Path, exc: BaseException) -> RegistryError:
             hint="another specreg process holds the write lock; try again when it finishes",
         )
     if "unable to open" in low:
+        if not writable(path):
+            return read_only_error(path, text)
         return RegistryError(
             f"registry {path} cannot be opened ({text})",
             hint="check that the file and its folder exist and are readable and writable",
         )
+    if "disk i/o" in low:
+        return RegistryError(f"registry {path}: disk I/O error ({text})", hint="check the disk")
     return RegistryError(f"registry {path}: {text}")
 
 
@@ -57,6 +85,7 @@ class RegistryBase:
     path: Path
     db: Database
     show_progress: bool = True
+    read_only: bool = False  # opened read-only because the file or its folder is not writable
     hash_count: int = 0  # files hashed by this instance (tests and benchmarks read it)
 
     def add_artifact(self, path: str | Path, **kw: Any) -> ArtifactRecord:  # in Registry

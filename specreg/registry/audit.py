@@ -7,12 +7,20 @@ decide (exit 2); a failed gate is a result (exit 1).
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Iterable
 from datetime import datetime, timezone
 
 from specreg.errors import SpecregError
 from specreg.registry import gates
-from specreg.registry.evidence import RunHead, hardware_identity, load_digest, runs_for_pair, runtime_identity
+from specreg.registry.evidence import (
+    RunHead,
+    RunIndex,
+    hardware_identity,
+    load_digest,
+    runs_for_pair,
+    runtime_identity,
+)
 from specreg.registry.store import Registry
 from specreg.schemas.audit import (
     NO_SPECULATION,
@@ -43,6 +51,7 @@ class _Facts:
         self.records: dict[str, ArtifactRecord] = {}
         self.integrity: dict[str, tuple[bool, str | None]] = {}
         self.digests: dict[str, RunDigest] = {}
+        self.rule_sets: dict[str, str | None] = {}
 
     def digest(self, head: RunHead) -> RunDigest:
         if head.info.run_id not in self.digests:
@@ -54,10 +63,35 @@ class _Facts:
             self.records[sha] = self.reg.get_artifact(sha)
         return self.records[sha]
 
+    def current_rule_set(self, rule_set: str) -> str | None:
+        from specreg.validators.ruleset import current_rule_set_id
+
+        if rule_set not in self.rule_sets:
+            self.rule_sets[rule_set] = current_rule_set_id(rule_set)
+        return self.rule_sets[rule_set]
+
     def verify(self, sha: str) -> tuple[bool, str | None]:
         if sha not in self.integrity:
             self.integrity[sha] = self.reg.verify_artifact(self.record(sha), rehash=self.rehash)
         return self.integrity[sha]
+
+
+def _records(reg: Registry, shas: set[str]) -> dict[str, ArtifactRecord]:
+    """Records (without GGUF summaries) of many artifacts in two queries."""
+    import json
+
+    from specreg.registry.artifact_reads import LIST_COLUMNS, _record
+
+    wanted = json.dumps(sorted(shas))
+    paths: dict[str, list[str]] = {}
+    for sha, path in reg.db.conn.execute(
+            "SELECT sha256, path FROM artifact_paths WHERE sha256 IN (SELECT value FROM json_each(?)) "
+            "ORDER BY id", (wanted,)):
+        paths.setdefault(sha, []).append(path)
+    cur = reg.db.conn.execute(
+        f"SELECT {LIST_COLUMNS} FROM artifacts WHERE sha256 IN (SELECT value FROM json_each(?))", (wanted,))
+    cur.row_factory = sqlite3.Row
+    return {r["sha256"]: _record(r, paths.get(r["sha256"], []), False) for r in cur.fetchall()}
 
 
 def _recheck(reg: Registry, pair: PairRecord) -> PairRecord:
@@ -76,9 +110,7 @@ def _recheck(reg: Registry, pair: PairRecord) -> PairRecord:
 
 
 def _verdict(facts: _Facts, pair: PairRecord, files_ok: bool) -> tuple[GateResult, PairRecord]:
-    from specreg.validators.ruleset import current_rule_set_id
-
-    current = current_rule_set_id(pair.rule_set)
+    current = facts.current_rule_set(pair.rule_set)
     if current is None:
         return gates.verdict_gate(pair.admitted, pair.rule_set, "(unknown runtime)", None, []), pair
     stale_from = None
@@ -152,6 +184,8 @@ def audit_pair(facts: _Facts, pair: PairRecord, policy: Policy, runs_for: RunsFo
     results.append(verdict)
     head, how = select_run(runs_for(facts.reg, pair), policy)
     run = facts.digest(head) if head else None
+    if run is not None and run.target_name is None:
+        run.target_name = facts.record(pair.target_sha256).name
     cond = _condition(run, pair)
     conc = _concurrency(run, policy)
     evidence = gates.evidence_gate(run, cond, policy, conc, how)
@@ -187,14 +221,15 @@ def decide(audits: list[PairAudit], runs: dict[str, RunDigest]) -> list[StratumD
         strata = sorted({r.stratum for a in group if a.run_id in runs
                          for r in runs[a.run_id].strata if r.stratum != ALL_STRATA})
         gate_maps = {a.pair_id: {g.gate: g for g in a.gates} for a in group}
+        rows = {(a.run_id, r.condition, r.stratum): r for a in group if a.run_id in runs
+                for r in runs[a.run_id].strata if r.condition == a.condition}
         for stratum in strata:
             cands: list[Candidate] = []
             for a in group:
                 gmap = gate_maps[a.pair_id]
                 failed = [g for g in PAIR_LEVEL if not (g in gmap and gmap[g].passed)]
                 local = [g for g in ("equivalence", "speed") if not (g in gmap and gmap[g].strata.get(stratum, False))]
-                row = next((r for r in runs[a.run_id].rows(a.condition or "") if r.stratum == stratum), None) \
-                    if a.run_id in runs else None
+                row = rows.get((a.run_id, a.condition, stratum))
                 ok = row is not None and not failed and not local
                 if row is None:
                     reason = "not measured in this stratum"
@@ -230,8 +265,11 @@ def run_audit(reg: Registry, policy: Policy, policy_source: str, *, pair_ids: li
     else:
         pairs = [reg.get_pair(i) for i in pair_ids]
     facts = _Facts(reg, rehash, spread)
-    if len(pairs) > 20:  # one list query instead of one lookup (with its GGUF summary) per artifact
-        facts.records = {r.sha256: r for r in reg.artifacts(with_summary=False)}
+    if len(pairs) > 20:  # a few list queries instead of several lookups per pair
+        shas = {p.target_sha256 for p in pairs} | {p.draft_sha256 for p in pairs if p.draft_sha256}
+        facts.records = _records(reg, shas)
+        if runs_for is runs_for_pair:
+            runs_for = RunIndex(reg)
     audits: list[PairAudit] = []
     runs: dict[str, RunDigest] = {}
     seen: set[int] = set()

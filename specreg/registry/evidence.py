@@ -2,8 +2,10 @@
 
 The digest keeps what the gates and reports read (medians, p95, per-request speed-up spread,
 equivalence per prompt, memory, per-position acceptance, the exact server command lines).
-Requests are aggregated in SQL, never loaded as rows with their output text: an audit over
-thousands of pairs must not parse a million request models.
+It is built from the runner's per condition x stratum summaries; request rows are read only
+where the summaries cannot answer: which prompts changed their output (only when a summary
+counts a mismatch) and the per-request speed-up spread (reports only). An audit over a
+thousand runs therefore never reads a million request rows.
 """
 
 from __future__ import annotations
@@ -33,17 +35,8 @@ if TYPE_CHECKING:
     from specreg.registry.store import Registry
 
 MIB = 1 << 20
-
-
-class PromptAgg(NamedTuple):
-    """One prompt of one condition and stratum: repetitions and how its outputs were judged."""
-
-    condition: str
-    stratum: str
-    prompt_id: str
-    repetitions: int
-    good: int  # equal to the baseline, or `expect` passed
-    bad: int  # changed output (or `expect` failed) and nothing passed
+Ratios = dict[tuple[str, str], list[float]]  # (condition, stratum) -> per-request speed-ups
+Failing = set[tuple[str, str, str]]  # (condition, stratum, prompt id) whose output changed
 
 
 class RunHead(NamedTuple):
@@ -112,44 +105,41 @@ def _condition(c: ConditionRun, base: ConditionRun | None) -> ConditionDigest:
     )
 
 
-def _judged(matches: bool | None, expect_ok: bool | None) -> bool | None:
-    """Equivalent to the baseline, or its `expect` passed; None when nothing could be compared."""
-    if matches is True or expect_ok is True:
-        return True
-    if matches is False or expect_ok is False:
-        return False
-    return None
-
-
-Ratios = dict[tuple[str, str], list[float]]  # (condition, stratum) -> per-request speed-ups
+def _mismatch(s: ConditionSummary) -> bool:
+    """Did any request of this summary change its output or fail its `expect`?"""
+    return s.method != BASELINE and (s.n_equal < s.n_compared or s.n_expect_failed > 0)
 
 
 def build_digest(head: RunHead, conditions: list[ConditionRun], summaries: list[ConditionSummary],
-                 aggs: Iterable[PromptAgg], ratios: Ratios | None = None) -> RunDigest:
-    """The audit's and reports' view of one run; `ratios` (for the p5-p95 spread) is optional."""
+                 prompts: dict[str, list[str]], failing: Failing, ratios: Ratios | None = None) -> RunDigest:
+    """The audit's and reports' view of one run.
+
+    prompts: stratum -> prompt ids of the run's workload; failing: prompts whose output changed
+    (and whose `expect` did not pass either); ratios: per-request speed-ups (optional spread).
+    """
     info, man = head
     conc = man.request.concurrency if man else 1
     base = next((c for c in conditions if c.spec.method == BASELINE), None)
-    groups: dict[tuple[str, str], list[PromptAgg]] = defaultdict(list)
-    for a in aggs:
-        groups[(a.condition, a.stratum)].append(a)
-        groups[(a.condition, ALL_STRATA)].append(a)
+    every = sorted({p for ps in prompts.values() for p in ps})
     rows: list[StratumRow] = []
     for s in summaries:
-        group = groups.get((s.condition, s.stratum), [])
+        ids = every if s.stratum == ALL_STRATA else sorted(prompts.get(s.stratum, []))
         is_base = s.method == BASELINE
         spread = (ratios or {}).get((s.condition, s.stratum), [])
+        failed = sorted({p for c, st, p in failing
+                         if c == s.condition and (s.stratum == ALL_STRATA or st == s.stratum)})
+        # greedy runs compare outputs with the baseline; sampled runs only have their `expect` checks
+        compared = s.n_compared or s.n_expect_checked
+        passed = compared if not failed else (s.n_equal if s.n_compared else compared - s.n_expect_failed)
         rows.append(StratumRow(
             condition=s.condition, stratum=s.stratum, concurrency=conc, n_requests=s.n_requests,
-            n_repetitions=min((a.repetitions for a in group), default=0),  # every prompt at least this often
+            n_repetitions=s.n_requests // len(ids) if ids else 0,  # requests per prompt
             median_total_ms=s.total_ms.p50, p95_total_ms=s.total_ms.p95,
             median_ttft_ms=s.ttft_ms.p50, median_tpot_ms=s.tpot_ms.p50, acceptance=s.acceptance,
             speedup=s.speedup, speedup_p5=quantile(spread, 0.05), speedup_p95=quantile(spread, 0.95),
             errors=s.n_errors, timeouts=s.n_timeouts,
-            equivalent=0 if is_base else sum(a.good for a in group),
-            compared=0 if is_base else sum(a.good + a.bad for a in group),
-            failed_prompts=[] if is_base else sorted({a.prompt_id for a in group if a.bad}),
-            prompts=sorted({a.prompt_id for a in group}),
+            equivalent=0 if is_base else passed, compared=0 if is_base else compared,
+            failed_prompts=[] if is_base else failed, prompts=ids,
         ))
     total_vram = None
     if man and man.hardware.gpu.present:
@@ -177,29 +167,64 @@ def _ratios(rows: Iterable[tuple[str, str, str, int, bool, float | None]], basel
     return out
 
 
+def _changed(matches: bool | None, expect_ok: bool | None) -> bool:
+    """Output differs from the baseline (or `expect` failed) and nothing passed instead."""
+    return not (matches is True or expect_ok is True) and (matches is False or expect_ok is False)
+
+
 def digest_run(run: BenchRun) -> RunDigest:
     """Digest of a fully loaded run (`specreg runs show --report`), spread included."""
-    counts: dict[tuple[str, str, str], list[object]] = {}
-    for r in run.requests:
-        entry = counts.setdefault((r.condition, r.stratum, r.prompt_id), [set(), 0, 0])
-        entry[0].add(r.repeat)  # type: ignore[union-attr]
-        verdict = _judged(r.matches_baseline, r.expect_ok)
-        if verdict is not None:
-            entry[1 if verdict else 2] += 1  # type: ignore[operator]
-    aggs = [PromptAgg(c, s, p, len(reps), good, bad)  # type: ignore[arg-type]
-            for (c, s, p), (reps, good, bad) in counts.items()]
+    prompts: dict[str, list[str]] = defaultdict(list)
+    for p in run.prompts:
+        prompts[p.stratum].append(p.id)
+    failing = {(r.condition, r.stratum, r.prompt_id) for r in run.requests
+               if _changed(r.matches_baseline, r.expect_ok)}
     base = next((c.spec.name for c in run.conditions if c.spec.method == BASELINE), None)
     ratios = _ratios(((r.condition, r.stratum, r.prompt_id, r.repeat, r.ok, r.total_ms) for r in run.requests), base)
-    return build_digest(RunHead(run.info, run.manifest), run.conditions, run.summaries, aggs, ratios)
+    return build_digest(RunHead(run.info, run.manifest), run.conditions, run.summaries, prompts, failing, ratios)
 
 
 # ---- reading runs from the registry ----------------------------------------------------------
 
 
-def _rows(reg: Registry, sql: str, params: tuple[object, ...]) -> list[sqlite3.Row]:
+def _rows(reg: Registry, sql: str, params: tuple[object, ...] = ()) -> list[sqlite3.Row]:
     cur = reg.db.conn.execute(sql, params)
     cur.row_factory = sqlite3.Row
     return cur.fetchall()
+
+
+def _head(r: sqlite3.Row) -> RunHead:
+    info = RunInfo(run_id=r["run_id"], pair_id=r["pair_id"], status=r["status"], status_reason=r["status_reason"],
+                   method=r["method"], target_sha256=r["target_sha256"], draft_sha256=r["draft_sha256"],
+                   started_at=r["started_at"], finished_at=r["finished_at"], run_dir=r["run_dir"])
+    man = RunManifest.model_validate_json(r["manifest_json"]) if r["manifest_json"] else None
+    return RunHead(info, man)
+
+
+_HEAD_COLS = ("r.run_id, r.pair_id, r.status, r.status_reason, r.method, r.target_sha256, r.draft_sha256, "
+              "r.started_at, r.finished_at, r.run_dir, r.manifest_json")
+
+
+class RunIndex:
+    """Every run's head and condition methods, read once: audits of thousands of pairs ask often."""
+
+    def __init__(self, reg: Registry) -> None:
+        methods: dict[str, set[str]] = defaultdict(set)
+        for run_id, method in reg.db.conn.execute("SELECT run_id, method FROM bench_conditions"):
+            methods[run_id].add(method)
+        self.by_target: dict[str, list[tuple[sqlite3.Row, set[str]]]] = defaultdict(list)
+        for r in _rows(reg, f"SELECT {_HEAD_COLS} FROM bench_runs r ORDER BY r.started_at DESC, r.run_id DESC"):
+            self.by_target[r["target_sha256"]].append((r, methods.get(r["run_id"], set())))
+        self._heads: dict[str, RunHead] = {}
+
+    def __call__(self, reg: Registry, pair: PairRecord) -> list[RunHead]:
+        out = []
+        for r, methods in self.by_target.get(pair.target_sha256, []):
+            if pair.method in methods and (pair.draft_sha256 is None or r["draft_sha256"] == pair.draft_sha256):
+                if r["run_id"] not in self._heads:
+                    self._heads[r["run_id"]] = _head(r)
+                out.append(self._heads[r["run_id"]])
+        return out
 
 
 def runs_for_pair(reg: Registry, pair: PairRecord) -> list[RunHead]:
@@ -208,36 +233,22 @@ def runs_for_pair(reg: Registry, pair: PairRecord) -> list[RunHead]:
     An n-gram pair is measured inside any run on its target (every run includes the n-gram
     conditions), so runs are matched by their conditions, not by the pair id they were started for.
     """
-    from specreg.benchmark.runstore import _info
-
-    if pair.draft_sha256 is None:
-        where, params = "r.target_sha256 = ?", (pair.target_sha256, pair.method)
-    else:
-        where = "r.target_sha256 = ? AND r.draft_sha256 = ?"
-        params = (pair.target_sha256, pair.draft_sha256, pair.method)
-    rows = _rows(reg,
-                 f"SELECT r.*, 0 AS n_conditions, 0 AS n_requests FROM bench_runs r WHERE {where} AND EXISTS "
-                 "(SELECT 1 FROM bench_conditions c WHERE c.run_id = r.run_id AND c.method = ?) "
-                 "ORDER BY r.started_at DESC, r.run_id DESC", params)
-    return [RunHead(_info(r), RunManifest.model_validate_json(r["manifest_json"]) if r["manifest_json"] else None)
-            for r in rows]
+    where = "r.target_sha256 = ?" + (" AND r.draft_sha256 = ?" if pair.draft_sha256 else "")
+    params = (pair.target_sha256, *([pair.draft_sha256] if pair.draft_sha256 else []), pair.method)
+    return [_head(r) for r in _rows(
+        reg, f"SELECT {_HEAD_COLS} FROM bench_runs r WHERE {where} AND EXISTS (SELECT 1 FROM bench_conditions c "
+             "WHERE c.run_id = r.run_id AND c.method = ?) ORDER BY r.started_at DESC, r.run_id DESC", params)]
 
 
-_AGG_SQL = (
-    "SELECT condition, stratum, prompt_id, count(DISTINCT repeat), "
-    "sum(ifnull(matches_baseline, 0) = 1 OR ifnull(expect_ok, 0) = 1), "
-    "sum(NOT (ifnull(matches_baseline, 0) = 1 OR ifnull(expect_ok, 0) = 1) "
-    "AND (matches_baseline = 0 OR expect_ok = 0)) "
-    "FROM bench_requests WHERE run_id = ? GROUP BY condition, stratum, prompt_id"
+_FAILING_SQL = (
+    "SELECT condition, stratum, prompt_id FROM bench_requests WHERE run_id = ? "
+    "AND NOT (ifnull(matches_baseline, 0) = 1 OR ifnull(expect_ok, 0) = 1) "
+    "AND (matches_baseline = 0 OR expect_ok = 0)"
 )
 
 
 def load_digest(reg: Registry, head: RunHead, *, spread: bool = True) -> RunDigest:
-    """Digest one run from the bench tables: requests aggregated in SQL, never loaded as rows.
-
-    `spread=False` skips the per-request speed-up spread (reports show it; gates never read it),
-    which is the only part that has to read every request's total time.
-    """
+    """Digest one run from the bench tables; request rows are read only when needed (see above)."""
     rid = head.info.run_id
     conds = [ConditionRun(idx=c["idx"], spec=ConditionSpec.model_validate_json(c["spec_json"]), status=c["status"],
                           failure=c["failure"], argv=json.loads(c["argv_json"]),
@@ -245,13 +256,18 @@ def load_digest(reg: Registry, head: RunHead, *, spread: bool = True) -> RunDige
                           memory=MemoryObservation.model_validate_json(c["memory_json"]) if c["memory_json"] else None)
              for c in _rows(reg, "SELECT idx, status, failure, spec_json, argv_json, counters_json, memory_json "
                                  "FROM bench_conditions WHERE run_id = ? ORDER BY idx", (rid,))]
-    sums = [ConditionSummary.model_validate_json(r["summary_json"]) for r in
-            _rows(reg, "SELECT summary_json FROM bench_summaries WHERE run_id = ? ORDER BY rowid", (rid,))]
-    aggs = [PromptAgg(*row) for row in reg.db.conn.execute(_AGG_SQL, (rid,)).fetchall()]
+    sums = [ConditionSummary.model_validate_json(r[0]) for r in reg.db.conn.execute(
+        "SELECT summary_json FROM bench_summaries WHERE run_id = ? ORDER BY rowid", (rid,))]
+    prompts: dict[str, list[str]] = defaultdict(list)
+    for stratum, pid in reg.db.conn.execute("SELECT stratum, prompt_id FROM bench_prompts WHERE run_id = ?", (rid,)):
+        prompts[stratum].append(pid)
+    failing: Failing = set()
+    if any(_mismatch(s) for s in sums):
+        failing = {tuple(r) for r in reg.db.conn.execute(_FAILING_SQL, (rid,))}  # type: ignore[misc]
     ratios = None
     if spread:
         base = next((c.spec.name for c in conds if c.spec.method == BASELINE), None)
         cur = reg.db.conn.execute(
             "SELECT condition, stratum, prompt_id, repeat, ok, total_ms FROM bench_requests WHERE run_id = ?", (rid,))
         ratios = _ratios(cur.fetchall(), base)
-    return build_digest(head, conds, sums, aggs, ratios)
+    return build_digest(head, conds, sums, prompts, failing, ratios)

@@ -77,11 +77,15 @@ def sha256_file_keyed(path: str | Path, progress: Progress | None = None) -> tup
             os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
         readinto = f.readinto
         update = h.update
-        while True:
-            n = readinto(buf)
+        # Read no more than the size we started with: a file that keeps growing (a download in
+        # progress) would otherwise keep this loop busy forever; the stat check below catches it.
+        remaining = before.size
+        while remaining > 0:
+            n = readinto(view[:remaining] if remaining < CHUNK else buf)
             if not n:
                 break
             update(view[:n] if n < CHUNK else view)
+            remaining -= n
             if progress is not None:
                 progress(n)
         after = StatKey.of(os.fstat(f.fileno()))

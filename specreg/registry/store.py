@@ -14,13 +14,14 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import quote
 from typing import Any
 
 from sqlite_utils import Database
 
-from specreg.errors import ArtifactNotFound, SpecregError
+from specreg.errors import ArtifactNotFound, RegistryError, SpecregError
 from specreg.registry import hashing, licence, provenance
-from specreg.registry._base import now_iso, registry_error
+from specreg.registry._base import now_iso, read_only_error, registry_error, writable
 from specreg.registry.artifact_reads import ArtifactReads, stat_or_raise
 from specreg.registry.migrations import migrations
 from specreg.registry.paths import default_db_path
@@ -47,6 +48,17 @@ class Registry(ArtifactReads, VerdictStore):
         self.path = Path(path).expanduser()
         self.show_progress = show_progress
         self.hash_count = 0
+        self.read_only = False
+        try:
+            self.db = self._open_read_write(busy_timeout_s)
+        except RegistryError:
+            # Reading a registry on a read-only disk (or an immutable file) should still work.
+            if not (self.path.is_file() and not writable(self.path)):
+                raise
+            self.db = self._open_read_only(busy_timeout_s)
+            self.read_only = True
+
+    def _open_read_write(self, busy_timeout_s: float) -> Database:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(
@@ -71,6 +83,29 @@ class Registry(ArtifactReads, VerdictStore):
         except BaseException:
             conn.close()
             raise
+        return self.db
+
+    def _open_read_only(self, busy_timeout_s: float) -> Database:
+        """mode=ro; if SQLite cannot set up WAL shared memory on this disk and no WAL holds
+        committed frames, `immutable=1` (the file truly cannot change: nobody can write it)."""
+        uri = f"file:{quote(str(self.path.absolute()))}?mode=ro"
+        wal = Path(f"{self.path}-wal")
+        attempts = [uri] + ([uri + "&immutable=1"] if not (wal.exists() and wal.stat().st_size) else [])
+        last: BaseException | None = None
+        for attempt in attempts:
+            try:
+                conn = sqlite3.connect(attempt, uri=True, timeout=busy_timeout_s,
+                                       isolation_level=None, check_same_thread=False)
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            except sqlite3.Error as exc:
+                last = exc
+                continue
+            db = Database(conn)
+            if migrations.pending(db):
+                conn.close()
+                raise read_only_error(self.path, "and its schema needs an upgrade that cannot be written")
+            return db
+        raise registry_error(self.path, last or RuntimeError("cannot open"))
 
     # -- plumbing -----------------------------------------------------------------------------
 
@@ -91,6 +126,8 @@ class Registry(ArtifactReads, VerdictStore):
         RegistryError (one line for the CLI); a failed write leaves no partial record.
         """
         conn = self.db.conn
+        if self.read_only:
+            raise read_only_error(self.path)
         if conn.in_transaction:
             with self.db.atomic():
                 yield self.db

@@ -7,6 +7,7 @@ from pathlib import Path
 from specreg.errors import UsageError
 from specreg.registry.atomic import write_atomic
 from specreg.schemas.audit import AuditReport, RunDigest
+from specreg.schemas.bench import BenchRun
 
 SUFFIXES = {".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html"}
 
@@ -63,3 +64,11 @@ def write_run_report(path: str | Path, run: RunDigest) -> list[Path]:
         written.append(f)
     write_atomic(p, markdown.render_run(run, svgs, f"{p.stem}-"))
     return [p, *written]
+
+
+def write_run_report_for(path: str | Path, run: BenchRun) -> list[Path]:
+    """`specreg runs show RUN --report PATH`: digest a loaded run and write its report."""
+    from specreg.registry.evidence import digest_run
+
+    check_report_path(path)
+    return write_run_report(path, digest_run(run))

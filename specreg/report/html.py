@@ -50,19 +50,26 @@ def _plots(plots: dict[str, str], prefix: str) -> str:
     return f'<div class="plots">{figs}</div>' if figs else '<p class="muted">No data to plot.</p>'
 
 
-def run_section(run: RunDigest, plots: dict[str, str], prefix: str) -> str:
-    parts = [f"<h2>Run {e(run.run_id)} — {e(run.status)}</h2>",
-             f'<p class="muted">Target {e(run.target_name or common.short(run.target_sha256))} '
-             f"(<code>{e(common.short(run.target_sha256))}</code>), workload {e(run.workload or '–')}, "
-             f"runtime {e(run.runtime or '–')}, hardware {e(run.hardware or '–')}, "
-             f"{run.repetitions} repetition(s).</p>",
-             _plots(plots, prefix), "<h3>Conditions</h3>"]
+def _run_line(run: RunDigest) -> str:
+    return (f'<p class="muted">Target {e(run.target_name or common.short(run.target_sha256))} '
+            f"(<code>{e(common.short(run.target_sha256))}</code>), workload {e(run.workload or '–')}, "
+            f"runtime {e(run.runtime or '–')}, hardware {e(run.hardware or '–')}, "
+            f"{run.repetitions} repetition(s).</p>")
+
+
+def run_plots(run: RunDigest, plots: dict[str, str], prefix: str) -> str:
+    """A run's heading, manifest line and plots (what people look at first)."""
+    return "\n".join([f"<h2>Run {e(run.run_id)} — {e(run.status)}</h2>", _run_line(run), _plots(plots, prefix)])
+
+
+def run_tables(run: RunDigest, heading: bool = True) -> str:
+    """A run's conditions (with exact server commands) and its per-stratum table."""
+    parts = [f"<h2>Run {e(run.run_id)}: measurements</h2>"] if heading else []
     rows = []
     for cells in common.condition_cells(run):
         rows.append([e(c) for c in cells[:-1]] + [f"<code>{e(cells[-1])}</code>"])
-    parts.append(_table(common.CONDITION_HEADERS, rows, raw=True))
-    parts.append("<h3>Per stratum</h3>")
-    parts.append(_table(common.STRATUM_HEADERS, [common.stratum_cells(r) for r in run.strata]))
+    parts += ["<h3>Conditions</h3>", _table(common.CONDITION_HEADERS, rows, raw=True), "<h3>Per stratum</h3>",
+              _table(common.STRATUM_HEADERS, [common.stratum_cells(r) for r in run.strata])]
     return "\n".join(parts)
 
 
@@ -75,7 +82,7 @@ def _page(title: str, body: str) -> str:
 def render_run(run: RunDigest, plots: dict[str, str]) -> str:
     """A single benchmark run (`specreg runs show RUN --report x.html`)."""
     return _page(f"specreg run {run.run_id}", f"<h1>specreg run {e(run.run_id)}</h1>\n"
-                 + run_section(run, plots, "r0"))
+                 + run_plots(run, plots, "r0") + "\n" + run_tables(run, heading=False))
 
 
 def _cell(text: str, ok: bool | None) -> str:
@@ -107,6 +114,8 @@ def render_audit(report: AuditReport, plots: dict[str, dict[str, str]]) -> str:
         [d.target_name or common.short(d.target_sha256), d.stratum, d.choice, common.num(d.speedup),
          d.run_id or "–", "; ".join(f"pair {c.pair_id}: {c.reason}" for c in d.candidates) or "no candidates"]
         for d in report.decisions]))
+    for i, run in enumerate(report.runs):
+        parts.append(run_plots(run, plots.get(run.run_id, {}), f"r{i}"))
     parts.append("<h2>Pairs</h2>")
     for p in report.pairs:
         ok = "pass" if p.passed else "fail"
@@ -117,6 +126,5 @@ def render_audit(report: AuditReport, plots: dict[str, dict[str, str]]) -> str:
                      f"<pre>{e(common.command(p.rollback_command))}</pre>")
         if p.speculative_command:
             parts.append(f"<p>Speculative condition:</p><pre>{e(common.command(p.speculative_command))}</pre>")
-    for i, run in enumerate(report.runs):
-        parts.append(run_section(run, plots.get(run.run_id, {}), f"r{i}"))
+    parts += [run_tables(run) for run in report.runs]
     return _page(f"specreg audit — {word}", "\n".join(parts))

@@ -39,31 +39,36 @@ def _fence(text: str) -> list[str]:
 def _images(plots: dict[str, str], prefix: str) -> list[str]:
     titles = {"acceptance": "Acceptance by draft position", "speedup": "Speed-up per stratum",
               "memory": "Peak memory per condition"}
-    return [f"![{titles.get(name, name)}]({prefix}{name}.svg)\n" for name in plots]
+    # <...> keeps a file name with spaces or parentheses one link target (CommonMark)
+    return [f"![{titles.get(name, name)}](<{esc(prefix)}{name}.svg>)\n" for name in plots]
 
 
-def run_section(run: RunDigest, plot_names: dict[str, str], image_prefix: str, level: int = 2) -> list[str]:
-    """One run: manifest line, conditions, per-stratum table, plot images."""
-    h = "#" * level
-    out = [f"{h} Run {esc(run.run_id)} — {esc(run.status)}", ""]
+def run_plots(run: RunDigest, plot_names: dict[str, str], image_prefix: str) -> list[str]:
+    """A run's heading, manifest line and plot images."""
+    out = [f"## Run {esc(run.run_id)} — {esc(run.status)}", ""]
     out.append(f"Target {esc(run.target_name or common.short(run.target_sha256))} "
                f"(`{esc(common.short(run.target_sha256))}`), workload {esc(run.workload or '–')}, "
                f"runtime {esc(run.runtime or '–')}, hardware {esc(run.hardware or '–')}, "
                f"{run.repetitions} repetition(s).")
-    out += ["", f"{h}# Conditions", ""]
+    return out + [""] + _images(plot_names, image_prefix)
+
+
+def run_tables(run: RunDigest, heading: bool = True) -> list[str]:
+    """A run's conditions (exact server commands) and its per-stratum table."""
+    out = [f"## Run {esc(run.run_id)}: measurements", ""] if heading else []
+    out += ["### Conditions", ""]
     out += _table(common.CONDITION_HEADERS[:-1], [c[:-1] for c in common.condition_cells(run)])
     for c in run.conditions:
         out += ["", f"`{esc(c.label)}`:", *_fence(common.command(c.command))]
-    out += ["", f"{h}# Per stratum", ""]
+    out += ["", "### Per stratum", ""]
     out += _table(common.STRATUM_HEADERS, [common.stratum_cells(r) for r in run.strata])
-    out += [""] + _images(plot_names, image_prefix)
-    return out
+    return out + [""]
 
 
 def render_run(run: RunDigest, plots: dict[str, str], image_prefix: str) -> str:
     """A single benchmark run (`specreg runs show RUN --report x.md`)."""
     lines = [f"# specreg run {esc(run.run_id)}", ""]
-    lines += run_section(run, plots, image_prefix)
+    lines += run_plots(run, plots, image_prefix) + run_tables(run, heading=False)
     return "\n".join(lines) + "\n"
 
 
@@ -87,6 +92,9 @@ def render_audit(report: AuditReport, plots: dict[str, dict[str, str]], image_pr
          common.num(d.speedup), d.run_id or "–",
          "; ".join(f"pair {c.pair_id}: {c.reason}" for c in d.candidates) or "no candidates"]
         for d in report.decisions])
+    lines.append("")
+    for run in report.runs:
+        lines += run_plots(run, plots.get(run.run_id, {}), f"{image_prefix}{slug(run.run_id)}-")
     lines += ["", "## Pairs", ""]
     for p in report.pairs:
         lines += [f"### {esc(common.pair_title(p))} — {'PASS' if p.passed else 'FAIL'}", ""]
@@ -96,8 +104,7 @@ def render_audit(report: AuditReport, plots: dict[str, dict[str, str]], image_pr
             lines += ["", "Speculative condition:", *_fence(common.command(p.speculative_command))]
         lines.append("")
     for run in report.runs:
-        lines += run_section(run, plots.get(run.run_id, {}), f"{image_prefix}{slug(run.run_id)}-")
-        lines.append("")
+        lines += run_tables(run)
     return "\n".join(lines) + "\n"
 
 

@@ -14,12 +14,12 @@ import re
 from specreg.schemas.checks import CheckResult
 from specreg.validators.effective import c_text
 from specreg.validators.ruleset import RuleSet
-from specreg.validators.side import Side, first_diffs, result
+from specreg.validators.side import Side, clip, first_diffs, result
 
 
 def _token_evidence(t: Side, d: Side, ids: list[int]) -> list[dict[str, object]]:
     tt, dt = t.texts(), d.texts()
-    return [{"id": i, "target": tt[i], "draft": dt[i]} for i in ids]
+    return [{"id": i, "target": clip(tt[i]), "draft": clip(dt[i])} for i in ids]
 
 
 def _texts_differ(t: Side, d: Side, start: int, stop: int, rules: RuleSet) -> tuple[list[int], int]:
@@ -86,7 +86,7 @@ def runtime_rule(t: Side, d: Side, rules: RuleSet) -> list[CheckResult]:
         first = _token_evidence(t, d, ids)
         f0 = first[0]
         out.append(result("vocab.tokens", "error",
-                          f"{count} token texts differ from id {start} on; first: id {f0['id']} target {f0['target']!r}, draft {f0['draft']!r}",
+                          f"{count} token texts differ from id {start} on; first: id {f0['id']} target {clip(str(f0['target']), 40)!r}, draft {clip(str(f0['draft']), 40)!r}",
                           **ev_t, first=first))
     else:
         out.append(result("vocab.tokens", "pass", f"token texts equal for ids {start}..{max(stop - 1, start)}", **ev_t))
@@ -106,10 +106,10 @@ def padding(t: Side, d: Side, rules: RuleSet) -> CheckResult | None:
     pad_types = set(rules.advisory.pad_token_types)
     real = [i for i in range(lo, hi) if types[i] not in pad_types and not pattern.search(texts[i])]
     ev = {"larger": bigger.role, "extra": hi - lo, "extra_ids": [lo, hi - 1],
-          "sample": [{"id": i, "text": texts[i]} for i in range(lo, min(hi, lo + rules.advisory.evidence_max_items))]}
+          "sample": [{"id": i, "text": clip(texts[i])} for i in range(lo, min(hi, lo + rules.advisory.evidence_max_items))]}
     if not real:
         return result("vocab.padding", "info", f"the {hi - lo} extra {bigger.role} tokens are padding only", **ev)
-    first = [{"id": i, "text": texts[i]} for i in real[: rules.advisory.evidence_max_items]]
+    first = [{"id": i, "text": clip(texts[i])} for i in real[: rules.advisory.evidence_max_items]]
     return result("vocab.padding", "warn",
                   f"{len(real)} of the {hi - lo} extra {bigger.role} tokens are real tokens, not padding", **ev, real=first)
 
@@ -129,22 +129,7 @@ def advisories(t: Side, d: Side, rules: RuleSet) -> list[CheckResult]:
     else:
         out.append(result("vocab.tokens_head", "pass", f"token texts 0..{start - 1} equal"))
 
-    stop = min(tv.n_tokens, dv.n_tokens)
-    if ts.token_types_sha256 == ds.token_types_sha256 or not (ts.token_types_sha256 and ds.token_types_sha256):
-        same_types, tids, tcount = ts.token_types_sha256 == ds.token_types_sha256, [], 0
-    else:
-        ttypes, dtypes = t.types(), d.types()
-        tids, tcount = first_diffs(ttypes, dtypes, 0, stop, lim)
-        same_types = tcount == 0
-    if tcount:
-        tt, dt = t.types(), d.types()
-        out.append(result("vocab.token_types", "warn", f"{tcount} token types differ",
-                          n_differ=tcount, first=[{"id": i, "target": tt[i], "draft": dt[i]} for i in tids]))
-    elif same_types:
-        out.append(result("vocab.token_types", "pass", "token types equal"))
-    else:
-        out.append(result("vocab.token_types", "info", "token types present in only one file",
-                          target=ts.token_types_sha256 is not None, draft=ds.token_types_sha256 is not None))
+    out.append(_token_types(t, d, lim))
 
     if tv.pre != dv.pre:
         out.append(result("vocab.pre", "warn", f"pre-tokenizers differ: target {tv.pre!r}, draft {dv.pre!r} (the same text may split differently)",
@@ -184,3 +169,75 @@ def extra_ids(t: Side, d: Side) -> CheckResult:
         return result("vocab.extra_ids", "warn",
                       f"target has {nt - nd} token ids the draft lacks ({nd}..{nt - 1}): a prompt or output containing one aborts the server", **ev)
     return result("vocab.extra_ids", "pass", "both vocabularies have the same ids", **ev)
+
+
+def _token_types(t: Side, d: Side, lim: int) -> CheckResult:
+    """Token types over the common ids (fingerprints first, decoded only when they differ)."""
+    ts, ds = t.summary.tokenizer, d.summary.tokenizer
+    if ts.token_types_sha256 is None or ds.token_types_sha256 is None:
+        if ts.token_types_sha256 == ds.token_types_sha256:
+            return result("vocab.token_types", "pass", "neither file has token types")
+        return result("vocab.token_types", "info", "token types present in only one file",
+                      target=ts.token_types_sha256 is not None, draft=ds.token_types_sha256 is not None)
+    if ts.token_types_sha256 != ds.token_types_sha256:
+        tt, dt = t.types(), d.types()
+        ids, count = first_diffs(tt, dt, 0, min(len(tt), len(dt)), lim)
+        if count:
+            return result("vocab.token_types", "warn", f"{count} token types differ",
+                          n_differ=count, first=[{"id": i, "target": tt[i], "draft": dt[i]} for i in ids])
+    return result("vocab.token_types", "pass", "token types equal")
+
+
+def _eog(t: Side, d: Side, rules: RuleSet) -> CheckResult:
+    """End-of-generation tokens the runtime rule does not compare (eos when not added, eot, eom)."""
+    tv, dv = t.vocab, d.vocab
+    diffs: dict[str, object] = {}
+    if not (tv.add_eos and dv.add_eos) and tv.eos != dv.eos:
+        diffs["eos"] = {"target": tv.eos, "draft": dv.eos}
+    same_texts = t.summary.tokenizer.tokens_sha256 == d.summary.tokenizer.tokens_sha256
+    for kind, texts in (("eot", rules.eot_texts), ("eom", rules.eom_texts)):
+        a, b = getattr(tv, kind), getattr(dv, kind)
+        if a is None and b is None and same_texts:
+            continue  # same token texts: llama.cpp's detection by text finds the same ids
+        ta = [a] if a is not None else t.ids_of(texts)
+        tb = [b] if b is not None else d.ids_of(texts)
+        if ta != tb:
+            diffs[kind] = {"target": ta, "draft": tb}
+    if diffs:
+        return result("vocab.eog", "warn", "end-of-generation tokens differ: " + ", ".join(diffs), **diffs)
+    return result("vocab.eog", "pass", "end-of-generation tokens agree")
+
+
+def _template(t: Side, d: Side) -> CheckResult:
+    """Chat templates compared by SHA-256 only (never rendered)."""
+    a, b = t.summary.tokenizer.chat_template_sha256, d.summary.tokenizer.chat_template_sha256
+    ev = {"target_sha256": a, "draft_sha256": b}
+    if a == b:
+        return result("vocab.chat_template", "pass", "same chat template" if a else "neither has a chat template", **ev)
+    if a is None or b is None:
+        has = "draft" if a is None else "target"
+        return result("vocab.chat_template", "info",
+                      f"only the {has} has a chat template (the server formats with the target's)", **ev)
+    return result("vocab.chat_template", "warn", "chat templates differ (SHA-256)", **ev)
+
+
+def tokenizer_identity(code: str, t: Side, d: Side, rules: RuleSet) -> CheckResult:
+    """A target-trained draft (EAGLE-3, DFlash) must carry exactly the target's tokenizer."""
+    tv, dv = t.vocab, d.vocab
+    problems: list[str] = []
+    ev: dict[str, object] = {"target": tv.as_evidence(), "draft": dv.as_evidence()}
+    if tv.vocab_type != dv.vocab_type:
+        problems.append(f"vocab type {tv.vocab_type} vs {dv.vocab_type}")
+    if tv.n_tokens != dv.n_tokens:
+        problems.append(f"{tv.n_tokens} vs {dv.n_tokens} tokens")
+    for key in ("add_bos", "bos", "add_eos", "eos"):
+        if getattr(tv, key) != getattr(dv, key):
+            problems.append(f"{key} {getattr(tv, key)} vs {getattr(dv, key)}")
+    ids, count = _texts_differ(t, d, 0, min(tv.n_tokens, dv.n_tokens), rules)
+    if count:
+        problems.append(f"{count} token texts differ")
+        ev["n_differ"] = count
+        ev["first"] = _token_evidence(t, d, ids)
+    if problems:
+        return result(code, "error", "draft tokenizer is not the target's: " + "; ".join(problems), **ev)
+    return result(code, "pass", "draft carries the target's tokenizer", **ev)

@@ -64,10 +64,10 @@ def effective_vocab(summary: GGUFSummary, rules: RuleSet) -> EffectiveVocab:
     notes: list[str] = []
     model_rules = rules.tokenizer_models.get(tok.model or "")
     if model_rules is None:
-        problem = "no tokenizer.ggml.model" if tok.model is None else f"unknown tokenizer {tok.model!r}"
+        why = "no tokenizer.ggml.model" if tok.model is None else f"unknown tokenizer {tok.model!r}"
         return EffectiveVocab(
             tok.model, "UNKNOWN", None, tok.pre, None, n, False, False, None, None, None, None, None,
-            tok.eot_id, tok.eom_id, problem=f"llama.cpp cannot load it: {problem}",
+            tok.eot_id, tok.eom_id, problem=f"llama.cpp cannot load it: {why}",
         )
     problem: str | None = None
     if n == 0 and model_rules.type != "NONE":

@@ -101,6 +101,7 @@ class GGUFFile:
         self.n_elements: dict[str, int] = {t.name: t.n_elements for t in header.tensors}
         self._tensor_index = {t.name: t for t in self.tensors}
         self._cache: dict[str, object] = {}
+        self._summary: GGUFSummary | None = None
 
     def __repr__(self) -> str:
         return f"GGUFFile({str(self.path)!r}, v{self.version}, {len(self.metadata)} kv, {len(self.tensors)} tensors)"
@@ -197,11 +198,11 @@ class GGUFFile:
     # -- summary -------------------------------------------------------------------------
     def summary(self) -> GGUFSummary:
         """The facts validators and the registry need (sha256 stays None: the registry hashes)."""
-        if "summary" not in self._cache:
+        if self._summary is None:
             from specreg.validators.gguf_summary import build_summary
 
-            self._cache["summary"] = build_summary(self)
-        return self._cache["summary"].model_copy(deep=True)  # type: ignore[union-attr]
+            self._summary = build_summary(self)
+        return self._summary.model_copy(deep=True)  # callers may edit theirs (e.g. fill sha256)
 
 
 def _open_regular(path: Path) -> tuple[int, int]:

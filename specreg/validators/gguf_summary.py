@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from specreg.schemas.gguf import (
     GGUFSummary,
@@ -108,6 +108,8 @@ def _tokenizer(gf: GGUFFile) -> TokenizerSummary:
     merges = _array(gf, F.KEY_MERGES, (F.T_STRING,))
     template = gf.raw_string(F.KEY_CHAT_TEMPLATE)
     get_str(gf, F.KEY_CHAT_TEMPLATE)  # type-checks the key
+    ids: dict[str, Any] = {field: get_int(gf, key) for field, key in F.SPECIAL_ID_KEYS.items()}
+    flags: dict[str, Any] = {field: get_bool(gf, key) for field, key in F.ADD_FLAG_KEYS.items()}
     return TokenizerSummary(
         model=get_str(gf, F.KEY_TOK_MODEL),
         pre=get_str(gf, F.KEY_TOK_PRE),
@@ -117,8 +119,8 @@ def _tokenizer(gf: GGUFFile) -> TokenizerSummary:
         scores_sha256=_sha(_array(gf, F.KEY_SCORES, (_FLOAT32, _INT32))),
         merges_sha256=_sha(merges),
         n_merges=0 if merges is None else merges.count,
-        **{field: get_int(gf, key) for field, key in F.SPECIAL_ID_KEYS.items()},
-        **{field: get_bool(gf, key) for field, key in F.ADD_FLAG_KEYS.items()},
+        **ids,
+        **flags,
         chat_template_present=template is not None,
         chat_template_sha256=None if template is None else hashlib.sha256(template).hexdigest(),
     )

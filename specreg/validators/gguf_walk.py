@@ -8,6 +8,8 @@ allocation larger than the file. Arrays are not decoded here: fixed-size arrays 
 
 from __future__ import annotations
 
+import mmap
+import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,12 +54,20 @@ class Header:
     header_end: int = 0
 
 
+Buffer = bytes | bytearray | memoryview | mmap.mmap
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
 def _show(text: str, limit: int = 80) -> str:
-    """A name from the file, shortened for an error message."""
-    return text if len(text) <= limit else text[:limit] + "..."
+    """A name from the file for an error message: shortened, control characters (newlines
+    included) escaped, so a hostile key can never turn one error into several lines."""
+    text = text if len(text) <= limit else text[:limit] + "..."
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
-def string_array_end(buf: bytes | memoryview, start: int, count: int, limit: int) -> int | None:
+def string_array_end(buf: Buffer, start: int, count: int, limit: int) -> int | None:
     """End offset of `count` length-prefixed strings at `start`, or None if any is out of bounds.
 
     The hot loop of the reader (151k tokens + 151k merges for qwen2): one C call per element.
@@ -78,7 +88,7 @@ def string_array_end(buf: bytes | memoryview, start: int, count: int, limit: int
 class Walker:
     """A cursor over the file bytes that raises GGUFError naming the field and offset."""
 
-    def __init__(self, path: Path, buf: bytes | memoryview, size: int) -> None:
+    def __init__(self, path: Path, buf: Buffer, size: int) -> None:
         self.path = path
         self.buf = buf
         self.size = size

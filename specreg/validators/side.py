@@ -84,8 +84,13 @@ class Side:
 
 
 def result(code: str, severity: Severity, message: str, **evidence: Any) -> CheckResult:
-    """One check outcome; evidence values must be JSON-serialisable."""
-    return CheckResult(code=code, severity=severity, message=message, evidence=evidence)
+    """One check outcome; evidence values must be JSON-serialisable. Messages quote file text: capped."""
+    return CheckResult(code=code, severity=severity, message=clip(message, 500), evidence=evidence)
+
+
+def clip(text: str, limit: int = 200) -> str:
+    """Untrusted text (a token can be megabytes) cut for evidence and messages."""
+    return text if len(text) <= limit else text[:limit] + f"...(+{len(text) - limit} chars)"
 
 
 def first_diffs(a: Sequence[Any], b: Sequence[Any], start: int, stop: int, limit: int) -> tuple[list[int], int]:

@@ -35,7 +35,10 @@ def scalar(vtype: int, value: object) -> bytes:
 
 def array(item_type: int, items: list, count: int | None = None) -> bytes:
     n = len(items) if count is None else count
-    body = b"".join(s(x) for x in items) if item_type == STR else b"".join(struct.pack("<" + _FMT[item_type], x) for x in items)
+    if item_type == STR:
+        body = b"".join(s(x) for x in items)
+    else:
+        body = b"".join(struct.pack("<" + _FMT[item_type], x) for x in items)
     return struct.pack("<IIQ", ARR, item_type, n) + body
 
 
@@ -239,6 +242,7 @@ CASES: list[Case] = [
          "invalid array element type 99"),
     Case("empty_key", _kv("", scalar(U32, 1)), "kv[12].key", "empty key"),
     Case("duplicate_key", _kv("x", scalar(U32, 1), raw_key=s("general.name")), "general.name", "duplicate key"),
+    Case("duplicate_key_with_newline", lambda: _twice("evil\nkey\x1b[31m"), "evil\\x0akey\\x1b[31m", "duplicate key"),
     Case("invalid_utf8_key", _kv("x", scalar(U32, 1), raw_key=s(b"general.\xff\xfe")), "kv[12].key",
          "not valid UTF-8"),
     Case("alignment_wrong_type", _kv("general.alignment", scalar(U64, 32)), "general.alignment", "must be a UINT32"),
@@ -284,6 +288,12 @@ CASES: list[Case] = [
     Case("malformed_merge", _kv("tokenizer.ggml.merges", array(STR, ["a b", "abc"])), "tokenizer.ggml.merges[1]",
          "malformed merge", lazy=True),
 ]
+
+
+def _twice(key: str) -> bytes:
+    spec = base()
+    spec.kvs += [(s(key), scalar(U8, 1)), (s(key), scalar(U8, 2))]
+    return encode(spec)
 
 
 def _split(count: int, no: int) -> bytes:

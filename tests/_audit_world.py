@@ -1,0 +1,144 @@
+"""One small real benchmark run shared by the audit and report tests (session-scoped).
+
+A target and a small-noise draft (registered with licences and a pinned revision), their
+draft-simple, ngram-simple and ngram-mod pairs, a rejected near-miss, and one run on the
+bundled llama.cpp server: none, ngram-simple, ngram-mod, draft-simple. ngram-mod runs with an
+n-gram match length the outputs can never reach, so llama.cpp drafts nothing and the runner
+marks that condition failed: a real failed condition, not a doctored row.
+
+Tests that change things (a file byte, a licence, a stale verdict) work on `world.copy()`,
+a backup of the registry file, so the shared run is never altered.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from specreg.demo import NGRAM as DEMO_NGRAM
+from specreg.demo import WORKLOAD
+from specreg.registry.store import Registry
+from specreg.schemas.audit import Policy
+from specreg.testing import ModelSpec, write_model
+from specreg.testing.factory import SMALL_NOISE
+from specreg.validators.gguf_reader import open_gguf
+from specreg.validators.pair import check_pair, verdict
+from specreg.validators.ruleset import load_rule_set
+
+HOSTILE = "<script>alert(1)</script> | $x$"  # a draft name: must stay inert in tables, HTML and plots
+# The demo's workload (measured: ngram-simple drafts on these tiny models' looping output).
+NGRAM = {**DEMO_NGRAM, "--spec-ngram-mod-n-match": 500}  # ngram-mod: no 500-token match in 512
+# A policy the run meets on its real numbers: no speed-up demanded, generous tails and memory.
+LENIENT = Policy.model_validate({
+    "speed": {"min_speedup": 0.0, "p95_tolerance_pct": 10_000},
+    "memory": {"max_extra_ram_pct": 50},
+    "licence": {"allow": ["apache-2.0"], "require_revision": True},
+})
+
+
+def _aged(path: Path) -> Path:
+    t = time.time_ns() - 120 * 1_000_000_000  # old enough for the stat cache to trust it
+    os.utime(path, ns=(t, t))
+    return path
+
+
+@dataclass
+class AuditWorld:
+    folder: Path
+    db: Path
+    target: Path
+    draft: Path
+    near_miss: Path
+    pairs: dict[str, int]  # "draft-simple", "ngram-simple", "ngram-mod", "near-miss"
+    run_id: str
+    seconds: float
+
+    def copy(self, dest: Path) -> Path:
+        """A private copy of the registry (sqlite backup API: consistent even with WAL)."""
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        src = sqlite3.connect(self.db)
+        dst = sqlite3.connect(dest)
+        with dst:
+            src.backup(dst)
+        src.close()
+        dst.close()
+        return dest
+
+    def policy_file(self, folder: Path, **tables: dict[str, object]) -> Path:
+        """LENIENT with some tables overridden, written as TOML."""
+        data = LENIENT.model_dump(exclude_none=True)
+        for table, values in tables.items():
+            data[table] = {**data.get(table, {}), **values}
+        lines = []
+        for table, values in data.items():
+            if isinstance(values, dict):
+                lines.append(f"[{table}]")
+                lines += [f"{k} = {json.dumps(v)}" for k, v in values.items()]
+            else:
+                lines.append(f"{table} = {json.dumps(values)}")
+        path = folder / "policy.toml"
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+
+def _admit(reg: Registry, rules, target: Path, draft: Path | None, method: str) -> int:  # type: ignore[no-untyped-def]
+    t = reg.add_artifact(target)
+    d = reg.add_artifact(draft) if draft else None
+    checks = check_pair(open_gguf(target), open_gguf(draft) if draft else None, method, rule_set=rules)
+    return reg.record_verdict(verdict(checks, method=method, target_sha256=t.sha256,
+                                      draft_sha256=d.sha256 if d else None, rule_set=rules, strict=False))
+
+
+@pytest.fixture(scope="session")
+def audit_world(tmp_path_factory: pytest.TempPathFactory) -> AuditWorld:
+    from specreg.benchmark.runner import BenchOptions, Runner
+
+    t0 = time.monotonic()
+    folder = tmp_path_factory.mktemp("audit-world")
+    db = folder / "registry.db"
+    target = _aged(write_model(folder / "target.gguf", ModelSpec(name="audit-target")))
+    draft = _aged(write_model(folder / "draft.gguf", ModelSpec(name=HOSTILE, noise=SMALL_NOISE, license=None)))
+    near = _aged(write_model(folder / "near-miss.gguf",
+                             ModelSpec(name="near-miss", token_edits=((300, "\u2581swapped"),))))
+    workload = folder / "workload.jsonl"
+    workload.write_text(WORKLOAD)
+    rules = load_rule_set()
+    with pytest.MonkeyPatch.context() as mp, Registry(db, show_progress=False) as reg:
+        mp.setenv("SPECREG_HOME", str(folder))  # run logs stay in the fixture's folder
+        reg.add_artifact(target, repo="specreg/audit-target", revision="0123abc")
+        # the draft file carries no licence: the user states it (a test withdraws it again)
+        reg.add_artifact(draft, license="apache-2.0", repo="specreg/audit-draft", revision="4567def")
+        pairs = {m: _admit(reg, rules, target, draft if m == "draft-simple" else None, m)
+                 for m in ("draft-simple", "ngram-simple", "ngram-mod")}
+        pairs["near-miss"] = _admit(reg, rules, target, near, "draft-simple")
+        opts = BenchOptions(workload=str(workload), repeat=2, ctx_size=512, threads=1, ngram=NGRAM,
+                            start_timeout_s=60, request_timeout_s=60, run_timeout_s=240)
+        run = Runner(reg, opts).bench([pairs["draft-simple"]])[0]
+    return AuditWorld(folder, db, target, draft, near, pairs, run.info.run_id, time.monotonic() - t0)
+
+
+def specreg(*args: str, db: Path) -> tuple[int, str, str]:
+    """The CLI in this process (its error mapping included): exit code, stdout, stderr.
+
+    A fresh interpreter costs a second or more per call on a busy 2-core machine; the
+    subprocess tests in test_audit_policy.py / test_audit_gates.py keep the console script honest.
+    """
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from specreg.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            main(["--db", str(db), *args])
+            code = 0
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+    return code, out.getvalue(), err.getvalue()

@@ -1,0 +1,91 @@
+"""A loopback stand-in for llama-server, ONLY for faults real llama.cpp cannot be made to show.
+
+Modes (env FAKE_LLAMA_MODE): `hang` (a stream that sends one event, then nothing),
+`badjson` (a malformed SSE event), `badmetrics` (unparseable /metrics), `never` (never
+answers /health: prints a line and sleeps). It accepts llama-server's argv, binds --host/--port
+itself (the launcher checks that its child owns the port) and stops on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+MODE = os.environ.get("FAKE_LLAMA_MODE", "hang")
+METRICS_OK = (
+    "# TYPE llamacpp:spec_decode_num_draft_tokens_total counter\n"
+    "llamacpp:spec_decode_num_draft_tokens_total 0\n"
+)
+
+
+class Handler(BaseHTTPRequestHandler):
+    def log_message(self, fmt: str, *args: object) -> None:
+        sys.stderr.write("fake: " + (fmt % args) + "\n")
+
+    def _send(self, code: int, body: str, ctype: str = "application/json") -> None:
+        data = body.encode()
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self) -> None:
+        if self.path == "/health":
+            self._send(200, '{"status": "ok"}')
+        elif self.path == "/metrics":
+            self._send(200, "llamacpp:spec_decode_num_draft_tokens_total {{{ nope\n" if MODE == "badmetrics"
+                       else METRICS_OK, "text/plain")
+        else:
+            self._send(404, "{}")
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        if self.path == "/tokenize":
+            self._send(200, '{"tokens": [1, 2, 3]}')
+            return
+        if self.path == "/apply-template":
+            self._send(200, '{"prompt": "x"}')
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        if MODE == "badjson":
+            self.wfile.write(b'data: {"content": "a", "stop": fal\n\n')
+            self.wfile.flush()
+            return
+        event = {"content": "a", "tokens": [5], "stop": False}
+        self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+        self.wfile.flush()
+        if MODE == "hang":
+            time.sleep(60)
+            return
+        final = {"content": "", "stop": True, "stop_type": "limit", "tokens_predicted": 1, "timings": {}}
+        self.wfile.write(f"data: {json.dumps(final)}\n\n".encode())
+
+
+def main(argv: list[str]) -> int:
+    if "--version" in argv:
+        print("version: 0 (fake)\nbuilt with nothing for tests")
+        return 0
+    host = argv[argv.index("--host") + 1] if "--host" in argv else "127.0.0.1"
+    port = int(argv[argv.index("--port") + 1])
+    print(f"fake llama-server mode={MODE} port={port}", flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+    if MODE == "never":
+        print("loading model forever", flush=True)
+        time.sleep(300)
+        return 1
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    server.serve_forever()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

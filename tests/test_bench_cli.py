@@ -1,0 +1,184 @@
+"""`specreg bench admitted`, `runs`, `runs show` as real processes: output, exit codes, signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from _bench_helpers import ITEMS, admit, db_rows, model, workload
+from specreg.registry.store import Registry
+
+SPECREG = [sys.executable, "-m", "specreg.cli"]
+
+
+def _env(home: Path) -> dict[str, str]:
+    return {**os.environ, "SPECREG_HOME": str(home), "SPECREG_DB": str(home / "r.db"), "COLUMNS": "200"}
+
+
+def _run(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*SPECREG, *args], capture_output=True, text=True, env=_env(home), timeout=timeout)
+
+
+def _pair(home: Path, **draft: object) -> int:
+    target = model(home, "t.gguf")
+    d = model(home, "d.gguf", **({"name": "tiny-draft"} | draft))
+    with Registry(home / "r.db", show_progress=False) as reg:
+        return admit(reg, target, d)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """The real entry point (its error mapping included), in-process: no interpreter start-up."""
+    from specreg.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(list(args))
+    out, err = capsys.readouterr()
+    return int(exit_.value.code or 0), out, err
+
+
+def _home() -> Path:
+    return Path(os.environ["SPECREG_HOME"])  # set per test by conftest's autouse fixture
+
+
+def _pair_here(**draft: object) -> int:
+    home = _home()
+    target = model(home, "t.gguf")
+    d = model(home, "d.gguf", **({"name": "tiny-draft"} | draft))
+    with Registry(os.environ["SPECREG_DB"], show_progress=False) as reg:
+        return admit(reg, target, d)
+
+
+def test_bench_json_then_runs_and_show(capsys: pytest.CaptureFixture[str]) -> None:
+    pid = _pair_here()
+    wl = workload(_home(), ITEMS[:2])
+    code, out, err = _main(capsys, "bench", "admitted", "--pair", str(pid), "--workload", str(wl),
+                           "--methods", "draft-simple", "--threads", "1", "--ctx-size", "512", "--json")
+    assert code == 0, err
+    (run,) = json.loads(out)
+    assert run["info"]["status"] == "complete" and "requests" not in run
+    rid = run["info"]["run_id"]
+    draft = next(s for s in run["summaries"] if s["condition"] == "draft-simple" and s["stratum"] == "all")
+    assert draft["acceptance"] == 1.0 and draft["n_equal"] == 2
+    assert "draft-simple" in err and "ok" in err  # progress lines go to stderr
+    code, out, _ = _main(capsys, "runs", "--json")
+    assert code == 0 and [r["run_id"] for r in json.loads(out)] == [rid]
+    code, out, err = _main(capsys, "runs", "show", rid[:15])
+    assert code == 0, err
+    assert rid in out and "complete" in out and "100.0%" in out and "2/2" in out and "reference" in out
+    code, out, _ = _main(capsys, "runs", "show", rid, "--json")
+    full = json.loads(out)
+    assert len(full["requests"]) == 4 and full["manifest"]["request"]["workload"] == str(wl)
+    code, _, err = _main(capsys, "runs", "show", "nope")
+    assert code == 2 and "no benchmark run 'nope'" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--pair", "7"], "pair 7 has never been checked"),
+        (["--workload", "nope.jsonl"], "workload 'nope.jsonl' is neither a built-in name nor a file"),
+        (["--methods", "draft-eagle3"], "method draft-eagle3 is not available for this pair"),
+        (["--ngram", "size-n=3"], "--ngram 'size-n=3': expected NAME=VALUE"),
+        (["--server", "/nonexistent/llama-server"], "server binary /nonexistent/llama-server does not exist"),
+        (["--repeat", "0"], "--repeat must be at least 1"),
+    ],
+)
+def test_bad_requests_are_one_line_errors(capsys: pytest.CaptureFixture[str], args: list[str], needle: str) -> None:
+    _pair_here()
+    code, _, err = _main(capsys, "bench", "admitted", *args)
+    assert code == 2 and needle in err and "Traceback" not in err
+    assert len([ln for ln in err.splitlines() if ln.startswith("error:")]) == 1
+    assert db_rows(Path(os.environ["SPECREG_DB"]), "SELECT count(*) AS n FROM bench_runs")[0]["n"] == 0
+
+
+def test_bad_workload_line_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    _pair_here()
+    bad = _home() / "bad.jsonl"
+    bad.write_text('{"id": "a", "stratum": "chat", "prompt": "x"}\n{"id": "b", "stratum": "chat", "promt": "x"}\n')
+    code, _, err = _main(capsys, "bench", "admitted", "--workload", str(bad))
+    assert code == 2 and "bad.jsonl:2: promt: Extra inputs are not permitted" in err.replace("\n", "")
+
+
+def test_rejected_pair_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    pid = _pair_here(extra_tokens=200)
+    code, _, err = _main(capsys, "bench", "admitted", "--pair", str(pid))
+    assert code == 2 and f"pair {pid} (draft-simple) was rejected, not benchmarked" in err
+
+
+def _start_long_bench(home: Path, pid: int) -> subprocess.Popen[str]:
+    wl = workload(home, ITEMS[:1])
+    return subprocess.Popen(
+        [*SPECREG, "bench", "admitted", "--pair", str(pid), "--workload", str(wl), "--repeat", "400",
+         "--methods", "draft-simple", "--threads", "1", "--ctx-size", "512"],
+        env=_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def _wait_rows(home: Path, proc: subprocess.Popen[str], n: int = 3, timeout: float = 60) -> list[int]:
+    """Wait until `n` request rows are stored; returns the recorded server pids."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        if (home / "r.db").exists():
+            try:
+                rows = db_rows(home / "r.db", "SELECT count(*) AS n FROM bench_requests")[0]["n"]
+                pids = [r["server_pid"] for r in db_rows(home / "r.db", "SELECT server_pid FROM bench_conditions "
+                                                          "WHERE status = 'running' AND server_pid IS NOT NULL")]
+            except Exception:  # tables not created yet
+                rows, pids = 0, []
+            if rows >= n and pids:
+                return pids
+        time.sleep(0.05)
+    raise AssertionError("no rows written in time")
+
+
+def test_ctrl_c_saves_the_run_as_cancelled_and_stops_servers(tmp_path: Path) -> None:
+    pid = _pair(tmp_path)
+    proc = _start_long_bench(tmp_path, pid)
+    servers = _wait_rows(tmp_path, proc)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err
+    (run,) = db_rows(tmp_path / "r.db", "SELECT * FROM bench_runs")
+    assert run["status"] == "cancelled" and "interrupted" in run["status_reason"]
+    kept = db_rows(tmp_path / "r.db", "SELECT count(*) AS n FROM bench_requests")[0]["n"]
+    assert 3 <= kept < 800
+    statuses = {r["name"]: r["status"] for r in db_rows(tmp_path / "r.db", "SELECT name, status FROM bench_conditions")}
+    assert "cancelled" in statuses.values()
+    assert not any(_alive(s) for s in servers)
+    assert db_rows(tmp_path / "r.db", "SELECT count(*) AS n FROM bench_summaries")[0]["n"] > 0
+
+
+def test_sigkill_leaves_an_orphan_that_the_next_start_aborts(tmp_path: Path) -> None:
+    pid = _pair(tmp_path)
+    proc = _start_long_bench(tmp_path, pid)
+    servers = _wait_rows(tmp_path, proc)
+    proc.kill()
+    proc.communicate(timeout=30)
+    assert all(_alive(s) for s in servers)  # the server outlived specreg (own session)
+    kept = db_rows(tmp_path / "r.db", "SELECT count(*) AS n FROM bench_requests")[0]["n"]
+    listing = _run(tmp_path, "runs", "--json")  # the next start
+    (run,) = json.loads(listing.stdout)
+    assert run["status"] == "aborted" and f"stopped orphaned server pid {servers[0]}" in run["status_reason"]
+    deadline = time.monotonic() + 10
+    while any(_alive(s) for s in servers) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(s) for s in servers)
+    assert db_rows(tmp_path / "r.db", "SELECT count(*) AS n FROM bench_requests")[0]["n"] == kept >= 3
+    conds = db_rows(tmp_path / "r.db", "SELECT status FROM bench_conditions WHERE server_pid = ?", (servers[0],))
+    assert conds[0]["status"] == "aborted"

