@@ -42,6 +42,24 @@ def _run(args: list[str], env: dict[str, str]) -> tuple[float, float, int]:
     return wall, cpu, proc.returncode
 
 
+def _in_process(t: Path, d: Path, runs: int) -> tuple[float, float]:
+    """(read both headers, run every draft-simple check) in this process, median seconds."""
+    from specreg.validators.gguf_reader import open_gguf
+    from specreg.validators.pair import check_pair
+    from specreg.validators.ruleset import load_rule_set
+
+    rules = load_rule_set()
+    reads, checks = [], []
+    for _ in range(runs):
+        start = time.perf_counter()
+        tf, df = open_gguf(t), open_gguf(d)
+        mid = time.perf_counter()
+        check_pair(tf, df, "draft-simple", rule_set=rules)
+        reads.append(mid - start)
+        checks.append(time.perf_counter() - mid)
+    return statistics.median(reads), statistics.median(checks)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=5)
@@ -49,7 +67,8 @@ def main() -> None:
     opts = ap.parse_args()
     with tempfile.TemporaryDirectory() as home:
         env = {**os.environ, "SPECREG_HOME": home, "SPECREG_DB": str(Path(home) / "registry.db")}
-        print(f"{'pair':24} {'verdict':9} {'first (hashing)':>16} {'warm wall':>10} {'warm cpu':>9}  (medians)")
+        print(f"{'pair':24} {'verdict':9} {'first (hashing)':>16} {'warm wall':>10} {'warm cpu':>9} "
+              f"{'read':>7} {'checks':>7}  (medians; read/checks in-process)")
         for target, draft, what in PAIRS:
             t = opts.models / f"ggml-vocab-{target}.gguf"
             d = opts.models / f"ggml-vocab-{draft}.gguf"
@@ -62,7 +81,9 @@ def main() -> None:
             verdict = "admitted" if rc == 0 else "rejected"
             wall = statistics.median(w[0] for w in warm)
             cpu = statistics.median(w[1] for w in warm)
-            print(f"{target + ' / ' + draft:24} {verdict:9} {first:>15.3f}s {wall:>9.3f}s {cpu:>8.3f}s  {what}")
+            read, check = _in_process(t, d, opts.runs)
+            print(f"{target + ' / ' + draft:24} {verdict:9} {first:>15.3f}s {wall:>9.3f}s {cpu:>8.3f}s "
+                  f"{read:>6.3f}s {check:>6.3f}s  {what}")
         start = time.perf_counter()
         subprocess.run([sys.executable, "-c", "pass"], check=True)
         print(f"(bare interpreter start: {time.perf_counter() - start:.3f}s)")

@@ -73,10 +73,12 @@ def fill(reg: Registry, root: Path, scale: float) -> dict[str, int]:
     with reg.write() as db:
         db.conn.executemany(
             "INSERT INTO artifacts (sha256, size, name, architecture, file_type, file_type_name, n_tokens, "
-            "summary_json, effective_license, licence_source, licence_conflict, licence_json, filename, "
-            "provenance_json, registered_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "summary_json, effective_license, licence_source, licence_conflict, licence_json, repo, revision, "
+            "provenance_source, filename, provenance_json, registered_at, updated_at) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             [(sha, st.st_size, f"model-{i}", "llama", 0, "F32", 416, json.dumps({**summary, "sha256": sha}),
-              "apache-2.0", "gguf", 0, licence, Path(p).name, "{}", stamp, stamp)
+              "apache-2.0", "gguf", 0, licence, f"org/model-{i}", f"{i:040x}", "user", Path(p).name, "{}",
+              stamp, stamp)
              for i, (p, sha, st) in enumerate(files)])
         db.conn.executemany(
             "INSERT INTO artifact_paths (sha256, path, device, inode, size, mtime_ns, hashed_at_ns, "
@@ -84,6 +86,7 @@ def fill(reg: Registry, root: Path, scale: float) -> dict[str, int]:
             [(sha, p, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, hashed_at, stamp, stamp)
              for p, sha, st in files])
     shas = [sha for _, sha, _ in files]
+    path_of = {sha: p for p, sha, _ in files}
     checks = json.dumps([{"code": f"vocab.check{i}", "severity": "pass", "message": "ok " * 10, "evidence": {}}
                          for i in range(12)])
     pairs = [(shas[i % n_targets], shas[n_targets + i], "draft-simple", int(i % 5 != 4)) for i in range(n_draft_pairs)]
@@ -121,7 +124,9 @@ def fill(reg: Registry, root: Path, scale: float) -> dict[str, int]:
                                         gpu={"present": False, "reason": "no NVIDIA GPU"})
                 counters = None if name == BASELINE else SpecCounters(drafted=800, accepted=500, steps=200,
                                                                       per_position={0: 180, 1: 150, 2: 100, 3: 70})
-                argv = ["specreg-llama-server", "-m", f"/models/{target[:8]}.gguf", "--spec-type", name]
+                argv = ["specreg-llama-server", "-m", path_of[target], "--spec-type", name]
+                if name == "draft-simple":
+                    argv += ["-md", path_of[draft]]
                 db.conn.execute(
                     "INSERT INTO bench_conditions (run_id, idx, name, method, status, spec_json, argv_json, "
                     "counters_json, memory_json) VALUES (?,?,?,?,?,?,?,?,?)",

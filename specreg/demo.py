@@ -17,6 +17,7 @@ from pathlib import Path
 
 from specreg.errors import SpecregError
 from specreg.schemas.audit import AuditReport
+from specreg.schemas.bench import BenchRun
 from specreg.testing import ModelSpec, write_model
 from specreg.testing.factory import SMALL_NOISE
 
@@ -100,6 +101,19 @@ def _run_logs_in(folder: Path) -> Iterator[None]:
             os.environ["SPECREG_HOME"] = old
 
 
+def _check_not_broken(run: BenchRun, folder: Path) -> None:
+    """The baseline and the compatible draft must have run: if not, the pipeline broke.
+
+    An n-gram condition that drafted nothing is a measured outcome (the audit fails it), but a
+    baseline or draft-simple server that did not serve means the demo itself did not work.
+    """
+    bad = [c for c in run.conditions if c.spec.method in ("none", "draft-simple") and c.status != "ok"]
+    if run.info.status not in ("complete", "incomplete") or bad:
+        why = "; ".join(f"{c.spec.name}: {c.failure}" for c in bad) or run.info.status_reason or run.info.status
+        raise SpecregError(f"demo benchmark run {run.info.run_id} did not run: {why}",
+                           hint=f"server logs: {folder / 'runs' / run.info.run_id}")
+
+
 def run_demo(folder: Path = DEFAULT_DIR, db: Path | None = None,
              say: Callable[[str], None] = print) -> DemoResult:
     """Write, register, check, benchmark, audit and report; returns what happened."""
@@ -132,27 +146,27 @@ def run_demo(folder: Path = DEFAULT_DIR, db: Path | None = None,
         target_file = open_gguf(result.models["target"])
         admitted: list[int] = []  # pairs with a draft file: each gets a run
         audited: list[int] = []  # every admitted pair, n-gram ones included (measured in those runs)
-        todo = [(n, m, d) for n, _, m, d in DRAFTS] + [(None, m, "the target alone") for m in SELF_METHODS]
-        for name, method, what in todo:
-            draft_file = open_gguf(result.models[name]) if name else None
+        todo: list[tuple[str | None, str, str]] = [(n, m, d) for n, _, m, d in DRAFTS]
+        todo += [(None, m, "the target alone") for m in SELF_METHODS]
+        for draft_name, method, what in todo:
+            draft_file = open_gguf(result.models[draft_name]) if draft_name else None
             checks = check_pair(target_file, draft_file, method, rule_set=rules)
             v = verdict(checks, method=method, target_sha256=recs["target"].sha256,
-                        draft_sha256=recs[name].sha256 if name else None, rule_set=rules, strict=False)
+                        draft_sha256=recs[draft_name].sha256 if draft_name else None, rule_set=rules,
+                        strict=False)
             pair_id = reg.record_verdict(v)
             errors = [f"{c.code}: {c.message}" for c in checks if c.severity == "error"]
-            label = f"{method} target <- {name or '(self)'}"
+            label = f"{method} target <- {draft_name or '(self)'}"
             result.verdicts.append((label, what, v.admitted, pair_id, errors))
             say(f"    pair {pair_id} {label}: {'ADMITTED' if v.admitted else 'REJECTED'} ({what})")
             for e in errors[:3]:
                 say(f"        {e}")
             if v.admitted:
                 audited.append(pair_id)
-                if name:
+                if draft_name:
                     admitted.append(pair_id)
         say(f"4/5 benchmarking admitted pair(s) {admitted} with the bundled llama.cpp server "
             f"({REPEAT} repetitions; none, ngram-simple, ngram-mod, draft-simple)")
-        # A failed run means the pipeline broke (the demo's draft is compatible by construction):
-        # that is not an audit result to print, it is an error to report.
         opts = BenchOptions(workload=str(workload), repeat=REPEAT, ctx_size=512, threads=1, ngram=NGRAM,
                             start_timeout_s=60, request_timeout_s=60, run_timeout_s=300)
         with _run_logs_in(folder):
@@ -161,13 +175,8 @@ def run_demo(folder: Path = DEFAULT_DIR, db: Path | None = None,
             result.run_ids.append(run.info.run_id)
             say(f"    run {run.info.run_id}: {run.info.status}"
                 + (f" ({run.info.status_reason})" if run.info.status_reason else ""))
-        broken = [r for r in runs if r.info.status != "complete"]
-        if broken:
-            raise SpecregError(
-                f"demo benchmark run {broken[0].info.run_id} is {broken[0].info.status}: "
-                f"{broken[0].info.status_reason or 'no reason recorded'}",
-                hint=f"server logs: {folder / 'runs' / broken[0].info.run_id}",
-            )
+        for run in runs:
+            _check_not_broken(run, folder)
         say(f"5/5 auditing with {policy_path}")
         policy, source = load_policy(policy_path)
         result.audit = run_audit(reg, policy, source, pair_ids=audited)

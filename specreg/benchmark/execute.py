@@ -8,6 +8,7 @@ every finished row stored and the server is stopped in `finally`.
 from __future__ import annotations
 
 import hashlib
+import subprocess
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -61,6 +62,10 @@ class RunContext:
     rows: list[RequestRow] = field(default_factory=list)
     baseline: dict[tuple[str, int], RequestRow] = field(default_factory=dict)
     prompts_stored: bool = False
+    items: dict[str, WorkloadItem] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.items = {i.id: i for i in self.workload.items}
 
     def remaining(self) -> float:
         return self.opts.run_timeout_s - (time.monotonic() - self.started)
@@ -101,7 +106,10 @@ def run_condition(ctx: RunContext, cond: ConditionRun) -> None:
         with LlamaClient(server.base_url, timeout_s=o.request_timeout_s, max_connections=o.concurrency + 2) as client:
             _measure(ctx, cond, server, client)
     except ServerError as exc:
-        _fail(cond, exc.message)
+        if server is not None and not server.alive():
+            _fail(cond, f"server exited (code {server.proc.returncode}): {exc.message}", _errors(log_path))
+        else:
+            _fail(cond, exc.message)
     except KeyboardInterrupt:
         if cond.status == "running":
             cond.status, cond.failure = "cancelled", "interrupted"
@@ -162,7 +170,7 @@ def _requests(ctx: RunContext, cond: ConditionRun, server: ServerProcess, client
                     skipped += 1
                     continue
                 _record(ctx, cond, row)
-                if not row.ok and not server.alive():
+                if not row.ok and _died(server, row):
                     n = sum(1 for r in ctx.rows if r.condition_idx == cond.idx)
                     _fail(cond, f"server exited (code {server.proc.returncode}) during the run after {n} "
                                 f"request(s): {row.error}", _errors(server.log_path))
@@ -171,6 +179,22 @@ def _requests(ctx: RunContext, cond: ConditionRun, server: ServerProcess, client
             _fail(cond, f"run deadline of {o.run_timeout_s:g}s exceeded; {skipped} request(s) not run")
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
+
+
+_CONNECTION_ERRORS = ("ConnectError", "RemoteProtocolError", "ReadError", "WriteError")
+
+
+def _died(server: ServerProcess, row: RequestRow) -> bool:
+    """Did the server die? A dropped connection gives a dying process a moment to be reaped."""
+    if not server.alive():
+        return True
+    if (row.error or "").startswith(_CONNECTION_ERRORS):
+        try:
+            server.proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    return False
 
 
 def _one(ctx: RunContext, cond: ConditionRun, client: LlamaClient, item: WorkloadItem, rep: int) -> RequestRow | None:
@@ -207,7 +231,7 @@ def _row(cond: ConditionRun, item: WorkloadItem, rep: int, started: datetime, c:
 
 def _record(ctx: RunContext, cond: ConditionRun, row: RequestRow) -> None:
     """Equivalence and expect checks, then one short transaction for the row."""
-    item = next(i for i in ctx.workload.items if i.id == row.prompt_id)
+    item = ctx.items[row.prompt_id]
     if row.ok and item.expect is not None:
         row.expect_ok, row.expect_detail = expect_mod.check(item.expect, row.output_text or "")
     if cond.spec.method == BASELINE:

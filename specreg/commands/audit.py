@@ -2,52 +2,13 @@
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-from rich.table import Table
 
 from specreg.commands._common import JsonOpt, console, db_path, emit_json, safe
 from specreg.errors import EXIT_REJECTED, UsageError
-from specreg.schemas.audit import GATES, AuditReport
-
-
-def print_audit(report: AuditReport) -> None:
-    """The verdict table, each failure's reason, the decisions and the rollback commands."""
-    table = Table(title=f"audit: {'PASS' if report.passed else 'FAIL'}  (policy: {safe(report.policy_source)})")
-    for col in ("pair", "method", "target", "draft", *GATES, "result"):
-        table.add_column(col, no_wrap=col in ("pair", "result"))
-    for p in report.pairs:
-        cells = []
-        for name in GATES:
-            g = p.gate(name)
-            cells.append("–" if g is None else ("[green]pass[/]" if g.passed else "[red]FAIL[/]"))
-        draft = safe(p.draft_name or (p.draft_sha256 or "")[:12]) if p.draft_sha256 else "(self)"
-        table.add_row(str(p.pair_id), p.method, safe(p.target_name or p.target_sha256[:12]), draft,
-                      *cells, "[green]PASS[/]" if p.passed else "[red]FAIL[/]")
-    console.print(table)
-    for note in report.notes:
-        console.print(f"[dim]note:[/] {safe(note)}", soft_wrap=True)
-    for p in report.pairs:
-        for g in p.gates:
-            if not g.passed:
-                console.print(f"pair {p.pair_id} [red]{g.gate}[/]: {safe(g.message)}", soft_wrap=True)
-    if report.decisions:
-        dec = Table(title="deploy per stratum (best passing condition, else none)")
-        for col in ("target", "stratum", "deploy", "speed-up"):
-            dec.add_column(col)
-        for d in report.decisions:
-            sp = "–" if d.speedup is None else f"{d.speedup:.2f}"
-            dec.add_row(safe(d.target_name or d.target_sha256[:12]), safe(d.stratum), safe(d.choice), sp)
-        console.print(dec)
-    shown: set[str] = set()
-    for p in report.pairs:
-        if p.rollback_command and p.target_sha256 not in shown:
-            shown.add(p.target_sha256)
-            console.print(f"rollback ({safe(p.target_name or p.target_sha256[:12])}): "
-                          f"{safe(shlex.join(p.rollback_command))}", soft_wrap=True)
 
 
 def audit_cmd(
@@ -86,6 +47,8 @@ def audit_cmd(
     if json_out:
         emit_json(result)
     else:
+        from specreg.commands._audit_view import print_audit
+
         print_audit(result)
         for f in written[:1]:
             console.print(f"report: {safe(f)}", soft_wrap=True)

@@ -136,11 +136,12 @@ def pairs_cmd(
     which = True if admitted else False if rejected else None
     with Registry(db_path(), show_progress=False) as reg:
         rows = reg.pairs(which, with_checks=False)
+    stale = {rs: is_stale(rs) for rs in {p.rule_set for p in rows}}
     if json_out:
         out: list[dict[str, Any]] = []
         for p in rows:
             d = p.model_dump(mode="json", exclude={"checks"})
-            d["stale"] = is_stale(p.rule_set)
+            d["stale"] = stale[p.rule_set]
             out.append(d)
         emit_json(out)
         return
@@ -150,7 +151,6 @@ def pairs_cmd(
     for col in ("id", "target", "draft", "method", "verdict", "rule set", "when"):
         table.add_column(col, overflow="fold")
     for p in rows:
-        stale = is_stale(p.rule_set)
         verdict_text = "[green]admitted[/]" if p.admitted else "[red]rejected[/]"
         table.add_row(
             str(p.id),
@@ -158,7 +158,7 @@ def pairs_cmd(
             f"{p.draft_sha256[:12]} {safe(p.draft_name or '')}" if p.draft_sha256 else "-",
             p.method,
             verdict_text + (" (strict)" if p.strict else ""),
-            safe(p.rule_set) + (" [yellow]stale[/]" if stale else ""),
+            safe(p.rule_set) + (" [yellow]stale[/]" if stale[p.rule_set] else ""),
             p.updated_at.strftime("%Y-%m-%d %H:%M"),
         )
     console.print(table)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from specreg.errors import AmbiguousArtifact, ArtifactNotFound, RegistryError, SpecregError
 from specreg.registry import hashing
-from specreg.registry._base import RegistryBase, now_iso
+from specreg.registry._base import RegistryBase, no_gc, now_iso
 from specreg.schemas.gguf import GGUFSummary
 from specreg.schemas.registry import ArtifactRecord, LicenceRecord, Provenance
 
@@ -130,7 +130,8 @@ class ArtifactReads(RegistryBase):
             paths.setdefault(r["sha256"], []).append(r["path"])
         cols = LIST_COLUMNS + (", summary_json" if with_summary else "")
         rows = self._all(f"SELECT {cols} FROM artifacts ORDER BY registered_at, sha256")
-        return [_record(r, paths.get(r["sha256"], []), with_summary) for r in rows]
+        with no_gc():
+            return [_record(r, paths.get(r["sha256"], []), with_summary) for r in rows]
 
     def resolve(self, path_or_prefix: str) -> ArtifactRecord:
         """An existing file is registered (or found by its stat); otherwise a SHA-256 prefix."""

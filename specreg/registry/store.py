@@ -177,6 +177,8 @@ class Registry(ArtifactReads, VerdictStore):
             ):
                 return self.get_artifact(sha)
         else:
+            if self.read_only:  # don't hash 20 GB only to find we cannot record it
+                raise read_only_error(self.path)
             summary = summarize(apath)  # a non-GGUF file fails here, before a 20 GB hash
             sha, hashed_key, hashed_at = self._hash(Path(apath))
             if hashed_key != key:

@@ -8,7 +8,7 @@ import sqlite3
 from pydantic import TypeAdapter
 
 from specreg.errors import ArtifactNotFound, PairNotFound
-from specreg.registry._base import RegistryBase, now_iso
+from specreg.registry._base import RegistryBase, no_gc, now_iso
 from specreg.schemas.checks import CheckResult, PairVerdict
 from specreg.schemas.registry import PairRecord
 
@@ -99,7 +99,9 @@ class VerdictStore(RegistryBase):
         if admitted is not None:
             sql += "WHERE p.admitted = ? "
             params = (int(admitted),)
-        return [_pair(r, with_checks) for r in self._all(sql + "ORDER BY p.id", params)]
+        rows = self._all(sql + "ORDER BY p.id", params)
+        with no_gc():
+            return [_pair(r, with_checks) for r in rows]
 
     def admitted_pairs(self) -> list[PairRecord]:
         """Pairs whose latest verdict admitted them (what the benchmark runner may use)."""

@@ -19,7 +19,7 @@ from pathlib import Path
 from specreg.errors import GGUFError
 from specreg.schemas.gguf import GGUFSummary, TensorInfo
 from specreg.validators import gguf_format as F
-from specreg.validators.gguf_walk import ArrayRef, Header, Walker
+from specreg.validators.gguf_walk import ArrayRef, Header, Walker, printable
 
 # ggml type -> numpy dtype for tensor_values(); quantized types have no per-element value.
 _VALUE_DTYPES = {0: "<f4", 1: "<f2", 28: "<f8", 24: "<i1", 25: "<i2", 26: "<i4", 27: "<i8", 30: "bf16"}
@@ -102,6 +102,7 @@ class GGUFFile:
         self._tensor_index = {t.name: t for t in self.tensors}
         self._cache: dict[str, object] = {}
         self._summary: GGUFSummary | None = None
+        self._merges_checked = False
 
     def __repr__(self) -> str:
         return f"GGUFFile({str(self.path)!r}, v{self.version}, {len(self.metadata)} kv, {len(self.tensors)} tensors)"
@@ -129,7 +130,8 @@ class GGUFFile:
             raise self.error(problem, key)
         return value.to_list()
 
-    def _typed_array(self, key: str, allowed: tuple[int, ...]) -> GGUFArray | None:
+    def typed_array(self, key: str, allowed: tuple[int, ...]) -> GGUFArray | None:
+        """The array under `key` (None if absent); any other value or element type is a GGUFError."""
         value = self.metadata.get(key)
         if value is None:
             return None
@@ -141,7 +143,7 @@ class GGUFFile:
 
     def _cached(self, key: str, allowed: tuple[int, ...]) -> list:
         if key not in self._cache:
-            arr = self._typed_array(key, allowed)
+            arr = self.typed_array(key, allowed)
             self._cache[key] = [] if arr is None else arr.to_list()
         return self._cache[key]  # type: ignore[return-value]
 
@@ -155,38 +157,42 @@ class GGUFFile:
 
     def merges(self) -> list[str]:
         """BPE merges, each checked like llama.cpp splits it: 'left right' around one space."""
-        if "merges!" not in self._cache:
-            merges = self._cached(F.KEY_MERGES, (F.T_STRING,))
-            arr = self.metadata[F.KEY_MERGES] if merges else None
+        merges = self._cached(F.KEY_MERGES, (F.T_STRING,))
+        if not self._merges_checked:
             for i, m in enumerate(merges):
                 if m.count(" ") != 1 or m.startswith(" ") or m.endswith(" "):
+                    arr = self.metadata[F.KEY_MERGES]
                     assert isinstance(arr, GGUFArray)
                     at = arr.offset + sum(8 + len(x.encode("utf-8", "surrogateescape")) for x in merges[:i])
                     raise self.error(f"malformed merge {m[:40]!r}: expected 'left right' with one space",
                                      f"{F.KEY_MERGES}[{i}]", at)
-            self._cache["merges!"] = True
-        return self._cached(F.KEY_MERGES, (F.T_STRING,))
+            self._merges_checked = True
+        return merges
 
     # -- tensor data (small tensors only) -------------------------------------------------
     def tensor_values(self, name: str, max_elems: int = 1 << 24) -> list[int] | list[float]:
         """Read a small int/float tensor (EAGLE-3 `d2t`), bounded by `max_elems`."""
         t = self.tensor(name)
+        field = f"tensor '{printable(name)}'"
         if t is None:
-            raise GGUFError(self.path, "no such tensor", field=name)
+            raise GGUFError(self.path, "no such tensor", field=field)
         n = self.n_elements[name]
         if n > max_elems:
-            raise GGUFError(self.path, f"tensor has {n} elements, more than the {max_elems} allowed", field=name)
+            raise GGUFError(self.path, f"tensor has {n} elements, more than the {max_elems} allowed", field=field)
         dtype = _VALUE_DTYPES.get(t.ggml_type)
         if dtype is None:
-            raise GGUFError(self.path, f"tensor type {t.type_name} has no per-element values", field=name)
+            raise GGUFError(self.path, f"tensor type {t.type_name} has no per-element values", field=field)
         start = self.data_offset + t.offset
-        with open(self.path, "rb") as fh:
-            if os.fstat(fh.fileno()).st_size != self.file_size:
-                raise GGUFError(self.path, "file changed size since it was opened", field=name)
-            fh.seek(start)
-            data = fh.read(t.n_bytes)
+        try:
+            with open(self.path, "rb") as fh:
+                if os.fstat(fh.fileno()).st_size != self.file_size:
+                    raise GGUFError(self.path, "file changed size since it was opened", field=field)
+                fh.seek(start)
+                data = fh.read(t.n_bytes)
+        except OSError as exc:
+            raise GGUFError(self.path, f"cannot read tensor data: {exc.strerror or exc}", field=field) from None
         if len(data) != t.n_bytes:
-            raise GGUFError(self.path, f"truncated: tensor data needs {t.n_bytes} bytes", field=name, offset=start)
+            raise GGUFError(self.path, f"truncated: tensor data needs {t.n_bytes} bytes", field=field, offset=start)
         import numpy as np
 
         if dtype == "bf16":

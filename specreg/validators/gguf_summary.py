@@ -71,23 +71,19 @@ def get_int_or_max(gf: GGUFFile, key: str) -> int | None:
 
 def get_int_list(gf: GGUFFile, key: str) -> list[int] | None:
     """An array of integers (e.g. target layer ids), None when absent."""
-    arr = gf._typed_array(key, tuple(sorted(F.INTEGER_TYPES)))
+    arr = gf.typed_array(key, tuple(sorted(F.INTEGER_TYPES)))
     return None if arr is None else arr.to_list()
-
-
-def _array(gf: GGUFFile, key: str, allowed: tuple[int, ...]) -> GGUFArray | None:
-    return gf._typed_array(key, allowed)
 
 
 def check_tokenizer(gf: GGUFFile) -> None:
     """llama.cpp's vocabulary preconditions, checked once at open (cheap: counts and ids only)."""
-    tokens = _array(gf, F.KEY_TOKENS, (F.T_STRING,))
+    tokens = gf.typed_array(F.KEY_TOKENS, (F.T_STRING,))
     n_tokens = 0 if tokens is None else tokens.count
     for key, allowed in ((F.KEY_SCORES, (_FLOAT32, _INT32)), (F.KEY_TOKEN_TYPES, (_INT32,))):
-        arr = _array(gf, key, allowed)
+        arr = gf.typed_array(key, allowed)
         if arr is not None and arr.count != n_tokens:
             raise gf.error(f"has {arr.count} entries but {F.KEY_TOKENS} has {n_tokens}", key)
-    _array(gf, F.KEY_MERGES, (F.T_STRING,))
+    gf.typed_array(F.KEY_MERGES, (F.T_STRING,))
     for key in F.SPECIAL_ID_KEYS.values():
         tid = get_int(gf, key)
         if tid is None or tokens is None:
@@ -104,8 +100,8 @@ def _sha(arr: GGUFArray | None) -> str | None:
 
 
 def _tokenizer(gf: GGUFFile) -> TokenizerSummary:
-    tokens = _array(gf, F.KEY_TOKENS, (F.T_STRING,))
-    merges = _array(gf, F.KEY_MERGES, (F.T_STRING,))
+    tokens = gf.typed_array(F.KEY_TOKENS, (F.T_STRING,))
+    merges = gf.typed_array(F.KEY_MERGES, (F.T_STRING,))
     template = gf.raw_string(F.KEY_CHAT_TEMPLATE)
     get_str(gf, F.KEY_CHAT_TEMPLATE)  # type-checks the key
     ids: dict[str, Any] = {field: get_int(gf, key) for field, key in F.SPECIAL_ID_KEYS.items()}
@@ -115,8 +111,8 @@ def _tokenizer(gf: GGUFFile) -> TokenizerSummary:
         pre=get_str(gf, F.KEY_TOK_PRE),
         n_tokens=0 if tokens is None else tokens.count,
         tokens_sha256=_sha(tokens),
-        token_types_sha256=_sha(_array(gf, F.KEY_TOKEN_TYPES, (_INT32,))),
-        scores_sha256=_sha(_array(gf, F.KEY_SCORES, (_FLOAT32, _INT32))),
+        token_types_sha256=_sha(gf.typed_array(F.KEY_TOKEN_TYPES, (_INT32,))),
+        scores_sha256=_sha(gf.typed_array(F.KEY_SCORES, (_FLOAT32, _INT32))),
         merges_sha256=_sha(merges),
         n_merges=0 if merges is None else merges.count,
         **ids,

@@ -60,7 +60,7 @@ Buffer = bytes | bytearray | memoryview | mmap.mmap
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-def _show(text: str, limit: int = 80) -> str:
+def printable(text: str, limit: int = 80) -> str:
     """A name from the file for an error message: shortened, control characters (newlines
     included) escaped, so a hostile key can never turn one error into several lines."""
     text = text if len(text) <= limit else text[:limit] + "..."
@@ -171,26 +171,27 @@ class Walker:
             key = self.name(f"kv[{i}].key")
             if not key:
                 raise self.err("empty key", f"kv[{i}].key", at)
+            label = printable(key)
             if key in h.values:
-                raise self.err(f"duplicate key '{_show(key)}'", _show(key), at)
+                raise self.err(f"duplicate key '{label}'", label, at)
             vtype_at = self.pos
-            vtype = self.unpack(F.U32, "value type", _show(key))
+            vtype = self.unpack(F.U32, "value type", label)
             h.kv_offsets[key] = at
             h.value_types[key] = vtype
             if vtype == F.T_ARRAY:
-                h.values[key] = self.array(key)
+                h.values[key] = self.array(label)
             elif vtype == F.T_STRING:
-                start, n = self.string_span(_show(key))
+                start, n = self.string_span(label)
                 h.string_spans[key] = (start, n)
                 # values are shown to people: undecodable bytes become U+FFFD (the raw bytes stay hashable)
                 h.values[key] = bytes(self.buf[start : start + n]).decode("utf-8", "replace")
             elif vtype in F.SCALAR_STRUCTS:
-                h.values[key] = self.unpack(F.SCALAR_STRUCTS[vtype], f"{F.VALUE_TYPE_NAMES[vtype]} value", _show(key))
+                h.values[key] = self.unpack(F.SCALAR_STRUCTS[vtype], f"{F.VALUE_TYPE_NAMES[vtype]} value", label)
             else:
-                raise self.err(f"invalid value type {vtype}", _show(key), vtype_at)
+                raise self.err(f"invalid value type {vtype}", label, vtype_at)
 
-    def array(self, key: str) -> ArrayRef:
-        what = _show(key)
+    def array(self, what: str) -> ArrayRef:
+        """An array value's header and bounds; `what` names it in errors."""
         type_at = self.pos
         item_type = self.unpack(F.U32, "array element type", what)
         count = self.unpack(F.U64, "array count", what)
@@ -229,7 +230,7 @@ class Walker:
         for i in range(n_tensors):
             at = self.pos
             name = self.name(f"tensor[{i}].name")
-            label = f"tensor '{_show(name)}'"
+            label = f"tensor '{printable(name)}'"
             if len(name.encode("utf-8")) >= F.GGML_MAX_NAME:
                 raise self.err(f"tensor name is {len(name.encode())} bytes, limit {F.GGML_MAX_NAME - 1}", label, at)
             if name in seen:
@@ -273,11 +274,11 @@ class Walker:
         expected = 0
         prev = None
         for t in h.tensors:
-            label = f"tensor '{_show(t.name)}' offset"
+            label = f"tensor '{printable(t.name)}' offset"
             if t.offset % h.alignment:
                 raise self.err(f"offset {t.offset} is not aligned to {h.alignment}", label, t.info_offset)
             if t.offset < expected:
-                raise self.err(f"offset {t.offset} overlaps tensor '{_show(prev or '')}' (next free {expected})",
+                raise self.err(f"offset {t.offset} overlaps tensor '{printable(prev or '')}' (next free {expected})",
                                label, t.info_offset)
             if t.offset > expected:
                 raise self.err(f"offset {t.offset}, expected {expected} (llama.cpp requires packed tensors)",
