@@ -15,6 +15,14 @@ import typer
 from specreg.commands import _common
 from specreg.errors import EXIT_UNDECIDED, SpecregError
 
+try:  # typer >= 0.2x vendors click as typer._click: its usage errors are not click's classes
+    from typer._click import exceptions as _typer_click
+except ImportError:  # pragma: no cover - older typer uses click itself
+    _typer_click = click.exceptions  # type: ignore[assignment]
+_CLICK_ERRORS = (click.ClickException, _typer_click.ClickException)
+_CLICK_EXIT = (click.exceptions.Exit, _typer_click.Exit)
+_CLICK_ABORT = (click.exceptions.Abort, _typer_click.Abort)
+
 app = typer.Typer(
     name="specreg",
     help="Decide which speculative-decoding setups for llama.cpp are safe and worth deploying.",
@@ -70,12 +78,12 @@ def main(argv: list[str] | None = None) -> None:
         if debug:
             traceback.print_exc()
         code = _fail(exc.message, exc.hint, exc.exit_code)
-    except click.exceptions.Exit as exc:
+    except _CLICK_EXIT as exc:
         code = exc.exit_code
-    except click.ClickException as exc:
+    except _CLICK_ERRORS as exc:
         exc.show()
         code = EXIT_UNDECIDED
-    except click.exceptions.Abort:
+    except _CLICK_ABORT:
         code = _fail("aborted", None, 130)
     except KeyboardInterrupt:
         code = _fail("interrupted", None, 130)

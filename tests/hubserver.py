@@ -22,10 +22,13 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import lru_cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
@@ -268,7 +271,20 @@ def _handler(hub: FakeHub, *, cdn: bool) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-# -- pytest fixtures (import them into a test module by name) -----------------------------------
+# -- test data and pytest fixtures (import them into a test module by name) ----------------------
+
+REPO = "acme/tiny-GGUF"
+CARD = b"---\nlicense: other\nlicense_name: llama3.1\nlicense_link: https://example.org/LICENSE\n---\n# tiny\n"
+
+
+@lru_cache(maxsize=None)
+def gguf_bytes(seed: int = 0, license: str | None = "apache-2.0") -> bytes:
+    """A tiny real GGUF's bytes (written once per spec and session)."""
+    from specreg.testing import ModelSpec, write_model
+
+    with tempfile.TemporaryDirectory() as d:
+        return write_model(Path(d) / "m.gguf", ModelSpec(seed=seed, license=license)).read_bytes()
+
 
 
 @pytest.fixture

@@ -8,29 +8,15 @@ from __future__ import annotations
 
 import json
 import os
-from functools import lru_cache
 from pathlib import Path
 
 import pytest
-from hubserver import FakeHub, _set_online, assert_one_line_error, go_offline, hub, run_cli  # noqa: F401
+from hubserver import CARD, REPO, FakeHub, _set_online, gguf_bytes, go_offline, hub, run_cli  # noqa: F401
 
 from specreg.errors import UsageError
 from specreg.registry.hub import recognise_cached
 from specreg.registry.store import Registry
 from specreg.testing import ModelSpec, write_model
-
-REPO = "acme/tiny-GGUF"
-CARD = b"---\nlicense: other\nlicense_name: llama3.1\nlicense_link: https://example.org/LICENSE\n---\n# tiny\n"
-
-
-@lru_cache(maxsize=None)
-def gguf_bytes(seed: int = 0, license: str | None = "apache-2.0", n_words: int = 160) -> bytes:
-    """A tiny real GGUF's bytes (written once per spec and session)."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory() as d:
-        return write_model(Path(d) / "m.gguf", ModelSpec(seed=seed, license=license, n_words=n_words)).read_bytes()
-
 
 def download(hub: FakeHub, monkeypatch: pytest.MonkeyPatch, repo: str, filename: str, revision: str) -> Path:
     """The real client puts one file into the HF cache (HF_HOME from conftest), then we go offline."""
@@ -173,3 +159,13 @@ def test_cli_register_artifacts_and_check_pair_show_provenance(
     assert d["provenance"]["source"] == "hf_cache" and d["provenance"]["filename"] == "draft.gguf"
     assert d["licence"]["effective"] == "mit" and d["licence"]["conflict"] is True  # card MIT vs GGUF apache
     assert listed[REPO]["provenance"]["revision"] == commit
+
+
+def test_any_cache_location_is_recognised(hub: FakeHub, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from huggingface_hub import hf_hub_download
+
+    commit = hub.add_commit(REPO, {"m.gguf": gguf_bytes(seed=4)})
+    _set_online(monkeypatch, hub.endpoint)
+    path = hf_hub_download(REPO, "m.gguf", cache_dir=tmp_path / "elsewhere", endpoint=hub.endpoint)
+    got = recognise_cached(path)
+    assert got is not None and (got.repo_id, got.revision, got.cache_dir) == (REPO, commit, tmp_path / "elsewhere")

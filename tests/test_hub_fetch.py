@@ -14,8 +14,18 @@ import socket
 from pathlib import Path
 
 import pytest
-from hubserver import FakeFile, FakeHub, assert_one_line_error, go_offline, hub, online, run_cli  # noqa: F401
-from test_hub_cache import CARD, REPO, gguf_bytes
+from hubserver import (  # noqa: F401
+    CARD,
+    REPO,
+    FakeFile,
+    FakeHub,
+    assert_one_line_error,
+    gguf_bytes,
+    go_offline,
+    hub,
+    online,
+    run_cli,
+)
 
 from specreg.errors import HubError, UsageError
 from specreg.registry.provenance import fetch, verify
@@ -216,3 +226,13 @@ def test_corrupted_cache_blob_is_caught_removed_and_fetched_again(online: FakeHu
         assert reg.artifacts() == [] and not Path(old).exists() and not blob.exists()
         rec, path = fetch(reg, REPO, FILE)
     assert rec.licence.effective == "mit" and path.read_bytes() == gguf_bytes()
+
+
+def test_cli_fetch_prints_provenance_and_hostile_card_text_literally(online: FakeHub) -> None:
+    card = b"---\nlicense: other\nlicense_name: \"[bold red]evil[/bold red]\\x1b[31m\"\n---\n"
+    commit = online.add_commit(REPO, {FILE: gguf_bytes(), "README.md": card})
+    proc = run_cli("fetch", REPO, FILE, "--revision", "main")
+    assert proc.returncode == 0, proc.stderr
+    assert f"{REPO}@{commit}" in proc.stdout and "(source: hub)" in proc.stdout
+    assert "[bold red]evil[/bold red]\\x1b[31m" in proc.stdout and "\x1b[31m" not in proc.stdout
+    assert "licence sources disagree" in proc.stderr and "effective: other (model_card)" in proc.stderr

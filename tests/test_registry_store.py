@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from specreg.schemas.registry import LicenceSource
 
 
 @pytest.fixture()
-def reg(tmp_path: Path) -> Registry:
+def reg(tmp_path: Path) -> Iterator[Registry]:
     r = Registry(tmp_path / "reg.db", show_progress=False)
     yield r
     r.close()
@@ -298,3 +299,11 @@ def test_known_sha256_needs_the_stat_cache(reg: Registry, tmp_path: Path) -> Non
     assert reg.known_sha256(p) == rec.sha256
     aged(p, seconds=5)
     assert reg.known_sha256(p) is None
+
+
+def test_a_file_that_is_not_a_registry_is_a_clear_error(tmp_path: Path) -> None:
+    bogus = tmp_path / "reg.db"
+    bogus.write_bytes(b"this is not an SQLite database, just text" * 100)
+    with pytest.raises(RegistryError, match=f"registry {bogus}: file is not a database"):
+        Registry(bogus)
+    assert bogus.read_bytes().startswith(b"this is not")

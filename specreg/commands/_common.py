@@ -19,7 +19,7 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)  # one error
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def safe(text: object) -> str:

@@ -98,7 +98,7 @@ def artifacts_cmd(json_out: JsonOpt = False) -> None:
         ("revision", {"no_wrap": True}),
         ("path", {"overflow": "fold"}),
     ):
-        table.add_column(col, **kw)  # type: ignore[arg-type]
+        table.add_column(col, **kw)
     for r in recs:
         lic = safe(r.licence.effective or "-")
         if r.licence.conflict:

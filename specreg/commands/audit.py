@@ -12,7 +12,7 @@ from specreg.errors import EXIT_REJECTED, UsageError
 
 
 def audit_cmd(
-    pair: Annotated[Optional[list[int]], typer.Option("--pair", help="Pair id to audit (repeatable).")] = None,
+    pair: Annotated[Optional[list[int]], typer.Option("--pair", metavar="ID", help="Pair id to audit (repeatable).")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Audit every admitted pair (the default).")] = False,
     policy: Annotated[Optional[Path], typer.Option("--policy", help="Policy TOML file (default: safe built-ins).")] = None,
     rehash: Annotated[bool, typer.Option("--rehash", help="Re-hash every file instead of trusting the stat cache.")] = False,

@@ -113,7 +113,16 @@ class RegistryBase:
     read_only: bool = False  # opened read-only because the file or its folder is not writable
     hash_count: int = 0  # files hashed by this instance (tests and benchmarks read it)
 
-    def add_artifact(self, path: str | Path, **kw: Any) -> ArtifactRecord:  # in Registry
+    def add_artifact(
+        self,
+        path: str | Path,
+        *,
+        license: str | None = None,
+        repo: str | None = None,
+        revision: str | None = None,
+        rehash: bool = False,
+        provenance_extra: dict[str, Any] | None = None,
+    ) -> ArtifactRecord:  # implemented by Registry
         raise NotImplementedError
 
     def write(self) -> AbstractContextManager[Database]:  # implemented by Registry

@@ -16,6 +16,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
+from specreg.benchmark.summary import percentile
 from specreg.schemas.audit import ConditionDigest, RunDigest, StratumRow
 from specreg.schemas.bench import (
     ALL_STRATA,
@@ -48,17 +49,6 @@ class RunHead(NamedTuple):
 
 def _mib(n: int | None) -> float | None:
     return None if n is None else n / MIB
-
-
-def quantile(values: list[float], q: float) -> float | None:
-    """Linear-interpolated quantile (q in 0..1); None for no values."""
-    if not values:
-        return None
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 def runtime_identity(manifest: RunManifest | None) -> str | None:
@@ -136,7 +126,7 @@ def build_digest(head: RunHead, conditions: list[ConditionRun], summaries: list[
             n_repetitions=s.n_requests // len(ids) if ids else 0,  # requests per prompt
             median_total_ms=s.total_ms.p50, p95_total_ms=s.total_ms.p95,
             median_ttft_ms=s.ttft_ms.p50, median_tpot_ms=s.tpot_ms.p50, acceptance=s.acceptance,
-            speedup=s.speedup, speedup_p5=quantile(spread, 0.05), speedup_p95=quantile(spread, 0.95),
+            speedup=s.speedup, speedup_p5=percentile(spread, 5), speedup_p95=percentile(spread, 95),
             errors=s.n_errors, timeouts=s.n_timeouts,
             equivalent=0 if is_base else passed, compared=0 if is_base else compared,
             failed_prompts=[] if is_base else failed, prompts=ids,

@@ -211,7 +211,7 @@ class Registry(ArtifactReads, VerdictStore):
         prov: Provenance, card: LicenceSource | None, stamp: str,
     ) -> None:
         summary = summary.model_copy(update={"sha256": sha})
-        sources = [s for s in [licence.from_gguf(summary.license), card] if s]
+        sources: list[LicenceSource | None] = [licence.from_gguf(summary.license), card]
         if user_license:
             sources.append(LicenceSource(source="user", value=user_license))
         rec = licence.combine(sources)

@@ -6,9 +6,11 @@ never a hang, never an allocation driven by a count in the file.
 
 from __future__ import annotations
 
+import atexit
 import os
 import random
 import re
+import shutil
 import struct
 import sys
 from pathlib import Path
@@ -28,7 +30,9 @@ def scratch_dir(prefix: str = "specreg-fuzz-") -> Path:
 
     shm = Path("/dev/shm")
     base = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
-    return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)  # RAM-backed: never leave it behind
+    return path
 
 
 def write_case(path: Path, data: bytes) -> None:
