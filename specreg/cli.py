@@ -15,13 +15,13 @@ import typer
 from specreg.commands import _common
 from specreg.errors import EXIT_UNDECIDED, SpecregError
 
-try:  # typer >= 0.2x vendors click as typer._click: its usage errors are not click's classes
-    from typer._click import exceptions as _typer_click
-except ImportError:  # pragma: no cover - older typer uses click itself
-    _typer_click = click.exceptions  # type: ignore[assignment]
-_CLICK_ERRORS = (click.ClickException, _typer_click.ClickException)
-_CLICK_EXIT = (click.exceptions.Exit, _typer_click.Exit)
-_CLICK_ABORT = (click.exceptions.Abort, _typer_click.Abort)
+try:  # typer 0.29 vendors click as typer._click: its usage errors are not click's classes
+    from typer._click.exceptions import ClickException as _TyperClickException
+except ImportError:  # pragma: no cover - a typer that uses click itself
+    _TyperClickException = click.ClickException  # type: ignore[misc,assignment]
+_CLICK_ERRORS = (click.ClickException, _TyperClickException)
+_CLICK_EXIT = (click.exceptions.Exit, typer.Exit)
+_CLICK_ABORT = (click.exceptions.Abort, typer.Abort)
 
 app = typer.Typer(
     name="specreg",

@@ -86,3 +86,8 @@ def test_cli_audit_on_empty_registry_cannot_decide(tmp_path: Path) -> None:
         code, out, err = specreg(*args, db=tmp_path / "r.db")
         assert code == 2 and not out and "Traceback" not in err, (code, out, err)
         assert err.startswith("error:") and expect in err.splitlines()[0], err
+
+
+def test_cli_usage_error_is_exit_2_without_traceback(tmp_path: Path) -> None:
+    code, out, err = specreg("audit", "--pair", "abc", db=tmp_path / "r.db")
+    assert code == 2 and "Traceback" not in err and "--pair" in err, (code, err)
