@@ -294,7 +294,7 @@ def hub() -> Iterator[FakeHub]:
         yield h
 
 
-def _set_online(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:
+def set_online(monkeypatch: pytest.MonkeyPatch, endpoint: str) -> None:
     from huggingface_hub import constants
 
     monkeypatch.setenv("HF_ENDPOINT", endpoint)
@@ -319,7 +319,7 @@ def go_offline(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def online(hub: FakeHub, monkeypatch: pytest.MonkeyPatch) -> FakeHub:
     """The loopback hub, with this process (and its subprocesses) pointed at it and online."""
-    _set_online(monkeypatch, hub.endpoint)
+    set_online(monkeypatch, hub.endpoint)
     return hub
 
 

@@ -54,6 +54,8 @@ def test_clean_pass_from_real_numbers(audit_world: AuditWorld, tmp_path: Path) -
     assert pair.rollback_command and "--spec-type" in pair.rollback_command
     assert pair.rollback_command[pair.rollback_command.index("--spec-type") + 1] == "none"
     assert str(audit_world.target) in pair.rollback_command
+    rehashed = _audit(audit_world.db, pair.pair_id, rehash=True)
+    assert rehashed.passed and "full re-hash" in rehashed.pairs[0].gates[0].message
     # the CLI agrees: exit 0, JSON on stdout
     policy = audit_world.policy_file(tmp_path)
     proc = cli("audit", "--pair", str(pair.pair_id), "--policy", str(policy), "--json", db=audit_world.db)

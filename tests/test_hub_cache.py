@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from hubserver import CARD, REPO, FakeHub, _set_online, gguf_bytes, go_offline, hub, run_cli  # noqa: F401
+from hubserver import CARD, REPO, FakeHub, set_online, gguf_bytes, go_offline, hub, run_cli  # noqa: F401
 
 from specreg.errors import UsageError
 from specreg.registry.hub import recognise_cached
@@ -22,7 +22,7 @@ def download(hub: FakeHub, monkeypatch: pytest.MonkeyPatch, repo: str, filename:
     """The real client puts one file into the HF cache (HF_HOME from conftest), then we go offline."""
     from huggingface_hub import hf_hub_download
 
-    _set_online(monkeypatch, hub.endpoint)
+    set_online(monkeypatch, hub.endpoint)
     path = Path(hf_hub_download(repo, filename, revision=revision, endpoint=hub.endpoint,
                                 cache_dir=Path(os.environ["HF_HOME"]) / "hub"))
     go_offline(monkeypatch)
@@ -165,7 +165,7 @@ def test_any_cache_location_is_recognised(hub: FakeHub, monkeypatch: pytest.Monk
     from huggingface_hub import hf_hub_download
 
     commit = hub.add_commit(REPO, {"m.gguf": gguf_bytes(seed=4)})
-    _set_online(monkeypatch, hub.endpoint)
+    set_online(monkeypatch, hub.endpoint)
     path = hf_hub_download(REPO, "m.gguf", cache_dir=tmp_path / "elsewhere", endpoint=hub.endpoint)
     got = recognise_cached(path)
     assert got is not None and (got.repo_id, got.revision, got.cache_dir) == (REPO, commit, tmp_path / "elsewhere")

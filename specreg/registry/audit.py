@@ -8,6 +8,7 @@ decide (exit 2); a failed gate is a result (exit 1).
 from __future__ import annotations
 
 import gc
+import json
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -15,6 +16,7 @@ from datetime import datetime, timezone
 
 from specreg.errors import SpecregError
 from specreg.registry import gates
+from specreg.registry.decisions import decide
 from specreg.registry.evidence import (
     RunHead,
     RunIndex,
@@ -25,25 +27,18 @@ from specreg.registry.evidence import (
 )
 from specreg.registry.store import Registry
 from specreg.schemas.audit import (
-    NO_SPECULATION,
     AuditReport,
-    Candidate,
     ConditionDigest,
     GateResult,
     PairAudit,
     Policy,
     RunDigest,
-    StratumDecision,
-    StratumRow,
 )
-from specreg.schemas.bench import ALL_STRATA
 from specreg.schemas.registry import ArtifactRecord, PairRecord
 
 RunsFor = Callable[[Registry, PairRecord], list[RunHead]]
-# Gates a pair must pass everywhere; equivalence and speed are also judged per stratum.
 # Runs that say nothing about the pair: still going, or stopped by a person or a crash of specreg.
 _NOT_EVIDENCE = ("running", "cancelled", "aborted")
-PAIR_LEVEL = ("integrity", "verdict", "evidence", "memory", "licence", "rollback")
 
 
 class _Facts:
@@ -81,8 +76,6 @@ class _Facts:
 
 def _records(reg: Registry, shas: set[str]) -> dict[str, ArtifactRecord]:
     """Records (without GGUF summaries) of many artifacts in two queries."""
-    import json
-
     from specreg.registry.artifact_reads import LIST_COLUMNS, _record
 
     wanted = json.dumps(sorted(shas))
@@ -212,45 +205,6 @@ def audit_pair(facts: _Facts, pair: PairRecord, policy: Policy, runs_for: RunsFo
         condition=cond.label if cond else None, rollback_command=command,
         speculative_command=cond.command if cond else None,
     ), run
-
-
-def decide(audits: list[PairAudit], runs: dict[str, RunDigest]) -> list[StratumDecision]:
-    """Per target and stratum: the passing condition with the best median speed-up, else none."""
-    by_target: dict[str, list[PairAudit]] = {}
-    for a in audits:
-        by_target.setdefault(a.target_sha256, []).append(a)
-    out: list[StratumDecision] = []
-    for target, group in by_target.items():
-        strata = sorted({r.stratum for a in group if a.run_id in runs
-                         for r in runs[a.run_id].strata if r.stratum != ALL_STRATA})
-        gate_maps = {a.pair_id: {g.gate: g for g in a.gates} for a in group}
-        rows: dict[tuple[str | None, str | None, str], StratumRow] = {
-            (a.run_id, r.condition, r.stratum): r for a in group if a.run_id in runs
-            for r in runs[a.run_id].strata if r.condition == a.condition}
-        for stratum in strata:
-            cands: list[Candidate] = []
-            for a in group:
-                gmap = gate_maps[a.pair_id]
-                failed = [g for g in PAIR_LEVEL if not (g in gmap and gmap[g].passed)]
-                local = [g for g in ("equivalence", "speed") if not (g in gmap and gmap[g].strata.get(stratum, False))]
-                row = rows.get((a.run_id, a.condition, stratum))
-                ok = row is not None and not failed and not local
-                if row is None:
-                    reason = "not measured in this stratum"
-                elif failed or local:
-                    reason = "fails " + ", ".join(failed + [f"{g} here" for g in local])
-                else:
-                    reason = "passes every gate"
-                cands.append(Candidate(pair_id=a.pair_id, condition=a.condition, eligible=ok, reason=reason,
-                                       speedup=row.speedup if row else None))
-            best = max((c for c in cands if c.eligible), key=lambda c: c.speedup or 0.0, default=None)
-            audit = next((a for a in group if best and a.pair_id == best.pair_id), None)
-            out.append(StratumDecision(
-                target_sha256=target, target_name=group[0].target_name, stratum=stratum,
-                choice=f"{audit.method} (pair {audit.pair_id})" if audit else NO_SPECULATION,
-                pair_id=best.pair_id if best else None, speedup=best.speedup if best else None,
-                run_id=audit.run_id if audit else None, candidates=cands))
-    return out
 
 
 @contextmanager

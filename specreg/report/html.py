@@ -81,8 +81,8 @@ def _page(title: str, body: str) -> str:
 
 def render_run(run: RunDigest, plots: dict[str, str]) -> str:
     """A single benchmark run (`specreg runs show RUN --report x.html`)."""
-    return _page(f"specreg run {run.run_id}", f"<h1>specreg run {e(run.run_id)}</h1>\n"
-                 + run_plots(run, plots, "r0") + "\n" + run_tables(run, heading=False))
+    body = run_plots(run, plots, "r0").replace("<h2>Run ", "<h1>specreg run ", 1).replace("</h2>", "</h1>", 1)
+    return _page(f"specreg run {run.run_id}", body + "\n" + run_tables(run, heading=False))
 
 
 def _cell(text: str, ok: bool | None) -> str:

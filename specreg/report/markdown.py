@@ -67,8 +67,9 @@ def run_tables(run: RunDigest, heading: bool = True) -> list[str]:
 
 def render_run(run: RunDigest, plots: dict[str, str], image_prefix: str) -> str:
     """A single benchmark run (`specreg runs show RUN --report x.md`)."""
-    lines = [f"# specreg run {esc(run.run_id)}", ""]
-    lines += run_plots(run, plots, image_prefix) + run_tables(run, heading=False)
+    lines = run_plots(run, plots, image_prefix)
+    lines[0] = "# specreg " + lines[0].removeprefix("## ").replace("Run ", "run ", 1)
+    lines += run_tables(run, heading=False)
     return "\n".join(lines) + "\n"
 
 

@@ -81,7 +81,7 @@ def speedup_plot(run: RunDigest, concurrency: int | None = None, min_speedup: fl
         return None
     strata = sorted({r.stratum for r in rows})
     conds = list(dict.fromkeys(r.condition for r in rows))
-    fig = _figure(max(5.0, 1.2 + 1.1 * len(strata) * max(1, len(conds)) / 2), 3.8)
+    fig = _figure(max(6.5, 2.8 + 0.55 * len(strata) * max(1, len(conds))), 3.8)
     ax = fig.add_subplot()
     width = 0.8 / len(conds)
     for j, cond in enumerate(conds):
@@ -105,7 +105,7 @@ def speedup_plot(run: RunDigest, concurrency: int | None = None, min_speedup: fl
     ax.set_ylabel("speed-up vs --spec-type none")
     ax.set_title(f"Speed-up per stratum (median, p5–p95; concurrency {conc})", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, never on them
     return _svg(fig)
 
 
