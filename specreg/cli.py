@@ -9,7 +9,6 @@ import traceback
 from pathlib import Path
 from typing import Annotated, Optional
 
-import click
 import typer
 
 from specreg.commands import _common
@@ -18,10 +17,15 @@ from specreg.errors import EXIT_UNDECIDED, SpecregError
 try:  # typer 0.29 vendors click as typer._click: its usage errors are not click's classes
     from typer._click.exceptions import ClickException as _TyperClickException
 except ImportError:  # pragma: no cover - a typer that uses click itself
-    _TyperClickException = click.ClickException  # type: ignore[misc,assignment]
-_CLICK_ERRORS = (click.ClickException, _TyperClickException)
-_CLICK_EXIT = (click.exceptions.Exit, typer.Exit)
-_CLICK_ABORT = (click.exceptions.Abort, typer.Abort)
+    from click import ClickException as _TyperClickException  # type: ignore[assignment]
+
+
+def _click(name: str) -> tuple[type[BaseException], ...]:
+    """click's own exception class `name`, if anything imported click (typer does not: importing
+    it only to name its classes would cost every command ~15 ms)."""
+    click = sys.modules.get("click")
+    cls = getattr(getattr(click, "exceptions", None), name, None)
+    return (cls,) if isinstance(cls, type) and issubclass(cls, BaseException) else ()
 
 app = typer.Typer(
     name="specreg",
@@ -78,12 +82,12 @@ def main(argv: list[str] | None = None) -> None:
         if debug:
             traceback.print_exc()
         code = _fail(exc.message, exc.hint, exc.exit_code)
-    except _CLICK_EXIT as exc:
-        code = exc.exit_code
-    except _CLICK_ERRORS as exc:
-        exc.show()
+    except (typer.Exit, *_click("Exit")) as exc:
+        code = exc.exit_code  # type: ignore[attr-defined]
+    except (_TyperClickException, *_click("ClickException")) as exc:
+        exc.show()  # type: ignore[attr-defined]
         code = EXIT_UNDECIDED
-    except _CLICK_ABORT:
+    except (typer.Abort, *_click("Abort")):
         code = _fail("aborted", None, 130)
     except KeyboardInterrupt:
         code = _fail("interrupted", None, 130)

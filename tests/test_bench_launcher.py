@@ -6,6 +6,7 @@ import itertools
 import shutil
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -18,7 +19,7 @@ from _bench_helpers import model
 from specreg.benchmark.client import LlamaClient
 from specreg.benchmark.launcher import bundled_command, external_command, free_ports, launch, owns_port
 from specreg.benchmark.runtime import runtime_info
-from specreg.errors import ServerStartError
+from specreg.errors import ServerError, ServerStartError
 
 
 class _Healthy(BaseHTTPRequestHandler):
@@ -98,3 +99,20 @@ def test_user_binary_identity_and_serving(tmp_path: Path) -> None:
     finally:
         server.stop()
     assert not psutil.pid_exists(server.pid)
+
+
+def test_version_probe_that_hangs_is_stopped_with_its_children(tmp_path: Path) -> None:
+    """A `--server` whose `--version` never answers: a clear error, and no process left behind."""
+    pidfile = tmp_path / "child.pid"
+    script = tmp_path / "hangs"
+    script.write_text(f"#!/bin/sh\nsleep 60 &\necho $! > {pidfile}\nwait\n")
+    script.chmod(0o755)
+    t0 = time.monotonic()
+    with pytest.raises(ServerError, match="--version did not answer within 1s"):
+        runtime_info(external_command(script), timeout_s=1.0)
+    assert time.monotonic() - t0 < 10
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE:
+        time.sleep(0.05)
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE

@@ -282,7 +282,9 @@ def test_missing_or_non_executable_binary(tmp_path: Path, self_pair: tuple[Regis
 
 
 def test_model_that_fails_to_load(tmp_path: Path) -> None:
-    target = model(tmp_path, "t.gguf", vocab_only=True)  # a valid GGUF without weights
+    # A valid GGUF that our reader accepts but llama.cpp cannot load (a layer tensor is missing).
+    # (A vocab-only file would be refused before launch: see the vocab-only test below.)
+    target = model(tmp_path, "t.gguf", drop_tensors=("blk.1.ffn_down.weight",))
     with Registry(tmp_path / "r.db", show_progress=False) as reg:
         pid = force_verdict(reg, target, None, "ngram-mod", admitted=True)
         run = Runner(reg, _opts(_one_prompt(tmp_path), methods=["none"])).bench([pid])[0]
@@ -300,3 +302,15 @@ def test_concurrency_uses_slots_and_keeps_every_row(tmp_path: Path, self_pair: t
     assert sorted((r.prompt_id, r.repeat) for r in run.requests) == sorted(
         (i["id"], k) for i in ITEMS for k in range(2))
     assert run.manifest.request.concurrency == 2
+
+
+def test_vocab_only_pair_is_refused_before_any_server_starts(tmp_path: Path) -> None:
+    """Admitted with a warning (it can be checked) but never benchmarked: nothing to serve."""
+    target = model(tmp_path, "t.gguf")
+    vocab = model(tmp_path, "v.gguf", vocab_only=True, name="vocab-only")
+    with Registry(tmp_path / "r.db", show_progress=False) as reg:
+        pid = admit(reg, target, vocab)
+        assert reg.get_pair(pid).admitted
+        with pytest.raises(NotAdmitted, match=rf"pair {pid}: the draft [0-9a-f]{{12}} is vocab-only"):
+            Runner(reg, _opts(_one_prompt(tmp_path))).bench([pid])
+    assert db_rows(tmp_path / "r.db", "SELECT count(*) AS n FROM bench_runs")[0]["n"] == 0

@@ -66,7 +66,7 @@ def test_builtin_workload_has_every_stratum() -> None:
     ("line", "needle"),
     [
         ('{"id": "a", "stratum": "chat", "prompt": "x", "max_token": 3}', "wl.jsonl:2: max_token: Extra inputs"),
-        ('{"id": "a", "stratum": "chat"}', "wl.jsonl:2: (line): Value error, give exactly one of prompt, messages"),
+        ('{"id": "a", "stratum": "chat"}', "wl.jsonl:2: give exactly one of prompt, messages"),
         ('{"id": "a", "stratum": "chat", "prompt": "x", "messages": [{"role": "user", "content": "y"}]}',
          "exactly one of prompt, messages"),
         ('{"id": "a", "stratum": "Chat!", "prompt": "x"}', "wl.jsonl:2: stratum: String should match"),

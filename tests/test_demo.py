@@ -31,6 +31,8 @@ def test_demo_end_to_end_then_again(tmp_path: Path) -> None:
     assert "deploy for repetitive:" in out and "deploy for chat:" in out
     report = folder / "report.html"
     assert f"report:   {report}" in out
+    assert f"logs:     {folder / 'runs'}" in out  # every file the demo wrote is named
+    assert "\naudit verdict: " in out and "(tiny random models may well be slower with speculation)" in out
     html = report.read_text("utf-8")
     assert html.count("<svg") == 3 and "<script" not in html
     assert (folder / "registry.db").is_file() and (folder / "policy.toml").is_file()

@@ -103,3 +103,16 @@ def test_runs_show_report(audit_world: AuditWorld, tmp_path: Path) -> None:
                               db=audit_world.db)
     assert code == 2 and "Traceback" not in stderr
     assert stderr.startswith("error:") and "x.txt" in stderr.splitlines()[0]
+
+
+def test_control_characters_never_reach_a_report_file(report: AuditReport, tmp_path: Path) -> None:
+    """A name holding an ANSI sequence must not clear the screen of whoever `cat`s the report."""
+    evil = "x\x1b[2J\x07\x00y"
+    pairs = [p.model_copy(update={"target_name": evil}) for p in report.pairs]
+    runs = [r.model_copy(update={"target_name": evil}) for r in report.runs]
+    hostile = report.model_copy(update={"pairs": pairs, "runs": runs})
+    html_text = write_audit_report(tmp_path / "a.html", hostile)[0].read_text("utf-8")
+    md_text = write_audit_report(tmp_path / "a.md", hostile)[0].read_text("utf-8")
+    for text in (html_text, md_text):
+        assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", text)
+    assert "x\\x1b[2J\\x07\\x00y" in html_text  # shown as on the terminal, not dropped

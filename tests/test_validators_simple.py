@@ -90,3 +90,11 @@ def test_huge_token_text_is_clipped_in_message_and_evidence(tmp_path: Path) -> N
     c = one(run_pair(tmp_path, BASE, BASE.but(token_edits=((300, "x" * 100_000),)), "draft-simple"), "vocab.tokens")
     assert c.severity == "error" and len(c.message) <= 600
     assert len(c.evidence["first"][0]["draft"]) < 300 and "+99800 chars" in c.evidence["first"][0]["draft"]
+
+
+def test_pre_tokenizer_pass_message_reads_as_text(tmp_path: Path) -> None:
+    """An absent tokenizer.ggml.pre is said in words, not printed as Python's `None`."""
+    spm = one(run_pair(tmp_path, BASE, BASE, "draft-simple"), "vocab.pre")
+    assert spm.severity == "pass" and "None" not in spm.message and "neither sets" in spm.message
+    bpe = one(run_pair(tmp_path, BPE, BPE, "draft-simple"), "vocab.pre")
+    assert bpe.message == "same pre-tokenizer 'gpt-2'"

@@ -174,6 +174,11 @@ class Runner:
         """One run: verify files, write the manifest, run each condition, summarise."""
         target = self.reg.get_artifact(pair.target_sha256)
         draft = self.reg.get_artifact(pair.draft_sha256) if pair.draft_sha256 else None
+        for role, rec in (("target", target), ("draft", draft)):
+            if rec is not None and rec.summary is not None and rec.summary.vocab_only:
+                raise NotAdmitted(f"pair {pair.id}: the {role} {rec.sha256[:12]} is vocab-only (no tensors): "
+                                  "it can be checked, not benchmarked",
+                                  hint="register the full model file and check the pair again")
         target_path = self._verified_path(target, "target")
         draft_path = self._verified_path(draft, "draft") if draft else None
         specs = [s.model_copy(update={"draft_path": draft_path if s.draft_path else None})

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 
-from specreg.benchmark.launcher import ServerCommand, child_env
+from specreg.benchmark.launcher import ServerCommand, child_env, stop_group
 from specreg.benchmark.memory import GpuProbe
 from specreg.errors import ServerError
 from specreg.registry.hashing import sha256_file
@@ -17,17 +17,27 @@ from specreg.schemas.bench import HardwareInfo, RuntimeInfo
 
 
 def _version_text(cmd: ServerCommand, timeout_s: float) -> str:
+    # Own session, so a binary that hangs (or a wrapper script whose child does) is stopped as a
+    # whole group on timeout; subprocess.run would kill only the direct child and leave the rest.
     argv = cmd.argv(["--version"])
     try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s,
-                              env=child_env(), check=False)
-    except subprocess.TimeoutExpired:
-        raise ServerError(f"{argv[0]} --version did not answer within {timeout_s:g}s") from None
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=child_env(), start_new_session=True, close_fds=True)
     except OSError as exc:
         raise ServerError(f"cannot run {argv[0]}: {exc.strerror or exc}") from exc
-    text = (done.stdout + done.stderr).decode("utf-8", "replace").strip()
-    if done.returncode != 0:
-        raise ServerError(f"{argv[0]} --version failed (exit {done.returncode}): {text[-300:]}",
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        stop_group(proc.pid, grace_s=1.0, proc=proc)
+        proc.communicate()
+        raise ServerError(f"{argv[0]} --version did not answer within {timeout_s:g}s",
+                          hint="is this a llama-server binary?") from None
+    except BaseException:
+        stop_group(proc.pid, grace_s=1.0, proc=proc)
+        raise
+    text = (out + err).decode("utf-8", "replace").strip()
+    if proc.returncode != 0:
+        raise ServerError(f"{argv[0]} --version failed (exit {proc.returncode}): {text[-300:]}",
                           hint="is this a llama-server binary?")
     return text
 

@@ -46,7 +46,7 @@ def content_sha256(item: WorkloadItem) -> str:
 
 
 def _field(loc: tuple[int | str, ...]) -> str:
-    return ".".join(str(p) for p in loc) or "(line)"
+    return ".".join(str(p) for p in loc)
 
 
 def parse_jsonl(text: str, source: str) -> list[WorkloadItem]:
@@ -66,8 +66,10 @@ def parse_jsonl(text: str, source: str) -> list[WorkloadItem]:
             item = WorkloadItem.model_validate(raw)
         except ValidationError as exc:
             err = exc.errors()[0]
+            msg = str(err["msg"]).removeprefix("Value error, ")  # pydantic's prefix for our own validators
+            where = f"{_field(tuple(err['loc']))}: " if err["loc"] else ""  # a whole-line rule names no field
             raise PolicyError(
-                f"{source}:{lineno}: {_field(tuple(err['loc']))}: {err['msg']}",
+                f"{source}:{lineno}: {where}{msg}",
                 hint="fields: id, stratum, prompt | messages, max_tokens, expect {exact|regex|json_schema}",
             ) from None
         problem = _expect_problem(item)

@@ -7,15 +7,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from specreg.commands._common import JsonOpt, console, db_path, emit_json, err_console, safe
+from specreg.commands._common import Cell, JsonOpt, console, db_path, emit_json, err_console, print_listing, safe
 from specreg.errors import ArtifactNotFound
-from specreg.schemas.registry import ArtifactRecord
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry
+    from specreg.schemas.registry import ArtifactRecord
 
 
 def _open_registry() -> Registry:
@@ -86,37 +84,21 @@ def artifacts_cmd(json_out: JsonOpt = False) -> None:
     if not recs:
         err_console.print("no artifacts registered yet (specreg register FILE)")
         return
-    table = Table(show_lines=False)
-    for col, kw in (
-        ("sha256", {"no_wrap": True}),
-        ("name", {}),
-        ("arch", {}),
-        ("file type", {}),
-        ("vocab", {"justify": "right"}),
-        ("licence", {}),
-        ("repo", {}),
-        ("revision", {"no_wrap": True}),
-        ("path", {"overflow": "fold"}),
-    ):
-        table.add_column(col, **kw)
-    for r in recs:
-        lic = safe(r.licence.effective or "-")
-        if r.licence.conflict:
-            lic += " [red](conflict)[/]"
-        table.add_row(
-            r.sha256[:12],
-            safe(r.name or "-"),
-            safe(r.architecture or "-"),
-            safe(r.file_type_name or "-"),
-            str(r.n_tokens) if r.n_tokens is not None else "-",
-            lic,
-            safe(r.provenance.repo or "-"),
-            safe((r.provenance.revision or "-")[:10]),
-            (safe(r.paths[0]) + (f" (+{len(r.paths) - 1} more)" if len(r.paths) > 1 else ""))
-            if r.paths else "-",
-        )
-    # Piped output has no terminal width; don't squeeze it into rich's default 80 columns.
-    (console if console.is_terminal else Console(width=220, highlight=False)).print(table)
+    def lic(r: ArtifactRecord) -> Cell:
+        text = r.licence.effective or "-"
+        return (text + " (conflict)", "red") if r.licence.conflict else text
+
+    print_listing(
+        ("sha256", "name", "arch", "file type", "vocab", "licence", "repo", "revision", "path"),
+        ((r.sha256[:12], r.name or "-", r.architecture or "-", r.file_type_name or "-",
+          str(r.n_tokens) if r.n_tokens is not None else "-", lic(r), r.provenance.repo or "-",
+          (r.provenance.revision or "-")[:10],
+          (r.paths[0] + (f" (+{len(r.paths) - 1} more)" if len(r.paths) > 1 else "")) if r.paths else "-")
+         for r in recs),
+        limits=(None, 40, 24, 24, None, 32, 48, None, None),
+        right={4},
+        sep=" │ ",
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
-from specreg.commands._common import JsonOpt, console, db_path, emit_json, safe
+from specreg.commands._common import JsonOpt, console, db_path, emit_json, print_listing, safe
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry
@@ -24,6 +24,7 @@ _METHODS = ("auto", "draft-simple", "draft-eagle3", "draft-dflash", "draft-dspar
             "ngram-simple", "ngram-mod", "ngram-map-k", "ngram-map-k4v", "ngram-cache")
 _STYLE = {"pass": "green", "info": "cyan", "warn": "yellow", "error": "bold red"}
 _GROUP = {"pass": "pass", "info": "info", "warn": "warn", "error": "fail"}
+_NAME_WIDTH = 40  # model names in listings are cut here (--json has them whole)
 
 
 def _open(reg: Registry, arg: str) -> tuple[ArtifactRecord, GGUFFile]:
@@ -145,23 +146,21 @@ def pairs_cmd(
             out.append(d)
         emit_json(out)
         return
-    from rich.table import Table
-
-    table = Table(pad_edge=False)
-    for col in ("id", "target", "draft", "method", "verdict", "rule set", "when"):
-        table.add_column(col, overflow="fold")
-    for p in rows:
-        verdict_text = "[green]admitted[/]" if p.admitted else "[red]rejected[/]"
-        table.add_row(
-            str(p.id),
-            f"{p.target_sha256[:12]} {safe(p.target_name or '')}",
-            f"{p.draft_sha256[:12]} {safe(p.draft_name or '')}" if p.draft_sha256 else "-",
-            p.method,
-            verdict_text + (" (strict)" if p.strict else ""),
-            safe(p.rule_set) + (" [yellow]stale[/]" if stale[p.rule_set] else ""),
-            p.updated_at.strftime("%Y-%m-%d %H:%M"),
-        )
-    console.print(table)
+    verdicts = {(True, False): ("admitted", "green"), (True, True): ("admitted (strict)", "green"),
+                (False, False): ("rejected", "red"), (False, True): ("rejected (strict)", "red")}
+    print_listing(
+        ("id", "target", "draft", "method", "verdict", "rule set", "when"),
+        ((str(p.id),
+          f"{p.target_sha256[:12]} {p.target_name or ''}".rstrip(),
+          f"{p.draft_sha256[:12]} {p.draft_name or ''}".rstrip() if p.draft_sha256 else "-",
+          p.method,
+          verdicts[(p.admitted, p.strict)],
+          (f"{p.rule_set} (stale)", "yellow") if stale[p.rule_set] else p.rule_set,
+          p.updated_at.strftime("%Y-%m-%d %H:%M"))
+         for p in rows),
+        limits=(None, 13 + _NAME_WIDTH, 13 + _NAME_WIDTH, None, None, 40, None),
+        right={0},
+    )
     if not rows:
         console.print("[dim]no pairs yet: specreg check pair TARGET DRAFT[/]")
 

@@ -39,10 +39,11 @@ def demo_cmd(
         console.print(f"deploy for {safe(d.stratum)}: {safe(d.choice)}{sp}")
     verdict = "[green]PASS[/]" if audit.passed else "[red]FAIL[/]"
     console.print(f"\naudit verdict: {verdict} - decided by the measured numbers (tiny random models "
-                  "may well be slower with speculation)")
+                  "may well be slower with speculation)", soft_wrap=True)
     console.print(f"report:   {safe(result.report)}", soft_wrap=True)
     console.print(f"registry: {safe(result.db)}", soft_wrap=True)
     console.print(f"models:   {safe(result.folder / 'models')}", soft_wrap=True)
+    console.print(f"logs:     {safe(result.folder / 'runs')} (one llama.cpp server log per condition)", soft_wrap=True)
     console.print(f"done in {result.seconds:.1f} s; try: specreg --db {safe(result.db)} audit "
                   f"--policy {safe(result.folder / 'policy.toml')}", soft_wrap=True)
 

@@ -12,13 +12,14 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
-
-from sqlite_utils import Database
+from typing import TYPE_CHECKING, Any
 
 from specreg.errors import RegistryError, SpecregError
 from specreg.registry import hashing
 from specreg.schemas.registry import ArtifactRecord
+
+if TYPE_CHECKING:
+    from sqlite_utils import Database
 
 
 @contextmanager
@@ -105,10 +106,25 @@ def registry_error(path: Path, exc: BaseException) -> RegistryError:
 
 
 class RegistryBase:
-    """Base of the Registry mixins; `Registry.__init__` sets `path`, `db` and the counters."""
+    """Base of the Registry mixins; `Registry.__init__` sets `path`, `conn` and the counters.
+
+    Reads and the registry's own writes use the plain `sqlite3` connection (`conn`); `db`, the
+    same connection as a `sqlite_utils.Database`, is built on first use: importing sqlite_utils
+    costs ~0.2 s (it imports numpy), a third of a `specreg check pair`.
+    """
 
     path: Path
-    db: Database
+    conn: sqlite3.Connection
+    _db: Database | None = None
+
+    @property
+    def db(self) -> Database:
+        """The connection as a sqlite_utils Database (what `write()` yields)."""
+        if self._db is None:
+            from sqlite_utils import Database
+
+            self._db = Database(self.conn)
+        return self._db
     show_progress: bool = True
     read_only: bool = False  # opened read-only because the file or its folder is not writable
     hash_count: int = 0  # files hashed by this instance (tests and benchmarks read it)
@@ -128,14 +144,17 @@ class RegistryBase:
     def write(self) -> AbstractContextManager[Database]:  # implemented by Registry
         raise NotImplementedError
 
+    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:  # implemented by Registry
+        raise NotImplementedError
+
     def _one(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Row | None:
-        cur = self.db.conn.execute(sql, params)
+        cur = self.conn.execute(sql, params)
         cur.row_factory = sqlite3.Row
         row: sqlite3.Row | None = cur.fetchone()
         return row
 
     def _all(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
-        cur = self.db.conn.execute(sql, params)
+        cur = self.conn.execute(sql, params)
         cur.row_factory = sqlite3.Row
         return cur.fetchall()
 

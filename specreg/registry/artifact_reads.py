@@ -6,6 +6,7 @@ import json
 import os
 import re
 import sqlite3
+from collections.abc import Iterable
 from pathlib import Path
 
 from specreg.errors import AmbiguousArtifact, ArtifactNotFound, RegistryError, SpecregError
@@ -21,6 +22,9 @@ LIST_COLUMNS = (
     "sha256, size, name, architecture, file_type, file_type_name, n_tokens, licence_json, "
     "repo, revision, filename, provenance_source, provenance_json, registered_at, updated_at"
 )
+
+
+_IN_SHAS = "sha256 IN (SELECT value FROM json_each(?))"
 
 
 def stat_or_raise(apath: str) -> hashing.StatKey:
@@ -133,6 +137,19 @@ class ArtifactReads(RegistryBase):
         with no_gc():
             return [_record(r, paths.get(r["sha256"], []), with_summary) for r in rows]
 
+    def get_artifacts(self, shas: Iterable[str], *, with_summary: bool = False) -> dict[str, ArtifactRecord]:
+        """Records of many artifacts by full SHA-256 in two queries (sha256 -> record; unknown
+        SHA-256s are left out). `with_summary=False`, the default, skips the GGUF summaries."""
+        wanted = json.dumps(sorted(set(shas)))
+        paths: dict[str, list[str]] = {}
+        for sha, path in self.conn.execute(
+                f"SELECT sha256, path FROM artifact_paths WHERE {_IN_SHAS} ORDER BY id", (wanted,)):
+            paths.setdefault(sha, []).append(path)
+        cols = LIST_COLUMNS + (", summary_json" if with_summary else "")
+        rows = self._all(f"SELECT {cols} FROM artifacts WHERE {_IN_SHAS}", (wanted,))
+        with no_gc():
+            return {r["sha256"]: _record(r, paths.get(r["sha256"], []), with_summary) for r in rows}
+
     def resolve(self, path_or_prefix: str) -> ArtifactRecord:
         """An existing file is registered (or found by its stat); otherwise a SHA-256 prefix."""
         if os.path.exists(path_or_prefix):
@@ -173,7 +190,7 @@ class ArtifactReads(RegistryBase):
         if not fresh:
             return
         try:
-            with self.write() as db:
+            with self._transaction() as db:
                 stamp = now_iso()
                 for path, key, at in fresh:
                     db.execute(
@@ -186,19 +203,34 @@ class ArtifactReads(RegistryBase):
 
     def verify_artifact(self, rec: ArtifactRecord, *, rehash: bool = False) -> tuple[bool, str | None]:
         """Do all registered paths still hold these bytes? Stat-cache hits cost no hashing."""
-        rows = self._all("SELECT * FROM artifact_paths WHERE sha256 = ? ORDER BY id", (rec.sha256,))
-        if not rows:
-            return False, f"artifact {rec.sha256[:12]} has no registered path"
-        problems: list[str] = []
+        return self.verify_artifacts([rec], rehash=rehash)[rec.sha256]
+
+    def verify_artifacts(
+        self, recs: Iterable[ArtifactRecord], *, rehash: bool = False
+    ) -> dict[str, tuple[bool, str | None]]:
+        """`verify_artifact` for many artifacts (sha256 -> (ok, problem)): one query for all their
+        paths and one write for all refreshed stats, instead of one of each per artifact."""
+        recs = {r.sha256: r for r in recs}
+        rows: dict[str, list[sqlite3.Row]] = {sha: [] for sha in recs}
+        for row in self._all(f"SELECT * FROM artifact_paths WHERE {_IN_SHAS} ORDER BY id",
+                             (json.dumps(sorted(recs)),)):
+            rows[row["sha256"]].append(row)
+        out: dict[str, tuple[bool, str | None]] = {}
         fresh: list[tuple[str, hashing.StatKey, int]] = []
-        for row in rows:
-            problem, refreshed = self._check_path(rec, row, rehash)
-            if problem:
-                problems.append(problem)
-            elif refreshed:
-                fresh.append(refreshed)
+        for sha, rec in recs.items():
+            if not rows[sha]:
+                out[sha] = (False, f"artifact {sha[:12]} has no registered path")
+                continue
+            problems: list[str] = []
+            for row in rows[sha]:
+                problem, refreshed = self._check_path(rec, row, rehash)
+                if problem:
+                    problems.append(problem)
+                elif refreshed:
+                    fresh.append(refreshed)
+            out[sha] = (not problems), ("; ".join(problems) if problems else None)
         self._refresh(fresh)
-        return (not problems), ("; ".join(problems) if problems else None)
+        return out
 
     def locate(self, sha_or_prefix: str) -> Path:
         """A path that holds the artifact's bytes now (verified), most recently verified first."""

@@ -8,8 +8,6 @@ decide (exit 2); a failed gate is a result (exit 1).
 from __future__ import annotations
 
 import gc
-import json
-import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -22,6 +20,7 @@ from specreg.registry.evidence import (
     RunIndex,
     hardware_identity,
     load_digest,
+    load_digests,
     runs_for_pair,
     runtime_identity,
 )
@@ -72,22 +71,6 @@ class _Facts:
         if sha not in self.integrity:
             self.integrity[sha] = self.reg.verify_artifact(self.record(sha), rehash=self.rehash)
         return self.integrity[sha]
-
-
-def _records(reg: Registry, shas: set[str]) -> dict[str, ArtifactRecord]:
-    """Records (without GGUF summaries) of many artifacts in two queries."""
-    from specreg.registry.artifact_reads import LIST_COLUMNS, _record
-
-    wanted = json.dumps(sorted(shas))
-    paths: dict[str, list[str]] = {}
-    for sha, path in reg.db.conn.execute(
-            "SELECT sha256, path FROM artifact_paths WHERE sha256 IN (SELECT value FROM json_each(?)) "
-            "ORDER BY id", (wanted,)):
-        paths.setdefault(sha, []).append(path)
-    cur = reg.db.conn.execute(
-        f"SELECT {LIST_COLUMNS} FROM artifacts WHERE sha256 IN (SELECT value FROM json_each(?))", (wanted,))
-    cur.row_factory = sqlite3.Row
-    return {r["sha256"]: _record(r, paths.get(r["sha256"], []), False) for r in cur.fetchall()}
 
 
 def _recheck(reg: Registry, pair: PairRecord) -> PairRecord:
@@ -244,9 +227,14 @@ def _run_audit(reg: Registry, policy: Policy, policy_source: str, pair_ids: list
     facts = _Facts(reg, rehash, spread)
     if len(pairs) > 20:  # a few list queries instead of several lookups per pair
         shas = {p.target_sha256 for p in pairs} | {p.draft_sha256 for p in pairs if p.draft_sha256}
-        facts.records = _records(reg, shas)
+        facts.records = reg.get_artifacts(shas)
+        facts.integrity = reg.verify_artifacts(facts.records.values(), rehash=rehash)
         if runs_for is runs_for_pair:
             runs_for = RunIndex(reg)
+            # the evidence runs are known before any gate runs: digest them all in one go
+            # (a re-checked stale pair keeps its target, draft and method, so its runs too)
+            heads = [select_run(runs_for(reg, p), policy)[0] for p in pairs]
+            facts.digests = load_digests(reg, {h.info.run_id: h for h in heads if h}.values(), spread=spread)
     audits: list[PairAudit] = []
     runs: dict[str, RunDigest] = {}
     seen: set[int] = set()

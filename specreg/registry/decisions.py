@@ -22,16 +22,20 @@ def decide(audits: list[PairAudit], runs: dict[str, RunDigest]) -> list[StratumD
     for target, group in by_target.items():
         strata = sorted({r.stratum for a in group if a.run_id in runs
                          for r in runs[a.run_id].strata if r.stratum != ALL_STRATA})
-        gate_maps = {a.pair_id: {g.gate: g for g in a.gates} for a in group}
         rows: dict[tuple[str | None, str | None, str], StratumRow] = {
             (a.run_id, r.condition, r.stratum): r for a in group if a.run_id in runs
             for r in runs[a.run_id].strata if r.condition == a.condition}
+        # what does not depend on the stratum, once per pair (5,000 pairs x 5 strata otherwise)
+        per_pair = []
+        for a in group:
+            gmap = {g.gate: g for g in a.gates}
+            failed = [g for g in PAIR_LEVEL if not (g in gmap and gmap[g].passed)]
+            local = [(g, gmap[g].strata if g in gmap else {}) for g in ("equivalence", "speed")]
+            per_pair.append((a, failed, local))
         for stratum in strata:
             cands: list[Candidate] = []
-            for a in group:
-                gmap = gate_maps[a.pair_id]
-                failed = [g for g in PAIR_LEVEL if not (g in gmap and gmap[g].passed)]
-                local = [g for g in ("equivalence", "speed") if not (g in gmap and gmap[g].strata.get(stratum, False))]
+            for a, failed, local_strata in per_pair:
+                local = [g for g, by in local_strata if not by.get(stratum, False)]
                 row = rows.get((a.run_id, a.condition, stratum))
                 ok = row is not None and not failed and not local
                 if row is None:

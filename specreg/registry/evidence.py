@@ -178,7 +178,7 @@ def digest_run(run: BenchRun) -> RunDigest:
 
 
 def _rows(reg: Registry, sql: str, params: tuple[object, ...] = ()) -> list[sqlite3.Row]:
-    cur = reg.db.conn.execute(sql, params)
+    cur = reg.conn.execute(sql, params)
     cur.row_factory = sqlite3.Row
     return cur.fetchall()
 
@@ -200,7 +200,7 @@ class RunIndex:
 
     def __init__(self, reg: Registry) -> None:
         methods: dict[str, set[str]] = defaultdict(set)
-        for run_id, method in reg.db.conn.execute("SELECT run_id, method FROM bench_conditions"):
+        for run_id, method in reg.conn.execute("SELECT run_id, method FROM bench_conditions"):
             methods[run_id].add(method)
         self.by_target: dict[str, list[tuple[sqlite3.Row, set[str]]]] = defaultdict(list)
         for r in _rows(reg, f"SELECT {_HEAD_COLS} FROM bench_runs r ORDER BY r.started_at DESC, r.run_id DESC"):
@@ -230,34 +230,60 @@ def runs_for_pair(reg: Registry, pair: PairRecord) -> list[RunHead]:
              "WHERE c.run_id = r.run_id AND c.method = ?) ORDER BY r.started_at DESC, r.run_id DESC", params)]
 
 
-_FAILING_SQL = (
-    "SELECT condition, stratum, prompt_id FROM bench_requests WHERE run_id = ? "
+_MISMATCH = (
     "AND NOT (ifnull(matches_baseline, 0) = 1 OR ifnull(expect_ok, 0) = 1) "
     "AND (matches_baseline = 0 OR expect_ok = 0)"
 )
+_IN_RUNS = "run_id IN (SELECT value FROM json_each(?))"
+
+
+def _condition_run(c: sqlite3.Row) -> ConditionRun:
+    return ConditionRun(idx=c["idx"], spec=ConditionSpec.model_validate_json(c["spec_json"]), status=c["status"],
+                        failure=c["failure"], argv=json.loads(c["argv_json"]),
+                        counters=SpecCounters.model_validate_json(c["counters_json"]) if c["counters_json"] else None,
+                        memory=MemoryObservation.model_validate_json(c["memory_json"]) if c["memory_json"] else None)
 
 
 def load_digest(reg: Registry, head: RunHead, *, spread: bool = True) -> RunDigest:
     """Digest one run from the bench tables; request rows are read only when needed (see above)."""
-    rid = head.info.run_id
-    conds = [ConditionRun(idx=c["idx"], spec=ConditionSpec.model_validate_json(c["spec_json"]), status=c["status"],
-                          failure=c["failure"], argv=json.loads(c["argv_json"]),
-                          counters=SpecCounters.model_validate_json(c["counters_json"]) if c["counters_json"] else None,
-                          memory=MemoryObservation.model_validate_json(c["memory_json"]) if c["memory_json"] else None)
-             for c in _rows(reg, "SELECT idx, status, failure, spec_json, argv_json, counters_json, memory_json "
-                                 "FROM bench_conditions WHERE run_id = ? ORDER BY idx", (rid,))]
-    sums = [ConditionSummary.model_validate_json(r[0]) for r in reg.db.conn.execute(
-        "SELECT summary_json FROM bench_summaries WHERE run_id = ? ORDER BY rowid", (rid,))]
-    prompts: dict[str, list[str]] = defaultdict(list)
-    for stratum, pid in reg.db.conn.execute("SELECT stratum, prompt_id FROM bench_prompts WHERE run_id = ?", (rid,)):
-        prompts[stratum].append(pid)
-    failing: Failing = set()
-    if any(_mismatch(s) for s in sums):
-        failing = {tuple(r) for r in reg.db.conn.execute(_FAILING_SQL, (rid,))}  # type: ignore[misc]
-    ratios = None
-    if spread:
-        base = next((c.spec.name for c in conds if c.spec.method == BASELINE), None)
-        cur = reg.db.conn.execute(
-            "SELECT condition, stratum, prompt_id, repeat, ok, total_ms FROM bench_requests WHERE run_id = ?", (rid,))
-        ratios = _ratios(cur.fetchall(), base)
-    return build_digest(head, conds, sums, prompts, failing, ratios)
+    return load_digests(reg, [head], spread=spread)[head.info.run_id]
+
+
+def load_digests(reg: Registry, heads: Iterable[RunHead], *, spread: bool = True) -> dict[str, RunDigest]:
+    """Digests of many runs (run id -> digest), each table read once for all of them: an audit of
+    thousands of pairs would otherwise pay three or four queries per run."""
+    heads = list(heads)
+    if not heads:
+        return {}
+    ids = json.dumps(sorted({h.info.run_id for h in heads}))
+    conds: dict[str, list[ConditionRun]] = defaultdict(list)
+    for c in _rows(reg, "SELECT run_id, idx, status, failure, spec_json, argv_json, counters_json, memory_json "
+                        f"FROM bench_conditions WHERE {_IN_RUNS} ORDER BY run_id, idx", (ids,)):
+        conds[c["run_id"]].append(_condition_run(c))
+    sums: dict[str, list[ConditionSummary]] = defaultdict(list)
+    for rid, text in reg.conn.execute(
+            f"SELECT run_id, summary_json FROM bench_summaries WHERE {_IN_RUNS} ORDER BY rowid", (ids,)):
+        sums[rid].append(ConditionSummary.model_validate_json(text))
+    prompts: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for rid, stratum, pid in reg.conn.execute(
+            f"SELECT run_id, stratum, prompt_id FROM bench_prompts WHERE {_IN_RUNS}", (ids,)):
+        prompts[rid][stratum].append(pid)
+    failing: dict[str, Failing] = defaultdict(set)
+    mismatched = sorted(rid for rid, ss in sums.items() if any(_mismatch(s) for s in ss))
+    if mismatched:
+        for rid, *key in reg.conn.execute(
+                f"SELECT run_id, condition, stratum, prompt_id FROM bench_requests WHERE {_IN_RUNS} {_MISMATCH}",
+                (json.dumps(mismatched),)):
+            failing[rid].add(tuple(key))  # type: ignore[arg-type]
+    out: dict[str, RunDigest] = {}
+    for head in heads:
+        rid = head.info.run_id
+        ratios = None
+        if spread:  # reports only: every request row of the run, one run at a time
+            base = next((c.spec.name for c in conds[rid] if c.spec.method == BASELINE), None)
+            cur = reg.conn.execute(
+                "SELECT condition, stratum, prompt_id, repeat, ok, total_ms FROM bench_requests WHERE run_id = ?",
+                (rid,))
+            ratios = _ratios(cur.fetchall(), base)
+        out[rid] = build_digest(head, conds[rid], sums[rid], prompts[rid], failing[rid], ratios)
+    return out

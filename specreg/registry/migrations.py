@@ -2,7 +2,8 @@
 
 `sqlite_utils.Migrations` records every applied migration (set "specreg") in the table
 `_sqlite_migrations` (name + applied_at) and runs each one inside a transaction together with
-that record. `Registry` runs `apply()` inside its own `BEGIN IMMEDIATE`, so two processes
+that record (`MigrationSet` below registers them and checks what is pending without importing
+sqlite_utils). `Registry` runs `apply()` inside its own `BEGIN IMMEDIATE`, so two processes
 opening a fresh database at once cannot both apply the same migration.
 
 Adding a migration (other areas: the benchmark runs tables, ...):
@@ -15,9 +16,65 @@ Adding a migration (other areas: the benchmark runs tables, ...):
 
 from __future__ import annotations
 
-from sqlite_utils import Database, Migrations
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
-migrations = Migrations("specreg")
+if TYPE_CHECKING:
+    from sqlite_utils import Database
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+class MigrationSet:
+    """`sqlite_utils.Migrations`' registration, pending check and apply, with sqlite_utils imported
+    only when a migration has to run: importing it costs ~0.2 s (it imports numpy), and every
+    command opens the registry. Records live in the same `_sqlite_migrations` table, and
+    `apply` hands the very same functions to a real `sqlite_utils.Migrations`."""
+
+    migrations_table = "_sqlite_migrations"
+
+    @dataclass
+    class _Migration:  # the fields of sqlite_utils.Migrations._Migration
+        name: str
+        fn: Callable[..., Any]
+        transactional: bool = True
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._migrations: list[Any] = []
+
+    def __call__(self, *, name: str | None = None, transactional: bool = True) -> Callable[[_F], _F]:
+        def inner(func: _F) -> _F:
+            migration_name = name or func.__name__
+            if any(m.name == migration_name for m in self._migrations):
+                raise ValueError(f"Migration '{migration_name}' is already registered in set '{self.name}'")
+            self._migrations.append(self._Migration(migration_name, func, transactional))
+            return func
+
+        return inner
+
+    def pending_names(self, conn: sqlite3.Connection) -> list[str]:
+        """Names of the migrations not applied yet (read-only; plain SQL on the connection)."""
+        exists = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (self.migrations_table,)
+        ).fetchone()
+        applied = {r[0] for r in conn.execute(
+            f"SELECT name FROM {self.migrations_table} WHERE migration_set = ?", (self.name,))} if exists else set()
+        return [m.name for m in self._migrations if m.name not in applied]
+
+    def apply(self, db: Database) -> None:
+        """Apply the pending migrations through sqlite_utils (each with its record, atomically)."""
+        from sqlite_utils import Migrations
+
+        real = Migrations(self.name)
+        for m in self._migrations:
+            real(name=m.name, transactional=m.transactional)(m.fn)
+        real.apply(db)
+
+
+migrations = MigrationSet("specreg")
 
 
 @migrations()

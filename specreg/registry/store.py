@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import quote
-from typing import Any
-
-from sqlite_utils import Database
+from typing import TYPE_CHECKING, Any
 
 from specreg.errors import ArtifactNotFound, RegistryError, SpecregError
 from specreg.registry import hashing, licence, provenance
@@ -28,6 +27,9 @@ from specreg.registry.paths import default_db_path
 from specreg.registry.verdicts import VerdictStore
 from specreg.schemas.gguf import GGUFSummary
 from specreg.schemas.registry import ArtifactRecord, LicenceRecord, LicenceSource, Provenance
+
+if TYPE_CHECKING:
+    from sqlite_utils import Database
 
 BUSY_TIMEOUT_S = 60.0
 
@@ -49,16 +51,17 @@ class Registry(ArtifactReads, VerdictStore):
         self.show_progress = show_progress
         self.hash_count = 0
         self.read_only = False
+        self._db = None
         try:
-            self.db = self._open_read_write(busy_timeout_s)
+            self.conn = self._open_read_write(busy_timeout_s)
         except RegistryError:
             # Reading a registry on a read-only disk (or an immutable file) should still work.
             if not (self.path.is_file() and not writable(self.path)):
                 raise
-            self.db = self._open_read_only(busy_timeout_s)
+            self.conn = self._open_read_only(busy_timeout_s)
             self.read_only = True
 
-    def _open_read_write(self, busy_timeout_s: float) -> Database:
+    def _open_read_write(self, busy_timeout_s: float) -> sqlite3.Connection:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(
@@ -66,7 +69,7 @@ class Registry(ArtifactReads, VerdictStore):
             )
         except (OSError, sqlite3.Error) as exc:
             raise registry_error(self.path, exc) from exc
-        self.db = Database(conn)
+        self.conn = conn
         try:
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
@@ -74,7 +77,7 @@ class Registry(ArtifactReads, VerdictStore):
                 conn.execute("PRAGMA journal_mode = WAL")
             # FULL: a committed record survives power loss, not only a crash of the process.
             conn.execute("PRAGMA synchronous = FULL")
-            if migrations.pending(self.db):
+            if migrations.pending_names(conn):
                 with self.write() as db:
                     migrations.apply(db)
         except sqlite3.Error as exc:
@@ -83,9 +86,9 @@ class Registry(ArtifactReads, VerdictStore):
         except BaseException:
             conn.close()
             raise
-        return self.db
+        return conn
 
-    def _open_read_only(self, busy_timeout_s: float) -> Database:
+    def _open_read_only(self, busy_timeout_s: float) -> sqlite3.Connection:
         """mode=ro; if SQLite cannot set up WAL shared memory on this disk and no WAL holds
         committed frames, `immutable=1` (the file truly cannot change: nobody can write it)."""
         uri = f"file:{quote(str(self.path.absolute()))}?mode=ro"
@@ -100,17 +103,16 @@ class Registry(ArtifactReads, VerdictStore):
             except sqlite3.Error as exc:
                 last = exc
                 continue
-            db = Database(conn)
-            if migrations.pending(db):
+            if migrations.pending_names(conn):
                 conn.close()
                 raise read_only_error(self.path, "and its schema needs an upgrade that cannot be written")
-            return db
+            return conn
         raise registry_error(self.path, last or RuntimeError("cannot open"))
 
     # -- plumbing -----------------------------------------------------------------------------
 
     def close(self) -> None:
-        self.db.conn.close()
+        self.conn.close()
 
     def __enter__(self) -> Registry:
         return self
@@ -125,19 +127,33 @@ class Registry(ArtifactReads, VerdictStore):
         Nested use becomes a savepoint of the outer transaction. sqlite3 / OS errors leave as
         RegistryError (one line for the CLI); a failed write leaves no partial record.
         """
-        conn = self.db.conn
+        with self._transaction():
+            yield self.db
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """`write()` on the plain connection (the registry's own writes need no sqlite_utils)."""
+        conn = self.conn
         if self.read_only:
             raise read_only_error(self.path)
         if conn.in_transaction:
-            with self.db.atomic():
-                yield self.db
+            savepoint = f"specreg_{secrets.token_hex(8)}"
+            conn.execute(f"SAVEPOINT {savepoint}")
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:  # an error may already have ended the whole transaction
+                    conn.execute(f"ROLLBACK TO SAVEPOINT {savepoint}")
+                    conn.execute(f"RELEASE SAVEPOINT {savepoint}")
+                raise
+            conn.execute(f"RELEASE SAVEPOINT {savepoint}")
             return
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             raise registry_error(self.path, exc) from exc
         try:
-            yield self.db
+            yield conn
             conn.execute("COMMIT")
         except BaseException as exc:
             if conn.in_transaction:
@@ -188,7 +204,7 @@ class Registry(ArtifactReads, VerdictStore):
                 )
         # HF cache (repo, commit, filename), model card licence, hub verification; no network.
         prov, card = provenance.local_facts(apath, repo=repo, revision=revision, extra=provenance_extra)
-        with self.write() as db:
+        with self._transaction() as db:
             known = self._one("SELECT licence_json FROM artifacts WHERE sha256 = ?", (sha,))
             stamp = now_iso()
             if known is None:
@@ -207,7 +223,7 @@ class Registry(ArtifactReads, VerdictStore):
         return self.get_artifact(sha)
 
     def _insert_artifact(
-        self, db: Database, sha: str, summary: GGUFSummary, user_license: str | None,
+        self, db: sqlite3.Connection, sha: str, summary: GGUFSummary, user_license: str | None,
         prov: Provenance, card: LicenceSource | None, stamp: str,
     ) -> None:
         summary = summary.model_copy(update={"sha256": sha})
@@ -247,12 +263,12 @@ class Registry(ArtifactReads, VerdictStore):
         if extra:
             sets["provenance_json"] = json.dumps({**json.loads(row["provenance_json"]), **extra})
         cols = ", ".join(f"{c} = ?" for c in sets)
-        self.db.execute(f"UPDATE artifacts SET {cols} WHERE sha256 = ?", (*sets.values(), sha))
+        self.conn.execute(f"UPDATE artifacts SET {cols} WHERE sha256 = ?", (*sets.values(), sha))
 
     def _upsert_path(
         self, apath: str, sha: str, key: hashing.StatKey, hashed_at: int, stamp: str
     ) -> None:
-        self.db.execute(
+        self.conn.execute(
             "INSERT INTO artifact_paths (sha256, path, device, inode, size, mtime_ns, hashed_at_ns, "
             "first_seen_at, last_verified_at) VALUES (?,?,?,?,?,?,?,?,?) "
             "ON CONFLICT (path) DO UPDATE SET sha256 = excluded.sha256, device = excluded.device, "
@@ -263,7 +279,7 @@ class Registry(ArtifactReads, VerdictStore):
 
     def add_licence_source(self, sha256: str, source: LicenceSource) -> ArtifactRecord:
         """Add (or replace) one licence statement, e.g. the model card's, and recompute."""
-        with self.write():
+        with self._transaction():
             row = self._one("SELECT licence_json FROM artifacts WHERE sha256 = ?", (sha256,))
             if row is None:
                 raise ArtifactNotFound(f"no registered artifact with sha256 {sha256}")
@@ -276,6 +292,6 @@ class Registry(ArtifactReads, VerdictStore):
         source: str = "hub", extra: dict[str, Any] | None = None,
     ) -> ArtifactRecord:
         """Record where the bytes came from (the hub code calls this); `extra` is merged."""
-        with self.write():
+        with self._transaction():
             self._update_artifact(sha256, None, repo, revision, extra, now_iso(), source=source)
         return self.get_artifact(sha256)

@@ -58,7 +58,7 @@ class VerdictStore(RegistryBase):
         """Store a verdict (history is kept) and return the stable id of its pair."""
         stamp = verdict.created_at.isoformat() if verdict.created_at else now_iso()
         checks_json = json.dumps([c.model_dump(mode="json") for c in verdict.checks])
-        with self.write() as db:
+        with self._transaction() as db:
             for role, sha in (("target", verdict.target_sha256), ("draft", verdict.draft_sha256)):
                 if sha is not None and self._one("SELECT 1 FROM artifacts WHERE sha256 = ?", (sha,)) is None:
                     raise ArtifactNotFound(

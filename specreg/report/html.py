@@ -7,6 +7,7 @@ matplotlib's own output with text drawn as paths (no text nodes from untrusted i
 from __future__ import annotations
 
 import html
+import re
 from datetime import datetime
 
 from specreg.report import common
@@ -29,8 +30,14 @@ pre{background:#f6f6f6;padding:.6rem;overflow-x:auto;white-space:pre-wrap;word-b
 """
 
 
+# Control characters (ESC of an ANSI sequence, NUL, ...) are shown as \\xNN, as on the terminal:
+# an HTML file is also `cat`-ed and grepped. Newlines and tabs stay (logs and commands in <pre>).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
 def e(text: object) -> str:
-    return html.escape("" if text is None else str(text))
+    s = "" if text is None else str(text)
+    return html.escape(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", s))
 
 
 def _table(headers: list[str] | tuple[str, ...], rows: list[list[str]], raw: bool = False) -> str:

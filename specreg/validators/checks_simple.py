@@ -135,7 +135,8 @@ def advisories(t: Side, d: Side, rules: RuleSet) -> list[CheckResult]:
         out.append(result("vocab.pre", "warn", f"pre-tokenizers differ: target {tv.pre!r}, draft {dv.pre!r} (the same text may split differently)",
                           target=tv.pre, draft=dv.pre))
     else:
-        out.append(result("vocab.pre", "pass", f"same pre-tokenizer {tv.pre!r}", target=tv.pre, draft=dv.pre))
+        same = f"same pre-tokenizer {tv.pre!r}" if tv.pre is not None else "neither sets a pre-tokenizer (tokenizer.ggml.pre)"
+        out.append(result("vocab.pre", "pass", same, target=tv.pre, draft=dv.pre))
 
     if ts.merges_sha256 != ds.merges_sha256:
         out.append(result("vocab.merges", "warn", f"BPE merges differ: target {ts.n_merges}, draft {ds.n_merges}",

@@ -1,20 +1,22 @@
 """GGUF format constants and bounds, mirroring llama.cpp's ggml/src/gguf.cpp (b11434).
 
-Names, value types and block sizes come from the `gguf` package; the few entries that the
-PyPI release (0.19.0) lacks but the b11434 runtime knows are supplied here, so a valid file
-for that runtime is not refused as "unknown type".
+The reader is on the hot path of every `specreg check pair` (a fresh process each time), so
+these are plain literals rather than imports from the `gguf` package (which pulls in numpy,
+~0.1 s). They were taken from `gguf` 0.19.0 plus the few entries that release lacks but the
+b11434 runtime knows (so a valid file for that runtime is not refused as "unknown type");
+`tests/test_gguf_format_constants.py` checks them against the installed `gguf` package, so
+a test fails the day the two disagree.
 """
 
 from __future__ import annotations
 
 import struct
+from enum import IntEnum
 from typing import Final
-
-import gguf
 
 MAGIC: Final = b"GGUF"
 SUPPORTED_VERSIONS: Final = (2, 3)
-DEFAULT_ALIGNMENT: Final = int(gguf.GGUF_DEFAULT_ALIGNMENT)
+DEFAULT_ALIGNMENT: Final = 32  # GGUF_DEFAULT_ALIGNMENT
 MAX_STRING_LENGTH: Final = 1 << 30  # GGUF_MAX_STRING_LENGTH
 MAX_ARRAY_ELEMENTS: Final = 1 << 30  # GGUF_MAX_ARRAY_ELEMENTS
 GGML_MAX_NAME: Final = 64  # names must be shorter (room for the C string's NUL)
@@ -27,7 +29,25 @@ SIZE_MAX: Final = (1 << 64) - 1
 MIN_KV_BYTES: Final = 8 + 1 + 4 + 1
 MIN_TENSOR_INFO_BYTES: Final = 8 + 4 + 4 + 8
 
-VT = gguf.GGUFValueType
+
+class VT(IntEnum):
+    """enum gguf_type (gguf.GGUFValueType)."""
+
+    UINT8 = 0
+    INT8 = 1
+    UINT16 = 2
+    INT16 = 3
+    UINT32 = 4
+    INT32 = 5
+    FLOAT32 = 6
+    BOOL = 7
+    STRING = 8
+    ARRAY = 9
+    UINT64 = 10
+    INT64 = 11
+    FLOAT64 = 12
+
+
 T_STRING: Final = int(VT.STRING)
 T_ARRAY: Final = int(VT.ARRAY)
 
@@ -59,18 +79,33 @@ U64: Final = struct.Struct("<Q")
 I64: Final = struct.Struct("<q")
 
 
-def _ggml_types() -> dict[int, tuple[str, int, int]]:
-    """ggml type id -> (name, block size, bytes per block)."""
-    table = {int(t): (t.name, blk, size) for t, (blk, size) in gguf.GGML_QUANT_SIZES.items()}
-    # ggml-common.h of b11434: block_q2_0 = fp16 scale + 64 2-bit values.
-    table.setdefault(42, ("Q2_0", 64, 18))
-    return table
+# ggml type id -> (name, block size, bytes per block): gguf.GGML_QUANT_SIZES plus what it lacks.
+GGML_TYPES_EXTRA: Final = {42: ("Q2_0", 64, 18)}  # ggml-common.h of b11434: fp16 scale + 64 2-bit values
+GGML_TYPES: Final[dict[int, tuple[str, int, int]]] = {
+    0: ("F32", 1, 4), 1: ("F16", 1, 2), 2: ("Q4_0", 32, 18), 3: ("Q4_1", 32, 20), 6: ("Q5_0", 32, 22),
+    7: ("Q5_1", 32, 24), 8: ("Q8_0", 32, 34), 9: ("Q8_1", 32, 40), 10: ("Q2_K", 256, 84),
+    11: ("Q3_K", 256, 110), 12: ("Q4_K", 256, 144), 13: ("Q5_K", 256, 176), 14: ("Q6_K", 256, 210),
+    15: ("Q8_K", 256, 292), 16: ("IQ2_XXS", 256, 66), 17: ("IQ2_XS", 256, 74), 18: ("IQ3_XXS", 256, 98),
+    19: ("IQ1_S", 256, 50), 20: ("IQ4_NL", 32, 18), 21: ("IQ3_S", 256, 110), 22: ("IQ2_S", 256, 82),
+    23: ("IQ4_XS", 256, 136), 24: ("I8", 1, 1), 25: ("I16", 1, 2), 26: ("I32", 1, 4), 27: ("I64", 1, 8),
+    28: ("F64", 1, 8), 29: ("IQ1_M", 256, 56), 30: ("BF16", 1, 2), 34: ("TQ1_0", 256, 54),
+    35: ("TQ2_0", 256, 66), 39: ("MXFP4", 32, 17), 40: ("NVFP4", 64, 36), 41: ("Q1_0", 128, 18),
+    **GGML_TYPES_EXTRA,
+}
 
-
-GGML_TYPES: Final = _ggml_types()
-
-_FILE_TYPE_NAMES: dict[int, str] = {int(t): t.name for t in gguf.LlamaFileType}
-_FILE_TYPE_NAMES.setdefault(41, "MOSTLY_Q2_0")  # llama.h of b11434
+# general.file_type -> name: gguf.LlamaFileType plus what it lacks.
+FILE_TYPE_NAMES_EXTRA: Final = {41: "MOSTLY_Q2_0"}  # llama.h of b11434
+_FILE_TYPE_NAMES: dict[int, str] = {
+    0: "ALL_F32", 1: "MOSTLY_F16", 2: "MOSTLY_Q4_0", 3: "MOSTLY_Q4_1", 7: "MOSTLY_Q8_0", 8: "MOSTLY_Q5_0",
+    9: "MOSTLY_Q5_1", 10: "MOSTLY_Q2_K", 11: "MOSTLY_Q3_K_S", 12: "MOSTLY_Q3_K_M", 13: "MOSTLY_Q3_K_L",
+    14: "MOSTLY_Q4_K_S", 15: "MOSTLY_Q4_K_M", 16: "MOSTLY_Q5_K_S", 17: "MOSTLY_Q5_K_M", 18: "MOSTLY_Q6_K",
+    19: "MOSTLY_IQ2_XXS", 20: "MOSTLY_IQ2_XS", 21: "MOSTLY_Q2_K_S", 22: "MOSTLY_IQ3_XS",
+    23: "MOSTLY_IQ3_XXS", 24: "MOSTLY_IQ1_S", 25: "MOSTLY_IQ4_NL", 26: "MOSTLY_IQ3_S", 27: "MOSTLY_IQ3_M",
+    28: "MOSTLY_IQ2_S", 29: "MOSTLY_IQ2_M", 30: "MOSTLY_IQ4_XS", 31: "MOSTLY_IQ1_M", 32: "MOSTLY_BF16",
+    36: "MOSTLY_TQ1_0", 37: "MOSTLY_TQ2_0", 38: "MOSTLY_MXFP4_MOE", 39: "MOSTLY_NVFP4", 40: "MOSTLY_Q1_0",
+    1024: "GUESSED",
+    **FILE_TYPE_NAMES_EXTRA,
+}
 
 
 def file_type_name(file_type: int | None) -> str | None:
@@ -80,58 +115,57 @@ def file_type_name(file_type: int | None) -> str | None:
     return _FILE_TYPE_NAMES.get(file_type, f"UNKNOWN_{file_type}")
 
 
-def _key(cls: type, attr: str, fallback: str) -> str:
-    # Keys added to gguf-py after the PyPI release are read with llama.cpp's literal name.
-    return str(getattr(cls, attr, fallback))
-
-
-K = gguf.Keys
-KEY_ALIGNMENT: Final = K.General.ALIGNMENT
-KEY_ARCH: Final = K.General.ARCHITECTURE
-KEY_NAME: Final = K.General.NAME
-KEY_FILE_TYPE: Final = K.General.FILE_TYPE
-KEY_LICENSE: Final = K.General.LICENSE
-KEY_LICENSE_NAME: Final = K.General.LICENSE_NAME
-KEY_LICENSE_LINK: Final = K.General.LICENSE_LINK
-KEY_REPO_URL: Final = K.General.REPO_URL
-KEY_BASE_MODEL_COUNT: Final = K.General.BASE_MODEL_COUNT
+# Keys as in gguf.Keys; the target_layers / target_hidden_size / block_size keys postdate gguf 0.19.0
+# and are llama.cpp's literal names.
+KEY_ALIGNMENT: Final = "general.alignment"
+KEY_ARCH: Final = "general.architecture"
+KEY_NAME: Final = "general.name"
+KEY_FILE_TYPE: Final = "general.file_type"
+KEY_LICENSE: Final = "general.license"
+KEY_LICENSE_NAME: Final = "general.license.name"
+KEY_LICENSE_LINK: Final = "general.license.link"
+KEY_REPO_URL: Final = "general.repo_url"
+KEY_BASE_MODEL_COUNT: Final = "general.base_model.count"
 BASE_MODEL_PREFIX: Final = "general.base_model."
 SOURCE_PREFIX: Final = "general.source."
-KEY_SPLIT_COUNT: Final = K.Split.LLM_KV_SPLIT_COUNT
-KEY_SPLIT_NO: Final = K.Split.LLM_KV_SPLIT_NO
+KEY_SPLIT_COUNT: Final = "split.count"
+KEY_SPLIT_NO: Final = "split.no"
 
-KEY_CONTEXT_LENGTH: Final = K.LLM.CONTEXT_LENGTH
-KEY_EMBEDDING_LENGTH: Final = K.LLM.EMBEDDING_LENGTH
-KEY_BLOCK_COUNT: Final = K.LLM.BLOCK_COUNT
-KEY_HEAD_COUNT: Final = K.Attention.HEAD_COUNT
-KEY_HEAD_COUNT_KV: Final = K.Attention.HEAD_COUNT_KV
-KEY_NEXTN: Final = _key(K.LLM, "NEXTN_PREDICT_LAYERS", "{arch}.nextn_predict_layers")
-KEY_TARGET_LAYERS: Final = _key(K.LLM, "TARGET_LAYERS", "{arch}.target_layers")
-KEY_TARGET_HIDDEN: Final = _key(K.LLM, "TARGET_HIDDEN_SIZE", "{arch}.target_hidden_size")
-KEY_BLOCK_SIZE: Final = _key(K.LLM, "BLOCK_SIZE", "{arch}.block_size")
+KEY_CONTEXT_LENGTH: Final = "{arch}.context_length"
+KEY_EMBEDDING_LENGTH: Final = "{arch}.embedding_length"
+KEY_BLOCK_COUNT: Final = "{arch}.block_count"
+KEY_HEAD_COUNT: Final = "{arch}.attention.head_count"
+KEY_HEAD_COUNT_KV: Final = "{arch}.attention.head_count_kv"
+KEY_NEXTN: Final = "{arch}.nextn_predict_layers"
+KEY_TARGET_LAYERS: Final = "{arch}.target_layers"
+KEY_TARGET_HIDDEN: Final = "{arch}.target_hidden_size"
+KEY_BLOCK_SIZE: Final = "{arch}.block_size"
 
-KT = K.Tokenizer
-KEY_TOK_MODEL: Final = KT.MODEL
-KEY_TOK_PRE: Final = KT.PRE
-KEY_TOKENS: Final = KT.LIST
-KEY_TOKEN_TYPES: Final = KT.TOKEN_TYPE
-KEY_SCORES: Final = KT.SCORES
-KEY_MERGES: Final = KT.MERGES
-KEY_CHAT_TEMPLATE: Final = KT.CHAT_TEMPLATE
+KEY_TOK_MODEL: Final = "tokenizer.ggml.model"
+KEY_TOK_PRE: Final = "tokenizer.ggml.pre"
+KEY_TOKENS: Final = "tokenizer.ggml.tokens"
+KEY_TOKEN_TYPES: Final = "tokenizer.ggml.token_type"
+KEY_SCORES: Final = "tokenizer.ggml.scores"
+KEY_MERGES: Final = "tokenizer.ggml.merges"
+KEY_CHAT_TEMPLATE: Final = "tokenizer.chat_template"
 # summary field -> key; every one of these must index the token list when present
 SPECIAL_ID_KEYS: Final[dict[str, str]] = {
-    "bos_id": KT.BOS_ID,
-    "eos_id": KT.EOS_ID,
-    "eot_id": KT.EOT_ID,
-    "eom_id": KT.EOM_ID,
-    "unk_id": KT.UNK_ID,
-    "pad_id": KT.PAD_ID,
-    "sep_id": KT.SEP_ID,
-    "fim_pre_id": KT.FIM_PRE_ID,
-    "fim_suf_id": KT.FIM_SUF_ID,
-    "fim_mid_id": KT.FIM_MID_ID,
+    "bos_id": "tokenizer.ggml.bos_token_id",
+    "eos_id": "tokenizer.ggml.eos_token_id",
+    "eot_id": "tokenizer.ggml.eot_token_id",
+    "eom_id": "tokenizer.ggml.eom_token_id",
+    "unk_id": "tokenizer.ggml.unknown_token_id",
+    "pad_id": "tokenizer.ggml.padding_token_id",
+    "sep_id": "tokenizer.ggml.seperator_token_id",  # sic: llama.cpp's spelling
+    "fim_pre_id": "tokenizer.ggml.fim_pre_token_id",
+    "fim_suf_id": "tokenizer.ggml.fim_suf_token_id",
+    "fim_mid_id": "tokenizer.ggml.fim_mid_token_id",
 }
-ADD_FLAG_KEYS: Final[dict[str, str]] = {"add_bos": KT.ADD_BOS, "add_eos": KT.ADD_EOS, "add_sep": KT.ADD_SEP}
+ADD_FLAG_KEYS: Final[dict[str, str]] = {
+    "add_bos": "tokenizer.ggml.add_bos_token",
+    "add_eos": "tokenizer.ggml.add_eos_token",
+    "add_sep": "tokenizer.ggml.add_sep_token",
+}
 
 # architectures whose drafts read target hidden states (keys prefixed by the arch name)
 EAGLE3_ARCH: Final = "eagle3"
