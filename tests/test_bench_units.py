@@ -341,3 +341,30 @@ def test_nvml_init_failure_is_absent_with_reason() -> None:
     assert not probe.present and probe.reason == "NVML unavailable: Driver Not Loaded"
     obs = MemorySampler(lambda: [], probe).result()
     assert obs.gpu.present is False and obs.gpu.peak_vram_bytes is None and obs.peak_rss_bytes is None
+
+
+def _pair(pid: int, target: str, draft: str | None, method: str) -> "PairRecord":
+    from datetime import datetime, timezone
+
+    from specreg.schemas.registry import PairRecord
+
+    t = datetime.now(timezone.utc)
+    return PairRecord(id=pid, target_sha256=target, draft_sha256=draft, method=method, rule_set="r",
+                      admitted=True, verdict_id=pid, created_at=t, updated_at=t)
+
+
+def test_self_speculation_pairs_covered_by_a_draft_run_are_not_run_twice() -> None:
+    from specreg.benchmark.conditions import plan
+    from specreg.benchmark.runner import drop_covered
+
+    def planned(p):  # type: ignore[no-untyped-def]
+        return (p, plan(p.method, draft_path="d" if p.draft_sha256 else None, draft_sha256=p.draft_sha256))
+
+    draft_pair = _pair(1, "T", "D", "draft-simple")
+    ngram_same_target = _pair(2, "T", None, "ngram-mod")
+    ngram_other_target = _pair(3, "U", None, "ngram-simple")
+    cache_same_target = _pair(4, "T", None, "ngram-cache")  # not among a draft run's conditions
+    kept, covered = drop_covered([planned(p) for p in
+                                  (ngram_same_target, draft_pair, ngram_other_target, cache_same_target)])
+    assert [p.id for p, _ in kept] == [1, 3, 4]
+    assert [(p.id, by.id) for p, by in covered] == [(2, 1)]

@@ -151,6 +151,11 @@ class Runner:
             self.observer.note(note)
         pairs = self.select(pair_ids)
         plans = [(p, self._plan(p)) for p in pairs]  # refuse bad --methods before any server starts
+        if not pair_ids:
+            plans, covered = drop_covered(plans)
+            for p, by in covered:
+                self.observer.note(f"pair {p.id} ({p.method}) is measured in pair {by.id}'s run (same target, "
+                                   "same conditions)")
         self.runtime()  # a broken server binary fails once, here
         runs = []
         for p, specs in plans:
@@ -242,6 +247,28 @@ class Runner:
                                             start_timeout_s=o.start_timeout_s, request_timeout_s=o.request_timeout_s,
                                             run_timeout_s=o.run_timeout_s, threads=o.threads, ctx_size=o.ctx_size),
         )
+
+
+def drop_covered(
+    plans: list[tuple[PairRecord, list[cond_mod.ConditionSpec]]],
+) -> tuple[list[tuple[PairRecord, list[cond_mod.ConditionSpec]]], list[tuple[PairRecord, PairRecord]]]:
+    """Leave out self-speculation pairs whose every condition another run of the same target has.
+
+    Every run of a target includes the baseline and the n-gram methods, so benchmarking an
+    admitted n-gram pair next to a draft pair of that target would measure the same servers twice.
+    """
+    order = sorted(plans, key=lambda ps: (ps[0].draft_sha256 is None, ps[0].id))
+    kept: list[tuple[PairRecord, list[cond_mod.ConditionSpec]]] = []
+    covered: list[tuple[PairRecord, PairRecord]] = []
+    for pair, specs in order:
+        methods = {s.method for s in specs}
+        by = next((q for q, qspecs in kept if pair.draft_sha256 is None
+                   and q.target_sha256 == pair.target_sha256 and methods <= {s.method for s in qspecs}), None)
+        if by is None:
+            kept.append((pair, specs))
+        else:
+            covered.append((pair, by))
+    return kept, covered
 
 
 def _ref(rec: ArtifactRecord, path: str) -> ArtifactRef:
