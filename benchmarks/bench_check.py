@@ -86,7 +86,15 @@ def main() -> None:
                   f"{read:>6.3f}s {check:>6.3f}s  {what}")
         start = time.perf_counter()
         subprocess.run([sys.executable, "-c", "pass"], check=True)
-        print(f"(bare interpreter start: {time.perf_counter() - start:.3f}s)")
+        bare = time.perf_counter() - start
+        helps = []
+        for _ in range(3):
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "specreg.cli", "--help"], check=True, stdout=subprocess.DEVNULL)
+            helps.append(time.perf_counter() - start)
+        note = ("; PYTHONDONTWRITEBYTECODE is set: specreg's sources are compiled on every run"
+                if os.environ.get("PYTHONDONTWRITEBYTECODE") else "")
+        print(f"(bare interpreter start: {bare:.3f}s; `specreg --help`: {statistics.median(helps):.3f}s{note})")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ def _render(*args: object, color: bool = False, **kw: object) -> str:
 
 def test_columns_align_numbers_right_and_the_last_column_is_not_padded() -> None:
     text = _render(("id", "name", "path"), [("1", "a", "/x"), ("100", "longer name", "/y/z")], right={0})
+    assert _render(("a", "n"), [("x", "5"), ("y", "10")], right={1}).splitlines() == ["a   n", "x   5", "y  10"]
     assert text.splitlines() == [
         " id  name         path",
         "  1  a            /x",

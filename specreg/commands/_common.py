@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import re
@@ -11,7 +12,6 @@ from pathlib import Path
 from typing import Annotated, Any, Optional, Union
 
 import typer
-from pydantic import BaseModel
 from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
@@ -107,7 +107,7 @@ def print_listing(
         parts = []
         pos = offset
         for i, (text, style) in enumerate(cells):
-            cell = pad(text, i) if i != last else text
+            cell = pad(text, i) if i != last or i in right else text  # no trailing blanks
             if style and styled:
                 start = pos + (len(cell) - len(text) if i in right else 0)
                 spans.append((start, start + len(text), style))
@@ -136,11 +136,28 @@ def db_path() -> Path:
 
 def emit_json(data: Any) -> None:
     """Print a pydantic model (or plain data) as JSON on stdout, nothing else."""
+    from pydantic import BaseModel  # not at startup: `--help` and plain listings need no pydantic
+
     if isinstance(data, BaseModel):
-        text = data.model_dump_json(indent=2)
-    elif isinstance(data, list) and data and isinstance(data[0], BaseModel):
+        # = model_dump_json(indent=2), as UTF-8 bytes straight to stdout: no 40 MB str round trip
+        _write_utf8(data.__pydantic_serializer__.to_json(data, indent=2))
+        return
+    if isinstance(data, list) and data and isinstance(data[0], BaseModel):
         text = json.dumps([d.model_dump(mode="json") for d in data], indent=2)
     else:
         text = json.dumps(data, indent=2, default=str)
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
+
+
+def _write_utf8(data: bytes) -> None:
+    out = sys.stdout
+    buffer = getattr(out, "buffer", None)
+    if buffer is not None and codecs.lookup(getattr(out, "encoding", None) or "ascii").name == "utf-8":
+        out.flush()  # whatever went through the text layer first stays first
+        buffer.write(data)
+        buffer.write(b"\n")
+        buffer.flush()
+    else:
+        out.write(data.decode("utf-8") + "\n")
+        out.flush()

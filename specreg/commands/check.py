@@ -155,7 +155,7 @@ def pairs_cmd(
           f"{p.draft_sha256[:12]} {p.draft_name or ''}".rstrip() if p.draft_sha256 else "-",
           p.method,
           verdicts[(p.admitted, p.strict)],
-          (f"{p.rule_set} (stale)", "yellow") if stale[p.rule_set] else p.rule_set,
+          (f"{p.rule_set} stale", "yellow") if stale[p.rule_set] else p.rule_set,
           p.updated_at.strftime("%Y-%m-%d %H:%M"))
          for p in rows),
         limits=(None, 13 + _NAME_WIDTH, 13 + _NAME_WIDTH, None, None, 40, None),

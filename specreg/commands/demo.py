@@ -15,7 +15,7 @@ def demo_cmd(
     folder: Annotated[Path, typer.Option("--dir", help="Folder for models, registry and report.")] = Path("specreg-demo"),
     db: Annotated[Optional[Path], typer.Option("--db", help="Registry file (default: DIR/registry.db).")] = None,
 ) -> None:
-    """Write tiny models, register, check, benchmark, audit and report (about 20 s).
+    """Write tiny models, register, check, benchmark, audit and report (a few seconds).
 
     Exit 0 when the pipeline ran (the audit's own verdict is printed), 2 when something broke.
 

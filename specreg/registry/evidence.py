@@ -111,13 +111,14 @@ def build_digest(head: RunHead, conditions: list[ConditionRun], summaries: list[
     conc = man.request.concurrency if man else 1
     base = next((c for c in conditions if c.spec.method == BASELINE), None)
     every = sorted({p for ps in prompts.values() for p in ps})
+    by_stratum = {st: sorted(ps) for st, ps in prompts.items()}  # once per stratum, not per summary
     rows: list[StratumRow] = []
     for s in summaries:
-        ids = every if s.stratum == ALL_STRATA else sorted(prompts.get(s.stratum, []))
+        ids = every if s.stratum == ALL_STRATA else by_stratum.get(s.stratum, [])
         is_base = s.method == BASELINE
-        spread = (ratios or {}).get((s.condition, s.stratum), [])
+        spread = ratios.get((s.condition, s.stratum), []) if ratios else []
         failed = sorted({p for c, st, p in failing
-                         if c == s.condition and (s.stratum == ALL_STRATA or st == s.stratum)})
+                         if c == s.condition and (s.stratum == ALL_STRATA or st == s.stratum)}) if failing else []
         # greedy runs compare outputs with the baseline; sampled runs only have their `expect` checks
         compared = s.n_compared or s.n_expect_checked
         passed = compared if not failed else (s.n_equal if s.n_compared else compared - s.n_expect_failed)

@@ -12,6 +12,7 @@ import json
 import os
 import secrets
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +20,7 @@ from urllib.parse import quote
 from typing import TYPE_CHECKING, Any
 
 from specreg.errors import ArtifactNotFound, RegistryError, SpecregError
-from specreg.registry import hashing, licence, provenance
+from specreg.registry import hashing, licence
 from specreg.registry._base import now_iso, read_only_error, registry_error, writable
 from specreg.registry.artifact_reads import ArtifactReads, stat_or_raise
 from specreg.registry.migrations import migrations
@@ -73,8 +74,7 @@ class Registry(ArtifactReads, VerdictStore):
         try:
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
-            if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                conn.execute("PRAGMA journal_mode = WAL")
+            self._use_wal(conn, busy_timeout_s)
             # FULL: a committed record survives power loss, not only a crash of the process.
             conn.execute("PRAGMA synchronous = FULL")
             if migrations.pending_names(conn):
@@ -87,6 +87,21 @@ class Registry(ArtifactReads, VerdictStore):
             conn.close()
             raise
         return conn
+
+    @staticmethod
+    def _use_wal(conn: sqlite3.Connection, busy_timeout_s: float) -> None:
+        """Switch a new registry to WAL. Processes creating it at once race for the switch, and
+        SQLite answers "database is locked" at once (no busy wait) to those that lose while the
+        winner writes: they wait and look again, the winner has switched it for them."""
+        deadline = time.monotonic() + busy_timeout_s
+        while conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+                return  # whatever it answered (a file system without WAL keeps its mode, as before)
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     def _open_read_only(self, busy_timeout_s: float) -> sqlite3.Connection:
         """mode=ro; if SQLite cannot set up WAL shared memory on this disk and no WAL holds
@@ -127,8 +142,11 @@ class Registry(ArtifactReads, VerdictStore):
         Nested use becomes a savepoint of the outer transaction. sqlite3 / OS errors leave as
         RegistryError (one line for the CLI); a failed write leaves no partial record.
         """
+        if self.read_only:
+            raise read_only_error(self.path)
+        db = self.db  # the first use imports sqlite_utils (~0.2 s): before the write lock, not under it
         with self._transaction():
-            yield self.db
+            yield db
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -203,6 +221,8 @@ class Registry(ArtifactReads, VerdictStore):
                     hint="wait until the file is completely written",
                 )
         # HF cache (repo, commit, filename), model card licence, hub verification; no network.
+        from specreg.registry import provenance  # only when something is written (the hub code, logging)
+
         prov, card = provenance.local_facts(apath, repo=repo, revision=revision, extra=provenance_extra)
         with self._transaction() as db:
             known = self._one("SELECT licence_json FROM artifacts WHERE sha256 = ?", (sha,))

@@ -61,14 +61,14 @@ class GGUFArray:
         buf = self._owner._buf
         if self.item_type == F.T_STRING:
             unpack = F.U64.unpack_from
+            decode = bytes.decode
             out: list[str] = []
             append = out.append
             p = self.offset
-            for _ in range(self.count):
-                n = unpack(buf, p)[0]
-                p += 8
-                append(buf[p : p + n].decode("utf-8", "surrogateescape"))
-                p += n
+            for _ in range(self.count):  # the hot loop of a vocab comparison: few operations per entry
+                q = p + 8
+                p = q + unpack(buf, p)[0]
+                append(decode(buf[q:p], "utf-8", "surrogateescape"))
             return out
         fmt = f"<{self.count}{F.SCALAR_FORMATS[self.item_type]}"
         return list(struct.unpack_from(fmt, buf, self.offset))
