@@ -32,7 +32,8 @@ def _click(name: str) -> tuple[type[BaseException], ...]:
 
 app = typer.Typer(
     name="specreg",
-    help="Decide which speculative-decoding setups for llama.cpp are safe and worth deploying.",
+    help="Decide which speculative-decoding setups for llama.cpp are safe and worth deploying.\n\n"
+    "Example: specreg check pair target.gguf draft.gguf && specreg bench admitted && specreg audit",
     no_args_is_help=True,
     rich_markup_mode=None,
     pretty_exceptions_enable=False,

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from specreg.benchmark.launcher import stop_group
 from specreg.errors import RunNotFound
 from specreg.schemas.bench import (
     BenchRun,
@@ -76,7 +75,7 @@ class RunStore:
         self.reg = reg
 
     def _all(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
-        cur = self.reg.db.conn.execute(sql, params)
+        cur = self.reg.conn.execute(sql, params)  # plain sqlite3: no sqlite_utils/numpy import on reads
         cur.row_factory = sqlite3.Row
         return cur.fetchall()
 
@@ -174,6 +173,8 @@ class RunStore:
             for c in self._all("SELECT idx, server_pid, server_started FROM bench_conditions WHERE run_id = ? "
                                "AND server_pid IS NOT NULL", (run["run_id"],)):
                 if same_process(c["server_pid"], c["server_started"]):
+                    from specreg.benchmark.launcher import stop_group  # only when an orphan is found
+
                     stop_group(c["server_pid"])
                     stopped.append(c["server_pid"])
             reason = f"specreg (pid {run['runner_pid']}) ended without finishing the run"

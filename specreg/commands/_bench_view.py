@@ -55,13 +55,14 @@ class ProgressView(Observer):
                                  TimeElapsedColumn(), console=err_console, transient=True)
         self.task: TaskID | None = None
         self.per_condition = 0
+        self.started = False
 
     def __enter__(self) -> ProgressView:
-        self.progress.start()
-        return self
+        return self  # the bar starts with the first run: an early error prints no empty bar line
 
     def __exit__(self, *exc: object) -> None:
-        self.progress.stop()
+        if self.started:
+            self.progress.stop()
 
     def note(self, text: str) -> None:
         err_console.print(f"[yellow]note:[/] {safe(text)}")
@@ -70,6 +71,9 @@ class ProgressView(Observer):
         self.per_condition = n_requests
         err_console.print(f"run {info.run_id}  pair {info.pair_id}  {safe(info.method)}  "
                           f"{len(conds)} conditions x {n_requests} requests")
+        if not self.started:
+            self.progress.start()
+            self.started = True
         self.task = self.progress.add_task("starting", total=len(conds) * n_requests)
 
     def condition_started(self, cond: ConditionRun) -> None:

@@ -13,14 +13,16 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from specreg.commands._common import JsonOpt, db_path, emit_json, err_console, safe
+from specreg.commands._common import JsonOpt, console, db_path, emit_json, err_console, safe
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry
     from specreg.schemas.bench import BenchRun
 
-bench_app = typer.Typer(help="Benchmark admitted pairs on a real llama.cpp server.", no_args_is_help=True)
-runs_app = typer.Typer(help="List benchmark runs, or show one (`runs show RUN_ID`).", invoke_without_command=True)
+bench_app = typer.Typer(help="Benchmark admitted pairs on a real llama.cpp server.\n\n"
+                        "Example: specreg bench admitted --pair 3 --repeat 3", no_args_is_help=True)
+runs_app = typer.Typer(help="List benchmark runs, or show one (`runs show RUN_ID`).\n\n"
+                       "Example: specreg runs show 20260101-120000 --report run.html", invoke_without_command=True)
 
 
 def _registry() -> Registry:
@@ -143,14 +145,17 @@ def show(
     from specreg.commands._bench_view import show_run
 
     run = load_run(run_id)
+    written: list[Path] = []
     if report is not None:  # the report module (audit area) draws the plots and writes atomically
         from specreg.report import write_run_report_for
 
-        write_run_report_for(report, run)
+        written = write_run_report_for(report, run)
     if json_out:
         emit_json(run)
     else:
         show_run(run)
+        for f in written[:1]:
+            console.print(f"report: {safe(f)}", soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:

@@ -49,7 +49,7 @@ def _evidence(c: CheckResult) -> str:
     if rest:
         text = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False, default=str)}" for k, v in rest.items())
         lines.insert(0, text if len(text) <= 400 else text[:400] + "...")
-    return safe("\n".join(lines))
+    return "\n".join(safe(line) for line in lines)  # escape each line, keep the line breaks
 
 
 def _render(v: PairVerdict, target: ArtifactRecord, draft: ArtifactRecord | None, pair_id: int) -> None:
@@ -166,7 +166,8 @@ def pairs_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    check_app = typer.Typer(help="Check speculative-decoding setups before they are deployed.",
+    check_app = typer.Typer(help="Check speculative-decoding setups before they are deployed.\n\n"
+                            "Example: specreg check pair target.gguf draft.gguf --json",
                             no_args_is_help=True, rich_markup_mode=None)
     check_app.command("pair")(pair_cmd)
     app.add_typer(check_app, name="check")
