@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from specreg.errors import UsageError
@@ -28,6 +29,21 @@ def check_report_path(path: str | Path) -> tuple[Path, str]:
     return p, kind
 
 
+def _write(p: Path, kind: str, svgs: dict[str, str], render_html: Callable[[], str],
+           render_md: Callable[[str], str]) -> list[Path]:
+    """HTML: one self-contained file; Markdown: the text, each plot an SVG file beside it."""
+    if kind == "html":
+        write_atomic(p, render_html())
+        return [p]
+    written = []
+    for suffix, svg in svgs.items():
+        f = p.with_name(f"{p.stem}-{suffix}.svg")
+        write_atomic(f, svg)
+        written.append(f)
+    write_atomic(p, render_md(f"{p.stem}-"))
+    return [p, *written]
+
+
 def write_audit_report(path: str | Path, report: AuditReport) -> list[Path]:
     """Write the audit report; returns every file written (the report, then any SVGs)."""
     from specreg.report import html, markdown, plots
@@ -35,17 +51,9 @@ def write_audit_report(path: str | Path, report: AuditReport) -> list[Path]:
     p, kind = check_report_path(path)
     conc = report.policy.speed.concurrency
     drawn = {r.run_id: plots.run_plots(r, conc, report.policy.speed.min_speedup) for r in report.runs}
-    if kind == "html":
-        write_atomic(p, html.render_audit(report, drawn))
-        return [p]
-    written = []
-    for run_id, svgs in drawn.items():
-        for name, svg in svgs.items():
-            f = p.with_name(f"{p.stem}-{markdown.slug(run_id)}-{name}.svg")
-            write_atomic(f, svg)
-            written.append(f)
-    write_atomic(p, markdown.render_audit(report, drawn, f"{p.stem}-"))
-    return [p, *written]
+    files = {f"{markdown.slug(run_id)}-{name}": svg for run_id, svgs in drawn.items() for name, svg in svgs.items()}
+    return _write(p, kind, files, lambda: html.render_audit(report, drawn),
+                  lambda prefix: markdown.render_audit(report, drawn, prefix))
 
 
 def write_run_report(path: str | Path, run: RunDigest) -> list[Path]:
@@ -54,16 +62,8 @@ def write_run_report(path: str | Path, run: RunDigest) -> list[Path]:
 
     p, kind = check_report_path(path)
     svgs = plots.run_plots(run)
-    if kind == "html":
-        write_atomic(p, html.render_run(run, svgs))
-        return [p]
-    written = []
-    for name, svg in svgs.items():
-        f = p.with_name(f"{p.stem}-{name}.svg")
-        write_atomic(f, svg)
-        written.append(f)
-    write_atomic(p, markdown.render_run(run, svgs, f"{p.stem}-"))
-    return [p, *written]
+    return _write(p, kind, svgs, lambda: html.render_run(run, svgs),
+                  lambda prefix: markdown.render_run(run, svgs, prefix))
 
 
 def write_run_report_for(path: str | Path, run: BenchRun) -> list[Path]:

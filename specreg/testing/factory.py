@@ -135,16 +135,15 @@ def _weights(spec: ModelSpec, n_vocab: int) -> dict[str, np.ndarray]:
 
 
 def _add_metadata(w: gguf.GGUFWriter, spec: ModelSpec, arch: str) -> None:
-    if spec.name is not None:
-        w.add_name(spec.name)
-    if spec.license is not None:
-        w.add_license(spec.license)
-    if spec.license_name is not None:
-        w.add_license_name(spec.license_name)
-    if spec.license_link is not None:
-        w.add_license_link(spec.license_link)
-    if spec.repo_url is not None:
-        w.add_repo_url(spec.repo_url)
+    for text, adder in (
+        (spec.name, w.add_name),
+        (spec.license, w.add_license),
+        (spec.license_name, w.add_license_name),
+        (spec.license_link, w.add_license_link),
+        (spec.repo_url, w.add_repo_url),
+    ):
+        if text is not None:
+            adder(text)
     if spec.base_model is not None:
         w.add_base_model_count(1)
         w.add_base_model_name(0, spec.base_model)
