@@ -7,7 +7,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Optional, Union
 
@@ -161,3 +161,13 @@ def _write_utf8(data: bytes) -> None:
     else:
         out.write(data.decode("utf-8") + "\n")
         out.flush()
+
+
+def emit_result(result: Any, json_out: bool, show: Callable[[], None], report_files: list[Path]) -> None:
+    """`--json` prints the model alone; otherwise the human view, then where the report went."""
+    if json_out:
+        emit_json(result)
+        return
+    show()
+    if report_files:
+        console.print(f"report: {safe(report_files[0])}", soft_wrap=True)

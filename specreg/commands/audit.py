@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from specreg.commands._common import JsonOpt, console, db_path, emit_json, safe
+from specreg.commands._common import JsonOpt, db_path, emit_result
 from specreg.errors import EXIT_REJECTED, UsageError
 
 
@@ -60,14 +60,9 @@ def _audit(pair: list[int] | None, policy: Path | None, rehash: bool, report: Pa
         from specreg.report import write_audit_report
 
         written = write_audit_report(report, result)
-    if json_out:
-        emit_json(result)
-    else:
-        from specreg.commands._audit_view import print_audit
+    from specreg.commands._audit_view import print_audit
 
-        print_audit(result)
-        for f in written[:1]:
-            console.print(f"report: {safe(f)}", soft_wrap=True)
+    emit_result(result, json_out, lambda: print_audit(result), written)
     return 0 if result.passed else EXIT_REJECTED
 
 

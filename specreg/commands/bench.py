@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from specreg.commands._common import JsonOpt, console, db_path, emit_json, err_console, safe
+from specreg.commands._common import JsonOpt, db_path, emit_json, emit_result, err_console, safe
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry
@@ -150,12 +150,7 @@ def show(
         from specreg.report import write_run_report_for
 
         written = write_run_report_for(report, run)
-    if json_out:
-        emit_json(run)
-    else:
-        show_run(run)
-        for f in written[:1]:
-            console.print(f"report: {safe(f)}", soft_wrap=True)
+    emit_result(run, json_out, lambda: show_run(run), written)
 
 
 def register(app: typer.Typer) -> None:

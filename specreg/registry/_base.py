@@ -116,6 +116,9 @@ class RegistryBase:
     path: Path
     conn: sqlite3.Connection
     _db: Database | None = None
+    show_progress: bool = True
+    read_only: bool = False  # opened read-only because the file or its folder is not writable
+    hash_count: int = 0  # files hashed by this instance (tests and benchmarks read it)
 
     @property
     def db(self) -> Database:
@@ -125,23 +128,8 @@ class RegistryBase:
 
             self._db = Database(self.conn)
         return self._db
-    show_progress: bool = True
-    read_only: bool = False  # opened read-only because the file or its folder is not writable
-    hash_count: int = 0  # files hashed by this instance (tests and benchmarks read it)
 
-    def add_artifact(
-        self,
-        path: str | Path,
-        *,
-        license: str | None = None,
-        repo: str | None = None,
-        revision: str | None = None,
-        rehash: bool = False,
-        provenance_extra: dict[str, Any] | None = None,
-    ) -> ArtifactRecord:  # implemented by Registry
-        raise NotImplementedError
-
-    def write(self) -> AbstractContextManager[Database]:  # implemented by Registry
+    def add_artifact(self, path: str | Path, **options: Any) -> ArtifactRecord:  # implemented by Registry
         raise NotImplementedError
 
     def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:  # implemented by Registry

@@ -8,7 +8,7 @@ independently seeded perturbation so a draft can agree with its target often but
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import gguf

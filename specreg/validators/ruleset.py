@@ -29,16 +29,21 @@ class DraftSimpleRules(_Strict):
     texts_compared_as_c_strings: bool = True
 
 
-class TokenizerModelRules(_Strict):
-    """Defaults llama.cpp's vocab loader applies for one `tokenizer.ggml.model`."""
+class _SpecialIdDefaults(_Strict):
+    """Special-token ids llama.cpp assumes when the file states none (None: no default)."""
 
-    type: str
     bos: int | None = None
     eos: int | None = None
     unk: int | None = None
     sep: int | None = None
     pad: int | None = None
     mask: int | None = None
+
+
+class TokenizerModelRules(_SpecialIdDefaults):
+    """Defaults llama.cpp's vocab loader applies for one `tokenizer.ggml.model`."""
+
+    type: str
     add_bos: bool = False
     add_eos: bool = False
     add_sep: bool = False
@@ -46,19 +51,13 @@ class TokenizerModelRules(_Strict):
     requires_merges: bool = False
 
 
-class PreTokenizerRules(_Strict):
+class PreTokenizerRules(_SpecialIdDefaults):
     """What one BPE `tokenizer.ggml.pre` value changes (pre type, add_bos, default bos)."""
 
     pre_type: str | None = None
     add_bos: bool | None = None
     add_eos: bool | None = None
     add_sep: bool | None = None
-    bos: int | None = None
-    eos: int | None = None
-    unk: int | None = None
-    sep: int | None = None
-    pad: int | None = None
-    mask: int | None = None
 
 
 class MtpRules(_Strict):
