@@ -44,7 +44,7 @@ def _run(args: list[str], env: dict[str, str]) -> tuple[float, float, int]:
 
 def _in_process(t: Path, d: Path, runs: int) -> tuple[float, float]:
     """(read both headers, run every draft-simple check) in this process, median seconds."""
-    from specreg.validators.gguf_reader import open_gguf
+    from specreg.gguf.reader import open_gguf
     from specreg.validators.pair import check_pair
     from specreg.validators.ruleset import load_rule_set
 

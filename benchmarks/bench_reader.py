@@ -19,15 +19,16 @@ from pathlib import Path
 
 import gguf
 
-from specreg.validators.gguf_reader import open_gguf
-from specreg.validators.realvocab import ensure_vocab_files
+from specreg.gguf.reader import open_gguf
+from specreg.gguf.summary import summarize
+from specreg.testing.realvocab import ensure_vocab_files
 
 DEFAULT = ["llama-spm", "gpt-2", "qwen2", "llama-bpe", "gemma-4"]
 FLOOR = {"qwen2": 30.0, "gemma-4": 30.0}
 
 
 def _summary(path: Path) -> object:
-    return open_gguf(path).summary()
+    return summarize(open_gguf(path))
 
 
 def _texts(path: Path) -> object:
@@ -60,7 +61,7 @@ def main() -> int:
         texts = best_of(partial(_texts, path), max(1, args.repeat // 2))
         ref = best_of(partial(gguf.GGUFReader, path), 1)
         ratio = ref / ours
-        n_tokens = open_gguf(path).summary().tokenizer.n_tokens
+        n_tokens = summarize(open_gguf(path)).tokenizer.n_tokens
         mark = ""
         if name in FLOOR and ratio < FLOOR[name]:
             failed.append(name)

@@ -32,7 +32,7 @@ from specreg.registry.store import Registry
 from specreg.schemas.bench import BASELINE, ConditionSpec, ConditionSummary, MemoryObservation, SpecCounters, Stat
 from specreg.schemas.registry import LicenceRecord, LicenceSource
 from specreg.testing import ModelSpec, write_model
-from specreg.validators.gguf_reader import summarize
+from specreg.gguf.summary import summarize
 
 STRATA = ("repetitive", "chat", "reasoning", "long_input", "structured")
 CONDITIONS = (BASELINE, "ngram-simple", "ngram-mod", "draft-simple")

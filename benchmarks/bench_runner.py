@@ -77,7 +77,7 @@ def overhead(folder: Path, n: int) -> None:
 def full_run(folder: Path) -> None:
     from specreg.benchmark.runner import BenchOptions, Runner
     from specreg.registry.store import Registry
-    from specreg.validators.gguf_reader import open_gguf
+    from specreg.gguf.reader import open_gguf
     from specreg.validators.pair import check_pair, verdict
     from specreg.validators.ruleset import load_rule_set
 

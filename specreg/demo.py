@@ -80,7 +80,7 @@ def _write_if_changed(path: Path, spec: ModelSpec) -> Path:
 
 
 def _write_text_if_changed(path: Path, text: str) -> Path:
-    from specreg.registry.atomic import write_atomic
+    from specreg.atomic import write_atomic
 
     if not (path.is_file() and path.read_text("utf-8") == text):
         write_atomic(path, text)
@@ -118,11 +118,11 @@ def run_demo(folder: Path = DEFAULT_DIR, db: Path | None = None,
              say: Callable[[str], None] = print) -> DemoResult:
     """Write, register, check, benchmark, audit and report; returns what happened."""
     from specreg.benchmark.runner import BenchOptions, Runner
-    from specreg.registry.audit import run_audit
-    from specreg.registry.policy import example_policy_text, load_policy
+    from specreg.audit.run import run_audit
+    from specreg.audit.policy import example_policy_text, load_policy
     from specreg.registry.store import Registry
     from specreg.report import write_audit_report
-    from specreg.validators.gguf_reader import open_gguf
+    from specreg.gguf.reader import open_gguf
     from specreg.validators.pair import check_pair, verdict
     from specreg.validators.ruleset import load_rule_set
 

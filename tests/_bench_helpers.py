@@ -13,7 +13,7 @@ from specreg.registry.store import Registry
 from specreg.schemas.checks import CheckResult, PairVerdict
 from specreg.testing import ModelSpec, write_model
 from specreg.testing.factory import SMALL_NOISE
-from specreg.validators.gguf_reader import open_gguf
+from specreg.gguf.reader import open_gguf
 from specreg.validators.pair import check_pair, verdict
 from specreg.validators.ruleset import load_rule_set
 

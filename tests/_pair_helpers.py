@@ -6,7 +6,7 @@ from pathlib import Path
 
 from specreg.schemas.checks import CheckResult
 from specreg.testing import ModelSpec, write_model
-from specreg.validators.gguf_reader import open_gguf
+from specreg.gguf.reader import open_gguf
 from specreg.validators.pair import check_pair
 from specreg.validators.ruleset import load_rule_set
 

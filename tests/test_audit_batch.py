@@ -7,8 +7,9 @@ import json
 import sys
 from pathlib import Path
 
-from specreg.registry.audit import run_audit
-from specreg.registry.evidence import RunIndex, load_digest, load_digests
+from specreg.audit.run import run_audit
+from specreg.audit.evidence import load_digest, load_digests
+from specreg.benchmark.run_index import RunIndex
 from specreg.registry.store import Registry
 from specreg.schemas.audit import Policy
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from _audit_world import LENIENT, AuditWorld
 from _registry_helpers import cli
-from specreg.registry.audit import run_audit
-from specreg.registry.policy import load_policy
+from specreg.audit.run import run_audit
+from specreg.audit.policy import load_policy
 from specreg.registry.store import Registry
 from specreg.schemas.audit import AuditReport, Policy
 from specreg.schemas.checks import PairVerdict

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from _audit_world import specreg
 from _registry_helpers import cli, one_line_error
 from specreg.errors import PolicyError
-from specreg.registry.policy import BUILTIN, example_policy_text, load_policy, parse_policy
+from specreg.audit.policy import BUILTIN, example_policy_text, load_policy, parse_policy
 from specreg.schemas.audit import Policy
 
 ROOT = Path(__file__).resolve().parents[1]

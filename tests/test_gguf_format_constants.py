@@ -8,7 +8,7 @@ import sys
 
 import gguf
 
-from specreg.validators import gguf_format as F
+from specreg.gguf import format as F
 
 
 def test_value_types_match_gguf() -> None:
@@ -67,8 +67,8 @@ def test_reading_a_file_imports_neither_gguf_nor_numpy(tmp_path) -> None:
     from specreg.testing import ModelSpec, write_model
 
     path = write_model(tmp_path / "m.gguf", ModelSpec())
-    code = ("import sys; from specreg.validators.gguf_reader import open_gguf; "
-            f"f = open_gguf({str(path)!r}); f.summary(); f.token_texts(); "
+    code = ("import sys; from specreg.gguf.reader import open_gguf; from specreg.gguf.summary import summarize; "
+            f"f = open_gguf({str(path)!r}); summarize(f); f.token_texts(); "
             "print(sorted(m for m in ('gguf', 'numpy', 'sqlite_utils') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

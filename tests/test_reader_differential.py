@@ -18,7 +18,8 @@ import gguf
 import pytest
 
 from specreg.testing import ModelSpec, write_model
-from specreg.validators.gguf_reader import GGUFArray, GGUFFile, open_gguf
+from specreg.gguf.reader import GGUFArray, GGUFFile, open_gguf
+from specreg.gguf.summary import summarize
 
 sys.path.insert(0, str(Path(__file__).parent / "malformed"))
 import make_corpus  # noqa: E402
@@ -83,7 +84,7 @@ def assert_agrees(path: Path) -> GGUFFile:
 @pytest.mark.parametrize("name", sorted(_FIXTURES))
 def test_agrees_with_gguf_reader_on_fixtures(tmp_path: Path, name: str) -> None:
     f = assert_agrees(write_model(tmp_path / f"{name}.gguf", _FIXTURES[name]))
-    f.summary()
+    summarize(f)
 
 
 def test_agrees_on_the_malformed_corpus_base_file(tmp_path: Path) -> None:
@@ -96,7 +97,7 @@ def test_agrees_on_the_malformed_corpus_base_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", CI_VOCABS)
 def test_agrees_on_small_real_vocab_files(real_vocab: Callable[[str], Path], name: str) -> None:
     f = assert_agrees(real_vocab(name))
-    assert f.summary().tokenizer.n_tokens == len(f.token_texts()) >= 32000
+    assert summarize(f).tokenizer.n_tokens == len(f.token_texts()) >= 32000
 
 
 @pytest.mark.slow

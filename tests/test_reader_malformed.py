@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from specreg.errors import GGUFError
-from specreg.validators.gguf_reader import open_gguf
+from specreg.gguf.reader import open_gguf
+from specreg.gguf.summary import summarize
 
 sys.path.insert(0, str(Path(__file__).parent / "malformed"))
 import make_corpus  # noqa: E402
@@ -36,7 +37,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 def _read_all(path: Path, lazy: bool) -> None:
     f = open_gguf(path)
-    f.summary()
+    summarize(f)
     if lazy:
         f.merges()
 
@@ -44,7 +45,7 @@ def _read_all(path: Path, lazy: bool) -> None:
 def test_corpus_is_large_and_the_base_file_is_valid(corpus: dict[str, Path]) -> None:
     assert len(make_corpus.CASES) >= 35
     f = open_gguf(corpus["base"])
-    assert f.summary().tokenizer.n_tokens == len(make_corpus.TOKENS)
+    assert summarize(f).tokenizer.n_tokens == len(make_corpus.TOKENS)
     assert f.merges() == ["a b", "ab c"] and f.tensor_values("output_norm.weight") == [32.0, 33.0, 34.0, 35.0]
 
 

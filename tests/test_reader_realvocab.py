@@ -13,8 +13,9 @@ import pytest
 
 from specreg.errors import VocabUnavailable
 from specreg.testing import ModelSpec, write_model
-from specreg.validators import realvocab
-from specreg.validators.gguf_reader import open_gguf, summarize
+from specreg.testing import realvocab
+from specreg.gguf.reader import open_gguf
+from specreg.gguf.summary import summarize
 
 pytestmark = pytest.mark.realvocab
 
@@ -99,7 +100,7 @@ def test_qwen2_and_qwen35_share_tokens_but_not_pre(real_vocab: Callable[[str], P
 
 def test_phi3_extends_llama_spm(real_vocab: Callable[[str], Path]) -> None:
     spm, phi = open_gguf(real_vocab("llama-spm")), open_gguf(real_vocab("phi-3"))
-    a, b = spm.summary().tokenizer, phi.summary().tokenizer
+    a, b = summarize(spm).tokenizer, summarize(phi).tokenizer
     assert (a.n_tokens, b.n_tokens, a.eos_id, b.eos_id) == (32000, 32064, 2, 32000)
     assert a.tokens_sha256 != b.tokens_sha256 and phi.token_texts()[:32000] == spm.token_texts()
     assert phi.token_texts()[32000] == "<|endoftext|>" and b.chat_template_present and not a.chat_template_present
@@ -108,7 +109,7 @@ def test_phi3_extends_llama_spm(real_vocab: Callable[[str], Path]) -> None:
 def test_large_vocab_reads_fast(real_vocab: Callable[[str], Path]) -> None:
     """gguf.GGUFReader needs ~7 s here; a generous bound that still fails a per-element decoder."""
     path = real_vocab("qwen2")
-    best = min(_timed(lambda: open_gguf(path).summary()) for _ in range(3))
+    best = min(_timed(lambda: summarize(open_gguf(path))) for _ in range(3))
     assert best < 0.5
 
 
@@ -126,7 +127,7 @@ def test_memory_is_the_header_copy_and_little_else(real_vocab: Callable[[str], P
     tracemalloc.start()
     try:
         f = open_gguf(path)
-        f.summary()
+        summarize(f)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

@@ -12,7 +12,8 @@ import pytest
 
 from specreg.errors import GGUFError
 from specreg.testing import ModelSpec, write_model
-from specreg.validators.gguf_reader import GGUFArray, open_gguf, summarize
+from specreg.gguf.reader import GGUFArray, open_gguf
+from specreg.gguf.summary import summarize
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +55,7 @@ def test_summary_reads_identity_shape_and_tokenizer(models: dict[str, Path]) -> 
 def test_parameter_count_is_the_sum_of_tensor_elements(models: dict[str, Path]) -> None:
     f = open_gguf(models["target"])
     expected = sum(int(np.prod(t.shape)) for t in f.tensors)
-    assert f.summary().parameter_count == expected > 0
+    assert summarize(f).parameter_count == expected > 0
 
 
 def test_fingerprints_are_sha256_of_the_raw_payload(models: dict[str, Path]) -> None:
@@ -77,8 +78,8 @@ def test_lazy_arrays_decode_on_demand_and_cache(models: dict[str, Path]) -> None
     assert f.token_texts() is texts and texts[:1] == f.array("tokenizer.ggml.tokens")[:1]
     merges = f.merges()
     assert merges and all(m.count(" ") == 1 for m in merges)
-    assert f.summary().tokenizer.n_merges == len(merges)
-    assert (f.summary().tokenizer.pre, f.summary().tokenizer.bos_id) == ("qwen2", None)
+    assert summarize(f).tokenizer.n_merges == len(merges)
+    assert (summarize(f).tokenizer.pre, summarize(f).tokenizer.bos_id) == ("qwen2", None)
     with pytest.raises(GGUFError, match="not an array"):
         f.array("general.name")
 
@@ -121,7 +122,7 @@ def test_tensor_values_notices_a_file_changed_after_open(models: dict[str, Path]
 
 def test_vocab_only_and_tensor_infos(models: dict[str, Path]) -> None:
     v = open_gguf(models["vocab"])
-    assert v.tensors == [] and v.summary().vocab_only and v.summary().parameter_count == 0
+    assert v.tensors == [] and summarize(v).vocab_only and summarize(v).parameter_count == 0
     f = open_gguf(models["target"])
     offsets = [t.offset for t in f.tensors]
     assert offsets == sorted(offsets) and offsets[0] == 0 and f.data_offset % f.alignment == 0
@@ -146,7 +147,7 @@ def test_custom_alignment_split_keys_and_per_layer_heads(tmp_path: Path) -> None
     f = open_gguf(p)
     assert f.alignment == 64 and f.data_offset % 64 == 0 and f.tensors[1].offset == 64
     assert f.tensor_values("a") == [0.0, 1.0, 2.0] and f.tensor_values("b") == [0, 1, 2, 3, 4]
-    s = f.summary()
+    s = summarize(f)
     assert (s.split_count, s.split_no, s.head_count, s.head_count_kv) == (3, 1, 8, 2)
 
 
@@ -171,7 +172,7 @@ def test_invalid_utf8_values_are_replaced_but_hashed_raw(tmp_path: Path) -> None
     w.write_tensors_to_file()
     w.close()
     f = open_gguf(tmp_path / "u.gguf")
-    s = f.summary()
+    s = summarize(f)
     assert s.name == "caf\ufffd" and s.model_dump_json()  # display-safe, JSON-safe
     assert s.tokenizer.chat_template_sha256 == hashlib.sha256(b"\xff{{x}}").hexdigest()
     assert [t.encode("utf-8", "surrogateescape") for t in f.token_texts()] == [b"a", b"\x80"]
@@ -179,9 +180,9 @@ def test_invalid_utf8_values_are_replaced_but_hashed_raw(tmp_path: Path) -> None
 
 def test_summary_returns_independent_copies(models: dict[str, Path]) -> None:
     f = open_gguf(models["target"])
-    s = f.summary()
+    s = summarize(f)
     s.tokenizer.bos_id = 99
-    assert f.summary().tokenizer.bos_id == 1
+    assert summarize(f).tokenizer.bos_id == 1
 
 
 def test_open_errors_name_the_path(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ import pytest
 from _registry_helpers import cli, model, one_line_error, run
 
 from specreg.errors import RegistryError
-from specreg.registry.atomic import write_atomic
+from specreg.atomic import write_atomic
 from specreg.registry.store import Registry
 from specreg.schemas.checks import CheckResult, PairVerdict
 
@@ -245,7 +245,7 @@ def _umask() -> int:
 def test_write_atomic_failure_keeps_the_old_file(tmp_path: Path) -> None:
     target = tmp_path / "report.md"
     write_atomic(target, "previous report")
-    script = "import sys; from specreg.registry.atomic import write_atomic; write_atomic(sys.argv[1], b'x' * (1 << 20))"
+    script = "import sys; from specreg.atomic import write_atomic; write_atomic(sys.argv[1], b'x' * (1 << 20))"
     proc = subprocess.run([sys.executable, "-c", script, str(target)], capture_output=True, text=True,
                           timeout=60, preexec_fn=lambda: _limit_file_size(64 * 1024))
     assert proc.returncode != 0 and "File too large" in proc.stderr

@@ -9,7 +9,7 @@ import pytest
 
 from _audit_world import HOSTILE, LENIENT, AuditWorld, specreg
 from specreg.errors import UsageError
-from specreg.registry.audit import run_audit
+from specreg.audit.run import run_audit
 from specreg.registry.store import Registry
 from specreg.report import write_audit_report
 from specreg.schemas.audit import AuditReport

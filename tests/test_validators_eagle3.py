@@ -8,7 +8,7 @@ import pytest
 from _pair_helpers import BASE, RULES, codes, errors, one, run_pair
 
 from specreg.testing import write_model
-from specreg.validators.gguf_reader import open_gguf
+from specreg.gguf.reader import open_gguf
 from specreg.validators.pair import detect_method
 
 N_VOCAB = 392  # the factory's default vocabulary (3 specials + 256 bytes + words)

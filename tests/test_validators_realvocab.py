@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from _pair_helpers import RULES, codes, errors, one
 
-from specreg.validators import realvocab
-from specreg.validators.gguf_reader import GGUFFile, open_gguf
+from specreg.testing import realvocab
+from specreg.gguf.reader import GGUFFile, open_gguf
 from specreg.validators.pair import check_pair
 
 ADMITTED_CROSS = {frozenset(p) for p in (("llama-spm", "phi-3"), ("qwen2", "qwen35"), ("mpt", "gpt-neox"))}

@@ -10,7 +10,8 @@ from _pair_helpers import BASE, errors, run_pair
 
 from specreg.errors import UsageError
 from specreg.schemas.gguf import GGUFSummary, TokenizerSummary
-from specreg.validators import realvocab, ruleset
+from specreg.testing import realvocab
+from specreg.validators import ruleset
 from specreg.validators.effective import effective_vocab
 from specreg.validators.ruleset import RULE_SET_DEFAULT, is_stale, known_rule_sets, load_rule_set
 
@@ -46,7 +47,7 @@ def test_shipped_rules_match_the_llama_cpp_source() -> None:
     root = _source_root()
     if root is None:
         pytest.skip("llama.cpp source tree (src/llama-vocab.cpp) not in the cache")
-    from specreg.validators.rules_extract import extract_rules
+    from tools.extract_rules import extract_rules
 
     shipped = json.loads((ruleset.RULES_DIR / f"{RULE_SET_DEFAULT}.json").read_text())
     for key, value in extract_rules(root).items():
@@ -63,7 +64,7 @@ def test_other_thresholds_are_a_data_change(tmp_path: Path, monkeypatch: pytest.
     try:
         wide = load_rule_set("llama.cpp-b99999")
         from specreg.testing import write_model
-        from specreg.validators.gguf_reader import open_gguf
+        from specreg.gguf.reader import open_gguf
         from specreg.validators.pair import check_pair
 
         t = open_gguf(write_model(tmp_path / "t.gguf", BASE))

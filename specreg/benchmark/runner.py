@@ -25,7 +25,7 @@ from specreg.benchmark.summary import summarize
 from specreg.benchmark.workloads import Workload, load_workload
 from specreg.errors import ArtifactChanged, NotAdmitted, SpecregError, UsageError
 from specreg.registry.hashing import sha256_file
-from specreg.registry.paths import data_dir
+from specreg.paths import data_dir
 from specreg.schemas.bench import (
     ArtifactRef,
     BenchRun,

@@ -128,7 +128,7 @@ def print_listing(
 
 def db_path() -> Path:
     """Where the registry lives: `--db`, else SPECREG_DB, else the user data directory."""
-    from specreg.registry.paths import default_db_path
+    from specreg.paths import default_db_path
 
     override = os.environ.get("SPECREG_DB")
     return Path(override) if override else default_db_path()

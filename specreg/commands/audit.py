@@ -43,8 +43,8 @@ def audit_cmd(
 
 def _audit(pair: list[int] | None, policy: Path | None, rehash: bool, report: Path | None, json_out: bool) -> int:
     """Run, write and print the audit; returns the exit code (the result dies with this frame)."""
-    from specreg.registry.audit import run_audit
-    from specreg.registry.policy import load_policy
+    from specreg.audit.run import run_audit
+    from specreg.audit.policy import load_policy
     from specreg.registry.store import Registry
 
     pol, source = load_policy(policy)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from specreg.registry.store import Registry
     from specreg.schemas.checks import CheckResult, PairVerdict
     from specreg.schemas.registry import ArtifactRecord
-    from specreg.validators.gguf_reader import GGUFFile
+    from specreg.gguf.reader import GGUFFile
 
 _METHODS = ("auto", "draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark", "draft-mtp",
             "ngram-simple", "ngram-mod", "ngram-map-k", "ngram-map-k4v", "ngram-cache")
@@ -29,7 +29,7 @@ _NAME_WIDTH = 40  # model names in listings are cut here (--json has them whole)
 
 def _open(reg: Registry, arg: str) -> tuple[ArtifactRecord, GGUFFile]:
     """Resolve a path (registered on the way) or a SHA-256 prefix, and open the bytes it names."""
-    from specreg.validators.gguf_reader import open_gguf
+    from specreg.gguf.reader import open_gguf
 
     rec = reg.resolve(arg)
     path = arg if os.path.exists(arg) else reg.locate(rec.sha256)  # locate: a path verified to hold it

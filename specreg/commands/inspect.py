@@ -108,10 +108,11 @@ def inspect_cmd(
     The SHA-256 is shown when the registry knows the file by its stat (no hashing), or with --hash.
     Example: specreg inspect models/target-q4.gguf --json
     """
-    from specreg.validators.gguf_reader import open_gguf
+    from specreg.gguf.reader import open_gguf
+    from specreg.gguf.summary import summarize
 
     gf = open_gguf(file)
-    summary = gf.summary()
+    summary = summarize(gf)
     sha, lic, conflict = _known(file, do_hash)
     summary = summary.model_copy(update={"sha256": sha})
     if json_out:

@@ -24,7 +24,7 @@ from specreg.registry import hashing, licence
 from specreg.registry._base import now_iso, read_only_error, registry_error, writable
 from specreg.registry.artifact_reads import ArtifactReads, stat_or_raise
 from specreg.registry.migrations import migrations
-from specreg.registry.paths import default_db_path
+from specreg.paths import default_db_path
 from specreg.registry.verdicts import VerdictStore
 from specreg.schemas.gguf import GGUFSummary
 from specreg.schemas.registry import ArtifactRecord, LicenceRecord, LicenceSource, Provenance
@@ -196,7 +196,7 @@ class Registry(ArtifactReads, VerdictStore):
         provenance_extra: dict[str, Any] | None = None,
     ) -> ArtifactRecord:
         """Register a GGUF file (idempotent); the same bytes at a new path add that path."""
-        from specreg.validators.gguf_reader import summarize
+        from specreg.gguf.summary import summarize
 
         apath = os.path.abspath(os.fspath(path))
         key = stat_or_raise(apath)

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from specreg.errors import UsageError
-from specreg.registry.atomic import write_atomic
+from specreg.atomic import write_atomic
 from specreg.schemas.audit import AuditReport, RunDigest
 from specreg.schemas.bench import BenchRun
 
@@ -68,7 +68,7 @@ def write_run_report(path: str | Path, run: RunDigest) -> list[Path]:
 
 def write_run_report_for(path: str | Path, run: BenchRun) -> list[Path]:
     """`specreg runs show RUN --report PATH`: digest a loaded run and write its report."""
-    from specreg.registry.evidence import digest_run
+    from specreg.audit.evidence import digest_run
 
     check_report_path(path)
     return write_run_report(path, digest_run(run))

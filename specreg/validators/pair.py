@@ -8,6 +8,7 @@ self-speculative method, none for a draft method) raises.
 from __future__ import annotations
 
 from specreg.errors import UsageError
+from specreg.gguf.summary import summarize
 from specreg.schemas.checks import DRAFT_METHODS, SELF_METHODS, CheckResult, PairVerdict
 from specreg.validators import checks_common as common
 from specreg.validators import checks_simple as simple
@@ -15,17 +16,18 @@ from specreg.validators.checks_dflash import check_dflash, is_dspark
 from specreg.validators.checks_eagle3 import check_eagle3
 from specreg.validators.checks_mtp import check_mtp, usable_target
 from specreg.validators.ruleset import RuleSet
-from specreg.validators.side import GGUFLike, Side
+from specreg.gguf.reader import GGUFFile
+from specreg.validators.side import Side
 
 METHODS: tuple[str, ...] = ("auto", *sorted(DRAFT_METHODS), *sorted(SELF_METHODS))
 
 
-def detect_method(draft: GGUFLike | None, rule_set: RuleSet) -> str:
+def detect_method(draft: GGUFFile | None, rule_set: RuleSet) -> str:
     """`--method auto`: llama.cpp's own choice from the draft's architecture and tensors."""
     if draft is None:
         raise UsageError("--method auto needs a DRAFT to choose from",
                          hint="pass --method draft-mtp or an n-gram method (e.g. ngram-simple) to check the target alone")
-    arch = draft.summary().architecture
+    arch = summarize(draft).architecture
     if arch == rule_set.eagle3.architecture:
         return "draft-eagle3"
     if arch == rule_set.dflash.architecture:
@@ -33,7 +35,7 @@ def detect_method(draft: GGUFLike | None, rule_set: RuleSet) -> str:
     return "draft-simple"
 
 
-def check_pair(target: GGUFLike, draft: GGUFLike | None, method: str, *, rule_set: RuleSet,
+def check_pair(target: GGUFFile, draft: GGUFFile | None, method: str, *, rule_set: RuleSet,
                strict: bool = False) -> list[CheckResult]:
     """All checks for `method` (see docs/readme/validators.md for every code)."""
     if method in DRAFT_METHODS and draft is None:

@@ -9,25 +9,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
-from typing import Any, Protocol
+from typing import Any
 
+from specreg.gguf.reader import GGUFFile
+from specreg.gguf.summary import summarize
 from specreg.schemas.checks import CheckResult, Severity
 from specreg.schemas.gguf import GGUFSummary, TensorInfo
 from specreg.validators.effective import EffectiveVocab, effective_vocab
 from specreg.validators.ruleset import RuleSet
-
-
-class GGUFLike(Protocol):
-    """What the checks need from an opened GGUF file (the reader's `GGUFFile`)."""
-
-    metadata: Mapping[str, object]
-    tensors: list[TensorInfo]
-
-    def summary(self) -> GGUFSummary: ...
-    def token_texts(self) -> list[str]: ...
-    def token_types(self) -> list[int]: ...
-    def tensor(self, name: str) -> TensorInfo | None: ...
-    def tensor_values(self, name: str, max_elems: int = ...) -> list[int] | list[float]: ...
 
 
 @dataclass
@@ -35,14 +24,14 @@ class Side:
     """The target or the draft of a pair."""
 
     role: str
-    file: GGUFLike
+    file: GGUFFile
     summary: GGUFSummary
     vocab: EffectiveVocab
     _texts: list[str] | None = field(default=None, repr=False)
 
     @classmethod
-    def of(cls, role: str, file: GGUFLike, rules: RuleSet) -> Side:
-        summary = file.summary()
+    def of(cls, role: str, file: GGUFFile, rules: RuleSet) -> Side:
+        summary = summarize(file)
         return cls(role, file, summary, effective_vocab(summary, rules))
 
     @property

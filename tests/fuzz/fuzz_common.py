@@ -17,7 +17,8 @@ from pathlib import Path
 
 from specreg.errors import GGUFError
 from specreg.testing import ModelSpec, write_model
-from specreg.validators.gguf_reader import GGUFArray, open_gguf
+from specreg.gguf.reader import GGUFArray, open_gguf
+from specreg.gguf.summary import summarize
 
 INTERESTING = [0, 1, 2, 3, 7, 8, 9, 12, 13, 31, 32, 63, 64, 255, 256, (1 << 30) + 1, (1 << 31) - 1, 1 << 31,
                (1 << 32) - 1, 1 << 40, (1 << 63) - 1, 1 << 63, (1 << 64) - 1]
@@ -87,7 +88,7 @@ def exercise(path: Path) -> str:
     """Read everything the rest of specreg reads; 'ok' or the GGUFError's problem."""
     try:
         f = open_gguf(path)
-        f.summary().model_dump_json()
+        summarize(f).model_dump_json()
         f.token_texts()
         f.token_types()
         f.merges()

@@ -33,7 +33,7 @@ def main() -> int:
     work = scratch_dir()
     seeds = seed_files(work / "seeds")
     if args.vocab:
-        from specreg.validators.realvocab import vocab_path
+        from specreg.testing.realvocab import vocab_path
 
         for name in ("llama-spm", "phi-3", "bert-bge"):
             p = vocab_path(name)

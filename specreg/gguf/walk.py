@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specreg.errors import GGUFError
-from specreg.validators import gguf_format as F
+from specreg.gguf import format as F
 
 
 @dataclass

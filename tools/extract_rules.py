@@ -1,7 +1,7 @@
 """Derive a rule set's llama.cpp facts from a llama.cpp source tree (maintenance tool).
 
 A new llama.cpp build should be a data change: run
-`python -m specreg.validators.rules_extract SRC_TREE > rules/llama.cpp-bNNNNN.json`, review the
+`python tools/extract_rules.py SRC_TREE > specreg/validators/rules/llama.cpp-bNNNNN.json`, review the
 diff, keep the `advisory` block, bump `revision`. The tests compare the shipped rule set with
 what this extracts from the source tree in the cache, so a transcription error cannot hide.
 Never imported on the `check` path.

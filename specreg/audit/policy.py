@@ -17,7 +17,7 @@ BUILTIN = "built-in defaults"
 
 def example_policy_text() -> str:
     """The example policy shipped with the package (every key, with its meaning)."""
-    return resources.files("specreg.registry").joinpath("policy.example.toml").read_text("utf-8")
+    return resources.files("specreg.audit").joinpath("policy.example.toml").read_text("utf-8")
 
 
 def _line_of(text: str, dotted: str) -> int | None:
@@ -66,7 +66,7 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
     except ValidationError as exc:
         raise PolicyError(
             _describe(exc, source, text),
-            hint="see the example policy (specreg/registry/policy.example.toml) for every key",
+            hint="see the example policy (specreg/audit/policy.example.toml) for every key",
         ) from None
 
 

@@ -13,17 +13,10 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 
 from specreg.errors import SpecregError
-from specreg.registry import gates
-from specreg.registry.decisions import decide
-from specreg.registry.evidence import (
-    RunHead,
-    RunIndex,
-    hardware_identity,
-    load_digest,
-    load_digests,
-    runs_for_pair,
-    runtime_identity,
-)
+from specreg.audit import gates
+from specreg.audit.decisions import decide
+from specreg.audit.evidence import hardware_identity, load_digest, load_digests, runtime_identity
+from specreg.benchmark.run_index import RunHead, RunIndex, runs_for_pair
 from specreg.registry.store import Registry
 from specreg.schemas.audit import (
     AuditReport,
@@ -75,7 +68,7 @@ class _Facts:
 
 def _recheck(reg: Registry, pair: PairRecord) -> PairRecord:
     """Check a stale pair again under the current rule set and record that verdict."""
-    from specreg.validators.gguf_reader import open_gguf
+    from specreg.gguf.reader import open_gguf
     from specreg.validators.pair import check_pair, verdict
     from specreg.validators.ruleset import load_rule_set
 

@@ -1,16 +1,13 @@
-"""From an opened GGUF file to `GGUFSummary`: typed lookups, tokenizer sanity, fingerprints.
+"""From an opened GGUF file to `GGUFSummary`: the facts validators and the registry compare.
 
-Values are read as stored (raw, not llama.cpp's effective defaults). A key with the wrong
-value type, a token array that disagrees with its scores or types, or a special token id
-that does not index the vocabulary is a `GGUFError` naming the key - never a silent default
-and never an index into anything.
+Values are read as stored (raw, not llama.cpp's effective defaults), every lookup type-checked.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from specreg.schemas.gguf import (
     GGUFSummary,
@@ -19,80 +16,16 @@ from specreg.schemas.gguf import (
     SpeculativeMeta,
     TokenizerSummary,
 )
-from specreg.validators import gguf_format as F
+from pathlib import Path
 
-if TYPE_CHECKING:
-    from specreg.validators.gguf_reader import GGUFArray, GGUFFile
+from specreg.gguf import format as F
+from specreg.gguf.fields import get_bool, get_int, get_int_list, get_int_or_max, get_str
+from specreg.gguf.reader import GGUFArray, GGUFFile, open_gguf
 
 _NEXTN_TENSOR = re.compile(r"^blk\.\d+\.nextn\.")
 _BASE_MODEL_KEY = re.compile(r"^general\.base_model\.(\d+)\.(.+)$")
 _INT32 = int(F.VT.INT32)
 _FLOAT32 = int(F.VT.FLOAT32)
-_BOOL = int(F.VT.BOOL)
-
-
-def _type_name(gf: GGUFFile, key: str) -> str:
-    return F.VALUE_TYPE_NAMES.get(gf.value_types[key], "?")
-
-
-def get_str(gf: GGUFFile, key: str) -> str | None:
-    """A string value, None when absent; any other type is an error naming the key."""
-    if key not in gf.metadata:
-        return None
-    if gf.value_types[key] != F.T_STRING:
-        raise gf.error(f"must be a STRING, found {_type_name(gf, key)}", key)
-    return gf.metadata[key]  # type: ignore[return-value]
-
-
-def get_int(gf: GGUFFile, key: str) -> int | None:
-    """An integer value of any integer width, None when absent."""
-    if key not in gf.metadata:
-        return None
-    if gf.value_types[key] not in F.INTEGER_TYPES:
-        raise gf.error(f"must be an integer, found {_type_name(gf, key)}", key)
-    return gf.metadata[key]  # type: ignore[return-value]
-
-
-def get_bool(gf: GGUFFile, key: str) -> bool | None:
-    if key not in gf.metadata:
-        return None
-    if gf.value_types[key] != _BOOL:
-        raise gf.error(f"must be a BOOL, found {_type_name(gf, key)}", key)
-    return bool(gf.metadata[key])
-
-
-def get_int_or_max(gf: GGUFFile, key: str) -> int | None:
-    """An integer, or the largest entry of a per-layer integer array (llama.cpp's get_key_or_arr)."""
-    if gf.value_types.get(key) == F.T_ARRAY:
-        values = get_int_list(gf, key)
-        return max(values) if values else None
-    return get_int(gf, key)
-
-
-def get_int_list(gf: GGUFFile, key: str) -> list[int] | None:
-    """An array of integers (e.g. target layer ids), None when absent."""
-    arr = gf.typed_array(key, tuple(sorted(F.INTEGER_TYPES)))
-    return None if arr is None else arr.to_list()
-
-
-def check_tokenizer(gf: GGUFFile) -> None:
-    """llama.cpp's vocabulary preconditions, checked once at open (cheap: counts and ids only)."""
-    tokens = gf.typed_array(F.KEY_TOKENS, (F.T_STRING,))
-    n_tokens = 0 if tokens is None else tokens.count
-    for key, allowed in ((F.KEY_SCORES, (_FLOAT32, _INT32)), (F.KEY_TOKEN_TYPES, (_INT32,))):
-        arr = gf.typed_array(key, allowed)
-        if arr is not None and arr.count != n_tokens:
-            raise gf.error(f"has {arr.count} entries but {F.KEY_TOKENS} has {n_tokens}", key)
-    gf.typed_array(F.KEY_MERGES, (F.T_STRING,))
-    for key in F.SPECIAL_ID_KEYS.values():
-        tid = get_int(gf, key)
-        if tid is None or tokens is None:
-            continue  # without a token list an id indexes nothing; nothing to check it against
-        if not 0 <= tid < n_tokens:
-            raise gf.error(f"special token id {tid} is outside the vocabulary (0..{n_tokens - 1})", key)
-    for key in F.ADD_FLAG_KEYS.values():
-        get_bool(gf, key)
-    get_str(gf, F.KEY_CHAT_TEMPLATE)
 
 
 def _sha(arr: GGUFArray | None) -> str | None:
@@ -210,3 +143,11 @@ def build_summary(gf: GGUFFile) -> GGUFSummary:
         ),
         provenance=_provenance(gf),
     )
+
+
+def summarize(source: GGUFFile | str | Path) -> GGUFSummary:
+    """The summary of an opened file (cached on it) or of a path; sha256 stays None: the registry hashes."""
+    gf = source if isinstance(source, GGUFFile) else open_gguf(source)
+    if gf._summary is None:
+        gf._summary = build_summary(gf)
+    return gf._summary.model_copy(deep=True)  # callers may edit theirs (e.g. fill sha256)

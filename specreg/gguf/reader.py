@@ -18,8 +18,9 @@ from pathlib import Path
 
 from specreg.errors import GGUFError
 from specreg.schemas.gguf import GGUFSummary, TensorInfo
-from specreg.validators import gguf_format as F
-from specreg.validators.gguf_walk import ArrayRef, Header, Walker, printable
+from specreg.gguf import format as F
+from specreg.gguf.fields import check_tokenizer
+from specreg.gguf.walk import ArrayRef, Header, Walker, printable
 
 # ggml type -> numpy dtype for tensor_values(); quantized types have no per-element value.
 _VALUE_DTYPES = {0: "<f4", 1: "<f2", 28: "<f8", 24: "<i1", 25: "<i2", 26: "<i4", 27: "<i8", 30: "bf16"}
@@ -201,15 +202,6 @@ class GGUFFile:
             values = np.frombuffer(data, dtype=dtype)
         return values.tolist()
 
-    # -- summary -------------------------------------------------------------------------
-    def summary(self) -> GGUFSummary:
-        """The facts validators and the registry need (sha256 stays None: the registry hashes)."""
-        if self._summary is None:
-            from specreg.validators.gguf_summary import build_summary
-
-            self._summary = build_summary(self)
-        return self._summary.model_copy(deep=True)  # callers may edit theirs (e.g. fill sha256)
-
 
 def _open_regular(path: Path) -> tuple[int, int]:
     """Open `path` read-only; (fd, size). Missing, directory, device -> GGUFError."""
@@ -241,12 +233,5 @@ def open_gguf(path: str | Path) -> GGUFFile:
     finally:
         os.close(fd)
     gf = GGUFFile(path, size, header, buf)
-    from specreg.validators.gguf_summary import check_tokenizer
-
     check_tokenizer(gf)
     return gf
-
-
-def summarize(path: str | Path) -> GGUFSummary:
-    """`open_gguf(path).summary()`."""
-    return open_gguf(path).summary()

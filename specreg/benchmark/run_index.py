@@ -1,0 +1,155 @@
+"""Reading runs back for the audit: run heads matched to a pair, and each run's stored parts.
+
+The run store owns the bench_* tables; the audit builds its evidence from what this returns.
+Request rows are read only where summaries cannot answer: which prompts changed their output
+(only when a summary counts a mismatch) and the per-request timings (reports only), so an audit
+over a thousand runs never reads a million request rows.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, NamedTuple
+
+from specreg.schemas.bench import (
+    BASELINE,
+    ConditionRun,
+    ConditionSpec,
+    ConditionSummary,
+    MemoryObservation,
+    RunInfo,
+    RunManifest,
+    SpecCounters,
+)
+from specreg.schemas.registry import PairRecord
+
+if TYPE_CHECKING:
+    from specreg.registry.store import Registry
+
+Failing = set[tuple[str, str, str]]  # (condition, stratum, prompt id) whose output changed
+RequestTiming = tuple[str, str, str, int, bool, float | None]  # condition, stratum, prompt, repeat, ok, total ms
+
+
+class RunHead(NamedTuple):
+    """A run's identity and manifest: enough to choose evidence without loading requests."""
+
+    info: RunInfo
+    manifest: RunManifest | None
+
+
+@dataclass
+class RunParts:
+    """What the bench tables hold for one run, short of its request rows."""
+
+    conditions: list[ConditionRun] = field(default_factory=list)
+    summaries: list[ConditionSummary] = field(default_factory=list)
+    prompts: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # stratum -> prompt ids
+    failing: Failing = field(default_factory=set)
+    timings: list[RequestTiming] | None = None  # only when asked for (per-request spread)
+
+
+def mismatch(s: ConditionSummary) -> bool:
+    """Did any request of this summary change its output or fail its `expect`?"""
+    return s.method != BASELINE and (s.n_equal < s.n_compared or s.n_expect_failed > 0)
+
+
+def _rows(reg: Registry, sql: str, params: tuple[object, ...] = ()) -> list[sqlite3.Row]:
+    cur = reg.conn.execute(sql, params)
+    cur.row_factory = sqlite3.Row
+    return cur.fetchall()
+
+
+def _head(r: sqlite3.Row) -> RunHead:
+    info = RunInfo(run_id=r["run_id"], pair_id=r["pair_id"], status=r["status"], status_reason=r["status_reason"],
+                   method=r["method"], target_sha256=r["target_sha256"], draft_sha256=r["draft_sha256"],
+                   started_at=r["started_at"], finished_at=r["finished_at"], run_dir=r["run_dir"])
+    man = RunManifest.model_validate_json(r["manifest_json"]) if r["manifest_json"] else None
+    return RunHead(info, man)
+
+
+_HEAD_COLS = ("r.run_id, r.pair_id, r.status, r.status_reason, r.method, r.target_sha256, r.draft_sha256, "
+              "r.started_at, r.finished_at, r.run_dir, r.manifest_json")
+
+
+class RunIndex:
+    """Every run's head and condition methods, read once: audits of thousands of pairs ask often."""
+
+    def __init__(self, reg: Registry) -> None:
+        methods: dict[str, set[str]] = defaultdict(set)
+        for run_id, method in reg.conn.execute("SELECT run_id, method FROM bench_conditions"):
+            methods[run_id].add(method)
+        self.by_target: dict[str, list[tuple[sqlite3.Row, set[str]]]] = defaultdict(list)
+        for r in _rows(reg, f"SELECT {_HEAD_COLS} FROM bench_runs r ORDER BY r.started_at DESC, r.run_id DESC"):
+            self.by_target[r["target_sha256"]].append((r, methods.get(r["run_id"], set())))
+        self._heads: dict[str, RunHead] = {}
+
+    def __call__(self, reg: Registry, pair: PairRecord) -> list[RunHead]:
+        out = []
+        for r, methods in self.by_target.get(pair.target_sha256, []):
+            if pair.method in methods and (pair.draft_sha256 is None or r["draft_sha256"] == pair.draft_sha256):
+                if r["run_id"] not in self._heads:
+                    self._heads[r["run_id"]] = _head(r)
+                out.append(self._heads[r["run_id"]])
+        return out
+
+
+def runs_for_pair(reg: Registry, pair: PairRecord) -> list[RunHead]:
+    """Runs holding a condition for this pair (same target, method, draft), newest first.
+
+    An n-gram pair is measured inside any run on its target (every run includes the n-gram
+    conditions), so runs are matched by their conditions, not by the pair id they were started for.
+    """
+    where = "r.target_sha256 = ?" + (" AND r.draft_sha256 = ?" if pair.draft_sha256 else "")
+    params = (pair.target_sha256, *([pair.draft_sha256] if pair.draft_sha256 else []), pair.method)
+    return [_head(r) for r in _rows(
+        reg, f"SELECT {_HEAD_COLS} FROM bench_runs r WHERE {where} AND EXISTS (SELECT 1 FROM bench_conditions c "
+             "WHERE c.run_id = r.run_id AND c.method = ?) ORDER BY r.started_at DESC, r.run_id DESC", params)]
+
+
+_MISMATCH = (
+    "AND NOT (ifnull(matches_baseline, 0) = 1 OR ifnull(expect_ok, 0) = 1) "
+    "AND (matches_baseline = 0 OR expect_ok = 0)"
+)
+_IN_RUNS = "run_id IN (SELECT value FROM json_each(?))"
+
+
+def _condition_run(c: sqlite3.Row) -> ConditionRun:
+    return ConditionRun(idx=c["idx"], spec=ConditionSpec.model_validate_json(c["spec_json"]), status=c["status"],
+                        failure=c["failure"], argv=json.loads(c["argv_json"]),
+                        counters=SpecCounters.model_validate_json(c["counters_json"]) if c["counters_json"] else None,
+                        memory=MemoryObservation.model_validate_json(c["memory_json"]) if c["memory_json"] else None)
+
+
+def load_parts(reg: Registry, run_ids: Iterable[str], *, timings: bool = False) -> dict[str, RunParts]:
+    """The stored parts of many runs (run id -> parts), each table read once for all of them: an audit
+    of thousands of pairs would otherwise pay three or four queries per run."""
+    wanted = sorted(set(run_ids))
+    out: dict[str, RunParts] = {rid: RunParts() for rid in wanted}
+    if not wanted:
+        return out
+    ids = json.dumps(wanted)
+    for c in _rows(reg, "SELECT run_id, idx, status, failure, spec_json, argv_json, counters_json, memory_json "
+                        f"FROM bench_conditions WHERE {_IN_RUNS} ORDER BY run_id, idx", (ids,)):
+        out[c["run_id"]].conditions.append(_condition_run(c))
+    for rid, text in reg.conn.execute(
+            f"SELECT run_id, summary_json FROM bench_summaries WHERE {_IN_RUNS} ORDER BY rowid", (ids,)):
+        out[rid].summaries.append(ConditionSummary.model_validate_json(text))
+    for rid, stratum, pid in reg.conn.execute(
+            f"SELECT run_id, stratum, prompt_id FROM bench_prompts WHERE {_IN_RUNS}", (ids,)):
+        out[rid].prompts[stratum].append(pid)
+    mismatched = sorted(rid for rid, parts in out.items() if any(mismatch(s) for s in parts.summaries))
+    if mismatched:
+        for rid, *key in reg.conn.execute(
+                f"SELECT run_id, condition, stratum, prompt_id FROM bench_requests WHERE {_IN_RUNS} {_MISMATCH}",
+                (json.dumps(mismatched),)):
+            out[rid].failing.add(tuple(key))  # type: ignore[arg-type]
+    if timings:  # reports only: every request row of the run, one run at a time
+        for rid in wanted:
+            out[rid].timings = reg.conn.execute(
+                "SELECT condition, stratum, prompt_id, repeat, ok, total_ms FROM bench_requests WHERE run_id = ?",
+                (rid,)).fetchall()
+    return out
