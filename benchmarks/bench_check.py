@@ -34,8 +34,13 @@ def _cpu() -> float:
 def _run(args: list[str], env: dict[str, str]) -> tuple[float, float, int]:
     """(wall seconds, CPU seconds of the child, exit code); CPU time is robust to a busy machine."""
     cpu0, start = _cpu(), time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "specreg.cli", *args], env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "specreg.cli", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     wall, cpu = time.perf_counter() - start, _cpu() - cpu0
     if proc.returncode not in (0, 1):
         raise SystemExit(f"specreg failed ({proc.returncode}): {proc.stderr.strip()}")
@@ -67,8 +72,10 @@ def main() -> None:
     opts = ap.parse_args()
     with tempfile.TemporaryDirectory() as home:
         env = {**os.environ, "SPECREG_HOME": home, "SPECREG_DB": str(Path(home) / "registry.db")}
-        print(f"{'pair':24} {'verdict':9} {'first (hashing)':>16} {'warm wall':>10} {'warm cpu':>9} "
-              f"{'read':>7} {'checks':>7}  (medians; read/checks in-process)")
+        print(
+            f"{'pair':24} {'verdict':9} {'first (hashing)':>16} {'warm wall':>10} {'warm cpu':>9} "
+            f"{'read':>7} {'checks':>7}  (medians; read/checks in-process)"
+        )
         for target, draft, what in PAIRS:
             t = opts.models / f"ggml-vocab-{target}.gguf"
             d = opts.models / f"ggml-vocab-{draft}.gguf"
@@ -82,8 +89,10 @@ def main() -> None:
             wall = statistics.median(w[0] for w in warm)
             cpu = statistics.median(w[1] for w in warm)
             read, check = _in_process(t, d, opts.runs)
-            print(f"{target + ' / ' + draft:24} {verdict:9} {first:>15.3f}s {wall:>9.3f}s {cpu:>8.3f}s "
-                  f"{read:>6.3f}s {check:>6.3f}s  {what}")
+            print(
+                f"{target + ' / ' + draft:24} {verdict:9} {first:>15.3f}s {wall:>9.3f}s {cpu:>8.3f}s "
+                f"{read:>6.3f}s {check:>6.3f}s  {what}"
+            )
         start = time.perf_counter()
         subprocess.run([sys.executable, "-c", "pass"], check=True)
         bare = time.perf_counter() - start
@@ -92,8 +101,11 @@ def main() -> None:
             start = time.perf_counter()
             subprocess.run([sys.executable, "-m", "specreg.cli", "--help"], check=True, stdout=subprocess.DEVNULL)
             helps.append(time.perf_counter() - start)
-        note = ("; PYTHONDONTWRITEBYTECODE is set: specreg's sources are compiled on every run"
-                if os.environ.get("PYTHONDONTWRITEBYTECODE") else "")
+        note = (
+            "; PYTHONDONTWRITEBYTECODE is set: specreg's sources are compiled on every run"
+            if os.environ.get("PYTHONDONTWRITEBYTECODE")
+            else ""
+        )
         print(f"(bare interpreter start: {bare:.3f}s; `specreg --help`: {statistics.median(helps):.3f}s{note})")
 
 

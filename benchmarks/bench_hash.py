@@ -51,8 +51,9 @@ def timed(fn: Callable[[], str], repeats: int) -> tuple[list[float], str]:
 
 
 def openssl(path: Path) -> str:
-    out = subprocess.run(["openssl", "dgst", "-sha256", "-r", str(path)], check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["openssl", "dgst", "-sha256", "-r", str(path)], check=True, capture_output=True, text=True
+    ).stdout
     return out.split()[0]
 
 
@@ -92,11 +93,16 @@ def main() -> int:
         gb = size / 1e9
         print(f"sha256 {digests.pop()}")
         print(f"{'':28}{'best':>10}{'median':>10}   (GB/s; {args.repeats} runs each)")
-        for label, runs in (("openssl dgst -sha256", ssl_runs), ("specreg sha256_file", our_runs),
-                            ("specreg with progress bar", bar_runs)):
+        for label, runs in (
+            ("openssl dgst -sha256", ssl_runs),
+            ("specreg sha256_file", our_runs),
+            ("specreg with progress bar", bar_runs),
+        ):
             print(f"{label:28}{gb / min(runs):10.2f}{gb / statistics.median(runs):10.2f}")
-        print(f"ratio specreg/openssl: best {min(ssl_runs) / min(our_runs):.2f}x, "
-              f"median {statistics.median(ssl_runs) / statistics.median(our_runs):.2f}x (target >= 0.9x)")
+        print(
+            f"ratio specreg/openssl: best {min(ssl_runs) / min(our_runs):.2f}x, "
+            f"median {statistics.median(ssl_runs) / statistics.median(our_runs):.2f}x (target >= 0.9x)"
+        )
 
         reg = Registry(folder / "reg.db", show_progress=False)
         key = hashing.stat_key(path)
@@ -115,14 +121,19 @@ def main() -> int:
             reg.add_artifact(path)
             again.append(time.perf_counter() - t)
         assert reg.hash_count == 1, "the stat cache did not hold"
-        print(f"re-check unchanged file, verify_artifact: median {statistics.median(verify) * 1e3:.2f} ms, "
-              f"max {max(verify) * 1e3:.2f} ms (target < 10 ms)")
-        print(f"re-register unchanged file, add_artifact: median {statistics.median(again) * 1e3:.2f} ms, "
-              f"max {max(again) * 1e3:.2f} ms")
+        print(
+            f"re-check unchanged file, verify_artifact: median {statistics.median(verify) * 1e3:.2f} ms, "
+            f"max {max(verify) * 1e3:.2f} ms (target < 10 ms)"
+        )
+        print(
+            f"re-register unchanged file, add_artifact: median {statistics.median(again) * 1e3:.2f} ms, "
+            f"max {max(again) * 1e3:.2f} ms"
+        )
         env = {**os.environ, "SPECREG_DB": str(folder / "reg.db")}
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "specreg.cli", "register", str(path)], env=env,
-                       check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "specreg.cli", "register", str(path)], env=env, check=True, capture_output=True
+        )
         print(f"`specreg register` of the unchanged file, whole process: {time.perf_counter() - t:.2f} s")
         reg.close()
     return 0

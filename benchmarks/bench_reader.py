@@ -52,8 +52,9 @@ def main() -> int:
     args = ap.parse_args()
     models = ensure_vocab_files()
     names = sorted(p.name[11:-5] for p in models.glob("ggml-vocab-*.gguf")) if args.all else args.names or DEFAULT
-    print(f"{'vocab file':<16} {'MB':>6} {'tokens':>8} {'ours ms':>8} {'texts ms':>9} "
-          f"{'GGUFReader ms':>14} {'ratio':>7}")
+    print(
+        f"{'vocab file':<16} {'MB':>6} {'tokens':>8} {'ours ms':>8} {'texts ms':>9} {'GGUFReader ms':>14} {'ratio':>7}"
+    )
     failed = []
     for name in names:
         path: Path = models / f"ggml-vocab-{name}.gguf"
@@ -66,8 +67,11 @@ def main() -> int:
         if name in FLOOR and ratio < FLOOR[name]:
             failed.append(name)
             mark = f"  < {FLOOR[name]:.0f}x floor"
-        print(f"{name:<16} {path.stat().st_size / 1e6:>6.1f} {n_tokens:>8} {ours * 1e3:>8.1f} {texts * 1e3:>9.1f} "
-              f"{ref * 1e3:>14.0f} {ratio:>6.0f}x{mark}", flush=True)
+        print(
+            f"{name:<16} {path.stat().st_size / 1e6:>6.1f} {n_tokens:>8} {ours * 1e3:>8.1f} {texts * 1e3:>9.1f} "
+            f"{ref * 1e3:>14.0f} {ratio:>6.0f}x{mark}",
+            flush=True,
+        )
     return 1 if failed else 0
 
 

@@ -25,14 +25,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from specreg.gguf.summary import summarize
 from specreg.registry.store import Registry
 from specreg.schemas.bench import BASELINE, ConditionSpec, ConditionSummary, MemoryObservation, SpecCounters, Stat
 from specreg.schemas.registry import LicenceRecord, LicenceSource
 from specreg.testing import ModelSpec, write_model
-from specreg.gguf.summary import summarize
 
 STRATA = ("repetitive", "chat", "reasoning", "long_input", "structured")
 CONDITIONS = (BASELINE, "ngram-simple", "ngram-mod", "draft-simple")
@@ -68,10 +68,11 @@ def fill(reg: Registry, root: Path, scale: float) -> dict[str, int]:
     n_draft_pairs, n_runs, reps = int(4_000 * scale), int(1_000 * scale), 10
     tiny = write_model(root / "tiny.gguf", ModelSpec())
     summary = summarize(tiny).model_dump(mode="json")
-    licence = LicenceRecord(sources=[LicenceSource(source="gguf", value="apache-2.0")], effective="apache-2.0",
-                            effective_source="gguf").model_dump_json()
+    licence = LicenceRecord(
+        sources=[LicenceSource(source="gguf", value="apache-2.0")], effective="apache-2.0", effective_source="gguf"
+    ).model_dump_json()
     files = _files(root / "files", n_art)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     stamp, hashed_at = _iso(now), time.time_ns()
     with reg.write() as db:
         db.conn.executemany(
@@ -79,29 +80,56 @@ def fill(reg: Registry, root: Path, scale: float) -> dict[str, int]:
             "summary_json, effective_license, licence_source, licence_conflict, licence_json, repo, revision, "
             "provenance_source, filename, provenance_json, registered_at, updated_at) "
             "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            [(sha, st.st_size, f"model-{i}", "llama", 0, "F32", 416, json.dumps({**summary, "sha256": sha}),
-              "apache-2.0", "gguf", 0, licence, f"org/model-{i}", f"{i:040x}", "user", Path(p).name, "{}",
-              stamp, stamp)
-             for i, (p, sha, st) in enumerate(files)])
+            [
+                (
+                    sha,
+                    st.st_size,
+                    f"model-{i}",
+                    "llama",
+                    0,
+                    "F32",
+                    416,
+                    json.dumps({**summary, "sha256": sha}),
+                    "apache-2.0",
+                    "gguf",
+                    0,
+                    licence,
+                    f"org/model-{i}",
+                    f"{i:040x}",
+                    "user",
+                    Path(p).name,
+                    "{}",
+                    stamp,
+                    stamp,
+                )
+                for i, (p, sha, st) in enumerate(files)
+            ],
+        )
         db.conn.executemany(
             "INSERT INTO artifact_paths (sha256, path, device, inode, size, mtime_ns, hashed_at_ns, "
             "first_seen_at, last_verified_at) VALUES (?,?,?,?,?,?,?,?,?)",
-            [(sha, p, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, hashed_at, stamp, stamp)
-             for p, sha, st in files])
+            [
+                (sha, p, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, hashed_at, stamp, stamp)
+                for p, sha, st in files
+            ],
+        )
     shas = [sha for _, sha, _ in files]
     path_of = {sha: p for p, sha, _ in files}
-    checks = json.dumps([{"code": f"vocab.check{i}", "severity": "pass", "message": "ok " * 10, "evidence": {}}
-                         for i in range(12)])
+    checks = json.dumps(
+        [{"code": f"vocab.check{i}", "severity": "pass", "message": "ok " * 10, "evidence": {}} for i in range(12)]
+    )
     pairs = [(shas[i % n_targets], shas[n_targets + i], "draft-simple", int(i % 5 != 4)) for i in range(n_draft_pairs)]
     pairs += [(shas[t], None, "ngram-simple", 1) for t in range(n_targets)]
     with reg.write() as db:
         db.conn.executemany(
             "INSERT INTO pairs (id, target_sha256, draft_sha256, method, rule_set, admitted, strict, "
             "latest_verdict_id, n_verdicts, created_at, updated_at) VALUES (?,?,?,?,?,?,0,?,1,?,?)",
-            [(i + 1, t, d, m, RULE_SET, a, i + 1, stamp, stamp) for i, (t, d, m, a) in enumerate(pairs)])
+            [(i + 1, t, d, m, RULE_SET, a, i + 1, stamp, stamp) for i, (t, d, m, a) in enumerate(pairs)],
+        )
         db.conn.executemany(
             "INSERT INTO verdicts (id, pair_id, admitted, strict, checks_json, created_at) VALUES (?,?,?,0,?,?)",
-            [(i + 1, i + 1, a, checks, stamp) for i, (_, _, _, a) in enumerate(pairs)])
+            [(i + 1, i + 1, a, checks, stamp) for i, (_, _, _, a) in enumerate(pairs)],
+        )
     template = _manifest_template(root)
     rng = random.Random(0)
     n_rows = 0
@@ -115,45 +143,100 @@ def fill(reg: Registry, root: Path, scale: float) -> dict[str, int]:
             db.conn.execute(
                 "INSERT INTO bench_runs (run_id, pair_id, status, method, target_sha256, draft_sha256, "
                 "manifest_json, started_at, finished_at) VALUES (?,?,?,?,?,?,?,?,?)",
-                (run_id, j + 1, "complete", "draft-simple", target, draft, _manifest(template, target, draft),
-                 _iso(started), _iso(started + timedelta(seconds=30))))
+                (
+                    run_id,
+                    j + 1,
+                    "complete",
+                    "draft-simple",
+                    target,
+                    draft,
+                    _manifest(template, target, draft),
+                    _iso(started),
+                    _iso(started + timedelta(seconds=30)),
+                ),
+            )
             db.conn.executemany(
                 "INSERT INTO bench_prompts (run_id, prompt_id, stratum, kind, content_sha256, input_tokens, "
                 "max_tokens) VALUES (?,?,?,?,?,?,?)",
-                [(run_id, pid, stratum, "prompt", "0" * 64, 40, 32) for pid, stratum in prompts])
+                [(run_id, pid, stratum, "prompt", "0" * 64, 40, 32) for pid, stratum in prompts],
+            )
             for idx, name in enumerate(CONDITIONS):
                 spec = ConditionSpec(name=name, method=name, draft_sha256=draft if name == "draft-simple" else None)
-                mem = MemoryObservation(peak_rss_bytes=(200 + 20 * idx) << 20, samples=50,
-                                        gpu={"present": False, "reason": "no NVIDIA GPU"})
-                counters = None if name == BASELINE else SpecCounters(drafted=800, accepted=500, steps=200,
-                                                                      per_position={0: 180, 1: 150, 2: 100, 3: 70})
+                mem = MemoryObservation(
+                    peak_rss_bytes=(200 + 20 * idx) << 20, samples=50, gpu={"present": False, "reason": "no NVIDIA GPU"}
+                )
+                counters = (
+                    None
+                    if name == BASELINE
+                    else SpecCounters(
+                        drafted=800, accepted=500, steps=200, per_position={0: 180, 1: 150, 2: 100, 3: 70}
+                    )
+                )
                 argv = ["specreg-llama-server", "-m", path_of[target], "--spec-type", name]
                 if name == "draft-simple":
                     argv += ["-md", path_of[draft]]
                 db.conn.execute(
                     "INSERT INTO bench_conditions (run_id, idx, name, method, status, spec_json, argv_json, "
                     "counters_json, memory_json) VALUES (?,?,?,?,?,?,?,?,?)",
-                    (run_id, idx, name, name, "ok", spec.model_dump_json(), json.dumps(argv),
-                     counters.model_dump_json() if counters else None, mem.model_dump_json()))
+                    (
+                        run_id,
+                        idx,
+                        name,
+                        name,
+                        "ok",
+                        spec.model_dump_json(),
+                        json.dumps(argv),
+                        counters.model_dump_json() if counters else None,
+                        mem.model_dump_json(),
+                    ),
+                )
                 rows = []
                 for pid, stratum in prompts:
                     for rep in range(reps):
                         total = rng.uniform(80, 120) * (1.0 if name == BASELINE else rng.uniform(0.7, 1.1))
-                        rows.append((run_id, idx, name, pid, stratum, rep, _iso(started), 1, total, 12.0,
-                                     total / 32, 32, "x" * 120, None if name == BASELINE else 1))
+                        rows.append(
+                            (
+                                run_id,
+                                idx,
+                                name,
+                                pid,
+                                stratum,
+                                rep,
+                                _iso(started),
+                                1,
+                                total,
+                                12.0,
+                                total / 32,
+                                32,
+                                "x" * 120,
+                                None if name == BASELINE else 1,
+                            )
+                        )
                 db.conn.executemany(
                     "INSERT INTO bench_requests (run_id, condition_idx, condition, prompt_id, stratum, repeat, "
                     "started_at, ok, total_ms, ttft_ms, tpot_ms, output_tokens, output_text, matches_baseline) "
-                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+                    "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    rows,
+                )
                 n_rows += len(rows)
                 for stratum in ("all", *STRATA):
-                    s = ConditionSummary(condition=name, method=name, stratum=stratum, status="ok",
-                                         n_requests=50 if stratum != "all" else 250, n_ok=50,
-                                         total_ms=Stat(p50=100.0 / (1 + 0.05 * idx), p95=130.0),
-                                         speedup=1 + 0.05 * idx, n_compared=50, n_equal=50)
-                    db.conn.execute("INSERT INTO bench_summaries (run_id, condition, stratum, target_sha256, "
-                                    "draft_sha256, summary_json) VALUES (?,?,?,?,?,?)",
-                                    (run_id, name, stratum, target, draft, s.model_dump_json()))
+                    s = ConditionSummary(
+                        condition=name,
+                        method=name,
+                        stratum=stratum,
+                        status="ok",
+                        n_requests=50 if stratum != "all" else 250,
+                        n_ok=50,
+                        total_ms=Stat(p50=100.0 / (1 + 0.05 * idx), p95=130.0),
+                        speedup=1 + 0.05 * idx,
+                        n_compared=50,
+                        n_equal=50,
+                    )
+                    db.conn.execute(
+                        "INSERT INTO bench_summaries (run_id, condition, stratum, target_sha256, "
+                        "draft_sha256, summary_json) VALUES (?,?,?,?,?,?)",
+                        (run_id, name, stratum, target, draft, s.model_dump_json()),
+                    )
     return {"artifacts": n_art, "pairs": len(pairs), "runs": n_runs, "request_rows": n_rows}
 
 
@@ -161,14 +244,30 @@ def _manifest_template(root: Path) -> dict:
     art = {"sha256": "0" * 64, "path": "/models/x.gguf", "size": 1, "licence": {"effective": "apache-2.0"}}
     gpu = {"present": False, "reason": "no NVIDIA GPU"}
     return {
-        "runtime": {"kind": "bundled", "path": "/x/xllamacpp.so", "version_text": "xllamacpp 2026.10.11549",
-                    "xllamacpp_version": "2026.10.11549"},
-        "target": art, "draft": {"method": "draft-simple", "artifact": dict(art), "rule_set": RULE_SET},
-        "hardware": {"cpu_model": "bench CPU", "logical_cores": 2, "ram_bytes": 8 << 30, "platform": "linux",
-                     "gpu": gpu, "placement": "cpu"},
+        "runtime": {
+            "kind": "bundled",
+            "path": "/x/xllamacpp.so",
+            "version_text": "xllamacpp 2026.10.11549",
+            "xllamacpp_version": "2026.10.11549",
+        },
+        "target": art,
+        "draft": {"method": "draft-simple", "artifact": dict(art), "rule_set": RULE_SET},
+        "hardware": {
+            "cpu_model": "bench CPU",
+            "logical_cores": 2,
+            "ram_bytes": 8 << 30,
+            "platform": "linux",
+            "gpu": gpu,
+            "placement": "cpu",
+        },
         "request": {"workload": "builtin:default", "workload_sha256": "0" * 64, "seed": 42, "concurrency": 1},
-        "observation": {"repeat": 10, "start_timeout_s": 60, "request_timeout_s": 60, "run_timeout_s": 3600,
-                        "ctx_size": 4096},
+        "observation": {
+            "repeat": 10,
+            "start_timeout_s": 60,
+            "request_timeout_s": 60,
+            "run_timeout_s": 3600,
+            "ctx_size": 4096,
+        },
     }
 
 
@@ -180,13 +279,26 @@ def _cpu() -> float:
 def _time(args: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
     """(wall s, CPU s of the child, exit code, last stderr line); CPU time is robust to a busy machine."""
     cpu0, t0 = _cpu(), time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "specreg.cli", *args], env=env, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE, text=True)
+    p = subprocess.run(
+        [sys.executable, "-m", "specreg.cli", *args],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     return time.perf_counter() - t0, _cpu() - cpu0, p.returncode, (p.stderr.strip().splitlines() or [""])[-1]
 
 
-COMMANDS = (["pairs"], ["pairs", "--json"], ["runs"], ["runs", "--json"], ["audit", "--all"],
-            ["audit", "--all", "--json"], ["artifacts"], ["artifacts", "--json"])
+COMMANDS = (
+    ["pairs"],
+    ["pairs", "--json"],
+    ["runs"],
+    ["runs", "--json"],
+    ["audit", "--all"],
+    ["audit", "--all", "--json"],
+    ["artifacts"],
+    ["artifacts", "--json"],
+)
 
 
 def main() -> None:
@@ -217,8 +329,10 @@ def main() -> None:
             walls.append(wall)
             cpus.append(cpu)
         flag = "" if statistics.median(walls) < 2.0 else "  OVER 2 s"
-        print(f"{'specreg ' + ' '.join(args):32} {statistics.median(walls):>6.2f}s {max(walls):>6.2f}s "
-              f"{statistics.median(cpus):>6.2f}s  {rc:>4}{flag}{'  ' + tail if rc not in (0, 1) else ''}")
+        print(
+            f"{'specreg ' + ' '.join(args):32} {statistics.median(walls):>6.2f}s {max(walls):>6.2f}s "
+            f"{statistics.median(cpus):>6.2f}s  {rc:>4}{flag}{'  ' + tail if rc not in (0, 1) else ''}"
+        )
 
 
 if __name__ == "__main__":

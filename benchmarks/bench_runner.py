@@ -32,8 +32,16 @@ from specreg.testing.factory import SMALL_NOISE
 
 def _bare(port: int, item: WorkloadItem, max_tokens: int) -> tuple[float, dict[str, float]]:
     """The reference client: stdlib http.client, read SSE lines, json-decode the final event only."""
-    body = json.dumps({"prompt": item.prompt, "n_predict": max_tokens, "temperature": 0, "seed": 42,
-                       "stream": True, "cache_prompt": False})
+    body = json.dumps(
+        {
+            "prompt": item.prompt,
+            "n_predict": max_tokens,
+            "temperature": 0,
+            "seed": 42,
+            "stream": True,
+            "cache_prompt": False,
+        }
+    )
     t0 = time.perf_counter()
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     conn.request("POST", "/completion", body=body, headers={"Content-Type": "application/json"})
@@ -49,8 +57,12 @@ def _bare(port: int, item: WorkloadItem, max_tokens: int) -> tuple[float, dict[s
 def overhead(folder: Path, n: int) -> None:
     target = write_model(folder / "t.gguf", ModelSpec())
     items = [i for i in load_workload("default").items if i.prompt is not None]
-    server = launch(bundled_command(), ["-m", str(target), "-c", "512", "-t", "1", "--metrics"],
-                    folder / "overhead.log", start_timeout_s=60)
+    server = launch(
+        bundled_command(),
+        ["-m", str(target), "-c", "512", "-t", "1", "--metrics"],
+        folder / "overhead.log",
+        start_timeout_s=60,
+    )
     ours: list[float] = []
     bare: list[float] = []
     try:
@@ -76,24 +88,36 @@ def overhead(folder: Path, n: int) -> None:
 
 def full_run(folder: Path) -> None:
     from specreg.benchmark.runner import BenchOptions, Runner
-    from specreg.registry.store import Registry
     from specreg.gguf.reader import open_gguf
+    from specreg.registry.store import Registry
     from specreg.validators.pair import check_pair, verdict
     from specreg.validators.ruleset import load_rule_set
 
     os.environ["SPECREG_HOME"] = str(folder / "home")
     rules = load_rule_set()
     target = write_model(folder / "target.gguf", ModelSpec())
-    drafts = [write_model(folder / "same.gguf", ModelSpec(name="tiny-draft")),
-              write_model(folder / "noisy.gguf", ModelSpec(name="tiny-noisy", noise=SMALL_NOISE))]
+    drafts = [
+        write_model(folder / "same.gguf", ModelSpec(name="tiny-draft")),
+        write_model(folder / "noisy.gguf", ModelSpec(name="tiny-noisy", noise=SMALL_NOISE)),
+    ]
     with Registry(folder / "r.db", show_progress=False) as reg:
         t = reg.add_artifact(target)
         ids = []
         for d in drafts:
             rec = reg.add_artifact(d)
             checks = check_pair(open_gguf(target), open_gguf(d), "draft-simple", rule_set=rules)
-            ids.append(reg.record_verdict(verdict(checks, method="draft-simple", target_sha256=t.sha256,
-                                                  draft_sha256=rec.sha256, rule_set=rules, strict=False)))
+            ids.append(
+                reg.record_verdict(
+                    verdict(
+                        checks,
+                        method="draft-simple",
+                        target_sha256=t.sha256,
+                        draft_sha256=rec.sha256,
+                        rule_set=rules,
+                        strict=False,
+                    )
+                )
+            )
         t0 = time.perf_counter()
         runs = Runner(reg, BenchOptions(workload="default", threads=1, ctx_size=512)).bench(ids)
         wall = time.perf_counter() - t0
@@ -102,13 +126,17 @@ def full_run(folder: Path) -> None:
     compute = sum((q.prompt_ms or 0) + (q.predicted_ms or 0) for r in runs for q in r.requests) / 1000
     client = sum(q.total_ms or 0 for r in runs for q in r.requests) / 1000
     print(f"full tiny-model run: {len(runs)} pairs, {n_cond} conditions (fresh server each), {n_req} requests")
-    print(f"  wall {wall:.2f} s = measured requests {client:.2f} s (server compute {compute:.2f} s) "
-          f"+ server start/stop, warm-up, tokenize, /metrics, writes {wall - client:.2f} s")
+    print(
+        f"  wall {wall:.2f} s = measured requests {client:.2f} s (server compute {compute:.2f} s) "
+        f"+ server start/stop, warm-up, tokenize, /metrics, writes {wall - client:.2f} s"
+    )
     for r in runs:
         for c in r.conditions:
             acc = c.counters.acceptance if c.counters else None
-            print(f"  {r.info.run_id} {c.spec.name:13s} {c.status:7s} acceptance "
-                  f"{'n/a' if acc is None else f'{acc:.2f}'}  {c.failure or ''}")
+            print(
+                f"  {r.info.run_id} {c.spec.name:13s} {c.status:7s} acceptance "
+                f"{'n/a' if acc is None else f'{acc:.2f}'}  {c.failure or ''}"
+            )
 
 
 def main() -> int:

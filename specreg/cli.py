@@ -10,7 +10,7 @@ import sqlite3
 import sys
 import traceback
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -30,6 +30,7 @@ def _click(name: str) -> tuple[type[BaseException], ...]:
     cls = getattr(getattr(click, "exceptions", None), name, None)
     return (cls,) if isinstance(cls, type) and issubclass(cls, BaseException) else ()
 
+
 app = typer.Typer(
     name="specreg",
     help="Decide which speculative-decoding setups for llama.cpp are safe and worth deploying.\n\n"
@@ -44,7 +45,7 @@ app = typer.Typer(
 @app.callback()
 def _root(
     db: Annotated[
-        Optional[Path],
+        Path | None,
         typer.Option("--db", help="Registry database file (default: $SPECREG_DB, else the user data dir)."),
     ] = None,
 ) -> None:

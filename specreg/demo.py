@@ -26,29 +26,55 @@ LICENCE = "apache-2.0"
 TARGET = ModelSpec(name="demo-target", license=LICENCE)
 # (file, spec, method, what it shows)
 DRAFTS: tuple[tuple[str, ModelSpec, str, str], ...] = (
-    ("draft.gguf", TARGET.but(name="demo-draft", noise=SMALL_NOISE), "draft-simple",
-     "the target's weights with small noise: same tokenizer, partial acceptance"),
-    ("near-miss.gguf", TARGET.but(name="demo-near-miss", noise=SMALL_NOISE, token_edits=((300, "\u2581swapped"),)),
-     "draft-simple", "one token text changed (id 300): llama.cpp refuses to speculate with it"),
-    ("eagle3-wrong-target.gguf",
-     TARGET.but(name="demo-eagle3", architecture="eagle3", n_layer=1, eagle3_target_layers=(0, 1, 2),
-                eagle3_target_hidden_size=TARGET.n_embd * 2),
-     "draft-eagle3", "an EAGLE-3 head trained for a wider target: the server would abort"),
+    (
+        "draft.gguf",
+        TARGET.but(name="demo-draft", noise=SMALL_NOISE),
+        "draft-simple",
+        "the target's weights with small noise: same tokenizer, partial acceptance",
+    ),
+    (
+        "near-miss.gguf",
+        TARGET.but(name="demo-near-miss", noise=SMALL_NOISE, token_edits=((300, "\u2581swapped"),)),
+        "draft-simple",
+        "one token text changed (id 300): llama.cpp refuses to speculate with it",
+    ),
+    (
+        "eagle3-wrong-target.gguf",
+        TARGET.but(
+            name="demo-eagle3",
+            architecture="eagle3",
+            n_layer=1,
+            eagle3_target_layers=(0, 1, 2),
+            eagle3_target_hidden_size=TARGET.n_embd * 2,
+        ),
+        "draft-eagle3",
+        "an EAGLE-3 head trained for a wider target: the server would abort",
+    ),
 )
 SELF_METHODS = ("ngram-simple", "ngram-mod")
-WORKLOAD = "\n".join([
-    '{"id": "code-rename", "stratum": "repetitive", "max_tokens": 48, "prompt": "def add(x):\\n    x = x + 1\\n'
-    '    return x\\n\\ndef add(x):\\n    x = x + 1\\n    return x\\n\\ndef add("}',
-    '{"id": "yaml-list", "stratum": "repetitive", "max_tokens": 48, "prompt": "name: a\\nkey: b\\nname: a\\n'
-    'key: b\\nname: a\\nkey:"}',
-    '{"id": "chat-what", "stratum": "chat", "max_tokens": 48, "prompt": "Question: what is a draft model?\\nAnswer:"}',
-    '{"id": "chat-why", "stratum": "chat", "max_tokens": 48, "prompt": "Why test a server before production?"}',
-]) + "\n"
+WORKLOAD = (
+    "\n".join(
+        [
+            '{"id": "code-rename", "stratum": "repetitive", "max_tokens": 48, "prompt": "def add(x):\\n    x = x + 1\\n'
+            '    return x\\n\\ndef add(x):\\n    x = x + 1\\n    return x\\n\\ndef add("}',
+            '{"id": "yaml-list", "stratum": "repetitive", "max_tokens": 48, "prompt": "name: a\\nkey: b\\nname: a\\n'
+            'key: b\\nname: a\\nkey:"}',
+            '{"id": "chat-what", "stratum": "chat", "max_tokens": 48, "prompt": "Question: what is a draft model?\\nAnswer:"}',
+            '{"id": "chat-why", "stratum": "chat", "max_tokens": 48, "prompt": "Why test a server before production?"}',
+        ]
+    )
+    + "\n"
+)
 REPEAT = 2
 # The build's n-gram defaults (ngram-simple size-n 12, ngram-mod n-min 48) need longer outputs
 # than a demo can afford; short windows let them draft on the tiny models' repetitive output.
-NGRAM = {"--spec-ngram-simple-size-n": 3, "--spec-ngram-simple-size-m": 8,
-         "--spec-ngram-mod-n-match": 4, "--spec-ngram-mod-n-min": 2, "--spec-ngram-mod-n-max": 8}
+NGRAM = {
+    "--spec-ngram-simple-size-n": 3,
+    "--spec-ngram-simple-size-m": 8,
+    "--spec-ngram-mod-n-match": 4,
+    "--spec-ngram-mod-n-min": 2,
+    "--spec-ngram-mod-n-max": 8,
+}
 
 
 @dataclass
@@ -110,19 +136,20 @@ def _check_not_broken(run: BenchRun, folder: Path) -> None:
     bad = [c for c in run.conditions if c.spec.method in ("none", "draft-simple") and c.status != "ok"]
     if run.info.status not in ("complete", "incomplete") or bad:
         why = "; ".join(f"{c.spec.name}: {c.failure}" for c in bad) or run.info.status_reason or run.info.status
-        raise SpecregError(f"demo benchmark run {run.info.run_id} did not run: {why}",
-                           hint=f"server logs: {folder / 'runs' / run.info.run_id}")
+        raise SpecregError(
+            f"demo benchmark run {run.info.run_id} did not run: {why}",
+            hint=f"server logs: {folder / 'runs' / run.info.run_id}",
+        )
 
 
-def run_demo(folder: Path = DEFAULT_DIR, db: Path | None = None,
-             say: Callable[[str], None] = print) -> DemoResult:
+def run_demo(folder: Path = DEFAULT_DIR, db: Path | None = None, say: Callable[[str], None] = print) -> DemoResult:
     """Write, register, check, benchmark, audit and report; returns what happened."""
-    from specreg.benchmark.runner import BenchOptions, Runner
-    from specreg.audit.run import run_audit
     from specreg.audit.policy import example_policy_text, load_policy
-    from specreg.registry.store import Registry
-    from specreg.report import write_audit_report
+    from specreg.audit.run import run_audit
+    from specreg.benchmark.runner import BenchOptions, Runner
     from specreg.gguf.reader import open_gguf
+    from specreg.registry.store import Registry
+    from specreg.report.write import write_audit_report
     from specreg.validators.pair import check_pair, verdict
     from specreg.validators.ruleset import load_rule_set
 
@@ -151,9 +178,14 @@ def run_demo(folder: Path = DEFAULT_DIR, db: Path | None = None,
         for draft_name, method, what in todo:
             draft_file = open_gguf(result.models[draft_name]) if draft_name else None
             checks = check_pair(target_file, draft_file, method, rule_set=rules)
-            v = verdict(checks, method=method, target_sha256=recs["target"].sha256,
-                        draft_sha256=recs[draft_name].sha256 if draft_name else None, rule_set=rules,
-                        strict=False)
+            v = verdict(
+                checks,
+                method=method,
+                target_sha256=recs["target"].sha256,
+                draft_sha256=recs[draft_name].sha256 if draft_name else None,
+                rule_set=rules,
+                strict=False,
+            )
             pair_id = reg.record_verdict(v)
             errors = [f"{c.code}: {c.message}" for c in checks if c.severity == "error"]
             label = f"{method} target <- {draft_name or '(self)'}"
@@ -165,16 +197,28 @@ def run_demo(folder: Path = DEFAULT_DIR, db: Path | None = None,
                 audited.append(pair_id)
                 if draft_name:
                     admitted.append(pair_id)
-        say(f"4/5 benchmarking admitted pair(s) {admitted} with the bundled llama.cpp server "
-            f"({REPEAT} repetitions; none, ngram-simple, ngram-mod, draft-simple)")
-        opts = BenchOptions(workload=str(workload), repeat=REPEAT, ctx_size=512, threads=1, ngram=NGRAM,
-                            start_timeout_s=60, request_timeout_s=60, run_timeout_s=300)
+        say(
+            f"4/5 benchmarking admitted pair(s) {admitted} with the bundled llama.cpp server "
+            f"({REPEAT} repetitions; none, ngram-simple, ngram-mod, draft-simple)"
+        )
+        opts = BenchOptions(
+            workload=str(workload),
+            repeat=REPEAT,
+            ctx_size=512,
+            threads=1,
+            ngram=NGRAM,
+            start_timeout_s=60,
+            request_timeout_s=60,
+            run_timeout_s=300,
+        )
         with _run_logs_in(folder):
             runs = Runner(reg, opts).bench(admitted)
         for run in runs:
             result.run_ids.append(run.info.run_id)
-            say(f"    run {run.info.run_id}: {run.info.status}"
-                + (f" ({run.info.status_reason})" if run.info.status_reason else ""))
+            say(
+                f"    run {run.info.run_id}: {run.info.status}"
+                + (f" ({run.info.status_reason})" if run.info.status_reason else "")
+            )
         for run in runs:
             _check_not_broken(run, folder)
         say(f"5/5 auditing with {policy_path}")

@@ -23,11 +23,11 @@ import pytest
 
 from specreg.demo import NGRAM as DEMO_NGRAM
 from specreg.demo import WORKLOAD
+from specreg.gguf.reader import open_gguf
 from specreg.registry.store import Registry
 from specreg.schemas.audit import Policy
 from specreg.testing import ModelSpec, write_model
 from specreg.testing.factory import SMALL_NOISE
-from specreg.gguf.reader import open_gguf
 from specreg.validators.pair import check_pair, verdict
 from specreg.validators.ruleset import load_rule_set
 
@@ -35,11 +35,13 @@ HOSTILE = "<script>alert(1)</script> | $x$"  # a draft name: must stay inert in 
 # The demo's workload (measured: ngram-simple drafts on these tiny models' looping output).
 NGRAM = {**DEMO_NGRAM, "--spec-ngram-mod-n-match": 500}  # ngram-mod: no 500-token match in 512
 # A policy the run meets on its real numbers: no speed-up demanded, generous tails and memory.
-LENIENT = Policy.model_validate({
-    "speed": {"min_speedup": 0.0, "p95_tolerance_pct": 10_000},
-    "memory": {"max_extra_ram_pct": 50},
-    "licence": {"allow": ["apache-2.0"], "require_revision": True},
-})
+LENIENT = Policy.model_validate(
+    {
+        "speed": {"min_speedup": 0.0, "p95_tolerance_pct": 10_000},
+        "memory": {"max_extra_ram_pct": 50},
+        "licence": {"allow": ["apache-2.0"], "require_revision": True},
+    }
+)
 
 
 def _aged(path: Path) -> Path:
@@ -91,8 +93,16 @@ def _admit(reg: Registry, rules, target: Path, draft: Path | None, method: str) 
     t = reg.add_artifact(target)
     d = reg.add_artifact(draft) if draft else None
     checks = check_pair(open_gguf(target), open_gguf(draft) if draft else None, method, rule_set=rules)
-    return reg.record_verdict(verdict(checks, method=method, target_sha256=t.sha256,
-                                      draft_sha256=d.sha256 if d else None, rule_set=rules, strict=False))
+    return reg.record_verdict(
+        verdict(
+            checks,
+            method=method,
+            target_sha256=t.sha256,
+            draft_sha256=d.sha256 if d else None,
+            rule_set=rules,
+            strict=False,
+        )
+    )
 
 
 @pytest.fixture(scope="session")
@@ -104,8 +114,9 @@ def audit_world(tmp_path_factory: pytest.TempPathFactory) -> AuditWorld:
     db = folder / "registry.db"
     target = _aged(write_model(folder / "target.gguf", ModelSpec(name="audit-target")))
     draft = _aged(write_model(folder / "draft.gguf", ModelSpec(name=HOSTILE, noise=SMALL_NOISE, license=None)))
-    near = _aged(write_model(folder / "near-miss.gguf",
-                             ModelSpec(name="near-miss", token_edits=((300, "\u2581swapped"),))))
+    near = _aged(
+        write_model(folder / "near-miss.gguf", ModelSpec(name="near-miss", token_edits=((300, "\u2581swapped"),)))
+    )
     workload = folder / "workload.jsonl"
     workload.write_text(WORKLOAD)
     rules = load_rule_set()
@@ -114,11 +125,21 @@ def audit_world(tmp_path_factory: pytest.TempPathFactory) -> AuditWorld:
         reg.add_artifact(target, repo="specreg/audit-target", revision="0123abc")
         # the draft file carries no licence: the user states it (a test withdraws it again)
         reg.add_artifact(draft, license="apache-2.0", repo="specreg/audit-draft", revision="4567def")
-        pairs = {m: _admit(reg, rules, target, draft if m == "draft-simple" else None, m)
-                 for m in ("draft-simple", "ngram-simple", "ngram-mod")}
+        pairs = {
+            m: _admit(reg, rules, target, draft if m == "draft-simple" else None, m)
+            for m in ("draft-simple", "ngram-simple", "ngram-mod")
+        }
         pairs["near-miss"] = _admit(reg, rules, target, near, "draft-simple")
-        opts = BenchOptions(workload=str(workload), repeat=2, ctx_size=512, threads=1, ngram=NGRAM,
-                            start_timeout_s=60, request_timeout_s=60, run_timeout_s=240)
+        opts = BenchOptions(
+            workload=str(workload),
+            repeat=2,
+            ctx_size=512,
+            threads=1,
+            ngram=NGRAM,
+            start_timeout_s=60,
+            request_timeout_s=60,
+            run_timeout_s=240,
+        )
         run = Runner(reg, opts).bench([pairs["draft-simple"]])[0]
     return AuditWorld(folder, db, target, draft, near, pairs, run.info.run_id, time.monotonic() - t0)
 

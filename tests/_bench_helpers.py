@@ -9,11 +9,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from specreg.gguf.reader import open_gguf
 from specreg.registry.store import Registry
 from specreg.schemas.checks import CheckResult, PairVerdict
 from specreg.testing import ModelSpec, write_model
 from specreg.testing.factory import SMALL_NOISE
-from specreg.gguf.reader import open_gguf
 from specreg.validators.pair import check_pair, verdict
 from specreg.validators.ruleset import load_rule_set
 
@@ -23,12 +23,25 @@ NOISE = SMALL_NOISE  # measured here: ~50% acceptance on the default workload
 # Small on purpose: a completion (SSE /completion) and a chat request (/v1/chat/completions),
 # one of them with an expect check; 16 tokens keep a condition well under a second.
 ITEMS: list[dict[str, Any]] = [
-    {"id": "rep", "stratum": "repetitive", "max_tokens": 16,
-     "prompt": "key: value\nname: model\nkey: value\nname: draft\nkey: value\nname:"},
-    {"id": "chat", "stratum": "chat", "max_tokens": 16,
-     "messages": [{"role": "user", "content": "hello, please answer the question"}]},
-    {"id": "json", "stratum": "structured", "max_tokens": 16, "prompt": "Return JSON:",
-     "expect": {"json_schema": {"type": "object"}}},
+    {
+        "id": "rep",
+        "stratum": "repetitive",
+        "max_tokens": 16,
+        "prompt": "key: value\nname: model\nkey: value\nname: draft\nkey: value\nname:",
+    },
+    {
+        "id": "chat",
+        "stratum": "chat",
+        "max_tokens": 16,
+        "messages": [{"role": "user", "content": "hello, please answer the question"}],
+    },
+    {
+        "id": "json",
+        "stratum": "structured",
+        "max_tokens": 16,
+        "prompt": "Return JSON:",
+        "expect": {"json_schema": {"type": "object"}},
+    },
 ]
 
 
@@ -54,21 +67,34 @@ def admit(reg: Registry, target: Path, draft: Path | None, method: str = "draft-
     t = reg.add_artifact(target)
     d = reg.add_artifact(draft) if draft else None
     checks = check_pair(open_gguf(target), open_gguf(draft) if draft else None, method, rule_set=RULES)
-    v = verdict(checks, method=method, target_sha256=t.sha256, draft_sha256=d.sha256 if d else None,
-                rule_set=RULES, strict=False)
+    v = verdict(
+        checks,
+        method=method,
+        target_sha256=t.sha256,
+        draft_sha256=d.sha256 if d else None,
+        rule_set=RULES,
+        strict=False,
+    )
     return reg.record_verdict(v)
 
 
-def force_verdict(reg: Registry, target: Path, draft: Path | None, method: str, admitted: bool,
-                  note: str = "recorded by the test") -> int:
+def force_verdict(
+    reg: Registry, target: Path, draft: Path | None, method: str, admitted: bool, note: str = "recorded by the test"
+) -> int:
     """A verdict the validators would not give: for runtime-vs-verdict disagreements."""
     t = reg.add_artifact(target)
     d = reg.add_artifact(draft) if draft else None
     sev = "pass" if admitted else "error"
-    return reg.record_verdict(PairVerdict(
-        admitted=admitted, method=method, target_sha256=t.sha256, draft_sha256=d.sha256 if d else None,
-        rule_set=RULES.id, checks=[CheckResult(code="test.forced", severity=sev, message=note)],
-    ))
+    return reg.record_verdict(
+        PairVerdict(
+            admitted=admitted,
+            method=method,
+            target_sha256=t.sha256,
+            draft_sha256=d.sha256 if d else None,
+            rule_set=RULES.id,
+            checks=[CheckResult(code="test.forced", severity=sev, message=note)],
+        )
+    )
 
 
 def db_rows(db: Path, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:

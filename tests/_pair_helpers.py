@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specreg.gguf.reader import open_gguf
 from specreg.schemas.checks import CheckResult
 from specreg.testing import ModelSpec, write_model
-from specreg.gguf.reader import open_gguf
 from specreg.validators.pair import check_pair
 from specreg.validators.ruleset import load_rule_set
 
@@ -14,7 +14,9 @@ BASE = ModelSpec()
 RULES = load_rule_set()
 
 
-def run_pair(tmp: Path, target: ModelSpec, draft: ModelSpec | None, method: str, *, strict: bool = False) -> list[CheckResult]:
+def run_pair(
+    tmp: Path, target: ModelSpec, draft: ModelSpec | None, method: str, *, strict: bool = False
+) -> list[CheckResult]:
     """Write both specs to disk and run every check for `method`."""
     t = open_gguf(write_model(tmp / "target.gguf", target))
     d = None if draft is None else open_gguf(write_model(tmp / "draft.gguf", draft))

@@ -30,7 +30,12 @@ def cli(*args: str, db: Path, timeout: float = 60, **kw: object) -> subprocess.C
     """Run the real console entry point (its error mapping included) in a fresh process."""
     env = {**os.environ, "SPECREG_DB": str(db), "COLUMNS": "200"}
     return subprocess.run(
-        [*SPECREG, *args], capture_output=True, text=True, env=env, timeout=timeout, **kw  # type: ignore[arg-type]
+        [*SPECREG, *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        **kw,  # type: ignore[arg-type]
     )
 
 

@@ -18,5 +18,5 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     return home
 
 
-from realvocab_fixture import real_vocab  # noqa: E402,F401  (llama.cpp's vocab files; skips when offline)
 from _audit_world import audit_world  # noqa: E402,F401  (one real benchmark run shared by audit/report tests)
+from realvocab_fixture import real_vocab  # noqa: E402,F401  (llama.cpp's vocab files; skips when offline)

@@ -17,8 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MODE = os.environ.get("FAKE_LLAMA_MODE", "hang")
 METRICS_OK = (
-    "# TYPE llamacpp:spec_decode_num_draft_tokens_total counter\n"
-    "llamacpp:spec_decode_num_draft_tokens_total 0\n"
+    "# TYPE llamacpp:spec_decode_num_draft_tokens_total counter\nllamacpp:spec_decode_num_draft_tokens_total 0\n"
 )
 
 
@@ -38,8 +37,11 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/health":
             self._send(200, '{"status": "ok"}')
         elif self.path == "/metrics":
-            self._send(200, "llamacpp:spec_decode_num_draft_tokens_total {{{ nope\n" if MODE == "badmetrics"
-                       else METRICS_OK, "text/plain")
+            self._send(
+                200,
+                "llamacpp:spec_decode_num_draft_tokens_total {{{ nope\n" if MODE == "badmetrics" else METRICS_OK,
+                "text/plain",
+            )
         else:
             self._send(404, "{}")
 

@@ -26,7 +26,7 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -85,8 +85,9 @@ class FakeHub:
         self._lock = threading.Lock()
         self._hub = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self, cdn=False))
         self._cdn = ThreadingHTTPServer(("127.0.0.2", 0), _handler(self, cdn=True))
-        self._threads = [threading.Thread(target=s.serve_forever, args=(0.05,), daemon=True)
-                         for s in (self._hub, self._cdn)]
+        self._threads = [
+            threading.Thread(target=s.serve_forever, args=(0.05,), daemon=True) for s in (self._hub, self._cdn)
+        ]
         self._dropped: set[str] = set()
 
     @property
@@ -97,8 +98,9 @@ class FakeHub:
     def cdn(self) -> str:
         return f"http://127.0.0.2:{self._cdn.server_address[1]}"
 
-    def add_commit(self, repo_id: str, files: dict[str, bytes | FakeFile], *, ref: str = "main",
-                   gated: bool = False) -> str:
+    def add_commit(
+        self, repo_id: str, files: dict[str, bytes | FakeFile], *, ref: str = "main", gated: bool = False
+    ) -> str:
         """Add a commit holding exactly `files` (bytes are LFS unless named *.md/*.json); move `ref` to it."""
         repo = self.repos.setdefault(repo_id, FakeRepo(repo_id))
         repo.gated = repo.gated or gated
@@ -196,9 +198,16 @@ def _handler(hub: FakeHub, *, cdn: bool) -> type[BaseHTTPRequestHandler]:
                         entry["lfs"] = {"size": len(f.data), "sha256": f.sha256, "pointerSize": len(stored)}
                 siblings.append(entry)
             body = {
-                "_id": commit[:24], "id": repo_id, "modelId": repo_id, "author": repo_id.split("/")[0],
-                "sha": commit, "lastModified": "2025-01-01T00:00:00.000Z", "private": False,
-                "gated": "manual" if repo.gated else False, "disabled": False, "tags": [],
+                "_id": commit[:24],
+                "id": repo_id,
+                "modelId": repo_id,
+                "author": repo_id.split("/")[0],
+                "sha": commit,
+                "lastModified": "2025-01-01T00:00:00.000Z",
+                "private": False,
+                "gated": "manual" if repo.gated else False,
+                "disabled": False,
+                "tags": [],
                 "siblings": siblings,
             }
             self._send(200, {"Content-Type": "application/json"}, json.dumps(body).encode(), head=head)
@@ -226,8 +235,11 @@ def _handler(hub: FakeHub, *, cdn: bool) -> type[BaseHTTPRequestHandler]:
                     "Location": f"{hub.cdn}/blobs/{f.sha256}?repo={repo_id}",
                 }
                 return self._send(302, headers, head=head)
-            headers = {"X-Repo-Commit": commit, "ETag": f'"{git_blob_sha1(f.data)}"',
-                       "Content-Type": "text/plain; charset=utf-8"}
+            headers = {
+                "X-Repo-Commit": commit,
+                "ETag": f'"{git_blob_sha1(f.data)}"',
+                "Content-Type": "text/plain; charset=utf-8",
+            }
             self._send(200, headers, f.data, head=head)
 
         # --- the CDN: /blobs/{sha256} -------------------------------------------------------
@@ -244,8 +256,7 @@ def _handler(hub: FakeHub, *, cdn: bool) -> type[BaseHTTPRequestHandler]:
             if rng.startswith("bytes=") and rng[6:].split("-")[0].isdigit():
                 start = int(rng[6:].split("-")[0])
             status = 206 if start else 200
-            headers = {"Content-Type": "application/octet-stream", "ETag": f'"{f.sha256}"',
-                       "Accept-Ranges": "bytes"}
+            headers = {"Content-Type": "application/octet-stream", "ETag": f'"{f.sha256}"', "Accept-Ranges": "bytes"}
             if start:
                 headers["Content-Range"] = f"bytes {start}-{len(body) - 1}/{len(body)}"
             self._send(status, headers, body[start:], head=head)
@@ -277,14 +288,13 @@ REPO = "acme/tiny-GGUF"
 CARD = b"---\nlicense: other\nlicense_name: llama3.1\nlicense_link: https://example.org/LICENSE\n---\n# tiny\n"
 
 
-@lru_cache(maxsize=None)
+@cache
 def gguf_bytes(seed: int = 0, license: str | None = "apache-2.0") -> bytes:
     """A tiny real GGUF's bytes (written once per spec and session)."""
     from specreg.testing import ModelSpec, write_model
 
     with tempfile.TemporaryDirectory() as d:
         return write_model(Path(d) / "m.gguf", ModelSpec(seed=seed, license=license)).read_bytes()
-
 
 
 @pytest.fixture
@@ -325,8 +335,13 @@ def online(hub: FakeHub, monkeypatch: pytest.MonkeyPatch) -> FakeHub:
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """The real `specreg` command in a fresh process, with this process's environment."""
-    return subprocess.run([sys.executable, "-m", "specreg.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, env=dict(os.environ, COLUMNS="200"))
+    return subprocess.run(
+        [sys.executable, "-m", "specreg.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, COLUMNS="200"),
+    )
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> str:

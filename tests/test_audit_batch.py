@@ -7,28 +7,37 @@ import json
 import sys
 from pathlib import Path
 
-from specreg.audit.run import run_audit
 from specreg.audit.evidence import load_digest, load_digests
+from specreg.audit.run import run_audit
 from specreg.benchmark.run_index import RunIndex
 from specreg.registry.store import Registry
 from specreg.schemas.audit import Policy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from bench_registry import fill  # noqa: E402
+from bench_registry import fill
 
 
 def _changed_output(reg: Registry, run_id: str) -> None:
     """One draft-simple request whose output differs from the baseline, counted in its summaries."""
     with reg.write() as db:
-        db.execute("UPDATE bench_requests SET matches_baseline = 0 WHERE run_id = ? AND condition = 'draft-simple' "
-                   "AND prompt_id = 'chat-1' AND repeat = 0", (run_id,))
+        db.execute(
+            "UPDATE bench_requests SET matches_baseline = 0 WHERE run_id = ? AND condition = 'draft-simple' "
+            "AND prompt_id = 'chat-1' AND repeat = 0",
+            (run_id,),
+        )
         for stratum in ("all", "chat"):
-            (text,) = db.execute("SELECT summary_json FROM bench_summaries WHERE run_id = ? AND condition = "
-                                 "'draft-simple' AND stratum = ?", (run_id, stratum)).fetchone()
+            (text,) = db.execute(
+                "SELECT summary_json FROM bench_summaries WHERE run_id = ? AND condition = "
+                "'draft-simple' AND stratum = ?",
+                (run_id, stratum),
+            ).fetchone()
             s = json.loads(text)
             s["n_equal"] -= 1
-            db.execute("UPDATE bench_summaries SET summary_json = ? WHERE run_id = ? AND condition = 'draft-simple' "
-                       "AND stratum = ?", (json.dumps(s), run_id, stratum))
+            db.execute(
+                "UPDATE bench_summaries SET summary_json = ? WHERE run_id = ? AND condition = 'draft-simple' "
+                "AND stratum = ?",
+                (json.dumps(s), run_id, stratum),
+            )
 
 
 def test_batched_audit_equals_pair_by_pair(tmp_path: Path) -> None:

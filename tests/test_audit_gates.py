@@ -7,8 +7,9 @@ from pathlib import Path
 
 from _audit_world import LENIENT, AuditWorld
 from _registry_helpers import cli
-from specreg.audit.run import run_audit
+
 from specreg.audit.policy import load_policy
+from specreg.audit.run import run_audit
 from specreg.registry.store import Registry
 from specreg.schemas.audit import AuditReport, Policy
 from specreg.schemas.checks import PairVerdict
@@ -147,9 +148,16 @@ def test_stale_verdict_is_rechecked_and_recorded(audit_world: AuditWorld, tmp_pa
     with Registry(db, show_progress=False) as reg:
         current = reg.get_pair(audit_world.pairs["draft-simple"])
         old_rules = current.rule_set.rsplit("/r", 1)[0] + "/r0"
-        stale_id = reg.record_verdict(PairVerdict(
-            admitted=True, method="draft-simple", target_sha256=current.target_sha256,
-            draft_sha256=current.draft_sha256, rule_set=old_rules, checks=[]))
+        stale_id = reg.record_verdict(
+            PairVerdict(
+                admitted=True,
+                method="draft-simple",
+                target_sha256=current.target_sha256,
+                draft_sha256=current.draft_sha256,
+                rule_set=old_rules,
+                checks=[],
+            )
+        )
         before = current.n_verdicts
     report = _audit(db, stale_id)
     pair = report.pairs[0]

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel
-
 from _audit_world import specreg
 from _registry_helpers import cli, one_line_error
-from specreg.errors import PolicyError
+from pydantic import BaseModel
+
 from specreg.audit.policy import BUILTIN, example_policy_text, load_policy, parse_policy
+from specreg.errors import PolicyError
 from specreg.schemas.audit import Policy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,9 +80,11 @@ def test_cli_policy_typo_is_one_line_exit_2(tmp_path: Path) -> None:
 def test_cli_audit_on_empty_registry_cannot_decide(tmp_path: Path) -> None:
     line = one_line_error(cli("audit", "--all", db=tmp_path / "r.db"))  # the real console script
     assert "no admitted pairs" in line
-    for args, expect in ((("audit", "--pair", "7"), "no pair with id 7"),
-                         (("audit", "--report", str(tmp_path / "x.pdf")), ".md or .html"),
-                         (("audit", "--pair", "1", "--all"), "not both")):
+    for args, expect in (
+        (("audit", "--pair", "7"), "no pair with id 7"),
+        (("audit", "--report", str(tmp_path / "x.pdf")), ".md or .html"),
+        (("audit", "--pair", "1", "--all"), "not both"),
+    ):
         code, out, err = specreg(*args, db=tmp_path / "r.db")
         assert code == 2 and not out and "Traceback" not in err, (code, out, err)
         assert err.startswith("error:") and expect in err.splitlines()[0], err

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-
 from _bench_helpers import ITEMS, admit, db_rows, model, workload
+
 from specreg.registry.store import Registry
 
 SPECREG = [sys.executable, "-m", "specreg.cli"]
@@ -66,8 +66,22 @@ def _pair_here(**draft: object) -> int:
 def test_bench_json_then_runs_and_show(capsys: pytest.CaptureFixture[str]) -> None:
     pid = _pair_here()
     wl = workload(_home(), ITEMS[:2])
-    code, out, err = _main(capsys, "bench", "admitted", "--pair", str(pid), "--workload", str(wl),
-                           "--methods", "draft-simple", "--threads", "1", "--ctx-size", "512", "--json")
+    code, out, err = _main(
+        capsys,
+        "bench",
+        "admitted",
+        "--pair",
+        str(pid),
+        "--workload",
+        str(wl),
+        "--methods",
+        "draft-simple",
+        "--threads",
+        "1",
+        "--ctx-size",
+        "512",
+        "--json",
+    )
     assert code == 0, err
     (run,) = json.loads(out)
     assert run["info"]["status"] == "complete" and "requests" not in run
@@ -123,9 +137,27 @@ def test_rejected_pair_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 def _start_long_bench(home: Path, pid: int) -> subprocess.Popen[str]:
     wl = workload(home, ITEMS[:1])
     return subprocess.Popen(
-        [*SPECREG, "bench", "admitted", "--pair", str(pid), "--workload", str(wl), "--repeat", "400",
-         "--methods", "draft-simple", "--threads", "1", "--ctx-size", "512"],
-        env=_env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            *SPECREG,
+            "bench",
+            "admitted",
+            "--pair",
+            str(pid),
+            "--workload",
+            str(wl),
+            "--repeat",
+            "400",
+            "--methods",
+            "draft-simple",
+            "--threads",
+            "1",
+            "--ctx-size",
+            "512",
+        ],
+        env=_env(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -137,8 +169,13 @@ def _wait_rows(home: Path, proc: subprocess.Popen[str], n: int = 3, timeout: flo
         if (home / "r.db").exists():
             try:
                 rows = db_rows(home / "r.db", "SELECT count(*) AS n FROM bench_requests")[0]["n"]
-                pids = [r["server_pid"] for r in db_rows(home / "r.db", "SELECT server_pid FROM bench_conditions "
-                                                          "WHERE status = 'running' AND server_pid IS NOT NULL")]
+                pids = [
+                    r["server_pid"]
+                    for r in db_rows(
+                        home / "r.db",
+                        "SELECT server_pid FROM bench_conditions WHERE status = 'running' AND server_pid IS NOT NULL",
+                    )
+                ]
             except Exception:  # tables not created yet
                 rows, pids = 0, []
             if rows >= n and pids:

@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-
 from _bench_helpers import model
+
 from specreg.benchmark.client import LlamaClient
 from specreg.benchmark.launcher import bundled_command, external_command, free_ports, launch, owns_port
 from specreg.benchmark.runtime import runtime_info
@@ -72,8 +72,14 @@ def test_every_port_taken_gives_up_with_the_attempts(tmp_path: Path) -> None:
     try:
         ports = iter([h.getsockname()[1] for h in holders])
         with pytest.raises(ServerStartError, match="no free port after 2 attempts") as err:
-            launch(bundled_command(), ["-m", str(target), "-c", "256", "-t", "1"], tmp_path / "s.log",
-                   start_timeout_s=30, ports=ports, max_attempts=2)
+            launch(
+                bundled_command(),
+                ["-m", str(target), "-c", "256", "-t", "1"],
+                tmp_path / "s.log",
+                start_timeout_s=30,
+                ports=ports,
+                max_attempts=2,
+            )
         assert "couldn't bind" in "\n".join(err.value.lines)
     finally:
         for h in holders:
@@ -82,7 +88,9 @@ def test_every_port_taken_gives_up_with_the_attempts(tmp_path: Path) -> None:
 
 def test_user_binary_identity_and_serving(tmp_path: Path) -> None:
     """A user's llama-server: here the installed `specreg-llama-server` script, run as a binary."""
-    exe = shutil.which("specreg-llama-server") or str(Path(__import__("sys").executable).with_name("specreg-llama-server"))
+    exe = shutil.which("specreg-llama-server") or str(
+        Path(__import__("sys").executable).with_name("specreg-llama-server")
+    )
     cmd = external_command(exe)
     info = runtime_info(cmd)
     assert info.kind == "external" and info.path == str(Path(exe).resolve())
@@ -91,7 +99,9 @@ def test_user_binary_identity_and_serving(tmp_path: Path) -> None:
     assert info.sha256 == hashlib.sha256(Path(exe).read_bytes()).hexdigest()
     assert "version:" in info.version_text and "xllamacpp" in info.version_text
     target = model(tmp_path, "t.gguf")
-    server = launch(cmd, ["-m", str(target), "-c", "256", "-t", "1", "--metrics"], tmp_path / "u.log", start_timeout_s=30)
+    server = launch(
+        cmd, ["-m", str(target), "-c", "256", "-t", "1", "--metrics"], tmp_path / "u.log", start_timeout_s=30
+    )
     try:
         r = httpx.get(server.base_url + "/health", trust_env=False)
         assert r.status_code == 200
@@ -113,6 +123,10 @@ def test_version_probe_that_hangs_is_stopped_with_its_children(tmp_path: Path) -
     assert time.monotonic() - t0 < 10
     child = int(pidfile.read_text())
     deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE:
+    while (
+        time.monotonic() < deadline
+        and psutil.pid_exists(child)
+        and psutil.Process(child).status() != psutil.STATUS_ZOMBIE
+    ):
         time.sleep(0.05)
     assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE

@@ -7,8 +7,8 @@ assertions; each fault gets its own small run (one or two conditions, three shor
 from __future__ import annotations
 
 import os
-import sys
 import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,8 +16,8 @@ from types import SimpleNamespace
 import psutil
 import pytest
 import xllamacpp
-
 from _bench_helpers import ITEMS, NOISE, admit, db_rows, force_verdict, model, workload
+
 from specreg.benchmark.execute import Observer
 from specreg.benchmark.runner import BenchOptions, Runner
 from specreg.errors import ArtifactChanged, NotAdmitted, ServerError
@@ -28,8 +28,9 @@ FAKE = Path(__file__).with_name("fake_llama_server.py")
 
 
 def _opts(wl: Path, **kw: object) -> BenchOptions:
-    base: dict[str, object] = dict(workload=str(wl), threads=1, ctx_size=512, start_timeout_s=30.0,
-                                   request_timeout_s=30.0)
+    base: dict[str, object] = dict(
+        workload=str(wl), threads=1, ctx_size=512, start_timeout_s=30.0, request_timeout_s=30.0
+    )
     base.update(kw)
     return BenchOptions(**base)  # type: ignore[arg-type]
 
@@ -48,8 +49,9 @@ def proof(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]
         wl = workload(d)
         same_run = Runner(reg, _opts(wl)).bench([p_same])[0]
         noise_run = Runner(reg, _opts(wl, methods=["draft-simple"])).bench([p_noise])[0]
-        yield SimpleNamespace(reg=reg, db=d / "reg.db", home=d / "home", same=same_run, noise=noise_run,
-                              target=target, p_same=p_same)
+        yield SimpleNamespace(
+            reg=reg, db=d / "reg.db", home=d / "home", same=same_run, noise=noise_run, target=target, p_same=p_same
+        )
         reg.close()
 
 
@@ -85,7 +87,10 @@ def test_small_noise_draft_partial_acceptance_same_output(proof: SimpleNamespace
     assert c.counters is not None and 0 < c.counters.acceptance < 1  # type: ignore[operator]
     rows = _rows(proof.noise, "draft-simple")
     assert all(r.ok and r.matches_baseline for r in rows), [(r.prompt_id, r.first_diff) for r in rows]
-    assert proof.noise.info.status == "complete" and [x.spec.name for x in proof.noise.conditions] == ["none", "draft-simple"]
+    assert proof.noise.info.status == "complete" and [x.spec.name for x in proof.noise.conditions] == [
+        "none",
+        "draft-simple",
+    ]
 
 
 def test_ngram_that_drafts_nothing_fails_instead_of_zero_acceptance(proof: SimpleNamespace) -> None:
@@ -212,7 +217,9 @@ def test_server_killed_mid_run_keeps_rows_and_next_condition_runs(tmp_path: Path
         killer = _KillServer()
         run = Runner(reg, _opts(workload(tmp_path), methods=["draft-simple"]), observer=killer).bench([pid])[0]
     base = _cond(run, "none")
-    assert killer.killed and base.status == "failed" and "server exited (code -9) during the run" in (base.failure or "")
+    assert (
+        killer.killed and base.status == "failed" and "server exited (code -9) during the run" in (base.failure or "")
+    )
     kept = _rows(run, "none")
     assert kept[0].ok and 1 <= len(kept) <= 2  # the finished row, plus the one that saw the death
     assert _cond(run, "draft-simple").status == "ok" and len(_rows(run, "draft-simple")) == 3
@@ -221,7 +228,7 @@ def test_server_killed_mid_run_keeps_rows_and_next_condition_runs(tmp_path: Path
 
 def _fake_binary(folder: Path) -> Path:
     exe = folder / "llama-server"
-    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE} \"$@\"\n")
+    exe.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKE} "$@"\n')
     exe.chmod(0o755)
     return exe
 
@@ -233,8 +240,9 @@ def self_pair(tmp_path: Path) -> Iterator[tuple[Registry, int]]:
         yield reg, force_verdict(reg, target, None, "ngram-mod", admitted=True)
 
 
-def test_server_never_healthy_fails_each_condition_with_its_log(tmp_path: Path, self_pair: tuple[Registry, int],
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_server_never_healthy_fails_each_condition_with_its_log(
+    tmp_path: Path, self_pair: tuple[Registry, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
     reg, pid = self_pair
     monkeypatch.setenv("FAKE_LLAMA_MODE", "never")
     opts = _opts(_one_prompt(tmp_path), methods=["ngram-mod"], server=str(_fake_binary(tmp_path)), start_timeout_s=1.0)
@@ -255,13 +263,19 @@ def test_server_never_healthy_fails_each_condition_with_its_log(tmp_path: Path, 
         ("badmetrics", None, "/metrics: malformed Prometheus text"),
     ],
 )
-def test_stream_faults_become_rows_and_failures(tmp_path: Path, self_pair: tuple[Registry, int],
-                                                monkeypatch: pytest.MonkeyPatch, mode: str, row_error: str | None,
-                                                cond_failure: str) -> None:
+def test_stream_faults_become_rows_and_failures(
+    tmp_path: Path,
+    self_pair: tuple[Registry, int],
+    monkeypatch: pytest.MonkeyPatch,
+    mode: str,
+    row_error: str | None,
+    cond_failure: str,
+) -> None:
     reg, pid = self_pair
     monkeypatch.setenv("FAKE_LLAMA_MODE", mode)
-    opts = _opts(_one_prompt(tmp_path), methods=["none"], server=str(_fake_binary(tmp_path)), request_timeout_s=1.0,
-                 warmup=0)
+    opts = _opts(
+        _one_prompt(tmp_path), methods=["none"], server=str(_fake_binary(tmp_path)), request_timeout_s=1.0, warmup=0
+    )
     run = Runner(reg, opts).bench([pid])[0]
     (c,) = run.conditions
     assert c.status == "failed" and (c.failure or "").startswith(cond_failure)
@@ -300,7 +314,8 @@ def test_concurrency_uses_slots_and_keeps_every_row(tmp_path: Path, self_pair: t
     assert c.status == "ok" and c.argv[c.argv.index("-np") + 1] == "2"
     assert len(run.requests) == 6 and all(r.ok for r in run.requests)
     assert sorted((r.prompt_id, r.repeat) for r in run.requests) == sorted(
-        (i["id"], k) for i in ITEMS for k in range(2))
+        (i["id"], k) for i in ITEMS for k in range(2)
+    )
     assert run.manifest.request.concurrency == 2
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -43,10 +43,14 @@ llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="1"} 4
 llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="2"} 3
 """
 # The same server before any request: zero counters and no per-position family yet.
-REAL_METRICS_BEFORE = "\n".join(
-    ln if not ln.startswith("llamacpp:") else ln.rsplit(" ", 1)[0] + " 0"
-    for ln in REAL_METRICS.splitlines() if "per_pos" not in ln
-) + "\n"
+REAL_METRICS_BEFORE = (
+    "\n".join(
+        ln if not ln.startswith("llamacpp:") else ln.rsplit(" ", 1)[0] + " 0"
+        for ln in REAL_METRICS.splitlines()
+        if "per_pos" not in ln
+    )
+    + "\n"
+)
 
 
 # -- workloads ---------------------------------------------------------------------------------
@@ -67,15 +71,19 @@ def test_builtin_workload_has_every_stratum() -> None:
     [
         ('{"id": "a", "stratum": "chat", "prompt": "x", "max_token": 3}', "wl.jsonl:2: max_token: Extra inputs"),
         ('{"id": "a", "stratum": "chat"}', "wl.jsonl:2: give exactly one of prompt, messages"),
-        ('{"id": "a", "stratum": "chat", "prompt": "x", "messages": [{"role": "user", "content": "y"}]}',
-         "exactly one of prompt, messages"),
+        (
+            '{"id": "a", "stratum": "chat", "prompt": "x", "messages": [{"role": "user", "content": "y"}]}',
+            "exactly one of prompt, messages",
+        ),
         ('{"id": "a", "stratum": "Chat!", "prompt": "x"}', "wl.jsonl:2: stratum: String should match"),
         ('{"id": "a", "stratum": "chat", "prompt": "x", "max_tokens": 0}', "wl.jsonl:2: max_tokens:"),
         ('{"id": "a", "stratum": "chat", "messages": [{"role": "robot", "content": "y"}]}', "messages.0.role"),
         ('{"id": "a", "stratum": "chat", "prompt": "x", "expect": {"exact": "a", "regex": "b"}}', "expect"),
         ('{"id": "a", "stratum": "chat", "prompt": "x", "expect": {"regex": "("}}', "regex does not compile"),
-        ('{"id": "a", "stratum": "chat", "prompt": "x", "expect": {"json_schema": {"oneOf": []}}}',
-         "unsupported keywords: $.oneOf"),
+        (
+            '{"id": "a", "stratum": "chat", "prompt": "x", "expect": {"json_schema": {"oneOf": []}}}',
+            "unsupported keywords: $.oneOf",
+        ),
         ('{"id": "first", "stratum": "chat", "prompt": "x"}', "duplicate id 'first' (first on line 1)"),
         ("{not json", "wl.jsonl:2: not valid JSON"),
         ("[1, 2]", "wl.jsonl:2: expected a JSON object"),
@@ -100,7 +108,9 @@ def test_content_hash_covers_content_only() -> None:
     a, b, c = parse_jsonl(
         '{"id": "a", "stratum": "s", "prompt": "x", "max_tokens": 5}\n'
         '{"id": "b", "stratum": "t", "prompt": "x", "max_tokens": 9}\n'
-        '{"id": "c", "stratum": "s", "prompt": "y"}\n', "w")
+        '{"id": "c", "stratum": "s", "prompt": "y"}\n',
+        "w",
+    )
     assert content_sha256(a) == content_sha256(b) != content_sha256(c)
 
 
@@ -110,7 +120,10 @@ def test_content_hash_covers_content_only() -> None:
 def test_real_metrics_parse_and_delta() -> None:
     after = metrics.parse_metrics(REAL_METRICS)
     before = metrics.parse_metrics(REAL_METRICS_BEFORE)
-    assert after[metrics.DRAFTED] == 11 and after['llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="2"}'] == 3
+    assert (
+        after[metrics.DRAFTED] == 11
+        and after['llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="2"}'] == 3
+    )
     c = metrics.spec_counters(before, after)
     assert c is not None
     assert (c.drafted, c.accepted, c.steps) == (11, 11, 4)
@@ -141,9 +154,19 @@ def test_metrics_without_spec_counters_and_malformed() -> None:
 
 
 def _row(idx: int, cond: str, pid: str, total: float, **kw: Any) -> RequestRow:
-    base: dict[str, Any] = dict(condition_idx=idx, condition=cond, prompt_id=pid, stratum="s", repeat=0,
-                                started_at=datetime.now(timezone.utc), ok=True, total_ms=total, ttft_ms=1.0,
-                                output_tokens=8, predicted_ms=4.0)
+    base: dict[str, Any] = dict(
+        condition_idx=idx,
+        condition=cond,
+        prompt_id=pid,
+        stratum="s",
+        repeat=0,
+        started_at=datetime.now(UTC),
+        ok=True,
+        total_ms=total,
+        ttft_ms=1.0,
+        output_tokens=8,
+        predicted_ms=4.0,
+    )
     base.update(kw)
     return RequestRow(**base)
 
@@ -168,16 +191,36 @@ def test_compare_outputs_tokens_then_chars() -> None:
 
 def test_summary_speedup_memory_and_mismatch() -> None:
     gpu = {"present": False, "reason": "no NVML"}
-    base = ConditionRun(idx=0, spec=ConditionSpec(name="none", method="none"), status="ok",
-                        memory=MemoryObservation(peak_rss_bytes=100, gpu=gpu))
-    spec = ConditionRun(idx=1, spec=ConditionSpec(name="draft-simple", method="draft-simple"), status="ok",
-                        counters=SpecCounters(drafted=10, accepted=5, steps=4),
-                        memory=MemoryObservation(peak_rss_bytes=150, gpu=gpu))
-    rows = [_row(0, "none", "a", 20), _row(0, "none", "b", 40),
-            _row(1, "draft-simple", "a", 10, draft_n=6, draft_n_accepted=3, matches_baseline=True),
-            _row(1, "draft-simple", "b", 20, draft_n=4, draft_n_accepted=2, matches_baseline=False,
-                 first_diff=3, diff_unit="token"),
-            _row(1, "draft-simple", "c", 5, ok=False, error="boom", total_ms=None)]
+    base = ConditionRun(
+        idx=0,
+        spec=ConditionSpec(name="none", method="none"),
+        status="ok",
+        memory=MemoryObservation(peak_rss_bytes=100, gpu=gpu),
+    )
+    spec = ConditionRun(
+        idx=1,
+        spec=ConditionSpec(name="draft-simple", method="draft-simple"),
+        status="ok",
+        counters=SpecCounters(drafted=10, accepted=5, steps=4),
+        memory=MemoryObservation(peak_rss_bytes=150, gpu=gpu),
+    )
+    rows = [
+        _row(0, "none", "a", 20),
+        _row(0, "none", "b", 40),
+        _row(1, "draft-simple", "a", 10, draft_n=6, draft_n_accepted=3, matches_baseline=True),
+        _row(
+            1,
+            "draft-simple",
+            "b",
+            20,
+            draft_n=4,
+            draft_n_accepted=2,
+            matches_baseline=False,
+            first_diff=3,
+            diff_unit="token",
+        ),
+        _row(1, "draft-simple", "c", 5, ok=False, error="boom", total_ms=None),
+    ]
     out = {(s.condition, s.stratum): s for s in summary.summarize([base, spec], rows)}
     s = out[("draft-simple", "all")]
     assert s.speedup == pytest.approx(30 / 15)
@@ -193,8 +236,12 @@ def test_summary_speedup_memory_and_mismatch() -> None:
 
 
 def test_expect_checks() -> None:
-    schema = {"type": "object", "required": ["n"], "properties": {"n": {"type": "integer", "minimum": 1}},
-              "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "required": ["n"],
+        "properties": {"n": {"type": "integer", "minimum": 1}},
+        "additionalProperties": False,
+    }
     e = Expect(json_schema=schema)
     assert expect.check(e, ' {"n": 2} ') == (True, None)
     assert expect.check(e, '{"n": 0}')[1] == "$.n: below 1"
@@ -212,8 +259,9 @@ def test_plan_baseline_first_and_refusals() -> None:
     plan = conditions.plan("draft-simple", draft_path="/d.gguf", draft_sha256="d" * 64)
     assert [c.name for c in plan] == ["none", "ngram-simple", "ngram-mod", "draft-simple"]
     assert plan[-1].draft_path == "/d.gguf" and plan[1].draft_path is None
-    only = conditions.plan("draft-simple", draft_path="/d.gguf", draft_sha256=None, methods=["draft-simple"],
-                           draft_n_max=5)
+    only = conditions.plan(
+        "draft-simple", draft_path="/d.gguf", draft_sha256=None, methods=["draft-simple"], draft_n_max=5
+    )
     assert [c.name for c in only] == ["none", "draft-simple"] and only[1].draft_n_max == 5
     with pytest.raises(UsageError, match="draft-eagle3 is not available"):
         conditions.plan("draft-simple", draft_path="/d", draft_sha256=None, methods=["draft-eagle3"])
@@ -224,16 +272,22 @@ def test_plan_baseline_first_and_refusals() -> None:
     assert planned[1].params == {"--spec-ngram-simple-size-n": 8}
     assert planned[2].params == {"--spec-ngram-mod-n-match": 16}
     with pytest.raises(UsageError, match="not among the methods run"):
-        conditions.plan("ngram-mod", draft_path=None, draft_sha256=None, methods=["ngram-mod"],
-                        ngram={"--spec-ngram-simple-size-n": 8})
+        conditions.plan(
+            "ngram-mod",
+            draft_path=None,
+            draft_sha256=None,
+            methods=["ngram-mod"],
+            ngram={"--spec-ngram-simple-size-n": 8},
+        )
     for bad in ("size-n=8", "simple-size-n", "simple-size-n=x"):
         with pytest.raises(UsageError):
             conditions.parse_ngram_options([bad])
 
 
 def test_server_args_use_this_builds_flag_names() -> None:
-    spec = ConditionSpec(name="draft-simple", method="draft-simple", draft_path="/d.gguf", draft_n_max=4,
-                         draft_n_min=1, params={})
+    spec = ConditionSpec(
+        name="draft-simple", method="draft-simple", draft_path="/d.gguf", draft_n_max=4, draft_n_min=1, params={}
+    )
     args = conditions.server_args(spec, "/t.gguf", conditions.ServerOptions(parallel=2, threads=1, seed=7))
     text = " ".join(args)
     assert "-m /t.gguf --spec-type draft-simple -md /d.gguf --spec-draft-n-max 4 --spec-draft-n-min 1" in text
@@ -245,11 +299,13 @@ def test_server_args_use_this_builds_flag_names() -> None:
 
 
 def test_refusal_lines_are_the_exact_log_lines() -> None:
-    log = ("0.00.018.278 I srv    load_model: initializing, n_slots = 1\n"
-           "0.00.018.346 E spec common_specu: the target and draft vocabs are not compatible\n"
-           "0.00.018.548 E srv    load_model: failed to initialize speculative decoding context: draft model "
-           "vocab type must match target model to use speculation\n"
-           "0.00.021.792 I srv          init: listening on http://127.0.0.1:18081\n")
+    log = (
+        "0.00.018.278 I srv    load_model: initializing, n_slots = 1\n"
+        "0.00.018.346 E spec common_specu: the target and draft vocabs are not compatible\n"
+        "0.00.018.548 E srv    load_model: failed to initialize speculative decoding context: draft model "
+        "vocab type must match target model to use speculation\n"
+        "0.00.021.792 I srv          init: listening on http://127.0.0.1:18081\n"
+    )
     assert conditions.refusal_lines(log) == log.splitlines()[1:3]
     assert conditions.refusal_lines("all fine\n") == []
 
@@ -261,20 +317,50 @@ def test_bundled_flags_become_common_params() -> None:
     import xllamacpp
 
     ns = bundled_server.build_parser().parse_args(
-        ["-m", "t.gguf", "-md", "d.gguf", "--spec-type", "draft-simple,ngram-mod", "--spec-draft-n-max", "5",
-         "--spec-ngram-mod-n-match", "16", "-c", "256", "-np", "3", "-t", "1", "--seed", "9", "--metrics",
-         "--port", "1234", "-ngl", "all"])
+        [
+            "-m",
+            "t.gguf",
+            "-md",
+            "d.gguf",
+            "--spec-type",
+            "draft-simple,ngram-mod",
+            "--spec-draft-n-max",
+            "5",
+            "--spec-ngram-mod-n-match",
+            "16",
+            "-c",
+            "256",
+            "-np",
+            "3",
+            "-t",
+            "1",
+            "--seed",
+            "9",
+            "--metrics",
+            "--port",
+            "1234",
+            "-ngl",
+            "all",
+        ]
+    )
     p = bundled_server.build_params(ns)
     enum = xllamacpp.common_speculative_type
-    assert list(p.speculative.types) == [enum.COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE, enum.COMMON_SPECULATIVE_TYPE_NGRAM_MOD]
+    assert list(p.speculative.types) == [
+        enum.COMMON_SPECULATIVE_TYPE_DRAFT_SIMPLE,
+        enum.COMMON_SPECULATIVE_TYPE_NGRAM_MOD,
+    ]
     assert p.speculative.draft.mparams.path == "d.gguf" and p.speculative.draft.n_max == 5
     assert p.speculative.ngram_mod.n_match == 16
     assert (p.n_ctx, p.n_parallel, p.cpuparams.n_threads, p.sampling.seed, p.port) == (256, 3, 1, 9, 1234)
     assert p.endpoint_metrics is True and p.n_gpu_layers == -2 and p.hostnames == ["127.0.0.1"]
     none = bundled_server.build_params(bundled_server.build_parser().parse_args(["-m", "t", "--spec-type", "none"]))
     assert list(none.speculative.types) == [enum.COMMON_SPECULATIVE_TYPE_NONE]
-    for bad in (["-m", "t", "--spec-type", "bogus"], ["-m", "t", "--spec-ngram-mod-n-match", "0"],
-                ["-m", "t", "-ngl", "lots"], ["--spec-type", "none"]):
+    for bad in (
+        ["-m", "t", "--spec-type", "bogus"],
+        ["-m", "t", "--spec-ngram-mod-n-match", "0"],
+        ["-m", "t", "-ngl", "lots"],
+        ["--spec-type", "none"],
+    ):
         with pytest.raises(ValueError):
             bundled_server.build_params(bundled_server.build_parser().parse_args(bad))
     with pytest.raises(SystemExit):  # synthetic acceptance is not a flag we accept
@@ -304,14 +390,30 @@ class _FakeNVML:
         self.pids, self.temps, self.shutdown = pids, iter([61, 74, 68]), False
 
     def nvmlInit(self) -> None: ...
-    def nvmlShutdown(self) -> None: self.shutdown = True
-    def nvmlSystemGetDriverVersion(self) -> bytes: return b"550.54.15"  # older bindings return bytes
-    def nvmlDeviceGetCount(self) -> int: return 1
-    def nvmlDeviceGetHandleByIndex(self, i: int) -> object: return ("h", i)
-    def nvmlDeviceGetName(self, h: object) -> str: return "NVIDIA H100 80GB HBM3"
-    def nvmlDeviceGetMemoryInfo(self, h: object) -> Any: return SimpleNamespace(total=85520809984, used=1, free=1)
-    def nvmlDeviceGetTemperature(self, h: object, kind: int) -> int: return next(self.temps, 60)
-    def nvmlDeviceGetClockInfo(self, h: object, kind: int) -> int: return 1980 if kind == 1 else 2619
+    def nvmlShutdown(self) -> None:
+        self.shutdown = True
+
+    def nvmlSystemGetDriverVersion(self) -> bytes:
+        return b"550.54.15"  # older bindings return bytes
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 1
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> object:
+        return ("h", i)
+
+    def nvmlDeviceGetName(self, h: object) -> str:
+        return "NVIDIA H100 80GB HBM3"
+
+    def nvmlDeviceGetMemoryInfo(self, h: object) -> Any:
+        return SimpleNamespace(total=85520809984, used=1, free=1)
+
+    def nvmlDeviceGetTemperature(self, h: object, kind: int) -> int:
+        return next(self.temps, 60)
+
+    def nvmlDeviceGetClockInfo(self, h: object, kind: int) -> int:
+        return 1980 if kind == 1 else 2619
+
     def nvmlDeviceGetComputeRunningProcesses(self, h: object) -> list[Any]:
         return [SimpleNamespace(pid=p, usedGpuMemory=m) for p, m in self.pids.items()]
 
@@ -343,14 +445,23 @@ def test_nvml_init_failure_is_absent_with_reason() -> None:
     assert obs.gpu.present is False and obs.gpu.peak_vram_bytes is None and obs.peak_rss_bytes is None
 
 
-def _pair(pid: int, target: str, draft: str | None, method: str) -> "PairRecord":
-    from datetime import datetime, timezone
+def _pair(pid: int, target: str, draft: str | None, method: str) -> PairRecord:
+    from datetime import datetime
 
     from specreg.schemas.registry import PairRecord
 
-    t = datetime.now(timezone.utc)
-    return PairRecord(id=pid, target_sha256=target, draft_sha256=draft, method=method, rule_set="r",
-                      admitted=True, verdict_id=pid, created_at=t, updated_at=t)
+    t = datetime.now(UTC)
+    return PairRecord(
+        id=pid,
+        target_sha256=target,
+        draft_sha256=draft,
+        method=method,
+        rule_set="r",
+        admitted=True,
+        verdict_id=pid,
+        created_at=t,
+        updated_at=t,
+    )
 
 
 def test_self_speculation_pairs_covered_by_a_draft_run_are_not_run_twice() -> None:
@@ -364,7 +475,8 @@ def test_self_speculation_pairs_covered_by_a_draft_run_are_not_run_twice() -> No
     ngram_same_target = _pair(2, "T", None, "ngram-mod")
     ngram_other_target = _pair(3, "U", None, "ngram-simple")
     cache_same_target = _pair(4, "T", None, "ngram-cache")  # not among a draft run's conditions
-    kept, covered = drop_covered([planned(p) for p in
-                                  (ngram_same_target, draft_pair, ngram_other_target, cache_same_target)])
+    kept, covered = drop_covered(
+        [planned(p) for p in (ngram_same_target, draft_pair, ngram_other_target, cache_same_target)]
+    )
     assert [p.id for p, _ in kept] == [1, 3, 4]
     assert [(p.id, by.id) for p, by in covered] == [(2, 1)]

@@ -28,7 +28,9 @@ def files(tmp_path: Path) -> dict[str, Path]:
         "same": BASE.but(seed=1),
         "swapped": BASE.but(token_edits=((300, "\u2581zzz"),)),
         "template": BASE.but(chat_template="{{ other }}"),
-        "eagle": BASE.but(architecture="eagle3", n_layer=1, eagle3_target_layers=(0, 1, 2), eagle3_target_hidden_size=64),
+        "eagle": BASE.but(
+            architecture="eagle3", n_layer=1, eagle3_target_layers=(0, 1, 2), eagle3_target_hidden_size=64
+        ),
         "hostile": BASE.but(token_edits=((300, "[bold red]boom[/]\x1b[31m"),)),
     }
     return {k: write_model(tmp_path / f"{k}.gguf", s) for k, s in specs.items()}
@@ -83,15 +85,18 @@ def test_auto_detects_eagle3(capsys, files) -> None:
     assert json.loads(out)["method"] == "draft-eagle3" and code == 0
 
 
-@pytest.mark.parametrize("argv,message", [
-    (("check", "pair", "{target}", "--runtime", "llama.cpp-b1"), "unknown runtime"),
-    (("check", "pair", "{target}"), "needs a DRAFT"),
-    (("check", "pair", "{target}", "{same}", "--method", "ngram-simple"), "target alone"),
-    (("check", "pair", "{target}", "--method", "draft-simple"), "needs a DRAFT model"),
-    (("check", "pair", "{target}", "--method", "draft-bogus"), "unknown method"),
-    (("check", "pair", "/nonexistent/model.gguf", "{same}"), "no such file"),
-    (("check", "pair", "deadbeefdeadbeef", "{same}"), "deadbeef"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (("check", "pair", "{target}", "--runtime", "llama.cpp-b1"), "unknown runtime"),
+        (("check", "pair", "{target}"), "needs a DRAFT"),
+        (("check", "pair", "{target}", "{same}", "--method", "ngram-simple"), "target alone"),
+        (("check", "pair", "{target}", "--method", "draft-simple"), "needs a DRAFT model"),
+        (("check", "pair", "{target}", "--method", "draft-bogus"), "unknown method"),
+        (("check", "pair", "/nonexistent/model.gguf", "{same}"), "no such file"),
+        (("check", "pair", "deadbeefdeadbeef", "{same}"), "deadbeef"),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(capsys, files, argv, message: str) -> None:
     code, out, err = run(capsys, *(a.format(**{k: str(v) for k, v in files.items()}) for a in argv))
     assert code == 2
@@ -112,8 +117,16 @@ def test_older_rule_set_verdicts_are_stale(capsys, files) -> None:
 
     with Registry(db_path()) as reg:
         t, d = reg.add_artifact(files["target"]), reg.add_artifact(files["same"])
-        reg.record_verdict(PairVerdict(admitted=True, method="draft-simple", target_sha256=t.sha256,
-                                       draft_sha256=d.sha256, rule_set=f"{RULE_SET_DEFAULT}/r0", checks=[]))
+        reg.record_verdict(
+            PairVerdict(
+                admitted=True,
+                method="draft-simple",
+                target_sha256=t.sha256,
+                draft_sha256=d.sha256,
+                rule_set=f"{RULE_SET_DEFAULT}/r0",
+                checks=[],
+            )
+        )
     code, out, _ = run(capsys, "pairs")
     assert code == 0 and "stale" in out
     run(capsys, "check", "pair", str(files["target"]), str(files["same"]))

@@ -70,9 +70,12 @@ def _serve(target: Path, draft: Path, log_path: Path) -> tuple[subprocess.Popen[
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-c", _SERVE, str(target), str(draft), str(port)],
-                                stdout=log, stderr=subprocess.STDOUT,
-                                env={**os.environ, "GGML_NO_BACKTRACE": "1"})  # an abort skips gdb
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _SERVE, str(target), str(draft), str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "GGML_NO_BACKTRACE": "1"},
+        )  # an abort skips gdb
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -111,8 +114,17 @@ def _drafted(target: Path, draft: Path, log_path: Path) -> tuple[float, str]:
     proc, base = _serve(target, draft, log_path)
     try:
         ban = [[i, False] for i in range(N_BASE, N_BASE + 256)]
-        r = httpx.post(base + "/completion", timeout=60, json={
-            "prompt": "the of and to in is that", "n_predict": 24, "temperature": 0, "seed": 1, "logit_bias": ban})
+        r = httpx.post(
+            base + "/completion",
+            timeout=60,
+            json={
+                "prompt": "the of and to in is that",
+                "n_predict": 24,
+                "temperature": 0,
+                "seed": 1,
+                "logit_bias": ban,
+            },
+        )
         r.raise_for_status()
         metrics = httpx.get(base + "/metrics", timeout=10).text
     finally:
@@ -141,8 +153,11 @@ def test_an_id_the_draft_lacks_aborts_the_server(tmp_path: Path) -> None:
     proc, base = _serve(tmp_path / "target.gguf", tmp_path / "draft.gguf", log_path)
     try:
         with pytest.raises(httpx.TransportError):  # the server process dies mid-request
-            httpx.post(base + "/completion", timeout=60,
-                       json={"prompt": [1, 300, N_BASE + 10], "n_predict": 4, "temperature": 0})
+            httpx.post(
+                base + "/completion",
+                timeout=60,
+                json={"prompt": [1, 300, N_BASE + 10], "n_predict": 4, "temperature": 0},
+            )
         proc.wait(30)
     finally:
         _stop(proc)

@@ -12,9 +12,11 @@ from specreg import cli
 
 
 def test_startup_imports_nothing_heavy() -> None:
-    code = ("import sys, specreg.cli; "
-            "print(sorted(m for m in ('click', 'numpy', 'gguf', 'sqlite_utils', 'huggingface_hub', 'httpx', "
-            "'psutil', 'specreg.registry.store', 'specreg.benchmark.runner') if m in sys.modules))")
+    code = (
+        "import sys, specreg.cli; "
+        "print(sorted(m for m in ('click', 'numpy', 'gguf', 'sqlite_utils', 'huggingface_hub', 'httpx', "
+        "'psutil', 'specreg.registry.store', 'specreg.benchmark.runner') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from _audit_world import specreg
+
 from specreg.registry.store import Registry
 
 BUDGET_S = 120  # the budget for the whole demo on 2 cores
@@ -19,8 +20,13 @@ def test_demo_end_to_end_then_again(tmp_path: Path) -> None:
     env = {**os.environ, "COLUMNS": "200"}
     env.pop("SPECREG_DB", None)  # the demo's registry lives in DIR unless --db is given
     t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "specreg.cli", "demo", "--dir", str(folder)],
-                          capture_output=True, text=True, env=env, timeout=BUDGET_S + 60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "specreg.cli", "demo", "--dir", str(folder)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=BUDGET_S + 60,
+    )
     took = time.monotonic() - t0
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert took < BUDGET_S, took

@@ -11,20 +11,24 @@ import os
 from pathlib import Path
 
 import pytest
-from hubserver import CARD, REPO, FakeHub, set_online, gguf_bytes, go_offline, hub, run_cli  # noqa: F401
+from hubserver import CARD, REPO, FakeHub, gguf_bytes, go_offline, hub, run_cli, set_online  # noqa: F401
 
 from specreg.errors import UsageError
 from specreg.registry.hub import recognise_cached
 from specreg.registry.store import Registry
 from specreg.testing import ModelSpec, write_model
 
+
 def download(hub: FakeHub, monkeypatch: pytest.MonkeyPatch, repo: str, filename: str, revision: str) -> Path:
     """The real client puts one file into the HF cache (HF_HOME from conftest), then we go offline."""
     from huggingface_hub import hf_hub_download
 
     set_online(monkeypatch, hub.endpoint)
-    path = Path(hf_hub_download(repo, filename, revision=revision, endpoint=hub.endpoint,
-                                cache_dir=Path(os.environ["HF_HOME"]) / "hub"))
+    path = Path(
+        hf_hub_download(
+            repo, filename, revision=revision, endpoint=hub.endpoint, cache_dir=Path(os.environ["HF_HOME"]) / "hub"
+        )
+    )
     go_offline(monkeypatch)
     return path
 
@@ -97,7 +101,9 @@ def test_register_records_cache_provenance_and_card_conflict(cached: tuple[Path,
     assert p.extra["hf_cache"]["refs"] == ["main"]
     lic = rec.licence
     assert [(s.source, s.value, s.name) for s in lic.sources] == [
-        ("model_card", "other", "llama3.1"), ("gguf", "apache-2.0", None)]
+        ("model_card", "other", "llama3.1"),
+        ("gguf", "apache-2.0", None),
+    ]
     assert lic.sources[0].link == "https://example.org/LICENSE"
     assert (lic.effective, lic.effective_source, lic.conflict) == ("other", "model_card", True)
 

@@ -107,8 +107,9 @@ def test_fetch_tampered_file_is_removed_and_not_registered(online: FakeHub) -> N
 
 
 def test_fetch_missing_revision(online: FakeHub, repo: str) -> None:
-    assert_one_line_error(run_cli("fetch", REPO, FILE, "--revision", "no-such-branch"),
-                          "revision 'no-such-branch' not found")
+    assert_one_line_error(
+        run_cli("fetch", REPO, FILE, "--revision", "no-such-branch"), "revision 'no-such-branch' not found"
+    )
     assert _artifact_count() == 0
 
 
@@ -129,8 +130,9 @@ def test_fetch_connection_dropped_mid_download(online: FakeHub) -> None:
     assert _cache_blobs() == [] and not list(root.rglob("*.incomplete"))
 
 
-def test_offline_says_so_and_local_register_still_works(online: FakeHub, repo: str, monkeypatch: pytest.MonkeyPatch,
-                                                       tmp_path: Path) -> None:
+def test_offline_says_so_and_local_register_still_works(
+    online: FakeHub, repo: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     go_offline(monkeypatch)
     assert_one_line_error(run_cli("fetch", REPO, FILE), "HF_HUB_OFFLINE")
     local = tmp_path / "m.gguf"
@@ -197,8 +199,9 @@ def test_register_verify_cached_file_uses_its_snapshot(online: FakeHub, repo: st
 def test_register_verify_mismatch_registers_nothing(online: FakeHub, repo: str, tmp_path: Path) -> None:
     local = tmp_path / FILE
     local.write_bytes(gguf_bytes(seed=9))  # same name, other bytes
-    err = assert_one_line_error(run_cli("register", str(local), "--repo", REPO, "--revision", "main", "--verify"),
-                                "does not match", FILE)
+    err = assert_one_line_error(
+        run_cli("register", str(local), "--repo", REPO, "--revision", "main", "--verify"), "does not match", FILE
+    )
     assert repo[:12] in err
     assert _artifact_count() == 0 and local.exists()  # the user's own file is never deleted
 
@@ -229,7 +232,7 @@ def test_corrupted_cache_blob_is_caught_removed_and_fetched_again(online: FakeHu
 
 
 def test_cli_fetch_prints_provenance_and_hostile_card_text_literally(online: FakeHub) -> None:
-    card = b"---\nlicense: other\nlicense_name: \"[bold red]evil[/bold red]\\x1b[31m\"\n---\n"
+    card = b'---\nlicense: other\nlicense_name: "[bold red]evil[/bold red]\\x1b[31m"\n---\n'
     commit = online.add_commit(REPO, {FILE: gguf_bytes(), "README.md": card})
     proc = run_cli("fetch", REPO, FILE, "--revision", "main")
     assert proc.returncode == 0, proc.stderr

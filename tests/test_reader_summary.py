@@ -11,25 +11,33 @@ import numpy as np
 import pytest
 
 from specreg.errors import GGUFError
-from specreg.testing import ModelSpec, write_model
 from specreg.gguf.reader import GGUFArray, open_gguf
 from specreg.gguf.summary import summarize
+from specreg.testing import ModelSpec, write_model
 
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     d = tmp_path_factory.mktemp("models")
     specs = {
-        "target": ModelSpec(chat_template="{{ messages }}", base_model="Org/Base", base_model_repo_url="https://x/base",
-                            repo_url="https://x/target", license_name="Apache 2.0", license_link="https://x/LICENSE"),
+        "target": ModelSpec(
+            chat_template="{{ messages }}",
+            base_model="Org/Base",
+            base_model_repo_url="https://x/base",
+            repo_url="https://x/target",
+            license_name="Apache 2.0",
+            license_link="https://x/LICENSE",
+        ),
         "same": ModelSpec(seed=7, name="other-weights"),
         "edited": ModelSpec(token_edits=((300, "changed"),)),
         "bpe": ModelSpec(vocab_type="gpt2", pre="qwen2", bos_id=None, unk_id=None),
         "mtp": ModelSpec(nextn_predict_layers=1),
-        "eagle3": ModelSpec(architecture="eagle3", eagle3_target_layers=(1, 3, 5), eagle3_target_hidden_size=128,
-                            d2t=(0, 5, -1, 7)),
-        "dflash": ModelSpec(architecture="dflash", dflash_block_size=16, dflash_target_layers=(2, 4),
-                            dflash_target_hidden_size=64),
+        "eagle3": ModelSpec(
+            architecture="eagle3", eagle3_target_layers=(1, 3, 5), eagle3_target_hidden_size=128, d2t=(0, 5, -1, 7)
+        ),
+        "dflash": ModelSpec(
+            architecture="dflash", dflash_block_size=16, dflash_target_layers=(2, 4), dflash_target_hidden_size=64
+        ),
         "f16": ModelSpec(file_type="f16"),
         "vocab": ModelSpec(vocab_only=True),
     }
@@ -44,7 +52,16 @@ def test_summary_reads_identity_shape_and_tokenizer(models: dict[str, Path]) -> 
     assert s.sha256 is None and not s.vocab_only and s.n_tensors == len(open_gguf(models["target"]).tensors)
     t = s.tokenizer
     assert (t.model, t.pre, t.bos_id, t.eos_id, t.unk_id, t.pad_id, t.add_bos, t.add_eos, t.add_sep) == (
-        "llama", None, 1, 2, 0, None, True, False, None)
+        "llama",
+        None,
+        1,
+        2,
+        0,
+        None,
+        True,
+        False,
+        None,
+    )
     assert t.n_tokens == len(open_gguf(models["target"]).token_texts()) > 256
     assert t.chat_template_present and t.chat_template_sha256 == hashlib.sha256(b"{{ messages }}").hexdigest()
     assert s.license.model_dump() == {"license": "apache-2.0", "name": "Apache 2.0", "link": "https://x/LICENSE"}

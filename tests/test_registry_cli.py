@@ -17,8 +17,9 @@ def test_register_list_and_reregister(tmp_path: Path) -> None:
     db = tmp_path / "reg.db"
     t = model(tmp_path, "t.gguf", name="tiny-target")
     d = model(tmp_path, "d.gguf", seed=7, name="tiny-draft")
-    rc, out, err = run("register", str(t), str(d), "--repo", "org/tiny", "--revision", "0123456789abcdef",
-                       "--json", db=db)
+    rc, out, err = run(
+        "register", str(t), str(d), "--repo", "org/tiny", "--revision", "0123456789abcdef", "--json", db=db
+    )
     assert rc == 0, err
     recs = json.loads(out)
     assert [r["sha256"] for r in recs] == [_sha(t), _sha(d)]
@@ -28,7 +29,9 @@ def test_register_list_and_reregister(tmp_path: Path) -> None:
     assert again.split() == [_sha(t), str(t), "(known,", "not", "re-hashed)"]
     rows = json.loads(run("artifacts", "--json", db=db)[1])
     assert [(r["sha256"], r["paths"], r["provenance"]["repo"]) for r in rows] == [
-        (_sha(t), [str(t)], "org/tiny"), (_sha(d), [str(d)], "org/tiny")]
+        (_sha(t), [str(t)], "org/tiny"),
+        (_sha(d), [str(d)], "org/tiny"),
+    ]
     assert all("summary" not in r for r in rows)
     table = run("artifacts", db=db)[1]
     for text in (_sha(t)[:12], "tiny-target", "tiny-draft", "llama", "ALL_F32", "org/tiny", "0123456789", str(t)):

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from _registry_helpers import cli, model, one_line_error, run
 
-from specreg.errors import RegistryError
 from specreg.atomic import write_atomic
+from specreg.errors import RegistryError
 from specreg.registry.store import Registry
 from specreg.schemas.checks import CheckResult, PairVerdict
 
@@ -27,8 +27,14 @@ N_PROCS = 8
 
 
 def _verdict(t: str, d: str | None, method: str = "draft-simple") -> PairVerdict:
-    return PairVerdict(admitted=True, method=method, target_sha256=t, draft_sha256=d, rule_set="rs",
-                       checks=[CheckResult(code="vocab.type", severity="pass", message="same")])
+    return PairVerdict(
+        admitted=True,
+        method=method,
+        target_sha256=t,
+        draft_sha256=d,
+        rule_set="rs",
+        checks=[CheckResult(code="vocab.type", severity="pass", message="same")],
+    )
 
 
 def _worker(db: str, shared: list[str], own: list[str], barrier: object, out: object) -> None:
@@ -70,7 +76,8 @@ def test_eight_processes_register_and_record_at_once(tmp_path: Path) -> None:
         assert q("SELECT count(*) FROM verdicts") == N_PROCS * (N_PROCS + 1)
         assert {p.n_verdicts for p in reg.pairs()} == {N_PROCS}
         assert q("SELECT count(*) FROM _sqlite_migrations") == len(
-            {r[0] for r in reg.db.execute("SELECT name FROM _sqlite_migrations")})
+            {r[0] for r in reg.db.execute("SELECT name FROM _sqlite_migrations")}
+        )
         assert q("PRAGMA integrity_check") == "ok"
 
 
@@ -92,8 +99,9 @@ _KILLED_WRITER = textwrap.dedent(
 def test_writer_killed_mid_transaction_keeps_last_commit(tmp_path: Path) -> None:
     db = tmp_path / "reg.db"
     a, b = model(tmp_path, "a.gguf", seed=1, name="A"), model(tmp_path, "b.gguf", seed=2, name="B")
-    proc = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, str(db), str(a), str(b)],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_WRITER, str(db), str(a), str(b)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "inside"
         with Registry(db, busy_timeout_s=0.2) as other:  # the lock is really held
@@ -141,7 +149,8 @@ def test_read_only_registry_is_one_clear_line_and_nothing_changes(tmp_path: Path
     with _immutable(db if what == "file" else folder):
         line = one_line_error(cli("register", str(b), db=db))
         assert line == f"error: registry {db} is read-only; nothing was written" or (
-            line.startswith(f"error: registry {db} is read-only (")), line
+            line.startswith(f"error: registry {db} is read-only (")
+        ), line
         rc, out, _ = run("artifacts", "--json", db=db)  # reading still works
         assert rc == 0 and [r["paths"] for r in json.loads(out)] == [[str(a)]]
     assert db.read_bytes() == before
@@ -152,8 +161,12 @@ def test_read_only_registry_is_one_clear_line_and_nothing_changes(tmp_path: Path
 @contextmanager
 def _tmpfs(where: Path, size: str) -> Iterator[Path]:
     where.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
-                      capture_output=True).returncode != 0:
+    if (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)], capture_output=True
+        ).returncode
+        != 0
+    ):
         pytest.skip("mounting a tmpfs is not permitted here")
     try:
         yield where
@@ -216,9 +229,14 @@ def test_file_size_limit_mid_write_keeps_earlier_records(tmp_path: Path) -> None
         wal, shm = Path(f"{db}-wal"), Path(f"{db}-shm")
         limit = max(wal.stat().st_size, shm.stat().st_size)
         env = {**os.environ, "SPECREG_DB": str(db)}
-        proc = subprocess.run([sys.executable, "-m", "specreg.cli", "register", str(b)], env=env,
-                              capture_output=True, text=True, timeout=60,
-                              preexec_fn=lambda: _limit_file_size(limit))
+        proc = subprocess.run(
+            [sys.executable, "-m", "specreg.cli", "register", str(b)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            preexec_fn=lambda: _limit_file_size(limit),
+        )
         line = one_line_error(proc)
         assert str(db) in line and "no space left to write" in line, line
     with Registry(db) as reg:
@@ -246,8 +264,13 @@ def test_write_atomic_failure_keeps_the_old_file(tmp_path: Path) -> None:
     target = tmp_path / "report.md"
     write_atomic(target, "previous report")
     script = "import sys; from specreg.atomic import write_atomic; write_atomic(sys.argv[1], b'x' * (1 << 20))"
-    proc = subprocess.run([sys.executable, "-c", script, str(target)], capture_output=True, text=True,
-                          timeout=60, preexec_fn=lambda: _limit_file_size(64 * 1024))
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(target)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=lambda: _limit_file_size(64 * 1024),
+    )
     assert proc.returncode != 0 and "File too large" in proc.stderr
     assert target.read_text() == "previous report"
     assert [p.name for p in tmp_path.iterdir()] == ["report.md"]  # no temp file left behind

@@ -12,9 +12,7 @@ import pytest
 from specreg.registry import hashing
 
 
-@pytest.mark.parametrize(
-    "size", [0, 1, hashing.CHUNK - 1, hashing.CHUNK, hashing.CHUNK + 1, 3 * hashing.CHUNK + 17]
-)
+@pytest.mark.parametrize("size", [0, 1, hashing.CHUNK - 1, hashing.CHUNK, hashing.CHUNK + 1, 3 * hashing.CHUNK + 17])
 def test_digest_matches_hashlib_at_chunk_boundaries(tmp_path: Path, size: int) -> None:
     data = os.urandom(size)
     p = tmp_path / "f.bin"

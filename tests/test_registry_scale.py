@@ -21,18 +21,25 @@ def _fill(reg: Registry, tmp_path: Path) -> list[str]:
     art = dict(reg._one("SELECT * FROM artifacts WHERE sha256 = ?", (real.sha256,)))
     path = dict(reg._one("SELECT * FROM artifact_paths WHERE sha256 = ?", (real.sha256,)))
     shas = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(N_ARTIFACTS - 1)]
-    checks = [CheckResult(code=f"check.{k}", severity="pass", message="ok " * 10, evidence={"k": k})
-              for k in range(12)]
+    checks = [CheckResult(code=f"check.{k}", severity="pass", message="ok " * 10, evidence={"k": k}) for k in range(12)]
     with reg.write() as db:
-        db["artifacts"].insert_all(({**art, "sha256": s, "name": f"m{i}"} for i, s in enumerate(shas)),
-                                   batch_size=500)
+        db["artifacts"].insert_all(({**art, "sha256": s, "name": f"m{i}"} for i, s in enumerate(shas)), batch_size=500)
         db["artifact_paths"].insert_all(
-            ({**path, "id": None, "sha256": s, "path": f"/models/{s}.gguf", "inode": i}
-             for i, s in enumerate(shas)), batch_size=500)
+            ({**path, "id": None, "sha256": s, "path": f"/models/{s}.gguf", "inode": i} for i, s in enumerate(shas)),
+            batch_size=500,
+        )
     with reg.write():  # one outer transaction: 5,000 fsyncs would only measure the disk
         for i in range(N_PAIRS):
-            reg.record_verdict(PairVerdict(admitted=i % 3 != 0, method="draft-simple", target_sha256=shas[i],
-                                           draft_sha256=shas[i + N_PAIRS - 1], rule_set="rs", checks=checks))
+            reg.record_verdict(
+                PairVerdict(
+                    admitted=i % 3 != 0,
+                    method="draft-simple",
+                    target_sha256=shas[i],
+                    draft_sha256=shas[i + N_PAIRS - 1],
+                    rule_set="rs",
+                    checks=checks,
+                )
+            )
     return shas
 
 

@@ -107,7 +107,10 @@ def test_licence_precedence_user_over_model_card_over_gguf(reg: Registry, tmp_pa
     assert (rec.licence.effective, rec.licence.conflict) == ("mit", False)
     rec = reg.add_licence_source(rec.sha256, LicenceSource(source="model_card", value="llama3.1"))
     assert (rec.licence.effective, rec.licence.effective_source, rec.licence.conflict) == (
-        "llama3.1", "model_card", True)
+        "llama3.1",
+        "model_card",
+        True,
+    )
     rec = reg.add_artifact(p, license="Apache-2.0")
     assert (rec.licence.effective, rec.licence.effective_source) == ("apache-2.0", "user")
     assert [s.source for s in rec.licence.sources] == ["user", "model_card", "gguf"]
@@ -129,8 +132,12 @@ def test_set_provenance_merges_extra(reg: Registry, tmp_path: Path) -> None:
     rec = reg.add_artifact(model(tmp_path, "t.gguf"), provenance_extra={"a": 1})
     rec = reg.set_provenance(rec.sha256, repo="org/m", revision="f" * 40, source="hf_cache", extra={"b": 2})
     assert rec.provenance.model_dump() == {
-        "repo": "org/m", "revision": "f" * 40, "filename": "t.gguf", "source": "hf_cache",
-        "extra": {"a": 1, "b": 2}}
+        "repo": "org/m",
+        "revision": "f" * 40,
+        "filename": "t.gguf",
+        "source": "hf_cache",
+        "extra": {"a": 1, "b": 2},
+    }
 
 
 def test_get_artifact_by_prefix_and_errors(reg: Registry, tmp_path: Path) -> None:
@@ -234,8 +241,14 @@ def test_locate_returns_a_verified_path(reg: Registry, tmp_path: Path) -> None:
 def _verdict(t: str, d: str | None, admitted: bool, method: str = "draft-simple", **kw: object) -> PairVerdict:
     sev = "pass" if admitted else "error"
     return PairVerdict(
-        admitted=admitted, method=method, target_sha256=t, draft_sha256=d, rule_set="rs-1",
-        checks=[CheckResult(code="vocab.type", severity=sev, message="m", evidence={"a": 1})], **kw)
+        admitted=admitted,
+        method=method,
+        target_sha256=t,
+        draft_sha256=d,
+        rule_set="rs-1",
+        checks=[CheckResult(code="vocab.type", severity=sev, message="m", evidence={"a": 1})],
+        **kw,
+    )
 
 
 def test_verdicts_keep_history_and_pairs_show_latest(reg: Registry, tmp_path: Path) -> None:
@@ -269,15 +282,13 @@ def test_verdict_for_unregistered_artifact_writes_nothing(reg: Registry, tmp_pat
 
 def test_failed_write_rolls_back_everything(reg: Registry, tmp_path: Path) -> None:
     rec = reg.add_artifact(model(tmp_path, "t.gguf"))
-    with pytest.raises(RegistryError, match="UNIQUE"):
-        with reg.write() as db:
-            db.execute("UPDATE artifacts SET name = 'half-done' WHERE sha256 = ?", (rec.sha256,))
-            db.execute("INSERT INTO artifact_paths SELECT * FROM artifact_paths")  # duplicate path
+    with pytest.raises(RegistryError, match="UNIQUE"), reg.write() as db:
+        db.execute("UPDATE artifacts SET name = 'half-done' WHERE sha256 = ?", (rec.sha256,))
+        db.execute("INSERT INTO artifact_paths SELECT * FROM artifact_paths")  # duplicate path
     assert reg.get_artifact(rec.sha256).name == rec.name
-    with pytest.raises(KeyError):
-        with reg.write() as db:
-            db.execute("DELETE FROM artifact_paths")
-            raise KeyError("any exception")
+    with pytest.raises(KeyError), reg.write() as db:
+        db.execute("DELETE FROM artifact_paths")
+        raise KeyError("any exception")
     assert _count(reg, "artifact_paths") == 1
 
 

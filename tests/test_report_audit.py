@@ -6,12 +6,12 @@ import re
 from pathlib import Path
 
 import pytest
-
 from _audit_world import HOSTILE, LENIENT, AuditWorld, specreg
-from specreg.errors import UsageError
+
 from specreg.audit.run import run_audit
+from specreg.errors import UsageError
 from specreg.registry.store import Registry
-from specreg.report import write_audit_report
+from specreg.report.write import write_audit_report
 from specreg.schemas.audit import AuditReport
 
 NAMESPACES = {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
@@ -76,8 +76,16 @@ def test_report_path_is_checked_first(report: AuditReport, tmp_path: Path) -> No
 def test_audit_cli_writes_the_report(audit_world: AuditWorld, tmp_path: Path) -> None:
     policy = audit_world.policy_file(tmp_path)
     out = tmp_path / "cli.html"
-    code, stdout, stderr = specreg("audit", "--pair", str(audit_world.pairs["draft-simple"]), "--policy",
-                                   str(policy), "--report", str(out), db=audit_world.db)
+    code, stdout, stderr = specreg(
+        "audit",
+        "--pair",
+        str(audit_world.pairs["draft-simple"]),
+        "--policy",
+        str(policy),
+        "--report",
+        str(out),
+        db=audit_world.db,
+    )
     assert code == 0, stderr
     assert "report:" in stdout and "rollback" in stdout
     text = out.read_text("utf-8")
@@ -93,14 +101,17 @@ def test_runs_show_report(audit_world: AuditWorld, tmp_path: Path) -> None:
     _assert_self_contained(text)
     assert text.count("<svg") == 3 and audit_world.run_id in text and "speculation did not run" in text
     md = tmp_path / "run.md"
-    code, stdout, stderr = specreg("runs", "show", audit_world.run_id, "--report", str(md), "--json",
-                                   db=audit_world.db)
+    code, stdout, stderr = specreg("runs", "show", audit_world.run_id, "--report", str(md), "--json", db=audit_world.db)
     assert code == 0, stderr
     assert stdout.lstrip().startswith("{")  # --json keeps stdout machine-readable
-    assert sorted(p.name for p in tmp_path.glob("run-*.svg")) == ["run-acceptance.svg", "run-memory.svg",
-                                                                  "run-speedup.svg"]
-    code, _, stderr = specreg("runs", "show", audit_world.run_id, "--report", str(tmp_path / "x.txt"),
-                              db=audit_world.db)
+    assert sorted(p.name for p in tmp_path.glob("run-*.svg")) == [
+        "run-acceptance.svg",
+        "run-memory.svg",
+        "run-speedup.svg",
+    ]
+    code, _, stderr = specreg(
+        "runs", "show", audit_world.run_id, "--report", str(tmp_path / "x.txt"), db=audit_world.db
+    )
     assert code == 2 and "Traceback" not in stderr
     assert stderr.startswith("error:") and "x.txt" in stderr.splitlines()[0]
 

@@ -11,7 +11,6 @@ import textwrap
 from pathlib import Path
 
 import gguf
-import pytest
 
 from specreg.testing import ModelSpec, write_model
 from specreg.testing.factory import SMALL_NOISE
@@ -96,7 +95,9 @@ def _free_port() -> int:
 def _serve(target: Path, draft: Path) -> dict:
     out = subprocess.run(
         [sys.executable, "-c", _SERVE, str(target), str(draft), str(_free_port())],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])

@@ -22,7 +22,10 @@ PAYLOAD = "{{ cycler.__init__.__globals__.os.popen('touch %s').read() }}"
 def _specreg(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "specreg.cli", *args],
-        capture_output=True, text=True, timeout=60, env={**os.environ, "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "COLUMNS": "200"},
     )
 
 

@@ -8,20 +8,20 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
 from _pair_helpers import RULES, codes, errors, one
 
-from specreg.testing import realvocab
 from specreg.gguf.reader import GGUFFile, open_gguf
+from specreg.testing import realvocab
 from specreg.validators.pair import check_pair
 
 ADMITTED_CROSS = {frozenset(p) for p in (("llama-spm", "phi-3"), ("qwen2", "qwen35"), ("mpt", "gpt-neox"))}
 
 
-@lru_cache(maxsize=None)
+@cache
 def _open(path: Path) -> GGUFFile:
     return open_gguf(path)
 
@@ -39,8 +39,9 @@ CASES = [
 
 @pytest.mark.realvocab
 @pytest.mark.parametrize("target,draft,want_errors,want_warn", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
-def test_real_pairs(real_vocab: Callable[[str], Path], target: str, draft: str,
-                    want_errors: set[str], want_warn: set[str]) -> None:
+def test_real_pairs(
+    real_vocab: Callable[[str], Path], target: str, draft: str, want_errors: set[str], want_warn: set[str]
+) -> None:
     checks = check_pair(_open(real_vocab(target)), _open(real_vocab(draft)), "draft-simple", rule_set=RULES)
     assert errors(checks) == want_errors
     assert want_warn <= codes(checks, "warn")

@@ -63,8 +63,8 @@ def test_other_thresholds_are_a_data_change(tmp_path: Path, monkeypatch: pytest.
     load_rule_set.cache_clear()
     try:
         wide = load_rule_set("llama.cpp-b99999")
-        from specreg.testing import write_model
         from specreg.gguf.reader import open_gguf
+        from specreg.testing import write_model
         from specreg.validators.pair import check_pair
 
         t = open_gguf(write_model(tmp_path / "t.gguf", BASE))
@@ -87,22 +87,31 @@ def test_invalid_rule_file_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.
 
 
 def _summary(n_tokens: int = 1000, **tok: object) -> GGUFSummary:
-    return GGUFSummary(path="x.gguf", file_size=1, version=3, n_tensors=0, n_kv=0,
-                       tokenizer=TokenizerSummary(n_tokens=n_tokens, merges_sha256="m", n_merges=1, **tok))
+    return GGUFSummary(
+        path="x.gguf",
+        file_size=1,
+        version=3,
+        n_tensors=0,
+        n_kv=0,
+        tokenizer=TokenizerSummary(n_tokens=n_tokens, merges_sha256="m", n_merges=1, **tok),
+    )
 
 
-@pytest.mark.parametrize("tok,want", [
-    ({"model": "llama"}, {"vocab_type": "SPM", "add_bos": True, "bos": 1, "add_eos": False, "eos": 2}),
-    ({"model": "gpt2", "pre": "qwen2"}, {"vocab_type": "BPE", "add_bos": False, "bos": 11, "eos": 11}),
-    ({"model": "gpt2", "pre": "llama-bpe"}, {"add_bos": True}),
-    ({"model": "gpt2", "pre": "tekken"}, {"add_bos": True}),
-    ({"model": "gpt2", "pre": "chatglm-bpe"}, {"bos": None, "eos": 11}),
-    ({"model": "gpt2", "pre": "chatglm-bpe", "bos_id": 7}, {"bos": 7}),
-    ({"model": "gemma4", "add_bos": False}, {"add_bos": True, "pre": "gemma4"}),
-    ({"model": "t5"}, {"vocab_type": "UGM", "add_bos": False, "add_eos": True, "eos": 1}),
-    ({"model": "bert"}, {"vocab_type": "WPM", "add_bos": True, "bos": 101, "eos": None}),
-    ({"model": "llama", "add_bos": False, "bos_id": 9}, {"add_bos": False, "bos": 9}),
-])
+@pytest.mark.parametrize(
+    "tok,want",
+    [
+        ({"model": "llama"}, {"vocab_type": "SPM", "add_bos": True, "bos": 1, "add_eos": False, "eos": 2}),
+        ({"model": "gpt2", "pre": "qwen2"}, {"vocab_type": "BPE", "add_bos": False, "bos": 11, "eos": 11}),
+        ({"model": "gpt2", "pre": "llama-bpe"}, {"add_bos": True}),
+        ({"model": "gpt2", "pre": "tekken"}, {"add_bos": True}),
+        ({"model": "gpt2", "pre": "chatglm-bpe"}, {"bos": None, "eos": 11}),
+        ({"model": "gpt2", "pre": "chatglm-bpe", "bos_id": 7}, {"bos": 7}),
+        ({"model": "gemma4", "add_bos": False}, {"add_bos": True, "pre": "gemma4"}),
+        ({"model": "t5"}, {"vocab_type": "UGM", "add_bos": False, "add_eos": True, "eos": 1}),
+        ({"model": "bert"}, {"vocab_type": "WPM", "add_bos": True, "bos": 101, "eos": None}),
+        ({"model": "llama", "add_bos": False, "bos_id": 9}, {"add_bos": False, "bos": 9}),
+    ],
+)
 def test_effective_values_follow_llama_cpp_defaults(tok: dict, want: dict) -> None:
     v = effective_vocab(_summary(**tok), RULES)
     assert v.problem is None
@@ -115,11 +124,14 @@ def test_default_ids_outside_the_vocabulary_are_disabled() -> None:
     assert any("outside the vocabulary" in n for n in v.notes)
 
 
-@pytest.mark.parametrize("tok,problem", [
-    ({"model": "sentencepiece-ish"}, "unknown tokenizer"),
-    ({}, "no tokenizer.ggml.model"),
-    ({"model": "gpt2", "pre": "brand-new"}, "unknown pre-tokenizer"),
-])
+@pytest.mark.parametrize(
+    "tok,problem",
+    [
+        ({"model": "sentencepiece-ish"}, "unknown tokenizer"),
+        ({}, "no tokenizer.ggml.model"),
+        ({"model": "gpt2", "pre": "brand-new"}, "unknown pre-tokenizer"),
+    ],
+)
 def test_tokenizers_llama_cpp_cannot_load(tok: dict, problem: str) -> None:
     v = effective_vocab(_summary(**tok), RULES)
     assert v.problem and problem in v.problem

@@ -16,7 +16,13 @@ BPE = BASE.but(vocab_type="gpt2", pre="gpt-2")
 CASES = [
     ("identical", BASE, BASE, set(), set()),
     ("token text at id >= 5", BASE, BASE.but(token_edits=((300, "\u2581zzz"),)), {"vocab.tokens"}, set()),
-    ("token text at id < 5 (llama.cpp skips ids 0-4)", BASE, BASE.but(token_edits=((3, "<0xZZ>"),)), set(), {"vocab.tokens_head"}),
+    (
+        "token text at id < 5 (llama.cpp skips ids 0-4)",
+        BASE,
+        BASE.but(token_edits=((3, "<0xZZ>"),)),
+        set(),
+        {"vocab.tokens_head"},
+    ),
     ("add_bos differs", BASE, BASE.but(add_bos=False), {"vocab.bos"}, set()),
     ("bos id differs while added", BASE, BASE.but(bos_id=5), {"vocab.bos"}, set()),
     ("bos id differs, not added", BASE.but(add_bos=False), BASE.but(add_bos=False, bos_id=5), set(), set()),
@@ -24,23 +30,65 @@ CASES = [
     ("eos id differs while added", BASE.but(add_eos=True), BASE.but(add_eos=True, eos_id=5), {"vocab.eos"}, set()),
     ("eos id differs, not added", BASE, BASE.but(eos_id=5), set(), {"vocab.eog"}),
     ("eot differs", BASE, BASE.but(eot_id=2), set(), {"vocab.eog"}),
-    ("draft +128 padding tokens (the limit)", BASE, BASE.but(pad_tokens=128), set(), {"vocab.padding", "vocab.extra_ids"}),
+    (
+        "draft +128 padding tokens (the limit)",
+        BASE,
+        BASE.but(pad_tokens=128),
+        set(),
+        {"vocab.padding", "vocab.extra_ids"},
+    ),
     ("draft +129 padding tokens", BASE, BASE.but(pad_tokens=129), {"vocab.n_tokens"}, {"vocab.padding"}),
     ("target +100 padding tokens", BASE.but(pad_tokens=100), BASE, set(), {"vocab.padding", "vocab.extra_ids"}),
     ("target +50 real extra tokens", BASE.but(extra_tokens=50), BASE, set(), {"vocab.padding"}),
-    ("vocab type differs, same texts", BASE, BPE.but(token_edits=SPM_TEXTS), {"vocab.type"}, {"vocab.token_types", "vocab.merges", "vocab.pre"}),
+    (
+        "vocab type differs, same texts",
+        BASE,
+        BPE.but(token_edits=SPM_TEXTS),
+        {"vocab.type"},
+        {"vocab.token_types", "vocab.merges", "vocab.pre"},
+    ),
     ("SPM add_bos absent = true (effective)", BASE.but(add_bos=None), BASE, set(), set()),
     ("SPM add_bos absent vs false (effective)", BASE.but(add_bos=None), BASE.but(add_bos=False), {"vocab.bos"}, set()),
-    ("BPE llama-bpe pre implies add_bos", BPE.but(pre="llama-bpe", add_bos=None), BPE.but(pre="gpt-2", add_bos=None), {"vocab.bos"}, {"vocab.pre"}),
+    (
+        "BPE llama-bpe pre implies add_bos",
+        BPE.but(pre="llama-bpe", add_bos=None),
+        BPE.but(pre="gpt-2", add_bos=None),
+        {"vocab.bos"},
+        {"vocab.pre"},
+    ),
     ("BPE default bos 11 equals explicit 11", BPE.but(bos_id=None), BPE.but(bos_id=11), set(), set()),
     ("BPE default bos 11 vs explicit 12", BPE.but(bos_id=None), BPE.but(bos_id=12), {"vocab.bos"}, set()),
     ("token type differs", BASE, BASE.but(token_type_edits=((300, 4),)), set(), {"vocab.token_types"}),
     ("pre-tokenizer differs", BPE.but(pre="qwen2"), BPE.but(pre="qwen35"), set(), {"vocab.pre"}),
     ("merges differ", BPE, BPE.but(merge_edits=((0, "x y"),)), set(), {"vocab.merges"}),
-    ("chat template differs", BASE.but(chat_template="{{ a }}"), BASE.but(chat_template="{{ b }}"), set(), {"vocab.chat_template"}),
-    ("empty text == [EMPTY_i] (llama.cpp renames empties)", BASE.but(token_edits=((300, "[EMPTY_300]"),)), BASE.but(token_edits=((300, ""),)), set(), set()),
-    ("texts equal up to a NUL (strcmp)", BASE.but(token_edits=((300, "ab\0c"),)), BASE.but(token_edits=((300, "ab\0d"),)), set(), set()),
-    ("texts differ before a NUL", BASE.but(token_edits=((300, "ab\0c"),)), BASE.but(token_edits=((300, "ax\0c"),)), {"vocab.tokens"}, set()),
+    (
+        "chat template differs",
+        BASE.but(chat_template="{{ a }}"),
+        BASE.but(chat_template="{{ b }}"),
+        set(),
+        {"vocab.chat_template"},
+    ),
+    (
+        "empty text == [EMPTY_i] (llama.cpp renames empties)",
+        BASE.but(token_edits=((300, "[EMPTY_300]"),)),
+        BASE.but(token_edits=((300, ""),)),
+        set(),
+        set(),
+    ),
+    (
+        "texts equal up to a NUL (strcmp)",
+        BASE.but(token_edits=((300, "ab\0c"),)),
+        BASE.but(token_edits=((300, "ab\0d"),)),
+        set(),
+        set(),
+    ),
+    (
+        "texts differ before a NUL",
+        BASE.but(token_edits=((300, "ab\0c"),)),
+        BASE.but(token_edits=((300, "ax\0c"),)),
+        {"vocab.tokens"},
+        set(),
+    ),
     ("draft context shorter", BASE, BASE.but(n_ctx=256), set(), {"draft.context_length"}),
     ("architecture differs", BASE, BASE.but(architecture="qwen2"), set(), {"arch.family"}),
     ("vocab-only draft", BASE, BASE.but(vocab_only=True), set(), {"file.vocab_only"}),
@@ -68,7 +116,11 @@ def test_padding_is_named_padding_and_real_extras_are_not(tmp_path: Path) -> Non
     pad = one(run_pair(tmp_path, BASE.but(pad_tokens=100), BASE, "draft-simple"), "vocab.padding")
     assert pad.severity == "info" and pad.evidence["extra"] == 100
     real = one(run_pair(tmp_path, BASE.but(extra_tokens=3, pad_tokens=10), BASE, "draft-simple"), "vocab.padding")
-    assert real.severity == "warn" and [r["text"] for r in real.evidence["real"]] == ["<extra_0>", "<extra_1>", "<extra_2>"]
+    assert real.severity == "warn" and [r["text"] for r in real.evidence["real"]] == [
+        "<extra_0>",
+        "<extra_1>",
+        "<extra_2>",
+    ]
 
 
 def test_strict_turns_warnings_into_errors(tmp_path: Path) -> None:

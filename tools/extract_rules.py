@@ -51,7 +51,9 @@ def _flags(body: str) -> dict[str, bool]:
 def _vocab_rules(vocab_cpp: str) -> dict[str, Any]:
     load = _between(vocab_cpp, "void llama_vocab::impl::load(", "\nvoid llama_vocab::impl::")
     models_part = _between(load, "// determine vocab type", "// for now, only BPE models have pre-tokenizers")
-    pre_part = _between(load, "// for now, only BPE models have pre-tokenizers", "ml.get_key(LLM_KV_TOKENIZER_ADD_PREFIX")
+    pre_part = _between(
+        load, "// for now, only BPE models have pre-tokenizers", "ml.get_key(LLM_KV_TOKENIZER_ADD_PREFIX"
+    )
     bpe_part, _, per_type_part = pre_part.partition("} else if (type == LLAMA_VOCAB_TYPE_SPM)")
     per_type_part = "} else if (type == LLAMA_VOCAB_TYPE_SPM)" + per_type_part
 
@@ -133,9 +135,7 @@ def _mtp_rules(root: Path) -> dict[str, Any]:
     archs: set[str] = set()
     for f in sorted((src / "models").glob("*.cpp")):
         text = f.read_text()
-        for m in re.finditer(
-            r"(llama_model_\w+)::build_arch_graph\(.*?\)\s*const\s*\{(.*?)\n\}", text, re.S
-        ):
+        for m in re.finditer(r"(llama_model_\w+)::build_arch_graph\(.*?\)\s*const\s*\{(.*?)\n\}", text, re.S):
             body = m.group(2)
             mtp = re.search(r"LLM_GRAPH_TYPE_DECODER_MTP\)\s*\{(.*?)\}", body, re.S)
             if mtp and "make_unique<graph_mtp>" in mtp.group(1):

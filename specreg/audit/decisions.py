@@ -20,11 +20,16 @@ def decide(audits: list[PairAudit], runs: dict[str, RunDigest]) -> list[StratumD
         by_target.setdefault(a.target_sha256, []).append(a)
     out: list[StratumDecision] = []
     for target, group in by_target.items():
-        strata = sorted({r.stratum for a in group if a.run_id in runs
-                         for r in runs[a.run_id].strata if r.stratum != ALL_STRATA})
+        strata = sorted(
+            {r.stratum for a in group if a.run_id in runs for r in runs[a.run_id].strata if r.stratum != ALL_STRATA}
+        )
         rows: dict[tuple[str | None, str | None, str], StratumRow] = {
-            (a.run_id, r.condition, r.stratum): r for a in group if a.run_id in runs
-            for r in runs[a.run_id].strata if r.condition == a.condition}
+            (a.run_id, r.condition, r.stratum): r
+            for a in group
+            if a.run_id in runs
+            for r in runs[a.run_id].strata
+            if r.condition == a.condition
+        }
         # what does not depend on the stratum, once per pair (5,000 pairs x 5 strata otherwise)
         per_pair = []
         for a in group:
@@ -44,13 +49,27 @@ def decide(audits: list[PairAudit], runs: dict[str, RunDigest]) -> list[StratumD
                     reason = "fails " + ", ".join(failed + [f"{g} here" for g in local])
                 else:
                     reason = "passes every gate"
-                cands.append(Candidate(pair_id=a.pair_id, condition=a.condition, eligible=ok, reason=reason,
-                                       speedup=row.speedup if row else None))
+                cands.append(
+                    Candidate(
+                        pair_id=a.pair_id,
+                        condition=a.condition,
+                        eligible=ok,
+                        reason=reason,
+                        speedup=row.speedup if row else None,
+                    )
+                )
             best = max((c for c in cands if c.eligible), key=lambda c: c.speedup or 0.0, default=None)
             audit = next((a for a in group if best and a.pair_id == best.pair_id), None)
-            out.append(StratumDecision(
-                target_sha256=target, target_name=group[0].target_name, stratum=stratum,
-                choice=f"{audit.method} (pair {audit.pair_id})" if audit else NO_SPECULATION,
-                pair_id=best.pair_id if best else None, speedup=best.speedup if best else None,
-                run_id=audit.run_id if audit else None, candidates=cands))
+            out.append(
+                StratumDecision(
+                    target_sha256=target,
+                    target_name=group[0].target_name,
+                    stratum=stratum,
+                    choice=f"{audit.method} (pair {audit.pair_id})" if audit else NO_SPECULATION,
+                    pair_id=best.pair_id if best else None,
+                    speedup=best.speedup if best else None,
+                    run_id=audit.run_id if audit else None,
+                    candidates=cands,
+                )
+            )
     return out

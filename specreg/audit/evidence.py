@@ -69,17 +69,30 @@ def _condition(c: ConditionRun, base: ConditionRun | None) -> ConditionDigest:
             n = counters.per_position.get(pos, 0)
             by_pos.append(n / counters.steps if counters.steps else None)
     return ConditionDigest(
-        label=c.spec.name, spec_type=c.spec.method, draft_sha256=c.spec.draft_sha256,
-        params=dict(c.spec.params), status=c.status, failure=c.failure, command=list(c.argv),
-        peak_ram_mib=peak_ram, peak_vram_mib=peak_vram,
+        label=c.spec.name,
+        spec_type=c.spec.method,
+        draft_sha256=c.spec.draft_sha256,
+        params=dict(c.spec.params),
+        status=c.status,
+        failure=c.failure,
+        command=list(c.argv),
+        peak_ram_mib=peak_ram,
+        peak_vram_mib=peak_vram,
         extra_ram_mib=None if c is base or peak_ram is None or base_ram is None else peak_ram - base_ram,
         extra_vram_mib=None if c is base or peak_vram is None or base_vram is None else peak_vram - base_vram,
-        acceptance=counters.acceptance if counters else None, acceptance_by_position=by_pos,
+        acceptance=counters.acceptance if counters else None,
+        acceptance_by_position=by_pos,
     )
 
 
-def build_digest(head: RunHead, conditions: list[ConditionRun], summaries: list[ConditionSummary],
-                 prompts: dict[str, list[str]], failing: Failing, ratios: Ratios | None = None) -> RunDigest:
+def build_digest(
+    head: RunHead,
+    conditions: list[ConditionRun],
+    summaries: list[ConditionSummary],
+    prompts: dict[str, list[str]],
+    failing: Failing,
+    ratios: Ratios | None = None,
+) -> RunDigest:
     """The audit's and reports' view of one run.
 
     prompts: stratum -> prompt ids of the run's workload; failing: prompts whose output changed
@@ -95,32 +108,54 @@ def build_digest(head: RunHead, conditions: list[ConditionRun], summaries: list[
         ids = every if s.stratum == ALL_STRATA else by_stratum.get(s.stratum, [])
         is_base = s.method == BASELINE
         spread = ratios.get((s.condition, s.stratum), []) if ratios else []
-        failed = sorted({p for c, st, p in failing
-                         if c == s.condition and (s.stratum == ALL_STRATA or st == s.stratum)}) if failing else []
+        failed = (
+            sorted({p for c, st, p in failing if c == s.condition and (s.stratum == ALL_STRATA or st == s.stratum)})
+            if failing
+            else []
+        )
         # greedy runs compare outputs with the baseline; sampled runs only have their `expect` checks
         compared = s.n_compared or s.n_expect_checked
         passed = compared if not failed else (s.n_equal if s.n_compared else compared - s.n_expect_failed)
-        rows.append(StratumRow(
-            condition=s.condition, stratum=s.stratum, concurrency=conc, n_requests=s.n_requests,
-            n_repetitions=s.n_requests // len(ids) if ids else 0,  # requests per prompt
-            median_total_ms=s.total_ms.p50, p95_total_ms=s.total_ms.p95,
-            median_ttft_ms=s.ttft_ms.p50, median_tpot_ms=s.tpot_ms.p50, acceptance=s.acceptance,
-            speedup=s.speedup, speedup_p5=percentile(spread, 5), speedup_p95=percentile(spread, 95),
-            errors=s.n_errors, timeouts=s.n_timeouts,
-            equivalent=0 if is_base else passed, compared=0 if is_base else compared,
-            failed_prompts=[] if is_base else failed, prompts=ids,
-        ))
+        rows.append(
+            StratumRow(
+                condition=s.condition,
+                stratum=s.stratum,
+                concurrency=conc,
+                n_requests=s.n_requests,
+                n_repetitions=s.n_requests // len(ids) if ids else 0,  # requests per prompt
+                median_total_ms=s.total_ms.p50,
+                p95_total_ms=s.total_ms.p95,
+                median_ttft_ms=s.ttft_ms.p50,
+                median_tpot_ms=s.tpot_ms.p50,
+                acceptance=s.acceptance,
+                speedup=s.speedup,
+                speedup_p5=percentile(spread, 5),
+                speedup_p95=percentile(spread, 95),
+                errors=s.n_errors,
+                timeouts=s.n_timeouts,
+                equivalent=0 if is_base else passed,
+                compared=0 if is_base else compared,
+                failed_prompts=[] if is_base else failed,
+                prompts=ids,
+            )
+        )
     total_vram = None
     if man and man.hardware.gpu.present:
         sizes = [d.memory_total_bytes for d in man.hardware.gpu.devices if d.memory_total_bytes]
         total_vram = _mib(sum(sizes)) if sizes else None
     return RunDigest(
-        run_id=info.run_id, status=info.status, created_at=info.started_at,
-        runtime=runtime_identity(man), hardware=hardware_identity(man),
-        total_ram_mib=_mib(man.hardware.ram_bytes) if man else None, total_vram_mib=total_vram,
-        target_sha256=info.target_sha256, workload=man.request.workload if man else None,
+        run_id=info.run_id,
+        status=info.status,
+        created_at=info.started_at,
+        runtime=runtime_identity(man),
+        hardware=hardware_identity(man),
+        total_ram_mib=_mib(man.hardware.ram_bytes) if man else None,
+        total_vram_mib=total_vram,
+        target_sha256=info.target_sha256,
+        workload=man.request.workload if man else None,
         repetitions=man.observation.repeat if man else 0,
-        conditions=[_condition(c, base) for c in conditions], strata=rows,
+        conditions=[_condition(c, base) for c in conditions],
+        strata=rows,
     )
 
 
@@ -146,8 +181,7 @@ def digest_run(run: BenchRun) -> RunDigest:
     prompts: dict[str, list[str]] = defaultdict(list)
     for p in run.prompts:
         prompts[p.stratum].append(p.id)
-    failing = {(r.condition, r.stratum, r.prompt_id) for r in run.requests
-               if _changed(r.matches_baseline, r.expect_ok)}
+    failing = {(r.condition, r.stratum, r.prompt_id) for r in run.requests if _changed(r.matches_baseline, r.expect_ok)}
     base = next((c.spec.name for c in run.conditions if c.spec.method == BASELINE), None)
     ratios = _ratios(((r.condition, r.stratum, r.prompt_id, r.repeat, r.ok, r.total_ms) for r in run.requests), base)
     return build_digest(RunHead(run.info, run.manifest), run.conditions, run.summaries, prompts, failing, ratios)

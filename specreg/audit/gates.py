@@ -8,7 +8,6 @@ in the report. A gate that lacks the numbers it needs fails; it never guesses a 
 from __future__ import annotations
 
 from specreg.registry.licence import normalise
-from specreg.schemas.bench import ALL_STRATA
 from specreg.schemas.audit import (
     ConditionDigest,
     GateResult,
@@ -18,6 +17,7 @@ from specreg.schemas.audit import (
     RunDigest,
     StratumRow,
 )
+from specreg.schemas.bench import ALL_STRATA
 from specreg.schemas.registry import ArtifactRecord
 
 _UNKNOWN = {None, "unknown", "none", "noassertion"}
@@ -27,29 +27,42 @@ def integrity_gate(checks: list[tuple[str, str, bool, str | None]], rehash: bool
     """checks: (role, sha256, ok, problem) per artifact, from Registry.verify_artifact."""
     bad = [f"{role} {sha[:12]}: {problem or 'changed'}" for role, sha, ok, problem in checks if not ok]
     how = "full re-hash" if rehash else "stat cache (re-hash when stat changed)"
-    evidence = {"method": how, "artifacts": {role: {"sha256": sha, "ok": ok, "problem": problem}
-                                             for role, sha, ok, problem in checks}}
+    evidence = {
+        "method": how,
+        "artifacts": {role: {"sha256": sha, "ok": ok, "problem": problem} for role, sha, ok, problem in checks},
+    }
     if bad:
         return GateResult(gate="integrity", passed=False, message="; ".join(bad), evidence=evidence)
-    return GateResult(gate="integrity", passed=True,
-                      message=f"{len(checks)} artifact(s) match their registered SHA-256 ({how})",
-                      evidence=evidence)
+    return GateResult(
+        gate="integrity",
+        passed=True,
+        message=f"{len(checks)} artifact(s) match their registered SHA-256 ({how})",
+        evidence=evidence,
+    )
 
 
-def verdict_gate(admitted: bool, rule_set: str, current: str, rechecked_from: str | None,
-                 errors: list[str]) -> GateResult:
+def verdict_gate(
+    admitted: bool, rule_set: str, current: str, rechecked_from: str | None, errors: list[str]
+) -> GateResult:
     """Admitted under the current rule set; `rechecked_from` names the stale rule set re-checked."""
     evidence = {"rule_set": rule_set, "current_rule_set": current, "rechecked_from": rechecked_from}
     again = f" (re-checked: verdict was under {rechecked_from})" if rechecked_from else ""
     if rule_set != current:
-        return GateResult(gate="verdict", passed=False, evidence=evidence,
-                          message=f"verdict is under rule set {rule_set}, current is {current}")
+        return GateResult(
+            gate="verdict",
+            passed=False,
+            evidence=evidence,
+            message=f"verdict is under rule set {rule_set}, current is {current}",
+        )
     if not admitted:
         why = "; ".join(errors) if errors else "rejected"
-        return GateResult(gate="verdict", passed=False, evidence=evidence | {"errors": errors},
-                          message=f"rejected under {current}{again}: {why}")
-    return GateResult(gate="verdict", passed=True, evidence=evidence,
-                      message=f"admitted under {current}{again}")
+        return GateResult(
+            gate="verdict",
+            passed=False,
+            evidence=evidence | {"errors": errors},
+            message=f"rejected under {current}{again}: {why}",
+        )
+    return GateResult(gate="verdict", passed=True, evidence=evidence, message=f"admitted under {current}{again}")
 
 
 def licence_gate(artifacts: list[tuple[str, ArtifactRecord]], policy: LicencePolicy) -> GateResult:
@@ -62,9 +75,12 @@ def licence_gate(artifacts: list[tuple[str, ArtifactRecord]], policy: LicencePol
         lic = rec.licence
         value = normalise(lic.effective)
         evidence[role] = {
-            "licence": lic.effective, "source": lic.effective_source, "conflict": lic.conflict,
+            "licence": lic.effective,
+            "source": lic.effective_source,
+            "conflict": lic.conflict,
             "sources": {s.source: s.value for s in lic.sources},
-            "repo": rec.provenance.repo, "revision": rec.provenance.revision,
+            "repo": rec.provenance.repo,
+            "revision": rec.provenance.revision,
         }
         if value in _UNKNOWN:
             if policy.unknown == "fail":
@@ -84,16 +100,23 @@ def licence_gate(artifacts: list[tuple[str, ArtifactRecord]], policy: LicencePol
     return GateResult(gate="licence", passed=True, message=f"allowed: {lics}", evidence=evidence)
 
 
-def evidence_gate(run: RunDigest | None, cond: ConditionDigest | None, policy: Policy,
-                  concurrency: int | None, how: str) -> GateResult:
+def evidence_gate(
+    run: RunDigest | None, cond: ConditionDigest | None, policy: Policy, concurrency: int | None, how: str
+) -> GateResult:
     """A finished run whose baseline and pair condition both completed, at the policy's settings.
 
     An `incomplete` run (some other condition failed) still counts for the conditions that ran.
     """
     if run is None:
         return GateResult(gate="evidence", passed=False, message=f"no usable benchmark run ({how})")
-    evidence = {"run_id": run.run_id, "status": run.status, "runtime": run.runtime,
-                "hardware": run.hardware, "selected": how, "concurrency": concurrency}
+    evidence = {
+        "run_id": run.run_id,
+        "status": run.status,
+        "runtime": run.runtime,
+        "hardware": run.hardware,
+        "selected": how,
+        "concurrency": concurrency,
+    }
     problems: list[str] = []
     base = run.baseline()
     if run.status not in ("complete", "incomplete"):
@@ -118,16 +141,21 @@ def evidence_gate(run: RunDigest | None, cond: ConditionDigest | None, policy: P
             problems.append(f"{reps} repetition(s) < policy minimum {policy.evidence.min_repetitions}")
     if problems:
         return GateResult(gate="evidence", passed=False, message="; ".join(problems), evidence=evidence)
-    return GateResult(gate="evidence", passed=True, evidence=evidence,
-                      message=f"run {run.run_id} ({how}; runtime {run.runtime}; hardware {run.hardware})")
+    return GateResult(
+        gate="evidence",
+        passed=True,
+        evidence=evidence,
+        message=f"run {run.run_id} ({how}; runtime {run.runtime}; hardware {run.hardware})",
+    )
 
 
 def _pairs(run: RunDigest, cond: ConditionDigest, conc: int) -> list[tuple[StratumRow, StratumRow | None]]:
     base = run.baseline()
     base_rows = {r.stratum: r for r in run.rows(base.label) if r.concurrency == conc} if base else {}
     # the `all` row aggregates the strata: judging it again would double-count every request
-    return [(r, base_rows.get(r.stratum)) for r in run.rows(cond.label)
-            if r.concurrency == conc and r.stratum != ALL_STRATA]
+    return [
+        (r, base_rows.get(r.stratum)) for r in run.rows(cond.label) if r.concurrency == conc and r.stratum != ALL_STRATA
+    ]
 
 
 def _required(strata: dict[str, bool], wanted: list[str]) -> tuple[bool, list[str]]:
@@ -159,11 +187,22 @@ def equivalence_gate(run: RunDigest, cond: ConditionDigest, policy: Policy, conc
     passed = bool(strata) and all(strata.values()) and not (absent and q.require_equivalence)
     if not strata:
         notes.append("no measurements")
-    msg = "; ".join(notes) if notes else (
-        "equivalence not required by policy" if not q.require_equivalence
-        else "outputs equivalent: " + ", ".join(f"{s} {c}" for s, c in counts.items()))
-    return GateResult(gate="equivalence", passed=passed, message=msg, strata=strata,
-                      evidence={"equivalent/compared": counts, "required_prompts": q.required_prompts})
+    msg = (
+        "; ".join(notes)
+        if notes
+        else (
+            "equivalence not required by policy"
+            if not q.require_equivalence
+            else "outputs equivalent: " + ", ".join(f"{s} {c}" for s, c in counts.items())
+        )
+    )
+    return GateResult(
+        gate="equivalence",
+        passed=passed,
+        message=msg,
+        strata=strata,
+        evidence={"equivalent/compared": counts, "required_prompts": q.required_prompts},
+    )
 
 
 def speed_gate(run: RunDigest, cond: ConditionDigest, policy: Policy, conc: int) -> GateResult:
@@ -192,9 +231,13 @@ def speed_gate(run: RunDigest, cond: ConditionDigest, policy: Policy, conc: int)
                 why.append(f"timeouts {row.timeouts} vs baseline {base.timeouts}")
         strata[row.stratum] = not why
         evidence[row.stratum] = {
-            "speedup": row.speedup, "p5": row.speedup_p5, "p95": row.speedup_p95,
-            "p95_ms": row.p95_total_ms, "baseline_p95_ms": base.p95_total_ms if base else None,
-            "errors": row.errors, "timeouts": row.timeouts,
+            "speedup": row.speedup,
+            "p5": row.speedup_p5,
+            "p95": row.speedup_p95,
+            "p95_ms": row.p95_total_ms,
+            "baseline_p95_ms": base.p95_total_ms if base else None,
+            "errors": row.errors,
+            "timeouts": row.timeouts,
         }
         if why:
             notes.append(f"{row.stratum}: {', '.join(why)}")
@@ -213,8 +256,7 @@ def speed_gate(run: RunDigest, cond: ConditionDigest, policy: Policy, conc: int)
     return GateResult(gate="speed", passed=passed, message=msg, strata=strata, evidence=evidence)
 
 
-def _within(extra: float | None, total: float | None, abs_mib: float | None,
-            pct: float | None, what: str) -> list[str]:
+def _within(extra: float | None, total: float | None, abs_mib: float | None, pct: float | None, what: str) -> list[str]:
     if abs_mib is None and pct is None:
         return []
     if extra is None:
@@ -232,29 +274,34 @@ def _within(extra: float | None, total: float | None, abs_mib: float | None,
 
 def memory_gate(run: RunDigest, cond: ConditionDigest, policy: MemoryPolicy) -> GateResult:
     """Extra peak RAM/VRAM over the baseline within the policy's absolute and % margins."""
-    evidence = {"extra_ram_mib": cond.extra_ram_mib, "extra_vram_mib": cond.extra_vram_mib,
-                "peak_ram_mib": cond.peak_ram_mib, "peak_vram_mib": cond.peak_vram_mib,
-                "total_ram_mib": run.total_ram_mib, "total_vram_mib": run.total_vram_mib}
-    problems = _within(cond.extra_ram_mib, run.total_ram_mib, policy.max_extra_ram_mib,
-                       policy.max_extra_ram_pct, "RAM")
+    evidence = {
+        "extra_ram_mib": cond.extra_ram_mib,
+        "extra_vram_mib": cond.extra_vram_mib,
+        "peak_ram_mib": cond.peak_ram_mib,
+        "peak_vram_mib": cond.peak_vram_mib,
+        "total_ram_mib": run.total_ram_mib,
+        "total_vram_mib": run.total_vram_mib,
+    }
+    problems = _within(cond.extra_ram_mib, run.total_ram_mib, policy.max_extra_ram_mib, policy.max_extra_ram_pct, "RAM")
     gpu = run.total_vram_mib is not None or cond.peak_vram_mib is not None
     if gpu:
-        problems += _within(cond.extra_vram_mib, run.total_vram_mib, policy.max_extra_vram_mib,
-                            policy.max_extra_vram_pct, "VRAM")
+        problems += _within(
+            cond.extra_vram_mib, run.total_vram_mib, policy.max_extra_vram_mib, policy.max_extra_vram_pct, "VRAM"
+        )
     if problems:
         return GateResult(gate="memory", passed=False, message="; ".join(problems), evidence=evidence)
     ram = "n/a" if cond.extra_ram_mib is None else f"{cond.extra_ram_mib:+.0f} MiB"
     vram = f"{cond.extra_vram_mib:+.0f} MiB" if gpu and cond.extra_vram_mib is not None else "no GPU recorded"
-    return GateResult(gate="memory", passed=True, evidence=evidence,
-                      message=f"extra RAM {ram}, VRAM {vram}: within margin")
+    return GateResult(
+        gate="memory", passed=True, evidence=evidence, message=f"extra RAM {ram}, VRAM {vram}: within margin"
+    )
 
 
 def rollback_gate(run: RunDigest | None, target_paths: list[str]) -> tuple[GateResult, list[str] | None]:
     """The exact baseline command (`--spec-type none`, the registered target file) is on record."""
     base = run.baseline() if run else None
     if base is None or not base.command:
-        return GateResult(gate="rollback", passed=False,
-                          message="no baseline server command line recorded"), None
+        return GateResult(gate="rollback", passed=False, message="no baseline server command line recorded"), None
     cmd = base.command
     problems = []
     if not any(a == "--spec-type" and i + 1 < len(cmd) and cmd[i + 1] == "none" for i, a in enumerate(cmd)):
@@ -264,5 +311,9 @@ def rollback_gate(run: RunDigest | None, target_paths: list[str]) -> tuple[GateR
     evidence = {"command": cmd, "run_id": run.run_id if run else None}
     if problems:
         return GateResult(gate="rollback", passed=False, message="; ".join(problems), evidence=evidence), cmd
-    return GateResult(gate="rollback", passed=True, evidence=evidence,
-                      message="baseline command recorded with --spec-type none and the pinned target"), cmd
+    return GateResult(
+        gate="rollback",
+        passed=True,
+        evidence=evidence,
+        message="baseline command recorded with --spec-type none and the pinned target",
+    ), cmd

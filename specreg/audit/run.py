@@ -10,13 +10,13 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from specreg.errors import SpecregError
 from specreg.audit import gates
 from specreg.audit.decisions import decide
 from specreg.audit.evidence import hardware_identity, load_digest, load_digests, runtime_identity
 from specreg.benchmark.run_index import RunHead, RunIndex, runs_for_pair
+from specreg.errors import SpecregError
 from specreg.registry.store import Registry
 from specreg.schemas.audit import (
     AuditReport,
@@ -76,8 +76,14 @@ def _recheck(reg: Registry, pair: PairRecord) -> PairRecord:
     target = open_gguf(reg.locate(pair.target_sha256))
     draft = open_gguf(reg.locate(pair.draft_sha256)) if pair.draft_sha256 else None
     checks = check_pair(target, draft, pair.method, rule_set=rules, strict=pair.strict)
-    v = verdict(checks, method=pair.method, target_sha256=pair.target_sha256,
-                draft_sha256=pair.draft_sha256, rule_set=rules, strict=pair.strict)
+    v = verdict(
+        checks,
+        method=pair.method,
+        target_sha256=pair.target_sha256,
+        draft_sha256=pair.draft_sha256,
+        rule_set=rules,
+        strict=pair.strict,
+    )
     return reg.get_pair(reg.record_verdict(v))
 
 
@@ -88,9 +94,11 @@ def _verdict(facts: _Facts, pair: PairRecord, files_ok: bool) -> tuple[GateResul
     stale_from = None
     if current != pair.rule_set:
         if not files_ok:
-            return GateResult(gate="verdict", passed=False,
-                              message=f"verdict is stale ({pair.rule_set}) and the files changed: "
-                                      "cannot re-check"), pair
+            return GateResult(
+                gate="verdict",
+                passed=False,
+                message=f"verdict is stale ({pair.rule_set}) and the files changed: cannot re-check",
+            ), pair
         stale_from = pair.rule_set
         pair = _recheck(facts.reg, pair)
     elif not pair.admitted and not pair.checks:
@@ -125,8 +133,9 @@ def select_run(heads: Iterable[RunHead], policy: Policy) -> tuple[RunHead | None
         else:
             wanted = [f"runtime ~ {ev.runtime!r}"] if ev.runtime else []
             wanted += [f"hardware ~ {ev.hardware!r}"] if ev.hardware else []
-            how = "newest finished run" + (f" with {' and '.join(wanted)}" if wanted
-                                           else " (policy names no runtime/hardware)")
+            how = "newest finished run" + (
+                f" with {' and '.join(wanted)}" if wanted else " (policy names no runtime/hardware)"
+            )
             shown = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else "")
             return head, how + (f"; skipped {shown}" if skipped else "")
     shown = ", ".join(skipped[:5]) + (f" and {len(skipped) - 5} more" if len(skipped) > 5 else "")
@@ -136,8 +145,7 @@ def select_run(heads: Iterable[RunHead], policy: Policy) -> tuple[RunHead | None
 def _condition(run: RunDigest | None, pair: PairRecord) -> ConditionDigest | None:
     if run is None:
         return None
-    return next((c for c in run.conditions
-                 if c.spec_type == pair.method and c.draft_sha256 == pair.draft_sha256), None)
+    return next((c for c in run.conditions if c.spec_type == pair.method and c.draft_sha256 == pair.draft_sha256), None)
 
 
 def _concurrency(run: RunDigest | None, policy: Policy) -> int | None:
@@ -147,7 +155,9 @@ def _concurrency(run: RunDigest | None, policy: Policy) -> int | None:
     return levels[0] if levels else None
 
 
-def audit_pair(facts: _Facts, pair: PairRecord, policy: Policy, runs_for: RunsFor) -> tuple[PairAudit, RunDigest | None]:
+def audit_pair(
+    facts: _Facts, pair: PairRecord, policy: Policy, runs_for: RunsFor
+) -> tuple[PairAudit, RunDigest | None]:
     """All eight gates for one pair."""
     roles = [("target", pair.target_sha256)] + ([("draft", pair.draft_sha256)] if pair.draft_sha256 else [])
     checks = [(role, sha, *facts.verify(sha)) for role, sha in roles]
@@ -163,22 +173,40 @@ def audit_pair(facts: _Facts, pair: PairRecord, policy: Policy, runs_for: RunsFo
     evidence = gates.evidence_gate(run, cond, policy, conc, how)
     results.append(evidence)
     if run is not None and cond is not None and conc is not None:
-        results += [gates.equivalence_gate(run, cond, policy, conc), gates.speed_gate(run, cond, policy, conc),
-                    gates.memory_gate(run, cond, policy.memory)]
+        results += [
+            gates.equivalence_gate(run, cond, policy, conc),
+            gates.speed_gate(run, cond, policy, conc),
+            gates.memory_gate(run, cond, policy.memory),
+        ]
     else:
         why = f"no evidence: {evidence.message}"
         results += [GateResult(gate=g, passed=False, message=why) for g in ("equivalence", "speed", "memory")]
     results.append(gates.licence_gate([(role, facts.record(sha)) for role, sha in roles], policy.licence))
     rollback, command = gates.rollback_gate(run, facts.record(pair.target_sha256).paths)
     results.append(rollback)
-    order = {"integrity": 0, "verdict": 1, "evidence": 2, "equivalence": 3, "speed": 4, "memory": 5,
-             "licence": 6, "rollback": 7}
+    order = {
+        "integrity": 0,
+        "verdict": 1,
+        "evidence": 2,
+        "equivalence": 3,
+        "speed": 4,
+        "memory": 5,
+        "licence": 6,
+        "rollback": 7,
+    }
     results.sort(key=lambda g: order[g.gate])
     return PairAudit(
-        pair_id=pair.id, method=pair.method, target_sha256=pair.target_sha256,
-        draft_sha256=pair.draft_sha256, target_name=pair.target_name, draft_name=pair.draft_name,
-        passed=all(g.passed for g in results), gates=results, run_id=run.run_id if run else None,
-        condition=cond.label if cond else None, rollback_command=command,
+        pair_id=pair.id,
+        method=pair.method,
+        target_sha256=pair.target_sha256,
+        draft_sha256=pair.draft_sha256,
+        target_name=pair.target_name,
+        draft_name=pair.draft_name,
+        passed=all(g.passed for g in results),
+        gates=results,
+        run_id=run.run_id if run else None,
+        condition=cond.label if cond else None,
+        rollback_command=command,
         speculative_command=cond.command if cond else None,
     ), run
 
@@ -196,8 +224,16 @@ def _no_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
-def run_audit(reg: Registry, policy: Policy, policy_source: str, *, pair_ids: list[int] | None = None,
-              rehash: bool = False, spread: bool = True, runs_for: RunsFor = runs_for_pair) -> AuditReport:
+def run_audit(
+    reg: Registry,
+    policy: Policy,
+    policy_source: str,
+    *,
+    pair_ids: list[int] | None = None,
+    rehash: bool = False,
+    spread: bool = True,
+    runs_for: RunsFor = runs_for_pair,
+) -> AuditReport:
     """Audit the given pairs (None: every admitted pair); raises when nothing can be audited.
 
     `spread=False` leaves out the per-request speed-up spread (p5-p95), which only reports show.
@@ -206,15 +242,21 @@ def run_audit(reg: Registry, policy: Policy, policy_source: str, *, pair_ids: li
         return _run_audit(reg, policy, policy_source, pair_ids, rehash, spread, runs_for)
 
 
-def _run_audit(reg: Registry, policy: Policy, policy_source: str, pair_ids: list[int] | None,
-               rehash: bool, spread: bool, runs_for: RunsFor) -> AuditReport:
+def _run_audit(
+    reg: Registry,
+    policy: Policy,
+    policy_source: str,
+    pair_ids: list[int] | None,
+    rehash: bool,
+    spread: bool,
+    runs_for: RunsFor,
+) -> AuditReport:
     from specreg.validators.ruleset import RULE_SET_DEFAULT, load_rule_set
 
     if pair_ids is None:
         pairs = reg.pairs(admitted=True, with_checks=False)
         if not pairs:
-            raise SpecregError("no admitted pairs to audit",
-                               hint="check pairs first: specreg check pair TARGET DRAFT")
+            raise SpecregError("no admitted pairs to audit", hint="check pairs first: specreg check pair TARGET DRAFT")
     else:
         pairs = [reg.get_pair(i) for i in pair_ids]
     facts = _Facts(reg, rehash, spread)
@@ -244,8 +286,14 @@ def _run_audit(reg: Registry, policy: Policy, policy_source: str, pair_ids: list
         if run is not None:
             runs[run.run_id] = run
     return AuditReport(
-        created_at=datetime.now(timezone.utc), policy=policy, policy_source=policy_source,
-        rule_set=load_rule_set(RULE_SET_DEFAULT).id, rehash=rehash,
-        passed=all(a.passed for a in audits), pairs=audits, decisions=decide(audits, runs),
-        runs=list(runs.values()), notes=notes,
+        created_at=datetime.now(UTC),
+        policy=policy,
+        policy_source=policy_source,
+        rule_set=load_rule_set(RULE_SET_DEFAULT).id,
+        rehash=rehash,
+        passed=all(a.passed for a in audits),
+        pairs=audits,
+        decisions=decide(audits, runs),
+        runs=list(runs.values()),
+        notes=notes,
     )

@@ -129,8 +129,14 @@ class LlamaClient:
     # -- streamed generation --------------------------------------------------------------------
 
     def complete(
-        self, item: WorkloadItem, *, max_tokens: int, seed: int, temperature: float = 0.0,
-        cache_prompt: bool = False, timeout_s: float | None = None,
+        self,
+        item: WorkloadItem,
+        *,
+        max_tokens: int,
+        seed: int,
+        temperature: float = 0.0,
+        cache_prompt: bool = False,
+        timeout_s: float | None = None,
     ) -> Completion:
         """Stream one request (`/completion` for a prompt, `/v1/chat/completions` for messages)."""
         common = {"temperature": temperature, "seed": seed, "stream": True, "cache_prompt": cache_prompt}
@@ -139,8 +145,12 @@ class LlamaClient:
             body: dict[str, Any] = {"prompt": item.prompt, "n_predict": max_tokens, **common}
         else:
             path = "/v1/chat/completions"
-            body = {"messages": [m.model_dump() for m in item.messages or []], "max_tokens": max_tokens,
-                    "stream_options": {"include_usage": True}, **common}
+            body = {
+                "messages": [m.model_dump() for m in item.messages or []],
+                "max_tokens": max_tokens,
+                "stream_options": {"include_usage": True},
+                **common,
+            }
         return self._stream(path, body, timeout_s or self.timeout_s, chat=item.prompt is None)
 
     def _stream(self, path: str, body: dict[str, Any], timeout_s: float, *, chat: bool) -> Completion:

@@ -104,15 +104,17 @@ def plan(
         needs_file = method in DRAFT_METHODS
         if needs_file and not draft_path:
             raise UsageError(f"{method} needs a draft model file, and this pair has none")
-        out.append(ConditionSpec(
-            name=method,
-            method=method,
-            draft_path=draft_path if needs_file else None,
-            draft_sha256=draft_sha256 if needs_file else None,
-            draft_n_max=draft_n_max if uses_draft_len else None,
-            draft_n_min=draft_n_min if uses_draft_len else None,
-            params={f: v for f, v in ngram.items() if ngram_method(f) == method},
-        ))
+        out.append(
+            ConditionSpec(
+                name=method,
+                method=method,
+                draft_path=draft_path if needs_file else None,
+                draft_sha256=draft_sha256 if needs_file else None,
+                draft_n_max=draft_n_max if uses_draft_len else None,
+                draft_n_min=draft_n_min if uses_draft_len else None,
+                params={f: v for f, v in ngram.items() if ngram_method(f) == method},
+            )
+        )
     return out
 
 

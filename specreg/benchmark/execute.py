@@ -84,20 +84,31 @@ def run_condition(ctx: RunContext, cond: ConditionRun) -> None:
     o = ctx.opts
     log_path = ctx.run_dir / f"{cond.idx:02d}-{cond.spec.name}.log"
     cond.status, cond.started_at, cond.log_path = "running", now(), str(log_path)
-    args = server_args(cond.spec, ctx.target_path, ServerOptions(
-        ctx_size=o.ctx_size, parallel=o.concurrency, threads=o.threads, gpu_layers=o.gpu_layers, seed=o.seed))
+    args = server_args(
+        cond.spec,
+        ctx.target_path,
+        ServerOptions(
+            ctx_size=o.ctx_size, parallel=o.concurrency, threads=o.threads, gpu_layers=o.gpu_layers, seed=o.seed
+        ),
+    )
     cond.argv = ctx.cmd.argv(args)
     ctx.store.save_condition(ctx.run_id, cond)
     ctx.observer.condition_started(cond)
     server: ServerProcess | None = None
     try:
+
         def spawned(pid: int, started: float) -> None:
             cond.server_pid = pid
             ctx.store.save_condition(ctx.run_id, cond, server_started=started)
 
         try:
-            server = launch(ctx.cmd, args, log_path, start_timeout_s=max(1.0, min(o.start_timeout_s, ctx.remaining())),
-                            on_spawn=spawned)
+            server = launch(
+                ctx.cmd,
+                args,
+                log_path,
+                start_timeout_s=max(1.0, min(o.start_timeout_s, ctx.remaining())),
+                on_spawn=spawned,
+            )
         except ServerStartError as exc:
             _fail(cond, exc.message, exc.lines)
             return
@@ -131,8 +142,12 @@ def _measure(ctx: RunContext, cond: ConditionRun, server: ServerProcess, client:
         ctx.store.add_prompts(ctx.run_id, [_prompt_info(client, it, o.max_tokens) for it in ctx.workload.items])
         ctx.prompts_stored = True
     for _ in range(o.warmup):  # not counted; a dead server shows up below
-        client.complete(ctx.workload.items[0], max_tokens=min(8, o.max_tokens or 8), seed=o.seed,
-                        timeout_s=min(o.request_timeout_s, max(1.0, ctx.remaining())))
+        client.complete(
+            ctx.workload.items[0],
+            max_tokens=min(8, o.max_tokens or 8),
+            seed=o.seed,
+            timeout_s=min(o.request_timeout_s, max(1.0, ctx.remaining())),
+        )
     if not server.alive():
         _fail(cond, f"server exited (code {server.proc.returncode}) during warm-up", _errors(server.log_path))
         return
@@ -172,8 +187,12 @@ def _requests(ctx: RunContext, cond: ConditionRun, server: ServerProcess, client
                 _record(ctx, cond, row)
                 if not row.ok and _died(server, row):
                     n = sum(1 for r in ctx.rows if r.condition_idx == cond.idx)
-                    _fail(cond, f"server exited (code {server.proc.returncode}) during the run after {n} "
-                                f"request(s): {row.error}", _errors(server.log_path))
+                    _fail(
+                        cond,
+                        f"server exited (code {server.proc.returncode}) during the run after {n} "
+                        f"request(s): {row.error}",
+                        _errors(server.log_path),
+                    )
                     return
         if skipped:
             _fail(cond, f"run deadline of {o.run_timeout_s:g}s exceeded; {skipped} request(s) not run")
@@ -202,8 +221,12 @@ def _one(ctx: RunContext, cond: ConditionRun, client: LlamaClient, item: Workloa
     if ctx.expired():
         return None
     started = now()
-    c = client.complete(item, max_tokens=o.max_tokens or item.max_tokens, seed=o.seed,
-                        timeout_s=min(o.request_timeout_s, max(0.5, ctx.remaining())))
+    c = client.complete(
+        item,
+        max_tokens=o.max_tokens or item.max_tokens,
+        seed=o.seed,
+        timeout_s=min(o.request_timeout_s, max(0.5, ctx.remaining())),
+    )
     return _row(cond, item, rep, started, c)
 
 
@@ -219,12 +242,27 @@ def _row(cond: ConditionRun, item: WorkloadItem, rep: int, started: datetime, c:
         return int(v) if isinstance(v, (int, float)) else None
 
     return RequestRow(
-        condition_idx=cond.idx, condition=cond.spec.name, prompt_id=item.id, stratum=item.stratum, repeat=rep,
-        started_at=started, ok=c.ok, error=c.error, timed_out=c.timed_out, ttft_ms=c.ttft_ms,
-        total_ms=c.total_ms, tpot_ms=c.tpot_ms, output_tokens=c.output_tokens, finish_reason=c.finish_reason,
-        prompt_ms=num("prompt_ms"), predicted_ms=num("predicted_ms"), draft_n=whole("draft_n"),
-        draft_n_accepted=whole("draft_n_accepted"), cache_n=whole("cache_n"),
-        output_text=c.text if c.ok else (c.text or None), output_ids=c.token_ids if c.ok else None,
+        condition_idx=cond.idx,
+        condition=cond.spec.name,
+        prompt_id=item.id,
+        stratum=item.stratum,
+        repeat=rep,
+        started_at=started,
+        ok=c.ok,
+        error=c.error,
+        timed_out=c.timed_out,
+        ttft_ms=c.ttft_ms,
+        total_ms=c.total_ms,
+        tpot_ms=c.tpot_ms,
+        output_tokens=c.output_tokens,
+        finish_reason=c.finish_reason,
+        prompt_ms=num("prompt_ms"),
+        predicted_ms=num("predicted_ms"),
+        draft_n=whole("draft_n"),
+        draft_n_accepted=whole("draft_n_accepted"),
+        cache_n=whole("cache_n"),
+        output_text=c.text if c.ok else (c.text or None),
+        output_ids=c.token_ids if c.ok else None,
         output_sha256=hashlib.sha256(c.text.encode()).hexdigest() if c.ok else None,
     )
 
@@ -248,9 +286,15 @@ def _record(ctx: RunContext, cond: ConditionRun, row: RequestRow) -> None:
 
 
 def _prompt_info(client: LlamaClient, item: WorkloadItem, override: int | None) -> PromptInfo:
-    return PromptInfo(id=item.id, stratum=item.stratum, kind="prompt" if item.prompt is not None else "messages",
-                      content_sha256=content_sha256(item), input_tokens=client.input_tokens(item),
-                      max_tokens=override or item.max_tokens, expect=item.expect)
+    return PromptInfo(
+        id=item.id,
+        stratum=item.stratum,
+        kind="prompt" if item.prompt is not None else "messages",
+        content_sha256=content_sha256(item),
+        input_tokens=client.input_tokens(item),
+        max_tokens=override or item.max_tokens,
+        expect=item.expect,
+    )
 
 
 def _read_log(path: Path) -> str:
@@ -280,9 +324,12 @@ def _judge(cond: ConditionRun, log_path: Path, rows: list[RequestRow]) -> None:
     if cond.spec.method != BASELINE:
         drafted = cond.counters.drafted if cond.counters else sum(r.draft_n or 0 for r in ok_rows)
         if not drafted:
-            spec_lines = [ln for ln in _read_log(log_path).splitlines()
-                          if any(k in ln.lower() for k in ("specul", "draft", "ngram", "spec "))
-                          and not ln.startswith(("#", "specreg-llama-server"))][:10]
+            spec_lines = [
+                ln
+                for ln in _read_log(log_path).splitlines()
+                if any(k in ln.lower() for k in ("specul", "draft", "ngram", "spec "))
+                and not ln.startswith(("#", "specreg-llama-server"))
+            ][:10]
             _fail(cond, f"speculation did not run: 0 tokens drafted over {len(ok_rows)} request(s)", spec_lines)
             return
     cond.status = "ok"

@@ -15,13 +15,31 @@ from typing import Any
 from specreg.schemas.bench import Expect
 
 SUPPORTED = {
-    "type", "properties", "required", "additionalProperties", "items", "enum", "const",
-    "minItems", "maxItems", "minLength", "maxLength", "minimum", "maximum",
-    "title", "description", "$schema",
+    "type",
+    "properties",
+    "required",
+    "additionalProperties",
+    "items",
+    "enum",
+    "const",
+    "minItems",
+    "maxItems",
+    "minLength",
+    "maxLength",
+    "minimum",
+    "maximum",
+    "title",
+    "description",
+    "$schema",
 }
 _TYPES: dict[str, tuple[type, ...]] = {
-    "object": (dict,), "array": (list,), "string": (str,), "boolean": (bool,),
-    "number": (int, float), "integer": (int,), "null": (type(None),),
+    "object": (dict,),
+    "array": (list,),
+    "string": (str,),
+    "boolean": (bool,),
+    "number": (int, float),
+    "integer": (int,),
+    "null": (type(None),),
 }
 
 
@@ -45,8 +63,10 @@ def _validate(value: Any, schema: dict[str, Any], path: str) -> str | None:
     t = schema.get("type")
     if t is not None:
         names = t if isinstance(t, list) else [t]
-        ok = any(isinstance(value, _TYPES.get(n, ())) and not (n in ("number", "integer") and isinstance(value, bool))
-                 for n in names)
+        ok = any(
+            isinstance(value, _TYPES.get(n, ())) and not (n in ("number", "integer") and isinstance(value, bool))
+            for n in names
+        )
         if not ok:
             return f"{path}: expected {t}, got {type(value).__name__}"
     if "const" in schema and value != schema["const"]:

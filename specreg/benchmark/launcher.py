@@ -46,8 +46,7 @@ def bundled_command() -> ServerCommand:
     """The bundled xllamacpp server, run with this interpreter (same venv, no PATH lookup)."""
     from specreg.benchmark import bundled_server
 
-    return ServerCommand("bundled", (sys.executable, "-m", "specreg.benchmark.bundled_server"),
-                         bundled_server.__file__)
+    return ServerCommand("bundled", (sys.executable, "-m", "specreg.benchmark.bundled_server"), bundled_server.__file__)
 
 
 def external_command(path: str | Path) -> ServerCommand:
@@ -213,12 +212,18 @@ def launch(
             log.flush()
             try:
                 proc = subprocess.Popen(
-                    argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    start_new_session=True, close_fds=True, env=child_env(),
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    close_fds=True,
+                    env=child_env(),
                 )
             except OSError as exc:
-                raise ServerStartError(f"cannot start server {argv[0]}: {exc.strerror or exc}",
-                                       log_path=str(log_path)) from exc
+                raise ServerStartError(
+                    f"cannot start server {argv[0]}: {exc.strerror or exc}", log_path=str(log_path)
+                ) from exc
         try:
             created = psutil.Process(proc.pid).create_time()
         except psutil.Error:
@@ -238,7 +243,8 @@ def launch(
         if outcome not in ("port taken", "not our server"):
             raise _start_error(server, outcome, start_timeout_s)
     raise ServerStartError(
-        f"no free port after {max_attempts} attempts ({'; '.join(attempts)})", log_path=str(log_path),
+        f"no free port after {max_attempts} attempts ({'; '.join(attempts)})",
+        log_path=str(log_path),
         lines=tail_text(log_path, 20).splitlines(),
     )
 

@@ -8,8 +8,9 @@ without a GPU; everything else here is exercised for real.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 
@@ -48,8 +49,9 @@ class GpuProbe:
                 h = nvml.nvmlDeviceGetHandleByIndex(i)
                 mem = nvml.nvmlDeviceGetMemoryInfo(h)
                 self._handles.append(h)
-                self._devices.append(GpuDevice(index=i, name=_text(nvml.nvmlDeviceGetName(h)),
-                                               memory_total_bytes=int(mem.total)))
+                self._devices.append(
+                    GpuDevice(index=i, name=_text(nvml.nvmlDeviceGetName(h)), memory_total_bytes=int(mem.total))
+                )
         except Exception as exc:
             self.reason = f"NVML error: {_text(exc) or type(exc).__name__}"
             self.close()
@@ -68,8 +70,12 @@ class GpuProbe:
 
     def observation(self) -> GpuObservation:
         """Static facts (no per-run peaks)."""
-        return GpuObservation(present=self.present, reason=self.reason, driver=self.driver,
-                              devices=[d.model_copy() for d in self._devices])
+        return GpuObservation(
+            present=self.present,
+            reason=self.reason,
+            driver=self.driver,
+            devices=[d.model_copy() for d in self._devices],
+        )
 
     def sample(self, pids: set[int], devices: list[GpuDevice], vram: dict[int, int]) -> None:
         """Fold one sample into `devices` (max temperature, min clocks) and `vram` (peak per pid)."""

@@ -64,15 +64,26 @@ def _rows(reg: Registry, sql: str, params: tuple[object, ...] = ()) -> list[sqli
 
 
 def _head(r: sqlite3.Row) -> RunHead:
-    info = RunInfo(run_id=r["run_id"], pair_id=r["pair_id"], status=r["status"], status_reason=r["status_reason"],
-                   method=r["method"], target_sha256=r["target_sha256"], draft_sha256=r["draft_sha256"],
-                   started_at=r["started_at"], finished_at=r["finished_at"], run_dir=r["run_dir"])
+    info = RunInfo(
+        run_id=r["run_id"],
+        pair_id=r["pair_id"],
+        status=r["status"],
+        status_reason=r["status_reason"],
+        method=r["method"],
+        target_sha256=r["target_sha256"],
+        draft_sha256=r["draft_sha256"],
+        started_at=r["started_at"],
+        finished_at=r["finished_at"],
+        run_dir=r["run_dir"],
+    )
     man = RunManifest.model_validate_json(r["manifest_json"]) if r["manifest_json"] else None
     return RunHead(info, man)
 
 
-_HEAD_COLS = ("r.run_id, r.pair_id, r.status, r.status_reason, r.method, r.target_sha256, r.draft_sha256, "
-              "r.started_at, r.finished_at, r.run_dir, r.manifest_json")
+_HEAD_COLS = (
+    "r.run_id, r.pair_id, r.status, r.status_reason, r.method, r.target_sha256, r.draft_sha256, "
+    "r.started_at, r.finished_at, r.run_dir, r.manifest_json"
+)
 
 
 class RunIndex:
@@ -105,23 +116,33 @@ def runs_for_pair(reg: Registry, pair: PairRecord) -> list[RunHead]:
     """
     where = "r.target_sha256 = ?" + (" AND r.draft_sha256 = ?" if pair.draft_sha256 else "")
     params = (pair.target_sha256, *([pair.draft_sha256] if pair.draft_sha256 else []), pair.method)
-    return [_head(r) for r in _rows(
-        reg, f"SELECT {_HEAD_COLS} FROM bench_runs r WHERE {where} AND EXISTS (SELECT 1 FROM bench_conditions c "
-             "WHERE c.run_id = r.run_id AND c.method = ?) ORDER BY r.started_at DESC, r.run_id DESC", params)]
+    return [
+        _head(r)
+        for r in _rows(
+            reg,
+            f"SELECT {_HEAD_COLS} FROM bench_runs r WHERE {where} AND EXISTS (SELECT 1 FROM bench_conditions c "
+            "WHERE c.run_id = r.run_id AND c.method = ?) ORDER BY r.started_at DESC, r.run_id DESC",
+            params,
+        )
+    ]
 
 
 _MISMATCH = (
-    "AND NOT (ifnull(matches_baseline, 0) = 1 OR ifnull(expect_ok, 0) = 1) "
-    "AND (matches_baseline = 0 OR expect_ok = 0)"
+    "AND NOT (ifnull(matches_baseline, 0) = 1 OR ifnull(expect_ok, 0) = 1) AND (matches_baseline = 0 OR expect_ok = 0)"
 )
 _IN_RUNS = "run_id IN (SELECT value FROM json_each(?))"
 
 
 def _condition_run(c: sqlite3.Row) -> ConditionRun:
-    return ConditionRun(idx=c["idx"], spec=ConditionSpec.model_validate_json(c["spec_json"]), status=c["status"],
-                        failure=c["failure"], argv=json.loads(c["argv_json"]),
-                        counters=SpecCounters.model_validate_json(c["counters_json"]) if c["counters_json"] else None,
-                        memory=MemoryObservation.model_validate_json(c["memory_json"]) if c["memory_json"] else None)
+    return ConditionRun(
+        idx=c["idx"],
+        spec=ConditionSpec.model_validate_json(c["spec_json"]),
+        status=c["status"],
+        failure=c["failure"],
+        argv=json.loads(c["argv_json"]),
+        counters=SpecCounters.model_validate_json(c["counters_json"]) if c["counters_json"] else None,
+        memory=MemoryObservation.model_validate_json(c["memory_json"]) if c["memory_json"] else None,
+    )
 
 
 def load_parts(reg: Registry, run_ids: Iterable[str], *, timings: bool = False) -> dict[str, RunParts]:
@@ -132,24 +153,32 @@ def load_parts(reg: Registry, run_ids: Iterable[str], *, timings: bool = False) 
     if not wanted:
         return out
     ids = json.dumps(wanted)
-    for c in _rows(reg, "SELECT run_id, idx, status, failure, spec_json, argv_json, counters_json, memory_json "
-                        f"FROM bench_conditions WHERE {_IN_RUNS} ORDER BY run_id, idx", (ids,)):
+    for c in _rows(
+        reg,
+        "SELECT run_id, idx, status, failure, spec_json, argv_json, counters_json, memory_json "
+        f"FROM bench_conditions WHERE {_IN_RUNS} ORDER BY run_id, idx",
+        (ids,),
+    ):
         out[c["run_id"]].conditions.append(_condition_run(c))
     for rid, text in reg.conn.execute(
-            f"SELECT run_id, summary_json FROM bench_summaries WHERE {_IN_RUNS} ORDER BY rowid", (ids,)):
+        f"SELECT run_id, summary_json FROM bench_summaries WHERE {_IN_RUNS} ORDER BY rowid", (ids,)
+    ):
         out[rid].summaries.append(ConditionSummary.model_validate_json(text))
     for rid, stratum, pid in reg.conn.execute(
-            f"SELECT run_id, stratum, prompt_id FROM bench_prompts WHERE {_IN_RUNS}", (ids,)):
+        f"SELECT run_id, stratum, prompt_id FROM bench_prompts WHERE {_IN_RUNS}", (ids,)
+    ):
         out[rid].prompts[stratum].append(pid)
     mismatched = sorted(rid for rid, parts in out.items() if any(mismatch(s) for s in parts.summaries))
     if mismatched:
         for rid, *key in reg.conn.execute(
-                f"SELECT run_id, condition, stratum, prompt_id FROM bench_requests WHERE {_IN_RUNS} {_MISMATCH}",
-                (json.dumps(mismatched),)):
+            f"SELECT run_id, condition, stratum, prompt_id FROM bench_requests WHERE {_IN_RUNS} {_MISMATCH}",
+            (json.dumps(mismatched),),
+        ):
             out[rid].failing.add(tuple(key))  # type: ignore[arg-type]
     if timings:  # reports only: every request row of the run, one run at a time
         for rid in wanted:
             out[rid].timings = reg.conn.execute(
                 "SELECT condition, stratum, prompt_id, repeat, ok, total_ms FROM bench_requests WHERE run_id = ?",
-                (rid,)).fetchall()
+                (rid,),
+            ).fetchall()
     return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,8 +24,8 @@ from specreg.benchmark.runtime import hardware_info, runtime_info
 from specreg.benchmark.summary import summarize
 from specreg.benchmark.workloads import Workload, load_workload
 from specreg.errors import ArtifactChanged, NotAdmitted, SpecregError, UsageError
-from specreg.registry.hashing import sha256_file
 from specreg.paths import data_dir
+from specreg.registry.hashing import sha256_file
 from specreg.schemas.bench import (
     ArtifactRef,
     BenchRun,
@@ -81,14 +81,15 @@ class BenchOptions:
 
 
 def new_run_id() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+    return datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
 
 
 class Runner:
     """Runs benchmarks against one registry with one server program and one workload."""
 
-    def __init__(self, reg: Registry, opts: BenchOptions, observer: Observer | None = None,
-                 gpu: GpuProbe | None = None) -> None:
+    def __init__(
+        self, reg: Registry, opts: BenchOptions, observer: Observer | None = None, gpu: GpuProbe | None = None
+    ) -> None:
         opts.check()
         self.reg, self.opts = reg, opts
         self.store = RunStore(reg)
@@ -111,16 +112,19 @@ class Runner:
         if not pair_ids:
             pairs = self.reg.pairs(admitted=True)
             if not pairs:
-                raise NotAdmitted("no admitted pairs in the registry",
-                                  hint="admit one with `specreg check pair TARGET DRAFT`")
+                raise NotAdmitted(
+                    "no admitted pairs in the registry", hint="admit one with `specreg check pair TARGET DRAFT`"
+                )
             return pairs
         out = []
         for pid in pair_ids:
             try:
                 pair = self.reg.get_pair(pid)
             except SpecregError:
-                raise NotAdmitted(f"pair {pid} has never been checked (not in the registry)",
-                                  hint="run `specreg check pair TARGET [DRAFT]` first; `specreg pairs` lists them") from None
+                raise NotAdmitted(
+                    f"pair {pid} has never been checked (not in the registry)",
+                    hint="run `specreg check pair TARGET [DRAFT]` first; `specreg pairs` lists them",
+                ) from None
             if not pair.admitted:
                 why = "; ".join(f"{c.code}: {c.message}" for c in pair.checks if c.severity == "error")
                 raise NotAdmitted(f"pair {pid} ({pair.method}) was rejected, not benchmarked: {why or 'not admitted'}")
@@ -135,8 +139,10 @@ class Runner:
         existing = [p for p in rec.paths if os.path.isfile(p)]
         if existing:
             raise ArtifactChanged(existing[0], rec.sha256, sha256_file(existing[0]))
-        raise SpecregError(f"{role} {rec.sha256[:12]}: {problem or 'no registered path'}",
-                           hint="register the file again at its new location")
+        raise SpecregError(
+            f"{role} {rec.sha256[:12]}: {problem or 'no registered path'}",
+            hint="register the file again at its new location",
+        )
 
     # -- running --------------------------------------------------------------------------------
 
@@ -154,8 +160,9 @@ class Runner:
         if not pair_ids:
             plans, covered = drop_covered(plans)
             for p, by in covered:
-                self.observer.note(f"pair {p.id} ({p.method}) is measured in pair {by.id}'s run (same target, "
-                                   "same conditions)")
+                self.observer.note(
+                    f"pair {p.id} ({p.method}) is measured in pair {by.id}'s run (same target, same conditions)"
+                )
         self.runtime()  # a broken server binary fails once, here
         runs = []
         for p, specs in plans:
@@ -170,8 +177,12 @@ class Runner:
 
     def _plan(self, pair: PairRecord) -> list[cond_mod.ConditionSpec]:
         return cond_mod.plan(
-            pair.method, draft_path="(draft)" if pair.draft_sha256 else None, draft_sha256=pair.draft_sha256,
-            methods=self.opts.methods, draft_n_max=self.opts.draft_n_max, draft_n_min=self.opts.draft_n_min,
+            pair.method,
+            draft_path="(draft)" if pair.draft_sha256 else None,
+            draft_sha256=pair.draft_sha256,
+            methods=self.opts.methods,
+            draft_n_max=self.opts.draft_n_max,
+            draft_n_min=self.opts.draft_n_min,
             ngram=self.opts.ngram,
         )
 
@@ -181,27 +192,52 @@ class Runner:
         draft = self.reg.get_artifact(pair.draft_sha256) if pair.draft_sha256 else None
         for role, rec in (("target", target), ("draft", draft)):
             if rec is not None and rec.summary is not None and rec.summary.vocab_only:
-                raise NotAdmitted(f"pair {pair.id}: the {role} {rec.sha256[:12]} is vocab-only (no tensors): "
-                                  "it can be checked, not benchmarked",
-                                  hint="register the full model file and check the pair again")
+                raise NotAdmitted(
+                    f"pair {pair.id}: the {role} {rec.sha256[:12]} is vocab-only (no tensors): "
+                    "it can be checked, not benchmarked",
+                    hint="register the full model file and check the pair again",
+                )
         target_path = self._verified_path(target, "target")
         draft_path = self._verified_path(draft, "draft") if draft else None
-        specs = [s.model_copy(update={"draft_path": draft_path if s.draft_path else None})
-                 for s in (specs or self._plan(pair))]
+        specs = [
+            s.model_copy(update={"draft_path": draft_path if s.draft_path else None})
+            for s in (specs or self._plan(pair))
+        ]
         run_id = new_run_id()
         run_dir = data_dir() / "runs" / run_id
         run_dir.mkdir(parents=True, exist_ok=True)
         manifest = self._manifest(pair, target, target_path, draft, draft_path)
-        info = RunInfo(run_id=run_id, pair_id=pair.id, status="running", method=pair.method,
-                       target_sha256=target.sha256, draft_sha256=draft.sha256 if draft else None,
-                       started_at=now(), runner_pid=os.getpid(), run_dir=str(run_dir))
-        self.store.create_run(info, manifest, target.licence.model_dump(mode="json"),
-                              draft.licence.model_dump(mode="json") if draft else None)
+        info = RunInfo(
+            run_id=run_id,
+            pair_id=pair.id,
+            status="running",
+            method=pair.method,
+            target_sha256=target.sha256,
+            draft_sha256=draft.sha256 if draft else None,
+            started_at=now(),
+            runner_pid=os.getpid(),
+            run_dir=str(run_dir),
+        )
+        self.store.create_run(
+            info,
+            manifest,
+            target.licence.model_dump(mode="json"),
+            draft.licence.model_dump(mode="json") if draft else None,
+        )
         conds = [ConditionRun(idx=i, spec=s) for i, s in enumerate(specs)]
         for c in conds:
             self.store.save_condition(run_id, c)
-        ctx = RunContext(run_id=run_id, run_dir=run_dir, target_path=target_path, opts=self.opts, cmd=self.cmd,
-                         store=self.store, observer=self.observer, gpu=self.gpu, workload=self.workload)
+        ctx = RunContext(
+            run_id=run_id,
+            run_dir=run_dir,
+            target_path=target_path,
+            opts=self.opts,
+            cmd=self.cmd,
+            store=self.store,
+            observer=self.observer,
+            gpu=self.gpu,
+            workload=self.workload,
+        )
         self.observer.run_started(info, conds, len(self.workload.items) * self.opts.repeat)
         status, reason = "failed", "runner error"
         try:
@@ -230,22 +266,44 @@ class Runner:
             self.observer.run_done(run_id, status, reason)
         return self.store.load(run_id)
 
-    def _manifest(self, pair: PairRecord, target: ArtifactRecord, target_path: str,
-                  draft: ArtifactRecord | None, draft_path: str | None) -> RunManifest:
+    def _manifest(
+        self,
+        pair: PairRecord,
+        target: ArtifactRecord,
+        target_path: str,
+        draft: ArtifactRecord | None,
+        draft_path: str | None,
+    ) -> RunManifest:
         o = self.opts
         return RunManifest(
             runtime=self.runtime(),
             target=_ref(target, target_path),
-            draft=DraftInfo(method=pair.method, artifact=_ref(draft, draft_path) if draft and draft_path else None,
-                            pair_id=pair.id, rule_set=pair.rule_set,
-                            compatibility=[c.model_dump(mode="json") for c in pair.checks],
-                            draft_n_max=o.draft_n_max, draft_n_min=o.draft_n_min),
+            draft=DraftInfo(
+                method=pair.method,
+                artifact=_ref(draft, draft_path) if draft and draft_path else None,
+                pair_id=pair.id,
+                rule_set=pair.rule_set,
+                compatibility=[c.model_dump(mode="json") for c in pair.checks],
+                draft_n_max=o.draft_n_max,
+                draft_n_min=o.draft_n_min,
+            ),
             hardware=hardware_info(self.gpu, o.gpu_layers),
-            request=RequestSettings(workload=self.workload.name, workload_sha256=self.workload.sha256, seed=o.seed,
-                                    max_tokens_override=o.max_tokens, concurrency=o.concurrency),
-            observation=ObservationSettings(warmup_requests=o.warmup, repeat=o.repeat,
-                                            start_timeout_s=o.start_timeout_s, request_timeout_s=o.request_timeout_s,
-                                            run_timeout_s=o.run_timeout_s, threads=o.threads, ctx_size=o.ctx_size),
+            request=RequestSettings(
+                workload=self.workload.name,
+                workload_sha256=self.workload.sha256,
+                seed=o.seed,
+                max_tokens_override=o.max_tokens,
+                concurrency=o.concurrency,
+            ),
+            observation=ObservationSettings(
+                warmup_requests=o.warmup,
+                repeat=o.repeat,
+                start_timeout_s=o.start_timeout_s,
+                request_timeout_s=o.request_timeout_s,
+                run_timeout_s=o.run_timeout_s,
+                threads=o.threads,
+                ctx_size=o.ctx_size,
+            ),
         )
 
 
@@ -262,8 +320,16 @@ def drop_covered(
     covered: list[tuple[PairRecord, PairRecord]] = []
     for pair, specs in order:
         methods = {s.method for s in specs}
-        by = next((q for q, qspecs in kept if pair.draft_sha256 is None
-                   and q.target_sha256 == pair.target_sha256 and methods <= {s.method for s in qspecs}), None)
+        by = next(
+            (
+                q
+                for q, qspecs in kept
+                if pair.draft_sha256 is None
+                and q.target_sha256 == pair.target_sha256
+                and methods <= {s.method for s in qspecs}
+            ),
+            None,
+        )
         if by is None:
             kept.append((pair, specs))
         else:
@@ -275,9 +341,14 @@ def _ref(rec: ArtifactRecord, path: str) -> ArtifactRef:
     s = rec.summary
     tok = s.tokenizer if s else None
     return ArtifactRef(
-        sha256=rec.sha256, path=str(Path(path)), size=rec.size, repo=rec.provenance.repo,
-        revision=rec.provenance.revision, file_type=rec.file_type_name,
-        tokenizer_model=tok.model if tok else None, tokenizer_pre=tok.pre if tok else None,
+        sha256=rec.sha256,
+        path=str(Path(path)),
+        size=rec.size,
+        repo=rec.provenance.repo,
+        revision=rec.provenance.revision,
+        file_type=rec.file_type_name,
+        tokenizer_model=tok.model if tok else None,
+        tokenizer_pre=tok.pre if tok else None,
         chat_template_sha256=tok.chat_template_sha256 if tok else None,
         licence=rec.licence.model_dump(mode="json"),
     )

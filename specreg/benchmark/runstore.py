@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import psutil
@@ -33,15 +33,37 @@ if TYPE_CHECKING:
     from specreg.registry.store import Registry
 
 _REQ_COLS = [
-    "condition_idx", "condition", "prompt_id", "stratum", "repeat", "started_at", "ok", "error",
-    "timed_out", "ttft_ms", "total_ms", "tpot_ms", "output_tokens", "finish_reason", "prompt_ms",
-    "predicted_ms", "draft_n", "draft_n_accepted", "cache_n", "output_text", "output_sha256",
-    "matches_baseline", "first_diff", "diff_unit", "expect_ok", "expect_detail",
+    "condition_idx",
+    "condition",
+    "prompt_id",
+    "stratum",
+    "repeat",
+    "started_at",
+    "ok",
+    "error",
+    "timed_out",
+    "ttft_ms",
+    "total_ms",
+    "tpot_ms",
+    "output_tokens",
+    "finish_reason",
+    "prompt_ms",
+    "predicted_ms",
+    "draft_n",
+    "draft_n_accepted",
+    "cache_n",
+    "output_text",
+    "output_sha256",
+    "matches_baseline",
+    "first_diff",
+    "diff_unit",
+    "expect_ok",
+    "expect_detail",
 ]
 
 
 def now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _iso(dt: datetime | None) -> str | None:
@@ -81,19 +103,30 @@ class RunStore:
 
     # -- writes ---------------------------------------------------------------------------------
 
-    def create_run(self, info: RunInfo, manifest: RunManifest, target_licence: dict[str, Any],
-                   draft_licence: dict[str, Any] | None) -> None:
+    def create_run(
+        self, info: RunInfo, manifest: RunManifest, target_licence: dict[str, Any], draft_licence: dict[str, Any] | None
+    ) -> None:
         with self.reg.write() as db:
             db.execute(
                 "INSERT INTO bench_runs (run_id, pair_id, status, status_reason, method, target_sha256, "
                 "draft_sha256, target_licence_json, draft_licence_json, manifest_json, runner_pid, "
                 "runner_started, run_dir, started_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (info.run_id, info.pair_id, info.status, info.status_reason, info.method, info.target_sha256,
-                 info.draft_sha256, json.dumps(target_licence),
-                 json.dumps(draft_licence) if draft_licence is not None else None,
-                 manifest.model_dump_json(), info.runner_pid,
-                 process_started(info.runner_pid) if info.runner_pid else None,
-                 info.run_dir, _iso(info.started_at)),
+                (
+                    info.run_id,
+                    info.pair_id,
+                    info.status,
+                    info.status_reason,
+                    info.method,
+                    info.target_sha256,
+                    info.draft_sha256,
+                    json.dumps(target_licence),
+                    json.dumps(draft_licence) if draft_licence is not None else None,
+                    manifest.model_dump_json(),
+                    info.runner_pid,
+                    process_started(info.runner_pid) if info.runner_pid else None,
+                    info.run_dir,
+                    _iso(info.started_at),
+                ),
             )
 
     def set_manifest(self, run_id: str, manifest: RunManifest) -> None:
@@ -106,8 +139,7 @@ class RunStore:
                 db.execute(
                     "INSERT OR REPLACE INTO bench_prompts (run_id, prompt_id, stratum, kind, content_sha256, "
                     "input_tokens, max_tokens, expect_json) VALUES (?,?,?,?,?,?,?,?)",
-                    (run_id, p.id, p.stratum, p.kind, p.content_sha256, p.input_tokens, p.max_tokens,
-                     _dump(p.expect)),
+                    (run_id, p.id, p.stratum, p.kind, p.content_sha256, p.input_tokens, p.max_tokens, _dump(p.expect)),
                 )
 
     def save_condition(self, run_id: str, c: ConditionRun, server_started: float | None = None) -> None:
@@ -127,12 +159,28 @@ class RunStore:
                 "metrics_after_json = excluded.metrics_after_json, counters_json = excluded.counters_json, "
                 "memory_json = excluded.memory_json, started_at = excluded.started_at, "
                 "finished_at = excluded.finished_at",
-                (run_id, c.idx, c.spec.name, c.spec.method, c.status, c.failure, json.dumps(c.failure_lines),
-                 c.spec.model_dump_json(), json.dumps(c.argv), c.port, c.server_pid, server_started,
-                 c.log_path, c.log_tail,
-                 json.dumps(c.metrics_before) if c.metrics_before is not None else None,
-                 json.dumps(c.metrics_after) if c.metrics_after is not None else None,
-                 _dump(c.counters), _dump(c.memory), _iso(c.started_at), _iso(c.finished_at)),
+                (
+                    run_id,
+                    c.idx,
+                    c.spec.name,
+                    c.spec.method,
+                    c.status,
+                    c.failure,
+                    json.dumps(c.failure_lines),
+                    c.spec.model_dump_json(),
+                    json.dumps(c.argv),
+                    c.port,
+                    c.server_pid,
+                    server_started,
+                    c.log_path,
+                    c.log_tail,
+                    json.dumps(c.metrics_before) if c.metrics_before is not None else None,
+                    json.dumps(c.metrics_after) if c.metrics_after is not None else None,
+                    _dump(c.counters),
+                    _dump(c.memory),
+                    _iso(c.started_at),
+                    _iso(c.finished_at),
+                ),
             )
 
     def add_request(self, run_id: str, row: RequestRow) -> None:
@@ -170,8 +218,11 @@ class RunStore:
             if same_process(run["runner_pid"], run["runner_started"]):
                 continue  # another specreg is running it right now
             stopped: list[int] = []
-            for c in self._all("SELECT idx, server_pid, server_started FROM bench_conditions WHERE run_id = ? "
-                               "AND server_pid IS NOT NULL", (run["run_id"],)):
+            for c in self._all(
+                "SELECT idx, server_pid, server_started FROM bench_conditions WHERE run_id = ? "
+                "AND server_pid IS NOT NULL",
+                (run["run_id"],),
+            ):
                 if same_process(c["server_pid"], c["server_started"]):
                     from specreg.benchmark.launcher import stop_group  # only when an orphan is found
 
@@ -181,10 +232,16 @@ class RunStore:
             if stopped:
                 reason += f"; stopped orphaned server pid {', '.join(map(str, stopped))}"
             with self.reg.write() as db:
-                db.execute("UPDATE bench_conditions SET status = 'aborted', finished_at = ? WHERE run_id = ? "
-                           "AND status IN ('running', 'pending')", (_iso(now()), run["run_id"]))
-                db.execute("UPDATE bench_runs SET status = 'aborted', status_reason = ?, finished_at = ? "
-                           "WHERE run_id = ? AND status = 'running'", (reason, _iso(now()), run["run_id"]))
+                db.execute(
+                    "UPDATE bench_conditions SET status = 'aborted', finished_at = ? WHERE run_id = ? "
+                    "AND status IN ('running', 'pending')",
+                    (_iso(now()), run["run_id"]),
+                )
+                db.execute(
+                    "UPDATE bench_runs SET status = 'aborted', status_reason = ?, finished_at = ? "
+                    "WHERE run_id = ? AND status = 'running'",
+                    (reason, _iso(now()), run["run_id"]),
+                )
             notes.append(f"run {run['run_id']}: {reason}")
         return notes
 
@@ -199,8 +256,10 @@ class RunStore:
         return [_info(r) for r in rows]
 
     def resolve(self, run_id: str) -> str:
-        rows = self._all("SELECT run_id FROM bench_runs WHERE run_id LIKE ? ESCAPE '\\' ORDER BY run_id",
-                         (run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",))
+        rows = self._all(
+            "SELECT run_id FROM bench_runs WHERE run_id LIKE ? ESCAPE '\\' ORDER BY run_id",
+            (run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",),
+        )
         if not rows:
             raise RunNotFound(f"no benchmark run {run_id!r}", hint="`specreg runs` lists them")
         exact = [r["run_id"] for r in rows if r["run_id"] == run_id]
@@ -216,42 +275,76 @@ class RunStore:
         r = self._all(
             "SELECT r.*, (SELECT count(*) FROM bench_conditions c WHERE c.run_id = r.run_id) AS n_conditions, "
             "(SELECT count(*) FROM bench_requests q WHERE q.run_id = r.run_id) AS n_requests "
-            "FROM bench_runs r WHERE r.run_id = ?", (rid,))[0]
+            "FROM bench_runs r WHERE r.run_id = ?",
+            (rid,),
+        )[0]
         manifest = RunManifest.model_validate_json(r["manifest_json"]) if r["manifest_json"] else None
         prompts = [
-            PromptInfo(id=p["prompt_id"], stratum=p["stratum"], kind=p["kind"], content_sha256=p["content_sha256"],
-                       input_tokens=p["input_tokens"], max_tokens=p["max_tokens"],
-                       expect=Expect.model_validate_json(p["expect_json"]) if p["expect_json"] else None)
+            PromptInfo(
+                id=p["prompt_id"],
+                stratum=p["stratum"],
+                kind=p["kind"],
+                content_sha256=p["content_sha256"],
+                input_tokens=p["input_tokens"],
+                max_tokens=p["max_tokens"],
+                expect=Expect.model_validate_json(p["expect_json"]) if p["expect_json"] else None,
+            )
             for p in self._all("SELECT * FROM bench_prompts WHERE run_id = ? ORDER BY rowid", (rid,))
         ]
-        conditions = [_condition(c) for c in
-                      self._all("SELECT * FROM bench_conditions WHERE run_id = ? ORDER BY idx", (rid,))]
+        conditions = [
+            _condition(c) for c in self._all("SELECT * FROM bench_conditions WHERE run_id = ? ORDER BY idx", (rid,))
+        ]
         requests = [_request(q) for q in self._all("SELECT * FROM bench_requests WHERE run_id = ? ORDER BY id", (rid,))]
-        summaries = [ConditionSummary.model_validate_json(s["summary_json"]) for s in
-                     self._all("SELECT summary_json FROM bench_summaries WHERE run_id = ? ORDER BY rowid", (rid,))]
-        return BenchRun(info=_info(r), manifest=manifest, prompts=prompts, conditions=conditions,
-                        requests=requests, summaries=summaries)
+        summaries = [
+            ConditionSummary.model_validate_json(s["summary_json"])
+            for s in self._all("SELECT summary_json FROM bench_summaries WHERE run_id = ? ORDER BY rowid", (rid,))
+        ]
+        return BenchRun(
+            info=_info(r),
+            manifest=manifest,
+            prompts=prompts,
+            conditions=conditions,
+            requests=requests,
+            summaries=summaries,
+        )
 
 
 def _info(r: sqlite3.Row) -> RunInfo:
     return RunInfo(
-        run_id=r["run_id"], pair_id=r["pair_id"], status=r["status"], status_reason=r["status_reason"],
-        method=r["method"], target_sha256=r["target_sha256"], draft_sha256=r["draft_sha256"],
-        started_at=r["started_at"], finished_at=r["finished_at"], runner_pid=r["runner_pid"],
-        run_dir=r["run_dir"], n_conditions=r["n_conditions"], n_requests=r["n_requests"],
+        run_id=r["run_id"],
+        pair_id=r["pair_id"],
+        status=r["status"],
+        status_reason=r["status_reason"],
+        method=r["method"],
+        target_sha256=r["target_sha256"],
+        draft_sha256=r["draft_sha256"],
+        started_at=r["started_at"],
+        finished_at=r["finished_at"],
+        runner_pid=r["runner_pid"],
+        run_dir=r["run_dir"],
+        n_conditions=r["n_conditions"],
+        n_requests=r["n_requests"],
     )
 
 
 def _condition(c: sqlite3.Row) -> ConditionRun:
     return ConditionRun(
-        idx=c["idx"], spec=ConditionSpec.model_validate_json(c["spec_json"]), status=c["status"],
-        failure=c["failure"], failure_lines=json.loads(c["failure_lines_json"]), argv=json.loads(c["argv_json"]),
-        port=c["port"], server_pid=c["server_pid"], log_path=c["log_path"], log_tail=c["log_tail"],
+        idx=c["idx"],
+        spec=ConditionSpec.model_validate_json(c["spec_json"]),
+        status=c["status"],
+        failure=c["failure"],
+        failure_lines=json.loads(c["failure_lines_json"]),
+        argv=json.loads(c["argv_json"]),
+        port=c["port"],
+        server_pid=c["server_pid"],
+        log_path=c["log_path"],
+        log_tail=c["log_tail"],
         metrics_before=json.loads(c["metrics_before_json"]) if c["metrics_before_json"] else None,
         metrics_after=json.loads(c["metrics_after_json"]) if c["metrics_after_json"] else None,
         counters=SpecCounters.model_validate_json(c["counters_json"]) if c["counters_json"] else None,
         memory=MemoryObservation.model_validate_json(c["memory_json"]) if c["memory_json"] else None,
-        started_at=c["started_at"], finished_at=c["finished_at"],
+        started_at=c["started_at"],
+        finished_at=c["finished_at"],
     )
 
 

@@ -21,8 +21,15 @@ def _version_text(cmd: ServerCommand, timeout_s: float) -> str:
     # whole group on timeout; subprocess.run would kill only the direct child and leave the rest.
     argv = cmd.argv(["--version"])
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env=child_env(), start_new_session=True, close_fds=True)
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=child_env(),
+            start_new_session=True,
+            close_fds=True,
+        )
     except OSError as exc:
         raise ServerError(f"cannot run {argv[0]}: {exc.strerror or exc}") from exc
     try:
@@ -30,15 +37,17 @@ def _version_text(cmd: ServerCommand, timeout_s: float) -> str:
     except subprocess.TimeoutExpired:
         stop_group(proc.pid, grace_s=1.0, proc=proc)
         proc.communicate()
-        raise ServerError(f"{argv[0]} --version did not answer within {timeout_s:g}s",
-                          hint="is this a llama-server binary?") from None
+        raise ServerError(
+            f"{argv[0]} --version did not answer within {timeout_s:g}s", hint="is this a llama-server binary?"
+        ) from None
     except BaseException:
         stop_group(proc.pid, grace_s=1.0, proc=proc)
         raise
     text = (out + err).decode("utf-8", "replace").strip()
     if proc.returncode != 0:
-        raise ServerError(f"{argv[0]} --version failed (exit {proc.returncode}): {text[-300:]}",
-                          hint="is this a llama-server binary?")
+        raise ServerError(
+            f"{argv[0]} --version failed (exit {proc.returncode}): {text[-300:]}", hint="is this a llama-server binary?"
+        )
     return text
 
 
@@ -52,9 +61,13 @@ def runtime_info(cmd: ServerCommand, timeout_s: float = 30.0) -> RuntimeInfo:
     lib = next(Path(xllamacpp.__file__).parent.glob("xllamacpp*.so"), None)
     defaults = _spec_defaults()
     return RuntimeInfo(
-        kind="bundled", path=str(lib or xllamacpp.__file__), sha256=sha256_file(lib) if lib else None,
-        version_text=version, xllamacpp_version=str(xllamacpp.__version__),
-        build_info=dict(getattr(xllamacpp, "BUILD_INFO", {}) or {}), spec_defaults=defaults,
+        kind="bundled",
+        path=str(lib or xllamacpp.__file__),
+        sha256=sha256_file(lib) if lib else None,
+        version_text=version,
+        xllamacpp_version=str(xllamacpp.__version__),
+        build_info=dict(getattr(xllamacpp, "BUILD_INFO", {}) or {}),
+        spec_defaults=defaults,
     )
 
 
@@ -64,10 +77,14 @@ def _spec_defaults() -> dict[str, int]:
 
     s = xllamacpp.CommonParams().speculative
     return {
-        "--spec-draft-n-max": s.draft.n_max, "--spec-draft-n-min": s.draft.n_min,
-        "--spec-ngram-simple-size-n": s.ngram_simple.size_n, "--spec-ngram-simple-size-m": s.ngram_simple.size_m,
-        "--spec-ngram-simple-min-hits": s.ngram_simple.min_hits, "--spec-ngram-mod-n-match": s.ngram_mod.n_match,
-        "--spec-ngram-mod-n-min": s.ngram_mod.n_min, "--spec-ngram-mod-n-max": s.ngram_mod.n_max,
+        "--spec-draft-n-max": s.draft.n_max,
+        "--spec-draft-n-min": s.draft.n_min,
+        "--spec-ngram-simple-size-n": s.ngram_simple.size_n,
+        "--spec-ngram-simple-size-m": s.ngram_simple.size_m,
+        "--spec-ngram-simple-min-hits": s.ngram_simple.min_hits,
+        "--spec-ngram-mod-n-match": s.ngram_mod.n_match,
+        "--spec-ngram-mod-n-min": s.ngram_mod.n_min,
+        "--spec-ngram-mod-n-max": s.ngram_mod.n_max,
     }
 
 
@@ -89,7 +106,12 @@ def hardware_info(gpu: GpuProbe, gpu_layers: str | None) -> HardwareInfo:
         load = None
     placement = "cpu" if not gpu.present else f"gpu (-ngl {gpu_layers if gpu_layers is not None else 'default'})"
     return HardwareInfo(
-        cpu_model=_cpu_model(), logical_cores=psutil.cpu_count(logical=True),
-        physical_cores=psutil.cpu_count(logical=False), ram_bytes=psutil.virtual_memory().total,
-        load_avg_1m=load, platform=platform.platform(), gpu=gpu.observation(), placement=placement,
+        cpu_model=_cpu_model(),
+        logical_cores=psutil.cpu_count(logical=True),
+        physical_cores=psutil.cpu_count(logical=False),
+        ram_bytes=psutil.virtual_memory().total,
+        load_avg_1m=load,
+        platform=platform.platform(),
+        gpu=gpu.observation(),
+        placement=placement,
     )

@@ -60,7 +60,11 @@ def _group(cond: ConditionRun, stratum: str, rows: list[RequestRow]) -> Conditio
     s.n_requests, s.n_ok = len(rows), len(ok)
     s.n_errors = sum(1 for r in rows if not r.ok and not r.timed_out)
     s.n_timeouts = sum(1 for r in rows if r.timed_out)
-    s.total_ms, s.ttft_ms, s.tpot_ms = stat(r.total_ms for r in ok), stat(r.ttft_ms for r in ok), stat(r.tpot_ms for r in ok)
+    s.total_ms, s.ttft_ms, s.tpot_ms = (
+        stat(r.total_ms for r in ok),
+        stat(r.ttft_ms for r in ok),
+        stat(r.tpot_ms for r in ok),
+    )
     s.output_tokens = sum(r.output_tokens or 0 for r in ok)
     decode_s = sum((r.predicted_ms or 0.0) for r in ok if r.output_tokens) / 1000.0
     s.decode_tps = s.output_tokens / decode_s if decode_s > 0 else None

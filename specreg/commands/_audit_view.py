@@ -28,15 +28,23 @@ def _verdict_table(report: AuditReport) -> None:
             g = p.gate(name)
             cells.append("–" if g is None else ("[green]pass[/]" if g.passed else "[red]FAIL[/]"))
         draft = safe(p.draft_name or (p.draft_sha256 or "")[:12]) if p.draft_sha256 else "(self)"
-        table.add_row(str(p.pair_id), p.method, safe(p.target_name or p.target_sha256[:12]), draft,
-                      *cells, "[green]PASS[/]" if p.passed else "[red]FAIL[/]")
+        table.add_row(
+            str(p.pair_id),
+            p.method,
+            safe(p.target_name or p.target_sha256[:12]),
+            draft,
+            *cells,
+            "[green]PASS[/]" if p.passed else "[red]FAIL[/]",
+        )
     console.print(table)
 
 
 def _counts(report: AuditReport) -> None:
     n_pass = sum(p.passed for p in report.pairs)
-    console.print(f"audit: {'[green]PASS[/]' if report.passed else '[red]FAIL[/]'} - {len(report.pairs)} pairs, "
-                  f"{n_pass} pass, {len(report.pairs) - n_pass} fail (policy: {safe(report.policy_source)})")
+    console.print(
+        f"audit: {'[green]PASS[/]' if report.passed else '[red]FAIL[/]'} - {len(report.pairs)} pairs, "
+        f"{n_pass} pass, {len(report.pairs) - n_pass} fail (policy: {safe(report.policy_source)})"
+    )
     failed = Counter(g for p in report.pairs for g in p.failed_gates)
     table = Table(title="pairs failing each gate")
     table.add_column("gate")
@@ -68,8 +76,7 @@ def _decisions(report: AuditReport, detail: bool) -> None:
             dec.add_row(safe(d.target_name or d.target_sha256[:12]), safe(d.stratum), safe(d.choice), sp)
         console.print(dec)
         return
-    per: Counter[tuple[str, str]] = Counter(
-        (d.stratum, d.choice.split(" (pair")[0]) for d in report.decisions)
+    per: Counter[tuple[str, str]] = Counter((d.stratum, d.choice.split(" (pair")[0]) for d in report.decisions)
     dec = Table(title="deploy per stratum: number of targets per choice")
     for col in ("stratum", "deploy", "targets"):
         dec.add_column(col)
@@ -95,5 +102,7 @@ def print_audit(report: AuditReport) -> None:
     for p in report.pairs:
         if p.rollback_command and p.target_sha256 not in shown:
             shown.add(p.target_sha256)
-            console.print(f"rollback ({safe(p.target_name or p.target_sha256[:12])}): "
-                          f"{safe(shlex.join(p.rollback_command))}", soft_wrap=True)
+            console.print(
+                f"rollback ({safe(p.target_name or p.target_sha256[:12])}): {safe(shlex.join(p.rollback_command))}",
+                soft_wrap=True,
+            )

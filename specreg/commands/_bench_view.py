@@ -17,8 +17,17 @@ from specreg.commands._common import console, err_console, print_listing, safe
 if TYPE_CHECKING:
     from specreg.schemas.bench import BenchRun, ConditionRun, ConditionSummary, RequestRow, RunInfo
 
-_STATUS = {"ok": "green", "complete": "green", "failed": "bold red", "incomplete": "yellow",
-           "cancelled": "yellow", "aborted": "red", "skipped": "dim", "running": "cyan", "pending": "dim"}
+_STATUS = {
+    "ok": "green",
+    "complete": "green",
+    "failed": "bold red",
+    "incomplete": "yellow",
+    "cancelled": "yellow",
+    "aborted": "red",
+    "skipped": "dim",
+    "running": "cyan",
+    "pending": "dim",
+}
 
 
 def _st(status: str) -> str:
@@ -40,7 +49,9 @@ def _print_wide(table: Table) -> None:
     if console.is_terminal:
         console.print(table)
     else:
-        Console(file=console.file, width=max(console.width, 160), highlight=False, no_color=console.no_color).print(table)
+        Console(file=console.file, width=max(console.width, 160), highlight=False, no_color=console.no_color).print(
+            table
+        )
 
 
 def _pct(v: float | None) -> str:
@@ -51,8 +62,14 @@ class ProgressView(Observer):
     """Observer drawing one progress bar per run and one line per finished condition (stderr)."""
 
     def __init__(self) -> None:
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=err_console, transient=True)
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err_console,
+            transient=True,
+        )
         self.task: TaskID | None = None
         self.per_condition = 0
         self.started = False
@@ -69,8 +86,10 @@ class ProgressView(Observer):
 
     def run_started(self, info: RunInfo, conds: list[ConditionRun], n_requests: int) -> None:
         self.per_condition = n_requests
-        err_console.print(f"run {info.run_id}  pair {info.pair_id}  {safe(info.method)}  "
-                          f"{len(conds)} conditions x {n_requests} requests")
+        err_console.print(
+            f"run {info.run_id}  pair {info.pair_id}  {safe(info.method)}  "
+            f"{len(conds)} conditions x {n_requests} requests"
+        )
         if not self.started:
             self.progress.start()
             self.started = True
@@ -108,10 +127,20 @@ def runs_table(runs: list[RunInfo]) -> None:
     """One aligned line per run (a thousand runs: rich's Table took a second to lay them out)."""
     print_listing(
         ("run", "status", "pair", "method", "target", "draft", "conds", "requests", "started"),
-        ((r.run_id, (r.status, _STATUS.get(r.status, "white")), str(r.pair_id or "-"), r.method,
-          r.target_sha256[:12], (r.draft_sha256 or "none")[:12], str(r.n_conditions), str(r.n_requests),
-          r.started_at.strftime("%Y-%m-%d %H:%M:%S"))
-         for r in runs),
+        (
+            (
+                r.run_id,
+                (r.status, _STATUS.get(r.status, "white")),
+                str(r.pair_id or "-"),
+                r.method,
+                r.target_sha256[:12],
+                (r.draft_sha256 or "none")[:12],
+                str(r.n_conditions),
+                str(r.n_requests),
+                r.started_at.strftime("%Y-%m-%d %H:%M:%S"),
+            )
+            for r in runs
+        ),
         limits=(64, None, None, 32, None, None, None, None, None),
         right={2, 6, 7},
     )
@@ -137,29 +166,55 @@ def show_run(run: BenchRun) -> None:
     console.print(f"target {i.target_sha256[:12]}  draft {(i.draft_sha256 or 'none (self-speculation)')[:24]}")
     if m is not None:
         ver = m.runtime.version_text.splitlines()
-        console.print(f"runtime {m.runtime.kind} {safe(m.runtime.xllamacpp_version or (ver[0] if ver else ''))}  "
-                      f"workload {safe(m.request.workload)}  repeat {m.observation.repeat}  "
-                      f"concurrency {m.request.concurrency}  seed {m.request.seed}")
+        console.print(
+            f"runtime {m.runtime.kind} {safe(m.runtime.xllamacpp_version or (ver[0] if ver else ''))}  "
+            f"workload {safe(m.request.workload)}  repeat {m.observation.repeat}  "
+            f"concurrency {m.request.concurrency}  seed {m.request.seed}"
+        )
         gpu = m.hardware.gpu
-        console.print(f"hardware {safe(m.hardware.cpu_model or '?')}  "
-                      f"gpu {'absent (' + safe(gpu.reason) + ')' if not gpu.present else safe(', '.join(d.name for d in gpu.devices))}")
+        console.print(
+            f"hardware {safe(m.hardware.cpu_model or '?')}  "
+            f"gpu {'absent (' + safe(gpu.reason) + ')' if not gpu.present else safe(', '.join(d.name for d in gpu.devices))}"
+        )
     table = Table(box=None, pad_edge=False)
     expects = any(s.n_expect_checked for s in run.summaries)
-    cols = ["condition", "stratum", "status", "accept", "speed-up", "p50 ms", "p95 ms", "TTFT ms", "RSS MiB",
-            "equal", "err/to"] + (["expect"] if expects else [])
+    cols = [
+        "condition",
+        "stratum",
+        "status",
+        "accept",
+        "speed-up",
+        "p50 ms",
+        "p95 ms",
+        "TTFT ms",
+        "RSS MiB",
+        "equal",
+        "err/to",
+    ] + (["expect"] if expects else [])
     for col in cols:
         table.add_column(col, no_wrap=col in ("condition", "stratum", "status"))
     for s in run.summaries:
         whole = s.stratum == "all"
         if not s.n_requests and not whole:
             continue
-        rss = "-" if s.peak_rss_bytes is None else _mib(s.peak_rss_bytes) + (
-            f" ({_mib(s.rss_overhead_bytes, True)})" if s.rss_overhead_bytes is not None else "")
+        rss = (
+            "-"
+            if s.peak_rss_bytes is None
+            else _mib(s.peak_rss_bytes)
+            + (f" ({_mib(s.rss_overhead_bytes, True)})" if s.rss_overhead_bytes is not None else "")
+        )
         row = [
-            safe(s.condition) if whole else "", safe(s.stratum), _st(s.status) if whole else "",
+            safe(s.condition) if whole else "",
+            safe(s.stratum),
+            _st(s.status) if whole else "",
             "-" if s.method == "none" else _pct(s.acceptance),
-            "-" if s.speedup is None else f"{s.speedup:.2f}x", _ms(s.total_ms.p50), _ms(s.total_ms.p95),
-            _ms(s.ttft_ms.p50), rss if whole else "", _equiv(s), f"{s.n_errors}/{s.n_timeouts}",
+            "-" if s.speedup is None else f"{s.speedup:.2f}x",
+            _ms(s.total_ms.p50),
+            _ms(s.total_ms.p95),
+            _ms(s.ttft_ms.p50),
+            rss if whole else "",
+            _equiv(s),
+            f"{s.n_errors}/{s.n_timeouts}",
         ]
         if expects:
             row.append(f"{s.n_expect_failed} failed/{s.n_expect_checked}" if s.n_expect_checked else "-")

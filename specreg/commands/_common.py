@@ -5,29 +5,27 @@ from __future__ import annotations
 import codecs
 import json
 import os
-import re
 import sys
 from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Optional, Union
+from typing import Annotated, Any, Union
 
 import typer
 from rich.cells import cell_len
 from rich.console import Console
 from rich.markup import escape
 
+from specreg.text import escape_control
+
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)  # one error = one line, never wrapped
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
 
 def safe_plain(text: object) -> str:
     """Untrusted text for output that rich does not parse (`print_listing`): control codes escaped."""
-    s = "" if text is None else str(text)
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", s)
+    return escape_control(text)
 
 
 def safe(text: object) -> str:
@@ -35,7 +33,7 @@ def safe(text: object) -> str:
     return escape(safe_plain(text))
 
 
-Cell = Union[str, tuple[str, Optional[str]]]  # plain text, or (plain text, rich style)
+Cell = Union[str, tuple[str, str | None]]  # plain text, or (plain text, rich style)
 
 
 def _width(text: str) -> int:

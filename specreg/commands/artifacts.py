@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -26,10 +26,10 @@ def _open_registry() -> Registry:
 def register_cmd(
     files: Annotated[list[Path], typer.Argument(help="GGUF files to register.", show_default=False)],
     license: Annotated[
-        Optional[str], typer.Option("--license", help="Licence id you vouch for (beats model card and GGUF).")
+        str | None, typer.Option("--license", help="Licence id you vouch for (beats model card and GGUF).")
     ] = None,
-    repo: Annotated[Optional[str], typer.Option("--repo", help="Source repo, e.g. ORG/NAME.")] = None,
-    revision: Annotated[Optional[str], typer.Option("--revision", help="Source revision (commit).")] = None,
+    repo: Annotated[str | None, typer.Option("--repo", help="Source repo, e.g. ORG/NAME.")] = None,
+    revision: Annotated[str | None, typer.Option("--revision", help="Source revision (commit).")] = None,
     rehash: Annotated[bool, typer.Option("--rehash", help="Hash again even if the stat cache matches.")] = False,
     verify: Annotated[
         bool, typer.Option("--verify", help="Check the SHA-256 against the hub's for --repo/--revision (online).")
@@ -84,17 +84,27 @@ def artifacts_cmd(json_out: JsonOpt = False) -> None:
     if not recs:
         err_console.print("no artifacts registered yet (specreg register FILE)")
         return
+
     def lic(r: ArtifactRecord) -> Cell:
         text = r.licence.effective or "-"
         return (text + " (conflict)", "red") if r.licence.conflict else text
 
     print_listing(
         ("sha256", "name", "arch", "file type", "vocab", "licence", "repo", "revision", "path"),
-        ((r.sha256[:12], r.name or "-", r.architecture or "-", r.file_type_name or "-",
-          str(r.n_tokens) if r.n_tokens is not None else "-", lic(r), r.provenance.repo or "-",
-          (r.provenance.revision or "-")[:10],
-          (r.paths[0] + (f" (+{len(r.paths) - 1} more)" if len(r.paths) > 1 else "")) if r.paths else "-")
-         for r in recs),
+        (
+            (
+                r.sha256[:12],
+                r.name or "-",
+                r.architecture or "-",
+                r.file_type_name or "-",
+                str(r.n_tokens) if r.n_tokens is not None else "-",
+                lic(r),
+                r.provenance.repo or "-",
+                (r.provenance.revision or "-")[:10],
+                (r.paths[0] + (f" (+{len(r.paths) - 1} more)" if len(r.paths) > 1 else "")) if r.paths else "-",
+            )
+            for r in recs
+        ),
         limits=(None, 40, 24, 24, None, 32, 48, None, None),
         right={4},
         sep=" │ ",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -13,11 +13,15 @@ from specreg.errors import EXIT_REJECTED, UsageError
 
 
 def audit_cmd(
-    pair: Annotated[Optional[list[int]], typer.Option("--pair", metavar="ID", help="Pair id to audit (repeatable).")] = None,
+    pair: Annotated[
+        list[int] | None, typer.Option("--pair", metavar="ID", help="Pair id to audit (repeatable).")
+    ] = None,
     all_: Annotated[bool, typer.Option("--all", help="Audit every admitted pair (the default).")] = False,
-    policy: Annotated[Optional[Path], typer.Option("--policy", help="Policy TOML file (default: safe built-ins).")] = None,
-    rehash: Annotated[bool, typer.Option("--rehash", help="Re-hash every file instead of trusting the stat cache.")] = False,
-    report: Annotated[Optional[Path], typer.Option("--report", help="Write a report: PATH.md or PATH.html.")] = None,
+    policy: Annotated[Path | None, typer.Option("--policy", help="Policy TOML file (default: safe built-ins).")] = None,
+    rehash: Annotated[
+        bool, typer.Option("--rehash", help="Re-hash every file instead of trusting the stat cache.")
+    ] = False,
+    report: Annotated[Path | None, typer.Option("--report", help="Write a report: PATH.md or PATH.html.")] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Check every deployment gate for pairs; exit 0 all pass, 1 any fails, 2 undecided.
@@ -43,21 +47,22 @@ def audit_cmd(
 
 def _audit(pair: list[int] | None, policy: Path | None, rehash: bool, report: Path | None, json_out: bool) -> int:
     """Run, write and print the audit; returns the exit code (the result dies with this frame)."""
-    from specreg.audit.run import run_audit
     from specreg.audit.policy import load_policy
+    from specreg.audit.run import run_audit
     from specreg.registry.store import Registry
 
     pol, source = load_policy(policy)
     if report is not None:
-        from specreg.report import check_report_path
+        from specreg.report.write import check_report_path
 
         check_report_path(report)  # a bad report path fails before any work
     with Registry(db_path()) as reg:
-        result = run_audit(reg, pol, source, pair_ids=list(pair) if pair else None, rehash=rehash,
-                           spread=report is not None)
+        result = run_audit(
+            reg, pol, source, pair_ids=list(pair) if pair else None, rehash=rehash, spread=report is not None
+        )
     written: list[Path] = []
     if report is not None:
-        from specreg.report import write_audit_report
+        from specreg.report.write import write_audit_report
 
         written = write_audit_report(report, result)
     from specreg.commands._audit_view import print_audit

@@ -9,7 +9,7 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -19,10 +19,15 @@ if TYPE_CHECKING:
     from specreg.registry.store import Registry
     from specreg.schemas.bench import BenchRun
 
-bench_app = typer.Typer(help="Benchmark admitted pairs on a real llama.cpp server.\n\n"
-                        "Example: specreg bench admitted --pair 3 --repeat 3", no_args_is_help=True)
-runs_app = typer.Typer(help="List benchmark runs, or show one (`runs show RUN_ID`).\n\n"
-                       "Example: specreg runs show 20260101-120000 --report run.html", invoke_without_command=True)
+bench_app = typer.Typer(
+    help="Benchmark admitted pairs on a real llama.cpp server.\n\nExample: specreg bench admitted --pair 3 --repeat 3",
+    no_args_is_help=True,
+)
+runs_app = typer.Typer(
+    help="List benchmark runs, or show one (`runs show RUN_ID`).\n\n"
+    "Example: specreg runs show 20260101-120000 --report run.html",
+    invoke_without_command=True,
+)
 
 
 def _registry() -> Registry:
@@ -44,21 +49,52 @@ def _sigterm(_sig: int, _frame: FrameType | None) -> None:
 
 @bench_app.command("admitted")
 def admitted(
-    pair: Annotated[Optional[list[int]], typer.Option("--pair", metavar="ID", help="Pair id (repeatable); default: every admitted pair.")] = None,
-    server: Annotated[Optional[Path], typer.Option("--server", metavar="PATH", help="Your llama-server binary (default: bundled xllamacpp server).")] = None,
-    methods: Annotated[Optional[list[str]], typer.Option("--methods", metavar="M[,M]", help="Comma-separated: none, ngram-simple, ngram-mod, the pair's method. The baseline always runs.")] = None,
-    workload: Annotated[str, typer.Option("--workload", metavar="NAME|FILE", help="default, a stratum (repetitive, chat, reasoning, long_input, structured) or a JSONL file.")] = "default",
+    pair: Annotated[
+        list[int] | None,
+        typer.Option("--pair", metavar="ID", help="Pair id (repeatable); default: every admitted pair."),
+    ] = None,
+    server: Annotated[
+        Path | None,
+        typer.Option("--server", metavar="PATH", help="Your llama-server binary (default: bundled xllamacpp server)."),
+    ] = None,
+    methods: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--methods",
+            metavar="M[,M]",
+            help="Comma-separated: none, ngram-simple, ngram-mod, the pair's method. The baseline always runs.",
+        ),
+    ] = None,
+    workload: Annotated[
+        str,
+        typer.Option(
+            "--workload",
+            metavar="NAME|FILE",
+            help="default, a stratum (repetitive, chat, reasoning, long_input, structured) or a JSONL file.",
+        ),
+    ] = "default",
     repeat: Annotated[int, typer.Option("--repeat", help="Measured repetitions of every prompt.")] = 1,
-    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", help="Override every prompt's max_tokens.")] = None,
+    max_tokens: Annotated[int | None, typer.Option("--max-tokens", help="Override every prompt's max_tokens.")] = None,
     concurrency: Annotated[int, typer.Option("--concurrency", help="Requests in flight (= server slots, -np).")] = 1,
-    draft_max: Annotated[Optional[int], typer.Option("--draft-max", help="--spec-draft-n-max for draft methods (default: the build's).")] = None,
-    draft_min: Annotated[Optional[int], typer.Option("--draft-min", help="--spec-draft-n-min for draft methods.")] = None,
-    ngram: Annotated[Optional[list[str]], typer.Option("--ngram", metavar="NAME=VALUE", help="N-gram option NAME=VALUE, e.g. simple-size-n=8, mod-n-match=16 (repeatable).")] = None,
+    draft_max: Annotated[
+        int | None, typer.Option("--draft-max", help="--spec-draft-n-max for draft methods (default: the build's).")
+    ] = None,
+    draft_min: Annotated[int | None, typer.Option("--draft-min", help="--spec-draft-n-min for draft methods.")] = None,
+    ngram: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--ngram",
+            metavar="NAME=VALUE",
+            help="N-gram option NAME=VALUE, e.g. simple-size-n=8, mod-n-match=16 (repeatable).",
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Sampling seed (greedy, temperature 0).")] = 42,
-    threads: Annotated[Optional[int], typer.Option("--threads", help="Server threads (-t).")] = None,
+    threads: Annotated[int | None, typer.Option("--threads", help="Server threads (-t).")] = None,
     ctx_size: Annotated[int, typer.Option("--ctx-size", help="Server context size (-c).")] = 4096,
-    gpu_layers: Annotated[Optional[str], typer.Option("--gpu-layers", help="-ngl: a number, auto or all.")] = None,
-    start_timeout: Annotated[float, typer.Option("--start-timeout", help="Seconds for a server to become healthy.")] = 120.0,
+    gpu_layers: Annotated[str | None, typer.Option("--gpu-layers", help="-ngl: a number, auto or all.")] = None,
+    start_timeout: Annotated[
+        float, typer.Option("--start-timeout", help="Seconds for a server to become healthy.")
+    ] = 120.0,
     request_timeout: Annotated[float, typer.Option("--request-timeout", help="Seconds per request.")] = 120.0,
     run_timeout: Annotated[float, typer.Option("--run-timeout", help="Seconds for a whole run (one pair).")] = 3600.0,
     json_out: JsonOpt = False,
@@ -76,11 +112,22 @@ def admitted(
     from specreg.commands._bench_view import ProgressView, show_run
 
     opts = BenchOptions(
-        methods=_split(methods), workload=workload, repeat=repeat, max_tokens=max_tokens,
-        concurrency=concurrency, draft_n_max=draft_max, draft_n_min=draft_min,
-        ngram=parse_ngram_options(ngram or []), seed=seed, threads=threads, ctx_size=ctx_size,
-        gpu_layers=gpu_layers, server=str(server) if server else None, start_timeout_s=start_timeout,
-        request_timeout_s=request_timeout, run_timeout_s=run_timeout,
+        methods=_split(methods),
+        workload=workload,
+        repeat=repeat,
+        max_tokens=max_tokens,
+        concurrency=concurrency,
+        draft_n_max=draft_max,
+        draft_n_min=draft_min,
+        ngram=parse_ngram_options(ngram or []),
+        seed=seed,
+        threads=threads,
+        ctx_size=ctx_size,
+        gpu_layers=gpu_layers,
+        server=str(server) if server else None,
+        start_timeout_s=start_timeout,
+        request_timeout_s=request_timeout,
+        run_timeout_s=run_timeout,
     )
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
@@ -136,7 +183,7 @@ def runs(ctx: typer.Context, json_out: JsonOpt = False) -> None:
 def show(
     run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix (see `specreg runs`).")],
     json_out: JsonOpt = False,
-    report: Annotated[Optional[Path], typer.Option("--report", help="Also write a report: PATH.md or PATH.html.")] = None,
+    report: Annotated[Path | None, typer.Option("--report", help="Also write a report: PATH.md or PATH.html.")] = None,
 ) -> None:
     """Show one run: condition x stratum table (acceptance, speed-up, p50/p95, TTFT, memory, equivalence, errors).
 
@@ -147,7 +194,7 @@ def show(
     run = load_run(run_id)
     written: list[Path] = []
     if report is not None:  # the report module (audit area) draws the plots and writes atomically
-        from specreg.report import write_run_report_for
+        from specreg.report.write import write_run_report_for
 
         written = write_run_report_for(report, run)
     emit_result(run, json_out, lambda: show_run(run), written)

@@ -8,20 +8,31 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from specreg.commands._common import JsonOpt, console, db_path, emit_json, print_listing, safe
 
 if TYPE_CHECKING:
+    from specreg.gguf.reader import GGUFFile
     from specreg.registry.store import Registry
     from specreg.schemas.checks import CheckResult, PairVerdict
     from specreg.schemas.registry import ArtifactRecord
-    from specreg.gguf.reader import GGUFFile
 
-_METHODS = ("auto", "draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark", "draft-mtp",
-            "ngram-simple", "ngram-mod", "ngram-map-k", "ngram-map-k4v", "ngram-cache")
+_METHODS = (
+    "auto",
+    "draft-simple",
+    "draft-eagle3",
+    "draft-dflash",
+    "draft-dspark",
+    "draft-mtp",
+    "ngram-simple",
+    "ngram-mod",
+    "ngram-map-k",
+    "ngram-map-k4v",
+    "ngram-cache",
+)
 _STYLE = {"pass": "green", "info": "cyan", "warn": "yellow", "error": "bold red"}
 _GROUP = {"pass": "pass", "info": "info", "warn": "warn", "error": "fail"}
 _NAME_WIDTH = 40  # model names in listings are cut here (--json has them whole)
@@ -79,11 +90,17 @@ def _render(v: PairVerdict, target: ArtifactRecord, draft: ArtifactRecord | None
 
 
 def pair_cmd(
-    target: Annotated[str, typer.Argument(metavar="TARGET", help="Target GGUF path or SHA-256 prefix.", show_default=False)],
-    draft: Annotated[Optional[str], typer.Argument(metavar="DRAFT", help="Draft GGUF path or SHA-256 prefix.", show_default=False)] = None,
+    target: Annotated[
+        str, typer.Argument(metavar="TARGET", help="Target GGUF path or SHA-256 prefix.", show_default=False)
+    ],
+    draft: Annotated[
+        str | None, typer.Argument(metavar="DRAFT", help="Draft GGUF path or SHA-256 prefix.", show_default=False)
+    ] = None,
     method: Annotated[str, typer.Option("--method", "-m", help=f"One of: {', '.join(_METHODS)}.")] = "auto",
     strict: Annotated[bool, typer.Option("--strict", help="Treat warnings as errors.")] = False,
-    runtime: Annotated[Optional[str], typer.Option("--runtime", help="Rule set (llama.cpp build), e.g. llama.cpp-b11434.")] = None,
+    runtime: Annotated[
+        str | None, typer.Option("--runtime", help="Rule set (llama.cpp build), e.g. llama.cpp-b11434.")
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Decide whether a target/draft pair is safe for llama.cpp speculative decoding.
@@ -108,12 +125,22 @@ def pair_cmd(
         if method == "auto":
             method = detect_method(d_file, rules)
         checks = check_pair(t_file, d_file, method, rule_set=rules, strict=strict)
-        v = verdict(checks, method=method, target_sha256=t_rec.sha256,
-                    draft_sha256=d_rec.sha256 if d_rec else None, rule_set=rules, strict=strict)
+        v = verdict(
+            checks,
+            method=method,
+            target_sha256=t_rec.sha256,
+            draft_sha256=d_rec.sha256 if d_rec else None,
+            rule_set=rules,
+            strict=strict,
+        )
         pair_id = reg.record_verdict(v)
     if json_out:
-        emit_json(v.model_dump(mode="json", include={"admitted", "method", "target_sha256", "draft_sha256",
-                                                     "rule_set", "strict", "checks"}))
+        emit_json(
+            v.model_dump(
+                mode="json",
+                include={"admitted", "method", "target_sha256", "draft_sha256", "rule_set", "strict", "checks"},
+            )
+        )
     else:
         _render(v, t_rec, d_rec, pair_id)
     raise typer.Exit(0 if v.admitted else 1)
@@ -146,18 +173,26 @@ def pairs_cmd(
             out.append(d)
         emit_json(out)
         return
-    verdicts = {(True, False): ("admitted", "green"), (True, True): ("admitted (strict)", "green"),
-                (False, False): ("rejected", "red"), (False, True): ("rejected (strict)", "red")}
+    verdicts = {
+        (True, False): ("admitted", "green"),
+        (True, True): ("admitted (strict)", "green"),
+        (False, False): ("rejected", "red"),
+        (False, True): ("rejected (strict)", "red"),
+    }
     print_listing(
         ("id", "target", "draft", "method", "verdict", "rule set", "when"),
-        ((str(p.id),
-          f"{p.target_sha256[:12]} {p.target_name or ''}".rstrip(),
-          f"{p.draft_sha256[:12]} {p.draft_name or ''}".rstrip() if p.draft_sha256 else "-",
-          p.method,
-          verdicts[(p.admitted, p.strict)],
-          (f"{p.rule_set} stale", "yellow") if stale[p.rule_set] else p.rule_set,
-          p.updated_at.strftime("%Y-%m-%d %H:%M"))
-         for p in rows),
+        (
+            (
+                str(p.id),
+                f"{p.target_sha256[:12]} {p.target_name or ''}".rstrip(),
+                f"{p.draft_sha256[:12]} {p.draft_name or ''}".rstrip() if p.draft_sha256 else "-",
+                p.method,
+                verdicts[(p.admitted, p.strict)],
+                (f"{p.rule_set} stale", "yellow") if stale[p.rule_set] else p.rule_set,
+                p.updated_at.strftime("%Y-%m-%d %H:%M"),
+            )
+            for p in rows
+        ),
         limits=(None, 13 + _NAME_WIDTH, 13 + _NAME_WIDTH, None, None, 40, None),
         right={0},
     )
@@ -166,9 +201,12 @@ def pairs_cmd(
 
 
 def register(app: typer.Typer) -> None:
-    check_app = typer.Typer(help="Check speculative-decoding setups before they are deployed.\n\n"
-                            "Example: specreg check pair target.gguf draft.gguf --json",
-                            no_args_is_help=True, rich_markup_mode=None)
+    check_app = typer.Typer(
+        help="Check speculative-decoding setups before they are deployed.\n\n"
+        "Example: specreg check pair target.gguf draft.gguf --json",
+        no_args_is_help=True,
+        rich_markup_mode=None,
+    )
     check_app.command("pair")(pair_cmd)
     app.add_typer(check_app, name="check")
     app.command("pairs")(pairs_cmd)

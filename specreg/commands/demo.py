@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -12,8 +12,10 @@ from specreg.commands._common import console, safe
 
 def demo_cmd(
     ctx: typer.Context,
-    folder: Annotated[Path, typer.Option("--dir", help="Folder for models, registry and report.")] = Path("specreg-demo"),
-    db: Annotated[Optional[Path], typer.Option("--db", help="Registry file (default: DIR/registry.db).")] = None,
+    folder: Annotated[Path, typer.Option("--dir", help="Folder for models, registry and report.")] = Path(
+        "specreg-demo"
+    ),
+    db: Annotated[Path | None, typer.Option("--db", help="Registry file (default: DIR/registry.db).")] = None,
 ) -> None:
     """Write tiny models, register, check, benchmark, audit and report (a few seconds).
 
@@ -38,14 +40,20 @@ def demo_cmd(
         sp = "" if d.speedup is None else f" (speed-up {d.speedup:.2f})"
         console.print(f"deploy for {safe(d.stratum)}: {safe(d.choice)}{sp}")
     verdict = "[green]PASS[/]" if audit.passed else "[red]FAIL[/]"
-    console.print(f"\naudit verdict: {verdict} - decided by the measured numbers (tiny random models "
-                  "may well be slower with speculation)", soft_wrap=True)
+    console.print(
+        f"\naudit verdict: {verdict} - decided by the measured numbers (tiny random models "
+        "may well be slower with speculation)",
+        soft_wrap=True,
+    )
     console.print(f"report:   {safe(result.report)}", soft_wrap=True)
     console.print(f"registry: {safe(result.db)}", soft_wrap=True)
     console.print(f"models:   {safe(result.folder / 'models')}", soft_wrap=True)
     console.print(f"logs:     {safe(result.folder / 'runs')} (one llama.cpp server log per condition)", soft_wrap=True)
-    console.print(f"done in {result.seconds:.1f} s; try: specreg --db {safe(result.db)} audit "
-                  f"--policy {safe(result.folder / 'policy.toml')}", soft_wrap=True)
+    console.print(
+        f"done in {result.seconds:.1f} s; try: specreg --db {safe(result.db)} audit "
+        f"--policy {safe(result.folder / 'policy.toml')}",
+        soft_wrap=True,
+    )
 
 
 def register(app: typer.Typer) -> None:

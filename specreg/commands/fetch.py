@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -16,25 +16,30 @@ def show_provenance(rec: ArtifactRecord) -> None:
 
     p = rec.provenance
     if p.repo:
-        console.print(f"  repo      {safe(p.repo)}@{safe(p.revision or '?')}  {safe(p.filename or '')}"
-                      f"  [dim](source: {safe(p.source)})[/]", soft_wrap=True)
+        console.print(
+            f"  repo      {safe(p.repo)}@{safe(p.revision or '?')}  {safe(p.filename or '')}"
+            f"  [dim](source: {safe(p.source)})[/]",
+            soft_wrap=True,
+        )
     console.print(f"  licence   {safe(describe_licence(rec.licence))}", soft_wrap=True)
     for s in rec.licence.sources:
         extra = "".join(f"  {k}: {safe(v)}" for k, v in (("name", s.name), ("link", s.link)) if v)
         console.print(f"    {s.source:<10} {safe(s.value or '-')}{extra}", soft_wrap=True)
     if rec.licence.conflict:
-        err_console.print(f"[yellow]warning:[/] licence sources disagree for {rec.sha256[:12]}; "
-                          f"effective: {safe(rec.licence.effective)} ({safe(rec.licence.effective_source)})")
+        err_console.print(
+            f"[yellow]warning:[/] licence sources disagree for {rec.sha256[:12]}; "
+            f"effective: {safe(rec.licence.effective)} ({safe(rec.licence.effective_source)})"
+        )
 
 
 def fetch_cmd(
     repo: Annotated[str, typer.Argument(help="Hub repo, ORG/NAME.", show_default=False)],
     filename: Annotated[str, typer.Argument(help="File in the repo, e.g. model-Q4_K_M.gguf.", show_default=False)],
     revision: Annotated[
-        Optional[str], typer.Option("--revision", help="Branch, tag or commit (default: main); pinned to its commit.")
+        str | None, typer.Option("--revision", help="Branch, tag or commit (default: main); pinned to its commit.")
     ] = None,
     license: Annotated[
-        Optional[str], typer.Option("--license", help="Licence id you vouch for (beats model card and GGUF).")
+        str | None, typer.Option("--license", help="Licence id you vouch for (beats model card and GGUF).")
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -54,8 +59,7 @@ def fetch_cmd(
     if json_out:
         emit_json(rec)
         return
-    console.print(f"{rec.sha256}  {safe(path)}  [dim](verified against the hub)[/]",
-                  soft_wrap=True)
+    console.print(f"{rec.sha256}  {safe(path)}  [dim](verified against the hub)[/]", soft_wrap=True)
     show_provenance(rec)
 
 

@@ -69,13 +69,23 @@ def _human(s: GGUFSummary, texts: list[str], lic: str | None, conflict: bool | N
         ("architecture", safe(s.architecture or "-")),
         ("quant", f"{safe(s.file_type_name or '-')} (file_type {s.file_type})"),
         ("parameters", f"{s.parameter_count:,}"),
-        ("shape", f"ctx {s.context_length}, embd {s.embedding_length}, blocks {s.block_count}, "
-                  f"heads {s.head_count}/{s.head_count_kv}"),
-        ("vocab", f"{safe(t.model or '-')} pre={safe(t.pre or '-')}, {t.n_tokens} tokens, "
-                  f"{t.n_merges} merges, tokens sha256 {(t.tokens_sha256 or '-')[:16]}"),
-        ("special tokens", ", ".join(
-            f"{k} {_tok(texts, getattr(t, f'{k}_id'))}" for k in _SPECIAL
-            if getattr(t, f"{k}_id") is not None) or "-"),
+        (
+            "shape",
+            f"ctx {s.context_length}, embd {s.embedding_length}, blocks {s.block_count}, "
+            f"heads {s.head_count}/{s.head_count_kv}",
+        ),
+        (
+            "vocab",
+            f"{safe(t.model or '-')} pre={safe(t.pre or '-')}, {t.n_tokens} tokens, "
+            f"{t.n_merges} merges, tokens sha256 {(t.tokens_sha256 or '-')[:16]}",
+        ),
+        (
+            "special tokens",
+            ", ".join(
+                f"{k} {_tok(texts, getattr(t, f'{k}_id'))}" for k in _SPECIAL if getattr(t, f"{k}_id") is not None
+            )
+            or "-",
+        ),
         ("add bos/eos", f"{t.add_bos}/{t.add_eos}"),
         ("chat template", "yes" if t.chat_template_present else "no"),
     ]
@@ -83,11 +93,15 @@ def _human(s: GGUFSummary, texts: list[str], lic: str | None, conflict: bool | N
     if sp.nextn_predict_layers:
         heads.append(f"MTP: {sp.nextn_predict_layers} nextn layer(s), {len(sp.nextn_tensors)} tensors")
     if sp.eagle3_target_layers is not None:
-        heads.append(f"EAGLE-3 draft: target layers {sp.eagle3_target_layers}, "
-                     f"target hidden {sp.eagle3_target_hidden_size}, d2t {sp.d2t_shape}")
+        heads.append(
+            f"EAGLE-3 draft: target layers {sp.eagle3_target_layers}, "
+            f"target hidden {sp.eagle3_target_hidden_size}, d2t {sp.d2t_shape}"
+        )
     if sp.dflash_block_size is not None or sp.dflash_target_layers is not None:
-        heads.append(f"DFlash draft: block {sp.dflash_block_size}, target layers "
-                     f"{sp.dflash_target_layers}, target hidden {sp.dflash_target_hidden_size}")
+        heads.append(
+            f"DFlash draft: block {sp.dflash_block_size}, target layers "
+            f"{sp.dflash_target_layers}, target hidden {sp.dflash_target_hidden_size}"
+        )
     rows.append(("speculative", "; ".join(heads) or "none"))
     gl = s.license
     rows.append(("licence (gguf)", safe(" | ".join(x for x in (gl.license, gl.name, gl.link) if x) or "-")))
@@ -100,7 +114,9 @@ def _human(s: GGUFSummary, texts: list[str], lic: str | None, conflict: bool | N
 
 def inspect_cmd(
     file: Annotated[Path, typer.Argument(help="GGUF file to read.", show_default=False)],
-    do_hash: Annotated[bool, typer.Option("--hash", help="Compute the SHA-256 if the registry does not know it.")] = False,
+    do_hash: Annotated[
+        bool, typer.Option("--hash", help="Compute the SHA-256 if the registry does not know it.")
+    ] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Show a GGUF file's architecture, quant, vocab, special tokens, speculative heads, licence.

@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from specreg.errors import GGUFError
-from specreg.schemas.gguf import GGUFSummary, TensorInfo
 from specreg.gguf import format as F
 from specreg.gguf.fields import check_tokenizer
 from specreg.gguf.walk import ArrayRef, Header, Walker, printable
+from specreg.schemas.gguf import GGUFSummary, TensorInfo
 
 # ggml type -> numpy dtype for tensor_values(); quantized types have no per-element value.
 _VALUE_DTYPES = {0: "<f4", 1: "<f2", 28: "<f8", 24: "<i1", 25: "<i2", 26: "<i4", 27: "<i8", 30: "bf16"}
@@ -29,7 +29,7 @@ _VALUE_DTYPES = {0: "<f4", 1: "<f2", 28: "<f8", 24: "<i1", 25: "<i2", 26: "<i4",
 class GGUFArray:
     """A metadata array, kept as a reference into the header bytes until someone decodes it."""
 
-    __slots__ = ("key", "item_type", "count", "offset", "nbytes", "_owner")
+    __slots__ = ("_owner", "count", "item_type", "key", "nbytes", "offset")
 
     def __init__(self, owner: GGUFFile, key: str, ref: ArrayRef) -> None:
         self._owner = owner
@@ -94,8 +94,12 @@ class GGUFFile:
         }
         self.tensors: list[TensorInfo] = [
             TensorInfo.model_construct(
-                name=t.name, shape=t.shape, ggml_type=t.ggml_type, type_name=F.GGML_TYPES[t.ggml_type][0],
-                offset=t.offset, n_bytes=t.n_bytes,
+                name=t.name,
+                shape=t.shape,
+                ggml_type=t.ggml_type,
+                type_name=F.GGML_TYPES[t.ggml_type][0],
+                offset=t.offset,
+                n_bytes=t.n_bytes,
             )
             for t in header.tensors
         ]
@@ -165,8 +169,9 @@ class GGUFFile:
                     arr = self.metadata[F.KEY_MERGES]
                     assert isinstance(arr, GGUFArray)
                     at = arr.offset + sum(8 + len(x.encode("utf-8", "surrogateescape")) for x in merges[:i])
-                    raise self.error(f"malformed merge {m[:40]!r}: expected 'left right' with one space",
-                                     f"{F.KEY_MERGES}[{i}]", at)
+                    raise self.error(
+                        f"malformed merge {m[:40]!r}: expected 'left right' with one space", f"{F.KEY_MERGES}[{i}]", at
+                    )
             self._merges_checked = True
         return merges
 

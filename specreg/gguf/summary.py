@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import hashlib
 import re
+from pathlib import Path
 from typing import Any
 
+from specreg.gguf import format as F
+from specreg.gguf.fields import get_bool, get_int, get_int_list, get_int_or_max, get_str
+from specreg.gguf.reader import GGUFArray, GGUFFile, open_gguf
 from specreg.schemas.gguf import (
     GGUFSummary,
     LicenceFields,
@@ -16,11 +20,6 @@ from specreg.schemas.gguf import (
     SpeculativeMeta,
     TokenizerSummary,
 )
-from pathlib import Path
-
-from specreg.gguf import format as F
-from specreg.gguf.fields import get_bool, get_int, get_int_list, get_int_or_max, get_str
-from specreg.gguf.reader import GGUFArray, GGUFFile, open_gguf
 
 _NEXTN_TENSOR = re.compile(r"^blk\.\d+\.nextn\.")
 _BASE_MODEL_KEY = re.compile(r"^general\.base_model\.(\d+)\.(.+)$")

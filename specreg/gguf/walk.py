@@ -9,13 +9,13 @@ allocation larger than the file. Arrays are not decoded here: fixed-size arrays 
 from __future__ import annotations
 
 import mmap
-import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from specreg.errors import GGUFError
 from specreg.gguf import format as F
+from specreg.text import escape_control
 
 
 @dataclass
@@ -57,14 +57,10 @@ class Header:
 Buffer = bytes | bytearray | memoryview | mmap.mmap
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
 def printable(text: str, limit: int = 80) -> str:
     """A name from the file for an error message: shortened, control characters (newlines
     included) escaped, so a hostile key can never turn one error into several lines."""
-    text = text if len(text) <= limit else text[:limit] + "..."
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return escape_control(text, limit=limit)
 
 
 def string_array_end(buf: Buffer, start: int, count: int, limit: int) -> int | None:
@@ -289,14 +285,19 @@ class Walker:
             if t.offset % h.alignment:
                 raise self.err(f"offset {t.offset} is not aligned to {h.alignment}", label, t.info_offset)
             if t.offset < expected:
-                raise self.err(f"offset {t.offset} overlaps tensor '{printable(prev or '')}' (next free {expected})",
-                               label, t.info_offset)
+                raise self.err(
+                    f"offset {t.offset} overlaps tensor '{printable(prev or '')}' (next free {expected})",
+                    label,
+                    t.info_offset,
+                )
             if t.offset > expected:
-                raise self.err(f"offset {t.offset}, expected {expected} (llama.cpp requires packed tensors)",
-                               label, t.info_offset)
+                raise self.err(
+                    f"offset {t.offset}, expected {expected} (llama.cpp requires packed tensors)", label, t.info_offset
+                )
             end = h.data_offset + t.offset + t.n_bytes
             if end > self.size:
-                raise self.err(f"data ends at {end}, past the end of the file ({self.size} bytes)", label,
-                               t.info_offset)
+                raise self.err(
+                    f"data ends at {end}, past the end of the file ({self.size} bytes)", label, t.info_offset
+                )
             expected += F.pad(t.n_bytes, h.alignment)
             prev = t.name

@@ -10,7 +10,7 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +37,7 @@ def no_gc() -> Iterator[None]:
 
 def now_iso() -> str:
     """UTC timestamp with microseconds, sortable as text."""
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def writable(path: Path) -> bool:

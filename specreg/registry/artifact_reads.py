@@ -124,8 +124,7 @@ class ArtifactReads(RegistryBase):
         return hit[0] if hit else None
 
     def _paths_of(self, sha: str) -> list[str]:
-        return [r["path"] for r in self._all(
-            "SELECT path FROM artifact_paths WHERE sha256 = ? ORDER BY id", (sha,))]
+        return [r["path"] for r in self._all("SELECT path FROM artifact_paths WHERE sha256 = ? ORDER BY id", (sha,))]
 
     def artifacts(self, *, with_summary: bool = True) -> list[ArtifactRecord]:
         """Every artifact, oldest first; `with_summary=False` is the fast list view."""
@@ -143,7 +142,8 @@ class ArtifactReads(RegistryBase):
         wanted = json.dumps(sorted(set(shas)))
         paths: dict[str, list[str]] = {}
         for sha, path in self.conn.execute(
-                f"SELECT sha256, path FROM artifact_paths WHERE {_IN_SHAS} ORDER BY id", (wanted,)):
+            f"SELECT sha256, path FROM artifact_paths WHERE {_IN_SHAS} ORDER BY id", (wanted,)
+        ):
             paths.setdefault(sha, []).append(path)
         cols = LIST_COLUMNS + (", summary_json" if with_summary else "")
         rows = self._all(f"SELECT {cols} FROM artifacts WHERE {_IN_SHAS}", (wanted,))
@@ -212,8 +212,7 @@ class ArtifactReads(RegistryBase):
         paths and one write for all refreshed stats, instead of one of each per artifact."""
         recs = {r.sha256: r for r in recs}
         rows: dict[str, list[sqlite3.Row]] = {sha: [] for sha in recs}
-        for row in self._all(f"SELECT * FROM artifact_paths WHERE {_IN_SHAS} ORDER BY id",
-                             (json.dumps(sorted(recs)),)):
+        for row in self._all(f"SELECT * FROM artifact_paths WHERE {_IN_SHAS} ORDER BY id", (json.dumps(sorted(recs)),)):
             rows[row["sha256"]].append(row)
         out: dict[str, tuple[bool, str | None]] = {}
         fresh: list[tuple[str, hashing.StatKey, int]] = []

@@ -104,9 +104,11 @@ def sha256_with_bar(path: str | Path, *, min_size: int = PROGRESS_MIN_SIZE) -> t
     from rich.progress import (
         BarColumn,
         DownloadColumn,
-        Progress as RichProgress,
         TimeRemainingColumn,
         TransferSpeedColumn,
+    )
+    from rich.progress import (
+        Progress as RichProgress,
     )
 
     console = Console(stderr=True)

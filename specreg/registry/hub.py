@@ -186,8 +186,10 @@ def check_repo_id(repo_id: str) -> None:
     try:
         validate_repo_id(repo_id)
     except HFValidationError as exc:
-        raise UsageError(f"{repo_id!r} is not a hub repo id: {str(exc).splitlines()[0]}",
-                         hint="use ORG/NAME, e.g. Qwen/Qwen2.5-0.5B-Instruct-GGUF") from exc
+        raise UsageError(
+            f"{repo_id!r} is not a hub repo id: {str(exc).splitlines()[0]}",
+            hint="use ORG/NAME, e.g. Qwen/Qwen2.5-0.5B-Instruct-GGUF",
+        ) from exc
 
 
 @contextmanager
@@ -208,29 +210,39 @@ def hub_errors(settings: HubSettings, repo_id: str, revision: str | None, filena
     except HubError:
         raise
     except hf.GatedRepoError as exc:
-        raise HubError(f"{repo_id} is gated: the hub refused access ({_status(exc)})",
-                       hint="accept the model's licence on its hub page, then log in (hf auth login or HF_TOKEN)"
-                       ) from exc
+        raise HubError(
+            f"{repo_id} is gated: the hub refused access ({_status(exc)})",
+            hint="accept the model's licence on its hub page, then log in (hf auth login or HF_TOKEN)",
+        ) from exc
     except hf.RepositoryNotFoundError as exc:
-        raise HubError(f"{repo_id}: repository not found on {settings.endpoint} ({_status(exc)})",
-                       hint="check the repo id; a private repo needs a login (hf auth login or HF_TOKEN)") from exc
+        raise HubError(
+            f"{repo_id}: repository not found on {settings.endpoint} ({_status(exc)})",
+            hint="check the repo id; a private repo needs a login (hf auth login or HF_TOKEN)",
+        ) from exc
     except hf.RevisionNotFoundError as exc:
-        raise HubError(f"{repo_id}: revision {revision!r} not found on the hub",
-                       hint="use a branch, tag or full 40-character commit hash that exists") from exc
+        raise HubError(
+            f"{repo_id}: revision {revision!r} not found on the hub",
+            hint="use a branch, tag or full 40-character commit hash that exists",
+        ) from exc
     except hf.RemoteEntryNotFoundError as exc:
-        raise HubError(f"{where}: no such file in the repo at that revision",
-                       hint="list the repo's files on its hub page; names are case-sensitive") from exc
+        raise HubError(
+            f"{where}: no such file in the repo at that revision",
+            hint="list the repo's files on its hub page; names are case-sensitive",
+        ) from exc
     except hf.OfflineModeIsEnabled as exc:
         settings.require_online(f"{where}")
         raise HubError(f"{where}: offline mode is enabled") from exc
     except hf.HfHubHTTPError as exc:
         raise HubError(f"{where}: the hub answered {_status(exc)}", hint="try again later") from exc
     except (httpx2.RemoteProtocolError, httpx2.ReadError) as exc:  # the server hung up mid-answer
-        raise HubError(f"{where}: the connection to the hub was lost ({_cause(exc)})",
-                       hint="try again; nothing was registered") from exc
+        raise HubError(
+            f"{where}: the connection to the hub was lost ({_cause(exc)})", hint="try again; nothing was registered"
+        ) from exc
     except (hf.LocalEntryNotFoundError, hf.RevisionResolutionError, httpx2.TransportError) as exc:
-        raise HubError(f"{where}: cannot reach the hub at {settings.endpoint} ({_cause(exc)})",
-                       hint="check the network (or HF_ENDPOINT); local files still register offline") from exc
+        raise HubError(
+            f"{where}: cannot reach the hub at {settings.endpoint} ({_cause(exc)})",
+            hint="check the network (or HF_ENDPOINT); local files still register offline",
+        ) from exc
     except OSError as exc:  # huggingface_hub's size consistency check on a short download, disk full, ...
         raise HubError(f"{where}: download failed ({_cause(exc)})", hint="try again") from exc
     except ValueError as exc:  # invalid filename / revision strings, caught by huggingface_hub's validators

@@ -60,8 +60,14 @@ class MigrationSet:
         exists = conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (self.migrations_table,)
         ).fetchone()
-        applied = {r[0] for r in conn.execute(
-            f"SELECT name FROM {self.migrations_table} WHERE migration_set = ?", (self.name,))} if exists else set()
+        applied = (
+            {
+                r[0]
+                for r in conn.execute(f"SELECT name FROM {self.migrations_table} WHERE migration_set = ?", (self.name,))
+            }
+            if exists
+            else set()
+        )
         return [m.name for m in self._migrations if m.name not in applied]
 
     def apply(self, db: Database) -> None:
@@ -149,8 +155,7 @@ def m002_pairs_verdicts(db: Database) -> None:
     )
     # NULL drafts (self-speculation) would be "distinct" in a plain UNIQUE; key them as ''.
     db.execute(
-        "CREATE UNIQUE INDEX idx_pairs_identity ON pairs "
-        "(target_sha256, ifnull(draft_sha256, ''), method, rule_set)"
+        "CREATE UNIQUE INDEX idx_pairs_identity ON pairs (target_sha256, ifnull(draft_sha256, ''), method, rule_set)"
     )
     db.execute("CREATE INDEX idx_pairs_admitted ON pairs (admitted, id)")
     db.execute("CREATE INDEX idx_pairs_draft ON pairs (draft_sha256)")

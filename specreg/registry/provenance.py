@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -101,21 +101,32 @@ def local_facts(
     card: Path | None = None
     if cached is not None:
         if repo and repo != cached.repo_id:
-            raise UsageError(f"{apath} is in the Hugging Face cache as {cached.repo_id}, not {repo}",
-                             hint="drop --repo; the cache knows where this file came from")
+            raise UsageError(
+                f"{apath} is in the Hugging Face cache as {cached.repo_id}, not {repo}",
+                hint="drop --repo; the cache knows where this file came from",
+            )
         if revision and revision not in (cached.revision, *cached.refs):
             raise UsageError(
                 f"{apath} is in the cache at commit {cached.revision[:12]}, which is not revision {revision!r}",
                 hint="drop --revision, or fetch that revision (specreg fetch)",
             )
-        extra["hf_cache"] = {"cache_dir": str(cached.cache_dir), "repo_type": cached.repo_type,
-                             "refs": list(cached.refs)}
-        prov = Provenance(repo=cached.repo_id, revision=cached.revision, filename=cached.filename,
-                          source="hf_cache", extra=extra)
+        extra["hf_cache"] = {
+            "cache_dir": str(cached.cache_dir),
+            "repo_type": cached.repo_type,
+            "refs": list(cached.refs),
+        }
+        prov = Provenance(
+            repo=cached.repo_id, revision=cached.revision, filename=cached.filename, source="hf_cache", extra=extra
+        )
         card = cached.card_path
     else:
-        prov = Provenance(repo=repo, revision=revision, filename=os.path.basename(apath),
-                          source="user" if (repo or revision) else None, extra=extra)
+        prov = Provenance(
+            repo=repo,
+            revision=revision,
+            filename=os.path.basename(apath),
+            source="user" if (repo or revision) else None,
+            extra=extra,
+        )
         if repo and revision and _COMMIT.fullmatch(revision):  # only a commit pins the card's text
             card = cached_card(repo, revision, HubSettings.from_env().cache_dir)
     if verified:
@@ -139,8 +150,9 @@ class HubFile:
     endpoint: str
 
 
-def _hub_file(settings: HubSettings, repo: str, revision: str | None, filename: str | None,
-              local_sha256: str | None = None) -> HubFile:
+def _hub_file(
+    settings: HubSettings, repo: str, revision: str | None, filename: str | None, local_sha256: str | None = None
+) -> HubFile:
     """Resolve `revision` to a commit (caching the ref like huggingface_hub does) and read the
     LFS SHA-256 of `filename` there; with only `local_sha256`, find the file that has it."""
     from huggingface_hub import HfApi
@@ -159,13 +171,15 @@ def _hub_file(settings: HubSettings, repo: str, revision: str | None, filename: 
         hint = "pass the file's name in the repo" if name is None else "names are case-sensitive; see the repo's files"
         raise HubError(f"{where}: no file {name or 'with this SHA-256'} in the repo at that revision", hint=hint)
     if name not in lfs:
-        raise HubError(f"{where}/{name}: the hub lists no LFS SHA-256 for this file, so it cannot be verified",
-                       hint="GGUF files on the hub are stored with LFS; is this the right file?")
+        raise HubError(
+            f"{where}/{name}: the hub lists no LFS SHA-256 for this file, so it cannot be verified",
+            hint="GGUF files on the hub are stored with LFS; is this the right file?",
+        )
     return HubFile(repo, revision, commit, name, lfs[name].sha256, lfs[name].size, settings.endpoint)
 
 
 def _verified_extra(hf: HubFile, how: str) -> dict[str, Any]:
-    facts = asdict(hf) | {"how": how, "verified_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    facts = asdict(hf) | {"how": how, "verified_at": datetime.now(UTC).isoformat(timespec="seconds")}
     return {VERIFIED_KEY: facts}
 
 
@@ -176,14 +190,22 @@ def _download_card(settings: HubSettings, hf: HubFile) -> None:
 
     with hub_errors(settings, hf.repo_id, hf.commit, CARD_FILENAME):
         try:
-            hf_hub_download(hf.repo_id, CARD_FILENAME, revision=hf.commit, cache_dir=settings.cache_dir,
-                            endpoint=settings.endpoint)
+            hf_hub_download(
+                hf.repo_id, CARD_FILENAME, revision=hf.commit, cache_dir=settings.cache_dir, endpoint=settings.endpoint
+            )
         except RemoteEntryNotFoundError:
             pass
 
 
-def fetch(registry: Registry, repo: str, filename: str, *, revision: str | None = None,
-          license: str | None = None, settings: HubSettings | None = None) -> tuple[ArtifactRecord, Path]:
+def fetch(
+    registry: Registry,
+    repo: str,
+    filename: str,
+    *,
+    revision: str | None = None,
+    license: str | None = None,
+    settings: HubSettings | None = None,
+) -> tuple[ArtifactRecord, Path]:
     """Download REPO/FILENAME at a pinned commit, verify it against the hub's LFS SHA-256,
     read the card of the same commit, then register it with all of that. Returns the record
     and the file's path in the Hugging Face cache."""
@@ -207,8 +229,15 @@ def fetch(registry: Registry, repo: str, filename: str, *, revision: str | None 
     return registry.add_artifact(path, license=license, provenance_extra=_verified_extra(hf, "fetch")), path
 
 
-def verify(registry: Registry, path: str | Path, *, repo: str | None = None, revision: str | None = None,
-           license: str | None = None, settings: HubSettings | None = None) -> ArtifactRecord:
+def verify(
+    registry: Registry,
+    path: str | Path,
+    *,
+    repo: str | None = None,
+    revision: str | None = None,
+    license: str | None = None,
+    settings: HubSettings | None = None,
+) -> ArtifactRecord:
     """Check a file on disk against the hub's LFS SHA-256 at REPO@REVISION, then register it.
 
     A file in the HF cache is checked at its snapshot's commit under its repo filename; any other

@@ -16,15 +16,15 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import quote
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from specreg.errors import ArtifactNotFound, RegistryError, SpecregError
+from specreg.paths import default_db_path
 from specreg.registry import hashing, licence
 from specreg.registry._base import now_iso, read_only_error, registry_error, writable
 from specreg.registry.artifact_reads import ArtifactReads, stat_or_raise
 from specreg.registry.migrations import migrations
-from specreg.paths import default_db_path
 from specreg.registry.verdicts import VerdictStore
 from specreg.schemas.gguf import GGUFSummary
 from specreg.schemas.registry import ArtifactRecord, LicenceRecord, LicenceSource, Provenance
@@ -112,8 +112,9 @@ class Registry(ArtifactReads, VerdictStore):
         last: BaseException | None = None
         for attempt in attempts:
             try:
-                conn = sqlite3.connect(attempt, uri=True, timeout=busy_timeout_s,
-                                       isolation_level=None, check_same_thread=False)
+                conn = sqlite3.connect(
+                    attempt, uri=True, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
+                )
                 conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
             except sqlite3.Error as exc:
                 last = exc
@@ -206,9 +207,7 @@ class Registry(ArtifactReads, VerdictStore):
             sha, hashed_at = cached
             # An unchanged, already-known path with nothing new to record needs no write at all.
             row = self._one("SELECT sha256 FROM artifact_paths WHERE path = ?", (apath,))
-            if row is not None and row["sha256"] == sha and not (
-                license or repo or revision or provenance_extra
-            ):
+            if row is not None and row["sha256"] == sha and not (license or repo or revision or provenance_extra):
                 return self.get_artifact(sha)
         else:
             if self.read_only:  # don't hash 20 GB only to find we cannot record it
@@ -237,14 +236,21 @@ class Registry(ArtifactReads, VerdictStore):
                     rec = licence.with_source(rec, LicenceSource(source="user", value=license))
                 if card:
                     rec = licence.with_source(rec, card)
-                self._update_artifact(sha, rec, prov.repo, prov.revision, prov.extra, stamp,
-                                      source=prov.source or "user")
+                self._update_artifact(
+                    sha, rec, prov.repo, prov.revision, prov.extra, stamp, source=prov.source or "user"
+                )
             self._upsert_path(apath, sha, key, hashed_at, stamp)
         return self.get_artifact(sha)
 
     def _insert_artifact(
-        self, db: sqlite3.Connection, sha: str, summary: GGUFSummary, user_license: str | None,
-        prov: Provenance, card: LicenceSource | None, stamp: str,
+        self,
+        db: sqlite3.Connection,
+        sha: str,
+        summary: GGUFSummary,
+        user_license: str | None,
+        prov: Provenance,
+        card: LicenceSource | None,
+        stamp: str,
     ) -> None:
         summary = summary.model_copy(update={"sha256": sha})
         sources: list[LicenceSource | None] = [licence.from_gguf(summary.license), card]
@@ -256,24 +262,50 @@ class Registry(ArtifactReads, VerdictStore):
             "n_tokens, summary_json, effective_license, licence_source, licence_conflict, "
             "licence_json, repo, revision, filename, provenance_source, provenance_json, "
             "registered_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (sha, summary.file_size, summary.name, summary.architecture, summary.file_type,
-             summary.file_type_name, summary.tokenizer.n_tokens, summary.model_dump_json(),
-             rec.effective, rec.effective_source, int(rec.conflict), rec.model_dump_json(),
-             prov.repo, prov.revision, prov.filename, prov.source, json.dumps(prov.extra),
-             stamp, stamp),
+            (
+                sha,
+                summary.file_size,
+                summary.name,
+                summary.architecture,
+                summary.file_type,
+                summary.file_type_name,
+                summary.tokenizer.n_tokens,
+                summary.model_dump_json(),
+                rec.effective,
+                rec.effective_source,
+                int(rec.conflict),
+                rec.model_dump_json(),
+                prov.repo,
+                prov.revision,
+                prov.filename,
+                prov.source,
+                json.dumps(prov.extra),
+                stamp,
+                stamp,
+            ),
         )
 
     def _update_artifact(
-        self, sha: str, rec: LicenceRecord | None, repo: str | None, revision: str | None,
-        extra: dict[str, Any] | None, stamp: str, source: str = "user",
+        self,
+        sha: str,
+        rec: LicenceRecord | None,
+        repo: str | None,
+        revision: str | None,
+        extra: dict[str, Any] | None,
+        stamp: str,
+        source: str = "user",
     ) -> None:
         row = self._one("SELECT provenance_json FROM artifacts WHERE sha256 = ?", (sha,))
         if row is None:
             raise ArtifactNotFound(f"no registered artifact with sha256 {sha}")
         sets: dict[str, Any] = {"updated_at": stamp}
         if rec is not None:
-            sets |= {"effective_license": rec.effective, "licence_source": rec.effective_source,
-                     "licence_conflict": int(rec.conflict), "licence_json": rec.model_dump_json()}
+            sets |= {
+                "effective_license": rec.effective,
+                "licence_source": rec.effective_source,
+                "licence_conflict": int(rec.conflict),
+                "licence_json": rec.model_dump_json(),
+            }
         if repo or revision:
             sets |= {"provenance_source": source}
             if repo:
@@ -285,9 +317,7 @@ class Registry(ArtifactReads, VerdictStore):
         cols = ", ".join(f"{c} = ?" for c in sets)
         self.conn.execute(f"UPDATE artifacts SET {cols} WHERE sha256 = ?", (*sets.values(), sha))
 
-    def _upsert_path(
-        self, apath: str, sha: str, key: hashing.StatKey, hashed_at: int, stamp: str
-    ) -> None:
+    def _upsert_path(self, apath: str, sha: str, key: hashing.StatKey, hashed_at: int, stamp: str) -> None:
         self.conn.execute(
             "INSERT INTO artifact_paths (sha256, path, device, inode, size, mtime_ns, hashed_at_ns, "
             "first_seen_at, last_verified_at) VALUES (?,?,?,?,?,?,?,?,?) "
@@ -308,8 +338,13 @@ class Registry(ArtifactReads, VerdictStore):
         return self.get_artifact(sha256)
 
     def set_provenance(
-        self, sha256: str, *, repo: str | None = None, revision: str | None = None,
-        source: str = "hub", extra: dict[str, Any] | None = None,
+        self,
+        sha256: str,
+        *,
+        repo: str | None = None,
+        revision: str | None = None,
+        source: str = "hub",
+        extra: dict[str, Any] | None = None,
     ) -> ArtifactRecord:
         """Record where the bytes came from (the hub code calls this); `extra` is merged."""
         with self._transaction():

@@ -45,9 +45,7 @@ def _pair(row: sqlite3.Row, with_checks: bool) -> PairRecord:
 
 def _select(with_checks: bool) -> str:
     if with_checks:
-        return _PAIR_SELECT.format(
-            checks="v.checks_json,", join="JOIN verdicts v ON v.id = p.latest_verdict_id"
-        )
+        return _PAIR_SELECT.format(checks="v.checks_json,", join="JOIN verdicts v ON v.id = p.latest_verdict_id")
     return _PAIR_SELECT.format(checks="", join="")
 
 
@@ -74,15 +72,22 @@ class VerdictStore(RegistryBase):
                 cur = db.execute(
                     "INSERT INTO pairs (target_sha256, draft_sha256, method, rule_set, admitted, "
                     "strict, n_verdicts, created_at, updated_at) VALUES (?,?,?,?,?,?,0,?,?)",
-                    (verdict.target_sha256, verdict.draft_sha256, verdict.method, verdict.rule_set,
-                     int(verdict.admitted), int(verdict.strict), stamp, stamp),
+                    (
+                        verdict.target_sha256,
+                        verdict.draft_sha256,
+                        verdict.method,
+                        verdict.rule_set,
+                        int(verdict.admitted),
+                        int(verdict.strict),
+                        stamp,
+                        stamp,
+                    ),
                 )
                 pair_id = int(cur.lastrowid or 0)
             else:
                 pair_id = int(row["id"])
             cur = db.execute(
-                "INSERT INTO verdicts (pair_id, admitted, strict, checks_json, created_at) "
-                "VALUES (?,?,?,?,?)",
+                "INSERT INTO verdicts (pair_id, admitted, strict, checks_json, created_at) VALUES (?,?,?,?,?)",
                 (pair_id, int(verdict.admitted), int(verdict.strict), checks_json, stamp),
             )
             db.execute(
@@ -118,15 +123,19 @@ class VerdictStore(RegistryBase):
         """Every verdict recorded for a pair, oldest first."""
         pair = self.get_pair(pair_id)
         rows = self._all(
-            "SELECT admitted, strict, checks_json, created_at FROM verdicts WHERE pair_id = ? "
-            "ORDER BY id",
+            "SELECT admitted, strict, checks_json, created_at FROM verdicts WHERE pair_id = ? ORDER BY id",
             (pair_id,),
         )
         return [
             PairVerdict(
-                admitted=bool(r["admitted"]), method=pair.method, target_sha256=pair.target_sha256,
-                draft_sha256=pair.draft_sha256, rule_set=pair.rule_set, strict=bool(r["strict"]),
-                checks=_CHECKS.validate_json(r["checks_json"]), created_at=r["created_at"],
+                admitted=bool(r["admitted"]),
+                method=pair.method,
+                target_sha256=pair.target_sha256,
+                draft_sha256=pair.draft_sha256,
+                rule_set=pair.rule_set,
+                strict=bool(r["strict"]),
+                checks=_CHECKS.validate_json(r["checks_json"]),
+                created_at=r["created_at"],
             )
             for r in rows
         ]

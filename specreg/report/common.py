@@ -48,31 +48,70 @@ def gate_cells(p: PairAudit) -> list[tuple[str, bool | None]]:
 
 
 STRATUM_HEADERS = (
-    "condition", "stratum", "conc.", "n", "reps", "median ms", "p95 ms", "TTFT ms", "TPOT ms",
-    "acceptance", "speed-up (p5–p95)", "errors", "timeouts", "equivalent",
+    "condition",
+    "stratum",
+    "conc.",
+    "n",
+    "reps",
+    "median ms",
+    "p95 ms",
+    "TTFT ms",
+    "TPOT ms",
+    "acceptance",
+    "speed-up (p5–p95)",
+    "errors",
+    "timeouts",
+    "equivalent",
 )
 
 
 def stratum_cells(r: StratumRow) -> list[str]:
     return [
-        r.condition, r.stratum, str(r.concurrency), str(r.n_requests), str(r.n_repetitions),
-        num(r.median_total_ms, ".1f"), num(r.p95_total_ms, ".1f"), num(r.median_ttft_ms, ".1f"),
-        num(r.median_tpot_ms, ".2f"), pct(r.acceptance), spread(r), str(r.errors), str(r.timeouts),
+        r.condition,
+        r.stratum,
+        str(r.concurrency),
+        str(r.n_requests),
+        str(r.n_repetitions),
+        num(r.median_total_ms, ".1f"),
+        num(r.p95_total_ms, ".1f"),
+        num(r.median_ttft_ms, ".1f"),
+        num(r.median_tpot_ms, ".2f"),
+        pct(r.acceptance),
+        spread(r),
+        str(r.errors),
+        str(r.timeouts),
         f"{r.equivalent}/{r.compared}",
     ]
 
 
-CONDITION_HEADERS = ("condition", "spec type", "status", "peak RAM MiB", "extra RAM MiB",
-                     "peak VRAM MiB", "acceptance", "command")
+CONDITION_HEADERS = (
+    "condition",
+    "spec type",
+    "status",
+    "peak RAM MiB",
+    "extra RAM MiB",
+    "peak VRAM MiB",
+    "acceptance",
+    "command",
+)
 
 
 def condition_cells(run: RunDigest) -> list[list[str]]:
     rows = []
     for c in run.conditions:
         status = c.status if not c.failure else f"{c.status}: {c.failure}"
-        rows.append([c.label, c.spec_type, status, num(c.peak_ram_mib, ".0f"),
-                     num(c.extra_ram_mib, "+.0f"), num(c.peak_vram_mib, ".0f"), pct(c.acceptance),
-                     command(c.command)])
+        rows.append(
+            [
+                c.label,
+                c.spec_type,
+                status,
+                num(c.peak_ram_mib, ".0f"),
+                num(c.extra_ram_mib, "+.0f"),
+                num(c.peak_vram_mib, ".0f"),
+                pct(c.acceptance),
+                command(c.command),
+            ]
+        )
     return rows
 
 

@@ -7,12 +7,12 @@ matplotlib's own output with text drawn as paths (no text nodes from untrusted i
 from __future__ import annotations
 
 import html
-import re
 from datetime import datetime
 
 from specreg.report import common
 from specreg.report.plots import inline_svg
 from specreg.schemas.audit import GATES, AuditReport, RunDigest
+from specreg.text import escape_control
 
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:2rem auto;max-width:1200px;
@@ -32,12 +32,10 @@ pre{background:#f6f6f6;padding:.6rem;overflow-x:auto;white-space:pre-wrap;word-b
 
 # Control characters (ESC of an ANSI sequence, NUL, ...) are shown as \\xNN, as on the terminal:
 # an HTML file is also `cat`-ed and grepped. Newlines and tabs stay (logs and commands in <pre>).
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def e(text: object) -> str:
-    s = "" if text is None else str(text)
-    return html.escape(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", s))
+    return html.escape(escape_control(text, keep="\n\t"))
 
 
 def _table(headers: list[str] | tuple[str, ...], rows: list[list[str]], raw: bool = False) -> str:
@@ -48,8 +46,11 @@ def _table(headers: list[str] | tuple[str, ...], rows: list[list[str]], raw: boo
 
 
 def _plots(plots: dict[str, str], prefix: str) -> str:
-    titles = {"acceptance": "Acceptance by draft position", "speedup": "Speed-up per stratum (p5–p95)",
-              "memory": "Peak memory per condition"}
+    titles = {
+        "acceptance": "Acceptance by draft position",
+        "speedup": "Speed-up per stratum (p5–p95)",
+        "memory": "Peak memory per condition",
+    }
     figs = "".join(
         f'<figure aria-label="{e(titles.get(n, n))}">{inline_svg(svg, f"{prefix}{n}")}</figure>'
         for n, svg in plots.items()
@@ -58,10 +59,12 @@ def _plots(plots: dict[str, str], prefix: str) -> str:
 
 
 def _run_line(run: RunDigest) -> str:
-    return (f'<p class="muted">Target {e(run.target_name or common.short(run.target_sha256))} '
-            f"(<code>{e(common.short(run.target_sha256))}</code>), workload {e(run.workload or '–')}, "
-            f"runtime {e(run.runtime or '–')}, hardware {e(run.hardware or '–')}, "
-            f"{run.repetitions} repetition(s).</p>")
+    return (
+        f'<p class="muted">Target {e(run.target_name or common.short(run.target_sha256))} '
+        f"(<code>{e(common.short(run.target_sha256))}</code>), workload {e(run.workload or '–')}, "
+        f"runtime {e(run.runtime or '–')}, hardware {e(run.hardware or '–')}, "
+        f"{run.repetitions} repetition(s).</p>"
+    )
 
 
 def run_plots(run: RunDigest, plots: dict[str, str], prefix: str) -> str:
@@ -75,15 +78,21 @@ def run_tables(run: RunDigest, heading: bool = True) -> str:
     rows = []
     for cells in common.condition_cells(run):
         rows.append([e(c) for c in cells[:-1]] + [f"<code>{e(cells[-1])}</code>"])
-    parts += ["<h3>Conditions</h3>", _table(common.CONDITION_HEADERS, rows, raw=True), "<h3>Per stratum</h3>",
-              _table(common.STRATUM_HEADERS, [common.stratum_cells(r) for r in run.strata])]
+    parts += [
+        "<h3>Conditions</h3>",
+        _table(common.CONDITION_HEADERS, rows, raw=True),
+        "<h3>Per stratum</h3>",
+        _table(common.STRATUM_HEADERS, [common.stratum_cells(r) for r in run.strata]),
+    ]
     return "\n".join(parts)
 
 
 def _page(title: str, body: str) -> str:
-    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>{e(title)}</title><style>{_CSS}</style></head>\n<body>\n{body}\n</body></html>\n")
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{e(title)}</title><style>{_CSS}</style></head>\n<body>\n{body}\n</body></html>\n"
+    )
 
 
 def render_run(run: RunDigest, plots: dict[str, str]) -> str:
@@ -102,35 +111,61 @@ def render_audit(report: AuditReport, plots: dict[str, dict[str, str]]) -> str:
     word = common.verdict_word(report)
     cls = "pass" if report.passed else "fail"
     when = report.created_at.strftime("%Y-%m-%d %H:%M:%S %Z") if isinstance(report.created_at, datetime) else ""
-    parts = [f'<h1>specreg audit <span class="badge {cls}">{word}</span></h1>',
-             f'<p class="muted">{e(when)}; policy: {e(report.policy_source)}; rule set '
-             f"{e(report.rule_set or '–')}; integrity by "
-             f"{'full re-hash' if report.rehash else 'stat cache'}.</p>"]
+    parts = [
+        f'<h1>specreg audit <span class="badge {cls}">{word}</span></h1>',
+        f'<p class="muted">{e(when)}; policy: {e(report.policy_source)}; rule set '
+        f"{e(report.rule_set or '–')}; integrity by "
+        f"{'full re-hash' if report.rehash else 'stat cache'}.</p>",
+    ]
     if report.notes:
         parts.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in report.notes) + "</ul>")
     parts.append("<h2>Verdict</h2>")
     rows = []
     for p in report.pairs:
         draft = (p.draft_name or common.short(p.draft_sha256)) if p.draft_sha256 else "(self)"
-        rows.append([e(p.pair_id), e(p.method), e(p.target_name or common.short(p.target_sha256)),
-                     e(draft), *[_cell(t, ok) for t, ok in common.gate_cells(p)],
-                     _cell("PASS" if p.passed else "FAIL", p.passed)])
+        rows.append(
+            [
+                e(p.pair_id),
+                e(p.method),
+                e(p.target_name or common.short(p.target_sha256)),
+                e(draft),
+                *[_cell(t, ok) for t, ok in common.gate_cells(p)],
+                _cell("PASS" if p.passed else "FAIL", p.passed),
+            ]
+        )
     parts.append(_table(["pair", "method", "target", "draft", *GATES, "result"], rows, raw=True))
     parts.append("<h2>Decisions per stratum</h2>")
-    parts.append(_table(["target", "stratum", "deploy", "speed-up", "run", "why"], [
-        [d.target_name or common.short(d.target_sha256), d.stratum, d.choice, common.num(d.speedup),
-         d.run_id or "–", "; ".join(f"pair {c.pair_id}: {c.reason}" for c in d.candidates) or "no candidates"]
-        for d in report.decisions]))
+    parts.append(
+        _table(
+            ["target", "stratum", "deploy", "speed-up", "run", "why"],
+            [
+                [
+                    d.target_name or common.short(d.target_sha256),
+                    d.stratum,
+                    d.choice,
+                    common.num(d.speedup),
+                    d.run_id or "–",
+                    "; ".join(f"pair {c.pair_id}: {c.reason}" for c in d.candidates) or "no candidates",
+                ]
+                for d in report.decisions
+            ],
+        )
+    )
     for i, run in enumerate(report.runs):
         parts.append(run_plots(run, plots.get(run.run_id, {}), f"r{i}"))
     parts.append("<h2>Pairs</h2>")
     for p in report.pairs:
         ok = "pass" if p.passed else "fail"
-        gates = "".join(f'<li class="{"pass" if g.passed else "fail"}"><b>{e(g.gate)}</b>: '
-                        f"{'pass' if g.passed else 'FAIL'} — {e(g.message)}</li>" for g in p.gates)
-        parts.append(f'<h3 class="{ok}">{e(common.pair_title(p))} — {ok.upper()}</h3><ul>{gates}</ul>'
-                     f"<p>Rollback (baseline, <code>--spec-type none</code>):</p>"
-                     f"<pre>{e(common.command(p.rollback_command))}</pre>")
+        gates = "".join(
+            f'<li class="{"pass" if g.passed else "fail"}"><b>{e(g.gate)}</b>: '
+            f"{'pass' if g.passed else 'FAIL'} — {e(g.message)}</li>"
+            for g in p.gates
+        )
+        parts.append(
+            f'<h3 class="{ok}">{e(common.pair_title(p))} — {ok.upper()}</h3><ul>{gates}</ul>'
+            f"<p>Rollback (baseline, <code>--spec-type none</code>):</p>"
+            f"<pre>{e(common.command(p.rollback_command))}</pre>"
+        )
         if p.speculative_command:
             parts.append(f"<p>Speculative condition:</p><pre>{e(common.command(p.speculative_command))}</pre>")
     parts += [run_tables(run) for run in report.runs]

@@ -14,13 +14,12 @@ from datetime import datetime
 
 from specreg.report import common
 from specreg.schemas.audit import GATES, AuditReport, RunDigest
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+from specreg.text import escape_control
 
 
 def esc(text: object) -> str:
     """Inert Markdown table text: HTML-escaped, pipes and newlines neutralised."""
-    s = _CONTROL.sub(" ", "" if text is None else str(text))
+    s = escape_control(text)
     return html.escape(s).replace("|", "\\|").replace("`", "&#96;")
 
 
@@ -33,12 +32,15 @@ def _table(headers: tuple[str, ...] | list[str], rows: list[list[str]]) -> list[
 def _fence(text: str) -> list[str]:
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
     fence = "`" * max(3, longest + 1)
-    return [fence + "sh", _CONTROL.sub(" ", text), fence]
+    return [fence + "sh", escape_control(text, keep="\n"), fence]
 
 
 def _images(plots: dict[str, str], prefix: str) -> list[str]:
-    titles = {"acceptance": "Acceptance by draft position", "speedup": "Speed-up per stratum",
-              "memory": "Peak memory per condition"}
+    titles = {
+        "acceptance": "Acceptance by draft position",
+        "speedup": "Speed-up per stratum",
+        "memory": "Peak memory per condition",
+    }
     # <...> keeps a file name with spaces or parentheses one link target (CommonMark)
     return [f"![{titles.get(name, name)}](<{esc(prefix)}{name}.svg>)\n" for name in plots]
 
@@ -46,10 +48,12 @@ def _images(plots: dict[str, str], prefix: str) -> list[str]:
 def run_plots(run: RunDigest, plot_names: dict[str, str], image_prefix: str) -> list[str]:
     """A run's heading, manifest line and plot images."""
     out = [f"## Run {esc(run.run_id)} — {esc(run.status)}", ""]
-    out.append(f"Target {esc(run.target_name or common.short(run.target_sha256))} "
-               f"(`{esc(common.short(run.target_sha256))}`), workload {esc(run.workload or '–')}, "
-               f"runtime {esc(run.runtime or '–')}, hardware {esc(run.hardware or '–')}, "
-               f"{run.repetitions} repetition(s).")
+    out.append(
+        f"Target {esc(run.target_name or common.short(run.target_sha256))} "
+        f"(`{esc(common.short(run.target_sha256))}`), workload {esc(run.workload or '–')}, "
+        f"runtime {esc(run.runtime or '–')}, hardware {esc(run.hardware or '–')}, "
+        f"{run.repetitions} repetition(s)."
+    )
     return out + [""] + _images(plot_names, image_prefix)
 
 
@@ -76,23 +80,43 @@ def render_run(run: RunDigest, plots: dict[str, str], image_prefix: str) -> str:
 def render_audit(report: AuditReport, plots: dict[str, dict[str, str]], image_prefix: str) -> str:
     """The audit: verdict table, decisions per stratum, gates with evidence, rollback, runs."""
     when = report.created_at.strftime("%Y-%m-%d %H:%M:%S %Z") if isinstance(report.created_at, datetime) else ""
-    lines = [f"# specreg audit — {common.verdict_word(report)}", "",
-             f"{when}; policy: {esc(report.policy_source)}; rule set {esc(report.rule_set or '–')}; "
-             f"integrity by {'full re-hash' if report.rehash else 'stat cache'}.", ""]
+    lines = [
+        f"# specreg audit — {common.verdict_word(report)}",
+        "",
+        f"{when}; policy: {esc(report.policy_source)}; rule set {esc(report.rule_set or '–')}; "
+        f"integrity by {'full re-hash' if report.rehash else 'stat cache'}.",
+        "",
+    ]
     lines += [f"- {esc(n)}" for n in report.notes]
     lines += ["", "## Verdict", ""]
     rows = []
     for p in report.pairs:
-        rows.append([str(p.pair_id), p.method, p.target_name or common.short(p.target_sha256),
-                     (p.draft_name or common.short(p.draft_sha256)) if p.draft_sha256 else "(self)",
-                     *[t for t, _ in common.gate_cells(p)], "PASS" if p.passed else "FAIL"])
+        rows.append(
+            [
+                str(p.pair_id),
+                p.method,
+                p.target_name or common.short(p.target_sha256),
+                (p.draft_name or common.short(p.draft_sha256)) if p.draft_sha256 else "(self)",
+                *[t for t, _ in common.gate_cells(p)],
+                "PASS" if p.passed else "FAIL",
+            ]
+        )
     lines += _table(["pair", "method", "target", "draft", *GATES, "result"], rows)
     lines += ["", "## Decisions per stratum", ""]
-    lines += _table(["target", "stratum", "deploy", "speed-up", "run", "why"], [
-        [d.target_name or common.short(d.target_sha256), d.stratum, d.choice,
-         common.num(d.speedup), d.run_id or "–",
-         "; ".join(f"pair {c.pair_id}: {c.reason}" for c in d.candidates) or "no candidates"]
-        for d in report.decisions])
+    lines += _table(
+        ["target", "stratum", "deploy", "speed-up", "run", "why"],
+        [
+            [
+                d.target_name or common.short(d.target_sha256),
+                d.stratum,
+                d.choice,
+                common.num(d.speedup),
+                d.run_id or "–",
+                "; ".join(f"pair {c.pair_id}: {c.reason}" for c in d.candidates) or "no candidates",
+            ]
+            for d in report.decisions
+        ],
+    )
     lines.append("")
     for run in report.runs:
         lines += run_plots(run, plots.get(run.run_id, {}), f"{image_prefix}{slug(run.run_id)}-")

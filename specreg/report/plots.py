@@ -13,13 +13,13 @@ import math
 import re
 
 from specreg.schemas.audit import RunDigest
+from specreg.text import escape_control
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 PALETTE = ("#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bbbbbb")
 
 
 def _label(text: object, limit: int = 40) -> str:
-    s = _CONTROL.sub("?", str(text)).replace("$", r"\$")
+    s = escape_control(text, replace="?").replace("$", r"\$")
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
@@ -50,8 +50,11 @@ def _concurrency(run: RunDigest, concurrency: int | None) -> int | None:
 
 def acceptance_plot(run: RunDigest) -> str | None:
     """Acceptance rate by draft position, one line per speculative condition (None: no data)."""
-    series = [(c.label, c.acceptance_by_position) for c in run.conditions
-              if not c.is_baseline and any(v is not None for v in c.acceptance_by_position)]
+    series = [
+        (c.label, c.acceptance_by_position)
+        for c in run.conditions
+        if not c.is_baseline and any(v is not None for v in c.acceptance_by_position)
+    ]
     if not series:
         return None
     fig = _figure(7, 3.6)
@@ -75,8 +78,13 @@ def acceptance_plot(run: RunDigest) -> str | None:
 def speedup_plot(run: RunDigest, concurrency: int | None = None, min_speedup: float | None = None) -> str | None:
     """Median speed-up per stratum and condition, whiskers from p5 to p95 (None: no data)."""
     conc = _concurrency(run, concurrency)
-    rows = [r for r in run.strata if r.concurrency == conc and r.speedup is not None
-            and not any(c.label == r.condition and c.is_baseline for c in run.conditions)]
+    rows = [
+        r
+        for r in run.strata
+        if r.concurrency == conc
+        and r.speedup is not None
+        and not any(c.label == r.condition and c.is_baseline for c in run.conditions)
+    ]
     if not rows:
         return None
     strata = sorted({r.stratum for r in rows})
@@ -95,12 +103,10 @@ def speedup_plot(run: RunDigest, concurrency: int | None = None, min_speedup: fl
             ys.append(r.speedup)
             lo.append(max(0.0, r.speedup - (r.speedup_p5 if r.speedup_p5 is not None else r.speedup)))
             hi.append(max(0.0, (r.speedup_p95 if r.speedup_p95 is not None else r.speedup) - r.speedup))
-        ax.bar(xs, ys, width * 0.9, yerr=[lo, hi], capsize=3, color=PALETTE[j % len(PALETTE)],
-               label=_label(cond))
+        ax.bar(xs, ys, width * 0.9, yerr=[lo, hi], capsize=3, color=PALETTE[j % len(PALETTE)], label=_label(cond))
     ax.axhline(1.0, color="black", linewidth=0.8)
     if min_speedup is not None:
-        ax.axhline(min_speedup, color="#cc3311", linestyle="--", linewidth=1,
-                   label=f"policy minimum {min_speedup:g}")
+        ax.axhline(min_speedup, color="#cc3311", linestyle="--", linewidth=1, label=f"policy minimum {min_speedup:g}")
     ax.set_xticks(range(len(strata)), [_label(s, 20) for s in strata])
     ax.set_ylabel("speed-up vs --spec-type none")
     ax.set_title(f"Speed-up per stratum (median, p5–p95; concurrency {conc})", fontsize=10)
@@ -134,8 +140,7 @@ def memory_plot(run: RunDigest) -> str | None:
     return _svg(fig)
 
 
-def run_plots(run: RunDigest, concurrency: int | None = None,
-              min_speedup: float | None = None) -> dict[str, str]:
+def run_plots(run: RunDigest, concurrency: int | None = None, min_speedup: float | None = None) -> dict[str, str]:
     """Every plot that has data for this run: {name: svg text}."""
     out: dict[str, str | None] = {
         "acceptance": acceptance_plot(run),

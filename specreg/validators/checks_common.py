@@ -14,10 +14,20 @@ from specreg.validators.side import Side, result
 def vocab_only(side: Side) -> CheckResult:
     """A file without tensors can be checked but not served (`file.vocab_only`)."""
     if side.summary.vocab_only:
-        return result("file.vocab_only", "warn", f"{side.role} has no tensors (vocab-only): it can be checked but not benchmarked",
-                      role=side.role, n_tensors=0)
-    return result("file.vocab_only", "pass", f"{side.role} has {side.summary.n_tensors} tensors", role=side.role,
-                  n_tensors=side.summary.n_tensors)
+        return result(
+            "file.vocab_only",
+            "warn",
+            f"{side.role} has no tensors (vocab-only): it can be checked but not benchmarked",
+            role=side.role,
+            n_tensors=0,
+        )
+    return result(
+        "file.vocab_only",
+        "pass",
+        f"{side.role} has {side.summary.n_tensors} tensors",
+        role=side.role,
+        n_tensors=side.summary.n_tensors,
+    )
 
 
 def draft_size(t: Side, d: Side, rules: RuleSet) -> CheckResult:
@@ -34,9 +44,16 @@ def draft_size(t: Side, d: Side, rules: RuleSet) -> CheckResult:
     ratio = dv / tv if tv else float("inf")
     ev["ratio"] = round(ratio, 4)
     if dv >= tv:
-        return result("draft.size", "warn", f"draft is not smaller than the target ({basis}: {dv} vs {tv}): no speed-up possible", **ev)
+        return result(
+            "draft.size",
+            "warn",
+            f"draft is not smaller than the target ({basis}: {dv} vs {tv}): no speed-up possible",
+            **ev,
+        )
     if ratio >= ratio_limit:
-        return result("draft.size", "warn", f"draft is {ratio:.0%} of the target's {basis}: little or no speed-up to expect", **ev)
+        return result(
+            "draft.size", "warn", f"draft is {ratio:.0%} of the target's {basis}: little or no speed-up to expect", **ev
+        )
     return result("draft.size", "pass", f"draft is {ratio:.1%} of the target's {basis}", **ev)
 
 
@@ -85,5 +102,10 @@ def base_model(code: str, t: Side, d: Side) -> CheckResult:
         if _ids(b.get("name"), b.get("repo_url")) & target_ids:
             return result(code, "pass", "the draft's base model is the target", base_models=named, target_name=ts.name)
     first = named[0].get("name") or named[0].get("repo_url")
-    return result(code, "warn", f"draft was made for {first!r}, not visibly for the target {ts.name!r}",
-                  base_models=named, target_name=ts.name)
+    return result(
+        code,
+        "warn",
+        f"draft was made for {first!r}, not visibly for the target {ts.name!r}",
+        base_models=named,
+        target_name=ts.name,
+    )

@@ -33,8 +33,12 @@ def _texts_differ(t: Side, d: Side, start: int, stop: int, rules: RuleSet) -> tu
     tt, dt = t.texts(), d.texts()
     raw = [i for i, x, y in zip(range(start, stop), tt[start:stop], dt[start:stop]) if x != y]
     # raw texts that differ can still be equal C strings only when empty or holding a NUL
-    real = [i for i in raw if (tt[i] and dt[i] and "\0" not in tt[i] and "\0" not in dt[i])
-            or c_text(tt[i], i, rules) != c_text(dt[i], i, rules)]
+    real = [
+        i
+        for i in raw
+        if (tt[i] and dt[i] and "\0" not in tt[i] and "\0" not in dt[i])
+        or c_text(tt[i], i, rules) != c_text(dt[i], i, rules)
+    ]
     return real[: rules.advisory.evidence_max_items], len(real)
 
 
@@ -43,8 +47,12 @@ def check_loadable(side: Side) -> CheckResult:
     v = side.vocab
     if v.problem:
         return result("vocab.model", "error", f"{side.role} tokenizer: {v.problem}", **{side.role: v.as_evidence()})
-    return result("vocab.model", "pass", f"{side.role} tokenizer {v.model!r} ({v.vocab_type}) loads",
-                  **{side.role: v.as_evidence()})
+    return result(
+        "vocab.model",
+        "pass",
+        f"{side.role} tokenizer {v.model!r} ({v.vocab_type}) loads",
+        **{side.role: v.as_evidence()},
+    )
 
 
 def runtime_rule(t: Side, d: Side, rules: RuleSet) -> list[CheckResult]:
@@ -53,8 +61,16 @@ def runtime_rule(t: Side, d: Side, rules: RuleSet) -> list[CheckResult]:
     out: list[CheckResult] = []
     both = {"target": tv.vocab_type, "draft": dv.vocab_type}
     if tv.vocab_type != dv.vocab_type:
-        out.append(result("vocab.type", "error", f"vocab types differ: target {tv.vocab_type}, draft {dv.vocab_type}",
-                          **both, target_model=tv.model, draft_model=dv.model))
+        out.append(
+            result(
+                "vocab.type",
+                "error",
+                f"vocab types differ: target {tv.vocab_type}, draft {dv.vocab_type}",
+                **both,
+                target_model=tv.model,
+                draft_model=dv.model,
+            )
+        )
     else:
         out.append(result("vocab.type", "pass", f"both vocabs are {tv.vocab_type}", **both))
 
@@ -65,7 +81,14 @@ def runtime_rule(t: Side, d: Side, rules: RuleSet) -> list[CheckResult]:
         if t_add != d_add:
             out.append(result(f"vocab.{tok}", "error", f"add_{tok} differs: target {t_add}, draft {d_add}", **ev))
         elif t_add and t_id != d_id:
-            out.append(result(f"vocab.{tok}", "error", f"{tok} ids differ while add_{tok} is set: target {t_id}, draft {d_id}", **ev))
+            out.append(
+                result(
+                    f"vocab.{tok}",
+                    "error",
+                    f"{tok} ids differ while add_{tok} is set: target {t_id}, draft {d_id}",
+                    **ev,
+                )
+            )
         else:
             how = f"both add {tok} {t_id}" if t_add else f"neither adds {tok}"
             out.append(result(f"vocab.{tok}", "pass", how, **ev))
@@ -74,9 +97,23 @@ def runtime_rule(t: Side, d: Side, rules: RuleSet) -> list[CheckResult]:
     diff = abs(tv.n_tokens - dv.n_tokens)
     ev_n = {"target": tv.n_tokens, "draft": dv.n_tokens, "difference": diff, "max_difference": limit}
     if diff > limit:
-        out.append(result("vocab.n_tokens", "error", f"token counts differ by {diff} (> {limit}): target {tv.n_tokens}, draft {dv.n_tokens}", **ev_n))
+        out.append(
+            result(
+                "vocab.n_tokens",
+                "error",
+                f"token counts differ by {diff} (> {limit}): target {tv.n_tokens}, draft {dv.n_tokens}",
+                **ev_n,
+            )
+        )
     else:
-        out.append(result("vocab.n_tokens", "pass", f"token counts within {limit}: target {tv.n_tokens}, draft {dv.n_tokens}", **ev_n))
+        out.append(
+            result(
+                "vocab.n_tokens",
+                "pass",
+                f"token counts within {limit}: target {tv.n_tokens}, draft {dv.n_tokens}",
+                **ev_n,
+            )
+        )
 
     start = rules.draft_simple.check_start_token_id
     stop = min(tv.n_tokens, dv.n_tokens)
@@ -85,9 +122,15 @@ def runtime_rule(t: Side, d: Side, rules: RuleSet) -> list[CheckResult]:
     if count:
         first = _token_evidence(t, d, ids)
         f0 = first[0]
-        out.append(result("vocab.tokens", "error",
-                          f"{count} token texts differ from id {start} on; first: id {f0['id']} target {clip(str(f0['target']), 40)!r}, draft {clip(str(f0['draft']), 40)!r}",
-                          **ev_t, first=first))
+        out.append(
+            result(
+                "vocab.tokens",
+                "error",
+                f"{count} token texts differ from id {start} on; first: id {f0['id']} target {clip(str(f0['target']), 40)!r}, draft {clip(str(f0['draft']), 40)!r}",
+                **ev_t,
+                first=first,
+            )
+        )
     else:
         out.append(result("vocab.tokens", "pass", f"token texts equal for ids {start}..{max(stop - 1, start)}", **ev_t))
     return out
@@ -105,13 +148,24 @@ def padding(t: Side, d: Side, rules: RuleSet) -> CheckResult | None:
     pattern = re.compile("|".join(f"(?:{p})" for p in rules.advisory.pad_token_patterns), re.I)
     pad_types = set(rules.advisory.pad_token_types)
     real = [i for i in range(lo, hi) if types[i] not in pad_types and not pattern.search(texts[i])]
-    ev = {"larger": bigger.role, "extra": hi - lo, "extra_ids": [lo, hi - 1],
-          "sample": [{"id": i, "text": clip(texts[i])} for i in range(lo, min(hi, lo + rules.advisory.evidence_max_items))]}
+    ev = {
+        "larger": bigger.role,
+        "extra": hi - lo,
+        "extra_ids": [lo, hi - 1],
+        "sample": [
+            {"id": i, "text": clip(texts[i])} for i in range(lo, min(hi, lo + rules.advisory.evidence_max_items))
+        ],
+    }
     if not real:
         return result("vocab.padding", "info", f"the {hi - lo} extra {bigger.role} tokens are padding only", **ev)
     first = [{"id": i, "text": clip(texts[i])} for i in real[: rules.advisory.evidence_max_items]]
-    return result("vocab.padding", "warn",
-                  f"{len(real)} of the {hi - lo} extra {bigger.role} tokens are real tokens, not padding", **ev, real=first)
+    return result(
+        "vocab.padding",
+        "warn",
+        f"{len(real)} of the {hi - lo} extra {bigger.role} tokens are real tokens, not padding",
+        **ev,
+        real=first,
+    )
 
 
 def advisories(t: Side, d: Side, rules: RuleSet) -> list[CheckResult]:
@@ -124,23 +178,48 @@ def advisories(t: Side, d: Side, rules: RuleSet) -> list[CheckResult]:
 
     ids, count = _texts_differ(t, d, 0, start, rules)
     if count:
-        out.append(result("vocab.tokens_head", "warn", f"{count} of the first {start} token texts differ (llama.cpp does not compare them)",
-                          n_differ=count, first=_token_evidence(t, d, ids)))
+        out.append(
+            result(
+                "vocab.tokens_head",
+                "warn",
+                f"{count} of the first {start} token texts differ (llama.cpp does not compare them)",
+                n_differ=count,
+                first=_token_evidence(t, d, ids),
+            )
+        )
     else:
         out.append(result("vocab.tokens_head", "pass", f"token texts 0..{start - 1} equal"))
 
     out.append(_token_types(t, d, lim))
 
     if tv.pre != dv.pre:
-        out.append(result("vocab.pre", "warn", f"pre-tokenizers differ: target {tv.pre!r}, draft {dv.pre!r} (the same text may split differently)",
-                          target=tv.pre, draft=dv.pre))
+        out.append(
+            result(
+                "vocab.pre",
+                "warn",
+                f"pre-tokenizers differ: target {tv.pre!r}, draft {dv.pre!r} (the same text may split differently)",
+                target=tv.pre,
+                draft=dv.pre,
+            )
+        )
     else:
-        same = f"same pre-tokenizer {tv.pre!r}" if tv.pre is not None else "neither sets a pre-tokenizer (tokenizer.ggml.pre)"
+        same = (
+            f"same pre-tokenizer {tv.pre!r}"
+            if tv.pre is not None
+            else "neither sets a pre-tokenizer (tokenizer.ggml.pre)"
+        )
         out.append(result("vocab.pre", "pass", same, target=tv.pre, draft=dv.pre))
 
     if ts.merges_sha256 != ds.merges_sha256:
-        out.append(result("vocab.merges", "warn", f"BPE merges differ: target {ts.n_merges}, draft {ds.n_merges}",
-                          target={"n": ts.n_merges, "sha256": ts.merges_sha256}, draft={"n": ds.n_merges, "sha256": ds.merges_sha256}))
+        out.append(
+            result(
+                "vocab.merges",
+                "warn",
+                f"BPE merges differ: target {ts.n_merges}, draft {ds.n_merges}",
+                target={"n": ts.n_merges, "sha256": ts.merges_sha256},
+                draft={"n": ds.n_merges, "sha256": ds.merges_sha256},
+            )
+        )
     else:
         out.append(result("vocab.merges", "pass", f"same merges ({ts.n_merges})"))
 
@@ -164,11 +243,19 @@ def extra_ids(t: Side, d: Side) -> CheckResult:
     nt, nd = t.vocab.n_tokens, d.vocab.n_tokens
     ev = {"target": nt, "draft": nd}
     if nd > nt:
-        return result("vocab.extra_ids", "warn",
-                      f"draft has {nd - nt} token ids the target lacks ({nt}..{nd - 1}): if the draft proposes one, the server aborts", **ev)
+        return result(
+            "vocab.extra_ids",
+            "warn",
+            f"draft has {nd - nt} token ids the target lacks ({nt}..{nd - 1}): if the draft proposes one, the server aborts",
+            **ev,
+        )
     if nt > nd:
-        return result("vocab.extra_ids", "warn",
-                      f"target has {nt - nd} token ids the draft lacks ({nd}..{nt - 1}): a prompt or output containing one aborts the server", **ev)
+        return result(
+            "vocab.extra_ids",
+            "warn",
+            f"target has {nt - nd} token ids the draft lacks ({nd}..{nt - 1}): a prompt or output containing one aborts the server",
+            **ev,
+        )
     return result("vocab.extra_ids", "pass", "both vocabularies have the same ids", **ev)
 
 
@@ -178,14 +265,24 @@ def _token_types(t: Side, d: Side, lim: int) -> CheckResult:
     if ts.token_types_sha256 is None or ds.token_types_sha256 is None:
         if ts.token_types_sha256 == ds.token_types_sha256:
             return result("vocab.token_types", "pass", "neither file has token types")
-        return result("vocab.token_types", "info", "token types present in only one file",
-                      target=ts.token_types_sha256 is not None, draft=ds.token_types_sha256 is not None)
+        return result(
+            "vocab.token_types",
+            "info",
+            "token types present in only one file",
+            target=ts.token_types_sha256 is not None,
+            draft=ds.token_types_sha256 is not None,
+        )
     if ts.token_types_sha256 != ds.token_types_sha256:
         tt, dt = t.types(), d.types()
         ids, count = first_diffs(tt, dt, 0, min(len(tt), len(dt)), lim)
         if count:
-            return result("vocab.token_types", "warn", f"{count} token types differ",
-                          n_differ=count, first=[{"id": i, "target": tt[i], "draft": dt[i]} for i in ids])
+            return result(
+                "vocab.token_types",
+                "warn",
+                f"{count} token types differ",
+                n_differ=count,
+                first=[{"id": i, "target": tt[i], "draft": dt[i]} for i in ids],
+            )
     return result("vocab.token_types", "pass", "token types equal")
 
 
@@ -217,8 +314,12 @@ def _template(t: Side, d: Side) -> CheckResult:
         return result("vocab.chat_template", "pass", "same chat template" if a else "neither has a chat template", **ev)
     if a is None or b is None:
         has = "draft" if a is None else "target"
-        return result("vocab.chat_template", "info",
-                      f"only the {has} has a chat template (the server formats with the target's)", **ev)
+        return result(
+            "vocab.chat_template",
+            "info",
+            f"only the {has} has a chat template (the server formats with the target's)",
+            **ev,
+        )
     return result("vocab.chat_template", "warn", "chat templates differ (SHA-256)", **ev)
 
 

@@ -66,8 +66,22 @@ def effective_vocab(summary: GGUFSummary, rules: RuleSet) -> EffectiveVocab:
     if model_rules is None:
         why = "no tokenizer.ggml.model" if tok.model is None else f"unknown tokenizer {tok.model!r}"
         return EffectiveVocab(
-            tok.model, "UNKNOWN", None, tok.pre, None, n, False, False, None, None, None, None, None,
-            tok.eot_id, tok.eom_id, problem=f"llama.cpp cannot load it: {why}",
+            tok.model,
+            "UNKNOWN",
+            None,
+            tok.pre,
+            None,
+            n,
+            False,
+            False,
+            None,
+            None,
+            None,
+            None,
+            None,
+            tok.eot_id,
+            tok.eom_id,
+            problem=f"llama.cpp cannot load it: {why}",
         )
     problem: str | None = None
     if n == 0 and model_rules.type != "NONE":
@@ -121,9 +135,23 @@ def effective_vocab(summary: GGUFSummary, rules: RuleSet) -> EffectiveVocab:
         notes.append(f"llama.cpp forces add_bos=true for the {pre_type} pre-tokenizer")
 
     return EffectiveVocab(
-        tok.model, model_rules.type, rules.vocab_type_ids.get(model_rules.type), pre, pre_type, n,
-        add_bos, add_eos, ids["bos"], ids["eos"], ids["unk"], ids["sep"], ids["pad"], eot, eom,
-        problem=problem, notes=tuple(notes),
+        tok.model,
+        model_rules.type,
+        rules.vocab_type_ids.get(model_rules.type),
+        pre,
+        pre_type,
+        n,
+        add_bos,
+        add_eos,
+        ids["bos"],
+        ids["eos"],
+        ids["unk"],
+        ids["sep"],
+        ids["pad"],
+        eot,
+        eom,
+        problem=problem,
+        notes=tuple(notes),
     )
 
 

@@ -8,6 +8,7 @@ self-speculative method, none for a draft method) raises.
 from __future__ import annotations
 
 from specreg.errors import UsageError
+from specreg.gguf.reader import GGUFFile
 from specreg.gguf.summary import summarize
 from specreg.schemas.checks import DRAFT_METHODS, SELF_METHODS, CheckResult, PairVerdict
 from specreg.validators import checks_common as common
@@ -16,7 +17,6 @@ from specreg.validators.checks_dflash import check_dflash, is_dspark
 from specreg.validators.checks_eagle3 import check_eagle3
 from specreg.validators.checks_mtp import check_mtp, usable_target
 from specreg.validators.ruleset import RuleSet
-from specreg.gguf.reader import GGUFFile
 from specreg.validators.side import Side
 
 METHODS: tuple[str, ...] = ("auto", *sorted(DRAFT_METHODS), *sorted(SELF_METHODS))
@@ -25,8 +25,10 @@ METHODS: tuple[str, ...] = ("auto", *sorted(DRAFT_METHODS), *sorted(SELF_METHODS
 def detect_method(draft: GGUFFile | None, rule_set: RuleSet) -> str:
     """`--method auto`: llama.cpp's own choice from the draft's architecture and tensors."""
     if draft is None:
-        raise UsageError("--method auto needs a DRAFT to choose from",
-                         hint="pass --method draft-mtp or an n-gram method (e.g. ngram-simple) to check the target alone")
+        raise UsageError(
+            "--method auto needs a DRAFT to choose from",
+            hint="pass --method draft-mtp or an n-gram method (e.g. ngram-simple) to check the target alone",
+        )
     arch = summarize(draft).architecture
     if arch == rule_set.eagle3.architecture:
         return "draft-eagle3"
@@ -35,14 +37,17 @@ def detect_method(draft: GGUFFile | None, rule_set: RuleSet) -> str:
     return "draft-simple"
 
 
-def check_pair(target: GGUFFile, draft: GGUFFile | None, method: str, *, rule_set: RuleSet,
-               strict: bool = False) -> list[CheckResult]:
+def check_pair(
+    target: GGUFFile, draft: GGUFFile | None, method: str, *, rule_set: RuleSet, strict: bool = False
+) -> list[CheckResult]:
     """All checks for `method` (see docs/readme/validators.md for every code)."""
     if method in DRAFT_METHODS and draft is None:
         raise UsageError(f"{method} needs a DRAFT model")
     if method in SELF_METHODS and draft is not None:
-        raise UsageError(f"{method} speculates with the target alone: do not pass a DRAFT",
-                         hint="drop the DRAFT argument, or choose a draft method")
+        raise UsageError(
+            f"{method} speculates with the target alone: do not pass a DRAFT",
+            hint="drop the DRAFT argument, or choose a draft method",
+        )
     if method not in DRAFT_METHODS and method not in SELF_METHODS:
         raise UsageError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
 
@@ -62,15 +67,27 @@ def check_pair(target: GGUFFile, draft: GGUFFile | None, method: str, *, rule_se
             checks += check_eagle3(t, d, rule_set)
         else:
             checks += check_dflash(t, d, rule_set, dspark=method == "draft-dspark")
-        checks += [common.vocab_only(t), common.vocab_only(d), common.draft_size(t, d, rule_set),
-                   common.context_length(t, d), common.arch_family(t, d)]
+        checks += [
+            common.vocab_only(t),
+            common.vocab_only(d),
+            common.draft_size(t, d, rule_set),
+            common.context_length(t, d),
+            common.arch_family(t, d),
+        ]
     if strict:
         checks = [c.model_copy(update={"severity": "error"}) if c.severity == "warn" else c for c in checks]
     return checks
 
 
-def verdict(checks: list[CheckResult], *, method: str, target_sha256: str, draft_sha256: str | None,
-            rule_set: RuleSet, strict: bool) -> PairVerdict:
+def verdict(
+    checks: list[CheckResult],
+    *,
+    method: str,
+    target_sha256: str,
+    draft_sha256: str | None,
+    rule_set: RuleSet,
+    strict: bool,
+) -> PairVerdict:
     """The stored outcome: admitted iff no check is an error."""
     return PairVerdict(
         admitted=not any(c.severity == "error" for c in checks),
@@ -83,4 +100,4 @@ def verdict(checks: list[CheckResult], *, method: str, target_sha256: str, draft
     )
 
 
-__all__ = ["METHODS", "check_pair", "detect_method", "verdict", "is_dspark"]
+__all__ = ["METHODS", "check_pair", "detect_method", "is_dspark", "verdict"]

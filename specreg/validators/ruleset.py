@@ -8,7 +8,7 @@ current one for its runtime is stale.
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -122,7 +122,7 @@ def known_rule_sets() -> list[str]:
     return sorted(p.stem for p in RULES_DIR.glob("*.json"))
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_rule_set(runtime: str | None = None) -> RuleSet:
     """The rule set for a runtime build name (default: RULE_SET_DEFAULT); unknown -> UsageError."""
     name = runtime or RULE_SET_DEFAULT

@@ -16,12 +16,35 @@ import sys
 from pathlib import Path
 
 from specreg.errors import GGUFError
-from specreg.testing import ModelSpec, write_model
 from specreg.gguf.reader import GGUFArray, open_gguf
 from specreg.gguf.summary import summarize
+from specreg.testing import ModelSpec, write_model
 
-INTERESTING = [0, 1, 2, 3, 7, 8, 9, 12, 13, 31, 32, 63, 64, 255, 256, (1 << 30) + 1, (1 << 31) - 1, 1 << 31,
-               (1 << 32) - 1, 1 << 40, (1 << 63) - 1, 1 << 63, (1 << 64) - 1]
+INTERESTING = [
+    0,
+    1,
+    2,
+    3,
+    7,
+    8,
+    9,
+    12,
+    13,
+    31,
+    32,
+    63,
+    64,
+    255,
+    256,
+    (1 << 30) + 1,
+    (1 << 31) - 1,
+    1 << 31,
+    (1 << 32) - 1,
+    1 << 40,
+    (1 << 63) - 1,
+    1 << 63,
+    (1 << 64) - 1,
+]
 
 
 def scratch_dir(prefix: str = "specreg-fuzz-") -> Path:
@@ -51,8 +74,16 @@ def seed_files(directory: Path) -> list[bytes]:
     for name, spec in {
         "spm": ModelSpec(vocab_only=True, n_words=20),
         "bpe": ModelSpec(vocab_type="gpt2", pre="qwen2", n_words=20, vocab_only=True, chat_template="{{x}}"),
-        "eagle3": ModelSpec(architecture="eagle3", eagle3_target_layers=(0, 1, 2), eagle3_target_hidden_size=64,
-                            d2t=(0, 1), n_words=10, n_embd=32, n_ff=32, n_layer=1),
+        "eagle3": ModelSpec(
+            architecture="eagle3",
+            eagle3_target_layers=(0, 1, 2),
+            eagle3_target_hidden_size=64,
+            d2t=(0, 1),
+            n_words=10,
+            n_embd=32,
+            n_ff=32,
+            n_layer=1,
+        ),
     }.items():
         seeds.append(write_model(directory / f"{name}.gguf", spec).read_bytes())
     return seeds

@@ -18,7 +18,7 @@ import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from fuzz_common import exercise, mutate, scratch_dir, seed_files, write_case  # noqa: E402
+from fuzz_common import exercise, mutate, scratch_dir, seed_files, write_case
 
 
 def main() -> int:
@@ -55,8 +55,10 @@ def main() -> int:
             saved = args.out / f"failure-{seed}-{tried}.gguf"
             saved.write_bytes(data)
             print(f"FAILURE on input {tried} (saved to {saved}):\n{traceback.format_exc()}", file=sys.stderr)
-    print(f"seed {seed}: tried {tried} inputs in {args.seconds:.0f} s ({tried / args.seconds:.0f}/s), "
-          f"{len(seeds)} seed files, {failures} failures")
+    print(
+        f"seed {seed}: tried {tried} inputs in {args.seconds:.0f} s ({tried / args.seconds:.0f}/s), "
+        f"{len(seeds)} seed files, {failures} failures"
+    )
     for outcome, n in outcomes.most_common(15):
         print(f"  {n:>8}  {outcome}")
     return 1 if failures else 0

@@ -125,6 +125,7 @@ def _with(**changes: object) -> Callable[[], bytes]:
 
 def _kv(key: str, value: bytes | None, raw_key: bytes | None = None) -> Callable[[], bytes]:
     """Base file with `key` replaced (or appended) by `value`; None removes it."""
+
     def build() -> bytes:
         spec = base()
         enc = raw_key if raw_key is not None else s(key)
@@ -137,13 +138,22 @@ def _kv(key: str, value: bytes | None, raw_key: bytes | None = None) -> Callable
     return build
 
 
-def _tensor(i: int, name: bytes | None = None, dims: list[int] | None = None, ggml_type: int | None = None,
-            offset: int | None = None) -> Callable[[], bytes]:
+def _tensor(
+    i: int,
+    name: bytes | None = None,
+    dims: list[int] | None = None,
+    ggml_type: int | None = None,
+    offset: int | None = None,
+) -> Callable[[], bytes]:
     def build() -> bytes:
         spec = base()
         n, d, t, o = spec.tensors[i]
-        spec.tensors[i] = (name if name is not None else n, dims if dims is not None else d,
-                           t if ggml_type is None else ggml_type, o if offset is None else offset)
+        spec.tensors[i] = (
+            name if name is not None else n,
+            dims if dims is not None else d,
+            t if ggml_type is None else ggml_type,
+            o if offset is None else offset,
+        )
         return encode(spec)
 
     return build
@@ -151,6 +161,7 @@ def _tensor(i: int, name: bytes | None = None, dims: list[int] | None = None, gg
 
 def _cut(mark: str, extra: int = 2) -> Callable[[], bytes]:
     """The valid base file cut `extra` bytes into the section starting at `mark`."""
+
     def build() -> bytes:
         marks: dict[str, int] = {}
         full = encode(base(), marks)
@@ -195,8 +206,9 @@ CASES: list[Case] = [
     Case("trunc_key_length", _cut("kv:general.name", 3), "kv[11].key", "truncated"),
     Case("trunc_key", _cut("kv:general.name", 10), "kv[11].key", "truncated"),
     Case("trunc_value_type", _cut("value:general.name", 2), "general.name", "truncated"),
-    Case("trunc_scalar_value", _cut("value:tokenizer.ggml.eos_token_id", 6), "tokenizer.ggml.eos_token_id",
-         "truncated"),
+    Case(
+        "trunc_scalar_value", _cut("value:tokenizer.ggml.eos_token_id", 6), "tokenizer.ggml.eos_token_id", "truncated"
+    ),
     Case("trunc_string_value", _cut("value:general.name", 15), "general.name", "truncated"),
     Case("trunc_array_header", _cut("value:tokenizer.ggml.merges", 9), "tokenizer.ggml.merges", "truncated"),
     Case("trunc_array_data", _cut("value:tokenizer.ggml.scores", 30), "tokenizer.ggml.scores", "truncated"),
@@ -218,75 +230,155 @@ CASES: list[Case] = [
     Case("n_kv_too_many", _with(n_kv=13, tensors=[], data=b""), "kv[12].key", "truncated"),
     # hostile strings and arrays
     Case("key_length_2p63", _kv("x", scalar(U32, 1), raw_key=s("x", HUGE)), "kv[12].key", "exceeds the 1 GiB limit"),
-    Case("string_length_2p63", _kv("general.name", struct.pack("<I", STR) + s("x", HUGE)), "general.name",
-         "exceeds the 1 GiB limit"),
-    Case("string_length_1gib_plus_1", _kv("general.name", struct.pack("<I", STR) + s("x", (1 << 30) + 1)),
-         "general.name", "exceeds the 1 GiB limit"),
-    Case("string_past_eof", _kv("general.name", struct.pack("<I", STR) + s("x", 1 << 20)), "general.name",
-         "truncated"),
+    Case(
+        "string_length_2p63",
+        _kv("general.name", struct.pack("<I", STR) + s("x", HUGE)),
+        "general.name",
+        "exceeds the 1 GiB limit",
+    ),
+    Case(
+        "string_length_1gib_plus_1",
+        _kv("general.name", struct.pack("<I", STR) + s("x", (1 << 30) + 1)),
+        "general.name",
+        "exceeds the 1 GiB limit",
+    ),
+    Case("string_past_eof", _kv("general.name", struct.pack("<I", STR) + s("x", 1 << 20)), "general.name", "truncated"),
     Case("array_count_2p63", _kv("general.tags", array(U32, [], HUGE)), "general.tags", "exceeds the 2^30 limit"),
-    Case("array_count_2p30_plus_1", _kv("general.tags", array(U8, [], (1 << 30) + 1)), "general.tags",
-         "exceeds the 2^30 limit"),
+    Case(
+        "array_count_2p30_plus_1",
+        _kv("general.tags", array(U8, [], (1 << 30) + 1)),
+        "general.tags",
+        "exceeds the 2^30 limit",
+    ),
     Case("array_past_eof", _kv("general.tags", array(U32, [1, 2], 1_000_000)), "general.tags", "truncated"),
-    Case("string_array_element_hostile",
-         _kv("tokenizer.ggml.tokens", array(STR, TOKENS[:5], 8) + s("y", 1 << 40) + b"".join(s(t) for t in TOKENS[6:])),
-         "tokenizer.ggml.tokens[5]", "exceeds the 1 GiB limit"),
-    Case("string_array_element_past_eof",
-         _kv("tokenizer.ggml.tokens", array(STR, TOKENS[:5], 8) + s("y", 1 << 20) + b"".join(s(t) for t in TOKENS[6:])),
-         "tokenizer.ggml.tokens[5]", "truncated"),
-    Case("nested_array", _kv("general.tags", struct.pack("<IIQ", ARR, ARR, 1) + struct.pack("<IQ", U8, 0)),
-         "general.tags", "nested arrays"),
-    Case("invalid_value_type", _kv("general.tags", struct.pack("<I", 13) + b"\0" * 8), "general.tags",
-         "invalid value type 13"),
-    Case("invalid_array_type", _kv("general.tags", struct.pack("<IIQ", ARR, 99, 0)), "general.tags",
-         "invalid array element type 99"),
+    Case(
+        "string_array_element_hostile",
+        _kv("tokenizer.ggml.tokens", array(STR, TOKENS[:5], 8) + s("y", 1 << 40) + b"".join(s(t) for t in TOKENS[6:])),
+        "tokenizer.ggml.tokens[5]",
+        "exceeds the 1 GiB limit",
+    ),
+    Case(
+        "string_array_element_past_eof",
+        _kv("tokenizer.ggml.tokens", array(STR, TOKENS[:5], 8) + s("y", 1 << 20) + b"".join(s(t) for t in TOKENS[6:])),
+        "tokenizer.ggml.tokens[5]",
+        "truncated",
+    ),
+    Case(
+        "nested_array",
+        _kv("general.tags", struct.pack("<IIQ", ARR, ARR, 1) + struct.pack("<IQ", U8, 0)),
+        "general.tags",
+        "nested arrays",
+    ),
+    Case(
+        "invalid_value_type",
+        _kv("general.tags", struct.pack("<I", 13) + b"\0" * 8),
+        "general.tags",
+        "invalid value type 13",
+    ),
+    Case(
+        "invalid_array_type",
+        _kv("general.tags", struct.pack("<IIQ", ARR, 99, 0)),
+        "general.tags",
+        "invalid array element type 99",
+    ),
     Case("empty_key", _kv("", scalar(U32, 1)), "kv[12].key", "empty key"),
     Case("duplicate_key", _kv("x", scalar(U32, 1), raw_key=s("general.name")), "general.name", "duplicate key"),
     Case("duplicate_key_with_newline", lambda: _twice("evil\nkey\x1b[31m"), "evil\\x0akey\\x1b[31m", "duplicate key"),
-    Case("invalid_utf8_key", _kv("x", scalar(U32, 1), raw_key=s(b"general.\xff\xfe")), "kv[12].key",
-         "not valid UTF-8"),
+    Case("invalid_utf8_key", _kv("x", scalar(U32, 1), raw_key=s(b"general.\xff\xfe")), "kv[12].key", "not valid UTF-8"),
     Case("alignment_wrong_type", _kv("general.alignment", scalar(U64, 32)), "general.alignment", "must be a UINT32"),
-    Case("alignment_not_power_of_two", _kv("general.alignment", scalar(U32, 48)), "general.alignment",
-         "not a power of two"),
+    Case(
+        "alignment_not_power_of_two",
+        _kv("general.alignment", scalar(U32, 48)),
+        "general.alignment",
+        "not a power of two",
+    ),
     Case("alignment_zero", _kv("general.alignment", scalar(U32, 0)), "general.alignment", "not a power of two"),
     # tensor infos
     Case("tensor_name_too_long", _tensor(1, name=s("n" * 64)), "tensor 'nnn", "limit 63"),
     Case("tensor_name_invalid_utf8", _tensor(1, name=s(b"bad\xc3\x28")), "tensor[1].name", "not valid UTF-8"),
-    Case("duplicate_tensor", _tensor(1, name=s("token_embd.weight"), dims=[4, 8]), "token_embd.weight",
-         "duplicate tensor name"),
+    Case(
+        "duplicate_tensor",
+        _tensor(1, name=s("token_embd.weight"), dims=[4, 8]),
+        "token_embd.weight",
+        "duplicate tensor name",
+    ),
     Case("too_many_dims", _tensor(1, dims=[1, 1, 1, 1, 4]), "output_norm.weight", "5 dimensions"),
     Case("negative_dim", _tensor(1, dims=[4, -1]), "output_norm.weight", "negative dimension"),
     Case("dims_overflow", _tensor(1, dims=[1 << 62, 1 << 62]), "output_norm.weight", "overflows int64"),
     Case("unknown_ggml_type", _tensor(1, ggml_type=31), "output_norm.weight", "unknown ggml type 31"),
-    Case("block_size_mismatch", _tensor(1, dims=[33], ggml_type=Q4_0), "output_norm.weight",
-         "not a multiple of Q4_0's block size 32"),
+    Case(
+        "block_size_mismatch",
+        _tensor(1, dims=[33], ggml_type=Q4_0),
+        "output_norm.weight",
+        "not a multiple of Q4_0's block size 32",
+    ),
     Case("misaligned_offset", _tensor(1, offset=132), "output_norm.weight", "not aligned to 32"),
     Case("overlapping_offsets", _tensor(1, offset=96), "output_norm.weight", "overlaps tensor 'token_embd.weight'"),
     Case("gap_between_tensors", _tensor(1, offset=256), "output_norm.weight", "expected 128"),
     Case("huge_tensor_past_eof", _tensor(1, dims=[1 << 40]), "output_norm.weight", "past the end of the file"),
     # typed metadata and tokenizer sanity
-    Case("scores_count_mismatch", _kv("tokenizer.ggml.scores", array(F32, [0.0] * 7)), "tokenizer.ggml.scores",
-         "has 7 entries"),
-    Case("token_type_count_mismatch", _kv("tokenizer.ggml.token_type", array(I32, [1] * 9)),
-         "tokenizer.ggml.token_type", "has 9 entries"),
-    Case("token_type_wrong_type", _kv("tokenizer.ggml.token_type", array(F32, [1.0] * 8)),
-         "tokenizer.ggml.token_type", "must be an array of INT32"),
-    Case("tokens_not_strings", _kv("tokenizer.ggml.tokens", array(U32, list(range(8)))), "tokenizer.ggml.tokens",
-         "must be an array of STRING"),
-    Case("bos_id_out_of_range", _kv("tokenizer.ggml.bos_token_id", scalar(U32, 8)),
-         "tokenizer.ggml.bos_token_id", "outside the vocabulary"),
-    Case("eos_id_negative", _kv("tokenizer.ggml.eos_token_id", scalar(I32, -1)), "tokenizer.ggml.eos_token_id",
-         "outside the vocabulary"),
-    Case("special_id_wrong_type", _kv("tokenizer.ggml.eos_token_id", scalar(STR, "2")),
-         "tokenizer.ggml.eos_token_id", "must be an integer"),
-    Case("add_bos_wrong_type", _kv("tokenizer.ggml.add_bos_token", scalar(U8, 1)), "tokenizer.ggml.add_bos_token",
-         "must be a BOOL"),
-    Case("architecture_wrong_type", _kv("general.architecture", scalar(U32, 7)), "general.architecture",
-         "must be a STRING"),
-    Case("split_no_out_of_range", lambda: _split(2, 2), "split.no",
-         "outside 0..1"),
-    Case("malformed_merge", _kv("tokenizer.ggml.merges", array(STR, ["a b", "abc"])), "tokenizer.ggml.merges[1]",
-         "malformed merge", lazy=True),
+    Case(
+        "scores_count_mismatch",
+        _kv("tokenizer.ggml.scores", array(F32, [0.0] * 7)),
+        "tokenizer.ggml.scores",
+        "has 7 entries",
+    ),
+    Case(
+        "token_type_count_mismatch",
+        _kv("tokenizer.ggml.token_type", array(I32, [1] * 9)),
+        "tokenizer.ggml.token_type",
+        "has 9 entries",
+    ),
+    Case(
+        "token_type_wrong_type",
+        _kv("tokenizer.ggml.token_type", array(F32, [1.0] * 8)),
+        "tokenizer.ggml.token_type",
+        "must be an array of INT32",
+    ),
+    Case(
+        "tokens_not_strings",
+        _kv("tokenizer.ggml.tokens", array(U32, list(range(8)))),
+        "tokenizer.ggml.tokens",
+        "must be an array of STRING",
+    ),
+    Case(
+        "bos_id_out_of_range",
+        _kv("tokenizer.ggml.bos_token_id", scalar(U32, 8)),
+        "tokenizer.ggml.bos_token_id",
+        "outside the vocabulary",
+    ),
+    Case(
+        "eos_id_negative",
+        _kv("tokenizer.ggml.eos_token_id", scalar(I32, -1)),
+        "tokenizer.ggml.eos_token_id",
+        "outside the vocabulary",
+    ),
+    Case(
+        "special_id_wrong_type",
+        _kv("tokenizer.ggml.eos_token_id", scalar(STR, "2")),
+        "tokenizer.ggml.eos_token_id",
+        "must be an integer",
+    ),
+    Case(
+        "add_bos_wrong_type",
+        _kv("tokenizer.ggml.add_bos_token", scalar(U8, 1)),
+        "tokenizer.ggml.add_bos_token",
+        "must be a BOOL",
+    ),
+    Case(
+        "architecture_wrong_type",
+        _kv("general.architecture", scalar(U32, 7)),
+        "general.architecture",
+        "must be a STRING",
+    ),
+    Case("split_no_out_of_range", lambda: _split(2, 2), "split.no", "outside 0..1"),
+    Case(
+        "malformed_merge",
+        _kv("tokenizer.ggml.merges", array(STR, ["a b", "abc"])),
+        "tokenizer.ggml.merges[1]",
+        "malformed merge",
+        lazy=True,
+    ),
 ]
 
 

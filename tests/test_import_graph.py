@@ -1,0 +1,135 @@
+"""The house rule: imports point one way along the pipeline, and no module imports itself in a loop.
+
+schemas <- gguf <- validators <- registry <- benchmark <- audit <- report <- commands <- cli.
+Imports under `if TYPE_CHECKING:` are for annotations only and are not counted.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import specreg
+
+ROOT = Path(specreg.__file__).parent
+# rank of each top-level part of the package: a module may import its own rank or lower
+RANKS = {
+    "errors": 0,
+    "text": 0,
+    "paths": 0,
+    "atomic": 0,
+    "__init__": 0,
+    "schemas": 1,
+    "gguf": 2,
+    "testing": 3,  # test models and real-vocab/real-model fetchers; only the demo uses them at run time
+    "validators": 3,
+    "registry": 4,
+    "benchmark": 5,
+    "audit": 6,
+    "report": 7,
+    "commands": 8,
+    "demo": 8,
+    "cli": 9,
+}
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    t = node.test
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
+        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST, package: str) -> set[str]:
+    """Every specreg module imported outside `if TYPE_CHECKING:` blocks (lazy imports included)."""
+    out: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("specreg"))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            if mod.startswith("specreg"):
+                out.add(mod)
+                out.update(f"{mod}.{a.name}" for a in node.names)  # `from specreg.x import y` may name a module
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    files = {_module(p): p for p in ROOT.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for mod, path in files.items():
+        package = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
+        graph[mod] = {m for m in _imports(ast.parse(path.read_text("utf-8")), package) if m in files and m != mod}
+    return graph
+
+
+def _rank(mod: str) -> int:
+    part = mod.split(".")[1] if "." in mod else "__init__"
+    assert part in RANKS, f"{mod}: new top-level part {part!r} needs a rank in this test"
+    return RANKS[part]
+
+
+def test_imports_point_one_way() -> None:
+    bad = [f"{a} imports {b}" for a, deps in _graph().items() for b in deps if _rank(b) > _rank(a)]
+    assert not bad, "imports against the pipeline:\n" + "\n".join(sorted(bad))
+
+
+def test_no_import_cycles() -> None:
+    graph = _graph()
+    # Tarjan's strongly connected components: any component with two or more modules is a cycle
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def strong(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            strong(v)
+    assert not cycles, "import cycles: " + "; ".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_graph_sees_real_imports() -> None:
+    """Guards the guard: a parser that found no edges would pass both tests above."""
+    graph = _graph()
+    assert "specreg.gguf.reader" in graph["specreg.registry.store"] | graph["specreg.gguf.summary"]
+    assert "specreg.audit.gates" in graph["specreg.audit.run"]
