@@ -8,12 +8,14 @@ speed-up that is not measurably real, a changed output or an unknown licence fai
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-GateName = Literal["integrity", "verdict", "evidence", "equivalence", "speed", "memory", "licence", "rollback"]
-GATES: tuple[str, ...] = ("integrity", "verdict", "evidence", "equivalence", "speed", "memory", "licence", "rollback")
+GateName = Literal[
+    "integrity", "verdict", "template", "evidence", "equivalence", "speed", "memory", "licence", "rollback"
+]
+GATES: tuple[str, ...] = get_args(GateName)
 NO_SPECULATION = "none"  # the per-stratum decision when no condition passes every gate
 
 
@@ -66,6 +68,16 @@ class LicencePolicy(_Strict):
     require_revision: bool = True  # a hub revision pinned in the provenance record
 
 
+BlockingSeverity = Literal["info", "warn", "error"]
+_BLOCK_DEFAULT: tuple[BlockingSeverity, ...] = ("error", "warn")
+
+
+class TemplatePolicy(_Strict):
+    """Which severities of the target's `template.*` checks block deployment."""
+
+    block: list[BlockingSeverity] = Field(default_factory=lambda: list(_BLOCK_DEFAULT))
+
+
 class Policy(_Strict):
     """A deployment policy as written in TOML; `Policy()` is the safe built-in default."""
 
@@ -75,6 +87,7 @@ class Policy(_Strict):
     quality: QualityPolicy = Field(default_factory=QualityPolicy)
     memory: MemoryPolicy = Field(default_factory=MemoryPolicy)
     licence: LicencePolicy = Field(default_factory=LicencePolicy)
+    template: TemplatePolicy = Field(default_factory=TemplatePolicy)
 
 
 # ---- run digests: what reports and gates read from a benchmark run ------------------------

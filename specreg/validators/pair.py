@@ -16,6 +16,7 @@ from specreg.validators import checks_simple as simple
 from specreg.validators.checks_dflash import check_dflash, is_dspark
 from specreg.validators.checks_eagle3 import check_eagle3
 from specreg.validators.checks_mtp import check_mtp, usable_target
+from specreg.validators.checks_template import check_template
 from specreg.validators.ruleset import RuleSet
 from specreg.validators.side import Side
 
@@ -74,6 +75,7 @@ def check_pair(
             common.context_length(t, d),
             common.arch_family(t, d),
         ]
+    checks += check_template(t, rule_set)  # llama-server renders the target's template, never the draft's
     if strict:
         checks = [c.model_copy(update={"severity": "error"}) if c.severity == "warn" else c for c in checks]
     return checks

@@ -87,6 +87,7 @@ class AdvisoryRules(_Strict):
     pad_token_patterns: list[str]
     pad_token_types: list[int]
     evidence_max_items: int = 5
+    template_warn_bytes: int = 64 << 10  # the largest real chat template in llama.cpp's models/ is 18 KB
 
 
 class RuleSet(_Strict):
