@@ -119,6 +119,7 @@ def _weights(spec: ModelSpec, n_vocab: int) -> dict[str, np.ndarray]:
             )
     shapes["output_norm.weight"] = (e,)
     shapes["output.weight"] = (n_vocab, e)
+    shapes.update(_head_shapes(spec))
     shapes.update(dict(spec.extra_tensors))
     for name in spec.drop_tensors:
         shapes.pop(name, None)
@@ -131,6 +132,32 @@ def _weights(spec: ModelSpec, n_vocab: int) -> dict[str, np.ndarray]:
         if jitter is not None and len(shape) > 1:
             w = w + jitter.standard_normal(shape, dtype=np.float32) * (spec.noise / np.sqrt(shape[-1]))
         out[name] = w.astype(np.float32)
+    return out
+
+
+def _head_shapes(spec: ModelSpec) -> dict[str, tuple[int, ...]]:
+    """The layer and head tensors llama.cpp's EAGLE-3 / DFlash loaders require (src/models/*.cpp).
+
+    EAGLE-3: attention reads [token embedding, fused target features] (2 x n_embd inputs), and
+    `fc` fuses the target's extracted layers (len(target_layers) x target_hidden_size inputs).
+    DFlash: per-head q/k norms. Shapes follow the file's own metadata, so a draft whose metadata
+    disagrees with its target is still a well-formed file.
+    """
+    e, hd = spec.n_embd, spec.n_embd // spec.n_head
+    kv = e * spec.n_head_kv // spec.n_head
+    out: dict[str, tuple[int, ...]] = {}
+    if spec.architecture == "eagle3":
+        layers = len(spec.eagle3_target_layers or (0, 1, 2))
+        out["fc.weight"] = (e, layers * (spec.eagle3_target_hidden_size or e))
+        for i in range(spec.n_layer):
+            out[f"blk.{i}.attn_norm_2.weight"] = (e,)
+            out[f"blk.{i}.attn_q.weight"] = (e, 2 * e)
+            out[f"blk.{i}.attn_k.weight"] = (kv, 2 * e)
+            out[f"blk.{i}.attn_v.weight"] = (kv, 2 * e)
+    elif spec.architecture == "dflash":
+        for i in range(spec.n_layer):
+            out[f"blk.{i}.attn_q_norm.weight"] = (hd,)
+            out[f"blk.{i}.attn_k_norm.weight"] = (hd,)
     return out
 
 

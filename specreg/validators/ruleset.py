@@ -65,6 +65,17 @@ class MtpRules(_Strict):
     required_tensors: list[str]
 
 
+class StructureRules(_Strict):
+    """What llama.cpp's loader requires of a file's tensors, per architecture (see tools/extract_rules.py)."""
+
+    token_embd_required: list[str]  # archs that cannot load without token_embd.weight
+    token_embd_vocab: list[str]  # archs whose token_embd.weight is [n_embd, n_tokens]
+    output_vocab: list[str]  # archs whose output.weight (when present) is [n_embd, n_tokens]
+    # per arch: every layer needs one alternative of each group; "a+b" means a and b
+    block_tensors: dict[str, list[list[str]]]
+    block_tensors_dense: dict[str, list[list[str]]]  # in addition, when {arch}.expert_count is 0 or absent
+
+
 class Eagle3Rules(_Strict):
     architecture: str
     n_target_layers: int
@@ -107,6 +118,7 @@ class RuleSet(_Strict):
     eot_texts: list[str]
     eom_texts: list[str]
     mtp: MtpRules
+    structure: StructureRules
     eagle3: Eagle3Rules
     dflash: DFlashRules
     vocab_type_ids: dict[str, int]
