@@ -299,6 +299,31 @@ def _structure_rules(root: Path) -> dict[str, Any]:
     }
 
 
+def _memory_rules(root: Path) -> dict[str, Any]:
+    """Per architecture, the sliding-window layer pattern its loader applies when the file names a
+    window (`load_swa_pattern(ml, N[, dense_first])`); N = -1: the per-layer array must be in the file."""
+    src = root / "src"
+    names = _arch_names((src / "llama-arch.cpp").read_text())
+    class_archs = _class_archs((src / "llama-model.cpp").read_text())
+    patterns: dict[str, list[int | bool]] = {}
+    for f in sorted((src / "models").glob("*.cpp")):
+        text = f.read_text()
+        for m in re.finditer(r"void (llama_model_\w+)::load_arch_hparams\([^)]*\)\s*\{", text):
+            body = _body(text, m.end() - 1)
+            call = re.search(
+                r"(?:load_swa_pattern\(ml,|set_swa_pattern\()\s*(\d+)(?:,\s*(?:/\*\w+=\*/)?(true|false))?\)", body
+            )
+            if re.search(r"get_arr\(LLM_KV_ATTENTION_SLIDING_WINDOW_PATTERN,\s*hparams\.is_swa_impl\)", body):
+                rule: list[int | bool] = [-1, False]
+            elif call:
+                rule = [int(call.group(1)), call.group(2) == "true"]
+            else:
+                continue
+            for arch in (names[a] for a in class_archs.get(m.group(1), []) if a in names):
+                patterns[arch] = rule
+    return {"swa_patterns": dict(sorted(patterns.items()))}
+
+
 def extract_rules(root: Path) -> dict[str, Any]:
     """The llama.cpp facts a rule set holds, read from the source tree at `root`."""
     vocab = _vocab_rules((root / "src" / "llama-vocab.cpp").read_text())
@@ -308,6 +333,7 @@ def extract_rules(root: Path) -> dict[str, Any]:
         **vocab,
         "mtp": _mtp_rules(root),
         "structure": _structure_rules(root),
+        "memory": _memory_rules(root),
         "eagle3": {
             "architecture": "eagle3",
             "n_target_layers": spec["eagle3_n_target_layers"],

@@ -21,6 +21,7 @@ from specreg.benchmark.client import Completion, LlamaClient
 from specreg.benchmark.conditions import ServerOptions, refusal_lines, server_args
 from specreg.benchmark.launcher import ServerCommand, ServerProcess, launch, tail_text
 from specreg.benchmark.memory import GpuProbe, MemorySampler
+from specreg.benchmark.memory_predict import predict_rss
 from specreg.benchmark.metrics import parse_metrics, spec_counters, spec_only
 from specreg.benchmark.runstore import RunStore, now
 from specreg.benchmark.summary import compare_outputs
@@ -156,6 +157,10 @@ def _measure(ctx: RunContext, cond: ConditionRun, server: ServerProcess, client:
     with sampler:
         _requests(ctx, cond, server, client)
     cond.memory = sampler.result()
+    cond.memory.predicted_rss_bytes = predict_rss(
+        cond.spec, ctx.target_path, ctx_size=o.ctx_size, slots=o.concurrency, gpu_layers=o.gpu_layers,
+        items=ctx.workload.items, max_tokens=o.max_tokens,
+    )  # fmt: skip
     if server.alive() and cond.status == "running":
         after = parse_metrics(client.metrics_text())
         cond.metrics_before, cond.metrics_after = spec_only(before), spec_only(after)

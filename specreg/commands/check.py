@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from specreg.gguf.reader import GGUFFile
     from specreg.registry.store import Registry
     from specreg.schemas.checks import CheckResult, PairVerdict
+    from specreg.schemas.memory import MemoryEstimate
     from specreg.schemas.registry import ArtifactRecord
 
 _METHODS = (
@@ -89,6 +90,21 @@ def _render(v: PairVerdict, target: ArtifactRecord, draft: ArtifactRecord | None
         console.print(f"[bold red]REJECTED[/] ({counts}) - pair {pair_id}")
 
 
+def _memory_line(m: MemoryEstimate) -> str:
+    """One line per part of the estimate (MiB), as the user asked for it."""
+
+    def mib(n: int) -> str:
+        return f"{n / (1 << 20):,.1f}"
+
+    draft = f" + draft {mib(m.draft_weights_bytes)}" if m.draft_weights_bytes else ""
+    gpu = f", GPU {mib(m.vram_bytes)}" if m.vram_bytes else ""
+    return (
+        f"memory  -c {m.ctx_size} -np {m.slots} -ctk {m.cache_type_k} -ctv {m.cache_type_v}: "
+        f"weights {mib(m.target_weights_bytes)}{draft}, KV {mib(m.kv_bytes)}, compute {mib(m.compute_bytes)}, "
+        f"server {mib(m.overhead_bytes + m.method_bytes)} = {mib(m.total_bytes)} MiB{gpu}"
+    )
+
+
 def pair_cmd(
     target: Annotated[
         str, typer.Argument(metavar="TARGET", help="Target GGUF path or SHA-256 prefix.", show_default=False)
@@ -102,6 +118,16 @@ def pair_cmd(
         str | None, typer.Option("--runtime", help="Rule set (llama.cpp build), e.g. llama.cpp-b11434.")
     ] = None,
     json_out: JsonOpt = False,
+    ctx_size: Annotated[int, typer.Option("--ctx-size", "-c", min=1, help="Memory estimate: -c, all slots.")] = 4096,
+    slots: Annotated[int, typer.Option("--slots", "-np", min=1, help="Memory estimate: -np, parallel slots.")] = 1,
+    cache_type_k: Annotated[str, typer.Option("--cache-type-k", "-ctk", help="Memory estimate: -ctk.")] = "f16",
+    cache_type_v: Annotated[str, typer.Option("--cache-type-v", "-ctv", help="Memory estimate: -ctv.")] = "f16",
+    gpu_layers: Annotated[
+        str | None, typer.Option("--gpu-layers", "-ngl", help="Memory estimate: -ngl (a number, all).")
+    ] = None,
+    budget: Annotated[
+        str | None, typer.Option("--budget", help="Fail if the estimate exceeds this (24GiB; auto: detected memory).")
+    ] = None,
 ) -> None:
     """Decide whether a target/draft pair is safe for llama.cpp speculative decoding.
 
@@ -109,8 +135,11 @@ def pair_cmd(
 
     Example: specreg check pair target.gguf draft.gguf --method draft-simple
     """
+    from specreg.benchmark.memory_predict import parse_layers, resolve_budget
     from specreg.errors import UsageError
     from specreg.registry.store import Registry
+    from specreg.schemas.memory import ServeSettings
+    from specreg.validators.memory_budget import estimate, memory_checks, type_name
     from specreg.validators.pair import check_pair, detect_method, verdict
     from specreg.validators.ruleset import load_rule_set
 
@@ -119,12 +148,20 @@ def pair_cmd(
     rules = load_rule_set(runtime)
     if method == "auto" and draft is None:
         detect_method(None, rules)  # raises the "pass --method" hint before anything is registered
+    settings = ServeSettings(
+        ctx_size=ctx_size, slots=slots, cache_type_k=type_name(cache_type_k), cache_type_v=type_name(cache_type_v),
+        gpu_layers=parse_layers(gpu_layers),
+    )  # fmt: skip
+    limit = resolve_budget(budget, bool(settings.gpu_layers))
     with Registry(db_path(), show_progress=not json_out) as reg:
         t_rec, t_file = _open(reg, target)
         d_rec, d_file = _open(reg, draft) if draft is not None else (None, None)
         if method == "auto":
             method = detect_method(d_file, rules)
         checks = check_pair(t_file, d_file, method, rule_set=rules, strict=strict)
+        settings.method = method
+        mem = estimate(t_file, d_file, settings, rules)
+        checks += memory_checks(mem, t_file, d_file, settings, rules, limit)
         v = verdict(
             checks,
             method=method,
@@ -140,9 +177,12 @@ def pair_cmd(
                 mode="json",
                 include={"admitted", "method", "target_sha256", "draft_sha256", "rule_set", "strict", "checks"},
             )
+            | {"memory": mem.model_dump(mode="json")}
         )
     else:
         _render(v, t_rec, d_rec, pair_id)
+        if settings.model_copy(update={"method": None}) != ServeSettings() or budget is not None:
+            console.print(_memory_line(mem))
     raise typer.Exit(0 if v.admitted else 1)
 
 

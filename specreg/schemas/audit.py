@@ -129,6 +129,7 @@ class ConditionDigest(BaseModel):
     failure: str | None = None
     command: list[str] = Field(default_factory=list)
     peak_ram_mib: float | None = None
+    predicted_ram_mib: float | None = None  # from GGUF metadata, before the run
     peak_vram_mib: float | None = None
     extra_ram_mib: float | None = None  # over the baseline condition
     extra_vram_mib: float | None = None

@@ -76,6 +76,14 @@ class StructureRules(_Strict):
     block_tensors_dense: dict[str, list[list[str]]]  # in addition, when {arch}.expert_count is 0 or absent
 
 
+class MemoryRules(_Strict):
+    """Facts the memory estimate needs that the file does not state."""
+
+    # arch -> [n_pattern, dense_first]: llama.cpp's set_swa_pattern when the file has a window but
+    # no per-layer pattern; n_pattern -1: the per-layer bool array must come from the file
+    swa_patterns: dict[str, tuple[int, bool]]
+
+
 class Eagle3Rules(_Strict):
     architecture: str
     n_target_layers: int
@@ -119,6 +127,7 @@ class RuleSet(_Strict):
     eom_texts: list[str]
     mtp: MtpRules
     structure: StructureRules
+    memory: MemoryRules
     eagle3: Eagle3Rules
     dflash: DFlashRules
     vocab_type_ids: dict[str, int]
