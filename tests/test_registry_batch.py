@@ -14,12 +14,6 @@ from specreg.registry import migrations as mig
 from specreg.registry.store import Registry
 
 
-@pytest.fixture()
-def reg(tmp_path: Path):
-    with Registry(tmp_path / "r.db", show_progress=False) as r:
-        yield r
-
-
 def test_get_artifacts_matches_get_artifact(reg: Registry, tmp_path: Path) -> None:
     a = reg.add_artifact(model(tmp_path, "a.gguf", name="a"), license="mit", repo="org/a", revision="r" * 40)
     b = reg.add_artifact(model(tmp_path, "b.gguf", name="b", seed=3))
