@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-from _bench_helpers import model
+from _registry_helpers import model
 
 from specreg.benchmark.launcher import bundled_command, external_command, free_ports, launch, owns_port
 from specreg.benchmark.runtime import runtime_info
