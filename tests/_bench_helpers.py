@@ -1,18 +1,15 @@
-"""Helpers for tests/test_bench_*.py: tiny models, real verdicts, a registry, small workloads."""
+"""Helpers for tests/test_bench_*.py: real verdicts, small workloads, raw rows (models: _registry_helpers)."""
 
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import time
 from pathlib import Path
 from typing import Any
 
 from specreg.gguf.reader import open_gguf
 from specreg.registry.store import Registry
 from specreg.schemas.checks import CheckResult, PairVerdict
-from specreg.testing import ModelSpec, write_model
 from specreg.testing.factory import SMALL_NOISE
 from specreg.validators.pair import check_pair, verdict
 from specreg.validators.ruleset import load_rule_set
@@ -43,17 +40,6 @@ ITEMS: list[dict[str, Any]] = [
         "expect": {"json_schema": {"type": "object"}},
     },
 ]
-
-
-def aged(path: Path, seconds: int = 120) -> Path:
-    """Backdate mtime so the registry's stat cache trusts the file (fresh files are 'racy')."""
-    t = time.time_ns() - seconds * 1_000_000_000
-    os.utime(path, ns=(t, t))
-    return path
-
-
-def model(folder: Path, filename: str, **spec: Any) -> Path:
-    return aged(write_model(folder / filename, ModelSpec(**spec)))
 
 
 def workload(folder: Path, items: list[dict[str, Any]] | None = None, name: str = "wl.jsonl") -> Path:

@@ -91,5 +91,5 @@ def test_cli_audit_on_empty_registry_cannot_decide(tmp_path: Path) -> None:
 
 
 def test_cli_usage_error_is_exit_2_without_traceback(tmp_path: Path) -> None:
-    code, out, err = specreg("audit", "--pair", "abc", db=tmp_path / "r.db")
+    code, _, err = specreg("audit", "--pair", "abc", db=tmp_path / "r.db")
     assert code == 2 and "Traceback" not in err and "--pair" in err, (code, err)

@@ -16,7 +16,8 @@ from types import SimpleNamespace
 import psutil
 import pytest
 import xllamacpp
-from _bench_helpers import ITEMS, NOISE, admit, db_rows, force_verdict, model, workload
+from _bench_helpers import ITEMS, NOISE, admit, db_rows, force_verdict, workload
+from _registry_helpers import model
 
 from specreg.benchmark.execute import Observer
 from specreg.benchmark.runner import BenchOptions, Runner

@@ -98,7 +98,7 @@ def test_auto_detects_eagle3(capsys, files) -> None:
     ],
 )
 def test_bad_input_exits_2_with_one_line(capsys, files, argv, message: str) -> None:
-    code, out, err = run(capsys, *(a.format(**{k: str(v) for k, v in files.items()}) for a in argv))
+    code, _, err = run(capsys, *(a.format(**{k: str(v) for k, v in files.items()}) for a in argv))
     assert code == 2
     assert message in err and "Traceback" not in err
     assert err.splitlines()[0].startswith("error:")

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
-from hubserver import CARD, REPO, FakeHub, gguf_bytes, go_offline, hub, run_cli, set_online  # noqa: F401
+from hubserver import CARD, REPO, FakeHub, gguf_bytes, go_offline, run_cli, set_online
 
 from specreg.errors import UsageError
 from specreg.registry.hub import recognise_cached

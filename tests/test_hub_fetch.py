@@ -14,18 +14,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from hubserver import (  # noqa: F401
-    CARD,
-    REPO,
-    FakeFile,
-    FakeHub,
-    assert_one_line_error,
-    gguf_bytes,
-    go_offline,
-    hub,
-    online,
-    run_cli,
-)
+from hubserver import CARD, REPO, FakeFile, FakeHub, assert_one_line_error, gguf_bytes, go_offline, run_cli
 
 from specreg.errors import HubError, UsageError
 from specreg.registry.provenance import fetch, verify

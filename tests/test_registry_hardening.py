@@ -104,9 +104,9 @@ def test_writer_killed_mid_transaction_keeps_last_commit(tmp_path: Path) -> None
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "inside"
-        with Registry(db, busy_timeout_s=0.2) as other:  # the lock is really held
-            with pytest.raises(RegistryError, match="locked"):
-                other.add_artifact(b)
+        # the lock is really held
+        with Registry(db, busy_timeout_s=0.2) as other, pytest.raises(RegistryError, match="locked"):
+            other.add_artifact(b)
         proc.send_signal(signal.SIGKILL)
         assert proc.wait(timeout=30) == -signal.SIGKILL
     finally:

@@ -6,10 +6,12 @@ the pin below (each area keeps its own tables' entry current).
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from sqlite_utils import Database, Migrations
+from sqlite_utils import Database
 
 from specreg.errors import RegistryError
 from specreg.registry import migrations as mig
@@ -179,13 +181,24 @@ def test_final_schema_is_pinned(tmp_path: Path) -> None:
     assert indexes >= REGISTRY_INDEXES
 
 
+def _all_migration_names() -> list[str]:
+    """Every registered migration, in order: all of them are pending on an empty database."""
+    return mig.migrations.pending_names(sqlite3.connect(":memory:"))
+
+
+def _append_migration(monkeypatch: pytest.MonkeyPatch, fn: Callable[[Database], None]) -> None:
+    """Register `fn` the way a new migration is added (the decorator), for this test only."""
+    monkeypatch.setattr(mig.migrations, "_migrations", list(mig.migrations._migrations))  # restored afterwards
+    mig.migrations()(fn)
+
+
 def test_migrations_are_recorded_once_in_order(tmp_path: Path) -> None:
     db_file = tmp_path / "r.db"
     Registry(db_file).close()
     Registry(db_file).close()  # reopening applies nothing twice
     db = Database(db_file)
     rows = list(db["_sqlite_migrations"].rows_where(order_by="id"))
-    names = [m.name for m in mig.migrations._migrations]
+    names = _all_migration_names()
     assert [r["name"] for r in rows] == names
     assert names[:2] == ["m001_artifacts", "m002_pairs_verdicts"]
     assert all(r["migration_set"] == "specreg" and r["applied_at"] for r in rows)
@@ -200,11 +213,7 @@ def test_appending_a_migration_applies_it_to_an_existing_registry(
     def m999_extra(db: Database) -> None:
         db.execute("CREATE TABLE extra (id INTEGER PRIMARY KEY, note TEXT NOT NULL)")
 
-    monkeypatch.setattr(
-        mig.migrations,
-        "_migrations",
-        [*mig.migrations._migrations, Migrations._Migration("m999_extra", m999_extra)],
-    )
+    _append_migration(monkeypatch, m999_extra)
     with Registry(db_file) as reg:
         assert reg.db["extra"].exists()
         assert reg.db.execute("SELECT count(*) FROM _sqlite_migrations WHERE name = 'm999_extra'").fetchone()[0] == 1
@@ -218,11 +227,7 @@ def test_a_failing_migration_changes_nothing(tmp_path: Path, monkeypatch: pytest
         db.execute("CREATE TABLE half (id INTEGER PRIMARY KEY)")
         db.execute("ALTER TABLE no_such_table ADD COLUMN x TEXT")
 
-    monkeypatch.setattr(
-        mig.migrations,
-        "_migrations",
-        [*mig.migrations._migrations, Migrations._Migration("m998_broken", m998_broken)],
-    )
+    _append_migration(monkeypatch, m998_broken)
     with pytest.raises(RegistryError, match="no such table"):
         Registry(db_file)
     db = Database(db_file)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,13 +14,6 @@ from specreg.errors import AmbiguousArtifact, ArtifactNotFound, GGUFError, PairN
 from specreg.registry.store import Registry
 from specreg.schemas.checks import CheckResult, PairVerdict
 from specreg.schemas.registry import LicenceSource
-
-
-@pytest.fixture()
-def reg(tmp_path: Path) -> Iterator[Registry]:
-    r = Registry(tmp_path / "reg.db", show_progress=False)
-    yield r
-    r.close()
 
 
 def _sha(p: Path) -> str:
@@ -275,7 +267,7 @@ def test_verdicts_keep_history_and_pairs_show_latest(reg: Registry, tmp_path: Pa
 
 def test_verdict_for_unregistered_artifact_writes_nothing(reg: Registry, tmp_path: Path) -> None:
     t = reg.add_artifact(model(tmp_path, "t.gguf")).sha256
-    with pytest.raises(ArtifactNotFound, match="draft sha256 .* not registered"):
+    with pytest.raises(ArtifactNotFound, match=r"draft sha256 .* not registered"):
         reg.record_verdict(_verdict(t, "e" * 64, True))
     assert _count(reg, "pairs") == _count(reg, "verdicts") == 0
 

@@ -19,6 +19,8 @@ from specreg.benchmark.run_index import RunHead, RunIndex, runs_for_pair
 from specreg.errors import SpecregError
 from specreg.registry.store import Registry
 from specreg.schemas.audit import (
+    GATES,
+    PER_STRATUM_GATES,
     AuditReport,
     ConditionDigest,
     GateResult,
@@ -26,11 +28,12 @@ from specreg.schemas.audit import (
     Policy,
     RunDigest,
 )
+from specreg.schemas.bench import RunStatus
 from specreg.schemas.registry import ArtifactRecord, PairRecord
 
 RunsFor = Callable[[Registry, PairRecord], list[RunHead]]
 # Runs that say nothing about the pair: still going, or stopped by a person or a crash of specreg.
-_NOT_EVIDENCE = ("running", "cancelled", "aborted")
+_NOT_EVIDENCE: tuple[RunStatus, ...] = ("running", "cancelled", "aborted")
 
 
 class _Facts:
@@ -180,21 +183,11 @@ def audit_pair(
         ]
     else:
         why = f"no evidence: {evidence.message}"
-        results += [GateResult(gate=g, passed=False, message=why) for g in ("equivalence", "speed", "memory")]
+        results += [GateResult(gate=g, passed=False, message=why) for g in (*PER_STRATUM_GATES, "memory")]
     results.append(gates.licence_gate([(role, facts.record(sha)) for role, sha in roles], policy.licence))
     rollback, command = gates.rollback_gate(run, facts.record(pair.target_sha256).paths)
     results.append(rollback)
-    order = {
-        "integrity": 0,
-        "verdict": 1,
-        "evidence": 2,
-        "equivalence": 3,
-        "speed": 4,
-        "memory": 5,
-        "licence": 6,
-        "rollback": 7,
-    }
-    results.sort(key=lambda g: order[g.gate])
+    results.sort(key=lambda g: GATES.index(g.gate))
     return PairAudit(
         pair_id=pair.id,
         method=pair.method,

@@ -174,7 +174,7 @@ def load_parts(reg: Registry, run_ids: Iterable[str], *, timings: bool = False) 
             f"SELECT run_id, condition, stratum, prompt_id FROM bench_requests WHERE {_IN_RUNS} {_MISMATCH}",
             (json.dumps(mismatched),),
         ):
-            out[rid].failing.add(tuple(key))  # type: ignore[arg-type]
+            out[rid].failing.add((key[0], key[1], key[2]))
     if timings:  # reports only: every request row of the run, one run at a time
         for rid in wanted:
             out[rid].timings = reg.conn.execute(

@@ -35,6 +35,7 @@ from specreg.schemas.bench import (
     RequestSettings,
     RunInfo,
     RunManifest,
+    RunStatus,
     RuntimeInfo,
 )
 from specreg.schemas.registry import ArtifactRecord, PairRecord
@@ -239,7 +240,8 @@ class Runner:
             workload=self.workload,
         )
         self.observer.run_started(info, conds, len(self.workload.items) * self.opts.repeat)
-        status, reason = "failed", "runner error"
+        status: RunStatus = "failed"
+        reason: str | None = "runner error"
         try:
             for c in conds:
                 if ctx.expired():

@@ -26,6 +26,7 @@ from specreg.schemas.bench import (
     RequestRow,
     RunInfo,
     RunManifest,
+    RunStatus,
     SpecCounters,
 )
 
@@ -129,10 +130,6 @@ class RunStore:
                 ),
             )
 
-    def set_manifest(self, run_id: str, manifest: RunManifest) -> None:
-        with self.reg.write() as db:
-            db.execute("UPDATE bench_runs SET manifest_json = ? WHERE run_id = ?", (manifest.model_dump_json(), run_id))
-
     def add_prompts(self, run_id: str, prompts: list[PromptInfo]) -> None:
         with self.reg.write() as db:
             for p in prompts:
@@ -202,7 +199,7 @@ class RunStore:
                     (run_id, s.condition, s.stratum, target, draft, s.model_dump_json()),
                 )
 
-    def finish(self, run_id: str, status: str, reason: str | None) -> None:
+    def finish(self, run_id: str, status: RunStatus, reason: str | None) -> None:
         with self.reg.write() as db:
             db.execute(
                 "UPDATE bench_runs SET status = ?, status_reason = ?, finished_at = ? WHERE run_id = ?",
