@@ -23,13 +23,13 @@ import pytest
 
 from specreg.demo import NGRAM as DEMO_NGRAM
 from specreg.demo import WORKLOAD
-from specreg.gguf.reader import open_gguf
+from specreg.registry.checking import check_and_record
+from specreg.registry.provenance import register
 from specreg.registry.store import Registry
 from specreg.schemas.audit import Policy
 from specreg.testing import ModelSpec, write_model
 from specreg.testing.factory import SMALL_NOISE
-from specreg.validators.pair import check_pair, verdict
-from specreg.validators.ruleset import load_rule_set
+from specreg.validators.ruleset import RuleSet, load_rule_set
 
 HOSTILE = "<script>alert(1)</script> | $x$"  # a draft name: must stay inert in tables, HTML and plots
 # The demo's workload (measured: ngram-simple drafts on these tiny models' looping output).
@@ -89,20 +89,8 @@ class AuditWorld:
         return path
 
 
-def _admit(reg: Registry, rules, target: Path, draft: Path | None, method: str) -> int:  # type: ignore[no-untyped-def]
-    t = reg.add_artifact(target)
-    d = reg.add_artifact(draft) if draft else None
-    checks = check_pair(open_gguf(target), open_gguf(draft) if draft else None, method, rule_set=rules)
-    return reg.record_verdict(
-        verdict(
-            checks,
-            method=method,
-            target_sha256=t.sha256,
-            draft_sha256=d.sha256 if d else None,
-            rule_set=rules,
-            strict=False,
-        )
-    )
+def _admit(reg: Registry, rules: RuleSet, target: Path, draft: Path | None, method: str) -> int:
+    return check_and_record(reg, target, draft, method, rule_set=rules).pair_id
 
 
 @pytest.fixture(scope="session")
@@ -122,9 +110,9 @@ def audit_world(tmp_path_factory: pytest.TempPathFactory) -> AuditWorld:
     rules = load_rule_set()
     with pytest.MonkeyPatch.context() as mp, Registry(db, show_progress=False) as reg:
         mp.setenv("SPECREG_HOME", str(folder))  # run logs stay in the fixture's folder
-        reg.add_artifact(target, repo="specreg/audit-target", revision="0123abc")
+        register(reg, target, repo="specreg/audit-target", revision="0123abc")
         # the draft file carries no licence: the user states it (a test withdraws it again)
-        reg.add_artifact(draft, license="apache-2.0", repo="specreg/audit-draft", revision="4567def")
+        register(reg, draft, license="apache-2.0", repo="specreg/audit-draft", revision="4567def")
         pairs = {
             m: _admit(reg, rules, target, draft if m == "draft-simple" else None, m)
             for m in ("draft-simple", "ngram-simple", "ngram-mod")

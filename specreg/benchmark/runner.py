@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import secrets
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,12 +18,13 @@ from specreg.benchmark import conditions as cond_mod
 from specreg.benchmark.execute import Observer, RunContext, run_condition
 from specreg.benchmark.launcher import ServerCommand, bundled_command, external_command
 from specreg.benchmark.memory import GpuProbe
-from specreg.benchmark.runstore import RunStore, now
+from specreg.benchmark.runstore import RunStore
 from specreg.benchmark.runtime import hardware_info, runtime_info
 from specreg.benchmark.summary import summarize
 from specreg.benchmark.workloads import Workload, load_workload
 from specreg.errors import ArtifactChanged, NotAdmitted, SpecregError, UsageError
 from specreg.paths import data_dir
+from specreg.registry.db import now
 from specreg.registry.hashing import sha256_file
 from specreg.schemas.bench import (
     ArtifactRef,
@@ -81,7 +81,7 @@ class BenchOptions:
 
 
 def new_run_id() -> str:
-    return datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+    return now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
 
 
 class Runner:

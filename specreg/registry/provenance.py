@@ -1,9 +1,10 @@
 """Where a GGUF file came from and what licence it is under: local cache, model card, hub.
 
 Three ways in, one record out (`Provenance` + the model card's `LicenceSource`):
-- `local_facts` — the registry's hook on every registration: a file under a Hugging Face cache
-  names its repo, commit and filename, and the README.md of the same snapshot is its model card.
-  No network, ever; a path outside any cache costs a walk over its parents.
+- `local_facts` — looked up on every registration (`register`, which hands them to the store):
+  a file under a Hugging Face cache names its repo, commit and filename, and the README.md of
+  the same snapshot is its model card. No network, ever; a path outside any cache costs a walk
+  over its parents. The store never imports this module: provenance -> store, one way.
 - `fetch` — `hf_hub_download` at a commit resolved once, the bytes checked against the hub's LFS
   SHA-256 for that commit, the card fetched at the same commit, then registered.
 - `verify` — the same check for a file already on disk (`register --verify`).
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from specreg.errors import HubError, UsageError
 from specreg.registry import licence
+from specreg.registry.artifacts import stat_or_raise
 from specreg.registry.hashing import sha256_with_bar
 from specreg.registry.hub import (
     CARD_FILENAME,
@@ -89,7 +91,7 @@ def describe_licence(rec: LicenceRecord) -> str:
 def local_facts(
     path: str | Path, *, repo: str | None = None, revision: str | None = None, extra: dict[str, Any] | None = None
 ) -> tuple[Provenance, LicenceSource | None]:
-    """Provenance and model-card licence of a file about to be registered (the registry's hook).
+    """Provenance and model-card licence of a file about to be registered.
 
     A cached file's repo and commit come from the cache; `--repo` / `--revision` that contradict
     them are a usage error rather than a silent override.
@@ -132,6 +134,30 @@ def local_facts(
     if verified:
         prov = prov.model_copy(update={"source": "hub", "filename": verified.get("filename", prov.filename)})
     return prov, (card_source(card) if card is not None else None)
+
+
+def register(
+    registry: Registry,
+    path: str | Path,
+    *,
+    license: str | None = None,
+    repo: str | None = None,
+    revision: str | None = None,
+    extra: dict[str, Any] | None = None,
+    rehash: bool = False,
+) -> ArtifactRecord:
+    """Register a file with its local facts: how every command registers a file.
+
+    A path already registered and unchanged, with nothing new to record, is answered from the
+    stat cache without looking anything up or writing.
+    """
+    if not (license or repo or revision or extra or rehash):
+        sha = registry.artifacts_store.registered_unchanged(path)
+        if sha is not None:
+            return registry.get_artifact(sha)
+    stat_or_raise(os.path.abspath(path))  # a missing file says so before any cache lookup
+    prov, card = local_facts(path, repo=repo, revision=revision, extra=extra)
+    return registry.add_artifact(path, license=license, provenance=prov, card=card, rehash=rehash)
 
 
 # -- the hub ------------------------------------------------------------------------------------
@@ -226,7 +252,7 @@ def fetch(
             hint="a proxy or mirror altered the file; check HF_ENDPOINT and try again",
         )
     _download_card(s, hf)
-    return registry.add_artifact(path, license=license, provenance_extra=_verified_extra(hf, "fetch")), path
+    return register(registry, path, license=license, extra=_verified_extra(hf, "fetch")), path
 
 
 def verify(
@@ -264,4 +290,4 @@ def verify(
         )
     _download_card(s, hf)
     pinned = {} if cached else {"repo": repo, "revision": hf.commit}
-    return registry.add_artifact(path, license=license, provenance_extra=_verified_extra(hf, "verify"), **pinned)
+    return register(registry, path, license=license, extra=_verified_extra(hf, "verify"), **pinned)
