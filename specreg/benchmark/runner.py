@@ -283,7 +283,7 @@ class Runner:
                 artifact=_ref(draft, draft_path) if draft and draft_path else None,
                 pair_id=pair.id,
                 rule_set=pair.rule_set,
-                compatibility=[c.model_dump(mode="json") for c in pair.checks],
+                compatibility=pair.checks,
                 draft_n_max=o.draft_n_max,
                 draft_n_min=o.draft_n_min,
             ),
@@ -350,5 +350,5 @@ def _ref(rec: ArtifactRecord, path: str) -> ArtifactRef:
         tokenizer_model=tok.model if tok else None,
         tokenizer_pre=tok.pre if tok else None,
         chat_template_sha256=tok.chat_template_sha256 if tok else None,
-        licence=rec.licence.model_dump(mode="json"),
+        licence=rec.licence,
     )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import re
+from contextlib import suppress
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -191,7 +192,7 @@ def _hub_file(
     plain = {s.rfilename for s in info.siblings or []}
     name = filename
     if name is None or (name not in plain and local_sha256):
-        name = next((n for n, l in sorted(lfs.items()) if l.sha256 == local_sha256), name)
+        name = next((n for n, entry in sorted(lfs.items()) if entry.sha256 == local_sha256), name)
     where = f"{repo}@{commit[:12]}"
     if name is None or name not in plain:
         hint = "pass the file's name in the repo" if name is None else "names are case-sensitive; see the repo's files"
@@ -214,13 +215,11 @@ def _download_card(settings: HubSettings, hf: HubFile) -> None:
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import RemoteEntryNotFoundError
 
-    with hub_errors(settings, hf.repo_id, hf.commit, CARD_FILENAME):
-        try:
-            hf_hub_download(
-                hf.repo_id, CARD_FILENAME, revision=hf.commit, cache_dir=settings.cache_dir, endpoint=settings.endpoint
-            )
-        except RemoteEntryNotFoundError:
-            pass
+    # an absent card: no statement
+    with hub_errors(settings, hf.repo_id, hf.commit, CARD_FILENAME), suppress(RemoteEntryNotFoundError):
+        hf_hub_download(
+            hf.repo_id, CARD_FILENAME, revision=hf.commit, cache_dir=settings.cache_dir, endpoint=settings.endpoint
+        )
 
 
 def fetch(
@@ -289,5 +288,7 @@ def verify(
             hint="the file differs from the hub's; re-download it (specreg fetch) or check --repo/--revision",
         )
     _download_card(s, hf)
-    pinned = {} if cached else {"repo": repo, "revision": hf.commit}
-    return register(registry, path, license=license, extra=_verified_extra(hf, "verify"), **pinned)
+    extra = _verified_extra(hf, "verify")
+    if cached:  # the cache names repo and commit itself
+        return register(registry, path, license=license, extra=extra)
+    return register(registry, path, license=license, repo=repo, revision=hf.commit, extra=extra)
