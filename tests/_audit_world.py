@@ -24,6 +24,7 @@ from _registry_helpers import model
 
 from specreg.demo import NGRAM as DEMO_NGRAM
 from specreg.demo import WORKLOAD
+from specreg.registry.provenance import register
 from specreg.registry.store import Registry
 from specreg.schemas.audit import Policy
 from specreg.testing.factory import SMALL_NOISE
@@ -94,9 +95,9 @@ def audit_world(tmp_path_factory: pytest.TempPathFactory) -> AuditWorld:
     workload.write_text(WORKLOAD)
     with pytest.MonkeyPatch.context() as mp, Registry(db, show_progress=False) as reg:
         mp.setenv("SPECREG_HOME", str(folder))  # run logs stay in the fixture's folder
-        reg.add_artifact(target, repo="specreg/audit-target", revision="0123abc")
+        register(reg, target, repo="specreg/audit-target", revision="0123abc")
         # the draft file carries no licence: the user states it (a test withdraws it again)
-        reg.add_artifact(draft, license="apache-2.0", repo="specreg/audit-draft", revision="4567def")
+        register(reg, draft, license="apache-2.0", repo="specreg/audit-draft", revision="4567def")
         pairs = {
             m: admit(reg, target, draft if m == "draft-simple" else None, m)
             for m in ("draft-simple", "ngram-simple", "ngram-mod")

@@ -7,11 +7,10 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from specreg.gguf.reader import open_gguf
+from specreg.registry.checking import check_and_record
 from specreg.registry.store import Registry
 from specreg.schemas.checks import CheckResult, PairVerdict
 from specreg.testing.factory import SMALL_NOISE
-from specreg.validators.pair import check_pair, verdict
 from specreg.validators.ruleset import load_rule_set
 
 RULES = load_rule_set()
@@ -50,18 +49,7 @@ def workload(folder: Path, items: list[dict[str, Any]] | None = None, name: str 
 
 def admit(reg: Registry, target: Path, draft: Path | None, method: str = "draft-simple") -> int:
     """Check a pair with the real validators and record the verdict; returns the pair id."""
-    t = reg.add_artifact(target)
-    d = reg.add_artifact(draft) if draft else None
-    checks = check_pair(open_gguf(target), open_gguf(draft) if draft else None, method, rule_set=RULES)
-    v = verdict(
-        checks,
-        method=method,
-        target_sha256=t.sha256,
-        draft_sha256=d.sha256 if d else None,
-        rule_set=RULES,
-        strict=False,
-    )
-    return reg.record_verdict(v)
+    return check_and_record(reg, target, draft, method, rule_set=RULES).pair_id
 
 
 def force_verdict(

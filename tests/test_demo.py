@@ -102,5 +102,5 @@ def test_demo_end_to_end_then_again(tmp_path: Path) -> None:
         assert len(reg.artifacts(with_summary=False)) == 4
         pairs = reg.pairs(with_checks=False)
         assert len(pairs) == 5 and all(p.n_verdicts == 2 for p in pairs)  # checked again, no duplicates
-        runs = reg.db.conn.execute("SELECT count(*) FROM bench_runs").fetchone()[0]
+        runs = reg.conn.execute("SELECT count(*) FROM bench_runs").fetchone()[0]
         assert runs == 2  # each demo measures anew; the audit reads the newest run

@@ -22,11 +22,12 @@ from specreg.benchmark.conditions import ServerOptions, server_args
 from specreg.benchmark.launcher import ServerCommand, ServerProcess, launch
 from specreg.benchmark.memory import GpuProbe, MemorySampler
 from specreg.benchmark.metrics import parse_metrics, spec_counters, spec_only
-from specreg.benchmark.runstore import RunStore, now
+from specreg.benchmark.runstore import RunStore
 from specreg.benchmark.serverlog import error_lines, head_text, last_lines, refusal_lines, speculation_lines, tail_text
 from specreg.benchmark.summary import compare_outputs
 from specreg.benchmark.workloads import Workload, content_sha256
 from specreg.errors import ServerError, ServerStartError
+from specreg.registry.db import now
 from specreg.schemas.bench import BASELINE, ConditionRun, PromptInfo, RequestRow, RunInfo, WorkloadItem
 
 if TYPE_CHECKING:
