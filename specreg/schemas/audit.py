@@ -12,10 +12,16 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from specreg.schemas.bench import ConditionStatus, RunStatus
+
+# The gates, declared once, in the order the audit runs them and every report shows them.
 GateName = Literal[
     "integrity", "verdict", "template", "evidence", "equivalence", "speed", "memory", "licence", "rollback"
 ]
-GATES: tuple[str, ...] = get_args(GateName)
+GATES: tuple[GateName, ...] = get_args(GateName)
+# Gates judged per stratum as well as overall; the rest hold for the pair as a whole.
+PER_STRATUM_GATES: tuple[GateName, ...] = ("equivalence", "speed")
+PAIR_LEVEL_GATES: tuple[GateName, ...] = tuple(g for g in GATES if g not in PER_STRATUM_GATES)
 NO_SPECULATION = "none"  # the per-stratum decision when no condition passes every gate
 
 
@@ -125,7 +131,7 @@ class ConditionDigest(BaseModel):
     target_sha256: str | None = None
     draft_sha256: str | None = None
     params: dict[str, Any] = Field(default_factory=dict)
-    status: str = "ok"  # the runner's condition status: ok / failed / cancelled / ...
+    status: ConditionStatus = "ok"
     failure: str | None = None
     command: list[str] = Field(default_factory=list)
     peak_ram_mib: float | None = None
@@ -145,7 +151,7 @@ class RunDigest(BaseModel):
     """A benchmark run reduced to what the audit and the reports need."""
 
     run_id: str
-    status: str
+    status: RunStatus
     created_at: datetime | None = None
     runtime: str | None = None
     hardware: str | None = None
@@ -194,11 +200,11 @@ class PairAudit(BaseModel):
     rollback_command: list[str] | None = None
     speculative_command: list[str] | None = None
 
-    def gate(self, name: str) -> GateResult | None:
+    def gate(self, name: GateName) -> GateResult | None:
         return next((g for g in self.gates if g.gate == name), None)
 
     @property
-    def failed_gates(self) -> list[str]:
+    def failed_gates(self) -> list[GateName]:
         return [g.gate for g in self.gates if not g.passed]
 
 
