@@ -48,6 +48,8 @@ def predict_rss(
     gpu_layers: str | None,
     items: Sequence[WorkloadItem],
     max_tokens: int | None,
+    cache_type_k: str = "f16",
+    cache_type_v: str = "f16",
 ) -> int | None:
     """Predicted peak RSS of one condition's server: its files, flags and the workload's longest request.
 
@@ -60,7 +62,12 @@ def predict_rss(
 
     try:
         settings = ServeSettings(
-            ctx_size=ctx_size, slots=slots, gpu_layers=parse_layers(gpu_layers), method=spec.method
+            ctx_size=ctx_size,
+            slots=slots,
+            gpu_layers=parse_layers(gpu_layers),
+            method=spec.method,
+            cache_type_k=cache_type_k,
+            cache_type_v=cache_type_v,
         )
     except UsageError:
         return None
