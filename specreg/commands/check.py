@@ -117,6 +117,12 @@ def pair_cmd(
     budget: Annotated[
         str | None, typer.Option("--budget", help="Fail if the estimate exceeds this (24GiB; auto: detected memory).")
     ] = None,
+    probe: Annotated[
+        bool, typer.Option("--probe", help="Also load the pair on a server for one request: did it draft?")
+    ] = False,
+    server: Annotated[
+        str | None, typer.Option("--server", help="--probe with this llama-server binary (default: bundled).")
+    ] = None,
 ) -> None:
     """Decide whether a target/draft pair is safe for llama.cpp speculative decoding.
 
@@ -125,6 +131,7 @@ def pair_cmd(
     Example: specreg check pair target.gguf draft.gguf --method draft-simple
     """
     from specreg.benchmark.memory_predict import parse_layers, resolve_budget
+    from specreg.commands._probe import run_probe
     from specreg.errors import UsageError
     from specreg.registry.checking import check_and_record
     from specreg.registry.store import Registry
@@ -140,14 +147,19 @@ def pair_cmd(
         gpu_layers=parse_layers(gpu_layers),
     )  # fmt: skip
     limit = resolve_budget(budget, bool(settings.gpu_layers))
+    if server is not None and not probe:
+        raise UsageError("--server is the binary --probe runs; add --probe")
     estimates: list[MemoryEstimate] = []
 
-    def memory(t_file: GGUFFile, d_file: GGUFFile | None, chosen: str) -> list[CheckResult]:
+    def extra(t_file: GGUFFile, d_file: GGUFFile | None, chosen: str, static: list[CheckResult]) -> list[CheckResult]:
         estimates.append(estimate(t_file, d_file, settings.model_copy(update={"method": chosen}), rules))
-        return memory_checks(estimates[0], t_file, d_file, settings, rules, limit)
+        out = memory_checks(estimates[0], t_file, d_file, settings, rules, limit)
+        if probe:
+            out += run_probe(t_file, d_file, chosen, [*static, *out], rules.id, server, show=not json_out)
+        return out
 
     with Registry(db_path(), show_progress=not json_out) as reg:
-        done = check_and_record(reg, target, draft, method, rule_set=rules, strict=strict, extra=memory)
+        done = check_and_record(reg, target, draft, method, rule_set=rules, strict=strict, extra=extra)
     v, mem = done.verdict, estimates[0]
     if json_out:
         emit_json(
@@ -161,6 +173,9 @@ def pair_cmd(
         _render(v, done.target, done.draft, done.pair_id)
         if settings != ServeSettings() or budget is not None:
             console.print(_memory_line(mem))
+        for c in v.checks:
+            if c.code == "probe.agreement":
+                console.print(f"[bold red]DISAGREEMENT[/] {safe(c.message)}", soft_wrap=False)
     raise typer.Exit(0 if v.admitted else 1)
 
 

@@ -24,8 +24,9 @@ if TYPE_CHECKING:
     from specreg.validators.ruleset import RuleSet
 
 
-# more checks on the opened files for the chosen method (e.g. the memory budget of `check pair`)
-ExtraChecks = Callable[["GGUFFile", "GGUFFile | None", str], list[CheckResult]]
+# more checks on the opened files for the chosen method, given the checks so far (e.g. the memory
+# budget and the runtime probe of `check pair`)
+ExtraChecks = Callable[["GGUFFile", "GGUFFile | None", str, list[CheckResult]], list[CheckResult]]
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ def check_and_record(
         method = detect_method(d_file, rule_set)
     checks = check_pair(t_file, d_file, method, rule_set=rule_set, strict=strict)
     if extra is not None:
-        checks += extra(t_file, d_file, method)
+        checks += extra(t_file, d_file, method, list(checks))
     v = verdict(
         checks,
         method=method,
