@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
+from specreg.benchmark.hardware import hardware_class
 from specreg.errors import RunNotFound
 from specreg.schemas.bench import (
     BenchRun,
@@ -250,8 +251,8 @@ class RunStore:
     def runs(self) -> list[RunInfo]:
         rows = self._all(
             "SELECT r.*, (SELECT count(*) FROM bench_conditions c WHERE c.run_id = r.run_id) AS n_conditions, "
-            "(SELECT count(*) FROM bench_requests q WHERE q.run_id = r.run_id) AS n_requests "
-            "FROM bench_runs r ORDER BY r.started_at, r.run_id"
+            f"(SELECT count(*) FROM bench_requests q WHERE q.run_id = r.run_id) AS n_requests, {_ORIGIN_COLS} "
+            "FROM bench_runs r LEFT JOIN run_origins o ON o.run_id = r.run_id ORDER BY r.started_at, r.run_id"
         )
         return [_info(r) for r in rows]
 
@@ -274,8 +275,8 @@ class RunStore:
         rid = self.resolve(run_id)
         r = self._all(
             "SELECT r.*, (SELECT count(*) FROM bench_conditions c WHERE c.run_id = r.run_id) AS n_conditions, "
-            "(SELECT count(*) FROM bench_requests q WHERE q.run_id = r.run_id) AS n_requests "
-            "FROM bench_runs r WHERE r.run_id = ?",
+            f"(SELECT count(*) FROM bench_requests q WHERE q.run_id = r.run_id) AS n_requests, {_ORIGIN_COLS} "
+            "FROM bench_runs r LEFT JOIN run_origins o ON o.run_id = r.run_id WHERE r.run_id = ?",
             (rid,),
         )[0]
         manifest = RunManifest.model_validate_json(r["manifest_json"]) if r["manifest_json"] else None
@@ -309,7 +310,11 @@ class RunStore:
         )
 
 
+_ORIGIN_COLS = "json_extract(r.manifest_json, '$.hardware') AS hardware_json, o.host AS origin_host"
+
+
 def _info(r: sqlite3.Row) -> RunInfo:
+    hw = r["hardware_json"]
     return RunInfo(
         run_id=r["run_id"],
         pair_id=r["pair_id"],
@@ -324,6 +329,8 @@ def _info(r: sqlite3.Row) -> RunInfo:
         run_dir=r["run_dir"],
         n_conditions=r["n_conditions"],
         n_requests=r["n_requests"],
+        hardware=hardware_class(json.loads(hw)) if hw else None,
+        host=r["origin_host"],
     )
 
 

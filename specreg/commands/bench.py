@@ -159,12 +159,21 @@ def load_run(run_id: str, reg: Registry | None = None) -> BenchRun:
 
 
 @runs_app.callback()
-def runs(ctx: typer.Context, json_out: JsonOpt = False) -> None:
-    """List benchmark runs (oldest first) with their status.
+def runs(
+    ctx: typer.Context,
+    by_hardware: Annotated[
+        bool, typer.Option("--by-hardware", help="Pairs down, hardware classes across: newest speed-up on each.")
+    ] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """List benchmark runs (oldest first) with their status, hardware class and origin host.
 
-    Example: specreg runs --json
+    Example: specreg runs --json; specreg runs --by-hardware
     """
     if ctx.invoked_subcommand is not None:
+        return
+    if by_hardware:
+        _runs_by_hardware(json_out)
         return
     from specreg.benchmark.runstore import RunStore
     from specreg.commands._bench_view import runs_table
@@ -177,6 +186,20 @@ def runs(ctx: typer.Context, json_out: JsonOpt = False) -> None:
         emit_json([r.model_dump(mode="json") for r in items])
     else:
         runs_table(items)
+
+
+def _runs_by_hardware(json_out: bool) -> None:
+    from dataclasses import asdict
+
+    from specreg.benchmark.hardware import by_hardware
+    from specreg.commands._bench_view import hardware_table
+
+    with _registry() as reg:
+        classes, rows = by_hardware(reg)
+    if json_out:
+        emit_json({"hardware": classes, "pairs": [asdict(r) for r in rows]})
+    else:
+        hardware_table(classes, rows)
 
 
 @runs_app.command("show")
