@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import socket
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -237,3 +238,56 @@ def test_a_second_host_shows_side_by_side(audit_world: AuditWorld, bundle: Path,
     assert runs["l4-run-1"]["host"] == "l4-box"
     code, out, _ = specreg("runs", "--by-hardware", db=dest)
     assert code == 0 and "H1" in out and "H2" in out and "NVIDIA L4" in out
+
+
+def _on_an_l4(rid: str, new_id: str, speedup: float | None) -> Callable[[dict[str, bytes], dict], None]:
+    """The run as an L4 box would have sent it: new id, a GPU in its hardware block, and (optionally)
+    its draft condition's speed-up replaced, as a slower box would have measured it."""
+
+    def edit(data: dict[str, bytes], header: dict) -> None:
+        rename_run(data, header, rid, new_id)
+
+        def gpu(rec: dict) -> None:
+            hw = rec["manifest"]["hardware"]
+            hw["gpu"] = {"present": True, "devices": [{"index": 0, "name": "NVIDIA L4"}], "peak_vram_by_pid": {}}
+            hw["placement"] = "gpu (-ngl all)"
+
+        edit_run(data, new_id, gpu)
+        if speedup is not None:
+            name = f"runs/{new_id}/summaries.jsonl"
+            rows = [json.loads(x) for x in data[name].splitlines()]
+            for r in rows:
+                if r["condition"] == "draft-simple":
+                    r["summary"]["speedup"] = speedup
+            data[name] = b"".join(
+                json.dumps(r, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode() + b"\n" for r in rows
+            )
+        header["origin"] = {"host": "l4-box", "specreg_version": __version__}
+        header["runs"][0]["origin"] = header["origin"]
+
+    return edit
+
+
+def test_audit_decides_per_hardware_class(audit_world: AuditWorld, source: Path, bundle: Path, tmp_path: Path) -> None:
+    rid, pair = audit_world.run_id, audit_world.pairs["draft-simple"]
+    l4 = rewrite(bundle, tmp_path / "l4.zip", _on_an_l4(rid, "l4-run-1", 0.01))
+    assert specreg("import", str(l4), db=source)[0] == 0  # the source still has the model files
+    policy = audit_world.policy_file(tmp_path, speed={"min_speedup": 0.02})
+    code, out, err = specreg("audit", "--pair", str(pair), "--policy", str(policy), "--json", db=source)
+    report = json.loads(out)
+    assert len(report["hardware_classes"]) == 2, err
+    by_hw = {("L4" if "L4" in p["hardware"] else "cpu"): p for p in report["pairs"]}
+    assert by_hw["cpu"]["run_id"] == rid and by_hw["L4"]["run_id"] == "l4-run-1"
+    speed = {k: next(g for g in p["gates"] if g["gate"] == "speed") for k, p in by_hw.items()}
+    assert speed["L4"]["passed"] is False and speed["cpu"]["passed"] is True, speed
+    assert code == 1  # one class fails
+    decided = {(d["hardware"], d["stratum"]): d["choice"] for d in report["decisions"]}
+    l4_class = by_hw["L4"]["hardware"]
+    assert all(choice == "none" for (hw, _), choice in decided.items() if hw == l4_class)
+    assert any(choice != "none" for (hw, _), choice in decided.items() if hw != l4_class)
+    code, out, _ = specreg(
+        "audit", "--pair", str(pair), "--policy", str(policy), "--report", str(tmp_path / "a.md"), db=source
+    )
+    assert "H1" in out and "H2" in out and "FAIL speed" in out and "PASS" in out
+    md = (tmp_path / "a.md").read_text()
+    assert "## Per hardware class" in md and "NVIDIA L4" in md and "FAIL speed" in md

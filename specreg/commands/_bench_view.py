@@ -170,9 +170,9 @@ def hardware_table(classes: list[str], rows: list[HardwareRow]) -> None:
     def cell(c: HardwareCell | None) -> Cell:
         if c is None:
             return "-"
-        if c.status != "complete" or c.speedup is None:
+        if c.speedup is None:
             return (c.status, _STATUS.get(c.status, "white"))
-        return f"{c.speedup:.2f}x"
+        return f"{c.speedup:.2f}x" if c.status == "complete" else (f"{c.speedup:.2f}x {c.status}", "yellow")
 
     print_listing(
         ("target", "draft", "method", *(hw[c] for c in classes)),

@@ -47,8 +47,8 @@ def audit_cmd(
 
 def _audit(pair: list[int] | None, policy: Path | None, rehash: bool, report: Path | None, json_out: bool) -> int:
     """Run, write and print the audit; returns the exit code (the result dies with this frame)."""
+    from specreg.audit.fleet import audit_by_hardware
     from specreg.audit.policy import load_policy
-    from specreg.audit.run import run_audit
     from specreg.registry.store import Registry
 
     pol, source = load_policy(policy)
@@ -57,7 +57,7 @@ def _audit(pair: list[int] | None, policy: Path | None, rehash: bool, report: Pa
 
         check_report_path(report)  # a bad report path fails before any work
     with Registry(db_path()) as reg:
-        result = run_audit(
+        result = audit_by_hardware(
             reg, pol, source, pair_ids=list(pair) if pair else None, rehash=rehash, spread=report is not None
         )
     written: list[Path] = []
