@@ -32,6 +32,9 @@ def export_cmd(
         Path | None, typer.Option("-o", "--output", metavar="FILE", help="Where to write (a bundle needs one).")
     ] = None,
     fmt: Annotated[str, typer.Option("--format", help="bundle (a .zip) or cyclonedx (an ML-BOM, JSON).")] = "bundle",
+    policy: Annotated[
+        Path | None, typer.Option("--policy", help="With --format cyclonedx: the audit policy (TOML).")
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Export results: a bundle of runs, pairs and artifact records, or a CycloneDX ML-BOM of one pair.
@@ -47,8 +50,10 @@ def export_cmd(
     if fmt not in _FORMATS:
         raise UsageError(f"--format {fmt!r}: choose one of {', '.join(_FORMATS)}")
     if fmt == "cyclonedx":
-        _cyclonedx(pair_arg, run, pair, all_, output)
+        _cyclonedx(pair_arg, run, pair, all_, output, policy)
         return
+    if policy is not None:
+        raise UsageError("--policy applies to --format cyclonedx (the audit it describes)")
     if pair_arg is not None:
         raise UsageError("a bundle takes --pair ID, --run ID or --all (PAIR_ID alone is for --format cyclonedx)")
     if output is None:
@@ -72,20 +77,25 @@ def export_cmd(
 
 
 def _cyclonedx(
-    pair_arg: int | None, run: list[str] | None, pair: list[int] | None, all_: bool, output: Path | None
+    pair_arg: int | None,
+    run: list[str] | None,
+    pair: list[int] | None,
+    all_: bool,
+    output: Path | None,
+    policy: Path | None,
 ) -> None:
     from specreg.errors import UsageError
 
     if pair_arg is None or run or pair or all_:
         raise UsageError("--format cyclonedx describes one pair: specreg export --format cyclonedx PAIR_ID [-o FILE]")
+    from specreg.audit.fleet import audit_by_hardware
     from specreg.audit.policy import load_policy
-    from specreg.audit.run import run_audit
     from specreg.registry.store import Registry
     from specreg.report.cyclonedx import ml_bom_json
 
-    policy, source = load_policy(None)
+    pol, source = load_policy(policy)
     with Registry(db_path(), show_progress=False) as reg:
-        audit = run_audit(reg, policy, source, pair_ids=[pair_arg], spread=False)
+        audit = audit_by_hardware(reg, pol, source, pair_ids=[pair_arg], spread=False)
         target = reg.get_artifact(audit.pairs[0].target_sha256)
         draft = reg.get_artifact(audit.pairs[0].draft_sha256) if audit.pairs[0].draft_sha256 else None
         text = ml_bom_json(audit, target, draft)
