@@ -55,7 +55,9 @@ class ExportResult:
     notes: list[str] = field(default_factory=list)
 
 
-def _select_runs(reg: Registry, run_ids: Iterable[str], pair_ids: Iterable[int], everything: bool) -> list[str]:
+def _select_runs(
+    reg: Registry, run_ids: Iterable[str], pair_ids: Iterable[int], everything: bool, runs_of_pairs: bool
+) -> list[str]:
     from specreg.benchmark.run_index import runs_for_pair
     from specreg.benchmark.runstore import RunStore
 
@@ -67,7 +69,7 @@ def _select_runs(reg: Registry, run_ids: Iterable[str], pair_ids: Iterable[int],
         if status == "running":
             raise UsageError(f"run {full} is still running; export it when it has finished")
         chosen.append(full)
-    for pid in pair_ids:
+    for pid in pair_ids if runs_of_pairs else ():
         chosen += [h.info.run_id for h in runs_for_pair(reg, reg.get_pair(pid)) if h.info.status != "running"]
     if everything:
         chosen += [r for (r,) in reg.conn.execute("SELECT run_id FROM bench_runs WHERE status != 'running'")]
@@ -81,8 +83,13 @@ def export_bundle(
     run_ids: Iterable[str] = (),
     pair_ids: Iterable[int] = (),
     everything: bool = False,
+    runs_of_pairs: bool = True,
 ) -> ExportResult:
-    """Write the chosen runs (with their pairs and artifact records) or everything to `path`."""
+    """Write the chosen runs (with their pairs and artifact records) or everything to `path`.
+
+    A pair brings every finished run that measured it, unless `runs_of_pairs` is False (its
+    verdicts only: e.g. a fleet splitting its pairs and its runs over different bundles).
+    """
     run_ids, pair_ids = list(run_ids), list(pair_ids)
     if not (run_ids or pair_ids or everything):
         raise UsageError("say what to export: --run ID, --pair ID or --all")
@@ -92,7 +99,7 @@ def export_bundle(
     conn = reg.conn
     conn.execute("BEGIN")  # one read snapshot: a bench writing meanwhile cannot tear the bundle
     try:
-        runs = _select_runs(reg, run_ids, pair_ids, everything)
+        runs = _select_runs(reg, run_ids, pair_ids, everything, runs_of_pairs)
         pairs = set(pair_ids) | {
             p
             for (p,) in conn.execute(

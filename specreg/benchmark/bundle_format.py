@@ -152,13 +152,16 @@ class Bundle:
 
     def records(self, name: str) -> list[dict[str, Any]]:
         """The JSON lines of a member (each one an object)."""
-        out = []
-        for i, line in enumerate(self.read(name).splitlines(), start=1):
-            value = json.loads(line)
-            if not isinstance(value, dict):
-                raise BundleError(f"{self.path}: {name} line {i} is not a JSON object")
-            out.append(value)
-        return out
+        data = self.read(name).strip()
+        if not data:
+            return []
+        try:  # one parse of all lines as an array: JSON text holds no raw newline inside a value
+            values = json.loads(b"[" + data.replace(b"\n", b",") + b"]")
+        except ValueError as exc:
+            raise BundleError(f"{self.path}: {name} is not JSON lines ({exc}); nothing was imported") from None
+        if not all(isinstance(v, dict) for v in values):
+            raise BundleError(f"{self.path}: {name} holds a line that is not a JSON object; nothing was imported")
+        return values
 
 
 def _refuse(path: Path, why: str, hint: str | None = None) -> BundleError:

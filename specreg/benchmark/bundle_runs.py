@@ -15,7 +15,7 @@ from typing import Any
 
 from specreg.benchmark.bundle_format import RUN_PARTS, jsonl, run_digest, run_member
 from specreg.errors import BundleError
-from specreg.registry.portable import canonical, columns, find_pair, pair_identity, to_record, to_row
+from specreg.registry.portable import RowMaker, canonical, columns, find_pair, pair_identity, to_record
 
 # part -> (table, local-only columns, order)
 TABLES: dict[str, tuple[str, frozenset[str], str]] = {
@@ -104,12 +104,13 @@ def insert_run(
         records = [run] if part == "run.json" else list(parts[part])
         _check_run_id(records, run_id, part)
         cols = [c for c in columns(conn, table) if c != "id"]
+        make = RowMaker(table, cols)
         if part == "conditions.jsonl":
             records = [
                 r | {"log_path": str(log_paths[str(r.get("idx"))])} if str(r.get("idx")) in log_paths else r
                 for r in records
             ]
-        rows = [to_row(table, cols, r) for r in records]
+        rows = [make(r) for r in records]
         conn.executemany(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({','.join('?' * len(cols))})", rows)
         if part == "requests.jsonl":
             n_requests = len(rows)
