@@ -9,7 +9,7 @@ or none, this is the plain audit, its results tagged with the class.
 
 from __future__ import annotations
 
-from specreg.audit.run import run_audit
+from specreg.audit.run import _Facts, run_audit
 from specreg.benchmark.hardware import run_hardware
 from specreg.benchmark.run_index import RunIndex
 from specreg.errors import SpecregError
@@ -53,18 +53,24 @@ def audit_by_hardware(
     else:
         pairs = [reg.get_pair(i) for i in pair_ids]
     index = RunIndex(reg)
+    facts = _Facts(reg, rehash, spread)  # each artifact is verified once, not once per class
     parts: list[AuditReport] = []
     measured: set[int] = set()
     for cls in classes:
         view = index.only({rid for rid, c in classes_of.items() if c == cls})
-        mine = [p for p in pairs if view(reg, p)]
+        mine = [p for p in pairs if p.target_sha256 in view.by_target and view(reg, p)]
         if mine:
             measured |= {p.id for p in mine}
-            part = run_audit(reg, policy, policy_source, rehash=rehash, spread=spread, runs_for=view, pairs=mine)
+            part = run_audit(
+                reg, policy, policy_source, rehash=rehash, spread=spread, runs_for=view, pairs=mine, facts=facts
+            )
             parts.append(_tag(part, cls))
     rest = [p for p in pairs if p.id not in measured]
     if rest:
-        parts.append(_tag(run_audit(reg, policy, policy_source, rehash=rehash, spread=spread, pairs=rest), None))
+        part = run_audit(
+            reg, policy, policy_source, rehash=rehash, spread=spread, runs_for=index, pairs=rest, facts=facts
+        )
+        parts.append(_tag(part, None))
     runs = {r.run_id: r for part in parts for r in part.runs}
     notes = list(dict.fromkeys(n for part in parts for n in part.notes))
     return parts[0].model_copy(

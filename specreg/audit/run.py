@@ -234,14 +234,16 @@ def run_audit(
     spread: bool = True,
     runs_for: RunsFor = runs_for_pair,
     pairs: list[PairRecord] | None = None,
+    facts: _Facts | None = None,
 ) -> AuditReport:
     """Audit the given pairs (None: every admitted pair); raises when nothing can be audited.
 
     `spread=False` leaves out the per-request speed-up spread (p5-p95), which only reports show.
-    `pairs` gives the pair records themselves (instead of ids) when the caller has them already.
+    `pairs` gives the pair records themselves (instead of ids) when the caller has them already;
+    `facts` (artifact records, integrity, digests) is shared by audits of the same registry.
     """
     with _no_cyclic_gc():
-        return _run_audit(reg, policy, policy_source, pair_ids, rehash, spread, runs_for, pairs)
+        return _run_audit(reg, policy, policy_source, pair_ids, rehash, spread, runs_for, pairs, facts)
 
 
 def _run_audit(
@@ -253,6 +255,7 @@ def _run_audit(
     spread: bool,
     runs_for: RunsFor,
     pairs: list[PairRecord] | None = None,
+    facts: _Facts | None = None,
 ) -> AuditReport:
     from specreg.validators.ruleset import RULE_SET_DEFAULT, load_rule_set
 
@@ -262,11 +265,12 @@ def _run_audit(
             raise SpecregError("no admitted pairs to audit", hint="check pairs first: specreg check pair TARGET DRAFT")
     elif pairs is None:
         pairs = [reg.get_pair(i) for i in pair_ids or []]
-    facts = _Facts(reg, rehash, spread)
+    facts = facts or _Facts(reg, rehash, spread)
     if len(pairs) > 20:  # a few list queries instead of several lookups per pair
         shas = {p.target_sha256 for p in pairs} | {p.draft_sha256 for p in pairs if p.draft_sha256}
-        facts.records = reg.get_artifacts(shas)
-        facts.integrity = reg.verify_artifacts(facts.records.values(), rehash=rehash)
+        new = reg.get_artifacts(shas - facts.records.keys())  # a shared `facts` has most of them already
+        facts.records.update(new)
+        facts.integrity.update(reg.verify_artifacts(new.values(), rehash=rehash))
         if runs_for is runs_for_pair:
             runs_for = RunIndex(reg)
         if isinstance(runs_for, RunIndex):

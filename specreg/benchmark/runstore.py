@@ -130,6 +130,25 @@ class RunStore:
                 ),
             )
 
+    def record_failed(self, info: RunInfo) -> None:
+        """A run that produced nothing to keep (e.g. a remote task lost with its node): who, and why."""
+        with self.reg.write() as db:
+            db.execute(
+                "INSERT INTO bench_runs (run_id, pair_id, status, status_reason, method, target_sha256, "
+                "draft_sha256, started_at, finished_at) VALUES (?,?,?,?,?,?,?,?,?)",
+                (
+                    info.run_id,
+                    info.pair_id,
+                    "failed",
+                    info.status_reason,
+                    info.method,
+                    info.target_sha256,
+                    info.draft_sha256,
+                    _iso(info.started_at),
+                    _iso(now()),
+                ),
+            )
+
     def set_manifest(self, run_id: str, manifest: RunManifest) -> None:
         with self.reg.write() as db:
             db.execute("UPDATE bench_runs SET manifest_json = ? WHERE run_id = ?", (manifest.model_dump_json(), run_id))

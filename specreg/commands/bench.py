@@ -16,6 +16,7 @@ import typer
 from specreg.commands._common import JsonOpt, db_path, emit_json, emit_result, err_console, safe
 
 if TYPE_CHECKING:
+    from specreg.benchmark.runner import BenchOptions
     from specreg.registry.store import Registry
     from specreg.schemas.bench import BenchRun
 
@@ -97,6 +98,20 @@ def admitted(
     ] = 120.0,
     request_timeout: Annotated[float, typer.Option("--request-timeout", help="Seconds per request.")] = 120.0,
     run_timeout: Annotated[float, typer.Option("--run-timeout", help="Seconds for a whole run (one pair).")] = 3600.0,
+    executor: Annotated[
+        str, typer.Option("--executor", help="local (this machine) or ray (one task per pair on a Ray cluster).")
+    ] = "local",
+    ray_address: Annotated[
+        str | None, typer.Option("--ray-address", metavar="ADDR", help="Ray cluster address (default: start one here).")
+    ] = None,
+    resources: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--resources",
+            metavar="JSON",
+            help="Ray resources per task, e.g. '{\"GPU\": 1}'; repeat for one task per hardware class.",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Benchmark admitted pairs: baseline, n-gram and the admitted method, one fresh server each.
@@ -129,6 +144,16 @@ def admitted(
         request_timeout_s=request_timeout,
         run_timeout_s=run_timeout,
     )
+    if executor not in ("local", "ray"):
+        from specreg.errors import UsageError
+
+        raise UsageError(f"--executor {executor!r}: choose local or ray")
+    if executor == "ray":
+        _bench_ray(opts, pair, ray_address, resources, json_out)
+    if ray_address or resources:
+        from specreg.errors import UsageError
+
+        raise UsageError("--ray-address and --resources go with --executor ray")
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
         with _registry() as reg, ProgressView() as view:
@@ -146,6 +171,37 @@ def admitted(
     if runner.refused:
         raise typer.Exit(2)
     raise typer.Exit(0 if all(r.info.status == "complete" for r in runs) else 1)
+
+
+def _bench_ray(
+    opts: BenchOptions, pair: list[int] | None, address: str | None, resources: list[str] | None, json_out: bool
+) -> None:
+    """`--executor ray`: dispatch, import, show; exits like the local executor (0 / 1)."""
+    from specreg.benchmark.ray_executor import bench_on_ray, need_ray, parse_resources
+    from specreg.benchmark.runstore import RunStore
+    from specreg.commands._bench_view import show_run
+
+    need_ray()  # before anything else: without Ray, one line saying how to install it
+    specs = parse_resources(resources)
+    with _registry() as reg:
+        out = bench_on_ray(
+            reg, opts, pair, address=address, resources=specs, note=lambda t: err_console.print(f"[dim]{safe(t)}[/]")
+        )
+        runs = [RunStore(reg).load(rid) for rid in out.imported]
+    if json_out:
+        emit_json(
+            {
+                "runs": [r.model_dump(mode="json", exclude={"requests"}) for r in runs],
+                "failed": [f.model_dump(mode="json") for f in out.failed],
+            }
+        )
+    else:
+        for r in runs:
+            show_run(r)
+        for f in out.failed:
+            err_console.print(f"[bold red]failed:[/] run {f.run_id} (pair {f.pair_id}): {safe(f.status_reason)}")
+    ok = not out.failed and all(r.info.status == "complete" for r in runs)
+    raise typer.Exit(0 if ok else 1)
 
 
 def load_run(run_id: str, reg: Registry | None = None) -> BenchRun:
