@@ -112,8 +112,12 @@ def test_a_real_local_ray_cluster_runs_two_pairs_like_a_local_run(
 ) -> None:
     ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'specreg[ray]'")
     monkeypatch.setenv("HOME", str(tmp_path))  # Ray keeps its cluster token under ~/.ray
-    # a loaded 2-core machine starts Ray's agent processes slowly: give them longer than 15 s
+    # On a loaded 2-core machine Ray's agents start slowly, and the raylet gives them 15 s: workers
+    # started at the same time (prestarted, several at once) push them over it. Start workers on demand.
     monkeypatch.setenv("RAY_agent_register_timeout_ms", "180000")
+    monkeypatch.setenv("RAY_enable_worker_prestart", "0")
+    monkeypatch.setenv("RAY_prestart_worker_first_driver", "0")
+    monkeypatch.setenv("RAY_worker_maximum_startup_concurrency", "1")
     ray_tmp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
     from specreg.benchmark.ray_executor import bench_on_ray
     from specreg.benchmark.runner import Runner
@@ -131,13 +135,22 @@ def test_a_real_local_ray_cluster_runs_two_pairs_like_a_local_run(
         bad_pair = admit(reg, target, bad)
     model(tmp_path, "bad.gguf", name="changed")  # this pair's draft changes after the verdict
     try:
+        for attempt in range(3):  # the raylet aborts when its agents miss their window: start it again
+            try:
+                ray.init(
+                    num_cpus=2,  # two worker processes run the two pairs side by side
+                    object_store_memory=100 * 2**20,
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    _temp_dir=str(ray_tmp),
+                )
+                break
+            except Exception:
+                ray.shutdown()
+                if attempt == 2:
+                    raise
         with Registry(remote_db, show_progress=False) as reg:
-            out = bench_on_ray(
-                reg,
-                opts,
-                [*pairs, bad_pair],
-                init={"num_cpus": 2, "object_store_memory": 100 * 2**20, "_temp_dir": str(ray_tmp)},
-            )
+            out = bench_on_ray(reg, opts, [*pairs, bad_pair])
     finally:
         ray.shutdown()
         shutil.rmtree(ray_tmp, ignore_errors=True)
