@@ -34,7 +34,7 @@ def source(audit_world: AuditWorld, tmp_path: Path) -> Path:
 def bundle(source: Path, tmp_path: Path) -> Path:
     code, out, err = specreg("export", "--all", "-o", str(tmp_path / "all.zip"), db=source)
     assert code == 0, err
-    assert "1 runs" in out
+    assert "1 run (" in out
     return tmp_path / "all.zip"
 
 
@@ -50,7 +50,7 @@ def test_round_trip_keeps_every_record(audit_world: AuditWorld, source: Path, bu
     dest = tmp_path / "dest.db"
     code, out, err = specreg("import", str(bundle), db=dest)
     assert code == 0, err
-    assert "imported 1 runs" in out
+    assert "imported 1 run (" in out
     with Registry(source, show_progress=False) as a, Registry(dest, show_progress=False) as b:
         rid = audit_world.run_id
         assert run_parts(a.conn, rid) == run_parts(b.conn, rid)  # every row, byte for byte
@@ -291,3 +291,20 @@ def test_audit_decides_per_hardware_class(audit_world: AuditWorld, source: Path,
     assert "H1" in out and "H2" in out and "FAIL speed" in out and "PASS" in out
     md = (tmp_path / "a.md").read_text()
     assert "## Per hardware class" in md and "NVIDIA L4" in md and "FAIL speed" in md
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["export", "-o", "x.zip"], "say what to export"),
+        (["export", "--all"], "-o FILE"),
+        (["export", "--run", "nope", "-o", "x.zip"], "no benchmark run 'nope'"),
+        (["export", "--all", "-o", "/no/such/folder/x.zip"], "does not exist"),
+        (["export", "--format", "tar", "--all"], "choose one of bundle, cyclonedx"),
+        (["export", "3", "-o", "x.zip"], "for --format cyclonedx"),
+        (["import", "/no/such/bundle.zip"], "no such file"),
+    ],
+)
+def test_bad_export_and_import_requests_are_one_line_errors(tmp_path: Path, args: list[str], needle: str) -> None:
+    code, _, err = specreg(*args, db=tmp_path / "r.db")
+    assert code == 2 and needle in err and "Traceback" not in err, err

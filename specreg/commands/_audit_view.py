@@ -72,7 +72,7 @@ def _hardware(report: AuditReport, detail: bool) -> dict[str, str]:
         return {}
     labels = hardware_labels(report)
     for cls in sorted(labels):
-        console.print(f"[dim]{labels[cls]}[/] {safe(cls)}", soft_wrap=True)
+        console.print(f"[dim]{labels[cls]}[/] {safe(cls)}")
     if detail:
         headers, rows = hardware_matrix(report)
         print_listing(headers, rows, limits=(None, None, 24, 24, *([None] * len(labels))), right={0})

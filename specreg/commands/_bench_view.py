@@ -158,7 +158,7 @@ def runs_table(runs: list[RunInfo]) -> None:
 
 def _legend(hw: dict[str, str]) -> None:
     for cls, label in sorted(hw.items(), key=lambda kv: int(kv[1][1:])):
-        console.print(f"[dim]{label}[/] {safe(cls)}", soft_wrap=True)
+        console.print(f"[dim]{label}[/] {safe(cls)}")
 
 
 def hardware_table(classes: list[str], rows: list[HardwareRow]) -> None:

@@ -70,9 +70,10 @@ def export_cmd(
     c = h.counts
     console.print(f"wrote {safe(res.path)}", soft_wrap=True)
     console.print(
-        f"  {c.get('artifacts', 0)} artifact records, {c.get('pairs', 0)} pairs ({c.get('verdicts', 0)} verdicts), "
-        f"{c.get('runs', 0)} runs ({c.get('requests', 0)} request rows)"
+        f"  {_n(c.get('artifacts', 0), 'artifact record')}, {_n(c.get('pairs', 0), 'pair')} "
+        f"({_n(c.get('verdicts', 0), 'verdict')})"
     )
+    console.print(f"  {_n(c.get('runs', 0), 'run')} ({_n(c.get('requests', 0), 'request row')})")
     console.print(f"  digest {h.digest}")
 
 
@@ -143,12 +144,16 @@ def import_cmd(
         return
     for path, digest in res.bundles:
         console.print(f"verified {safe(path)} (digest {digest[:16]})", soft_wrap=True)
+    console.print(f"imported {_n(len(res.runs), 'run')} ({_n(res.requests, 'request row')})")
     console.print(
-        f"imported {len(res.runs)} runs ({res.requests} request rows), {res.artifacts} new artifact records, "
-        f"{res.pairs} new pairs, {res.verdicts} new verdicts"
+        f"  new: {_n(res.artifacts, 'artifact record')}, {_n(res.pairs, 'pair')}, {_n(res.verdicts, 'verdict')}"
     )
     if res.present:
-        console.print(f"{len(res.present)} runs were already here with the same content (unchanged)")
+        console.print(f"  already here, unchanged: {_n(len(res.present), 'run')} with the same content")
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def register(app: typer.Typer) -> None:
