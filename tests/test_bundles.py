@@ -308,3 +308,19 @@ def test_audit_decides_per_hardware_class(audit_world: AuditWorld, source: Path,
 def test_bad_export_and_import_requests_are_one_line_errors(tmp_path: Path, args: list[str], needle: str) -> None:
     code, _, err = specreg(*args, db=tmp_path / "r.db")
     assert code == 2 and needle in err and "Traceback" not in err, err
+
+
+def test_a_run_marked_running_or_an_odd_log_index_is_refused(
+    audit_world: AuditWorld, bundle: Path, tmp_path: Path
+) -> None:
+    rid = audit_world.run_id
+
+    def running(data: dict[str, bytes], header: dict) -> None:
+        edit_run(data, rid, lambda rec: rec.update(status="running"))
+
+    def odd_log(data: dict[str, bytes], header: dict) -> None:
+        logs = header["runs"][0]["logs"]
+        logs["../x"] = next(iter(logs.values()))
+
+    _refused(tmp_path / "d.db", rewrite(bundle, tmp_path / "r.zip", running), "still running")
+    _refused(tmp_path / "d.db", rewrite(bundle, tmp_path / "l.zip", odd_log), "log member")

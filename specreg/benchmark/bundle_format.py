@@ -253,7 +253,7 @@ def open_bundle(path: str | Path, known_migrations: list[str]) -> Bundle:
             raise _refuse(p, f"run {run.run_id} has no run.json")
         if run_digest(parts) != run.digest:
             raise _refuse(p, f"run {run.run_id}: content does not match its digest")
-        for member in run.logs.values():
-            if member not in data or not member.startswith(f"runs/{run.run_id}/logs/"):
+        for idx, member in run.logs.items():
+            if not idx.isdigit() or member not in data or not member.startswith(f"runs/{run.run_id}/logs/"):
                 raise _refuse(p, f"run {run.run_id}: log member {member[:80]!r} is missing or misplaced")
     return Bundle(p, header, data)

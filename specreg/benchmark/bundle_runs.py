@@ -88,6 +88,8 @@ def insert_run(
     """Insert one run's rows (inside the caller's transaction); returns the number of request rows."""
     run = dict(parts["run.json"][0])
     _check_run_id([run], run_id, "run.json")
+    if run.get("status") == "running":  # this registry would take it for a crashed run of its own
+        raise BundleError(f"bundle run {run_id} is still running; export it when it has finished")
     ident = run.pop("pair", None)
     pair_id = None
     if ident is not None:
