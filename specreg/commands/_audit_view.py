@@ -104,12 +104,12 @@ def _decisions(report: AuditReport, detail: bool, hw: dict[str, str]) -> None:
     per: Counter[tuple[str, str, str]] = Counter(
         (hw.get(d.hardware or "", "–"), d.stratum, d.choice.split(" (pair")[0]) for d in report.decisions
     )
-    dec = Table(title="deploy per stratum: number of targets per choice")
-    for col in (*(["hw"] if hw else []), "stratum", "deploy", "targets"):
-        dec.add_column(col)
-    for (label, stratum, choice), n in sorted(per.items()):
-        dec.add_row(*([label] if hw else []), safe(stratum), safe(choice), str(n))
-    console.print(dec)
+    console.print("deploy per stratum: number of targets per choice")
+    print_listing(  # one line per row: with 20 hardware classes a rich Table of 200 rows costs 0.1 s
+        (*(["hw"] if hw else []), "stratum", "deploy", "targets"),
+        ((*([label] if hw else []), stratum, choice, str(n)) for (label, stratum, choice), n in sorted(per.items())),
+        right={3 if hw else 2},
+    )
 
 
 def print_audit(report: AuditReport) -> None:
