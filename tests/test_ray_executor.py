@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 from _audit_world import specreg
-from _bench_helpers import NOISE, admit, db_rows, model, workload
+from _bench_helpers import NOISE, admit, db_rows, workload
+from _registry_helpers import model
 
 from specreg.benchmark.bundle import import_bundles
 from specreg.benchmark.bundle_format import open_bundle

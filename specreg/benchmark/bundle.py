@@ -36,7 +36,7 @@ from specreg.benchmark.bundle_runs import insert_run, local_digest, run_logs, ru
 from specreg.benchmark.hardware import run_hardware
 from specreg.errors import BundleError, UsageError
 from specreg.paths import data_dir
-from specreg.registry._base import now_iso
+from specreg.registry.db import now_iso
 from specreg.registry.migrations import migrations
 from specreg.registry.portable import artifact_records, merge_artifacts, merge_pairs, pair_records
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from specreg.errors import BundleError
-from specreg.registry._base import now_iso
+from specreg.registry.db import now_iso
 
 PairKey = tuple[str, str | None, str, str]  # target sha256, draft sha256, method, rule set
 
