@@ -12,9 +12,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from specreg.benchmark.execute import Observer
-from specreg.commands._common import console, err_console, print_listing, safe
+from specreg.commands._common import Cell, console, err_console, print_listing, safe
 
 if TYPE_CHECKING:
+    from specreg.benchmark.hardware import HardwareCell, HardwareRow
     from specreg.schemas.bench import BenchRun, ConditionRun, ConditionSummary, RequestRow, RunInfo
 
 _STATUS = {
@@ -124,9 +125,15 @@ class ProgressView(Observer):
 
 
 def runs_table(runs: list[RunInfo]) -> None:
-    """One aligned line per run (a thousand runs: rich's Table took a second to lay them out)."""
+    """One aligned line per run (a thousand runs: rich's Table took a second to lay them out).
+
+    `hw` names the run's hardware class (legend below) and `host` where an imported run came from.
+    """
+    from specreg.benchmark.hardware import labels
+
+    hw = labels(sorted({r.hardware for r in runs if r.hardware}))
     print_listing(
-        ("run", "status", "pair", "method", "target", "draft", "conds", "requests", "started"),
+        ("run", "status", "pair", "method", "target", "draft", "conds", "requests", "started", "hw", "host"),
         (
             (
                 r.run_id,
@@ -138,12 +145,51 @@ def runs_table(runs: list[RunInfo]) -> None:
                 str(r.n_conditions),
                 str(r.n_requests),
                 r.started_at.strftime("%Y-%m-%d %H:%M:%S"),
+                hw.get(r.hardware or "", "-"),
+                r.host or "local",
             )
             for r in runs
         ),
-        limits=(64, None, None, 32, None, None, None, None, None),
+        limits=(64, None, None, 32, None, None, None, None, None, None, 24),
         right={2, 6, 7},
     )
+    _legend(hw)
+
+
+def _legend(hw: dict[str, str]) -> None:
+    for cls, label in sorted(hw.items(), key=lambda kv: int(kv[1][1:])):
+        console.print(f"[dim]{label}[/] {safe(cls)}")
+
+
+def hardware_table(classes: list[str], rows: list[HardwareRow]) -> None:
+    """Pairs down, hardware classes across: the newest run's speed-up (or its status) on each."""
+    from specreg.benchmark.hardware import labels
+
+    hw = labels(classes)
+
+    def cell(c: HardwareCell | None) -> Cell:
+        if c is None:
+            return "-"
+        if c.speedup is None:
+            return (c.status, _STATUS.get(c.status, "white"))
+        return f"{c.speedup:.2f}x" if c.status == "complete" else (f"{c.speedup:.2f}x {c.status}", "yellow")
+
+    print_listing(
+        ("target", "draft", "method", *(hw[c] for c in classes)),
+        (
+            (
+                f"{r.target_sha256[:12]} {r.target_name or ''}".rstrip(),
+                f"{r.draft_sha256[:12]} {r.draft_name or ''}".rstrip() if r.draft_sha256 else "-",
+                r.method,
+                *(cell(r.cells.get(c)) for c in classes),
+            )
+            for r in rows
+        ),
+        limits=(28, 28, 16, *([None] * len(classes))),
+    )
+    if not rows:
+        console.print("[dim]no finished runs yet: specreg bench admitted, or specreg import BUNDLE[/]")
+    _legend(hw)
 
 
 def _equiv(s: ConditionSummary) -> str:

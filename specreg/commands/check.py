@@ -7,6 +7,7 @@ Heavy modules are imported inside the commands so `specreg --help` stays fast.
 from __future__ import annotations
 
 import json
+import os
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -107,6 +108,9 @@ def pair_cmd(
         str | None, typer.Option("--runtime", help="Rule set (llama.cpp build), e.g. llama.cpp-b11434.")
     ] = None,
     json_out: JsonOpt = False,
+    fmt: Annotated[
+        str, typer.Option("--format", help="text, json, or sarif (SARIF 2.1.0 for CI code scanning).")
+    ] = "text",
     ctx_size: Annotated[int, typer.Option("--ctx-size", "-c", min=1, help="Memory estimate: -c, all slots.")] = 4096,
     slots: Annotated[int, typer.Option("--slots", "-np", min=1, help="Memory estimate: -np, parallel slots.")] = 1,
     cache_type_k: Annotated[str, typer.Option("--cache-type-k", "-ctk", help="Memory estimate: -ctk.")] = "f16",
@@ -128,7 +132,7 @@ def pair_cmd(
 
     Exit 0 admitted, 1 rejected, 2 could not decide. The verdict is recorded in the registry.
 
-    Example: specreg check pair target.gguf draft.gguf --method draft-simple
+    Example: specreg check pair target.gguf draft.gguf --method draft-simple --format sarif
     """
     from specreg.benchmark.memory_predict import parse_layers, resolve_budget
     from specreg.commands._probe import run_probe
@@ -141,6 +145,9 @@ def pair_cmd(
 
     if method not in _METHODS:
         raise UsageError(f"unknown method {method!r}; choose one of {', '.join(_METHODS)}")
+    if fmt not in ("text", "json", "sarif"):
+        raise UsageError(f"--format {fmt!r}: choose text, json or sarif")
+    json_out = json_out or fmt == "json"
     rules = load_rule_set(runtime)
     settings = ServeSettings(
         ctx_size=ctx_size, slots=slots, cache_type_k=type_name(cache_type_k), cache_type_v=type_name(cache_type_v),
@@ -161,7 +168,17 @@ def pair_cmd(
     with Registry(db_path(), show_progress=not json_out) as reg:
         done = check_and_record(reg, target, draft, method, rule_set=rules, strict=strict, extra=extra)
     v, mem = done.verdict, estimates[0]
-    if json_out:
+    if fmt == "sarif":
+        from specreg.report.sarif import dumps, verdict_sarif
+
+        def where(arg: str | None, rec: ArtifactRecord | None) -> str | None:
+            if arg is None or rec is None:
+                return None
+            return arg if os.path.exists(arg) else (rec.paths[0] if rec.paths else None)
+
+        console.file.write(dumps(verdict_sarif(v, where(target, done.target), where(draft, done.draft))) + "\n")
+        console.file.flush()
+    elif json_out:
         emit_json(
             v.model_dump(
                 mode="json",
