@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -96,7 +96,12 @@ def probe(
     cmd = external_command(server) if server else bundled_command()
     spec = ConditionSpec(name="probe", method=method, draft_path=str(draft) if draft else None)
     args = server_args(spec, str(target), ServerOptions(ctx_size=ctx_size, parallel=1, seed=42))
-    common = {"method": method, "runtime": _runtime(cmd), "argv": cmd.argv(args), "log_path": str(log_path)}
+    common: dict[str, Any] = {
+        "method": method,
+        "runtime": _runtime(cmd),
+        "argv": cmd.argv(args),
+        "log_path": str(log_path),
+    }
     t0 = time.monotonic()
     try:
         proc = launch(cmd, args, log_path, start_timeout_s=start_timeout_s)

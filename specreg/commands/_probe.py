@@ -26,10 +26,15 @@ def run_probe(
     show: bool,
 ) -> list[CheckResult]:
     """Probe the pair (its log under the specreg home) and turn the outcome into checks."""
+    from pathlib import Path
+
     from specreg.benchmark.probe import probe, probe_checks
     from specreg.paths import data_dir
     from specreg.schemas.checks import CheckResult
 
+    if not all(isinstance(f.path, Path) for f in (target, draft) if f is not None):
+        msg = "not probed: a remote file is metadata only (fetch it to probe: specreg fetch)"
+        return [CheckResult(code="probe.runtime", severity="info", message=msg)]
     unsafe = [c.code for c in static if c.code in _UNSAFE_TEMPLATE and c.severity == "error"]
     if unsafe:
         msg = f"not probed: the target's chat template is unsafe ({', '.join(unsafe)})"

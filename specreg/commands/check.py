@@ -80,6 +80,18 @@ def _render(v: PairVerdict, target: ArtifactRecord, draft: ArtifactRecord | None
         console.print(f"[bold red]REJECTED[/] ({counts}) - pair {pair_id}")
 
 
+def _remote_facts(target: ArtifactRecord, draft: ArtifactRecord | None) -> dict[str, Any]:
+    """`remote: {role: {url, revision, sha256, bytes_fetched, ...}}` for files read by range requests."""
+    from specreg.registry.remote import REMOTE_KEY, metadata_only
+
+    remote = {
+        role: rec.provenance.extra[REMOTE_KEY]
+        for role, rec in (("target", target), ("draft", draft))
+        if rec is not None and metadata_only(rec)
+    }
+    return {"remote": remote} if remote else {}
+
+
 def _memory_line(m: MemoryEstimate) -> str:
     """One line per part of the estimate (MiB), as the user asked for it."""
 
@@ -185,6 +197,7 @@ def pair_cmd(
                 include={"admitted", "method", "target_sha256", "draft_sha256", "rule_set", "strict", "checks"},
             )
             | {"memory": mem.model_dump(mode="json")}
+            | _remote_facts(done.target, done.draft)
         )
     else:
         _render(v, done.target, done.draft, done.pair_id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -55,14 +55,16 @@ def _tok(texts: list[str], tid: int | None) -> str:
     return f"{tid} {safe(text)}"
 
 
-def _human(s: GGUFSummary, texts: list[str], lic: str | None, conflict: bool | None) -> None:
+def _human(
+    s: GGUFSummary, texts: list[str], lic: str | None, conflict: bool | None, remote: dict[str, Any] | None = None
+) -> None:
     t = s.tokenizer
     sp = s.speculative
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold", no_wrap=True)
     table.add_column(overflow="fold")
     rows: list[tuple[str, str]] = [
-        ("file", safe(os.path.abspath(s.path))),
+        ("file", safe(s.path if remote else os.path.abspath(s.path))),
         ("sha256", s.sha256 or "(not registered; --hash computes it)"),
         ("size", f"{s.file_size:,} bytes, GGUF v{s.version}, {s.n_tensors} tensors, {s.n_kv} keys"),
         ("name", safe(s.name or "-")),
@@ -107,13 +109,25 @@ def _human(s: GGUFSummary, texts: list[str], lic: str | None, conflict: bool | N
     rows.append(("licence (gguf)", safe(" | ".join(x for x in (gl.license, gl.name, gl.link) if x) or "-")))
     if lic is not None or conflict:
         rows.append(("licence (registry)", safe(lic or "-") + (" [red](sources conflict)[/]" if conflict else "")))
+    if remote:
+        pin = f", revision {remote['revision']}" if remote.get("revision") else ""
+        rows.insert(
+            1,
+            (
+                "remote",
+                f"metadata only: {remote['bytes_fetched']:,} of {remote['size']:,} bytes fetched in "
+                f"{remote['requests']} range request(s){safe(pin)}",
+            ),
+        )
     for k, v in rows:
         table.add_row(k, v)
     (console if console.is_terminal else Console(width=160, highlight=False)).print(table)
 
 
 def inspect_cmd(
-    file: Annotated[Path, typer.Argument(help="GGUF file to read.", show_default=False)],
+    file: Annotated[
+        str, typer.Argument(help="GGUF file, https:// URL or hf://ORG/REPO/FILE.gguf[@REV].", show_default=False)
+    ],
     do_hash: Annotated[
         bool, typer.Option("--hash", help="Compute the SHA-256 if the registry does not know it.")
     ] = False,
@@ -122,19 +136,26 @@ def inspect_cmd(
     """Show a GGUF file's architecture, quant, vocab, special tokens, speculative heads, licence.
 
     The SHA-256 is shown when the registry knows the file by its stat (no hashing), or with --hash.
+    A URL is read by HTTP range requests: only the header, nothing downloaded or registered.
     Example: specreg inspect models/target-q4.gguf --json
     """
     from specreg.gguf.reader import open_gguf
     from specreg.gguf.summary import summarize
+    from specreg.registry.remote import is_remote, open_remote
 
-    gf = open_gguf(file)
-    summary = summarize(gf)
-    sha, lic, conflict = _known(file, do_hash)
-    summary = summary.model_copy(update={"sha256": sha})
+    remote = None
+    if is_remote(file):
+        gf, found = open_remote(file)
+        remote = found.facts()
+        sha, lic, conflict = found.sha256, None, None
+    else:
+        gf = open_gguf(file)
+        sha, lic, conflict = _known(Path(file), do_hash)
+    summary = summarize(gf).model_copy(update={"sha256": sha})
     if json_out:
-        emit_json(summary)
+        emit_json(summary.model_dump(mode="json") | {"remote": remote} if remote else summary)
         return
-    _human(summary, gf.token_texts() if summary.tokenizer.n_tokens else [], lic, conflict)
+    _human(summary, gf.token_texts() if summary.tokenizer.n_tokens else [], lic, conflict, remote)
 
 
 def register(app: typer.Typer) -> None:

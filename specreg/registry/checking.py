@@ -44,8 +44,12 @@ def open_artifact(reg: Registry, ref: str | Path) -> tuple[ArtifactRecord, GGUFF
     artifact, with the bytes it names opened for checking (a located path verified to hold them)."""
     from specreg.gguf.reader import open_gguf
     from specreg.registry.provenance import register
+    from specreg.registry.remote import REMOTE_KEY, is_remote, metadata_only, open_remote, record_remote
 
     arg = os.fspath(ref)
+    if is_remote(arg):  # https:// or hf://: the header by range requests, recorded as metadata only
+        gf, remote = open_remote(arg)
+        return record_remote(reg, gf, remote), gf
     if os.path.exists(arg):
         return register(reg, arg), open_gguf(arg)
     if not HEX.fullmatch(arg.strip().lower()):
@@ -54,6 +58,8 @@ def open_artifact(reg: Registry, ref: str | Path) -> tuple[ArtifactRecord, GGUFF
             hint="give a GGUF path, or a SHA-256 (prefix) from `specreg artifacts`",
         )
     rec = reg.get_artifact(arg)
+    if metadata_only(rec):  # no copy on disk: read the header again where it was found (pinned URL)
+        return rec, open_remote(rec.provenance.extra[REMOTE_KEY]["url"])[0]
     return rec, open_gguf(reg.locate(rec.sha256))
 
 
