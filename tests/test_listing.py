@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from specreg.commands._common import print_listing
+from specreg.commands.output import print_listing
 
 
 def _render(*args: object, color: bool = False, **kw: object) -> str:

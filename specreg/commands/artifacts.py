@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from specreg.commands._common import Cell, JsonOpt, console, db_path, emit_json, err_console, print_listing, safe
+from specreg.commands.options import JsonOpt, LicenseOpt, RehashOpt, db_path
+from specreg.commands.output import Cell, console, emit_json, err_console, print_listing, safe
 from specreg.errors import ArtifactNotFound
 
 if TYPE_CHECKING:
@@ -25,12 +26,10 @@ def _open_registry() -> Registry:
 
 def register_cmd(
     files: Annotated[list[Path], typer.Argument(help="GGUF files to register.", show_default=False)],
-    license: Annotated[
-        str | None, typer.Option("--license", help="Licence id you vouch for (beats model card and GGUF).")
-    ] = None,
-    repo: Annotated[str | None, typer.Option("--repo", help="Source repo, e.g. ORG/NAME.")] = None,
-    revision: Annotated[str | None, typer.Option("--revision", help="Source revision (commit).")] = None,
-    rehash: Annotated[bool, typer.Option("--rehash", help="Hash again even if the stat cache matches.")] = False,
+    license: LicenseOpt = None,
+    repo: Annotated[str | None, typer.Option("--repo", metavar="ORG/NAME", help="Source repo on the hub.")] = None,
+    revision: Annotated[str | None, typer.Option("--revision", metavar="COMMIT", help="Source revision.")] = None,
+    rehash: RehashOpt = False,
     verify: Annotated[
         bool, typer.Option("--verify", help="Check the SHA-256 against the hub's for --repo/--revision (online).")
     ] = False,
@@ -59,10 +58,10 @@ def register_cmd(
             records.append(rec)
             if not json_out:
                 how = "hashed" if reg.hash_count > before else "known, not re-hashed"
-                console.print(f"{rec.sha256}  {safe(os.path.abspath(f))}  [dim]({how})[/]", soft_wrap=True)
+                console().print(f"{rec.sha256}  {safe(os.path.abspath(f))}  [dim]({how})[/]", soft_wrap=True)
             if rec.licence.conflict:
                 said = ", ".join(f"{s.source}: {s.value}" for s in rec.licence.sources if s.value)
-                err_console.print(
+                err_console().print(
                     f"[yellow]warning:[/] licence sources disagree for {rec.sha256[:12]} ({safe(said)}); "
                     f"effective: {safe(rec.licence.effective)}",
                     soft_wrap=True,
@@ -82,7 +81,7 @@ def artifacts_cmd(json_out: JsonOpt = False) -> None:
         emit_json([r.model_dump(mode="json", exclude={"summary"}) for r in recs])
         return
     if not recs:
-        err_console.print("no artifacts registered yet (specreg register FILE)")
+        err_console().print("no artifacts registered yet (specreg register FILE)")
         return
 
     def lic(r: ArtifactRecord) -> Cell:
@@ -109,8 +108,3 @@ def artifacts_cmd(json_out: JsonOpt = False) -> None:
         right={4},
         sep=" │ ",
     )
-
-
-def register(app: typer.Typer) -> None:
-    app.command("register")(register_cmd)
-    app.command("artifacts")(artifacts_cmd)

@@ -1,6 +1,6 @@
 """`specreg bench admitted`, `specreg runs`, `specreg runs show`: benchmark admitted pairs, read runs.
 
-Thin: parse options, call `benchmark.runner.Runner`, render through `_bench_view`. Heavy modules
+Thin: parse options, call `benchmark.runner.Runner`, render through `views.bench`. Heavy modules
 are imported inside the commands so `specreg --help` stays fast.
 """
 
@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from specreg.commands._common import JsonOpt, db_path, emit_json, emit_result, err_console, safe
+from specreg.commands.options import JsonOpt, PairOpt, ReportOpt, db_path
+from specreg.commands.output import emit_json, emit_result, err_console, safe
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry
@@ -49,10 +50,7 @@ def _sigterm(_sig: int, _frame: FrameType | None) -> None:
 
 @bench_app.command("admitted")
 def admitted(
-    pair: Annotated[
-        list[int] | None,
-        typer.Option("--pair", metavar="ID", help="Pair id (repeatable); default: every admitted pair."),
-    ] = None,
+    pair: PairOpt = None,
     server: Annotated[
         Path | None,
         typer.Option("--server", metavar="PATH", help="Your llama-server binary (default: bundled xllamacpp server)."),
@@ -109,7 +107,7 @@ def admitted(
     """
     from specreg.benchmark.conditions import parse_ngram_options
     from specreg.benchmark.runner import BenchOptions, Runner
-    from specreg.commands._bench_view import ProgressView, show_run
+    from specreg.commands.views.bench import ProgressView, show_run
 
     opts = BenchOptions(
         methods=_split(methods),
@@ -142,7 +140,7 @@ def admitted(
         for r in runs:
             show_run(r)
     for line in runner.refused:
-        err_console.print(f"[bold red]error:[/] {safe(line)}")
+        err_console().print(f"[bold red]error:[/] {safe(line)}")
     if runner.refused:
         raise typer.Exit(2)
     raise typer.Exit(0 if all(r.info.status == "complete" for r in runs) else 1)
@@ -167,7 +165,7 @@ def runs(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     if ctx.invoked_subcommand is not None:
         return
     from specreg.benchmark.runstore import RunStore
-    from specreg.commands._bench_view import runs_table
+    from specreg.commands.views.bench import runs_table
 
     with _registry() as reg:
         store = RunStore(reg)
@@ -183,13 +181,13 @@ def runs(ctx: typer.Context, json_out: JsonOpt = False) -> None:
 def show(
     run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix (see `specreg runs`).")],
     json_out: JsonOpt = False,
-    report: Annotated[Path | None, typer.Option("--report", help="Also write a report: PATH.md or PATH.html.")] = None,
+    report: ReportOpt = None,
 ) -> None:
     """Show one run: condition x stratum table (acceptance, speed-up, p50/p95, TTFT, memory, equivalence, errors).
 
     Example: specreg runs show 20260101-120000-ab12cd --report run.html
     """
-    from specreg.commands._bench_view import show_run
+    from specreg.commands.views.bench import show_run
 
     run = load_run(run_id)
     written: list[Path] = []
@@ -198,8 +196,3 @@ def show(
 
         written = write_run_report_for(report, run)
     emit_result(run, json_out, lambda: show_run(run), written)
-
-
-def register(app: typer.Typer) -> None:
-    app.add_typer(bench_app, name="bench")
-    app.add_typer(runs_app, name="runs")

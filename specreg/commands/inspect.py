@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from specreg.commands._common import JsonOpt, console, db_path, emit_json, safe
-from specreg.schemas.gguf import GGUFSummary
+from specreg.commands.options import JsonOpt, db_path
+from specreg.commands.output import console, emit_json, safe
+
+if TYPE_CHECKING:
+    from specreg.schemas.gguf import GGUFSummary
 
 _SPECIAL = ("bos", "eos", "eot", "eom", "unk", "pad", "sep", "fim_pre", "fim_suf", "fim_mid")
 
@@ -56,6 +57,9 @@ def _tok(texts: list[str], tid: int | None) -> str:
 
 
 def _human(s: GGUFSummary, texts: list[str], lic: str | None, conflict: bool | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
     t = s.tokenizer
     sp = s.speculative
     table = Table(show_header=False, box=None, pad_edge=False)
@@ -109,7 +113,8 @@ def _human(s: GGUFSummary, texts: list[str], lic: str | None, conflict: bool | N
         rows.append(("licence (registry)", safe(lic or "-") + (" [red](sources conflict)[/]" if conflict else "")))
     for k, v in rows:
         table.add_row(k, v)
-    (console if console.is_terminal else Console(width=160, highlight=False)).print(table)
+    out = console()
+    (out if out.is_terminal else Console(width=160, highlight=False)).print(table)
 
 
 def inspect_cmd(
@@ -135,7 +140,3 @@ def inspect_cmd(
         emit_json(summary)
         return
     _human(summary, gf.token_texts() if summary.tokenizer.n_tokens else [], lic, conflict)
-
-
-def register(app: typer.Typer) -> None:
-    app.command("inspect")(inspect_cmd)

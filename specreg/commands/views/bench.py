@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from rich.table import Table
 
 from specreg.benchmark.execute import Observer
-from specreg.commands._common import console, err_console, print_listing, safe
+from specreg.commands.output import console, err_console, print_listing, safe
 
 if TYPE_CHECKING:
     from specreg.schemas.bench import BenchRun, ConditionRun, ConditionSummary, RequestRow, RunInfo
@@ -46,12 +46,11 @@ def _mib(v: int | None, signed: bool = False) -> str:
 
 def _print_wide(table: Table) -> None:
     """Tables are wide; a pipe or file gets them unwrapped (a terminal wraps at its own width)."""
-    if console.is_terminal:
-        console.print(table)
+    out = console()
+    if out.is_terminal:
+        out.print(table)
     else:
-        Console(file=console.file, width=max(console.width, 160), highlight=False, no_color=console.no_color).print(
-            table
-        )
+        Console(file=out.file, width=max(out.width, 160), highlight=False, no_color=out.no_color).print(table)
 
 
 def _pct(v: float | None) -> str:
@@ -67,7 +66,7 @@ class ProgressView(Observer):
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
-            console=err_console,
+            console=err_console(),
             transient=True,
         )
         self.task: TaskID | None = None
@@ -82,11 +81,11 @@ class ProgressView(Observer):
             self.progress.stop()
 
     def note(self, text: str) -> None:
-        err_console.print(f"[yellow]note:[/] {safe(text)}")
+        err_console().print(f"[yellow]note:[/] {safe(text)}")
 
     def run_started(self, info: RunInfo, conds: list[ConditionRun], n_requests: int) -> None:
         self.per_condition = n_requests
-        err_console.print(
+        err_console().print(
             f"run {info.run_id}  pair {info.pair_id}  {safe(info.method)}  "
             f"{len(conds)} conditions x {n_requests} requests"
         )
@@ -109,9 +108,9 @@ class ProgressView(Observer):
             line += f"  acceptance {_pct(cond.counters.acceptance)}"
         if cond.failure:
             line += f": {safe(cond.failure)}"
-        err_console.print(line)
+        err_console().print(line)
         for ln in cond.failure_lines[:8]:
-            err_console.print(f"      [dim]{safe(ln)}[/]")
+            err_console().print(f"      [dim]{safe(ln)}[/]")
         if self.task is not None:  # skip the bar ahead over requests that never ran
             done = (cond.idx + 1) * self.per_condition
             self.progress.update(self.task, completed=max(done, self.progress.tasks[0].completed))
@@ -120,7 +119,7 @@ class ProgressView(Observer):
         if self.task is not None:
             self.progress.remove_task(self.task)
             self.task = None
-        err_console.print(f"run {run_id}: {_st(status)}")
+        err_console().print(f"run {run_id}: {_st(status)}")
 
 
 def runs_table(runs: list[RunInfo]) -> None:
@@ -160,22 +159,20 @@ def _equiv(s: ConditionSummary) -> str:
 def show_run(run: BenchRun) -> None:
     """Header, the condition x stratum comparison table, then each failure with its log lines."""
     i, m = run.info, run.manifest
-    console.print(f"run {i.run_id}  {_st(i.status)}  pair {i.pair_id}  method {safe(i.method)}")
+    console().print(f"run {i.run_id}  {_st(i.status)}  pair {i.pair_id}  method {safe(i.method)}")
     if i.status_reason:
-        console.print(f"  [dim]{safe(i.status_reason)}[/]")
-    console.print(f"target {i.target_sha256[:12]}  draft {(i.draft_sha256 or 'none (self-speculation)')[:24]}")
+        console().print(f"  [dim]{safe(i.status_reason)}[/]")
+    console().print(f"target {i.target_sha256[:12]}  draft {(i.draft_sha256 or 'none (self-speculation)')[:24]}")
     if m is not None:
         ver = m.runtime.version_text.splitlines()
-        console.print(
+        console().print(
             f"runtime {m.runtime.kind} {safe(m.runtime.xllamacpp_version or (ver[0] if ver else ''))}  "
             f"workload {safe(m.request.workload)}  repeat {m.observation.repeat}  "
             f"concurrency {m.request.concurrency}  seed {m.request.seed}"
         )
         gpu = m.hardware.gpu
-        console.print(
-            f"hardware {safe(m.hardware.cpu_model or '?')}  "
-            f"gpu {'absent (' + safe(gpu.reason) + ')' if not gpu.present else safe(', '.join(d.name for d in gpu.devices))}"
-        )
+        gpus = f"absent ({safe(gpu.reason)})" if not gpu.present else safe(", ".join(d.name for d in gpu.devices))
+        console().print(f"hardware {safe(m.hardware.cpu_model or '?')}  gpu {gpus}")
     table = Table(box=None, pad_edge=False)
     expects = any(s.n_expect_checked for s in run.summaries)
     cols = [
@@ -223,8 +220,8 @@ def show_run(run: BenchRun) -> None:
     for c in run.conditions:
         if c.status == "ok":
             continue
-        console.print(f"{_st(c.status)} {safe(c.spec.name)}: {safe(c.failure or '')}")
+        console().print(f"{_st(c.status)} {safe(c.spec.name)}: {safe(c.failure or '')}")
         for ln in c.failure_lines[:12]:
-            console.print(f"    [dim]{safe(ln)}[/]")
+            console().print(f"    [dim]{safe(ln)}[/]")
         if c.log_path:
-            console.print(f"    log: {safe(c.log_path)}")
+            console().print(f"    log: {safe(c.log_path)}")

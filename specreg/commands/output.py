@@ -1,4 +1,10 @@
-"""What every command shares: options, the console, JSON output and safe printing."""
+"""How commands write: the consoles, safe printing of untrusted text, JSON, aligned listings.
+
+Nothing here imports rich at module level: `specreg --help` and `--json` output never need it,
+and rich costs more to import than the rest of the start-up. A console is made on first use
+for the stream it writes to (so an in-process runner that swaps `sys.stdout`, or a new
+`COLUMNS`, gets a console of its own).
+"""
 
 from __future__ import annotations
 
@@ -8,19 +14,38 @@ import os
 import sys
 from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Union
-
-import typer
-from rich.cells import cell_len
-from rich.console import Console
-from rich.markup import escape
+from typing import TYPE_CHECKING, Any, TextIO
 
 from specreg.text import escape_control
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)  # one error = one line, never wrapped
+if TYPE_CHECKING:
+    from rich.console import Console
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+_made: dict[bool, tuple[TextIO, str | None, Console]] = {}
+
+
+def _console(stderr: bool) -> Console:
+    stream = sys.stderr if stderr else sys.stdout
+    columns = os.environ.get("COLUMNS")
+    made = _made.get(stderr)
+    if made is not None and made[0] is stream and made[1] == columns:
+        return made[2]
+    from rich.console import Console
+
+    # stderr: one error = one line, never wrapped by rich (the terminal wraps it)
+    con = Console(stderr=stderr, highlight=False, soft_wrap=stderr)
+    _made[stderr] = (stream, columns, con)
+    return con
+
+
+def console() -> Console:
+    """The console on stdout (results)."""
+    return _console(False)
+
+
+def err_console() -> Console:
+    """The console on stderr (errors, warnings, progress)."""
+    return _console(True)
 
 
 def safe_plain(text: object) -> str:
@@ -30,14 +55,20 @@ def safe_plain(text: object) -> str:
 
 def safe(text: object) -> str:
     """Untrusted text (names, templates, licences) as inert rich text: markup and control codes escaped."""
+    from rich.markup import escape
+
     return escape(safe_plain(text))
 
 
-Cell = Union[str, tuple[str, str | None]]  # plain text, or (plain text, rich style)
+Cell = str | tuple[str, str | None]  # plain text, or (plain text, rich style)
 
 
 def _width(text: str) -> int:
-    return len(text) if text.isascii() else cell_len(text)
+    if text.isascii():
+        return len(text)
+    from rich.cells import cell_len
+
+    return cell_len(text)
 
 
 def _fit(text: str, width: int) -> str:
@@ -46,6 +77,8 @@ def _fit(text: str, width: int) -> str:
         return text
     if text.isascii():
         return text[: width - 1] + "…"
+    from rich.cells import cell_len
+
     used = 0
     for i, ch in enumerate(text):  # a wide character takes two cells: never cut one in half
         used += cell_len(ch)
@@ -71,7 +104,7 @@ def print_listing(
     text, not markup: untrusted text needs no `safe()` here; control codes are escaped and a
     cell wider than its column's limit is cut with an ellipsis.
     """
-    out = out or console
+    out = out or console()
     n = len(headers)
     caps = list(limits) if limits is not None else [None] * n
     table: list[list[tuple[str, str | None]]] = []
@@ -124,14 +157,6 @@ def print_listing(
     out.print(Text(body, spans=[Span(a, b, st) for a, b, st in spans]), soft_wrap=True)
 
 
-def db_path() -> Path:
-    """Where the registry lives: `--db`, else SPECREG_DB, else the user data directory."""
-    from specreg.paths import default_db_path
-
-    override = os.environ.get("SPECREG_DB")
-    return Path(override) if override else default_db_path()
-
-
 def emit_json(data: Any) -> None:
     """Print a pydantic model (or plain data) as JSON on stdout, nothing else."""
     from pydantic import BaseModel  # not at startup: `--help` and plain listings need no pydantic
@@ -168,4 +193,4 @@ def emit_result(result: Any, json_out: bool, show: Callable[[], None], report_fi
         return
     show()
     if report_files:
-        console.print(f"report: {safe(report_files[0])}", soft_wrap=True)
+        console().print(f"report: {safe(report_files[0])}", soft_wrap=True)

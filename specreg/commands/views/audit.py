@@ -11,7 +11,7 @@ from collections import Counter
 
 from rich.table import Table
 
-from specreg.commands._common import console, safe
+from specreg.commands.output import console, safe
 from specreg.schemas.audit import GATES, AuditReport, PairAudit
 
 DETAIL_LIMIT = 50
@@ -36,12 +36,12 @@ def _verdict_table(report: AuditReport) -> None:
             *cells,
             "[green]PASS[/]" if p.passed else "[red]FAIL[/]",
         )
-    console.print(table)
+    console().print(table)
 
 
 def _counts(report: AuditReport) -> None:
     n_pass = sum(p.passed for p in report.pairs)
-    console.print(
+    console().print(
         f"audit: {'[green]PASS[/]' if report.passed else '[red]FAIL[/]'} - {len(report.pairs)} pairs, "
         f"{n_pass} pass, {len(report.pairs) - n_pass} fail (policy: {safe(report.policy_source)})"
     )
@@ -51,7 +51,7 @@ def _counts(report: AuditReport) -> None:
     table.add_column("failing pairs", justify="right")
     for name in GATES:
         table.add_row(name, str(failed.get(name, 0)))
-    console.print(table)
+    console().print(table)
 
 
 def _failures(pairs: list[PairAudit], limit: int | None) -> None:
@@ -59,9 +59,9 @@ def _failures(pairs: list[PairAudit], limit: int | None) -> None:
     for p in bad[:limit]:
         for g in p.gates:
             if not g.passed:
-                console.print(f"pair {p.pair_id} [red]{g.gate}[/]: {safe(g.message)}", soft_wrap=True)
+                console().print(f"pair {p.pair_id} [red]{g.gate}[/]: {safe(g.message)}", soft_wrap=True)
     if limit is not None and len(bad) > limit:
-        console.print(f"... and {len(bad) - limit} more failing pairs: see --json or --report")
+        console().print(f"... and {len(bad) - limit} more failing pairs: see --json or --report")
 
 
 def _decisions(report: AuditReport, detail: bool) -> None:
@@ -74,7 +74,7 @@ def _decisions(report: AuditReport, detail: bool) -> None:
         for d in report.decisions:
             sp = "–" if d.speedup is None else f"{d.speedup:.2f}"
             dec.add_row(safe(d.target_name or d.target_sha256[:12]), safe(d.stratum), safe(d.choice), sp)
-        console.print(dec)
+        console().print(dec)
         return
     per: Counter[tuple[str, str]] = Counter((d.stratum, d.choice.split(" (pair")[0]) for d in report.decisions)
     dec = Table(title="deploy per stratum: number of targets per choice")
@@ -82,7 +82,7 @@ def _decisions(report: AuditReport, detail: bool) -> None:
         dec.add_column(col)
     for (stratum, choice), n in sorted(per.items()):
         dec.add_row(safe(stratum), safe(choice), str(n))
-    console.print(dec)
+    console().print(dec)
 
 
 def print_audit(report: AuditReport) -> None:
@@ -93,7 +93,7 @@ def print_audit(report: AuditReport) -> None:
     else:
         _counts(report)
     for note in report.notes[:FAILURES_SHOWN]:
-        console.print(f"[dim]note:[/] {safe(note)}", soft_wrap=True)
+        console().print(f"[dim]note:[/] {safe(note)}", soft_wrap=True)
     _failures(report.pairs, None if detail else FAILURES_SHOWN)
     _decisions(report, detail)
     if not detail:
@@ -102,7 +102,7 @@ def print_audit(report: AuditReport) -> None:
     for p in report.pairs:
         if p.rollback_command and p.target_sha256 not in shown:
             shown.add(p.target_sha256)
-            console.print(
+            console().print(
                 f"rollback ({safe(p.target_name or p.target_sha256[:12])}): {safe(shlex.join(p.rollback_command))}",
                 soft_wrap=True,
             )
