@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from specreg.commands.layout import Col
 from specreg.commands.options import JsonOpt, LicenseOpt, RehashOpt, db_path
-from specreg.commands.output import Cell, console, emit_json, err_console, print_listing, safe
+from specreg.commands.output import Cell, emit_json, err_console, print_listing, safe, say
 from specreg.errors import ArtifactNotFound
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ def _open_registry() -> Registry:
 
 
 def register_cmd(
-    files: Annotated[list[Path], typer.Argument(help="GGUF files to register.", show_default=False)],
+    files: Annotated[list[Path], typer.Argument(metavar="FILE", help="GGUF files to register.", show_default=False)],
     license: LicenseOpt = None,
     repo: Annotated[str | None, typer.Option("--repo", metavar="ORG/NAME", help="Source repo on the hub.")] = None,
     revision: Annotated[str | None, typer.Option("--revision", metavar="COMMIT", help="Source revision.")] = None,
@@ -58,7 +59,7 @@ def register_cmd(
             records.append(rec)
             if not json_out:
                 how = "hashed" if reg.hash_count > before else "known, not re-hashed"
-                console().print(f"{rec.sha256}  {safe(os.path.abspath(f))}  [dim]({how})[/]", soft_wrap=True)
+                say(f"{os.path.abspath(f)} ({how})", prefix=f"{rec.sha256[:12]}  ", indent=14)
             if rec.licence.conflict:
                 said = ", ".join(f"{s.source}: {s.value}" for s in rec.licence.sources if s.value)
                 err_console().print(
@@ -88,8 +89,26 @@ def artifacts_cmd(json_out: JsonOpt = False) -> None:
         text = r.licence.effective or "-"
         return (text + " (conflict)", "red") if r.licence.conflict else text
 
+    def source(r: ArtifactRecord) -> str:
+        p = r.provenance
+        return f"{p.repo}@{(p.revision or '?')[:12]}" if p.repo else "-"
+
+    def where(r: ArtifactRecord) -> str:
+        if not r.paths:
+            return "-"
+        return r.paths[0] + (f" (+{len(r.paths) - 1} more)" if len(r.paths) > 1 else "")
+
     print_listing(
-        ("sha256", "name", "arch", "file type", "vocab", "licence", "repo", "revision", "path"),
+        (
+            Col("sha256"),
+            Col("name", limit=40, squeeze=12),
+            Col("arch", limit=16, squeeze=8),
+            Col("type", limit=12, stack=1),
+            Col("vocab", right=True),
+            Col("licence", limit=32, squeeze=10),
+            Col("source", stack=2),
+            Col("path", stack=3),
+        ),
         (
             (
                 r.sha256[:12],
@@ -98,13 +117,9 @@ def artifacts_cmd(json_out: JsonOpt = False) -> None:
                 r.file_type_name or "-",
                 str(r.n_tokens) if r.n_tokens is not None else "-",
                 lic(r),
-                r.provenance.repo or "-",
-                (r.provenance.revision or "-")[:10],
-                (r.paths[0] + (f" (+{len(r.paths) - 1} more)" if len(r.paths) > 1 else "")) if r.paths else "-",
+                source(r),
+                where(r),
             )
             for r in recs
         ),
-        limits=(None, 40, 24, 24, None, 32, 48, None, None),
-        right={4},
-        sep=" │ ",
     )

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from specreg.commands.layout import Col
 from specreg.commands.options import METHOD_AUTO, JsonOpt, MethodOpt, chosen_method, db_path
-from specreg.commands.output import console, emit_json, print_listing
+from specreg.commands.output import emit_json, err_console, print_listing
 
 if TYPE_CHECKING:
     from specreg.gguf.reader import GGUFFile
@@ -121,6 +122,13 @@ def pairs_cmd(
             out.append(d)
         emit_json(out)
         return
+    if not rows:
+        err_console().print(
+            "no pairs checked yet (specreg check pair TARGET DRAFT)"
+            if which is None
+            else f"no {'admitted' if which else 'rejected'} pairs"
+        )
+        return
     verdicts = {
         (True, False): ("admitted", "green"),
         (True, True): ("admitted (strict)", "green"),
@@ -128,7 +136,15 @@ def pairs_cmd(
         (False, True): ("rejected (strict)", "red"),
     }
     print_listing(
-        ("id", "target", "draft", "method", "verdict", "rule set", "when"),
+        (
+            Col("id", right=True),
+            Col("target", limit=13 + _NAME_WIDTH, squeeze=12),
+            Col("draft", limit=13 + _NAME_WIDTH, squeeze=12),
+            Col("method"),
+            Col("verdict"),
+            Col("rule set", limit=40, stack=2),
+            Col("when", stack=1),
+        ),
         (
             (
                 str(p.id),
@@ -141,8 +157,4 @@ def pairs_cmd(
             )
             for p in rows
         ),
-        limits=(None, 13 + _NAME_WIDTH, 13 + _NAME_WIDTH, None, None, 40, None),
-        right={0},
     )
-    if not rows:
-        console().print("[dim]no pairs yet: specreg check pair TARGET DRAFT[/]")

@@ -25,7 +25,9 @@ def demo_cmd(
     """
     from specreg.demo import run_demo
 
-    root_db = ctx.parent.params.get("db") if ctx.parent is not None else None
+    root_db = ctx.parent.params.get("db") if ctx.parent is not None else None  # as typed: a str
+    if root_db is not None:
+        root_db = Path(root_db)
     out = console()
     result = run_demo(folder, db or root_db, say=lambda line: out.print(safe(line), soft_wrap=True))
     audit = result.audit

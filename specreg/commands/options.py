@@ -7,11 +7,13 @@ names (`pair: PairOpt = None`) and the same flag means the same thing in every c
 from __future__ import annotations
 
 import os
+import re
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from typer.core import TyperArgument, TyperCommand
 
 from specreg.schemas.methods import AUTO, Method
 
@@ -22,6 +24,40 @@ else:
     # itself refuses an unknown method and lists the choices in --help
     MethodChoice = StrEnum("MethodChoice", [(AUTO, AUTO)] + [(m.name, m.value) for m in Method])
 METHOD_AUTO = MethodChoice(AUTO)  # the default of `--method`
+
+
+_METAVARS = {"int": "N", "float": "NUMBER", "str": "TEXT", "path": "PATH"}
+_TYPE_SHOWN = re.compile(r"<(int|float|str|path)>")
+
+
+class HelpCommand(TyperCommand):
+    """Every command's help: arguments by name alone, as users type them (`FILE...`, not
+    `files... <list[Path]>`), and the usual usage line (`TARGET [DRAFT]`, not `{TARGET} [DRAFT]`)."""
+
+    def _arguments(self, ctx: Any) -> list[TyperArgument]:
+        return [p for p in self.get_params(ctx) if isinstance(p, TyperArgument) and not p.hidden]
+
+    @staticmethod
+    def _name(arg: TyperArgument) -> str:
+        return (arg.metavar or (arg.name or "arg").upper()) + ("..." if arg.nargs != 1 else "")
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        return pieces + [self._name(a) if a.required else f"[{self._name(a)}]" for a in self._arguments(ctx)]
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        args = [(self._name(a), a.help or "") for a in self._arguments(ctx)]
+        opts = []
+        for p in self.get_params(ctx):
+            rec = None if isinstance(p, TyperArgument) else p.get_help_record(ctx)
+            if rec:  # an option without its own metavar: a word (N, TEXT), not a Python type (<int>)
+                opts.append((_TYPE_SHOWN.sub(lambda m: _METAVARS[m.group(1)], rec[0]), rec[1]))
+        if args:
+            with formatter.section("Arguments"):
+                formatter.write_dl(args)
+        if opts:
+            with formatter.section("Options"):
+                formatter.write_dl(opts)
 
 
 def db_path() -> Path:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from specreg.commands.layout import Col, Line, listing, wrap
 from specreg.text import escape_control
 
 if TYPE_CHECKING:
@@ -43,6 +44,18 @@ def console() -> Console:
     return _console(False)
 
 
+def _plain(stderr: bool) -> TextIO | None:
+    """The stream itself when nothing written to it is styled (a pipe, a file): laid-out lines
+    go there as they are, and rich is never imported. None for a terminal (or FORCE_COLOR)."""
+    stream = sys.stderr if stderr else sys.stdout
+    if os.environ.get("FORCE_COLOR") or os.environ.get("TTY_COMPATIBLE") == "1":
+        return None
+    try:
+        return None if stream.isatty() else stream
+    except (AttributeError, ValueError):  # a closed or exotic stream: treat as a file
+        return stream
+
+
 def err_console() -> Console:
     """The console on stderr (errors, warnings, progress)."""
     return _console(True)
@@ -63,32 +76,64 @@ def safe(text: object) -> str:
 Cell = str | tuple[str, str | None]  # plain text, or (plain text, rich style)
 
 
-def _width(text: str) -> int:
-    if text.isascii():
-        return len(text)
-    from rich.cells import cell_len
+def width(out: Console | None = None, *, stderr: bool = False) -> int:
+    """Cells per line: $COLUMNS, else the terminal's width, else 80 (rich's rule)."""
+    if out is None and _plain(stderr) is not None:
+        columns = os.environ.get("COLUMNS", "")
+        return int(columns) if columns.isdigit() and int(columns) > 0 else 80
+    return (out or _console(stderr)).width
 
-    return cell_len(text)
+
+def show_lines(lines: Iterable[str | Line], out: Console | None = None, *, stderr: bool = False) -> None:
+    """Write laid-out plain lines (see `layout`) with their style spans; rich never re-wraps them."""
+    items = [(ln, []) if isinstance(ln, str) else ln for ln in lines]
+    stream = _plain(stderr) if out is None else (out.file if out.color_system is None else None)
+    if stream is not None:  # a pipe or file: nothing to style, so no rich
+        stream.write("".join(text + "\n" for text, _ in items))
+        stream.flush()
+        return
+    out = out or _console(stderr)
+    from rich.text import Span, Text
+
+    body = Text()
+    for i, (text, spans) in enumerate(items):
+        at = len(body)
+        body.append(text + ("\n" if i < len(items) - 1 else ""))
+        body.spans.extend(Span(at + a, at + b, style) for a, b, style in spans)
+    out.print(body, soft_wrap=True)
 
 
-def _fit(text: str, width: int) -> str:
-    """Cut `text` to `width` terminal cells, marking the cut with an ellipsis."""
-    if _width(text) <= width:
-        return text
-    if text.isascii():
-        return text[: width - 1] + "…"
-    from rich.cells import cell_len
-
-    used = 0
-    for i, ch in enumerate(text):  # a wide character takes two cells: never cut one in half
-        used += cell_len(ch)
-        if used > width - 1:
-            return text[:i] + "…"
-    return text  # pragma: no cover - the width check above returned already
+def say(
+    text: str,
+    *,
+    prefix: str = "",
+    marks: Sequence[tuple[str, str]] = (),
+    style: str | None = None,
+    indent: int = 0,
+    out: Console | None = None,
+    stderr: bool = False,
+) -> None:
+    """One paragraph of PLAIN text (escaped here) after a `prefix` (ours, not escaped), wrapped at
+    word boundaries to the console width, later lines indented by `indent`. `marks` colour words
+    of the prefix (`("FAIL", "red")`: its first occurrence); `style` colours the text."""
+    lines = wrap(safe_plain(text), width(out, stderr=stderr), indent, prefix)
+    first: list[tuple[int, int, str]] = []
+    for word, mark in marks:
+        at = prefix.find(word)
+        if at >= 0:
+            first.append((at, at + len(word), mark))
+    styled: list[Line] = []
+    for i, ln in enumerate(lines):
+        spans = list(first) if i == 0 else []
+        start = len(prefix) if i == 0 else indent
+        if style and len(ln) > start:
+            spans.append((start, len(ln), style))
+        styled.append((ln, spans))
+    show_lines(styled, out, stderr=stderr)
 
 
 def print_listing(
-    headers: Sequence[str],
+    headers: Sequence[str | Col],
     rows: Iterable[Sequence[Cell]],
     *,
     limits: Sequence[int | None] | None = None,
@@ -96,65 +141,18 @@ def print_listing(
     sep: str = "  ",
     out: Console | None = None,
 ) -> None:
-    """A long listing (thousands of pairs, runs, artifacts) as aligned plain columns, one line per row.
+    """A long listing (thousands of pairs, runs, artifacts) as aligned plain columns that fit the
+    terminal: columns marked to give way move beneath each row or are shortened (`layout.Col`).
 
     rich's Table measures, wraps and renders every cell as its own object: 3 s for 5,000 pairs.
-    Here the column widths are computed once, each row is one line, and the whole listing is
-    written at once (with its styles only where the console shows colour). Cells are PLAIN
-    text, not markup: untrusted text needs no `safe()` here; control codes are escaped and a
-    cell wider than its column's limit is cut with an ellipsis.
+    Here the column widths are computed once and the whole listing is written at once. Cells
+    are PLAIN text, not markup: untrusted text needs no `safe()` here; control codes are escaped
+    and a cell wider than its column is cut at a word boundary with an ellipsis.
     """
-    out = out or console()
-    n = len(headers)
-    caps = list(limits) if limits is not None else [None] * n
-    table: list[list[tuple[str, str | None]]] = []
-    widths = [_width(h) for h in headers]
-    for row in rows:
-        cells: list[tuple[str, str | None]] = []
-        for i, cell in enumerate(row):
-            text, style = (cell, None) if isinstance(cell, str) else cell
-            text = safe_plain(text)
-            cap = caps[i]
-            if cap is not None:
-                text = _fit(text, cap)
-            w = _width(text)
-            if w > widths[i]:
-                widths[i] = w
-            cells.append((text, style))
-        table.append(cells)
-
-    def pad(text: str, i: int) -> str:
-        gap = widths[i] - _width(text)
-        if gap <= 0:
-            return text
-        return " " * gap + text if i in right else text + " " * gap
-
-    last = n - 1
-    lines = [sep.join(pad(h, i) for i, h in enumerate(headers)).rstrip()]
-    styled = out.color_system is not None
-    spans: list[tuple[int, int, str]] = [(0, len(lines[0]), "bold")] if styled else []
-    offset = len(lines[0]) + 1
-    for cells in table:
-        parts = []
-        pos = offset
-        for i, (text, style) in enumerate(cells):
-            cell = pad(text, i) if i != last or i in right else text  # no trailing blanks
-            if style and styled:
-                start = pos + (len(cell) - len(text) if i in right else 0)
-                spans.append((start, start + len(text), style))
-            parts.append(cell)
-            pos += len(cell) + len(sep)
-        line = sep.join(parts)
-        lines.append(line)
-        offset += len(line) + 1
-    body = "\n".join(lines)
-    if not styled:  # a pipe or file: nothing for rich to style, so skip its per-line rendering
-        out.file.write(body + "\n")
-        out.file.flush()
-        return
-    from rich.text import Span, Text
-
-    out.print(Text(body, spans=[Span(a, b, st) for a, b, st in spans]), soft_wrap=True)
+    caps = list(limits) if limits is not None else [None] * len(headers)
+    cols = [h if isinstance(h, Col) else Col(h, right=i in right, limit=caps[i]) for i, h in enumerate(headers)]
+    plain = ([(safe_plain(c), None) if isinstance(c, str) else (safe_plain(c[0]), c[1]) for c in row] for row in rows)
+    show_lines(listing(cols, plain, width(out), sep), out)
 
 
 def emit_json(data: Any) -> None:
@@ -193,4 +191,4 @@ def emit_result(result: Any, json_out: bool, show: Callable[[], None], report_fi
         return
     show()
     if report_files:
-        console().print(f"report: {safe(report_files[0])}", soft_wrap=True)
+        say(str(report_files[0]), prefix="report: ", indent=4)

@@ -1,7 +1,8 @@
-"""Terminal output of `specreg audit`: full tables for a few pairs, counts for thousands.
+"""Terminal output of `specreg audit`: one line per pair, counts for thousands.
 
-A table of 5,000 pairs helps nobody and costs seconds to lay out; above `DETAIL_LIMIT` pairs
-the terminal gets counts per gate and the failing pairs, and `--json` / `--report` hold the rest.
+A pair's line names its failing gates; each failure's reason follows, wrapped. A table of
+5,000 pairs helps nobody and costs seconds to lay out: above `DETAIL_LIMIT` pairs the
+terminal gets counts per gate and the first failing pairs, and `--json` / `--report` the rest.
 """
 
 from __future__ import annotations
@@ -9,49 +10,53 @@ from __future__ import annotations
 import shlex
 from collections import Counter
 
-from rich.table import Table
-
-from specreg.commands.output import console, safe
+from specreg.commands.layout import Col, command_lines
+from specreg.commands.output import print_listing, safe_plain, say, show_lines, width
 from specreg.schemas.audit import GATES, AuditReport, PairAudit
 
 DETAIL_LIMIT = 50
 FAILURES_SHOWN = 20
+_RESULT = {True: ("PASS", "green"), False: ("FAIL", "bold red")}
 
 
-def _verdict_table(report: AuditReport) -> None:
-    table = Table(title=f"audit: {'PASS' if report.passed else 'FAIL'}  (policy: {safe(report.policy_source)})")
-    for col in ("pair", "method", "target", "draft", *GATES, "result"):
-        table.add_column(col, no_wrap=col in ("pair", "result"))
-    for p in report.pairs:
-        cells = []
-        for name in GATES:
-            g = p.gate(name)
-            cells.append("–" if g is None else ("[green]pass[/]" if g.passed else "[red]FAIL[/]"))
-        draft = safe(p.draft_name or (p.draft_sha256 or "")[:12]) if p.draft_sha256 else "(self)"
-        table.add_row(
-            str(p.pair_id),
-            p.method,
-            safe(p.target_name or p.target_sha256[:12]),
-            draft,
-            *cells,
-            "[green]PASS[/]" if p.passed else "[red]FAIL[/]",
-        )
-    console().print(table)
+def _name(name: str | None, sha256: str | None) -> str:
+    return name or (sha256 or "")[:12]
+
+
+def _headline(report: AuditReport) -> None:
+    word, style = _RESULT[report.passed]
+    n_pass = sum(p.passed for p in report.pairs)
+    counts = f"{len(report.pairs)} pairs, {n_pass} pass, {len(report.pairs) - n_pass} fail"
+    say(f"{counts} (policy: {report.policy_source})", prefix=f"audit: {word}  ", marks=[(word, style)], indent=2)
+
+
+def _pairs_listing(report: AuditReport) -> None:
+    print_listing(
+        (
+            Col("pair", right=True),
+            Col("method"),
+            Col("target", limit=40, squeeze=12),
+            Col("draft", limit=40, squeeze=12),
+            Col("result"),
+            Col("failing gates", squeeze=13),
+        ),
+        (
+            (
+                str(p.pair_id),
+                p.method,
+                _name(p.target_name, p.target_sha256),
+                _name(p.draft_name, p.draft_sha256) if p.draft_sha256 else "(self)",
+                _RESULT[p.passed],
+                ", ".join(p.failed_gates) or "-",
+            )
+            for p in report.pairs
+        ),
+    )
 
 
 def _counts(report: AuditReport) -> None:
-    n_pass = sum(p.passed for p in report.pairs)
-    console().print(
-        f"audit: {'[green]PASS[/]' if report.passed else '[red]FAIL[/]'} - {len(report.pairs)} pairs, "
-        f"{n_pass} pass, {len(report.pairs) - n_pass} fail (policy: {safe(report.policy_source)})"
-    )
     failed = Counter(g for p in report.pairs for g in p.failed_gates)
-    table = Table(title="pairs failing each gate")
-    table.add_column("gate")
-    table.add_column("failing pairs", justify="right")
-    for name in GATES:
-        table.add_row(name, str(failed.get(name, 0)))
-    console().print(table)
+    print_listing((Col("gate"), Col("failing pairs", right=True)), ((g, str(failed.get(g, 0))) for g in GATES))
 
 
 def _failures(pairs: list[PairAudit], limit: int | None) -> None:
@@ -59,50 +64,64 @@ def _failures(pairs: list[PairAudit], limit: int | None) -> None:
     for p in bad[:limit]:
         for g in p.gates:
             if not g.passed:
-                console().print(f"pair {p.pair_id} [red]{g.gate}[/]: {safe(g.message)}", soft_wrap=True)
+                say(g.message, prefix=f"pair {p.pair_id} {g.gate}: ", marks=[(f"{g.gate}:", "red")], indent=4)
     if limit is not None and len(bad) > limit:
-        console().print(f"... and {len(bad) - limit} more failing pairs: see --json or --report")
+        say(f"... and {len(bad) - limit} more failing pairs: see --json or --report")
 
 
 def _decisions(report: AuditReport, detail: bool) -> None:
     if not report.decisions:
         return
+    show_lines([""])
     if detail:
-        dec = Table(title="deploy per stratum (best passing condition, else none)")
-        for col in ("target", "stratum", "deploy", "speed-up"):
-            dec.add_column(col)
-        for d in report.decisions:
-            sp = "–" if d.speedup is None else f"{d.speedup:.2f}"
-            dec.add_row(safe(d.target_name or d.target_sha256[:12]), safe(d.stratum), safe(d.choice), sp)
-        console().print(dec)
+        say("deploy per stratum (the best condition that passes every gate, else none):")
+        print_listing(
+            (
+                Col("target", limit=40, squeeze=12),
+                Col("stratum"),
+                Col("deploy", squeeze=12),
+                Col("speed-up", right=True),
+            ),
+            (
+                (
+                    _name(d.target_name, d.target_sha256),
+                    d.stratum,
+                    d.choice,
+                    "-" if d.speedup is None else f"{d.speedup:.2f}x",
+                )
+                for d in report.decisions
+            ),
+        )
         return
     per: Counter[tuple[str, str]] = Counter((d.stratum, d.choice.split(" (pair")[0]) for d in report.decisions)
-    dec = Table(title="deploy per stratum: number of targets per choice")
-    for col in ("stratum", "deploy", "targets"):
-        dec.add_column(col)
-    for (stratum, choice), n in sorted(per.items()):
-        dec.add_row(safe(stratum), safe(choice), str(n))
-    console().print(dec)
+    say("deploy per stratum: number of targets per choice")
+    print_listing(
+        (Col("stratum"), Col("deploy", squeeze=12), Col("targets", right=True)),
+        ((stratum, choice, str(n)) for (stratum, choice), n in sorted(per.items())),
+    )
 
 
-def print_audit(report: AuditReport) -> None:
-    """The verdict (table or counts), each failure's reason, the decisions, the rollback commands."""
-    detail = len(report.pairs) <= DETAIL_LIMIT
-    if detail:
-        _verdict_table(report)
-    else:
-        _counts(report)
-    for note in report.notes[:FAILURES_SHOWN]:
-        console().print(f"[dim]note:[/] {safe(note)}", soft_wrap=True)
-    _failures(report.pairs, None if detail else FAILURES_SHOWN)
-    _decisions(report, detail)
-    if not detail:
-        return
+def _rollbacks(report: AuditReport) -> None:
     shown: set[str] = set()
     for p in report.pairs:
         if p.rollback_command and p.target_sha256 not in shown:
             shown.add(p.target_sha256)
-            console().print(
-                f"rollback ({safe(p.target_name or p.target_sha256[:12])}): {safe(shlex.join(p.rollback_command))}",
-                soft_wrap=True,
-            )
+            say("", prefix=f"rollback ({_name(p.target_name, p.target_sha256)}):")
+            words = [safe_plain(shlex.quote(w)) for w in p.rollback_command]
+            show_lines(["  " + ln for ln in command_lines(words, width() - 2, indent=4)])
+
+
+def print_audit(report: AuditReport) -> None:
+    """The verdict (one line per pair, or counts), each failure's reason, the decisions, the rollback commands."""
+    detail = len(report.pairs) <= DETAIL_LIMIT
+    _headline(report)
+    if detail:
+        _pairs_listing(report)
+    else:
+        _counts(report)
+    for note in report.notes[:FAILURES_SHOWN]:
+        say(note, prefix="note: ", marks=[("note:", "dim")], indent=6)
+    _failures(report.pairs, None if detail else FAILURES_SHOWN)
+    _decisions(report, detail)
+    if detail:
+        _rollbacks(report)

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from specreg.benchmark.execute import Observer
-from specreg.commands.output import console, err_console, print_listing, safe
+from specreg.commands.layout import Col, pack
+from specreg.commands.output import Cell, err_console, print_listing, safe, safe_plain, say, show_lines, width
 
 if TYPE_CHECKING:
     from specreg.schemas.bench import BenchRun, ConditionRun, ConditionSummary, RequestRow, RunInfo
@@ -44,15 +43,6 @@ def _mib(v: int | None, signed: bool = False) -> str:
     return f"{v / 2**20:+.1f}" if signed else f"{v / 2**20:.1f}"
 
 
-def _print_wide(table: Table) -> None:
-    """Tables are wide; a pipe or file gets them unwrapped (a terminal wraps at its own width)."""
-    out = console()
-    if out.is_terminal:
-        out.print(table)
-    else:
-        Console(file=out.file, width=max(out.width, 160), highlight=False, no_color=out.no_color).print(table)
-
-
 def _pct(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.1%}"
 
@@ -81,13 +71,15 @@ class ProgressView(Observer):
             self.progress.stop()
 
     def note(self, text: str) -> None:
-        err_console().print(f"[yellow]note:[/] {safe(text)}")
+        say(text, prefix="note: ", marks=[("note:", "yellow")], indent=6, stderr=True)
 
     def run_started(self, info: RunInfo, conds: list[ConditionRun], n_requests: int) -> None:
         self.per_condition = n_requests
-        err_console().print(
-            f"run {info.run_id}  pair {info.pair_id}  {safe(info.method)}  "
-            f"{len(conds)} conditions x {n_requests} requests"
+        say(
+            f"pair {info.pair_id}  {info.method}  {len(conds)} conditions x {n_requests} requests",
+            prefix=f"run {info.run_id}  ",
+            indent=2,
+            stderr=True,
         )
         if not self.started:
             self.progress.start()
@@ -103,14 +95,20 @@ class ProgressView(Observer):
             self.progress.update(self.task, advance=1, description=safe(cond.spec.name))
 
     def condition_done(self, cond: ConditionRun) -> None:
-        line = f"  {_st(cond.status)}  {safe(cond.spec.name)}"
+        line = cond.spec.name
         if cond.counters is not None and cond.spec.method != "none":
             line += f"  acceptance {_pct(cond.counters.acceptance)}"
         if cond.failure:
-            line += f": {safe(cond.failure)}"
-        err_console().print(line)
+            line += f": {cond.failure}"
+        say(
+            line,
+            prefix=f"  {cond.status}  ",
+            marks=[(cond.status, _STATUS.get(cond.status, "white"))],
+            indent=6,
+            stderr=True,
+        )
         for ln in cond.failure_lines[:8]:
-            err_console().print(f"      [dim]{safe(ln)}[/]")
+            say(ln, prefix="      ", style="dim", indent=8, stderr=True)
         if self.task is not None:  # skip the bar ahead over requests that never ran
             done = (cond.idx + 1) * self.per_condition
             self.progress.update(self.task, completed=max(done, self.progress.tasks[0].completed))
@@ -124,8 +122,21 @@ class ProgressView(Observer):
 
 def runs_table(runs: list[RunInfo]) -> None:
     """One aligned line per run (a thousand runs: rich's Table took a second to lay them out)."""
+    if not runs:
+        err_console().print("no benchmark runs yet (specreg bench admitted)")
+        return
     print_listing(
-        ("run", "status", "pair", "method", "target", "draft", "conds", "requests", "started"),
+        (
+            Col("run", limit=64, squeeze=16),
+            Col("status"),
+            Col("pair", right=True),
+            Col("method", limit=32, squeeze=12),
+            Col("target", stack=3),
+            Col("draft", stack=3),
+            Col("conds", right=True, stack=2),
+            Col("requests", right=True, stack=2),
+            Col("started", stack=4),
+        ),
         (
             (
                 r.run_id,
@@ -140,88 +151,106 @@ def runs_table(runs: list[RunInfo]) -> None:
             )
             for r in runs
         ),
-        limits=(64, None, None, 32, None, None, None, None, None),
-        right={2, 6, 7},
     )
 
 
-def _equiv(s: ConditionSummary) -> str:
+def _equiv(s: ConditionSummary) -> Cell:
     if s.method == "none":
         return "reference"
     if not s.n_compared:
         return "-"
-    text = f"{s.n_equal}/{s.n_compared}"
-    if s.first_mismatch:
-        return f"[bold red]{text}[/] ({safe(s.first_mismatch)})"
-    return f"[green]{text}[/]"
+    return (f"{s.n_equal}/{s.n_compared}", "bold red" if s.first_mismatch else "green")
+
+
+_COLUMNS = (
+    Col("condition", limit=24, squeeze=10),
+    Col("stratum", limit=16, squeeze=8),
+    Col("status"),
+    Col("accept", right=True),
+    Col("speed-up", right=True),
+    Col("p50 ms", right=True),
+    Col("p95 ms", right=True),
+    Col("TTFT ms", right=True, stack=2),
+    Col("RSS MiB", stack=3),
+    Col("equal", stack=1),
+    Col("errors", stack=4),
+    Col("expect", stack=5),
+)
+
+
+def _row(s: ConditionSummary, expects: bool) -> list[Cell]:
+    whole = s.stratum == "all"
+    rss = "-"
+    if s.peak_rss_bytes is not None and whole:
+        extra = f" ({_mib(s.rss_overhead_bytes, True)})" if s.rss_overhead_bytes is not None else ""
+        rss = _mib(s.peak_rss_bytes) + extra
+    errors = "-" if not (s.n_errors or s.n_timeouts) else f"{s.n_errors} err, {s.n_timeouts} timeout"
+    expect = f"{s.n_expect_failed} of {s.n_expect_checked} failed" if expects and s.n_expect_checked else "-"
+    return [
+        s.condition if whole else "",
+        s.stratum,
+        (s.status, _STATUS.get(s.status, "white")) if whole else "",
+        "-" if s.method == "none" else _pct(s.acceptance),
+        "-" if s.speedup is None else f"{s.speedup:.2f}x",
+        _ms(s.total_ms.p50),
+        _ms(s.total_ms.p95),
+        _ms(s.ttft_ms.p50),
+        rss,
+        _equiv(s),
+        errors,
+        expect,
+    ]
 
 
 def show_run(run: BenchRun) -> None:
-    """Header, the condition x stratum comparison table, then each failure with its log lines."""
+    """Header, the condition x stratum comparison, then each difference and failure with its log lines."""
     i, m = run.info, run.manifest
-    console().print(f"run {i.run_id}  {_st(i.status)}  pair {i.pair_id}  method {safe(i.method)}")
+    say(
+        f"pair {i.pair_id}  method {i.method}",
+        prefix=f"run {i.run_id}  {i.status}  ",
+        marks=[(f"  {i.status}  ", _STATUS.get(i.status, "white"))],
+        indent=2,
+    )
     if i.status_reason:
-        console().print(f"  [dim]{safe(i.status_reason)}[/]")
-    console().print(f"target {i.target_sha256[:12]}  draft {(i.draft_sha256 or 'none (self-speculation)')[:24]}")
+        say(i.status_reason, prefix="  ", style="dim", indent=2)
+    head = [f"target {i.target_sha256[:12]}", f"draft {i.draft_sha256[:12] if i.draft_sha256 else 'none (self)'}"]
     if m is not None:
         ver = m.runtime.version_text.splitlines()
-        console().print(
-            f"runtime {m.runtime.kind} {safe(m.runtime.xllamacpp_version or (ver[0] if ver else ''))}  "
-            f"workload {safe(m.request.workload)}  repeat {m.observation.repeat}  "
-            f"concurrency {m.request.concurrency}  seed {m.request.seed}"
-        )
+        runtime = f"xllamacpp {m.runtime.xllamacpp_version}" if m.runtime.xllamacpp_version else (ver[0] if ver else "")
         gpu = m.hardware.gpu
-        gpus = f"absent ({safe(gpu.reason)})" if not gpu.present else safe(", ".join(d.name for d in gpu.devices))
-        console().print(f"hardware {safe(m.hardware.cpu_model or '?')}  gpu {gpus}")
-    table = Table(box=None, pad_edge=False)
-    expects = any(s.n_expect_checked for s in run.summaries)
-    cols = [
-        "condition",
-        "stratum",
-        "status",
-        "accept",
-        "speed-up",
-        "p50 ms",
-        "p95 ms",
-        "TTFT ms",
-        "RSS MiB",
-        "equal",
-        "err/to",
-    ] + (["expect"] if expects else [])
-    for col in cols:
-        table.add_column(col, no_wrap=col in ("condition", "stratum", "status"))
-    for s in run.summaries:
-        whole = s.stratum == "all"
-        if not s.n_requests and not whole:
-            continue
-        rss = (
-            "-"
-            if s.peak_rss_bytes is None
-            else _mib(s.peak_rss_bytes)
-            + (f" ({_mib(s.rss_overhead_bytes, True)})" if s.rss_overhead_bytes is not None else "")
-        )
-        row = [
-            safe(s.condition) if whole else "",
-            safe(s.stratum),
-            _st(s.status) if whole else "",
-            "-" if s.method == "none" else _pct(s.acceptance),
-            "-" if s.speedup is None else f"{s.speedup:.2f}x",
-            _ms(s.total_ms.p50),
-            _ms(s.total_ms.p95),
-            _ms(s.ttft_ms.p50),
-            rss if whole else "",
-            _equiv(s),
-            f"{s.n_errors}/{s.n_timeouts}",
+        gpus = ", ".join(d.name for d in gpu.devices) if gpu.present else f"absent ({gpu.reason})"
+        head += [
+            f"runtime {m.runtime.kind} {runtime}".rstrip(),
+            f"workload {m.request.workload}",
+            f"repeat {m.observation.repeat}",
+            f"concurrency {m.request.concurrency}",
+            f"seed {m.request.seed}",
+            f"cpu {m.hardware.cpu_model or '?'}",
+            f"gpu {gpus}",
         ]
-        if expects:
-            row.append(f"{s.n_expect_failed} failed/{s.n_expect_checked}" if s.n_expect_checked else "-")
-        table.add_row(*row)
-    _print_wide(table)
+    show_lines(pack([safe_plain(h) for h in head], width(), indent=2))
+    expects = any(s.n_expect_checked for s in run.summaries)
+    cols = _COLUMNS if expects else _COLUMNS[:-1]
+    rows = [_row(s, expects)[: len(cols)] for s in run.summaries if s.n_requests or s.stratum == "all"]
+    show_lines([""])
+    print_listing(cols, rows)
+    for s in run.summaries:
+        if s.first_mismatch:
+            say(
+                f"first output that differs from the baseline: {s.first_mismatch}",
+                prefix=f"{s.condition} / {s.stratum}: ",
+                indent=4,
+            )
     for c in run.conditions:
         if c.status == "ok":
             continue
-        console().print(f"{_st(c.status)} {safe(c.spec.name)}: {safe(c.failure or '')}")
+        say(
+            c.failure or "",
+            prefix=f"{c.status} {c.spec.name}: ",
+            marks=[(c.status, _STATUS.get(c.status, "white"))],
+            indent=4,
+        )
         for ln in c.failure_lines[:12]:
-            console().print(f"    [dim]{safe(ln)}[/]")
+            say(ln, prefix="    ", style="dim", indent=6)
         if c.log_path:
-            console().print(f"    log: {safe(c.log_path)}")
+            say(str(c.log_path), prefix="    log: ", indent=6)

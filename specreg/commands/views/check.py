@@ -1,13 +1,16 @@
-"""Terminal output of `specreg check pair`: the checks grouped by severity, then the verdict."""
+"""Terminal output of `specreg check pair`: the checks grouped by severity, then the verdict.
+
+One check per paragraph: `pass  vocab.type  message`, the message (and, for a check that did
+not pass, its evidence, dimmed) wrapped under itself at word boundaries.
+"""
 
 from __future__ import annotations
 
 import json
 from typing import TYPE_CHECKING
 
-from rich.table import Table
-
-from specreg.commands.output import console, safe
+from specreg.commands.layout import shorten
+from specreg.commands.output import say
 
 if TYPE_CHECKING:
     from specreg.schemas.checks import CheckResult, PairVerdict
@@ -15,10 +18,11 @@ if TYPE_CHECKING:
 
 _STYLE = {"pass": "green", "info": "cyan", "warn": "yellow", "error": "bold red"}
 _GROUP = {"pass": "pass", "info": "info", "warn": "warn", "error": "fail"}
+_CODE_WIDTH = 22  # a longer code puts its message on the next line
 
 
-def _evidence(c: CheckResult) -> str:
-    """Evidence as short text: token diffs one per line, otherwise key=value."""
+def _evidence(c: CheckResult) -> list[str]:
+    """Evidence as short plain lines: token diffs one per line, otherwise key=value."""
     ev = c.evidence
     lines: list[str] = []
     for item in ev.get("first", []) if isinstance(ev.get("first"), list) else []:
@@ -29,30 +33,36 @@ def _evidence(c: CheckResult) -> str:
     rest = {k: v for k, v in ev.items() if k != "first"}
     if rest:
         text = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False, default=str)}" for k, v in rest.items())
-        lines.insert(0, text if len(text) <= 400 else text[:400] + "...")
-    return "\n".join(safe(line) for line in lines)  # escape each line, keep the line breaks
+        lines.insert(0, shorten(text, 400))
+    return lines
+
+
+def _artifact(role: str, rec: ArtifactRecord) -> None:
+    say(rec.name or (rec.paths or ["-"])[0], prefix=f"{role:<8}{rec.sha256[:12]}  ", indent=22)
 
 
 def show_verdict(v: PairVerdict, target: ArtifactRecord, draft: ArtifactRecord | None, pair_id: int) -> None:
-    """Target, draft, method and rule set; one row per check (evidence for the non-passing); the verdict."""
-    table = Table(show_lines=False, pad_edge=False, expand=False, box=None)
-    table.add_column("", no_wrap=True)
-    table.add_column("check", no_wrap=True)
-    table.add_column("result / evidence", overflow="fold")
+    """Target, draft, method and rule set; one paragraph per check (evidence for the non-passing); the verdict."""
+    _artifact("target", target)
+    if draft is not None:
+        _artifact("draft", draft)
+    say(
+        f"{v.method}  rule set {v.rule_set}" + ("  strict: warnings count as errors" if v.strict else ""),
+        prefix="method  ",
+    )
+    width = min(max((len(c.code) for c in v.checks), default=0), _CODE_WIDTH)
+    hang = 6 + width + 2
     for sev in ("pass", "info", "warn", "error"):
         for c in (c for c in v.checks if c.severity == sev):
-            text = safe(c.message)
+            head = f"{_GROUP[sev]:<4}  {c.code:<{width}}  "
+            if len(c.code) > width:  # a long code: the message starts on the next line
+                say("", prefix=head.rstrip(), marks=[(_GROUP[sev], _STYLE[sev])])
+                head = " " * hang
+            say(c.message, prefix=head, marks=[(_GROUP[sev], _STYLE[sev])] if head.strip() else [], indent=hang)
             if sev != "pass" and c.evidence:
-                text += f"\n[dim]{_evidence(c)}[/]"
-            table.add_row(f"[{_STYLE[sev]}]{_GROUP[sev]}[/]", safe(c.code), text)
-    console().print(f"target  {target.sha256[:12]}  {safe(target.name or (target.paths or ['-'])[0])}", soft_wrap=True)
-    if draft is not None:
-        console().print(f"draft   {draft.sha256[:12]}  {safe(draft.name or (draft.paths or ['-'])[0])}", soft_wrap=True)
-    console().print(f"method  {v.method}   rule set {v.rule_set}{'   strict' if v.strict else ''}")
-    console().print(table)
+                for line in _evidence(c):
+                    say(line, prefix=" " * hang, style="dim", indent=hang)
     n = {s: sum(1 for c in v.checks if c.severity == s) for s in _STYLE}
-    counts = f"{n['pass']} pass, {n['info']} info, {n['warn']} warn, {n['error']} fail"
-    if v.admitted:
-        console().print(f"[bold green]ADMITTED[/] ({counts}) - pair {pair_id}")
-    else:
-        console().print(f"[bold red]REJECTED[/] ({counts}) - pair {pair_id}")
+    counts = f"({n['pass']} pass, {n['info']} info, {n['warn']} warn, {n['error']} fail) - pair {pair_id}"
+    word, style = ("ADMITTED", "bold green") if v.admitted else ("REJECTED", "bold red")
+    say(counts, prefix=word, marks=[(word, style)])
