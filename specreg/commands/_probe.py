@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from specreg.commands._common import err_console
+from specreg.commands.output import say
 
 if TYPE_CHECKING:
     from specreg.gguf.reader import GGUFFile
@@ -43,6 +43,6 @@ def run_probe(
     folder.mkdir(parents=True, exist_ok=True)
     log = folder / f"{datetime.now(UTC):%Y%m%dT%H%M%S%f}-{method}.log"
     if show:
-        err_console.print(f"probing {method} on the server (log: {log}) ...")
+        say(f"probing {method} on the server (log: {log}) ...", stderr=True)
     result = probe(target.path, draft.path if draft is not None else None, method, log, server=server)
     return probe_checks(result, static, rule_set)

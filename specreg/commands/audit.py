@@ -7,20 +7,17 @@ from typing import Annotated
 
 import typer
 
-from specreg.commands._common import JsonOpt, db_path, emit_result
+from specreg.commands.options import JsonOpt, PairOpt, RehashOpt, ReportOpt, db_path
+from specreg.commands.output import emit_result
 from specreg.errors import EXIT_REJECTED, UsageError
 
 
 def audit_cmd(
-    pair: Annotated[
-        list[int] | None, typer.Option("--pair", metavar="ID", help="Pair id to audit (repeatable).")
-    ] = None,
+    pair: PairOpt = None,
     all_: Annotated[bool, typer.Option("--all", help="Audit every admitted pair (the default).")] = False,
     policy: Annotated[Path | None, typer.Option("--policy", help="Policy TOML file (default: safe built-ins).")] = None,
-    rehash: Annotated[
-        bool, typer.Option("--rehash", help="Re-hash every file instead of trusting the stat cache.")
-    ] = False,
-    report: Annotated[Path | None, typer.Option("--report", help="Write a report: PATH.md or PATH.html.")] = None,
+    rehash: RehashOpt = False,
+    report: ReportOpt = None,
     json_out: JsonOpt = False,
     fmt: Annotated[
         str, typer.Option("--format", help="text, json, or sarif (SARIF 2.1.0: one result per failed gate).")
@@ -71,17 +68,14 @@ def _audit(pair: list[int] | None, policy: Path | None, rehash: bool, report: Pa
 
         written = write_audit_report(report, result)
     if fmt == "sarif":
-        from specreg.commands._common import console
+        from specreg.commands.output import console
         from specreg.report.sarif import audit_sarif, dumps
 
-        console.file.write(dumps(audit_sarif(result, paths)) + "\n")
-        console.file.flush()
+        out = console()
+        out.file.write(dumps(audit_sarif(result, paths)) + "\n")
+        out.file.flush()
         return 0 if result.passed else EXIT_REJECTED
-    from specreg.commands._audit_view import print_audit
+    from specreg.commands.views.audit import print_audit
 
     emit_result(result, fmt == "json", lambda: print_audit(result), written)
     return 0 if result.passed else EXIT_REJECTED
-
-
-def register(app: typer.Typer) -> None:
-    app.command("audit")(audit_cmd)

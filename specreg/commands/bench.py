@@ -1,6 +1,6 @@
 """`specreg bench admitted`, `specreg runs`, `specreg runs show`: benchmark admitted pairs, read runs.
 
-Thin: parse options, call `benchmark.runner.Runner`, render through `_bench_view`. Heavy modules
+Thin: parse options, call `benchmark.runner.Runner`, render through `views.bench`. Heavy modules
 are imported inside the commands so `specreg --help` stays fast.
 """
 
@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from specreg.commands._common import JsonOpt, db_path, emit_json, emit_result, err_console, safe
+from specreg.commands.options import JsonOpt, PairOpt, ReportOpt, db_path
+from specreg.commands.output import emit_json, emit_result, err_console, safe
 
 if TYPE_CHECKING:
     from specreg.benchmark.runner import BenchOptions
@@ -50,10 +51,7 @@ def _sigterm(_sig: int, _frame: FrameType | None) -> None:
 
 @bench_app.command("admitted")
 def admitted(
-    pair: Annotated[
-        list[int] | None,
-        typer.Option("--pair", metavar="ID", help="Pair id (repeatable); default: every admitted pair."),
-    ] = None,
+    pair: PairOpt = None,
     server: Annotated[
         Path | None,
         typer.Option("--server", metavar="PATH", help="Your llama-server binary (default: bundled xllamacpp server)."),
@@ -124,7 +122,7 @@ def admitted(
     """
     from specreg.benchmark.conditions import parse_ngram_options
     from specreg.benchmark.runner import BenchOptions, Runner
-    from specreg.commands._bench_view import ProgressView, show_run
+    from specreg.commands.views.bench import ProgressView, show_run
 
     opts = BenchOptions(
         methods=_split(methods),
@@ -167,7 +165,7 @@ def admitted(
         for r in runs:
             show_run(r)
     for line in runner.refused:
-        err_console.print(f"[bold red]error:[/] {safe(line)}")
+        err_console().print(f"[bold red]error:[/] {safe(line)}")
     if runner.refused:
         raise typer.Exit(2)
     raise typer.Exit(0 if all(r.info.status == "complete" for r in runs) else 1)
@@ -179,13 +177,13 @@ def _bench_ray(
     """`--executor ray`: dispatch, import, show; exits like the local executor (0 / 1)."""
     from specreg.benchmark.ray_executor import bench_on_ray, need_ray, parse_resources
     from specreg.benchmark.runstore import RunStore
-    from specreg.commands._bench_view import show_run
+    from specreg.commands.views.bench import show_run
 
     need_ray()  # before anything else: without Ray, one line saying how to install it
     specs = parse_resources(resources)
     with _registry() as reg:
         out = bench_on_ray(
-            reg, opts, pair, address=address, resources=specs, note=lambda t: err_console.print(f"[dim]{safe(t)}[/]")
+            reg, opts, pair, address=address, resources=specs, note=lambda t: err_console().print(f"[dim]{safe(t)}[/]")
         )
         runs = [RunStore(reg).load(rid) for rid in out.imported]
     if json_out:
@@ -199,7 +197,7 @@ def _bench_ray(
         for r in runs:
             show_run(r)
         for f in out.failed:
-            err_console.print(f"[bold red]failed:[/] run {f.run_id} (pair {f.pair_id}): {safe(f.status_reason)}")
+            err_console().print(f"[bold red]failed:[/] run {f.run_id} (pair {f.pair_id}): {safe(f.status_reason)}")
     ok = not out.failed and all(r.info.status == "complete" for r in runs)
     raise typer.Exit(0 if ok else 1)
 
@@ -230,7 +228,7 @@ def runs(
         _runs_by_hardware(json_out)
         return
     from specreg.benchmark.runstore import RunStore
-    from specreg.commands._bench_view import runs_table
+    from specreg.commands.views.bench import runs_table
 
     with _registry(create=False) as reg:
         store = RunStore(reg)
@@ -246,9 +244,9 @@ def _runs_by_hardware(json_out: bool) -> None:
     from dataclasses import asdict
 
     from specreg.benchmark.hardware import by_hardware
-    from specreg.commands._bench_view import hardware_table
+    from specreg.commands.views.bench import hardware_table
 
-    with _registry() as reg:
+    with _registry(create=False) as reg:
         classes, rows = by_hardware(reg)
     if json_out:
         emit_json({"hardware": classes, "pairs": [asdict(r) for r in rows]})
@@ -260,13 +258,13 @@ def _runs_by_hardware(json_out: bool) -> None:
 def show(
     run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix (see `specreg runs`).")],
     json_out: JsonOpt = False,
-    report: Annotated[Path | None, typer.Option("--report", help="Also write a report: PATH.md or PATH.html.")] = None,
+    report: ReportOpt = None,
 ) -> None:
     """Show one run: condition x stratum table (acceptance, speed-up, p50/p95, TTFT, memory, equivalence, errors).
 
     Example: specreg runs show 20260101-120000-ab12cd --report run.html
     """
-    from specreg.commands._bench_view import show_run
+    from specreg.commands.views.bench import show_run
 
     run = load_run(run_id)
     written: list[Path] = []
@@ -275,8 +273,3 @@ def show(
 
         written = write_run_report_for(report, run)
     emit_result(run, json_out, lambda: show_run(run), written)
-
-
-def register(app: typer.Typer) -> None:
-    app.add_typer(bench_app, name="bench")
-    app.add_typer(runs_app, name="runs")

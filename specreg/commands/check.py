@@ -6,78 +6,28 @@ Heavy modules are imported inside the commands so `specreg --help` stays fast.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from specreg.commands._common import JsonOpt, console, db_path, emit_json, print_listing, safe
+from specreg.commands.layout import Col
+from specreg.commands.options import METHOD_AUTO, JsonOpt, MethodOpt, chosen_method, db_path
+from specreg.commands.output import console, emit_json, err_console, print_listing
 
 if TYPE_CHECKING:
     from specreg.gguf.reader import GGUFFile
-    from specreg.schemas.checks import CheckResult, PairVerdict
+    from specreg.schemas.checks import CheckResult
     from specreg.schemas.memory import MemoryEstimate
     from specreg.schemas.registry import ArtifactRecord, PairRecord
 
-_METHODS = (
-    "auto",
-    "draft-simple",
-    "draft-eagle3",
-    "draft-dflash",
-    "draft-dspark",
-    "draft-mtp",
-    "ngram-simple",
-    "ngram-mod",
-    "ngram-map-k",
-    "ngram-map-k4v",
-    "ngram-cache",
+check_app = typer.Typer(
+    help="Check speculative-decoding setups before they are deployed.\n\n"
+    "Example: specreg check pair target.gguf draft.gguf --json",
+    no_args_is_help=True,
+    rich_markup_mode=None,
 )
-_STYLE = {"pass": "green", "info": "cyan", "warn": "yellow", "error": "bold red"}
-_GROUP = {"pass": "pass", "info": "info", "warn": "warn", "error": "fail"}
 _NAME_WIDTH = 40  # model names in listings are cut here (--json has them whole)
-
-
-def _evidence(c: CheckResult) -> str:
-    """Evidence as short text: token diffs one per line, otherwise key=value."""
-    ev = c.evidence
-    lines: list[str] = []
-    for item in ev.get("first", []) if isinstance(ev.get("first"), list) else []:
-        if isinstance(item, dict) and "id" in item and "target" in item:
-            lines.append(f"id {item['id']}: target {item['target']!r} | draft {item['draft']!r}")
-        elif isinstance(item, dict):
-            lines.append(", ".join(f"{k} {v!r}" for k, v in item.items()))
-    rest = {k: v for k, v in ev.items() if k != "first"}
-    if rest:
-        text = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False, default=str)}" for k, v in rest.items())
-        lines.insert(0, text if len(text) <= 400 else text[:400] + "...")
-    return "\n".join(safe(line) for line in lines)  # escape each line, keep the line breaks
-
-
-def _render(v: PairVerdict, target: ArtifactRecord, draft: ArtifactRecord | None, pair_id: int) -> None:
-    from rich.table import Table
-
-    table = Table(show_lines=False, pad_edge=False, expand=False, box=None)
-    table.add_column("", no_wrap=True)
-    table.add_column("check", no_wrap=True)
-    table.add_column("result / evidence", overflow="fold")
-    for sev in ("pass", "info", "warn", "error"):
-        for c in (c for c in v.checks if c.severity == sev):
-            text = safe(c.message)
-            if sev != "pass" and c.evidence:
-                text += f"\n[dim]{_evidence(c)}[/]"
-            table.add_row(f"[{_STYLE[sev]}]{_GROUP[sev]}[/]", safe(c.code), text)
-    console.print(f"target  {target.sha256[:12]}  {safe(target.name or (target.paths or ['-'])[0])}", soft_wrap=True)
-    if draft is not None:
-        console.print(f"draft   {draft.sha256[:12]}  {safe(draft.name or (draft.paths or ['-'])[0])}", soft_wrap=True)
-    console.print(f"method  {v.method}   rule set {v.rule_set}{'   strict' if v.strict else ''}")
-    console.print(table)
-    n = {s: sum(1 for c in v.checks if c.severity == s) for s in _STYLE}
-    counts = f"{n['pass']} pass, {n['info']} info, {n['warn']} warn, {n['error']} fail"
-    if v.admitted:
-        console.print(f"[bold green]ADMITTED[/] ({counts}) - pair {pair_id}")
-    else:
-        console.print(f"[bold red]REJECTED[/] ({counts}) - pair {pair_id}")
 
 
 def _remote_facts(target: ArtifactRecord, draft: ArtifactRecord | None) -> dict[str, Any]:
@@ -93,7 +43,7 @@ def _remote_facts(target: ArtifactRecord, draft: ArtifactRecord | None) -> dict[
 
 
 def _memory_line(m: MemoryEstimate) -> str:
-    """One line per part of the estimate (MiB), as the user asked for it."""
+    """The estimate in MiB, part by part, for the flags it was made for."""
 
     def mib(n: int) -> str:
         return f"{n / (1 << 20):,.1f}"
@@ -101,12 +51,13 @@ def _memory_line(m: MemoryEstimate) -> str:
     draft = f" + draft {mib(m.draft_weights_bytes)}" if m.draft_weights_bytes else ""
     gpu = f", GPU {mib(m.vram_bytes)}" if m.vram_bytes else ""
     return (
-        f"memory  -c {m.ctx_size} -np {m.slots} -ctk {m.cache_type_k} -ctv {m.cache_type_v}: "
+        f"-c {m.ctx_size} -np {m.slots} -ctk {m.cache_type_k} -ctv {m.cache_type_v}: "
         f"weights {mib(m.target_weights_bytes)}{draft}, KV {mib(m.kv_bytes)}, compute {mib(m.compute_bytes)}, "
         f"server {mib(m.overhead_bytes + m.method_bytes)} = {mib(m.total_bytes)} MiB{gpu}"
     )
 
 
+@check_app.command("pair")
 def pair_cmd(
     target: Annotated[
         str, typer.Argument(metavar="TARGET", help="Target GGUF path or SHA-256 prefix.", show_default=False)
@@ -114,7 +65,7 @@ def pair_cmd(
     draft: Annotated[
         str | None, typer.Argument(metavar="DRAFT", help="Draft GGUF path or SHA-256 prefix.", show_default=False)
     ] = None,
-    method: Annotated[str, typer.Option("--method", "-m", help=f"One of: {', '.join(_METHODS)}.")] = "auto",
+    method: MethodOpt = METHOD_AUTO,
     strict: Annotated[bool, typer.Option("--strict", help="Treat warnings as errors.")] = False,
     runtime: Annotated[
         str | None, typer.Option("--runtime", help="Rule set (llama.cpp build), e.g. llama.cpp-b11434.")
@@ -144,10 +95,15 @@ def pair_cmd(
 
     Exit 0 admitted, 1 rejected, 2 could not decide. The verdict is recorded in the registry.
 
+    TARGET and DRAFT may also be https:// URLs or hf://ORG/REPO/FILE.gguf[@REV]: only their
+    headers are read (HTTP range requests) and they are recorded as metadata only.
+
     Example: specreg check pair target.gguf draft.gguf --method draft-simple --format sarif
     """
     from specreg.benchmark.memory_predict import parse_layers, resolve_budget
     from specreg.commands._probe import run_probe
+    from specreg.commands.output import say
+    from specreg.commands.views.check import show_verdict
     from specreg.errors import UsageError
     from specreg.registry.checking import check_and_record
     from specreg.registry.store import Registry
@@ -155,11 +111,10 @@ def pair_cmd(
     from specreg.validators.memory_budget import estimate, memory_checks, type_name
     from specreg.validators.ruleset import load_rule_set
 
-    if method not in _METHODS:
-        raise UsageError(f"unknown method {method!r}; choose one of {', '.join(_METHODS)}")
     if fmt not in ("text", "json", "sarif"):
         raise UsageError(f"--format {fmt!r}: choose text, json or sarif")
     json_out = json_out or fmt == "json"
+    chosen = chosen_method(method)
     rules = load_rule_set(runtime)
     settings = ServeSettings(
         ctx_size=ctx_size, slots=slots, cache_type_k=type_name(cache_type_k), cache_type_v=type_name(cache_type_v),
@@ -170,15 +125,16 @@ def pair_cmd(
         raise UsageError("--server is the binary --probe runs; add --probe")
     estimates: list[MemoryEstimate] = []
 
-    def extra(t_file: GGUFFile, d_file: GGUFFile | None, chosen: str, static: list[CheckResult]) -> list[CheckResult]:
-        estimates.append(estimate(t_file, d_file, settings.model_copy(update={"method": chosen}), rules))
+    def extra(t_file: GGUFFile, d_file: GGUFFile | None, how: str, static: list[CheckResult]) -> list[CheckResult]:
+        """The memory estimate (and budget), then the runtime probe, before the verdict is recorded."""
+        estimates.append(estimate(t_file, d_file, settings.model_copy(update={"method": how}), rules))
         out = memory_checks(estimates[0], t_file, d_file, settings, rules, limit)
         if probe:
-            out += run_probe(t_file, d_file, chosen, [*static, *out], rules.id, server, show=not json_out)
+            out += run_probe(t_file, d_file, how, [*static, *out], rules.id, server, show=not json_out)
         return out
 
-    with Registry(db_path(), show_progress=not json_out) as reg:
-        done = check_and_record(reg, target, draft, method, rule_set=rules, strict=strict, extra=extra)
+    with Registry(db_path(), show_progress=not json_out and fmt == "text") as reg:
+        done = check_and_record(reg, target, draft, chosen or "auto", rule_set=rules, strict=strict, extra=extra)
     v, mem = done.verdict, estimates[0]
     if fmt == "sarif":
         from specreg.report.sarif import dumps, verdict_sarif
@@ -188,8 +144,9 @@ def pair_cmd(
                 return None
             return arg if os.path.exists(arg) else (rec.paths[0] if rec.paths else None)
 
-        console.file.write(dumps(verdict_sarif(v, where(target, done.target), where(draft, done.draft))) + "\n")
-        console.file.flush()
+        out = console()
+        out.file.write(dumps(verdict_sarif(v, where(target, done.target), where(draft, done.draft))) + "\n")
+        out.file.flush()
     elif json_out:
         emit_json(
             v.model_dump(
@@ -200,12 +157,12 @@ def pair_cmd(
             | _remote_facts(done.target, done.draft)
         )
     else:
-        _render(v, done.target, done.draft, done.pair_id)
+        show_verdict(v, done.target, done.draft, done.pair_id)
         if settings != ServeSettings() or budget is not None:
-            console.print(_memory_line(mem))
+            say(_memory_line(mem), prefix="memory  ", indent=8)
         for c in v.checks:
-            if c.code == "probe.agreement":
-                console.print(f"[bold red]DISAGREEMENT[/] {safe(c.message)}", soft_wrap=False)
+            if c.code == "probe.agreement":  # the rule set is out of date for this runtime: say it loudly
+                say(c.message, prefix="DISAGREEMENT  ", marks=[("DISAGREEMENT", "bold red")], indent=14)
     raise typer.Exit(0 if v.admitted else 1)
 
 
@@ -216,8 +173,11 @@ def pairs_cmd(
 ) -> None:
     """List checked pairs with their verdict (and a strict check's, if any); old rule sets are stale.
 
+    An admitted pair with a vocab-only file is marked "admitted, not benchmarkable".
+
     Example: specreg pairs --admitted
     """
+    from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
     from specreg.errors import UsageError
     from specreg.registry.store import Registry
     from specreg.validators.ruleset import is_stale
@@ -226,15 +186,24 @@ def pairs_cmd(
         raise UsageError("--admitted and --rejected exclude each other")
     which = True if admitted else False if rejected else None
     with Registry(db_path(), show_progress=False, create=False) as reg:
-        rows = reg.pairs(which, with_checks=False)
+        rows = reg.pairs(which)
     stale = {rs: is_stale(rs) for rs in {p.rule_set for p in rows}}
+    lacking = {p.id: not_benchmarkable(p) for p in rows if p.admitted}
     if json_out:
         out: list[dict[str, Any]] = []
         for p in rows:
             d = p.model_dump(mode="json", exclude={"checks"})
             d["stale"] = stale[p.rule_set]
+            d["benchmarkable"] = p.admitted and lacking.get(p.id) is None
             out.append(d)
         emit_json(out)
+        return
+    if not rows:
+        err_console().print(
+            "no pairs checked yet (specreg check pair TARGET DRAFT)"
+            if which is None
+            else f"no {'admitted' if which else 'rejected'} pairs"
+        )
         return
     verdicts = {
         (True, False): ("admitted", "green"),
@@ -243,24 +212,28 @@ def pairs_cmd(
         (False, True): ("rejected (strict)", "red"),
     }
     print_listing(
-        ("id", "target", "draft", "method", "verdict", "rule set", "when"),
+        (
+            Col("id", right=True),
+            Col("target", limit=13 + _NAME_WIDTH, squeeze=12),
+            Col("draft", limit=13 + _NAME_WIDTH, squeeze=12),
+            Col("method"),
+            Col("verdict"),
+            Col("rule set", limit=40, stack=2),
+            Col("when", stack=1),
+        ),
         (
             (
                 str(p.id),
                 f"{p.target_sha256[:12]} {p.target_name or ''}".rstrip(),
                 f"{p.draft_sha256[:12]} {p.draft_name or ''}".rstrip() if p.draft_sha256 else "-",
                 p.method,
-                _verdict_text(p, verdicts),
+                (NOT_BENCHMARKABLE, "yellow") if lacking.get(p.id) else _verdict_text(p, verdicts),
                 (f"{p.rule_set} stale", "yellow") if stale[p.rule_set] else p.rule_set,
                 p.updated_at.strftime("%Y-%m-%d %H:%M"),
             )
             for p in rows
         ),
-        limits=(None, 13 + _NAME_WIDTH, 13 + _NAME_WIDTH, None, None, 40, None),
-        right={0},
     )
-    if not rows:
-        console.print("[dim]no pairs yet: specreg check pair TARGET DRAFT[/]")
 
 
 def _verdict_text(p: PairRecord, verdicts: dict[tuple[bool, bool], tuple[str, str]]) -> tuple[str, str]:
@@ -269,15 +242,3 @@ def _verdict_text(p: PairRecord, verdicts: dict[tuple[bool, bool], tuple[str, st
     if p.strict_admitted is not None and not p.strict:
         text += f"; strict: {'admitted' if p.strict_admitted else 'rejected'}"
     return text, style
-
-
-def register(app: typer.Typer) -> None:
-    check_app = typer.Typer(
-        help="Check speculative-decoding setups before they are deployed.\n\n"
-        "Example: specreg check pair target.gguf draft.gguf --json",
-        no_args_is_help=True,
-        rich_markup_mode=None,
-    )
-    check_app.command("pair")(pair_cmd)
-    app.add_typer(check_app, name="check")
-    app.command("pairs")(pairs_cmd)

@@ -10,7 +10,8 @@ from typing import Annotated
 
 import typer
 
-from specreg.commands._common import JsonOpt, console, db_path, emit_json, safe
+from specreg.commands.options import JsonOpt, db_path
+from specreg.commands.output import console, emit_json, safe
 
 _FORMATS = ("bundle", "cyclonedx")
 
@@ -68,13 +69,13 @@ def export_cmd(
         emit_json({"path": str(res.path), "digest": h.digest, "counts": h.counts, "runs": [r.run_id for r in h.runs]})
         return
     c = h.counts
-    console.print(f"wrote {safe(res.path)}", soft_wrap=True)
-    console.print(
+    console().print(f"wrote {safe(res.path)}", soft_wrap=True)
+    console().print(
         f"  {_n(c.get('artifacts', 0), 'artifact record')}, {_n(c.get('pairs', 0), 'pair')} "
         f"({_n(c.get('verdicts', 0), 'verdict')})"
     )
-    console.print(f"  {_n(c.get('runs', 0), 'run')} ({_n(c.get('requests', 0), 'request row')})")
-    console.print(f"  digest {h.digest}")
+    console().print(f"  {_n(c.get('runs', 0), 'run')} ({_n(c.get('requests', 0), 'request row')})")
+    console().print(f"  digest {h.digest}")
 
 
 def _cyclonedx(
@@ -101,15 +102,15 @@ def _cyclonedx(
         draft = reg.get_artifact(audit.pairs[0].draft_sha256) if audit.pairs[0].draft_sha256 else None
         text = ml_bom_json(audit, target, draft)
     if output is None:
-        console.file.write(text + "\n")
-        console.file.flush()
+        console().file.write(text + "\n")
+        console().file.flush()
         return
     from specreg.atomic import write_atomic
 
     if not output.parent.is_dir():
         raise UsageError(f"-o {output}: folder {output.parent} does not exist")
     write_atomic(output, text + "\n")
-    console.print(f"wrote {safe(output)}", soft_wrap=True)
+    console().print(f"wrote {safe(output)}", soft_wrap=True)
 
 
 def import_cmd(
@@ -143,19 +144,14 @@ def import_cmd(
         )
         return
     for path, digest in res.bundles:
-        console.print(f"verified {safe(path)} (digest {digest[:16]})", soft_wrap=True)
-    console.print(f"imported {_n(len(res.runs), 'run')} ({_n(res.requests, 'request row')})")
-    console.print(
+        console().print(f"verified {safe(path)} (digest {digest[:16]})", soft_wrap=True)
+    console().print(f"imported {_n(len(res.runs), 'run')} ({_n(res.requests, 'request row')})")
+    console().print(
         f"  new: {_n(res.artifacts, 'artifact record')}, {_n(res.pairs, 'pair')}, {_n(res.verdicts, 'verdict')}"
     )
     if res.present:
-        console.print(f"  already here, unchanged: {_n(len(res.present), 'run')} with the same content")
+        console().print(f"  already here, unchanged: {_n(len(res.present), 'run')} with the same content")
 
 
 def _n(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
-
-
-def register(app: typer.Typer) -> None:
-    app.command("export")(export_cmd)
-    app.command("import")(import_cmd)
