@@ -65,7 +65,7 @@ WORKLOAD = (
     )
     + "\n"
 )
-REPEAT = 2
+REPEAT = 3
 # The build's n-gram defaults (ngram-simple size-n 12, ngram-mod n-min 48) need longer outputs
 # than a demo can afford; short windows let them draft on the tiny models' repetitive output.
 NGRAM = {

@@ -87,16 +87,20 @@ def test_bench_json_then_runs_and_show(capsys: pytest.CaptureFixture[str]) -> No
     assert run["info"]["status"] == "complete" and "requests" not in run
     rid = run["info"]["run_id"]
     draft = next(s for s in run["summaries"] if s["condition"] == "draft-simple" and s["stratum"] == "all")
-    assert draft["acceptance"] == 1.0 and draft["n_equal"] == 2
+    assert draft["acceptance"] == 1.0 and draft["n_equal"] == 6  # 2 prompts x the default 3 repetitions
+    assert draft["n_paired"] == 6 and len(draft["speedup_ci95"]) == 2 and draft["concurrency"] == 1
+    lo, hi = draft["speedup_ci95"]
+    assert lo <= draft["speedup"] <= hi
+    assert run["manifest"]["settings"]["repeat"] == 3 and run["manifest"]["observation"]["order"] == "rounds"
     assert "draft-simple" in err and "ok" in err  # progress lines go to stderr
     code, out, _ = _main(capsys, "runs", "--json")
     assert code == 0 and [r["run_id"] for r in json.loads(out)] == [rid]
     code, out, err = _main(capsys, "runs", "show", rid[:15])
     assert code == 0, err
-    assert rid in out and "complete" in out and "100.0%" in out and "2/2" in out and "reference" in out
+    assert rid in out and "complete" in out and "100.0%" in out and "6/6" in out and "reference" in out
     code, out, _ = _main(capsys, "runs", "show", rid, "--json")
     full = json.loads(out)
-    assert len(full["requests"]) == 4 and full["manifest"]["request"]["workload"] == str(wl)
+    assert len(full["requests"]) == 12 and full["manifest"]["request"]["workload"] == str(wl)
     code, _, err = _main(capsys, "runs", "show", "nope")
     assert code == 2 and "no benchmark run 'nope'" in err
 
@@ -109,7 +113,11 @@ def test_bench_json_then_runs_and_show(capsys: pytest.CaptureFixture[str]) -> No
         (["--methods", "draft-eagle3"], "method draft-eagle3 is not available for this pair"),
         (["--ngram", "size-n=3"], "--ngram 'size-n=3': expected NAME=VALUE"),
         (["--server", "/nonexistent/llama-server"], "server binary /nonexistent/llama-server does not exist"),
-        (["--repeat", "0"], "--repeat must be at least 1"),
+        (["--repeat", "0"], "--repeat: Input should be greater than or equal to 1"),
+        (["--concurrency", "1,x"], "--concurrency '1,x': expected whole numbers separated by commas"),
+        (["--concurrency", "0,4"], "--concurrency: every concurrency must be at least 1"),
+        (["--draft-max", "4,-1"], "--draft-max: every draft length must be >= 0"),
+        (["--order", "random"], "--order: Input should be 'rounds' or 'blocked'"),
     ],
 )
 def test_bad_requests_are_one_line_errors(capsys: pytest.CaptureFixture[str], args: list[str], needle: str) -> None:
@@ -147,6 +155,8 @@ def _start_long_bench(home: Path, pid: int) -> subprocess.Popen[str]:
             str(wl),
             "--repeat",
             "400",
+            "--order",
+            "blocked",  # one long-lived server: the pid the test reads is the one it kills
             "--methods",
             "draft-simple",
             "--threads",

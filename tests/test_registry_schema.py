@@ -104,6 +104,7 @@ SCHEMA: dict[str, list[str]] = {
         "memory_json",
         "started_at",
         "finished_at",
+        "warmup_json",  # m004
     ],
     "bench_prompts": [
         "run_id",

@@ -72,6 +72,7 @@ class ProgressView(Observer):
         )
         self.task: TaskID | None = None
         self.per_condition = 0
+        self.done: dict[int, int] = {}  # requests finished per condition (rounds interleave them)
         self.started = False
 
     def __enter__(self) -> ProgressView:
@@ -86,6 +87,7 @@ class ProgressView(Observer):
 
     def run_started(self, info: RunInfo, conds: list[ConditionRun], n_requests: int) -> None:
         self.per_condition = n_requests
+        self.done = {}
         err_console.print(
             f"run {info.run_id}  pair {info.pair_id}  {safe(info.method)}  "
             f"{len(conds)} conditions x {n_requests} requests"
@@ -100,10 +102,13 @@ class ProgressView(Observer):
             self.progress.update(self.task, description=f"{safe(cond.spec.name)}: starting server")
 
     def request_done(self, cond: ConditionRun, row: RequestRow) -> None:
+        self.done[cond.idx] = self.done.get(cond.idx, 0) + 1
         if self.task is not None:
             self.progress.update(self.task, advance=1, description=safe(cond.spec.name))
 
     def condition_done(self, cond: ConditionRun) -> None:
+        if cond.status == "running":
+            return  # one round of several: the condition goes on in a later round
         line = f"  {_st(cond.status)}  {safe(cond.spec.name)}"
         if cond.counters is not None and cond.spec.method != "none":
             line += f"  acceptance {_pct(cond.counters.acceptance)}"
@@ -112,9 +117,10 @@ class ProgressView(Observer):
         err_console.print(line)
         for ln in cond.failure_lines[:8]:
             err_console.print(f"      [dim]{safe(ln)}[/]")
-        if self.task is not None:  # skip the bar ahead over requests that never ran
-            done = (cond.idx + 1) * self.per_condition
-            self.progress.update(self.task, completed=max(done, self.progress.tasks[0].completed))
+        left = self.per_condition - self.done.get(cond.idx, 0)
+        if self.task is not None and left > 0:  # skip the bar ahead over requests that will not run
+            self.done[cond.idx] = self.per_condition
+            self.progress.update(self.task, advance=left)
 
     def run_done(self, run_id: str, status: str, reason: str | None) -> None:
         if self.task is not None:

@@ -300,3 +300,10 @@ def m003_bench_runs(db: Database) -> None:
         """
     )
     db.execute("CREATE INDEX idx_bench_summaries_keys ON bench_summaries (target_sha256, draft_sha256)")
+
+
+@migrations()
+def m004_bench_condition_warmup(db: Database) -> None:
+    """Each condition's warm-up: per server start, the uncounted requests' latencies and whether
+    two in a row agreed within the tolerance (benchmark/execute.py). Additive: older rows get '[]'."""
+    db.execute("ALTER TABLE bench_conditions ADD COLUMN warmup_json TEXT NOT NULL DEFAULT '[]'")

@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from specreg.schemas.bench import DEFAULT_REPEAT
+
 GateName = Literal["integrity", "verdict", "evidence", "equivalence", "speed", "memory", "licence", "rollback"]
 GATES: tuple[str, ...] = ("integrity", "verdict", "evidence", "equivalence", "speed", "memory", "licence", "rollback")
 NO_SPECULATION = "none"  # the per-stratum decision when no condition passes every gate
@@ -26,7 +28,7 @@ class EvidencePolicy(_Strict):
 
     runtime: str | None = None  # substring of the run's runtime identity; None: newest run (stated)
     hardware: str | None = None  # substring of the run's hardware identity (CPU / GPU model)
-    min_repetitions: int = Field(default=2, ge=1)  # medians of one repetition prove nothing
+    min_repetitions: int = Field(default=DEFAULT_REPEAT, ge=1)  # as many as `bench admitted` runs by default
 
 
 class SpeedPolicy(_Strict):
