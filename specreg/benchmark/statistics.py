@@ -19,7 +19,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specreg.schemas.bench import Difference
+from specreg.schemas.bench import Difference, LengthSource
 
 LEVEL = 0.95
 MIN_UNITS = 2  # one pair of requests has no spread: no interval
@@ -123,7 +123,7 @@ class Consistency:
     alpha: float | None
     draft_length: float | None
     expected_accepted_length: float | None
-    source: str | None  # "per-position" or "formula"
+    source: LengthSource | None
     step_cost: float | None
     predicted_speedup: float | None
     unexplained: bool | None
@@ -147,6 +147,7 @@ def consistency(
     rate = accepted / drafted
     k = draft_length if draft_length and draft_length > 0 else None
     alpha = alpha_from_rate(rate, k) if k else None
+    source: LengthSource
     if per_position and steps:
         el, source = 1.0 + sum(per_position.values()) / steps, "per-position"
     elif k is not None and alpha is not None:

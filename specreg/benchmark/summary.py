@@ -138,10 +138,10 @@ def summarize(
 
 def _paired(base_rows: list[RequestRow], rows: list[RequestRow]) -> tuple[list[float], list[float]]:
     """Total ms of the units both ran successfully: (prompt, repetition), in a stable order."""
-    base = {(r.prompt_id, r.repeat): r.total_ms for r in base_rows if r.ok and r.total_ms}
-    mine = {(r.prompt_id, r.repeat): r.total_ms for r in rows if r.ok and r.total_ms}
+    base = {(r.prompt_id, r.repeat): r.total_ms for r in base_rows if r.ok and r.total_ms is not None}
+    mine = {(r.prompt_id, r.repeat): r.total_ms for r in rows if r.ok and r.total_ms is not None}
     keys = sorted(base.keys() & mine.keys())
-    return [base[k] for k in keys], [mine[k] for k in keys]  # type: ignore[misc]
+    return [float(base[k] or 0.0) for k in keys], [float(mine[k] or 0.0) for k in keys]
 
 
 def _per_token_ms(rows: list[RequestRow], accepted: bool) -> float | None:

@@ -16,6 +16,7 @@ RunStatus = Literal["running", "complete", "incomplete", "cancelled", "aborted",
 ConditionStatus = Literal["pending", "running", "ok", "failed", "cancelled", "aborted", "skipped"]
 Order = Literal["rounds", "blocked"]
 Difference = Literal["faster", "slower", "no measurable difference"]
+LengthSource = Literal["per-position", "formula"]  # where E[L] came from
 BASELINE = "none"
 ALL_STRATA = "all"
 # Repetitions of every prompt: `bench admitted` runs this many by default and the default policy
@@ -455,7 +456,7 @@ class ConditionSummary(BaseModel):
     alpha: float | None = None  # per-token acceptance
     draft_length: float | None = None  # k: tokens drafted per verification step
     expected_accepted_length: float | None = None
-    accepted_length_source: Literal["per-position", "formula"] | None = None
+    accepted_length_source: LengthSource | None = None
     step_cost: float | None = None  # decode time of one verification step / one baseline token
     predicted_speedup: float | None = None
     unexplained: bool | None = None
