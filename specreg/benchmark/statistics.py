@@ -83,6 +83,16 @@ def difference(ci: tuple[float, float] | None) -> Difference | None:
     return "no measurable difference"
 
 
+def interval_text(speedup: float | None, ci: tuple[float, float] | None) -> str:
+    """`1.23x [1.10, 1.35]`, `1.02x [0.95, 1.08] no measurable difference`, or `-` (not measured)."""
+    if speedup is None:
+        return "-"
+    if ci is None:
+        return f"{speedup:.2f}x (no interval)"
+    text = f"{speedup:.2f}x [{ci[0]:.2f}, {ci[1]:.2f}]"
+    return text + " no measurable difference" if difference(ci) == "no measurable difference" else text
+
+
 # ---- acceptance ----------------------------------------------------------------------------
 
 
@@ -142,8 +152,10 @@ def consistency(
 ) -> Consistency:
     """E[L] (from the per-position curve when given, else the formula), the predicted speed-up
     E[L] / step cost, and whether the interval's low end lies above E[L] (unexplained)."""
-    if not drafted or accepted is None:
+    if drafted is None or accepted is None:  # the server reported no draft counts: nothing to say
         return Consistency(None, draft_length, None, None, step_cost, None, None, None)
+    if drafted == 0:  # nothing drafted here: every step yields one token, α is undefined
+        return _judged(None, draft_length, 1.0, "formula", step_cost, ci, "0 tokens drafted")
     rate = accepted / drafted
     k = draft_length if draft_length and draft_length > 0 else None
     alpha = alpha_from_rate(rate, k) if k else None
@@ -154,14 +166,25 @@ def consistency(
         el, source = expected_accepted_length(alpha, k), "formula"
     else:
         return Consistency(alpha, k, None, None, step_cost, None, None, None)
+    what = "0 tokens accepted" if accepted == 0 else f"acceptance {rate:.1%}"
+    return _judged(alpha, k, el, source, step_cost, ci, what)
+
+
+def _judged(
+    alpha: float | None,
+    k: float | None,
+    el: float,
+    source: LengthSource,
+    step_cost: float | None,
+    ci: tuple[float, float] | None,
+    what: str,
+) -> Consistency:
     predicted = el / step_cost if step_cost else None
-    unexplained, reason = None, None
-    if ci is not None:
-        unexplained = ci[0] > el + 1e-9
-        if unexplained:
-            what = "0 tokens accepted" if accepted == 0 else f"acceptance {rate:.1%}"
-            reason = (
-                f"{what} gives at most {el:.2f} tokens per step, yet the interval's low end is {ci[0]:.2f}: "
-                "the speed-up does not come from speculation"
-            )
+    unexplained = None if ci is None else ci[0] > el + 1e-9
+    reason = (
+        f"{what} gives at most {el:.2f} tokens per step, yet the interval's low end is {ci[0]:.2f}: "
+        "the speed-up does not come from speculation"
+        if ci is not None and unexplained
+        else None
+    )
     return Consistency(alpha, k, el, source, step_cost, predicted, unexplained, reason)

@@ -68,20 +68,30 @@ def _decisions(report: AuditReport, detail: bool) -> None:
     if not report.decisions:
         return
     if detail:
-        dec = Table(title="deploy per stratum (best passing condition, else none)")
-        for col in ("target", "stratum", "deploy", "speed-up"):
+        from specreg.benchmark.statistics import interval_text
+
+        dec = Table(title="deploy per stratum and concurrency (best passing condition, else none)")
+        for col in ("target", "stratum", "conc.", "deploy", "draft max", "speed-up [95% CI]"):
             dec.add_column(col)
         for d in report.decisions:
-            sp = "–" if d.speedup is None else f"{d.speedup:.2f}"
-            dec.add_row(safe(d.target_name or d.target_sha256[:12]), safe(d.stratum), safe(d.choice), sp)
+            dec.add_row(
+                safe(d.target_name or d.target_sha256[:12]),
+                safe(d.stratum),
+                str(d.concurrency),
+                safe(d.choice),
+                "-" if d.draft_n_max is None else str(d.draft_n_max),
+                safe(interval_text(d.speedup, d.speedup_ci95)),
+            )
         console.print(dec)
         return
-    per: Counter[tuple[str, str]] = Counter((d.stratum, d.choice.split(" (pair")[0]) for d in report.decisions)
-    dec = Table(title="deploy per stratum: number of targets per choice")
-    for col in ("stratum", "deploy", "targets"):
+    per: Counter[tuple[str, int, str]] = Counter(
+        (d.stratum, d.concurrency, d.choice.split(" (pair")[0]) for d in report.decisions
+    )
+    dec = Table(title="deploy per stratum and concurrency: number of targets per choice")
+    for col in ("stratum", "conc.", "deploy", "targets"):
         dec.add_column(col)
-    for (stratum, choice), n in sorted(per.items()):
-        dec.add_row(safe(stratum), safe(choice), str(n))
+    for (stratum, conc, choice), n in sorted(per.items()):
+        dec.add_row(safe(stratum), str(conc), safe(choice), str(n))
     console.print(dec)
 
 

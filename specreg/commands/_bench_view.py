@@ -163,6 +163,25 @@ def _equiv(s: ConditionSummary) -> str:
     return f"[green]{text}[/]"
 
 
+def _speedup(s: ConditionSummary) -> str:
+    """`1.23x [1.10, 1.35]`; `reference`; `-` for a condition without one (its reason is printed below)."""
+    from specreg.benchmark.statistics import interval_text
+
+    if s.speedup_note == "reference":
+        return "reference"
+    text = safe(interval_text(s.speedup, s.speedup_ci95))
+    return f"[bold red]{text} unexplained[/]" if s.unexplained else text
+
+
+def _unexplained(run: BenchRun) -> None:
+    """Speed-ups that acceptance cannot account for, each with why (the audit fails them)."""
+    for s in run.summaries:
+        if s.unexplained:
+            console.print(
+                f"[bold red]unexplained[/] {safe(s.condition)} / {safe(s.stratum)}: {safe(s.unexplained_reason or '')}"
+            )
+
+
 def show_run(run: BenchRun) -> None:
     """Header, the condition x stratum comparison table, then each failure with its log lines."""
     i, m = run.info, run.manifest
@@ -175,7 +194,8 @@ def show_run(run: BenchRun) -> None:
         console.print(
             f"runtime {m.runtime.kind} {safe(m.runtime.xllamacpp_version or (ver[0] if ver else ''))}  "
             f"workload {safe(m.request.workload)}  repeat {m.observation.repeat}  "
-            f"concurrency {m.request.concurrency}  seed {m.request.seed}"
+            f"concurrency {','.join(map(str, m.request.concurrency_levels or [m.request.concurrency]))}  "
+            f"seed {m.request.seed}" + (f"  order {m.observation.order}" if m.observation.order else "")
         )
         gpu = m.hardware.gpu
         console.print(
@@ -214,7 +234,7 @@ def show_run(run: BenchRun) -> None:
             safe(s.stratum),
             _st(s.status) if whole else "",
             "-" if s.method == "none" else _pct(s.acceptance),
-            "-" if s.speedup is None else f"{s.speedup:.2f}x",
+            _speedup(s),
             _ms(s.total_ms.p50),
             _ms(s.total_ms.p95),
             _ms(s.ttft_ms.p50),
@@ -226,6 +246,7 @@ def show_run(run: BenchRun) -> None:
             row.append(f"{s.n_expect_failed} failed/{s.n_expect_checked}" if s.n_expect_checked else "-")
         table.add_row(*row)
     _print_wide(table)
+    _unexplained(run)
     for c in run.conditions:
         if c.status == "ok":
             continue
