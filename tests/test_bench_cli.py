@@ -229,3 +229,35 @@ def test_sigkill_leaves_an_orphan_that_the_next_start_aborts(tmp_path: Path) -> 
     assert db_rows(tmp_path / "r.db", "SELECT count(*) AS n FROM bench_requests")[0]["n"] == kept >= 3
     conds = db_rows(tmp_path / "r.db", "SELECT status FROM bench_conditions WHERE server_pid = ?", (servers[0],))
     assert conds[0]["status"] == "aborted"
+
+
+def test_vocab_only_pair_is_listed_up_front_and_skipped(capsys: pytest.CaptureFixture[str]) -> None:
+    """`bench admitted` without --pair: the README's form. A vocab-only pair is named once, before
+    any run, and skipped; the exit code is the runs' (0 here), never 2 for the skipped pair."""
+    good = _pair_here()
+    vocab = model(_home(), "v.gguf", vocab_only=True, name="vocab-only")
+    with Registry(os.environ["SPECREG_DB"], show_progress=False) as reg:
+        bad = admit(reg, _home() / "t.gguf", vocab)
+    wl = workload(_home(), ITEMS[:1])
+    code, out, err = _main(
+        capsys, "bench", "admitted", "--workload", str(wl), "--methods", "draft-simple", "--repeat", "1",
+        "--threads", "1", "--ctx-size", "512", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    note = f"note: pair {bad} (draft-simple) is admitted, not benchmarkable: draft has no tensors (vocab-only)"
+    assert note in err.replace("\n", " ") and err.index("note: pair") < err.index("run ")
+    assert f"pair {bad}: pair {bad}" not in err and "error:" not in err
+    assert [r["info"]["pair_id"] for r in json.loads(out)] == [good]
+    code, out, _ = _main(capsys, "pairs", "--admitted")
+    (line,) = [ln for ln in out.splitlines() if ln.split()[:1] == [str(bad)]]
+    assert "admitted, not benchmarkable" in line
+    code, out, _ = _main(capsys, "pairs", "--json")
+    assert {p["id"]: p["benchmarkable"] for p in json.loads(out)} == {good: True, bad: False}
+    policy = _home() / "policy.toml"
+    policy.write_text("[licence]\nrequire_revision = false\n")  # local files: no hub revision
+    code, out, _ = _main(capsys, "audit", "--pair", str(bad), "--policy", str(policy), "--json")
+    (pair,) = json.loads(out)["pairs"]
+    assert code == 1 and pair["not_benchmarkable"].startswith("draft has no tensors")
+    failing = {g["gate"]: g["message"] for g in pair["gates"] if not g["passed"]}
+    assert list(failing) == ["evidence"] and failing["evidence"].startswith("admitted, not benchmarkable: draft")
+    assert {g["gate"] for g in pair["gates"]} == {"integrity", "verdict", "evidence", "licence"}

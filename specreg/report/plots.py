@@ -89,10 +89,14 @@ def _whiskers(rows: list[StratumRow]) -> tuple[list[float], list[float]]:
 
 
 def speedup_plot(run: RunDigest, concurrency: int | None = None, min_speedup: float | None = None) -> str | None:
-    """Speed-up per stratum and condition with 95% interval whiskers (None: no data).
+    """Speed-up per stratum and condition with 95% interval whiskers (None: no data)."""
+    fig = speedup_figure(run, concurrency, min_speedup)
+    return None if fig is None else _svg(fig)
 
-    A condition without a speed-up (it failed) gets no bar, only the word "failed" where the
-    bar would be: a failed condition is never drawn as a slow or fast result.
+
+def speedup_figure(run: RunDigest, concurrency: int | None = None, min_speedup: float | None = None):  # type: ignore[no-untyped-def]
+    """The speed-up figure itself. A condition without a speed-up (it failed) gets no bar, only the
+    word "failed" where the bar would be: a failed condition is never drawn as a slow or fast result.
     """
     conc = _concurrency(run, concurrency)
     rows = [r for r in run.strata if r.concurrency == conc and not _is_baseline(run, r.condition)]
@@ -128,7 +132,7 @@ def speedup_plot(run: RunDigest, concurrency: int | None = None, min_speedup: fl
     ax.set_title(f"Speed-up per stratum (median, 95% interval; concurrency {conc})", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, never on them
-    return _svg(fig)
+    return fig
 
 
 def _sweep_plot(
