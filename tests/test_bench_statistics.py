@@ -29,10 +29,12 @@ def test_interval_is_reproducible_with_the_seed_and_holds_the_estimate() -> None
     a = statistics.bootstrap_ci(base, cond, seed=42, label="x|all|1")
     b = statistics.bootstrap_ci(base, cond, seed=42, label="x|all|1")
     assert a is not None and a == b  # bit for bit
-    point = statistics.median_ratio(base, cond)
+    point = statistics.paired_speedup(base, cond)
     assert point is not None and a[0] <= point <= a[1]
-    assert statistics.bootstrap_ci(base, cond, seed=43, label="x|all|1") != a  # the seed matters
-    assert statistics.bootstrap_ci(base, cond, seed=42, label="y|all|1") != a  # and so does the group
+    # the draws depend on the seed and on the group (with 2,000 draws the quantiles of medians of
+    # 12 units settle on the same values, so look at a few draws)
+    assert len({statistics.bootstrap_ci(base, cond, seed=s, label="x", resamples=100) for s in range(20)}) > 1
+    assert len({statistics.bootstrap_ci(base, cond, seed=42, label=f"g{i}", resamples=100) for i in range(20)}) > 1
     wide = statistics.bootstrap_ci(base, cond, seed=42, label="x|all|1", level=0.99)
     assert wide is not None and wide[0] <= a[0] and wide[1] >= a[1]
 
@@ -42,8 +44,9 @@ def test_pairing_keeps_a_shared_slowdown_from_widening_the_interval() -> None:
     drift = [1.0, 3.0, 1.0, 3.0, 1.0, 3.0, 1.0, 3.0]
     base = [100.0 * d for d in drift]
     cond = [50.0 * d for d in drift]
-    ci = statistics.bootstrap_ci(base, cond, seed=1, label="l")
-    assert ci is not None and ci[0] >= 1.3  # clearly faster despite a 3x spread in the raw times
+    assert statistics.bootstrap_ci(base, cond, seed=1, label="l") == (2.0, 2.0)  # despite a 3x spread
+    # one cold request (the 11 s baseline) moves the median ratio little, not the interval's low end
+    assert statistics.paired_speedup([11_200.0, *base[1:]], cond) == 2.0
 
 
 def test_too_few_units_have_no_interval() -> None:

@@ -1,9 +1,10 @@
 """Honest numbers for one speed-up: a paired bootstrap interval and a check against acceptance.
 
-Speed-up is the baseline's median total ms over the condition's, both taken over the same
-(prompt, repetition) units: a request and its baseline twin ran the same prompt in the same
-round. The 95% interval resamples those units with replacement (paired: a unit carries both
-times) and is reproducible: the generator is seeded from the run's seed and the group's name.
+Speed-up is the median, over (prompt, repetition) units, of the baseline's total ms over the
+condition's: a request and its baseline twin ran the same prompt in the same round, so a slow
+moment (a busy neighbour, a cold cache) that hits both cancels in their ratio. The 95% interval
+resamples those units with replacement and is reproducible: the generator is seeded from the
+run's seed and the group's name.
 
 Acceptance bounds what speculation can do. A verification step yields E[L] tokens, E[L] =
 (1 − α^(k+1)) / (1 − α) for a per-token acceptance α and draft length k (the seeds' formula;
@@ -31,14 +32,22 @@ def _seed(seed: int, label: str) -> list[int]:
     return [seed & 0xFFFFFFFF, int.from_bytes(digest[:4], "big"), int.from_bytes(digest[4:8], "big")]
 
 
-def median_ratio(base_ms: Sequence[float], cond_ms: Sequence[float]) -> float | None:
-    """Baseline median / condition median (>1: the condition is faster); None without data."""
-    if not base_ms or not cond_ms:
-        return None
+def _ratios(base_ms: Sequence[float], cond_ms: Sequence[float]):  # type: ignore[no-untyped-def]
     import numpy as np
 
-    den = float(np.median(np.asarray(cond_ms, dtype=float)))
-    return float(np.median(np.asarray(base_ms, dtype=float))) / den if den > 0 else None
+    if len(base_ms) != len(cond_ms):
+        raise ValueError("paired samples must have the same length")
+    base, cond = np.asarray(base_ms, dtype=float), np.asarray(cond_ms, dtype=float)
+    keep = cond > 0
+    return base[keep] / cond[keep]
+
+
+def paired_speedup(base_ms: Sequence[float], cond_ms: Sequence[float]) -> float | None:
+    """Median of baseline / condition over paired units (>1: the condition is faster); None without data."""
+    import numpy as np
+
+    ratios = _ratios(base_ms, cond_ms)
+    return float(np.median(ratios)) if ratios.size else None
 
 
 def bootstrap_ci(
@@ -50,24 +59,21 @@ def bootstrap_ci(
     resamples: int = 2000,
     level: float = LEVEL,
 ) -> tuple[float, float] | None:
-    """Percentile interval of the median ratio over paired units resampled together.
+    """Percentile interval of the paired speed-up, resampling units (prompt x repetition).
 
     `base_ms[i]` and `cond_ms[i]` are one unit (same prompt, same repetition). None with fewer
     than MIN_UNITS units. Same inputs, seed and label: the same interval, bit for bit.
     """
-    if len(base_ms) != len(cond_ms):
-        raise ValueError("paired samples must have the same length")
-    n = len(base_ms)
+    ratios = _ratios(base_ms, cond_ms)
+    n = int(ratios.size)
     if n < MIN_UNITS:
         return None
     import numpy as np
 
     rng = np.random.default_rng(_seed(seed, label))
-    base, cond = np.asarray(base_ms, dtype=float), np.asarray(cond_ms, dtype=float)
-    idx = rng.integers(0, n, size=(resamples, n))
-    ratios = np.median(base[idx], axis=1) / np.median(cond[idx], axis=1)
+    medians = np.median(ratios[rng.integers(0, n, size=(resamples, n))], axis=1)
     tail = (1.0 - level) / 2.0 * 100.0
-    low, high = np.percentile(ratios, [tail, 100.0 - tail])
+    low, high = np.percentile(medians, [tail, 100.0 - tail])
     return float(low), float(high)
 
 

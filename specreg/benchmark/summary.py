@@ -1,8 +1,8 @@
 """Per condition x stratum summaries and output equivalence against the baseline.
 
-Decisions use medians and p95 over repetitions (PROTOCOL §5). Speed-up is baseline median /
-condition median total time (>1 faster) over the requests both ran (same prompt, repetition and
-concurrency), with its bootstrap interval and the acceptance check (`statistics`). A condition
+Decisions use medians and p95 over repetitions (PROTOCOL §5). Speed-up is the median of
+baseline / condition total time over the requests both ran (same prompt, repetition and
+concurrency; >1 faster), with its bootstrap interval and the acceptance check (`statistics`). A condition
 that did not run to the end (failed, cancelled, ...) has no speed-up at all, only the reason.
 Acceptance for a whole condition comes from the `/metrics` deltas; per stratum from the
 requests' own `timings` — None when nothing was drafted.
@@ -177,7 +177,7 @@ def _speed(
         return
     base_ms, cond_ms = _paired(base_rows, rows)
     s.n_paired = len(base_ms)
-    s.speedup = statistics.median_ratio(base_ms, cond_ms)
+    s.speedup = statistics.paired_speedup(base_ms, cond_ms)
     if s.speedup is None:
         s.speedup_note = "no request pair measured in both conditions"
         return
