@@ -19,8 +19,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from specreg.schemas.bench import Difference, LengthSource
+
+if TYPE_CHECKING:
+    import numpy as np
 
 LEVEL = 0.95
 MIN_UNITS = 2  # one pair of requests has no spread: no interval
@@ -32,7 +36,7 @@ def _seed(seed: int, label: str) -> list[int]:
     return [seed & 0xFFFFFFFF, int.from_bytes(digest[:4], "big"), int.from_bytes(digest[4:8], "big")]
 
 
-def _ratios(base_ms: Sequence[float], cond_ms: Sequence[float]):  # type: ignore[no-untyped-def]
+def _ratios(base_ms: Sequence[float], cond_ms: Sequence[float]) -> np.ndarray:
     import numpy as np
 
     if len(base_ms) != len(cond_ms):
