@@ -87,9 +87,10 @@ def overhead(folder: Path, n: int) -> None:
 
 
 def full_run(folder: Path) -> None:
-    from specreg.benchmark.runner import BenchOptions, Runner
+    from specreg.benchmark.runner import Runner
     from specreg.gguf.reader import open_gguf
     from specreg.registry.store import Registry
+    from specreg.schemas.bench import BenchSettings
     from specreg.validators.pair import check_pair, verdict
     from specreg.validators.ruleset import load_rule_set
 
@@ -119,7 +120,7 @@ def full_run(folder: Path) -> None:
                 )
             )
         t0 = time.perf_counter()
-        runs = Runner(reg, BenchOptions(workload="default", threads=1, ctx_size=512)).bench(ids)
+        runs = Runner(reg, BenchSettings(workload="default", repeat=1, threads=1, ctx_size=512)).bench(ids)
         wall = time.perf_counter() - t0
     n_req = sum(len(r.requests) for r in runs)
     n_cond = sum(len(r.conditions) for r in runs)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from specreg.errors import SpecregError
 from specreg.schemas.audit import AuditReport
-from specreg.schemas.bench import BenchRun
+from specreg.schemas.bench import BenchRun, BenchSettings
 from specreg.testing import ModelSpec, write_model
 from specreg.testing.factory import SMALL_NOISE
 
@@ -146,7 +146,7 @@ def run_demo(folder: Path = DEFAULT_DIR, db: Path | None = None, say: Callable[[
     """Write, register, check, benchmark, audit and report; returns what happened."""
     from specreg.audit.policy import example_policy_text, load_policy
     from specreg.audit.run import run_audit
-    from specreg.benchmark.runner import BenchOptions, Runner
+    from specreg.benchmark.runner import Runner
     from specreg.gguf.reader import open_gguf
     from specreg.registry.store import Registry
     from specreg.report.write import write_audit_report
@@ -201,7 +201,7 @@ def run_demo(folder: Path = DEFAULT_DIR, db: Path | None = None, say: Callable[[
             f"4/5 benchmarking admitted pair(s) {admitted} with the bundled llama.cpp server "
             f"({REPEAT} repetitions; none, ngram-simple, ngram-mod, draft-simple)"
         )
-        opts = BenchOptions(
+        opts = BenchSettings(
             workload=str(workload),
             repeat=REPEAT,
             ctx_size=512,

@@ -108,7 +108,8 @@ def _admit(reg: Registry, rules, target: Path, draft: Path | None, method: str) 
 
 @pytest.fixture(scope="session")
 def audit_world(tmp_path_factory: pytest.TempPathFactory) -> AuditWorld:
-    from specreg.benchmark.runner import BenchOptions, Runner
+    from specreg.benchmark.runner import Runner
+    from specreg.schemas.bench import BenchSettings
 
     t0 = time.monotonic()
     folder = tmp_path_factory.mktemp("audit-world")
@@ -131,7 +132,7 @@ def audit_world(tmp_path_factory: pytest.TempPathFactory) -> AuditWorld:
             for m in ("draft-simple", "ngram-simple", "ngram-mod")
         }
         pairs["near-miss"] = _admit(reg, rules, target, near, "draft-simple")
-        opts = BenchOptions(
+        opts = BenchSettings(
             workload=str(workload),
             repeat=2,
             ctx_size=512,

@@ -19,20 +19,20 @@ import xllamacpp
 from _bench_helpers import ITEMS, NOISE, admit, db_rows, force_verdict, model, workload
 
 from specreg.benchmark.execute import Observer
-from specreg.benchmark.runner import BenchOptions, Runner
+from specreg.benchmark.runner import Runner
 from specreg.errors import ArtifactChanged, NotAdmitted, ServerError
 from specreg.registry.store import Registry
-from specreg.schemas.bench import ConditionRun, RequestRow
+from specreg.schemas.bench import BenchSettings, ConditionRun, RequestRow
 
 FAKE = Path(__file__).with_name("fake_llama_server.py")
 
 
-def _opts(wl: Path, **kw: object) -> BenchOptions:
+def _opts(wl: Path, **kw: object) -> BenchSettings:
     base: dict[str, object] = dict(
         workload=str(wl), threads=1, ctx_size=512, start_timeout_s=30.0, request_timeout_s=30.0, repeat=1
     )
     base.update(kw)
-    return BenchOptions(**base)  # type: ignore[arg-type]
+    return BenchSettings(**base)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
