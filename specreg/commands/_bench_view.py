@@ -174,7 +174,16 @@ def _speedup(s: ConditionSummary) -> str:
 
 
 def _unexplained(run: BenchRun) -> None:
-    """Speed-ups that acceptance cannot account for, each with why (the audit fails them)."""
+    """Speed-ups that acceptance cannot account for, each with why (the audit fails them), and
+    warm-ups that never settled (their condition's numbers may still include a cold start)."""
+    for c in run.conditions:
+        for w in c.warmup:
+            if w.steady is False:
+                ms = ", ".join(f"{x:.0f}" for x in w.latencies_ms)
+                console.print(
+                    f"[yellow]warm-up not steady[/] {safe(c.spec.name)} round {w.round}: "
+                    f"{len(w.latencies_ms)} requests never agreed within {w.tolerance:.0%} ({ms} ms)"
+                )
     for s in run.summaries:
         if s.unexplained:
             console.print(
