@@ -152,8 +152,11 @@ def _concurrency(run: RunDigest | None, policy: Policy) -> int | None:
 
 
 def _unbenchmarkable(facts: _Facts, pair: PairRecord) -> str | None:
-    """Why an admitted pair without any run cannot have one (vocab-only), from its checks."""
-    if not pair.admitted:
+    """Why an admitted pair without any run cannot have one (vocab-only), from its checks.
+
+    Only a draft can be vocab-only in an admitted pair: self-speculation rejects a vocab-only target.
+    """
+    if not pair.admitted or pair.draft_sha256 is None:
         return None
     if not pair.checks:
         pair = facts.reg.get_pair(pair.id)  # list views carry no checks
