@@ -90,7 +90,7 @@ def full_run(folder: Path) -> None:
     from specreg.benchmark.runner import Runner
     from specreg.gguf.reader import open_gguf
     from specreg.registry.store import Registry
-    from specreg.schemas.bench import BenchSettings
+    from specreg.schemas.bench_settings import BenchSettings
     from specreg.validators.pair import check_pair, verdict
     from specreg.validators.ruleset import load_rule_set
 

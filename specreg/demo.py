@@ -17,7 +17,8 @@ from pathlib import Path
 
 from specreg.errors import SpecregError
 from specreg.schemas.audit import AuditReport
-from specreg.schemas.bench import BenchRun, BenchSettings
+from specreg.schemas.bench import BenchRun
+from specreg.schemas.bench_settings import BenchSettings
 from specreg.testing import ModelSpec, write_model
 from specreg.testing.factory import SMALL_NOISE
 

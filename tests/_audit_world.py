@@ -109,7 +109,7 @@ def _admit(reg: Registry, rules, target: Path, draft: Path | None, method: str) 
 @pytest.fixture(scope="session")
 def audit_world(tmp_path_factory: pytest.TempPathFactory) -> AuditWorld:
     from specreg.benchmark.runner import Runner
-    from specreg.schemas.bench import BenchSettings
+    from specreg.schemas.bench_settings import BenchSettings
 
     t0 = time.monotonic()
     folder = tmp_path_factory.mktemp("audit-world")

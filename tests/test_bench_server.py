@@ -22,7 +22,8 @@ from specreg.benchmark.execute import Observer
 from specreg.benchmark.runner import Runner
 from specreg.errors import ArtifactChanged, NotAdmitted, ServerError
 from specreg.registry.store import Registry
-from specreg.schemas.bench import BenchSettings, ConditionRun, RequestRow
+from specreg.schemas.bench import ConditionRun, RequestRow
+from specreg.schemas.bench_settings import BenchSettings
 
 FAKE = Path(__file__).with_name("fake_llama_server.py")
 

@@ -14,7 +14,8 @@ import pytest
 
 from specreg.benchmark import conditions, statistics, summary
 from specreg.errors import UsageError
-from specreg.schemas.bench import BenchSettings, ConditionRun, ConditionSpec, RequestRow, SpecCounters
+from specreg.schemas.bench import ConditionRun, ConditionSpec, RequestRow, SpecCounters
+from specreg.schemas.bench_settings import BenchSettings
 
 # -- bootstrap intervals -----------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ from specreg.audit.run import run_audit
 from specreg.benchmark.runner import Runner
 from specreg.registry.store import Registry
 from specreg.schemas.audit import Policy
-from specreg.schemas.bench import BenchSettings
+from specreg.schemas.bench_settings import BenchSettings
 
 POLICY = Policy.model_validate(
     {

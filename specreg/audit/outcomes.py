@@ -11,11 +11,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specreg.audit import gates
-from specreg.schemas.audit import ConditionDigest, ConditionOutcome, GateResult, Policy, RunDigest, StratumRow
+from specreg.schemas.audit import (
+    ConditionDigest,
+    ConditionOutcome,
+    GateName,
+    GateResult,
+    Policy,
+    RunDigest,
+    StratumRow,
+)
 from specreg.schemas.bench import ALL_STRATA
 from specreg.schemas.registry import PairRecord
 
-CONDITION_GATES = ("evidence", "equivalence", "speed", "memory")
+CONDITION_GATES: tuple[GateName, ...] = ("evidence", "equivalence", "speed", "memory")
 
 
 @dataclass

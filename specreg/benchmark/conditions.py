@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from specreg.benchmark.bundled_server import NGRAM_FLAGS
 from specreg.errors import UsageError
-from specreg.schemas.bench import BASELINE, ConditionSpec, Order, ScheduleSlot
+from specreg.schemas.bench import BASELINE, ConditionSpec, ScheduleSlot
+from specreg.schemas.bench_settings import Order
 from specreg.schemas.checks import DRAFT_METHODS
 
 DEFAULT_SELF_METHODS = ("ngram-simple", "ngram-mod")

@@ -25,24 +25,22 @@ from specreg.benchmark import expect as expect_mod
 from specreg.benchmark.client import Completion, LlamaClient
 from specreg.benchmark.conditions import ServerOptions, refusal_lines, server_args
 from specreg.benchmark.launcher import ServerCommand, ServerProcess, launch, tail_text
-from specreg.benchmark.memory import GpuProbe, MemorySampler
-from specreg.benchmark.metrics import parse_metrics, spec_counters, spec_only
+from specreg.benchmark.memory import GpuProbe, MemorySampler, higher_peak
+from specreg.benchmark.metrics import add_counters, parse_metrics, spec_counters, spec_only
 from specreg.benchmark.runstore import RunStore, now
 from specreg.benchmark.summary import compare_outputs
+from specreg.benchmark.warmup import warm_up
 from specreg.benchmark.workloads import Workload, content_sha256
 from specreg.errors import ServerError, ServerStartError
 from specreg.schemas.bench import (
     BASELINE,
-    BenchSettings,
     ConditionRun,
-    MemoryObservation,
     PromptInfo,
     RequestRow,
     RunInfo,
-    SpecCounters,
-    WarmupRecord,
     WorkloadItem,
 )
+from specreg.schemas.bench_settings import BenchSettings
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -181,52 +179,6 @@ def run_condition(
         ctx.observer.condition_done(cond)
 
 
-def _warm_up(ctx: RunContext, client: LlamaClient, round_no: int) -> WarmupRecord:
-    """Uncounted requests until two in a row agree within the tolerance (at most `warmup`)."""
-    o = ctx.opts
-    item = ctx.workload.items[0]
-    rec = WarmupRecord(round=round_no, tolerance=o.warmup_tolerance)
-    for _ in range(o.warmup):
-        c = client.complete(
-            item,
-            max_tokens=min(32, o.max_tokens or item.max_tokens),
-            seed=o.seed,
-            timeout_s=min(o.request_timeout_s, max(1.0, ctx.remaining())),
-        )
-        if not c.ok or c.total_ms is None:
-            break  # a dead server shows up right after
-        rec.latencies_ms.append(round(c.total_ms, 3))
-        if len(rec.latencies_ms) >= 2:
-            a, b = rec.latencies_ms[-2:]
-            rec.steady = abs(a - b) <= o.warmup_tolerance * max(a, b)
-            if rec.steady:
-                break
-    return rec
-
-
-def _add_counters(a: SpecCounters | None, b: SpecCounters | None) -> SpecCounters | None:
-    if a is None or b is None:
-        return b if a is None else a
-    pos = dict(a.per_position)
-    for k, v in b.per_position.items():
-        pos[k] = pos.get(k, 0) + v
-    return SpecCounters(
-        drafted=a.drafted + b.drafted,
-        accepted=a.accepted + b.accepted,
-        steps=a.steps + b.steps,
-        per_position=dict(sorted(pos.items())),
-    )
-
-
-def _peak_memory(a: MemoryObservation | None, b: MemoryObservation) -> MemoryObservation:
-    """The higher peak of two server starts of one condition."""
-    if a is None:
-        return b
-    rss = max(a.peak_rss_bytes or 0, b.peak_rss_bytes or 0) or None
-    gpu = b.gpu if (b.gpu.peak_vram_bytes or 0) >= (a.gpu.peak_vram_bytes or 0) else a.gpu
-    return MemoryObservation(peak_rss_bytes=rss, samples=a.samples + b.samples, gpu=gpu)
-
-
 def _measure(
     ctx: RunContext, cond: ConditionRun, server: ServerProcess, client: LlamaClient, reps: list[int], round_no: int
 ) -> None:
@@ -235,7 +187,7 @@ def _measure(
         ctx.store.add_prompts(ctx.run_id, [_prompt_info(client, it, o.max_tokens) for it in ctx.workload.items])
         ctx.prompts_stored = True
     if o.warmup:
-        cond.warmup.append(_warm_up(ctx, client, round_no))
+        cond.warmup.append(warm_up(client, ctx.workload.items[0], o, round_no, ctx.remaining))
     if not server.alive():
         _fail(cond, f"server exited (code {server.proc.returncode}) during warm-up", _errors(server.log_path))
         return
@@ -243,11 +195,11 @@ def _measure(
     sampler = MemorySampler(server.pids, ctx.gpu)
     with sampler:
         _requests(ctx, cond, server, client, reps)
-    cond.memory = _peak_memory(cond.memory, sampler.result())
+    cond.memory = higher_peak(cond.memory, sampler.result())
     if server.alive() and cond.status == "running":
         after = parse_metrics(client.metrics_text())
         cond.metrics_before, cond.metrics_after = spec_only(before), spec_only(after)
-        cond.counters = _add_counters(cond.counters, spec_counters(before, after))
+        cond.counters = add_counters(cond.counters, spec_counters(before, after))
 
 
 def _requests(ctx: RunContext, cond: ConditionRun, server: ServerProcess, client: LlamaClient, reps: list[int]) -> None:

@@ -31,7 +31,6 @@ from specreg.registry.hashing import sha256_file
 from specreg.schemas.bench import (
     ArtifactRef,
     BenchRun,
-    BenchSettings,
     ConditionRun,
     DraftInfo,
     ObservationSettings,
@@ -41,6 +40,7 @@ from specreg.schemas.bench import (
     RuntimeInfo,
     ScheduleSlot,
 )
+from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.registry import ArtifactRecord, PairRecord
 
 if TYPE_CHECKING:

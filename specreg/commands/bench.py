@@ -153,7 +153,7 @@ def admitted(
     from specreg.benchmark.conditions import parse_ngram_options
     from specreg.benchmark.runner import Runner
     from specreg.commands._bench_view import ProgressView, show_run
-    from specreg.schemas.bench import BenchSettings
+    from specreg.schemas.bench_settings import BenchSettings
 
     opts = BenchSettings.from_options(
         methods=_split(methods),

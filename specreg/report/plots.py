@@ -12,10 +12,14 @@ import io
 import math
 import re
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from specreg.schemas.audit import RunDigest, StratumRow
 from specreg.schemas.bench import ALL_STRATA
 from specreg.text import escape_control
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 PALETTE = ("#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bbbbbb")
 
@@ -94,7 +98,7 @@ def speedup_plot(run: RunDigest, concurrency: int | None = None, min_speedup: fl
     return None if fig is None else _svg(fig)
 
 
-def speedup_figure(run: RunDigest, concurrency: int | None = None, min_speedup: float | None = None):  # type: ignore[no-untyped-def]
+def speedup_figure(run: RunDigest, concurrency: int | None = None, min_speedup: float | None = None) -> Figure | None:
     """The speed-up figure itself. A condition without a speed-up (it failed) gets no bar, only the
     word "failed" where the bar would be: a failed condition is never drawn as a slow or fast result.
     """

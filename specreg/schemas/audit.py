@@ -12,7 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from specreg.schemas.bench import DEFAULT_REPEAT, Difference
+from specreg.schemas.bench import Difference
+from specreg.schemas.bench_settings import DEFAULT_REPEAT
 
 GateName = Literal["integrity", "verdict", "evidence", "equivalence", "speed", "memory", "licence", "rollback"]
 GATES: tuple[str, ...] = ("integrity", "verdict", "evidence", "equivalence", "speed", "memory", "licence", "rollback")
