@@ -70,9 +70,9 @@ def _decisions(report: AuditReport, detail: bool) -> None:
     if detail:
         from specreg.benchmark.statistics import interval_text
 
-        dec = Table(title="deploy per stratum and concurrency (best passing condition, else none)")
-        for col in ("target", "stratum", "conc.", "deploy", "draft max", "speed-up [95% CI]"):
-            dec.add_column(col)
+        dec = Table(title="deploy per stratum and concurrency: best passing condition, speed-up [95% CI]")
+        for col in ("target", "stratum", "conc", "deploy", "draft", "speed-up"):
+            dec.add_column(col, no_wrap=col in ("conc", "draft", "speed-up"))
         for d in report.decisions:
             dec.add_row(
                 safe(d.target_name or d.target_sha256[:12]),
