@@ -18,6 +18,7 @@ from pathlib import Path
 from specreg.errors import SpecregError
 from specreg.schemas.audit import AuditReport
 from specreg.schemas.bench import BenchRun
+from specreg.schemas.bench_settings import BenchSettings
 from specreg.testing import ModelSpec, write_model
 from specreg.testing.factory import SMALL_NOISE
 
@@ -65,7 +66,7 @@ WORKLOAD = (
     )
     + "\n"
 )
-REPEAT = 2
+REPEAT = 3
 # The build's n-gram defaults (ngram-simple size-n 12, ngram-mod n-min 48) need longer outputs
 # than a demo can afford; short windows let them draft on the tiny models' repetitive output.
 NGRAM = {
@@ -146,7 +147,7 @@ def run_demo(folder: Path = DEFAULT_DIR, db: Path | None = None, say: Callable[[
     """Write, register, check, benchmark, audit and report; returns what happened."""
     from specreg.audit.policy import example_policy_text, load_policy
     from specreg.audit.run import run_audit
-    from specreg.benchmark.runner import BenchOptions, Runner
+    from specreg.benchmark.runner import Runner
     from specreg.registry.checking import check_and_record
     from specreg.registry.provenance import register
     from specreg.registry.store import Registry
@@ -193,7 +194,7 @@ def run_demo(folder: Path = DEFAULT_DIR, db: Path | None = None, say: Callable[[
             f"4/5 benchmarking admitted pair(s) {admitted} with the bundled llama.cpp server "
             f"({REPEAT} repetitions; none, ngram-simple, ngram-mod, draft-simple)"
         )
-        opts = BenchOptions(
+        opts = BenchSettings(
             workload=str(workload),
             repeat=REPEAT,
             ctx_size=512,

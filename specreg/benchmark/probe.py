@@ -22,12 +22,13 @@ from specreg.benchmark.metrics import parse_metrics, spec_counters
 from specreg.benchmark.serverlog import abort_lines, head_text, last_lines, refusal_lines, tail_text
 from specreg.errors import ServerError, ServerStartError
 from specreg.schemas.bench import ConditionSpec, WorkloadItem
-from specreg.schemas.checks import DRAFT_METHODS, CheckResult
+from specreg.schemas.checks import CheckResult
+from specreg.schemas.methods import DRAFT_METHODS, Method
 
 ProbeStatus = Literal["drafted", "not_drafted", "inconclusive", "refused", "load_failed", "crashed", "failed"]
 FAILED: frozenset[str] = frozenset({"not_drafted", "refused", "load_failed", "crashed", "failed"})
 # A draft model (or MTP head) drafts on every step; n-gram methods only once the text repeats itself.
-_ALWAYS_DRAFTS = DRAFT_METHODS | {"draft-mtp"}
+_ALWAYS_DRAFTS: frozenset[str] = DRAFT_METHODS | {Method.DRAFT_MTP}
 # Repetitive text, so that n-gram methods find something to draft from within a few tokens.
 PROMPT = WorkloadItem(
     id="probe",
