@@ -50,9 +50,7 @@ _IDENT = re.compile(r"[A-Za-z_]\w*")
 _ESCAPE = re.compile(r"\\(?:\\|(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|N\{[^}]*\}|[0-7]{1,3}))")
 
 _URL_CHARS = "[^\\s'\"<>{}|\\\\^`\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff\U000e0000-\U000e007f]"
-_URL = re.compile(
-    rf"\b(?:https?|ftp|file)://{_URL_CHARS}+|\bwww\.[A-Za-z0-9-]+\.[A-Za-z]{{2,}}{_URL_CHARS}*", re.I
-)
+_URL = re.compile(rf"\b(?:https?|ftp|file)://{_URL_CHARS}+|\bwww\.[A-Za-z0-9-]+\.[A-Za-z]{{2,}}{_URL_CHARS}*", re.I)
 _EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")
 # Phrases that address the model against its user or its instructions; a default system prompt
 # ("You are a helpful assistant", tool-use rules) does not match.
