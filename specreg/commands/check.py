@@ -44,7 +44,9 @@ def _open(reg: Registry, arg: str) -> tuple[ArtifactRecord, GGUFFile]:
 
     rec = reg.resolve(arg)
     path = arg if os.path.exists(arg) else reg.locate(rec.sha256)  # locate: a path verified to hold it
-    return rec, open_gguf(path)
+    gf = open_gguf(path)
+    gf.sha256 = rec.sha256
+    return rec, gf
 
 
 def _evidence(c: CheckResult) -> str:

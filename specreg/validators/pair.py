@@ -74,6 +74,8 @@ def check_pair(
             common.context_length(t, d),
             common.arch_family(t, d),
         ]
+        same = common.draft_identical(t, d)
+        checks += [same] if same else []
     if strict:
         checks = [c.model_copy(update={"severity": "error"}) if c.severity == "warn" else c for c in checks]
     return checks
