@@ -10,8 +10,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -59,7 +58,8 @@ WORKLOAD = (
             '    return x\\n\\ndef add(x):\\n    x = x + 1\\n    return x\\n\\ndef add("}',
             '{"id": "yaml-list", "stratum": "repetitive", "max_tokens": 48, "prompt": "name: a\\nkey: b\\nname: a\\n'
             'key: b\\nname: a\\nkey:"}',
-            '{"id": "chat-what", "stratum": "chat", "max_tokens": 48, "prompt": "Question: what is a draft model?\\nAnswer:"}',
+            '{"id": "chat-what", "stratum": "chat", "max_tokens": 48, '
+            '"prompt": "Question: what is a draft model?\\nAnswer:"}',
             '{"id": "chat-why", "stratum": "chat", "max_tokens": 48, "prompt": "Why test a server before production?"}',
         ]
     )
@@ -113,21 +113,7 @@ def _write_text_if_changed(path: Path, text: str) -> Path:
     return path
 
 
-@contextmanager
-def _run_logs_in(folder: Path) -> Iterator[None]:
-    """Server logs of the demo's runs go to DIR/runs (the runner writes under SPECREG_HOME)."""
-    old = os.environ.get("SPECREG_HOME")
-    os.environ["SPECREG_HOME"] = str(folder)
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("SPECREG_HOME", None)
-        else:
-            os.environ["SPECREG_HOME"] = old
-
-
-def _check_not_broken(run: BenchRun, folder: Path) -> None:
+def _check_not_broken(run: BenchRun) -> None:
     """The baseline and the compatible draft must have run: if not, the pipeline broke.
 
     An n-gram condition that drafted nothing is a measured outcome (the audit fails it), but a
@@ -138,7 +124,7 @@ def _check_not_broken(run: BenchRun, folder: Path) -> None:
         why = "; ".join(f"{c.spec.name}: {c.failure}" for c in bad) or run.info.status_reason or run.info.status
         raise SpecregError(
             f"demo benchmark run {run.info.run_id} did not run: {why}",
-            hint=f"server logs: {folder / 'runs' / run.info.run_id}",
+            hint=f"server logs: {run.info.run_dir}",
         )
 
 
@@ -211,8 +197,7 @@ def run_demo(folder: Path = DEFAULT_DIR, db: Path | None = None, say: Callable[[
             request_timeout_s=60,
             run_timeout_s=300,
         )
-        with _run_logs_in(folder):
-            runs = Runner(reg, opts).bench(admitted)
+        runs = Runner(reg, opts).bench(admitted)  # server logs go beside the registry: DB_FOLDER/runs
         for run in runs:
             result.run_ids.append(run.info.run_id)
             say(
@@ -220,7 +205,7 @@ def run_demo(folder: Path = DEFAULT_DIR, db: Path | None = None, say: Callable[[
                 + (f" ({run.info.status_reason})" if run.info.status_reason else "")
             )
         for run in runs:
-            _check_not_broken(run, folder)
+            _check_not_broken(run)
         say(f"5/5 auditing with {policy_path}")
         policy, source = load_policy(policy_path)
         result.audit = run_audit(reg, policy, source, pair_ids=audited)

@@ -24,7 +24,6 @@ from specreg.benchmark.runtime import hardware_info, runtime_info
 from specreg.benchmark.summary import summarize
 from specreg.benchmark.workloads import Workload, load_workload
 from specreg.errors import ArtifactChanged, NotAdmitted, SpecregError, UsageError
-from specreg.paths import data_dir
 from specreg.registry.hashing import sha256_file
 from specreg.schemas.bench import (
     ArtifactRef,
@@ -204,7 +203,7 @@ class Runner:
             for s in (specs or self._plan(pair))
         ]
         run_id = new_run_id()
-        run_dir = data_dir() / "runs" / run_id
+        run_dir = self.reg.path.parent / "runs" / run_id  # logs live beside the registry that records the run
         run_dir.mkdir(parents=True, exist_ok=True)
         manifest = self._manifest(pair, target, target_path, draft, draft_path)
         info = RunInfo(

@@ -48,7 +48,9 @@ def demo_cmd(
     console.print(f"report:   {safe(result.report)}", soft_wrap=True)
     console.print(f"registry: {safe(result.db)}", soft_wrap=True)
     console.print(f"models:   {safe(result.folder / 'models')}", soft_wrap=True)
-    console.print(f"logs:     {safe(result.folder / 'runs')} (one llama.cpp server log per condition)", soft_wrap=True)
+    console.print(
+        f"logs:     {safe(result.db.parent / 'runs')} (one llama.cpp server log per condition)", soft_wrap=True
+    )
     console.print(
         f"done in {result.seconds:.1f} s; try: specreg --db {safe(result.db)} audit "
         f"--policy {safe(result.folder / 'policy.toml')}",
