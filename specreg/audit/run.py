@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 
 from specreg.audit import gates
 from specreg.audit.decisions import decide
+from specreg.audit.deploy import try_server_argv
 from specreg.audit.evidence import hardware_identity, load_digest, load_digests, runtime_identity
 from specreg.benchmark.run_index import RunHead, RunIndex, runs_for_pair
 from specreg.errors import SpecregError
@@ -186,6 +187,7 @@ def audit_pair(
         results += [GateResult(gate=g, passed=False, message=why) for g in ("equivalence", "speed", "memory")]
     results.append(gates.licence_gate([(role, facts.record(sha)) for role, sha in roles], policy.licence))
     rollback, command = gates.rollback_gate(run, facts.record(pair.target_sha256).paths)
+    request = head.manifest.request if head and head.manifest else None
     results.append(rollback)
     order = {
         "integrity": 0,
@@ -209,8 +211,9 @@ def audit_pair(
         gates=results,
         run_id=run.run_id if run else None,
         condition=cond.label if cond else None,
-        rollback_command=command,
-        speculative_command=cond.command if cond else None,
+        # what a team runs: llama-server's own argv (no wrapper, no benchmark port), as `specreg deploy` prints it
+        rollback_command=try_server_argv(command, request),
+        speculative_command=try_server_argv(cond.command if cond else None, request),
     ), run
 
 

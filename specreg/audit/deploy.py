@@ -1,0 +1,264 @@
+"""The pinned `llama-server` command for an audited condition, its rollback and how to verify the models.
+
+Built from the server argv the benchmark recorded (what was measured), read back through the
+bundled server's own flag parser and written out for the real program: `llama-server` (or the
+user's binary), never specreg's wrapper, without the benchmark's loopback host, temporary port
+and log level. Sampling defaults are pinned as the requests were made (greedy, the run's seed),
+because the equivalence and speed gates only vouch for those. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+from typing import NoReturn
+
+from specreg.audit.decisions import PAIR_LEVEL
+from specreg.benchmark.bundled_server import NGRAM_FLAGS, build_parser, ngram_dest
+from specreg.errors import SpecregError
+from specreg.schemas.audit import AuditReport, DeployCommand, GateResult, PairAudit, RunDigest, StratumRow
+from specreg.schemas.bench import ALL_STRATA, RequestSettings
+
+PROGRAM = "llama-server"
+BUNDLED_MODULE = "specreg.benchmark.bundled_server"
+_FLAG = re.compile(r"--?[A-Za-z]")  # a flag, not a negative number
+
+
+def _bundled(command: list[str]) -> bool:
+    """`python -m specreg.benchmark.bundled_server ...`: how the runner starts the bundled server."""
+    return len(command) >= 3 and command[1] == "-m" and command[2] == BUNDLED_MODULE
+
+
+def recorded_flags(command: list[str]) -> list[str]:
+    """The llama-server flags of a recorded server command: without the program or the bundled wrapper."""
+    return command[3:] if _bundled(command) else command[1:]
+
+
+def recorded_program(command: list[str]) -> str:
+    """The program a run used: the user's binary as recorded, or `llama-server` for the bundled wrapper."""
+    if not command or _bundled(command) or command[0].endswith("specreg-llama-server"):
+        return PROGRAM
+    return command[0]
+
+
+def _parse(flags: list[str]) -> argparse.Namespace:
+    parser = build_parser()
+
+    def fail(message: str) -> NoReturn:
+        raise SpecregError(f"the recorded server command cannot be read: {message}")
+
+    parser.error = fail  # type: ignore[method-assign]  # argparse would print and exit the process
+    ns, extra = parser.parse_known_args(flags)
+    if extra:
+        fail(f"unknown flags {' '.join(extra)}")
+    if not ns.model:
+        fail("no -m/--model")
+    return ns
+
+
+def server_argv(
+    command: list[str], *, program: str = PROGRAM, request: RequestSettings | None = None, port: int | None = None
+) -> list[str]:
+    """The llama-server argv of a recorded condition, in a fixed order; raises SpecregError if unreadable."""
+    ns = _parse(recorded_flags(command))
+    argv = [program, "-m", ns.model]
+    if ns.draft:
+        argv += ["-md", ns.draft]
+    argv += ["--spec-type", ns.spec_type]
+    if ns.draft_n_max is not None:
+        argv += ["--spec-draft-n-max", str(ns.draft_n_max)]
+    if ns.draft_n_min is not None:
+        argv += ["--spec-draft-n-min", str(ns.draft_n_min)]
+    for flag in sorted(NGRAM_FLAGS):
+        value = getattr(ns, ngram_dest(flag))
+        if value is not None:
+            argv += [flag, str(value)]
+    argv += ["-c", str(ns.ctx_size), "-np", str(ns.parallel)]
+    if ns.threads is not None:
+        argv += ["-t", str(ns.threads)]
+    if ns.ngl is not None:
+        argv += ["-ngl", str(ns.ngl)]
+    if ns.ngld is not None:
+        argv += ["-ngld", str(ns.ngld)]
+    if ns.seed is not None:
+        argv += ["--seed", str(ns.seed)]
+    temp = request.temperature if request else (ns.temp if ns.temp is not None else 0.0)
+    argv += ["--temp", f"{temp:g}"]
+    top_k = request.top_k if request else ns.top_k
+    top_p = request.top_p if request else ns.top_p
+    if top_k is not None:
+        argv += ["--top-k", str(top_k)]
+    if top_p is not None:
+        argv += ["--top-p", f"{top_p:g}"]
+    if ns.metrics:
+        argv.append("--metrics")  # measured with it; llama.cpp's /metrics shows acceptance in production
+    if port is not None:
+        argv += ["--port", str(port)]
+    return argv
+
+
+def try_server_argv(command: list[str] | None, request: RequestSettings | None) -> list[str] | None:
+    """`server_argv` for reports: None when nothing (readable) was recorded."""
+    if not command:
+        return None
+    try:
+        return server_argv(command, program=recorded_program(command), request=request)
+    except SpecregError:
+        return None
+
+
+def model_paths(argv: list[str]) -> dict[str, str]:
+    """{"target": path, "draft": path} of a llama-server argv (draft only when it has -md)."""
+    out: dict[str, str] = {}
+    for flag, role in (("-m", "target"), ("-md", "draft")):
+        if flag in argv[1:]:
+            out[role] = argv[argv.index(flag, 1) + 1]
+    return out
+
+
+def pinned_sha256(argv: list[str], target_sha256: str, draft_sha256: str | None) -> dict[str, str]:
+    """Each model path of the argv -> the SHA-256 the registry (and the audit's integrity gate) pinned."""
+    paths = model_paths(argv)
+    out = {paths["target"]: target_sha256}
+    if "draft" in paths and draft_sha256:
+        out[paths["draft"]] = draft_sha256
+    return out
+
+
+def verify_command(sha256: dict[str, str]) -> str:
+    """One shell line that checks every model file: `printf '%s\\n' 'SHA  PATH' ... | sha256sum -c`."""
+    lines = " ".join(shlex.quote(f"{sha}  {path}") for path, sha in sha256.items())
+    return f"printf '%s\\n' {lines} | sha256sum -c"
+
+
+def verify_lines(sha256: dict[str, str], indent: str = "  ") -> list[str]:
+    """`verify_command` laid out one file per line with ` \\` continuations (the same shell command)."""
+    quoted = [shlex.quote(f"{sha}  {path}") for path, sha in sha256.items()]
+    lines = [f"{indent}printf '%s\\n' \\"]
+    lines += [f"{indent}    {q} \\" for q in quoted[:-1]]
+    lines.append(f"{indent}    {quoted[-1]} | sha256sum -c")
+    return lines
+
+
+def _row(run: RunDigest, condition: str, stratum: str, conc: int) -> StratumRow | None:
+    return next(
+        (r for r in run.strata if r.condition == condition and r.stratum == stratum and r.concurrency == conc), None
+    )
+
+
+def _judged_concurrency(report: AuditReport, run: RunDigest) -> int | None:
+    """The concurrency the speed gates judged (the policy's, else the run's lowest), as `audit_pair` does."""
+    levels = sorted({r.concurrency for r in run.strata})
+    wanted = report.policy.speed.concurrency
+    if wanted is not None:
+        return wanted if wanted in levels else None
+    return levels[0] if levels else None
+
+
+def _failures(pa: PairAudit, stratum: str | None) -> list[GateResult]:
+    """The gates that stop this pair (in this stratum: the pair-wide gates and this stratum's own)."""
+    if stratum is None:
+        return [g for g in pa.gates if not g.passed]
+    return [
+        g
+        for g in pa.gates
+        if (g.gate in PAIR_LEVEL and not g.passed) or (g.gate not in PAIR_LEVEL and not g.strata.get(stratum, False))
+    ]
+
+
+def plan_deploy(
+    report: AuditReport,
+    pair_id: int,
+    *,
+    stratum: str | None = None,
+    concurrency: int | None = None,
+    program: str | None = None,
+    port: int | None = None,
+    request: RequestSettings | None = None,
+) -> DeployCommand:
+    """The command for `pair_id`'s audited condition, or a refusal naming the failing gates.
+
+    `program` None: the binary the run used when it was the user's own, else `llama-server`.
+    Raises SpecregError when the audit does not hold the pair or the stratum at all.
+    """
+    pa = next((p for p in report.pairs if p.pair_id == pair_id), None)
+    if pa is None:
+        raise SpecregError(f"pair {pair_id} is not in this audit")
+    out = DeployCommand(pair_id=pa.pair_id, method=pa.method, deployable=False, run_id=pa.run_id, stratum=stratum)
+    run = next((r for r in report.runs if r.run_id == pa.run_id), None)
+    cond = next((c for c in run.conditions if c.label == pa.condition), None) if run else None
+    if run is not None and stratum is not None:
+        measured = sorted({r.stratum for r in run.strata if r.stratum != ALL_STRATA})
+        if stratum not in measured:
+            raise SpecregError(
+                f"stratum {stratum!r} was not measured in run {run.run_id}",
+                hint=f"measured: {', '.join(measured) or 'none'}",
+            )
+    base = run.baseline() if run else None
+    if base is not None and base.command:
+        prog = program or recorded_program(base.command)
+        out.rollback_argv = server_argv(base.command, program=prog, request=request, port=port)
+    failed = _failures(pa, stratum)
+    judged = _judged_concurrency(report, run) if run else None
+    conc = judged if concurrency is None else concurrency
+    out.concurrency = conc
+    if run is not None and cond is not None and conc is not None:
+        out.condition = cond.label
+        row = _row(run, cond.label, stratum or ALL_STRATA, conc)
+        if row is not None:
+            out.speedup = row.speedup
+            ci = getattr(row, "speedup_ci95", None)  # present once the run summaries carry intervals
+            out.speedup_ci95 = [float(x) for x in ci] if ci else None
+        if concurrency is not None and concurrency != judged:
+            levels = sorted({r.concurrency for r in run.strata})
+            if concurrency not in levels:
+                why = f"concurrency {concurrency} was not measured (measured: {', '.join(map(str, levels))})"
+            else:
+                why = (
+                    f"concurrency {concurrency} was measured but the audit judged {judged}: "
+                    f"audit with [speed] concurrency = {concurrency} in the policy"
+                )
+            failed.append(GateResult(gate="speed", passed=False, message=why))
+    decision = next((d for d in report.decisions if d.stratum == stratum and d.target_sha256 == pa.target_sha256), None)
+    if decision is not None and decision.pair_id not in (None, pa.pair_id):
+        out.notes.append(
+            f"the audit's choice for {stratum} is {decision.choice}"
+            + (f" (speed-up {decision.speedup:.2f}x)" if decision.speedup is not None else "")
+        )
+    out.failed_gates = failed
+    if failed or cond is None or not cond.command:
+        if not failed:
+            out.failed_gates = [GateResult(gate="evidence", passed=False, message="no measured condition to deploy")]
+        return out
+    out.argv = server_argv(cond.command, program=program or recorded_program(cond.command), request=request, port=port)
+    out.sha256 = pinned_sha256(out.argv, pa.target_sha256, pa.draft_sha256)
+    out.verify = verify_command(out.sha256)
+    out.deployable = True
+    return out
+
+
+def wrap_command(argv: list[str], width: int, indent: str = "  ") -> list[str]:
+    """A shell command as lines of at most `width` columns, joined by ` \\` continuations (copy-pastable).
+
+    A flag stays on the line of its value; a single word longer than the width gets a line of its own.
+    """
+    words: list[str] = []
+    i = 0
+    while i < len(argv):
+        word = shlex.quote(argv[i])
+        if argv[i].startswith("-") and i + 1 < len(argv) and not _FLAG.match(argv[i + 1]):
+            word += " " + shlex.quote(argv[i + 1])
+            i += 1
+        words.append(word)
+        i += 1
+    lines: list[str] = []
+    line = indent + words[0] if words else indent
+    for word in words[1:]:
+        if len(line) + 1 + len(word) + 2 <= width:
+            line += " " + word
+        else:
+            lines.append(line + " \\")
+            line = indent + "    " + word
+    lines.append(line)
+    return lines
