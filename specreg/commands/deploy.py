@@ -103,10 +103,10 @@ def _show(plan: DeployCommand, policy_source: str) -> None:
 
     width = max(40, min(console.width, 120))
     head = f"pair {plan.pair_id} {plan.method}"
-    evidence = f"evidence: {f'run {plan.run_id}' if plan.run_id else 'no run'}; policy: {policy_source}"
+    evidence = [f"evidence: {f'run {plan.run_id}' if plan.run_id else 'no run'}", f"policy: {policy_source}"]
     if not plan.deployable:
         console.print(f"{head}: [red]not deployable[/], the audit fails")
-        console.print(safe(evidence))
+        _lines(evidence)
         for g in plan.failed_gates:
             console.print(f"  {g.gate}: {safe(g.message)}")  # wrapped at words: gate messages are long
         for note in plan.notes:
@@ -116,7 +116,7 @@ def _show(plan: DeployCommand, policy_source: str) -> None:
             _lines(wrap_command(plan.rollback_argv, width))
         return
     console.print(f"{head}: [green]deployable[/]")
-    console.print(safe(evidence))
+    _lines(evidence)
     console.print(_speedup(plan))
     for note in plan.notes:
         console.print(f"note: {safe(note)}")
