@@ -165,10 +165,10 @@ def run_demo(
     from specreg.audit.policy import example_policy_text, load_policy
     from specreg.audit.run import run_audit
     from specreg.benchmark.runner import BenchOptions, Runner
-    from specreg.gguf.reader import open_gguf
+    from specreg.registry.checking import check_and_record
+    from specreg.registry.provenance import register
     from specreg.registry.store import Registry
     from specreg.report.write import write_audit_report
-    from specreg.validators.pair import check_pair, verdict
     from specreg.validators.ruleset import load_rule_set
 
     t0 = time.monotonic()
@@ -183,26 +183,15 @@ def run_demo(
     rules = load_rule_set()
     with Registry(result.db, show_progress=False) as reg:
         say(f"2/5 registering {len(result.models)} artifacts (licence {LICENCE}) in {result.db}")
-        recs = {k: reg.add_artifact(p, license=LICENCE) for k, p in result.models.items()}
+        for p in result.models.values():
+            register(reg, p, license=LICENCE)
         say("3/5 checking pairs against " + rules.id)
-        target_file = open_gguf(result.models["target"])
-        target_file.sha256 = recs["target"].sha256
         admitted: list[int] = []  # pairs with a draft file: each gets a run
         audited: list[int] = []  # every admitted pair, n-gram ones included (measured in those runs)
         for draft_name, method, what in todo:
-            draft_file = open_gguf(result.models[draft_name]) if draft_name else None
-            if draft_file is not None and draft_name is not None:
-                draft_file.sha256 = recs[draft_name].sha256
-            checks = check_pair(target_file, draft_file, method, rule_set=rules)
-            v = verdict(
-                checks,
-                method=method,
-                target_sha256=recs["target"].sha256,
-                draft_sha256=recs[draft_name].sha256 if draft_name else None,
-                rule_set=rules,
-                strict=False,
-            )
-            pair_id = reg.record_verdict(v)
+            draft = result.models[draft_name] if draft_name else None
+            done = check_and_record(reg, result.models["target"], draft, method, rule_set=rules)
+            v, pair_id, checks = done.verdict, done.pair_id, done.verdict.checks
             errors = [f"{c.code}: {c.message}" for c in checks if c.severity == "error"]
             label = f"{method} target <- {draft_name or '(self)'}"
             result.verdicts.append((label, what, v.admitted, pair_id, errors))

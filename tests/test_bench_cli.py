@@ -12,7 +12,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from _bench_helpers import ITEMS, admit, db_rows, model, workload
+from _bench_helpers import ITEMS, admit, db_rows, workload
+from _registry_helpers import model
 
 from specreg.registry.store import Registry
 

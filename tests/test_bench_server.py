@@ -16,7 +16,8 @@ from types import SimpleNamespace
 import psutil
 import pytest
 import xllamacpp
-from _bench_helpers import ITEMS, NOISE, admit, db_rows, force_verdict, model, workload
+from _bench_helpers import ITEMS, NOISE, admit, db_rows, force_verdict, workload
+from _registry_helpers import model
 
 from specreg.benchmark.execute import Observer
 from specreg.benchmark.runner import BenchOptions, Runner
@@ -110,7 +111,7 @@ def test_run_record_manifest_rows_and_logs(proof: SimpleNamespace) -> None:
     assert m.runtime.kind == "bundled" and m.runtime.xllamacpp_version == xllamacpp.__version__
     assert len(m.runtime.sha256 or "") == 64 and "xllamacpp" in m.runtime.version_text
     assert m.runtime.spec_defaults["--spec-draft-n-max"] >= 1
-    assert m.target.sha256 == run.info.target_sha256 and m.target.licence["effective"] == "apache-2.0"
+    assert m.target.sha256 == run.info.target_sha256 and m.target.licence.effective == "apache-2.0"
     assert m.draft.artifact is not None and m.draft.artifact.sha256 == run.info.draft_sha256
     assert m.draft.compatibility and m.draft.pair_id == proof.p_same
     assert m.request.temperature == 0.0 and m.observation.warmup_requests == 1

@@ -206,7 +206,7 @@ def test_open_errors_name_the_path(tmp_path: Path) -> None:
     with pytest.raises(GGUFError, match="no such file") as exc:
         open_gguf(tmp_path / "missing.gguf")
     assert str(tmp_path / "missing.gguf") in str(exc.value)
-    with pytest.raises(GGUFError, match="is a directory|not a regular file"):
+    with pytest.raises(GGUFError, match=r"is a directory|not a regular file"):
         open_gguf(tmp_path)
     with pytest.raises(GGUFError, match="not a regular file"):
         open_gguf("/dev/null")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from _bench_helpers import admit, model, workload
+from _bench_helpers import admit, workload
+from _registry_helpers import model
 
 from specreg.benchmark.runner import BenchOptions, Runner
 from specreg.registry.store import Registry

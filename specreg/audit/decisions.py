@@ -6,11 +6,18 @@ that fails overall (one required stratum too slow) can still win the strata wher
 
 from __future__ import annotations
 
-from specreg.schemas.audit import NO_SPECULATION, Candidate, PairAudit, RunDigest, StratumDecision, StratumRow
+from specreg.schemas.audit import (
+    NO_SPECULATION,
+    PAIR_LEVEL_GATES,
+    PER_STRATUM_GATES,
+    Candidate,
+    GateName,
+    PairAudit,
+    RunDigest,
+    StratumDecision,
+    StratumRow,
+)
 from specreg.schemas.bench import ALL_STRATA
-
-# Gates a pair must pass everywhere; equivalence and speed are also judged per stratum.
-PAIR_LEVEL = ("integrity", "verdict", "evidence", "memory", "licence", "rollback")
 
 
 def decide(audits: list[PairAudit], runs: dict[str, RunDigest]) -> list[StratumDecision]:
@@ -31,12 +38,12 @@ def decide(audits: list[PairAudit], runs: dict[str, RunDigest]) -> list[StratumD
             if r.condition == a.condition
         }
         # what does not depend on the stratum, once per pair (5,000 pairs x 5 strata otherwise)
-        per_pair = []
+        per_pair: list[tuple[PairAudit, list[GateName], list[tuple[GateName, dict[str, bool]]]]] = []
         for a in group:
             gmap = {g.gate: g for g in a.gates}
-            failed = [g for g in PAIR_LEVEL if not (g in gmap and gmap[g].passed)]
-            local = [(g, gmap[g].strata if g in gmap else {}) for g in ("equivalence", "speed")]
-            per_pair.append((a, failed, local))
+            failed = [g for g in PAIR_LEVEL_GATES if not (g in gmap and gmap[g].passed)]
+            by_stratum = [(g, gmap[g].strata if g in gmap else {}) for g in PER_STRATUM_GATES]
+            per_pair.append((a, failed, by_stratum))
         for stratum in strata:
             cands: list[Candidate] = []
             for a, failed, local_strata in per_pair:
@@ -46,7 +53,7 @@ def decide(audits: list[PairAudit], runs: dict[str, RunDigest]) -> list[StratumD
                 if row is None:
                     reason = "not measured in this stratum"
                 elif failed or local:
-                    reason = "fails " + ", ".join(failed + [f"{g} here" for g in local])
+                    reason = "fails " + ", ".join([*failed, *(f"{g} here" for g in local)])
                 else:
                     reason = "passes every gate"
                 cands.append(

@@ -14,10 +14,17 @@ import re
 import shlex
 from typing import NoReturn
 
-from specreg.audit.decisions import PAIR_LEVEL
 from specreg.benchmark.bundled_server import NGRAM_FLAGS, build_parser, ngram_dest
 from specreg.errors import SpecregError
-from specreg.schemas.audit import AuditReport, DeployCommand, GateResult, PairAudit, RunDigest, StratumRow
+from specreg.schemas.audit import (
+    PAIR_LEVEL_GATES,
+    AuditReport,
+    DeployCommand,
+    GateResult,
+    PairAudit,
+    RunDigest,
+    StratumRow,
+)
 from specreg.schemas.bench import ALL_STRATA, RequestSettings
 
 PROGRAM = "llama-server"
@@ -163,7 +170,8 @@ def _failures(pa: PairAudit, stratum: str | None) -> list[GateResult]:
     return [
         g
         for g in pa.gates
-        if (g.gate in PAIR_LEVEL and not g.passed) or (g.gate not in PAIR_LEVEL and not g.strata.get(stratum, False))
+        if (g.gate in PAIR_LEVEL_GATES and not g.passed)
+        or (g.gate not in PAIR_LEVEL_GATES and not g.strata.get(stratum, False))
     ]
 
 

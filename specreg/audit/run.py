@@ -7,10 +7,7 @@ decide (exit 2); a failed gate is a result (exit 1).
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterable
 
 from specreg.audit import gates
 from specreg.audit.decisions import decide
@@ -18,8 +15,11 @@ from specreg.audit.deploy import try_server_argv
 from specreg.audit.evidence import hardware_identity, load_digest, load_digests, runtime_identity
 from specreg.benchmark.run_index import RunHead, RunIndex, runs_for_pair
 from specreg.errors import SpecregError
+from specreg.registry.db import now, paused_gc
 from specreg.registry.store import Registry
 from specreg.schemas.audit import (
+    GATES,
+    PER_STRATUM_GATES,
     AuditReport,
     ConditionDigest,
     GateResult,
@@ -27,11 +27,12 @@ from specreg.schemas.audit import (
     Policy,
     RunDigest,
 )
+from specreg.schemas.bench import RunStatus
 from specreg.schemas.registry import ArtifactRecord, PairRecord
 
 RunsFor = Callable[[Registry, PairRecord], list[RunHead]]
 # Runs that say nothing about the pair: still going, or stopped by a person or a crash of specreg.
-_NOT_EVIDENCE = ("running", "cancelled", "aborted")
+_NOT_EVIDENCE: tuple[RunStatus, ...] = ("running", "cancelled", "aborted")
 
 
 class _Facts:
@@ -69,26 +70,12 @@ class _Facts:
 
 def _recheck(reg: Registry, pair: PairRecord) -> PairRecord:
     """Check a stale pair again under the current rule set and record that verdict."""
-    from specreg.gguf.reader import open_gguf
-    from specreg.validators.pair import check_pair, verdict
+    from specreg.registry.checking import check_and_record
     from specreg.validators.ruleset import load_rule_set
 
     rules = load_rule_set(pair.rule_set.rsplit("/r", 1)[0])
-    target = open_gguf(reg.locate(pair.target_sha256))
-    target.sha256 = pair.target_sha256
-    draft = open_gguf(reg.locate(pair.draft_sha256)) if pair.draft_sha256 else None
-    if draft is not None:
-        draft.sha256 = pair.draft_sha256
-    checks = check_pair(target, draft, pair.method, rule_set=rules, strict=pair.strict)
-    v = verdict(
-        checks,
-        method=pair.method,
-        target_sha256=pair.target_sha256,
-        draft_sha256=pair.draft_sha256,
-        rule_set=rules,
-        strict=pair.strict,
-    )
-    return reg.get_pair(reg.record_verdict(v))
+    done = check_and_record(reg, pair.target_sha256, pair.draft_sha256, pair.method, rule_set=rules, strict=pair.strict)
+    return reg.get_pair(done.pair_id)
 
 
 def _verdict(facts: _Facts, pair: PairRecord, files_ok: bool) -> tuple[GateResult, PairRecord]:
@@ -184,22 +171,12 @@ def audit_pair(
         ]
     else:
         why = f"no evidence: {evidence.message}"
-        results += [GateResult(gate=g, passed=False, message=why) for g in ("equivalence", "speed", "memory")]
+        results += [GateResult(gate=g, passed=False, message=why) for g in (*PER_STRATUM_GATES, "memory")]
     results.append(gates.licence_gate([(role, facts.record(sha)) for role, sha in roles], policy.licence))
     rollback, command = gates.rollback_gate(run, facts.record(pair.target_sha256).paths)
     request = head.manifest.request if head and head.manifest else None
     results.append(rollback)
-    order = {
-        "integrity": 0,
-        "verdict": 1,
-        "evidence": 2,
-        "equivalence": 3,
-        "speed": 4,
-        "memory": 5,
-        "licence": 6,
-        "rollback": 7,
-    }
-    results.sort(key=lambda g: order[g.gate])
+    results.sort(key=lambda g: GATES.index(g.gate))
     return PairAudit(
         pair_id=pair.id,
         method=pair.method,
@@ -217,19 +194,6 @@ def audit_pair(
     ), run
 
 
-@contextmanager
-def _no_cyclic_gc() -> Iterator[None]:
-    """Pause the cyclic GC while the result is built: it holds ~100k acyclic pydantic objects for
-    5,000 pairs, and every gen-2 pass would walk all of them (measured: half the audit's time)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 def run_audit(
     reg: Registry,
     policy: Policy,
@@ -244,7 +208,7 @@ def run_audit(
 
     `spread=False` leaves out the per-request speed-up spread (p5-p95), which only reports show.
     """
-    with _no_cyclic_gc():
+    with paused_gc():  # ~100k acyclic pydantic objects for 5,000 pairs: see paused_gc
         return _run_audit(reg, policy, policy_source, pair_ids, rehash, spread, runs_for)
 
 
@@ -292,7 +256,7 @@ def _run_audit(
         if run is not None:
             runs[run.run_id] = run
     return AuditReport(
-        created_at=datetime.now(UTC),
+        created_at=now(),
         policy=policy,
         policy_source=policy_source,
         rule_set=load_rule_set(RULE_SET_DEFAULT).id,

@@ -1,9 +1,8 @@
-"""Which conditions a pair is benchmarked under, the server argv for each, and refusal detection.
+"""Which conditions a pair is benchmarked under, and the server argv for each.
 
 Step by step (PROTOCOL §3): the baseline `none` always runs (speed-up and output equivalence
 are measured against it), then the n-gram methods with the build's defaults, then the pair's
-admitted method. llama.cpp logs a draft it cannot use and keeps serving without it, so the log
-is searched for the lines that prove speculation never ran (PROTOCOL §8).
+admitted method. Whether speculation then ran is read from the server log (`serverlog`).
 """
 
 from __future__ import annotations
@@ -23,16 +22,6 @@ _NGRAM_PREFIX = {
     "--spec-ngram-map-k4v-": "ngram-map-k4v",
     "--spec-ngram-map-k-": "ngram-map-k",
 }
-# Log lines (from common/speculative.cpp and tools/server) that mean the draft was not used.
-REFUSAL_MARKERS = (
-    "vocabs are not compatible",
-    "must match target model to use speculation",
-    "failed to initialize speculative decoding",
-    "failed to load draft model",
-    "failed to create mtp context",
-    "speculative decoding not supported by this context",
-    "synthetic speculative acceptance is enabled",  # never ours: its output is not model output
-)
 
 
 @dataclass(frozen=True)
@@ -135,8 +124,3 @@ def server_args(cond: ConditionSpec, target_path: str, opts: ServerOptions) -> l
     if opts.gpu_layers is not None:
         args += ["-ngl", opts.gpu_layers]
     return args
-
-
-def refusal_lines(log_text: str) -> list[str]:
-    """The exact log lines showing the server refused or dropped speculation (empty: none)."""
-    return [ln.rstrip() for ln in log_text.splitlines() if any(m in ln.lower() for m in REFUSAL_MARKERS)]

@@ -18,20 +18,20 @@ from typing import TYPE_CHECKING
 
 from specreg.benchmark import expect as expect_mod
 from specreg.benchmark.client import Completion, LlamaClient
-from specreg.benchmark.conditions import ServerOptions, refusal_lines, server_args
-from specreg.benchmark.launcher import ServerCommand, ServerProcess, launch, tail_text
+from specreg.benchmark.conditions import ServerOptions, server_args
+from specreg.benchmark.launcher import ServerCommand, ServerProcess, launch
 from specreg.benchmark.memory import GpuProbe, MemorySampler
 from specreg.benchmark.metrics import parse_metrics, spec_counters, spec_only
-from specreg.benchmark.runstore import RunStore, now
+from specreg.benchmark.runstore import RunStore
+from specreg.benchmark.serverlog import error_lines, head_text, last_lines, refusal_lines, speculation_lines, tail_text
 from specreg.benchmark.summary import compare_outputs
 from specreg.benchmark.workloads import Workload, content_sha256
 from specreg.errors import ServerError, ServerStartError
+from specreg.registry.db import now
 from specreg.schemas.bench import BASELINE, ConditionRun, PromptInfo, RequestRow, RunInfo, WorkloadItem
 
 if TYPE_CHECKING:
     from specreg.benchmark.runner import BenchOptions
-
-LOG_SCAN_BYTES = 8 << 20
 
 
 class Observer:
@@ -297,23 +297,14 @@ def _prompt_info(client: LlamaClient, item: WorkloadItem, override: int | None) 
     )
 
 
-def _read_log(path: Path) -> str:
-    try:
-        with open(path, "rb") as f:
-            return f.read(LOG_SCAN_BYTES).decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
 def _errors(path: Path) -> list[str]:
-    lines = tail_text(path, 30).splitlines()
-    errs = [ln for ln in lines if " E " in ln or "error" in ln.lower() or "abort" in ln.lower()]
-    return errs or lines[-8:]
+    tail = tail_text(path, 30)
+    return error_lines(tail) or last_lines(tail, 8)
 
 
 def _judge(cond: ConditionRun, log_path: Path, rows: list[RequestRow]) -> None:
     """ok, or failed when speculation provably did not run (refused in the log, or 0 drafted)."""
-    refused = refusal_lines(_read_log(log_path))
+    refused = refusal_lines(head_text(log_path))
     if refused:
         _fail(cond, "speculation did not run: the server refused it (see log lines)", refused)
         return
@@ -324,12 +315,7 @@ def _judge(cond: ConditionRun, log_path: Path, rows: list[RequestRow]) -> None:
     if cond.spec.method != BASELINE:
         drafted = cond.counters.drafted if cond.counters else sum(r.draft_n or 0 for r in ok_rows)
         if not drafted:
-            spec_lines = [
-                ln
-                for ln in _read_log(log_path).splitlines()
-                if any(k in ln.lower() for k in ("specul", "draft", "ngram", "spec "))
-                and not ln.startswith(("#", "specreg-llama-server"))
-            ][:10]
+            spec_lines = speculation_lines(head_text(log_path))
             _fail(cond, f"speculation did not run: 0 tokens drafted over {len(ok_rows)} request(s)", spec_lines)
             return
     cond.status = "ok"

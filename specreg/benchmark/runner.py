@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import secrets
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,11 +18,12 @@ from specreg.benchmark import conditions as cond_mod
 from specreg.benchmark.execute import Observer, RunContext, run_condition
 from specreg.benchmark.launcher import ServerCommand, bundled_command, external_command
 from specreg.benchmark.memory import GpuProbe
-from specreg.benchmark.runstore import RunStore, now
+from specreg.benchmark.runstore import RunStore
 from specreg.benchmark.runtime import hardware_info, runtime_info
 from specreg.benchmark.summary import summarize
 from specreg.benchmark.workloads import Workload, load_workload
 from specreg.errors import ArtifactChanged, NotAdmitted, SpecregError, UsageError
+from specreg.registry.db import now
 from specreg.registry.hashing import sha256_file
 from specreg.schemas.bench import (
     ArtifactRef,
@@ -34,6 +34,7 @@ from specreg.schemas.bench import (
     RequestSettings,
     RunInfo,
     RunManifest,
+    RunStatus,
     RuntimeInfo,
 )
 from specreg.schemas.registry import ArtifactRecord, PairRecord
@@ -80,7 +81,7 @@ class BenchOptions:
 
 
 def new_run_id() -> str:
-    return datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+    return now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
 
 
 class Runner:
@@ -238,7 +239,8 @@ class Runner:
             workload=self.workload,
         )
         self.observer.run_started(info, conds, len(self.workload.items) * self.opts.repeat)
-        status, reason = "failed", "runner error"
+        status: RunStatus = "failed"
+        reason: str | None = "runner error"
         try:
             for c in conds:
                 if ctx.expired():
@@ -282,7 +284,7 @@ class Runner:
                 artifact=_ref(draft, draft_path) if draft and draft_path else None,
                 pair_id=pair.id,
                 rule_set=pair.rule_set,
-                compatibility=[c.model_dump(mode="json") for c in pair.checks],
+                compatibility=pair.checks,
                 draft_n_max=o.draft_n_max,
                 draft_n_min=o.draft_n_min,
             ),
@@ -349,5 +351,5 @@ def _ref(rec: ArtifactRecord, path: str) -> ArtifactRef:
         tokenizer_model=tok.model if tok else None,
         tokenizer_pre=tok.pre if tok else None,
         chat_template_sha256=tok.chat_template_sha256 if tok else None,
-        licence=rec.licence.model_dump(mode="json"),
+        licence=rec.licence,
     )

@@ -58,7 +58,7 @@ def parse_jsonl(text: str, source: str) -> list[WorkloadItem]:
             continue
         try:
             raw = json.loads(line)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             raise PolicyError(f"{source}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
         if not isinstance(raw, dict):
             raise PolicyError(f"{source}:{lineno}: expected a JSON object, got {type(raw).__name__}")

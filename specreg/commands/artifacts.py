@@ -9,18 +9,17 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from specreg.commands._common import Cell, JsonOpt, console, db_path, emit_json, err_console, print_listing, safe
-from specreg.errors import ArtifactNotFound
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry
     from specreg.schemas.registry import ArtifactRecord
 
 
-def _open_registry() -> Registry:
-    """Imported late: sqlite-utils is not needed by commands that never open the registry."""
+def _open_registry(*, create: bool = True) -> Registry:
+    """Imported late: commands that never open the registry do not pay for it."""
     from specreg.registry.store import Registry
 
-    return Registry(db_path())
+    return Registry(db_path(), create=create)
 
 
 def register_cmd(
@@ -39,23 +38,30 @@ def register_cmd(
     """Register GGUF files by SHA-256 (idempotent; the same bytes at a new path add the path).
 
     A file in the Hugging Face cache is recorded with its repo, commit, filename and model-card
-    licence. --verify also checks it against the hub (see docs: provenance).
+    licence. --verify also checks it against the hub. Each file is registered on its own: one that
+    fails is reported and the rest go on (exit 2 at the end, naming the failed files).
 
     Example: specreg register models/target-q4.gguf --license apache-2.0 --repo org/model --revision 3f2a9c1
     """
-    for f in files:  # fail on a typo before hashing anything
-        if not f.is_file():
-            raise ArtifactNotFound(f"{f}: no such file" if not f.exists() else f"{f}: not a regular file")
-    with _open_registry() as reg:
-        records: list[ArtifactRecord] = []
-        for f in files:
-            before = reg.hash_count
-            if verify:  # registry/provenance.py: hub LFS SHA-256 at the pinned commit, then add_artifact
-                from specreg.registry.provenance import verify as verify_on_hub
+    from specreg.errors import SpecregError
+    from specreg.registry import provenance
 
-                rec = verify_on_hub(reg, f, repo=repo, revision=revision, license=license)
-            else:
-                rec = reg.add_artifact(f, license=license, repo=repo, revision=revision, rehash=rehash)
+    records: list[ArtifactRecord] = []
+    failed: list[str] = []
+    with _open_registry() as reg:
+        for f in files:  # each file is its own registration: one bad file does not stop the rest
+            before = reg.hash_count
+            try:
+                if verify:  # registry/provenance.py: hub LFS SHA-256 at the pinned commit, then register
+                    rec = provenance.verify(reg, f, repo=repo, revision=revision, license=license)
+                else:
+                    rec = provenance.register(reg, f, license=license, repo=repo, revision=revision, rehash=rehash)
+            except SpecregError as exc:
+                if len(files) == 1:
+                    raise
+                failed.append(str(f))
+                err_console.print(f"[bold red]error:[/] {safe(str(exc))}", soft_wrap=True)
+                continue
             records.append(rec)
             if not json_out:
                 how = "hashed" if reg.hash_count > before else "known, not re-hashed"
@@ -69,6 +75,11 @@ def register_cmd(
                 )
     if json_out:
         emit_json(records)
+    if failed:
+        raise SpecregError(
+            f"{len(failed)} of {len(files)} files not registered: {', '.join(failed)}",
+            hint="the others are registered; fix or drop these and run the command again",
+        )
 
 
 def artifacts_cmd(json_out: JsonOpt = False) -> None:
@@ -76,7 +87,7 @@ def artifacts_cmd(json_out: JsonOpt = False) -> None:
 
     Example: specreg artifacts --json
     """
-    with _open_registry() as reg:
+    with _open_registry(create=False) as reg:
         recs = reg.artifacts(with_summary=False)
     if json_out:
         emit_json([r.model_dump(mode="json", exclude={"summary"}) for r in recs])

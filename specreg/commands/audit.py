@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 from pathlib import Path
 from typing import Annotated
 
@@ -35,13 +34,10 @@ def audit_cmd(
     # The result of 5,000 pairs is ~10^5 small acyclic objects: with the cyclic GC running, each
     # collection walks them all again, and re-enabling it while they are alive costs one more
     # full walk. So the GC stays off until the result has been printed and freed.
-    was = gc.isenabled()
-    gc.disable()
-    try:
+    from specreg.registry.db import paused_gc
+
+    with paused_gc():
         code = _audit(pair, policy, rehash, report, json_out)
-    finally:
-        if was:
-            gc.enable()
     raise typer.Exit(code)
 
 
@@ -56,7 +52,7 @@ def _audit(pair: list[int] | None, policy: Path | None, rehash: bool, report: Pa
         from specreg.report.write import check_report_path
 
         check_report_path(report)  # a bad report path fails before any work
-    with Registry(db_path()) as reg:
+    with Registry(db_path(), create=False) as reg:
         result = run_audit(
             reg, pol, source, pair_ids=list(pair) if pair else None, rehash=rehash, spread=report is not None
         )

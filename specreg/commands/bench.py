@@ -30,10 +30,10 @@ runs_app = typer.Typer(
 )
 
 
-def _registry() -> Registry:
+def _registry(*, create: bool = True) -> Registry:
     from specreg.registry.store import Registry
 
-    return Registry(db_path())
+    return Registry(db_path(), create=create)
 
 
 def _split(values: list[str] | None) -> list[str] | None:
@@ -148,14 +148,12 @@ def admitted(
     raise typer.Exit(0 if all(r.info.status == "complete" for r in runs) else 1)
 
 
-def load_run(run_id: str, reg: Registry | None = None) -> BenchRun:
-    """A stored run with its summaries as pydantic models (for `runs show`, reports and audits)."""
+def load_run(run_id: str) -> BenchRun:
+    """A stored run with its summaries as pydantic models (for `runs show`)."""
     from specreg.benchmark.runstore import RunStore
 
-    if reg is not None:
+    with _registry(create=False) as reg:
         return RunStore(reg).load(run_id)
-    with _registry() as own:
-        return RunStore(own).load(run_id)
 
 
 @runs_app.callback()
@@ -169,7 +167,7 @@ def runs(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     from specreg.benchmark.runstore import RunStore
     from specreg.commands._bench_view import runs_table
 
-    with _registry() as reg:
+    with _registry(create=False) as reg:
         store = RunStore(reg)
         store.reap_orphans()
         items = store.runs()

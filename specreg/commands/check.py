@@ -7,7 +7,6 @@ Heavy modules are imported inside the commands so `specreg --help` stays fast.
 from __future__ import annotations
 
 import json
-import os
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -15,10 +14,8 @@ import typer
 from specreg.commands._common import JsonOpt, console, db_path, emit_json, print_listing, safe
 
 if TYPE_CHECKING:
-    from specreg.gguf.reader import GGUFFile
-    from specreg.registry.store import Registry
     from specreg.schemas.checks import CheckResult, PairVerdict
-    from specreg.schemas.registry import ArtifactRecord
+    from specreg.schemas.registry import ArtifactRecord, PairRecord
 
 _METHODS = (
     "auto",
@@ -36,17 +33,6 @@ _METHODS = (
 _STYLE = {"pass": "green", "info": "cyan", "warn": "yellow", "error": "bold red"}
 _GROUP = {"pass": "pass", "info": "info", "warn": "warn", "error": "fail"}
 _NAME_WIDTH = 40  # model names in listings are cut here (--json has them whole)
-
-
-def _open(reg: Registry, arg: str) -> tuple[ArtifactRecord, GGUFFile]:
-    """Resolve a path (registered on the way) or a SHA-256 prefix, and open the bytes it names."""
-    from specreg.gguf.reader import open_gguf
-
-    rec = reg.resolve(arg)
-    path = arg if os.path.exists(arg) else reg.locate(rec.sha256)  # locate: a path verified to hold it
-    gf = open_gguf(path)
-    gf.sha256 = rec.sha256
-    return rec, gf
 
 
 def _evidence(c: CheckResult) -> str:
@@ -112,30 +98,16 @@ def pair_cmd(
     Example: specreg check pair target.gguf draft.gguf --method draft-simple
     """
     from specreg.errors import UsageError
+    from specreg.registry.checking import check_and_record
     from specreg.registry.store import Registry
-    from specreg.validators.pair import check_pair, detect_method, verdict
     from specreg.validators.ruleset import load_rule_set
 
     if method not in _METHODS:
         raise UsageError(f"unknown method {method!r}; choose one of {', '.join(_METHODS)}")
     rules = load_rule_set(runtime)
-    if method == "auto" and draft is None:
-        detect_method(None, rules)  # raises the "pass --method" hint before anything is registered
     with Registry(db_path(), show_progress=not json_out) as reg:
-        t_rec, t_file = _open(reg, target)
-        d_rec, d_file = _open(reg, draft) if draft is not None else (None, None)
-        if method == "auto":
-            method = detect_method(d_file, rules)
-        checks = check_pair(t_file, d_file, method, rule_set=rules, strict=strict)
-        v = verdict(
-            checks,
-            method=method,
-            target_sha256=t_rec.sha256,
-            draft_sha256=d_rec.sha256 if d_rec else None,
-            rule_set=rules,
-            strict=strict,
-        )
-        pair_id = reg.record_verdict(v)
+        done = check_and_record(reg, target, draft, method, rule_set=rules, strict=strict)
+    v = done.verdict
     if json_out:
         emit_json(
             v.model_dump(
@@ -144,7 +116,7 @@ def pair_cmd(
             )
         )
     else:
-        _render(v, t_rec, d_rec, pair_id)
+        _render(v, done.target, done.draft, done.pair_id)
     raise typer.Exit(0 if v.admitted else 1)
 
 
@@ -153,7 +125,7 @@ def pairs_cmd(
     rejected: Annotated[bool, typer.Option("--rejected", help="Only rejected pairs.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """List checked pairs with their latest verdict; verdicts from an outdated rule set are stale.
+    """List checked pairs with their verdict (and a strict check's, if any); old rule sets are stale.
 
     Example: specreg pairs --admitted
     """
@@ -164,7 +136,7 @@ def pairs_cmd(
     if admitted and rejected:
         raise UsageError("--admitted and --rejected exclude each other")
     which = True if admitted else False if rejected else None
-    with Registry(db_path(), show_progress=False) as reg:
+    with Registry(db_path(), show_progress=False, create=False) as reg:
         rows = reg.pairs(which, with_checks=False)
     stale = {rs: is_stale(rs) for rs in {p.rule_set for p in rows}}
     if json_out:
@@ -189,7 +161,7 @@ def pairs_cmd(
                 f"{p.target_sha256[:12]} {p.target_name or ''}".rstrip(),
                 f"{p.draft_sha256[:12]} {p.draft_name or ''}".rstrip() if p.draft_sha256 else "-",
                 p.method,
-                verdicts[(p.admitted, p.strict)],
+                _verdict_text(p, verdicts),
                 (f"{p.rule_set} stale", "yellow") if stale[p.rule_set] else p.rule_set,
                 p.updated_at.strftime("%Y-%m-%d %H:%M"),
             )
@@ -200,6 +172,14 @@ def pairs_cmd(
     )
     if not rows:
         console.print("[dim]no pairs yet: specreg check pair TARGET DRAFT[/]")
+
+
+def _verdict_text(p: PairRecord, verdicts: dict[tuple[bool, bool], tuple[str, str]]) -> tuple[str, str]:
+    """The standing verdict, and the latest strict one beside a normal verdict."""
+    text, style = verdicts[(p.admitted, p.strict)]
+    if p.strict_admitted is not None and not p.strict:
+        text += f"; strict: {'admitted' if p.strict_admitted else 'rejected'}"
+    return text, style
 
 
 def register(app: typer.Typer) -> None:

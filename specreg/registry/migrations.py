@@ -300,3 +300,32 @@ def m003_bench_runs(db: Database) -> None:
         """
     )
     db.execute("CREATE INDEX idx_bench_summaries_keys ON bench_summaries (target_sha256, draft_sha256)")
+
+
+@migrations()
+def m004_pairs_strict_verdict(db: Database) -> None:
+    """A strict check is kept beside the normal verdict instead of replacing it.
+
+    `latest_verdict_id` (with `admitted`, `strict`) now names the verdict a pair stands on: its
+    latest normal one, else its latest strict one; `strict_verdict_id` / `strict_admitted` name
+    its latest strict one. Existing pairs are filled in from their verdict history.
+    """
+    db.execute("ALTER TABLE pairs ADD COLUMN strict_verdict_id INTEGER REFERENCES verdicts (id)")
+    db.execute("ALTER TABLE pairs ADD COLUMN strict_admitted INTEGER")
+    db.execute(
+        "UPDATE pairs SET strict_verdict_id = "
+        "(SELECT max(v.id) FROM verdicts v WHERE v.pair_id = pairs.id AND v.strict = 1)"
+    )
+    db.execute(
+        "UPDATE pairs SET strict_admitted = (SELECT v.admitted FROM verdicts v WHERE v.id = pairs.strict_verdict_id)"
+    )
+    db.execute(
+        "UPDATE pairs SET latest_verdict_id = coalesce("
+        "(SELECT max(v.id) FROM verdicts v WHERE v.pair_id = pairs.id AND v.strict = 0), strict_verdict_id) "
+        "WHERE latest_verdict_id IS NOT NULL"
+    )
+    db.execute(
+        "UPDATE pairs SET admitted = (SELECT v.admitted FROM verdicts v WHERE v.id = pairs.latest_verdict_id), "
+        "strict = (SELECT v.strict FROM verdicts v WHERE v.id = pairs.latest_verdict_id) "
+        "WHERE latest_verdict_id IS NOT NULL"
+    )

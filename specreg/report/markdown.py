@@ -54,7 +54,7 @@ def run_plots(run: RunDigest, plot_names: dict[str, str], image_prefix: str) -> 
         f"runtime {esc(run.runtime or '–')}, hardware {esc(run.hardware or '–')}, "
         f"{run.repetitions} repetition(s)."
     )
-    return out + [""] + _images(plot_names, image_prefix)
+    return [*out, "", *_images(plot_names, image_prefix)]
 
 
 def run_tables(run: RunDigest, heading: bool = True) -> list[str]:
@@ -66,7 +66,7 @@ def run_tables(run: RunDigest, heading: bool = True) -> list[str]:
         out += ["", f"`{esc(c.label)}`:", *_fence(common.server_command(c.command))]
     out += ["", "### Per stratum", ""]
     out += _table(common.STRATUM_HEADERS, [common.stratum_cells(r) for r in run.strata])
-    return out + [""]
+    return [*out, ""]
 
 
 def render_run(run: RunDigest, plots: dict[str, str], image_prefix: str) -> str:

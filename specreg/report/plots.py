@@ -11,9 +11,13 @@ from __future__ import annotations
 import io
 import math
 import re
+from typing import TYPE_CHECKING
 
 from specreg.schemas.audit import RunDigest
 from specreg.text import escape_control
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 PALETTE = ("#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bbbbbb")
 
@@ -23,7 +27,7 @@ def _label(text: object, limit: int = 40) -> str:
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
-def _figure(width: float, height: float):  # type: ignore[no-untyped-def]
+def _figure(width: float, height: float) -> Figure:
     import matplotlib
 
     matplotlib.rcParams["svg.fonttype"] = "path"
@@ -33,7 +37,7 @@ def _figure(width: float, height: float):  # type: ignore[no-untyped-def]
     return Figure(figsize=(width, height), dpi=100, layout="constrained")
 
 
-def _svg(fig) -> str:  # type: ignore[no-untyped-def]
+def _svg(fig: Figure) -> str:
     from matplotlib.backends.backend_svg import FigureCanvasSVG
 
     buf = io.StringIO()
@@ -130,7 +134,7 @@ def memory_plot(run: RunDigest) -> str | None:
     if gpu:
         vram = [c.peak_vram_mib or 0.0 for c in conds]
         ax.barh([y + h / 2 for y in ys], vram, h, color=PALETTE[1], label="peak VRAM")
-    for y, value in zip(ys, ram):
+    for y, value in zip(ys, ram, strict=True):
         ax.text(value, y - (h / 2 if gpu else 0), f" {value:.0f}", va="center", fontsize=8)
     ax.set_yticks(ys, [_label(c.label, 30) for c in conds])
     ax.invert_yaxis()

@@ -8,12 +8,18 @@ speed-up that is not measurably real, a changed output or an unknown licence fai
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from specreg.schemas.bench import ConditionStatus, RunStatus
+
+# The gates, declared once, in the order the audit runs them and every report shows them.
 GateName = Literal["integrity", "verdict", "evidence", "equivalence", "speed", "memory", "licence", "rollback"]
-GATES: tuple[str, ...] = ("integrity", "verdict", "evidence", "equivalence", "speed", "memory", "licence", "rollback")
+GATES: tuple[GateName, ...] = get_args(GateName)
+# Gates judged per stratum as well as overall; the rest hold for the pair as a whole.
+PER_STRATUM_GATES: tuple[GateName, ...] = ("equivalence", "speed")
+PAIR_LEVEL_GATES: tuple[GateName, ...] = tuple(g for g in GATES if g not in PER_STRATUM_GATES)
 NO_SPECULATION = "none"  # the per-stratum decision when no condition passes every gate
 
 
@@ -112,7 +118,7 @@ class ConditionDigest(BaseModel):
     target_sha256: str | None = None
     draft_sha256: str | None = None
     params: dict[str, Any] = Field(default_factory=dict)
-    status: str = "ok"  # the runner's condition status: ok / failed / cancelled / ...
+    status: ConditionStatus = "ok"
     failure: str | None = None
     command: list[str] = Field(default_factory=list)
     peak_ram_mib: float | None = None
@@ -131,7 +137,7 @@ class RunDigest(BaseModel):
     """A benchmark run reduced to what the audit and the reports need."""
 
     run_id: str
-    status: str
+    status: RunStatus
     created_at: datetime | None = None
     runtime: str | None = None
     hardware: str | None = None
@@ -180,11 +186,11 @@ class PairAudit(BaseModel):
     rollback_command: list[str] | None = None
     speculative_command: list[str] | None = None
 
-    def gate(self, name: str) -> GateResult | None:
+    def gate(self, name: GateName) -> GateResult | None:
         return next((g for g in self.gates if g.gate == name), None)
 
     @property
-    def failed_gates(self) -> list[str]:
+    def failed_gates(self) -> list[GateName]:
         return [g.gate for g in self.gates if not g.passed]
 
 

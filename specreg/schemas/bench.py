@@ -12,6 +12,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
+from specreg.schemas.checks import CheckResult
+from specreg.schemas.registry import LicenceRecord
+
 RunStatus = Literal["running", "complete", "incomplete", "cancelled", "aborted", "failed"]
 ConditionStatus = Literal["pending", "running", "ok", "failed", "cancelled", "aborted", "skipped"]
 BASELINE = "none"
@@ -222,7 +225,7 @@ class ArtifactRef(BaseModel):
     tokenizer_model: str | None = None
     tokenizer_pre: str | None = None
     chat_template_sha256: str | None = None
-    licence: dict[str, Any] = Field(default_factory=dict)
+    licence: LicenceRecord = Field(default_factory=LicenceRecord)
 
 
 class DraftInfo(BaseModel):
@@ -232,7 +235,7 @@ class DraftInfo(BaseModel):
     artifact: ArtifactRef | None = None
     pair_id: int | None = None
     rule_set: str | None = None
-    compatibility: list[dict[str, Any]] = Field(default_factory=list)
+    compatibility: list[CheckResult] = Field(default_factory=list)
     draft_n_max: int | None = None
     draft_n_min: int | None = None
 
