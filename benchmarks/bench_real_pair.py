@@ -38,7 +38,8 @@ require_revision = false
 
 
 def sh(*args: str, db: Path, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([*SPECREG, "--db", str(db), *args], capture_output=True, text=True, env=os.environ)
+    env = {**os.environ, "COLUMNS": os.environ.get("COLUMNS", "140")}
+    proc = subprocess.run([*SPECREG, "--db", str(db), *args], capture_output=True, text=True, env=env)
     if proc.returncode not in ok:
         sys.exit(f"specreg {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}{proc.stdout[-2000:]}")
     return proc
@@ -140,6 +141,7 @@ def main() -> int:
         dep = sh("deploy", str(pid), "--policy", str(folder / "policy.toml"), db=db, ok=(0, 1))
         print(f"\nspecreg deploy {pid}  ({name} draft):\n{dep.stdout.rstrip()}")
     print(f"\nregistry, server logs and report in {folder}; total {time.monotonic() - t0:.0f} s")
+    print(f"load average at the end: {os.getloadavg()[0]:.2f} (1 min), {os.getloadavg()[2]:.2f} (15 min)")
     return 0
 
 
