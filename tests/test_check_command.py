@@ -89,7 +89,7 @@ def test_strict_check_does_not_overwrite_the_normal_verdict(capsys, files) -> No
     assert json.loads(run(capsys, "pairs", "--rejected", "--json")[1]) == []
     code, out, _ = run(capsys, "pairs")
     assert code == 0 and "admitted; strict: rejected" in out
-    from specreg.commands._common import db_path
+    from specreg.commands.options import db_path
     from specreg.registry.store import Registry
 
     with Registry(db_path()) as reg:  # what `bench admitted` runs: the normal verdict, unless asked
@@ -113,7 +113,7 @@ def test_auto_detects_eagle3(capsys, files) -> None:
         (("check", "pair", "{target}"), "needs a DRAFT"),
         (("check", "pair", "{target}", "{same}", "--method", "ngram-simple"), "target alone"),
         (("check", "pair", "{target}", "--method", "draft-simple"), "needs a DRAFT model"),
-        (("check", "pair", "{target}", "--method", "draft-bogus"), "unknown method"),
+        (("check", "pair", "{target}", "--method", "draft-bogus"), "'draft-bogus' is not one of"),
         (("check", "pair", "/nonexistent/model.gguf", "{same}"), "no such file"),
         (("check", "pair", "deadbeefdeadbeef", "{same}"), "deadbeef"),
     ],
@@ -133,7 +133,7 @@ def test_untrusted_token_text_is_printed_inert(capsys, files) -> None:
 
 
 def test_older_rule_set_verdicts_are_stale(capsys, files) -> None:
-    from specreg.commands._common import db_path
+    from specreg.commands.options import db_path
     from specreg.registry.store import Registry
 
     with Registry(db_path()) as reg:

@@ -158,8 +158,8 @@ def test_cli_register_artifacts_and_check_pair_show_provenance(
     table = run_cli("artifacts")
     assert table.returncode == 0, table.stderr
     row = next(ln for ln in table.stdout.splitlines() if "acme/tiny-GGUF" in ln)
-    cells = [c.strip() for c in row.split("│")]
-    assert commit[:10] in cells and "other (conflict)" in cells  # revision shown short
+    cells = [c.strip() for c in row.split("  ") if c.strip()]
+    assert f"{REPO}@{commit[:12]}" in cells and "other (conflict)" in cells  # revision shown short
     listed = {r["provenance"]["repo"]: r for r in json.loads(run_cli("artifacts", "--json").stdout)}
     assert set(listed) == {REPO, "acme/draft-GGUF"}  # check pair registered the draft on the way
     d = listed["acme/draft-GGUF"]

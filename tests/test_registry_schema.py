@@ -158,6 +158,16 @@ SCHEMA: dict[str, list[str]] = {
         "draft_sha256",
         "summary_json",
     ],
+    # result bundles (m005, specreg/benchmark/bundle_import.py)
+    "run_origins": [
+        "run_id",
+        "host",
+        "specreg_version",
+        "run_digest",
+        "bundle_digest",
+        "bundle_created_at",
+        "imported_at",
+    ],
 }
 
 # The indexes list views and joins depend on (registry scale: 10k artifacts, 5k pairs).

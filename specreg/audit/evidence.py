@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from specreg.benchmark.hardware import hardware_class
 from specreg.benchmark.run_index import Failing, RequestTiming, RunHead, load_parts
 from specreg.benchmark.summary import percentile
 from specreg.schemas.audit import ConditionDigest, RunDigest, StratumRow
@@ -47,11 +48,7 @@ def runtime_identity(manifest: RunManifest | None) -> str | None:
 
 def hardware_identity(manifest: RunManifest | None) -> str | None:
     """CPU, GPU(s) and placement in one line (what `evidence.hardware` matches)."""
-    if manifest is None:
-        return None
-    hw = manifest.hardware
-    gpus = ", ".join(d.name for d in hw.gpu.devices) if hw.gpu.present else "no GPU"
-    return f"{hw.cpu_model or 'unknown CPU'} x{hw.logical_cores or '?'}; {gpus}; {hw.placement}"
+    return None if manifest is None else hardware_class(manifest.hardware.model_dump(mode="json"))
 
 
 def _condition(c: ConditionRun, base: ConditionRun | None) -> ConditionDigest:

@@ -224,7 +224,10 @@ def speed_gate(run: RunDigest, cond: ConditionDigest, policy: Policy, conc: int)
             if row.p95_total_ms is None or limit is None:
                 why.append("p95 not measured")
             elif row.p95_total_ms > limit:
-                why.append(f"p95 {row.p95_total_ms:.1f} ms > {limit:.1f} ms")
+                why.append(
+                    f"p95 {row.p95_total_ms:.1f} ms > limit {limit:.1f} ms "
+                    f"(baseline p95 {base.p95_total_ms:.1f} ms + {sp.p95_tolerance_pct:g}%)"
+                )
             if row.errors > base.errors + sp.max_extra_errors:
                 why.append(f"errors {row.errors} vs baseline {base.errors}")
             if row.timeouts > base.timeouts + sp.max_extra_timeouts:

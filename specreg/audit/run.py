@@ -203,13 +203,17 @@ def run_audit(
     rehash: bool = False,
     spread: bool = True,
     runs_for: RunsFor = runs_for_pair,
+    pairs: list[PairRecord] | None = None,
+    facts: _Facts | None = None,
 ) -> AuditReport:
     """Audit the given pairs (None: every admitted pair); raises when nothing can be audited.
 
     `spread=False` leaves out the per-request speed-up spread (p5-p95), which only reports show.
+    `pairs` gives the pair records themselves (instead of ids) when the caller has them already;
+    `facts` (artifact records, integrity, digests) is shared by audits of the same registry.
     """
     with paused_gc():  # ~100k acyclic pydantic objects for 5,000 pairs: see paused_gc
-        return _run_audit(reg, policy, policy_source, pair_ids, rehash, spread, runs_for)
+        return _run_audit(reg, policy, policy_source, pair_ids, rehash, spread, runs_for, pairs, facts)
 
 
 def _run_audit(
@@ -220,22 +224,26 @@ def _run_audit(
     rehash: bool,
     spread: bool,
     runs_for: RunsFor,
+    pairs: list[PairRecord] | None = None,
+    facts: _Facts | None = None,
 ) -> AuditReport:
     from specreg.validators.ruleset import RULE_SET_DEFAULT, load_rule_set
 
-    if pair_ids is None:
+    if pairs is None and pair_ids is None:
         pairs = reg.pairs(admitted=True, with_checks=False)
         if not pairs:
             raise SpecregError("no admitted pairs to audit", hint="check pairs first: specreg check pair TARGET DRAFT")
-    else:
-        pairs = [reg.get_pair(i) for i in pair_ids]
-    facts = _Facts(reg, rehash, spread)
+    elif pairs is None:
+        pairs = [reg.get_pair(i) for i in pair_ids or []]
+    facts = facts or _Facts(reg, rehash, spread)
     if len(pairs) > 20:  # a few list queries instead of several lookups per pair
         shas = {p.target_sha256 for p in pairs} | {p.draft_sha256 for p in pairs if p.draft_sha256}
-        facts.records = reg.get_artifacts(shas)
-        facts.integrity = reg.verify_artifacts(facts.records.values(), rehash=rehash)
+        new = reg.get_artifacts(shas - facts.records.keys())  # a shared `facts` has most of them already
+        facts.records.update(new)
+        facts.integrity.update(reg.verify_artifacts(new.values(), rehash=rehash))
         if runs_for is runs_for_pair:
             runs_for = RunIndex(reg)
+        if isinstance(runs_for, RunIndex):
             # the evidence runs are known before any gate runs: digest them all in one go
             # (a re-checked stale pair keeps its target, draft and method, so its runs too)
             heads = [select_run(runs_for(reg, p), policy)[0] for p in pairs]

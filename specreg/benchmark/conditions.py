@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from specreg.benchmark.bundled_server import NGRAM_FLAGS
 from specreg.errors import UsageError
 from specreg.schemas.bench import BASELINE, ConditionSpec
-from specreg.schemas.checks import DRAFT_METHODS
+from specreg.schemas.methods import DRAFT_METHODS
 
 DEFAULT_SELF_METHODS = ("ngram-simple", "ngram-mod")
 # flag prefix -> the method it configures

@@ -93,6 +93,17 @@ class RunIndex:
             self.by_target[r["target_sha256"]].append((r, methods.get(r["run_id"], set())))
         self._heads: dict[str, RunHead] = {}
 
+    def only(self, run_ids: set[str]) -> RunIndex:
+        """The same index limited to these runs (e.g. one hardware class), sharing parsed heads."""
+        view = object.__new__(RunIndex)
+        view.by_target = defaultdict(list)
+        for target, held in self.by_target.items():
+            kept = [(r, m) for r, m in held if r["run_id"] in run_ids]
+            if kept:
+                view.by_target[target] = kept
+        view._heads = self._heads
+        return view
+
     def __call__(self, reg: Registry, pair: PairRecord) -> list[RunHead]:
         out = []
         for r, methods in self.by_target.get(pair.target_sha256, []):

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
+from specreg.benchmark.hardware import hardware_class
 from specreg.errors import RunNotFound
 from specreg.registry.db import iso, now, rows
 from specreg.schemas.bench import (
@@ -114,6 +115,25 @@ class RunStore:
                     process_started(info.runner_pid) if info.runner_pid else None,
                     info.run_dir,
                     iso(info.started_at),
+                ),
+            )
+
+    def record_failed(self, info: RunInfo) -> None:
+        """A run that produced nothing to keep (e.g. a remote task lost with its node): who, and why."""
+        with self.reg.write() as db:
+            db.execute(
+                "INSERT INTO bench_runs (run_id, pair_id, status, status_reason, method, target_sha256, "
+                "draft_sha256, started_at, finished_at) VALUES (?,?,?,?,?,?,?,?,?)",
+                (
+                    info.run_id,
+                    info.pair_id,
+                    "failed",
+                    info.status_reason,
+                    info.method,
+                    info.target_sha256,
+                    info.draft_sha256,
+                    iso(info.started_at),
+                    iso(now()),
                 ),
             )
 
@@ -238,8 +258,8 @@ class RunStore:
         found = rows(
             self.reg.conn,
             "SELECT r.*, (SELECT count(*) FROM bench_conditions c WHERE c.run_id = r.run_id) AS n_conditions, "
-            "(SELECT count(*) FROM bench_requests q WHERE q.run_id = r.run_id) AS n_requests "
-            "FROM bench_runs r ORDER BY r.started_at, r.run_id",
+            f"(SELECT count(*) FROM bench_requests q WHERE q.run_id = r.run_id) AS n_requests, {_ORIGIN_COLS} "
+            "FROM bench_runs r LEFT JOIN run_origins o ON o.run_id = r.run_id ORDER BY r.started_at, r.run_id"
         )
         return [_info(r) for r in found]
 
@@ -264,8 +284,8 @@ class RunStore:
         r = rows(
             self.reg.conn,
             "SELECT r.*, (SELECT count(*) FROM bench_conditions c WHERE c.run_id = r.run_id) AS n_conditions, "
-            "(SELECT count(*) FROM bench_requests q WHERE q.run_id = r.run_id) AS n_requests "
-            "FROM bench_runs r WHERE r.run_id = ?",
+            f"(SELECT count(*) FROM bench_requests q WHERE q.run_id = r.run_id) AS n_requests, {_ORIGIN_COLS} "
+            "FROM bench_runs r LEFT JOIN run_origins o ON o.run_id = r.run_id WHERE r.run_id = ?",
             (rid,),
         )[0]
         manifest = RunManifest.model_validate_json(r["manifest_json"]) if r["manifest_json"] else None
@@ -305,7 +325,11 @@ class RunStore:
         )
 
 
+_ORIGIN_COLS = "json_extract(r.manifest_json, '$.hardware') AS hardware_json, o.host AS origin_host"
+
+
 def _info(r: sqlite3.Row) -> RunInfo:
+    hw = r["hardware_json"]
     return RunInfo(
         run_id=r["run_id"],
         pair_id=r["pair_id"],
@@ -320,6 +344,8 @@ def _info(r: sqlite3.Row) -> RunInfo:
         run_dir=r["run_dir"],
         n_conditions=r["n_conditions"],
         n_requests=r["n_requests"],
+        hardware=hardware_class(json.loads(hw)) if hw else None,
+        host=r["origin_host"],
     )
 
 

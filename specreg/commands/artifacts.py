@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from specreg.commands._common import Cell, JsonOpt, console, db_path, emit_json, err_console, print_listing, safe
+from specreg.commands.layout import Col
+from specreg.commands.options import JsonOpt, LicenseOpt, RehashOpt, db_path
+from specreg.commands.output import Cell, emit_json, err_console, print_listing, safe, say
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry
@@ -23,13 +25,11 @@ def _open_registry(*, create: bool = True) -> Registry:
 
 
 def register_cmd(
-    files: Annotated[list[Path], typer.Argument(help="GGUF files to register.", show_default=False)],
-    license: Annotated[
-        str | None, typer.Option("--license", help="Licence id you vouch for (beats model card and GGUF).")
-    ] = None,
-    repo: Annotated[str | None, typer.Option("--repo", help="Source repo, e.g. ORG/NAME.")] = None,
-    revision: Annotated[str | None, typer.Option("--revision", help="Source revision (commit).")] = None,
-    rehash: Annotated[bool, typer.Option("--rehash", help="Hash again even if the stat cache matches.")] = False,
+    files: Annotated[list[Path], typer.Argument(metavar="FILE", help="GGUF files to register.", show_default=False)],
+    license: LicenseOpt = None,
+    repo: Annotated[str | None, typer.Option("--repo", metavar="ORG/NAME", help="Source repo on the hub.")] = None,
+    revision: Annotated[str | None, typer.Option("--revision", metavar="COMMIT", help="Source revision.")] = None,
+    rehash: RehashOpt = False,
     verify: Annotated[
         bool, typer.Option("--verify", help="Check the SHA-256 against the hub's for --repo/--revision (online).")
     ] = False,
@@ -65,10 +65,10 @@ def register_cmd(
             records.append(rec)
             if not json_out:
                 how = "hashed" if reg.hash_count > before else "known, not re-hashed"
-                console.print(f"{rec.sha256}  {safe(os.path.abspath(f))}  [dim]({how})[/]", soft_wrap=True)
+                say(f"{os.path.abspath(f)} ({how})", prefix=f"{rec.sha256[:12]}  ", indent=14)
             if rec.licence.conflict:
                 said = ", ".join(f"{s.source}: {s.value}" for s in rec.licence.sources if s.value)
-                err_console.print(
+                err_console().print(
                     f"[yellow]warning:[/] licence sources disagree for {rec.sha256[:12]} ({safe(said)}); "
                     f"effective: {safe(rec.licence.effective)}",
                     soft_wrap=True,
@@ -93,15 +93,33 @@ def artifacts_cmd(json_out: JsonOpt = False) -> None:
         emit_json([r.model_dump(mode="json", exclude={"summary"}) for r in recs])
         return
     if not recs:
-        err_console.print("no artifacts registered yet (specreg register FILE)")
+        err_console().print("no artifacts registered yet (specreg register FILE)")
         return
 
     def lic(r: ArtifactRecord) -> Cell:
         text = r.licence.effective or "-"
         return (text + " (conflict)", "red") if r.licence.conflict else text
 
+    def source(r: ArtifactRecord) -> str:
+        p = r.provenance
+        return f"{p.repo}@{(p.revision or '?')[:12]}" if p.repo else "-"
+
+    def where(r: ArtifactRecord) -> str:
+        if not r.paths:
+            return "-"
+        return r.paths[0] + (f" (+{len(r.paths) - 1} more)" if len(r.paths) > 1 else "")
+
     print_listing(
-        ("sha256", "name", "arch", "file type", "vocab", "licence", "repo", "revision", "path"),
+        (
+            Col("sha256"),
+            Col("name", limit=40, squeeze=12),
+            Col("arch", limit=16, squeeze=8),
+            Col("type", limit=12, stack=1),
+            Col("vocab", right=True),
+            Col("licence", limit=32, squeeze=10),
+            Col("source", stack=2),
+            Col("path", stack=3),
+        ),
         (
             (
                 r.sha256[:12],
@@ -110,18 +128,9 @@ def artifacts_cmd(json_out: JsonOpt = False) -> None:
                 r.file_type_name or "-",
                 str(r.n_tokens) if r.n_tokens is not None else "-",
                 lic(r),
-                r.provenance.repo or "-",
-                (r.provenance.revision or "-")[:10],
-                (r.paths[0] + (f" (+{len(r.paths) - 1} more)" if len(r.paths) > 1 else "")) if r.paths else "-",
+                source(r),
+                where(r),
             )
             for r in recs
         ),
-        limits=(None, 40, 24, 24, None, 32, 48, None, None),
-        right={4},
-        sep=" │ ",
     )
-
-
-def register(app: typer.Typer) -> None:
-    app.command("register")(register_cmd)
-    app.command("artifacts")(artifacts_cmd)

@@ -1,6 +1,6 @@
 """`specreg bench admitted`, `specreg runs`, `specreg runs show`: benchmark admitted pairs, read runs.
 
-Thin: parse options, call `benchmark.runner.Runner`, render through `_bench_view`. Heavy modules
+Thin: parse options, call `benchmark.runner.Runner`, render through `views.bench`. Heavy modules
 are imported inside the commands so `specreg --help` stays fast.
 """
 
@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from specreg.commands._common import JsonOpt, db_path, emit_json, emit_result, err_console, safe
+from specreg.commands.options import JsonOpt, PairOpt, ReportOpt, db_path
+from specreg.commands.output import emit_json, emit_result, err_console, safe
 
 if TYPE_CHECKING:
+    from specreg.benchmark.runner import BenchOptions
     from specreg.registry.store import Registry
     from specreg.schemas.bench import BenchRun
 
@@ -49,10 +51,7 @@ def _sigterm(_sig: int, _frame: FrameType | None) -> None:
 
 @bench_app.command("admitted")
 def admitted(
-    pair: Annotated[
-        list[int] | None,
-        typer.Option("--pair", metavar="ID", help="Pair id (repeatable); default: every admitted pair."),
-    ] = None,
+    pair: PairOpt = None,
     server: Annotated[
         Path | None,
         typer.Option("--server", metavar="PATH", help="Your llama-server binary (default: bundled xllamacpp server)."),
@@ -97,6 +96,20 @@ def admitted(
     ] = 120.0,
     request_timeout: Annotated[float, typer.Option("--request-timeout", help="Seconds per request.")] = 120.0,
     run_timeout: Annotated[float, typer.Option("--run-timeout", help="Seconds for a whole run (one pair).")] = 3600.0,
+    executor: Annotated[
+        str, typer.Option("--executor", help="local (this machine) or ray (one task per pair on a Ray cluster).")
+    ] = "local",
+    ray_address: Annotated[
+        str | None, typer.Option("--ray-address", metavar="ADDR", help="Ray cluster address (default: start one here).")
+    ] = None,
+    resources: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--resources",
+            metavar="JSON",
+            help="Ray resources per task, e.g. '{\"GPU\": 1}'; repeat for one task per hardware class.",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Benchmark admitted pairs: baseline, n-gram and the admitted method, one fresh server each.
@@ -109,7 +122,7 @@ def admitted(
     """
     from specreg.benchmark.conditions import parse_ngram_options
     from specreg.benchmark.runner import BenchOptions, Runner
-    from specreg.commands._bench_view import ProgressView, show_run
+    from specreg.commands.views.bench import ProgressView, show_run
 
     opts = BenchOptions(
         methods=_split(methods),
@@ -129,6 +142,16 @@ def admitted(
         request_timeout_s=request_timeout,
         run_timeout_s=run_timeout,
     )
+    if executor not in ("local", "ray"):
+        from specreg.errors import UsageError
+
+        raise UsageError(f"--executor {executor!r}: choose local or ray")
+    if executor == "ray":
+        _bench_ray(opts, pair, ray_address, resources, json_out)
+    if ray_address or resources:
+        from specreg.errors import UsageError
+
+        raise UsageError("--ray-address and --resources go with --executor ray")
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
         with _registry() as reg, ProgressView() as view:
@@ -142,10 +165,41 @@ def admitted(
         for r in runs:
             show_run(r)
     for line in runner.refused:
-        err_console.print(f"[bold red]error:[/] {safe(line)}")
+        err_console().print(f"[bold red]error:[/] {safe(line)}")
     if runner.refused:
         raise typer.Exit(2)
     raise typer.Exit(0 if all(r.info.status == "complete" for r in runs) else 1)
+
+
+def _bench_ray(
+    opts: BenchOptions, pair: list[int] | None, address: str | None, resources: list[str] | None, json_out: bool
+) -> None:
+    """`--executor ray`: dispatch, import, show; exits like the local executor (0 / 1)."""
+    from specreg.benchmark.ray_executor import bench_on_ray, need_ray, parse_resources
+    from specreg.benchmark.runstore import RunStore
+    from specreg.commands.views.bench import show_run
+
+    need_ray()  # before anything else: without Ray, one line saying how to install it
+    specs = parse_resources(resources)
+    with _registry() as reg:
+        out = bench_on_ray(
+            reg, opts, pair, address=address, resources=specs, note=lambda t: err_console().print(f"[dim]{safe(t)}[/]")
+        )
+        runs = [RunStore(reg).load(rid) for rid in out.imported]
+    if json_out:
+        emit_json(
+            {
+                "runs": [r.model_dump(mode="json", exclude={"requests"}) for r in runs],
+                "failed": [f.model_dump(mode="json") for f in out.failed],
+            }
+        )
+    else:
+        for r in runs:
+            show_run(r)
+        for f in out.failed:
+            err_console().print(f"[bold red]failed:[/] run {f.run_id} (pair {f.pair_id}): {safe(f.status_reason)}")
+    ok = not out.failed and all(r.info.status == "complete" for r in runs)
+    raise typer.Exit(0 if ok else 1)
 
 
 def load_run(run_id: str) -> BenchRun:
@@ -157,15 +211,24 @@ def load_run(run_id: str) -> BenchRun:
 
 
 @runs_app.callback()
-def runs(ctx: typer.Context, json_out: JsonOpt = False) -> None:
-    """List benchmark runs (oldest first) with their status.
+def runs(
+    ctx: typer.Context,
+    by_hardware: Annotated[
+        bool, typer.Option("--by-hardware", help="Pairs down, hardware classes across: newest speed-up on each.")
+    ] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """List benchmark runs (oldest first) with their status, hardware class and origin host.
 
-    Example: specreg runs --json
+    Example: specreg runs --json; specreg runs --by-hardware
     """
     if ctx.invoked_subcommand is not None:
         return
+    if by_hardware:
+        _runs_by_hardware(json_out)
+        return
     from specreg.benchmark.runstore import RunStore
-    from specreg.commands._bench_view import runs_table
+    from specreg.commands.views.bench import runs_table
 
     with _registry(create=False) as reg:
         store = RunStore(reg)
@@ -177,17 +240,31 @@ def runs(ctx: typer.Context, json_out: JsonOpt = False) -> None:
         runs_table(items)
 
 
+def _runs_by_hardware(json_out: bool) -> None:
+    from dataclasses import asdict
+
+    from specreg.benchmark.hardware import by_hardware
+    from specreg.commands.views.bench import hardware_table
+
+    with _registry(create=False) as reg:
+        classes, rows = by_hardware(reg)
+    if json_out:
+        emit_json({"hardware": classes, "pairs": [asdict(r) for r in rows]})
+    else:
+        hardware_table(classes, rows)
+
+
 @runs_app.command("show")
 def show(
     run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix (see `specreg runs`).")],
     json_out: JsonOpt = False,
-    report: Annotated[Path | None, typer.Option("--report", help="Also write a report: PATH.md or PATH.html.")] = None,
+    report: ReportOpt = None,
 ) -> None:
     """Show one run: condition x stratum table (acceptance, speed-up, p50/p95, TTFT, memory, equivalence, errors).
 
     Example: specreg runs show 20260101-120000-ab12cd --report run.html
     """
-    from specreg.commands._bench_view import show_run
+    from specreg.commands.views.bench import show_run
 
     run = load_run(run_id)
     written: list[Path] = []
@@ -196,8 +273,3 @@ def show(
 
         written = write_run_report_for(report, run)
     emit_result(run, json_out, lambda: show_run(run), written)
-
-
-def register(app: typer.Typer) -> None:
-    app.add_typer(bench_app, name="bench")
-    app.add_typer(runs_app, name="runs")

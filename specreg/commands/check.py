@@ -6,77 +6,28 @@ Heavy modules are imported inside the commands so `specreg --help` stays fast.
 
 from __future__ import annotations
 
-import json
+import os
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from specreg.commands._common import JsonOpt, console, db_path, emit_json, print_listing, safe
+from specreg.commands.layout import Col
+from specreg.commands.options import METHOD_AUTO, JsonOpt, MethodOpt, chosen_method, db_path
+from specreg.commands.output import console, emit_json, err_console, print_listing
 
 if TYPE_CHECKING:
-    from specreg.schemas.checks import CheckResult, PairVerdict
     from specreg.schemas.registry import ArtifactRecord, PairRecord
 
-_METHODS = (
-    "auto",
-    "draft-simple",
-    "draft-eagle3",
-    "draft-dflash",
-    "draft-dspark",
-    "draft-mtp",
-    "ngram-simple",
-    "ngram-mod",
-    "ngram-map-k",
-    "ngram-map-k4v",
-    "ngram-cache",
+check_app = typer.Typer(
+    help="Check speculative-decoding setups before they are deployed.\n\n"
+    "Example: specreg check pair target.gguf draft.gguf --json",
+    no_args_is_help=True,
+    rich_markup_mode=None,
 )
-_STYLE = {"pass": "green", "info": "cyan", "warn": "yellow", "error": "bold red"}
-_GROUP = {"pass": "pass", "info": "info", "warn": "warn", "error": "fail"}
 _NAME_WIDTH = 40  # model names in listings are cut here (--json has them whole)
 
 
-def _evidence(c: CheckResult) -> str:
-    """Evidence as short text: token diffs one per line, otherwise key=value."""
-    ev = c.evidence
-    lines: list[str] = []
-    for item in ev.get("first", []) if isinstance(ev.get("first"), list) else []:
-        if isinstance(item, dict) and "id" in item and "target" in item:
-            lines.append(f"id {item['id']}: target {item['target']!r} | draft {item['draft']!r}")
-        elif isinstance(item, dict):
-            lines.append(", ".join(f"{k} {v!r}" for k, v in item.items()))
-    rest = {k: v for k, v in ev.items() if k != "first"}
-    if rest:
-        text = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False, default=str)}" for k, v in rest.items())
-        lines.insert(0, text if len(text) <= 400 else text[:400] + "...")
-    return "\n".join(safe(line) for line in lines)  # escape each line, keep the line breaks
-
-
-def _render(v: PairVerdict, target: ArtifactRecord, draft: ArtifactRecord | None, pair_id: int) -> None:
-    from rich.table import Table
-
-    table = Table(show_lines=False, pad_edge=False, expand=False, box=None)
-    table.add_column("", no_wrap=True)
-    table.add_column("check", no_wrap=True)
-    table.add_column("result / evidence", overflow="fold")
-    for sev in ("pass", "info", "warn", "error"):
-        for c in (c for c in v.checks if c.severity == sev):
-            text = safe(c.message)
-            if sev != "pass" and c.evidence:
-                text += f"\n[dim]{_evidence(c)}[/]"
-            table.add_row(f"[{_STYLE[sev]}]{_GROUP[sev]}[/]", safe(c.code), text)
-    console.print(f"target  {target.sha256[:12]}  {safe(target.name or (target.paths or ['-'])[0])}", soft_wrap=True)
-    if draft is not None:
-        console.print(f"draft   {draft.sha256[:12]}  {safe(draft.name or (draft.paths or ['-'])[0])}", soft_wrap=True)
-    console.print(f"method  {v.method}   rule set {v.rule_set}{'   strict' if v.strict else ''}")
-    console.print(table)
-    n = {s: sum(1 for c in v.checks if c.severity == s) for s in _STYLE}
-    counts = f"{n['pass']} pass, {n['info']} info, {n['warn']} warn, {n['error']} fail"
-    if v.admitted:
-        console.print(f"[bold green]ADMITTED[/] ({counts}) - pair {pair_id}")
-    else:
-        console.print(f"[bold red]REJECTED[/] ({counts}) - pair {pair_id}")
-
-
+@check_app.command("pair")
 def pair_cmd(
     target: Annotated[
         str, typer.Argument(metavar="TARGET", help="Target GGUF path or SHA-256 prefix.", show_default=False)
@@ -84,31 +35,48 @@ def pair_cmd(
     draft: Annotated[
         str | None, typer.Argument(metavar="DRAFT", help="Draft GGUF path or SHA-256 prefix.", show_default=False)
     ] = None,
-    method: Annotated[str, typer.Option("--method", "-m", help=f"One of: {', '.join(_METHODS)}.")] = "auto",
+    method: MethodOpt = METHOD_AUTO,
     strict: Annotated[bool, typer.Option("--strict", help="Treat warnings as errors.")] = False,
     runtime: Annotated[
         str | None, typer.Option("--runtime", help="Rule set (llama.cpp build), e.g. llama.cpp-b11434.")
     ] = None,
     json_out: JsonOpt = False,
+    fmt: Annotated[
+        str, typer.Option("--format", help="text, json, or sarif (SARIF 2.1.0 for CI code scanning).")
+    ] = "text",
 ) -> None:
     """Decide whether a target/draft pair is safe for llama.cpp speculative decoding.
 
     Exit 0 admitted, 1 rejected, 2 could not decide. The verdict is recorded in the registry.
 
-    Example: specreg check pair target.gguf draft.gguf --method draft-simple
+    Example: specreg check pair target.gguf draft.gguf --method draft-simple --format sarif
     """
+    from specreg.commands.views.check import show_verdict
     from specreg.errors import UsageError
     from specreg.registry.checking import check_and_record
     from specreg.registry.store import Registry
     from specreg.validators.ruleset import load_rule_set
 
-    if method not in _METHODS:
-        raise UsageError(f"unknown method {method!r}; choose one of {', '.join(_METHODS)}")
+    if fmt not in ("text", "json", "sarif"):
+        raise UsageError(f"--format {fmt!r}: choose text, json or sarif")
+    json_out = json_out or fmt == "json"
+    chosen = chosen_method(method)
     rules = load_rule_set(runtime)
-    with Registry(db_path(), show_progress=not json_out) as reg:
-        done = check_and_record(reg, target, draft, method, rule_set=rules, strict=strict)
+    with Registry(db_path(), show_progress=not json_out and fmt == "text") as reg:
+        done = check_and_record(reg, target, draft, chosen or "auto", rule_set=rules, strict=strict)
     v = done.verdict
-    if json_out:
+    if fmt == "sarif":
+        from specreg.report.sarif import dumps, verdict_sarif
+
+        def where(arg: str | None, rec: ArtifactRecord | None) -> str | None:
+            if arg is None or rec is None:
+                return None
+            return arg if os.path.exists(arg) else (rec.paths[0] if rec.paths else None)
+
+        out = console()
+        out.file.write(dumps(verdict_sarif(v, where(target, done.target), where(draft, done.draft))) + "\n")
+        out.file.flush()
+    elif json_out:
         emit_json(
             v.model_dump(
                 mode="json",
@@ -116,7 +84,7 @@ def pair_cmd(
             )
         )
     else:
-        _render(v, done.target, done.draft, done.pair_id)
+        show_verdict(v, done.target, done.draft, done.pair_id)
     raise typer.Exit(0 if v.admitted else 1)
 
 
@@ -147,6 +115,13 @@ def pairs_cmd(
             out.append(d)
         emit_json(out)
         return
+    if not rows:
+        err_console().print(
+            "no pairs checked yet (specreg check pair TARGET DRAFT)"
+            if which is None
+            else f"no {'admitted' if which else 'rejected'} pairs"
+        )
+        return
     verdicts = {
         (True, False): ("admitted", "green"),
         (True, True): ("admitted (strict)", "green"),
@@ -154,7 +129,15 @@ def pairs_cmd(
         (False, True): ("rejected (strict)", "red"),
     }
     print_listing(
-        ("id", "target", "draft", "method", "verdict", "rule set", "when"),
+        (
+            Col("id", right=True),
+            Col("target", limit=13 + _NAME_WIDTH, squeeze=12),
+            Col("draft", limit=13 + _NAME_WIDTH, squeeze=12),
+            Col("method"),
+            Col("verdict"),
+            Col("rule set", limit=40, stack=2),
+            Col("when", stack=1),
+        ),
         (
             (
                 str(p.id),
@@ -167,11 +150,7 @@ def pairs_cmd(
             )
             for p in rows
         ),
-        limits=(None, 13 + _NAME_WIDTH, 13 + _NAME_WIDTH, None, None, 40, None),
-        right={0},
     )
-    if not rows:
-        console.print("[dim]no pairs yet: specreg check pair TARGET DRAFT[/]")
 
 
 def _verdict_text(p: PairRecord, verdicts: dict[tuple[bool, bool], tuple[str, str]]) -> tuple[str, str]:
@@ -180,15 +159,3 @@ def _verdict_text(p: PairRecord, verdicts: dict[tuple[bool, bool], tuple[str, st
     if p.strict_admitted is not None and not p.strict:
         text += f"; strict: {'admitted' if p.strict_admitted else 'rejected'}"
     return text, style
-
-
-def register(app: typer.Typer) -> None:
-    check_app = typer.Typer(
-        help="Check speculative-decoding setups before they are deployed.\n\n"
-        "Example: specreg check pair target.gguf draft.gguf --json",
-        no_args_is_help=True,
-        rich_markup_mode=None,
-    )
-    check_app.command("pair")(pair_cmd)
-    app.add_typer(check_app, name="check")
-    app.command("pairs")(pairs_cmd)

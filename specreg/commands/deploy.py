@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from specreg.commands._common import JsonOpt, console, db_path, emit_json, safe, safe_plain
+from specreg.commands.options import JsonOpt, db_path
+from specreg.commands.output import emit_json, safe_plain, width
 from specreg.errors import EXIT_REJECTED, UsageError
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ def deploy_cmd(
         requests.update({h.info.run_id: h.manifest.request for h in heads if h.manifest})  # how it was sampled
         return heads
 
-    with Registry(db_path()) as reg:
+    with Registry(db_path(), create=False) as reg:
         report = run_audit(reg, pol, source, pair_ids=[pair_id], spread=False, runs_for=runs_for)
     audited = report.pairs[0].pair_id if report.pairs else pair_id  # a stale verdict is re-checked as a new pair
     plan = plan_deploy(
@@ -92,42 +93,33 @@ def _speedup(plan: DeployCommand) -> str:
     return f"{text}, {where}{conc}"
 
 
-def _lines(lines: list[str]) -> None:
-    """Shell lines as they are (rich markup would double a trailing backslash); control codes escaped."""
-    for line in lines:
-        console.print(safe_plain(line), markup=False, soft_wrap=True)
-
-
 def _show(plan: DeployCommand, policy_source: str) -> None:
     from specreg.audit.deploy import verify_lines, wrap_command
+    from specreg.commands.output import say, show_lines
 
-    width = max(40, min(console.width, 120))
-    head = f"pair {plan.pair_id} {plan.method}"
+    cols = max(40, min(width(), 120))
+
+    def block(title: str, lines: list[str]) -> None:
+        show_lines(["", title, *(safe_plain(line) for line in lines)])  # shell lines as they are
+
+    head = f"pair {plan.pair_id} {plan.method}: "
     evidence = [f"evidence: {f'run {plan.run_id}' if plan.run_id else 'no run'}", f"policy: {policy_source}"]
     if not plan.deployable:
-        console.print(f"{head}: [red]not deployable[/], the audit fails")
-        _lines(evidence)
+        say("the audit fails", prefix=head + "not deployable, ", marks=[("not deployable", "red")])
+        show_lines([safe_plain(line) for line in evidence])
         for g in plan.failed_gates:
-            console.print(f"  {g.gate}: {safe(g.message)}")  # wrapped at words: gate messages are long
+            say(g.message, prefix=f"  {g.gate}: ", indent=4)
         for note in plan.notes:
-            console.print(f"  note: {safe(note)}")
+            say(note, prefix="  note: ", indent=4)
         if plan.rollback_argv:
-            console.print("\nkeep serving without speculation (the measured baseline):")
-            _lines(wrap_command(plan.rollback_argv, width))
+            block("keep serving without speculation (the measured baseline):", wrap_command(plan.rollback_argv, cols))
         return
-    console.print(f"{head}: [green]deployable[/]")
-    _lines(evidence)
-    console.print(_speedup(plan))
+    say("deployable", prefix=head, style="green")
+    show_lines([safe_plain(line) for line in evidence])
+    say(_speedup(plan))
     for note in plan.notes:
-        console.print(f"note: {safe(note)}")
-    console.print("\n1. check the model files (SHA-256 pinned by the registry):")
-    _lines(verify_lines(plan.sha256))
-    console.print("\n2. start the server:")
-    _lines(wrap_command(plan.argv or [], width))
+        say(note, prefix="note: ", indent=2)
+    block("1. check the model files (SHA-256 pinned by the registry):", verify_lines(plan.sha256))
+    block("2. start the server:", wrap_command(plan.argv or [], cols))
     if plan.rollback_argv:
-        console.print("\nrollback (no speculation, the measured baseline):")
-        _lines(wrap_command(plan.rollback_argv, width))
-
-
-def register(app: typer.Typer) -> None:
-    app.command("deploy")(deploy_cmd)
+        block("rollback (no speculation, the measured baseline):", wrap_command(plan.rollback_argv, cols))

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import mmap
-import os
-import stat
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
 from pathlib import Path
 
 from specreg.errors import GGUFError
 from specreg.gguf import format as F
 from specreg.gguf.fields import check_tokenizer
+from specreg.gguf.source import FIRST_READ, MAX_HEADER_BYTES, READ_STEP, ByteSource, FileSource, HeaderWindow
 from specreg.gguf.walk import ArrayRef, Header, Walker, printable
 from specreg.schemas.gguf import GGUFSummary, TensorInfo
 
@@ -57,6 +57,25 @@ class GGUFArray:
         """Fingerprint: SHA-256 over the raw payload, so equal arrays hash equal without decoding."""
         return hashlib.sha256(self.raw()).hexdigest()
 
+    def strings_at(self, indices: Iterable[int]) -> dict[int, str]:
+        """Some elements of a string array, decoded without decoding the others (a few special
+        tokens out of 150,000: skipping lengths is a third of the cost of decoding every text)."""
+        want = {i for i in indices if 0 <= i < self.count}
+        if self.item_type != F.T_STRING or not want:
+            return {}
+        buf = self._owner._buf
+        unpack = F.U64.unpack_from
+        out: dict[int, str] = {}
+        p = self.offset
+        i = 0
+        for target in sorted(want):  # the walk at open checked every length against the buffer
+            while i < target:
+                p += 8 + unpack(buf, p)[0]
+                i += 1
+            n = unpack(buf, p)[0]
+            out[target] = bytes(buf[p + 8 : p + 8 + n]).decode("utf-8", "surrogateescape")
+        return out
+
     def to_list(self) -> list:
         """Decode every element. Strings use surrogateescape: distinct bytes stay distinct."""
         buf = self._owner._buf
@@ -78,8 +97,12 @@ class GGUFArray:
 class GGUFFile:
     """One GGUF file's header, key/values and tensor infos (see docs/CONTRACTS.md)."""
 
-    def __init__(self, path: Path, file_size: int, header: Header, buf: bytes) -> None:
+    def __init__(
+        self, path: Path, file_size: int, header: Header, buf: mmap.mmap, reopen: Callable[[], ByteSource] | None = None
+    ) -> None:
         self.path = path
+        # tensor data is read by reopening the source (no descriptor is kept between calls)
+        self._reopen: Callable[[], ByteSource] = reopen or partial(FileSource, path)
         self.file_size = file_size
         self.version = header.version
         self.alignment = header.alignment
@@ -88,7 +111,7 @@ class GGUFFile:
         self.value_types: dict[str, int] = header.value_types  # key -> GGUFValueType (ARRAY for arrays)
         self.kv_offsets: dict[str, int] = header.kv_offsets  # key -> file offset of its entry
         self._string_spans = header.string_spans
-        self._buf = buf  # header bytes [0, header_end): arrays and strings are decoded from here
+        self._buf = buf  # header bytes [0, header_end), never modified: arrays and strings are decoded from here
         self.metadata: Mapping[str, object] = {
             k: GGUFArray(self, k, v) if isinstance(v, ArrayRef) else v for k, v in header.values.items()
         }
@@ -190,14 +213,13 @@ class GGUFFile:
         if dtype is None:
             raise GGUFError(self.path, f"tensor type {t.type_name} has no per-element values", field=field)
         start = self.data_offset + t.offset
+        source = self._reopen()
         try:
-            with open(self.path, "rb") as fh:
-                if os.fstat(fh.fileno()).st_size != self.file_size:
-                    raise GGUFError(self.path, "file changed size since it was opened", field=field)
-                fh.seek(start)
-                data = fh.read(t.n_bytes)
-        except OSError as exc:
-            raise GGUFError(self.path, f"cannot read tensor data: {exc.strerror or exc}", field=field) from None
+            if source.size != self.file_size:
+                raise GGUFError(self.path, "file changed size since it was opened", field=field)
+            data = source.read(start, t.n_bytes)
+        finally:
+            source.close()
         if len(data) != t.n_bytes:
             raise GGUFError(self.path, f"truncated: tensor data needs {t.n_bytes} bytes", field=field, offset=start)
         import numpy as np
@@ -209,35 +231,29 @@ class GGUFFile:
         return values.tolist()
 
 
-def _open_regular(path: Path) -> tuple[int, int]:
-    """Open `path` read-only; (fd, size). Missing, directory, device -> GGUFError."""
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        raise GGUFError(path, "no such file") from None
-    except IsADirectoryError:
-        raise GGUFError(path, "is a directory, not a GGUF file") from None
-    except OSError as exc:
-        raise GGUFError(path, f"cannot open: {exc.strerror or exc}") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise GGUFError(path, "is a directory, not a GGUF file" if stat.S_ISDIR(st.st_mode) else "not a regular file")
-    return fd, st.st_size
+def read_gguf(
+    source: ByteSource,
+    *,
+    cap: int = MAX_HEADER_BYTES,
+    first: int = FIRST_READ,
+    step: int = READ_STEP,
+    reopen: Callable[[], ByteSource] | None = None,
+) -> GGUFFile:
+    """Walk the header of any byte source (a local file, a range-read remote file); GGUFError on any defect.
+
+    `cap`, `first` and `step` bound the header window (a remote source may want larger reads);
+    `reopen` gives a fresh source for tensor reads later (default: the local file at `source.path`)."""
+    if source.size == 0:
+        raise GGUFError(source.path, "not a GGUF file: the file is empty", field="magic", offset=0)
+    window = HeaderWindow(source, cap=cap, first=first, step=step)
+    header = Walker(window).header()
+    buf = window.trim(header.header_end)  # keep the window itself: no second copy of a header of many MiB
+    gf = GGUFFile(Path(source.path), source.size, header, buf, reopen)
+    check_tokenizer(gf)
+    return gf
 
 
 def open_gguf(path: str | Path) -> GGUFFile:
-    """Read a GGUF file's header, key/values and tensor infos; raise GGUFError on any defect."""
-    path = Path(path)
-    fd, size = _open_regular(path)
-    try:
-        if size == 0:
-            raise GGUFError(path, "not a GGUF file: the file is empty", field="magic", offset=0)
-        with mmap.mmap(fd, size, access=mmap.ACCESS_READ) as mm:
-            header = Walker(path, mm, size).header()
-            buf = mm[: header.header_end]  # one copy of the header; no fd or mapping kept open
-    finally:
-        os.close(fd)
-    gf = GGUFFile(path, size, header, buf)
-    check_tokenizer(gf)
-    return gf
+    """Read a local GGUF file's header, key/values and tensor infos; raise GGUFError on any defect."""
+    with FileSource(path) as source:
+        return read_gguf(source)

@@ -55,6 +55,10 @@ class MigrationSet:
 
         return inner
 
+    def names(self) -> list[str]:
+        """Every migration this specreg knows, in order (what a result bundle's schema is checked against)."""
+        return [m.name for m in self._migrations]
+
     def pending_names(self, conn: sqlite3.Connection) -> list[str]:
         """Names of the migrations not applied yet (read-only; plain SQL on the connection)."""
         exists = conn.execute(
@@ -328,4 +332,27 @@ def m004_pairs_strict_verdict(db: Database) -> None:
         "UPDATE pairs SET admitted = (SELECT v.admitted FROM verdicts v WHERE v.id = pairs.latest_verdict_id), "
         "strict = (SELECT v.strict FROM verdicts v WHERE v.id = pairs.latest_verdict_id) "
         "WHERE latest_verdict_id IS NOT NULL"
+    )
+
+
+@migrations()
+def m005_run_origins(db: Database) -> None:
+    """Where an imported benchmark run came from (specreg/benchmark/bundle_import.py).
+
+    One row per run merged from a result bundle: the host and specreg version that ran it, the
+    digest of its content (a later bundle with the same run id must match it) and of the bundle.
+    Runs measured here have no row.
+    """
+    db.execute(
+        """
+        CREATE TABLE run_origins (
+            run_id TEXT PRIMARY KEY REFERENCES bench_runs (run_id),
+            host TEXT NOT NULL,
+            specreg_version TEXT NOT NULL,
+            run_digest TEXT NOT NULL CHECK (length(run_digest) = 64),
+            bundle_digest TEXT NOT NULL CHECK (length(bundle_digest) = 64),
+            bundle_created_at TEXT,
+            imported_at TEXT NOT NULL
+        )
+        """
     )

@@ -142,3 +142,38 @@ def condition_cells(run: RunDigest) -> list[list[str]]:
 
 def verdict_word(report: AuditReport) -> str:
     return "PASS" if report.passed else "FAIL"
+
+
+def hardware_labels(report: AuditReport) -> dict[str, str]:
+    """H1, H2, ... for the audit's hardware classes (sorted), the same in every view."""
+    return {c: f"H{i}" for i, c in enumerate(sorted(report.hardware_classes), start=1)}
+
+
+def _speedup(report: AuditReport, p: PairAudit) -> float | None:
+    run = next((r for r in report.runs if r.run_id == p.run_id), None)
+    rows = [r for r in run.rows(p.condition) if r.stratum == "all"] if run and p.condition else []
+    return rows[0].speedup if rows else None
+
+
+def hardware_matrix(report: AuditReport) -> tuple[list[str], list[list[str]]]:
+    """Pairs down, hardware classes across: PASS with the speed-up, or FAIL with the first failed gate."""
+    labels = hardware_labels(report)
+    classes = sorted(labels)
+    cells: dict[int, dict[str, str]] = {}
+    first: dict[int, PairAudit] = {}
+    for p in report.pairs:
+        first.setdefault(p.pair_id, p)
+        if p.hardware not in labels:
+            continue
+        sp = _speedup(report, p)
+        text = ("PASS" if p.passed else f"FAIL {p.failed_gates[0]}") + ("" if sp is None else f" {sp:.2f}x")
+        cells.setdefault(p.pair_id, {})[p.hardware] = text
+    headers = ["pair", "method", "target", "draft", *(labels[c] for c in classes)]
+    rows = []
+    for pid, p in first.items():
+        draft = (p.draft_name or short(p.draft_sha256)) if p.draft_sha256 else "(self)"
+        by = cells.get(pid, {})
+        rows.append(
+            [str(pid), p.method, p.target_name or short(p.target_sha256), draft, *(by.get(c, "–") for c in classes)]
+        )
+    return headers, rows

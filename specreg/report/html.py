@@ -134,13 +134,19 @@ def render_audit(report: AuditReport, plots: dict[str, dict[str, str]]) -> str:
             ]
         )
     parts.append(_table(["pair", "method", "target", "draft", *GATES, "result"], rows, raw=True))
+    hw = common.hardware_labels(report) if len(report.hardware_classes) > 1 else {}
+    if hw:
+        parts.append("<h2>Per hardware class</h2><ul>")
+        parts += [f"<li><b>{e(hw[c])}</b>: {e(c)}</li>" for c in sorted(hw)]
+        parts.append("</ul>" + _table(*common.hardware_matrix(report)))
     parts.append("<h2>Decisions per stratum</h2>")
     parts.append(
         _table(
-            ["target", "stratum", "deploy", "speed-up", "run", "why"],
+            ["target", *(["hardware"] if hw else []), "stratum", "deploy", "speed-up", "run", "why"],
             [
                 [
                     d.target_name or common.short(d.target_sha256),
+                    *([hw.get(d.hardware or "", "–")] if hw else []),
                     d.stratum,
                     d.choice,
                     common.num(d.speedup),

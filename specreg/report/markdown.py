@@ -102,12 +102,19 @@ def render_audit(report: AuditReport, plots: dict[str, dict[str, str]], image_pr
             ]
         )
     lines += _table(["pair", "method", "target", "draft", *GATES, "result"], rows)
+    if len(report.hardware_classes) > 1:
+        labels = common.hardware_labels(report)
+        lines += ["", "## Per hardware class", ""]
+        lines += [f"- **{labels[c]}**: {esc(c)}" for c in sorted(labels)] + [""]
+        lines += _table(*common.hardware_matrix(report))
+    hw = common.hardware_labels(report) if len(report.hardware_classes) > 1 else {}
     lines += ["", "## Decisions per stratum", ""]
     lines += _table(
-        ["target", "stratum", "deploy", "speed-up", "run", "why"],
+        ["target", *(["hardware"] if hw else []), "stratum", "deploy", "speed-up", "run", "why"],
         [
             [
                 d.target_name or common.short(d.target_sha256),
+                *([hw.get(d.hardware or "", "–")] if hw else []),
                 d.stratum,
                 d.choice,
                 common.num(d.speedup),

@@ -185,6 +185,7 @@ class PairAudit(BaseModel):
     condition: str | None = None
     rollback_command: list[str] | None = None
     speculative_command: list[str] | None = None
+    hardware: str | None = None  # the hardware class whose runs were the evidence (None: no run)
 
     def gate(self, name: GateName) -> GateResult | None:
         return next((g for g in self.gates if g.gate == name), None)
@@ -215,6 +216,7 @@ class StratumDecision(BaseModel):
     speedup: float | None = None
     run_id: str | None = None
     candidates: list[Candidate] = Field(default_factory=list)
+    hardware: str | None = None  # decided for this hardware class
 
 
 class AuditReport(BaseModel):
@@ -230,6 +232,7 @@ class AuditReport(BaseModel):
     decisions: list[StratumDecision] = Field(default_factory=list)
     runs: list[RunDigest] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+    hardware_classes: list[str] = Field(default_factory=list)  # audited one by one when there are several
 
 
 # ---- the deploy command ----------------------------------------------------------------------

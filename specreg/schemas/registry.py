@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
+from specreg.schemas.base import BaseModel
 from specreg.schemas.checks import CheckResult, Method
 from specreg.schemas.gguf import GGUFSummary
 
