@@ -17,6 +17,7 @@ from pathlib import Path
 from specreg.errors import SpecregError
 from specreg.schemas.audit import AuditReport
 from specreg.schemas.bench import BenchRun
+from specreg.schemas.bench_settings import BenchSettings
 from specreg.testing import ModelSpec, write_model
 from specreg.testing.factory import SMALL_NOISE
 
@@ -66,7 +67,7 @@ WORKLOAD = (
     )
     + "\n"
 )
-REPEAT = 2
+REPEAT = 3
 # The build's n-gram defaults (ngram-simple size-n 12, ngram-mod n-min 48) need longer outputs
 # than a demo can afford; short windows let them draft on the tiny models' repetitive output.
 NGRAM = {
@@ -164,7 +165,7 @@ def run_demo(
     """Write (or, with `real`, fetch) models, register, check, benchmark, audit and report."""
     from specreg.audit.policy import example_policy_text, load_policy
     from specreg.audit.run import run_audit
-    from specreg.benchmark.runner import BenchOptions, Runner
+    from specreg.benchmark.runner import Runner
     from specreg.registry.checking import check_and_record
     from specreg.registry.provenance import register
     from specreg.registry.store import Registry
@@ -209,7 +210,7 @@ def run_demo(
             f"4/5 benchmarking admitted pair(s) {admitted} with the bundled llama.cpp server "
             f"({REPEAT} repetitions; none, ngram-simple, ngram-mod, draft-simple)"
         )
-        opts = BenchOptions(
+        opts = BenchSettings(
             workload=str(workload),
             repeat=REPEAT,
             ctx_size=1024 if real else 512,

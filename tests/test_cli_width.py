@@ -86,6 +86,9 @@ def test_listings_show_twelve_digit_hashes_and_names(audit_world: AuditWorld, ru
 
 
 def test_runs_on_an_empty_registry_says_so(tmp_path: Path) -> None:
+    from specreg.registry.store import Registry
+
+    Registry(tmp_path / "registry.db").close()  # an empty registry (a missing --db file is an error)
     code, out, err = specreg("runs", db=tmp_path / "registry.db")
     assert code == 0 and out == "" and err.strip() == "no benchmark runs yet (specreg bench admitted)"
 

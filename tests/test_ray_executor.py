@@ -23,10 +23,10 @@ from _registry_helpers import model
 from specreg.benchmark.bundle import import_bundles
 from specreg.benchmark.bundle_format import open_bundle
 from specreg.benchmark.remote import TaskOutcome, make_task, run_task
-from specreg.benchmark.runner import BenchOptions
 from specreg.registry.migrations import migrations
 from specreg.registry.portable import artifact_records, pair_records
 from specreg.registry.store import Registry
+from specreg.schemas.bench_settings import BenchSettings
 
 ITEMS = [
     {"id": "rep", "stratum": "repetitive", "max_tokens": 12, "prompt": "key: value\nname: a\nkey: value\nname:"},
@@ -34,8 +34,8 @@ ITEMS = [
 ]
 
 
-def _opts(folder: Path) -> BenchOptions:
-    return BenchOptions(
+def _opts(folder: Path) -> BenchSettings:
+    return BenchSettings(
         methods=["none", "draft-simple"],
         workload=str(workload(folder, ITEMS)),
         ctx_size=256,
@@ -46,7 +46,7 @@ def _opts(folder: Path) -> BenchOptions:
     )
 
 
-def _task(reg: Registry, pair_id: int, opts: BenchOptions, task_id: str = "t1") -> str:
+def _task(reg: Registry, pair_id: int, opts: BenchSettings, task_id: str = "t1") -> str:
     pair = reg.get_pair(pair_id)
     shas = [pair.target_sha256, *([pair.draft_sha256] if pair.draft_sha256 else [])]
     paths = {s: reg.get_artifact(s).paths for s in shas}

@@ -88,9 +88,10 @@ def test_real_pair_benchmarks_and_deploys(real_model: Callable[[str], Path], tmp
     """One short real run: the Q4_1 draft is accepted almost always, outputs match, deploy prints it."""
     from specreg.audit.deploy import plan_deploy
     from specreg.audit.run import run_audit
-    from specreg.benchmark.runner import BenchOptions, Runner
+    from specreg.benchmark.runner import Runner
     from specreg.registry.store import Registry
     from specreg.schemas.audit import Policy
+    from specreg.schemas.bench_settings import BenchSettings
     from specreg.validators.pair import verdict
 
     target, draft = real_model("f32"), real_model("q4_1")
@@ -101,7 +102,7 @@ def test_real_pair_benchmarks_and_deploys(real_model: Callable[[str], Path], tmp
         v = verdict(checks, method="draft-simple", target_sha256=t.sha256, draft_sha256=d.sha256, rule_set=RULES,
                     strict=False)  # fmt: skip
         pair = reg.record_verdict(v)
-        opts = BenchOptions(methods=["draft-simple"], workload="repetitive", repeat=2, max_tokens=24, ctx_size=1024)
+        opts = BenchSettings(methods=["draft-simple"], workload="repetitive", repeat=2, max_tokens=24, ctx_size=1024)
         (run,) = Runner(reg, opts).bench([pair])
         ds = next(c for c in run.conditions if c.spec.name == "draft-simple")
         assert ds.status == "ok" and ds.counters is not None and ds.counters.drafted > 0

@@ -97,7 +97,7 @@ def test_register_reports_every_file_and_names_the_failed_ones(tmp_path: Path) -
     missing = tmp_path / "missing.gguf"
     out = cli("register", str(a), str(bad), str(missing), str(c), db=db)
     assert out.returncode == 2 and "Traceback" not in out.stderr
-    assert [line.split()[0] for line in out.stdout.splitlines()] == [_sha(a), _sha(c)]  # each file's result
+    assert [line.split()[0] for line in out.stdout.splitlines()] == [_sha(a)[:12], _sha(c)[:12]]  # each file's result
     errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 3 and "not a GGUF file" in errors[0] and "no such file" in errors[1]
     assert errors[2] == f"error: 2 of 4 files not registered: {bad}, {missing}"

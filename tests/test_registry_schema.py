@@ -108,6 +108,7 @@ SCHEMA: dict[str, list[str]] = {
         "memory_json",
         "started_at",
         "finished_at",
+        "warmup_json",  # m006
     ],
     "bench_prompts": [
         "run_id",

@@ -8,8 +8,9 @@ from pathlib import Path
 from _bench_helpers import admit, workload
 from _registry_helpers import model
 
-from specreg.benchmark.runner import BenchOptions, Runner
+from specreg.benchmark.runner import Runner
 from specreg.registry.store import Registry
+from specreg.schemas.bench_settings import BenchSettings
 
 
 def test_run_directory_is_beside_the_registry_file(tmp_path: Path) -> None:
@@ -19,7 +20,9 @@ def test_run_directory_is_beside_the_registry_file(tmp_path: Path) -> None:
     target = model(tmp_path, "t.gguf")
     with Registry(db) as reg:
         pair = admit(reg, target, None, "ngram-simple")
-        opts = BenchOptions(methods=["none"], workload=str(workload(tmp_path, name="w.jsonl")), threads=1, ctx_size=256)
+        opts = BenchSettings(
+            methods=["none"], workload=str(workload(tmp_path, name="w.jsonl")), threads=1, ctx_size=256
+        )
         (run,) = Runner(reg, opts).bench([pair])
     run_dir = Path(run.info.run_dir or "")
     assert run_dir.parent == db.parent / "runs" and run_dir.name == run.info.run_id

@@ -12,18 +12,17 @@ from __future__ import annotations
 import argparse
 import re
 import shlex
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from specreg.benchmark.bundled_server import NGRAM_FLAGS, build_parser, ngram_dest
 from specreg.errors import SpecregError
 from specreg.schemas.audit import (
     PAIR_LEVEL_GATES,
     AuditReport,
+    ConditionOutcome,
     DeployCommand,
     GateResult,
     PairAudit,
-    RunDigest,
-    StratumRow,
 )
 from specreg.schemas.bench import ALL_STRATA, RequestSettings
 
@@ -148,31 +147,58 @@ def verify_lines(sha256: dict[str, str], indent: str = "  ") -> list[str]:
     return lines
 
 
-def _row(run: RunDigest, condition: str, stratum: str, conc: int) -> StratumRow | None:
-    return next(
-        (r for r in run.strata if r.condition == condition and r.stratum == stratum and r.concurrency == conc), None
-    )
+def _failed(gate: str, message: str) -> GateResult:
+    return GateResult(gate=gate, passed=False, message=message)  # type: ignore[arg-type]
 
 
-def _judged_concurrency(report: AuditReport, run: RunDigest) -> int | None:
-    """The concurrency the speed gates judged (the policy's, else the run's lowest), as `audit_pair` does."""
-    levels = sorted({r.concurrency for r in run.strata})
-    wanted = report.policy.speed.concurrency
-    if wanted is not None:
-        return wanted if wanted in levels else None
-    return levels[0] if levels else None
+def _ranked(items: list[Any]) -> Any:
+    """The one with the highest median speed-up (the interval's low end breaks ties), as decisions rank."""
+    return max(items, key=lambda x: (x.speedup or 0.0, x.speedup_ci95[0] if x.speedup_ci95 else 0.0))
 
 
-def _failures(pa: PairAudit, stratum: str | None) -> list[GateResult]:
-    """The gates that stop this pair (in this stratum: the pair-wide gates and this stratum's own)."""
+Speedup = tuple[float | None, tuple[float, float] | None]
+
+
+def _choose(
+    report: AuditReport, pa: PairAudit, stratum: str | None, conc: int | None
+) -> tuple[ConditionOutcome | None, list[GateResult], Speedup, list[str]]:
+    """The condition to deploy at `conc` (for `stratum`), the gates that stop it, its speed-up and notes."""
+    pair_level = [g for g in pa.gates if g.gate in PAIR_LEVEL_GATES and not g.passed]
+    here = [o for o in pa.conditions if o.concurrency == conc]
+    if not here:
+        why = [g for g in pa.gates if not g.passed] or [_failed("evidence", "no measured condition of this pair")]
+        return None, why, (None, None), []
     if stratum is None:
-        return [g for g in pa.gates if not g.passed]
-    return [
-        g
-        for g in pa.gates
-        if (g.gate in PAIR_LEVEL_GATES and not g.passed)
-        or (g.gate not in PAIR_LEVEL_GATES and not g.strata.get(stratum, False))
-    ]
+        if conc == pa.concurrency:  # the condition the pair's gates judged
+            chosen = next((o for o in here if o.condition == pa.condition), None) or _ranked(here)
+            return chosen, [g for g in pa.gates if not g.passed], (pa.speedup, pa.speedup_ci95), []
+        chosen = _ranked([o for o in here if o.passed] or here)
+        stops = pair_level + [_failed(g, m) for g, m in chosen.failed.items()]
+        return chosen, stops, (chosen.speedup, chosen.speedup_ci95), []
+    decision = next(
+        (
+            d
+            for d in report.decisions
+            if d.target_sha256 == pa.target_sha256 and d.stratum == stratum and d.concurrency == conc
+        ),
+        None,
+    )
+    notes = []
+    if decision is not None and decision.pair_id not in (None, pa.pair_id):
+        sp = f" (speed-up {decision.speedup:.2f}x)" if decision.speedup is not None else ""
+        notes.append(f"the audit's choice for {stratum} at concurrency {conc} is {decision.choice}{sp}")
+    cands = [c for c in (decision.candidates if decision else []) if c.pair_id == pa.pair_id]
+    if not cands:
+        return None, [*pair_level, _failed("evidence", f"not measured in stratum {stratum}")], (None, None), notes
+    eligible = [c for c in cands if c.eligible]
+    best = _ranked(eligible or cands)
+    chosen = next((o for o in here if o.condition == best.condition), None)
+    failed = []
+    if not eligible:
+        failed = pair_level + ([_failed(g, m) for g, m in chosen.failed.items()] if chosen else [])
+        if chosen is None or not chosen.strata.get(stratum, False):
+            failed.append(_failed("speed", f"{stratum}: {best.reason}"))
+    return chosen, failed, (best.speedup, best.speedup_ci95), notes
 
 
 def plan_deploy(
@@ -185,17 +211,18 @@ def plan_deploy(
     port: int | None = None,
     request: RequestSettings | None = None,
 ) -> DeployCommand:
-    """The command for `pair_id`'s audited condition, or a refusal naming the failing gates.
+    """The command for `pair_id`'s best audited condition, or a refusal naming the failing gates.
 
-    `program` None: the binary the run used when it was the user's own, else `llama-server`.
-    Raises SpecregError when the audit does not hold the pair or the stratum at all.
+    Without `stratum` the pair must pass every gate over the whole workload (at `concurrency`,
+    default the audited one); with it, the pair-wide gates and that stratum's. `program` None:
+    the binary the run used when it was the user's own, else `llama-server`. Raises SpecregError
+    when the audit does not hold the pair, or the stratum was not measured at all.
     """
     pa = next((p for p in report.pairs if p.pair_id == pair_id), None)
     if pa is None:
         raise SpecregError(f"pair {pair_id} is not in this audit")
     out = DeployCommand(pair_id=pa.pair_id, method=pa.method, deployable=False, run_id=pa.run_id, stratum=stratum)
     run = next((r for r in report.runs if r.run_id == pa.run_id), None)
-    cond = next((c for c in run.conditions if c.label == pa.condition), None) if run else None
     if run is not None and stratum is not None:
         measured = sorted({r.stratum for r in run.strata if r.stratum != ALL_STRATA})
         if stratum not in measured:
@@ -203,41 +230,29 @@ def plan_deploy(
                 f"stratum {stratum!r} was not measured in run {run.run_id}",
                 hint=f"measured: {', '.join(measured) or 'none'}",
             )
-    base = run.baseline() if run else None
+    levels = run.concurrency_levels if run else []
+    conc = concurrency if concurrency is not None else (pa.concurrency or (levels[0] if levels else None))
+    out.concurrency = conc
+    base = run.baseline(conc) if run else None
     if base is not None and base.command:
         prog = program or recorded_program(base.command)
         out.rollback_argv = server_argv(base.command, program=prog, request=request, port=port)
-    failed = _failures(pa, stratum)
-    judged = _judged_concurrency(report, run) if run else None
-    conc = judged if concurrency is None else concurrency
-    out.concurrency = conc
-    if run is not None and cond is not None and conc is not None:
-        out.condition = cond.label
-        row = _row(run, cond.label, stratum or ALL_STRATA, conc)
-        if row is not None:
-            out.speedup = row.speedup
-            ci = getattr(row, "speedup_ci95", None)  # present once the run summaries carry intervals
-            out.speedup_ci95 = [float(x) for x in ci] if ci else None
-        if concurrency is not None and concurrency != judged:
-            levels = sorted({r.concurrency for r in run.strata})
-            if concurrency not in levels:
-                why = f"concurrency {concurrency} was not measured (measured: {', '.join(map(str, levels))})"
-            else:
-                why = (
-                    f"concurrency {concurrency} was measured but the audit judged {judged}: "
-                    f"audit with [speed] concurrency = {concurrency} in the policy"
-                )
-            failed.append(GateResult(gate="speed", passed=False, message=why))
-    decision = next((d for d in report.decisions if d.stratum == stratum and d.target_sha256 == pa.target_sha256), None)
-    if decision is not None and decision.pair_id not in (None, pa.pair_id):
-        out.notes.append(
-            f"the audit's choice for {stratum} is {decision.choice}"
-            + (f" (speed-up {decision.speedup:.2f}x)" if decision.speedup is not None else "")
-        )
+    if run is not None and concurrency is not None and concurrency not in levels:
+        out.failed_gates = [
+            _failed("speed", f"concurrency {concurrency} was not measured (measured: {', '.join(map(str, levels))})")
+        ]
+        return out
+    if pa.not_benchmarkable:
+        out.failed_gates = [_failed("evidence", f"admitted, not benchmarkable: {pa.not_benchmarkable}")]
+        return out
+    chosen, failed, (out.speedup, ci), out.notes = _choose(report, pa, stratum, conc)
+    out.speedup_ci95 = [float(x) for x in ci] if ci else None
     out.failed_gates = failed
+    cond = next((c for c in run.conditions if chosen and c.label == chosen.condition), None) if run else None
+    if cond is not None:
+        out.condition, out.draft_n_max = cond.label, cond.draft_n_max
     if failed or cond is None or not cond.command:
-        if not failed:
-            out.failed_gates = [GateResult(gate="evidence", passed=False, message="no measured condition to deploy")]
+        out.failed_gates = failed or [_failed("evidence", "no recorded server command for the condition")]
         return out
     out.argv = server_argv(cond.command, program=program or recorded_program(cond.command), request=request, port=port)
     out.sha256 = pinned_sha256(out.argv, pa.target_sha256, pa.draft_sha256)

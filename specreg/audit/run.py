@@ -13,6 +13,8 @@ from specreg.audit import gates
 from specreg.audit.decisions import decide
 from specreg.audit.deploy import try_server_argv
 from specreg.audit.evidence import hardware_identity, load_digest, load_digests, runtime_identity
+from specreg.audit.outcomes import judge_all, pair_conditions
+from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
 from specreg.benchmark.run_index import RunHead, RunIndex, runs_for_pair
 from specreg.errors import SpecregError
 from specreg.registry.db import now, paused_gc
@@ -21,7 +23,6 @@ from specreg.schemas.audit import (
     GATES,
     PER_STRATUM_GATES,
     AuditReport,
-    ConditionDigest,
     GateResult,
     PairAudit,
     Policy,
@@ -112,15 +113,15 @@ def select_run(heads: Iterable[RunHead], policy: Policy) -> tuple[RunHead | None
     for head in heads:
         info, man = head
         runtime, hardware = runtime_identity(man), hardware_identity(man)
-        conc = man.request.concurrency if man else None
+        levels = (man.request.concurrency_levels or [man.request.concurrency]) if man else []
         if info.status in _NOT_EVIDENCE:
             skipped.append(f"{info.run_id} {info.status}")
         elif not _matches(runtime, ev.runtime):
             skipped.append(f"{info.run_id} runtime {runtime}")
         elif not _matches(hardware, ev.hardware):
             skipped.append(f"{info.run_id} hardware {hardware}")
-        elif policy.speed.concurrency is not None and policy.speed.concurrency != conc:
-            skipped.append(f"{info.run_id} concurrency {conc}")
+        elif policy.speed.concurrency is not None and policy.speed.concurrency not in levels:
+            skipped.append(f"{info.run_id} concurrency {','.join(map(str, levels))}")
         else:
             wanted = [f"runtime ~ {ev.runtime!r}"] if ev.runtime else []
             wanted += [f"hardware ~ {ev.hardware!r}"] if ev.hardware else []
@@ -133,49 +134,70 @@ def select_run(heads: Iterable[RunHead], policy: Policy) -> tuple[RunHead | None
     return None, "no finished run on this pair" + (f"; skipped {shown}" if skipped else "")
 
 
-def _condition(run: RunDigest | None, pair: PairRecord) -> ConditionDigest | None:
-    if run is None:
-        return None
-    return next((c for c in run.conditions if c.spec_type == pair.method and c.draft_sha256 == pair.draft_sha256), None)
-
-
 def _concurrency(run: RunDigest | None, policy: Policy) -> int | None:
-    levels = sorted({r.concurrency for r in run.strata}) if run else []
+    levels = run.concurrency_levels if run else []
     if policy.speed.concurrency is not None:
         return policy.speed.concurrency if policy.speed.concurrency in levels else None
     return levels[0] if levels else None
 
 
+def _unbenchmarkable(facts: _Facts, pair: PairRecord) -> str | None:
+    """Why an admitted pair without any run cannot have one (vocab-only), from its checks.
+
+    Only a draft can be vocab-only in an admitted pair: self-speculation rejects a vocab-only target.
+    """
+    if not pair.admitted or pair.draft_sha256 is None:
+        return None
+    if not pair.checks:
+        pair = facts.reg.get_pair(pair.id)  # list views carry no checks
+    return not_benchmarkable(pair)
+
+
 def audit_pair(
     facts: _Facts, pair: PairRecord, policy: Policy, runs_for: RunsFor
 ) -> tuple[PairAudit, RunDigest | None]:
-    """All eight gates for one pair."""
+    """All eight gates for one pair (evidence, equivalence, speed, memory on its best condition)."""
     roles = [("target", pair.target_sha256)] + ([("draft", pair.draft_sha256)] if pair.draft_sha256 else [])
     checks = [(role, sha, *facts.verify(sha)) for role, sha in roles]
     results = [gates.integrity_gate(checks, facts.rehash)]
     verdict, pair = _verdict(facts, pair, all(ok for _, _, ok, _ in checks))
     results.append(verdict)
+    licence = gates.licence_gate([(role, facts.record(sha)) for role, sha in roles], policy.licence)
     head, how = select_run(runs_for(facts.reg, pair), policy)
+    lacking = _unbenchmarkable(facts, pair) if head is None else None
+    if lacking is not None:  # one reason, not every gate that needs a run failing on its own
+        why = f"{NOT_BENCHMARKABLE}: {lacking}"
+        results += [GateResult(gate="evidence", passed=False, message=why), licence]
+        return _pair_audit(pair, results, not_benchmarkable=lacking), None
     run = facts.digest(head) if head else None
     if run is not None and run.target_name is None:
         run.target_name = facts.record(pair.target_sha256).name
-    cond = _condition(run, pair)
     conc = _concurrency(run, policy)
-    evidence = gates.evidence_gate(run, cond, policy, conc, how)
-    results.append(evidence)
-    if run is not None and cond is not None and conc is not None:
-        results += [
-            gates.equivalence_gate(run, cond, policy, conc),
-            gates.speed_gate(run, cond, policy, conc),
-            gates.memory_gate(run, cond, policy.memory),
-        ]
+    best, judged = judge_all(run, pair, policy, how, conc)
+    if best is not None:
+        results += best.results
     else:
+        conds = pair_conditions(run, pair)
+        evidence = gates.evidence_gate(run, conds[0] if conds else None, policy, conc, how)
         why = f"no evidence: {evidence.message}"
-        results += [GateResult(gate=g, passed=False, message=why) for g in (*PER_STRATUM_GATES, "memory")]
-    results.append(gates.licence_gate([(role, facts.record(sha)) for role, sha in roles], policy.licence))
-    rollback, command = gates.rollback_gate(run, facts.record(pair.target_sha256).paths)
+        results += [evidence] + [GateResult(gate=g, passed=False, message=why) for g in (*PER_STRATUM_GATES, "memory")]
+    results.append(licence)
+    rollback, command = gates.rollback_gate(run, facts.record(pair.target_sha256).paths, conc)
     request = head.manifest.request if head and head.manifest else None
     results.append(rollback)
+    audit = _pair_audit(pair, results, run_id=run.run_id if run else None)
+    # what a team runs: llama-server's own argv (no wrapper, no benchmark port), as `specreg deploy` prints it
+    audit.rollback_command = try_server_argv(command, request)
+    audit.conditions = [j.outcome() for j in judged]
+    if best is not None:
+        audit.condition, audit.concurrency, audit.draft_n_max = best.cond.label, conc, best.cond.draft_n_max
+        audit.speculative_command = try_server_argv(best.cond.command, request)
+        if best.whole is not None:
+            audit.speedup, audit.speedup_ci95 = best.whole.speedup, best.whole.speedup_ci95
+    return audit, run
+
+
+def _pair_audit(pair: PairRecord, results: list[GateResult], **extra: object) -> PairAudit:
     results.sort(key=lambda g: GATES.index(g.gate))
     return PairAudit(
         pair_id=pair.id,
@@ -186,12 +208,8 @@ def audit_pair(
         draft_name=pair.draft_name,
         passed=all(g.passed for g in results),
         gates=results,
-        run_id=run.run_id if run else None,
-        condition=cond.label if cond else None,
-        # what a team runs: llama-server's own argv (no wrapper, no benchmark port), as `specreg deploy` prints it
-        rollback_command=try_server_argv(command, request),
-        speculative_command=try_server_argv(cond.command if cond else None, request),
-    ), run
+        **extra,  # type: ignore[arg-type]
+    )
 
 
 def run_audit(

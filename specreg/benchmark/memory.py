@@ -159,3 +159,12 @@ class MemorySampler:
             base.peak_vram_bytes = self._peak_vram_total
             base.peak_vram_by_pid = dict(self._vram)
         return MemoryObservation(peak_rss_bytes=self.peak_rss or None, samples=self.samples, gpu=base)
+
+
+def higher_peak(a: MemoryObservation | None, b: MemoryObservation) -> MemoryObservation:
+    """The higher peak of two server starts of one condition (rounds)."""
+    if a is None:
+        return b
+    rss = max(a.peak_rss_bytes or 0, b.peak_rss_bytes or 0) or None
+    gpu = b.gpu if (b.gpu.peak_vram_bytes or 0) >= (a.gpu.peak_vram_bytes or 0) else a.gpu
+    return MemoryObservation(peak_rss_bytes=rss, samples=a.samples + b.samples, gpu=gpu)

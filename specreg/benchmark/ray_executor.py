@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from specreg.benchmark.bundle import import_bundles
 from specreg.benchmark.remote import TaskOutcome, make_task, run_task
-from specreg.benchmark.runner import BenchOptions, new_run_id
+from specreg.benchmark.runner import new_run_id
 from specreg.benchmark.runstore import RunStore, now
 from specreg.errors import NotAdmitted, SpecregError, UsageError
 from specreg.registry.portable import artifact_records, pair_records
 from specreg.schemas.bench import RunInfo
+from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.registry import PairRecord
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ def _options(ray: Any, spec: dict[str, float]) -> dict[str, Any]:
 
 def bench_on_ray(
     reg: Registry,
-    opts: BenchOptions,
+    opts: BenchSettings,
     pair_ids: list[int] | None,
     *,
     address: str | None = None,
@@ -104,7 +105,6 @@ def bench_on_ray(
 ) -> RayOutcome:
     """Send one task per pair and resource spec, wait for all, import each result or record its failure."""
     ray = need_ray()
-    opts.check()
     pairs = _pairs(reg, pair_ids)
     if not ray.is_initialized():
         ray.init(**{"address": address, "ignore_reinit_error": True, "include_dashboard": False, **(init or {})})
@@ -140,7 +140,7 @@ def bench_on_ray(
     return outcome
 
 
-def _collect(ray: Any, ref: Any, reg: Registry, opts: BenchOptions, outcome: RayOutcome) -> str | None:
+def _collect(ray: Any, ref: Any, reg: Registry, opts: BenchSettings, outcome: RayOutcome) -> str | None:
     """Wait for one task and import its bundle; the failure's reason, or None when it landed."""
     try:
         text = ray.get(ref, timeout=opts.run_timeout_s + opts.start_timeout_s)

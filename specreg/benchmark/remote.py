@@ -12,13 +12,15 @@ from __future__ import annotations
 import os
 import socket
 import tempfile
-from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from specreg.errors import ArtifactChanged, ArtifactNotFound, SpecregError
+
+if TYPE_CHECKING:
+    from specreg.schemas.bench_settings import BenchSettings
 
 
 class RemoteTask(BaseModel):
@@ -28,7 +30,7 @@ class RemoteTask(BaseModel):
     pair: dict[str, Any]  # portable pair record: identity and verdicts
     artifacts: list[dict[str, Any]]  # portable artifact records of the target and the draft
     paths: dict[str, list[str]] = Field(default_factory=dict)  # sha256 -> the driver's paths of it
-    options: dict[str, Any]  # BenchOptions as a dict
+    options: dict[str, Any]  # BenchSettings as JSON data
     workload_name: str | None = None  # a workload file's name, when the driver's workload is a file
     workload_text: str | None = None
 
@@ -46,10 +48,14 @@ class TaskOutcome(BaseModel):
 
 
 def make_task(
-    task_id: str, pair: dict[str, Any], artifacts: list[dict[str, Any]], paths: dict[str, list[str]], opts: Any
+    task_id: str,
+    pair: dict[str, Any],
+    artifacts: list[dict[str, Any]],
+    paths: dict[str, list[str]],
+    opts: BenchSettings,
 ) -> RemoteTask:
     """A task for one pair; a workload file travels as its text (the node may not have it)."""
-    options = asdict(opts)
+    options = opts.model_dump(mode="json")
     name = text = None
     wl = Path(str(options.get("workload", "default"))).expanduser()
     if wl.is_file():
@@ -111,9 +117,10 @@ def run_task(task_json: str) -> str:
 
 def _bench(task: RemoteTask, tmp: Path) -> bytes:
     from specreg.benchmark.bundle import export_bundle
-    from specreg.benchmark.runner import BenchOptions, Runner
+    from specreg.benchmark.runner import Runner
     from specreg.registry.portable import find_pair, merge_artifacts, merge_pairs
     from specreg.registry.store import Registry
+    from specreg.schemas.bench_settings import BenchSettings
 
     options = dict(task.options)
     if task.workload_text is not None:
@@ -128,7 +135,7 @@ def _bench(task: RemoteTask, tmp: Path) -> bytes:
         with reg.write():
             merge_pairs(reg.conn, [task.pair])
         pair_id = find_pair(reg.conn, task.pair)
-        runner = Runner(reg, BenchOptions(**options))
+        runner = Runner(reg, BenchSettings.model_validate(options))
         runs = runner.bench([pair_id] if pair_id is not None else [])
         out = tmp / "run.zip"
         export_bundle(reg, out, run_ids=[r.info.run_id for r in runs])

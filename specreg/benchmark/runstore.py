@@ -29,6 +29,7 @@ from specreg.schemas.bench import (
     RunManifest,
     RunStatus,
     SpecCounters,
+    WarmupRecord,
 )
 
 if TYPE_CHECKING:
@@ -152,8 +153,9 @@ class RunStore:
             db.execute(
                 "INSERT INTO bench_conditions (run_id, idx, name, method, status, failure, failure_lines_json, "
                 "spec_json, argv_json, port, server_pid, server_started, log_path, log_tail, "
-                "metrics_before_json, metrics_after_json, counters_json, memory_json, started_at, finished_at) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (run_id, idx) DO UPDATE SET "
+                "metrics_before_json, metrics_after_json, counters_json, memory_json, warmup_json, started_at, "
+                "finished_at) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (run_id, idx) DO UPDATE SET "
                 "status = excluded.status, failure = excluded.failure, "
                 "failure_lines_json = excluded.failure_lines_json, argv_json = excluded.argv_json, "
                 "port = excluded.port, server_pid = excluded.server_pid, "
@@ -161,7 +163,8 @@ class RunStore:
                 "log_path = excluded.log_path, log_tail = excluded.log_tail, "
                 "metrics_before_json = excluded.metrics_before_json, "
                 "metrics_after_json = excluded.metrics_after_json, counters_json = excluded.counters_json, "
-                "memory_json = excluded.memory_json, started_at = excluded.started_at, "
+                "memory_json = excluded.memory_json, warmup_json = excluded.warmup_json, "
+                "started_at = excluded.started_at, "
                 "finished_at = excluded.finished_at",
                 (
                     run_id,
@@ -182,6 +185,7 @@ class RunStore:
                     json.dumps(c.metrics_after) if c.metrics_after is not None else None,
                     _dump(c.counters),
                     _dump(c.memory),
+                    json.dumps([w.model_dump(mode="json") for w in c.warmup]),
                     iso(c.started_at),
                     iso(c.finished_at),
                 ),
@@ -259,7 +263,7 @@ class RunStore:
             self.reg.conn,
             "SELECT r.*, (SELECT count(*) FROM bench_conditions c WHERE c.run_id = r.run_id) AS n_conditions, "
             f"(SELECT count(*) FROM bench_requests q WHERE q.run_id = r.run_id) AS n_requests, {_ORIGIN_COLS} "
-            "FROM bench_runs r LEFT JOIN run_origins o ON o.run_id = r.run_id ORDER BY r.started_at, r.run_id"
+            "FROM bench_runs r LEFT JOIN run_origins o ON o.run_id = r.run_id ORDER BY r.started_at, r.run_id",
         )
         return [_info(r) for r in found]
 
@@ -365,6 +369,7 @@ def _condition(c: sqlite3.Row) -> ConditionRun:
         metrics_after=json.loads(c["metrics_after_json"]) if c["metrics_after_json"] else None,
         counters=SpecCounters.model_validate_json(c["counters_json"]) if c["counters_json"] else None,
         memory=MemoryObservation.model_validate_json(c["memory_json"]) if c["memory_json"] else None,
+        warmup=[WarmupRecord.model_validate(w) for w in json.loads(c["warmup_json"] or "[]")],
         started_at=c["started_at"],
         finished_at=c["finished_at"],
     )

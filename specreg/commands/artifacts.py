@@ -60,7 +60,7 @@ def register_cmd(
                 if len(files) == 1:
                     raise
                 failed.append(str(f))
-                err_console.print(f"[bold red]error:[/] {safe(str(exc))}", soft_wrap=True)
+                err_console().print(f"[bold red]error:[/] {safe(str(exc))}", soft_wrap=True)
                 continue
             records.append(rec)
             if not json_out:

@@ -17,9 +17,9 @@ from specreg.commands.options import JsonOpt, PairOpt, ReportOpt, db_path
 from specreg.commands.output import emit_json, emit_result, err_console, safe
 
 if TYPE_CHECKING:
-    from specreg.benchmark.runner import BenchOptions
     from specreg.registry.store import Registry
     from specreg.schemas.bench import BenchRun
+    from specreg.schemas.bench_settings import BenchSettings
 
 bench_app = typer.Typer(
     help="Benchmark admitted pairs on a real llama.cpp server.\n\nExample: specreg bench admitted --pair 3 --repeat 3",
@@ -43,6 +43,20 @@ def _split(values: list[str] | None) -> list[str] | None:
     if not values:
         return None
     return [v.strip() for raw in values for v in raw.split(",") if v.strip()]
+
+
+def _ints(values: list[str] | None, flag: str) -> list[int] | None:
+    """`--concurrency 1,4 --concurrency 8` -> [1, 4, 8]; anything else is a one-line usage error."""
+    from specreg.errors import UsageError
+
+    items = _split(values)
+    if items is None:
+        return None
+    try:
+        return [int(v) for v in items]
+    except ValueError:
+        shown = ",".join(values or [])
+        raise UsageError(f"{flag} {shown!r}: expected whole numbers separated by commas, e.g. 1,4,8") from None
 
 
 def _sigterm(_sig: int, _frame: FrameType | None) -> None:
@@ -72,11 +86,25 @@ def admitted(
             help="default, a stratum (repetitive, chat, reasoning, long_input, structured) or a JSONL file.",
         ),
     ] = "default",
-    repeat: Annotated[int, typer.Option("--repeat", help="Measured repetitions of every prompt.")] = 1,
+    repeat: Annotated[
+        int, typer.Option("--repeat", help="Measured repetitions of every prompt (the default policy wants 3).")
+    ] = 3,
     max_tokens: Annotated[int | None, typer.Option("--max-tokens", help="Override every prompt's max_tokens.")] = None,
-    concurrency: Annotated[int, typer.Option("--concurrency", help="Requests in flight (= server slots, -np).")] = 1,
+    concurrency: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--concurrency",
+            metavar="N[,N]",
+            help="Requests in flight (= server slots, -np); a list such as 1,4,8 measures each. Default 1.",
+        ),
+    ] = None,
     draft_max: Annotated[
-        int | None, typer.Option("--draft-max", help="--spec-draft-n-max for draft methods (default: the build's).")
+        list[str] | None,
+        typer.Option(
+            "--draft-max",
+            metavar="K[,K]",
+            help="--spec-draft-n-max for draft methods (default: the build's); a list such as 2,4,8,16 measures each.",
+        ),
     ] = None,
     draft_min: Annotated[int | None, typer.Option("--draft-min", help="--spec-draft-n-min for draft methods.")] = None,
     ngram: Annotated[
@@ -87,7 +115,21 @@ def admitted(
             help="N-gram option NAME=VALUE, e.g. simple-size-n=8, mod-n-match=16 (repeatable).",
         ),
     ] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Sampling seed (greedy, temperature 0).")] = 42,
+    seed: Annotated[
+        int, typer.Option("--seed", help="Sampling seed (greedy, temperature 0); also seeds the order and intervals.")
+    ] = 42,
+    warmup: Annotated[
+        int,
+        typer.Option("--warmup", help="Most warm-up requests per server start (stops when two agree within 10%)."),
+    ] = 8,
+    order: Annotated[
+        str,
+        typer.Option(
+            "--order",
+            metavar="rounds|blocked",
+            help="rounds: one repetition per round, conditions in a seeded random order; blocked: one server each.",
+        ),
+    ] = "rounds",
     threads: Annotated[int | None, typer.Option("--threads", help="Server threads (-t).")] = None,
     ctx_size: Annotated[int, typer.Option("--ctx-size", help="Server context size (-c).")] = 4096,
     gpu_layers: Annotated[str | None, typer.Option("--gpu-layers", help="-ngl: a number, auto or all.")] = None,
@@ -112,28 +154,32 @@ def admitted(
     ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Benchmark admitted pairs: baseline, n-gram and the admitted method, one fresh server each.
+    """Benchmark admitted pairs: baseline, n-gram and the admitted method, fresh servers each.
 
-    Rejected or never-checked pairs are refused. Each run is stored (manifest, every request,
-    summaries, server logs); exit 0 when every condition ran, 1 when one failed (e.g. the draft
-    was refused or drafted nothing), 2 on errors.
+    Rejected or never-checked pairs are refused; admitted pairs that cannot be benchmarked
+    (vocab-only files) are listed and skipped. Each run is stored (manifest, every request,
+    summaries with speed-up intervals, server logs); exit 0 when every condition ran, 1 when one
+    failed (e.g. the draft was refused or drafted nothing), 2 on errors.
 
-    Example: specreg bench admitted --pair 1 --workload repetitive --repeat 3 --max-tokens 32
+    Example: specreg bench admitted --pair 1 --workload repetitive --concurrency 1,4 --draft-max 4,8
     """
     from specreg.benchmark.conditions import parse_ngram_options
-    from specreg.benchmark.runner import BenchOptions, Runner
+    from specreg.benchmark.runner import Runner
     from specreg.commands.views.bench import ProgressView, show_run
+    from specreg.schemas.bench_settings import BenchSettings
 
-    opts = BenchOptions(
+    opts = BenchSettings.from_options(
         methods=_split(methods),
         workload=workload,
         repeat=repeat,
         max_tokens=max_tokens,
-        concurrency=concurrency,
-        draft_n_max=draft_max,
+        concurrency=_ints(concurrency, "--concurrency") or [1],
+        draft_n_max=_ints(draft_max, "--draft-max"),
         draft_n_min=draft_min,
         ngram=parse_ngram_options(ngram or []),
         seed=seed,
+        warmup=warmup,
+        order=order,
         threads=threads,
         ctx_size=ctx_size,
         gpu_layers=gpu_layers,
@@ -172,7 +218,7 @@ def admitted(
 
 
 def _bench_ray(
-    opts: BenchOptions, pair: list[int] | None, address: str | None, resources: list[str] | None, json_out: bool
+    opts: BenchSettings, pair: list[int] | None, address: str | None, resources: list[str] | None, json_out: bool
 ) -> None:
     """`--executor ray`: dispatch, import, show; exits like the local executor (0 / 1)."""
     from specreg.benchmark.ray_executor import bench_on_ray, need_ray, parse_resources

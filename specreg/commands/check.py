@@ -95,8 +95,11 @@ def pairs_cmd(
 ) -> None:
     """List checked pairs with their verdict (and a strict check's, if any); old rule sets are stale.
 
+    An admitted pair with a vocab-only file is marked "admitted, not benchmarkable".
+
     Example: specreg pairs --admitted
     """
+    from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
     from specreg.errors import UsageError
     from specreg.registry.store import Registry
     from specreg.validators.ruleset import is_stale
@@ -105,13 +108,15 @@ def pairs_cmd(
         raise UsageError("--admitted and --rejected exclude each other")
     which = True if admitted else False if rejected else None
     with Registry(db_path(), show_progress=False, create=False) as reg:
-        rows = reg.pairs(which, with_checks=False)
+        rows = reg.pairs(which)
     stale = {rs: is_stale(rs) for rs in {p.rule_set for p in rows}}
+    lacking = {p.id: not_benchmarkable(p) for p in rows if p.admitted}
     if json_out:
         out: list[dict[str, Any]] = []
         for p in rows:
             d = p.model_dump(mode="json", exclude={"checks"})
             d["stale"] = stale[p.rule_set]
+            d["benchmarkable"] = p.admitted and lacking.get(p.id) is None
             out.append(d)
         emit_json(out)
         return
@@ -144,7 +149,7 @@ def pairs_cmd(
                 f"{p.target_sha256[:12]} {p.target_name or ''}".rstrip(),
                 f"{p.draft_sha256[:12]} {p.draft_name or ''}".rstrip() if p.draft_sha256 else "-",
                 p.method,
-                _verdict_text(p, verdicts),
+                (NOT_BENCHMARKABLE, "yellow") if lacking.get(p.id) else _verdict_text(p, verdicts),
                 (f"{p.rule_set} stale", "yellow") if stale[p.rule_set] else p.rule_set,
                 p.updated_at.strftime("%Y-%m-%d %H:%M"),
             )

@@ -47,9 +47,11 @@ def demo_cmd(
         for g in p.gates:
             if not g.passed:
                 out.print(f"    {g.gate}: {safe(g.message)}", soft_wrap=True)
+    from specreg.benchmark.statistics import interval_text
+
     for d in audit.decisions:
-        sp = "" if d.speedup is None else f" (speed-up {d.speedup:.2f})"
-        out.print(f"deploy for {safe(d.stratum)}: {safe(d.choice)}{sp}")
+        sp = "" if d.speedup is None else f" (speed-up {interval_text(d.speedup, d.speedup_ci95)})"
+        out.print(f"deploy for {safe(d.stratum)}: {safe(d.choice)}{safe(sp)}")
     verdict = "[green]PASS[/]" if audit.passed else "[red]FAIL[/]"
     why = (
         "a real trained pair, measured on this machine"

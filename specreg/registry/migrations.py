@@ -356,3 +356,10 @@ def m005_run_origins(db: Database) -> None:
         )
         """
     )
+
+
+@migrations()
+def m006_bench_condition_warmup(db: Database) -> None:
+    """Each condition's warm-up: per server start, the uncounted requests' latencies and whether
+    two in a row agreed within the tolerance (benchmark/execute.py). Additive: older rows get '[]'."""
+    db.execute("ALTER TABLE bench_conditions ADD COLUMN warmup_json TEXT NOT NULL DEFAULT '[]'")

@@ -48,7 +48,9 @@ def _table(headers: list[str] | tuple[str, ...], rows: list[list[str]], raw: boo
 def _plots(plots: dict[str, str], prefix: str) -> str:
     titles = {
         "acceptance": "Acceptance by draft position",
-        "speedup": "Speed-up per stratum (p5–p95)",
+        "speedup": "Speed-up per stratum (95% interval)",
+        "concurrency": "Speed-up by concurrency",
+        "draft-length": "Speed-up by draft length",
         "memory": "Peak memory per condition",
     }
     figs = "".join(
@@ -140,23 +142,7 @@ def render_audit(report: AuditReport, plots: dict[str, dict[str, str]]) -> str:
         parts += [f"<li><b>{e(hw[c])}</b>: {e(c)}</li>" for c in sorted(hw)]
         parts.append("</ul>" + _table(*common.hardware_matrix(report)))
     parts.append("<h2>Decisions per stratum</h2>")
-    parts.append(
-        _table(
-            ["target", *(["hardware"] if hw else []), "stratum", "deploy", "speed-up", "run", "why"],
-            [
-                [
-                    d.target_name or common.short(d.target_sha256),
-                    *([hw.get(d.hardware or "", "–")] if hw else []),
-                    d.stratum,
-                    d.choice,
-                    common.num(d.speedup),
-                    d.run_id or "–",
-                    "; ".join(f"pair {c.pair_id}: {c.reason}" for c in d.candidates) or "no candidates",
-                ]
-                for d in report.decisions
-            ],
-        )
-    )
+    parts.append(_table(common.decision_headers(hw), [common.decision_cells(d, hw) for d in report.decisions]))
     for i, run in enumerate(report.runs):
         parts.append(run_plots(run, plots.get(run.run_id, {}), f"r{i}"))
     parts.append("<h2>Pairs</h2>")
@@ -167,7 +153,12 @@ def render_audit(report: AuditReport, plots: dict[str, dict[str, str]]) -> str:
             f"{'pass' if g.passed else 'FAIL'} — {e(g.message)}</li>"
             for g in p.gates
         )
-        parts.append(f'<h3 class="{ok}">{e(common.pair_title(p))} — {ok.upper()}</h3><ul>{gates}</ul>')
+        judged = common.judged_line(p)
+        parts.append(
+            f'<h3 class="{ok}">{e(common.pair_title(p))} — {ok.upper()}</h3>'
+            + (f"<p>{e(judged)}</p>" if judged else "")
+            + f"<ul>{gates}</ul>"
+        )
         parts += [f"<p>{e(caption)}</p><pre>{e(text)}</pre>" for caption, text in common.pair_commands(p)]
     parts += [run_tables(run) for run in report.runs]
     return _page(f"specreg audit — {word}", "\n".join(parts))

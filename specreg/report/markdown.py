@@ -39,6 +39,8 @@ def _images(plots: dict[str, str], prefix: str) -> list[str]:
     titles = {
         "acceptance": "Acceptance by draft position",
         "speedup": "Speed-up per stratum",
+        "concurrency": "Speed-up by concurrency",
+        "draft-length": "Speed-up by draft length",
         "memory": "Peak memory per condition",
     }
     # <...> keeps a file name with spaces or parentheses one link target (CommonMark)
@@ -109,27 +111,15 @@ def render_audit(report: AuditReport, plots: dict[str, dict[str, str]], image_pr
         lines += _table(*common.hardware_matrix(report))
     hw = common.hardware_labels(report) if len(report.hardware_classes) > 1 else {}
     lines += ["", "## Decisions per stratum", ""]
-    lines += _table(
-        ["target", *(["hardware"] if hw else []), "stratum", "deploy", "speed-up", "run", "why"],
-        [
-            [
-                d.target_name or common.short(d.target_sha256),
-                *([hw.get(d.hardware or "", "–")] if hw else []),
-                d.stratum,
-                d.choice,
-                common.num(d.speedup),
-                d.run_id or "–",
-                "; ".join(f"pair {c.pair_id}: {c.reason}" for c in d.candidates) or "no candidates",
-            ]
-            for d in report.decisions
-        ],
-    )
+    lines += _table(common.decision_headers(hw), [common.decision_cells(d, hw) for d in report.decisions])
     lines.append("")
     for run in report.runs:
         lines += run_plots(run, plots.get(run.run_id, {}), f"{image_prefix}{slug(run.run_id)}-")
     lines += ["", "## Pairs", ""]
     for p in report.pairs:
         lines += [f"### {esc(common.pair_title(p))} — {'PASS' if p.passed else 'FAIL'}", ""]
+        judged = common.judged_line(p)
+        lines += [esc(judged), ""] if judged else []
         lines += [f"- **{g.gate}**: {'pass' if g.passed else 'FAIL'} — {esc(g.message)}" for g in p.gates]
         for caption, text in common.pair_commands(p):
             lines += ["", esc(caption), *_fence(text)]

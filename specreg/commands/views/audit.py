@@ -99,34 +99,49 @@ def _decisions(report: AuditReport, detail: bool, hw: dict[str, str]) -> None:
         return
     show_lines([""])
     if detail:
-        say("deploy per stratum (the best condition that passes every gate, else none):")
+        from specreg.benchmark.statistics import interval_text
+
+        say("deploy per stratum and concurrency (the best condition that passes every gate, else none):")
         print_listing(
             (
                 Col("target", limit=40, squeeze=12),
                 *([Col("hw")] if hw else []),
                 Col("stratum"),
+                Col("conc", right=True),
                 Col("deploy", squeeze=12),
-                Col("speed-up", right=True),
+                Col("draft", right=True, stack=1),
+                Col("speed-up [95% CI]", right=True),
             ),
             (
                 (
                     _name(d.target_name, d.target_sha256),
                     *([hw.get(d.hardware or "", "-")] if hw else []),
                     d.stratum,
+                    str(d.concurrency),
                     d.choice,
-                    "-" if d.speedup is None else f"{d.speedup:.2f}x",
+                    "-" if d.draft_n_max is None else str(d.draft_n_max),
+                    interval_text(d.speedup, d.speedup_ci95),
                 )
                 for d in report.decisions
             ),
         )
         return
-    per: Counter[tuple[str, str, str]] = Counter(
-        (hw.get(d.hardware or "", "-"), d.stratum, d.choice.split(" (pair")[0]) for d in report.decisions
+    per: Counter[tuple[str, str, int, str]] = Counter(
+        (hw.get(d.hardware or "", "-"), d.stratum, d.concurrency, d.choice.split(" (pair")[0]) for d in report.decisions
     )
-    say("deploy per stratum: number of targets per choice")
+    say("deploy per stratum and concurrency: number of targets per choice")
     print_listing(
-        (*([Col("hw")] if hw else []), Col("stratum"), Col("deploy", squeeze=12), Col("targets", right=True)),
-        ((*([label] if hw else []), stratum, choice, str(n)) for (label, stratum, choice), n in sorted(per.items())),
+        (
+            *([Col("hw")] if hw else []),
+            Col("stratum"),
+            Col("conc", right=True),
+            Col("deploy", squeeze=12),
+            Col("targets", right=True),
+        ),
+        (
+            (*([label] if hw else []), stratum, str(conc), choice, str(n))
+            for (label, stratum, conc, choice), n in sorted(per.items())
+        ),
     )
 
 

@@ -62,6 +62,7 @@ class ProgressView(Observer):
         )
         self.task: TaskID | None = None
         self.per_condition = 0
+        self.done: dict[int, int] = {}  # requests finished per condition (rounds interleave them)
         self.started = False
 
     def __enter__(self) -> ProgressView:
@@ -76,6 +77,7 @@ class ProgressView(Observer):
 
     def run_started(self, info: RunInfo, conds: list[ConditionRun], n_requests: int) -> None:
         self.per_condition = n_requests
+        self.done = {}
         say(
             f"pair {info.pair_id}  {info.method}  {len(conds)} conditions x {n_requests} requests",
             prefix=f"run {info.run_id}  ",
@@ -92,10 +94,13 @@ class ProgressView(Observer):
             self.progress.update(self.task, description=f"{safe(cond.spec.name)}: starting server")
 
     def request_done(self, cond: ConditionRun, row: RequestRow) -> None:
+        self.done[cond.idx] = self.done.get(cond.idx, 0) + 1
         if self.task is not None:
             self.progress.update(self.task, advance=1, description=safe(cond.spec.name))
 
     def condition_done(self, cond: ConditionRun) -> None:
+        if cond.status == "running":
+            return  # one round of several: the condition goes on in a later round
         line = cond.spec.name
         if cond.counters is not None and cond.spec.method != "none":
             line += f"  acceptance {_pct(cond.counters.acceptance)}"
@@ -110,9 +115,10 @@ class ProgressView(Observer):
         )
         for ln in cond.failure_lines[:8]:
             say(ln, prefix="      ", style="dim", indent=8, stderr=True)
-        if self.task is not None:  # skip the bar ahead over requests that never ran
-            done = (cond.idx + 1) * self.per_condition
-            self.progress.update(self.task, completed=max(done, self.progress.tasks[0].completed))
+        left = self.per_condition - self.done.get(cond.idx, 0)
+        if self.task is not None and left > 0:  # skip the bar ahead over requests that will not run
+            self.done[cond.idx] = self.per_condition
+            self.progress.update(self.task, advance=left)
 
     def run_done(self, run_id: str, status: str, reason: str | None) -> None:
         if self.task is not None:
@@ -244,7 +250,7 @@ def _row(s: ConditionSummary, expects: bool) -> list[Cell]:
         s.stratum,
         (s.status, _STATUS.get(s.status, "white")) if whole else "",
         "-" if s.method == "none" else _pct(s.acceptance),
-        "-" if s.speedup is None else f"{s.speedup:.2f}x",
+        _speedup(s),
         _ms(s.total_ms.p50),
         _ms(s.total_ms.p95),
         _ms(s.ttft_ms.p50),
@@ -253,6 +259,40 @@ def _row(s: ConditionSummary, expects: bool) -> list[Cell]:
         errors,
         expect,
     ]
+
+
+def _speedup(s: ConditionSummary) -> Cell:
+    """`1.23x [1.10, 1.35]`; `reference`; `-` for a condition without one (its reason is printed below)."""
+    from specreg.benchmark.statistics import interval_text
+
+    if s.speedup_note == "reference":
+        return "reference"
+    text = interval_text(s.speedup, s.speedup_ci95)
+    return (f"{text} unexplained", "bold red") if s.unexplained else text
+
+
+def _unexplained(run: BenchRun) -> None:
+    """Speed-ups that acceptance cannot account for, each with why (the audit fails them), and
+    warm-ups that never settled (their condition's numbers may still include a cold start)."""
+    for c in run.conditions:
+        for w in c.warmup:
+            if w.steady is False:
+                ms = ", ".join(f"{x:.0f}" for x in w.latencies_ms)
+                say(
+                    f"{c.spec.name} round {w.round}: {len(w.latencies_ms)} requests never agreed within "
+                    f"{w.tolerance:.0%} ({ms} ms)",
+                    prefix="warm-up not steady: ",
+                    marks=[("warm-up not steady:", "yellow")],
+                    indent=4,
+                )
+    for s in run.summaries:
+        if s.unexplained:
+            say(
+                s.unexplained_reason or "",
+                prefix=f"unexplained {s.condition} / {s.stratum}: ",
+                marks=[("unexplained", "bold red")],
+                indent=4,
+            )
 
 
 def show_run(run: BenchRun) -> None:
@@ -276,8 +316,9 @@ def show_run(run: BenchRun) -> None:
             f"runtime {m.runtime.kind} {runtime}".rstrip(),
             f"workload {m.request.workload}",
             f"repeat {m.observation.repeat}",
-            f"concurrency {m.request.concurrency}",
+            f"concurrency {','.join(map(str, m.request.concurrency_levels or [m.request.concurrency]))}",
             f"seed {m.request.seed}",
+            *([f"order {m.observation.order}"] if m.observation.order else []),
             f"cpu {m.hardware.cpu_model or '?'}",
             f"gpu {gpus}",
         ]
@@ -287,6 +328,7 @@ def show_run(run: BenchRun) -> None:
     rows = [_row(s, expects)[: len(cols)] for s in run.summaries if s.n_requests or s.stratum == "all"]
     show_lines([""])
     print_listing(cols, rows)
+    _unexplained(run)
     for s in run.summaries:
         if s.first_mismatch:
             say(
