@@ -14,7 +14,9 @@ import shlex
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -241,3 +243,65 @@ def test_server_flag_list_matches_llama_cpp_source() -> None:
     from specreg.benchmark.bundled_server import SPEC_TYPES
 
     assert list(SPEC_TYPES) == LLAMA_SERVER["spec_types"]
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
+    """draft-simple at draft lengths 2 and 4, each at concurrency 1 and 2 (a baseline per level)."""
+    from _bench_helpers import ITEMS, NOISE, admit, workload
+    from _registry_helpers import model
+
+    from specreg.benchmark.runner import Runner
+    from specreg.schemas.bench_settings import BenchSettings
+
+    d = tmp_path_factory.mktemp("deploy-sweep")
+    target, draft = model(d, "t.gguf"), model(d, "d.gguf", noise=NOISE, name="noisy")
+    with Registry(d / "r.db", show_progress=False) as reg:
+        pid = admit(reg, target, draft)
+        opts = BenchSettings(
+            workload=str(workload(d, ITEMS[:2])),
+            methods=["draft-simple"],
+            draft_n_max=[2, 4],
+            concurrency=[1, 2],
+            repeat=2,
+            threads=1,
+            ctx_size=512,
+        )
+        Runner(reg, opts).bench([pid])
+    policy = d / "policy.toml"
+    policy.write_text(
+        "[speed]\nmin_speedup = 0.0\np95_tolerance_pct = 10000\n[memory]\nmax_extra_ram_pct = 50\n"
+        "[licence]\nunknown = 'pass'\nrequire_revision = false\n"
+    )
+    yield SimpleNamespace(db=d / "r.db", pid=pid, policy=policy)
+
+
+def _swept(s: SimpleNamespace, *args: str) -> tuple[int, dict]:
+    code, out, err = specreg("deploy", str(s.pid), "--policy", str(s.policy), "--json", *args, db=s.db)
+    assert code in (0, 1), err
+    return code, json.loads(out)
+
+
+def test_a_sweep_deploys_the_audited_draft_length_at_each_concurrency(swept: SimpleNamespace) -> None:
+    code, out, _ = specreg("audit", "--pair", str(swept.pid), "--policy", str(swept.policy), "--json", db=swept.db)
+    report = json.loads(out)
+    (pa,) = report["pairs"]
+    code, plan = _swept(swept)
+    assert code == 0 and plan["concurrency"] == pa["concurrency"] == 1
+    argv = plan["argv"]
+    assert argv[argv.index("--spec-draft-n-max") + 1] == str(pa["draft_n_max"]) == str(plan["draft_n_max"])
+    assert argv[argv.index("-np") + 1] == "1" and plan["speedup_ci95"] == pa["speedup_ci95"]
+    code, plan2 = _swept(swept, "--concurrency", "2")
+    assert code == 0 and plan2["argv"][plan2["argv"].index("-np") + 1] == "2"
+    assert plan2["rollback_argv"][plan2["rollback_argv"].index("-np") + 1] == "2"
+    best2 = max(
+        (o for o in pa["conditions"] if o["concurrency"] == 2 and not o["failed"]),
+        key=lambda o: (o["speedup"], o["speedup_ci95"][0]),
+    )
+    assert plan2["condition"] == best2["condition"] and plan2["draft_n_max"] == best2["draft_n_max"]
+    for d in report["decisions"]:  # per stratum: the draft length the audit's decision names
+        if d["pair_id"] == swept.pid:
+            code, p = _swept(swept, "--stratum", d["stratum"], "--concurrency", str(d["concurrency"]))
+            assert code == 0 and p["condition"] == d["condition"] and p["draft_n_max"] == d["draft_n_max"]
+            assert p["speedup"] == d["speedup"]
+    real_llama_server_parse(plan2["argv"])
