@@ -246,7 +246,7 @@ def test_vocab_only_pair_is_listed_up_front_and_skipped(capsys: pytest.CaptureFi
     )  # fmt: skip
     assert code == 0, err
     note = f"note: pair {bad} (draft-simple) is admitted, not benchmarkable: draft has no tensors (vocab-only)"
-    assert note in err.replace("\n", " ") and err.index("note: pair") < err.index("run ")
+    assert note in " ".join(err.split()) and err.index("note: pair") < err.index("run ")
     assert f"pair {bad}: pair {bad}" not in err and "error:" not in err
     assert [r["info"]["pair_id"] for r in json.loads(out)] == [good]
     code, out, _ = _main(capsys, "pairs", "--admitted")

@@ -14,7 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 from _audit_world import specreg
-from _bench_helpers import ITEMS, NOISE, admit, model, workload
+from _bench_helpers import ITEMS, NOISE, admit, workload
+from _registry_helpers import model
 
 from specreg.audit.run import run_audit
 from specreg.benchmark.runner import Runner

@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from _bench_helpers import model, workload
+from _bench_helpers import workload
+from _registry_helpers import model
 
 from specreg.audit.policy import example_policy_text
 

@@ -93,14 +93,22 @@ def difference(ci: tuple[float, float] | None) -> Difference | None:
     return "no measurable difference"
 
 
-def interval_text(speedup: float | None, ci: tuple[float, float] | None) -> str:
-    """`1.23x [1.10, 1.35]`, `1.02x [0.95, 1.08] no measurable difference`, or `-` (not measured)."""
+NO_DIFFERENCE_MARK = "~"  # in narrow table cells; a legend line under the table says what it means
+NO_DIFFERENCE_LEGEND = "~ no measurable difference: the 95% interval contains 1.0"
+
+
+def interval_text(speedup: float | None, ci: tuple[float, float] | None, *, short: bool = False) -> str:
+    """`1.23x [1.10, 1.35]`, `1.02x [0.95, 1.08] no measurable difference`, or `-` (not measured).
+
+    `short` (table cells at 80 columns) marks no measurable difference with `~` instead of the words."""
     if speedup is None:
         return "-"
     if ci is None:
         return f"{speedup:.2f}x (no interval)"
     text = f"{speedup:.2f}x [{ci[0]:.2f}, {ci[1]:.2f}]"
-    return text + " no measurable difference" if difference(ci) == "no measurable difference" else text
+    if difference(ci) != "no measurable difference":
+        return text
+    return f"{text} {NO_DIFFERENCE_MARK}" if short else f"{text} no measurable difference"
 
 
 # ---- acceptance ----------------------------------------------------------------------------

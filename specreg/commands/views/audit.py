@@ -120,11 +120,18 @@ def _decisions(report: AuditReport, detail: bool, hw: dict[str, str]) -> None:
                     str(d.concurrency),
                     d.choice,
                     "-" if d.draft_n_max is None else str(d.draft_n_max),
-                    interval_text(d.speedup, d.speedup_ci95),
+                    interval_text(d.speedup, d.speedup_ci95, short=True),
                 )
                 for d in report.decisions
             ),
         )
+        if any(
+            d.speedup is not None and "~" in interval_text(d.speedup, d.speedup_ci95, short=True)
+            for d in report.decisions
+        ):
+            from specreg.benchmark.statistics import NO_DIFFERENCE_LEGEND
+
+            say(NO_DIFFERENCE_LEGEND, style="dim")
         return
     per: Counter[tuple[str, str, int, str]] = Counter(
         (hw.get(d.hardware or "", "-"), d.stratum, d.concurrency, d.choice.split(" (pair")[0]) for d in report.decisions

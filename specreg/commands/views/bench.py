@@ -267,8 +267,15 @@ def _speedup(s: ConditionSummary) -> Cell:
 
     if s.speedup_note == "reference":
         return "reference"
-    text = interval_text(s.speedup, s.speedup_ci95)
+    text = interval_text(s.speedup, s.speedup_ci95, short=True)
     return (f"{text} unexplained", "bold red") if s.unexplained else text
+
+
+def _legend_no_difference(summaries: list[ConditionSummary]) -> None:
+    from specreg.benchmark.statistics import NO_DIFFERENCE_LEGEND, difference
+
+    if any(difference(s.speedup_ci95) == "no measurable difference" for s in summaries if s.speedup is not None):
+        say(NO_DIFFERENCE_LEGEND, style="dim")
 
 
 def _unexplained(run: BenchRun) -> None:
@@ -328,6 +335,7 @@ def show_run(run: BenchRun) -> None:
     rows = [_row(s, expects)[: len(cols)] for s in run.summaries if s.n_requests or s.stratum == "all"]
     show_lines([""])
     print_listing(cols, rows)
+    _legend_no_difference(run.summaries)
     _unexplained(run)
     for s in run.summaries:
         if s.first_mismatch:
