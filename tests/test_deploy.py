@@ -270,6 +270,7 @@ def swept(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]
         Runner(reg, opts).bench([pid])
     policy = d / "policy.toml"
     policy.write_text(
+        "[evidence]\nmin_repetitions = 2\n"
         "[speed]\nmin_speedup = 0.0\np95_tolerance_pct = 10000\n[memory]\nmax_extra_ram_pct = 50\n"
         "[licence]\nunknown = 'pass'\nrequire_revision = false\n"
     )

@@ -103,7 +103,7 @@ def _show(plan: DeployCommand, policy_source: str) -> None:
         show_lines(["", title, *(safe_plain(line) for line in lines)])  # shell lines as they are
 
     head = f"pair {plan.pair_id} {plan.method}: "
-    evidence = [f"evidence: {f'run {plan.run_id}' if plan.run_id else 'no run'}", f"policy: {policy_source}"]
+    evidence = [f"measured: {f'run {plan.run_id}' if plan.run_id else 'no run'}", f"policy: {policy_source}"]
     if not plan.deployable:
         say("the audit fails", prefix=head + "not deployable, ", marks=[("not deployable", "red")])
         show_lines([safe_plain(line) for line in evidence])
