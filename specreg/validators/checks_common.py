@@ -109,12 +109,12 @@ def draft_size(t: Side, d: Side, rules: RuleSet) -> CheckResult:
     }
     ratio = dv / tv if tv else float("inf")
     ev["ratio"] = round(ratio, 4) if tv else None
-    mib = f"{_mib(dv)} vs {_mib(tv)} MiB per token"
+    per_token = f"{_size(dv)} vs {_size(tv)} per token"
     if dv >= tv:
         if ratio >= _SWAP_RATIO:
-            msg = f"draft reads {ratio:.0f}x the target's weight bytes ({mib}): did you swap target and draft?"
+            msg = f"draft reads {ratio:.0f}x the target's weight bytes ({per_token}): did you swap target and draft?"
         else:
-            msg = f"draft is not smaller than the target ({mib}): no speed-up possible"
+            msg = f"draft is not smaller than the target ({per_token}): no speed-up possible"
         return result("draft.size", "warn", msg, **ev)
     what = (
         f"a {ev['draft_precision']} draft of the same model as the {ev['target_precision']} target"
@@ -128,9 +128,9 @@ def draft_size(t: Side, d: Side, rules: RuleSet) -> CheckResult:
             else ": little or no speed-up to expect"
         )
         return result(
-            "draft.size", "warn", f"{what} reads {ratio:.0%} of the target's weight bytes ({mib}){extra}", **ev
+            "draft.size", "warn", f"{what} reads {ratio:.0%} of the target's weight bytes ({per_token}){extra}", **ev
         )
-    return result("draft.size", "pass", f"{what} reads {ratio:.1%} of the target's weight bytes ({mib})", **ev)
+    return result("draft.size", "pass", f"{what} reads {ratio:.1%} of the target's weight bytes ({per_token})", **ev)
 
 
 def draft_identical(t: Side, d: Side) -> CheckResult | None:
@@ -145,8 +145,13 @@ def draft_identical(t: Side, d: Side) -> CheckResult | None:
     )  # fmt: skip
 
 
-def _mib(n: int) -> str:
-    return f"{n / (1 << 20):.1f}" if n < 100 << 20 else f"{n / (1 << 20):.0f}"
+def _size(n: int) -> str:
+    """Bytes in the unit that reads best: 426 KiB, 92.1 MiB, 513 MiB, 14.2 GiB."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            value = n / scale
+            return f"{value:.1f} {unit}" if value < 100 else f"{value:.0f} {unit}"
+    return f"{n} B"
 
 
 def context_length(t: Side, d: Side) -> CheckResult:
