@@ -124,6 +124,12 @@ def print_listing(
     out.print(Text(body, spans=[Span(a, b, st) for a, b, st in spans]), soft_wrap=True)
 
 
+def warn(path: object, warnings: Iterable[str]) -> None:
+    """Print what a file has that llama.cpp tolerates (one `warning:` line each, on stderr)."""
+    for w in warnings:
+        err_console.print(f"[yellow]warning:[/] {safe(path)}: {safe(w)}")
+
+
 def db_path() -> Path:
     """Where the registry lives: `--db`, else SPECREG_DB, else the user data directory."""
     from specreg.paths import default_db_path

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from specreg.commands._common import JsonOpt, console, db_path, emit_json, print_listing, safe
+from specreg.commands._common import JsonOpt, console, db_path, emit_json, print_listing, safe, warn
 
 if TYPE_CHECKING:
     from specreg.gguf.reader import GGUFFile
@@ -44,7 +44,9 @@ def _open(reg: Registry, arg: str) -> tuple[ArtifactRecord, GGUFFile]:
 
     rec = reg.resolve(arg)
     path = arg if os.path.exists(arg) else reg.locate(rec.sha256)  # locate: a path verified to hold it
-    return rec, open_gguf(path)
+    gf = open_gguf(path)
+    warn(path, gf.warnings)
+    return rec, gf
 
 
 def _evidence(c: CheckResult) -> str:

@@ -10,7 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from specreg.commands._common import JsonOpt, console, db_path, emit_json, safe
+from specreg.commands._common import JsonOpt, console, db_path, emit_json, safe, warn
 from specreg.schemas.gguf import GGUFSummary
 
 _SPECIAL = ("bos", "eos", "eot", "eom", "unk", "pad", "sep", "fim_pre", "fim_suf", "fim_mid")
@@ -128,6 +128,7 @@ def inspect_cmd(
     from specreg.gguf.summary import summarize
 
     gf = open_gguf(file)
+    warn(file, gf.warnings)
     summary = summarize(gf)
     sha, lic, conflict = _known(file, do_hash)
     summary = summary.model_copy(update={"sha256": sha})

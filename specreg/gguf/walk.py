@@ -53,6 +53,7 @@ class Header:
     alignment: int = F.DEFAULT_ALIGNMENT
     data_offset: int = 0
     header_end: int = 0
+    warnings: list[str] = field(default_factory=list)  # accepted oddities llama.cpp also accepts
 
 
 Buffer = bytes | bytearray | memoryview | mmap.mmap
@@ -137,7 +138,7 @@ class Walker:
         return start, n
 
     def name(self, what: str) -> str:
-        """A key or tensor name: must be valid UTF-8 (llama.cpp looks them up byte for byte)."""
+        """A tensor name: must be valid UTF-8 (llama.cpp looks them up by name)."""
         start, n = self.string_span(what)
         try:
             return self.buf[start : start + n].decode("utf-8")  # a slice of the window is bytes
@@ -195,10 +196,22 @@ class Walker:
         self.data_section(h)
         return h
 
+    def key(self, h: Header, what: str) -> str:
+        """A metadata key. gguf.cpp accepts any bytes; one that is not UTF-8 can match no key
+        llama.cpp looks up, so it is kept with its bad bytes shown as \\xNN, with a warning."""
+        start, n = self.string_span(what)
+        raw = self.buf[start : start + n]
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            key = raw.decode("utf-8", "backslashreplace")
+            h.warnings.append(f"{what} at offset {start - 8} is not valid UTF-8, shown as '{printable(key)}'")
+            return key
+
     def kvs(self, h: Header, n_kv: int) -> None:
         for i in range(n_kv):
             at = self.pos
-            key = self.name(f"kv[{i}].key")
+            key = self.key(h, f"kv[{i}].key")
             if not key:
                 raise self.err("empty key", f"kv[{i}].key", at)
             label = printable(key)

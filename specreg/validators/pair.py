@@ -52,6 +52,7 @@ def check_pair(
         raise UsageError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
 
     t = Side.of("target", target, rule_set)
+    d: Side | None = None
     if method == "draft-mtp":
         checks = check_mtp(t, rule_set)
     elif method in SELF_METHODS:
@@ -74,6 +75,7 @@ def check_pair(
             common.context_length(t, d),
             common.arch_family(t, d),
         ]
+    checks += [c for c in (common.special_ids(t), common.special_ids(d) if d else None) if c is not None]
     if strict:
         checks = [c.model_copy(update={"severity": "error"}) if c.severity == "warn" else c for c in checks]
     return checks
