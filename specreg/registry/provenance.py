@@ -15,7 +15,6 @@ A mismatch or any hub failure raises before the registry is touched: nothing hal
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,10 +25,15 @@ from specreg.registry import licence
 from specreg.registry.hashing import sha256_with_bar
 from specreg.registry.hub import (
     CARD_FILENAME,
+    COMMIT,
     HubSettings,
+    cache_ref,
     cached_card,
+    check_commit,
     check_repo_id,
+    check_revision,
     discard_cached,
+    guarded_session,
     hub_errors,
     recognise_cached,
 )
@@ -41,7 +45,6 @@ if TYPE_CHECKING:
 
 MAX_CARD_BYTES = 1 << 20  # a model card is text; a bigger README is not parsed (its YAML is untrusted)
 VERIFIED_KEY = "hub_verified"  # provenance extra written by fetch/verify, read back by local_facts
-_COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
 def card_source(readme: str | Path) -> LicenceSource | None:
@@ -94,6 +97,7 @@ def local_facts(
     A cached file's repo and commit come from the cache; `--repo` / `--revision` that contradict
     them are a usage error rather than a silent override.
     """
+    check_revision(revision)
     apath = os.path.abspath(path)
     extra = dict(extra or {})
     verified = extra.get(VERIFIED_KEY) or {}
@@ -127,7 +131,7 @@ def local_facts(
             source="user" if (repo or revision) else None,
             extra=extra,
         )
-        if repo and revision and _COMMIT.fullmatch(revision):  # only a commit pins the card's text
+        if repo and revision and COMMIT.fullmatch(revision):  # only a commit pins the card's text
             card = cached_card(repo, revision, HubSettings.from_env().cache_dir)
     if verified:
         prov = prov.model_copy(update={"source": "hub", "filename": verified.get("filename", prov.filename)})
@@ -153,14 +157,18 @@ class HubFile:
 def _hub_file(
     settings: HubSettings, repo: str, revision: str | None, filename: str | None, local_sha256: str | None = None
 ) -> HubFile:
-    """Resolve `revision` to a commit (caching the ref like huggingface_hub does) and read the
+    """Resolve `revision` to a commit (one request: the commit and its files come from the same
+    answer), check the commit before it names anything in the cache, cache the ref, and read the
     LFS SHA-256 of `filename` there; with only `local_sha256`, find the file that has it."""
     from huggingface_hub import HfApi
 
+    check_revision(revision)
     api = HfApi(endpoint=settings.endpoint)
     with hub_errors(settings, repo, revision, filename):
-        commit = api.resolve_revision(repo, revision=revision, cache_dir=settings.cache_dir).resolved
-        info = api.model_info(repo, revision=commit, files_metadata=True)
+        info = api.model_info(repo, revision=revision, files_metadata=True)
+    commit = check_commit(info.sha, f"{repo}@{revision or 'main'}")
+    if revision != commit:
+        cache_ref(settings, repo, revision, commit)
     lfs = {s.rfilename: s.lfs for s in info.siblings or [] if s.lfs is not None}
     plain = {s.rfilename for s in info.siblings or []}
     name = filename
@@ -176,6 +184,14 @@ def _hub_file(
             hint="GGUF files on the hub are stored with LFS; is this the right file?",
         )
     return HubFile(repo, revision, commit, name, lfs[name].sha256, lfs[name].size, settings.endpoint)
+
+
+def _inside_cache(path: Path, settings: HubSettings) -> None:
+    """The file huggingface_hub returned must lie in the cache (and resolve into it)."""
+    for norm in (os.path.abspath, os.path.realpath):
+        root = Path(norm(settings.cache_dir))
+        if root not in Path(norm(path)).parents:
+            raise HubError(f"{path}: the download landed outside the Hugging Face cache {root}; nothing registered")
 
 
 def _verified_extra(hf: HubFile, how: str) -> dict[str, Any]:
@@ -214,9 +230,14 @@ def fetch(
     s = settings or HubSettings.from_env()
     s.require_online("specreg fetch")
     check_repo_id(repo)
-    hf = _hub_file(s, repo, revision, filename)
-    with hub_errors(s, repo, hf.commit, filename):
-        path = Path(hf_hub_download(repo, hf.filename, revision=hf.commit, cache_dir=s.cache_dir, endpoint=s.endpoint))
+    check_revision(revision)
+    with guarded_session():
+        hf = _hub_file(s, repo, revision, filename)
+        with hub_errors(s, repo, hf.commit, filename):
+            path = Path(
+                hf_hub_download(repo, hf.filename, revision=hf.commit, cache_dir=s.cache_dir, endpoint=s.endpoint)
+            )
+    _inside_cache(path, s)
     actual, _ = sha256_with_bar(path)
     if actual != hf.sha256:
         discard_cached(path)
@@ -225,7 +246,8 @@ def fetch(
             f"{hf.sha256[:16]}...; removed from the cache, nothing registered",
             hint="a proxy or mirror altered the file; check HF_ENDPOINT and try again",
         )
-    _download_card(s, hf)
+    with guarded_session():
+        _download_card(s, hf)
     return registry.add_artifact(path, license=license, provenance_extra=_verified_extra(hf, "fetch")), path
 
 
@@ -255,13 +277,15 @@ def verify(
     s.require_online("register --verify")
     check_repo_id(repo)
     actual, _ = sha256_with_bar(path)
-    hf = _hub_file(s, repo, revision, name, local_sha256=actual)
+    with guarded_session():
+        hf = _hub_file(s, repo, revision, name, local_sha256=actual)
     if actual != hf.sha256:
         raise HubError(
             f"{path}: SHA-256 {actual[:16]}... does not match {repo}@{hf.commit[:12]}/{hf.filename} on the hub "
             f"({hf.sha256[:16]}...); nothing registered",
             hint="the file differs from the hub's; re-download it (specreg fetch) or check --repo/--revision",
         )
-    _download_card(s, hf)
+    with guarded_session():
+        _download_card(s, hf)
     pinned = {} if cached else {"repo": repo, "revision": hf.commit}
     return registry.add_artifact(path, license=license, provenance_extra=_verified_extra(hf, "verify"), **pinned)
