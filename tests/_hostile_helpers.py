@@ -53,3 +53,40 @@ def files_under(root: Path, skip: tuple[Path, ...] = ()) -> set[Path]:
             continue
         out.update(d / f for f in files)
     return out
+
+
+def measured(*args: str, db: Path | None = None, timeout: float = 60) -> tuple[int, str, str, float, int]:
+    """(exit code, stdout, stderr, wall seconds, peak RSS bytes) of `specreg ARGS` in a fresh
+    process; killed at `timeout` (exit code -9), so a hang fails the test instead of stalling it."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    env = dict(os.environ, COLUMNS="80")
+    if db is not None:
+        env["SPECREG_DB"] = str(db)
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "specreg.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
+    timer = threading.Timer(timeout, lambda: os.killpg(proc.pid, 9))
+    timer.start()
+    assert proc.stdout is not None and proc.stderr is not None
+    with ThreadPoolExecutor(2) as pool:  # drain both pipes; wait4 (not Popen.wait) gives the child's rusage
+        out, err = pool.submit(proc.stdout.read), pool.submit(proc.stderr.read)
+        _, status, usage = os.wait4(proc.pid, 0)
+        stdout, stderr = out.result(), err.result()
+    timer.cancel()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.monotonic() - t0
+    return (
+        proc.returncode,
+        stdout.decode("utf-8", "replace"),
+        stderr.decode("utf-8", "replace"),
+        wall,
+        usage.ru_maxrss * 1024,
+    )

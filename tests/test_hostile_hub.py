@@ -8,6 +8,7 @@ and asserts: exit 2, one error line, the marker never written, nothing registere
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from pathlib import Path
@@ -98,3 +99,49 @@ def test_hub_redirect_loop_is_one_line(liar: FakeHub, tmp_path: Path) -> None:
     t0 = time.monotonic()
     _fetch_refused(tmp_path, tmp_path / "unused", needles=("redirected too many times",))
     assert time.monotonic() - t0 < 60
+
+
+def alias_bomb(levels: int = 9, width: int = 10) -> bytes:
+    """A model card whose `license:` expands to width**levels strings (10^9 here) through aliases."""
+    lines = ["---", f"a0: &a0 [{', '.join(['mit'] * width)}]"]
+    for i in range(1, levels):
+        lines.append(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * width)}]")
+    lines += [f"license: [{', '.join([f'*a{levels - 1}'] * width)}]", "---", "# bomb", ""]
+    return "\n".join(lines).encode()
+
+
+def test_yaml_alias_bomb_card_is_no_licence_statement(liar: FakeHub, tmp_path: Path) -> None:
+    """fetch and register both read the card: bounded time and memory, and the card says nothing."""
+    from _hostile_helpers import measured
+
+    card = alias_bomb()
+    assert len(card) < 1000
+    liar.add_commit(REPO, {FILE: gguf_bytes(), "README.md": card})
+    db = Path(os.environ["SPECREG_DB"])
+    rc, out, err, wall, rss = measured("fetch", REPO, FILE, "--json", db=db, timeout=60)
+    assert rc == 0, err[-2000:]
+    assert wall < 30 and rss < 400 << 20, (wall, rss >> 20)
+    rec = json.loads(out)
+    assert [s["source"] for s in rec["licence"]["sources"]] == ["gguf"]  # the card made no statement
+    cached = rec["paths"][0]
+    rc, out, err, wall, rss = measured("register", cached, "--rehash", db=db, timeout=60)
+    assert rc == 0 and wall < 30 and rss < 400 << 20, (rc, err[-2000:], wall, rss >> 20)
+    registry_readable(db)
+
+
+@pytest.mark.parametrize(
+    "yaml_text",
+    [
+        "license: {text: mit}",  # a mapping
+        "license: [[mit]]",  # nested
+        "license: [" + ", ".join(["mit"] * 100) + "]",  # long list
+        "license: " + "[" * 5000 + "]" * 5000,  # deep nesting
+        "license: !!python/object:os.system [echo]",  # not a safe tag
+    ],
+)
+def test_hostile_card_values_say_nothing(tmp_path: Path, yaml_text: str) -> None:
+    from specreg.registry.provenance import card_source
+
+    readme = tmp_path / "README.md"
+    readme.write_text(f"---\n{yaml_text}\n---\n# card\n")
+    assert card_source(readme) is None

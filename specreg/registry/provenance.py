@@ -15,6 +15,7 @@ A mismatch or any hub failure raises before the registry is touched: nothing hal
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,35 +45,50 @@ if TYPE_CHECKING:
     from specreg.schemas.registry import ArtifactRecord
 
 MAX_CARD_BYTES = 1 << 20  # a model card is text; a bigger README is not parsed (its YAML is untrusted)
+MAX_CARD_YAML_CHARS = 256 << 10  # the front matter of real cards is a few KiB (model-index results: tens)
 VERIFIED_KEY = "hub_verified"  # provenance extra written by fetch/verify, read back by local_facts
 
 
 def card_source(readme: str | Path) -> LicenceSource | None:
-    """The model card's YAML `license`, `license_name`, `license_link` (huggingface_hub's card
-    reader). No metadata, broken YAML or an oversized card give no source: the card is
-    untrusted text and must not stop a registration."""
-    from huggingface_hub import ModelCardData
-    from huggingface_hub.repocard import metadata_load
+    """The model card's YAML `license`, `license_name`, `license_link`. No metadata, broken or
+    hostile YAML (aliases, deep nesting), an oversized card or a non-text licence give no
+    source: the card is untrusted text and must not stop, or stall, a registration."""
+    meta = _card_metadata(Path(readme))
+    if meta is None:
+        return None
+    value = licence.normalise(meta.get("license"))
+    name, link = licence.text_field(meta.get("license_name")), licence.text_field(meta.get("license_link"))
+    if not (value or name or link):
+        return None
+    return LicenceSource(source="model_card", value=value, name=name, link=link)
 
-    path = Path(readme)
+
+def _card_metadata(path: Path) -> dict[str, Any] | None:
+    """The card's YAML front matter as a dict, read with huggingface_hub's block pattern but a
+    loader that refuses aliases: a few hundred bytes of nested aliases expand to gigabytes."""
+    import yaml
+    from huggingface_hub.repocard import REGEX_YAML_BLOCK
+
+    class NoAliasLoader(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                raise yaml.YAMLError("YAML aliases are not accepted in a model card")
+            return super().compose_node(parent, index)
+
     try:
-        if path.stat().st_size > MAX_CARD_BYTES:
+        with open(path, "rb", buffering=0) as fh:  # the cache's own file, or a user's README
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                return None
+            raw = fh.read(MAX_CARD_BYTES + 1)
+        if len(raw) > MAX_CARD_BYTES:
             return None
-        meta = metadata_load(path)
-    except Exception:  # OSError, UnicodeDecodeError, yaml.YAMLError, ValueError: no statement at all
+        match = REGEX_YAML_BLOCK.search(raw.decode("utf-8-sig"))
+        if match is None or len(match.group(2)) > MAX_CARD_YAML_CHARS:
+            return None
+        meta = yaml.load(match.group(2), Loader=NoAliasLoader)  # a SafeLoader subclass
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError, ValueError):
         return None
-    if not isinstance(meta, dict):
-        return None
-    fields = {k: meta.get(k) for k in ("license", "license_name", "license_link")}
-    data = ModelCardData(ignore_metadata_errors=True, **fields)
-    if not (data.license or data.license_name or data.license_link):
-        return None
-    return LicenceSource(
-        source="model_card",
-        value=licence.normalise(data.license),
-        name=licence.text_field(data.license_name),
-        link=licence.text_field(data.license_link),
-    )
+    return meta if isinstance(meta, dict) else None
 
 
 def describe_licence(rec: LicenceRecord) -> str:
