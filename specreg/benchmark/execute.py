@@ -8,6 +8,7 @@ every finished row stored and the server is stopped in `finally`.
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -118,9 +119,14 @@ def run_condition(ctx: RunContext, cond: ConditionRun) -> None:
             _measure(ctx, cond, server, client)
     except ServerError as exc:
         if server is not None and not server.alive():
+            server.settle_log()
             _fail(cond, f"server exited (code {server.proc.returncode}): {exc.message}", _errors(log_path))
         else:
             _fail(cond, exc.message)
+    except Exception as exc:  # whatever broke, this condition failed; the run and the other pairs go on
+        if os.environ.get("SPECREG_DEBUG") == "1":
+            raise
+        _fail(cond, f"the condition crashed: {type(exc).__name__}: {str(exc)[:300]}")
     except KeyboardInterrupt:
         if cond.status == "running":
             cond.status, cond.failure = "cancelled", "interrupted"
@@ -149,6 +155,7 @@ def _measure(ctx: RunContext, cond: ConditionRun, server: ServerProcess, client:
             timeout_s=min(o.request_timeout_s, max(1.0, ctx.remaining())),
         )
     if not server.alive():
+        server.settle_log()
         _fail(cond, f"server exited (code {server.proc.returncode}) during warm-up", _errors(server.log_path))
         return
     before = parse_metrics(client.metrics_text())
@@ -186,6 +193,7 @@ def _requests(ctx: RunContext, cond: ConditionRun, server: ServerProcess, client
                     continue
                 _record(ctx, cond, row)
                 if not row.ok and _died(server, row):
+                    server.settle_log()
                     n = sum(1 for r in ctx.rows if r.condition_idx == cond.idx)
                     _fail(
                         cond,
@@ -318,7 +326,10 @@ def _judge(cond: ConditionRun, log_path: Path, rows: list[RequestRow]) -> None:
         _fail(cond, "speculation did not run: the server refused it (see log lines)", refused)
         return
     ok_rows = [r for r in rows if r.ok]
-    if rows and not ok_rows:
+    if not rows:  # nothing measured is never a result
+        _fail(cond, "no request was run")
+        return
+    if not ok_rows:
         _fail(cond, f"no request succeeded (first error: {rows[0].error})")
         return
     if cond.spec.method != BASELINE:
