@@ -55,24 +55,13 @@ def files_under(root: Path, skip: tuple[Path, ...] = ()) -> set[Path]:
     return out
 
 
-def measured(*args: str, db: Path | None = None, timeout: float = 60) -> tuple[int, str, str, float, int]:
-    """(exit code, stdout, stderr, wall seconds, peak RSS bytes) of `specreg ARGS` in a fresh
-    process; killed at `timeout` (exit code -9), so a hang fails the test instead of stalling it."""
+def _spawn_measured(argv: list[str], env: dict[str, str], timeout: float) -> tuple[int, bytes, bytes, float, int]:
     import threading
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    env = dict(os.environ, COLUMNS="80")
-    if db is not None:
-        env["SPECREG_DB"] = str(db)
     t0 = time.monotonic()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "specreg.cli", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        start_new_session=True,
-    )
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
     timer = threading.Timer(timeout, lambda: os.killpg(proc.pid, 9))
     timer.start()
     assert proc.stdout is not None and proc.stderr is not None
@@ -82,11 +71,39 @@ def measured(*args: str, db: Path | None = None, timeout: float = 60) -> tuple[i
         stdout, stderr = out.result(), err.result()
     timer.cancel()
     proc.returncode = os.waitstatus_to_exitcode(status)
-    wall = time.monotonic() - t0
-    return (
-        proc.returncode,
-        stdout.decode("utf-8", "replace"),
-        stderr.decode("utf-8", "replace"),
-        wall,
-        usage.ru_maxrss * 1024,
-    )
+    return proc.returncode, stdout, stderr, time.monotonic() - t0, usage.ru_maxrss * 1024
+
+
+def measured(*args: str, db: Path | None = None, timeout: float = 60) -> tuple[int, str, str, float, int]:
+    """(exit code, stdout, stderr, wall seconds, peak RSS above a bare interpreter) of `specreg ARGS`
+    in a fresh process, killed at `timeout` (exit code -9) so a hang fails the test instead of
+    stalling it. Linux carries the parent's RSS at fork into the child's ru_maxrss, so the peak
+    of `python -c pass` spawned the same way just before is subtracted."""
+    env = dict(os.environ, COLUMNS="80")
+    if db is not None:
+        env["SPECREG_DB"] = str(db)
+    *_, base = _spawn_measured([sys.executable, "-c", "pass"], env, 30)
+    rc, out, err, wall, peak = _spawn_measured([sys.executable, "-m", "specreg.cli", *args], env, timeout)
+    return rc, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), wall, max(0, peak - base)
+
+
+FAKE_SERVER = Path(__file__).with_name("fake_llama_server.py")
+
+
+def fake_world(tmp_path: Path, names: tuple[str, ...] = ("t1", "t2")) -> tuple[Path, list[int], Path, Path]:
+    """(db, admitted self-speculation pair ids, a `llama-server` that runs the fake, a one-prompt
+    workload): one tiny model per name (its general.name), each admitted for ngram-mod."""
+    from _bench_helpers import ITEMS, force_verdict, model, workload
+
+    from specreg.registry.store import Registry
+
+    db = tmp_path / "r.db"
+    with Registry(db, show_progress=False) as reg:
+        pairs = [
+            force_verdict(reg, model(tmp_path, f"t{i}.gguf", seed=i, name=n), None, "ngram-mod", admitted=True)
+            for i, n in enumerate(names, start=1)
+        ]
+    exe = tmp_path / "llama-server"
+    exe.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKE_SERVER} "$@"\n')
+    exe.chmod(0o755)
+    return db, pairs, exe, workload(tmp_path, ITEMS[:1], "one.jsonl")

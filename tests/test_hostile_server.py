@@ -10,34 +10,22 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
 import psutil
 import pytest
-from _bench_helpers import ITEMS, force_verdict, model, workload
-from _hostile_helpers import measured, one_error_line, registry_readable, specreg
+from _hostile_helpers import fake_world, measured, one_error_line, registry_readable, specreg
 
 from specreg.benchmark.logpump import HEAD_BYTES, TAIL_BYTES
-from specreg.registry.store import Registry
 
-FAKE = Path(__file__).with_name("fake_llama_server.py")
 MB = 1 << 20
 
 
 @pytest.fixture()
 def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, list[int], Path, Path]:
     """(db, two admitted self-speculation pair ids, the fake server, a one-prompt workload)."""
-    db = tmp_path / "r.db"
-    with Registry(db, show_progress=False) as reg:
-        pairs = [
-            force_verdict(reg, model(tmp_path, f"t{i}.gguf", seed=i), None, "ngram-mod", admitted=True) for i in (1, 2)
-        ]
-    exe = tmp_path / "llama-server"
-    exe.write_text(f'#!/bin/sh\nexec {sys.executable} {FAKE} "$@"\n')
-    exe.chmod(0o755)
     monkeypatch.setenv("SPECREG_HOME", str(tmp_path / "home"))
-    return db, pairs, exe, workload(tmp_path, ITEMS[:1], "one.jsonl")
+    return fake_world(tmp_path)
 
 
 def _bench(world: tuple[Path, list[int], Path, Path], mode: str, *pairs: int, timeout: float = 60) -> tuple:

@@ -68,6 +68,11 @@ def check_tokenizer(gf: GGUFFile) -> None:
     """llama.cpp's vocabulary preconditions, checked once at open (cheap: counts and ids only)."""
     tokens = gf.typed_array(F.KEY_TOKENS, (F.T_STRING,))
     n_tokens = 0 if tokens is None else tokens.count
+    for key in (F.KEY_TOKENS, F.KEY_MERGES):  # decoded into one Python string each when compared
+        arr = gf.metadata.get(key)
+        count = getattr(arr, "count", 0)
+        if count > F.MAX_TOKENS:
+            raise gf.error(f"{count} entries, more than the {F.MAX_TOKENS} specreg reads", key)
     for key, allowed in ((F.KEY_SCORES, (_FLOAT32, _INT32)), (F.KEY_TOKEN_TYPES, (_INT32,))):
         arr = gf.typed_array(key, allowed)
         if arr is not None and arr.count != n_tokens:

@@ -189,6 +189,10 @@ class Walker:
             raise self.err(f"tensor count {n_tensors} cannot fit in the {left} bytes left", "n_tensors", 8)
         if n_kv < 0 or n_kv * F.MIN_KV_BYTES + n_tensors * F.MIN_TENSOR_INFO_BYTES > left:
             raise self.err(f"key/value count {n_kv} cannot fit in the {left} bytes left", "n_kv", 16)
+        if n_tensors > F.MAX_TENSORS:
+            raise self.err(f"{n_tensors} tensors, more than the {F.MAX_TENSORS} specreg reads", "n_tensors", 8)
+        if n_kv > F.MAX_KV:
+            raise self.err(f"{n_kv} key/values, more than the {F.MAX_KV} specreg reads", "n_kv", 16)
         h = Header(version=version)
         self.kvs(h, n_kv)
         self.alignment(h)
