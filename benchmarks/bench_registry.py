@@ -75,7 +75,7 @@ def fill(reg: Registry, root: Path, scale: float) -> dict[str, int]:
     now = datetime.now(UTC)
     stamp, hashed_at = _iso(now), time.time_ns()
     with reg.write() as db:
-        db.conn.executemany(
+        db.executemany(
             "INSERT INTO artifacts (sha256, size, name, architecture, file_type, file_type_name, n_tokens, "
             "summary_json, effective_license, licence_source, licence_conflict, licence_json, repo, revision, "
             "provenance_source, filename, provenance_json, registered_at, updated_at) "
@@ -105,7 +105,7 @@ def fill(reg: Registry, root: Path, scale: float) -> dict[str, int]:
                 for i, (p, sha, st) in enumerate(files)
             ],
         )
-        db.conn.executemany(
+        db.executemany(
             "INSERT INTO artifact_paths (sha256, path, device, inode, size, mtime_ns, hashed_at_ns, "
             "first_seen_at, last_verified_at) VALUES (?,?,?,?,?,?,?,?,?)",
             [
@@ -121,12 +121,12 @@ def fill(reg: Registry, root: Path, scale: float) -> dict[str, int]:
     pairs = [(shas[i % n_targets], shas[n_targets + i], "draft-simple", int(i % 5 != 4)) for i in range(n_draft_pairs)]
     pairs += [(shas[t], None, "ngram-simple", 1) for t in range(n_targets)]
     with reg.write() as db:
-        db.conn.executemany(
+        db.executemany(
             "INSERT INTO pairs (id, target_sha256, draft_sha256, method, rule_set, admitted, strict, "
             "latest_verdict_id, n_verdicts, created_at, updated_at) VALUES (?,?,?,?,?,?,0,?,1,?,?)",
             [(i + 1, t, d, m, RULE_SET, a, i + 1, stamp, stamp) for i, (t, d, m, a) in enumerate(pairs)],
         )
-        db.conn.executemany(
+        db.executemany(
             "INSERT INTO verdicts (id, pair_id, admitted, strict, checks_json, created_at) VALUES (?,?,?,0,?,?)",
             [(i + 1, i + 1, a, checks, stamp) for i, (_, _, _, a) in enumerate(pairs)],
         )
@@ -140,7 +140,7 @@ def fill(reg: Registry, root: Path, scale: float) -> dict[str, int]:
             target, draft = shas[j % n_targets], shas[n_targets + j]
             run_id = f"bench-{r:06d}"
             started = now - timedelta(minutes=n_runs - r)
-            db.conn.execute(
+            db.execute(
                 "INSERT INTO bench_runs (run_id, pair_id, status, method, target_sha256, draft_sha256, "
                 "manifest_json, started_at, finished_at) VALUES (?,?,?,?,?,?,?,?,?)",
                 (
@@ -155,7 +155,7 @@ def fill(reg: Registry, root: Path, scale: float) -> dict[str, int]:
                     _iso(started + timedelta(seconds=30)),
                 ),
             )
-            db.conn.executemany(
+            db.executemany(
                 "INSERT INTO bench_prompts (run_id, prompt_id, stratum, kind, content_sha256, input_tokens, "
                 "max_tokens) VALUES (?,?,?,?,?,?,?)",
                 [(run_id, pid, stratum, "prompt", "0" * 64, 40, 32) for pid, stratum in prompts],
@@ -175,7 +175,7 @@ def fill(reg: Registry, root: Path, scale: float) -> dict[str, int]:
                 argv = ["specreg-llama-server", "-m", path_of[target], "--spec-type", name]
                 if name == "draft-simple":
                     argv += ["-md", path_of[draft]]
-                db.conn.execute(
+                db.execute(
                     "INSERT INTO bench_conditions (run_id, idx, name, method, status, spec_json, argv_json, "
                     "counters_json, memory_json) VALUES (?,?,?,?,?,?,?,?,?)",
                     (
@@ -212,7 +212,7 @@ def fill(reg: Registry, root: Path, scale: float) -> dict[str, int]:
                                 None if name == BASELINE else 1,
                             )
                         )
-                db.conn.executemany(
+                db.executemany(
                     "INSERT INTO bench_requests (run_id, condition_idx, condition, prompt_id, stratum, repeat, "
                     "started_at, ok, total_ms, ttft_ms, tpot_ms, output_tokens, output_text, matches_baseline) "
                     "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -229,10 +229,13 @@ def fill(reg: Registry, root: Path, scale: float) -> dict[str, int]:
                         n_ok=50,
                         total_ms=Stat(p50=100.0 / (1 + 0.05 * idx), p95=130.0),
                         speedup=1 + 0.05 * idx,
+                        # a plausible interval (the runner's bootstrap would take minutes at this scale)
+                        speedup_ci95=None if name == BASELINE else ((1 + 0.05 * idx) * 0.97, (1 + 0.05 * idx) * 1.03),
+                        n_paired=0 if name == BASELINE else 50,
                         n_compared=50,
                         n_equal=50,
                     )
-                    db.conn.execute(
+                    db.execute(
                         "INSERT INTO bench_summaries (run_id, condition, stratum, target_sha256, "
                         "draft_sha256, summary_json) VALUES (?,?,?,?,?,?)",
                         (run_id, name, stratum, target, draft, s.model_dump_json()),

@@ -87,10 +87,10 @@ def overhead(folder: Path, n: int) -> None:
 
 
 def full_run(folder: Path) -> None:
-    from specreg.benchmark.runner import BenchOptions, Runner
-    from specreg.gguf.reader import open_gguf
+    from specreg.benchmark.runner import Runner
+    from specreg.registry.checking import check_and_record
     from specreg.registry.store import Registry
-    from specreg.validators.pair import check_pair, verdict
+    from specreg.schemas.bench_settings import BenchSettings
     from specreg.validators.ruleset import load_rule_set
 
     os.environ["SPECREG_HOME"] = str(folder / "home")
@@ -101,25 +101,9 @@ def full_run(folder: Path) -> None:
         write_model(folder / "noisy.gguf", ModelSpec(name="tiny-noisy", noise=SMALL_NOISE)),
     ]
     with Registry(folder / "r.db", show_progress=False) as reg:
-        t = reg.add_artifact(target)
-        ids = []
-        for d in drafts:
-            rec = reg.add_artifact(d)
-            checks = check_pair(open_gguf(target), open_gguf(d), "draft-simple", rule_set=rules)
-            ids.append(
-                reg.record_verdict(
-                    verdict(
-                        checks,
-                        method="draft-simple",
-                        target_sha256=t.sha256,
-                        draft_sha256=rec.sha256,
-                        rule_set=rules,
-                        strict=False,
-                    )
-                )
-            )
+        ids = [check_and_record(reg, target, d, "draft-simple", rule_set=rules).pair_id for d in drafts]
         t0 = time.perf_counter()
-        runs = Runner(reg, BenchOptions(workload="default", threads=1, ctx_size=512)).bench(ids)
+        runs = Runner(reg, BenchSettings(workload="default", repeat=1, threads=1, ctx_size=512)).bench(ids)
         wall = time.perf_counter() - t0
     n_req = sum(len(r.requests) for r in runs)
     n_cond = sum(len(r.conditions) for r in runs)

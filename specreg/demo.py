@@ -18,6 +18,7 @@ from pathlib import Path
 from specreg.errors import SpecregError
 from specreg.schemas.audit import AuditReport
 from specreg.schemas.bench import BenchRun
+from specreg.schemas.bench_settings import BenchSettings
 from specreg.testing import ModelSpec, write_model
 from specreg.testing.factory import SMALL_NOISE
 
@@ -65,7 +66,7 @@ WORKLOAD = (
     )
     + "\n"
 )
-REPEAT = 2
+REPEAT = 3
 # The build's n-gram defaults (ngram-simple size-n 12, ngram-mod n-min 48) need longer outputs
 # than a demo can afford; short windows let them draft on the tiny models' repetitive output.
 NGRAM = {
@@ -146,11 +147,11 @@ def run_demo(folder: Path = DEFAULT_DIR, db: Path | None = None, say: Callable[[
     """Write, register, check, benchmark, audit and report; returns what happened."""
     from specreg.audit.policy import example_policy_text, load_policy
     from specreg.audit.run import run_audit
-    from specreg.benchmark.runner import BenchOptions, Runner
-    from specreg.gguf.reader import open_gguf
+    from specreg.benchmark.runner import Runner
+    from specreg.registry.checking import check_and_record
+    from specreg.registry.provenance import register
     from specreg.registry.store import Registry
     from specreg.report.write import write_audit_report
-    from specreg.validators.pair import check_pair, verdict
     from specreg.validators.ruleset import load_rule_set
 
     t0 = time.monotonic()
@@ -168,25 +169,17 @@ def run_demo(folder: Path = DEFAULT_DIR, db: Path | None = None, say: Callable[[
     rules = load_rule_set()
     with Registry(result.db, show_progress=False) as reg:
         say(f"2/5 registering {len(result.models)} artifacts (licence {LICENCE}) in {result.db}")
-        recs = {k: reg.add_artifact(p, license=LICENCE) for k, p in result.models.items()}
+        for p in result.models.values():
+            register(reg, p, license=LICENCE)
         say("3/5 checking pairs against " + rules.id)
-        target_file = open_gguf(result.models["target"])
         admitted: list[int] = []  # pairs with a draft file: each gets a run
         audited: list[int] = []  # every admitted pair, n-gram ones included (measured in those runs)
         todo: list[tuple[str | None, str, str]] = [(n, m, d) for n, _, m, d in DRAFTS]
         todo += [(None, m, "the target alone") for m in SELF_METHODS]
         for draft_name, method, what in todo:
-            draft_file = open_gguf(result.models[draft_name]) if draft_name else None
-            checks = check_pair(target_file, draft_file, method, rule_set=rules)
-            v = verdict(
-                checks,
-                method=method,
-                target_sha256=recs["target"].sha256,
-                draft_sha256=recs[draft_name].sha256 if draft_name else None,
-                rule_set=rules,
-                strict=False,
-            )
-            pair_id = reg.record_verdict(v)
+            draft = result.models[draft_name] if draft_name else None
+            done = check_and_record(reg, result.models["target"], draft, method, rule_set=rules)
+            v, pair_id, checks = done.verdict, done.pair_id, done.verdict.checks
             errors = [f"{c.code}: {c.message}" for c in checks if c.severity == "error"]
             label = f"{method} target <- {draft_name or '(self)'}"
             result.verdicts.append((label, what, v.admitted, pair_id, errors))
@@ -201,7 +194,7 @@ def run_demo(folder: Path = DEFAULT_DIR, db: Path | None = None, say: Callable[[
             f"4/5 benchmarking admitted pair(s) {admitted} with the bundled llama.cpp server "
             f"({REPEAT} repetitions; none, ngram-simple, ngram-mod, draft-simple)"
         )
-        opts = BenchOptions(
+        opts = BenchSettings(
             workload=str(workload),
             repeat=REPEAT,
             ctx_size=512,

@@ -119,3 +119,7 @@ class RunNotFound(SpecregError):
 
 class VocabUnavailable(SpecregError):
     """llama.cpp's vocab files are not on disk and could not be fetched (offline, no PyPI)."""
+
+
+class BundleError(SpecregError):
+    """A result bundle is malformed, truncated, tampered with, too new, or conflicts with the registry."""

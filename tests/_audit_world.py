@@ -13,23 +13,21 @@ a backup of the registry file, so the shared run is never altered.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from _bench_helpers import admit
+from _registry_helpers import model
 
 from specreg.demo import NGRAM as DEMO_NGRAM
 from specreg.demo import WORKLOAD
-from specreg.gguf.reader import open_gguf
+from specreg.registry.provenance import register
 from specreg.registry.store import Registry
 from specreg.schemas.audit import Policy
-from specreg.testing import ModelSpec, write_model
 from specreg.testing.factory import SMALL_NOISE
-from specreg.validators.pair import check_pair, verdict
-from specreg.validators.ruleset import load_rule_set
 
 HOSTILE = "<script>alert(1)</script> | $x$"  # a draft name: must stay inert in tables, HTML and plots
 # The demo's workload (measured: ngram-simple drafts on these tiny models' looping output).
@@ -37,17 +35,12 @@ NGRAM = {**DEMO_NGRAM, "--spec-ngram-mod-n-match": 500}  # ngram-mod: no 500-tok
 # A policy the run meets on its real numbers: no speed-up demanded, generous tails and memory.
 LENIENT = Policy.model_validate(
     {
+        "evidence": {"min_repetitions": 2},  # the world runs 2 (the default policy wants 3)
         "speed": {"min_speedup": 0.0, "p95_tolerance_pct": 10_000},
         "memory": {"max_extra_ram_pct": 50},
         "licence": {"allow": ["apache-2.0"], "require_revision": True},
     }
 )
-
-
-def _aged(path: Path) -> Path:
-    t = time.time_ns() - 120 * 1_000_000_000  # old enough for the stat cache to trust it
-    os.utime(path, ns=(t, t))
-    return path
 
 
 @dataclass
@@ -89,48 +82,30 @@ class AuditWorld:
         return path
 
 
-def _admit(reg: Registry, rules, target: Path, draft: Path | None, method: str) -> int:  # type: ignore[no-untyped-def]
-    t = reg.add_artifact(target)
-    d = reg.add_artifact(draft) if draft else None
-    checks = check_pair(open_gguf(target), open_gguf(draft) if draft else None, method, rule_set=rules)
-    return reg.record_verdict(
-        verdict(
-            checks,
-            method=method,
-            target_sha256=t.sha256,
-            draft_sha256=d.sha256 if d else None,
-            rule_set=rules,
-            strict=False,
-        )
-    )
-
-
 @pytest.fixture(scope="session")
 def audit_world(tmp_path_factory: pytest.TempPathFactory) -> AuditWorld:
-    from specreg.benchmark.runner import BenchOptions, Runner
+    from specreg.benchmark.runner import Runner
+    from specreg.schemas.bench_settings import BenchSettings
 
     t0 = time.monotonic()
     folder = tmp_path_factory.mktemp("audit-world")
     db = folder / "registry.db"
-    target = _aged(write_model(folder / "target.gguf", ModelSpec(name="audit-target")))
-    draft = _aged(write_model(folder / "draft.gguf", ModelSpec(name=HOSTILE, noise=SMALL_NOISE, license=None)))
-    near = _aged(
-        write_model(folder / "near-miss.gguf", ModelSpec(name="near-miss", token_edits=((300, "\u2581swapped"),)))
-    )
+    target = model(folder, "target.gguf", name="audit-target")
+    draft = model(folder, "draft.gguf", name=HOSTILE, noise=SMALL_NOISE, license=None)
+    near = model(folder, "near-miss.gguf", name="near-miss", token_edits=((300, "\u2581swapped"),))
     workload = folder / "workload.jsonl"
     workload.write_text(WORKLOAD)
-    rules = load_rule_set()
     with pytest.MonkeyPatch.context() as mp, Registry(db, show_progress=False) as reg:
         mp.setenv("SPECREG_HOME", str(folder))  # run logs stay in the fixture's folder
-        reg.add_artifact(target, repo="specreg/audit-target", revision="0123abc")
+        register(reg, target, repo="specreg/audit-target", revision="0123abc")
         # the draft file carries no licence: the user states it (a test withdraws it again)
-        reg.add_artifact(draft, license="apache-2.0", repo="specreg/audit-draft", revision="4567def")
+        register(reg, draft, license="apache-2.0", repo="specreg/audit-draft", revision="4567def")
         pairs = {
-            m: _admit(reg, rules, target, draft if m == "draft-simple" else None, m)
+            m: admit(reg, target, draft if m == "draft-simple" else None, m)
             for m in ("draft-simple", "ngram-simple", "ngram-mod")
         }
-        pairs["near-miss"] = _admit(reg, rules, target, near, "draft-simple")
-        opts = BenchOptions(
+        pairs["near-miss"] = admit(reg, target, near, "draft-simple")
+        opts = BenchSettings(
             workload=str(workload),
             repeat=2,
             ctx_size=512,

@@ -1,20 +1,16 @@
-"""Helpers for tests/test_bench_*.py: tiny models, real verdicts, a registry, small workloads."""
+"""Helpers for tests/test_bench_*.py: real verdicts, small workloads, raw rows (models: _registry_helpers)."""
 
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import time
 from pathlib import Path
 from typing import Any
 
-from specreg.gguf.reader import open_gguf
+from specreg.registry.checking import check_and_record
 from specreg.registry.store import Registry
 from specreg.schemas.checks import CheckResult, PairVerdict
-from specreg.testing import ModelSpec, write_model
 from specreg.testing.factory import SMALL_NOISE
-from specreg.validators.pair import check_pair, verdict
 from specreg.validators.ruleset import load_rule_set
 
 RULES = load_rule_set()
@@ -45,17 +41,6 @@ ITEMS: list[dict[str, Any]] = [
 ]
 
 
-def aged(path: Path, seconds: int = 120) -> Path:
-    """Backdate mtime so the registry's stat cache trusts the file (fresh files are 'racy')."""
-    t = time.time_ns() - seconds * 1_000_000_000
-    os.utime(path, ns=(t, t))
-    return path
-
-
-def model(folder: Path, filename: str, **spec: Any) -> Path:
-    return aged(write_model(folder / filename, ModelSpec(**spec)))
-
-
 def workload(folder: Path, items: list[dict[str, Any]] | None = None, name: str = "wl.jsonl") -> Path:
     path = folder / name
     path.write_text("".join(json.dumps(i) + "\n" for i in (items or ITEMS)))
@@ -64,18 +49,7 @@ def workload(folder: Path, items: list[dict[str, Any]] | None = None, name: str 
 
 def admit(reg: Registry, target: Path, draft: Path | None, method: str = "draft-simple") -> int:
     """Check a pair with the real validators and record the verdict; returns the pair id."""
-    t = reg.add_artifact(target)
-    d = reg.add_artifact(draft) if draft else None
-    checks = check_pair(open_gguf(target), open_gguf(draft) if draft else None, method, rule_set=RULES)
-    v = verdict(
-        checks,
-        method=method,
-        target_sha256=t.sha256,
-        draft_sha256=d.sha256 if d else None,
-        rule_set=RULES,
-        strict=False,
-    )
-    return reg.record_verdict(v)
+    return check_and_record(reg, target, draft, method, rule_set=RULES).pair_id
 
 
 def force_verdict(

@@ -93,7 +93,8 @@ FAKE_SERVER = Path(__file__).with_name("fake_llama_server.py")
 def fake_world(tmp_path: Path, names: tuple[str, ...] = ("t1", "t2")) -> tuple[Path, list[int], Path, Path]:
     """(db, admitted self-speculation pair ids, a `llama-server` that runs the fake, a one-prompt
     workload): one tiny model per name (its general.name), each admitted for ngram-mod."""
-    from _bench_helpers import ITEMS, force_verdict, model, workload
+    from _bench_helpers import ITEMS, force_verdict, workload
+    from _registry_helpers import model
 
     from specreg.registry.store import Registry
 

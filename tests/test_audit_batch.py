@@ -4,17 +4,14 @@ auditing each pair on its own, on a small version of the registry-scale benchmar
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
+from benchmarks.bench_registry import fill
 from specreg.audit.evidence import load_digest, load_digests
 from specreg.audit.run import run_audit
 from specreg.benchmark.run_index import RunIndex
 from specreg.registry.store import Registry
 from specreg.schemas.audit import Policy
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from bench_registry import fill
 
 
 def _changed_output(reg: Registry, run_id: str) -> None:

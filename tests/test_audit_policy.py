@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from specreg.audit.policy import BUILTIN, example_policy_text, load_policy, parse_policy
 from specreg.errors import PolicyError
+from specreg.registry.store import Registry
 from specreg.schemas.audit import Policy
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,6 +79,7 @@ def test_cli_policy_typo_is_one_line_exit_2(tmp_path: Path) -> None:
 
 
 def test_cli_audit_on_empty_registry_cannot_decide(tmp_path: Path) -> None:
+    Registry(tmp_path / "r.db").close()  # an empty registry (a missing one is "no registry at ...")
     line = one_line_error(cli("audit", "--all", db=tmp_path / "r.db"))  # the real console script
     assert "no admitted pairs" in line
     for args, expect in (
@@ -91,5 +93,5 @@ def test_cli_audit_on_empty_registry_cannot_decide(tmp_path: Path) -> None:
 
 
 def test_cli_usage_error_is_exit_2_without_traceback(tmp_path: Path) -> None:
-    code, out, err = specreg("audit", "--pair", "abc", db=tmp_path / "r.db")
+    code, _, err = specreg("audit", "--pair", "abc", db=tmp_path / "r.db")
     assert code == 2 and "Traceback" not in err and "--pair" in err, (code, err)

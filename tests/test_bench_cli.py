@@ -12,7 +12,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from _bench_helpers import ITEMS, admit, db_rows, model, workload
+from _bench_helpers import ITEMS, admit, db_rows, workload
+from _registry_helpers import model
 
 from specreg.registry.store import Registry
 
@@ -87,16 +88,20 @@ def test_bench_json_then_runs_and_show(capsys: pytest.CaptureFixture[str]) -> No
     assert run["info"]["status"] == "complete" and "requests" not in run
     rid = run["info"]["run_id"]
     draft = next(s for s in run["summaries"] if s["condition"] == "draft-simple" and s["stratum"] == "all")
-    assert draft["acceptance"] == 1.0 and draft["n_equal"] == 2
+    assert draft["acceptance"] == 1.0 and draft["n_equal"] == 6  # 2 prompts x the default 3 repetitions
+    assert draft["n_paired"] == 6 and len(draft["speedup_ci95"]) == 2 and draft["concurrency"] == 1
+    lo, hi = draft["speedup_ci95"]
+    assert lo <= draft["speedup"] <= hi
+    assert run["manifest"]["settings"]["repeat"] == 3 and run["manifest"]["observation"]["order"] == "rounds"
     assert "draft-simple" in err and "ok" in err  # progress lines go to stderr
     code, out, _ = _main(capsys, "runs", "--json")
     assert code == 0 and [r["run_id"] for r in json.loads(out)] == [rid]
     code, out, err = _main(capsys, "runs", "show", rid[:15])
     assert code == 0, err
-    assert rid in out and "complete" in out and "100.0%" in out and "2/2" in out and "reference" in out
+    assert rid in out and "complete" in out and "100.0%" in out and "6/6" in out and "reference" in out
     code, out, _ = _main(capsys, "runs", "show", rid, "--json")
     full = json.loads(out)
-    assert len(full["requests"]) == 4 and full["manifest"]["request"]["workload"] == str(wl)
+    assert len(full["requests"]) == 12 and full["manifest"]["request"]["workload"] == str(wl)
     code, _, err = _main(capsys, "runs", "show", "nope")
     assert code == 2 and "no benchmark run 'nope'" in err
 
@@ -109,7 +114,11 @@ def test_bench_json_then_runs_and_show(capsys: pytest.CaptureFixture[str]) -> No
         (["--methods", "draft-eagle3"], "method draft-eagle3 is not available for this pair"),
         (["--ngram", "size-n=3"], "--ngram 'size-n=3': expected NAME=VALUE"),
         (["--server", "/nonexistent/llama-server"], "server binary /nonexistent/llama-server does not exist"),
-        (["--repeat", "0"], "--repeat must be at least 1"),
+        (["--repeat", "0"], "--repeat: Input should be greater than or equal to 1"),
+        (["--concurrency", "1,x"], "--concurrency '1,x': expected whole numbers separated by commas"),
+        (["--concurrency", "0,4"], "--concurrency: every concurrency must be at least 1"),
+        (["--draft-max", "4,-1"], "--draft-max: every draft length must be >= 0"),
+        (["--order", "random"], "--order: Input should be 'rounds' or 'blocked'"),
     ],
 )
 def test_bad_requests_are_one_line_errors(capsys: pytest.CaptureFixture[str], args: list[str], needle: str) -> None:
@@ -147,6 +156,8 @@ def _start_long_bench(home: Path, pid: int) -> subprocess.Popen[str]:
             str(wl),
             "--repeat",
             "400",
+            "--order",
+            "blocked",  # one long-lived server: the pid the test reads is the one it kills
             "--methods",
             "draft-simple",
             "--threads",
@@ -219,3 +230,35 @@ def test_sigkill_leaves_an_orphan_that_the_next_start_aborts(tmp_path: Path) -> 
     assert db_rows(tmp_path / "r.db", "SELECT count(*) AS n FROM bench_requests")[0]["n"] == kept >= 3
     conds = db_rows(tmp_path / "r.db", "SELECT status FROM bench_conditions WHERE server_pid = ?", (servers[0],))
     assert conds[0]["status"] == "aborted"
+
+
+def test_vocab_only_pair_is_listed_up_front_and_skipped(capsys: pytest.CaptureFixture[str]) -> None:
+    """`bench admitted` without --pair: the README's form. A vocab-only pair is named once, before
+    any run, and skipped; the exit code is the runs' (0 here), never 2 for the skipped pair."""
+    good = _pair_here()
+    vocab = model(_home(), "v.gguf", vocab_only=True, name="vocab-only")
+    with Registry(os.environ["SPECREG_DB"], show_progress=False) as reg:
+        bad = admit(reg, _home() / "t.gguf", vocab)
+    wl = workload(_home(), ITEMS[:1])
+    code, out, err = _main(
+        capsys, "bench", "admitted", "--workload", str(wl), "--methods", "draft-simple", "--repeat", "1",
+        "--threads", "1", "--ctx-size", "512", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    note = f"note: pair {bad} (draft-simple) is admitted, not benchmarkable: draft has no tensors (vocab-only)"
+    assert note in " ".join(err.split()) and err.index("note: pair") < err.index("run ")
+    assert f"pair {bad}: pair {bad}" not in err and "error:" not in err
+    assert [r["info"]["pair_id"] for r in json.loads(out)] == [good]
+    code, out, _ = _main(capsys, "pairs", "--admitted")
+    (line,) = [ln for ln in out.splitlines() if ln.split()[:1] == [str(bad)]]
+    assert "admitted, not benchmarkable" in line
+    code, out, _ = _main(capsys, "pairs", "--json")
+    assert {p["id"]: p["benchmarkable"] for p in json.loads(out)} == {good: True, bad: False}
+    policy = _home() / "policy.toml"
+    policy.write_text("[licence]\nrequire_revision = false\n")  # local files: no hub revision
+    code, out, _ = _main(capsys, "audit", "--pair", str(bad), "--policy", str(policy), "--json")
+    (pair,) = json.loads(out)["pairs"]
+    assert code == 1 and pair["not_benchmarkable"].startswith("draft has no tensors")
+    failing = {g["gate"]: g["message"] for g in pair["gates"] if not g["passed"]}
+    assert list(failing) == ["evidence"] and failing["evidence"].startswith("admitted, not benchmarkable: draft")
+    assert {g["gate"] for g in pair["gates"]} == {"integrity", "verdict", "evidence", "licence"}

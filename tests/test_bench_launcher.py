@@ -14,9 +14,8 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-from _bench_helpers import model
+from _registry_helpers import model
 
-from specreg.benchmark.client import LlamaClient
 from specreg.benchmark.launcher import bundled_command, external_command, free_ports, launch, owns_port
 from specreg.benchmark.runtime import runtime_info
 from specreg.errors import ServerError, ServerStartError
@@ -53,8 +52,7 @@ def test_port_held_by_someone_else_is_retried_on_another(tmp_path: Path, imposto
         assert len(server.attempts) == 1 and server.attempts[0].startswith(f"port {impostor}: ")
         assert server.attempts[0].split(": ", 1)[1] in ("port taken", "not our server")
         assert owns_port(server.pid, server.port) and not owns_port(server.pid, impostor)
-        with LlamaClient(server.base_url) as client:
-            assert client.props()["model_path"] == str(target)
+        assert httpx.get(f"{server.base_url}/props", timeout=10).json()["model_path"] == str(target)
     finally:
         server.stop()
     assert not server.alive() and not psutil.pid_exists(server.pid)

@@ -16,23 +16,25 @@ from types import SimpleNamespace
 import psutil
 import pytest
 import xllamacpp
-from _bench_helpers import ITEMS, NOISE, admit, db_rows, force_verdict, model, workload
+from _bench_helpers import ITEMS, NOISE, admit, db_rows, force_verdict, workload
+from _registry_helpers import model
 
 from specreg.benchmark.execute import Observer
-from specreg.benchmark.runner import BenchOptions, Runner
+from specreg.benchmark.runner import Runner
 from specreg.errors import ArtifactChanged, NotAdmitted, ServerError
 from specreg.registry.store import Registry
 from specreg.schemas.bench import ConditionRun, RequestRow
+from specreg.schemas.bench_settings import BenchSettings
 
 FAKE = Path(__file__).with_name("fake_llama_server.py")
 
 
-def _opts(wl: Path, **kw: object) -> BenchOptions:
+def _opts(wl: Path, **kw: object) -> BenchSettings:
     base: dict[str, object] = dict(
-        workload=str(wl), threads=1, ctx_size=512, start_timeout_s=30.0, request_timeout_s=30.0
+        workload=str(wl), threads=1, ctx_size=512, start_timeout_s=30.0, request_timeout_s=30.0, repeat=1
     )
     base.update(kw)
-    return BenchOptions(**base)  # type: ignore[arg-type]
+    return BenchSettings(**base)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
@@ -110,10 +112,23 @@ def test_run_record_manifest_rows_and_logs(proof: SimpleNamespace) -> None:
     assert m.runtime.kind == "bundled" and m.runtime.xllamacpp_version == xllamacpp.__version__
     assert len(m.runtime.sha256 or "") == 64 and "xllamacpp" in m.runtime.version_text
     assert m.runtime.spec_defaults["--spec-draft-n-max"] >= 1
-    assert m.target.sha256 == run.info.target_sha256 and m.target.licence["effective"] == "apache-2.0"
+    assert m.target.sha256 == run.info.target_sha256 and m.target.licence.effective == "apache-2.0"
     assert m.draft.artifact is not None and m.draft.artifact.sha256 == run.info.draft_sha256
     assert m.draft.compatibility and m.draft.pair_id == proof.p_same
-    assert m.request.temperature == 0.0 and m.observation.warmup_requests == 1
+    assert m.request.temperature == 0.0 and m.observation.warmup_requests == 8
+    assert m.settings is not None and m.settings.repeat == 1 and m.settings.seed == 42  # the invocation
+    # the order is on record: one round, the baseline first (its outputs are the reference)
+    assert m.observation.order == "rounds" and m.observation.schedule[0].condition == "none"
+    assert sorted(x.condition for x in m.observation.schedule) == sorted(c.spec.name for c in run.conditions)
+    # warm-up: recorded per server start, stopped once two requests in a row agreed within 10%
+    for c in run.conditions:
+        (w,) = c.warmup
+        assert 1 <= len(w.latencies_ms) <= 8 and all(x > 0 for x in w.latencies_ms)
+        if w.steady:
+            a, b = w.latencies_ms[-2:]
+            assert abs(a - b) <= 0.10 * max(a, b)
+        else:
+            assert len(w.latencies_ms) == 8
     assert (m.hardware.gpu.present and m.hardware.gpu.devices) or (not m.hardware.gpu.present and m.hardware.gpu.reason)
     assert {p.id: p.kind for p in run.prompts} == {"rep": "prompt", "chat": "messages", "json": "prompt"}
     assert all(p.input_tokens and p.input_tokens > 3 and len(p.content_sha256) == 64 for p in run.prompts)
@@ -326,6 +341,9 @@ def test_vocab_only_pair_is_refused_before_any_server_starts(tmp_path: Path) -> 
     with Registry(tmp_path / "r.db", show_progress=False) as reg:
         pid = admit(reg, target, vocab)
         assert reg.get_pair(pid).admitted
-        with pytest.raises(NotAdmitted, match=rf"pair {pid}: the draft [0-9a-f]{{12}} is vocab-only"):
+        with pytest.raises(NotAdmitted, match=rf"^pair {pid} \(draft-simple\) is admitted, not benchmarkable: draft"):
             Runner(reg, _opts(_one_prompt(tmp_path))).bench([pid])
+        # asked for every admitted pair: nothing else to run is "could not decide", named once
+        with pytest.raises(NotAdmitted, match="no admitted pair can be benchmarked"):
+            Runner(reg, _opts(_one_prompt(tmp_path))).bench()
     assert db_rows(tmp_path / "r.db", "SELECT count(*) AS n FROM bench_runs")[0]["n"] == 0

@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
-from specreg.benchmark import bundled_server, conditions, expect, metrics, summary
+from specreg.benchmark import bundled_server, conditions, expect, metrics, serverlog, summary
 from specreg.benchmark.memory import GpuProbe, MemorySampler
 from specreg.benchmark.workloads import STRATA, content_sha256, load_workload, parse_jsonl
 from specreg.errors import PolicyError, ServerError, UsageError
 from specreg.schemas.bench import ConditionRun, ConditionSpec, Expect, MemoryObservation, RequestRow, SpecCounters
+from specreg.schemas.registry import PairRecord
 
 # What xllamacpp 2026.10.11549 printed on /metrics after one draft-simple request (identical draft).
 REAL_METRICS = """\
@@ -306,8 +307,13 @@ def test_refusal_lines_are_the_exact_log_lines() -> None:
         "vocab type must match target model to use speculation\n"
         "0.00.021.792 I srv          init: listening on http://127.0.0.1:18081\n"
     )
-    assert conditions.refusal_lines(log) == log.splitlines()[1:3]
-    assert conditions.refusal_lines("all fine\n") == []
+    assert serverlog.refusal_lines(log) == log.splitlines()[1:3]
+    assert serverlog.refusal_lines("all fine\n") == []
+    # the same log read for errors (a dead server) and for drafting (a condition that drafted nothing)
+    assert serverlog.error_lines(log) == log.splitlines()[1:3]
+    assert serverlog.error_lines("a\n\nb\n") == [] and serverlog.last_lines("a\n\nb\n  \n", 8) == ["a", "b"]
+    assert serverlog.speculation_lines("# spec header\nspec: draft n=0\nother\n") == ["spec: draft n=0"]
+    assert serverlog.bind_failed("E couldn't bind HTTP server socket") and not serverlog.bind_failed(log)
 
 
 # -- bundled server flag translation (real xllamacpp objects, no server) ----------------------
@@ -446,10 +452,6 @@ def test_nvml_init_failure_is_absent_with_reason() -> None:
 
 
 def _pair(pid: int, target: str, draft: str | None, method: str) -> PairRecord:
-    from datetime import datetime
-
-    from specreg.schemas.registry import PairRecord
-
     t = datetime.now(UTC)
     return PairRecord(
         id=pid,

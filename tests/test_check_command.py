@@ -70,14 +70,35 @@ def test_json_verdict_and_sha_prefixes(capsys, files) -> None:
 
 
 def test_strict_makes_warnings_reject(capsys, files) -> None:
-    args = ("check", "pair", str(files["target"]), str(files["template"]), "--method", "draft-simple")
-    assert run(capsys, *args)[0] == 0
+    args = ("check", "pair", str(files["template"]), str(files["target"]), "--method", "draft-simple")
     code, out, _ = run(capsys, *args, "--strict")
     assert code == 1 and "vocab.chat_template" in out
     code, out, _ = run(capsys, "pairs", "--rejected")
-    assert "rejected" in out and "(strict)" in out
-    code, out, _ = run(capsys, "pairs", "--admitted", "--json")
-    assert json.loads(out) == []  # the pair's latest verdict is the strict one
+    assert "rejected (strict)" in out  # checked only strictly: the pair stands on that verdict
+    assert json.loads(run(capsys, "pairs", "--admitted", "--json")[1]) == []
+
+
+def test_strict_check_does_not_overwrite_the_normal_verdict(capsys, files) -> None:
+    args = ("check", "pair", str(files["target"]), str(files["template"]), "--method", "draft-simple")
+    assert run(capsys, *args)[0] == 0
+    assert run(capsys, *args, "--strict")[0] == 1
+    rows = json.loads(run(capsys, "pairs", "--admitted", "--json")[1])
+    assert [(r["admitted"], r["strict"], r["strict_admitted"], r["n_verdicts"]) for r in rows] == [
+        (True, False, False, 2)
+    ]
+    assert json.loads(run(capsys, "pairs", "--rejected", "--json")[1]) == []
+    code, out, _ = run(capsys, "pairs")
+    assert code == 0 and "admitted; strict: rejected" in out
+    from specreg.commands.options import db_path
+    from specreg.registry.store import Registry
+
+    with Registry(db_path()) as reg:  # what `bench admitted` runs: the normal verdict, unless asked
+        assert [p.id for p in reg.admitted_pairs()] == [rows[0]["id"]]
+        assert reg.admitted_pairs(strict=True) == []
+        assert [v.strict for v in reg.pair_history(rows[0]["id"])] == [False, True]
+    assert run(capsys, *args)[0] == 0  # a later normal check leaves the strict verdict beside it
+    rows = json.loads(run(capsys, "pairs", "--json")[1])
+    assert [(r["admitted"], r["strict_admitted"], r["n_verdicts"]) for r in rows] == [(True, False, 3)]
 
 
 def test_auto_detects_eagle3(capsys, files) -> None:
@@ -92,13 +113,13 @@ def test_auto_detects_eagle3(capsys, files) -> None:
         (("check", "pair", "{target}"), "needs a DRAFT"),
         (("check", "pair", "{target}", "{same}", "--method", "ngram-simple"), "target alone"),
         (("check", "pair", "{target}", "--method", "draft-simple"), "needs a DRAFT model"),
-        (("check", "pair", "{target}", "--method", "draft-bogus"), "unknown method"),
+        (("check", "pair", "{target}", "--method", "draft-bogus"), "'draft-bogus' is not one of"),
         (("check", "pair", "/nonexistent/model.gguf", "{same}"), "no such file"),
         (("check", "pair", "deadbeefdeadbeef", "{same}"), "deadbeef"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(capsys, files, argv, message: str) -> None:
-    code, out, err = run(capsys, *(a.format(**{k: str(v) for k, v in files.items()}) for a in argv))
+    code, _, err = run(capsys, *(a.format(**{k: str(v) for k, v in files.items()}) for a in argv))
     assert code == 2
     assert message in err and "Traceback" not in err
     assert err.splitlines()[0].startswith("error:")
@@ -112,7 +133,7 @@ def test_untrusted_token_text_is_printed_inert(capsys, files) -> None:
 
 
 def test_older_rule_set_verdicts_are_stale(capsys, files) -> None:
-    from specreg.commands._common import db_path
+    from specreg.commands.options import db_path
     from specreg.registry.store import Registry
 
     with Registry(db_path()) as reg:

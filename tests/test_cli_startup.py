@@ -1,4 +1,7 @@
-"""What every `specreg` invocation pays before its command runs: imports and building the CLI."""
+"""What every `specreg` invocation pays before its command runs: imports and building the CLI.
+
+`cli.startup()` holds every start-up measure; these tests pin each one.
+"""
 
 from __future__ import annotations
 
@@ -21,17 +24,82 @@ def test_startup_imports_nothing_heavy() -> None:
     assert out.strip() == "[]"
 
 
-NAMES = sorted([c.name for c in cli.app.registered_commands] + [g.name for g in cli.app.registered_groups])
+NAMES = [name for name, _, _ in cli.COMMANDS]
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_only_the_command_being_run_is_built_and_it_behaves_the_same(name: str) -> None:
-    only = cli._app_for(["--db", "x.db", name, "--help"])
+    only = cli.startup(["--db", "x.db", name, "--help"])
     assert only is not cli.app
+    assert [c.name for c in only.registered_commands + only.registered_groups] == [name]
     runner = CliRunner()
     assert runner.invoke(only, [name, "--help"]).output == runner.invoke(cli.app, [name, "--help"]).output
 
 
-@pytest.mark.parametrize("argv", [[], ["--help"], ["--db", "x.db"], ["no-such-command"], ["--bogus", "pairs"]])
+@pytest.mark.parametrize(
+    "argv", [[], ["--help"], ["--db", "x.db"], ["no-such-command"], ["--bogus", "pairs"], ["--version", "--help"]]
+)
 def test_root_options_and_unknown_words_get_the_whole_app(argv: list[str]) -> None:
-    assert cli._app_for(argv) is cli.app
+    assert cli.startup(argv) is cli.app
+
+
+def test_the_version_builds_no_command() -> None:
+    only = cli.startup(["--version"])
+    assert only is not cli.app and not only.registered_commands and not only.registered_groups
+
+
+# What `--help` and `--version` must never load: every one costs tens of milliseconds (pydantic
+# builds schemas, rich lays out, xllamacpp loads llama.cpp) and none of them is needed to answer.
+HEAVY = (
+    "specreg.schemas.bench",
+    "specreg.schemas.audit",
+    "specreg.schemas.checks",
+    "specreg.schemas.registry",
+    "pydantic",
+    "rich",
+    "matplotlib",
+    "numpy",
+    "httpx",
+    "huggingface_hub",
+    "xllamacpp",
+    "psutil",
+    "sqlite3",
+)
+
+
+@pytest.mark.parametrize("flag", ["--help", "--version"])
+def test_help_and_version_import_nothing_heavy(flag: str) -> None:
+    code = (
+        "import sys\n"
+        "from specreg.cli import main\n"
+        f"try:\n    main([{flag!r}])\nexcept SystemExit:\n    pass\n"
+        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout
+    assert ("Usage: specreg" if flag == "--help" else "specreg ") in proc.stdout
+
+
+def test_version_names_specreg_and_the_bundled_runtime() -> None:
+    from importlib.metadata import version
+
+    out = subprocess.run(
+        [sys.executable, "-m", "specreg.cli", "--version"], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.splitlines() == [
+        f"specreg {version('specreg')}",
+        f"bundled runtime: xllamacpp {version('xllamacpp')} (llama.cpp, run as specreg-llama-server)",
+    ]
+
+
+def test_an_ending_process_skips_the_last_cycle_hunt_once() -> None:
+    """gc.freeze runs at exit (after the handlers registered before start-up), however often start-up ran."""
+    code = (
+        "import atexit, gc\n"
+        "atexit.register(lambda: print('frozen', gc.get_freeze_count() > 0))\n"
+        "from specreg import cli\n"
+        "cli.startup(['pairs']); cli.startup(['--help'])\n"
+        "print('frozen', gc.get_freeze_count() > 0)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split("\n")[:2] == ["frozen False", "frozen True"]

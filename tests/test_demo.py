@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -10,9 +11,35 @@ from pathlib import Path
 
 from _audit_world import specreg
 
+from specreg.audit.policy import load_policy
+from specreg.audit.run import run_audit
 from specreg.registry.store import Registry
 
 BUDGET_S = 120  # the issue's budget for the whole demo on 2 cores
+# What the validators must decide for the demo's pairs, and the reason a rejection must show.
+CHECKS = {
+    "draft-simple target <- draft.gguf": ("ADMITTED", None),
+    "draft-simple target <- near-miss.gguf": ("REJECTED", "vocab.tokens"),
+    "draft-eagle3 target <- eagle3-wrong-target.gguf": ("REJECTED", "eagle3.target_hidden_size"),
+    "ngram-simple target <- (self)": ("ADMITTED", None),
+    "ngram-mod target <- (self)": ("ADMITTED", None),
+}
+# Gates whose outcome does not depend on timing: the files, the verdict and the licence never
+# change, and the draft pair's run is checked by the demo itself (it stops when that run broke).
+FIXED_GATES = {"integrity", "verdict", "licence"}
+DRAFT_PAIR_GATES = FIXED_GATES | {"evidence", "rollback"}
+
+
+def _checked(out: str) -> dict[str, tuple[int, str, str]]:
+    """label -> (pair id, ADMITTED/REJECTED, the lines printed under it)."""
+    blocks = re.findall(r"^    pair (\d+) (.+?): (ADMITTED|REJECTED) \(.*\)\n((?:        .*\n)*)", out, re.M)
+    return {label: (int(pid), word, reasons) for pid, label, word, reasons in blocks}
+
+
+def _audited(out: str) -> dict[int, tuple[str, str]]:
+    """pair id -> (PASS/FAIL, the failed gates as printed)."""
+    rows = re.findall(r"^pair (\d+) \S+: (PASS|FAIL)(?: \((.*)\))?$", out, re.M)
+    return {int(pid): (word, failed) for pid, word, failed in rows}
 
 
 def test_demo_end_to_end_then_again(tmp_path: Path) -> None:
@@ -31,10 +58,29 @@ def test_demo_end_to_end_then_again(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert took < BUDGET_S, took
     out = proc.stdout
-    assert "ADMITTED" in out and out.count("REJECTED") == 2
-    assert "vocab.tokens" in out and "eagle3.target_hidden_size" in out  # the reasons are shown
-    assert "audit verdict:" in out and ("PASS" in out or "FAIL" in out)
-    assert "deploy for repetitive:" in out and "deploy for chat:" in out
+    checked = _checked(out)
+    assert {label: word for label, (_, word, _) in checked.items()} == {k: v for k, (v, _) in CHECKS.items()}
+    for label, (_, reason) in CHECKS.items():
+        assert (reason or "") in checked[label][2] and bool(checked[label][2]) == bool(reason), (label, out)
+
+    # the printed audit is the audit of what the demo recorded: every admitted pair, its gates
+    db = folder / "registry.db"
+    admitted = sorted(pid for pid, word, _ in checked.values() if word == "ADMITTED")
+    with Registry(db, show_progress=False) as reg:
+        report = run_audit(reg, *load_policy(folder / "policy.toml"), pair_ids=admitted)
+    assert _audited(out) == {
+        p.pair_id: ("PASS" if p.passed else "FAIL", ", ".join(p.failed_gates)) for p in report.pairs
+    }
+    assert sorted(_audited(out)) == admitted
+    draft_pair = checked["draft-simple target <- draft.gguf"][0]
+    for p in report.pairs:
+        must_pass = DRAFT_PAIR_GATES if p.pair_id == draft_pair else FIXED_GATES
+        assert not must_pass & set(p.failed_gates), (p.pair_id, p.failed_gates)
+    verdict = re.search(r"^audit verdict: (PASS|FAIL) - ", out, re.M)
+    assert verdict and verdict.group(1) == ("PASS" if report.passed else "FAIL")
+    decided = dict(re.findall(r"^deploy for (\S+): (.+?)(?: \(speed-up [\d.]+\))?$", out, re.M))
+    assert decided == {d.stratum: d.choice for d in report.decisions}
+    assert set(decided) == {"repetitive", "chat"}
     report = folder / "report.html"
     assert f"report:   {report}" in out
     assert f"logs:     {folder / 'runs'}" in out  # every file the demo wrote is named
@@ -49,11 +95,12 @@ def test_demo_end_to_end_then_again(tmp_path: Path) -> None:
     before = {m.name: (m.stat().st_mtime_ns, m.read_bytes()) for m in models}
     code, out2, err2 = specreg("demo", "--dir", str(folder), db=folder / "registry.db")
     assert code == 0, out2[-2000:] + err2[-2000:]
+    assert _checked(out2) == checked  # the same pairs, the same verdicts
     after = {m.name: (m.stat().st_mtime_ns, m.read_bytes()) for m in sorted((folder / "models").glob("*.gguf"))}
     assert after == before  # same files, not even rewritten
     with Registry(folder / "registry.db", show_progress=False) as reg:
         assert len(reg.artifacts(with_summary=False)) == 4
         pairs = reg.pairs(with_checks=False)
         assert len(pairs) == 5 and all(p.n_verdicts == 2 for p in pairs)  # checked again, no duplicates
-        runs = reg.db.conn.execute("SELECT count(*) FROM bench_runs").fetchone()[0]
+        runs = reg.conn.execute("SELECT count(*) FROM bench_runs").fetchone()[0]
         assert runs == 2  # each demo measures anew; the audit reads the newest run

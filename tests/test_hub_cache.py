@@ -11,10 +11,11 @@ import os
 from pathlib import Path
 
 import pytest
-from hubserver import CARD, REPO, FakeHub, gguf_bytes, go_offline, hub, run_cli, set_online  # noqa: F401
+from hubserver import CARD, REPO, FakeHub, gguf_bytes, go_offline, run_cli, set_online
 
 from specreg.errors import UsageError
 from specreg.registry.hub import recognise_cached
+from specreg.registry.provenance import register
 from specreg.registry.store import Registry
 from specreg.testing import ModelSpec, write_model
 
@@ -95,7 +96,7 @@ def test_shared_blob_is_attributed_to_the_ref(hub: FakeHub, monkeypatch: pytest.
 def test_register_records_cache_provenance_and_card_conflict(cached: tuple[Path, str]) -> None:
     path, commit = cached
     with Registry(os.environ["SPECREG_DB"]) as reg:
-        rec = reg.add_artifact(path)
+        rec = register(reg, path)
     p = rec.provenance
     assert (p.repo, p.revision, p.filename, p.source) == (REPO, commit, "tiny-q8.gguf", "hf_cache")
     assert p.extra["hf_cache"]["refs"] == ["main"]
@@ -111,7 +112,7 @@ def test_register_records_cache_provenance_and_card_conflict(cached: tuple[Path,
 def test_user_licence_wins_and_conflict_is_still_recorded(cached: tuple[Path, str]) -> None:
     path, _ = cached
     with Registry(os.environ["SPECREG_DB"]) as reg:
-        rec = reg.add_artifact(path, license="Llama3.1")
+        rec = register(reg, path, license="Llama3.1")
     assert (rec.licence.effective, rec.licence.effective_source, rec.licence.conflict) == ("llama3.1", "user", True)
     assert {s.source for s in rec.licence.sources} == {"user", "model_card", "gguf"}
 
@@ -122,7 +123,7 @@ def test_card_of_another_revision_is_not_borrowed(hub: FakeHub, monkeypatch: pyt
     hub.add_commit(REPO, {"m.gguf": gguf_bytes(seed=3), "README.md": CARD})
     download(hub, monkeypatch, REPO, "README.md", "main")  # the card exists, but at the newer commit
     with Registry(os.environ["SPECREG_DB"]) as reg:
-        rec = reg.add_artifact(path)
+        rec = register(reg, path)
     assert rec.provenance.revision == first
     assert [s.source for s in rec.licence.sources] == ["gguf"] and not rec.licence.conflict
 
@@ -131,11 +132,11 @@ def test_flags_that_contradict_the_cache_are_refused(cached: tuple[Path, str]) -
     path, commit = cached
     with Registry(os.environ["SPECREG_DB"]) as reg:
         with pytest.raises(UsageError, match="acme/tiny-GGUF, not someone/else"):
-            reg.add_artifact(path, repo="someone/else")
+            register(reg, path, repo="someone/else")
         with pytest.raises(UsageError, match="not revision 'v2'"):
-            reg.add_artifact(path, revision="v2")
+            register(reg, path, revision="v2")
         assert reg.artifacts() == []  # nothing half-registered
-        assert reg.add_artifact(path, repo=REPO, revision="main").provenance.revision == commit
+        assert register(reg, path, repo=REPO, revision="main").provenance.revision == commit
 
 
 def test_cli_register_artifacts_and_check_pair_show_provenance(
@@ -157,8 +158,8 @@ def test_cli_register_artifacts_and_check_pair_show_provenance(
     table = run_cli("artifacts")
     assert table.returncode == 0, table.stderr
     row = next(ln for ln in table.stdout.splitlines() if "acme/tiny-GGUF" in ln)
-    cells = [c.strip() for c in row.split("│")]
-    assert commit[:10] in cells and "other (conflict)" in cells  # revision shown short
+    cells = [c.strip() for c in row.split("  ") if c.strip()]
+    assert f"{REPO}@{commit[:12]}" in cells and "other (conflict)" in cells  # revision shown short
     listed = {r["provenance"]["repo"]: r for r in json.loads(run_cli("artifacts", "--json").stdout)}
     assert set(listed) == {REPO, "acme/draft-GGUF"}  # check pair registered the draft on the way
     d = listed["acme/draft-GGUF"]

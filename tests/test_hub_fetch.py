@@ -14,21 +14,10 @@ import socket
 from pathlib import Path
 
 import pytest
-from hubserver import (  # noqa: F401
-    CARD,
-    REPO,
-    FakeFile,
-    FakeHub,
-    assert_one_line_error,
-    gguf_bytes,
-    go_offline,
-    hub,
-    online,
-    run_cli,
-)
+from hubserver import CARD, REPO, FakeFile, FakeHub, assert_one_line_error, gguf_bytes, go_offline, run_cli
 
 from specreg.errors import HubError, UsageError
-from specreg.registry.provenance import fetch, verify
+from specreg.registry.provenance import fetch, register, verify
 from specreg.registry.store import Registry
 
 FILE = "tiny-q8.gguf"
@@ -88,7 +77,7 @@ def test_fetch_adds_provenance_to_an_artifact_registered_locally(online: FakeHub
     local = tmp_path / "copy.gguf"
     local.write_bytes(gguf_bytes())
     with _registry() as reg:
-        assert reg.add_artifact(local).provenance.repo is None
+        assert register(reg, local).provenance.repo is None
         rec, _ = fetch(reg, REPO, FILE, license="Apache-2.0")
     assert (rec.provenance.repo, rec.provenance.revision, rec.provenance.source) == (REPO, repo, "hub")
     assert {s.source for s in rec.licence.sources} == {"user", "model_card", "gguf"}
@@ -140,7 +129,7 @@ def test_offline_says_so_and_local_register_still_works(
     with _registry() as reg:
         with pytest.raises(HubError, match="HF_HUB_OFFLINE"):
             verify(reg, local, repo=REPO)
-        rec = reg.add_artifact(local, repo=REPO, revision=repo)
+        rec = register(reg, local, repo=REPO, revision=repo)
     assert (rec.provenance.repo, rec.provenance.revision, rec.provenance.source) == (REPO, repo, "user")
     assert online.requests == []  # nothing went to the hub
 

@@ -10,19 +10,16 @@ from __future__ import annotations
 
 import hashlib
 import math
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import gguf
 import pytest
+from malformed import make_corpus
 
 from specreg.gguf.reader import GGUFArray, GGUFFile, open_gguf
 from specreg.gguf.summary import summarize
 from specreg.testing import ModelSpec, write_model
-
-sys.path.insert(0, str(Path(__file__).parent / "malformed"))
-import make_corpus
 
 _FIXTURES: dict[str, ModelSpec] = {
     "spm": ModelSpec(chat_template="{% for m in messages %}{{ m }}{% endfor %}", base_model="Org/Base"),

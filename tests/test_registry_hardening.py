@@ -69,14 +69,14 @@ def test_eight_processes_register_and_record_at_once(tmp_path: Path) -> None:
         p.join(timeout=30)
     assert errors == [None] * N_PROCS
     with Registry(db) as reg:
-        q = lambda sql: reg.db.execute(sql).fetchone()[0]  # noqa: E731
+        q = lambda sql: reg.conn.execute(sql).fetchone()[0]  # noqa: E731
         assert q("SELECT count(*) FROM artifacts") == 1 + N_PROCS + 2 * N_PROCS
         assert q("SELECT count(*) FROM artifact_paths") == 1 + N_PROCS + 2 * N_PROCS
         assert q("SELECT count(*) FROM pairs") == N_PROCS + 1
         assert q("SELECT count(*) FROM verdicts") == N_PROCS * (N_PROCS + 1)
         assert {p.n_verdicts for p in reg.pairs()} == {N_PROCS}
         assert q("SELECT count(*) FROM _sqlite_migrations") == len(
-            {r[0] for r in reg.db.execute("SELECT name FROM _sqlite_migrations")}
+            {r[0] for r in reg.conn.execute("SELECT name FROM _sqlite_migrations")}
         )
         assert q("PRAGMA integrity_check") == "ok"
 
@@ -104,18 +104,18 @@ def test_writer_killed_mid_transaction_keeps_last_commit(tmp_path: Path) -> None
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "inside"
-        with Registry(db, busy_timeout_s=0.2) as other:  # the lock is really held
-            with pytest.raises(RegistryError, match="locked"):
-                other.add_artifact(b)
+        # the lock is really held
+        with Registry(db, busy_timeout_s=0.2) as other, pytest.raises(RegistryError, match="locked"):
+            other.add_artifact(b)
         proc.send_signal(signal.SIGKILL)
         assert proc.wait(timeout=30) == -signal.SIGKILL
     finally:
         proc.kill()
     with Registry(db, busy_timeout_s=5) as reg:
-        assert reg.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert reg.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert [(r.name, r.paths) for r in reg.artifacts()] == [("A", [str(a)])]
         assert reg.add_artifact(b).name == "B"  # the dead writer's lock is gone
-        assert reg.db.execute("SELECT count(*) FROM artifacts").fetchone()[0] == 2
+        assert reg.conn.execute("SELECT count(*) FROM artifacts").fetchone()[0] == 2
 
 
 @contextmanager
@@ -209,7 +209,7 @@ def test_full_disk_tmpfs_keeps_earlier_records(tmp_path: Path) -> None:
         assert line.startswith(f"error: registry {db}: no space left to write"), line
         filler.unlink()
         with Registry(db) as reg:
-            assert reg.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+            assert reg.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
             assert [r.paths for r in reg.artifacts()] == [[str(a)]]
             reg.add_artifact(b)  # space again: works
 
@@ -240,7 +240,7 @@ def test_file_size_limit_mid_write_keeps_earlier_records(tmp_path: Path) -> None
         line = one_line_error(proc)
         assert str(db) in line and "no space left to write" in line, line
     with Registry(db) as reg:
-        assert reg.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert reg.conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         assert [r.paths for r in reg.artifacts()] == [[str(a)]]
         reg.add_artifact(b)
 

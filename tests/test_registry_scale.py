@@ -7,7 +7,9 @@ import time
 from pathlib import Path
 
 from _registry_helpers import model
+from sqlite_utils import Database
 
+from specreg.registry.provenance import register
 from specreg.registry.store import Registry
 from specreg.schemas.checks import CheckResult, PairVerdict
 
@@ -17,12 +19,13 @@ N_PAIRS = 5_000
 
 def _fill(reg: Registry, tmp_path: Path) -> list[str]:
     """Clone one real registered artifact's rows (real summary/licence JSON) N times."""
-    real = reg.add_artifact(model(tmp_path, "t.gguf"), license="mit", repo="org/m", revision="r" * 40)
-    art = dict(reg._one("SELECT * FROM artifacts WHERE sha256 = ?", (real.sha256,)))
-    path = dict(reg._one("SELECT * FROM artifact_paths WHERE sha256 = ?", (real.sha256,)))
+    real = register(reg, model(tmp_path, "t.gguf"), license="mit", repo="org/m", revision="r" * 40)
+    art = dict(reg.database.one("SELECT * FROM artifacts WHERE sha256 = ?", (real.sha256,)))
+    path = dict(reg.database.one("SELECT * FROM artifact_paths WHERE sha256 = ?", (real.sha256,)))
     shas = [hashlib.sha256(str(i).encode()).hexdigest() for i in range(N_ARTIFACTS - 1)]
     checks = [CheckResult(code=f"check.{k}", severity="pass", message="ok " * 10, evidence={"k": k}) for k in range(12)]
-    with reg.write() as db:
+    with reg.write() as conn:
+        db = Database(conn)  # sqlite-utils' bulk insert, on the registry's own transaction
         db["artifacts"].insert_all(({**art, "sha256": s, "name": f"m{i}"} for i, s in enumerate(shas)), batch_size=500)
         db["artifact_paths"].insert_all(
             ({**path, "id": None, "sha256": s, "path": f"/models/{s}.gguf", "inode": i} for i, s in enumerate(shas)),

@@ -6,10 +6,12 @@ the pin below (each area keeps its own tables' entry current).
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from sqlite_utils import Database, Migrations
+from sqlite_utils import Database
 
 from specreg.errors import RegistryError
 from specreg.registry import migrations as mig
@@ -63,6 +65,8 @@ SCHEMA: dict[str, list[str]] = {
         "n_verdicts",
         "created_at",
         "updated_at",
+        "strict_verdict_id",  # m004
+        "strict_admitted",
     ],
     "verdicts": ["id", "pair_id", "admitted", "strict", "checks_json", "created_at"],
     # benchmark (m003, specreg/benchmark)
@@ -104,6 +108,7 @@ SCHEMA: dict[str, list[str]] = {
         "memory_json",
         "started_at",
         "finished_at",
+        "warmup_json",  # m006
     ],
     "bench_prompts": [
         "run_id",
@@ -154,6 +159,16 @@ SCHEMA: dict[str, list[str]] = {
         "draft_sha256",
         "summary_json",
     ],
+    # result bundles (m005, specreg/benchmark/bundle_import.py)
+    "run_origins": [
+        "run_id",
+        "host",
+        "specreg_version",
+        "run_digest",
+        "bundle_digest",
+        "bundle_created_at",
+        "imported_at",
+    ],
 }
 
 # The indexes list views and joins depend on (registry scale: 10k artifacts, 5k pairs).
@@ -171,12 +186,24 @@ REGISTRY_INDEXES = {
 
 def test_final_schema_is_pinned(tmp_path: Path) -> None:
     with Registry(tmp_path / "r.db") as reg:
-        actual = {t: [c.name for c in reg.db[t].columns] for t in reg.db.table_names()}
-        indexes = {r[0] for r in reg.db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
-        assert reg.db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        assert reg.db.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+        view = Database(reg.conn)  # sqlite-utils reads the schema; the registry hands out sqlite3
+        actual = {t: [c.name for c in view[t].columns] for t in view.table_names()}
+        indexes = {r[0] for r in reg.conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        assert reg.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert reg.conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     assert actual == SCHEMA
     assert indexes >= REGISTRY_INDEXES
+
+
+def _all_migration_names() -> list[str]:
+    """Every registered migration, in order: all of them are pending on an empty database."""
+    return mig.migrations.pending_names(sqlite3.connect(":memory:"))
+
+
+def _append_migration(monkeypatch: pytest.MonkeyPatch, fn: Callable[[Database], None]) -> None:
+    """Register `fn` the way a new migration is added (the decorator), for this test only."""
+    monkeypatch.setattr(mig.migrations, "_migrations", list(mig.migrations._migrations))  # restored afterwards
+    mig.migrations()(fn)
 
 
 def test_migrations_are_recorded_once_in_order(tmp_path: Path) -> None:
@@ -185,7 +212,7 @@ def test_migrations_are_recorded_once_in_order(tmp_path: Path) -> None:
     Registry(db_file).close()  # reopening applies nothing twice
     db = Database(db_file)
     rows = list(db["_sqlite_migrations"].rows_where(order_by="id"))
-    names = [m.name for m in mig.migrations._migrations]
+    names = _all_migration_names()
     assert [r["name"] for r in rows] == names
     assert names[:2] == ["m001_artifacts", "m002_pairs_verdicts"]
     assert all(r["migration_set"] == "specreg" and r["applied_at"] for r in rows)
@@ -200,14 +227,10 @@ def test_appending_a_migration_applies_it_to_an_existing_registry(
     def m999_extra(db: Database) -> None:
         db.execute("CREATE TABLE extra (id INTEGER PRIMARY KEY, note TEXT NOT NULL)")
 
-    monkeypatch.setattr(
-        mig.migrations,
-        "_migrations",
-        [*mig.migrations._migrations, Migrations._Migration("m999_extra", m999_extra)],
-    )
+    _append_migration(monkeypatch, m999_extra)
     with Registry(db_file) as reg:
-        assert reg.db["extra"].exists()
-        assert reg.db.execute("SELECT count(*) FROM _sqlite_migrations WHERE name = 'm999_extra'").fetchone()[0] == 1
+        assert Database(reg.conn)["extra"].exists()
+        assert reg.conn.execute("SELECT count(*) FROM _sqlite_migrations WHERE name = 'm999_extra'").fetchone()[0] == 1
 
 
 def test_a_failing_migration_changes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -218,13 +241,40 @@ def test_a_failing_migration_changes_nothing(tmp_path: Path, monkeypatch: pytest
         db.execute("CREATE TABLE half (id INTEGER PRIMARY KEY)")
         db.execute("ALTER TABLE no_such_table ADD COLUMN x TEXT")
 
-    monkeypatch.setattr(
-        mig.migrations,
-        "_migrations",
-        [*mig.migrations._migrations, Migrations._Migration("m998_broken", m998_broken)],
-    )
+    _append_migration(monkeypatch, m998_broken)
     with pytest.raises(RegistryError, match="no such table"):
         Registry(db_file)
     db = Database(db_file)
     assert "half" not in db.table_names()
     assert db.execute("SELECT count(*) FROM _sqlite_migrations WHERE name = 'm998_broken'").fetchone()[0] == 0
+
+
+def test_m004_keeps_a_strict_check_beside_the_normal_verdict_of_existing_pairs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A registry written before m004 (a strict verdict recorded over a normal one) is upgraded:
+    the pair stands on its normal verdict again and the strict one is kept beside it."""
+    db_file = tmp_path / "r.db"
+    shipped = mig.migrations._migrations
+    monkeypatch.setattr(mig.migrations, "_migrations", [m for m in shipped if m.name < "m004"])
+    with Registry(db_file) as reg, reg.write() as conn:
+        conn.execute(
+            "INSERT INTO artifacts (sha256, size, summary_json, licence_json, registered_at, updated_at) "
+            "VALUES (?, 1, '{}', '{}', 't', 't')",
+            ("a" * 64,),
+        )
+        conn.execute(
+            "INSERT INTO pairs (id, target_sha256, method, rule_set, admitted, strict, latest_verdict_id, "
+            "n_verdicts, created_at, updated_at) VALUES (1, ?, 'ngram-simple', 'rs', 0, 1, 2, 2, ?, ?)",
+            ("a" * 64, "2026-01-01T00:00:00+00:00", "2026-01-01T00:00:00+00:00"),
+        )
+        conn.execute(
+            "INSERT INTO verdicts (id, pair_id, admitted, strict, checks_json, created_at) VALUES "
+            "(1, 1, 1, 0, '[]', '2026-01-01'), (2, 1, 0, 1, '[]', '2026-01-02')"
+        )
+    monkeypatch.setattr(mig.migrations, "_migrations", shipped)
+    with Registry(db_file) as reg:
+        pair = reg.get_pair(1)
+        assert (pair.admitted, pair.strict, pair.verdict_id) == (True, False, 1)
+        assert (pair.strict_admitted, pair.strict_verdict_id, pair.n_verdicts) == (False, 2, 2)
+        assert [p.id for p in reg.admitted_pairs()] == [1] and reg.admitted_pairs(strict=True) == []

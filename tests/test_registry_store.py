@@ -5,23 +5,17 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from _registry_helpers import aged, model
 
 from specreg.errors import AmbiguousArtifact, ArtifactNotFound, GGUFError, PairNotFound, RegistryError
+from specreg.registry.checking import open_artifact
+from specreg.registry.provenance import register
 from specreg.registry.store import Registry
 from specreg.schemas.checks import CheckResult, PairVerdict
 from specreg.schemas.registry import LicenceSource
-
-
-@pytest.fixture()
-def reg(tmp_path: Path) -> Iterator[Registry]:
-    r = Registry(tmp_path / "reg.db", show_progress=False)
-    yield r
-    r.close()
 
 
 def _sha(p: Path) -> str:
@@ -29,12 +23,12 @@ def _sha(p: Path) -> str:
 
 
 def _count(reg: Registry, table: str) -> int:
-    return int(reg.db.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
+    return int(reg.conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])
 
 
 def test_register_stores_summary_hash_licence_and_provenance(reg: Registry, tmp_path: Path) -> None:
     p = model(tmp_path, "t.gguf", name="tiny-target", license="apache-2.0", license_link="https://x/y")
-    rec = reg.add_artifact(p, repo="org/tiny", revision="0123abcd", provenance_extra={"note": "n"})
+    rec = register(reg, p, repo="org/tiny", revision="0123abcd", extra={"note": "n"})
     assert rec.sha256 == _sha(p)
     assert rec.size == p.stat().st_size
     assert rec.paths == [str(p)]
@@ -128,14 +122,15 @@ def test_no_licence_anywhere(reg: Registry, tmp_path: Path) -> None:
     assert rec.licence.effective is None and rec.licence.sources == [] and not rec.licence.conflict
 
 
-def test_set_provenance_merges_extra(reg: Registry, tmp_path: Path) -> None:
-    rec = reg.add_artifact(model(tmp_path, "t.gguf"), provenance_extra={"a": 1})
-    rec = reg.set_provenance(rec.sha256, repo="org/m", revision="f" * 40, source="hf_cache", extra={"b": 2})
+def test_registering_again_merges_provenance_extra(reg: Registry, tmp_path: Path) -> None:
+    p = model(tmp_path, "t.gguf")
+    register(reg, p, extra={"a": 1})
+    rec = register(reg, p, repo="org/m", revision="f" * 40, extra={"b": 2})
     assert rec.provenance.model_dump() == {
         "repo": "org/m",
         "revision": "f" * 40,
         "filename": "t.gguf",
-        "source": "hf_cache",
+        "source": "user",
         "extra": {"a": 1, "b": 2},
     }
 
@@ -154,22 +149,25 @@ def test_get_artifact_by_prefix_and_errors(reg: Registry, tmp_path: Path) -> Non
 
 def test_ambiguous_prefix(reg: Registry, tmp_path: Path) -> None:
     rec = reg.add_artifact(model(tmp_path, "t.gguf"))
-    row = dict(reg._one("SELECT * FROM artifacts WHERE sha256 = ?", (rec.sha256,)))
-    with reg.write() as db:  # two more artifacts sharing a 7-digit prefix (real rows, real index)
+    row = dict(reg.database.one("SELECT * FROM artifacts WHERE sha256 = ?", (rec.sha256,)))
+    cols = ", ".join(row)
+    with reg.write() as conn:  # two more artifacts sharing a 7-digit prefix (real rows, real index)
         for tail in ("1", "2"):
-            db["artifacts"].insert({**row, "sha256": "abcdef0" + tail * 57})
+            values = {**row, "sha256": "abcdef0" + tail * 57}
+            conn.execute(f"INSERT INTO artifacts ({cols}) VALUES ({', '.join('?' * len(row))})", tuple(values.values()))
     with pytest.raises(AmbiguousArtifact, match="matches 2 artifacts"):
         reg.get_artifact("abcdef0")
     assert reg.get_artifact("abcdef02").sha256 == "abcdef0" + "2" * 57
 
 
-def test_resolve_path_prefix_or_clear_error(reg: Registry, tmp_path: Path) -> None:
+def test_open_artifact_by_path_prefix_or_clear_error(reg: Registry, tmp_path: Path) -> None:
     p = model(tmp_path, "t.gguf")
-    rec = reg.resolve(str(p))  # registered on the way
-    assert _count(reg, "artifacts") == 1
-    assert reg.resolve(rec.sha256[:8]).sha256 == rec.sha256
+    rec, opened = open_artifact(reg, str(p))  # registered on the way
+    assert _count(reg, "artifacts") == 1 and opened.path == p
+    again, located = open_artifact(reg, rec.sha256[:8])
+    assert again.sha256 == rec.sha256 and located.path == p
     with pytest.raises(ArtifactNotFound, match="no such file, and not a SHA-256"):
-        reg.resolve(str(tmp_path / "missing.gguf"))
+        open_artifact(reg, str(tmp_path / "missing.gguf"))
 
 
 def test_non_gguf_is_refused_before_hashing_and_leaves_nothing(reg: Registry, tmp_path: Path) -> None:
@@ -275,7 +273,7 @@ def test_verdicts_keep_history_and_pairs_show_latest(reg: Registry, tmp_path: Pa
 
 def test_verdict_for_unregistered_artifact_writes_nothing(reg: Registry, tmp_path: Path) -> None:
     t = reg.add_artifact(model(tmp_path, "t.gguf")).sha256
-    with pytest.raises(ArtifactNotFound, match="draft sha256 .* not registered"):
+    with pytest.raises(ArtifactNotFound, match=r"draft sha256 .* not registered"):
         reg.record_verdict(_verdict(t, "e" * 64, True))
     assert _count(reg, "pairs") == _count(reg, "verdicts") == 0
 

@@ -113,3 +113,18 @@ def test_identical_and_small_noise_pairs_serve_in_llama_cpp(tmp_path: Path) -> N
     noise = _serve(target, noisy)
     assert noise["content"] == ident["content"]  # greedy: speculation never changes the output
     assert noise["draft_n"] > 0 and 0 < noise["acc"] < noise["draft_n"]
+
+
+def test_shared_head_and_quiet_blocks_make_a_deep_target_and_a_shallow_draft(tmp_path: Path) -> None:
+    """`head_seed` draws embeddings and output independently of depth; `block_scale` quiets blocks."""
+    deep = gguf.GGUFReader(write_model(tmp_path / "t.gguf", ModelSpec(n_layer=4, head_seed=7, block_scale=0.02)))
+    shallow = gguf.GGUFReader(write_model(tmp_path / "d.gguf", ModelSpec(n_layer=1, head_seed=7, block_scale=0.02)))
+    loud = gguf.GGUFReader(write_model(tmp_path / "l.gguf", ModelSpec(n_layer=1, head_seed=7)))
+    t = {x.name: x.data for x in deep.tensors}
+    d = {x.name: x.data for x in shallow.tensors}
+    q = {x.name: x.data for x in loud.tensors}
+    for name in ("token_embd.weight", "output.weight"):
+        assert (t[name] == d[name]).all()
+    assert abs(float(abs(d["blk.0.attn_q.weight"]).mean()) / float(abs(q["blk.0.attn_q.weight"]).mean()) - 0.02) < 1e-3
+    plain = {x.name: x.data for x in gguf.GGUFReader(write_model(tmp_path / "p.gguf", ModelSpec(n_layer=1))).tensors}
+    assert not (plain["output.weight"] == d["output.weight"]).all()  # off by default: old models unchanged

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from specreg.commands._common import safe
+from specreg.commands.output import safe
 from specreg.testing import ModelSpec, write_model
 
 MARKUP_NAME = "[bold red]x[/] \x1b[2J"

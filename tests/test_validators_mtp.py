@@ -8,7 +8,7 @@ import pytest
 from _pair_helpers import BASE, RULES, errors, one, run_pair
 
 from specreg.errors import UsageError
-from specreg.schemas.checks import SELF_METHODS
+from specreg.schemas.methods import SELF_METHODS
 
 MTP = BASE.but(architecture="qwen35", nextn_predict_layers=1)  # blocks 0..1 trunk, block 2 = MTP head
 

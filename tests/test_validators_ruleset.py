@@ -10,7 +10,6 @@ from _pair_helpers import BASE, errors, run_pair
 
 from specreg.errors import UsageError
 from specreg.schemas.gguf import GGUFSummary, TokenizerSummary
-from specreg.testing import realvocab
 from specreg.validators import ruleset
 from specreg.validators.effective import effective_vocab
 from specreg.validators.ruleset import RULE_SET_DEFAULT, is_stale, known_rule_sets, load_rule_set
@@ -36,21 +35,15 @@ def test_stale_means_not_the_current_revision_of_its_runtime() -> None:
     assert is_stale("llama.cpp-b1/r1")
 
 
-def _source_root() -> Path | None:
-    models = realvocab.vocab_dir()
-    root = models.parent if models else None
-    return root if root and (root / "src" / "llama-vocab.cpp").is_file() else None
-
-
-def test_shipped_rules_match_the_llama_cpp_source() -> None:
+@pytest.mark.realvocab
+def test_shipped_rules_match_the_llama_cpp_source(llama_source: Path) -> None:
     """The JSON was transcribed from b11434's source; re-extracting it must give the same facts."""
-    root = _source_root()
-    if root is None:
-        pytest.skip("llama.cpp source tree (src/llama-vocab.cpp) not in the cache")
     from tools.extract_rules import extract_rules
 
     shipped = json.loads((ruleset.RULES_DIR / f"{RULE_SET_DEFAULT}.json").read_text())
-    for key, value in extract_rules(root).items():
+    extracted = extract_rules(llama_source)
+    assert extracted, "the extractor found nothing"
+    for key, value in extracted.items():
         assert shipped[key] == value, key
 
 
@@ -80,7 +73,7 @@ def test_invalid_rule_file_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.
     monkeypatch.setattr(ruleset, "RULES_DIR", tmp_path)
     load_rule_set.cache_clear()
     try:
-        with pytest.raises(UsageError, match="rule set .*broken.json is invalid"):
+        with pytest.raises(UsageError, match=r"rule set .*broken.json is invalid"):
             load_rule_set("broken")
     finally:
         load_rule_set.cache_clear()

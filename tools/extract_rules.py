@@ -26,7 +26,8 @@ def _between(text: str, start: str, end: str) -> str:
 
 def _branches(block: str, var: str) -> list[tuple[list[str], str]]:
     """`if (var == "a" || var == "b") { body }` chains -> [([a, b], body), ...]."""
-    head = re.compile(r"if\s*\(\s*((?:%s\s*==\s*\"[^\"]*\"\s*(?:\|\|\s*)?)+)\)\s*\{" % re.escape(var))
+    name = re.escape(var)
+    head = re.compile(rf"if\s*\(\s*((?:{name}\s*==\s*\"[^\"]*\"\s*(?:\|\|\s*)?)+)\)\s*\{{")
     matches = list(head.finditer(block))
     out = []
     for k, m in enumerate(matches):
@@ -122,9 +123,8 @@ def _class_archs(model_cpp: str) -> dict[str, list[str]]:
         if new:
             out.setdefault(new.group(1), []).extend(pending)
             pending = []
-        elif not case and line.strip() and not line.strip().startswith("//"):
-            if "return" in line or "break" in line:
-                pending = []
+        elif not case and line.strip() and not line.strip().startswith("//") and ("return" in line or "break" in line):
+            pending = []
     return out
 
 
@@ -144,7 +144,7 @@ def _mtp_rules(root: Path) -> dict[str, Any]:
     qwen = (src / "models" / "qwen35.cpp").read_text()
     required = []
     for kind, suffix in re.findall(r"tn\(LLM_TENSOR_NEXTN_(\w+),\s*\"(\w+)\",\s*il\)[^;]*?mtp_flags\)", qwen):
-        tmpl = re.search(r"\{\s*LLM_TENSOR_NEXTN_%s,\s*\"([^\"]+)\"" % kind, (src / "llama-arch.cpp").read_text())
+        tmpl = re.search(rf"\{{\s*LLM_TENSOR_NEXTN_{kind},\s*\"([^\"]+)\"", (src / "llama-arch.cpp").read_text())
         if tmpl:
             required.append(tmpl.group(1).replace("%d", "{il}") + "." + suffix)
     return {"architectures": sorted(archs), "required_tensors": required}
@@ -154,7 +154,7 @@ def _speculative_rules(root: Path) -> dict[str, Any]:
     spec = (root / "common" / "speculative.cpp").read_text()
 
     def define(name: str) -> int:
-        m = re.search(r"#define\s+%s\s+(\d+)" % name, spec)
+        m = re.search(rf"#define\s+{name}\s+(\d+)", spec)
         if not m:
             raise ValueError(f"{name} not found in common/speculative.cpp")
         return int(m.group(1))

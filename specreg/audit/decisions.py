@@ -1,75 +1,100 @@
-"""Per-workload decisions: for each target and stratum, the best condition that passes every gate.
+"""Per-workload decisions: per target, stratum and concurrency, the best condition passing every gate.
 
-So n-gram for code editing and "none" for chat can both be the answer for one target: a pair
-that fails overall (one required stratum too slow) can still win the strata where it passes.
+So n-gram for code editing and "none" for chat can both be the answer for one target, and so can
+draft length 8 at concurrency 1 and "none" at concurrency 8 (where speculation stops paying): a
+pair that fails overall (one required stratum too slow) can still win where it passes. Every
+measured condition of a pair (each draft length, each concurrency) is a candidate, so the
+decision names the best draft length.
 """
 
 from __future__ import annotations
 
-from specreg.schemas.audit import NO_SPECULATION, Candidate, PairAudit, RunDigest, StratumDecision, StratumRow
+from specreg.schemas.audit import (
+    CONDITION_GATES,
+    NO_SPECULATION,
+    PAIR_LEVEL_GATES,
+    Candidate,
+    ConditionOutcome,
+    PairAudit,
+    RunDigest,
+    StratumDecision,
+    StratumRow,
+)
 from specreg.schemas.bench import ALL_STRATA
 
-# Gates a pair must pass everywhere; equivalence and speed are also judged per stratum.
-PAIR_LEVEL = ("integrity", "verdict", "evidence", "memory", "licence", "rollback")
+
+def _candidate(a: PairAudit, failed: list[str], o: ConditionOutcome, stratum: str, row: StratumRow | None) -> Candidate:
+    everywhere = failed + [g for g in CONDITION_GATES if g in o.failed]
+    here = o.strata.get(stratum, False)
+    if row is None:
+        reason = "not measured in this stratum"
+    elif everywhere or not here:
+        reason = "fails " + ", ".join(everywhere + ([] if here else ["equivalence or speed here"]))
+    else:
+        reason = "passes every gate"
+    return Candidate(
+        pair_id=a.pair_id,
+        condition=o.condition,
+        concurrency=o.concurrency,
+        draft_n_max=o.draft_n_max,
+        eligible=row is not None and not everywhere and here,
+        reason=reason,
+        speedup=row.speedup if row else None,
+        speedup_ci95=row.speedup_ci95 if row else None,
+    )
+
+
+def _best(cands: list[Candidate]) -> Candidate | None:
+    """The eligible candidate with the highest median speed-up (the interval's low end breaks ties)."""
+    return max(
+        (c for c in cands if c.eligible),
+        key=lambda c: (c.speedup or 0.0, c.speedup_ci95[0] if c.speedup_ci95 else 0.0),
+        default=None,
+    )
 
 
 def decide(audits: list[PairAudit], runs: dict[str, RunDigest]) -> list[StratumDecision]:
-    """Per target and stratum: the passing condition with the best median speed-up, else none."""
+    """Per target, stratum and concurrency: the passing condition with the best speed-up, else none."""
     by_target: dict[str, list[PairAudit]] = {}
     for a in audits:
         by_target.setdefault(a.target_sha256, []).append(a)
     out: list[StratumDecision] = []
     for target, group in by_target.items():
-        strata = sorted(
-            {r.stratum for a in group if a.run_id in runs for r in runs[a.run_id].strata if r.stratum != ALL_STRATA}
-        )
-        rows: dict[tuple[str | None, str | None, str], StratumRow] = {
-            (a.run_id, r.condition, r.stratum): r
-            for a in group
-            if a.run_id in runs
-            for r in runs[a.run_id].strata
-            if r.condition == a.condition
+        measured = [runs[a.run_id] for a in group if a.run_id in runs]
+        strata = sorted({r.stratum for run in measured for r in run.strata if r.stratum != ALL_STRATA})
+        levels = sorted({o.concurrency for a in group for o in a.conditions})
+        rows: dict[tuple[str | None, str, str], StratumRow] = {
+            (a.run_id, r.condition, r.stratum): r for a in group if a.run_id in runs for r in runs[a.run_id].strata
         }
         # what does not depend on the stratum, once per pair (5,000 pairs x 5 strata otherwise)
-        per_pair = []
+        per_pair: list[tuple[PairAudit, list[str]]] = []
         for a in group:
             gmap = {g.gate: g for g in a.gates}
-            failed = [g for g in PAIR_LEVEL if not (g in gmap and gmap[g].passed)]
-            local = [(g, gmap[g].strata if g in gmap else {}) for g in ("equivalence", "speed")]
-            per_pair.append((a, failed, local))
-        for stratum in strata:
-            cands: list[Candidate] = []
-            for a, failed, local_strata in per_pair:
-                local = [g for g, by in local_strata if not by.get(stratum, False)]
-                row = rows.get((a.run_id, a.condition, stratum))
-                ok = row is not None and not failed and not local
-                if row is None:
-                    reason = "not measured in this stratum"
-                elif failed or local:
-                    reason = "fails " + ", ".join(failed + [f"{g} here" for g in local])
-                else:
-                    reason = "passes every gate"
-                cands.append(
-                    Candidate(
-                        pair_id=a.pair_id,
-                        condition=a.condition,
-                        eligible=ok,
-                        reason=reason,
-                        speedup=row.speedup if row else None,
+            per_pair.append((a, [g for g in PAIR_LEVEL_GATES if not (g in gmap and gmap[g].passed)]))
+        for level in levels:
+            for stratum in strata:
+                cands = [
+                    _candidate(a, failed, o, stratum, rows.get((a.run_id, o.condition, stratum)))
+                    for a, failed in per_pair
+                    for o in a.conditions
+                    if o.concurrency == level
+                ]
+                best = _best(cands)
+                audit = next((a for a in group if best and a.pair_id == best.pair_id), None)
+                out.append(
+                    StratumDecision(
+                        target_sha256=target,
+                        target_name=group[0].target_name,
+                        stratum=stratum,
+                        concurrency=level,
+                        choice=f"{audit.method} (pair {audit.pair_id})" if audit else NO_SPECULATION,
+                        pair_id=best.pair_id if best else None,
+                        condition=best.condition if best else None,
+                        draft_n_max=best.draft_n_max if best else None,
+                        speedup=best.speedup if best else None,
+                        speedup_ci95=best.speedup_ci95 if best else None,
+                        run_id=audit.run_id if audit else None,
+                        candidates=cands,
                     )
                 )
-            best = max((c for c in cands if c.eligible), key=lambda c: c.speedup or 0.0, default=None)
-            audit = next((a for a in group if best and a.pair_id == best.pair_id), None)
-            out.append(
-                StratumDecision(
-                    target_sha256=target,
-                    target_name=group[0].target_name,
-                    stratum=stratum,
-                    choice=f"{audit.method} (pair {audit.pair_id})" if audit else NO_SPECULATION,
-                    pair_id=best.pair_id if best else None,
-                    speedup=best.speedup if best else None,
-                    run_id=audit.run_id if audit else None,
-                    candidates=cands,
-                )
-            )
     return out

@@ -1,7 +1,8 @@
 """Benchmark runs as audit evidence: reduce a run to the RunDigest the gates and reports read.
 
-The digest keeps medians, p95, per-request speed-up spread, equivalence per prompt, memory,
-per-position acceptance and the exact server command lines. It is built from the runner's per
+The digest keeps medians, p95, speed-ups with their intervals and the acceptance check,
+per-request speed-up spread, equivalence per prompt, memory, per-position acceptance and the
+exact server command lines; every condition with its draft length and concurrency. It is built from the runner's per
 condition x stratum summaries (read by `benchmark.run_index`, which owns the queries).
 """
 
@@ -11,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from specreg.benchmark.hardware import hardware_class
 from specreg.benchmark.run_index import Failing, RequestTiming, RunHead, load_parts
 from specreg.benchmark.summary import percentile
 from specreg.schemas.audit import ConditionDigest, RunDigest, StratumRow
@@ -47,14 +49,15 @@ def runtime_identity(manifest: RunManifest | None) -> str | None:
 
 def hardware_identity(manifest: RunManifest | None) -> str | None:
     """CPU, GPU(s) and placement in one line (what `evidence.hardware` matches)."""
-    if manifest is None:
-        return None
-    hw = manifest.hardware
-    gpus = ", ".join(d.name for d in hw.gpu.devices) if hw.gpu.present else "no GPU"
-    return f"{hw.cpu_model or 'unknown CPU'} x{hw.logical_cores or '?'}; {gpus}; {hw.placement}"
+    return None if manifest is None else hardware_class(manifest.hardware.model_dump(mode="json"))
 
 
-def _condition(c: ConditionRun, base: ConditionRun | None) -> ConditionDigest:
+def _concurrency_of(c: ConditionRun, default: int) -> int:
+    """A condition's concurrency; runs stored before it was per condition used one for all."""
+    return c.spec.concurrency if "concurrency" in c.spec.model_fields_set else default
+
+
+def _condition(c: ConditionRun, base: ConditionRun | None, conc: int) -> ConditionDigest:
     gpu = c.memory.gpu if c.memory else None
     bgpu = base.memory.gpu if base and base.memory else None
     peak_ram = _mib(c.memory.peak_rss_bytes) if c.memory else None
@@ -73,6 +76,9 @@ def _condition(c: ConditionRun, base: ConditionRun | None) -> ConditionDigest:
         spec_type=c.spec.method,
         draft_sha256=c.spec.draft_sha256,
         params=dict(c.spec.params),
+        concurrency=conc,
+        draft_n_max=c.spec.draft_n_max,
+        draft_n_min=c.spec.draft_n_min,
         status=c.status,
         failure=c.failure,
         command=list(c.argv),
@@ -100,7 +106,8 @@ def build_digest(
     """
     info, man = head
     conc = man.request.concurrency if man else 1
-    base = next((c for c in conditions if c.spec.method == BASELINE), None)
+    levels = {c.idx: _concurrency_of(c, conc) for c in conditions}
+    bases = {levels[c.idx]: c for c in reversed(conditions) if c.spec.method == BASELINE}
     every = sorted({p for ps in prompts.values() for p in ps})
     by_stratum = {st: sorted(ps) for st, ps in prompts.items()}  # once per stratum, not per summary
     rows: list[StratumRow] = []
@@ -120,7 +127,9 @@ def build_digest(
             StratumRow(
                 condition=s.condition,
                 stratum=s.stratum,
-                concurrency=conc,
+                concurrency=s.concurrency or conc,
+                draft_n_max=s.draft_n_max,
+                status=s.status,
                 n_requests=s.n_requests,
                 n_repetitions=s.n_requests // len(ids) if ids else 0,  # requests per prompt
                 median_total_ms=s.total_ms.p50,
@@ -129,6 +138,16 @@ def build_digest(
                 median_tpot_ms=s.tpot_ms.p50,
                 acceptance=s.acceptance,
                 speedup=s.speedup,
+                speedup_ci95=s.speedup_ci95,
+                difference=s.difference,
+                speedup_note=s.speedup_note,
+                n_paired=s.n_paired,
+                drafted=s.drafted,
+                accepted=s.accepted,
+                expected_accepted_length=s.expected_accepted_length,
+                predicted_speedup=s.predicted_speedup,
+                unexplained=s.unexplained,
+                unexplained_reason=s.unexplained_reason,
                 speedup_p5=percentile(spread, 5),
                 speedup_p95=percentile(spread, 95),
                 errors=s.n_errors,
@@ -154,20 +173,23 @@ def build_digest(
         target_sha256=info.target_sha256,
         workload=man.request.workload if man else None,
         repetitions=man.observation.repeat if man else 0,
-        conditions=[_condition(c, base) for c in conditions],
+        conditions=[_condition(c, bases.get(levels[c.idx]), levels[c.idx]) for c in conditions],
         strata=rows,
     )
 
 
-def _ratios(rows: Iterable[RequestTiming], baseline: str | None) -> Ratios:
-    """Per-request speed-ups: the baseline's total ms for the same prompt and repetition / this one's."""
+def _ratios(rows: Iterable[RequestTiming], conditions: list[ConditionRun], default_conc: int) -> Ratios:
+    """Per-request speed-ups: the baseline's total ms (same prompt, repetition, concurrency) / this one's."""
     rows = list(rows)
-    base = {(p, rep): ms for c, _, p, rep, ok, ms in rows if c == baseline and ok and ms}
+    level = {c.spec.name: _concurrency_of(c, default_conc) for c in conditions}
+    baselines = {c.spec.name for c in conditions if c.spec.method == BASELINE}
+    base = {(level.get(c), p, rep): ms for c, _, p, rep, ok, ms in rows if c in baselines and ok and ms}
     out: Ratios = defaultdict(list)
     for c, stratum, p, rep, ok, ms in rows:
-        if c != baseline and ok and ms and (p, rep) in base:
-            out[(c, stratum)].append(base[(p, rep)] / ms)
-            out[(c, ALL_STRATA)].append(base[(p, rep)] / ms)
+        b = base.get((level.get(c), p, rep))
+        if c not in baselines and ok and ms and b:
+            out[(c, stratum)].append(b / ms)
+            out[(c, ALL_STRATA)].append(b / ms)
     return out
 
 
@@ -182,8 +204,9 @@ def digest_run(run: BenchRun) -> RunDigest:
     for p in run.prompts:
         prompts[p.stratum].append(p.id)
     failing = {(r.condition, r.stratum, r.prompt_id) for r in run.requests if _changed(r.matches_baseline, r.expect_ok)}
-    base = next((c.spec.name for c in run.conditions if c.spec.method == BASELINE), None)
-    ratios = _ratios(((r.condition, r.stratum, r.prompt_id, r.repeat, r.ok, r.total_ms) for r in run.requests), base)
+    conc = run.manifest.request.concurrency if run.manifest else 1
+    timings = ((r.condition, r.stratum, r.prompt_id, r.repeat, r.ok, r.total_ms) for r in run.requests)
+    ratios = _ratios(timings, run.conditions, conc)
     return build_digest(RunHead(run.info, run.manifest), run.conditions, run.summaries, prompts, failing, ratios)
 
 
@@ -201,7 +224,7 @@ def load_digests(reg: Registry, heads: Iterable[RunHead], *, spread: bool = True
         p = parts[head.info.run_id]
         ratios = None
         if p.timings is not None:
-            base = next((c.spec.name for c in p.conditions if c.spec.method == BASELINE), None)
-            ratios = _ratios(p.timings, base)
+            conc = head.manifest.request.concurrency if head.manifest else 1
+            ratios = _ratios(p.timings, p.conditions, conc)
         out[head.info.run_id] = build_digest(head, p.conditions, p.summaries, p.prompts, p.failing, ratios)
     return out

@@ -7,6 +7,7 @@ in the report. A gate that lacks the numbers it needs fails; it never guesses a 
 
 from __future__ import annotations
 
+from specreg.benchmark.statistics import interval_text
 from specreg.registry.licence import normalise
 from specreg.schemas.audit import (
     ConditionDigest,
@@ -15,6 +16,7 @@ from specreg.schemas.audit import (
     MemoryPolicy,
     Policy,
     RunDigest,
+    SpeedPolicy,
     StratumRow,
 )
 from specreg.schemas.bench import ALL_STRATA
@@ -118,7 +120,7 @@ def evidence_gate(
         "concurrency": concurrency,
     }
     problems: list[str] = []
-    base = run.baseline()
+    base = run.baseline(concurrency)
     if run.status not in ("complete", "incomplete"):
         problems.append(f"run {run.run_id} {run.status}")
     if cond is None:
@@ -126,7 +128,8 @@ def evidence_gate(
     elif cond.status != "ok":
         problems.append(f"condition {cond.label} {cond.status}: {cond.failure or 'no reason recorded'}")
     if base is None:
-        problems.append(f"run {run.run_id} has no --spec-type none baseline")
+        at = f" at concurrency {concurrency}" if concurrency is not None else ""
+        problems.append(f"run {run.run_id} has no --spec-type none baseline{at}")
     elif base.status != "ok":
         problems.append(f"baseline {base.status}: {base.failure or 'no reason recorded'}")
     if concurrency is None:
@@ -150,7 +153,7 @@ def evidence_gate(
 
 
 def _pairs(run: RunDigest, cond: ConditionDigest, conc: int) -> list[tuple[StratumRow, StratumRow | None]]:
-    base = run.baseline()
+    base = run.baseline(conc)
     base_rows = {r.stratum: r for r in run.rows(base.label) if r.concurrency == conc} if base else {}
     # the `all` row aggregates the strata: judging it again would double-count every request
     return [
@@ -205,33 +208,56 @@ def equivalence_gate(run: RunDigest, cond: ConditionDigest, policy: Policy, conc
     )
 
 
+def _speed_problems(row: StratumRow, base: StratumRow, sp: SpeedPolicy) -> list[str]:
+    """Why one stratum fails the speed gate (empty: it passes)."""
+    why: list[str] = []
+    if row.speedup is None:
+        why.append(f"no speed-up ({row.speedup_note or 'not measured'})")
+    elif row.speedup_ci95 is None:
+        why.append(f"speed-up {row.speedup:.2f}x has no interval ({row.speedup_note or 'too few requests'})")
+    elif row.speedup_ci95[0] < sp.min_speedup:
+        why.append(
+            f"speed-up {interval_text(row.speedup, row.speedup_ci95)}: "
+            f"low end {row.speedup_ci95[0]:.2f} < {sp.min_speedup}"
+        )
+    if row.drafted == 0 or row.accepted == 0:
+        why.append("0 draft tokens accepted: speculation cannot have made it faster")
+    if row.unexplained:
+        why.append(f"unexplained: {row.unexplained_reason}")
+    limit = None if base.p95_total_ms is None else base.p95_total_ms * (1 + sp.p95_tolerance_pct / 100)
+    if row.p95_total_ms is None or limit is None:
+        why.append("p95 not measured")
+    elif row.p95_total_ms > limit:
+        why.append(
+            f"p95 {row.p95_total_ms:.1f} ms > limit {limit:.1f} ms "
+            f"(baseline p95 {base.p95_total_ms:.1f} ms + {sp.p95_tolerance_pct:g}%)"
+        )
+    if row.errors > base.errors + sp.max_extra_errors:
+        why.append(f"errors {row.errors} vs baseline {base.errors}")
+    if row.timeouts > base.timeouts + sp.max_extra_timeouts:
+        why.append(f"timeouts {row.timeouts} vs baseline {base.timeouts}")
+    return why
+
+
 def speed_gate(run: RunDigest, cond: ConditionDigest, policy: Policy, conc: int) -> GateResult:
-    """Median speed-up >= minimum per required stratum; p95, errors, timeouts within tolerance."""
+    """Per required stratum: the speed-up's 95% interval starts at or above the minimum, acceptance
+    explains it (never with 0 accepted tokens), p95, errors and timeouts within tolerance."""
     sp = policy.speed
     strata: dict[str, bool] = {}
     notes: list[str] = []
     evidence: dict[str, object] = {}
+    rows: dict[str, StratumRow] = {}
     for row, base in _pairs(run, cond, conc):
-        why: list[str] = []
-        if base is None:
-            why.append("no baseline measurement")
-        else:
-            if row.speedup is None:
-                why.append("speed-up not measured")
-            elif row.speedup < sp.min_speedup:
-                why.append(f"speed-up {row.speedup:.3f} < {sp.min_speedup}")
-            limit = None if base.p95_total_ms is None else base.p95_total_ms * (1 + sp.p95_tolerance_pct / 100)
-            if row.p95_total_ms is None or limit is None:
-                why.append("p95 not measured")
-            elif row.p95_total_ms > limit:
-                why.append(f"p95 {row.p95_total_ms:.1f} ms > {limit:.1f} ms")
-            if row.errors > base.errors + sp.max_extra_errors:
-                why.append(f"errors {row.errors} vs baseline {base.errors}")
-            if row.timeouts > base.timeouts + sp.max_extra_timeouts:
-                why.append(f"timeouts {row.timeouts} vs baseline {base.timeouts}")
-        strata[row.stratum] = not why
+        why = ["no baseline measurement"] if base is None else _speed_problems(row, base, sp)
+        strata[row.stratum], rows[row.stratum] = not why, row
         evidence[row.stratum] = {
             "speedup": row.speedup,
+            "speedup_ci95": list(row.speedup_ci95) if row.speedup_ci95 else None,
+            "difference": row.difference,
+            "n_paired": row.n_paired,
+            "expected_accepted_length": row.expected_accepted_length,
+            "predicted_speedup": row.predicted_speedup,
+            "unexplained": row.unexplained,
             "p5": row.speedup_p5,
             "p95": row.speedup_p95,
             "p95_ms": row.p95_total_ms,
@@ -247,8 +273,11 @@ def speed_gate(run: RunDigest, cond: ConditionDigest, policy: Policy, conc: int)
     if not strata:
         notes.append("no measurements")
     if passed:
-        shown = ", ".join(f"{s} x{evidence[s]['speedup']:.2f}" for s in (sp.required_strata or sorted(strata)))  # type: ignore[index]
-        msg = f"speed-up >= {sp.min_speedup} at concurrency {conc}: {shown}"
+        shown = ", ".join(
+            f"{s} {interval_text(rows[s].speedup, rows[s].speedup_ci95)}"
+            for s in (sp.required_strata or sorted(strata))
+        )
+        msg = f"95% interval >= {sp.min_speedup} at concurrency {conc}: {shown}"
         if notes:
             msg += f" (not required: {'; '.join(notes)})"
     else:
@@ -297,9 +326,11 @@ def memory_gate(run: RunDigest, cond: ConditionDigest, policy: MemoryPolicy) -> 
     )
 
 
-def rollback_gate(run: RunDigest | None, target_paths: list[str]) -> tuple[GateResult, list[str] | None]:
+def rollback_gate(
+    run: RunDigest | None, target_paths: list[str], concurrency: int | None = None
+) -> tuple[GateResult, list[str] | None]:
     """The exact baseline command (`--spec-type none`, the registered target file) is on record."""
-    base = run.baseline() if run else None
+    base = (run.baseline(concurrency) or run.baseline()) if run else None
     if base is None or not base.command:
         return GateResult(gate="rollback", passed=False, message="no baseline server command line recorded"), None
     cmd = base.command

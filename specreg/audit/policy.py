@@ -48,10 +48,7 @@ def _describe(err: ValidationError, path: str, text: str) -> str:
     key = ".".join(str(p) for p in first["loc"]) or "(top level)"
     line = _line_of(text, key)
     where = f"{path}:{line}" if line else path
-    if first["type"] == "extra_forbidden":
-        problem = f"unknown key '{key}'"
-    else:
-        problem = f"key '{key}': {first['msg']}"
+    problem = f"unknown key '{key}'" if first["type"] == "extra_forbidden" else f"key '{key}': {first['msg']}"
     more = len(err.errors()) - 1
     tail = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
     return f"{where}: {problem}{tail}"

@@ -7,30 +7,32 @@ decide (exit 2); a failed gate is a result (exit 1).
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
-from datetime import UTC, datetime
+from collections.abc import Callable, Iterable
 
 from specreg.audit import gates
 from specreg.audit.decisions import decide
 from specreg.audit.evidence import hardware_identity, load_digest, load_digests, runtime_identity
+from specreg.audit.outcomes import judge_all, pair_conditions
+from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
 from specreg.benchmark.run_index import RunHead, RunIndex, runs_for_pair
 from specreg.errors import SpecregError
+from specreg.registry.db import now, paused_gc
 from specreg.registry.store import Registry
 from specreg.schemas.audit import (
+    GATES,
+    PER_STRATUM_GATES,
     AuditReport,
-    ConditionDigest,
     GateResult,
     PairAudit,
     Policy,
     RunDigest,
 )
+from specreg.schemas.bench import RunStatus
 from specreg.schemas.registry import ArtifactRecord, PairRecord
 
 RunsFor = Callable[[Registry, PairRecord], list[RunHead]]
 # Runs that say nothing about the pair: still going, or stopped by a person or a crash of specreg.
-_NOT_EVIDENCE = ("running", "cancelled", "aborted")
+_NOT_EVIDENCE: tuple[RunStatus, ...] = ("running", "cancelled", "aborted")
 
 
 class _Facts:
@@ -68,23 +70,12 @@ class _Facts:
 
 def _recheck(reg: Registry, pair: PairRecord) -> PairRecord:
     """Check a stale pair again under the current rule set and record that verdict."""
-    from specreg.gguf.reader import open_gguf
-    from specreg.validators.pair import check_pair, verdict
+    from specreg.registry.checking import check_and_record
     from specreg.validators.ruleset import load_rule_set
 
     rules = load_rule_set(pair.rule_set.rsplit("/r", 1)[0])
-    target = open_gguf(reg.locate(pair.target_sha256))
-    draft = open_gguf(reg.locate(pair.draft_sha256)) if pair.draft_sha256 else None
-    checks = check_pair(target, draft, pair.method, rule_set=rules, strict=pair.strict)
-    v = verdict(
-        checks,
-        method=pair.method,
-        target_sha256=pair.target_sha256,
-        draft_sha256=pair.draft_sha256,
-        rule_set=rules,
-        strict=pair.strict,
-    )
-    return reg.get_pair(reg.record_verdict(v))
+    done = check_and_record(reg, pair.target_sha256, pair.draft_sha256, pair.method, rule_set=rules, strict=pair.strict)
+    return reg.get_pair(done.pair_id)
 
 
 def _verdict(facts: _Facts, pair: PairRecord, files_ok: bool) -> tuple[GateResult, PairRecord]:
@@ -121,15 +112,15 @@ def select_run(heads: Iterable[RunHead], policy: Policy) -> tuple[RunHead | None
     for head in heads:
         info, man = head
         runtime, hardware = runtime_identity(man), hardware_identity(man)
-        conc = man.request.concurrency if man else None
+        levels = (man.request.concurrency_levels or [man.request.concurrency]) if man else []
         if info.status in _NOT_EVIDENCE:
             skipped.append(f"{info.run_id} {info.status}")
         elif not _matches(runtime, ev.runtime):
             skipped.append(f"{info.run_id} runtime {runtime}")
         elif not _matches(hardware, ev.hardware):
             skipped.append(f"{info.run_id} hardware {hardware}")
-        elif policy.speed.concurrency is not None and policy.speed.concurrency != conc:
-            skipped.append(f"{info.run_id} concurrency {conc}")
+        elif policy.speed.concurrency is not None and policy.speed.concurrency not in levels:
+            skipped.append(f"{info.run_id} concurrency {','.join(map(str, levels))}")
         else:
             wanted = [f"runtime ~ {ev.runtime!r}"] if ev.runtime else []
             wanted += [f"hardware ~ {ev.hardware!r}"] if ev.hardware else []
@@ -142,59 +133,69 @@ def select_run(heads: Iterable[RunHead], policy: Policy) -> tuple[RunHead | None
     return None, "no finished run on this pair" + (f"; skipped {shown}" if skipped else "")
 
 
-def _condition(run: RunDigest | None, pair: PairRecord) -> ConditionDigest | None:
-    if run is None:
-        return None
-    return next((c for c in run.conditions if c.spec_type == pair.method and c.draft_sha256 == pair.draft_sha256), None)
-
-
 def _concurrency(run: RunDigest | None, policy: Policy) -> int | None:
-    levels = sorted({r.concurrency for r in run.strata}) if run else []
+    levels = run.concurrency_levels if run else []
     if policy.speed.concurrency is not None:
         return policy.speed.concurrency if policy.speed.concurrency in levels else None
     return levels[0] if levels else None
 
 
+def _unbenchmarkable(facts: _Facts, pair: PairRecord) -> str | None:
+    """Why an admitted pair without any run cannot have one (vocab-only), from its checks.
+
+    Only a draft can be vocab-only in an admitted pair: self-speculation rejects a vocab-only target.
+    """
+    if not pair.admitted or pair.draft_sha256 is None:
+        return None
+    if not pair.checks:
+        pair = facts.reg.get_pair(pair.id)  # list views carry no checks
+    return not_benchmarkable(pair)
+
+
 def audit_pair(
     facts: _Facts, pair: PairRecord, policy: Policy, runs_for: RunsFor
 ) -> tuple[PairAudit, RunDigest | None]:
-    """All eight gates for one pair."""
+    """All eight gates for one pair (evidence, equivalence, speed, memory on its best condition)."""
     roles = [("target", pair.target_sha256)] + ([("draft", pair.draft_sha256)] if pair.draft_sha256 else [])
     checks = [(role, sha, *facts.verify(sha)) for role, sha in roles]
     results = [gates.integrity_gate(checks, facts.rehash)]
     verdict, pair = _verdict(facts, pair, all(ok for _, _, ok, _ in checks))
     results.append(verdict)
+    licence = gates.licence_gate([(role, facts.record(sha)) for role, sha in roles], policy.licence)
     head, how = select_run(runs_for(facts.reg, pair), policy)
+    lacking = _unbenchmarkable(facts, pair) if head is None else None
+    if lacking is not None:  # one reason, not every gate that needs a run failing on its own
+        why = f"{NOT_BENCHMARKABLE}: {lacking}"
+        results += [GateResult(gate="evidence", passed=False, message=why), licence]
+        return _pair_audit(pair, results, not_benchmarkable=lacking), None
     run = facts.digest(head) if head else None
     if run is not None and run.target_name is None:
         run.target_name = facts.record(pair.target_sha256).name
-    cond = _condition(run, pair)
     conc = _concurrency(run, policy)
-    evidence = gates.evidence_gate(run, cond, policy, conc, how)
-    results.append(evidence)
-    if run is not None and cond is not None and conc is not None:
-        results += [
-            gates.equivalence_gate(run, cond, policy, conc),
-            gates.speed_gate(run, cond, policy, conc),
-            gates.memory_gate(run, cond, policy.memory),
-        ]
+    best, judged = judge_all(run, pair, policy, how, conc)
+    if best is not None:
+        results += best.results
     else:
+        conds = pair_conditions(run, pair)
+        evidence = gates.evidence_gate(run, conds[0] if conds else None, policy, conc, how)
         why = f"no evidence: {evidence.message}"
-        results += [GateResult(gate=g, passed=False, message=why) for g in ("equivalence", "speed", "memory")]
-    results.append(gates.licence_gate([(role, facts.record(sha)) for role, sha in roles], policy.licence))
-    rollback, command = gates.rollback_gate(run, facts.record(pair.target_sha256).paths)
+        results += [evidence] + [GateResult(gate=g, passed=False, message=why) for g in (*PER_STRATUM_GATES, "memory")]
+    results.append(licence)
+    rollback, command = gates.rollback_gate(run, facts.record(pair.target_sha256).paths, conc)
     results.append(rollback)
-    order = {
-        "integrity": 0,
-        "verdict": 1,
-        "evidence": 2,
-        "equivalence": 3,
-        "speed": 4,
-        "memory": 5,
-        "licence": 6,
-        "rollback": 7,
-    }
-    results.sort(key=lambda g: order[g.gate])
+    audit = _pair_audit(pair, results, run_id=run.run_id if run else None)
+    audit.rollback_command = command
+    audit.conditions = [j.outcome() for j in judged]
+    if best is not None:
+        audit.condition, audit.concurrency, audit.draft_n_max = best.cond.label, conc, best.cond.draft_n_max
+        audit.speculative_command = best.cond.command
+        if best.whole is not None:
+            audit.speedup, audit.speedup_ci95 = best.whole.speedup, best.whole.speedup_ci95
+    return audit, run
+
+
+def _pair_audit(pair: PairRecord, results: list[GateResult], **extra: object) -> PairAudit:
+    results.sort(key=lambda g: GATES.index(g.gate))
     return PairAudit(
         pair_id=pair.id,
         method=pair.method,
@@ -204,24 +205,8 @@ def audit_pair(
         draft_name=pair.draft_name,
         passed=all(g.passed for g in results),
         gates=results,
-        run_id=run.run_id if run else None,
-        condition=cond.label if cond else None,
-        rollback_command=command,
-        speculative_command=cond.command if cond else None,
-    ), run
-
-
-@contextmanager
-def _no_cyclic_gc() -> Iterator[None]:
-    """Pause the cyclic GC while the result is built: it holds ~100k acyclic pydantic objects for
-    5,000 pairs, and every gen-2 pass would walk all of them (measured: half the audit's time)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
+        **extra,  # type: ignore[arg-type]
+    )
 
 
 def run_audit(
@@ -233,13 +218,17 @@ def run_audit(
     rehash: bool = False,
     spread: bool = True,
     runs_for: RunsFor = runs_for_pair,
+    pairs: list[PairRecord] | None = None,
+    facts: _Facts | None = None,
 ) -> AuditReport:
     """Audit the given pairs (None: every admitted pair); raises when nothing can be audited.
 
     `spread=False` leaves out the per-request speed-up spread (p5-p95), which only reports show.
+    `pairs` gives the pair records themselves (instead of ids) when the caller has them already;
+    `facts` (artifact records, integrity, digests) is shared by audits of the same registry.
     """
-    with _no_cyclic_gc():
-        return _run_audit(reg, policy, policy_source, pair_ids, rehash, spread, runs_for)
+    with paused_gc():  # ~100k acyclic pydantic objects for 5,000 pairs: see paused_gc
+        return _run_audit(reg, policy, policy_source, pair_ids, rehash, spread, runs_for, pairs, facts)
 
 
 def _run_audit(
@@ -250,22 +239,26 @@ def _run_audit(
     rehash: bool,
     spread: bool,
     runs_for: RunsFor,
+    pairs: list[PairRecord] | None = None,
+    facts: _Facts | None = None,
 ) -> AuditReport:
     from specreg.validators.ruleset import RULE_SET_DEFAULT, load_rule_set
 
-    if pair_ids is None:
+    if pairs is None and pair_ids is None:
         pairs = reg.pairs(admitted=True, with_checks=False)
         if not pairs:
             raise SpecregError("no admitted pairs to audit", hint="check pairs first: specreg check pair TARGET DRAFT")
-    else:
-        pairs = [reg.get_pair(i) for i in pair_ids]
-    facts = _Facts(reg, rehash, spread)
+    elif pairs is None:
+        pairs = [reg.get_pair(i) for i in pair_ids or []]
+    facts = facts or _Facts(reg, rehash, spread)
     if len(pairs) > 20:  # a few list queries instead of several lookups per pair
         shas = {p.target_sha256 for p in pairs} | {p.draft_sha256 for p in pairs if p.draft_sha256}
-        facts.records = reg.get_artifacts(shas)
-        facts.integrity = reg.verify_artifacts(facts.records.values(), rehash=rehash)
+        new = reg.get_artifacts(shas - facts.records.keys())  # a shared `facts` has most of them already
+        facts.records.update(new)
+        facts.integrity.update(reg.verify_artifacts(new.values(), rehash=rehash))
         if runs_for is runs_for_pair:
             runs_for = RunIndex(reg)
+        if isinstance(runs_for, RunIndex):
             # the evidence runs are known before any gate runs: digest them all in one go
             # (a re-checked stale pair keeps its target, draft and method, so its runs too)
             heads = [select_run(runs_for(reg, p), policy)[0] for p in pairs]
@@ -286,7 +279,7 @@ def _run_audit(
         if run is not None:
             runs[run.run_id] = run
     return AuditReport(
-        created_at=datetime.now(UTC),
+        created_at=now(),
         policy=policy,
         policy_source=policy_source,
         rule_set=load_rule_set(RULE_SET_DEFAULT).id,

@@ -141,10 +141,6 @@ class LlamaClient:
             raise ServerError(f"/metrics: HTTP {r.status_code} (was the server started with --metrics?)")
         return r.text
 
-    def props(self) -> dict[str, Any]:
-        data = self._json("GET", "/props")
-        return data if isinstance(data, dict) else {}
-
     # -- streamed generation --------------------------------------------------------------------
 
     def complete(

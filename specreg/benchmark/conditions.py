@@ -1,19 +1,20 @@
-"""Which conditions a pair is benchmarked under, the server argv for each, and refusal detection.
+"""Which conditions a pair is benchmarked under, and the server argv for each.
 
 Step by step (PROTOCOL §3): the baseline `none` always runs (speed-up and output equivalence
 are measured against it), then the n-gram methods with the build's defaults, then the pair's
-admitted method. llama.cpp logs a draft it cannot use and keeps serving without it, so the log
-is searched for the lines that prove speculation never ran (PROTOCOL §8).
+admitted method. Whether speculation then ran is read from the server log (`serverlog`).
 """
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 from specreg.benchmark.bundled_server import NGRAM_FLAGS
 from specreg.errors import UsageError
-from specreg.schemas.bench import BASELINE, ConditionSpec
-from specreg.schemas.checks import DRAFT_METHODS
+from specreg.schemas.bench import BASELINE, ConditionSpec, ScheduleSlot
+from specreg.schemas.bench_settings import Order
+from specreg.schemas.methods import DRAFT_METHODS
 
 DEFAULT_SELF_METHODS = ("ngram-simple", "ngram-mod")
 # flag prefix -> the method it configures
@@ -23,16 +24,6 @@ _NGRAM_PREFIX = {
     "--spec-ngram-map-k4v-": "ngram-map-k4v",
     "--spec-ngram-map-k-": "ngram-map-k",
 }
-# Log lines (from common/speculative.cpp and tools/server) that mean the draft was not used.
-REFUSAL_MARKERS = (
-    "vocabs are not compatible",
-    "must match target model to use speculation",
-    "failed to initialize speculative decoding",
-    "failed to load draft model",
-    "failed to create mtp context",
-    "speculative decoding not supported by this context",
-    "synthetic speculative acceptance is enabled",  # never ours: its output is not model output
-)
 
 
 @dataclass(frozen=True)
@@ -70,17 +61,32 @@ def parse_ngram_options(values: list[str]) -> dict[str, int]:
     return out
 
 
+def condition_name(method: str, draft_n_max: int | None, concurrency: int, *, by_length: bool, by_level: bool) -> str:
+    """`draft-simple`, or with a sweep the swept values: `draft-simple k8`, `none c4`, `draft-simple k8 c4`."""
+    parts = [method]
+    if by_length and draft_n_max is not None:
+        parts.append(f"k{draft_n_max}")
+    if by_level:
+        parts.append(f"c{concurrency}")
+    return " ".join(parts)
+
+
 def plan(
     pair_method: str,
     *,
     draft_path: str | None,
     draft_sha256: str | None,
     methods: list[str] | None = None,
-    draft_n_max: int | None = None,
+    draft_n_max: list[int] | int | None = None,
     draft_n_min: int | None = None,
     ngram: dict[str, int] | None = None,
+    concurrency: list[int] | int | None = None,
 ) -> list[ConditionSpec]:
-    """The conditions for one admitted pair, baseline first; unknown/unadmitted methods refused."""
+    """The conditions for one admitted pair, baselines first; unknown/unadmitted methods refused.
+
+    A list of draft lengths gives one condition per length for the methods that use one; a list
+    of concurrency levels gives every condition, the baseline included, once per level.
+    """
     available = [BASELINE, *DEFAULT_SELF_METHODS]
     if pair_method not in available:
         available.append(pair_method)
@@ -98,23 +104,58 @@ def plan(
     for flag in ngram:
         if ngram_method(flag) not in wanted:
             raise UsageError(f"{flag} configures {ngram_method(flag)}, which is not among the methods run")
+    lengths: list[int | None] = (
+        [draft_n_max] if isinstance(draft_n_max, int) else list(draft_n_max) if draft_n_max else [None]
+    )
+    levels = [concurrency] if isinstance(concurrency, int) else list(concurrency or [1])
+    by_length, by_level = len(lengths) > 1, len(levels) > 1
     out: list[ConditionSpec] = []
     for method in wanted:
         uses_draft_len = method in DRAFT_METHODS or method == "draft-mtp"
         needs_file = method in DRAFT_METHODS
         if needs_file and not draft_path:
             raise UsageError(f"{method} needs a draft model file, and this pair has none")
-        out.append(
-            ConditionSpec(
-                name=method,
-                method=method,
-                draft_path=draft_path if needs_file else None,
-                draft_sha256=draft_sha256 if needs_file else None,
-                draft_n_max=draft_n_max if uses_draft_len else None,
-                draft_n_min=draft_n_min if uses_draft_len else None,
-                params={f: v for f, v in ngram.items() if ngram_method(f) == method},
-            )
-        )
+        for level in levels:
+            for k in lengths if uses_draft_len else [None]:
+                out.append(
+                    ConditionSpec(
+                        name=condition_name(method, k, level, by_length=by_length, by_level=by_level),
+                        method=method,
+                        draft_path=draft_path if needs_file else None,
+                        draft_sha256=draft_sha256 if needs_file else None,
+                        draft_n_max=k,
+                        draft_n_min=draft_n_min if uses_draft_len else None,
+                        params={f: v for f, v in ngram.items() if ngram_method(f) == method},
+                        concurrency=level,
+                    )
+                )
+    return out
+
+
+def schedule(specs: list[ConditionSpec], repeat: int, order: Order, seed: int) -> list[ScheduleSlot]:
+    """The run's order of server starts.
+
+    blocked: each condition once, every repetition in one server, baselines first. rounds: one
+    round per repetition, each condition once per round in a seeded random order, so drift
+    (a cold page cache, a busy neighbour, heat) spreads over every condition instead of hitting
+    whichever ran first. Round 0 starts with the baselines: their outputs are the reference the
+    other conditions' outputs are compared with.
+    """
+    if order == "blocked":
+        return [ScheduleSlot(round=0, condition=s.name, repeats=list(range(repeat))) for s in specs]
+    rng = random.Random(seed)
+    out: list[ScheduleSlot] = []
+    for r in range(repeat):
+        names = [s.name for s in specs]
+        if r == 0:
+            bases = [s.name for s in specs if s.method == BASELINE]
+            rest = [n for n in names if n not in bases]
+            rng.shuffle(bases)
+            rng.shuffle(rest)
+            names = bases + rest
+        else:
+            rng.shuffle(names)
+        out += [ScheduleSlot(round=r, condition=n, repeats=[r]) for n in names]
     return out
 
 
@@ -135,8 +176,3 @@ def server_args(cond: ConditionSpec, target_path: str, opts: ServerOptions) -> l
     if opts.gpu_layers is not None:
         args += ["-ngl", opts.gpu_layers]
     return args
-
-
-def refusal_lines(log_text: str) -> list[str]:
-    """The exact log lines showing the server refused or dropped speculation (empty: none)."""
-    return [ln.rstrip() for ln in log_text.splitlines() if any(m in ln.lower() for m in REFUSAL_MARKERS)]

@@ -1,8 +1,13 @@
-"""One condition: start its server, warm up, measure every request, judge whether speculation ran.
+"""One slot of a condition: start its server, warm up, measure its repetitions, stop the server.
 
-Requests go through a thread pool (`--concurrency` in flight, `-np` slots); the main thread
-writes each row as it finishes, so Ctrl-C (KeyboardInterrupt arrives in the main thread) leaves
-every finished row stored and the server is stopped in `finally`.
+A condition runs in one slot (blocked order: every repetition in one server) or one slot per
+round (round order: a fresh server per repetition, conditions shuffled per round), and is judged
+after its last slot: did speculation run. Warm-up requests repeat until two in a row agree
+within the tolerance (at most `warmup`), are not counted, and are recorded.
+
+Requests go through a thread pool (the condition's concurrency in flight, as many `-np` slots);
+the main thread writes each row as it finishes, so Ctrl-C (KeyboardInterrupt arrives in the main
+thread) leaves every finished row stored and the server is stopped in `finally`.
 """
 
 from __future__ import annotations
@@ -19,20 +24,29 @@ from typing import TYPE_CHECKING
 
 from specreg.benchmark import expect as expect_mod
 from specreg.benchmark.client import Completion, LlamaClient
-from specreg.benchmark.conditions import ServerOptions, refusal_lines, server_args
-from specreg.benchmark.launcher import ServerCommand, ServerProcess, launch, tail_text
-from specreg.benchmark.memory import GpuProbe, MemorySampler
-from specreg.benchmark.metrics import parse_metrics, spec_counters, spec_only
-from specreg.benchmark.runstore import RunStore, now
+from specreg.benchmark.conditions import ServerOptions, server_args
+from specreg.benchmark.launcher import ServerCommand, ServerProcess, launch
+from specreg.benchmark.memory import GpuProbe, MemorySampler, higher_peak
+from specreg.benchmark.metrics import add_counters, parse_metrics, spec_counters, spec_only
+from specreg.benchmark.runstore import RunStore
+from specreg.benchmark.serverlog import error_lines, head_text, last_lines, refusal_lines, speculation_lines, tail_text
 from specreg.benchmark.summary import compare_outputs
+from specreg.benchmark.warmup import warm_up
 from specreg.benchmark.workloads import Workload, content_sha256
 from specreg.errors import ServerError, ServerStartError
-from specreg.schemas.bench import BASELINE, ConditionRun, PromptInfo, RequestRow, RunInfo, WorkloadItem
+from specreg.registry.db import now
+from specreg.schemas.bench import (
+    BASELINE,
+    ConditionRun,
+    PromptInfo,
+    RequestRow,
+    RunInfo,
+    WorkloadItem,
+)
+from specreg.schemas.bench_settings import BenchSettings
 
 if TYPE_CHECKING:
-    from specreg.benchmark.runner import BenchOptions
-
-LOG_SCAN_BYTES = 8 << 20
+    from collections.abc import Sequence
 
 
 class Observer:
@@ -53,7 +67,7 @@ class RunContext:
     run_id: str
     run_dir: Path
     target_path: str
-    opts: BenchOptions
+    opts: BenchSettings
     cmd: ServerCommand
     store: RunStore
     observer: Observer
@@ -61,7 +75,7 @@ class RunContext:
     workload: Workload
     started: float = field(default_factory=time.monotonic)
     rows: list[RequestRow] = field(default_factory=list)
-    baseline: dict[tuple[str, int], RequestRow] = field(default_factory=dict)
+    baseline: dict[tuple[int, str, int], RequestRow] = field(default_factory=dict)  # (concurrency, prompt, rep)
     prompts_stored: bool = False
     items: dict[str, WorkloadItem] = field(default_factory=dict)
 
@@ -80,16 +94,39 @@ def _fail(cond: ConditionRun, message: str, lines: list[str] | None = None) -> N
         cond.status, cond.failure, cond.failure_lines = "failed", message, list(lines or [])
 
 
-def run_condition(ctx: RunContext, cond: ConditionRun) -> None:
-    """Run one condition to a final status (ok / failed / cancelled); never loses stored rows."""
+def _log_name(cond: ConditionRun, round_no: int | None) -> str:
+    name = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in cond.spec.name)
+    return f"{cond.idx:02d}-{name}" + (f"-r{round_no}" if round_no is not None else "") + ".log"
+
+
+def run_condition(
+    ctx: RunContext,
+    cond: ConditionRun,
+    repeats: Sequence[int] | None = None,
+    *,
+    round_no: int | None = None,
+    last: bool = True,
+) -> None:
+    """One server start of a condition, measuring `repeats` (default: every repetition).
+
+    After its `last` slot the condition is judged (ok / failed); a failure ends it at once.
+    Never loses stored rows.
+    """
     o = ctx.opts
-    log_path = ctx.run_dir / f"{cond.idx:02d}-{cond.spec.name}.log"
-    cond.status, cond.started_at, cond.log_path = "running", now(), str(log_path)
+    reps = list(range(o.repeat)) if repeats is None else list(repeats)
+    log_path = ctx.run_dir / _log_name(cond, round_no)
+    if cond.status == "pending":
+        cond.status, cond.started_at = "running", now()
+    cond.log_path = str(log_path)
     args = server_args(
         cond.spec,
         ctx.target_path,
         ServerOptions(
-            ctx_size=o.ctx_size, parallel=o.concurrency, threads=o.threads, gpu_layers=o.gpu_layers, seed=o.seed
+            ctx_size=o.ctx_size,
+            parallel=cond.spec.concurrency,
+            threads=o.threads,
+            gpu_layers=o.gpu_layers,
+            seed=o.seed,
         ),
     )
     cond.argv = ctx.cmd.argv(args)
@@ -115,8 +152,9 @@ def run_condition(ctx: RunContext, cond: ConditionRun) -> None:
             return
         cond.argv, cond.port, cond.server_pid = server.argv, server.port, server.pid
         ctx.store.save_condition(ctx.run_id, cond, server_started=server.create_time)
-        with LlamaClient(server.base_url, timeout_s=o.request_timeout_s, max_connections=o.concurrency + 2) as client:
-            _measure(ctx, cond, server, client)
+        conc = cond.spec.concurrency
+        with LlamaClient(server.base_url, timeout_s=o.request_timeout_s, max_connections=conc + 2) as client:
+            _measure(ctx, cond, server, client, reps, round_no or 0)
     except ServerError as exc:
         if server is not None and not server.alive():
             server.settle_log()
@@ -136,24 +174,26 @@ def run_condition(ctx: RunContext, cond: ConditionRun) -> None:
             server.stop()
         cond.log_tail = tail_text(log_path, 40)
         if cond.status == "running":
-            _judge(cond, log_path, [r for r in ctx.rows if r.condition_idx == cond.idx])
-        cond.finished_at = now()
+            refused = refusal_lines(head_text(log_path))
+            if refused:
+                _fail(cond, "speculation did not run: the server refused it (see log lines)", refused)
+            elif last:
+                _judge(cond, log_path, [r for r in ctx.rows if r.condition_idx == cond.idx])
+        if cond.status != "running":
+            cond.finished_at = now()
         ctx.store.save_condition(ctx.run_id, cond)
         ctx.observer.condition_done(cond)
 
 
-def _measure(ctx: RunContext, cond: ConditionRun, server: ServerProcess, client: LlamaClient) -> None:
+def _measure(
+    ctx: RunContext, cond: ConditionRun, server: ServerProcess, client: LlamaClient, reps: list[int], round_no: int
+) -> None:
     o = ctx.opts
     if not ctx.prompts_stored:
         ctx.store.add_prompts(ctx.run_id, [_prompt_info(client, it, o.max_tokens) for it in ctx.workload.items])
         ctx.prompts_stored = True
-    for _ in range(o.warmup):  # not counted; a dead server shows up below
-        client.complete(
-            ctx.workload.items[0],
-            max_tokens=min(8, o.max_tokens or 8),
-            seed=o.seed,
-            timeout_s=min(o.request_timeout_s, max(1.0, ctx.remaining())),
-        )
+    if o.warmup:
+        cond.warmup.append(warm_up(client, ctx.workload.items[0], o, round_no, ctx.remaining))
     if not server.alive():
         server.settle_log()
         _fail(cond, f"server exited (code {server.proc.returncode}) during warm-up", _errors(server.log_path))
@@ -161,24 +201,25 @@ def _measure(ctx: RunContext, cond: ConditionRun, server: ServerProcess, client:
     before = parse_metrics(client.metrics_text())
     sampler = MemorySampler(server.pids, ctx.gpu)
     with sampler:
-        _requests(ctx, cond, server, client)
-    cond.memory = sampler.result()
+        _requests(ctx, cond, server, client, reps)
+    cond.memory = higher_peak(cond.memory, sampler.result())
     if server.alive() and cond.status == "running":
         after = parse_metrics(client.metrics_text())
         cond.metrics_before, cond.metrics_after = spec_only(before), spec_only(after)
-        cond.counters = spec_counters(before, after)
+        cond.counters = add_counters(cond.counters, spec_counters(before, after))
 
 
-def _requests(ctx: RunContext, cond: ConditionRun, server: ServerProcess, client: LlamaClient) -> None:
+def _requests(ctx: RunContext, cond: ConditionRun, server: ServerProcess, client: LlamaClient, reps: list[int]) -> None:
     o = ctx.opts
-    tasks = [(rep, it) for rep in range(o.repeat) for it in ctx.workload.items]
-    pool = ThreadPoolExecutor(max_workers=o.concurrency, thread_name_prefix="specreg-req")
+    conc = cond.spec.concurrency
+    tasks = [(rep, it) for rep in reps for it in ctx.workload.items]
+    pool = ThreadPoolExecutor(max_workers=conc, thread_name_prefix="specreg-req")
     pending: set[Future[RequestRow | None]] = set()
     it = iter(tasks)
     skipped = 0
     try:
         while True:
-            while len(pending) < o.concurrency:  # keep exactly `concurrency` in flight
+            while len(pending) < conc:  # keep exactly `concurrency` in flight
                 nxt = next(it, None)
                 if nxt is None:
                     break
@@ -280,17 +321,26 @@ def _record(ctx: RunContext, cond: ConditionRun, row: RequestRow) -> None:
     item = ctx.items[row.prompt_id]
     if row.ok and item.expect is not None:
         row.expect_ok, row.expect_detail = expect_mod.check(item.expect, row.output_text or "")
+    conc = cond.spec.concurrency
     if cond.spec.method == BASELINE:
         if row.ok:
-            ctx.baseline[(row.prompt_id, row.repeat)] = row
+            ctx.baseline[(conc, row.prompt_id, row.repeat)] = row
     elif row.ok:
-        base = ctx.baseline.get((row.prompt_id, row.repeat)) or ctx.baseline.get((row.prompt_id, 0))
+        # the same prompt and repetition at the same concurrency; greedy output is deterministic,
+        # so any measured baseline repetition of the prompt stands in when that one is not there yet
+        base = ctx.baseline.get((conc, row.prompt_id, row.repeat)) or _any_baseline(ctx, conc, row.prompt_id)
         if base is not None:
             row.matches_baseline, row.first_diff, unit = compare_outputs(base, row)
             row.diff_unit = unit  # type: ignore[assignment]
     ctx.store.add_request(ctx.run_id, row)
     ctx.rows.append(row)
     ctx.observer.request_done(cond, row)
+
+
+def _any_baseline(ctx: RunContext, conc: int, prompt_id: str) -> RequestRow | None:
+    """A baseline row of the prompt, at this concurrency if there is one (first measured first)."""
+    rows = [(c != conc, b) for (c, p, _), b in ctx.baseline.items() if p == prompt_id]
+    return min(rows, key=lambda cb: cb[0])[1] if rows else None
 
 
 def _prompt_info(client: LlamaClient, item: WorkloadItem, override: int | None) -> PromptInfo:
@@ -305,26 +355,15 @@ def _prompt_info(client: LlamaClient, item: WorkloadItem, override: int | None) 
     )
 
 
-def _read_log(path: Path) -> str:
-    try:
-        with open(path, "rb") as f:
-            return f.read(LOG_SCAN_BYTES).decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
 def _errors(path: Path) -> list[str]:
-    lines = tail_text(path, 30).splitlines()
-    errs = [ln for ln in lines if " E " in ln or "error" in ln.lower() or "abort" in ln.lower()]
-    return errs or lines[-8:]
+    tail = tail_text(path, 30)
+    return error_lines(tail) or last_lines(tail, 8)
 
 
 def _judge(cond: ConditionRun, log_path: Path, rows: list[RequestRow]) -> None:
-    """ok, or failed when speculation provably did not run (refused in the log, or 0 drafted)."""
-    refused = refusal_lines(_read_log(log_path))
-    if refused:
-        _fail(cond, "speculation did not run: the server refused it (see log lines)", refused)
-        return
+    """ok, or failed when speculation provably did not run (0 drafted) or nothing succeeded.
+
+    A refusal in the log has already failed the condition at the end of its slot."""
     ok_rows = [r for r in rows if r.ok]
     if not rows:  # nothing measured is never a result
         _fail(cond, "no request was run")
@@ -335,12 +374,7 @@ def _judge(cond: ConditionRun, log_path: Path, rows: list[RequestRow]) -> None:
     if cond.spec.method != BASELINE:
         drafted = cond.counters.drafted if cond.counters else sum(r.draft_n or 0 for r in ok_rows)
         if not drafted:
-            spec_lines = [
-                ln
-                for ln in _read_log(log_path).splitlines()
-                if any(k in ln.lower() for k in ("specul", "draft", "ngram", "spec "))
-                and not ln.startswith(("#", "specreg-llama-server"))
-            ][:10]
+            spec_lines = speculation_lines(head_text(log_path))
             _fail(cond, f"speculation did not run: 0 tokens drafted over {len(ok_rows)} request(s)", spec_lines)
             return
     cond.status = "ok"

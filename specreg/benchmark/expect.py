@@ -119,7 +119,7 @@ def check(expect: Expect, text: str) -> tuple[bool, str | None]:
         return (True, None) if hit else (False, "expect.regex did not match")
     try:
         value = json.loads(text.strip())
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         return False, f"output is not JSON ({exc.msg} at char {exc.pos})"
     err = _validate(value, expect.json_schema or {}, "$")
     return (err is None, err)

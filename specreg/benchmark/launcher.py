@@ -26,10 +26,10 @@ import httpx
 import psutil
 
 from specreg.benchmark.logpump import LogPump
+from specreg.benchmark.serverlog import bind_failed, error_lines, last_lines, tail_text
 from specreg.errors import ServerError, ServerStartError
 
 HOST = "127.0.0.1"
-BIND_FAILURE_MARKERS = ("couldn't bind", "address already in use", "failed to bind")
 # llama-server reads LLAMA_ARG_* from the environment (e.g. LLAMA_ARG_SPEC_SYNTH_RATES): a run
 # must be what its argv says, so those never reach the child.
 ENV_PREFIXES_DROPPED = ("LLAMA_ARG_",)
@@ -134,19 +134,6 @@ class ServerProcess:
         return self.proc.returncode
 
 
-def tail_text(path: Path, n_lines: int = 40, max_bytes: int = 64 * 1024) -> str:
-    """The last lines of a log file (bounded read), '' when it does not exist."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - max_bytes))
-            data = f.read()
-    except OSError:
-        return ""
-    return "\n".join(data.decode("utf-8", "replace").splitlines()[-n_lines:])
-
-
 def stop_group(
     pid: int, grace_s: float = 5.0, proc: subprocess.Popen[bytes] | None = None, token: str | None = None
 ) -> None:
@@ -190,15 +177,11 @@ def _stop_group(pid: int, grace_s: float, proc: subprocess.Popen[bytes] | None) 
     except psutil.Error:
         strays = []
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
         for child in strays:
-            try:
+            with contextlib.suppress(psutil.Error):
                 child.send_signal(sig)
-            except psutil.Error:
-                pass
         deadline = time.monotonic() + (grace_s if sig == signal.SIGTERM else 5.0)
         while time.monotonic() < deadline:
             if proc is not None:
@@ -252,9 +235,10 @@ def launch(
 ) -> ServerProcess:
     """Start a server with `args` (+ host/port) and wait until `/health` says ok.
 
-    `on_spawn(pid, start_time)` is called as soon as each child exists. A port that turns out to be taken (bind failure in the log, or a healthy answer from a
-    process that is not our child) is retried on another port. Anything else that keeps the
-    server from becoming healthy raises ServerStartError with the log's last lines.
+    `on_spawn(pid, start_time)` is called as soon as each child exists. A port that turns out to
+    be taken (bind failure in the log, or a healthy answer from a process that is not our child)
+    is retried on another port. Anything else that keeps the server from becoming healthy raises
+    ServerStartError with the log's last lines.
     """
     ports = ports or free_ports()
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -312,15 +296,14 @@ def launch(
 
 def _start_error(server: ServerProcess, outcome: str, timeout_s: float) -> ServerStartError:
     tail = server.log_tail(30)
-    lines = [ln for ln in tail.splitlines() if ln.strip()]
-    errors = [ln for ln in lines if " E " in ln or "error" in ln.lower() or "failed" in ln.lower()]
+    errors = error_lines(tail)
     if outcome == "timeout":
         msg = f"server did not become healthy within {timeout_s:g}s"
     else:
         msg = f"server exited during start ({outcome})"
     if errors:
         msg += f": {errors[-1].strip()}"
-    return ServerStartError(msg, log_path=str(server.log_path), lines=errors or lines[-10:])
+    return ServerStartError(msg, log_path=str(server.log_path), lines=errors or last_lines(tail, 10))
 
 
 def _wait_healthy(server: ServerProcess, deadline: float) -> str:
@@ -333,8 +316,7 @@ def _wait_healthy(server: ServerProcess, deadline: float) -> str:
             code = server.proc.poll()
             if code is not None:
                 server.settle_log()
-                low = tail_text(server.log_path, 60).lower()
-                if any(m in low for m in BIND_FAILURE_MARKERS):
+                if bind_failed(tail_text(server.log_path, 60)):
                     return "port taken"
                 return f"exit code {code}"
             try:

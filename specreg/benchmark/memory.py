@@ -7,6 +7,8 @@ without a GPU; everything else here is exercised for real.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import threading
 from collections.abc import Callable
 from types import ModuleType
@@ -28,7 +30,7 @@ def _fold(op: Callable[[int, int], int], old: int | None, new: int) -> int:
 class GpuProbe:
     """NVML, opened once; `present` is False (with `reason`) when no NVIDIA GPU can be used."""
 
-    def __init__(self, nvml: ModuleType | Any | None = None) -> None:
+    def __init__(self, nvml: ModuleType | Any = None) -> None:
         self.present = False
         self.reason: str | None = None
         self.driver: str | None = None
@@ -36,7 +38,7 @@ class GpuProbe:
         self._handles: list[Any] = []
         try:
             if nvml is None:
-                import pynvml as nvml  # nvidia-ml-py
+                nvml = importlib.import_module("pynvml")  # nvidia-ml-py
             self._nvml = nvml
             nvml.nvmlInit()
         except Exception as exc:  # NVMLError_LibraryNotFound / DriverNotLoaded / ImportError
@@ -63,10 +65,8 @@ class GpuProbe:
         self.present = True
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(Exception):
             self._nvml.nvmlShutdown()
-        except Exception:
-            pass
 
     def observation(self) -> GpuObservation:
         """Static facts (no per-run peaks)."""
@@ -80,7 +80,7 @@ class GpuProbe:
     def sample(self, pids: set[int], devices: list[GpuDevice], vram: dict[int, int]) -> None:
         """Fold one sample into `devices` (max temperature, min clocks) and `vram` (peak per pid)."""
         nvml = self._nvml
-        for dev, h in zip(devices, self._handles):
+        for dev, h in zip(devices, self._handles, strict=False):
             try:
                 t = int(nvml.nvmlDeviceGetTemperature(h, nvml.NVML_TEMPERATURE_GPU))
                 dev.temperature_c_max = _fold(max, dev.temperature_c_max, t)
@@ -159,3 +159,12 @@ class MemorySampler:
             base.peak_vram_bytes = self._peak_vram_total
             base.peak_vram_by_pid = dict(self._vram)
         return MemoryObservation(peak_rss_bytes=self.peak_rss or None, samples=self.samples, gpu=base)
+
+
+def higher_peak(a: MemoryObservation | None, b: MemoryObservation) -> MemoryObservation:
+    """The higher peak of two server starts of one condition (rounds)."""
+    if a is None:
+        return b
+    rss = max(a.peak_rss_bytes or 0, b.peak_rss_bytes or 0) or None
+    gpu = b.gpu if (b.gpu.peak_vram_bytes or 0) >= (a.gpu.peak_vram_bytes or 0) else a.gpu
+    return MemoryObservation(peak_rss_bytes=rss, samples=a.samples + b.samples, gpu=gpu)

@@ -66,3 +66,18 @@ def spec_counters(before: dict[str, float], after: dict[str, float]) -> SpecCoun
 def spec_only(snapshot: dict[str, float]) -> dict[str, float]:
     """The part of a snapshot worth storing with the run (speculation and token counters)."""
     return {k: v for k, v in snapshot.items() if k.startswith(PREFIX) or "tokens" in k or "n_decode" in k}
+
+
+def add_counters(a: SpecCounters | None, b: SpecCounters | None) -> SpecCounters | None:
+    """The counters of two server starts of one condition (rounds), summed; None + x is x."""
+    if a is None or b is None:
+        return b if a is None else a
+    pos = dict(a.per_position)
+    for k, v in b.per_position.items():
+        pos[k] = pos.get(k, 0) + v
+    return SpecCounters(
+        drafted=a.drafted + b.drafted,
+        accepted=a.accepted + b.accepted,
+        steps=a.steps + b.steps,
+        per_position=dict(sorted(pos.items())),
+    )

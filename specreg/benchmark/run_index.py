@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
+from specreg.registry.db import rows
 from specreg.schemas.bench import (
     BASELINE,
     ConditionRun,
@@ -57,12 +58,6 @@ def mismatch(s: ConditionSummary) -> bool:
     return s.method != BASELINE and (s.n_equal < s.n_compared or s.n_expect_failed > 0)
 
 
-def _rows(reg: Registry, sql: str, params: tuple[object, ...] = ()) -> list[sqlite3.Row]:
-    cur = reg.conn.execute(sql, params)
-    cur.row_factory = sqlite3.Row
-    return cur.fetchall()
-
-
 def _head(r: sqlite3.Row) -> RunHead:
     info = RunInfo(
         run_id=r["run_id"],
@@ -94,9 +89,20 @@ class RunIndex:
         for run_id, method in reg.conn.execute("SELECT run_id, method FROM bench_conditions"):
             methods[run_id].add(method)
         self.by_target: dict[str, list[tuple[sqlite3.Row, set[str]]]] = defaultdict(list)
-        for r in _rows(reg, f"SELECT {_HEAD_COLS} FROM bench_runs r ORDER BY r.started_at DESC, r.run_id DESC"):
+        for r in rows(reg.conn, f"SELECT {_HEAD_COLS} FROM bench_runs r ORDER BY r.started_at DESC, r.run_id DESC"):
             self.by_target[r["target_sha256"]].append((r, methods.get(r["run_id"], set())))
         self._heads: dict[str, RunHead] = {}
+
+    def only(self, run_ids: set[str]) -> RunIndex:
+        """The same index limited to these runs (e.g. one hardware class), sharing parsed heads."""
+        view = object.__new__(RunIndex)
+        view.by_target = defaultdict(list)
+        for target, held in self.by_target.items():
+            kept = [(r, m) for r, m in held if r["run_id"] in run_ids]
+            if kept:
+                view.by_target[target] = kept
+        view._heads = self._heads
+        return view
 
     def __call__(self, reg: Registry, pair: PairRecord) -> list[RunHead]:
         out = []
@@ -118,8 +124,8 @@ def runs_for_pair(reg: Registry, pair: PairRecord) -> list[RunHead]:
     params = (pair.target_sha256, *([pair.draft_sha256] if pair.draft_sha256 else []), pair.method)
     return [
         _head(r)
-        for r in _rows(
-            reg,
+        for r in rows(
+            reg.conn,
             f"SELECT {_HEAD_COLS} FROM bench_runs r WHERE {where} AND EXISTS (SELECT 1 FROM bench_conditions c "
             "WHERE c.run_id = r.run_id AND c.method = ?) ORDER BY r.started_at DESC, r.run_id DESC",
             params,
@@ -153,8 +159,8 @@ def load_parts(reg: Registry, run_ids: Iterable[str], *, timings: bool = False) 
     if not wanted:
         return out
     ids = json.dumps(wanted)
-    for c in _rows(
-        reg,
+    for c in rows(
+        reg.conn,
         "SELECT run_id, idx, status, failure, spec_json, argv_json, counters_json, memory_json "
         f"FROM bench_conditions WHERE {_IN_RUNS} ORDER BY run_id, idx",
         (ids,),
@@ -174,7 +180,7 @@ def load_parts(reg: Registry, run_ids: Iterable[str], *, timings: bool = False) 
             f"SELECT run_id, condition, stratum, prompt_id FROM bench_requests WHERE {_IN_RUNS} {_MISMATCH}",
             (json.dumps(mismatched),),
         ):
-            out[rid].failing.add(tuple(key))  # type: ignore[arg-type]
+            out[rid].failing.add((key[0], key[1], key[2]))
     if timings:  # reports only: every request row of the run, one run at a time
         for rid in wanted:
             out[rid].timings = reg.conn.execute(

@@ -1,8 +1,10 @@
-"""Benchmark admitted pairs: one run per pair, one fresh server per condition, rows as they finish.
+"""Benchmark admitted pairs: one run per pair, fresh servers per condition, rows as they finish.
 
-The order is fixed by PROTOCOL §3: baseline first (its outputs are the reference for every
-speculative condition), then n-gram, then the pair's admitted method. Whatever goes wrong -
-a server that never starts, dies mid-run, refuses the draft, Ctrl-C - the rows already written
+The conditions follow PROTOCOL §3: the baseline (its outputs are the reference for every
+speculative condition), the n-gram methods, the pair's admitted method, each at every draft
+length and concurrency asked for. By default they run in rounds, one repetition per round in a
+seeded random order (`conditions.schedule`, recorded in the manifest). Whatever goes wrong - a
+server that never starts, dies mid-run, refuses the draft, Ctrl-C - the rows already written
 stay, the condition and the run say what happened, and the next condition runs.
 """
 
@@ -10,21 +12,21 @@ from __future__ import annotations
 
 import os
 import secrets
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specreg.benchmark import conditions as cond_mod
+from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
 from specreg.benchmark.execute import Observer, RunContext, run_condition
 from specreg.benchmark.launcher import ServerCommand, bundled_command, external_command
 from specreg.benchmark.memory import GpuProbe
-from specreg.benchmark.runstore import RunStore, now
+from specreg.benchmark.runstore import RunStore
 from specreg.benchmark.runtime import hardware_info, runtime_info
-from specreg.benchmark.summary import summarize
+from specreg.benchmark.summary import StatSettings, summarize
 from specreg.benchmark.workloads import Workload, load_workload
-from specreg.errors import ArtifactChanged, NotAdmitted, SpecregError, UsageError
+from specreg.errors import ArtifactChanged, NotAdmitted, SpecregError
 from specreg.paths import data_dir
+from specreg.registry.db import now
 from specreg.registry.hashing import sha256_file
 from specreg.schemas.bench import (
     ArtifactRef,
@@ -35,62 +37,29 @@ from specreg.schemas.bench import (
     RequestSettings,
     RunInfo,
     RunManifest,
+    RunStatus,
     RuntimeInfo,
+    ScheduleSlot,
 )
+from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.registry import ArtifactRecord, PairRecord
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry
 
-__all__ = ["BenchOptions", "Observer", "Runner"]
-
-
-@dataclass
-class BenchOptions:
-    """Everything a `bench admitted` invocation can set; recorded in each run's manifest."""
-
-    methods: list[str] | None = None
-    workload: str = "default"
-    repeat: int = 1
-    max_tokens: int | None = None
-    concurrency: int = 1
-    draft_n_max: int | None = None
-    draft_n_min: int | None = None
-    ngram: dict[str, int] = field(default_factory=dict)
-    seed: int = 42
-    warmup: int = 1
-    ctx_size: int = 4096
-    threads: int | None = None
-    gpu_layers: str | None = None
-    server: str | None = None
-    start_timeout_s: float = 120.0
-    request_timeout_s: float = 120.0
-    run_timeout_s: float = 3600.0
-
-    def check(self) -> None:
-        for name in ("repeat", "concurrency", "ctx_size"):
-            if getattr(self, name) < 1:
-                raise UsageError(f"--{name.replace('_', '-')} must be at least 1")
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise UsageError("--max-tokens must be at least 1")
-        if self.draft_n_max is not None and self.draft_n_max < 0:
-            raise UsageError("--draft-max must be >= 0")
-        for name in ("start_timeout_s", "request_timeout_s", "run_timeout_s"):
-            if getattr(self, name) <= 0:
-                raise UsageError(f"{name} must be positive")
+__all__ = ["BenchSettings", "Observer", "Runner"]
 
 
 def new_run_id() -> str:
-    return datetime.now(UTC).strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
+    return now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
 
 
 class Runner:
     """Runs benchmarks against one registry with one server program and one workload."""
 
     def __init__(
-        self, reg: Registry, opts: BenchOptions, observer: Observer | None = None, gpu: GpuProbe | None = None
+        self, reg: Registry, opts: BenchSettings, observer: Observer | None = None, gpu: GpuProbe | None = None
     ) -> None:
-        opts.check()
         self.reg, self.opts = reg, opts
         self.store = RunStore(reg)
         self.observer = observer or Observer()
@@ -99,6 +68,7 @@ class Runner:
         self.gpu = gpu or GpuProbe()
         self._runtime: RuntimeInfo | None = None
         self.refused: list[str] = []  # pairs of the last bench() that could not start, with why
+        self.skipped: list[str] = []  # admitted pairs of the last bench() that cannot be benchmarked
 
     def runtime(self) -> RuntimeInfo:
         if self._runtime is None:
@@ -108,14 +78,30 @@ class Runner:
     # -- selecting pairs ------------------------------------------------------------------------
 
     def select(self, pair_ids: list[int] | None) -> list[PairRecord]:
-        """The pairs to run; a rejected or unknown pair is refused with the reason."""
+        """The pairs to run; a rejected, unknown or unbenchmarkable pair asked for by id is refused.
+
+        Without ids: every admitted pair; those that cannot be benchmarked (vocab-only) are left
+        out and listed in `self.skipped`.
+        """
         if not pair_ids:
             pairs = self.reg.pairs(admitted=True)
             if not pairs:
                 raise NotAdmitted(
                     "no admitted pairs in the registry", hint="admit one with `specreg check pair TARGET DRAFT`"
                 )
-            return pairs
+            usable = []
+            for p in pairs:
+                why = not_benchmarkable(p)
+                if why is None:
+                    usable.append(p)
+                else:
+                    self.skipped.append(f"pair {p.id} ({p.method}) is {NOT_BENCHMARKABLE}: {why}")
+            if not usable:
+                raise NotAdmitted(
+                    f"no admitted pair can be benchmarked ({len(pairs)} {NOT_BENCHMARKABLE}: vocab-only files)",
+                    hint="register the full model files and check the pairs again",
+                )
+            return usable
         out = []
         for pid in pair_ids:
             try:
@@ -128,6 +114,12 @@ class Runner:
             if not pair.admitted:
                 why = "; ".join(f"{c.code}: {c.message}" for c in pair.checks if c.severity == "error")
                 raise NotAdmitted(f"pair {pid} ({pair.method}) was rejected, not benchmarked: {why or 'not admitted'}")
+            reason = not_benchmarkable(pair)
+            if reason is not None:
+                raise NotAdmitted(
+                    f"pair {pid} ({pair.method}) is {NOT_BENCHMARKABLE}: {reason}",
+                    hint="register the full model file and check the pair again",
+                )
             out.append(pair)
         return out
 
@@ -152,10 +144,12 @@ class Runner:
         With several pairs, one that cannot start (e.g. its file changed) is refused and
         listed in `self.refused`, and the next pair runs; a single pair raises.
         """
-        self.refused = []
+        self.refused, self.skipped = [], []
         for note in self.store.reap_orphans():
             self.observer.note(note)
         pairs = self.select(pair_ids)
+        for line in self.skipped:
+            self.observer.note(f"{line}; skipped")
         plans = [(p, self._plan(p)) for p in pairs]  # refuse bad --methods before any server starts
         if not pair_ids:
             plans, covered = drop_covered(plans)
@@ -171,8 +165,9 @@ class Runner:
             except SpecregError as exc:
                 if len(plans) == 1:
                     raise
-                self.refused.append(f"pair {p.id}: {exc.message}")
-                self.observer.note(f"pair {p.id} not benchmarked: {exc.message}")
+                said = exc.message if exc.message.startswith(f"pair {p.id}") else f"pair {p.id}: {exc.message}"
+                self.refused.append(said)
+                self.observer.note(f"not benchmarked: {said}")
         return runs
 
     def _plan(self, pair: PairRecord) -> list[cond_mod.ConditionSpec]:
@@ -184,6 +179,7 @@ class Runner:
             draft_n_max=self.opts.draft_n_max,
             draft_n_min=self.opts.draft_n_min,
             ngram=self.opts.ngram,
+            concurrency=self.opts.concurrency,
         )
 
     def bench_pair(self, pair: PairRecord, specs: list[cond_mod.ConditionSpec] | None = None) -> BenchRun:
@@ -191,10 +187,9 @@ class Runner:
         target = self.reg.get_artifact(pair.target_sha256)
         draft = self.reg.get_artifact(pair.draft_sha256) if pair.draft_sha256 else None
         for role, rec in (("target", target), ("draft", draft)):
-            if rec is not None and rec.summary is not None and rec.summary.vocab_only:
+            if rec is not None and rec.summary is not None and rec.summary.vocab_only:  # checked before the fix
                 raise NotAdmitted(
-                    f"pair {pair.id}: the {role} {rec.sha256[:12]} is vocab-only (no tensors): "
-                    "it can be checked, not benchmarked",
+                    f"pair {pair.id}: the {role} {rec.sha256[:12]} is vocab-only (no tensors): {NOT_BENCHMARKABLE}",
                     hint="register the full model file and check the pair again",
                 )
         target_path = self._verified_path(target, "target")
@@ -206,7 +201,8 @@ class Runner:
         run_id = new_run_id()
         run_dir = data_dir() / "runs" / run_id
         run_dir.mkdir(parents=True, exist_ok=True)
-        manifest = self._manifest(pair, target, target_path, draft, draft_path)
+        order = cond_mod.schedule(specs, self.opts.repeat, self.opts.order, self.opts.seed)
+        manifest = self._manifest(pair, target, target_path, draft, draft_path, order)
         info = RunInfo(
             run_id=run_id,
             pair_id=pair.id,
@@ -239,14 +235,22 @@ class Runner:
             workload=self.workload,
         )
         self.observer.run_started(info, conds, len(self.workload.items) * self.opts.repeat)
-        status, reason = "failed", "runner error"
+        status: RunStatus = "failed"
+        reason: str | None = "runner error"
+        by_name = {c.spec.name: c for c in conds}
+        last = {slot.condition: i for i, slot in enumerate(order)}
         try:
-            for c in conds:
+            for i, slot in enumerate(order):
+                c = by_name[slot.condition]
+                if c.status not in ("pending", "running"):
+                    continue  # failed in an earlier round: its later rounds are not run
                 if ctx.expired():
-                    c.status, c.failure = "skipped", f"run deadline of {self.opts.run_timeout_s:g}s exceeded"
+                    why = f"run deadline of {self.opts.run_timeout_s:g}s exceeded"
+                    c.status, c.failure = ("skipped", why) if c.status == "pending" else ("failed", why)
                     self.store.save_condition(run_id, c)
                     continue
-                run_condition(ctx, c)
+                round_no = slot.round if self.opts.order == "rounds" else None
+                run_condition(ctx, c, slot.repeats, round_no=round_no, last=i == last[c.spec.name])
             failed = [c for c in conds if c.status != "ok"]
             status = "incomplete" if failed else "complete"
             reason = "; ".join(f"{c.spec.name}: {c.failure}" for c in failed) or None
@@ -261,7 +265,12 @@ class Runner:
                 if c.status in ("pending", "running"):
                     c.status = "cancelled" if status == "cancelled" else "aborted"
                     self.store.save_condition(run_id, c)
-            self.store.set_summaries(run_id, target.sha256, info.draft_sha256, summarize(conds, ctx.rows))
+            stats = StatSettings(
+                seed=self.opts.seed,
+                resamples=self.opts.bootstrap_resamples,
+                default_draft_length=self.runtime().spec_defaults.get("--spec-draft-n-max"),
+            )
+            self.store.set_summaries(run_id, target.sha256, info.draft_sha256, summarize(conds, ctx.rows, stats))
             self.store.finish(run_id, status, reason)
             self.observer.run_done(run_id, status, reason)
         return self.store.load(run_id)
@@ -273,6 +282,7 @@ class Runner:
         target_path: str,
         draft: ArtifactRecord | None,
         draft_path: str | None,
+        order: list[ScheduleSlot],
     ) -> RunManifest:
         o = self.opts
         return RunManifest(
@@ -283,8 +293,8 @@ class Runner:
                 artifact=_ref(draft, draft_path) if draft and draft_path else None,
                 pair_id=pair.id,
                 rule_set=pair.rule_set,
-                compatibility=[c.model_dump(mode="json") for c in pair.checks],
-                draft_n_max=o.draft_n_max,
+                compatibility=pair.checks,
+                draft_n_max=o.draft_n_max[0] if o.draft_n_max and len(o.draft_n_max) == 1 else None,
                 draft_n_min=o.draft_n_min,
             ),
             hardware=hardware_info(self.gpu, o.gpu_layers),
@@ -293,17 +303,22 @@ class Runner:
                 workload_sha256=self.workload.sha256,
                 seed=o.seed,
                 max_tokens_override=o.max_tokens,
-                concurrency=o.concurrency,
+                concurrency=o.concurrency[0],
+                concurrency_levels=list(o.concurrency),
             ),
             observation=ObservationSettings(
                 warmup_requests=o.warmup,
+                warmup_tolerance=o.warmup_tolerance,
                 repeat=o.repeat,
+                order=o.order,
+                schedule=order,
                 start_timeout_s=o.start_timeout_s,
                 request_timeout_s=o.request_timeout_s,
                 run_timeout_s=o.run_timeout_s,
                 threads=o.threads,
                 ctx_size=o.ctx_size,
             ),
+            settings=o,
         )
 
 
@@ -350,5 +365,5 @@ def _ref(rec: ArtifactRecord, path: str) -> ArtifactRef:
         tokenizer_model=tok.model if tok else None,
         tokenizer_pre=tok.pre if tok else None,
         chat_template_sha256=tok.chat_template_sha256 if tok else None,
-        licence=rec.licence.model_dump(mode="json"),
+        licence=rec.licence,
     )

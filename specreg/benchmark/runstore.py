@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import psutil
 
+from specreg.benchmark.hardware import hardware_class
 from specreg.errors import RunNotFound
+from specreg.registry.db import iso, now, rows
 from specreg.schemas.bench import (
     BenchRun,
     ConditionRun,
@@ -26,7 +27,9 @@ from specreg.schemas.bench import (
     RequestRow,
     RunInfo,
     RunManifest,
+    RunStatus,
     SpecCounters,
+    WarmupRecord,
 )
 
 if TYPE_CHECKING:
@@ -62,14 +65,6 @@ _REQ_COLS = [
 ]
 
 
-def now() -> datetime:
-    return datetime.now(UTC)
-
-
-def _iso(dt: datetime | None) -> str | None:
-    return dt.isoformat(timespec="microseconds") if dt else None
-
-
 def _dump(model: Any) -> str | None:
     return None if model is None else model.model_dump_json()
 
@@ -96,11 +91,6 @@ class RunStore:
     def __init__(self, reg: Registry) -> None:
         self.reg = reg
 
-    def _all(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
-        cur = self.reg.conn.execute(sql, params)  # plain sqlite3: no sqlite_utils/numpy import on reads
-        cur.row_factory = sqlite3.Row
-        return cur.fetchall()
-
     # -- writes ---------------------------------------------------------------------------------
 
     def create_run(
@@ -125,13 +115,28 @@ class RunStore:
                     info.runner_pid,
                     process_started(info.runner_pid) if info.runner_pid else None,
                     info.run_dir,
-                    _iso(info.started_at),
+                    iso(info.started_at),
                 ),
             )
 
-    def set_manifest(self, run_id: str, manifest: RunManifest) -> None:
+    def record_failed(self, info: RunInfo) -> None:
+        """A run that produced nothing to keep (e.g. a remote task lost with its node): who, and why."""
         with self.reg.write() as db:
-            db.execute("UPDATE bench_runs SET manifest_json = ? WHERE run_id = ?", (manifest.model_dump_json(), run_id))
+            db.execute(
+                "INSERT INTO bench_runs (run_id, pair_id, status, status_reason, method, target_sha256, "
+                "draft_sha256, started_at, finished_at) VALUES (?,?,?,?,?,?,?,?,?)",
+                (
+                    info.run_id,
+                    info.pair_id,
+                    "failed",
+                    info.status_reason,
+                    info.method,
+                    info.target_sha256,
+                    info.draft_sha256,
+                    iso(info.started_at),
+                    iso(now()),
+                ),
+            )
 
     def add_prompts(self, run_id: str, prompts: list[PromptInfo]) -> None:
         with self.reg.write() as db:
@@ -148,8 +153,9 @@ class RunStore:
             db.execute(
                 "INSERT INTO bench_conditions (run_id, idx, name, method, status, failure, failure_lines_json, "
                 "spec_json, argv_json, port, server_pid, server_started, log_path, log_tail, "
-                "metrics_before_json, metrics_after_json, counters_json, memory_json, started_at, finished_at) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (run_id, idx) DO UPDATE SET "
+                "metrics_before_json, metrics_after_json, counters_json, memory_json, warmup_json, started_at, "
+                "finished_at) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (run_id, idx) DO UPDATE SET "
                 "status = excluded.status, failure = excluded.failure, "
                 "failure_lines_json = excluded.failure_lines_json, argv_json = excluded.argv_json, "
                 "port = excluded.port, server_pid = excluded.server_pid, "
@@ -157,7 +163,8 @@ class RunStore:
                 "log_path = excluded.log_path, log_tail = excluded.log_tail, "
                 "metrics_before_json = excluded.metrics_before_json, "
                 "metrics_after_json = excluded.metrics_after_json, counters_json = excluded.counters_json, "
-                "memory_json = excluded.memory_json, started_at = excluded.started_at, "
+                "memory_json = excluded.memory_json, warmup_json = excluded.warmup_json, "
+                "started_at = excluded.started_at, "
                 "finished_at = excluded.finished_at",
                 (
                     run_id,
@@ -178,14 +185,15 @@ class RunStore:
                     json.dumps(c.metrics_after) if c.metrics_after is not None else None,
                     _dump(c.counters),
                     _dump(c.memory),
-                    _iso(c.started_at),
-                    _iso(c.finished_at),
+                    json.dumps([w.model_dump(mode="json") for w in c.warmup]),
+                    iso(c.started_at),
+                    iso(c.finished_at),
                 ),
             )
 
     def add_request(self, run_id: str, row: RequestRow) -> None:
         values = [getattr(row, c) for c in _REQ_COLS]
-        values[_REQ_COLS.index("started_at")] = _iso(row.started_at)
+        values[_REQ_COLS.index("started_at")] = iso(row.started_at)
         cols = ", ".join(["run_id", *_REQ_COLS, "output_ids_json"])
         marks = ",".join("?" * (len(_REQ_COLS) + 2))
         ids = json.dumps(row.output_ids) if row.output_ids is not None else None
@@ -202,11 +210,11 @@ class RunStore:
                     (run_id, s.condition, s.stratum, target, draft, s.model_dump_json()),
                 )
 
-    def finish(self, run_id: str, status: str, reason: str | None) -> None:
+    def finish(self, run_id: str, status: RunStatus, reason: str | None) -> None:
         with self.reg.write() as db:
             db.execute(
                 "UPDATE bench_runs SET status = ?, status_reason = ?, finished_at = ? WHERE run_id = ?",
-                (status, reason, _iso(now()), run_id),
+                (status, reason, iso(now()), run_id),
             )
 
     # -- orphans --------------------------------------------------------------------------------
@@ -214,11 +222,14 @@ class RunStore:
     def reap_orphans(self) -> list[str]:
         """Mark runs whose specreg died as aborted and stop their servers; returns what was done."""
         notes: list[str] = []
-        for run in self._all("SELECT run_id, runner_pid, runner_started FROM bench_runs WHERE status = 'running'"):
+        for run in rows(
+            self.reg.conn, "SELECT run_id, runner_pid, runner_started FROM bench_runs WHERE status = 'running'"
+        ):
             if same_process(run["runner_pid"], run["runner_started"]):
                 continue  # another specreg is running it right now
             stopped: list[int] = []
-            for c in self._all(
+            for c in rows(
+                self.reg.conn,
                 "SELECT idx, server_pid, server_started FROM bench_conditions WHERE run_id = ? "
                 "AND server_pid IS NOT NULL",
                 (run["run_id"],),
@@ -235,12 +246,12 @@ class RunStore:
                 db.execute(
                     "UPDATE bench_conditions SET status = 'aborted', finished_at = ? WHERE run_id = ? "
                     "AND status IN ('running', 'pending')",
-                    (_iso(now()), run["run_id"]),
+                    (iso(now()), run["run_id"]),
                 )
                 db.execute(
                     "UPDATE bench_runs SET status = 'aborted', status_reason = ?, finished_at = ? "
                     "WHERE run_id = ? AND status = 'running'",
-                    (reason, _iso(now()), run["run_id"]),
+                    (reason, iso(now()), run["run_id"]),
                 )
             notes.append(f"run {run['run_id']}: {reason}")
         return notes
@@ -248,34 +259,37 @@ class RunStore:
     # -- reads ----------------------------------------------------------------------------------
 
     def runs(self) -> list[RunInfo]:
-        rows = self._all(
+        found = rows(
+            self.reg.conn,
             "SELECT r.*, (SELECT count(*) FROM bench_conditions c WHERE c.run_id = r.run_id) AS n_conditions, "
-            "(SELECT count(*) FROM bench_requests q WHERE q.run_id = r.run_id) AS n_requests "
-            "FROM bench_runs r ORDER BY r.started_at, r.run_id"
+            f"(SELECT count(*) FROM bench_requests q WHERE q.run_id = r.run_id) AS n_requests, {_ORIGIN_COLS} "
+            "FROM bench_runs r LEFT JOIN run_origins o ON o.run_id = r.run_id ORDER BY r.started_at, r.run_id",
         )
-        return [_info(r) for r in rows]
+        return [_info(r) for r in found]
 
     def resolve(self, run_id: str) -> str:
-        rows = self._all(
+        found = rows(
+            self.reg.conn,
             "SELECT run_id FROM bench_runs WHERE run_id LIKE ? ESCAPE '\\' ORDER BY run_id",
             (run_id.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%",),
         )
-        if not rows:
+        if not found:
             raise RunNotFound(f"no benchmark run {run_id!r}", hint="`specreg runs` lists them")
-        exact = [r["run_id"] for r in rows if r["run_id"] == run_id]
+        exact = [r["run_id"] for r in found if r["run_id"] == run_id]
         if exact:
             return exact[0]
-        if len(rows) > 1:
-            raise RunNotFound(f"run id prefix {run_id!r} matches {len(rows)} runs; give more characters")
-        return str(rows[0]["run_id"])
+        if len(found) > 1:
+            raise RunNotFound(f"run id prefix {run_id!r} matches {len(found)} runs; give more characters")
+        return str(found[0]["run_id"])
 
     def load(self, run_id: str) -> BenchRun:
         """The whole run as pydantic models (what `runs show` and reports are built from)."""
         rid = self.resolve(run_id)
-        r = self._all(
+        r = rows(
+            self.reg.conn,
             "SELECT r.*, (SELECT count(*) FROM bench_conditions c WHERE c.run_id = r.run_id) AS n_conditions, "
-            "(SELECT count(*) FROM bench_requests q WHERE q.run_id = r.run_id) AS n_requests "
-            "FROM bench_runs r WHERE r.run_id = ?",
+            f"(SELECT count(*) FROM bench_requests q WHERE q.run_id = r.run_id) AS n_requests, {_ORIGIN_COLS} "
+            "FROM bench_runs r LEFT JOIN run_origins o ON o.run_id = r.run_id WHERE r.run_id = ?",
             (rid,),
         )[0]
         manifest = RunManifest.model_validate_json(r["manifest_json"]) if r["manifest_json"] else None
@@ -289,15 +303,21 @@ class RunStore:
                 max_tokens=p["max_tokens"],
                 expect=Expect.model_validate_json(p["expect_json"]) if p["expect_json"] else None,
             )
-            for p in self._all("SELECT * FROM bench_prompts WHERE run_id = ? ORDER BY rowid", (rid,))
+            for p in rows(self.reg.conn, "SELECT * FROM bench_prompts WHERE run_id = ? ORDER BY rowid", (rid,))
         ]
         conditions = [
-            _condition(c) for c in self._all("SELECT * FROM bench_conditions WHERE run_id = ? ORDER BY idx", (rid,))
+            _condition(c)
+            for c in rows(self.reg.conn, "SELECT * FROM bench_conditions WHERE run_id = ? ORDER BY idx", (rid,))
         ]
-        requests = [_request(q) for q in self._all("SELECT * FROM bench_requests WHERE run_id = ? ORDER BY id", (rid,))]
+        requests = [
+            _request(q)
+            for q in rows(self.reg.conn, "SELECT * FROM bench_requests WHERE run_id = ? ORDER BY id", (rid,))
+        ]
         summaries = [
             ConditionSummary.model_validate_json(s["summary_json"])
-            for s in self._all("SELECT summary_json FROM bench_summaries WHERE run_id = ? ORDER BY rowid", (rid,))
+            for s in rows(
+                self.reg.conn, "SELECT summary_json FROM bench_summaries WHERE run_id = ? ORDER BY rowid", (rid,)
+            )
         ]
         return BenchRun(
             info=_info(r),
@@ -309,7 +329,11 @@ class RunStore:
         )
 
 
+_ORIGIN_COLS = "json_extract(r.manifest_json, '$.hardware') AS hardware_json, o.host AS origin_host"
+
+
 def _info(r: sqlite3.Row) -> RunInfo:
+    hw = r["hardware_json"]
     return RunInfo(
         run_id=r["run_id"],
         pair_id=r["pair_id"],
@@ -324,6 +348,8 @@ def _info(r: sqlite3.Row) -> RunInfo:
         run_dir=r["run_dir"],
         n_conditions=r["n_conditions"],
         n_requests=r["n_requests"],
+        hardware=hardware_class(json.loads(hw)) if hw else None,
+        host=r["origin_host"],
     )
 
 
@@ -343,6 +369,7 @@ def _condition(c: sqlite3.Row) -> ConditionRun:
         metrics_after=json.loads(c["metrics_after_json"]) if c["metrics_after_json"] else None,
         counters=SpecCounters.model_validate_json(c["counters_json"]) if c["counters_json"] else None,
         memory=MemoryObservation.model_validate_json(c["memory_json"]) if c["memory_json"] else None,
+        warmup=[WarmupRecord.model_validate(w) for w in json.loads(c["warmup_json"] or "[]")],
         started_at=c["started_at"],
         finished_at=c["finished_at"],
     )

@@ -1,15 +1,20 @@
 """Per condition x stratum summaries and output equivalence against the baseline.
 
-Decisions use medians and p95 over repetitions (PROTOCOL §5). Speed-up is baseline median /
-condition median total time (>1 faster). Acceptance for a whole condition comes from the
-`/metrics` deltas; per stratum from the requests' own `timings` — None when nothing was drafted.
+Decisions use medians and p95 over repetitions (PROTOCOL §5). Speed-up is the median of
+baseline / condition total time over the requests both ran (same prompt, repetition and
+concurrency; >1 faster), with its bootstrap interval and the acceptance check (`statistics`). A condition
+that did not run to the end (failed, cancelled, ...) has no speed-up at all, only the reason.
+Acceptance for a whole condition comes from the `/metrics` deltas; per stratum from the
+requests' own `timings` — None when nothing was drafted.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 
+from specreg.benchmark import statistics
 from specreg.schemas.bench import (
     ALL_STRATA,
     BASELINE,
@@ -54,9 +59,28 @@ def _ratio(num: float | None, den: float | None) -> float | None:
     return num / den if num is not None and den else None
 
 
+@dataclass(frozen=True)
+class StatSettings:
+    """How intervals are drawn: the run's seed and the number of bootstrap resamples."""
+
+    seed: int = 42
+    resamples: int = 2000
+    default_draft_length: int | None = None  # the build's --spec-draft-n-max
+
+
 def _group(cond: ConditionRun, stratum: str, rows: list[RequestRow]) -> ConditionSummary:
     ok = [r for r in rows if r.ok]
-    s = ConditionSummary(condition=cond.spec.name, method=cond.spec.method, stratum=stratum, status=cond.status)
+    spec = cond.spec
+    s = ConditionSummary(
+        condition=spec.name,
+        method=spec.method,
+        stratum=stratum,
+        status=cond.status,
+        concurrency=spec.concurrency,
+        draft_n_max=spec.draft_n_max,
+        draft_n_min=spec.draft_n_min,
+        params=dict(spec.params),
+    )
     s.n_requests, s.n_ok = len(rows), len(ok)
     s.n_errors = sum(1 for r in rows if not r.ok and not r.timed_out)
     s.n_timeouts = sum(1 for r in rows if r.timed_out)
@@ -85,29 +109,106 @@ def _group(cond: ConditionRun, stratum: str, rows: list[RequestRow]) -> Conditio
     return s
 
 
-def summarize(conditions: list[ConditionRun], rows: list[RequestRow]) -> list[ConditionSummary]:
+def summarize(
+    conditions: list[ConditionRun], rows: list[RequestRow], stats: StatSettings | None = None
+) -> list[ConditionSummary]:
     """One summary per condition for `all`, then one per stratum, in run order."""
+    stats = stats or StatSettings()
     strata = list(dict.fromkeys(r.stratum for r in rows))
     by_cond: dict[int, list[RequestRow]] = {}
     for r in rows:
         by_cond.setdefault(r.condition_idx, []).append(r)
-    base = next((c for c in conditions if c.spec.method == BASELINE), None)
+    bases = {c.spec.concurrency: c for c in reversed(conditions) if c.spec.method == BASELINE}
     out: list[ConditionSummary] = []
-    base_stats: dict[str, ConditionSummary] = {}
     for cond in conditions:
+        base = bases.get(cond.spec.concurrency)
         mine = by_cond.get(cond.idx, [])
-        groups = [(ALL_STRATA, mine)] + [(st, [r for r in mine if r.stratum == st]) for st in strata]
-        for stratum, group in groups:
+        theirs = by_cond.get(base.idx, []) if base is not None else []
+        groups = [(ALL_STRATA, mine, theirs)] + [
+            (st, [r for r in mine if r.stratum == st], [r for r in theirs if r.stratum == st]) for st in strata
+        ]
+        for stratum, group, base_group in groups:
             s = _group(cond, stratum, group)
             if stratum == ALL_STRATA:
                 _whole_condition(s, cond, base)
-            if cond is base:
-                base_stats[stratum] = s
-            ref = base_stats.get(stratum)
-            if ref is not None:
-                s.speedup = _ratio(ref.total_ms.p50, s.total_ms.p50)
+            _speed(s, cond, base, group, base_group, stats)
             out.append(s)
     return out
+
+
+def _paired(base_rows: list[RequestRow], rows: list[RequestRow]) -> tuple[list[float], list[float]]:
+    """Total ms of the units both ran successfully: (prompt, repetition), in a stable order."""
+    base = {(r.prompt_id, r.repeat): r.total_ms for r in base_rows if r.ok and r.total_ms is not None}
+    mine = {(r.prompt_id, r.repeat): r.total_ms for r in rows if r.ok and r.total_ms is not None}
+    keys = sorted(base.keys() & mine.keys())
+    return [float(base[k] or 0.0) for k in keys], [float(mine[k] or 0.0) for k in keys]
+
+
+def _per_token_ms(rows: list[RequestRow], accepted: bool) -> float | None:
+    """Median decode ms per verification step (accepted=True) or per generated token (baseline)."""
+    values = []
+    for r in rows:
+        if r.ok and r.predicted_ms and r.output_tokens:
+            steps = r.output_tokens - ((r.draft_n_accepted or 0) if accepted else 0)
+            values.append(r.predicted_ms / max(1, steps))
+    return percentile(values, 50)
+
+
+def _speed(
+    s: ConditionSummary,
+    cond: ConditionRun,
+    base: ConditionRun | None,
+    rows: list[RequestRow],
+    base_rows: list[RequestRow],
+    stats: StatSettings,
+) -> None:
+    """Speed-up, its interval and the acceptance check; a condition that did not finish gets none."""
+    if cond.status != "ok":
+        s.speedup_note = f"condition {cond.status}: {cond.failure or 'no reason recorded'}"
+        return
+    if base is None:
+        s.speedup_note = f"no baseline at concurrency {cond.spec.concurrency}"
+        return
+    if base.status != "ok":
+        s.speedup_note = f"baseline {base.status}: {base.failure or 'no reason recorded'}"
+        return
+    if cond is base:
+        s.speedup, s.speedup_note = 1.0, "reference"
+        return
+    base_ms, cond_ms = _paired(base_rows, rows)
+    s.n_paired = len(base_ms)
+    s.speedup = statistics.paired_speedup(base_ms, cond_ms)
+    if s.speedup is None:
+        s.speedup_note = "no request pair measured in both conditions"
+        return
+    label = f"{s.condition}|{s.stratum}|{cond.spec.concurrency}"
+    s.speedup_ci95 = statistics.bootstrap_ci(base_ms, cond_ms, seed=stats.seed, label=label, resamples=stats.resamples)
+    s.difference = statistics.difference(s.speedup_ci95)
+    if s.speedup_ci95 is None:
+        s.speedup_note = f"no interval from {s.n_paired} request pair(s)"
+    counters = cond.counters
+    k = None
+    if counters is not None and counters.steps:
+        k = counters.drafted / counters.steps
+    elif cond.spec.draft_n_max is not None:
+        k = float(cond.spec.draft_n_max)
+    elif stats.default_draft_length is not None:
+        k = float(stats.default_draft_length)
+    step, token = _per_token_ms(rows, True), _per_token_ms(base_rows, False)
+    whole = s.stratum == ALL_STRATA and counters is not None
+    c = statistics.consistency(
+        drafted=s.drafted,
+        accepted=s.accepted,
+        draft_length=k,
+        per_position=counters.per_position if whole and counters else None,
+        steps=counters.steps if whole and counters else None,
+        step_cost=step / token if step is not None and token else None,
+        ci=s.speedup_ci95,
+    )
+    s.alpha, s.draft_length, s.expected_accepted_length = c.alpha, c.draft_length, c.expected_accepted_length
+    s.accepted_length_source = c.source
+    s.step_cost, s.predicted_speedup = c.step_cost, c.predicted_speedup
+    s.unexplained, s.unexplained_reason = c.unexplained, c.reason
 
 
 def _whole_condition(s: ConditionSummary, cond: ConditionRun, base: ConditionRun | None) -> None:

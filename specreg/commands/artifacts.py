@@ -8,29 +8,28 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from specreg.commands._common import Cell, JsonOpt, console, db_path, emit_json, err_console, print_listing, safe
-from specreg.errors import ArtifactNotFound
+from specreg.commands.layout import Col
+from specreg.commands.options import JsonOpt, LicenseOpt, RehashOpt, db_path
+from specreg.commands.output import Cell, emit_json, err_console, print_listing, safe, say
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry
     from specreg.schemas.registry import ArtifactRecord
 
 
-def _open_registry() -> Registry:
-    """Imported late: sqlite-utils is not needed by commands that never open the registry."""
+def _open_registry(*, create: bool = True) -> Registry:
+    """Imported late: commands that never open the registry do not pay for it."""
     from specreg.registry.store import Registry
 
-    return Registry(db_path())
+    return Registry(db_path(), create=create)
 
 
 def register_cmd(
-    files: Annotated[list[Path], typer.Argument(help="GGUF files to register.", show_default=False)],
-    license: Annotated[
-        str | None, typer.Option("--license", help="Licence id you vouch for (beats model card and GGUF).")
-    ] = None,
-    repo: Annotated[str | None, typer.Option("--repo", help="Source repo, e.g. ORG/NAME.")] = None,
-    revision: Annotated[str | None, typer.Option("--revision", help="Source revision (commit).")] = None,
-    rehash: Annotated[bool, typer.Option("--rehash", help="Hash again even if the stat cache matches.")] = False,
+    files: Annotated[list[Path], typer.Argument(metavar="FILE", help="GGUF files to register.", show_default=False)],
+    license: LicenseOpt = None,
+    repo: Annotated[str | None, typer.Option("--repo", metavar="ORG/NAME", help="Source repo on the hub.")] = None,
+    revision: Annotated[str | None, typer.Option("--revision", metavar="COMMIT", help="Source revision.")] = None,
+    rehash: RehashOpt = False,
     verify: Annotated[
         bool, typer.Option("--verify", help="Check the SHA-256 against the hub's for --repo/--revision (online).")
     ] = False,
@@ -39,36 +38,48 @@ def register_cmd(
     """Register GGUF files by SHA-256 (idempotent; the same bytes at a new path add the path).
 
     A file in the Hugging Face cache is recorded with its repo, commit, filename and model-card
-    licence. --verify also checks it against the hub (see docs: provenance).
+    licence. --verify also checks it against the hub. Each file is registered on its own: one that
+    fails is reported and the rest go on (exit 2 at the end, naming the failed files).
 
     Example: specreg register models/target-q4.gguf --license apache-2.0 --repo org/model --revision 3f2a9c1
     """
-    for f in files:  # fail on a typo before hashing anything
-        if not f.is_file():
-            raise ArtifactNotFound(f"{f}: no such file" if not f.exists() else f"{f}: not a regular file")
-    with _open_registry() as reg:
-        records: list[ArtifactRecord] = []
-        for f in files:
-            before = reg.hash_count
-            if verify:  # registry/provenance.py: hub LFS SHA-256 at the pinned commit, then add_artifact
-                from specreg.registry.provenance import verify as verify_on_hub
+    from specreg.errors import SpecregError
+    from specreg.registry import provenance
 
-                rec = verify_on_hub(reg, f, repo=repo, revision=revision, license=license)
-            else:
-                rec = reg.add_artifact(f, license=license, repo=repo, revision=revision, rehash=rehash)
+    records: list[ArtifactRecord] = []
+    failed: list[str] = []
+    with _open_registry() as reg:
+        for f in files:  # each file is its own registration: one bad file does not stop the rest
+            before = reg.hash_count
+            try:
+                if verify:  # registry/provenance.py: hub LFS SHA-256 at the pinned commit, then register
+                    rec = provenance.verify(reg, f, repo=repo, revision=revision, license=license)
+                else:
+                    rec = provenance.register(reg, f, license=license, repo=repo, revision=revision, rehash=rehash)
+            except SpecregError as exc:
+                if len(files) == 1:
+                    raise
+                failed.append(str(f))
+                err_console().print(f"[bold red]error:[/] {safe(str(exc))}", soft_wrap=True)
+                continue
             records.append(rec)
             if not json_out:
                 how = "hashed" if reg.hash_count > before else "known, not re-hashed"
-                console.print(f"{rec.sha256}  {safe(os.path.abspath(f))}  [dim]({how})[/]", soft_wrap=True)
+                say(f"{os.path.abspath(f)} ({how})", prefix=f"{rec.sha256[:12]}  ", indent=14)
             if rec.licence.conflict:
                 said = ", ".join(f"{s.source}: {s.value}" for s in rec.licence.sources if s.value)
-                err_console.print(
+                err_console().print(
                     f"[yellow]warning:[/] licence sources disagree for {rec.sha256[:12]} ({safe(said)}); "
                     f"effective: {safe(rec.licence.effective)}",
                     soft_wrap=True,
                 )
     if json_out:
         emit_json(records)
+    if failed:
+        raise SpecregError(
+            f"{len(failed)} of {len(files)} files not registered: {', '.join(failed)}",
+            hint="the others are registered; fix or drop these and run the command again",
+        )
 
 
 def artifacts_cmd(json_out: JsonOpt = False) -> None:
@@ -76,21 +87,39 @@ def artifacts_cmd(json_out: JsonOpt = False) -> None:
 
     Example: specreg artifacts --json
     """
-    with _open_registry() as reg:
+    with _open_registry(create=False) as reg:
         recs = reg.artifacts(with_summary=False)
     if json_out:
         emit_json([r.model_dump(mode="json", exclude={"summary"}) for r in recs])
         return
     if not recs:
-        err_console.print("no artifacts registered yet (specreg register FILE)")
+        err_console().print("no artifacts registered yet (specreg register FILE)")
         return
 
     def lic(r: ArtifactRecord) -> Cell:
         text = r.licence.effective or "-"
         return (text + " (conflict)", "red") if r.licence.conflict else text
 
+    def source(r: ArtifactRecord) -> str:
+        p = r.provenance
+        return f"{p.repo}@{(p.revision or '?')[:12]}" if p.repo else "-"
+
+    def where(r: ArtifactRecord) -> str:
+        if not r.paths:
+            return "-"
+        return r.paths[0] + (f" (+{len(r.paths) - 1} more)" if len(r.paths) > 1 else "")
+
     print_listing(
-        ("sha256", "name", "arch", "file type", "vocab", "licence", "repo", "revision", "path"),
+        (
+            Col("sha256"),
+            Col("name", limit=40, squeeze=12),
+            Col("arch", limit=16, squeeze=8),
+            Col("type", limit=12, stack=1),
+            Col("vocab", right=True),
+            Col("licence", limit=32, squeeze=10),
+            Col("source", stack=2),
+            Col("path", stack=3),
+        ),
         (
             (
                 r.sha256[:12],
@@ -99,18 +128,9 @@ def artifacts_cmd(json_out: JsonOpt = False) -> None:
                 r.file_type_name or "-",
                 str(r.n_tokens) if r.n_tokens is not None else "-",
                 lic(r),
-                r.provenance.repo or "-",
-                (r.provenance.revision or "-")[:10],
-                (r.paths[0] + (f" (+{len(r.paths) - 1} more)" if len(r.paths) > 1 else "")) if r.paths else "-",
+                source(r),
+                where(r),
             )
             for r in recs
         ),
-        limits=(None, 40, 24, 24, None, 32, 48, None, None),
-        right={4},
-        sep=" │ ",
     )
-
-
-def register(app: typer.Typer) -> None:
-    app.command("register")(register_cmd)
-    app.command("artifacts")(artifacts_cmd)

@@ -2,27 +2,26 @@
 
 from __future__ import annotations
 
-import gc
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from specreg.commands._common import JsonOpt, db_path, emit_result
+from specreg.commands.options import JsonOpt, PairOpt, RehashOpt, ReportOpt, db_path
+from specreg.commands.output import emit_result
 from specreg.errors import EXIT_REJECTED, UsageError
 
 
 def audit_cmd(
-    pair: Annotated[
-        list[int] | None, typer.Option("--pair", metavar="ID", help="Pair id to audit (repeatable).")
-    ] = None,
+    pair: PairOpt = None,
     all_: Annotated[bool, typer.Option("--all", help="Audit every admitted pair (the default).")] = False,
     policy: Annotated[Path | None, typer.Option("--policy", help="Policy TOML file (default: safe built-ins).")] = None,
-    rehash: Annotated[
-        bool, typer.Option("--rehash", help="Re-hash every file instead of trusting the stat cache.")
-    ] = False,
-    report: Annotated[Path | None, typer.Option("--report", help="Write a report: PATH.md or PATH.html.")] = None,
+    rehash: RehashOpt = False,
+    report: ReportOpt = None,
     json_out: JsonOpt = False,
+    fmt: Annotated[
+        str, typer.Option("--format", help="text, json, or sarif (SARIF 2.1.0: one result per failed gate).")
+    ] = "text",
 ) -> None:
     """Check every deployment gate for pairs; exit 0 all pass, 1 any fails, 2 undecided.
 
@@ -32,23 +31,22 @@ def audit_cmd(
     """
     if pair and all_:
         raise UsageError("give --pair ID or --all, not both")
+    if fmt not in ("text", "json", "sarif"):
+        raise UsageError(f"--format {fmt!r}: choose text, json or sarif")
     # The result of 5,000 pairs is ~10^5 small acyclic objects: with the cyclic GC running, each
     # collection walks them all again, and re-enabling it while they are alive costs one more
     # full walk. So the GC stays off until the result has been printed and freed.
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        code = _audit(pair, policy, rehash, report, json_out)
-    finally:
-        if was:
-            gc.enable()
+    from specreg.registry.db import paused_gc
+
+    with paused_gc():
+        code = _audit(pair, policy, rehash, report, "json" if json_out else fmt)
     raise typer.Exit(code)
 
 
-def _audit(pair: list[int] | None, policy: Path | None, rehash: bool, report: Path | None, json_out: bool) -> int:
+def _audit(pair: list[int] | None, policy: Path | None, rehash: bool, report: Path | None, fmt: str) -> int:
     """Run, write and print the audit; returns the exit code (the result dies with this frame)."""
+    from specreg.audit.fleet import audit_by_hardware
     from specreg.audit.policy import load_policy
-    from specreg.audit.run import run_audit
     from specreg.registry.store import Registry
 
     pol, source = load_policy(policy)
@@ -56,20 +54,28 @@ def _audit(pair: list[int] | None, policy: Path | None, rehash: bool, report: Pa
         from specreg.report.write import check_report_path
 
         check_report_path(report)  # a bad report path fails before any work
-    with Registry(db_path()) as reg:
-        result = run_audit(
+    paths: dict[str, str] = {}
+    with Registry(db_path(), create=False) as reg:
+        result = audit_by_hardware(
             reg, pol, source, pair_ids=list(pair) if pair else None, rehash=rehash, spread=report is not None
         )
+        if fmt == "sarif":
+            shas = {p.target_sha256 for p in result.pairs} | {p.draft_sha256 for p in result.pairs if p.draft_sha256}
+            paths = {sha: rec.paths[0] for sha, rec in reg.get_artifacts(shas).items() if rec.paths}
     written: list[Path] = []
     if report is not None:
         from specreg.report.write import write_audit_report
 
         written = write_audit_report(report, result)
-    from specreg.commands._audit_view import print_audit
+    if fmt == "sarif":
+        from specreg.commands.output import console
+        from specreg.report.sarif import audit_sarif, dumps
 
-    emit_result(result, json_out, lambda: print_audit(result), written)
+        out = console()
+        out.file.write(dumps(audit_sarif(result, paths)) + "\n")
+        out.file.flush()
+        return 0 if result.passed else EXIT_REJECTED
+    from specreg.commands.views.audit import print_audit
+
+    emit_result(result, fmt == "json", lambda: print_audit(result), written)
     return 0 if result.passed else EXIT_REJECTED
-
-
-def register(app: typer.Typer) -> None:
-    app.command("audit")(audit_cmd)

@@ -1,6 +1,6 @@
 """`specreg bench admitted`, `specreg runs`, `specreg runs show`: benchmark admitted pairs, read runs.
 
-Thin: parse options, call `benchmark.runner.Runner`, render through `_bench_view`. Heavy modules
+Thin: parse options, call `benchmark.runner.Runner`, render through `views.bench`. Heavy modules
 are imported inside the commands so `specreg --help` stays fast.
 """
 
@@ -13,11 +13,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from specreg.commands._common import JsonOpt, db_path, emit_json, emit_result, err_console, safe
+from specreg.commands.options import JsonOpt, PairOpt, ReportOpt, db_path
+from specreg.commands.output import emit_json, emit_result, err_console, safe
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry
     from specreg.schemas.bench import BenchRun
+    from specreg.schemas.bench_settings import BenchSettings
 
 bench_app = typer.Typer(
     help="Benchmark admitted pairs on a real llama.cpp server.\n\nExample: specreg bench admitted --pair 3 --repeat 3",
@@ -30,10 +32,10 @@ runs_app = typer.Typer(
 )
 
 
-def _registry() -> Registry:
+def _registry(*, create: bool = True) -> Registry:
     from specreg.registry.store import Registry
 
-    return Registry(db_path())
+    return Registry(db_path(), create=create)
 
 
 def _split(values: list[str] | None) -> list[str] | None:
@@ -43,16 +45,27 @@ def _split(values: list[str] | None) -> list[str] | None:
     return [v.strip() for raw in values for v in raw.split(",") if v.strip()]
 
 
+def _ints(values: list[str] | None, flag: str) -> list[int] | None:
+    """`--concurrency 1,4 --concurrency 8` -> [1, 4, 8]; anything else is a one-line usage error."""
+    from specreg.errors import UsageError
+
+    items = _split(values)
+    if items is None:
+        return None
+    try:
+        return [int(v) for v in items]
+    except ValueError:
+        shown = ",".join(values or [])
+        raise UsageError(f"{flag} {shown!r}: expected whole numbers separated by commas, e.g. 1,4,8") from None
+
+
 def _sigterm(_sig: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt  # stop like Ctrl-C: servers stopped, run saved as cancelled
 
 
 @bench_app.command("admitted")
 def admitted(
-    pair: Annotated[
-        list[int] | None,
-        typer.Option("--pair", metavar="ID", help="Pair id (repeatable); default: every admitted pair."),
-    ] = None,
+    pair: PairOpt = None,
     server: Annotated[
         Path | None,
         typer.Option("--server", metavar="PATH", help="Your llama-server binary (default: bundled xllamacpp server)."),
@@ -73,11 +86,25 @@ def admitted(
             help="default, a stratum (repetitive, chat, reasoning, long_input, structured) or a JSONL file.",
         ),
     ] = "default",
-    repeat: Annotated[int, typer.Option("--repeat", help="Measured repetitions of every prompt.")] = 1,
+    repeat: Annotated[
+        int, typer.Option("--repeat", help="Measured repetitions of every prompt (the default policy wants 3).")
+    ] = 3,
     max_tokens: Annotated[int | None, typer.Option("--max-tokens", help="Override every prompt's max_tokens.")] = None,
-    concurrency: Annotated[int, typer.Option("--concurrency", help="Requests in flight (= server slots, -np).")] = 1,
+    concurrency: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--concurrency",
+            metavar="N[,N]",
+            help="Requests in flight (= server slots, -np); a list such as 1,4,8 measures each. Default 1.",
+        ),
+    ] = None,
     draft_max: Annotated[
-        int | None, typer.Option("--draft-max", help="--spec-draft-n-max for draft methods (default: the build's).")
+        list[str] | None,
+        typer.Option(
+            "--draft-max",
+            metavar="K[,K]",
+            help="--spec-draft-n-max for draft methods (default: the build's); a list such as 2,4,8,16 measures each.",
+        ),
     ] = None,
     draft_min: Annotated[int | None, typer.Option("--draft-min", help="--spec-draft-n-min for draft methods.")] = None,
     ngram: Annotated[
@@ -88,7 +115,21 @@ def admitted(
             help="N-gram option NAME=VALUE, e.g. simple-size-n=8, mod-n-match=16 (repeatable).",
         ),
     ] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Sampling seed (greedy, temperature 0).")] = 42,
+    seed: Annotated[
+        int, typer.Option("--seed", help="Sampling seed (greedy, temperature 0); also seeds the order and intervals.")
+    ] = 42,
+    warmup: Annotated[
+        int,
+        typer.Option("--warmup", help="Most warm-up requests per server start (stops when two agree within 10%)."),
+    ] = 8,
+    order: Annotated[
+        str,
+        typer.Option(
+            "--order",
+            metavar="rounds|blocked",
+            help="rounds: one repetition per round, conditions in a seeded random order; blocked: one server each.",
+        ),
+    ] = "rounds",
     threads: Annotated[int | None, typer.Option("--threads", help="Server threads (-t).")] = None,
     ctx_size: Annotated[int, typer.Option("--ctx-size", help="Server context size (-c).")] = 4096,
     gpu_layers: Annotated[str | None, typer.Option("--gpu-layers", help="-ngl: a number, auto or all.")] = None,
@@ -97,30 +138,48 @@ def admitted(
     ] = 120.0,
     request_timeout: Annotated[float, typer.Option("--request-timeout", help="Seconds per request.")] = 120.0,
     run_timeout: Annotated[float, typer.Option("--run-timeout", help="Seconds for a whole run (one pair).")] = 3600.0,
+    executor: Annotated[
+        str, typer.Option("--executor", help="local (this machine) or ray (one task per pair on a Ray cluster).")
+    ] = "local",
+    ray_address: Annotated[
+        str | None, typer.Option("--ray-address", metavar="ADDR", help="Ray cluster address (default: start one here).")
+    ] = None,
+    resources: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--resources",
+            metavar="JSON",
+            help="Ray resources per task, e.g. '{\"GPU\": 1}'; repeat for one task per hardware class.",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Benchmark admitted pairs: baseline, n-gram and the admitted method, one fresh server each.
+    """Benchmark admitted pairs: baseline, n-gram and the admitted method, fresh servers each.
 
-    Rejected or never-checked pairs are refused. Each run is stored (manifest, every request,
-    summaries, server logs); exit 0 when every condition ran, 1 when one failed (e.g. the draft
-    was refused or drafted nothing), 2 on errors.
+    Rejected or never-checked pairs are refused; admitted pairs that cannot be benchmarked
+    (vocab-only files) are listed and skipped. Each run is stored (manifest, every request,
+    summaries with speed-up intervals, server logs); exit 0 when every condition ran, 1 when one
+    failed (e.g. the draft was refused or drafted nothing), 2 on errors.
 
-    Example: specreg bench admitted --pair 1 --workload repetitive --repeat 3 --max-tokens 32
+    Example: specreg bench admitted --pair 1 --workload repetitive --concurrency 1,4 --draft-max 4,8
     """
     from specreg.benchmark.conditions import parse_ngram_options
-    from specreg.benchmark.runner import BenchOptions, Runner
-    from specreg.commands._bench_view import ProgressView, show_run
+    from specreg.benchmark.runner import Runner
+    from specreg.commands.views.bench import ProgressView, show_run
+    from specreg.schemas.bench_settings import BenchSettings
 
-    opts = BenchOptions(
+    opts = BenchSettings.from_options(
         methods=_split(methods),
         workload=workload,
         repeat=repeat,
         max_tokens=max_tokens,
-        concurrency=concurrency,
-        draft_n_max=draft_max,
+        concurrency=_ints(concurrency, "--concurrency") or [1],
+        draft_n_max=_ints(draft_max, "--draft-max"),
         draft_n_min=draft_min,
         ngram=parse_ngram_options(ngram or []),
         seed=seed,
+        warmup=warmup,
+        order=order,
         threads=threads,
         ctx_size=ctx_size,
         gpu_layers=gpu_layers,
@@ -129,6 +188,16 @@ def admitted(
         request_timeout_s=request_timeout,
         run_timeout_s=run_timeout,
     )
+    if executor not in ("local", "ray"):
+        from specreg.errors import UsageError
+
+        raise UsageError(f"--executor {executor!r}: choose local or ray")
+    if executor == "ray":
+        _bench_ray(opts, pair, ray_address, resources, json_out)
+    if ray_address or resources:
+        from specreg.errors import UsageError
+
+        raise UsageError("--ray-address and --resources go with --executor ray")
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
         with _registry() as reg, ProgressView() as view:
@@ -142,34 +211,72 @@ def admitted(
         for r in runs:
             show_run(r)
     for line in runner.refused:
-        err_console.print(f"[bold red]error:[/] {safe(line)}")
+        err_console().print(f"[bold red]error:[/] {safe(line)}")
     if runner.refused:
         raise typer.Exit(2)
     raise typer.Exit(0 if all(r.info.status == "complete" for r in runs) else 1)
 
 
-def load_run(run_id: str, reg: Registry | None = None) -> BenchRun:
-    """A stored run with its summaries as pydantic models (for `runs show`, reports and audits)."""
+def _bench_ray(
+    opts: BenchSettings, pair: list[int] | None, address: str | None, resources: list[str] | None, json_out: bool
+) -> None:
+    """`--executor ray`: dispatch, import, show; exits like the local executor (0 / 1)."""
+    from specreg.benchmark.ray_executor import bench_on_ray, need_ray, parse_resources
+    from specreg.benchmark.runstore import RunStore
+    from specreg.commands.views.bench import show_run
+
+    need_ray()  # before anything else: without Ray, one line saying how to install it
+    specs = parse_resources(resources)
+    with _registry() as reg:
+        out = bench_on_ray(
+            reg, opts, pair, address=address, resources=specs, note=lambda t: err_console().print(f"[dim]{safe(t)}[/]")
+        )
+        runs = [RunStore(reg).load(rid) for rid in out.imported]
+    if json_out:
+        emit_json(
+            {
+                "runs": [r.model_dump(mode="json", exclude={"requests"}) for r in runs],
+                "failed": [f.model_dump(mode="json") for f in out.failed],
+            }
+        )
+    else:
+        for r in runs:
+            show_run(r)
+        for f in out.failed:
+            err_console().print(f"[bold red]failed:[/] run {f.run_id} (pair {f.pair_id}): {safe(f.status_reason)}")
+    ok = not out.failed and all(r.info.status == "complete" for r in runs)
+    raise typer.Exit(0 if ok else 1)
+
+
+def load_run(run_id: str) -> BenchRun:
+    """A stored run with its summaries as pydantic models (for `runs show`)."""
     from specreg.benchmark.runstore import RunStore
 
-    if reg is not None:
+    with _registry(create=False) as reg:
         return RunStore(reg).load(run_id)
-    with _registry() as own:
-        return RunStore(own).load(run_id)
 
 
 @runs_app.callback()
-def runs(ctx: typer.Context, json_out: JsonOpt = False) -> None:
-    """List benchmark runs (oldest first) with their status.
+def runs(
+    ctx: typer.Context,
+    by_hardware: Annotated[
+        bool, typer.Option("--by-hardware", help="Pairs down, hardware classes across: newest speed-up on each.")
+    ] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """List benchmark runs (oldest first) with their status, hardware class and origin host.
 
-    Example: specreg runs --json
+    Example: specreg runs --json; specreg runs --by-hardware
     """
     if ctx.invoked_subcommand is not None:
         return
+    if by_hardware:
+        _runs_by_hardware(json_out)
+        return
     from specreg.benchmark.runstore import RunStore
-    from specreg.commands._bench_view import runs_table
+    from specreg.commands.views.bench import runs_table
 
-    with _registry() as reg:
+    with _registry(create=False) as reg:
         store = RunStore(reg)
         store.reap_orphans()
         items = store.runs()
@@ -179,17 +286,31 @@ def runs(ctx: typer.Context, json_out: JsonOpt = False) -> None:
         runs_table(items)
 
 
+def _runs_by_hardware(json_out: bool) -> None:
+    from dataclasses import asdict
+
+    from specreg.benchmark.hardware import by_hardware
+    from specreg.commands.views.bench import hardware_table
+
+    with _registry(create=False) as reg:
+        classes, rows = by_hardware(reg)
+    if json_out:
+        emit_json({"hardware": classes, "pairs": [asdict(r) for r in rows]})
+    else:
+        hardware_table(classes, rows)
+
+
 @runs_app.command("show")
 def show(
     run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix (see `specreg runs`).")],
     json_out: JsonOpt = False,
-    report: Annotated[Path | None, typer.Option("--report", help="Also write a report: PATH.md or PATH.html.")] = None,
+    report: ReportOpt = None,
 ) -> None:
     """Show one run: condition x stratum table (acceptance, speed-up, p50/p95, TTFT, memory, equivalence, errors).
 
     Example: specreg runs show 20260101-120000-ab12cd --report run.html
     """
-    from specreg.commands._bench_view import show_run
+    from specreg.commands.views.bench import show_run
 
     run = load_run(run_id)
     written: list[Path] = []
@@ -198,8 +319,3 @@ def show(
 
         written = write_run_report_for(report, run)
     emit_result(run, json_out, lambda: show_run(run), written)
-
-
-def register(app: typer.Typer) -> None:
-    app.add_typer(bench_app, name="bench")
-    app.add_typer(runs_app, name="runs")

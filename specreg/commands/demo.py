@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from specreg.commands._common import console, safe
+from specreg.commands.output import console, safe
 
 
 def demo_cmd(
@@ -25,36 +25,37 @@ def demo_cmd(
     """
     from specreg.demo import run_demo
 
-    root_db = ctx.parent.params.get("db") if ctx.parent is not None else None
-    result = run_demo(folder, db or root_db, say=lambda line: console.print(safe(line), soft_wrap=True))
+    root_db = ctx.parent.params.get("db") if ctx.parent is not None else None  # as typed: a str
+    if root_db is not None:
+        root_db = Path(root_db)
+    out = console()
+    result = run_demo(folder, db or root_db, say=lambda line: out.print(safe(line), soft_wrap=True))
     audit = result.audit
     assert audit is not None
-    console.print()
+    out.print()
     for p in audit.pairs:
         failed = ", ".join(p.failed_gates)
-        console.print(f"pair {p.pair_id} {p.method}: " + ("[green]PASS[/]" if p.passed else f"[red]FAIL[/] ({failed})"))
+        out.print(f"pair {p.pair_id} {p.method}: " + ("[green]PASS[/]" if p.passed else f"[red]FAIL[/] ({failed})"))
         for g in p.gates:
             if not g.passed:
-                console.print(f"    {g.gate}: {safe(g.message)}", soft_wrap=True)
+                out.print(f"    {g.gate}: {safe(g.message)}", soft_wrap=True)
+    from specreg.benchmark.statistics import interval_text
+
     for d in audit.decisions:
-        sp = "" if d.speedup is None else f" (speed-up {d.speedup:.2f})"
-        console.print(f"deploy for {safe(d.stratum)}: {safe(d.choice)}{sp}")
+        sp = "" if d.speedup is None else f" (speed-up {interval_text(d.speedup, d.speedup_ci95)})"
+        out.print(f"deploy for {safe(d.stratum)}: {safe(d.choice)}{safe(sp)}")
     verdict = "[green]PASS[/]" if audit.passed else "[red]FAIL[/]"
-    console.print(
+    out.print(
         f"\naudit verdict: {verdict} - decided by the measured numbers (tiny random models "
         "may well be slower with speculation)",
         soft_wrap=True,
     )
-    console.print(f"report:   {safe(result.report)}", soft_wrap=True)
-    console.print(f"registry: {safe(result.db)}", soft_wrap=True)
-    console.print(f"models:   {safe(result.folder / 'models')}", soft_wrap=True)
-    console.print(f"logs:     {safe(result.folder / 'runs')} (one llama.cpp server log per condition)", soft_wrap=True)
-    console.print(
+    out.print(f"report:   {safe(result.report)}", soft_wrap=True)
+    out.print(f"registry: {safe(result.db)}", soft_wrap=True)
+    out.print(f"models:   {safe(result.folder / 'models')}", soft_wrap=True)
+    out.print(f"logs:     {safe(result.folder / 'runs')} (one llama.cpp server log per condition)", soft_wrap=True)
+    out.print(
         f"done in {result.seconds:.1f} s; try: specreg --db {safe(result.db)} audit "
         f"--policy {safe(result.folder / 'policy.toml')}",
         soft_wrap=True,
     )
-
-
-def register(app: typer.Typer) -> None:
-    app.command("demo")(demo_cmd)

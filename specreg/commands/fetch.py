@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from specreg.commands._common import JsonOpt, console, db_path, emit_json, err_console, safe
-from specreg.schemas.registry import ArtifactRecord
+from specreg.commands.options import JsonOpt, LicenseOpt, db_path
+from specreg.commands.output import emit_json, err_console, safe, say
+
+if TYPE_CHECKING:
+    from specreg.schemas.registry import ArtifactRecord
 
 
 def show_provenance(rec: ArtifactRecord) -> None:
@@ -16,17 +19,13 @@ def show_provenance(rec: ArtifactRecord) -> None:
 
     p = rec.provenance
     if p.repo:
-        console.print(
-            f"  repo      {safe(p.repo)}@{safe(p.revision or '?')}  {safe(p.filename or '')}"
-            f"  [dim](source: {safe(p.source)})[/]",
-            soft_wrap=True,
-        )
-    console.print(f"  licence   {safe(describe_licence(rec.licence))}", soft_wrap=True)
+        say(f"{p.repo}@{p.revision or '?'} {p.filename or ''} (source: {p.source})", prefix="  repo      ", indent=12)
+    say(describe_licence(rec.licence), prefix="  licence   ", indent=12)
     for s in rec.licence.sources:
-        extra = "".join(f"  {k}: {safe(v)}" for k, v in (("name", s.name), ("link", s.link)) if v)
-        console.print(f"    {s.source:<10} {safe(s.value or '-')}{extra}", soft_wrap=True)
+        extra = "".join(f"  {k}: {v}" for k, v in (("name", s.name), ("link", s.link)) if v)
+        say(f"{s.value or '-'}{extra}", prefix=f"    {s.source:<10} ", indent=15)
     if rec.licence.conflict:
-        err_console.print(
+        err_console().print(
             f"[yellow]warning:[/] licence sources disagree for {rec.sha256[:12]}; "
             f"effective: {safe(rec.licence.effective)} ({safe(rec.licence.effective_source)})"
         )
@@ -38,9 +37,7 @@ def fetch_cmd(
     revision: Annotated[
         str | None, typer.Option("--revision", help="Branch, tag or commit (default: main); pinned to its commit.")
     ] = None,
-    license: Annotated[
-        str | None, typer.Option("--license", help="Licence id you vouch for (beats model card and GGUF).")
-    ] = None,
+    license: LicenseOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Download REPO/FILENAME, check its SHA-256 against the hub's, register it with repo, commit and licence.
@@ -59,9 +56,5 @@ def fetch_cmd(
     if json_out:
         emit_json(rec)
         return
-    console.print(f"{rec.sha256}  {safe(path)}  [dim](verified against the hub)[/]", soft_wrap=True)
+    say(f"{path} (verified against the hub)", prefix=f"{rec.sha256[:12]}  ", indent=14)
     show_provenance(rec)
-
-
-def register(app: typer.Typer) -> None:
-    app.command("fetch")(fetch_cmd)

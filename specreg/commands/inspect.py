@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from specreg.commands._common import JsonOpt, console, db_path, emit_json, safe, warn
-from specreg.schemas.gguf import GGUFSummary
+from specreg.commands.options import JsonOpt, db_path
+from specreg.commands.output import emit_json, say, warn
+
+if TYPE_CHECKING:
+    from specreg.schemas.gguf import GGUFSummary
 
 _SPECIAL = ("bos", "eos", "eot", "eom", "unk", "pad", "sep", "fim_pre", "fim_suf", "fim_mid")
 
@@ -48,36 +49,42 @@ def _known(path: Path, do_hash: bool) -> tuple[str | None, str | None, bool | No
     return sha, lic, conflict
 
 
-def _tok(texts: list[str], tid: int | None) -> str:
+def _tok(texts: dict[int, str], tid: int | None) -> str:
     if tid is None:
         return "-"
-    text = repr(texts[tid]) if 0 <= tid < len(texts) else "(out of range)"
-    return f"{tid} {safe(text)}"
+    text = repr(texts[tid]) if tid in texts else "(out of range)"
+    return f"{tid} {text}"
 
 
-def _human(s: GGUFSummary, texts: list[str], lic: str | None, conflict: bool | None) -> None:
+def _n(value: object) -> str:
+    """A number or flag as people read it: `-` when the file does not say, yes/no for flags."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def _human(s: GGUFSummary, texts: dict[int, str], lic: str | None, conflict: bool | None) -> None:
     t = s.tokenizer
     sp = s.speculative
-    table = Table(show_header=False, box=None, pad_edge=False)
-    table.add_column(style="bold", no_wrap=True)
-    table.add_column(overflow="fold")
     rows: list[tuple[str, str]] = [
-        ("file", safe(os.path.abspath(s.path))),
-        ("sha256", s.sha256 or "(not registered; --hash computes it)"),
+        ("file", os.path.abspath(s.path)),
+        ("sha256", s.sha256[:12] if s.sha256 else "not registered (--hash computes it)"),
         ("size", f"{s.file_size:,} bytes, GGUF v{s.version}, {s.n_tensors} tensors, {s.n_kv} keys"),
-        ("name", safe(s.name or "-")),
-        ("architecture", safe(s.architecture or "-")),
-        ("quant", f"{safe(s.file_type_name or '-')} (file_type {s.file_type})"),
+        ("name", s.name or "-"),
+        ("architecture", s.architecture or "-"),
+        ("quant", f"{s.file_type_name or '-'} (file_type {_n(s.file_type)})"),
         ("parameters", f"{s.parameter_count:,}"),
         (
             "shape",
-            f"ctx {s.context_length}, embd {s.embedding_length}, blocks {s.block_count}, "
-            f"heads {s.head_count}/{s.head_count_kv}",
+            f"context {_n(s.context_length)}, embedding {_n(s.embedding_length)}, blocks {_n(s.block_count)}, "
+            f"heads {_n(s.head_count)}/{_n(s.head_count_kv)}",
         ),
         (
             "vocab",
-            f"{safe(t.model or '-')} pre={safe(t.pre or '-')}, {t.n_tokens} tokens, "
-            f"{t.n_merges} merges, tokens sha256 {(t.tokens_sha256 or '-')[:16]}",
+            f"{t.model or '-'} pre={t.pre or '-'}, {t.n_tokens} tokens, {t.n_merges} merges, "
+            f"tokens sha256 {(t.tokens_sha256 or '-')[:12]}",
         ),
         (
             "special tokens",
@@ -86,7 +93,7 @@ def _human(s: GGUFSummary, texts: list[str], lic: str | None, conflict: bool | N
             )
             or "-",
         ),
-        ("add bos/eos", f"{t.add_bos}/{t.add_eos}"),
+        ("adds bos / eos", f"{_n(t.add_bos)} / {_n(t.add_eos)}"),
         ("chat template", "yes" if t.chat_template_present else "no"),
     ]
     heads = []
@@ -94,26 +101,30 @@ def _human(s: GGUFSummary, texts: list[str], lic: str | None, conflict: bool | N
         heads.append(f"MTP: {sp.nextn_predict_layers} nextn layer(s), {len(sp.nextn_tensors)} tensors")
     if sp.eagle3_target_layers is not None:
         heads.append(
-            f"EAGLE-3 draft: target layers {sp.eagle3_target_layers}, "
-            f"target hidden {sp.eagle3_target_hidden_size}, d2t {sp.d2t_shape}"
+            f"EAGLE-3 draft: target layers {_list(sp.eagle3_target_layers)}, "
+            f"target hidden {_n(sp.eagle3_target_hidden_size)}, d2t {_list(sp.d2t_shape)}"
         )
     if sp.dflash_block_size is not None or sp.dflash_target_layers is not None:
         heads.append(
-            f"DFlash draft: block {sp.dflash_block_size}, target layers "
-            f"{sp.dflash_target_layers}, target hidden {sp.dflash_target_hidden_size}"
+            f"DFlash draft: block {_n(sp.dflash_block_size)}, target layers {_list(sp.dflash_target_layers)}, "
+            f"target hidden {_n(sp.dflash_target_hidden_size)}"
         )
     rows.append(("speculative", "; ".join(heads) or "none"))
     gl = s.license
-    rows.append(("licence (gguf)", safe(" | ".join(x for x in (gl.license, gl.name, gl.link) if x) or "-")))
+    rows.append(("licence (gguf)", " | ".join(x for x in (gl.license, gl.name, gl.link) if x) or "-"))
     if lic is not None or conflict:
-        rows.append(("licence (registry)", safe(lic or "-") + (" [red](sources conflict)[/]" if conflict else "")))
-    for k, v in rows:
-        table.add_row(k, v)
-    (console if console.is_terminal else Console(width=160, highlight=False)).print(table)
+        rows.append(("licence (registry)", (lic or "-") + (" (sources conflict)" if conflict else "")))
+    key_width = max(len(k) for k, _ in rows) + 2
+    for key, value in rows:
+        say(value, prefix=f"{key:<{key_width}}", marks=[(key, "bold")], indent=key_width)
+
+
+def _list(values: list[int] | None) -> str:
+    return "-" if values is None else ", ".join(map(str, values))
 
 
 def inspect_cmd(
-    file: Annotated[Path, typer.Argument(help="GGUF file to read.", show_default=False)],
+    file: Annotated[Path, typer.Argument(metavar="FILE", help="GGUF file to read.", show_default=False)],
     do_hash: Annotated[
         bool, typer.Option("--hash", help="Compute the SHA-256 if the registry does not know it.")
     ] = False,
@@ -128,15 +139,15 @@ def inspect_cmd(
     from specreg.gguf.summary import summarize
 
     gf = open_gguf(file)
-    warn(file, gf.warnings)
+    warn(f"{file}: {w}" for w in gf.warnings)
     summary = summarize(gf)
     sha, lic, conflict = _known(file, do_hash)
     summary = summary.model_copy(update={"sha256": sha})
     if json_out:
         emit_json(summary)
         return
-    _human(summary, gf.token_texts() if summary.tokenizer.n_tokens else [], lic, conflict)
+    from specreg.gguf.format import KEY_TOKENS, T_STRING
 
-
-def register(app: typer.Typer) -> None:
-    app.command("inspect")(inspect_cmd)
+    tokens = gf.typed_array(KEY_TOKENS, (T_STRING,))
+    special = [getattr(summary.tokenizer, f"{k}_id") for k in _SPECIAL]
+    _human(summary, tokens.strings_at(i for i in special if i is not None) if tokens else {}, lic, conflict)

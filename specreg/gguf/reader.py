@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import mmap
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from pathlib import Path
 
@@ -56,6 +56,25 @@ class GGUFArray:
     def sha256(self) -> str:
         """Fingerprint: SHA-256 over the raw payload, so equal arrays hash equal without decoding."""
         return hashlib.sha256(self.raw()).hexdigest()
+
+    def strings_at(self, indices: Iterable[int]) -> dict[int, str]:
+        """Some elements of a string array, decoded without decoding the others (a few special
+        tokens out of 150,000: skipping lengths is a third of the cost of decoding every text)."""
+        want = {i for i in indices if 0 <= i < self.count}
+        if self.item_type != F.T_STRING or not want:
+            return {}
+        buf = self._owner._buf
+        unpack = F.U64.unpack_from
+        out: dict[int, str] = {}
+        p = self.offset
+        i = 0
+        for target in sorted(want):  # the walk at open checked every length against the buffer
+            while i < target:
+                p += 8 + unpack(buf, p)[0]
+                i += 1
+            n = unpack(buf, p)[0]
+            out[target] = bytes(buf[p + 8 : p + 8 + n]).decode("utf-8", "surrogateescape")
+        return out
 
     def to_list(self) -> list:
         """Decode every element. Strings use surrogateescape: distinct bytes stay distinct."""

@@ -38,7 +38,7 @@ def _tokenizer(gf: GGUFFile) -> TokenizerSummary:
     get_str(gf, F.KEY_CHAT_TEMPLATE)  # type-checks the key
     ids: dict[str, Any] = {field: get_int(gf, key) for field, key in F.SPECIAL_ID_KEYS.items()}
     flags: dict[str, Any] = {field: get_bool(gf, key) for field, key in F.ADD_FLAG_KEYS.items()}
-    return TokenizerSummary(
+    return TokenizerSummary.model_construct(
         model=get_str(gf, F.KEY_TOK_MODEL),
         pre=get_str(gf, F.KEY_TOK_PRE),
         n_tokens=0 if tokens is None else tokens.count,
@@ -55,7 +55,7 @@ def _tokenizer(gf: GGUFFile) -> TokenizerSummary:
 
 
 def _speculative(gf: GGUFFile, arch: str | None) -> SpeculativeMeta:
-    meta = SpeculativeMeta(nextn_tensors=[t.name for t in gf.tensors if _NEXTN_TENSOR.match(t.name)])
+    meta = SpeculativeMeta.model_construct(nextn_tensors=[t.name for t in gf.tensors if _NEXTN_TENSOR.match(t.name)])
     d2t = gf.tensor(F.D2T_TENSOR)
     meta.d2t_shape = None if d2t is None else list(d2t.shape)
     if arch is None:
@@ -93,13 +93,14 @@ def _provenance(gf: GGUFFile) -> ProvenanceFields:
             bases.setdefault(int(m.group(1)), {})[m.group(2)] = _plain(gf, key)
         elif key.startswith(F.SOURCE_PREFIX):
             source[key[len(F.SOURCE_PREFIX) :]] = _plain(gf, key)
-    return ProvenanceFields(
+    return ProvenanceFields.model_construct(
         base_models=[bases[i] for i in sorted(bases)], source=source, repo_url=get_str(gf, F.KEY_REPO_URL)
     )
 
 
 def build_summary(gf: GGUFFile) -> GGUFSummary:
-    """Assemble the summary; every lookup is type-checked against the stored value type."""
+    """Assemble the summary; every lookup is type-checked against the stored value type, so the
+    models are constructed without a second validation (and without building their schemas)."""
     arch = get_str(gf, F.KEY_ARCH)
     split_count = get_int(gf, F.KEY_SPLIT_COUNT)
     split_no = get_int(gf, F.KEY_SPLIT_NO)
@@ -112,7 +113,7 @@ def build_summary(gf: GGUFFile) -> GGUFSummary:
         return None if arch is None else get_int(gf, template.format(arch=arch))
 
     file_type = get_int(gf, F.KEY_FILE_TYPE)
-    return GGUFSummary(
+    return GGUFSummary.model_construct(
         path=str(gf.path),
         file_size=gf.file_size,
         version=gf.version,
@@ -135,7 +136,7 @@ def build_summary(gf: GGUFFile) -> GGUFSummary:
         split_no=split_no,
         tokenizer=_tokenizer(gf),
         speculative=_speculative(gf, arch),
-        license=LicenceFields(
+        license=LicenceFields.model_construct(
             license=get_str(gf, F.KEY_LICENSE),
             name=get_str(gf, F.KEY_LICENSE_NAME),
             link=get_str(gf, F.KEY_LICENSE_LINK),

@@ -14,7 +14,7 @@ import logging
 import os
 import re
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -167,10 +167,8 @@ def discard_cached(path: str | Path) -> None:
     revisions = repo.revisions if repo else ()
     pointers = [f.file_path for r in revisions for f in r.files if f.blob_path == cached.blob_path]
     for p in dict.fromkeys([*pointers, cached.file_path, cached.blob_path]):
-        try:
+        with suppress(FileNotFoundError):
             os.unlink(p)
-        except FileNotFoundError:
-            pass
 
 
 def cached_card(repo_id: str, revision: str, cache_dir: Path) -> Path | None:

@@ -14,6 +14,7 @@ reading the model card lives in `provenance.py`.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from specreg.schemas.gguf import LicenceFields
 from specreg.schemas.registry import LICENCE_PRECEDENCE, LicenceRecord, LicenceSource
@@ -70,7 +71,7 @@ def _identity(s: LicenceSource) -> tuple[str | None, str | None]:
     return (s.value, name)
 
 
-def combine(sources: list[LicenceSource | None]) -> LicenceRecord:
+def combine(sources: Sequence[LicenceSource | None]) -> LicenceRecord:
     """Keep every source (in precedence order), pick the effective one, flag disagreement."""
     rank = {kind: i for i, kind in enumerate(LICENCE_PRECEDENCE)}
     kept = sorted(

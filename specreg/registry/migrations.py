@@ -55,6 +55,10 @@ class MigrationSet:
 
         return inner
 
+    def names(self) -> list[str]:
+        """Every migration this specreg knows, in order (what a result bundle's schema is checked against)."""
+        return [m.name for m in self._migrations]
+
     def pending_names(self, conn: sqlite3.Connection) -> list[str]:
         """Names of the migrations not applied yet (read-only; plain SQL on the connection)."""
         exists = conn.execute(
@@ -300,3 +304,62 @@ def m003_bench_runs(db: Database) -> None:
         """
     )
     db.execute("CREATE INDEX idx_bench_summaries_keys ON bench_summaries (target_sha256, draft_sha256)")
+
+
+@migrations()
+def m004_pairs_strict_verdict(db: Database) -> None:
+    """A strict check is kept beside the normal verdict instead of replacing it.
+
+    `latest_verdict_id` (with `admitted`, `strict`) now names the verdict a pair stands on: its
+    latest normal one, else its latest strict one; `strict_verdict_id` / `strict_admitted` name
+    its latest strict one. Existing pairs are filled in from their verdict history.
+    """
+    db.execute("ALTER TABLE pairs ADD COLUMN strict_verdict_id INTEGER REFERENCES verdicts (id)")
+    db.execute("ALTER TABLE pairs ADD COLUMN strict_admitted INTEGER")
+    db.execute(
+        "UPDATE pairs SET strict_verdict_id = "
+        "(SELECT max(v.id) FROM verdicts v WHERE v.pair_id = pairs.id AND v.strict = 1)"
+    )
+    db.execute(
+        "UPDATE pairs SET strict_admitted = (SELECT v.admitted FROM verdicts v WHERE v.id = pairs.strict_verdict_id)"
+    )
+    db.execute(
+        "UPDATE pairs SET latest_verdict_id = coalesce("
+        "(SELECT max(v.id) FROM verdicts v WHERE v.pair_id = pairs.id AND v.strict = 0), strict_verdict_id) "
+        "WHERE latest_verdict_id IS NOT NULL"
+    )
+    db.execute(
+        "UPDATE pairs SET admitted = (SELECT v.admitted FROM verdicts v WHERE v.id = pairs.latest_verdict_id), "
+        "strict = (SELECT v.strict FROM verdicts v WHERE v.id = pairs.latest_verdict_id) "
+        "WHERE latest_verdict_id IS NOT NULL"
+    )
+
+
+@migrations()
+def m005_run_origins(db: Database) -> None:
+    """Where an imported benchmark run came from (specreg/benchmark/bundle_import.py).
+
+    One row per run merged from a result bundle: the host and specreg version that ran it, the
+    digest of its content (a later bundle with the same run id must match it) and of the bundle.
+    Runs measured here have no row.
+    """
+    db.execute(
+        """
+        CREATE TABLE run_origins (
+            run_id TEXT PRIMARY KEY REFERENCES bench_runs (run_id),
+            host TEXT NOT NULL,
+            specreg_version TEXT NOT NULL,
+            run_digest TEXT NOT NULL CHECK (length(run_digest) = 64),
+            bundle_digest TEXT NOT NULL CHECK (length(bundle_digest) = 64),
+            bundle_created_at TEXT,
+            imported_at TEXT NOT NULL
+        )
+        """
+    )
+
+
+@migrations()
+def m006_bench_condition_warmup(db: Database) -> None:
+    """Each condition's warm-up: per server start, the uncounted requests' latencies and whether
+    two in a row agreed within the tolerance (benchmark/execute.py). Additive: older rows get '[]'."""
+    db.execute("ALTER TABLE bench_conditions ADD COLUMN warmup_json TEXT NOT NULL DEFAULT '[]'")

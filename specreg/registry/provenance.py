@@ -1,9 +1,10 @@
 """Where a GGUF file came from and what licence it is under: local cache, model card, hub.
 
 Three ways in, one record out (`Provenance` + the model card's `LicenceSource`):
-- `local_facts` — the registry's hook on every registration: a file under a Hugging Face cache
-  names its repo, commit and filename, and the README.md of the same snapshot is its model card.
-  No network, ever; a path outside any cache costs a walk over its parents.
+- `local_facts` — looked up on every registration (`register`, which hands them to the store):
+  a file under a Hugging Face cache names its repo, commit and filename, and the README.md of
+  the same snapshot is its model card. No network, ever; a path outside any cache costs a walk
+  over its parents. The store never imports this module: provenance -> store, one way.
 - `fetch` — `hf_hub_download` at a commit resolved once, the bytes checked against the hub's LFS
   SHA-256 for that commit, the card fetched at the same commit, then registered.
 - `verify` — the same check for a file already on disk (`register --verify`).
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import os
 import stat
+from contextlib import suppress
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from specreg.errors import HubError, UsageError
 from specreg.registry import licence
+from specreg.registry.artifacts import stat_or_raise
 from specreg.registry.hashing import sha256_with_bar
 from specreg.registry.hub import (
     CARD_FILENAME,
@@ -108,7 +111,7 @@ def describe_licence(rec: LicenceRecord) -> str:
 def local_facts(
     path: str | Path, *, repo: str | None = None, revision: str | None = None, extra: dict[str, Any] | None = None
 ) -> tuple[Provenance, LicenceSource | None]:
-    """Provenance and model-card licence of a file about to be registered (the registry's hook).
+    """Provenance and model-card licence of a file about to be registered.
 
     A cached file's repo and commit come from the cache; `--repo` / `--revision` that contradict
     them are a usage error rather than a silent override.
@@ -154,6 +157,30 @@ def local_facts(
     return prov, (card_source(card) if card is not None else None)
 
 
+def register(
+    registry: Registry,
+    path: str | Path,
+    *,
+    license: str | None = None,
+    repo: str | None = None,
+    revision: str | None = None,
+    extra: dict[str, Any] | None = None,
+    rehash: bool = False,
+) -> ArtifactRecord:
+    """Register a file with its local facts: how every command registers a file.
+
+    A path already registered and unchanged, with nothing new to record, is answered from the
+    stat cache without looking anything up or writing.
+    """
+    if not (license or repo or revision or extra or rehash):
+        sha = registry.artifacts_store.registered_unchanged(path)
+        if sha is not None:
+            return registry.get_artifact(sha)
+    stat_or_raise(os.path.abspath(path))  # a missing file says so before any cache lookup
+    prov, card = local_facts(path, repo=repo, revision=revision, extra=extra)
+    return registry.add_artifact(path, license=license, provenance=prov, card=card, rehash=rehash)
+
+
 # -- the hub ------------------------------------------------------------------------------------
 
 
@@ -189,7 +216,7 @@ def _hub_file(
     plain = {s.rfilename for s in info.siblings or []}
     name = filename
     if name is None or (name not in plain and local_sha256):
-        name = next((n for n, l in sorted(lfs.items()) if l.sha256 == local_sha256), name)
+        name = next((n for n, entry in sorted(lfs.items()) if entry.sha256 == local_sha256), name)
     where = f"{repo}@{commit[:12]}"
     if name is None or name not in plain:
         hint = "pass the file's name in the repo" if name is None else "names are case-sensitive; see the repo's files"
@@ -220,13 +247,11 @@ def _download_card(settings: HubSettings, hf: HubFile) -> None:
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import RemoteEntryNotFoundError
 
-    with hub_errors(settings, hf.repo_id, hf.commit, CARD_FILENAME):
-        try:
-            hf_hub_download(
-                hf.repo_id, CARD_FILENAME, revision=hf.commit, cache_dir=settings.cache_dir, endpoint=settings.endpoint
-            )
-        except RemoteEntryNotFoundError:
-            pass
+    # an absent card: no statement
+    with hub_errors(settings, hf.repo_id, hf.commit, CARD_FILENAME), suppress(RemoteEntryNotFoundError):
+        hf_hub_download(
+            hf.repo_id, CARD_FILENAME, revision=hf.commit, cache_dir=settings.cache_dir, endpoint=settings.endpoint
+        )
 
 
 def fetch(
@@ -264,7 +289,7 @@ def fetch(
         )
     with guarded_session():
         _download_card(s, hf)
-    return registry.add_artifact(path, license=license, provenance_extra=_verified_extra(hf, "fetch")), path
+    return register(registry, path, license=license, extra=_verified_extra(hf, "fetch")), path
 
 
 def verify(
@@ -303,5 +328,7 @@ def verify(
         )
     with guarded_session():
         _download_card(s, hf)
-    pinned = {} if cached else {"repo": repo, "revision": hf.commit}
-    return registry.add_artifact(path, license=license, provenance_extra=_verified_extra(hf, "verify"), **pinned)
+    extra = _verified_extra(hf, "verify")
+    if cached:  # the cache names repo and commit itself
+        return register(registry, path, license=license, extra=extra)
+    return register(registry, path, license=license, repo=repo, revision=hf.commit, extra=extra)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import shlex
 
-from specreg.schemas.audit import GATES, AuditReport, PairAudit, RunDigest, StratumRow
+from specreg.benchmark.statistics import interval_text
+from specreg.schemas.audit import GATES, AuditReport, PairAudit, RunDigest, StratumDecision, StratumRow
 
 
 def num(value: float | None, fmt: str = ".2f", none: str = "–") -> str:
@@ -16,12 +17,36 @@ def pct(value: float | None) -> str:
     return "–" if value is None else f"{value * 100:.1f}%"
 
 
-def spread(row: StratumRow) -> str:
+def speedup_cell(row: StratumRow) -> str:
+    """Speed-up with its 95% interval; "–" with the reason when there is none (a failed condition)."""
     if row.speedup is None:
-        return "–"
-    if row.speedup_p5 is None or row.speedup_p95 is None:
-        return f"{row.speedup:.2f}"
-    return f"{row.speedup:.2f} ({row.speedup_p5:.2f}–{row.speedup_p95:.2f})"
+        return f"– ({row.speedup_note})" if row.speedup_note else "–"
+    if row.speedup_note == "reference":
+        return "reference"
+    return interval_text(row.speedup, row.speedup_ci95) + (" UNEXPLAINED" if row.unexplained else "")
+
+
+def decision_cells(d: StratumDecision, hw: dict[str, str] | None = None) -> list[str]:
+    """A decision row: target, (hardware,) stratum, concurrency, choice, draft length, speed-up, run, why."""
+    return [
+        d.target_name or short(d.target_sha256),
+        *([hw.get(d.hardware or "", "–")] if hw else []),
+        d.stratum,
+        str(d.concurrency),
+        d.choice,
+        "–" if d.draft_n_max is None else str(d.draft_n_max),
+        interval_text(d.speedup, d.speedup_ci95) if d.speedup is not None else "–",
+        d.run_id or "–",
+        "; ".join(f"pair {c.pair_id} {c.condition}: {c.reason}" for c in d.candidates) or "no candidates",
+    ]
+
+
+DECISION_HEADERS = ("target", "stratum", "conc.", "deploy", "draft max", "speed-up [95% CI]", "run", "why")
+
+
+def decision_headers(hw: dict[str, str] | None = None) -> list[str]:
+    """The decision table's headers, with a hardware column when several classes were audited."""
+    return [DECISION_HEADERS[0], *(["hardware"] if hw else []), *DECISION_HEADERS[1:]]
 
 
 def command(argv: list[str] | None) -> str:
@@ -36,6 +61,19 @@ def pair_title(p: PairAudit) -> str:
     target = p.target_name or short(p.target_sha256)
     draft = p.draft_name or short(p.draft_sha256) if p.draft_sha256 else "(self)"
     return f"pair {p.pair_id}: {p.method} {target} ← {draft}"
+
+
+def judged_line(p: PairAudit) -> str | None:
+    """Which condition the pair's gates judged, with its speed-up and interval (None: no run)."""
+    if p.not_benchmarkable:
+        return f"admitted, not benchmarkable: {p.not_benchmarkable}"
+    if p.condition is None:
+        return None
+    k = "" if p.draft_n_max is None else f", draft max {p.draft_n_max}"
+    return (
+        f"judged on {p.condition} (concurrency {p.concurrency}{k}): "
+        f"speed-up {interval_text(p.speedup, p.speedup_ci95)} over every stratum"
+    )
 
 
 def gate_cells(p: PairAudit) -> list[tuple[str, bool | None]]:
@@ -58,7 +96,9 @@ STRATUM_HEADERS = (
     "TTFT ms",
     "TPOT ms",
     "acceptance",
-    "speed-up (p5–p95)",
+    "E[L]",
+    "predicted",
+    "speed-up [95% CI]",
     "errors",
     "timeouts",
     "equivalent",
@@ -77,7 +117,9 @@ def stratum_cells(r: StratumRow) -> list[str]:
         num(r.median_ttft_ms, ".1f"),
         num(r.median_tpot_ms, ".2f"),
         pct(r.acceptance),
-        spread(r),
+        num(r.expected_accepted_length),
+        num(r.predicted_speedup),
+        speedup_cell(r),
         str(r.errors),
         str(r.timeouts),
         f"{r.equivalent}/{r.compared}",
@@ -117,3 +159,38 @@ def condition_cells(run: RunDigest) -> list[list[str]]:
 
 def verdict_word(report: AuditReport) -> str:
     return "PASS" if report.passed else "FAIL"
+
+
+def hardware_labels(report: AuditReport) -> dict[str, str]:
+    """H1, H2, ... for the audit's hardware classes (sorted), the same in every view."""
+    return {c: f"H{i}" for i, c in enumerate(sorted(report.hardware_classes), start=1)}
+
+
+def _speedup(report: AuditReport, p: PairAudit) -> float | None:
+    run = next((r for r in report.runs if r.run_id == p.run_id), None)
+    rows = [r for r in run.rows(p.condition) if r.stratum == "all"] if run and p.condition else []
+    return rows[0].speedup if rows else None
+
+
+def hardware_matrix(report: AuditReport) -> tuple[list[str], list[list[str]]]:
+    """Pairs down, hardware classes across: PASS with the speed-up, or FAIL with the first failed gate."""
+    labels = hardware_labels(report)
+    classes = sorted(labels)
+    cells: dict[int, dict[str, str]] = {}
+    first: dict[int, PairAudit] = {}
+    for p in report.pairs:
+        first.setdefault(p.pair_id, p)
+        if p.hardware not in labels:
+            continue
+        sp = _speedup(report, p)
+        text = ("PASS" if p.passed else f"FAIL {p.failed_gates[0]}") + ("" if sp is None else f" {sp:.2f}x")
+        cells.setdefault(p.pair_id, {})[p.hardware] = text
+    headers = ["pair", "method", "target", "draft", *(labels[c] for c in classes)]
+    rows = []
+    for pid, p in first.items():
+        draft = (p.draft_name or short(p.draft_sha256)) if p.draft_sha256 else "(self)"
+        by = cells.get(pid, {})
+        rows.append(
+            [str(pid), p.method, p.target_name or short(p.target_sha256), draft, *(by.get(c, "–") for c in classes)]
+        )
+    return headers, rows

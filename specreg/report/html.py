@@ -48,7 +48,9 @@ def _table(headers: list[str] | tuple[str, ...], rows: list[list[str]], raw: boo
 def _plots(plots: dict[str, str], prefix: str) -> str:
     titles = {
         "acceptance": "Acceptance by draft position",
-        "speedup": "Speed-up per stratum (p5–p95)",
+        "speedup": "Speed-up per stratum (95% interval)",
+        "concurrency": "Speed-up by concurrency",
+        "draft-length": "Speed-up by draft length",
         "memory": "Peak memory per condition",
     }
     figs = "".join(
@@ -134,23 +136,13 @@ def render_audit(report: AuditReport, plots: dict[str, dict[str, str]]) -> str:
             ]
         )
     parts.append(_table(["pair", "method", "target", "draft", *GATES, "result"], rows, raw=True))
+    hw = common.hardware_labels(report) if len(report.hardware_classes) > 1 else {}
+    if hw:
+        parts.append("<h2>Per hardware class</h2><ul>")
+        parts += [f"<li><b>{e(hw[c])}</b>: {e(c)}</li>" for c in sorted(hw)]
+        parts.append("</ul>" + _table(*common.hardware_matrix(report)))
     parts.append("<h2>Decisions per stratum</h2>")
-    parts.append(
-        _table(
-            ["target", "stratum", "deploy", "speed-up", "run", "why"],
-            [
-                [
-                    d.target_name or common.short(d.target_sha256),
-                    d.stratum,
-                    d.choice,
-                    common.num(d.speedup),
-                    d.run_id or "–",
-                    "; ".join(f"pair {c.pair_id}: {c.reason}" for c in d.candidates) or "no candidates",
-                ]
-                for d in report.decisions
-            ],
-        )
-    )
+    parts.append(_table(common.decision_headers(hw), [common.decision_cells(d, hw) for d in report.decisions]))
     for i, run in enumerate(report.runs):
         parts.append(run_plots(run, plots.get(run.run_id, {}), f"r{i}"))
     parts.append("<h2>Pairs</h2>")
@@ -161,10 +153,13 @@ def render_audit(report: AuditReport, plots: dict[str, dict[str, str]]) -> str:
             f"{'pass' if g.passed else 'FAIL'} — {e(g.message)}</li>"
             for g in p.gates
         )
+        judged = common.judged_line(p)
         parts.append(
-            f'<h3 class="{ok}">{e(common.pair_title(p))} — {ok.upper()}</h3><ul>{gates}</ul>'
-            f"<p>Rollback (baseline, <code>--spec-type none</code>):</p>"
-            f"<pre>{e(common.command(p.rollback_command))}</pre>"
+            f'<h3 class="{ok}">{e(common.pair_title(p))} — {ok.upper()}</h3>'
+            + (f"<p>{e(judged)}</p>" if judged else "")
+            + f"<ul>{gates}</ul>"
+            + "<p>Rollback (baseline, <code>--spec-type none</code>):</p>"
+            + f"<pre>{e(common.command(p.rollback_command))}</pre>"
         )
         if p.speculative_command:
             parts.append(f"<p>Speculative condition:</p><pre>{e(common.command(p.speculative_command))}</pre>")

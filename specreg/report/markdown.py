@@ -17,7 +17,7 @@ from specreg.report import common
 from specreg.schemas.audit import GATES, AuditReport, RunDigest
 from specreg.text import escape_control
 
-_MD_PUNCT = re.compile(r"([\\`*_\[\]()!|~{}#])")
+_MD_PUNCT = re.compile(r"([\\`*_\[\]|~])")  # `[`..`]` kill links and images; the rest, emphasis and cells
 _AUTOLINK = re.compile(r"(?<=[A-Za-z0-9])://|(?i:(?<=www))\.")
 
 
@@ -54,6 +54,8 @@ def _images(plots: dict[str, str], prefix: str) -> list[str]:
     titles = {
         "acceptance": "Acceptance by draft position",
         "speedup": "Speed-up per stratum",
+        "concurrency": "Speed-up by concurrency",
+        "draft-length": "Speed-up by draft length",
         "memory": "Peak memory per condition",
     }
     # <...> keeps a file name with spaces or parentheses one link target (CommonMark)
@@ -69,7 +71,7 @@ def run_plots(run: RunDigest, plot_names: dict[str, str], image_prefix: str) -> 
         f"runtime {esc(run.runtime or '–')}, hardware {esc(run.hardware or '–')}, "
         f"{run.repetitions} repetition(s)."
     )
-    return out + [""] + _images(plot_names, image_prefix)
+    return [*out, "", *_images(plot_names, image_prefix)]
 
 
 def run_tables(run: RunDigest, heading: bool = True) -> list[str]:
@@ -81,7 +83,7 @@ def run_tables(run: RunDigest, heading: bool = True) -> list[str]:
         out += ["", f"{code(c.label)}:", *_fence(common.command(c.command))]
     out += ["", "### Per stratum", ""]
     out += _table(common.STRATUM_HEADERS, [common.stratum_cells(r) for r in run.strata])
-    return out + [""]
+    return [*out, ""]
 
 
 def render_run(run: RunDigest, plots: dict[str, str], image_prefix: str) -> str:
@@ -117,27 +119,22 @@ def render_audit(report: AuditReport, plots: dict[str, dict[str, str]], image_pr
             ]
         )
     lines += _table(["pair", "method", "target", "draft", *GATES, "result"], rows)
+    if len(report.hardware_classes) > 1:
+        labels = common.hardware_labels(report)
+        lines += ["", "## Per hardware class", ""]
+        lines += [f"- **{labels[c]}**: {esc(c)}" for c in sorted(labels)] + [""]
+        lines += _table(*common.hardware_matrix(report))
+    hw = common.hardware_labels(report) if len(report.hardware_classes) > 1 else {}
     lines += ["", "## Decisions per stratum", ""]
-    lines += _table(
-        ["target", "stratum", "deploy", "speed-up", "run", "why"],
-        [
-            [
-                d.target_name or common.short(d.target_sha256),
-                d.stratum,
-                d.choice,
-                common.num(d.speedup),
-                d.run_id or "–",
-                "; ".join(f"pair {c.pair_id}: {c.reason}" for c in d.candidates) or "no candidates",
-            ]
-            for d in report.decisions
-        ],
-    )
+    lines += _table(common.decision_headers(hw), [common.decision_cells(d, hw) for d in report.decisions])
     lines.append("")
     for run in report.runs:
         lines += run_plots(run, plots.get(run.run_id, {}), f"{image_prefix}{slug(run.run_id)}-")
     lines += ["", "## Pairs", ""]
     for p in report.pairs:
         lines += [f"### {esc(common.pair_title(p))} — {'PASS' if p.passed else 'FAIL'}", ""]
+        judged = common.judged_line(p)
+        lines += [esc(judged), ""] if judged else []
         lines += [f"- **{g.gate}**: {'pass' if g.passed else 'FAIL'} — {esc(g.message)}" for g in p.gates]
         lines += ["", "Rollback (baseline, `--spec-type none`):", *_fence(common.command(p.rollback_command))]
         if p.speculative_command:

@@ -11,9 +11,15 @@ from __future__ import annotations
 import io
 import math
 import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from specreg.schemas.audit import RunDigest
+from specreg.schemas.audit import RunDigest, StratumRow
+from specreg.schemas.bench import ALL_STRATA
 from specreg.text import escape_control
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 PALETTE = ("#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bbbbbb")
 
@@ -23,7 +29,7 @@ def _label(text: object, limit: int = 40) -> str:
     return s if len(s) <= limit else s[: limit - 1] + "…"
 
 
-def _figure(width: float, height: float):  # type: ignore[no-untyped-def]
+def _figure(width: float, height: float) -> Figure:
     import matplotlib
 
     matplotlib.rcParams["svg.fonttype"] = "path"
@@ -33,7 +39,7 @@ def _figure(width: float, height: float):  # type: ignore[no-untyped-def]
     return Figure(figsize=(width, height), dpi=100, layout="constrained")
 
 
-def _svg(fig) -> str:  # type: ignore[no-untyped-def]
+def _svg(fig: Figure) -> str:
     from matplotlib.backends.backend_svg import FigureCanvasSVG
 
     buf = io.StringIO()
@@ -75,17 +81,30 @@ def acceptance_plot(run: RunDigest) -> str | None:
     return _svg(fig)
 
 
+def _is_baseline(run: RunDigest, label: str) -> bool:
+    return any(c.label == label and c.is_baseline for c in run.conditions)
+
+
+def _whiskers(rows: list[StratumRow]) -> tuple[list[float], list[float]]:
+    """Distances from each speed-up to its 95% interval's ends (0 when there is no interval)."""
+    lo = [max(0.0, r.speedup - r.speedup_ci95[0]) if r.speedup and r.speedup_ci95 else 0.0 for r in rows]
+    hi = [max(0.0, r.speedup_ci95[1] - r.speedup) if r.speedup and r.speedup_ci95 else 0.0 for r in rows]
+    return lo, hi
+
+
 def speedup_plot(run: RunDigest, concurrency: int | None = None, min_speedup: float | None = None) -> str | None:
-    """Median speed-up per stratum and condition, whiskers from p5 to p95 (None: no data)."""
+    """Speed-up per stratum and condition with 95% interval whiskers (None: no data)."""
+    fig = speedup_figure(run, concurrency, min_speedup)
+    return None if fig is None else _svg(fig)
+
+
+def speedup_figure(run: RunDigest, concurrency: int | None = None, min_speedup: float | None = None) -> Figure | None:
+    """The speed-up figure itself. A condition without a speed-up (it failed) gets no bar, only the
+    word "failed" where the bar would be: a failed condition is never drawn as a slow or fast result.
+    """
     conc = _concurrency(run, concurrency)
-    rows = [
-        r
-        for r in run.strata
-        if r.concurrency == conc
-        and r.speedup is not None
-        and not any(c.label == r.condition and c.is_baseline for c in run.conditions)
-    ]
-    if not rows:
+    rows = [r for r in run.strata if r.concurrency == conc and not _is_baseline(run, r.condition)]
+    if not any(r.speedup is not None for r in rows):
         return None
     strata = sorted({r.stratum for r in rows})
     conds = list(dict.fromkeys(r.condition for r in rows))
@@ -94,25 +113,103 @@ def speedup_plot(run: RunDigest, concurrency: int | None = None, min_speedup: fl
     width = 0.8 / len(conds)
     for j, cond in enumerate(conds):
         by = {r.stratum: r for r in rows if r.condition == cond}
-        xs, ys, lo, hi = [], [], [], []
+        drawn = [(i, by[s]) for i, s in enumerate(strata) if s in by and by[s].speedup is not None]
+        xs = [i - 0.4 + width * (j + 0.5) for i, _ in drawn]
+        ys = [float(r.speedup or 0.0) for _, r in drawn]
+        ax.bar(
+            xs,
+            ys,
+            width * 0.9,
+            yerr=list(_whiskers([r for _, r in drawn])),
+            capsize=3,
+            color=PALETTE[j % len(PALETTE)],
+            label=_label(cond),
+        )
         for i, s in enumerate(strata):
-            r = by.get(s)
-            if r is None or r.speedup is None:
-                continue
-            xs.append(i - 0.4 + width * (j + 0.5))
-            ys.append(r.speedup)
-            lo.append(max(0.0, r.speedup - (r.speedup_p5 if r.speedup_p5 is not None else r.speedup)))
-            hi.append(max(0.0, (r.speedup_p95 if r.speedup_p95 is not None else r.speedup) - r.speedup))
-        ax.bar(xs, ys, width * 0.9, yerr=[lo, hi], capsize=3, color=PALETTE[j % len(PALETTE)], label=_label(cond))
+            if s in by and by[s].speedup is None:
+                ax.text(i - 0.4 + width * (j + 0.5), 0.02, "failed", rotation=90, ha="center", va="bottom", fontsize=7)
     ax.axhline(1.0, color="black", linewidth=0.8)
     if min_speedup is not None:
         ax.axhline(min_speedup, color="#cc3311", linestyle="--", linewidth=1, label=f"policy minimum {min_speedup:g}")
     ax.set_xticks(range(len(strata)), [_label(s, 20) for s in strata])
     ax.set_ylabel("speed-up vs --spec-type none")
-    ax.set_title(f"Speed-up per stratum (median, p5–p95; concurrency {conc})", fontsize=10)
+    ax.set_title(f"Speed-up per stratum (median, 95% interval; concurrency {conc})", fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the bars, never on them
+    return fig
+
+
+def _sweep_plot(
+    run: RunDigest,
+    x_of: Callable[[StratumRow], int | None],
+    series_of: Callable[[StratumRow], str],
+    xlabel: str,
+    title: str,
+    min_speedup: float | None,
+) -> str | None:
+    """Speed-up over every stratum ("all") against one swept value, one line per series."""
+    rows = [r for r in run.strata if r.stratum == ALL_STRATA and not _is_baseline(run, r.condition)]
+    series: dict[str, list[tuple[int, StratumRow]]] = {}
+    for r in rows:
+        x = x_of(r)
+        if x is not None and r.speedup is not None:
+            series.setdefault(series_of(r), []).append((x, r))
+    if len({x for pts in series.values() for x, _ in pts}) < 2:
+        return None
+    fig = _figure(7, 3.8)
+    ax = fig.add_subplot()
+    for i, (name, pts) in enumerate(sorted(series.items())):
+        pts.sort(key=lambda p: p[0])
+        lo, hi = _whiskers([r for _, r in pts])
+        ax.errorbar(
+            [x for x, _ in pts],
+            [float(r.speedup or 0.0) for _, r in pts],
+            yerr=[lo, hi],
+            marker="o",
+            capsize=3,
+            color=PALETTE[i % len(PALETTE)],
+            label=_label(name),
+        )
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    if min_speedup is not None:
+        ax.axhline(min_speedup, color="#cc3311", linestyle="--", linewidth=1, label=f"policy minimum {min_speedup:g}")
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("speed-up vs --spec-type none")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _svg(fig)
+
+
+def _method(run: RunDigest, label: str) -> str:
+    return next((c.spec_type for c in run.conditions if c.label == label), label)
+
+
+def concurrency_plot(run: RunDigest, min_speedup: float | None = None) -> str | None:
+    """Speed-up against concurrency per method (and draft length): where speculation stops paying."""
+    return _sweep_plot(
+        run,
+        lambda r: r.concurrency,
+        lambda r: _method(run, r.condition) + ("" if r.draft_n_max is None else f" k{r.draft_n_max}"),
+        "concurrency (requests in flight)",
+        "Speed-up by concurrency (all strata, 95% interval)",
+        min_speedup,
+    )
+
+
+def draft_length_plot(run: RunDigest, min_speedup: float | None = None) -> str | None:
+    """Speed-up against draft length (--spec-draft-n-max) per method and concurrency."""
+    return _sweep_plot(
+        run,
+        lambda r: r.draft_n_max,
+        lambda r: f"{_method(run, r.condition)} c{r.concurrency}",
+        "draft length (--spec-draft-n-max)",
+        "Speed-up by draft length (all strata, 95% interval)",
+        min_speedup,
+    )
 
 
 def memory_plot(run: RunDigest) -> str | None:
@@ -130,7 +227,7 @@ def memory_plot(run: RunDigest) -> str | None:
     if gpu:
         vram = [c.peak_vram_mib or 0.0 for c in conds]
         ax.barh([y + h / 2 for y in ys], vram, h, color=PALETTE[1], label="peak VRAM")
-    for y, value in zip(ys, ram):
+    for y, value in zip(ys, ram, strict=True):
         ax.text(value, y - (h / 2 if gpu else 0), f" {value:.0f}", va="center", fontsize=8)
     ax.set_yticks(ys, [_label(c.label, 30) for c in conds])
     ax.invert_yaxis()
@@ -145,6 +242,8 @@ def run_plots(run: RunDigest, concurrency: int | None = None, min_speedup: float
     out: dict[str, str | None] = {
         "acceptance": acceptance_plot(run),
         "speedup": speedup_plot(run, concurrency, min_speedup),
+        "concurrency": concurrency_plot(run, min_speedup),
+        "draft-length": draft_length_plot(run, min_speedup),
         "memory": memory_plot(run),
     }
     return {k: v for k, v in out.items() if v is not None}

@@ -1,33 +1,6 @@
-"""Pydantic models shared across specreg (no I/O, imports nothing of ours)."""
+"""Pydantic models and enums shared across specreg (no I/O, imports nothing of ours but errors).
 
-from specreg.schemas.checks import (
-    DRAFT_METHODS,
-    SELF_METHODS,
-    CheckResult,
-    Method,
-    PairVerdict,
-    Severity,
-)
-from specreg.schemas.gguf import (
-    GGUFSummary,
-    LicenceFields,
-    ProvenanceFields,
-    SpeculativeMeta,
-    TensorInfo,
-    TokenizerSummary,
-)
-
-__all__ = [
-    "DRAFT_METHODS",
-    "SELF_METHODS",
-    "CheckResult",
-    "GGUFSummary",
-    "LicenceFields",
-    "Method",
-    "PairVerdict",
-    "ProvenanceFields",
-    "Severity",
-    "SpeculativeMeta",
-    "TensorInfo",
-    "TokenizerSummary",
-]
+Import from the submodules (`specreg.schemas.checks`, ...). This package itself imports
+nothing, so that a light module such as `schemas.methods` loads without building any
+pydantic model (the CLI needs the methods at start-up, the models only when a command runs).
+"""

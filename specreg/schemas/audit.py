@@ -8,12 +8,24 @@ speed-up that is not measurably real, a changed output or an unknown licence fai
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from specreg.schemas.bench import ConditionStatus, Difference, RunStatus
+from specreg.schemas.bench_settings import DEFAULT_REPEAT
+
+# The gates, declared once, in the order the audit runs them and every report shows them.
 GateName = Literal["integrity", "verdict", "evidence", "equivalence", "speed", "memory", "licence", "rollback"]
-GATES: tuple[str, ...] = ("integrity", "verdict", "evidence", "equivalence", "speed", "memory", "licence", "rollback")
+GATES: tuple[GateName, ...] = get_args(GateName)
+# Gates judged per stratum as well as overall; the rest hold for the pair as a whole.
+PER_STRATUM_GATES: tuple[GateName, ...] = ("equivalence", "speed")
+# judged per measured condition, holding in every stratum or none (a condition's evidence and memory)
+CONDITION_GATES: tuple[GateName, ...] = ("evidence", "memory")
+# judged once for the pair as a whole (its files, verdict, licence, rollback)
+PAIR_LEVEL_GATES: tuple[GateName, ...] = tuple(
+    g for g in GATES if g not in PER_STRATUM_GATES and g not in CONDITION_GATES
+)
 NO_SPECULATION = "none"  # the per-stratum decision when no condition passes every gate
 
 
@@ -26,13 +38,13 @@ class EvidencePolicy(_Strict):
 
     runtime: str | None = None  # substring of the run's runtime identity; None: newest run (stated)
     hardware: str | None = None  # substring of the run's hardware identity (CPU / GPU model)
-    min_repetitions: int = Field(default=2, ge=1)  # medians of one repetition prove nothing
+    min_repetitions: int = Field(default=DEFAULT_REPEAT, ge=1)  # as many as `bench admitted` runs by default
 
 
 class SpeedPolicy(_Strict):
     """Speed-up and tail-latency thresholds, judged on medians of repetitions."""
 
-    min_speedup: float = Field(default=1.05, ge=0)
+    min_speedup: float = Field(default=1.05, ge=0)  # the speed-up's 95% interval must start at or above
     concurrency: int | None = Field(default=None, ge=1)  # None: the run's (lowest) concurrency
     required_strata: list[str] = Field(default_factory=list)  # empty: every measured stratum
     p95_tolerance_pct: float = Field(default=10.0, ge=0)  # spec p95 may exceed baseline's by this
@@ -86,6 +98,8 @@ class StratumRow(BaseModel):
     condition: str
     stratum: str
     concurrency: int = 1
+    draft_n_max: int | None = None
+    status: str = "ok"  # the condition's status: a failed one has no speed-up (speedup_note says why)
     n_requests: int = 0
     n_repetitions: int = 0
     median_total_ms: float | None = None
@@ -93,8 +107,18 @@ class StratumRow(BaseModel):
     median_ttft_ms: float | None = None
     median_tpot_ms: float | None = None
     acceptance: float | None = None  # None when nothing was drafted (never 0)
-    speedup: float | None = None  # baseline median total / this median total
-    speedup_p5: float | None = None
+    speedup: float | None = None  # baseline median total / this median total (paired requests)
+    speedup_ci95: tuple[float, float] | None = None  # seeded paired bootstrap over prompt x repetition
+    difference: Difference | None = None  # "no measurable difference" when the interval holds 1.0
+    speedup_note: str | None = None
+    n_paired: int = 0
+    drafted: int | None = None
+    accepted: int | None = None
+    expected_accepted_length: float | None = None  # E[L]: tokens per verification step
+    predicted_speedup: float | None = None  # E[L] / measured step cost
+    unexplained: bool | None = None  # the interval's low end above E[L]
+    unexplained_reason: str | None = None
+    speedup_p5: float | None = None  # spread of per-request ratios (reports only)
     speedup_p95: float | None = None
     errors: int = 0
     timeouts: int = 0
@@ -112,7 +136,10 @@ class ConditionDigest(BaseModel):
     target_sha256: str | None = None
     draft_sha256: str | None = None
     params: dict[str, Any] = Field(default_factory=dict)
-    status: str = "ok"  # the runner's condition status: ok / failed / cancelled / ...
+    concurrency: int = 1
+    draft_n_max: int | None = None
+    draft_n_min: int | None = None
+    status: ConditionStatus = "ok"
     failure: str | None = None
     command: list[str] = Field(default_factory=list)
     peak_ram_mib: float | None = None
@@ -131,7 +158,7 @@ class RunDigest(BaseModel):
     """A benchmark run reduced to what the audit and the reports need."""
 
     run_id: str
-    status: str
+    status: RunStatus
     created_at: datetime | None = None
     runtime: str | None = None
     hardware: str | None = None
@@ -144,8 +171,16 @@ class RunDigest(BaseModel):
     conditions: list[ConditionDigest] = Field(default_factory=list)
     strata: list[StratumRow] = Field(default_factory=list)
 
-    def baseline(self) -> ConditionDigest | None:
-        return next((c for c in self.conditions if c.is_baseline), None)
+    def baseline(self, concurrency: int | None = None) -> ConditionDigest | None:
+        """The baseline condition (at this concurrency, when given)."""
+        return next(
+            (c for c in self.conditions if c.is_baseline and (concurrency is None or c.concurrency == concurrency)),
+            None,
+        )
+
+    @property
+    def concurrency_levels(self) -> list[int]:
+        return sorted({r.concurrency for r in self.strata})
 
     def rows(self, condition: str) -> list[StratumRow]:
         return [r for r in self.strata if r.condition == condition]
@@ -164,8 +199,30 @@ class GateResult(BaseModel):
     strata: dict[str, bool] = Field(default_factory=dict)  # per-stratum outcome where it applies
 
 
+class ConditionOutcome(BaseModel):
+    """One measured condition of a pair (a draft length at a concurrency) under the condition gates."""
+
+    condition: str
+    concurrency: int = 1
+    draft_n_max: int | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    failed: dict[str, str] = Field(default_factory=dict)  # gate -> message, condition gates that failed
+    strata: dict[str, bool] = Field(default_factory=dict)  # equivalence and speed both pass there
+    # (evidence and memory hold everywhere or nowhere; equivalence and speed are judged per stratum)
+    speedup: float | None = None  # over every stratum ("all")
+    speedup_ci95: tuple[float, float] | None = None
+
+    @property
+    def passed(self) -> bool:
+        return not self.failed
+
+
 class PairAudit(BaseModel):
-    """Every gate for one registered pair; `passed` iff every gate passed."""
+    """Every gate for one registered pair; `passed` iff every gate passed.
+
+    The gates are those of the pair's best condition at the judged concurrency (`condition`,
+    `concurrency`, `draft_n_max`); `conditions` has every measured condition of the pair.
+    """
 
     pair_id: int
     method: str
@@ -177,14 +234,21 @@ class PairAudit(BaseModel):
     gates: list[GateResult]
     run_id: str | None = None
     condition: str | None = None
+    concurrency: int | None = None
+    draft_n_max: int | None = None
+    speedup: float | None = None
+    speedup_ci95: tuple[float, float] | None = None
     rollback_command: list[str] | None = None
     speculative_command: list[str] | None = None
+    hardware: str | None = None  # the hardware class whose runs were the evidence (None: no run)
+    conditions: list[ConditionOutcome] = Field(default_factory=list)
+    not_benchmarkable: str | None = None  # admitted, but a side is vocab-only: why there is no run
 
-    def gate(self, name: str) -> GateResult | None:
+    def gate(self, name: GateName) -> GateResult | None:
         return next((g for g in self.gates if g.gate == name), None)
 
     @property
-    def failed_gates(self) -> list[str]:
+    def failed_gates(self) -> list[GateName]:
         return [g.gate for g in self.gates if not g.passed]
 
 
@@ -193,22 +257,30 @@ class Candidate(BaseModel):
 
     pair_id: int
     condition: str | None = None
+    concurrency: int | None = None
+    draft_n_max: int | None = None
     speedup: float | None = None
+    speedup_ci95: tuple[float, float] | None = None
     eligible: bool
     reason: str
 
 
 class StratumDecision(BaseModel):
-    """Per workload: the passing condition with the best speed-up, or "none"."""
+    """Per workload and concurrency: the passing condition with the best speed-up, or "none"."""
 
     target_sha256: str
     target_name: str | None = None
     stratum: str
+    concurrency: int = 1
     choice: str = NO_SPECULATION
     pair_id: int | None = None
+    condition: str | None = None
+    draft_n_max: int | None = None  # the best draft length (None: the build's default, or no draft)
     speedup: float | None = None
+    speedup_ci95: tuple[float, float] | None = None
     run_id: str | None = None
     candidates: list[Candidate] = Field(default_factory=list)
+    hardware: str | None = None  # decided for this hardware class
 
 
 class AuditReport(BaseModel):
@@ -224,3 +296,4 @@ class AuditReport(BaseModel):
     decisions: list[StratumDecision] = Field(default_factory=list)
     runs: list[RunDigest] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+    hardware_classes: list[str] = Field(default_factory=list)  # audited one by one when there are several

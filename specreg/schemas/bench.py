@@ -12,8 +12,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
+from specreg.schemas.bench_settings import BenchSettings, Order
+from specreg.schemas.checks import CheckResult
+from specreg.schemas.registry import LicenceRecord
+
 RunStatus = Literal["running", "complete", "incomplete", "cancelled", "aborted", "failed"]
 ConditionStatus = Literal["pending", "running", "ok", "failed", "cancelled", "aborted", "skipped"]
+Difference = Literal["faster", "slower", "no measurable difference"]
+LengthSource = Literal["per-position", "formula"]  # where E[L] came from
 BASELINE = "none"
 ALL_STRATA = "all"
 
@@ -88,6 +94,7 @@ class ConditionSpec(BaseModel):
     draft_n_max: int | None = None
     draft_n_min: int | None = None
     params: dict[str, int] = Field(default_factory=dict)  # llama-server flag -> value
+    concurrency: int = 1  # requests in flight = server slots (-np)
 
 
 class SpecCounters(BaseModel):
@@ -139,8 +146,21 @@ class MemoryObservation(BaseModel):
     gpu: GpuObservation
 
 
+class WarmupRecord(BaseModel):
+    """The warm-up of one server start: latencies of the uncounted requests, and whether they settled."""
+
+    round: int = 0
+    latencies_ms: list[float] = Field(default_factory=list)
+    steady: bool | None = None  # two in a row within the tolerance; None: fewer than 2 allowed
+    tolerance: float = 0.10
+
+
 class ConditionRun(BaseModel):
-    """What happened to one condition: the server, its log, counters and memory."""
+    """What happened to one condition: the server(s), logs, counters and memory.
+
+    In round order a condition's server is started once per round; counters are summed over the
+        rounds, memory is the peak over them, and the argv/port/pid/log are the latest round's.
+    """
 
     idx: int
     spec: ConditionSpec
@@ -156,6 +176,7 @@ class ConditionRun(BaseModel):
     metrics_after: dict[str, float] | None = None
     counters: SpecCounters | None = None
     memory: MemoryObservation | None = None
+    warmup: list[WarmupRecord] = Field(default_factory=list)
     started_at: datetime | None = None
     finished_at: datetime | None = None
 
@@ -222,7 +243,7 @@ class ArtifactRef(BaseModel):
     tokenizer_model: str | None = None
     tokenizer_pre: str | None = None
     chat_template_sha256: str | None = None
-    licence: dict[str, Any] = Field(default_factory=dict)
+    licence: LicenceRecord = Field(default_factory=LicenceRecord)
 
 
 class DraftInfo(BaseModel):
@@ -232,7 +253,7 @@ class DraftInfo(BaseModel):
     artifact: ArtifactRef | None = None
     pair_id: int | None = None
     rule_set: str | None = None
-    compatibility: list[dict[str, Any]] = Field(default_factory=list)
+    compatibility: list[CheckResult] = Field(default_factory=list)
     draft_n_max: int | None = None
     draft_n_min: int | None = None
 
@@ -260,17 +281,29 @@ class RequestSettings(BaseModel):
     top_k: int | None = None
     top_p: float | None = None
     max_tokens_override: int | None = None
-    concurrency: int = 1
+    concurrency: int = 1  # the lowest level measured (every level: `concurrency_levels`)
+    concurrency_levels: list[int] = Field(default_factory=list)
     cache_prompt: bool = False
     stop: list[str] = Field(default_factory=list)
+
+
+class ScheduleSlot(BaseModel):
+    """One server start in the run's order: the condition and the repetitions it measured."""
+
+    round: int
+    condition: str
+    repeats: list[int]
 
 
 class ObservationSettings(BaseModel):
     """How the run observed: warm-up, repetitions, deadlines, the client clock."""
 
     mode: Literal["warm", "cold"] = "warm"
-    warmup_requests: int = 1
+    warmup_requests: int = 1  # at most, per server start (stops once two agree within the tolerance)
+    warmup_tolerance: float | None = None
     repeat: int = 1
+    order: Order | None = None  # rounds: a server per condition per repetition, order below
+    schedule: list[ScheduleSlot] = Field(default_factory=list)
     start_timeout_s: float
     request_timeout_s: float
     run_timeout_s: float
@@ -288,6 +321,7 @@ class RunManifest(BaseModel):
     hardware: HardwareInfo
     request: RequestSettings
     observation: ObservationSettings
+    settings: BenchSettings | None = None  # the invocation's validated settings (None: older runs)
 
 
 # ---- results ---------------------------------------------------------------------------------
@@ -320,7 +354,30 @@ class ConditionSummary(BaseModel):
     accepted: int | None = None
     acceptance: float | None = None
     mean_accepted_per_step: float | None = None
+    # the condition's parameters (what `deploy` pins): draft length and requests in flight
+    concurrency: int | None = None  # None: older runs (the manifest's concurrency)
+    draft_n_max: int | None = None
+    draft_n_min: int | None = None
+    params: dict[str, int] = Field(default_factory=dict)
+    # speed-up vs the baseline at the same concurrency: median ratio over paired requests
+    # (prompt x repetition), with a seeded paired-bootstrap 95% interval; None when not measured
+    # or the condition failed (`speedup_note` says why)
     speedup: float | None = None
+    speedup_ci95: tuple[float, float] | None = None
+    n_paired: int = 0
+    difference: Difference | None = None
+    speedup_note: str | None = None
+    # consistency with acceptance: E[L] tokens per verification step, the speed-up it predicts
+    # from the measured cost of a step, and "unexplained" when the interval's low end is above
+    # what acceptance could give at all (E[L]: drafting and verifying for free)
+    alpha: float | None = None  # per-token acceptance
+    draft_length: float | None = None  # k: tokens drafted per verification step
+    expected_accepted_length: float | None = None
+    accepted_length_source: LengthSource | None = None
+    step_cost: float | None = None  # decode time of one verification step / one baseline token
+    predicted_speedup: float | None = None
+    unexplained: bool | None = None
+    unexplained_reason: str | None = None
     peak_rss_bytes: int | None = None
     rss_overhead_bytes: int | None = None
     peak_vram_bytes: int | None = None
@@ -348,6 +405,8 @@ class RunInfo(BaseModel):
     run_dir: str | None = None
     n_conditions: int = 0
     n_requests: int = 0
+    hardware: str | None = None  # the hardware class (benchmark/hardware.py) of the manifest
+    host: str | None = None  # the host an imported run came from; None: measured here
 
 
 class BenchRun(BaseModel):

@@ -5,27 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from specreg.schemas.base import BaseModel
+from specreg.schemas.methods import Method
 
 Severity = Literal["pass", "info", "warn", "error"]
-
-Method = Literal[
-    "draft-simple",
-    "draft-eagle3",
-    "draft-dflash",
-    "draft-dspark",
-    "draft-mtp",
-    "ngram-simple",
-    "ngram-mod",
-    "ngram-map-k",
-    "ngram-map-k4v",
-    "ngram-cache",
-]
-
-DRAFT_METHODS: frozenset[str] = frozenset({"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"})
-SELF_METHODS: frozenset[str] = frozenset(
-    {"draft-mtp", "ngram-simple", "ngram-mod", "ngram-map-k", "ngram-map-k4v", "ngram-cache"}
-)
 
 
 class CheckResult(BaseModel):

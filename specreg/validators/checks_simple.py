@@ -79,7 +79,9 @@ def runtime_rule(t: Side, d: Side, rules: RuleSet) -> list[CheckResult]:
         t_id, d_id = getattr(tv, tok), getattr(dv, tok)
         ev = {"target": {f"add_{tok}": t_add, tok: t_id}, "draft": {f"add_{tok}": d_add, tok: d_id}}
         if t_add != d_add:
-            out.append(result(f"vocab.{tok}", "error", f"add_{tok} differs: target {t_add}, draft {d_add}", **ev))
+            said = {True: "yes", False: "no", None: "unset"}
+            text = f"add_{tok} differs: target {said[t_add]}, draft {said[d_add]}"
+            out.append(result(f"vocab.{tok}", "error", text, **ev))
         elif t_add and t_id != d_id:
             out.append(
                 result(

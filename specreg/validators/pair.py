@@ -10,7 +10,8 @@ from __future__ import annotations
 from specreg.errors import UsageError
 from specreg.gguf.reader import GGUFFile
 from specreg.gguf.summary import summarize
-from specreg.schemas.checks import DRAFT_METHODS, SELF_METHODS, CheckResult, PairVerdict
+from specreg.schemas.checks import CheckResult, PairVerdict
+from specreg.schemas.methods import DRAFT_METHODS, SELF_METHODS, Method
 from specreg.validators import checks_common as common
 from specreg.validators import checks_simple as simple
 from specreg.validators.checks_dflash import check_dflash, is_dspark
@@ -19,10 +20,8 @@ from specreg.validators.checks_mtp import check_mtp, usable_target
 from specreg.validators.ruleset import RuleSet
 from specreg.validators.side import Side
 
-METHODS: tuple[str, ...] = ("auto", *sorted(DRAFT_METHODS), *sorted(SELF_METHODS))
 
-
-def detect_method(draft: GGUFFile | None, rule_set: RuleSet) -> str:
+def detect_method(draft: GGUFFile | None, rule_set: RuleSet) -> Method:
     """`--method auto`: llama.cpp's own choice from the draft's architecture and tensors."""
     if draft is None:
         raise UsageError(
@@ -31,10 +30,10 @@ def detect_method(draft: GGUFFile | None, rule_set: RuleSet) -> str:
         )
     arch = summarize(draft).architecture
     if arch == rule_set.eagle3.architecture:
-        return "draft-eagle3"
+        return Method.DRAFT_EAGLE3
     if arch == rule_set.dflash.architecture:
-        return "draft-dspark" if draft.tensor(rule_set.dflash.dspark_tensor) is not None else "draft-dflash"
-    return "draft-simple"
+        return Method.DRAFT_DSPARK if draft.tensor(rule_set.dflash.dspark_tensor) is not None else Method.DRAFT_DFLASH
+    return Method.DRAFT_SIMPLE
 
 
 def check_pair(
@@ -49,11 +48,11 @@ def check_pair(
             hint="drop the DRAFT argument, or choose a draft method",
         )
     if method not in DRAFT_METHODS and method not in SELF_METHODS:
-        raise UsageError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+        raise UsageError(f"unknown method {method!r}; choose one of {', '.join(Method)}")
 
     t = Side.of("target", target, rule_set)
     d: Side | None = None
-    if method == "draft-mtp":
+    if method == Method.DRAFT_MTP:
         checks = check_mtp(t, rule_set)
     elif method in SELF_METHODS:
         checks = usable_target(t)
@@ -61,13 +60,13 @@ def check_pair(
         assert draft is not None
         d = Side.of("draft", draft, rule_set)
         checks = [simple.check_loadable(t), simple.check_loadable(d)]
-        if method == "draft-simple":
+        if method == Method.DRAFT_SIMPLE:
             checks += simple.runtime_rule(t, d, rule_set)
             checks += simple.advisories(t, d, rule_set)
-        elif method == "draft-eagle3":
+        elif method == Method.DRAFT_EAGLE3:
             checks += check_eagle3(t, d, rule_set)
         else:
-            checks += check_dflash(t, d, rule_set, dspark=method == "draft-dspark")
+            checks += check_dflash(t, d, rule_set, dspark=method == Method.DRAFT_DSPARK)
         checks += [
             common.vocab_only(t),
             common.vocab_only(d),
@@ -93,7 +92,7 @@ def verdict(
     """The stored outcome: admitted iff no check is an error."""
     return PairVerdict(
         admitted=not any(c.severity == "error" for c in checks),
-        method=method,  # type: ignore[arg-type]
+        method=Method(method),
         target_sha256=target_sha256,
         draft_sha256=draft_sha256,
         rule_set=rule_set.id,
@@ -102,4 +101,4 @@ def verdict(
     )
 
 
-__all__ = ["METHODS", "check_pair", "detect_method", "is_dspark", "verdict"]
+__all__ = ["check_pair", "detect_method", "is_dspark", "verdict"]

@@ -12,7 +12,6 @@ import random
 import re
 import shutil
 import struct
-import sys
 from pathlib import Path
 
 from specreg.errors import GGUFError
@@ -66,8 +65,7 @@ def write_case(path: Path, data: bytes) -> None:
 
 def seed_files(directory: Path) -> list[bytes]:
     """Valid files to mutate: the malformed corpus's base and two tiny vocab/model files."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "malformed"))
-    import make_corpus
+    from malformed import make_corpus
 
     directory.mkdir(parents=True, exist_ok=True)
     seeds = [make_corpus.encode(make_corpus.base())]

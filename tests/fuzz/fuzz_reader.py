@@ -1,6 +1,6 @@
 """Long fuzz run of the GGUF reader (not collected by pytest).
 
-    python tests/fuzz/fuzz_reader.py --seconds 300 [--seed 1] [--vocab]
+    cd tests && python -m fuzz.fuzz_reader --seconds 300 [--seed 1] [--vocab]
 
 Mutates valid files (and, with --vocab, llama.cpp's small real vocab files) and checks the
 oracle of fuzz_common.exercise: success or GGUFError, nothing else. Prints how many inputs
@@ -17,8 +17,7 @@ import time
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
-from fuzz_common import exercise, mutate, scratch_dir, seed_files, write_case
+from fuzz.fuzz_common import exercise, mutate, scratch_dir, seed_files, write_case
 
 
 def main() -> int:

@@ -1,0 +1,1 @@
+"""Performance scripts: each prints ratios against a named reference measured in the same run."""

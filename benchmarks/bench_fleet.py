@@ -1,0 +1,198 @@
+"""A fleet merged from bundles: 20 hosts, 10,000 artifacts, 5,000 pairs, 20 hardware classes, 1M request rows.
+
+1. Fills a source registry with bench_registry's shape (10k artifacts, 5k pairs, 1,000 runs x
+   1,000 request rows), times the list and audit commands on it (reference A: one hardware
+   class), then gives each run one of 20 hardware classes (host h = run number mod 20) and
+   times them again (reference B: the same rows, 20 classes, no bundles).
+2. Exports one bundle per host (its 50 runs = 50,000 request rows, their pairs and artifacts).
+3. A central registry that has the model files (artifacts and paths, nothing else) imports the
+   20 bundles one by one: time per bundle in this process, and `specreg import` of one bundle
+   in a fresh process (interpreter start included). Reference: the same bundle's request rows
+   inserted by a bare sqlite3 executemany into an empty table of the same shape (the floor).
+4. Times `runs`, `pairs`, `audit --all` on the merged registry in fresh processes.
+
+Targets: runs, pairs, audit --all < 2 s; import of a 50k-row bundle < 5 s.
+
+    python benchmarks/bench_fleet.py [--scale 1.0] [--keep DIR] [--runs 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_registry import _time, fill
+
+from specreg.benchmark.bundle import export_bundle, import_bundles
+from specreg.benchmark.bundle_format import open_bundle
+from specreg.registry.migrations import migrations
+from specreg.registry.store import Registry
+
+HOSTS = 20
+COMMANDS = (["runs"], ["pairs"], ["audit", "--all"])
+
+
+def _hardware(h: int) -> dict:
+    """Host h's hardware block: 15 GPU boxes and 5 CPU-only ones, all different."""
+    if h < 15:
+        gpu = {"present": True, "devices": [{"index": 0, "name": f"bench GPU {h:02d}"}], "peak_vram_by_pid": {}}
+        return {"cpu_model": "bench CPU", "logical_cores": 32, "gpu": gpu, "placement": "gpu (-ngl all)"}
+    return {
+        "cpu_model": f"bench CPU {h:02d}",
+        "logical_cores": 2 * h,
+        "gpu": {"present": False, "reason": "no NVIDIA GPU"},
+        "placement": "cpu",
+    }
+
+
+def spread_over_hosts(db: Path) -> dict[int, list[str]]:
+    """Give run r host r % 20: its hardware block and (as an imported run would carry) its origin."""
+    conn = sqlite3.connect(db)
+    hosts: dict[int, list[str]] = {h: [] for h in range(HOSTS)}
+    with conn:
+        for i, (rid,) in enumerate(conn.execute("SELECT run_id FROM bench_runs ORDER BY run_id").fetchall()):
+            h = i % HOSTS
+            hosts[h].append(rid)
+            hw = _hardware(h)
+            conn.execute(
+                "UPDATE bench_runs SET manifest_json = json_set(manifest_json, '$.hardware.cpu_model', ?, "
+                "'$.hardware.logical_cores', ?, '$.hardware.gpu', json(?), '$.hardware.placement', ?) "
+                "WHERE run_id = ?",
+                (hw["cpu_model"], hw["logical_cores"], json.dumps(hw["gpu"]), hw["placement"], rid),
+            )
+            conn.execute(
+                "INSERT INTO run_origins (run_id, host, specreg_version, run_digest, bundle_digest, imported_at) "
+                "VALUES (?, ?, '0.1.0', ?, ?, '')",
+                (rid, f"host-{h:02d}", "0" * 64, "0" * 64),
+            )
+    conn.close()
+    return hosts
+
+
+def central_from(source: Path, dest: Path) -> None:
+    """A registry with the model files registered (as on a machine that has them) and nothing else."""
+    Registry(dest, show_progress=False).close()
+    conn = sqlite3.connect(dest)
+    with conn:
+        conn.execute("ATTACH DATABASE ? AS src", (str(source),))
+        conn.execute("INSERT INTO artifacts SELECT * FROM src.artifacts")
+        conn.execute("INSERT INTO artifact_paths SELECT * FROM src.artifact_paths")
+    conn.execute("DETACH DATABASE src")
+    conn.close()
+
+
+def floor_insert(bundle: Path, root: Path) -> float:
+    """The same bundle's request rows into an empty bench_requests-shaped table with executemany."""
+    b = open_bundle(bundle, migrations.names())
+    rows = [rec for name in b._data if name.endswith("requests.jsonl") for rec in b.records(name)]
+    cols = sorted({k for r in rows for k in r})
+    conn = sqlite3.connect(root / "floor.db")
+    conn.execute(f"CREATE TABLE q (id INTEGER PRIMARY KEY, {', '.join(cols)})")
+    t0 = time.perf_counter()
+    with conn:
+        conn.executemany(
+            f"INSERT INTO q ({', '.join(cols)}) VALUES ({','.join('?' * len(cols))})",
+            [[r.get(c) for c in cols] for r in rows],
+        )
+    took = time.perf_counter() - t0
+    conn.close()
+    return took
+
+
+def time_commands(db: Path, root: Path, runs: int) -> dict[str, tuple[float, float]]:
+    """Command -> (median wall s, median CPU s) in fresh processes; CPU time is robust to a busy machine."""
+    env = {**os.environ, "SPECREG_DB": str(db), "SPECREG_HOME": str(root), "COLUMNS": "200"}
+    out = {}
+    for args in COMMANDS:
+        walls, cpus = [], []
+        for _ in range(runs):
+            wall, cpu, rc, tail = _time(args, env)
+            if rc not in (0, 1):
+                raise SystemExit(f"specreg {' '.join(args)} failed ({rc}): {tail}")
+            walls.append(wall)
+            cpus.append(cpu)
+        out[" ".join(args)] = (statistics.median(walls), statistics.median(cpus))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scale", type=float, default=1.0, help="fraction of the full size (smoke runs)")
+    ap.add_argument("--keep", type=Path, help="work in this folder and keep it (default: a temp dir)")
+    ap.add_argument("--runs", type=int, default=3, help="timed runs per command (median shown)")
+    opts = ap.parse_args()
+    root = opts.keep or Path(tempfile.mkdtemp(prefix="specreg-fleet-"))
+    root.mkdir(parents=True, exist_ok=True)
+    source, central = root / "source.db", root / "central.db"
+    for p in (source, central):
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{p}{suffix}").unlink(missing_ok=True)
+    t0 = time.perf_counter()
+    with Registry(source, show_progress=False) as reg:
+        counts = fill(reg, root, opts.scale)
+        reg.conn.execute("ANALYZE")
+    print(f"source: {counts} in {time.perf_counter() - t0:.1f} s")
+    ref_a = time_commands(source, root, opts.runs)
+    hosts = spread_over_hosts(source)
+    ref_b = time_commands(source, root, opts.runs)
+
+    t0 = time.perf_counter()
+    bundles = []
+    with Registry(source, show_progress=False) as reg:
+        for h, run_ids in hosts.items():
+            pairs = [pid for (pid,) in reg.conn.execute("SELECT id FROM pairs WHERE id % ? = ?", (HOSTS, h))]
+            res = export_bundle(reg, root / f"host-{h:02d}.zip", run_ids=run_ids, pair_ids=pairs, runs_of_pairs=False)
+            bundles.append((res.path, res.header.counts["requests"]))
+    size = sum(p.stat().st_size for p, _ in bundles) / 2**20
+    print(f"exported {len(bundles)} bundles ({size:.0f} MiB) in {time.perf_counter() - t0:.1f} s")
+
+    central_from(source, central)
+    one = root / "one.db"
+    central_from(source, one)
+    floor = floor_insert(bundles[0][0], root)
+    wall, cpu, rc, tail = _time(["import", str(bundles[0][0])], {**os.environ, "SPECREG_DB": str(one)})
+    if rc != 0:
+        raise SystemExit(f"specreg import failed ({rc}): {tail}")
+    print(
+        f"specreg import of one bundle ({bundles[0][1]} request rows), fresh process: {wall:.2f} s wall, "
+        f"{cpu:.2f} s CPU (target < 5 s); bare sqlite3 executemany of its rows: {floor:.2f} s; "
+        f"ratio {wall / floor:.1f}x"
+    )
+    walls, cpus = [], []
+    with Registry(central, show_progress=False) as reg:
+        for path, _ in bundles:
+            t0, c0 = time.perf_counter(), time.process_time()
+            import_bundles(reg, [path])
+            walls.append(time.perf_counter() - t0)
+            cpus.append(time.process_time() - c0)
+        reg.conn.execute("ANALYZE")
+        n_rows = reg.conn.execute("SELECT count(*) FROM bench_requests").fetchone()[0]
+        hw = reg.conn.execute("SELECT json_extract(manifest_json, '$.hardware') FROM bench_runs")
+        n_classes = len({c for (c,) in hw})
+    print(
+        f"merged {len(bundles)} bundles in this process: per bundle median {statistics.median(walls):.2f} s wall "
+        f"({statistics.median(cpus):.2f} s CPU), max {max(walls):.2f} s; {n_rows} request rows, "
+        f"{n_classes} hardware classes"
+    )
+    merged = time_commands(central, root, opts.runs)
+    print(f"\n{'command':20} {'merged wall/CPU':>16} {'ref B wall/CPU':>15} {'ref A wall/CPU':>15}  CPU merged/B  /A")
+    for cmd, (wall, cpu) in merged.items():
+        flag = "" if wall < 2.0 else ("  OVER 2 s wall" if cpu >= 2.0 else "  (wall over 2 s; CPU under: load)")
+        (bw, bc), (aw, ac) = ref_b[cmd], ref_a[cmd]
+        print(
+            f"specreg {cmd:12} {wall:>7.2f}/{cpu:.2f}s {bw:>7.2f}/{bc:.2f}s {aw:>7.2f}/{ac:.2f}s "
+            f"{cpu / bc:>11.2f}x {cpu / ac:.2f}x{flag}"
+        )
+    print("ref A: the same rows in one registry, one hardware class; ref B: same, 20 classes, no bundles")
+
+
+if __name__ == "__main__":
+    main()

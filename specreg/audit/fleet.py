@@ -1,0 +1,85 @@
+"""The audit across a fleet: one audit per hardware class, so that every class gets its own decision.
+
+A pair can be worth deploying on an H100 and not on a CPU box. When the registry holds runs
+from more than one hardware class (bundles merged from several hosts), each class is audited
+with only its own runs as evidence: every gate, and the per-stratum decisions, per class. Pairs
+measured on no class are audited once (they fail the evidence gate, as before). With one class
+or none, this is the plain audit, its results tagged with the class.
+"""
+
+from __future__ import annotations
+
+from specreg.audit.run import _Facts, run_audit
+from specreg.benchmark.hardware import run_hardware
+from specreg.benchmark.run_index import RunIndex
+from specreg.errors import SpecregError
+from specreg.registry.store import Registry
+from specreg.schemas.audit import AuditReport, Policy
+
+
+def _tag(report: AuditReport, cls: str | None) -> AuditReport:
+    by_run = {r.run_id: r.hardware for r in report.runs}
+    for p in report.pairs:
+        p.hardware = cls or by_run.get(p.run_id or "")
+    for d in report.decisions:
+        d.hardware = cls or by_run.get(d.run_id or "")
+    return report
+
+
+def audit_by_hardware(
+    reg: Registry,
+    policy: Policy,
+    policy_source: str,
+    *,
+    pair_ids: list[int] | None = None,
+    rehash: bool = False,
+    spread: bool = True,
+) -> AuditReport:
+    """`run_audit` once per hardware class the runs were measured on (see the module docstring)."""
+    classes_of = run_hardware(reg)
+    wanted = (policy.evidence.hardware or "").casefold()
+    classes = sorted({c for c in classes_of.values() if c and wanted in c.casefold()})
+    if len(classes) <= 1:
+        report = run_audit(reg, policy, policy_source, pair_ids=pair_ids, rehash=rehash, spread=spread)
+        report.hardware_classes = classes
+        _tag(report, None)
+        for d in report.decisions:  # a target no candidate won on still was decided for this class
+            d.hardware = d.hardware or (classes[0] if classes else None)
+        return report
+    if pair_ids is None:
+        pairs = reg.pairs(admitted=True, with_checks=False)
+        if not pairs:
+            raise SpecregError("no admitted pairs to audit", hint="check pairs first: specreg check pair TARGET DRAFT")
+    else:
+        pairs = [reg.get_pair(i) for i in pair_ids]
+    index = RunIndex(reg)
+    facts = _Facts(reg, rehash, spread)  # each artifact is verified once, not once per class
+    parts: list[AuditReport] = []
+    measured: set[int] = set()
+    for cls in classes:
+        view = index.only({rid for rid, c in classes_of.items() if c == cls})
+        mine = [p for p in pairs if p.target_sha256 in view.by_target and view(reg, p)]
+        if mine:
+            measured |= {p.id for p in mine}
+            part = run_audit(
+                reg, policy, policy_source, rehash=rehash, spread=spread, runs_for=view, pairs=mine, facts=facts
+            )
+            parts.append(_tag(part, cls))
+    rest = [p for p in pairs if p.id not in measured]
+    if rest:
+        part = run_audit(
+            reg, policy, policy_source, rehash=rehash, spread=spread, runs_for=index, pairs=rest, facts=facts
+        )
+        parts.append(_tag(part, None))
+    runs = {r.run_id: r for part in parts for r in part.runs}
+    notes = list(dict.fromkeys(n for part in parts for n in part.notes))
+    return parts[0].model_copy(
+        update={
+            "passed": all(part.passed for part in parts),
+            "pairs": [p for part in parts for p in part.pairs],
+            "decisions": [d for part in parts for d in part.decisions],
+            "runs": list(runs.values()),
+            "notes": notes,
+            "hardware_classes": classes,
+        }
+    )

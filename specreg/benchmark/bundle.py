@@ -1,0 +1,263 @@
+"""Result bundles: export runs, pairs and artifact records to one file; import them elsewhere.
+
+`export` reads one consistent snapshot of the registry; `import` verifies every bundle whole
+(see bundle_format) before it writes anything, then merges all of them in one transaction:
+artifacts by SHA-256, pairs by identity, verdicts by content, runs by id. A run id this registry
+already holds is skipped when its content digest is the same (importing twice changes nothing)
+and refused, naming both digests, when it differs. Each imported run records the host and the
+specreg version it came from (table run_origins).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from specreg import __version__
+from specreg.benchmark.bundle_format import (
+    RUN_PARTS,
+    Bundle,
+    BundleHeader,
+    BundleWriter,
+    Origin,
+    RunEntry,
+    jsonl,
+    new_header,
+    open_bundle,
+    run_digest,
+    run_member,
+)
+from specreg.benchmark.bundle_runs import insert_run, local_digest, run_logs, run_parts
+from specreg.benchmark.hardware import run_hardware
+from specreg.errors import BundleError, UsageError
+from specreg.paths import data_dir
+from specreg.registry.db import now_iso
+from specreg.registry.migrations import migrations
+from specreg.registry.portable import artifact_records, merge_artifacts, merge_pairs, pair_records
+
+if TYPE_CHECKING:
+    from specreg.registry.store import Registry
+
+
+def this_host() -> Origin:
+    return Origin(host=socket.gethostname() or "unknown", specreg_version=__version__)
+
+
+@dataclass
+class ExportResult:
+    header: BundleHeader
+    path: Path
+    notes: list[str] = field(default_factory=list)
+
+
+def _select_runs(
+    reg: Registry, run_ids: Iterable[str], pair_ids: Iterable[int], everything: bool, runs_of_pairs: bool
+) -> list[str]:
+    from specreg.benchmark.run_index import runs_for_pair
+    from specreg.benchmark.runstore import RunStore
+
+    store = RunStore(reg)
+    chosen: list[str] = []
+    for rid in run_ids:
+        full = store.resolve(rid)
+        status = reg.conn.execute("SELECT status FROM bench_runs WHERE run_id = ?", (full,)).fetchone()[0]
+        if status == "running":
+            raise UsageError(f"run {full} is still running; export it when it has finished")
+        chosen.append(full)
+    for pid in pair_ids if runs_of_pairs else ():
+        chosen += [h.info.run_id for h in runs_for_pair(reg, reg.get_pair(pid)) if h.info.status != "running"]
+    if everything:
+        chosen += [r for (r,) in reg.conn.execute("SELECT run_id FROM bench_runs WHERE status != 'running'")]
+    return sorted(set(chosen))
+
+
+def export_bundle(
+    reg: Registry,
+    path: str | Path,
+    *,
+    run_ids: Iterable[str] = (),
+    pair_ids: Iterable[int] = (),
+    everything: bool = False,
+    runs_of_pairs: bool = True,
+) -> ExportResult:
+    """Write the chosen runs (with their pairs and artifact records) or everything to `path`.
+
+    A pair brings every finished run that measured it, unless `runs_of_pairs` is False (its
+    verdicts only: e.g. a fleet splitting its pairs and its runs over different bundles).
+    """
+    run_ids, pair_ids = list(run_ids), list(pair_ids)
+    if not (run_ids or pair_ids or everything):
+        raise UsageError("say what to export: --run ID, --pair ID or --all")
+    out = Path(path)
+    if not out.parent.is_dir():
+        raise UsageError(f"-o {out}: folder {out.parent} does not exist")
+    conn = reg.conn
+    conn.execute("BEGIN")  # one read snapshot: a bench writing meanwhile cannot tear the bundle
+    try:
+        runs = _select_runs(reg, run_ids, pair_ids, everything, runs_of_pairs)
+        pairs = set(pair_ids) | {
+            p
+            for (p,) in conn.execute(
+                "SELECT DISTINCT pair_id FROM bench_runs WHERE pair_id IS NOT NULL "
+                "AND run_id IN (SELECT value FROM json_each(?))",
+                (_json(runs),),
+            )
+        }
+        if everything:
+            pairs |= {p for (p,) in conn.execute("SELECT id FROM pairs")}
+        shas: set[str] = set()
+        for t, d in conn.execute(
+            "SELECT target_sha256, draft_sha256 FROM pairs WHERE id IN (SELECT value FROM json_each(?))",
+            (_json(sorted(pairs)),),
+        ):
+            shas |= {t, *([d] if d else [])}
+        for t, d in conn.execute(
+            "SELECT target_sha256, draft_sha256 FROM bench_runs WHERE run_id IN (SELECT value FROM json_each(?))",
+            (_json(runs),),
+        ):
+            shas |= {t, *([d] if d else [])}
+        if everything:
+            shas |= {s for (s,) in conn.execute("SELECT sha256 FROM artifacts")}
+        origins = {
+            rid: Origin(host=h, specreg_version=v)
+            for rid, h, v in conn.execute("SELECT run_id, host, specreg_version FROM run_origins")
+        }
+        hardware = run_hardware(reg, runs)
+        writer = BundleWriter(out)
+        try:
+            header = new_header(this_host(), migrations.names())
+            arts = list(artifact_records(conn, shas))
+            pair_recs = list(pair_records(conn, pairs))
+            writer.add("artifacts.jsonl", jsonl(arts))
+            writer.add("pairs.jsonl", jsonl(pair_recs))
+            n_requests = 0
+            for rid in runs:
+                parts = run_parts(conn, rid)
+                for part in RUN_PARTS:
+                    writer.add(run_member(rid, part), parts[part])
+                n_requests += parts["requests.jsonl"].count(b"\n")
+                logs = {}
+                for idx, data in run_logs(conn, rid).items():
+                    logs[idx] = run_member(rid, f"logs/{int(idx):02d}.log")
+                    writer.add(logs[idx], data)
+                header.runs.append(
+                    RunEntry(
+                        run_id=rid,
+                        digest=run_digest(parts),
+                        origin=origins.get(rid, header.origin),
+                        hardware=hardware.get(rid),
+                        logs=logs,
+                    )
+                )
+            header.counts = {
+                "artifacts": len(arts),
+                "pairs": len(pair_recs),
+                "verdicts": sum(len(p["verdicts"]) for p in pair_recs),
+                "runs": len(runs),
+                "requests": n_requests,
+            }
+            header = writer.close(header)
+        except BaseException:
+            writer.abort()
+            raise
+    finally:
+        conn.execute("COMMIT")
+    return ExportResult(header, out)
+
+
+def _json(values: Iterable[object]) -> str:
+    return json.dumps(list(values))
+
+
+@dataclass
+class ImportResult:
+    """What an import added; `present` lists runs that were already here with the same content."""
+
+    bundles: list[tuple[str, str]] = field(default_factory=list)  # (path, bundle digest)
+    artifacts: int = 0
+    pairs: int = 0
+    verdicts: int = 0
+    runs: list[str] = field(default_factory=list)
+    present: list[str] = field(default_factory=list)
+    requests: int = 0
+
+
+def _stage_logs(bundle: Bundle, entry: RunEntry, staged: list[Path]) -> tuple[dict[str, Path], Path | None]:
+    if not entry.logs:
+        return {}, None
+    run_dir = data_dir() / "runs" / entry.run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    paths: dict[str, Path] = {}
+    for idx, member in entry.logs.items():
+        p = run_dir / f"imported-{int(idx):02d}.log"
+        p.write_bytes(bundle.read(member))
+        staged.append(p)
+        paths[idx] = p
+    return paths, run_dir
+
+
+def import_bundles(reg: Registry, paths: Iterable[str | Path]) -> ImportResult:
+    """Verify every bundle, then merge them all in one write transaction (or nothing at all)."""
+    known = migrations.names()
+    bundles = [open_bundle(p, known) for p in paths]
+    result = ImportResult()
+    staged: list[Path] = []
+    try:
+        with reg.write():
+            conn = reg.conn
+            for b in bundles:
+                result.bundles.append((str(b.path), b.header.digest))
+                result.artifacts += merge_artifacts(conn, b.records("artifacts.jsonl"))
+                new_pairs, new_verdicts = merge_pairs(conn, b.records("pairs.jsonl"))
+                result.pairs += new_pairs
+                result.verdicts += new_verdicts
+                for entry in b.header.runs:
+                    _import_run(reg, b, entry, result, staged)
+    except BaseException:
+        for p in staged:
+            p.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # only an empty folder: never one that held anything else
+                p.parent.rmdir()
+        raise
+    return result
+
+
+def _import_run(reg: Registry, b: Bundle, entry: RunEntry, result: ImportResult, staged: list[Path]) -> None:
+    conn = reg.conn
+    have = local_digest(conn, entry.run_id)
+    if have is not None:
+        if have != entry.digest:
+            raise BundleError(
+                f"run {entry.run_id} is already in this registry with different content "
+                f"(registry digest {have}, bundle digest {entry.digest} in {b.path}); nothing was imported",
+                hint="a run id names one measurement: find out which registry holds the right one",
+            )
+        result.present.append(entry.run_id)
+        return
+    parts = {part: b.records(run_member(entry.run_id, part)) for part in RUN_PARTS}
+    if len(parts["run.json"]) != 1:
+        raise BundleError(f"{b.path}: run {entry.run_id}: run.json must hold one record; nothing was imported")
+    logs, run_dir = _stage_logs(b, entry, staged)
+    result.requests += insert_run(conn, entry.run_id, parts, logs, run_dir)
+    conn.execute(
+        "INSERT INTO run_origins (run_id, host, specreg_version, run_digest, bundle_digest, bundle_created_at, "
+        "imported_at) VALUES (?,?,?,?,?,?,?)",
+        (
+            entry.run_id,
+            entry.origin.host,
+            entry.origin.specreg_version,
+            entry.digest,
+            b.header.digest,
+            b.header.created_at,
+            now_iso(),
+        ),
+    )
+    result.runs.append(entry.run_id)
+
+
+__all__ = ["ExportResult", "ImportResult", "export_bundle", "import_bundles"]

@@ -1,0 +1,157 @@
+"""`specreg export` and `specreg import`: result bundles between registries, and supply-chain manifests.
+
+Thin: options in, one core call (benchmark.bundle, report.cyclonedx), a short summary out.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from specreg.commands.options import JsonOpt, db_path
+from specreg.commands.output import console, emit_json, safe
+
+_FORMATS = ("bundle", "cyclonedx")
+
+
+def export_cmd(
+    pair_arg: Annotated[
+        int | None,
+        typer.Argument(metavar="[PAIR_ID]", help="With --format cyclonedx: the pair to describe.", show_default=False),
+    ] = None,
+    run: Annotated[
+        list[str] | None, typer.Option("--run", metavar="ID", help="Run id or unique prefix (repeatable).")
+    ] = None,
+    pair: Annotated[
+        list[int] | None,
+        typer.Option("--pair", metavar="ID", help="Pair id (repeatable): its verdicts and every run measuring it."),
+    ] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Every artifact record, pair and finished run.")] = False,
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", metavar="FILE", help="Where to write (a bundle needs one).")
+    ] = None,
+    fmt: Annotated[str, typer.Option("--format", help="bundle (a .zip) or cyclonedx (an ML-BOM, JSON).")] = "bundle",
+    policy: Annotated[
+        Path | None, typer.Option("--policy", help="With --format cyclonedx: the audit policy (TOML).")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Export results: a bundle of runs, pairs and artifact records, or a CycloneDX ML-BOM of one pair.
+
+    A bundle holds no model bytes: artifact records (SHA-256, size, licence, provenance),
+    verdicts with their rule set, and runs (manifest, every request row, summaries, server logs),
+    each member with its SHA-256. `specreg import` merges it into another registry.
+
+    Example: specreg export --all -o host-a.zip; specreg export --format cyclonedx 3 -o bom.json
+    """
+    from specreg.errors import UsageError
+
+    if fmt not in _FORMATS:
+        raise UsageError(f"--format {fmt!r}: choose one of {', '.join(_FORMATS)}")
+    if fmt == "cyclonedx":
+        _cyclonedx(pair_arg, run, pair, all_, output, policy)
+        return
+    if policy is not None:
+        raise UsageError("--policy applies to --format cyclonedx (the audit it describes)")
+    if pair_arg is not None:
+        raise UsageError("a bundle takes --pair ID, --run ID or --all (PAIR_ID alone is for --format cyclonedx)")
+    if output is None:
+        raise UsageError("give the bundle file: -o FILE (e.g. -o results.zip)")
+    from specreg.benchmark.bundle import export_bundle
+    from specreg.registry.store import Registry
+
+    with Registry(db_path(), show_progress=False) as reg:
+        res = export_bundle(reg, output, run_ids=run or [], pair_ids=pair or [], everything=all_)
+    h = res.header
+    if json_out:
+        emit_json({"path": str(res.path), "digest": h.digest, "counts": h.counts, "runs": [r.run_id for r in h.runs]})
+        return
+    c = h.counts
+    console().print(f"wrote {safe(res.path)}", soft_wrap=True)
+    console().print(
+        f"  {_n(c.get('artifacts', 0), 'artifact record')}, {_n(c.get('pairs', 0), 'pair')} "
+        f"({_n(c.get('verdicts', 0), 'verdict')})"
+    )
+    console().print(f"  {_n(c.get('runs', 0), 'run')} ({_n(c.get('requests', 0), 'request row')})")
+    console().print(f"  digest {h.digest}")
+
+
+def _cyclonedx(
+    pair_arg: int | None,
+    run: list[str] | None,
+    pair: list[int] | None,
+    all_: bool,
+    output: Path | None,
+    policy: Path | None,
+) -> None:
+    from specreg.errors import UsageError
+
+    if pair_arg is None or run or pair or all_:
+        raise UsageError("--format cyclonedx describes one pair: specreg export --format cyclonedx PAIR_ID [-o FILE]")
+    from specreg.audit.fleet import audit_by_hardware
+    from specreg.audit.policy import load_policy
+    from specreg.registry.store import Registry
+    from specreg.report.cyclonedx import ml_bom_json
+
+    pol, source = load_policy(policy)
+    with Registry(db_path(), show_progress=False) as reg:
+        audit = audit_by_hardware(reg, pol, source, pair_ids=[pair_arg], spread=False)
+        target = reg.get_artifact(audit.pairs[0].target_sha256)
+        draft = reg.get_artifact(audit.pairs[0].draft_sha256) if audit.pairs[0].draft_sha256 else None
+        text = ml_bom_json(audit, target, draft)
+    if output is None:
+        console().file.write(text + "\n")
+        console().file.flush()
+        return
+    from specreg.atomic import write_atomic
+
+    if not output.parent.is_dir():
+        raise UsageError(f"-o {output}: folder {output.parent} does not exist")
+    write_atomic(output, text + "\n")
+    console().print(f"wrote {safe(output)}", soft_wrap=True)
+
+
+def import_cmd(
+    files: Annotated[list[Path], typer.Argument(metavar="FILE...", help="Bundles written by `specreg export`.")],
+    json_out: JsonOpt = False,
+) -> None:
+    """Merge result bundles into this registry: all of them, or nothing.
+
+    Every member is checked against the bundle's SHA-256 list before anything is written; a
+    tampered, truncated or too-new bundle is refused. Importing twice changes nothing; a run id
+    this registry holds with different content is refused, naming both digests.
+
+    Example: specreg import host-a.zip host-b.zip && specreg runs && specreg audit
+    """
+    from specreg.benchmark.bundle import import_bundles
+    from specreg.registry.store import Registry
+
+    with Registry(db_path(), show_progress=False) as reg:
+        res = import_bundles(reg, files)
+    if json_out:
+        emit_json(
+            {
+                "bundles": [{"path": p, "digest": d} for p, d in res.bundles],
+                "artifacts": res.artifacts,
+                "pairs": res.pairs,
+                "verdicts": res.verdicts,
+                "runs": res.runs,
+                "already_present": res.present,
+                "requests": res.requests,
+            }
+        )
+        return
+    for path, digest in res.bundles:
+        console().print(f"verified {safe(path)} (digest {digest[:16]})", soft_wrap=True)
+    console().print(f"imported {_n(len(res.runs), 'run')} ({_n(res.requests, 'request row')})")
+    console().print(
+        f"  new: {_n(res.artifacts, 'artifact record')}, {_n(res.pairs, 'pair')}, {_n(res.verdicts, 'verdict')}"
+    )
+    if res.present:
+        console().print(f"  already here, unchanged: {_n(len(res.present), 'run')} with the same content")
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"

@@ -1,0 +1,180 @@
+"""Terminal output of `specreg audit`: one line per pair, counts for thousands.
+
+A pair's line names its failing gates; each failure's reason follows, wrapped. A table of
+5,000 pairs helps nobody and costs seconds to lay out: above `DETAIL_LIMIT` pairs the
+terminal gets counts per gate and the first failing pairs, and `--json` / `--report` the rest.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections import Counter
+
+from specreg.commands.layout import Col, command_lines
+from specreg.commands.output import print_listing, safe_plain, say, show_lines, width
+from specreg.report.common import hardware_labels, hardware_matrix
+from specreg.schemas.audit import GATES, AuditReport, PairAudit
+
+DETAIL_LIMIT = 50
+FAILURES_SHOWN = 20
+_RESULT = {True: ("PASS", "green"), False: ("FAIL", "bold red")}
+
+
+def _name(name: str | None, sha256: str | None) -> str:
+    return name or (sha256 or "")[:12]
+
+
+def _headline(report: AuditReport) -> None:
+    word, style = _RESULT[report.passed]
+    n_pass = sum(p.passed for p in report.pairs)
+    counts = f"{len(report.pairs)} pairs, {n_pass} pass, {len(report.pairs) - n_pass} fail"
+    say(f"{counts} (policy: {report.policy_source})", prefix=f"audit: {word}  ", marks=[(word, style)], indent=2)
+
+
+def _pairs_listing(report: AuditReport, hw: dict[str, str]) -> None:
+    print_listing(
+        (
+            Col("pair", right=True),
+            *([Col("hw")] if hw else []),
+            Col("method"),
+            Col("target", limit=40, squeeze=12),
+            Col("draft", limit=40, squeeze=12),
+            Col("result"),
+            Col("failing gates", squeeze=13),
+        ),
+        (
+            (
+                str(p.pair_id),
+                *([hw.get(p.hardware or "", "-")] if hw else []),
+                p.method,
+                _name(p.target_name, p.target_sha256),
+                _name(p.draft_name, p.draft_sha256) if p.draft_sha256 else "(self)",
+                _RESULT[p.passed],
+                ", ".join(p.failed_gates) or "-",
+            )
+            for p in report.pairs
+        ),
+    )
+
+
+def _counts(report: AuditReport) -> None:
+    failed = Counter(g for p in report.pairs for g in p.failed_gates)
+    print_listing((Col("gate"), Col("failing pairs", right=True)), ((g, str(failed.get(g, 0))) for g in GATES))
+
+
+def _failures(pairs: list[PairAudit], limit: int | None, hw: dict[str, str]) -> None:
+    bad = [p for p in pairs if not p.passed]
+    for p in bad[:limit]:
+        where = f" on {hw[p.hardware]}" if p.hardware in hw else ""
+        for g in p.gates:
+            if not g.passed:
+                say(g.message, prefix=f"pair {p.pair_id}{where} {g.gate}: ", marks=[(f"{g.gate}:", "red")], indent=4)
+    if limit is not None and len(bad) > limit:
+        say(f"... and {len(bad) - limit} more failing pairs: see --json or --report")
+
+
+def _hardware(report: AuditReport, detail: bool, hw: dict[str, str]) -> None:
+    """With several hardware classes: the legend, then pairs x classes (few pairs) or counts per class."""
+    if not hw:
+        return
+    show_lines([""])
+    for cls in sorted(hw):
+        say(cls, prefix=f"{hw[cls]} ", indent=len(hw[cls]) + 1)
+    if detail:
+        headers, rows = hardware_matrix(report)
+        cols = [Col(h, right=h == "pair", limit=24 if h in ("target", "draft") else None, squeeze=12) for h in headers]
+        print_listing(cols, rows)
+        return
+    counts = []
+    for cls in sorted(hw):
+        mine = [p for p in report.pairs if p.hardware == cls]
+        n_pass = sum(p.passed for p in mine)
+        counts.append((hw[cls], str(len(mine)), str(n_pass), str(len(mine) - n_pass)))
+    say("pairs per hardware class")
+    print_listing((Col("hw"), Col("pairs", right=True), Col("pass", right=True), Col("fail", right=True)), counts)
+
+
+def _decisions(report: AuditReport, detail: bool, hw: dict[str, str]) -> None:
+    if not report.decisions:
+        return
+    show_lines([""])
+    if detail:
+        from specreg.benchmark.statistics import interval_text
+
+        say("deploy per stratum and concurrency (the best condition that passes every gate, else none):")
+        print_listing(
+            (
+                Col("target", limit=40, squeeze=12),
+                *([Col("hw")] if hw else []),
+                Col("stratum"),
+                Col("conc", right=True),
+                Col("deploy", squeeze=12),
+                Col("draft", right=True, stack=1),
+                Col("speed-up [95% CI]", right=True),
+            ),
+            (
+                (
+                    _name(d.target_name, d.target_sha256),
+                    *([hw.get(d.hardware or "", "-")] if hw else []),
+                    d.stratum,
+                    str(d.concurrency),
+                    d.choice,
+                    "-" if d.draft_n_max is None else str(d.draft_n_max),
+                    interval_text(d.speedup, d.speedup_ci95, short=True),
+                )
+                for d in report.decisions
+            ),
+        )
+        if any(
+            d.speedup is not None and "~" in interval_text(d.speedup, d.speedup_ci95, short=True)
+            for d in report.decisions
+        ):
+            from specreg.benchmark.statistics import NO_DIFFERENCE_LEGEND
+
+            say(NO_DIFFERENCE_LEGEND, style="dim")
+        return
+    per: Counter[tuple[str, str, int, str]] = Counter(
+        (hw.get(d.hardware or "", "-"), d.stratum, d.concurrency, d.choice.split(" (pair")[0]) for d in report.decisions
+    )
+    say("deploy per stratum and concurrency: number of targets per choice")
+    print_listing(
+        (
+            *([Col("hw")] if hw else []),
+            Col("stratum"),
+            Col("conc", right=True),
+            Col("deploy", squeeze=12),
+            Col("targets", right=True),
+        ),
+        (
+            (*([label] if hw else []), stratum, str(conc), choice, str(n))
+            for (label, stratum, conc, choice), n in sorted(per.items())
+        ),
+    )
+
+
+def _rollbacks(report: AuditReport) -> None:
+    shown: set[str] = set()
+    for p in report.pairs:
+        if p.rollback_command and p.target_sha256 not in shown:
+            shown.add(p.target_sha256)
+            say("", prefix=f"rollback ({_name(p.target_name, p.target_sha256)}):")
+            words = [safe_plain(shlex.quote(w)) for w in p.rollback_command]
+            show_lines(["  " + ln for ln in command_lines(words, width() - 2, indent=4)])
+
+
+def print_audit(report: AuditReport) -> None:
+    """The verdict (one line per pair, or counts), each failure's reason, the decisions, the rollback commands."""
+    detail = len(report.pairs) <= DETAIL_LIMIT
+    hw = hardware_labels(report) if len(report.hardware_classes) > 1 else {}
+    _headline(report)
+    if detail:
+        _pairs_listing(report, hw)
+    else:
+        _counts(report)
+    for note in report.notes[:FAILURES_SHOWN]:
+        say(note, prefix="note: ", marks=[("note:", "dim")], indent=6)
+    _failures(report.pairs, None if detail else FAILURES_SHOWN, hw)
+    _hardware(report, detail, hw)
+    _decisions(report, detail, hw)
+    if detail:
+        _rollbacks(report)

@@ -1,0 +1,342 @@
+"""Artifacts: GGUF files keyed by the SHA-256 of their bytes, the paths where each was seen (with
+the stat cache that spares re-hashing), their licence statements and provenance.
+
+Owns the tables `artifacts` and `artifact_paths`. Provenance facts (HF cache, model card) are
+computed by the caller (`provenance.register`) and passed in: this module never looks them up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sqlite3
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from specreg.errors import AmbiguousArtifact, ArtifactNotFound, SpecregError
+from specreg.registry import hashing, licence
+from specreg.registry.db import Database, now_iso, paused_gc, read_only_error
+from specreg.schemas.gguf import GGUFSummary
+from specreg.schemas.registry import ArtifactRecord, LicenceRecord, LicenceSource, Provenance
+
+MIN_PREFIX = 6
+HEX = re.compile(r"[0-9a-f]{6,64}")
+# Everything a list view shows; summary_json (kilobytes per row) is read only when asked for.
+LIST_COLUMNS = (
+    "sha256, size, name, architecture, file_type, file_type_name, n_tokens, licence_json, "
+    "repo, revision, filename, provenance_source, provenance_json, registered_at, updated_at"
+)
+IN_SHAS = "sha256 IN (SELECT value FROM json_each(?))"
+
+
+def stat_or_raise(apath: str) -> hashing.StatKey:
+    """StatKey of a regular file, or ArtifactNotFound saying what is wrong with the path."""
+    try:
+        st = os.stat(apath)
+    except FileNotFoundError:
+        raise ArtifactNotFound(f"{apath}: no such file") from None
+    except OSError as exc:
+        raise ArtifactNotFound(f"{apath}: cannot read ({exc.strerror})") from None
+    if not os.path.isfile(apath):
+        raise ArtifactNotFound(f"{apath}: not a regular file")
+    return hashing.StatKey.of(st)
+
+
+def _record(row: sqlite3.Row, paths: list[str], with_summary: bool) -> ArtifactRecord:
+    summary = GGUFSummary.model_validate_json(row["summary_json"]) if with_summary else None
+    return ArtifactRecord(
+        sha256=row["sha256"],
+        size=row["size"],
+        paths=paths,
+        name=row["name"],
+        architecture=row["architecture"],
+        file_type=row["file_type"],
+        file_type_name=row["file_type_name"],
+        n_tokens=row["n_tokens"],
+        summary=summary,
+        licence=LicenceRecord.model_validate_json(row["licence_json"]),
+        provenance=Provenance(
+            repo=row["repo"],
+            revision=row["revision"],
+            filename=row["filename"],
+            source=row["provenance_source"],
+            extra=json.loads(row["provenance_json"] or "{}"),
+        ),
+        registered_at=row["registered_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+class ArtifactStore:
+    """Registering and finding artifacts; `hash_count` counts the files this instance hashed."""
+
+    def __init__(self, db: Database, *, show_progress: bool = True) -> None:
+        self.db = db
+        self.show_progress = show_progress
+        self.hash_count = 0
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def get(self, sha_or_prefix: str) -> ArtifactRecord:
+        """The artifact whose SHA-256 is, or starts with, `sha_or_prefix` (>= 6 hex digits)."""
+        want = sha_or_prefix.strip().lower()
+        if not HEX.fullmatch(want):
+            raise ArtifactNotFound(
+                f"{sha_or_prefix!r} is not a SHA-256 or a prefix of at least {MIN_PREFIX} hex digits",
+                hint="`specreg artifacts` lists the registered SHA-256s",
+            )
+        # A range scan on the primary key: every hex string with this prefix sorts in [p, p+'g').
+        found = self.db.rows(
+            f"SELECT {LIST_COLUMNS}, summary_json FROM artifacts "
+            "WHERE sha256 >= ? AND sha256 < ? ORDER BY sha256 LIMIT 6",
+            (want, want + "g"),
+        )
+        if not found:
+            what = "sha256" if len(want) == 64 else "sha256 prefix"
+            raise ArtifactNotFound(
+                f"no registered artifact with {what} {want}",
+                hint="`specreg artifacts` lists them; `specreg register FILE` adds one",
+            )
+        if len(found) > 1:
+            shown = ", ".join(r["sha256"][:16] for r in found[:5])
+            more = "+" if len(found) > 5 else ""
+            raise AmbiguousArtifact(
+                f"sha256 prefix {want} matches {min(len(found), 5)}{more} artifacts: {shown}",
+                hint="give more hex digits",
+            )
+        return _record(found[0], self._paths_of(found[0]["sha256"]), with_summary=True)
+
+    def _paths_of(self, sha: str) -> list[str]:
+        return [r["path"] for r in self.db.rows("SELECT path FROM artifact_paths WHERE sha256 = ? ORDER BY id", (sha,))]
+
+    def all(self, *, with_summary: bool = True) -> list[ArtifactRecord]:
+        """Every artifact, oldest first; `with_summary=False` is the fast list view."""
+        paths: dict[str, list[str]] = {}
+        for r in self.db.rows("SELECT sha256, path FROM artifact_paths ORDER BY id"):
+            paths.setdefault(r["sha256"], []).append(r["path"])
+        cols = LIST_COLUMNS + (", summary_json" if with_summary else "")
+        found = self.db.rows(f"SELECT {cols} FROM artifacts ORDER BY registered_at, sha256")
+        with paused_gc():
+            return [_record(r, paths.get(r["sha256"], []), with_summary) for r in found]
+
+    def get_many(self, shas: Iterable[str], *, with_summary: bool = False) -> dict[str, ArtifactRecord]:
+        """Records of many artifacts by full SHA-256 in two queries (unknown ones are left out)."""
+        wanted = json.dumps(sorted(set(shas)))
+        paths: dict[str, list[str]] = {}
+        for sha, path in self.db.conn.execute(
+            f"SELECT sha256, path FROM artifact_paths WHERE {IN_SHAS} ORDER BY id", (wanted,)
+        ):
+            paths.setdefault(sha, []).append(path)
+        cols = LIST_COLUMNS + (", summary_json" if with_summary else "")
+        found = self.db.rows(f"SELECT {cols} FROM artifacts WHERE {IN_SHAS}", (wanted,))
+        with paused_gc():
+            return {r["sha256"]: _record(r, paths.get(r["sha256"], []), with_summary) for r in found}
+
+    def cached_sha(self, apath: str, key: hashing.StatKey) -> tuple[str, int] | None:
+        """(sha256, hashed_at_ns) when this path - or a hard/sym link to the same inode - has
+        this exact stat and the stat is not racy; None means the bytes must be hashed."""
+        found = self.db.rows(
+            "SELECT p.sha256, p.hashed_at_ns, p.path = ? AS same FROM artifact_paths p "
+            "JOIN artifacts a ON a.sha256 = p.sha256 "
+            "WHERE (p.path = ? OR (p.device = ? AND p.inode = ?)) "
+            "AND p.device = ? AND p.inode = ? AND p.size = ? AND p.mtime_ns = ? "
+            "ORDER BY same DESC",
+            (apath, apath, key.device, key.inode, key.device, key.inode, key.size, key.mtime_ns),
+        )
+        for row in found:
+            if not hashing.is_racy(key, row["hashed_at_ns"]):
+                return row["sha256"], row["hashed_at_ns"]
+        return None
+
+    def known_sha256(self, path: str | Path) -> str | None:
+        """The SHA-256 of a file if the stat cache vouches for it (no hashing, no write)."""
+        apath = os.path.abspath(os.fspath(path))
+        try:
+            key = hashing.StatKey.of(os.stat(apath))
+        except OSError:
+            return None
+        hit = self.cached_sha(apath, key)
+        return hit[0] if hit else None
+
+    def registered_unchanged(self, path: str | Path) -> str | None:
+        """The SHA-256 when this very path is registered and unchanged since (stat cache)."""
+        apath = os.path.abspath(os.fspath(path))
+        sha = self.known_sha256(apath)
+        row = self.db.one("SELECT sha256 FROM artifact_paths WHERE path = ?", (apath,))
+        return sha if sha is not None and row is not None and row["sha256"] == sha else None
+
+    # -- hashing and registering ------------------------------------------------------------
+
+    def hash(self, path: Path) -> tuple[str, hashing.StatKey, int]:
+        """(sha256, the stat it was hashed at, when) with a progress bar unless told otherwise."""
+        try:
+            if self.show_progress:
+                sha, key = hashing.sha256_with_bar(path)
+            else:
+                sha, key = hashing.sha256_file_keyed(path)
+        except hashing.FileChangedWhileHashing as exc:
+            raise SpecregError(str(exc), hint="wait until the file is completely written") from exc
+        self.hash_count += 1
+        return sha, key, time.time_ns()
+
+    @staticmethod
+    def _parse(apath: str) -> GGUFSummary:
+        from specreg.gguf.summary import summarize
+
+        return summarize(apath)
+
+    def _read(self, apath: str, key: hashing.StatKey) -> tuple[GGUFSummary, str, int]:
+        """Parse, then hash the file: the one place a registration reads its bytes. A non-GGUF
+        file fails in the parse, before a 20 GB hash."""
+        summary = self._parse(apath)
+        sha, hashed_key, hashed_at = self.hash(Path(apath))
+        if hashed_key != key:
+            raise SpecregError(
+                f"{apath}: file changed while it was being registered", hint="wait until the file is completely written"
+            )
+        return summary, sha, hashed_at
+
+    def add(
+        self,
+        path: str | Path,
+        *,
+        license: str | None = None,
+        provenance: Provenance | None = None,
+        card: LicenceSource | None = None,
+        rehash: bool = False,
+    ) -> ArtifactRecord:
+        """Register a GGUF file (idempotent); the same bytes at a new path add that path.
+
+        `provenance` and `card` are the caller's local facts (`provenance.local_facts`); without
+        them the file is recorded with its name only.
+        """
+        apath = os.path.abspath(os.fspath(path))
+        prov = provenance or Provenance(filename=os.path.basename(apath))
+        news = bool(license or card or prov.repo or prov.revision or prov.extra)
+        key = stat_or_raise(apath)
+        cached = None if rehash else self.cached_sha(apath, key)
+        summary: GGUFSummary | None = None
+        if cached is not None:
+            sha, hashed_at = cached
+            # An unchanged, already-known path with nothing new to record needs no write at all.
+            row = self.db.one("SELECT sha256 FROM artifact_paths WHERE path = ?", (apath,))
+            if row is not None and row["sha256"] == sha and not news:
+                return self.get(sha)
+        else:
+            if self.db.read_only:  # don't hash 20 GB only to find we cannot record it
+                raise read_only_error(self.db.path)
+            summary, sha, hashed_at = self._read(apath, key)
+        with self.db.transaction() as conn:
+            known = self.db.one("SELECT licence_json FROM artifacts WHERE sha256 = ?", (sha,))
+            stamp = now_iso()
+            if known is None:
+                if summary is None:  # cache pointed at a row deleted meanwhile: read it now
+                    summary = self._parse(apath)
+                self._insert(conn, sha, summary, license, prov, card, stamp)
+            elif news or prov.source == "hf_cache":
+                rec = LicenceRecord.model_validate_json(known["licence_json"])
+                if license:
+                    rec = licence.with_source(rec, LicenceSource(source="user", value=license))
+                if card:
+                    rec = licence.with_source(rec, card)
+                self._update(sha, rec, prov.repo, prov.revision, prov.extra, stamp, source=prov.source or "user")
+            self._upsert_path(apath, sha, key, hashed_at, stamp)
+        return self.get(sha)
+
+    def _insert(
+        self,
+        conn: sqlite3.Connection,
+        sha: str,
+        summary: GGUFSummary,
+        user_license: str | None,
+        prov: Provenance,
+        card: LicenceSource | None,
+        stamp: str,
+    ) -> None:
+        summary = summary.model_copy(update={"sha256": sha})
+        sources: list[LicenceSource | None] = [licence.from_gguf(summary.license), card]
+        if user_license:
+            sources.append(LicenceSource(source="user", value=user_license))
+        rec = licence.combine(sources)
+        conn.execute(
+            "INSERT INTO artifacts (sha256, size, name, architecture, file_type, file_type_name, "
+            "n_tokens, summary_json, effective_license, licence_source, licence_conflict, "
+            "licence_json, repo, revision, filename, provenance_source, provenance_json, "
+            "registered_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                sha,
+                summary.file_size,
+                summary.name,
+                summary.architecture,
+                summary.file_type,
+                summary.file_type_name,
+                summary.tokenizer.n_tokens,
+                summary.model_dump_json(),
+                rec.effective,
+                rec.effective_source,
+                int(rec.conflict),
+                rec.model_dump_json(),
+                prov.repo,
+                prov.revision,
+                prov.filename,
+                prov.source,
+                json.dumps(prov.extra),
+                stamp,
+                stamp,
+            ),
+        )
+
+    def _update(
+        self,
+        sha: str,
+        rec: LicenceRecord | None,
+        repo: str | None,
+        revision: str | None,
+        extra: dict[str, Any] | None,
+        stamp: str,
+        source: str = "user",
+    ) -> None:
+        row = self.db.one("SELECT provenance_json FROM artifacts WHERE sha256 = ?", (sha,))
+        if row is None:
+            raise ArtifactNotFound(f"no registered artifact with sha256 {sha}")
+        sets: dict[str, Any] = {"updated_at": stamp}
+        if rec is not None:
+            sets |= {
+                "effective_license": rec.effective,
+                "licence_source": rec.effective_source,
+                "licence_conflict": int(rec.conflict),
+                "licence_json": rec.model_dump_json(),
+            }
+        if repo or revision:
+            sets |= {"provenance_source": source}
+            if repo:
+                sets["repo"] = repo
+            if revision:
+                sets["revision"] = revision
+        if extra:
+            sets["provenance_json"] = json.dumps({**json.loads(row["provenance_json"]), **extra})
+        cols = ", ".join(f"{c} = ?" for c in sets)
+        self.db.conn.execute(f"UPDATE artifacts SET {cols} WHERE sha256 = ?", (*sets.values(), sha))
+
+    def _upsert_path(self, apath: str, sha: str, key: hashing.StatKey, hashed_at: int, stamp: str) -> None:
+        self.db.conn.execute(
+            "INSERT INTO artifact_paths (sha256, path, device, inode, size, mtime_ns, hashed_at_ns, "
+            "first_seen_at, last_verified_at) VALUES (?,?,?,?,?,?,?,?,?) "
+            "ON CONFLICT (path) DO UPDATE SET sha256 = excluded.sha256, device = excluded.device, "
+            "inode = excluded.inode, size = excluded.size, mtime_ns = excluded.mtime_ns, "
+            "hashed_at_ns = excluded.hashed_at_ns, last_verified_at = excluded.last_verified_at",
+            (sha, apath, key.device, key.inode, key.size, key.mtime_ns, hashed_at, stamp, stamp),
+        )
+
+    def add_licence_source(self, sha256: str, source: LicenceSource) -> ArtifactRecord:
+        """Add (or replace) one licence statement, e.g. the model card's, and recompute."""
+        with self.db.transaction():
+            row = self.db.one("SELECT licence_json FROM artifacts WHERE sha256 = ?", (sha256,))
+            if row is None:
+                raise ArtifactNotFound(f"no registered artifact with sha256 {sha256}")
+            rec = licence.with_source(LicenceRecord.model_validate_json(row["licence_json"]), source)
+            self._update(sha256, rec, None, None, None, now_iso())
+        return self.get(sha256)

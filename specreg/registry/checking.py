@@ -1,0 +1,87 @@
+"""Check a pair and record its verdict: open both files, pick the method, check, record.
+
+The one path from two files (or registered SHA-256s) to a stored verdict, used by `check pair`,
+the audit's re-check of stale verdicts, the demo, the benchmarks and the tests. Opening an
+artifact (register or locate, then open the bytes) happens in `open_artifact` only.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from specreg.errors import ArtifactNotFound
+from specreg.registry.artifacts import HEX, MIN_PREFIX
+from specreg.registry.store import Registry
+from specreg.schemas.checks import PairVerdict
+from specreg.schemas.registry import ArtifactRecord
+
+if TYPE_CHECKING:
+    from specreg.gguf.reader import GGUFFile
+    from specreg.validators.ruleset import RuleSet
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A recorded verdict, its pair id and the two artifacts it is about."""
+
+    verdict: PairVerdict
+    pair_id: int
+    target: ArtifactRecord
+    draft: ArtifactRecord | None
+    warnings: tuple[str, ...] = ()  # "path: what llama.cpp tolerates" from either file (untrusted text)
+
+
+def open_artifact(reg: Registry, ref: str | Path) -> tuple[ArtifactRecord, GGUFFile]:
+    """A file (registered with its local facts on the way) or the SHA-256 (prefix) of a registered
+    artifact, with the bytes it names opened for checking (a located path verified to hold them)."""
+    from specreg.gguf.reader import open_gguf
+    from specreg.registry.provenance import register
+
+    arg = os.fspath(ref)
+    if os.path.exists(arg):
+        return register(reg, arg), open_gguf(arg)
+    if not HEX.fullmatch(arg.strip().lower()):
+        raise ArtifactNotFound(
+            f"{arg}: no such file, and not a SHA-256 prefix of {MIN_PREFIX}+ hex digits",
+            hint="give a GGUF path, or a SHA-256 (prefix) from `specreg artifacts`",
+        )
+    rec = reg.get_artifact(arg)
+    return rec, open_gguf(reg.locate(rec.sha256))
+
+
+def check_and_record(
+    reg: Registry,
+    target: str | Path,
+    draft: str | Path | None,
+    method: str,
+    *,
+    rule_set: RuleSet,
+    strict: bool = False,
+) -> Checked:
+    """Check target/draft for `method` ("auto": detected from the draft) and record the verdict.
+
+    Targets and drafts are paths or SHA-256 (prefixes); a missing draft method fails before
+    anything is registered.
+    """
+    from specreg.validators.pair import check_pair, detect_method, verdict
+
+    if method == "auto" and draft is None:
+        detect_method(None, rule_set)  # raises the "pass --method" hint before anything is registered
+    t_rec, t_file = open_artifact(reg, target)
+    d_rec, d_file = open_artifact(reg, draft) if draft is not None else (None, None)
+    if method == "auto":
+        method = detect_method(d_file, rule_set)
+    checks = check_pair(t_file, d_file, method, rule_set=rule_set, strict=strict)
+    v = verdict(
+        checks,
+        method=method,
+        target_sha256=t_rec.sha256,
+        draft_sha256=d_rec.sha256 if d_rec else None,
+        rule_set=rule_set,
+        strict=strict,
+    )
+    warnings = tuple(f"{f.path}: {w}" for f in (t_file, d_file) if f is not None for w in f.warnings)
+    return Checked(v, reg.record_verdict(v), t_rec, d_rec, warnings)

@@ -1,0 +1,287 @@
+"""The registry's SQLite file: connection, write transaction, row helpers and error mapping.
+
+sqlite-utils is the migration runner only. Callers get a plain `sqlite3.Connection`: from
+`Database.conn` for reads and from `transaction()` / `Registry.write()` for writes. Its table
+API would not shorten our writes (they need `ON CONFLICT` upserts, `json_each` filters and
+savepoints, which are SQL either way), and importing it costs ~0.2 s (it pulls in numpy), a
+large share of a `specreg check pair`; so it is imported only when a migration has to run.
+
+Also here, because every stage stores timestamps and builds large result lists: the one
+`now()` (timezone-aware UTC) and the one paused-GC context manager of the package.
+"""
+
+from __future__ import annotations
+
+import errno
+import gc
+import os
+import resource
+import secrets
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from specreg.errors import RegistryError, SpecregError
+from specreg.registry.migrations import migrations
+
+BUSY_TIMEOUT_S = 60.0
+
+
+def now() -> datetime:
+    """The current time, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+def iso(dt: datetime | None) -> str | None:
+    """A stored timestamp: ISO 8601 with microseconds, sortable as text."""
+    return dt.isoformat(timespec="microseconds") if dt else None
+
+
+def now_iso() -> str:
+    """`now()` as a stored timestamp."""
+    return now().isoformat(timespec="microseconds")
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """Pause the cyclic GC while 10^4-10^5 small acyclic objects are built (list views, audit
+    results): the allocations trigger repeated full collections that walk all of them again
+    (measured: half the CPU of `pairs()` and of an audit of 5,000 pairs)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def rows(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+    """Every row of a query, addressable by column name."""
+    cur = conn.execute(sql, params)
+    cur.row_factory = sqlite3.Row
+    return cur.fetchall()
+
+
+def one(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Row | None:
+    """The first row of a query (by column name), or None."""
+    cur = conn.execute(sql, params)
+    cur.row_factory = sqlite3.Row
+    row: sqlite3.Row | None = cur.fetchone()
+    return row
+
+
+# -- error mapping ---------------------------------------------------------------------------
+
+
+def writable(path: Path) -> bool:
+    """Can we write the registry file (if it exists) and create its -wal/-shm next to it?
+    access(2) also says no for read-only filesystems and immutable files, even to root."""
+    if path.exists() and not os.access(path, os.W_OK):
+        return False
+    return os.access(path.parent, os.W_OK)
+
+
+def _space_problem(path: Path, minimum: int = 1 << 20) -> str | None:
+    """Why a write may have failed for lack of room: SQLite reports ENOSPC/EFBIG on a WAL or
+    journal write as a plain "disk I/O error", so look at the disk and the size limit."""
+    try:
+        st = os.statvfs(path.parent)
+        if st.f_bavail * st.f_frsize < minimum:
+            return "the disk is full"
+    except OSError:
+        pass
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if soft != resource.RLIM_INFINITY:
+        return f"file size limit (ulimit -f) of {soft} bytes"
+    return None
+
+
+def read_only_error(path: Path, detail: str = "") -> RegistryError:
+    """The registry file or its folder cannot be written."""
+    why = f" ({detail})" if detail else ""
+    return RegistryError(
+        f"registry {path} is read-only{why}; nothing was written",
+        hint="use --db PATH or SPECREG_DB to choose a writable registry file",
+    )
+
+
+def registry_error(path: Path, exc: BaseException) -> RegistryError:
+    """One clear message (and hint) for a database failure, naming the registry file."""
+    text = str(exc)
+    low = text.lower()
+    code = getattr(exc, "errno", None)
+    if "readonly" in low or "read-only" in low or code in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return read_only_error(path, text)
+    full = "disk is full" in low or code in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+    room = _space_problem(path) if (full or "disk i/o" in low) else None
+    if full or room:
+        return RegistryError(
+            f"registry {path}: no space left to write ({'; '.join(filter(None, (text, room)))}); "
+            "nothing was written, earlier records are kept",
+            hint="free disk space (or raise the file size limit) and run the command again",
+        )
+    if "locked" in low or "busy" in low:
+        return RegistryError(
+            f"registry {path} is locked by another writer ({text})",
+            hint="another specreg process holds the write lock; try again when it finishes",
+        )
+    if "unable to open" in low:
+        if not writable(path):
+            return read_only_error(path, text)
+        return RegistryError(
+            f"registry {path} cannot be opened ({text})",
+            hint="check that the file and its folder exist and are readable and writable",
+        )
+    if "disk i/o" in low:
+        return RegistryError(f"registry {path}: disk I/O error ({text})", hint="check the disk")
+    return RegistryError(f"registry {path}: {text}")
+
+
+# -- the connection --------------------------------------------------------------------------
+
+
+class Database:
+    """One registry file: opened read-write (WAL, busy timeout, migrations applied) or, when the
+    file or its folder cannot be written, read-only. `memory=True` is an empty registry that
+    lives only in this process (a read-only command on a registry that does not exist yet).
+
+    Every write goes through `transaction()`, which holds `BEGIN IMMEDIATE` for the whole
+    logical write: the write lock is taken before the first read, so a read-then-write can never
+    fail half-way with "database is locked" (a deferred transaction that later upgrades to a
+    writer gets SQLITE_BUSY with no retry). The busy timeout makes waiting writers queue up.
+    """
+
+    def __init__(self, path: Path, *, busy_timeout_s: float = BUSY_TIMEOUT_S, memory: bool = False) -> None:
+        self.path = path
+        self.read_only = False  # opened read-only because the file or its folder is not writable
+        if memory:
+            self.conn = self._connect(":memory:", busy_timeout_s)
+            self._migrate()
+            return
+        try:
+            self.conn = self._open_read_write(busy_timeout_s)
+        except RegistryError:
+            # Reading a registry on a read-only disk (or an immutable file) should still work.
+            if not (self.path.is_file() and not writable(self.path)):
+                raise
+            self.conn = self._open_read_only(busy_timeout_s)
+            self.read_only = True
+
+    @staticmethod
+    def _connect(target: str, busy_timeout_s: float, uri: bool = False) -> sqlite3.Connection:
+        return sqlite3.connect(target, uri=uri, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False)
+
+    def _migrate(self) -> None:
+        if migrations.pending_names(self.conn):
+            from sqlite_utils import Database as UtilsDatabase  # the migration runner (see above)
+
+            with self.transaction() as conn:
+                migrations.apply(UtilsDatabase(conn))
+
+    def _open_read_write(self, busy_timeout_s: float) -> sqlite3.Connection:
+        try:
+            conn = self._connect(str(self.path), busy_timeout_s)
+        except (OSError, sqlite3.Error) as exc:
+            raise registry_error(self.path, exc) from exc
+        self.conn = conn
+        try:
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+            self._use_wal(conn, busy_timeout_s)
+            # FULL: a committed record survives power loss, not only a crash of the process.
+            conn.execute("PRAGMA synchronous = FULL")
+            self._migrate()
+        except sqlite3.Error as exc:
+            conn.close()
+            raise registry_error(self.path, exc) from exc
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    @staticmethod
+    def _use_wal(conn: sqlite3.Connection, busy_timeout_s: float) -> None:
+        """Switch a new registry to WAL. Processes creating it at once race for the switch, and
+        SQLite answers "database is locked" at once (no busy wait) to those that lose while the
+        winner writes: they wait and look again, the winner has switched it for them."""
+        deadline = time.monotonic() + busy_timeout_s
+        while conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            try:
+                conn.execute("PRAGMA journal_mode = WAL")
+                return  # whatever it answered (a file system without WAL keeps its mode, as before)
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
+
+    def _open_read_only(self, busy_timeout_s: float) -> sqlite3.Connection:
+        """mode=ro; if SQLite cannot set up WAL shared memory on this disk and no WAL holds
+        committed frames, `immutable=1` (the file truly cannot change: nobody can write it)."""
+        uri = f"file:{quote(str(self.path.absolute()))}?mode=ro"
+        wal = Path(f"{self.path}-wal")
+        attempts = [uri] + ([uri + "&immutable=1"] if not (wal.exists() and wal.stat().st_size) else [])
+        last: BaseException | None = None
+        for attempt in attempts:
+            try:
+                conn = self._connect(attempt, busy_timeout_s, uri=True)
+                conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            except sqlite3.Error as exc:
+                last = exc
+                continue
+            if migrations.pending_names(conn):
+                conn.close()
+                raise read_only_error(self.path, "and its schema needs an upgrade that cannot be written")
+            return conn
+        raise registry_error(self.path, last or RuntimeError("cannot open"))
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        return rows(self.conn, sql, params)
+
+    def one(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Row | None:
+        return one(self.conn, sql, params)
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: BEGIN IMMEDIATE ... COMMIT, ROLLBACK on any error.
+
+        Nested use becomes a savepoint of the outer transaction. sqlite3 / OS errors leave as
+        RegistryError (one line for the CLI); a failed write leaves no partial record.
+        """
+        conn = self.conn
+        if self.read_only:
+            raise read_only_error(self.path)
+        if conn.in_transaction:
+            savepoint = f"specreg_{secrets.token_hex(8)}"
+            conn.execute(f"SAVEPOINT {savepoint}")
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:  # an error may already have ended the whole transaction
+                    conn.execute(f"ROLLBACK TO SAVEPOINT {savepoint}")
+                    conn.execute(f"RELEASE SAVEPOINT {savepoint}")
+                raise
+            conn.execute(f"RELEASE SAVEPOINT {savepoint}")
+            return
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise registry_error(self.path, exc) from exc
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            if conn.in_transaction:
+                with suppress(sqlite3.Error):  # the failure we report is the original one
+                    conn.execute("ROLLBACK")
+            if isinstance(exc, (sqlite3.Error, OSError)) and not isinstance(exc, SpecregError):
+                raise registry_error(self.path, exc) from exc
+            raise

@@ -1,0 +1,177 @@
+"""Pairs and their verdicts: every verdict is kept; a pair stands on its latest normal verdict.
+
+Owns the tables `pairs` and `verdicts`. A `--strict` check is recorded beside the normal verdict,
+not over it (`strict_verdict_id`): strictness is a question a person asks, and its answer must
+not withdraw an admission the benchmark runner and the audit rely on. A pair checked only
+strictly stands on its strict verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+from pydantic import TypeAdapter
+
+from specreg.errors import ArtifactNotFound, PairNotFound
+from specreg.registry.db import Database, now_iso, paused_gc
+from specreg.schemas.checks import CheckResult, PairVerdict
+from specreg.schemas.registry import PairRecord
+
+_CHECKS = TypeAdapter(list[CheckResult])
+
+_PAIR_SELECT = (
+    "SELECT p.id, p.target_sha256, p.draft_sha256, p.method, p.rule_set, {admitted} AS admitted, "
+    "{strict} AS strict, {verdict} AS verdict_id, p.strict_admitted, p.strict_verdict_id, p.n_verdicts, "
+    "p.created_at, p.updated_at, {checks} t.name AS target_name, d.name AS draft_name FROM pairs p "
+    "{join} LEFT JOIN artifacts t ON t.sha256 = p.target_sha256 "
+    "LEFT JOIN artifacts d ON d.sha256 = p.draft_sha256 "
+)
+# The standing verdict (latest normal, else latest strict), or the latest strict one.
+_VIEWS = {
+    False: {"admitted": "p.admitted", "strict": "p.strict", "verdict": "p.latest_verdict_id"},
+    True: {"admitted": "p.strict_admitted", "strict": "1", "verdict": "p.strict_verdict_id"},
+}
+
+
+def _pair(row: sqlite3.Row, with_checks: bool) -> PairRecord:
+    checks = _CHECKS.validate_json(row["checks_json"]) if with_checks else []
+    strict_admitted = row["strict_admitted"]
+    return PairRecord(
+        id=row["id"],
+        target_sha256=row["target_sha256"],
+        draft_sha256=row["draft_sha256"],
+        method=row["method"],
+        rule_set=row["rule_set"],
+        admitted=bool(row["admitted"]),
+        strict=bool(row["strict"]),
+        checks=checks,
+        verdict_id=row["verdict_id"],
+        strict_admitted=None if strict_admitted is None else bool(strict_admitted),
+        strict_verdict_id=row["strict_verdict_id"],
+        n_verdicts=row["n_verdicts"],
+        target_name=row["target_name"],
+        draft_name=row["draft_name"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def _select(with_checks: bool, strict: bool = False) -> str:
+    view = _VIEWS[strict]
+    if with_checks:
+        return _PAIR_SELECT.format(checks="v.checks_json,", join=f"JOIN verdicts v ON v.id = {view['verdict']}", **view)
+    return _PAIR_SELECT.format(checks="", join="", **view)
+
+
+class PairStore:
+    """record_verdict / pairs / get_pair / pair_history (CONTRACTS.md)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def record_verdict(self, verdict: PairVerdict) -> int:
+        """Store a verdict (history is kept) and return the stable id of its pair."""
+        stamp = verdict.created_at.isoformat() if verdict.created_at else now_iso()
+        checks_json = json.dumps([c.model_dump(mode="json") for c in verdict.checks])
+        admitted, strict = int(verdict.admitted), int(verdict.strict)
+        with self.db.transaction() as conn:
+            for role, sha in (("target", verdict.target_sha256), ("draft", verdict.draft_sha256)):
+                if sha is not None and self.db.one("SELECT 1 FROM artifacts WHERE sha256 = ?", (sha,)) is None:
+                    raise ArtifactNotFound(
+                        f"verdict names {role} sha256 {sha}, which is not registered",
+                        hint="register the file first: specreg register FILE",
+                    )
+            row = self.db.one(
+                "SELECT id FROM pairs WHERE target_sha256 = ? AND ifnull(draft_sha256, '') = ? "
+                "AND method = ? AND rule_set = ?",
+                (verdict.target_sha256, verdict.draft_sha256 or "", verdict.method, verdict.rule_set),
+            )
+            if row is None:
+                cur = conn.execute(
+                    "INSERT INTO pairs (target_sha256, draft_sha256, method, rule_set, admitted, "
+                    "strict, n_verdicts, created_at, updated_at) VALUES (?,?,?,?,?,?,0,?,?)",
+                    (
+                        verdict.target_sha256,
+                        verdict.draft_sha256,
+                        verdict.method,
+                        verdict.rule_set,
+                        admitted,
+                        strict,
+                        stamp,
+                        stamp,
+                    ),
+                )
+                pair_id = int(cur.lastrowid or 0)
+            else:
+                pair_id = int(row["id"])
+            cur = conn.execute(
+                "INSERT INTO verdicts (pair_id, admitted, strict, checks_json, created_at) VALUES (?,?,?,?,?)",
+                (pair_id, admitted, strict, checks_json, stamp),
+            )
+            vid = cur.lastrowid
+            conn.execute("UPDATE pairs SET n_verdicts = n_verdicts + 1, updated_at = ? WHERE id = ?", (stamp, pair_id))
+            if strict:
+                conn.execute(
+                    "UPDATE pairs SET strict_admitted = ?, strict_verdict_id = ? WHERE id = ?", (admitted, vid, pair_id)
+                )
+            # A strict verdict stands only where no normal one does.
+            conn.execute(
+                "UPDATE pairs SET admitted = ?, strict = ?, latest_verdict_id = ? "
+                "WHERE id = ? AND (? = 0 OR latest_verdict_id IS NULL OR strict = 1)",
+                (admitted, strict, vid, pair_id, strict),
+            )
+        return pair_id
+
+    def pairs(
+        self, admitted: bool | None = None, *, with_checks: bool = True, strict: bool = False
+    ) -> list[PairRecord]:
+        """Every pair with its standing verdict, optionally only admitted (or rejected) ones.
+
+        `strict=True` shows each pair's latest strict verdict instead (pairs never checked
+        strictly are left out).
+        """
+        sql = _select(with_checks, strict)
+        where: list[str] = ["p.strict_verdict_id IS NOT NULL"] if strict else []
+        params: tuple[int, ...] = ()
+        if admitted is not None:
+            where.append(f"{_VIEWS[strict]['admitted']} = ?")
+            params = (int(admitted),)
+        if where:
+            sql += "WHERE " + " AND ".join(where) + " "
+        found = self.db.rows(sql + "ORDER BY p.id", params)
+        with paused_gc():
+            return [_pair(r, with_checks) for r in found]
+
+    def admitted_pairs(self, *, strict: bool = False) -> list[PairRecord]:
+        """Pairs whose standing verdict admits them (what the benchmark runner may use);
+        `strict=True`: those whose latest strict verdict admits them."""
+        return self.pairs(admitted=True, strict=strict)
+
+    def get_pair(self, pair_id: int) -> PairRecord:
+        """One pair by id, with the checks of its standing verdict."""
+        row = self.db.one(_select(True) + "WHERE p.id = ?", (pair_id,))
+        if row is None:
+            raise PairNotFound(f"no pair with id {pair_id}", hint="`specreg pairs` lists them")
+        return _pair(row, with_checks=True)
+
+    def pair_history(self, pair_id: int) -> list[PairVerdict]:
+        """Every verdict recorded for a pair, oldest first."""
+        pair = self.get_pair(pair_id)
+        found = self.db.rows(
+            "SELECT admitted, strict, checks_json, created_at FROM verdicts WHERE pair_id = ? ORDER BY id",
+            (pair_id,),
+        )
+        return [
+            PairVerdict(
+                admitted=bool(r["admitted"]),
+                method=pair.method,
+                target_sha256=pair.target_sha256,
+                draft_sha256=pair.draft_sha256,
+                rule_set=pair.rule_set,
+                strict=bool(r["strict"]),
+                checks=_CHECKS.validate_json(r["checks_json"]),
+                created_at=r["created_at"],
+            )
+            for r in found
+        ]

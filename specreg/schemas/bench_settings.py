@@ -1,0 +1,97 @@
+"""The settings of one `bench admitted`: validated once, embedded in every run's manifest.
+
+User input (command-line flags, or a caller's keyword arguments), so unknown fields are errors
+and every field carries its constraint; `from_options` turns a validation error into one line
+that names the flag.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+Order = Literal["rounds", "blocked"]
+# Repetitions of every prompt: `bench admitted` runs this many by default and the default policy
+# asks for as many, so the README's `check pair && bench admitted && audit` can pass.
+DEFAULT_REPEAT = 3
+
+
+def _flag(name: str) -> dict[str, Any]:
+    return {"flag": name}
+
+
+class BenchSettings(BaseModel):
+    """Everything a `bench admitted` invocation can set; validated once, recorded in each manifest.
+
+    `concurrency` and `draft_n_max` are lists: the run measures every value (a sweep). A single
+    int is accepted for either. Each field names its command-line flag (json_schema_extra), so a
+    validation error can say which option was wrong.
+    """
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    methods: list[str] | None = Field(default=None, json_schema_extra=_flag("--methods"))
+    workload: str = Field(default="default", min_length=1, json_schema_extra=_flag("--workload"))
+    repeat: int = Field(default=DEFAULT_REPEAT, ge=1, le=10_000, json_schema_extra=_flag("--repeat"))
+    max_tokens: int | None = Field(default=None, ge=1, le=65536, json_schema_extra=_flag("--max-tokens"))
+    concurrency: list[int] = Field(default_factory=lambda: [1], min_length=1, json_schema_extra=_flag("--concurrency"))
+    draft_n_max: list[int] | None = Field(default=None, min_length=1, json_schema_extra=_flag("--draft-max"))
+    draft_n_min: int | None = Field(default=None, ge=0, json_schema_extra=_flag("--draft-min"))
+    ngram: dict[str, int] = Field(default_factory=dict, json_schema_extra=_flag("--ngram"))
+    seed: int = Field(default=42, ge=0, json_schema_extra=_flag("--seed"))
+    # warm-up: requests until two in a row agree within `warmup_tolerance`, at most `warmup`
+    warmup: int = Field(default=8, ge=0, le=1000, json_schema_extra=_flag("--warmup"))
+    warmup_tolerance: float = Field(default=0.10, gt=0, lt=1)
+    order: Order = Field(default="rounds", json_schema_extra=_flag("--order"))
+    bootstrap_resamples: int = Field(default=2000, ge=100, le=1_000_000)
+    ctx_size: int = Field(default=4096, ge=1, json_schema_extra=_flag("--ctx-size"))
+    threads: int | None = Field(default=None, ge=1, json_schema_extra=_flag("--threads"))
+    gpu_layers: str | None = Field(default=None, json_schema_extra=_flag("--gpu-layers"))
+    server: str | None = Field(default=None, json_schema_extra=_flag("--server"))
+    start_timeout_s: float = Field(default=120.0, gt=0, json_schema_extra=_flag("--start-timeout"))
+    request_timeout_s: float = Field(default=120.0, gt=0, json_schema_extra=_flag("--request-timeout"))
+    run_timeout_s: float = Field(default=3600.0, gt=0, json_schema_extra=_flag("--run-timeout"))
+
+    @field_validator("concurrency", "draft_n_max", mode="before")
+    @classmethod
+    def _listed(cls, v: object) -> object:
+        return [v] if isinstance(v, int) and not isinstance(v, bool) else v
+
+    @field_validator("concurrency")
+    @classmethod
+    def _levels(cls, v: list[int]) -> list[int]:
+        if any(c < 1 for c in v):
+            raise ValueError("every concurrency must be at least 1")
+        return sorted(set(v))
+
+    @field_validator("draft_n_max")
+    @classmethod
+    def _lengths(cls, v: list[int] | None) -> list[int] | None:
+        if v is not None and any(k < 0 for k in v):
+            raise ValueError("every draft length must be >= 0")
+        return None if v is None else sorted(set(v))
+
+    @classmethod
+    def from_options(cls, **values: Any) -> BenchSettings:
+        """Validated settings from command-line values; a bad value is a UsageError naming its flag."""
+        from pydantic import ValidationError
+
+        from specreg.errors import UsageError
+
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = str(first["loc"][0]) if first["loc"] else ""
+            more = len(exc.errors()) - 1
+            tail = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+            msg = str(first["msg"]).removeprefix("Value error, ")
+            raise UsageError(f"{cls.flag_of(field)}: {msg}{tail}") from None
+
+    @classmethod
+    def flag_of(cls, field: str) -> str:
+        """The command-line flag of a field (for error messages)."""
+        info = cls.model_fields.get(field)
+        extra = info.json_schema_extra if info is not None else None
+        return str(extra["flag"]) if isinstance(extra, dict) and "flag" in extra else field

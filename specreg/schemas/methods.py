@@ -1,0 +1,36 @@
+"""The speculative-decoding methods of llama.cpp, declared once.
+
+A plain enum module (no pydantic): the CLI offers these as `--method` choices at start-up,
+so importing it must cost nothing. Every other list of methods derives from `Method`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Method(StrEnum):
+    """One `--spec-type` of llama.cpp; the value is the name users type and records store."""
+
+    DRAFT_SIMPLE = "draft-simple"
+    DRAFT_EAGLE3 = "draft-eagle3"
+    DRAFT_DFLASH = "draft-dflash"
+    DRAFT_DSPARK = "draft-dspark"
+    DRAFT_MTP = "draft-mtp"
+    NGRAM_SIMPLE = "ngram-simple"
+    NGRAM_MOD = "ngram-mod"
+    NGRAM_MAP_K = "ngram-map-k"
+    NGRAM_MAP_K4V = "ngram-map-k4v"
+    NGRAM_CACHE = "ngram-cache"
+
+    @property
+    def needs_draft(self) -> bool:
+        """True when the method reads a separate draft GGUF (`-md`); the others use the target alone."""
+        return self in DRAFT_METHODS
+
+
+DRAFT_METHODS: frozenset[Method] = frozenset(
+    {Method.DRAFT_SIMPLE, Method.DRAFT_EAGLE3, Method.DRAFT_DFLASH, Method.DRAFT_DSPARK}
+)
+SELF_METHODS: frozenset[Method] = frozenset(Method) - DRAFT_METHODS
+AUTO = "auto"  # `--method auto`: not a method; the validators pick one from the draft

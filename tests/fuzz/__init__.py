@@ -1,0 +1,1 @@
+"""Long-running fuzzing of the GGUF reader (run as `cd tests && python -m fuzz.fuzz_reader`)."""

@@ -1,0 +1,82 @@
+"""The speed gate judges the interval, not the median: pure gate calls on run digests.
+
+The digests are what `audit.evidence` builds from a run's summaries; the real-run tests
+(test_audit_gates.py, test_bench_sweep.py) show the same rules on measured numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specreg.audit.gates import speed_gate
+from specreg.schemas.audit import ConditionDigest, Policy, RunDigest, StratumRow
+
+
+def _run(**row: Any) -> tuple[RunDigest, ConditionDigest]:
+    base = StratumRow(condition="none", stratum="chat", p95_total_ms=100.0, speedup=1.0, speedup_note="reference")
+    spec: dict[str, Any] = dict(condition="ngram-simple", stratum="chat", p95_total_ms=60.0, drafted=40, accepted=20)
+    spec.update(row)
+    cond = ConditionDigest(label="ngram-simple", spec_type="ngram-simple")
+    run = RunDigest(
+        run_id="r",
+        status="complete",
+        conditions=[ConditionDigest(label="none", spec_type="none"), cond],
+        strata=[base, StratumRow(**spec)],
+    )
+    return run, cond
+
+
+def _policy(min_speedup: float) -> Policy:
+    return Policy.model_validate({"speed": {"min_speedup": min_speedup}})
+
+
+def test_zero_accepted_tokens_never_pass_even_when_faster() -> None:
+    """The issue's case: 14 drafted, 0 accepted, 3.9x "faster" (a cold baseline), lenient minimum."""
+    run, cond = _run(
+        drafted=14,
+        accepted=0,
+        speedup=3.91,
+        speedup_ci95=(2.9, 4.6),
+        difference="faster",
+        expected_accepted_length=1.0,
+        unexplained=True,
+        unexplained_reason="0 tokens accepted gives at most 1.00 tokens per step, yet ...",
+    )
+    g = speed_gate(run, cond, _policy(0.0), 1)
+    assert not g.passed and g.strata == {"chat": False}
+    assert "0 draft tokens accepted" in g.message and "unexplained: 0 tokens accepted" in g.message
+    # nothing drafted in this stratum at all (drafted == 0) is no better
+    run, cond = _run(drafted=0, accepted=0, speedup=1.5, speedup_ci95=(1.2, 1.8))
+    assert not speed_gate(run, cond, _policy(0.0), 1).passed
+
+
+def test_the_interval_low_end_must_reach_the_minimum() -> None:
+    run, cond = _run(speedup=1.12, speedup_ci95=(0.97, 1.31), difference="no measurable difference")
+    g = speed_gate(run, cond, _policy(1.05), 1)
+    assert not g.passed
+    assert "speed-up 1.12x [0.97, 1.31] no measurable difference: low end 0.97 < 1.05" in g.message
+    run, cond = _run(speedup=1.25, speedup_ci95=(1.06, 1.41), difference="faster", expected_accepted_length=2.0)
+    g = speed_gate(run, cond, _policy(1.05), 1)
+    assert g.passed and "chat 1.25x [1.06, 1.41]" in g.message
+    assert g.evidence["chat"]["speedup_ci95"] == [1.06, 1.41]  # type: ignore[index]
+
+
+def test_a_median_without_an_interval_or_a_failed_condition_fails() -> None:
+    run, cond = _run(speedup=1.5, speedup_ci95=None, speedup_note="no interval from 1 request pair(s)")
+    g = speed_gate(run, cond, _policy(1.0), 1)
+    assert not g.passed and "has no interval (no interval from 1 request pair(s))" in g.message
+    run, cond = _run(status="failed", speedup=None, speedup_note="condition failed: speculation did not run")
+    g = speed_gate(run, cond, _policy(0.0), 1)
+    assert not g.passed and "no speed-up (condition failed: speculation did not run)" in g.message
+
+
+def test_unexplained_fails_with_its_reason() -> None:
+    run, cond = _run(
+        speedup=2.5,
+        speedup_ci95=(2.2, 2.9),
+        expected_accepted_length=1.4,
+        unexplained=True,
+        unexplained_reason="acceptance 10.0% gives at most 1.40 tokens per step, yet the low end is 2.20",
+    )
+    g = speed_gate(run, cond, _policy(1.05), 1)
+    assert not g.passed and "unexplained: acceptance 10.0% gives at most 1.40" in g.message

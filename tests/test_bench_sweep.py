@@ -1,0 +1,148 @@
+"""A real sweep on the bundled server: draft lengths x concurrency, decisions per stratum x concurrency.
+
+One small module-scoped run (tiny models, two prompts, two rounds): draft-simple at draft lengths
+2 and 4, ngram-mod with a match length the outputs never reach (so it drafts nothing and fails:
+a real failed condition), each at concurrency 1 and 2, with a baseline per concurrency.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from _audit_world import specreg
+from _bench_helpers import ITEMS, NOISE, admit, workload
+from _registry_helpers import model
+
+from specreg.audit.run import run_audit
+from specreg.benchmark.runner import Runner
+from specreg.registry.store import Registry
+from specreg.schemas.audit import Policy
+from specreg.schemas.bench_settings import BenchSettings
+
+POLICY = Policy.model_validate(
+    {
+        "evidence": {"min_repetitions": 2},
+        "speed": {"min_speedup": 0.0, "p95_tolerance_pct": 10_000},
+        "memory": {"max_extra_ram_pct": 50},
+        "licence": {"require_revision": False},
+    }
+)
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
+    d = tmp_path_factory.mktemp("sweep")
+    target, draft = model(d, "t.gguf"), model(d, "d.gguf", noise=NOISE, name="noisy")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPECREG_HOME", str(d / "home"))
+        reg = Registry(d / "r.db", show_progress=False)
+        pid = admit(reg, target, draft)
+        mod = admit(reg, target, None, "ngram-mod")
+        opts = BenchSettings(
+            workload=str(workload(d, ITEMS[:2])),
+            methods=["draft-simple", "ngram-mod"],
+            draft_n_max=[2, 4],
+            concurrency=[1, 2],
+            ngram={"--spec-ngram-mod-n-match": 500},
+            repeat=2,
+            threads=1,
+            ctx_size=512,
+            start_timeout_s=30,
+            request_timeout_s=30,
+        )
+        run = Runner(reg, opts).bench([pid])[0]
+        yield SimpleNamespace(reg=reg, db=d / "r.db", run=run, pid=pid, mod=mod, folder=d)
+        reg.close()
+
+
+def test_the_grid_runs_every_draft_length_at_every_concurrency(sweep: SimpleNamespace) -> None:
+    run = sweep.run
+    by = {c.spec.name: c for c in run.conditions}
+    assert set(by) == {
+        "none c1",
+        "none c2",
+        "ngram-mod c1",
+        "ngram-mod c2",
+        "draft-simple k2 c1",
+        "draft-simple k4 c1",
+        "draft-simple k2 c2",
+        "draft-simple k4 c2",
+    }
+    for name, c in by.items():
+        argv = c.argv
+        assert argv[argv.index("-np") + 1] == str(c.spec.concurrency) == name[-1]
+        assert len(c.warmup) == 2  # one warm-up per round (one server start per round)
+        if c.spec.method == "draft-simple":
+            assert argv[argv.index("--spec-draft-n-max") + 1] == str(c.spec.draft_n_max) == name.split()[1][1:]
+            assert c.status == "ok", c.failure
+    assert by["none c2"].status == "ok" and by["ngram-mod c1"].status == "failed"
+    m = run.manifest
+    assert m.request.concurrency_levels == [1, 2] and m.settings.draft_n_max == [2, 4]
+    assert [s.round for s in m.observation.schedule] == [0] * 8 + [1] * 8
+
+
+def test_summaries_carry_interval_and_parameters(sweep: SimpleNamespace) -> None:
+    for s in sweep.run.summaries:
+        if s.method == "draft-simple":
+            assert s.speedup is not None and s.speedup_ci95 is not None, (s.condition, s.stratum, s.speedup_note)
+            assert s.speedup_ci95[0] <= s.speedup <= s.speedup_ci95[1]
+            assert s.concurrency == int(s.condition[-1]) and s.draft_n_max in (2, 4)
+            assert s.expected_accepted_length and s.expected_accepted_length > 1 and s.unexplained is not None
+            assert s.n_paired == (4 if s.stratum == "all" else 2)  # prompts x repetitions, paired
+        if s.method == "ngram-mod":  # failed: no speed-up anywhere, only the reason
+            assert s.speedup is None and s.speedup_ci95 is None and s.difference is None
+            assert (s.speedup_note or "").startswith("condition failed: speculation did not run")
+
+
+def test_failed_condition_has_a_null_speedup_in_json_tables_and_plots(sweep: SimpleNamespace, tmp_path: Path) -> None:
+    rid = sweep.run.info.run_id
+    code, out, err = specreg("runs", "show", rid, "--json", db=sweep.db)
+    assert code == 0, err
+    mod = [s for s in json.loads(out)["summaries"] if s["method"] == "ngram-mod"]
+    assert mod and all(s["speedup"] is None and s["speedup_ci95"] is None for s in mod)
+    code, out, err = specreg("runs", "show", rid, "--report", str(tmp_path / "run.md"), db=sweep.db)
+    assert code == 0, err
+    lines = [ln for ln in out.splitlines() if ln.startswith("ngram-mod c1")]
+    assert lines and " - " in lines[0] and "x [" not in lines[0]
+    md = (tmp_path / "run.md").read_text()
+    rows = [ln for ln in md.splitlines() if ln.startswith(("| ngram-mod c1 | all |", "| ngram-mod c1 | chat |"))]
+    assert len(rows) == 2 and all("– (condition failed: speculation did not run" in r for r in rows)
+    for name in ("speedup", "concurrency", "draft-length", "acceptance"):
+        assert (tmp_path / f"run-{name}.svg").is_file(), name
+    from specreg.audit.evidence import digest_run
+    from specreg.report.plots import speedup_figure
+
+    digest = digest_run(sweep.run)
+    fig = speedup_figure(digest, 1)
+    ax = fig.axes[0]
+    drawn = [r for r in digest.strata if r.concurrency == 1 and r.speedup is not None and r.condition != "none c1"]
+    failed = [r for r in digest.strata if r.concurrency == 1 and r.speedup is None]
+    assert len(ax.patches) == len(drawn)  # one bar per measured speed-up, none for the failed condition
+    assert failed and [t.get_text() for t in ax.texts].count("failed") == len(failed)
+
+
+def test_audit_decides_per_stratum_and_concurrency_naming_the_draft_length(sweep: SimpleNamespace) -> None:
+    report = run_audit(sweep.reg, POLICY, "test", pair_ids=[sweep.pid, sweep.mod])
+    pair = next(p for p in report.pairs if p.pair_id == sweep.pid)
+    assert {(o.concurrency, o.draft_n_max) for o in pair.conditions} == {(1, 2), (1, 4), (2, 2), (2, 4)}
+    assert pair.concurrency == 1 and pair.draft_n_max in (2, 4) and pair.condition.endswith("c1")  # type: ignore[union-attr]
+    assert pair.speedup_ci95 is not None and pair.speculative_command and "-md" in pair.speculative_command
+    assert pair.rollback_command and pair.rollback_command[pair.rollback_command.index("-np") + 1] == "1"
+    mod = next(p for p in report.pairs if p.pair_id == sweep.mod)
+    assert not mod.passed and "speculation did not run" in mod.gate("evidence").message  # type: ignore[union-attr]
+    keys = {(d.stratum, d.concurrency) for d in report.decisions}
+    assert keys == {(s, c) for s in ("repetitive", "chat") for c in (1, 2)}
+    for d in report.decisions:
+        eligible = [c for c in d.candidates if c.eligible]
+        assert all(c.concurrency == d.concurrency for c in d.candidates)
+        assert not any(c.pair_id == sweep.mod for c in eligible)  # its condition failed
+        if eligible:
+            best = max(eligible, key=lambda c: c.speedup or 0.0)
+            assert (d.condition, d.draft_n_max, d.speedup) == (best.condition, best.draft_n_max, best.speedup)
+            assert d.draft_n_max in (2, 4) and d.choice == f"draft-simple (pair {sweep.pid})"
+        else:
+            assert d.choice == "none" and d.draft_n_max is None
