@@ -259,6 +259,7 @@ def _on_an_l4(rid: str, new_id: str, speedup: float | None) -> Callable[[dict[st
             for r in rows:
                 if r["condition"] == "draft-simple":
                     r["summary"]["speedup"] = speedup
+                    r["summary"]["speedup_ci95"] = [speedup * 0.9, speedup * 1.1]  # the gate reads the interval
             data[name] = b"".join(
                 json.dumps(r, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode() + b"\n" for r in rows
             )

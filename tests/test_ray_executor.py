@@ -40,6 +40,7 @@ def _opts(folder: Path) -> BenchSettings:
         workload=str(workload(folder, ITEMS)),
         ctx_size=256,
         threads=1,
+        repeat=1,
         start_timeout_s=60,
         request_timeout_s=60,
         run_timeout_s=240,
