@@ -91,6 +91,9 @@ class Runner:
                 )
             usable = []
             for p in pairs:
+                if not p.admitted:  # its stored verdict could not be read back
+                    self.skipped.append(f"pair {p.id} ({p.method}): " + "; ".join(c.message for c in p.checks))
+                    continue
                 why = not_benchmarkable(p)
                 if why is None:
                     usable.append(p)

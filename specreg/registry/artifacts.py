@@ -45,6 +45,15 @@ def stat_or_raise(apath: str) -> hashing.StatKey:
     return hashing.StatKey.of(st)
 
 
+def _stored(load: Any, raw: str, default: Any) -> Any:
+    """A stored JSON field, or `default` when the record is damaged (no licence stated, no
+    provenance): one bad row must not stop every listing, and nothing is allowed on it."""
+    try:
+        return load(raw)
+    except ValueError:
+        return default
+
+
 def _record(row: sqlite3.Row, paths: list[str], with_summary: bool) -> ArtifactRecord:
     summary = GGUFSummary.model_validate_json(row["summary_json"]) if with_summary else None
     return ArtifactRecord(
@@ -57,13 +66,13 @@ def _record(row: sqlite3.Row, paths: list[str], with_summary: bool) -> ArtifactR
         file_type_name=row["file_type_name"],
         n_tokens=row["n_tokens"],
         summary=summary,
-        licence=LicenceRecord.model_validate_json(row["licence_json"]),
+        licence=_stored(LicenceRecord.model_validate_json, row["licence_json"], LicenceRecord()),
         provenance=Provenance(
             repo=row["repo"],
             revision=row["revision"],
             filename=row["filename"],
             source=row["provenance_source"],
-            extra=json.loads(row["provenance_json"] or "{}"),
+            extra=_stored(json.loads, row["provenance_json"] or "{}", {"unreadable": "damaged provenance record"}),
         ),
         registered_at=row["registered_at"],
         updated_at=row["updated_at"],
