@@ -52,6 +52,7 @@ SCHEMA: dict[str, list[str]] = {
         "hashed_at_ns",
         "first_seen_at",
         "last_verified_at",
+        "ctime_ns",
     ],
     "pairs": [
         "id",

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specreg.errors import ArtifactNotFound
+from specreg.errors import ArtifactChanged, ArtifactNotFound
 from specreg.registry.artifacts import HEX, MIN_PREFIX
 from specreg.registry.store import Registry
 from specreg.schemas.checks import PairVerdict
@@ -36,20 +36,25 @@ class Checked:
 
 def open_artifact(reg: Registry, ref: str | Path) -> tuple[ArtifactRecord, GGUFFile]:
     """A file (registered with its local facts on the way) or the SHA-256 (prefix) of a registered
-    artifact, with the bytes it names opened for checking (a located path verified to hold them)."""
-    from specreg.gguf.reader import open_gguf
+    artifact, with the bytes it names opened for checking. The header checked and the SHA-256
+    recorded come from one open descriptor (snapshot.py): a file replaced between hashing and
+    parsing can no longer put a verdict under the SHA-256 of bytes nobody checked."""
     from specreg.registry.provenance import register
 
     arg = os.fspath(ref)
     if os.path.exists(arg):
-        return register(reg, arg), open_gguf(arg)
+        snap = reg.artifacts_store.snapshot(arg)
+        return register(reg, arg, snap=snap), snap.file
     if not HEX.fullmatch(arg.strip().lower()):
         raise ArtifactNotFound(
             f"{arg}: no such file, and not a SHA-256 prefix of {MIN_PREFIX}+ hex digits",
             hint="give a GGUF path, or a SHA-256 (prefix) from `specreg artifacts`",
         )
     rec = reg.get_artifact(arg)
-    return rec, open_gguf(reg.locate(rec.sha256))
+    snap = reg.artifacts_store.snapshot(reg.locate(rec.sha256))
+    if snap.sha256 != rec.sha256:
+        raise ArtifactChanged(snap.path, rec.sha256, snap.sha256)
+    return rec, snap.file
 
 
 def check_and_record(

@@ -33,7 +33,7 @@ class Integrity:
             return f"{path}: missing", None
         except OSError as exc:
             return f"{path}: cannot read ({exc.strerror})", None
-        stored = hashing.StatKey(row["device"], row["inode"], row["size"], row["mtime_ns"])
+        stored = hashing.StatKey(row["device"], row["inode"], row["size"], row["mtime_ns"], row["ctime_ns"])
         if not rehash and key == stored and not hashing.is_racy(key, row["hashed_at_ns"]):
             return None, None
         if key.size != rec.size:
@@ -55,9 +55,9 @@ class Integrity:
                 stamp = now_iso()
                 for path, key, at in fresh:
                     conn.execute(
-                        "UPDATE artifact_paths SET device = ?, inode = ?, size = ?, mtime_ns = ?, "
+                        "UPDATE artifact_paths SET device = ?, inode = ?, size = ?, mtime_ns = ?, ctime_ns = ?, "
                         "hashed_at_ns = ?, last_verified_at = ? WHERE path = ?",
-                        (key.device, key.inode, key.size, key.mtime_ns, at, stamp, path),
+                        (key.device, key.inode, key.size, key.mtime_ns, key.ctime_ns, at, stamp, path),
                     )
         except RegistryError:
             pass

@@ -363,3 +363,10 @@ def m006_bench_condition_warmup(db: Database) -> None:
     """Each condition's warm-up: per server start, the uncounted requests' latencies and whether
     two in a row agreed within the tolerance (benchmark/execute.py). Additive: older rows get '[]'."""
     db.execute("ALTER TABLE bench_conditions ADD COLUMN warmup_json TEXT NOT NULL DEFAULT '[]'")
+
+
+@migrations()
+def m007_artifact_paths_ctime(db: Database) -> None:
+    """The stat cache keys on ctime too (registry/hashing.py: an in-place rewrite can restore size
+    and mtime, never ctime). Older rows have NULL and are hashed once more on their next use."""
+    db.execute("ALTER TABLE artifact_paths ADD COLUMN ctime_ns INTEGER")

@@ -44,6 +44,7 @@ from specreg.registry.hub import (
 from specreg.schemas.registry import LicenceRecord, LicenceSource, Provenance
 
 if TYPE_CHECKING:
+    from specreg.registry.snapshot import Snapshot
     from specreg.registry.store import Registry
     from specreg.schemas.registry import ArtifactRecord
 
@@ -166,12 +167,17 @@ def register(
     revision: str | None = None,
     extra: dict[str, Any] | None = None,
     rehash: bool = False,
+    snap: Snapshot | None = None,
 ) -> ArtifactRecord:
     """Register a file with its local facts: how every command registers a file.
 
     A path already registered and unchanged, with nothing new to record, is answered from the
-    stat cache without looking anything up or writing.
+    stat cache without looking anything up or writing. `snap`: the file as the caller read it
+    (parsed and hashed from one descriptor), registered under exactly that SHA-256.
     """
+    if snap is not None:
+        prov, card = local_facts(path, repo=repo, revision=revision, extra=extra)
+        return registry.add_artifact(path, license=license, provenance=prov, card=card, snap=snap)
     if not (license or repo or revision or extra or rehash):
         sha = registry.artifacts_store.registered_unchanged(path)
         if sha is not None:

@@ -12,6 +12,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specreg.errors import RegistryError
 from specreg.paths import default_db_path
@@ -21,6 +22,9 @@ from specreg.registry.integrity import Integrity
 from specreg.registry.pairs import PairStore
 from specreg.schemas.checks import PairVerdict
 from specreg.schemas.registry import ArtifactRecord, LicenceSource, PairRecord, Provenance
+
+if TYPE_CHECKING:
+    from specreg.registry.snapshot import Snapshot
 
 
 def _is_default(path: Path) -> bool:
@@ -123,10 +127,13 @@ class Registry:
         provenance: Provenance | None = None,
         card: LicenceSource | None = None,
         rehash: bool = False,
+        snap: Snapshot | None = None,
     ) -> ArtifactRecord:
         """Register a GGUF file (idempotent). `provenance`/`card`: the caller's local facts
-        (`provenance.register` looks them up and calls this)."""
-        return self.artifacts_store.add(path, license=license, provenance=provenance, card=card, rehash=rehash)
+        (`provenance.register` looks them up and calls this); `snap`: the bytes as already read."""
+        return self.artifacts_store.add(
+            path, license=license, provenance=provenance, card=card, rehash=rehash, snap=snap
+        )
 
     def add_licence_source(self, sha256: str, source: LicenceSource) -> ArtifactRecord:
         """Add (or replace) one licence statement and recompute the effective licence."""

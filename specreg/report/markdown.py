@@ -101,7 +101,7 @@ def render_audit(report: AuditReport, plots: dict[str, dict[str, str]], image_pr
         f"# specreg audit — {common.verdict_word(report)}",
         "",
         f"{when}; policy: {esc(report.policy_source)}; rule set {esc(report.rule_set or '–')}; "
-        f"integrity by {'full re-hash' if report.rehash else 'stat cache'}.",
+        f"integrity by {'full re-hash' if report.rehash else 'stat cache (--trust-stat-cache)'}.",
         "",
     ]
     lines += [f"- {esc(n)}" for n in report.notes]
