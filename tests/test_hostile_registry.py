@@ -158,3 +158,100 @@ def test_in_place_rewrite_that_keeps_size_and_mtime_fails_the_integrity_gate(tmp
     bench = specreg("bench", "admitted", "--pair", "1", db=db)
     assert bench.returncode == 2 and "Traceback" not in bench.stderr, bench.stderr[-2000:]
     registry_readable(db)
+
+
+# -- split GGUFs: every shard is pinned ------------------------------------------------------------
+
+
+def _split_model(folder: Path, stem: str = "tiny", second: bytes = b"\x01" * 64) -> tuple[Path, Path]:
+    """A two-shard model named as gguf-split names them; `second` varies the second shard's tensor."""
+    import gguf
+    import numpy as np
+
+    first = model(folder, f"{stem}-00001-of-00002.gguf", extra_kv=(("split.no", 0), ("split.count", 2)))
+    path = folder / f"{stem}-00002-of-00002.gguf"
+    w = gguf.GGUFWriter(path, "llama")
+    w.add_key_value("split.no", 1, gguf.GGUFValueType.UINT16)
+    w.add_key_value("split.count", 2, gguf.GGUFValueType.UINT16)
+    w.add_tensor("extra.weight", np.frombuffer(second, dtype=np.float32).copy())
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return first, path
+
+
+def test_every_shard_is_pinned_and_a_swapped_shard_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    first, second = _split_model(tmp_path)
+    proc = specreg("check", "pair", str(first), "--method", "ngram-mod", db=db)
+    assert proc.returncode == 0, proc.stderr
+    with sqlite3.connect(db) as conn:
+        pinned = conn.execute("SELECT shard_no, sha256, path FROM artifact_shards").fetchall()
+    assert pinned == [(1, hashlib.sha256(second.read_bytes()).hexdigest(), str(second))]
+
+    _, other = _split_model(tmp_path / "elsewhere", second=b"\x02" * 64)
+    os.replace(other, second)  # another model's second shard behind the same first shard
+    for flags in (("--trust-stat-cache",), ()):
+        out = specreg("audit", "--pair", "1", "--json", *flags, db=db)
+        (pair,) = json.loads(out.stdout)["pairs"]
+        integrity = next(g for g in pair["gates"] if g["gate"] == "integrity")
+        assert not integrity["passed"] and "shard 2 sha256 is now" in integrity["message"], integrity
+    one_error_line(specreg("bench", "admitted", "--pair", "1", db=db), "shard 2")
+    one_error_line(specreg("register", str(first), "--rehash", db=db), "shard 2", "registered with shard sha256")
+    again = specreg("check", "pair", str(first), "--method", "ngram-mod", db=db)
+    one_error_line(again, "shard 2")
+    registry_readable(db)
+
+
+def test_a_missing_or_misnamed_shard_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    first, second = _split_model(tmp_path)
+    second.unlink()
+    line = one_error_line(specreg("check", "pair", str(first), "--method", "ngram-mod", db=db), "shard 2 of 2")
+    assert "not readable" in line
+    renamed = tmp_path / "tiny.gguf"
+    os.replace(first, renamed)
+    one_error_line(specreg("register", str(renamed), db=db), "must be named <name>-00001-of-00002.gguf")
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM artifacts").fetchone()[0] == 0
+    registry_readable(db)
+
+
+# -- registry files that are not ours to write ------------------------------------------------------
+
+
+def test_a_registry_from_a_newer_specreg_is_refused(tmp_path: Path) -> None:
+    db = tmp_path / "r.db"
+    assert specreg("register", str(model(tmp_path, "t.gguf")), db=db).returncode == 0
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "INSERT INTO _sqlite_migrations (migration_set, name, applied_at) "
+            "VALUES ('specreg', 'm999_from_the_future', '2030-01-01')"
+        )
+        before = conn.execute("SELECT count(*) FROM artifact_paths").fetchone()[0]
+    for args in (("register", str(model(tmp_path, "u.gguf", seed=9))), ("artifacts",), ("pairs", "--json")):
+        one_error_line(specreg(*args, db=db), "written by a newer specreg", "m999_from_the_future")
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT count(*) FROM artifact_paths").fetchone()[0] == before
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+
+
+@pytest.mark.parametrize("where", ["/dev/null", "fifo", "folder"])
+def test_a_registry_path_that_is_not_a_regular_file_is_refused(tmp_path: Path, where: str) -> None:
+    if where == "/dev/null":
+        db = Path("/dev/null")
+        side = [Path(f"/dev/null{s}") for s in ("-journal", "-wal", "-shm")]
+        if any(p.exists() for p in side):
+            pytest.skip("a stray /dev/null-* file exists already")
+    elif where == "fifo":
+        db = tmp_path / "r.db"
+        os.mkfifo(db)
+        side = [tmp_path / f"r.db{s}" for s in ("-journal", "-wal", "-shm")]
+    else:
+        db = tmp_path / "r.db"
+        db.mkdir()
+        side = [tmp_path / f"r.db{s}" for s in ("-journal", "-wal", "-shm")]
+    for args in (("register", str(model(tmp_path, "t.gguf"))), ("artifacts",)):
+        one_error_line(specreg(*args, db=db), "is not a regular file")
+    assert not any(p.exists() for p in side)

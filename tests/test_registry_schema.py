@@ -170,6 +170,20 @@ SCHEMA: dict[str, list[str]] = {
         "bundle_created_at",
         "imported_at",
     ],
+    # split GGUFs: the shards after the first, pinned (m008, specreg/registry/shards.py)
+    "artifact_shards": [
+        "id",
+        "artifact_sha256",
+        "shard_no",
+        "sha256",
+        "size",
+        "path",
+        "device",
+        "inode",
+        "mtime_ns",
+        "ctime_ns",
+        "hashed_at_ns",
+    ],
 }
 
 # The indexes list views and joins depend on (registry scale: 10k artifacts, 5k pairs).

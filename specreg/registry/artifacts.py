@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from specreg.errors import AmbiguousArtifact, ArtifactNotFound, SpecregError
 from specreg.registry import hashing, licence, snapshot
 from specreg.registry.db import Database, now_iso, paused_gc, read_only_error
+from specreg.registry.shards import Shard, ShardStore, is_split
 from specreg.schemas.gguf import GGUFSummary
 from specreg.schemas.registry import ArtifactRecord, LicenceRecord, LicenceSource, Provenance
 
@@ -89,6 +90,7 @@ class ArtifactStore:
         self.db = db
         self.show_progress = show_progress
         self.hash_count = 0
+        self.shards = ShardStore(db, lambda p, fd: self.hash(Path(p), fd))
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -258,6 +260,10 @@ class ArtifactStore:
             if self.db.read_only:  # don't hash 20 GB only to find we cannot record it
                 raise read_only_error(self.db.path)
             summary, sha, hashed_at = self._read(apath, key)
+        # a split model: every shard is read (stat cache or hash) before anything is written
+        shards: list[Shard] = []
+        if summary is not None and is_split(summary):
+            shards = self.shards.read(apath, summary, rehash=rehash)
         with self.db.transaction() as conn:
             known = self.db.one("SELECT licence_json FROM artifacts WHERE sha256 = ?", (sha,))
             stamp = now_iso()
@@ -273,6 +279,8 @@ class ArtifactStore:
                     rec = licence.with_source(rec, card)
                 self._update(sha, rec, prov.repo, prov.revision, prov.extra, stamp, source=prov.source or "user")
             self._upsert_path(apath, sha, key, hashed_at, stamp)
+            if shards:
+                self.shards.pin(conn, sha, shards)
         return self.get(sha)
 
     def _insert(

@@ -40,6 +40,11 @@ def _where(path: Path, create: bool) -> bool:
     """
     folder = path.parent
     default = _is_default(path)
+    if path.exists() and not path.is_file():  # /dev/null, a FIFO, a folder: SQLite would write beside it
+        raise RegistryError(
+            f"registry {path} is not a regular file",
+            hint="give --db / SPECREG_DB the path of a registry file (it is created on first write)",
+        )
     if not folder.is_dir():
         if not default:
             raise RegistryError(
