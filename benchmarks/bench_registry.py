@@ -117,6 +117,7 @@ def fill(reg: Registry, root: Path, scale: float) -> dict[str, int]:
     path_of = {sha: p for p, sha, _ in files}
     checks = json.dumps(
         [{"code": f"vocab.check{i}", "severity": "pass", "message": "ok " * 10, "evidence": {}} for i in range(12)]
+        + [{"code": "template.scan", "severity": "pass", "message": "chat template: nothing unsafe", "evidence": {}}]
     )
     pairs = [(shas[i % n_targets], shas[n_targets + i], "draft-simple", int(i % 5 != 4)) for i in range(n_draft_pairs)]
     pairs += [(shas[t], None, "ngram-simple", 1) for t in range(n_targets)]

@@ -123,3 +123,7 @@ class VocabUnavailable(SpecregError):
 
 class BundleError(SpecregError):
     """A result bundle is malformed, truncated, tampered with, too new, or conflicts with the registry."""
+
+
+class RemoteError(SpecregError):
+    """A remote GGUF could not be read by HTTP range requests (unreachable, refused, no Range support)."""

@@ -20,11 +20,13 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
@@ -42,19 +44,43 @@ def git_blob_sha1(data: bytes) -> str:
 
 @dataclass
 class FakeFile:
-    """One file at one commit; `serve` replaces the bytes the CDN sends (a tampered mirror)."""
+    """One file at one commit; `serve` replaces the bytes the CDN sends (a tampered mirror);
+    `path` serves a file on disk instead of `data` (a sparse file stands in for a big model)."""
 
-    data: bytes
+    data: bytes = b""
     lfs: bool = True
     serve: bytes | None = None
     etag: str | None = None  # a lying hub: this X-Linked-Etag instead of the SHA-256
+    path: Path | None = None
+
+    @property
+    def size(self) -> int:
+        return self.path.stat().st_size if self.path is not None else len(self.data)
 
     @property
     def sha256(self) -> str:
-        return hashlib.sha256(self.data).hexdigest()
+        if self.path is None:
+            return hashlib.sha256(self.data).hexdigest()
+        return _file_sha256(self.path)
+
+    def read(self, start: int, end: int) -> bytes:
+        """Bytes [start, end) as the CDN serves them."""
+        if self.serve is not None:
+            return self.serve[start:end]
+        if self.path is None:
+            return self.data[start:end]
+        with open(self.path, "rb") as f:
+            f.seek(start)
+            return f.read(end - start)
 
     def pointer(self) -> bytes:
-        return f"version https://git-lfs.github.com/spec/v1\noid sha256:{self.sha256}\nsize {len(self.data)}\n".encode()
+        return f"version https://git-lfs.github.com/spec/v1\noid sha256:{self.sha256}\nsize {self.size}\n".encode()
+
+
+@cache
+def _file_sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 @dataclass
@@ -69,6 +95,9 @@ class FakeRepo:
     info_sha: str | None = None
     header_commit: str | None = None
     redirect_loop: bool = False  # every API answer is a redirect to itself
+    no_ranges: bool = False  # the CDN ignores Range and starts sending the whole file
+    hang_s: float = 0.0  # the CDN waits this long before answering
+    redirect_to: str | None = None  # the CDN redirects every download there (e.g. another scheme)
 
     def resolve(self, rev: str) -> str | None:
         if rev in self.refs:
@@ -98,6 +127,7 @@ class FakeHub:
             threading.Thread(target=s.serve_forever, args=(0.05,), daemon=True) for s in (self._hub, self._cdn)
         ]
         self._dropped: set[str] = set()
+        self.bytes_sent = 0  # body bytes the CDN and the resolve route sent, over all requests
 
     @property
     def endpoint(self) -> str:
@@ -204,9 +234,9 @@ def _handler(hub: FakeHub, *, cdn: bool) -> type[BaseHTTPRequestHandler]:
                 entry: dict[str, object] = {"rfilename": name}
                 if blobs:
                     stored = f.pointer() if f.lfs else f.data
-                    entry.update(size=len(f.data), blobId=git_blob_sha1(stored))
+                    entry.update(size=f.size, blobId=git_blob_sha1(stored))
                     if f.lfs:
-                        entry["lfs"] = {"size": len(f.data), "sha256": f.sha256, "pointerSize": len(stored)}
+                        entry["lfs"] = {"size": f.size, "sha256": f.sha256, "pointerSize": len(stored)}
                 siblings.append(entry)
             body = {
                 "_id": commit[:24],
@@ -242,16 +272,15 @@ def _handler(hub: FakeHub, *, cdn: bool) -> type[BaseHTTPRequestHandler]:
                     "X-Repo-Commit": repo.header_commit or commit,
                     "ETag": f'"{git_blob_sha1(f.pointer())}"',
                     "X-Linked-Etag": f'"{f.etag or f.sha256}"',
-                    "X-Linked-Size": str(len(f.data)),
+                    "X-Linked-Size": str(f.size),
                     "Location": f"{hub.cdn}/blobs/{f.sha256}?repo={repo_id}",
                 }
                 return self._send(302, headers, head=head)
-            headers = {
-                "X-Repo-Commit": repo.header_commit or commit,
-                "ETag": f'"{f.etag or git_blob_sha1(f.data)}"',
-                "Content-Type": "text/plain; charset=utf-8",
-            }
-            self._send(200, headers, f.data, head=head)
+            self._ranged(
+                f,
+                {"X-Repo-Commit": repo.header_commit or commit, "ETag": f'"{f.etag or git_blob_sha1(f.data)}"'},
+                head=head,
+            )
 
         # --- the CDN: /blobs/{sha256} -------------------------------------------------------
         def _cdn_get(self, parts: list[str], *, head: bool) -> None:
@@ -259,18 +288,42 @@ def _handler(hub: FakeHub, *, cdn: bool) -> type[BaseHTTPRequestHandler]:
             if found is None:
                 return self._error(404, "NotFound", "no such blob", head=head)
             repo, f = found
-            body = f.serve if f.serve is not None else f.data
             if repo.drop_downloads:
-                return self._drop(f.sha256, body)
-            start = 0
-            rng = self.headers.get("Range", "")
-            if rng.startswith("bytes=") and rng[6:].split("-")[0].isdigit():
-                start = int(rng[6:].split("-")[0])
-            status = 206 if start else 200
-            headers = {"Content-Type": "application/octet-stream", "ETag": f'"{f.sha256}"', "Accept-Ranges": "bytes"}
-            if start:
-                headers["Content-Range"] = f"bytes {start}-{len(body) - 1}/{len(body)}"
-            self._send(status, headers, body[start:], head=head)
+                return self._drop(f.sha256, f.read(0, f.size))
+            if repo.hang_s:
+                time.sleep(repo.hang_s)
+            if repo.redirect_to is not None:
+                return self._send(302, {"Location": repo.redirect_to}, head=head)
+            self._ranged(f, {"ETag": f'"{f.sha256}"'}, head=head, ranges=not repo.no_ranges)
+
+        def _ranged(self, f: FakeFile, headers: dict[str, str], *, head: bool, ranges: bool = True) -> None:
+            """200 with the whole file, or 206 for `Range: bytes=a-b` / `bytes=a-` (416 outside it)."""
+            size = f.size
+            headers = {"Content-Type": "application/octet-stream", **headers}
+            m = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", "").strip())
+            start, end, status = 0, size, 200
+            if ranges:
+                headers["Accept-Ranges"] = "bytes"
+                if m:
+                    start, end, status = int(m.group(1)), min(size, int(m.group(2) or size - 1) + 1), 206
+                    if start >= size or end <= start:
+                        return self._send(416, {"Content-Range": f"bytes */{size}"}, head=head)
+                    headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
+            self.send_response(status)
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.send_header("Content-Length", str(end - start))
+            self.end_headers()
+            if head:
+                return
+            pos = start
+            with contextlib.suppress(OSError):  # a client that stops reading (no Range support) hangs up
+                while pos < end:
+                    chunk = f.read(pos, min(end, pos + (1 << 20)))
+                    self.wfile.write(chunk)
+                    pos += len(chunk)
+                    with hub._lock:
+                        hub.bytes_sent += len(chunk)
 
         def _drop(self, key: str, body: bytes) -> None:
             """First request: headers promise the whole body, half of it comes, the socket closes.

@@ -15,7 +15,7 @@ from specreg.schemas.audit import AuditReport, Policy
 from specreg.schemas.checks import PairVerdict
 from specreg.schemas.registry import LicenceSource
 
-GATE_NAMES = ["integrity", "verdict", "evidence", "equivalence", "speed", "memory", "licence", "rollback"]
+GATE_NAMES = ["integrity", "verdict", "template", "evidence", "equivalence", "speed", "memory", "licence", "rollback"]
 
 
 def _audit(db: Path, pair: int, policy: Policy = LENIENT, **kw: object) -> AuditReport:

@@ -261,4 +261,4 @@ def test_vocab_only_pair_is_listed_up_front_and_skipped(capsys: pytest.CaptureFi
     assert code == 1 and pair["not_benchmarkable"].startswith("draft has no tensors")
     failing = {g["gate"]: g["message"] for g in pair["gates"] if not g["passed"]}
     assert list(failing) == ["evidence"] and failing["evidence"].startswith("admitted, not benchmarkable: draft")
-    assert {g["gate"] for g in pair["gates"]} == {"integrity", "verdict", "evidence", "licence"}
+    assert {g["gate"] for g in pair["gates"]} == {"integrity", "verdict", "template", "evidence", "licence"}

@@ -191,6 +191,139 @@ def _final_layer_archs(root: Path) -> list[str]:
     return sorted(out)
 
 
+def _body(text: str, open_brace: int) -> str:
+    """The text between the brace at `open_brace` and its match."""
+    depth = 0
+    for i in range(open_brace, len(text)):
+        depth += {"{": 1, "}": -1}.get(text[i], 0)
+        if depth == 0:
+            return text[open_brace + 1 : i]
+    raise ValueError("unbalanced braces")
+
+
+def _top_level(body: str) -> list[str]:
+    """Statements of `body` outside nested blocks, minus conditional ones (`if (x) stmt;`).
+
+    Braces inside parentheses are initializer lists (`{n_embd}`), kept as text; braces at
+    statement level open blocks (`if (..) {`, `else {`), which are left out.
+    """
+    flat, depth, parens = [], 0, 0
+    for ch in body:
+        if depth == 0:
+            parens += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == "{" and (depth or parens == 0):
+            depth += 1
+            if depth == 1:  # a nested block ends the statement before it
+                flat.append(";")
+        elif ch == "}" and depth:
+            depth -= 1
+        elif depth == 0:
+            flat.append(ch)
+    statements = [re.sub(r"//[^\n]*", "", st).strip() for st in "".join(flat).split(";")]
+    return [st for st in statements if st and not re.match(r"(if|else|for|while|switch)\b", st) and "?" not in st]
+
+
+def _required(statements: list[str], suffix: Any) -> list[list[str]]:
+    """Groups of required layer tensors among unconditional statements (flags exactly 0)."""
+    out: list[list[str]] = []
+    for st in statements:
+        one = re.search(
+            r"create_tensor\(\s*tn\(LLM_TENSOR_(\w+),\s*\"(\w+)\",\s*\w+\)\s*,\s*\{[^}]*\}\s*,\s*0\s*\)", st
+        )
+        name = suffix(one.group(1), one.group(2)) if one else None
+        if name:
+            out.append([name])
+        elif re.search(r"create_tensor_qkv\([^;]*,\s*0\s*\)$", st):
+            out.append(["attn_qkv.weight", "attn_q.weight+attn_k.weight+attn_v.weight"])
+    return out
+
+
+_VOCAB_SHAPE = r"\{\s*n_embd\s*,\s*n_vocab\s*\}"
+
+
+def _structure_rules(root: Path) -> dict[str, Any]:
+    """Per architecture: the tensors its loader requires in every layer (created with flags 0 at the
+    top level of the layer loop, never inside a condition), and which archs size token_embd /
+    output by the vocabulary. A sound under-approximation: a tensor listed here is one llama.cpp
+    cannot load the model without."""
+    src = root / "src"
+    arch_cpp = (src / "llama-arch.cpp").read_text()
+    names = _arch_names(arch_cpp)
+    tensors = dict(re.findall(r"\{\s*LLM_TENSOR_(\w+),\s*\"([^\"]+)\"\s*\}", arch_cpp))
+    class_archs = _class_archs((src / "llama-model.cpp").read_text())
+
+    def suffix(kind: str, part: str) -> str | None:
+        name = tensors.get(kind)
+        return None if name is None or not name.startswith("blk.%d.") else f"{name[7:]}.{part}"
+
+    blocks: dict[str, list[list[str]]] = {}
+    blocks_dense: dict[str, list[list[str]]] = {}
+    embd_required: set[str] = set()
+    embd_vocab: set[str] = set()
+    output_vocab: set[str] = set()
+    for f in sorted((src / "models").glob("*.cpp")):
+        text = f.read_text()
+        for m in re.finditer(r"void (llama_model_\w+)::load_arch_tensors\([^)]*\)\s*\{", text):
+            body = _body(text, m.end() - 1)
+            archs = [names[a] for a in class_archs.get(m.group(1), []) if a in names]
+            embd = re.search(r"tn\(LLM_TENSOR_TOKEN_EMBD,\s*\"weight\"\),\s*" + _VOCAB_SHAPE + r"\s*,\s*(\w+)\)", body)
+            if embd:
+                embd_vocab.update(archs)
+                if embd.group(1) == "0":
+                    embd_required.update(archs)
+            if re.search(r"tn\(LLM_TENSOR_OUTPUT,\s*\"weight\"\),\s*" + _VOCAB_SHAPE, body):
+                output_vocab.update(archs)
+            required: list[list[str]] = []
+            dense: list[list[str]] = []
+            loops = r"for\s*\(\s*int\s+(\w+)\s*=\s*0;\s*\1\s*<\s*n_layer;\s*\+\+\1\s*\)\s*\{"
+            for loop in re.finditer(loops, body):
+                if body[: loop.start()].count("{") != body[: loop.start()].count("}"):
+                    continue  # a loop inside a condition (another variant of the architecture)
+                layer = _body(body, loop.end() - 1).split("continue")[0]  # after a `continue`: some layers only
+                required += _required(_top_level(layer), suffix)
+                # `if (n_expert == 0) { dense FFN } else { experts }` at the loop's top level
+                branch = re.search(r"(?:^|[;}\s])if\s*\(\s*n_expert\s*==\s*0\s*\)\s*\{", layer)
+                if branch and layer[: branch.end()].count("{") - layer[: branch.end()].count("}") == 1:
+                    dense += _required(_top_level(_body(layer, branch.end() - 1)), suffix)
+            for arch in archs:
+                if required:
+                    blocks[arch] = required
+                if dense:
+                    blocks_dense[arch] = dense
+    return {
+        "token_embd_required": sorted(embd_required),
+        "token_embd_vocab": sorted(embd_vocab),
+        "output_vocab": sorted(output_vocab),
+        "block_tensors": dict(sorted(blocks.items())),
+        "block_tensors_dense": dict(sorted(blocks_dense.items())),
+    }
+
+
+def _memory_rules(root: Path) -> dict[str, Any]:
+    """Per architecture, the sliding-window layer pattern its loader applies when the file names a
+    window (`load_swa_pattern(ml, N[, dense_first])`); N = -1: the per-layer array must be in the file."""
+    src = root / "src"
+    names = _arch_names((src / "llama-arch.cpp").read_text())
+    class_archs = _class_archs((src / "llama-model.cpp").read_text())
+    patterns: dict[str, list[int | bool]] = {}
+    for f in sorted((src / "models").glob("*.cpp")):
+        text = f.read_text()
+        for m in re.finditer(r"void (llama_model_\w+)::load_arch_hparams\([^)]*\)\s*\{", text):
+            body = _body(text, m.end() - 1)
+            call = re.search(
+                r"(?:load_swa_pattern\(ml,|set_swa_pattern\()\s*(\d+)(?:,\s*(?:/\*\w+=\*/)?(true|false))?\)", body
+            )
+            if re.search(r"get_arr\(LLM_KV_ATTENTION_SLIDING_WINDOW_PATTERN,\s*hparams\.is_swa_impl\)", body):
+                rule: list[int | bool] = [-1, False]
+            elif call:
+                rule = [int(call.group(1)), call.group(2) == "true"]
+            else:
+                continue
+            for arch in (names[a] for a in class_archs.get(m.group(1), []) if a in names):
+                patterns[arch] = rule
+    return {"swa_patterns": dict(sorted(patterns.items()))}
+
+
 def extract_rules(root: Path) -> dict[str, Any]:
     """The llama.cpp facts a rule set holds, read from the source tree at `root`."""
     vocab = _vocab_rules((root / "src" / "llama-vocab.cpp").read_text())
@@ -199,6 +332,8 @@ def extract_rules(root: Path) -> dict[str, Any]:
         "draft_simple": spec["draft_simple"],
         **vocab,
         "mtp": _mtp_rules(root),
+        "structure": _structure_rules(root),
+        "memory": _memory_rules(root),
         "eagle3": {
             "architecture": "eagle3",
             "n_target_layers": spec["eagle3_n_target_layers"],

@@ -83,6 +83,7 @@ def _condition(c: ConditionRun, base: ConditionRun | None, conc: int) -> Conditi
         failure=c.failure,
         command=list(c.argv),
         peak_ram_mib=peak_ram,
+        predicted_ram_mib=_mib(c.memory.predicted_rss_bytes) if c.memory else None,
         peak_vram_mib=peak_vram,
         extra_ram_mib=None if c is base or peak_ram is None or base_ram is None else peak_ram - base_ram,
         extra_vram_mib=None if c is base or peak_vram is None or base_vram is None else peak_vram - base_vram,

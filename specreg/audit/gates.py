@@ -18,8 +18,10 @@ from specreg.schemas.audit import (
     RunDigest,
     SpeedPolicy,
     StratumRow,
+    TemplatePolicy,
 )
 from specreg.schemas.bench import ALL_STRATA
+from specreg.schemas.checks import CheckResult
 from specreg.schemas.registry import ArtifactRecord
 
 _UNKNOWN = {None, "unknown", "none", "noassertion"}
@@ -65,6 +67,32 @@ def verdict_gate(
             message=f"rejected under {current}{again}: {why}",
         )
     return GateResult(gate="verdict", passed=True, evidence=evidence, message=f"admitted under {current}{again}")
+
+
+def template_gate(checks: list[CheckResult] | None, source: str, policy: TemplatePolicy) -> GateResult:
+    """The target's `template.*` results: any with a severity the policy blocks fails the gate.
+
+    `checks` None: no scan could be had (`source` says why); the gate fails rather than guess.
+    """
+    if checks is None:
+        return GateResult(gate="template", passed=False, message=f"no chat-template scan: {source}")
+    found = [c for c in checks if c.code.startswith("template.")]
+    blocking = [c for c in found if c.severity in policy.block]
+    evidence = {
+        "source": source,
+        "block": list(policy.block),
+        "results": [{"code": c.code, "severity": c.severity, "message": c.message} for c in found],
+    }
+    if not found:
+        return GateResult(gate="template", passed=False, message=f"no template.* result ({source})", evidence=evidence)
+    if blocking:
+        shown = "; ".join(f"{c.code} ({c.severity}): {c.message}" for c in blocking[:3])
+        more = f" and {len(blocking) - 3} more" if len(blocking) > 3 else ""
+        return GateResult(gate="template", passed=False, message=shown + more, evidence=evidence)
+    seen = ", ".join(sorted({f"{c.code} {c.severity}" for c in found}))
+    return GateResult(
+        gate="template", passed=True, message=f"no blocking finding ({seen}; {source})", evidence=evidence
+    )
 
 
 def licence_gate(artifacts: list[tuple[str, ArtifactRecord]], policy: LicencePolicy) -> GateResult:

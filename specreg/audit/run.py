@@ -28,6 +28,7 @@ from specreg.schemas.audit import (
     RunDigest,
 )
 from specreg.schemas.bench import RunStatus
+from specreg.schemas.checks import CheckResult
 from specreg.schemas.registry import ArtifactRecord, PairRecord
 
 RunsFor = Callable[[Registry, PairRecord], list[RunHead]]
@@ -44,6 +45,7 @@ class _Facts:
         self.integrity: dict[str, tuple[bool, str | None]] = {}
         self.digests: dict[str, RunDigest] = {}
         self.rule_sets: dict[str, str | None] = {}
+        self.scans: dict[str, list[CheckResult] | str] = {}
 
     def digest(self, head: RunHead) -> RunDigest:
         if head.info.run_id not in self.digests:
@@ -61,6 +63,21 @@ class _Facts:
         if rule_set not in self.rule_sets:
             self.rule_sets[rule_set] = current_rule_set_id(rule_set)
         return self.rule_sets[rule_set]
+
+    def template_scan(self, sha: str) -> list[CheckResult] | str:
+        """The target's template checks scanned from its file now, or why they cannot be."""
+        if sha not in self.scans:
+            from specreg.gguf.reader import open_gguf
+            from specreg.validators.checks_template import check_template
+            from specreg.validators.ruleset import load_rule_set
+            from specreg.validators.side import Side
+
+            rules = load_rule_set()
+            try:
+                self.scans[sha] = check_template(Side.of("target", open_gguf(self.reg.locate(sha)), rules), rules)
+            except SpecregError as exc:
+                self.scans[sha] = f"the target cannot be read: {exc}"
+        return self.scans[sha]
 
     def verify(self, sha: str) -> tuple[bool, str | None]:
         if sha not in self.integrity:
@@ -96,6 +113,20 @@ def _verdict(facts: _Facts, pair: PairRecord, files_ok: bool) -> tuple[GateResul
         pair = facts.reg.get_pair(pair.id)  # list views carry no checks; fetch the reasons
     errors = [f"{c.code}: {c.message}" for c in pair.checks if c.severity == "error"]
     return gates.verdict_gate(pair.admitted, pair.rule_set, current, stale_from, errors), pair
+
+
+def _template(facts: _Facts, pair: PairRecord, policy: Policy) -> GateResult:
+    """The verdict's template results; for a verdict older than those checks, a scan made now."""
+    checks = pair.checks or facts.reg.get_pair(pair.id).checks  # a list view carries no checks
+    recorded = [c for c in checks if c.code.startswith("template.")]
+    if recorded:
+        return gates.template_gate(recorded, "recorded with the verdict", policy.template)
+    if not facts.verify(pair.target_sha256)[0]:
+        return gates.template_gate(None, "the verdict predates template checks and the target changed", policy.template)
+    scan = facts.template_scan(pair.target_sha256)
+    if isinstance(scan, str):
+        return gates.template_gate(None, f"the verdict predates template checks; {scan}", policy.template)
+    return gates.template_gate(scan, "scanned now: the verdict predates template checks", policy.template)
 
 
 def _matches(value: str | None, wanted: str | None) -> bool:
@@ -161,6 +192,7 @@ def audit_pair(
     results = [gates.integrity_gate(checks, facts.rehash)]
     verdict, pair = _verdict(facts, pair, all(ok for _, _, ok, _ in checks))
     results.append(verdict)
+    results.append(_template(facts, pair, policy))
     licence = gates.licence_gate([(role, facts.record(sha)) for role, sha in roles], policy.licence)
     head, how = select_run(runs_for(facts.reg, pair), policy)
     lacking = _unbenchmarkable(facts, pair) if head is None else None
@@ -245,7 +277,7 @@ def _run_audit(
     from specreg.validators.ruleset import RULE_SET_DEFAULT, load_rule_set
 
     if pairs is None and pair_ids is None:
-        pairs = reg.pairs(admitted=True, with_checks=False)
+        pairs = reg.pairs(admitted=True, with_checks=True)  # the template gate reads the verdict's checks
         if not pairs:
             raise SpecregError("no admitted pairs to audit", hint="check pairs first: specreg check pair TARGET DRAFT")
     elif pairs is None:

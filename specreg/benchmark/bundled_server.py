@@ -46,6 +46,10 @@ NGRAM_FLAGS: dict[str, tuple[str, int]] = {
 }
 
 
+# -ctk/-ctv values llama-server accepts (common/arg.cpp kv_cache_types)
+CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+
+
 def version_text() -> str:
     """What `--version` prints: the xllamacpp release is the runtime's identity (no commit in the wheel)."""
     import xllamacpp
@@ -75,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(flag, type=int, dest=_dest(flag))
     p.add_argument("-c", "--ctx-size", type=int, default=4096)
     p.add_argument("-np", "--parallel", type=int, default=1)
+    p.add_argument("-ctk", "--cache-type-k", dest="cache_type_k", choices=CACHE_TYPES, default=None)
+    p.add_argument("-ctv", "--cache-type-v", dest="cache_type_v", choices=CACHE_TYPES, default=None)
     p.add_argument("-t", "--threads", type=int, default=None)
     p.add_argument("-ngl", "--gpu-layers", "--n-gpu-layers", dest="ngl", default=None)
     p.add_argument("-ngld", "--spec-draft-ngl", dest="ngld", default=None)
@@ -122,6 +128,10 @@ def build_params(ns: argparse.Namespace) -> Any:
         params.sampling.seed = ns.seed
     if ns.verbosity is not None:
         params.verbosity = ns.verbosity
+    for attr in ("cache_type_k", "cache_type_v"):
+        value = getattr(ns, attr)
+        if value is not None:
+            setattr(params, attr, getattr(x.ggml_type, "GGML_TYPE_" + value.upper()))
     ngl = _layers("-ngl", ns.ngl)
     if ngl is not None:
         params.n_gpu_layers = ngl

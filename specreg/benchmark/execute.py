@@ -27,6 +27,7 @@ from specreg.benchmark.client import Completion, LlamaClient
 from specreg.benchmark.conditions import ServerOptions, server_args
 from specreg.benchmark.launcher import ServerCommand, ServerProcess, launch
 from specreg.benchmark.memory import GpuProbe, MemorySampler, higher_peak
+from specreg.benchmark.memory_predict import predict_rss
 from specreg.benchmark.metrics import add_counters, parse_metrics, spec_counters, spec_only
 from specreg.benchmark.runstore import RunStore
 from specreg.benchmark.serverlog import error_lines, head_text, last_lines, refusal_lines, speculation_lines, tail_text
@@ -203,6 +204,10 @@ def _measure(
     with sampler:
         _requests(ctx, cond, server, client, reps)
     cond.memory = higher_peak(cond.memory, sampler.result())
+    cond.memory.predicted_rss_bytes = predict_rss(
+        cond.spec, ctx.target_path, ctx_size=o.ctx_size, slots=cond.spec.concurrency, gpu_layers=o.gpu_layers,
+        items=ctx.workload.items, max_tokens=o.max_tokens,
+    )  # fmt: skip
     if server.alive() and cond.status == "running":
         after = parse_metrics(client.metrics_text())
         cond.metrics_before, cond.metrics_after = spec_only(before), spec_only(after)

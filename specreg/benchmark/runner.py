@@ -28,6 +28,7 @@ from specreg.errors import ArtifactChanged, NotAdmitted, SpecregError
 from specreg.paths import data_dir
 from specreg.registry.db import now
 from specreg.registry.hashing import sha256_file
+from specreg.registry.remote import metadata_only
 from specreg.schemas.bench import (
     ArtifactRef,
     BenchRun,
@@ -192,6 +193,11 @@ class Runner:
         target = self.reg.get_artifact(pair.target_sha256)
         draft = self.reg.get_artifact(pair.draft_sha256) if pair.draft_sha256 else None
         for role, rec in (("target", target), ("draft", draft)):
+            if rec is not None and metadata_only(rec):
+                raise NotAdmitted(
+                    f"pair {pair.id}: the {role} {rec.sha256[:12]} is metadata only (checked from a remote header)",
+                    hint="download it (specreg fetch REPO FILE) to benchmark the pair",
+                )
             if rec is not None and rec.summary is not None and rec.summary.vocab_only:  # checked before the fix
                 raise NotAdmitted(
                     f"pair {pair.id}: the {role} {rec.sha256[:12]} is vocab-only (no tensors): {NOT_BENCHMARKABLE}",

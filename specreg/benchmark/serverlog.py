@@ -9,6 +9,7 @@ refusal is found only here, never in the HTTP answers.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 LOG_SCAN_BYTES = 8 << 20  # a refusal is logged at start-up: the head of the log is enough
@@ -53,6 +54,15 @@ def head_text(path: Path, max_bytes: int = LOG_SCAN_BYTES) -> str:
 def error_lines(text: str) -> list[str]:
     """The lines that look like errors: llama.cpp's ` E ` level, or an error word."""
     return [ln.rstrip() for ln in text.splitlines() if " E " in ln or any(w in ln.lower() for w in _ERROR_WORDS)]
+
+
+_ABORT = re.compile(r"^\S+\.(?:c|cc|cpp|h|hpp):\d+: ")  # GGML_ABORT / GGML_ASSERT: "file.cpp:606: message"
+
+
+def abort_lines(text: str) -> list[str]:
+    """Why a server aborted: ggml's `file:line: message` lines and llama.cpp's error-level (` E `)
+    lines, never the debugger backtrace a crash prints after them."""
+    return [ln.rstrip() for ln in text.splitlines() if _ABORT.match(ln) or " E " in ln]
 
 
 def last_lines(text: str, n: int) -> list[str]:

@@ -16,6 +16,9 @@ from specreg.commands.options import METHOD_AUTO, JsonOpt, MethodOpt, chosen_met
 from specreg.commands.output import console, emit_json, err_console, print_listing, warn
 
 if TYPE_CHECKING:
+    from specreg.gguf.reader import GGUFFile
+    from specreg.schemas.checks import CheckResult
+    from specreg.schemas.memory import MemoryEstimate
     from specreg.schemas.registry import ArtifactRecord, PairRecord
 
 check_app = typer.Typer(
@@ -25,6 +28,33 @@ check_app = typer.Typer(
     rich_markup_mode=None,
 )
 _NAME_WIDTH = 40  # model names in listings are cut here (--json has them whole)
+
+
+def _remote_facts(target: ArtifactRecord, draft: ArtifactRecord | None) -> dict[str, Any]:
+    """`remote: {role: {url, revision, sha256, bytes_fetched, ...}}` for files read by range requests."""
+    from specreg.registry.remote import REMOTE_KEY, metadata_only
+
+    remote = {
+        role: rec.provenance.extra[REMOTE_KEY]
+        for role, rec in (("target", target), ("draft", draft))
+        if rec is not None and metadata_only(rec)
+    }
+    return {"remote": remote} if remote else {}
+
+
+def _memory_line(m: MemoryEstimate) -> str:
+    """The estimate in MiB, part by part, for the flags it was made for."""
+
+    def mib(n: int) -> str:
+        return f"{n / (1 << 20):,.1f}"
+
+    draft = f" + draft {mib(m.draft_weights_bytes)}" if m.draft_weights_bytes else ""
+    gpu = f", GPU {mib(m.vram_bytes)}" if m.vram_bytes else ""
+    return (
+        f"-c {m.ctx_size} -np {m.slots} -ctk {m.cache_type_k} -ctv {m.cache_type_v}: "
+        f"weights {mib(m.target_weights_bytes)}{draft}, KV {mib(m.kv_bytes)}, compute {mib(m.compute_bytes)}, "
+        f"server {mib(m.overhead_bytes + m.method_bytes)} = {mib(m.total_bytes)} MiB{gpu}"
+    )
 
 
 @check_app.command("pair")
@@ -44,17 +74,41 @@ def pair_cmd(
     fmt: Annotated[
         str, typer.Option("--format", help="text, json, or sarif (SARIF 2.1.0 for CI code scanning).")
     ] = "text",
+    ctx_size: Annotated[int, typer.Option("--ctx-size", "-c", min=1, help="Memory estimate: -c, all slots.")] = 4096,
+    slots: Annotated[int, typer.Option("--slots", "-np", min=1, help="Memory estimate: -np, parallel slots.")] = 1,
+    cache_type_k: Annotated[str, typer.Option("--cache-type-k", "-ctk", help="Memory estimate: -ctk.")] = "f16",
+    cache_type_v: Annotated[str, typer.Option("--cache-type-v", "-ctv", help="Memory estimate: -ctv.")] = "f16",
+    gpu_layers: Annotated[
+        str | None, typer.Option("--gpu-layers", "-ngl", help="Memory estimate: -ngl (a number, all).")
+    ] = None,
+    budget: Annotated[
+        str | None, typer.Option("--budget", help="Fail if the estimate exceeds this (24GiB; auto: detected memory).")
+    ] = None,
+    probe: Annotated[
+        bool, typer.Option("--probe", help="Also load the pair on a server for one request: did it draft?")
+    ] = False,
+    server: Annotated[
+        str | None, typer.Option("--server", help="--probe with this llama-server binary (default: bundled).")
+    ] = None,
 ) -> None:
     """Decide whether a target/draft pair is safe for llama.cpp speculative decoding.
 
     Exit 0 admitted, 1 rejected, 2 could not decide. The verdict is recorded in the registry.
 
+    TARGET and DRAFT may also be https:// URLs or hf://ORG/REPO/FILE.gguf[@REV]: only their
+    headers are read (HTTP range requests) and they are recorded as metadata only.
+
     Example: specreg check pair target.gguf draft.gguf --method draft-simple --format sarif
     """
+    from specreg.benchmark.memory_predict import parse_layers, resolve_budget
+    from specreg.commands._probe import run_probe
+    from specreg.commands.output import say
     from specreg.commands.views.check import show_verdict
     from specreg.errors import UsageError
     from specreg.registry.checking import check_and_record
     from specreg.registry.store import Registry
+    from specreg.schemas.memory import ServeSettings
+    from specreg.validators.memory_budget import estimate, memory_checks, type_name
     from specreg.validators.ruleset import load_rule_set
 
     if fmt not in ("text", "json", "sarif"):
@@ -62,10 +116,27 @@ def pair_cmd(
     json_out = json_out or fmt == "json"
     chosen = chosen_method(method)
     rules = load_rule_set(runtime)
+    settings = ServeSettings(
+        ctx_size=ctx_size, slots=slots, cache_type_k=type_name(cache_type_k), cache_type_v=type_name(cache_type_v),
+        gpu_layers=parse_layers(gpu_layers),
+    )  # fmt: skip
+    limit = resolve_budget(budget, bool(settings.gpu_layers))
+    if server is not None and not probe:
+        raise UsageError("--server is the binary --probe runs; add --probe")
+    estimates: list[MemoryEstimate] = []
+
+    def extra(t_file: GGUFFile, d_file: GGUFFile | None, how: str, static: list[CheckResult]) -> list[CheckResult]:
+        """The memory estimate (and budget), then the runtime probe, before the verdict is recorded."""
+        estimates.append(estimate(t_file, d_file, settings.model_copy(update={"method": how}), rules))
+        out = memory_checks(estimates[0], t_file, d_file, settings, rules, limit)
+        if probe:
+            out += run_probe(t_file, d_file, how, [*static, *out], rules.id, server, show=not json_out)
+        return out
+
     with Registry(db_path(), show_progress=not json_out and fmt == "text") as reg:
-        done = check_and_record(reg, target, draft, chosen or "auto", rule_set=rules, strict=strict)
+        done = check_and_record(reg, target, draft, chosen or "auto", rule_set=rules, strict=strict, extra=extra)
     warn(done.warnings)
-    v = done.verdict
+    v, mem = done.verdict, estimates[0]
     if fmt == "sarif":
         from specreg.report.sarif import dumps, verdict_sarif
 
@@ -83,9 +154,16 @@ def pair_cmd(
                 mode="json",
                 include={"admitted", "method", "target_sha256", "draft_sha256", "rule_set", "strict", "checks"},
             )
+            | {"memory": mem.model_dump(mode="json")}
+            | _remote_facts(done.target, done.draft)
         )
     else:
         show_verdict(v, done.target, done.draft, done.pair_id)
+        if settings != ServeSettings() or budget is not None:
+            say(_memory_line(mem), prefix="memory  ", indent=8)
+        for c in v.checks:
+            if c.code == "probe.agreement":  # the rule set is out of date for this runtime: say it loudly
+                say(c.message, prefix="DISAGREEMENT  ", marks=[("DISAGREEMENT", "bold red")], indent=14)
     raise typer.Exit(0 if v.admitted else 1)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -65,11 +65,13 @@ def _n(value: object) -> str:
     return str(value)
 
 
-def _human(s: GGUFSummary, texts: dict[int, str], lic: str | None, conflict: bool | None) -> None:
+def _human(
+    s: GGUFSummary, texts: dict[int, str], lic: str | None, conflict: bool | None, remote: dict[str, Any] | None = None
+) -> None:
     t = s.tokenizer
     sp = s.speculative
     rows: list[tuple[str, str]] = [
-        ("file", os.path.abspath(s.path)),
+        ("file", s.path if remote else os.path.abspath(s.path)),
         ("sha256", s.sha256[:12] if s.sha256 else "not registered (--hash computes it)"),
         ("size", f"{s.file_size:,} bytes, GGUF v{s.version}, {s.n_tensors} tensors, {s.n_kv} keys"),
         ("name", s.name or "-"),
@@ -114,6 +116,10 @@ def _human(s: GGUFSummary, texts: dict[int, str], lic: str | None, conflict: boo
     rows.append(("licence (gguf)", " | ".join(x for x in (gl.license, gl.name, gl.link) if x) or "-"))
     if lic is not None or conflict:
         rows.append(("licence (registry)", (lic or "-") + (" (sources conflict)" if conflict else "")))
+    if remote:
+        pin = f", revision {remote['revision'][:12]}" if remote.get("revision") else ""
+        fetched = f"{remote['bytes_fetched']:,} of {remote['size']:,} bytes in {remote['requests']} range request(s)"
+        rows.insert(1, ("remote", f"metadata only: {fetched}{pin}"))
     key_width = max(len(k) for k, _ in rows) + 2
     for key, value in rows:
         say(value, prefix=f"{key:<{key_width}}", marks=[(key, "bold")], indent=key_width)
@@ -124,7 +130,12 @@ def _list(values: list[int] | None) -> str:
 
 
 def inspect_cmd(
-    file: Annotated[Path, typer.Argument(metavar="FILE", help="GGUF file to read.", show_default=False)],
+    file: Annotated[
+        str,
+        typer.Argument(
+            metavar="FILE", help="GGUF file, https:// URL or hf://ORG/REPO/FILE.gguf[@REV].", show_default=False
+        ),
+    ],
     do_hash: Annotated[
         bool, typer.Option("--hash", help="Compute the SHA-256 if the registry does not know it.")
     ] = False,
@@ -133,21 +144,29 @@ def inspect_cmd(
     """Show a GGUF file's architecture, quant, vocab, special tokens, speculative heads, licence.
 
     The SHA-256 is shown when the registry knows the file by its stat (no hashing), or with --hash.
+    A URL is read by HTTP range requests: the header only, nothing downloaded or registered.
     Example: specreg inspect models/target-q4.gguf --json
     """
     from specreg.gguf.reader import open_gguf
     from specreg.gguf.summary import summarize
+    from specreg.registry.remote import is_remote, open_remote
 
-    gf = open_gguf(file)
+    remote = None
+    if is_remote(file):
+        gf, found = open_remote(file)
+        remote = found.facts()
+        sha, lic, conflict = found.sha256, None, None
+    else:
+        gf = open_gguf(file)
+        sha, lic, conflict = _known(Path(file), do_hash)
     warn(f"{file}: {w}" for w in gf.warnings)
-    summary = summarize(gf)
-    sha, lic, conflict = _known(file, do_hash)
-    summary = summary.model_copy(update={"sha256": sha})
+    summary = summarize(gf).model_copy(update={"sha256": sha})
     if json_out:
-        emit_json(summary)
+        emit_json(summary.model_dump(mode="json") | {"remote": remote} if remote else summary)
         return
     from specreg.gguf.format import KEY_TOKENS, T_STRING
 
     tokens = gf.typed_array(KEY_TOKENS, (T_STRING,))
     special = [getattr(summary.tokenizer, f"{k}_id") for k in _SPECIAL]
-    _human(summary, tokens.strings_at(i for i in special if i is not None) if tokens else {}, lic, conflict)
+    texts = tokens.strings_at(i for i in special if i is not None) if tokens else {}
+    _human(summary, texts, lic, conflict, remote)

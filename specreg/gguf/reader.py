@@ -98,7 +98,12 @@ class GGUFFile:
     """One GGUF file's header, key/values and tensor infos (see docs/CONTRACTS.md)."""
 
     def __init__(
-        self, path: Path, file_size: int, header: Header, buf: mmap.mmap, reopen: Callable[[], ByteSource] | None = None
+        self,
+        path: Path | str,
+        file_size: int,
+        header: Header,
+        buf: mmap.mmap,
+        reopen: Callable[[], ByteSource] | None = None,
     ) -> None:
         self.path = path
         # tensor data is read by reopening the source (no descriptor is kept between calls)
@@ -248,7 +253,8 @@ def read_gguf(
     window = HeaderWindow(source, cap=cap, first=first, step=step)
     header = Walker(window).header()
     buf = window.trim(header.header_end)  # keep the window itself: no second copy of a header of many MiB
-    gf = GGUFFile(Path(source.path), source.size, header, buf, reopen)
+    name = source.path if isinstance(source.path, Path) else str(source.path)  # a URL stays a URL
+    gf = GGUFFile(name, source.size, header, buf, reopen)
     check_tokenizer(gf)
     return gf
 

@@ -283,6 +283,21 @@ class ArtifactStore:
                 self.shards.pin(conn, sha, shards)
         return self.get(sha)
 
+    def add_remote(self, sha: str, summary: GGUFSummary, provenance: Provenance) -> ArtifactRecord:
+        """Record a file known only by its header and a trusted SHA-256 (a hub's LFS hash): no path.
+
+        An artifact already registered (e.g. fetched) keeps its paths; the remote facts are added
+        to its provenance."""
+        if self.db.read_only:
+            raise read_only_error(self.db.path)
+        with self.db.transaction() as conn:
+            stamp = now_iso()
+            if self.db.one("SELECT 1 FROM artifacts WHERE sha256 = ?", (sha,)) is None:
+                self._insert(conn, sha, summary, None, provenance, None, stamp)
+            else:  # keep what is known (a fetched copy's provenance); add the remote facts
+                self._update(sha, None, None, None, provenance.extra, stamp)
+        return self.get(sha)
+
     def _insert(
         self,
         conn: sqlite3.Connection,

@@ -8,6 +8,7 @@ artifact (register or locate, then open the bytes) happens in `open_artifact` on
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,12 +16,17 @@ from typing import TYPE_CHECKING
 from specreg.errors import ArtifactChanged, ArtifactNotFound
 from specreg.registry.artifacts import HEX, MIN_PREFIX
 from specreg.registry.store import Registry
-from specreg.schemas.checks import PairVerdict
+from specreg.schemas.checks import CheckResult, PairVerdict
 from specreg.schemas.registry import ArtifactRecord
 
 if TYPE_CHECKING:
     from specreg.gguf.reader import GGUFFile
     from specreg.validators.ruleset import RuleSet
+
+
+# more checks on the opened files for the chosen method, given the checks so far (e.g. the memory
+# budget and the runtime probe of `check pair`)
+ExtraChecks = Callable[["GGUFFile", "GGUFFile | None", str, list[CheckResult]], list[CheckResult]]
 
 
 @dataclass(frozen=True)
@@ -40,8 +46,12 @@ def open_artifact(reg: Registry, ref: str | Path) -> tuple[ArtifactRecord, GGUFF
     recorded come from one open descriptor (snapshot.py): a file replaced between hashing and
     parsing can no longer put a verdict under the SHA-256 of bytes nobody checked."""
     from specreg.registry.provenance import register
+    from specreg.registry.remote import REMOTE_KEY, is_remote, metadata_only, open_remote, record_remote
 
     arg = os.fspath(ref)
+    if is_remote(arg):  # https:// or hf://: the header by range requests, recorded as metadata only
+        gf, remote = open_remote(arg)
+        return record_remote(reg, gf, remote), gf
     if os.path.exists(arg):
         snap = reg.artifacts_store.snapshot(arg)
         return register(reg, arg, snap=snap), snap.file
@@ -51,6 +61,8 @@ def open_artifact(reg: Registry, ref: str | Path) -> tuple[ArtifactRecord, GGUFF
             hint="give a GGUF path, or a SHA-256 (prefix) from `specreg artifacts`",
         )
     rec = reg.get_artifact(arg)
+    if metadata_only(rec):  # no copy on disk: read the header again where it was found (pinned URL)
+        return rec, open_remote(rec.provenance.extra[REMOTE_KEY]["url"])[0]
     snap = reg.artifacts_store.snapshot(reg.locate(rec.sha256))
     if snap.sha256 != rec.sha256:
         raise ArtifactChanged(snap.path, rec.sha256, snap.sha256)
@@ -65,6 +77,7 @@ def check_and_record(
     *,
     rule_set: RuleSet,
     strict: bool = False,
+    extra: ExtraChecks | None = None,
 ) -> Checked:
     """Check target/draft for `method` ("auto": detected from the draft) and record the verdict.
 
@@ -80,6 +93,8 @@ def check_and_record(
     if method == "auto":
         method = detect_method(d_file, rule_set)
     checks = check_pair(t_file, d_file, method, rule_set=rule_set, strict=strict)
+    if extra is not None:
+        checks += extra(t_file, d_file, method, list(checks))
     v = verdict(
         checks,
         method=method,

@@ -21,6 +21,7 @@ from specreg.registry.db import BUSY_TIMEOUT_S, Database, registry_error
 from specreg.registry.integrity import Integrity
 from specreg.registry.pairs import PairStore
 from specreg.schemas.checks import PairVerdict
+from specreg.schemas.gguf import GGUFSummary
 from specreg.schemas.registry import ArtifactRecord, LicenceSource, PairRecord, Provenance
 
 if TYPE_CHECKING:
@@ -139,6 +140,10 @@ class Registry:
         return self.artifacts_store.add(
             path, license=license, provenance=provenance, card=card, rehash=rehash, snap=snap
         )
+
+    def add_remote_artifact(self, sha256: str, summary: GGUFSummary, provenance: Provenance) -> ArtifactRecord:
+        """Record a remote file by its header and a trusted SHA-256, with no path (metadata only)."""
+        return self.artifacts_store.add_remote(sha256, summary, provenance)
 
     def add_licence_source(self, sha256: str, source: LicenceSource) -> ArtifactRecord:
         """Add (or replace) one licence statement and recompute the effective licence."""

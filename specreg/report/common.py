@@ -131,11 +131,21 @@ CONDITION_HEADERS = (
     "spec type",
     "status",
     "peak RAM MiB",
+    "predicted RAM MiB (error)",
     "extra RAM MiB",
     "peak VRAM MiB",
     "acceptance",
     "command",
 )
+
+
+def predicted(pred: float | None, measured: float | None) -> str:
+    """The metadata estimate with its error against the measured peak: '36 (+2%)'."""
+    if pred is None:
+        return "–"
+    if not measured:
+        return f"{pred:.0f}"
+    return f"{pred:.0f} ({(pred - measured) / measured:+.0%})"
 
 
 def condition_cells(run: RunDigest) -> list[list[str]]:
@@ -148,6 +158,7 @@ def condition_cells(run: RunDigest) -> list[list[str]]:
                 c.spec_type,
                 status,
                 num(c.peak_ram_mib, ".0f"),
+                predicted(c.predicted_ram_mib, c.peak_ram_mib),
                 num(c.extra_ram_mib, "+.0f"),
                 num(c.peak_vram_mib, ".0f"),
                 pct(c.acceptance),

@@ -16,7 +16,9 @@ from specreg.schemas.bench import ConditionStatus, Difference, RunStatus
 from specreg.schemas.bench_settings import DEFAULT_REPEAT
 
 # The gates, declared once, in the order the audit runs them and every report shows them.
-GateName = Literal["integrity", "verdict", "evidence", "equivalence", "speed", "memory", "licence", "rollback"]
+GateName = Literal[
+    "integrity", "verdict", "template", "evidence", "equivalence", "speed", "memory", "licence", "rollback"
+]
 GATES: tuple[GateName, ...] = get_args(GateName)
 # Gates judged per stratum as well as overall; the rest hold for the pair as a whole.
 PER_STRATUM_GATES: tuple[GateName, ...] = ("equivalence", "speed")
@@ -78,6 +80,16 @@ class LicencePolicy(_Strict):
     require_revision: bool = True  # a hub revision pinned in the provenance record
 
 
+BlockingSeverity = Literal["info", "warn", "error"]
+_BLOCK_DEFAULT: tuple[BlockingSeverity, ...] = ("error", "warn")
+
+
+class TemplatePolicy(_Strict):
+    """Which severities of the target's `template.*` checks block deployment."""
+
+    block: list[BlockingSeverity] = Field(default_factory=lambda: list(_BLOCK_DEFAULT))
+
+
 class Policy(_Strict):
     """A deployment policy as written in TOML; `Policy()` is the safe built-in default."""
 
@@ -87,6 +99,7 @@ class Policy(_Strict):
     quality: QualityPolicy = Field(default_factory=QualityPolicy)
     memory: MemoryPolicy = Field(default_factory=MemoryPolicy)
     licence: LicencePolicy = Field(default_factory=LicencePolicy)
+    template: TemplatePolicy = Field(default_factory=TemplatePolicy)
 
 
 # ---- run digests: what reports and gates read from a benchmark run ------------------------
@@ -143,6 +156,7 @@ class ConditionDigest(BaseModel):
     failure: str | None = None
     command: list[str] = Field(default_factory=list)
     peak_ram_mib: float | None = None
+    predicted_ram_mib: float | None = None  # from GGUF metadata, before the run
     peak_vram_mib: float | None = None
     extra_ram_mib: float | None = None  # over the baseline condition
     extra_vram_mib: float | None = None

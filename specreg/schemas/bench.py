@@ -144,6 +144,7 @@ class MemoryObservation(BaseModel):
     peak_rss_bytes: int | None = None
     samples: int = 0
     gpu: GpuObservation
+    predicted_rss_bytes: int | None = None  # from GGUF metadata (validators.memory_budget), for the error
 
 
 class WarmupRecord(BaseModel):

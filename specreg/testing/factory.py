@@ -8,6 +8,7 @@ independently seeded perturbation so a draft can agree with its target often but
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,10 +93,8 @@ class ModelSpec:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
 
-def _weights(spec: ModelSpec, n_vocab: int) -> dict[str, np.ndarray]:
-    """Deterministic weights: base from `seed`, plus `noise` from `noise_seed`."""
-    base = np.random.default_rng(spec.seed)
-    jitter = np.random.default_rng(spec.noise_seed) if spec.noise else None
+def _shapes(spec: ModelSpec, n_vocab: int) -> dict[str, tuple[int, ...]]:
+    """Every tensor's numpy shape (rows, columns), in file order."""
     e, ff = spec.n_embd, spec.n_ff
     kv = e * spec.n_head_kv // spec.n_head
     shapes: dict[str, tuple[int, ...]] = {"token_embd.weight": (n_vocab, e)}
@@ -124,9 +123,18 @@ def _weights(spec: ModelSpec, n_vocab: int) -> dict[str, np.ndarray]:
             )
     shapes["output_norm.weight"] = (e,)
     shapes["output.weight"] = (n_vocab, e)
+    shapes.update(_head_shapes(spec))
     shapes.update(dict(spec.extra_tensors))
     for name in spec.drop_tensors:
         shapes.pop(name, None)
+    return shapes
+
+
+def _weights(spec: ModelSpec, n_vocab: int) -> dict[str, np.ndarray]:
+    """Deterministic weights: base from `seed`, plus `noise` from `noise_seed`."""
+    base = np.random.default_rng(spec.seed)
+    jitter = np.random.default_rng(spec.noise_seed) if spec.noise else None
+    shapes = _shapes(spec, n_vocab)
     out: dict[str, np.ndarray] = {}
     head = np.random.default_rng(spec.head_seed) if spec.head_seed is not None else None
     for name, shape in shapes.items():
@@ -140,6 +148,32 @@ def _weights(spec: ModelSpec, n_vocab: int) -> dict[str, np.ndarray]:
         if jitter is not None and len(shape) > 1:
             w = w + jitter.standard_normal(shape, dtype=np.float32) * (spec.noise / np.sqrt(shape[-1]))
         out[name] = w.astype(np.float32)
+    return out
+
+
+def _head_shapes(spec: ModelSpec) -> dict[str, tuple[int, ...]]:
+    """The layer and head tensors llama.cpp's EAGLE-3 / DFlash loaders require (src/models/*.cpp).
+
+    EAGLE-3: attention reads [token embedding, fused target features] (2 x n_embd inputs), and
+    `fc` fuses the target's extracted layers (len(target_layers) x target_hidden_size inputs).
+    DFlash: per-head q/k norms. Shapes follow the file's own metadata, so a draft whose metadata
+    disagrees with its target is still a well-formed file.
+    """
+    e, hd = spec.n_embd, spec.n_embd // spec.n_head
+    kv = e * spec.n_head_kv // spec.n_head
+    out: dict[str, tuple[int, ...]] = {}
+    if spec.architecture == "eagle3":
+        layers = len(spec.eagle3_target_layers or (0, 1, 2))
+        out["fc.weight"] = (e, layers * (spec.eagle3_target_hidden_size or e))
+        for i in range(spec.n_layer):
+            out[f"blk.{i}.attn_norm_2.weight"] = (e,)
+            out[f"blk.{i}.attn_q.weight"] = (e, 2 * e)
+            out[f"blk.{i}.attn_k.weight"] = (kv, 2 * e)
+            out[f"blk.{i}.attn_v.weight"] = (kv, 2 * e)
+    elif spec.architecture == "dflash":
+        for i in range(spec.n_layer):
+            out[f"blk.{i}.attn_q_norm.weight"] = (hd,)
+            out[f"blk.{i}.attn_k_norm.weight"] = (hd,)
     return out
 
 
@@ -224,14 +258,20 @@ def _add_tokenizer(w: gguf.GGUFWriter, spec: ModelSpec) -> int:
     return len(vocab.texts)
 
 
-def write_model(path: str | Path, spec: ModelSpec = ModelSpec()) -> Path:
-    """Write the model described by `spec` to `path` (same spec, same bytes)."""
+def write_model(path: str | Path, spec: ModelSpec = ModelSpec(), *, data: bool = True) -> Path:
+    """Write the model described by `spec` to `path` (same spec, same bytes).
+
+    `data=False`: the header only, then the file is extended to its full size without writing
+    (a sparse file of zero weights): a "500 MB model" for remote-read tests costs no disk.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     arch = spec.architecture
     w = gguf.GGUFWriter(path, arch)
     _add_metadata(w, spec, arch)
     n_vocab = _add_tokenizer(w, spec)
+    if not data:
+        return _write_sparse(w, path, spec, n_vocab)
     if not spec.vocab_only:
         for name, tensor in _weights(spec, n_vocab).items():
             if spec.file_type == "f16" and tensor.ndim > 1:
@@ -244,4 +284,22 @@ def write_model(path: str | Path, spec: ModelSpec = ModelSpec()) -> Path:
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
+    return path
+
+
+def _write_sparse(w: gguf.GGUFWriter, path: Path, spec: ModelSpec, n_vocab: int) -> Path:
+    sizes = []
+    for name, shape in ({} if spec.vocab_only else _shapes(spec, n_vocab)).items():
+        f16 = spec.file_type == "f16" and len(shape) > 1
+        nbytes = int(np.prod(shape)) * (2 if f16 else 4)
+        w.add_tensor_info(name, shape, np.dtype(np.float16 if f16 else np.float32), nbytes, _F16 if f16 else _F32)
+        sizes.append(nbytes)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    w.close()
+    align = gguf.GGUF_DEFAULT_ALIGNMENT
+    pad = lambda n: -(-n // align) * align  # noqa: E731
+    end = pad(path.stat().st_size) + sum(pad(n) for n in sizes)
+    os.truncate(path, end)
     return path

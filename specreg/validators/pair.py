@@ -17,6 +17,8 @@ from specreg.validators import checks_simple as simple
 from specreg.validators.checks_dflash import check_dflash, is_dspark
 from specreg.validators.checks_eagle3 import check_eagle3
 from specreg.validators.checks_mtp import check_mtp, usable_target
+from specreg.validators.checks_structure import check_structure
+from specreg.validators.checks_template import check_template
 from specreg.validators.ruleset import RuleSet
 from specreg.validators.side import Side
 
@@ -51,14 +53,13 @@ def check_pair(
         raise UsageError(f"unknown method {method!r}; choose one of {', '.join(Method)}")
 
     t = Side.of("target", target, rule_set)
-    d: Side | None = None
+    d = None if draft is None else Side.of("draft", draft, rule_set)
     if method == Method.DRAFT_MTP:
         checks = check_mtp(t, rule_set)
     elif method in SELF_METHODS:
         checks = usable_target(t)
     else:
-        assert draft is not None
-        d = Side.of("draft", draft, rule_set)
+        assert d is not None
         checks = [simple.check_loadable(t), simple.check_loadable(d)]
         if method == Method.DRAFT_SIMPLE:
             checks += simple.runtime_rule(t, d, rule_set)
@@ -74,6 +75,9 @@ def check_pair(
             common.context_length(t, d),
             common.arch_family(t, d),
         ]
+    for side in (t, d) if d is not None else (t,):  # what makes llama.cpp fail at load, per file
+        checks += check_structure(side, rule_set)
+    checks += check_template(t, rule_set)  # llama-server renders the target's template, never the draft's
     checks += [c for c in (common.special_ids(t), common.special_ids(d) if d else None) if c is not None]
     if strict:
         checks = [c.model_copy(update={"severity": "error"}) if c.severity == "warn" else c for c in checks]

@@ -65,6 +65,25 @@ class MtpRules(_Strict):
     required_tensors: list[str]
 
 
+class StructureRules(_Strict):
+    """What llama.cpp's loader requires of a file's tensors, per architecture (see tools/extract_rules.py)."""
+
+    token_embd_required: list[str]  # archs that cannot load without token_embd.weight
+    token_embd_vocab: list[str]  # archs whose token_embd.weight is [n_embd, n_tokens]
+    output_vocab: list[str]  # archs whose output.weight (when present) is [n_embd, n_tokens]
+    # per arch: every layer needs one alternative of each group; "a+b" means a and b
+    block_tensors: dict[str, list[list[str]]]
+    block_tensors_dense: dict[str, list[list[str]]]  # in addition, when {arch}.expert_count is 0 or absent
+
+
+class MemoryRules(_Strict):
+    """Facts the memory estimate needs that the file does not state."""
+
+    # arch -> [n_pattern, dense_first]: llama.cpp's set_swa_pattern when the file has a window but
+    # no per-layer pattern; n_pattern -1: the per-layer bool array must come from the file
+    swa_patterns: dict[str, tuple[int, bool]]
+
+
 class Eagle3Rules(_Strict):
     architecture: str
     n_target_layers: int
@@ -87,6 +106,7 @@ class AdvisoryRules(_Strict):
     pad_token_patterns: list[str]
     pad_token_types: list[int]
     evidence_max_items: int = 5
+    template_warn_bytes: int = 64 << 10  # the largest real chat template in llama.cpp's models/ is 18 KB
 
 
 class RuleSet(_Strict):
@@ -106,6 +126,8 @@ class RuleSet(_Strict):
     eot_texts: list[str]
     eom_texts: list[str]
     mtp: MtpRules
+    structure: StructureRules
+    memory: MemoryRules
     eagle3: Eagle3Rules
     dflash: DFlashRules
     vocab_type_ids: dict[str, int]

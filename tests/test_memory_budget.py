@@ -1,0 +1,188 @@
+"""Memory from metadata: the estimate matches the buffers llama.cpp itself reports, and the RSS measured."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from _audit_world import AuditWorld
+from _pair_helpers import BASE, RULES
+from _registry_helpers import cli, model
+
+from specreg.benchmark.launcher import bundled_command, launch
+from specreg.errors import ServerStartError, UsageError
+from specreg.gguf.reader import open_gguf
+from specreg.registry.store import Registry
+from specreg.schemas.memory import ServeSettings
+from specreg.testing import write_model
+from specreg.validators.memory_budget import (
+    estimate,
+    head_dim_check,
+    kv_bytes,
+    model_facts,
+    parse_size,
+)
+
+MIB = 1 << 20
+WIDE = BASE.but(n_embd=256, n_layer=3, n_head=8, n_head_kv=2, n_ff=512)  # GQA, head size 32 (quantized KV fits)
+
+# (name, target spec, draft spec, flags, settings)
+CASES = [
+    ("tiny -c 1024", BASE, None, ["-c", "1024"], ServeSettings(ctx_size=1024)),
+    ("tiny -c 8192 -np 4", BASE, None, ["-c", "8192", "-np", "4"], ServeSettings(ctx_size=8192, slots=4)),
+    ("GQA f16 weights", WIDE.but(file_type="f16"), None, ["-c", "4096"], ServeSettings()),
+    (
+        "GQA -ctk q8_0 -ctv q4_0",
+        WIDE,
+        None,
+        ["-c", "8192", "-ctk", "q8_0", "-ctv", "q4_0"],
+        ServeSettings(ctx_size=8192, cache_type_k="q8_0", cache_type_v="q4_0"),
+    ),
+    (
+        "draft-simple pair",
+        BASE,
+        BASE.but(noise=0.05),
+        ["-c", "4096", "--spec-type", "draft-simple"],
+        ServeSettings(),
+    ),
+]
+
+
+def _logged(log: str) -> dict[str, float]:
+    """MiB per buffer kind, summed over contexts, as llama.cpp logs them at load."""
+    out = {}
+    for kind, rx in (
+        ("weights", r"model buffer size =\s+([\d.]+) MiB"),
+        ("kv", r"KV buffer size =\s+([\d.]+) MiB"),
+        ("compute", r"compute buffer size =\s+([\d.]+) MiB"),
+    ):
+        out[kind] = sum(float(x) for x in re.findall(rx, log))
+    return out
+
+
+def test_estimate_matches_llama_cpp_buffers(tmp_path: Path) -> None:
+    for i, (name, tspec, dspec, flags, settings) in enumerate(CASES):
+        target = write_model(tmp_path / f"t{i}.gguf", tspec)
+        draft = write_model(tmp_path / f"d{i}.gguf", dspec) if dspec is not None else None
+        args = ["-m", str(target), *(["-md", str(draft)] if draft else []), *flags, "-lv", "4"]
+        log = tmp_path / f"{i}.log"
+        launch(bundled_command(), args, log, start_timeout_s=60).stop()
+        got = _logged(log.read_text(errors="replace"))
+        est = estimate(open_gguf(target), open_gguf(draft) if draft else None, settings, RULES)
+        weights = (est.target_weights_bytes + est.draft_weights_bytes) / MIB
+        assert weights == pytest.approx(got["weights"], abs=0.01 * (2 if draft else 1)), name
+        assert est.kv_bytes / MIB == pytest.approx(got["kv"], abs=0.01), name
+        assert est.compute_bytes / MIB == pytest.approx(got["compute"], rel=0.15), name  # fitted: within 15%
+
+
+def test_quantized_cache_needs_a_head_size_its_block_divides(tmp_path: Path) -> None:
+    """The tiny model's heads are 16 wide: llama.cpp refuses q8_0 (block 32), and so does the check."""
+    path = write_model(tmp_path / "t.gguf", BASE)
+    settings = ServeSettings(cache_type_k="q8_0")
+    (problem,) = head_dim_check(open_gguf(path), None, settings, RULES)
+    assert problem == "target: K cache type q8_0 with block size 32 does not divide n_embd_head_k=16"
+    log = tmp_path / "q8.log"
+    with pytest.raises(ServerStartError):
+        launch(bundled_command(), ["-m", str(path), "-ctk", "q8_0"], log, start_timeout_s=60)
+    assert "K cache type q8_0 with block size 32 does not divide n_embd_head_k=16" in log.read_text()
+
+
+def test_sliding_window_and_per_layer_heads_from_metadata(tmp_path: Path) -> None:
+    s = ServeSettings(ctx_size=8192)
+    # gemma2's loader: every 2nd layer keeps a window (pattern 2, from the rule set)
+    g2 = BASE.but(architecture="gemma2", n_layer=4, extra_kv=(("gemma2.attention.sliding_window", 100),))
+    f = model_facts(open_gguf(write_model(tmp_path / "g2.gguf", g2)), RULES)
+    assert f.swa == [True, False, True, False]
+    total, full, swa = kv_bytes(f, s)
+    assert (full, swa) == (8192, 768)  # pad(100 + 512 micro-batch, 256)
+    per_cell = 2 * 4 * 16 * 2  # K and V, 4 kv heads x 16, f16
+    assert total == (2 * 8192 + 2 * 768) * per_cell
+    # the per-layer array wins over the arch's pattern; per-layer KV head counts are honoured
+    arr = g2.but(
+        extra_kv=(
+            ("gemma2.attention.sliding_window", 100),
+            ("gemma2.attention.sliding_window_pattern", [False, False, False, True]),
+            ("gemma2.attention.head_count_kv", [4, 2, 2, 1]),
+        )
+    )
+    f = model_facts(open_gguf(write_model(tmp_path / "arr.gguf", arr)), RULES)
+    assert f.swa == [False, False, False, True] and f.heads_kv == [4, 2, 2, 1]
+    total, _, _ = kv_bytes(f, s)
+    assert total == (8192 * (4 + 2 + 2) + 768 * 1) * 2 * 16 * 2
+    # no window in the file: no SWA layers, whatever the architecture
+    plain = model_facts(open_gguf(write_model(tmp_path / "p.gguf", BASE.but(architecture="gemma2"))), RULES)
+    assert not any(plain.swa)
+
+
+def test_gpu_layers_split_weights_kv_and_compute(tmp_path: Path) -> None:
+    gf = open_gguf(write_model(tmp_path / "t.gguf", WIDE))
+    cpu = estimate(gf, None, ServeSettings(), RULES)
+    assert cpu.vram_bytes == 0 and cpu.host_bytes == cpu.total_bytes
+    every = estimate(gf, None, ServeSettings(gpu_layers=-1), RULES)
+    assert every.vram_bytes == every.total_bytes - every.overhead_bytes - (
+        sum(t.n_bytes for t in gf.tensors if not t.name.startswith(("blk.", "output.")))
+    )
+    one = estimate(gf, None, ServeSettings(gpu_layers=1), RULES)
+    assert 0 < one.vram_bytes < every.vram_bytes
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("24GiB", 24 << 30), ("24G", 24 << 30), ("512MiB", 512 << 20), ("512MB", 512_000_000), ("1000", 1000)],
+)
+def test_budget_sizes(text: str, value: int) -> None:
+    assert parse_size(text) == value
+
+
+def test_bad_budget_is_a_usage_error() -> None:
+    with pytest.raises(UsageError):
+        parse_size("lots")
+
+
+def test_check_pair_reports_memory_and_fails_a_budget(tmp_path: Path) -> None:
+    t = model(tmp_path, "t.gguf")
+    d = model(tmp_path, "d.gguf", noise=0.05)
+    db = tmp_path / "r.db"
+    args = ["check", "pair", str(t), str(d), "-m", "draft-simple", "-c", "8192", "-np", "2", "--json"]
+    ok = cli(*args, db=db)
+    assert ok.returncode == 0, ok.stderr
+    mem = json.loads(ok.stdout)["memory"]
+    assert {"ctx_size", "slots", "target_weights_bytes", "draft_weights_bytes", "kv_bytes", "compute_bytes"} <= set(mem)
+    assert (mem["ctx_size"], mem["slots"], mem["kv_cells"]) == (8192, 2, 8192)
+    parts = (
+        "target_weights_bytes",
+        "draft_weights_bytes",
+        "kv_bytes",
+        "compute_bytes",
+        "overhead_bytes",
+        "method_bytes",
+    )
+    assert mem["total_bytes"] == sum(mem[k] for k in parts)
+    small = cli(*args, "--budget", "40MiB", db=db)
+    assert small.returncode == 1
+    check = next(c for c in json.loads(small.stdout)["checks"] if c["code"] == "memory.budget")
+    assert check["severity"] == "error" and "more than the budget of 40.0 MiB" in check["message"]
+    assert check["evidence"]["needed_bytes"] == mem["total_bytes"] and check["evidence"]["budget_bytes"] == 40 * MIB
+    roomy = cli(*args, "--budget", "auto", db=db)  # the host's RAM holds 60 MiB
+    assert roomy.returncode == 0, roomy.stderr
+    human = cli(*args[:-1], db=db)
+    assert "memory  -c 8192 -np 2 -ctk f16 -ctv f16: weights 0.5 + draft 0.5, KV 8.0" in human.stdout
+    bad = cli(*args, "--budget", "forty", db=db)
+    assert bad.returncode == 2 and "expected a size like 24GiB" in bad.stderr
+
+
+def test_benchmark_conditions_store_a_prediction_within_15_percent(audit_world: AuditWorld) -> None:
+    """The shared real run: every condition's predicted peak RSS next to the measured one."""
+    from specreg.benchmark.runstore import RunStore
+
+    with Registry(audit_world.db, show_progress=False) as reg:
+        run = RunStore(reg).load(audit_world.run_id)
+    measured = [
+        (c.spec.name, c.memory.predicted_rss_bytes, c.memory.peak_rss_bytes) for c in run.conditions if c.memory
+    ]
+    assert measured
+    for name, predicted, peak in measured:
+        assert predicted is not None and peak, name
+        assert abs(predicted - peak) / peak < 0.15, (name, predicted / MIB, peak / MIB)
