@@ -32,7 +32,7 @@ def _bench(world: tuple[Path, list[int], Path, Path], mode: str, *pairs: int, ti
     db, _, exe, wl = world
     os.environ["FAKE_LLAMA_MODE"] = mode
     args = ["bench", "admitted", "--server", str(exe), "--methods", "none", "--workload", str(wl)]
-    args += ["--request-timeout", "2", "--start-timeout", "20", "--json"]
+    args += ["--request-timeout", "2", "--start-timeout", "20", "--repeat", "1", "--warmup", "0", "--json"]
     for p in pairs:
         args += ["--pair", str(p)]
     try:

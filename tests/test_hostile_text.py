@@ -51,7 +51,7 @@ def test_reports_and_terminal_show_hostile_names_inert(
     try:
         bench = specreg(
             "bench", "admitted", "--pair", str(pair), "--server", str(exe), "--methods", "none",
-            "--workload", str(wl), "--json", db=db,
+            "--workload", str(wl), "--repeat", "1", "--warmup", "0", "--json", db=db,
         )  # fmt: skip
     finally:
         del os.environ["FAKE_LLAMA_MODE"]
