@@ -65,6 +65,8 @@ def test_list_views_at_scale(tmp_path: Path) -> None:
     print({k: f"cpu {c * 1000:.0f} ms / wall {w * 1000:.0f} ms" for k, (c, w) in timings.items()})
     assert len(reg.artifacts(with_summary=False)) == N_ARTIFACTS
     assert len(reg.pairs()) == N_PAIRS
-    assert max(c for c, _ in timings.values()) < 1.0, timings
+    # A guard against quadratic work (seconds per thousand pairs), not a speed claim: the numbers
+    # users read come from benchmarks/bench_registry.py, measured against a named reference.
+    assert max(c for c, _ in timings.values()) < 2.0, timings
     assert timings["get_artifact(prefix)"][0] < 0.05, timings
     reg.close()
