@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from specreg.commands import artifacts, audit, bench, check, demo, export, fetch, inspect
+from specreg.commands import artifacts, audit, bench, check, demo, deploy, export, fetch, inspect
 from specreg.commands.options import DbOpt, HelpCommand
 from specreg.errors import EXIT_UNDECIDED, SpecregError
 
@@ -35,6 +35,7 @@ COMMANDS: list[tuple[str, Callable[..., Any] | typer.Typer, str]] = [
     ("bench", bench.bench_app, "Benchmark admitted pairs on a real llama.cpp server."),
     ("runs", bench.runs_app, "List benchmark runs, or show one."),
     ("audit", audit.audit_cmd, "Check every deployment gate for admitted pairs."),
+    ("deploy", deploy.deploy_cmd, "Print the pinned llama-server command for an audited pair."),
     ("export", export.export_cmd, "Write runs, verdicts and artifact records to a bundle (or an ML-BOM)."),
     ("import", export.import_cmd, "Merge result bundles from other machines into this registry."),
     ("demo", demo.demo_cmd, "The whole pipeline on tiny generated models."),

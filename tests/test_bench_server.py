@@ -138,7 +138,8 @@ def test_run_record_manifest_rows_and_logs(proof: SimpleNamespace) -> None:
     n = db_rows(proof.db, "SELECT count(*) AS n FROM bench_requests WHERE run_id = ?", (run.info.run_id,))[0]["n"]
     assert n == 4 * len(ITEMS)
     for c in run.conditions:
-        assert c.log_path and Path(c.log_path).is_file() and Path(c.log_path).parent.parent == proof.home / "runs"
+        # logs live beside the registry that recorded the run, not under SPECREG_HOME
+        assert c.log_path and Path(c.log_path).is_file() and Path(c.log_path).parent.parent == proof.db.parent / "runs"
         assert "--metrics" in c.argv and "127.0.0.1" in c.argv and c.port
         assert c.memory is not None and c.memory.peak_rss_bytes and c.memory.peak_rss_bytes > 1_000_000
     assert "-md" in _cond(run, "draft-simple").argv and "-md" not in _cond(run, "none").argv

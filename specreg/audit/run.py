@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 
 from specreg.audit import gates
 from specreg.audit.decisions import decide
+from specreg.audit.deploy import try_server_argv
 from specreg.audit.evidence import hardware_identity, load_digest, load_digests, runtime_identity
 from specreg.audit.outcomes import judge_all, pair_conditions
 from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
@@ -214,13 +215,15 @@ def audit_pair(
         results += [evidence] + [GateResult(gate=g, passed=False, message=why) for g in (*PER_STRATUM_GATES, "memory")]
     results.append(licence)
     rollback, command = gates.rollback_gate(run, facts.record(pair.target_sha256).paths, conc)
+    request = head.manifest.request if head and head.manifest else None
     results.append(rollback)
     audit = _pair_audit(pair, results, run_id=run.run_id if run else None)
-    audit.rollback_command = command
+    # what a team runs: llama-server's own argv (no wrapper, no benchmark port), as `specreg deploy` prints it
+    audit.rollback_command = try_server_argv(command, request)
     audit.conditions = [j.outcome() for j in judged]
     if best is not None:
         audit.condition, audit.concurrency, audit.draft_n_max = best.cond.label, conc, best.cond.draft_n_max
-        audit.speculative_command = best.cond.command
+        audit.speculative_command = try_server_argv(best.cond.command, request)
         if best.whole is not None:
             audit.speedup, audit.speedup_ci95 = best.whole.speedup, best.whole.speedup_ci95
     return audit, run

@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spec-draft-n-max", type=int, dest="draft_n_max")
     p.add_argument("--spec-draft-n-min", type=int, dest="draft_n_min")
     for flag in NGRAM_FLAGS:
-        p.add_argument(flag, type=int, dest=_dest(flag))
+        p.add_argument(flag, type=int, dest=ngram_dest(flag))
     p.add_argument("-c", "--ctx-size", type=int, default=4096)
     p.add_argument("-np", "--parallel", type=int, default=1)
     p.add_argument("-ctk", "--cache-type-k", dest="cache_type_k", choices=CACHE_TYPES, default=None)
@@ -85,6 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-ngl", "--gpu-layers", "--n-gpu-layers", dest="ngl", default=None)
     p.add_argument("-ngld", "--spec-draft-ngl", dest="ngld", default=None)
     p.add_argument("-s", "--seed", type=int, default=None)
+    # the server's default sampling (a request's own fields override it), as `specreg deploy` pins it
+    p.add_argument("--temp", "--temperature", type=float, dest="temp", default=None)
+    p.add_argument("--top-k", type=int, dest="top_k", default=None)
+    p.add_argument("--top-p", type=float, dest="top_p", default=None)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--metrics", action="store_true", help="expose /metrics")
@@ -92,7 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _dest(flag: str) -> str:
+def ngram_dest(flag: str) -> str:
+    """The parsed attribute of an n-gram flag."""
     return "ng_" + flag.lstrip("-").replace("-", "_")
 
 
@@ -126,6 +131,12 @@ def build_params(ns: argparse.Namespace) -> Any:
         params.cpuparams_batch.n_threads = ns.threads
     if ns.seed is not None:
         params.sampling.seed = ns.seed
+    if ns.temp is not None:
+        params.sampling.temp = ns.temp
+    if ns.top_k is not None:
+        params.sampling.top_k = ns.top_k
+    if ns.top_p is not None:
+        params.sampling.top_p = ns.top_p
     if ns.verbosity is not None:
         params.verbosity = ns.verbosity
     for attr in ("cache_type_k", "cache_type_v"):
@@ -157,7 +168,7 @@ def build_params(ns: argparse.Namespace) -> Any:
     if ns.draft_n_min is not None:
         spec.draft.n_min = ns.draft_n_min
     for flag, (attr, minimum) in NGRAM_FLAGS.items():
-        value = getattr(ns, _dest(flag))
+        value = getattr(ns, ngram_dest(flag))
         if value is None:
             continue
         if value < minimum or value > 1024:

@@ -25,7 +25,6 @@ from specreg.benchmark.runtime import hardware_info, runtime_info
 from specreg.benchmark.summary import StatSettings, summarize
 from specreg.benchmark.workloads import Workload, load_workload
 from specreg.errors import ArtifactChanged, NotAdmitted, SpecregError
-from specreg.paths import data_dir
 from specreg.registry.db import now
 from specreg.registry.hashing import sha256_file
 from specreg.registry.remote import metadata_only
@@ -205,7 +204,7 @@ class Runner:
             for s in (specs or self._plan(pair))
         ]
         run_id = new_run_id()
-        run_dir = data_dir() / "runs" / run_id
+        run_dir = self.reg.path.parent / "runs" / run_id  # logs live beside the registry that records the run
         run_dir.mkdir(parents=True, exist_ok=True)
         order = cond_mod.schedule(specs, self.opts.repeat, self.opts.order, self.opts.seed)
         manifest = self._manifest(pair, target, target_path, draft, draft_path, order)

@@ -135,6 +135,7 @@ class GGUFFile:
         self._tensor_index = {t.name: t for t in self.tensors}
         self._cache: dict[str, object] = {}
         self._summary: GGUFSummary | None = None
+        self.sha256: str | None = None  # set by whoever hashed the bytes (the registry); checks compare it
         self._merges_checked = False
 
     def __repr__(self) -> str:

@@ -53,6 +53,31 @@ def command(argv: list[str] | None) -> str:
     return shlex.join(argv) if argv else "(not recorded)"
 
 
+def server_command(argv: list[str] | None) -> str:
+    """A recorded server command as llama-server's own argv (no specreg wrapper, no benchmark port)."""
+    from specreg.audit.deploy import try_server_argv
+
+    return command(try_server_argv(argv, None) or argv)
+
+
+def pair_commands(p: PairAudit) -> list[tuple[str, str]]:
+    """(caption, shell text) for a pair: what `specreg deploy` prints, or the rollback and what was measured."""
+    from specreg.audit.deploy import pinned_sha256, verify_command
+
+    out: list[tuple[str, str]] = []
+    if p.passed and p.speculative_command:
+        sha = pinned_sha256(p.speculative_command, p.target_sha256, p.draft_sha256)
+        out.append(("Check the model files (SHA-256 pinned by the registry):", verify_command(sha)))
+        out.append((f"Deploy (as specreg deploy {p.pair_id} prints it):", command(p.speculative_command)))
+    out.append(("Rollback (no speculation, the measured baseline):", command(p.rollback_command)))
+    if not p.passed and p.speculative_command:
+        failed = ", ".join(p.failed_gates)
+        out.append(
+            (f"Measured speculative condition (not deployable: fails {failed}):", command(p.speculative_command))
+        )
+    return out
+
+
 def short(sha: str | None) -> str:
     return sha[:12] if sha else "–"
 
@@ -162,7 +187,7 @@ def condition_cells(run: RunDigest) -> list[list[str]]:
                 num(c.extra_ram_mib, "+.0f"),
                 num(c.peak_vram_mib, ".0f"),
                 pct(c.acceptance),
-                command(c.command),
+                server_command(c.command),
             ]
         )
     return rows

@@ -158,10 +158,7 @@ def render_audit(report: AuditReport, plots: dict[str, dict[str, str]]) -> str:
             f'<h3 class="{ok}">{e(common.pair_title(p))} — {ok.upper()}</h3>'
             + (f"<p>{e(judged)}</p>" if judged else "")
             + f"<ul>{gates}</ul>"
-            + "<p>Rollback (baseline, <code>--spec-type none</code>):</p>"
-            + f"<pre>{e(common.command(p.rollback_command))}</pre>"
         )
-        if p.speculative_command:
-            parts.append(f"<p>Speculative condition:</p><pre>{e(common.command(p.speculative_command))}</pre>")
+        parts += [f"<p>{e(caption)}</p><pre>{e(text)}</pre>" for caption, text in common.pair_commands(p)]
     parts += [run_tables(run) for run in report.runs]
     return _page(f"specreg audit — {word}", "\n".join(parts))

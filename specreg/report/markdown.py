@@ -65,7 +65,7 @@ def run_tables(run: RunDigest, heading: bool = True) -> list[str]:
     out += ["### Conditions", ""]
     out += _table(common.CONDITION_HEADERS[:-1], [c[:-1] for c in common.condition_cells(run)])
     for c in run.conditions:
-        out += ["", f"`{esc(c.label)}`:", *_fence(common.command(c.command))]
+        out += ["", f"`{esc(c.label)}`:", *_fence(common.server_command(c.command))]
     out += ["", "### Per stratum", ""]
     out += _table(common.STRATUM_HEADERS, [common.stratum_cells(r) for r in run.strata])
     return [*out, ""]
@@ -121,9 +121,8 @@ def render_audit(report: AuditReport, plots: dict[str, dict[str, str]], image_pr
         judged = common.judged_line(p)
         lines += [esc(judged), ""] if judged else []
         lines += [f"- **{g.gate}**: {'pass' if g.passed else 'FAIL'} — {esc(g.message)}" for g in p.gates]
-        lines += ["", "Rollback (baseline, `--spec-type none`):", *_fence(common.command(p.rollback_command))]
-        if p.speculative_command:
-            lines += ["", "Speculative condition:", *_fence(common.command(p.speculative_command))]
+        for caption, text in common.pair_commands(p):
+            lines += ["", esc(caption), *_fence(text)]
         lines.append("")
     for run in report.runs:
         lines += run_tables(run)

@@ -311,3 +311,27 @@ class AuditReport(BaseModel):
     runs: list[RunDigest] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     hardware_classes: list[str] = Field(default_factory=list)  # audited one by one when there are several
+
+
+# ---- the deploy command ----------------------------------------------------------------------
+
+
+class DeployCommand(BaseModel):
+    """`specreg deploy`: the pinned llama-server command for an audited condition, or why not."""
+
+    pair_id: int
+    method: str
+    deployable: bool
+    failed_gates: list[GateResult] = Field(default_factory=list)  # why not (empty when deployable)
+    run_id: str | None = None
+    condition: str | None = None
+    stratum: str | None = None  # None: the whole workload
+    concurrency: int | None = None
+    draft_n_max: int | None = None  # the deployed draft length (None: the build's default, or no draft)
+    argv: list[str] | None = None  # None when refused
+    rollback_argv: list[str] | None = None  # the baseline (no speculation), also given when refused
+    sha256: dict[str, str] = Field(default_factory=dict)  # each model path in argv -> its SHA-256
+    verify: str | None = None  # one shell line: `printf ... | sha256sum -c`
+    speedup: float | None = None
+    speedup_ci95: list[float] | None = None  # [low, high] where the run has it
+    notes: list[str] = Field(default_factory=list)

@@ -6,7 +6,11 @@ as its target cannot make it faster) or whether a benchmark can be run at all.
 
 from __future__ import annotations
 
+import os
+from math import prod
+
 from specreg.schemas.checks import CheckResult
+from specreg.schemas.gguf import TensorInfo
 from specreg.validators.ruleset import RuleSet
 from specreg.validators.side import Side, result
 
@@ -30,31 +34,124 @@ def vocab_only(side: Side) -> CheckResult:
     )
 
 
+# Tensors a decode step reads one row of (a lookup), as long as a separate output matrix exists:
+# with tied embeddings (no output.weight) the token embedding is also the output projection.
+_LOOKUP_TENSORS = ("token_embd.weight", "per_layer_token_embd.weight")
+_OUTPUT_TENSOR = "output.weight"
+_SWAP_RATIO = 2.0  # a draft this many times the target's bytes is almost certainly the target
+
+
+def decode_bytes(tensors: list[TensorInfo]) -> int:
+    """Weight bytes one decode step streams: every tensor by its stored type's size, lookups one row.
+
+    What a draft costs per token is the memory it reads (and the compute on it), so a Q4_1 file
+    of a model costs about a seventh of its F32 file although both have the same parameters.
+    """
+    tied = not any(t.name == _OUTPUT_TENSOR for t in tensors)
+    total = 0
+    for t in tensors:
+        if t.name in _LOOKUP_TENSORS and not (tied and t.name == "token_embd.weight"):
+            rows = max(1, prod(t.shape[1:]))
+            total += t.n_bytes // rows
+        else:
+            total += t.n_bytes
+    return total
+
+
+def precision(side: Side) -> str:
+    """The file's precision in llama.cpp's words (Q4_1, F16, ...): its file type, else its biggest tensor type."""
+    name = side.summary.file_type_name
+    if name and not name.startswith(("UNKNOWN", "GUESSED")):
+        return name.removeprefix("MOSTLY_").removeprefix("ALL_")
+    by_type: dict[str, int] = {}
+    for t in side.file.tensors:
+        by_type[t.type_name] = by_type.get(t.type_name, 0) + t.n_bytes
+    return max(by_type, key=by_type.__getitem__) if by_type else "unknown"
+
+
+def same_model_shape(t: Side, d: Side) -> bool:
+    """Same architecture, tokenizer and tensor names/shapes: the draft is another precision of the target."""
+    ts, ds = t.summary, d.summary
+    if ts.architecture != ds.architecture or ts.tokenizer.tokens_sha256 != ds.tokenizer.tokens_sha256:
+        return False
+    return [(x.name, x.shape) for x in t.file.tensors] == [(x.name, x.shape) for x in d.file.tensors]
+
+
+def identical(t: Side, d: Side) -> bool:
+    """The draft is the target's bytes: the same SHA-256 where known, else the same file on disk."""
+    ts, ds = t.summary.sha256, d.summary.sha256
+    if ts and ds:
+        return ts == ds
+    try:
+        return os.path.samefile(t.summary.path, d.summary.path)
+    except OSError:
+        return False
+
+
 def draft_size(t: Side, d: Side, rules: RuleSet) -> CheckResult:
-    """Warn when the draft is not clearly smaller than the target (`draft.size`)."""
+    """Warn when the draft does not read clearly fewer weight bytes per token than the target (`draft.size`)."""
     ratio_limit = rules.advisory.draft_size_warn_ratio
-    tp, dp = t.summary.parameter_count, d.summary.parameter_count
-    if tp and dp:
-        basis, tv, dv = "parameters", tp, dp
-    else:
-        basis, tv, dv = "file bytes", t.summary.file_size, d.summary.file_size
-    ev = {"basis": basis, "target": tv, "draft": dv, "warn_ratio": ratio_limit}
     if t.summary.vocab_only or d.summary.vocab_only:
-        return result("draft.size", "info", "a vocab-only file: sizes cannot be compared", **ev)
+        return result("draft.size", "info", "a vocab-only file: sizes cannot be compared", warn_ratio=ratio_limit)
+    tv, dv = decode_bytes(t.file.tensors), decode_bytes(d.file.tensors)
+    same_shape = same_model_shape(t, d)
+    quantized = same_shape and dv < tv
+    ev: dict[str, object] = {
+        "basis": "weight bytes per decode step",
+        "target": tv,
+        "draft": dv,
+        "target_precision": precision(t),
+        "draft_precision": precision(d),
+        "target_parameters": t.summary.parameter_count,
+        "draft_parameters": d.summary.parameter_count,
+        "same_model_shape": same_shape,
+        "warn_ratio": ratio_limit,
+    }
     ratio = dv / tv if tv else float("inf")
-    ev["ratio"] = round(ratio, 4)
+    ev["ratio"] = round(ratio, 4) if tv else None
+    per_token = f"{_size(dv)} vs {_size(tv)} per token"
     if dv >= tv:
-        return result(
-            "draft.size",
-            "warn",
-            f"draft is not smaller than the target ({basis}: {dv} vs {tv}): no speed-up possible",
-            **ev,
-        )
+        if ratio >= _SWAP_RATIO:
+            msg = f"draft reads {ratio:.0f}x the target's weight bytes ({per_token}): did you swap target and draft?"
+        else:
+            msg = f"draft is not smaller than the target ({per_token}): no speed-up possible"
+        return result("draft.size", "warn", msg, **ev)
+    what = (
+        f"a {ev['draft_precision']} draft of the same model as the {ev['target_precision']} target"
+        if quantized
+        else "draft"
+    )
     if ratio >= ratio_limit:
-        return result(
-            "draft.size", "warn", f"draft is {ratio:.0%} of the target's {basis}: little or no speed-up to expect", **ev
+        extra = (
+            ": little speed-up unless almost every token is accepted"
+            if quantized
+            else ": little or no speed-up to expect"
         )
-    return result("draft.size", "pass", f"draft is {ratio:.1%} of the target's {basis}", **ev)
+        return result(
+            "draft.size", "warn", f"{what} reads {ratio:.0%} of the target's weight bytes ({per_token}){extra}", **ev
+        )
+    return result("draft.size", "pass", f"{what} reads {ratio:.1%} of the target's weight bytes ({per_token})", **ev)
+
+
+def draft_identical(t: Side, d: Side) -> CheckResult | None:
+    """Information when the draft is the target's own bytes (`draft.identical`); None otherwise."""
+    if not identical(t, d):
+        return None
+    sha = t.summary.sha256 or d.summary.sha256
+    how = f"same SHA-256 {sha[:12]}" if sha else "the same file"
+    return result(
+        "draft.identical", "info", f"draft and target are byte-identical ({how}): was another file meant?",
+        sha256=sha, target=t.summary.path, draft=d.summary.path,
+    )  # fmt: skip
+
+
+def _size(n: int) -> str:
+    """Bytes in the unit that reads best: 426 KiB, 92.1 MiB, 513 MiB, 14.2 GiB."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            value = n / scale
+            return f"{value:.1f} {unit}" if value < 100 else f"{value:.0f} {unit}"
+    return f"{n} B"
 
 
 def context_length(t: Side, d: Side) -> CheckResult:

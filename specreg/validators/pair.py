@@ -75,6 +75,8 @@ def check_pair(
             common.context_length(t, d),
             common.arch_family(t, d),
         ]
+        same = common.draft_identical(t, d)
+        checks += [same] if same else []
     for side in (t, d) if d is not None else (t,):  # what makes llama.cpp fail at load, per file
         checks += check_structure(side, rule_set)
     checks += check_template(t, rule_set)  # llama-server renders the target's template, never the draft's

@@ -32,6 +32,7 @@ class Side:
     @classmethod
     def of(cls, role: str, file: GGUFFile, rules: RuleSet) -> Side:
         summary = summarize(file)
+        summary.sha256 = summary.sha256 or file.sha256
         return cls(role, file, summary, effective_vocab(summary, rules))
 
     @property

@@ -1,0 +1,287 @@
+"""The pinned `llama-server` command for an audited condition, its rollback and how to verify the models.
+
+Built from the server argv the benchmark recorded (what was measured), read back through the
+bundled server's own flag parser and written out for the real program: `llama-server` (or the
+user's binary), never specreg's wrapper, without the benchmark's loopback host, temporary port
+and log level. Sampling defaults are pinned as the requests were made (greedy, the run's seed),
+because the equivalence and speed gates only vouch for those. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+from typing import Any, NoReturn
+
+from specreg.benchmark.bundled_server import NGRAM_FLAGS, build_parser, ngram_dest
+from specreg.errors import SpecregError
+from specreg.schemas.audit import (
+    PAIR_LEVEL_GATES,
+    AuditReport,
+    ConditionOutcome,
+    DeployCommand,
+    GateResult,
+    PairAudit,
+)
+from specreg.schemas.bench import ALL_STRATA, RequestSettings
+
+PROGRAM = "llama-server"
+BUNDLED_MODULE = "specreg.benchmark.bundled_server"
+_FLAG = re.compile(r"--?[A-Za-z]")  # a flag, not a negative number
+
+
+def _bundled(command: list[str]) -> bool:
+    """`python -m specreg.benchmark.bundled_server ...`: how the runner starts the bundled server."""
+    return len(command) >= 3 and command[1] == "-m" and command[2] == BUNDLED_MODULE
+
+
+def recorded_flags(command: list[str]) -> list[str]:
+    """The llama-server flags of a recorded server command: without the program or the bundled wrapper."""
+    return command[3:] if _bundled(command) else command[1:]
+
+
+def recorded_program(command: list[str]) -> str:
+    """The program a run used: the user's binary as recorded, or `llama-server` for the bundled wrapper."""
+    if not command or _bundled(command) or command[0].endswith("specreg-llama-server"):
+        return PROGRAM
+    return command[0]
+
+
+def _parse(flags: list[str]) -> argparse.Namespace:
+    parser = build_parser()
+
+    def fail(message: str) -> NoReturn:
+        raise SpecregError(f"the recorded server command cannot be read: {message}")
+
+    parser.error = fail  # type: ignore[method-assign]  # argparse would print and exit the process
+    ns, extra = parser.parse_known_args(flags)
+    if extra:
+        fail(f"unknown flags {' '.join(extra)}")
+    if not ns.model:
+        fail("no -m/--model")
+    return ns
+
+
+def server_argv(
+    command: list[str], *, program: str = PROGRAM, request: RequestSettings | None = None, port: int | None = None
+) -> list[str]:
+    """The llama-server argv of a recorded condition, in a fixed order; raises SpecregError if unreadable."""
+    ns = _parse(recorded_flags(command))
+    argv = [program, "-m", ns.model]
+    if ns.draft:
+        argv += ["-md", ns.draft]
+    argv += ["--spec-type", ns.spec_type]
+    if ns.draft_n_max is not None:
+        argv += ["--spec-draft-n-max", str(ns.draft_n_max)]
+    if ns.draft_n_min is not None:
+        argv += ["--spec-draft-n-min", str(ns.draft_n_min)]
+    for flag in sorted(NGRAM_FLAGS):
+        value = getattr(ns, ngram_dest(flag))
+        if value is not None:
+            argv += [flag, str(value)]
+    argv += ["-c", str(ns.ctx_size), "-np", str(ns.parallel)]
+    if ns.threads is not None:
+        argv += ["-t", str(ns.threads)]
+    if ns.ngl is not None:
+        argv += ["-ngl", str(ns.ngl)]
+    if ns.ngld is not None:
+        argv += ["-ngld", str(ns.ngld)]
+    if ns.seed is not None:
+        argv += ["--seed", str(ns.seed)]
+    temp = request.temperature if request else (ns.temp if ns.temp is not None else 0.0)
+    argv += ["--temp", f"{temp:g}"]
+    top_k = request.top_k if request else ns.top_k
+    top_p = request.top_p if request else ns.top_p
+    if top_k is not None:
+        argv += ["--top-k", str(top_k)]
+    if top_p is not None:
+        argv += ["--top-p", f"{top_p:g}"]
+    if ns.metrics:
+        argv.append("--metrics")  # measured with it; llama.cpp's /metrics shows acceptance in production
+    if port is not None:
+        argv += ["--port", str(port)]
+    return argv
+
+
+def try_server_argv(command: list[str] | None, request: RequestSettings | None) -> list[str] | None:
+    """`server_argv` for reports: None when nothing (readable) was recorded."""
+    if not command:
+        return None
+    try:
+        return server_argv(command, program=recorded_program(command), request=request)
+    except SpecregError:
+        return None
+
+
+def model_paths(argv: list[str]) -> dict[str, str]:
+    """{"target": path, "draft": path} of a llama-server argv (draft only when it has -md)."""
+    out: dict[str, str] = {}
+    for flag, role in (("-m", "target"), ("-md", "draft")):
+        if flag in argv[1:]:
+            out[role] = argv[argv.index(flag, 1) + 1]
+    return out
+
+
+def pinned_sha256(argv: list[str], target_sha256: str, draft_sha256: str | None) -> dict[str, str]:
+    """Each model path of the argv -> the SHA-256 the registry (and the audit's integrity gate) pinned."""
+    paths = model_paths(argv)
+    out = {paths["target"]: target_sha256}
+    if "draft" in paths and draft_sha256:
+        out[paths["draft"]] = draft_sha256
+    return out
+
+
+def verify_command(sha256: dict[str, str]) -> str:
+    """One shell line that checks every model file: `printf '%s\\n' 'SHA  PATH' ... | sha256sum -c`."""
+    lines = " ".join(shlex.quote(f"{sha}  {path}") for path, sha in sha256.items())
+    return f"printf '%s\\n' {lines} | sha256sum -c"
+
+
+def verify_lines(sha256: dict[str, str], indent: str = "  ") -> list[str]:
+    """`verify_command` laid out one file per line with ` \\` continuations (the same shell command)."""
+    quoted = [shlex.quote(f"{sha}  {path}") for path, sha in sha256.items()]
+    lines = [f"{indent}printf '%s\\n' \\"]
+    lines += [f"{indent}    {q} \\" for q in quoted[:-1]]
+    lines.append(f"{indent}    {quoted[-1]} | sha256sum -c")
+    return lines
+
+
+def _failed(gate: str, message: str) -> GateResult:
+    return GateResult(gate=gate, passed=False, message=message)  # type: ignore[arg-type]
+
+
+def _ranked(items: list[Any]) -> Any:
+    """The one with the highest median speed-up (the interval's low end breaks ties), as decisions rank."""
+    return max(items, key=lambda x: (x.speedup or 0.0, x.speedup_ci95[0] if x.speedup_ci95 else 0.0))
+
+
+Speedup = tuple[float | None, tuple[float, float] | None]
+
+
+def _choose(
+    report: AuditReport, pa: PairAudit, stratum: str | None, conc: int | None
+) -> tuple[ConditionOutcome | None, list[GateResult], Speedup, list[str]]:
+    """The condition to deploy at `conc` (for `stratum`), the gates that stop it, its speed-up and notes."""
+    pair_level = [g for g in pa.gates if g.gate in PAIR_LEVEL_GATES and not g.passed]
+    here = [o for o in pa.conditions if o.concurrency == conc]
+    if not here:
+        why = [g for g in pa.gates if not g.passed] or [_failed("evidence", "no measured condition of this pair")]
+        return None, why, (None, None), []
+    if stratum is None:
+        if conc == pa.concurrency:  # the condition the pair's gates judged
+            chosen = next((o for o in here if o.condition == pa.condition), None) or _ranked(here)
+            return chosen, [g for g in pa.gates if not g.passed], (pa.speedup, pa.speedup_ci95), []
+        chosen = _ranked([o for o in here if o.passed] or here)
+        stops = pair_level + [_failed(g, m) for g, m in chosen.failed.items()]
+        return chosen, stops, (chosen.speedup, chosen.speedup_ci95), []
+    decision = next(
+        (
+            d
+            for d in report.decisions
+            if d.target_sha256 == pa.target_sha256 and d.stratum == stratum and d.concurrency == conc
+        ),
+        None,
+    )
+    notes = []
+    if decision is not None and decision.pair_id not in (None, pa.pair_id):
+        sp = f" (speed-up {decision.speedup:.2f}x)" if decision.speedup is not None else ""
+        notes.append(f"the audit's choice for {stratum} at concurrency {conc} is {decision.choice}{sp}")
+    cands = [c for c in (decision.candidates if decision else []) if c.pair_id == pa.pair_id]
+    if not cands:
+        return None, [*pair_level, _failed("evidence", f"not measured in stratum {stratum}")], (None, None), notes
+    eligible = [c for c in cands if c.eligible]
+    best = _ranked(eligible or cands)
+    chosen = next((o for o in here if o.condition == best.condition), None)
+    failed = []
+    if not eligible:
+        failed = pair_level + ([_failed(g, m) for g, m in chosen.failed.items()] if chosen else [])
+        if chosen is None or not chosen.strata.get(stratum, False):
+            failed.append(_failed("speed", f"{stratum}: {best.reason}"))
+    return chosen, failed, (best.speedup, best.speedup_ci95), notes
+
+
+def plan_deploy(
+    report: AuditReport,
+    pair_id: int,
+    *,
+    stratum: str | None = None,
+    concurrency: int | None = None,
+    program: str | None = None,
+    port: int | None = None,
+    request: RequestSettings | None = None,
+) -> DeployCommand:
+    """The command for `pair_id`'s best audited condition, or a refusal naming the failing gates.
+
+    Without `stratum` the pair must pass every gate over the whole workload (at `concurrency`,
+    default the audited one); with it, the pair-wide gates and that stratum's. `program` None:
+    the binary the run used when it was the user's own, else `llama-server`. Raises SpecregError
+    when the audit does not hold the pair, or the stratum was not measured at all.
+    """
+    pa = next((p for p in report.pairs if p.pair_id == pair_id), None)
+    if pa is None:
+        raise SpecregError(f"pair {pair_id} is not in this audit")
+    out = DeployCommand(pair_id=pa.pair_id, method=pa.method, deployable=False, run_id=pa.run_id, stratum=stratum)
+    run = next((r for r in report.runs if r.run_id == pa.run_id), None)
+    if run is not None and stratum is not None:
+        measured = sorted({r.stratum for r in run.strata if r.stratum != ALL_STRATA})
+        if stratum not in measured:
+            raise SpecregError(
+                f"stratum {stratum!r} was not measured in run {run.run_id}",
+                hint=f"measured: {', '.join(measured) or 'none'}",
+            )
+    levels = run.concurrency_levels if run else []
+    conc = concurrency if concurrency is not None else (pa.concurrency or (levels[0] if levels else None))
+    out.concurrency = conc
+    base = run.baseline(conc) if run else None
+    if base is not None and base.command:
+        prog = program or recorded_program(base.command)
+        out.rollback_argv = server_argv(base.command, program=prog, request=request, port=port)
+    if run is not None and concurrency is not None and concurrency not in levels:
+        out.failed_gates = [
+            _failed("speed", f"concurrency {concurrency} was not measured (measured: {', '.join(map(str, levels))})")
+        ]
+        return out
+    if pa.not_benchmarkable:
+        out.failed_gates = [_failed("evidence", f"admitted, not benchmarkable: {pa.not_benchmarkable}")]
+        return out
+    chosen, failed, (out.speedup, ci), out.notes = _choose(report, pa, stratum, conc)
+    out.speedup_ci95 = [float(x) for x in ci] if ci else None
+    out.failed_gates = failed
+    cond = next((c for c in run.conditions if chosen and c.label == chosen.condition), None) if run else None
+    if cond is not None:
+        out.condition, out.draft_n_max = cond.label, cond.draft_n_max
+    if failed or cond is None or not cond.command:
+        out.failed_gates = failed or [_failed("evidence", "no recorded server command for the condition")]
+        return out
+    out.argv = server_argv(cond.command, program=program or recorded_program(cond.command), request=request, port=port)
+    out.sha256 = pinned_sha256(out.argv, pa.target_sha256, pa.draft_sha256)
+    out.verify = verify_command(out.sha256)
+    out.deployable = True
+    return out
+
+
+def wrap_command(argv: list[str], width: int, indent: str = "  ") -> list[str]:
+    """A shell command as lines of at most `width` columns, joined by ` \\` continuations (copy-pastable).
+
+    A flag stays on the line of its value; a single word longer than the width gets a line of its own.
+    """
+    words: list[str] = []
+    i = 0
+    while i < len(argv):
+        word = shlex.quote(argv[i])
+        if argv[i].startswith("-") and i + 1 < len(argv) and not _FLAG.match(argv[i + 1]):
+            word += " " + shlex.quote(argv[i + 1])
+            i += 1
+        words.append(word)
+        i += 1
+    lines: list[str] = []
+    line = indent + words[0] if words else indent
+    for word in words[1:]:
+        if len(line) + 1 + len(word) + 2 <= width:
+            line += " " + word
+        else:
+            lines.append(line + " \\")
+            line = indent + "    " + word
+    lines.append(line)
+    return lines
