@@ -19,3 +19,28 @@ def data_dir() -> Path:
 def default_db_path() -> Path:
     """The registry file used when neither `--db` nor SPECREG_DB is given."""
     return data_dir() / "registry.db"
+
+
+def read_regular(path: str | Path, limit: int) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes. A FIFO is opened without blocking
+    and refused, a device (/dev/zero) is refused before any read, and a file over the limit is
+    refused after reading at most `limit` + 1 bytes. Raises OSError, or ValueError saying why."""
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("is a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file")
+        parts, got = [], 0
+        while got <= limit:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - got))
+            if not chunk:
+                break
+            parts.append(chunk)
+            got += len(chunk)
+        if got > limit:
+            raise ValueError(f"larger than {limit >> 20} MiB" if limit >= 1 << 20 else f"larger than {limit} bytes")
+        return b"".join(parts)
+    finally:
+        os.close(fd)

@@ -9,6 +9,7 @@ zero-width characters (which make a name read differently from what it is) are s
 from __future__ import annotations
 
 import re
+from typing import Any
 
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
 
@@ -27,3 +28,25 @@ def escape_control(text: object, *, keep: str = "", replace: str | None = None, 
     return _UNSAFE.sub(
         lambda m: m.group() if m.group() in keep else (_code(m.group()) if replace is None else replace), s
     )
+
+
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def _bytes_or_code(m: re.Match[str]) -> str:
+    n = ord(m.group())
+    # surrogateescape keeps an undecodable byte 0xNN as U+DCNN: show the byte
+    return f"\\x{n - 0xDC00:02x}" if 0xDC80 <= n <= 0xDCFF else f"\\u{n:04x}"
+
+
+def valid_utf8(value: Any) -> Any:
+    """`value` (a string, or lists/dicts of them) with lone surrogates - a token text that was not
+    valid UTF-8, decoded with surrogateescape - written as `\\xNN` / `\\uNNNN`, so it encodes as
+    UTF-8 and survives a JSON round trip. Other values are returned as they are."""
+    if isinstance(value, str):
+        return _SURROGATE.sub(_bytes_or_code, value) if _SURROGATE.search(value) else value
+    if isinstance(value, dict):
+        return {valid_utf8(k): valid_utf8(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [valid_utf8(v) for v in value]
+    return value

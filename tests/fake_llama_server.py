@@ -2,8 +2,13 @@
 
 Modes (env FAKE_LLAMA_MODE): `hang` (a stream that sends one event, then nothing),
 `badjson` (a malformed SSE event), `badmetrics` (unparseable /metrics), `never` (never
-answers /health: prints a line and sleeps). It accepts llama-server's argv, binds --host/--port
-itself (the launcher checks that its child owns the port) and stops on SIGTERM.
+answers /health: prints a line and sleeps), `ok` (well-formed answers). Hostile ones:
+`nonewline` (an endless line), `trickle` (a byte every 0.2 s, never a newline), `badtokens`,
+`badtimings`, `hugenumber` (events with wrong JSON types / 1e999), `spewversion` (--version
+never stops printing), `spewlog` (logs as fast as it can while serving), `daemon` (double-forks
+a process that outlives it; its pid goes to $FAKE_LLAMA_DAEMON_PIDFILE). It accepts
+llama-server's argv, binds --host/--port itself (the launcher checks that its child owns the
+port) and stops on SIGTERM.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -61,18 +67,64 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(b'data: {"content": "a", "stop": fal\n\n')
             self.wfile.flush()
             return
-        event = {"content": "a", "tokens": [5], "stop": False}
+        if MODE in ("nonewline", "trickle"):
+            self._endless(b"a" * 65536 if MODE == "nonewline" else b"a", 0.0 if MODE == "nonewline" else 0.2)
+            return
+        event = {"content": "a", "tokens": ["x"] if MODE == "badtokens" else [5], "stop": False}
         self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
         self.wfile.flush()
         if MODE == "hang":
             time.sleep(60)
             return
-        final = {"content": "", "stop": True, "stop_type": "limit", "tokens_predicted": 1, "timings": {}}
-        self.wfile.write(f"data: {json.dumps(final)}\n\n".encode())
+        timings: object = [1, 2] if MODE == "badtimings" else {"predicted_n": 1}
+        final = {"content": "", "stop": True, "stop_type": "limit", "tokens_predicted": 1, "timings": timings}
+        text = json.dumps(final)
+        if MODE == "hugenumber":
+            text = text.replace('"tokens_predicted": 1', '"tokens_predicted": 1e999')
+        self.wfile.write(f"data: {text}\n\n".encode())
+
+    def _endless(self, piece: bytes, pause: float) -> None:
+        """`data: {"content": "` and then never a newline, for up to two minutes."""
+        end = time.monotonic() + 120
+        try:
+            self.wfile.write(b'data: {"content": "')
+            while time.monotonic() < end:
+                self.wfile.write(piece)
+                self.wfile.flush()
+                if pause:
+                    time.sleep(pause)
+        except OSError:
+            pass
+
+
+def _spew() -> None:
+    line = b"srv  log: " + b"x" * 100 + b"\n"
+    block = line * 600
+    while True:
+        os.write(2, block)
+
+
+def _daemon() -> None:
+    """Fork, new session, fork again: a grandchild outside our process group that sleeps."""
+    if os.fork():
+        os.wait()
+        return
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    path = os.environ.get("FAKE_LLAMA_DAEMON_PIDFILE")
+    if path:
+        with open(path, "w") as f:
+            f.write(str(os.getpid()))
+    time.sleep(300)
+    os._exit(0)
 
 
 def main(argv: list[str]) -> int:
     if "--version" in argv:
+        if MODE == "spewversion":
+            while True:
+                sys.stdout.write("version: 0 (fake) " * 100 + "\n")
         print("version: 0 (fake)\nbuilt with nothing for tests")
         return 0
     host = argv[argv.index("--host") + 1] if "--host" in argv else "127.0.0.1"
@@ -83,6 +135,10 @@ def main(argv: list[str]) -> int:
         print("loading model forever", flush=True)
         time.sleep(300)
         return 1
+    if MODE == "daemon":
+        _daemon()
+    if MODE == "spewlog":
+        threading.Thread(target=_spew, daemon=True).start()
     server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True
     server.serve_forever()

@@ -50,6 +50,7 @@ class FakeFile:
     data: bytes = b""
     lfs: bool = True
     serve: bytes | None = None
+    etag: str | None = None  # a lying hub: this X-Linked-Etag instead of the SHA-256
     path: Path | None = None
 
     @property
@@ -89,6 +90,11 @@ class FakeRepo:
     refs: dict[str, str] = field(default_factory=dict)
     gated: bool = False
     drop_downloads: bool = False  # the CDN sends half a body, hangs up, then refuses to answer
+    # a lying hub: model_info's "sha" / the X-Repo-Commit header say this instead of the commit
+    # (and the hub then answers for it as if it were that commit)
+    info_sha: str | None = None
+    header_commit: str | None = None
+    redirect_loop: bool = False  # every API answer is a redirect to itself
     no_ranges: bool = False  # the CDN ignores Range and starts sending the whole file
     hang_s: float = 0.0  # the CDN waits this long before answering
     redirect_to: str | None = None  # the CDN redirects every download there (e.g. another scheme)
@@ -96,6 +102,8 @@ class FakeRepo:
     def resolve(self, rev: str) -> str | None:
         if rev in self.refs:
             return self.refs[rev]
+        if rev in (self.info_sha, self.header_commit) and self.commits:
+            return next(iter(self.commits))
         return rev if rev in self.commits else None
 
 
@@ -214,6 +222,8 @@ def _handler(hub: FakeHub, *, cdn: bool) -> type[BaseHTTPRequestHandler]:
             repo = hub.repos.get(repo_id)
             if repo is None:
                 return self._error(401, "RepoNotFound", "Repository not found", head=head)
+            if repo.redirect_loop:
+                return self._send(302, {"Location": self.path}, head=head)
             rev = parts[3] if len(parts) >= 4 and parts[2] == "revision" else "main"
             commit = repo.resolve(rev)
             if commit is None:
@@ -233,7 +243,7 @@ def _handler(hub: FakeHub, *, cdn: bool) -> type[BaseHTTPRequestHandler]:
                 "id": repo_id,
                 "modelId": repo_id,
                 "author": repo_id.split("/")[0],
-                "sha": commit,
+                "sha": repo.info_sha or commit,
                 "lastModified": "2025-01-01T00:00:00.000Z",
                 "private": False,
                 "gated": "manual" if repo.gated else False,
@@ -259,14 +269,18 @@ def _handler(hub: FakeHub, *, cdn: bool) -> type[BaseHTTPRequestHandler]:
                 return self._error(404, "EntryNotFound", f"{filename} does not exist", head=head, commit=commit)
             if f.lfs:
                 headers = {
-                    "X-Repo-Commit": commit,
+                    "X-Repo-Commit": repo.header_commit or commit,
                     "ETag": f'"{git_blob_sha1(f.pointer())}"',
-                    "X-Linked-Etag": f'"{f.sha256}"',
+                    "X-Linked-Etag": f'"{f.etag or f.sha256}"',
                     "X-Linked-Size": str(f.size),
                     "Location": f"{hub.cdn}/blobs/{f.sha256}?repo={repo_id}",
                 }
                 return self._send(302, headers, head=head)
-            self._ranged(f, {"X-Repo-Commit": commit, "ETag": f'"{git_blob_sha1(f.data)}"'}, head=head)
+            self._ranged(
+                f,
+                {"X-Repo-Commit": repo.header_commit or commit, "ETag": f'"{f.etag or git_blob_sha1(f.data)}"'},
+                head=head,
+            )
 
         # --- the CDN: /blobs/{sha256} -------------------------------------------------------
         def _cdn_get(self, parts: list[str], *, head: bool) -> None:

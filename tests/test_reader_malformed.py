@@ -80,7 +80,7 @@ def _run_cli(path: Path) -> tuple[int, str, float, int]:
 
 
 # One case per section of the file for the real-subprocess check in CI; all of them with -m slow.
-SAMPLE = ["empty", "byte_swapped", "string_length_2p63", "overlapping_offsets", "bos_id_out_of_range"]
+SAMPLE = ["empty", "byte_swapped", "string_length_2p63", "overlapping_offsets", "eos_id_negative"]
 
 
 def _check_cli(corpus: dict[str, Path], names: list[str]) -> None:

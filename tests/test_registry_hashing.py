@@ -28,7 +28,7 @@ def test_keyed_hash_returns_the_stat_of_the_hashed_bytes(tmp_path: Path) -> None
     p.write_bytes(b"x" * 1000)
     sha, key = hashing.sha256_file_keyed(p)
     st = p.stat()
-    assert key == hashing.StatKey(st.st_dev, st.st_ino, 1000, st.st_mtime_ns)
+    assert key == hashing.StatKey(st.st_dev, st.st_ino, 1000, st.st_mtime_ns, st.st_ctime_ns)
     assert key == hashing.stat_key(p)
     assert sha == hashlib.sha256(b"x" * 1000).hexdigest()
 

@@ -52,6 +52,7 @@ SCHEMA: dict[str, list[str]] = {
         "hashed_at_ns",
         "first_seen_at",
         "last_verified_at",
+        "ctime_ns",
     ],
     "pairs": [
         "id",
@@ -168,6 +169,20 @@ SCHEMA: dict[str, list[str]] = {
         "bundle_digest",
         "bundle_created_at",
         "imported_at",
+    ],
+    # split GGUFs: the shards after the first, pinned (m008, specreg/registry/shards.py)
+    "artifact_shards": [
+        "id",
+        "artifact_sha256",
+        "shard_no",
+        "sha256",
+        "size",
+        "path",
+        "device",
+        "inode",
+        "mtime_ns",
+        "ctime_ns",
+        "hashed_at_ns",
     ],
 }
 

@@ -66,12 +66,21 @@ def test_same_bytes_at_another_path_add_the_path(reg: Registry, tmp_path: Path) 
 
 def test_hard_link_is_recognised_by_inode_without_hashing(reg: Registry, tmp_path: Path) -> None:
     p = model(tmp_path, "t.gguf")
-    reg.add_artifact(p)
     link = tmp_path / "link.gguf"
-    os.link(p, link)  # a link changes ctime, not mtime: still the same bytes
-    rec = reg.add_artifact(link)
+    os.link(p, link)
+    reg.add_artifact(p)
+    rec = reg.add_artifact(link)  # same inode, same stat: no second hash
     assert reg.hash_count == 1
     assert set(rec.paths) == {str(p), str(link)}
+
+
+def test_a_changed_ctime_is_hashed_again(reg: Registry, tmp_path: Path) -> None:
+    """A new link (or chmod, or a rewrite that restores size and mtime) changes ctime only."""
+    p = model(tmp_path, "t.gguf")
+    reg.add_artifact(p)
+    os.link(p, tmp_path / "link.gguf")
+    reg.add_artifact(p)
+    assert reg.hash_count == 2
 
 
 def test_a_just_written_file_is_not_trusted_by_stat(reg: Registry, tmp_path: Path) -> None:

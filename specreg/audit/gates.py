@@ -30,7 +30,7 @@ _UNKNOWN = {None, "unknown", "none", "noassertion"}
 def integrity_gate(checks: list[tuple[str, str, bool, str | None]], rehash: bool) -> GateResult:
     """checks: (role, sha256, ok, problem) per artifact, from Registry.verify_artifact."""
     bad = [f"{role} {sha[:12]}: {problem or 'changed'}" for role, sha, ok, problem in checks if not ok]
-    how = "full re-hash" if rehash else "stat cache (re-hash when stat changed)"
+    how = "full re-hash" if rehash else "stat cache, --trust-stat-cache (re-hash when the stat changed)"
     evidence = {
         "method": how,
         "artifacts": {role: {"sha256": sha, "ok": ok, "problem": problem} for role, sha, ok, problem in checks},

@@ -10,9 +10,11 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from specreg.errors import PolicyError
+from specreg.paths import read_regular
 from specreg.schemas.audit import Policy
 
 BUILTIN = "built-in defaults"
+MAX_POLICY_BYTES = 1 << 20  # a policy is a page of TOML
 
 
 def example_policy_text() -> str:
@@ -58,6 +60,8 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise PolicyError(f"{source}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise PolicyError(f"{source}: not valid TOML: nested too deeply") from None
     try:
         return Policy.model_validate(data)
     except ValidationError as exc:
@@ -73,9 +77,10 @@ def load_policy(path: str | Path | None) -> tuple[Policy, str]:
         return Policy(), BUILTIN
     p = Path(path)
     try:
-        text = p.read_text("utf-8")
+        text = read_regular(p, MAX_POLICY_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise PolicyError(f"{p}: policy file not found") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PolicyError(f"{p}: cannot read policy file: {exc}") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise PolicyError(f"{p}: cannot read policy file: {why}") from None
     return parse_policy(text, str(p)), str(p)

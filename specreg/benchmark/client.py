@@ -8,6 +8,7 @@ bad request never loses the rows around it; only `/tokenize` and `/metrics` rais
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,6 +20,24 @@ from specreg.errors import ServerError
 from specreg.schemas.bench import WorkloadItem
 
 _FINISH = {"limit": "length", "eos": "stop", "word": "stop"}  # /completion stop_type -> OpenAI names
+# One SSE line is one JSON event: a token or two, or the final event with timings and settings
+# (llama.cpp echoes the prompt there: tens of KiB for long contexts). A line past the cap, or a
+# response past the total cap, is a request error, not memory the client keeps growing.
+MAX_LINE_BYTES = 4 << 20
+MAX_RESPONSE_BYTES = 64 << 20
+_MAX_INT = 1 << 53  # counts and token ids from the server; beyond this they are not counts
+
+
+class _StreamLimit(Exception):
+    """The stream broke a client limit (deadline, line length, total size)."""
+
+    def __init__(self, message: str, *, timed_out: bool = False) -> None:
+        super().__init__(message)
+        self.timed_out = timed_out
+
+
+class _Malformed(ValueError):
+    """An event whose fields have the wrong JSON types or impossible values."""
 
 
 @dataclass
@@ -160,17 +179,14 @@ class LlamaClient:
                     out.error = f"HTTP {r.status_code}: {r.text[:300]}"
                     return out
                 on_event = _chat_event if chat else _completion_event
-                for line in _sse_lines(r):
-                    if time.perf_counter() > deadline:
-                        out.timed_out, out.error = True, f"timed out after {timeout_s:g}s"
-                        return out
+                for line in _sse_lines(r, deadline, timeout_s):
                     if not line.startswith(b"data:"):
                         continue
                     payload = line[5:].strip()
                     if payload == b"[DONE]":
                         break
                     try:
-                        event = json.loads(payload)
+                        event = json.loads(payload, parse_float=_finite, parse_constant=_no_constant)
                     except ValueError:
                         event = None
                     if not isinstance(event, dict):
@@ -179,7 +195,14 @@ class LlamaClient:
                     if "error" in event:
                         out.error = f"server error: {json.dumps(event['error'])[:300]}"
                         return out
-                    on_event(out, event, t0)
+                    try:
+                        on_event(out, event, t0)
+                    except (_Malformed, TypeError, ValueError, AttributeError, OverflowError) as exc:
+                        out.error = f"malformed event from server ({exc}): {payload[:200].decode('utf-8', 'replace')!r}"
+                        return out
+        except _StreamLimit as exc:
+            out.timed_out, out.error = exc.timed_out, str(exc)
+            return out
         except httpx.TimeoutException:
             out.timed_out, out.error = True, f"timed out after {timeout_s:g}s"
             return out
@@ -195,16 +218,72 @@ class LlamaClient:
         return out
 
 
-def _sse_lines(r: httpx.Response) -> Iterator[bytes]:
-    """Lines of an SSE body as bytes, as they arrive. Skipping httpx's text/line decoders (each
-    event is JSON, decoded once) took ~0.5 ms off the median per-request overhead (32 tokens)."""
-    buf = b""
-    for chunk in r.iter_bytes():
-        buf += chunk
-        *lines, buf = buf.split(b"\n")
+def _sse_lines(r: httpx.Response, deadline: float, timeout_s: float) -> Iterator[bytes]:
+    """Lines of an SSE body as bytes, as they arrive, checking the deadline on every chunk (a
+    server that never sends a newline, or trickles bytes, still times out) and bounding a line
+    and the whole body. Raw bytes, no text/line decoders and no content decoding: each event is
+    JSON, decoded once (~0.5 ms off the median per-request overhead, 32 tokens), and a
+    compressed answer cannot expand past the caps."""
+    pending: list[bytes] = []  # pieces of the unfinished line, joined once when it ends
+    pending_n = total = 0
+    for chunk in r.iter_raw():
+        if time.perf_counter() > deadline:
+            raise _StreamLimit(f"timed out after {timeout_s:g}s", timed_out=True)
+        total += len(chunk)
+        if total > MAX_RESPONSE_BYTES:
+            raise _StreamLimit(f"server sent more than {MAX_RESPONSE_BYTES >> 20} MiB for one request")
+        if b"\n" not in chunk:
+            pending.append(chunk)
+            pending_n += len(chunk)
+            if pending_n > MAX_LINE_BYTES:
+                raise _StreamLimit(f"server sent a line longer than {MAX_LINE_BYTES >> 20} MiB")
+            continue
+        first, *lines, rest = chunk.split(b"\n")
+        if pending_n + len(first) > MAX_LINE_BYTES or any(len(x) > MAX_LINE_BYTES for x in lines):
+            raise _StreamLimit(f"server sent a line longer than {MAX_LINE_BYTES >> 20} MiB")
+        yield b"".join((*pending, first)) if pending else first
         yield from lines
-    if buf:
-        yield buf
+        pending, pending_n = ([rest], len(rest)) if rest else ([], 0)
+    if pending:
+        yield b"".join(pending)
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:20]} is out of range")
+    return value
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number")
+
+
+def _count(value: object, what: str) -> int:
+    """A count or token id from the server: a non-negative JSON integer that is a plausible count."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < _MAX_INT:
+        raise _Malformed(f"{what} is {str(value)[:40]!r}, not a count")
+    return value
+
+
+def _timings(value: object) -> dict[str, Any]:
+    """llama.cpp's per-request `timings` object: numbers only, finite and in range."""
+    if not isinstance(value, dict):
+        raise _Malformed(f"timings is a {type(value).__name__}, not an object")
+    clean: dict[str, Any] = {}
+    for k, v in value.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not -_MAX_INT < v < _MAX_INT:
+            raise _Malformed(f"timings.{str(k)[:40]} is {str(v)[:40]!r}, not a number")
+        clean[str(k)] = v
+    return clean
+
+
+def _text(value: object, what: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise _Malformed(f"{what} is a {type(value).__name__}, not a string")
+    return value
 
 
 def _first(out: Completion, t0: float) -> None:
@@ -213,32 +292,43 @@ def _first(out: Completion, t0: float) -> None:
 
 
 def _completion_event(out: Completion, ev: dict[str, Any], t0: float) -> None:
-    content = ev.get("content") or ""
+    content = _text(ev.get("content"), "content")
     tokens = ev.get("tokens") or []
+    if not isinstance(tokens, list):
+        raise _Malformed(f"tokens is a {type(tokens).__name__}, not a list")
     if content or tokens:
         _first(out, t0)
         out.text += content
         if out.token_ids is not None:
-            out.token_ids.extend(int(t) for t in tokens)
+            out.token_ids.extend(_count(t, "a token id") for t in tokens)
     if ev.get("stop"):
-        out.finish_reason = _FINISH.get(str(ev.get("stop_type")), str(ev.get("stop_type")))
-        out.timings = dict(ev.get("timings") or {})
+        out.finish_reason = _FINISH.get(str(ev.get("stop_type")), str(ev.get("stop_type"))[:40])
+        out.timings = _timings(ev.get("timings") or {})
         n = ev.get("tokens_predicted", out.timings.get("predicted_n"))
-        out.output_tokens = int(n) if n is not None else None
+        out.output_tokens = _count(n, "tokens_predicted") if n is not None else None
 
 
 def _chat_event(out: Completion, ev: dict[str, Any], t0: float) -> None:
-    for choice in ev.get("choices") or []:
+    choices = ev.get("choices") or []
+    if not isinstance(choices, list):
+        raise _Malformed(f"choices is a {type(choices).__name__}, not a list")
+    for choice in choices:
+        if not isinstance(choice, dict):
+            raise _Malformed("a choice is not an object")
         delta = choice.get("delta") or {}
-        content = delta.get("content") or ""
+        if not isinstance(delta, dict):
+            raise _Malformed("delta is not an object")
+        content = _text(delta.get("content"), "delta.content")
         if content:
             _first(out, t0)
             out.text += content
         if choice.get("finish_reason"):
-            out.finish_reason = str(choice["finish_reason"])
+            out.finish_reason = str(choice["finish_reason"])[:40]
     if ev.get("timings"):
-        out.timings = dict(ev["timings"])
+        out.timings = _timings(ev["timings"])
     usage = ev.get("usage") or {}
+    if not isinstance(usage, dict):
+        raise _Malformed(f"usage is a {type(usage).__name__}, not an object")
     n = usage.get("completion_tokens", out.timings.get("predicted_n") if out.timings else None)
     if n is not None:
-        out.output_tokens = int(n)
+        out.output_tokens = _count(n, "completion_tokens")

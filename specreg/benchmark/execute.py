@@ -13,6 +13,7 @@ thread) leaves every finished row stored and the server is stopped in `finally`.
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -157,9 +158,14 @@ def run_condition(
             _measure(ctx, cond, server, client, reps, round_no or 0)
     except ServerError as exc:
         if server is not None and not server.alive():
+            server.settle_log()
             _fail(cond, f"server exited (code {server.proc.returncode}): {exc.message}", _errors(log_path))
         else:
             _fail(cond, exc.message)
+    except Exception as exc:  # whatever broke, this condition failed; the run and the other pairs go on
+        if os.environ.get("SPECREG_DEBUG") == "1":
+            raise
+        _fail(cond, f"the condition crashed: {type(exc).__name__}: {str(exc)[:300]}")
     except KeyboardInterrupt:
         if cond.status == "running":
             cond.status, cond.failure = "cancelled", "interrupted"
@@ -190,6 +196,7 @@ def _measure(
     if o.warmup:
         cond.warmup.append(warm_up(client, ctx.workload.items[0], o, round_no, ctx.remaining))
     if not server.alive():
+        server.settle_log()
         _fail(cond, f"server exited (code {server.proc.returncode}) during warm-up", _errors(server.log_path))
         return
     before = parse_metrics(client.metrics_text())
@@ -232,6 +239,7 @@ def _requests(ctx: RunContext, cond: ConditionRun, server: ServerProcess, client
                     continue
                 _record(ctx, cond, row)
                 if not row.ok and _died(server, row):
+                    server.settle_log()
                     n = sum(1 for r in ctx.rows if r.condition_idx == cond.idx)
                     _fail(
                         cond,
@@ -362,7 +370,10 @@ def _judge(cond: ConditionRun, log_path: Path, rows: list[RequestRow]) -> None:
 
     A refusal in the log has already failed the condition at the end of its slot."""
     ok_rows = [r for r in rows if r.ok]
-    if rows and not ok_rows:
+    if not rows:  # nothing measured is never a result
+        _fail(cond, "no request was run")
+        return
+    if not ok_rows:
         _fail(cond, f"no request succeeded (first error: {rows[0].error})")
         return
     if cond.spec.method != BASELINE:

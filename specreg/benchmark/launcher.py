@@ -1,7 +1,9 @@
 """Start and stop one llama.cpp server process per condition, bundled or the user's binary.
 
 Each server runs in its own session (process group) so stopping it stops everything it
-spawned; its stdout+stderr go to a log file kept with the run. The port is picked free, and a
+spawned, and carries a token in its environment so that a daemon it double-forked out of the
+group is found and stopped too; its stdout+stderr go through a pipe into a bounded log file
+kept with the run (`logpump`). The port is picked free, and a
 server that answers on it is trusted only when our own child holds the listening socket
 (someone else may have grabbed the port between our check and the child's bind).
 """
@@ -15,6 +17,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +25,7 @@ from pathlib import Path
 import httpx
 import psutil
 
+from specreg.benchmark.logpump import LogPump
 from specreg.benchmark.serverlog import bind_failed, error_lines, last_lines, tail_text
 from specreg.errors import ServerError, ServerStartError
 
@@ -29,6 +33,7 @@ HOST = "127.0.0.1"
 # llama-server reads LLAMA_ARG_* from the environment (e.g. LLAMA_ARG_SPEC_SYNTH_RATES): a run
 # must be what its argv says, so those never reach the child.
 ENV_PREFIXES_DROPPED = ("LLAMA_ARG_",)
+TOKEN_VAR = "SPECREG_SERVER_TOKEN"  # inherited by everything a server starts, daemons included
 
 
 @dataclass(frozen=True)
@@ -62,9 +67,13 @@ def external_command(path: str | Path) -> ServerCommand:
     return ServerCommand("external", (str(p.resolve()),), str(p.resolve()))
 
 
-def child_env() -> dict[str, str]:
-    """The environment for a server: ours minus anything that changes llama.cpp's flags."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIXES_DROPPED)}
+def child_env(token: str | None = None) -> dict[str, str]:
+    """The environment for a server: ours minus anything that changes llama.cpp's flags, plus
+    the token that marks its processes."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(ENV_PREFIXES_DROPPED) and k != TOKEN_VAR}
+    if token is not None:
+        env[TOKEN_VAR] = token
+    return env
 
 
 def free_ports() -> Iterator[int]:
@@ -86,6 +95,8 @@ class ServerProcess:
     log_path: Path
     create_time: float
     attempts: list[str] = field(default_factory=list)
+    pump: LogPump | None = None
+    token: str | None = None
 
     @property
     def pid(self) -> int:
@@ -109,14 +120,58 @@ class ServerProcess:
     def log_tail(self, n_lines: int = 40) -> str:
         return tail_text(self.log_path, n_lines)
 
+    def settle_log(self, timeout: float = 1.0) -> None:
+        """After the server exited: give the log a moment to receive its last lines."""
+        if self.pump is not None:
+            self.pump.wait(timeout)
+
     def stop(self, grace_s: float = 5.0) -> int | None:
-        """SIGTERM the process group, SIGKILL what is left after `grace_s`; returns the exit code."""
-        stop_group(self.proc.pid, grace_s, proc=self.proc)
+        """SIGTERM the process group, SIGKILL what is left after `grace_s` (daemons it left
+        behind included); returns the exit code."""
+        stop_group(self.proc.pid, grace_s, proc=self.proc, token=self.token)
+        if self.pump is not None:
+            self.pump.close()
         return self.proc.returncode
 
 
-def stop_group(pid: int, grace_s: float = 5.0, proc: subprocess.Popen[bytes] | None = None) -> None:
-    """Stop a session leader's whole group (and strays that left it): TERM, wait, KILL."""
+def stop_group(
+    pid: int, grace_s: float = 5.0, proc: subprocess.Popen[bytes] | None = None, token: str | None = None
+) -> None:
+    """Stop a session leader's whole group (and strays that left it): TERM, wait, KILL; then
+    every process still carrying `token` in its environment (a double-forked daemon)."""
+    try:
+        _stop_group(pid, grace_s, proc)
+    finally:
+        if token is not None:
+            kill_marked(token)
+
+
+def marked(token: str) -> list[psutil.Process]:
+    """Live processes of ours whose environment carries `token`."""
+    found = []
+    me = os.getuid() if hasattr(os, "getuid") else None
+    for p in psutil.process_iter(["uids"]):
+        try:
+            if me is not None and p.info["uids"] and p.info["uids"].real != me:
+                continue
+            if p.environ().get(TOKEN_VAR) == token and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+def kill_marked(token: str) -> list[int]:
+    """SIGKILL every process carrying `token`; returns the pids of any that survived."""
+    procs = marked(token)
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    _, alive = psutil.wait_procs(procs, timeout=3.0)
+    return [p.pid for p in alive]
+
+
+def _stop_group(pid: int, grace_s: float, proc: subprocess.Popen[bytes] | None) -> None:
     try:
         strays = psutil.Process(pid).children(recursive=True)
     except psutil.Error:
@@ -194,26 +249,31 @@ def launch(
         argv = cmd.argv([*args, "--host", HOST, "--port", str(port)])
         with open(log_path, "ab") as log:
             log.write(f"# specreg: attempt {attempt} on port {port}\n".encode())
-            log.flush()
-            try:
-                proc = subprocess.Popen(
-                    argv,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                    close_fds=True,
-                    env=child_env(),
-                )
-            except OSError as exc:
-                raise ServerStartError(
-                    f"cannot start server {argv[0]}: {exc.strerror or exc}", log_path=str(log_path)
-                ) from exc
+        token = uuid.uuid4().hex
+        read_fd, write_fd = os.pipe()
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=write_fd,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+                env=child_env(token),
+            )
+        except OSError as exc:
+            os.close(read_fd)
+            raise ServerStartError(
+                f"cannot start server {argv[0]}: {exc.strerror or exc}", log_path=str(log_path)
+            ) from exc
+        finally:
+            os.close(write_fd)
+        pump = LogPump(read_fd, log_path)
         try:
             created = psutil.Process(proc.pid).create_time()
         except psutil.Error:
             created = time.time()
-        server = ServerProcess(proc, port, argv, log_path, created, attempts)
+        server = ServerProcess(proc, port, argv, log_path, created, attempts, pump=pump, token=token)
         try:
             if on_spawn is not None:  # recorded before waiting, so a killed specreg leaves a findable pid
                 on_spawn(proc.pid, created)
@@ -255,6 +315,7 @@ def _wait_healthy(server: ServerProcess, deadline: float) -> str:
         while True:
             code = server.proc.poll()
             if code is not None:
+                server.settle_log()
                 if bind_failed(tail_text(server.log_path, 60)):
                     return "port taken"
                 return f"exit code {code}"

@@ -91,6 +91,9 @@ class Runner:
                 )
             usable = []
             for p in pairs:
+                if not p.admitted:  # its stored verdict could not be read back
+                    self.skipped.append(f"pair {p.id} ({p.method}): " + "; ".join(c.message for c in p.checks))
+                    continue
                 why = not_benchmarkable(p)
                 if why is None:
                     usable.append(p)
@@ -130,8 +133,10 @@ class Runner:
             return rec.paths[0]
         existing = [p for p in rec.paths if os.path.isfile(p)]
         if existing:
-            raise ArtifactChanged(existing[0], rec.sha256, sha256_file(existing[0]))
-        raise SpecregError(
+            actual = sha256_file(existing[0])
+            if actual != rec.sha256:
+                raise ArtifactChanged(existing[0], rec.sha256, actual)
+        raise SpecregError(  # the file itself is unchanged: another part (a split's shard) is not
             f"{role} {rec.sha256[:12]}: {problem or 'no registered path'}",
             hint="register the file again at its new location",
         )

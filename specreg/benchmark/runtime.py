@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+import time
 from pathlib import Path
 
 import psutil
@@ -15,17 +16,20 @@ from specreg.errors import ServerError
 from specreg.registry.hashing import sha256_file
 from specreg.schemas.bench import HardwareInfo, RuntimeInfo
 
+MAX_VERSION_BYTES = 64 << 10  # llama-server --version prints two lines
+
 
 def _version_text(cmd: ServerCommand, timeout_s: float) -> str:
     # Own session, so a binary that hangs (or a wrapper script whose child does) is stopped as a
     # whole group on timeout; subprocess.run would kill only the direct child and leave the rest.
+    # Output is read up to a cap: a binary that prints endlessly is refused, not buffered.
     argv = cmd.argv(["--version"])
     try:
         proc = subprocess.Popen(
             argv,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
             env=child_env(),
             start_new_session=True,
             close_fds=True,
@@ -33,22 +37,47 @@ def _version_text(cmd: ServerCommand, timeout_s: float) -> str:
     except OSError as exc:
         raise ServerError(f"cannot run {argv[0]}: {exc.strerror or exc}") from exc
     try:
-        out, err = proc.communicate(timeout=timeout_s)
+        out, why = _read_bounded(proc, timeout_s, MAX_VERSION_BYTES)
+        if why is None:
+            proc.wait(timeout=max(0.1, timeout_s))
     except subprocess.TimeoutExpired:
+        why = f"did not exit within {timeout_s:g}s"
+    finally:
         stop_group(proc.pid, grace_s=1.0, proc=proc)
-        proc.communicate()
-        raise ServerError(
-            f"{argv[0]} --version did not answer within {timeout_s:g}s", hint="is this a llama-server binary?"
-        ) from None
-    except BaseException:
-        stop_group(proc.pid, grace_s=1.0, proc=proc)
-        raise
-    text = (out + err).decode("utf-8", "replace").strip()
+        if proc.stdout is not None:
+            proc.stdout.close()
+    if why is not None:
+        raise ServerError(f"{argv[0]} --version {why}", hint="is this a llama-server binary?")
+    text = out.decode("utf-8", "replace").strip()
     if proc.returncode != 0:
         raise ServerError(
             f"{argv[0]} --version failed (exit {proc.returncode}): {text[-300:]}", hint="is this a llama-server binary?"
         )
     return text
+
+
+def _read_bounded(proc: subprocess.Popen[bytes], timeout_s: float, limit: int) -> tuple[bytes, str | None]:
+    """stdout until EOF, at most `limit` bytes and `timeout_s` seconds: (bytes, None) or (bytes, why not)."""
+    import selectors
+
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    deadline = time.monotonic() + timeout_s
+    parts: list[bytes] = []
+    n = 0
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not sel.select(left):
+                return b"".join(parts), f"did not answer within {timeout_s:g}s"
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return b"".join(parts), None
+            parts.append(chunk)
+            n += len(chunk)
+            if n > limit:
+                return b"".join(parts), f"printed more than {limit >> 10} KiB"
 
 
 def runtime_info(cmd: ServerCommand, timeout_s: float = 30.0) -> RuntimeInfo:

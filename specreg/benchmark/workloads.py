@@ -18,9 +18,11 @@ from pydantic import ValidationError
 
 from specreg.benchmark.expect import unsupported_keywords
 from specreg.errors import PolicyError
+from specreg.paths import read_regular
 from specreg.schemas.bench import WorkloadItem
 
 STRATA = ("repetitive", "chat", "reasoning", "long_input", "structured")
+MAX_WORKLOAD_BYTES = 64 << 20
 DEFAULT = "default"
 
 
@@ -60,6 +62,9 @@ def parse_jsonl(text: str, source: str) -> list[WorkloadItem]:
             raw = json.loads(line)
         except json.JSONDecodeError as exc:
             raise PolicyError(f"{source}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+        except (ValueError, RecursionError) as exc:  # nesting too deep, an integer too long, ...
+            why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:100]
+            raise PolicyError(f"{source}:{lineno}: not valid JSON ({why})") from None
         if not isinstance(raw, dict):
             raise PolicyError(f"{source}:{lineno}: expected a JSON object, got {type(raw).__name__}")
         try:
@@ -121,7 +126,11 @@ def load_workload(name_or_path: str | Path = DEFAULT) -> Workload:
             f"workload {name!r} is neither a built-in name nor a file",
             hint=f"built-in: {DEFAULT}, {', '.join(STRATA)}; or a JSONL file path",
         )
-    data = path.read_bytes()
+    try:
+        data = read_regular(path, MAX_WORKLOAD_BYTES)  # is_file() above can race a swap to a FIFO
+    except (OSError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise PolicyError(f"{path}: cannot read workload: {why}") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

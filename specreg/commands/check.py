@@ -13,7 +13,7 @@ import typer
 
 from specreg.commands.layout import Col
 from specreg.commands.options import METHOD_AUTO, JsonOpt, MethodOpt, chosen_method, db_path
-from specreg.commands.output import console, emit_json, err_console, print_listing
+from specreg.commands.output import console, emit_json, err_console, print_listing, warn
 
 if TYPE_CHECKING:
     from specreg.gguf.reader import GGUFFile
@@ -135,6 +135,7 @@ def pair_cmd(
 
     with Registry(db_path(), show_progress=not json_out and fmt == "text") as reg:
         done = check_and_record(reg, target, draft, chosen or "auto", rule_set=rules, strict=strict, extra=extra)
+    warn(done.warnings)
     v, mem = done.verdict, estimates[0]
     if fmt == "sarif":
         from specreg.report.sarif import dumps, verdict_sarif

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from specreg.commands.options import JsonOpt, db_path
-from specreg.commands.output import emit_json, say
+from specreg.commands.output import emit_json, say, warn
 
 if TYPE_CHECKING:
     from specreg.schemas.gguf import GGUFSummary
@@ -159,6 +159,7 @@ def inspect_cmd(
     else:
         gf = open_gguf(file)
         sha, lic, conflict = _known(Path(file), do_hash)
+    warn(f"{file}: {w}" for w in gf.warnings)
     summary = summarize(gf).model_copy(update={"sha256": sha})
     if json_out:
         emit_json(summary.model_dump(mode="json") | {"remote": remote} if remote else summary)

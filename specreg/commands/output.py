@@ -132,6 +132,12 @@ def say(
     show_lines(styled, out, stderr=stderr)
 
 
+def warn(lines: Iterable[str]) -> None:
+    """Things a file has that llama.cpp tolerates (untrusted text): one `warning:` each, on stderr."""
+    for line in lines:
+        say(line, prefix="warning: ", marks=(("warning:", "yellow"),), indent=2, stderr=True)
+
+
 def print_listing(
     headers: Sequence[str | Col],
     rows: Iterable[Sequence[Cell]],

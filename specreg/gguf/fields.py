@@ -1,8 +1,9 @@
 """Typed metadata lookups and llama.cpp's tokenizer preconditions, checked when a file is opened.
 
-A key with the wrong value type, a token array that disagrees with its scores or types, or a
-special token id that does not index the vocabulary is a `GGUFError` naming the key - never a
-silent default and never an index into anything.
+A key with the wrong value type or a token array that disagrees with its scores or types is a
+`GGUFError` naming the key - never a silent default and never an index into anything. A
+special token id past the vocabulary is what llama.cpp only warns about (it uses its default
+id): a warning on the file, and the effective values follow llama.cpp.
 """
 
 from __future__ import annotations
@@ -67,6 +68,11 @@ def check_tokenizer(gf: GGUFFile) -> None:
     """llama.cpp's vocabulary preconditions, checked once at open (cheap: counts and ids only)."""
     tokens = gf.typed_array(F.KEY_TOKENS, (F.T_STRING,))
     n_tokens = 0 if tokens is None else tokens.count
+    for key in (F.KEY_TOKENS, F.KEY_MERGES):  # decoded into one Python string each when compared
+        arr = gf.metadata.get(key)
+        count = getattr(arr, "count", 0)
+        if count > F.MAX_TOKENS:
+            raise gf.error(f"{count} entries, more than the {F.MAX_TOKENS} specreg reads", key)
     for key, allowed in ((F.KEY_SCORES, (_FLOAT32, _INT32)), (F.KEY_TOKEN_TYPES, (_INT32,))):
         arr = gf.typed_array(key, allowed)
         if arr is not None and arr.count != n_tokens:
@@ -76,8 +82,15 @@ def check_tokenizer(gf: GGUFFile) -> None:
         tid = get_int(gf, key)
         if tid is None or tokens is None:
             continue  # without a token list an id indexes nothing; nothing to check it against
-        if not 0 <= tid < n_tokens:
-            raise gf.error(f"special token id {tid} is outside the vocabulary (0..{n_tokens - 1})", key)
+        if tid < 0:  # llama.cpp reads these ids as UINT32: a signed key fails its type check
+            raise gf.error(f"special token id {tid} is negative, outside the vocabulary (0..{n_tokens - 1})", key)
+        if tid >= n_tokens:
+            # llama.cpp's vocab loader warns "bad special token ... using default id" and loads the
+            # model; the effective values (validators.effective) use that default id the same way
+            gf.warnings.append(
+                f"{key} = {tid} is outside the vocabulary (0..{n_tokens - 1}); "
+                "llama.cpp ignores it and uses its default id"
+            )
     for key in F.ADD_FLAG_KEYS.values():
         get_bool(gf, key)
     get_str(gf, F.KEY_CHAT_TEMPLATE)

@@ -24,6 +24,13 @@ GGML_MAX_DIMS: Final = 4
 INT64_MAX: Final = (1 << 63) - 1
 SIZE_MAX: Final = (1 << 64) - 1
 
+# specreg's own limits (llama.cpp has none beyond the format's): what one file may make us
+# materialise. Real files have under 100 key/values, a few thousand tensors and at most a few
+# hundred thousand tokens; a file past these is refused (GGUFError), not read.
+MAX_KV: Final = 1 << 16
+MAX_TENSORS: Final = 1 << 17
+MAX_TOKENS: Final = 1 << 21  # token and merge arrays (gemma-4: 262,144 tokens, 514,906 merges)
+
 # Smallest possible encodings, used to bound counts by the bytes left before looping:
 # key length + 1-byte key + value type + 1-byte value; name length + n_dims + type + offset.
 MIN_KV_BYTES: Final = 8 + 1 + 4 + 1

@@ -116,6 +116,7 @@ class GGUFFile:
         self.value_types: dict[str, int] = header.value_types  # key -> GGUFValueType (ARRAY for arrays)
         self.kv_offsets: dict[str, int] = header.kv_offsets  # key -> file offset of its entry
         self._string_spans = header.string_spans
+        self.warnings: list[str] = list(header.warnings)  # one line each, about this file (never fatal)
         self._buf = buf  # header bytes [0, header_end), never modified: arrays and strings are decoded from here
         self.metadata: Mapping[str, object] = {
             k: GGUFArray(self, k, v) if isinstance(v, ArrayRef) else v for k, v in header.values.items()

@@ -53,6 +53,7 @@ class Header:
     alignment: int = F.DEFAULT_ALIGNMENT
     data_offset: int = 0
     header_end: int = 0
+    warnings: list[str] = field(default_factory=list)  # accepted oddities llama.cpp also accepts
 
 
 Buffer = bytes | bytearray | memoryview | mmap.mmap
@@ -137,7 +138,7 @@ class Walker:
         return start, n
 
     def name(self, what: str) -> str:
-        """A key or tensor name: must be valid UTF-8 (llama.cpp looks them up byte for byte)."""
+        """A tensor name: must be valid UTF-8 (llama.cpp looks them up by name)."""
         start, n = self.string_span(what)
         try:
             return self.buf[start : start + n].decode("utf-8")  # a slice of the window is bytes
@@ -188,6 +189,10 @@ class Walker:
             raise self.err(f"tensor count {n_tensors} cannot fit in the {left} bytes left", "n_tensors", 8)
         if n_kv < 0 or n_kv * F.MIN_KV_BYTES + n_tensors * F.MIN_TENSOR_INFO_BYTES > left:
             raise self.err(f"key/value count {n_kv} cannot fit in the {left} bytes left", "n_kv", 16)
+        if n_tensors > F.MAX_TENSORS:
+            raise self.err(f"{n_tensors} tensors, more than the {F.MAX_TENSORS} specreg reads", "n_tensors", 8)
+        if n_kv > F.MAX_KV:
+            raise self.err(f"{n_kv} key/values, more than the {F.MAX_KV} specreg reads", "n_kv", 16)
         h = Header(version=version)
         self.kvs(h, n_kv)
         self.alignment(h)
@@ -195,10 +200,22 @@ class Walker:
         self.data_section(h)
         return h
 
+    def key(self, h: Header, what: str) -> str:
+        """A metadata key. gguf.cpp accepts any bytes; one that is not UTF-8 can match no key
+        llama.cpp looks up, so it is kept with its bad bytes shown as \\xNN, with a warning."""
+        start, n = self.string_span(what)
+        raw = self.buf[start : start + n]
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            key = raw.decode("utf-8", "backslashreplace")
+            h.warnings.append(f"{what} at offset {start - 8} is not valid UTF-8, shown as '{printable(key)}'")
+            return key
+
     def kvs(self, h: Header, n_kv: int) -> None:
         for i in range(n_kv):
             at = self.pos
-            key = self.name(f"kv[{i}].key")
+            key = self.key(h, f"kv[{i}].key")
             if not key:
                 raise self.err("empty key", f"kv[{i}].key", at)
             label = printable(key)

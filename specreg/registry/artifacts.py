@@ -14,13 +14,17 @@ import sqlite3
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specreg.errors import AmbiguousArtifact, ArtifactNotFound, SpecregError
-from specreg.registry import hashing, licence
+from specreg.registry import hashing, licence, snapshot
 from specreg.registry.db import Database, now_iso, paused_gc, read_only_error
+from specreg.registry.shards import Shard, ShardStore, is_split
 from specreg.schemas.gguf import GGUFSummary
 from specreg.schemas.registry import ArtifactRecord, LicenceRecord, LicenceSource, Provenance
+
+if TYPE_CHECKING:
+    from specreg.registry.snapshot import Snapshot
 
 MIN_PREFIX = 6
 HEX = re.compile(r"[0-9a-f]{6,64}")
@@ -45,6 +49,15 @@ def stat_or_raise(apath: str) -> hashing.StatKey:
     return hashing.StatKey.of(st)
 
 
+def _stored(load: Any, raw: str, default: Any) -> Any:
+    """A stored JSON field, or `default` when the record is damaged (no licence stated, no
+    provenance): one bad row must not stop every listing, and nothing is allowed on it."""
+    try:
+        return load(raw)
+    except ValueError:
+        return default
+
+
 def _record(row: sqlite3.Row, paths: list[str], with_summary: bool) -> ArtifactRecord:
     summary = GGUFSummary.model_validate_json(row["summary_json"]) if with_summary else None
     return ArtifactRecord(
@@ -57,13 +70,13 @@ def _record(row: sqlite3.Row, paths: list[str], with_summary: bool) -> ArtifactR
         file_type_name=row["file_type_name"],
         n_tokens=row["n_tokens"],
         summary=summary,
-        licence=LicenceRecord.model_validate_json(row["licence_json"]),
+        licence=_stored(LicenceRecord.model_validate_json, row["licence_json"], LicenceRecord()),
         provenance=Provenance(
             repo=row["repo"],
             revision=row["revision"],
             filename=row["filename"],
             source=row["provenance_source"],
-            extra=json.loads(row["provenance_json"] or "{}"),
+            extra=_stored(json.loads, row["provenance_json"] or "{}", {"unreadable": "damaged provenance record"}),
         ),
         registered_at=row["registered_at"],
         updated_at=row["updated_at"],
@@ -77,6 +90,7 @@ class ArtifactStore:
         self.db = db
         self.show_progress = show_progress
         self.hash_count = 0
+        self.shards = ShardStore(db, lambda p, fd: self.hash(Path(p), fd))
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -142,9 +156,9 @@ class ArtifactStore:
             "SELECT p.sha256, p.hashed_at_ns, p.path = ? AS same FROM artifact_paths p "
             "JOIN artifacts a ON a.sha256 = p.sha256 "
             "WHERE (p.path = ? OR (p.device = ? AND p.inode = ?)) "
-            "AND p.device = ? AND p.inode = ? AND p.size = ? AND p.mtime_ns = ? "
+            "AND p.device = ? AND p.inode = ? AND p.size = ? AND p.mtime_ns = ? AND p.ctime_ns = ? "
             "ORDER BY same DESC",
-            (apath, apath, key.device, key.inode, key.device, key.inode, key.size, key.mtime_ns),
+            (apath, apath, key.device, key.inode, key.device, key.inode, key.size, key.mtime_ns, key.ctime_ns),
         )
         for row in found:
             if not hashing.is_racy(key, row["hashed_at_ns"]):
@@ -170,13 +184,14 @@ class ArtifactStore:
 
     # -- hashing and registering ------------------------------------------------------------
 
-    def hash(self, path: Path) -> tuple[str, hashing.StatKey, int]:
-        """(sha256, the stat it was hashed at, when) with a progress bar unless told otherwise."""
+    def hash(self, path: Path, fd: int | None = None) -> tuple[str, hashing.StatKey, int]:
+        """(sha256, the stat it was hashed at, when) with a progress bar unless told otherwise;
+        `fd`: hash that open descriptor of `path` (see snapshot.py)."""
         try:
             if self.show_progress:
-                sha, key = hashing.sha256_with_bar(path)
+                sha, key = hashing.sha256_with_bar(path, fd=fd)
             else:
-                sha, key = hashing.sha256_file_keyed(path)
+                sha, key = hashing.sha256_file_keyed(path, fd=fd)
         except hashing.FileChangedWhileHashing as exc:
             raise SpecregError(str(exc), hint="wait until the file is completely written") from exc
         self.hash_count += 1
@@ -188,16 +203,24 @@ class ArtifactStore:
 
         return summarize(apath)
 
+    def snapshot(self, path: str | Path, *, rehash: bool = False) -> Snapshot:
+        """Open the file once, parse and hash that descriptor (the stat cache may vouch for the
+        hash of exactly this stat unless `rehash`): what a verdict about these bytes needs."""
+        return snapshot.take(
+            path, cached=None if rehash else self.cached_sha, hash_fd=lambda p, fd: self.hash(Path(p), fd)
+        )
+
     def _read(self, apath: str, key: hashing.StatKey) -> tuple[GGUFSummary, str, int]:
-        """Parse, then hash the file: the one place a registration reads its bytes. A non-GGUF
-        file fails in the parse, before a 20 GB hash."""
-        summary = self._parse(apath)
-        sha, hashed_key, hashed_at = self.hash(Path(apath))
-        if hashed_key != key:
+        """Parse, then hash the same open file: the one place a registration reads its bytes. A
+        non-GGUF file fails in the parse, before a 20 GB hash."""
+        from specreg.gguf.summary import summarize
+
+        snap = snapshot.take(apath, cached=None, hash_fd=lambda p, fd: self.hash(Path(p), fd))
+        if snap.key != key:
             raise SpecregError(
                 f"{apath}: file changed while it was being registered", hint="wait until the file is completely written"
             )
-        return summary, sha, hashed_at
+        return summarize(snap.file), snap.sha256, snap.hashed_at_ns
 
     def add(
         self,
@@ -207,19 +230,27 @@ class ArtifactStore:
         provenance: Provenance | None = None,
         card: LicenceSource | None = None,
         rehash: bool = False,
+        snap: Snapshot | None = None,
     ) -> ArtifactRecord:
         """Register a GGUF file (idempotent); the same bytes at a new path add that path.
 
         `provenance` and `card` are the caller's local facts (`provenance.local_facts`); without
-        them the file is recorded with its name only.
+        them the file is recorded with its name only. `snap`: the file as the caller already
+        read it (`snapshot()`): registered under exactly that SHA-256 and stat.
         """
         apath = os.path.abspath(os.fspath(path))
         prov = provenance or Provenance(filename=os.path.basename(apath))
         news = bool(license or card or prov.repo or prov.revision or prov.extra)
-        key = stat_or_raise(apath)
-        cached = None if rehash else self.cached_sha(apath, key)
+        key = snap.key if snap is not None else stat_or_raise(apath)
+        cached = None if rehash or snap is not None else self.cached_sha(apath, key)
         summary: GGUFSummary | None = None
-        if cached is not None:
+        if snap is not None:
+            from specreg.gguf.summary import summarize
+
+            if self.db.read_only and snap.hashed:
+                raise read_only_error(self.db.path)
+            sha, hashed_at, summary = snap.sha256, snap.hashed_at_ns, summarize(snap.file)
+        elif cached is not None:
             sha, hashed_at = cached
             # An unchanged, already-known path with nothing new to record needs no write at all.
             row = self.db.one("SELECT sha256 FROM artifact_paths WHERE path = ?", (apath,))
@@ -229,6 +260,10 @@ class ArtifactStore:
             if self.db.read_only:  # don't hash 20 GB only to find we cannot record it
                 raise read_only_error(self.db.path)
             summary, sha, hashed_at = self._read(apath, key)
+        # a split model: every shard is read (stat cache or hash) before anything is written
+        shards: list[Shard] = []
+        if summary is not None and is_split(summary):
+            shards = self.shards.read(apath, summary, rehash=rehash)
         with self.db.transaction() as conn:
             known = self.db.one("SELECT licence_json FROM artifacts WHERE sha256 = ?", (sha,))
             stamp = now_iso()
@@ -244,6 +279,8 @@ class ArtifactStore:
                     rec = licence.with_source(rec, card)
                 self._update(sha, rec, prov.repo, prov.revision, prov.extra, stamp, source=prov.source or "user")
             self._upsert_path(apath, sha, key, hashed_at, stamp)
+            if shards:
+                self.shards.pin(conn, sha, shards)
         return self.get(sha)
 
     def add_remote(self, sha: str, summary: GGUFSummary, provenance: Provenance) -> ArtifactRecord:
@@ -338,12 +375,13 @@ class ArtifactStore:
 
     def _upsert_path(self, apath: str, sha: str, key: hashing.StatKey, hashed_at: int, stamp: str) -> None:
         self.db.conn.execute(
-            "INSERT INTO artifact_paths (sha256, path, device, inode, size, mtime_ns, hashed_at_ns, "
-            "first_seen_at, last_verified_at) VALUES (?,?,?,?,?,?,?,?,?) "
+            "INSERT INTO artifact_paths (sha256, path, device, inode, size, mtime_ns, ctime_ns, hashed_at_ns, "
+            "first_seen_at, last_verified_at) VALUES (?,?,?,?,?,?,?,?,?,?) "
             "ON CONFLICT (path) DO UPDATE SET sha256 = excluded.sha256, device = excluded.device, "
             "inode = excluded.inode, size = excluded.size, mtime_ns = excluded.mtime_ns, "
-            "hashed_at_ns = excluded.hashed_at_ns, last_verified_at = excluded.last_verified_at",
-            (sha, apath, key.device, key.inode, key.size, key.mtime_ns, hashed_at, stamp, stamp),
+            "ctime_ns = excluded.ctime_ns, hashed_at_ns = excluded.hashed_at_ns, "
+            "last_verified_at = excluded.last_verified_at",
+            (sha, apath, key.device, key.inode, key.size, key.mtime_ns, key.ctime_ns, hashed_at, stamp, stamp),
         )
 
     def add_licence_source(self, sha256: str, source: LicenceSource) -> ArtifactRecord:

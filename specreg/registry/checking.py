@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specreg.errors import ArtifactNotFound
+from specreg.errors import ArtifactChanged, ArtifactNotFound
 from specreg.registry.artifacts import HEX, MIN_PREFIX
 from specreg.registry.store import Registry
 from specreg.schemas.checks import CheckResult, PairVerdict
@@ -37,12 +37,14 @@ class Checked:
     pair_id: int
     target: ArtifactRecord
     draft: ArtifactRecord | None
+    warnings: tuple[str, ...] = ()  # "path: what llama.cpp tolerates" from either file (untrusted text)
 
 
 def open_artifact(reg: Registry, ref: str | Path) -> tuple[ArtifactRecord, GGUFFile]:
     """A file (registered with its local facts on the way) or the SHA-256 (prefix) of a registered
-    artifact, with the bytes it names opened for checking (a located path verified to hold them)."""
-    from specreg.gguf.reader import open_gguf
+    artifact, with the bytes it names opened for checking. The header checked and the SHA-256
+    recorded come from one open descriptor (snapshot.py): a file replaced between hashing and
+    parsing can no longer put a verdict under the SHA-256 of bytes nobody checked."""
     from specreg.registry.provenance import register
     from specreg.registry.remote import REMOTE_KEY, is_remote, metadata_only, open_remote, record_remote
 
@@ -53,7 +55,8 @@ def open_artifact(reg: Registry, ref: str | Path) -> tuple[ArtifactRecord, GGUFF
         gf.sha256 = rec.sha256
         return rec, gf
     if os.path.exists(arg):
-        rec, gf = register(reg, arg), open_gguf(arg)
+        snap = reg.artifacts_store.snapshot(arg)
+        rec, gf = register(reg, arg, snap=snap), snap.file
         gf.sha256 = rec.sha256  # what the checks compare (a byte-identical draft is named as such)
         return rec, gf
     if not HEX.fullmatch(arg.strip().lower()):
@@ -64,10 +67,13 @@ def open_artifact(reg: Registry, ref: str | Path) -> tuple[ArtifactRecord, GGUFF
     rec = reg.get_artifact(arg)
     if metadata_only(rec):  # no copy on disk: read the header again where it was found (pinned URL)
         gf = open_remote(rec.provenance.extra[REMOTE_KEY]["url"])[0]
-    else:
-        gf = open_gguf(reg.locate(rec.sha256))
-    gf.sha256 = rec.sha256
-    return rec, gf
+        gf.sha256 = rec.sha256
+        return rec, gf
+    snap = reg.artifacts_store.snapshot(reg.locate(rec.sha256))
+    if snap.sha256 != rec.sha256:
+        raise ArtifactChanged(snap.path, rec.sha256, snap.sha256)
+    snap.file.sha256 = rec.sha256
+    return rec, snap.file
 
 
 def check_and_record(
@@ -104,4 +110,5 @@ def check_and_record(
         rule_set=rule_set,
         strict=strict,
     )
-    return Checked(v, reg.record_verdict(v), t_rec, d_rec)
+    warnings = tuple(f"{f.path}: {w}" for f in (t_file, d_file) if f is not None for w in f.warnings)
+    return Checked(v, reg.record_verdict(v), t_rec, d_rec, warnings)

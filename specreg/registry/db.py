@@ -178,6 +178,7 @@ class Database:
         return sqlite3.connect(target, uri=uri, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False)
 
     def _migrate(self) -> None:
+        self._refuse_newer(self.conn)
         if migrations.pending_names(self.conn):
             from sqlite_utils import Database as UtilsDatabase  # the migration runner (see above)
 
@@ -204,6 +205,17 @@ class Database:
             conn.close()
             raise
         return conn
+
+    def _refuse_newer(self, conn: sqlite3.Connection) -> None:
+        """A registry migrated by a newer specreg has tables or meanings this one does not know:
+        writing to it could corrupt them, and reading it could mislead. Refuse it, naming why."""
+        unknown = migrations.unknown_names(conn)
+        if unknown:
+            raise RegistryError(
+                f"registry {self.path} was written by a newer specreg (schema {', '.join(unknown[:3])}); "
+                "nothing was read or written",
+                hint="upgrade specreg, or use another --db / SPECREG_DB registry",
+            )
 
     @staticmethod
     def _use_wal(conn: sqlite3.Connection, busy_timeout_s: float) -> None:
@@ -234,6 +246,11 @@ class Database:
             except sqlite3.Error as exc:
                 last = exc
                 continue
+            try:
+                self._refuse_newer(conn)
+            except RegistryError:
+                conn.close()
+                raise
             if migrations.pending_names(conn):
                 conn.close()
                 raise read_only_error(self.path, "and its schema needs an upgrade that cannot be written")

@@ -28,16 +28,22 @@ Progress = Callable[[int], None]
 
 @dataclass(frozen=True)
 class StatKey:
-    """The facts that change when a file's bytes are replaced or rewritten in place."""
+    """The facts that change when a file's bytes are replaced or rewritten in place.
+
+    ctime is in the key because mtime is not proof: a rewrite in place can put the old size and
+    mtime back (`touch -d`), but every such change sets ctime to now, and nobody can set it
+    back. A key without ctime (stored by an older specreg) never matches: those files are hashed.
+    """
 
     device: int
     inode: int
     size: int
     mtime_ns: int
+    ctime_ns: int | None = None
 
     @classmethod
     def of(cls, st: os.stat_result) -> StatKey:
-        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def stat_key(path: str | Path) -> StatKey:
@@ -46,7 +52,11 @@ def stat_key(path: str | Path) -> StatKey:
 
 
 def is_racy(key: StatKey, hashed_at_ns: int | None) -> bool:
-    """True when the file was modified so close to hashing that its mtime proves nothing."""
+    """True when the file was modified so close to hashing that its mtime proves nothing.
+
+    ctime is not tested here: it is in the key, cannot be set back, and a rewrite after the
+    hash gets a later ctime than the stored one unless it falls in the same kernel clock tick
+    (1-10 ms) as the file's previous change and the hash; the audit re-hashes by default."""
     if hashed_at_ns is None:
         return True
     return key.mtime_ns >= hashed_at_ns - RACY_WINDOW_NS
@@ -62,43 +72,49 @@ def sha256_file(path: str | Path, progress: Progress | None = None) -> str:
     return digest
 
 
-def sha256_file_keyed(path: str | Path, progress: Progress | None = None) -> tuple[str, StatKey]:
+def sha256_file_keyed(path: str | Path, progress: Progress | None = None, fd: int | None = None) -> tuple[str, StatKey]:
     """Hash a file and return the StatKey of the very bytes that were hashed.
 
     The key comes from fstat on the open descriptor before and after reading; if they differ
-    the file was being written while we read it and the digest means nothing.
+    the file was being written while we read it and the digest means nothing. With `fd`, that
+    descriptor is hashed (by offset: its position is not used) and left open, so a caller can
+    parse and hash one and the same open file.
     """
+    if fd is None:
+        with open(path, "rb", buffering=0) as f:
+            return sha256_file_keyed(path, progress, f.fileno())
     h = hashlib.sha256()
     buf = bytearray(CHUNK)
     view = memoryview(buf)
-    with open(path, "rb", buffering=0) as f:
-        before = StatKey.of(os.fstat(f.fileno()))
-        if hasattr(os, "posix_fadvise"):
-            os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
-        readinto = f.readinto
-        update = h.update
-        # Read no more than the size we started with: a file that keeps growing (a download in
-        # progress) would otherwise keep this loop busy forever; the stat check below catches it.
-        remaining = before.size
-        while remaining > 0:
-            n = readinto(view[:remaining] if remaining < CHUNK else buf)
-            if not n:
-                break
-            update(view[:n] if n < CHUNK else view)
-            remaining -= n
-            if progress is not None:
-                progress(n)
-        after = StatKey.of(os.fstat(f.fileno()))
-    if before != after:
+    before = StatKey.of(os.fstat(fd))
+    if hasattr(os, "posix_fadvise"):
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+    update = h.update
+    # Read no more than the size we started with: a file that keeps growing (a download in
+    # progress) would otherwise keep this loop busy forever; the stat check below catches it.
+    offset, remaining = 0, before.size
+    while remaining > 0:
+        n = os.preadv(fd, [view[:remaining] if remaining < CHUNK else view], offset)
+        if not n:
+            break
+        update(view[:n] if n < CHUNK else view)
+        offset += n
+        remaining -= n
+        if progress is not None:
+            progress(n)
+    after = StatKey.of(os.fstat(fd))
+    if before != after or remaining:
         raise FileChangedWhileHashing(f"{path}: file changed while it was being hashed")
     return h.hexdigest(), after
 
 
-def sha256_with_bar(path: str | Path, *, min_size: int = PROGRESS_MIN_SIZE) -> tuple[str, StatKey]:
+def sha256_with_bar(
+    path: str | Path, *, min_size: int = PROGRESS_MIN_SIZE, fd: int | None = None
+) -> tuple[str, StatKey]:
     """sha256_file_keyed with a rich progress bar on stderr for files of `min_size` or more."""
-    size = os.stat(path).st_size
+    size = os.fstat(fd).st_size if fd is not None else os.stat(path).st_size
     if size < min_size:
-        return sha256_file_keyed(path)
+        return sha256_file_keyed(path, fd=fd)
     from rich.console import Console
     from rich.markup import escape
     from rich.progress import (
@@ -134,6 +150,6 @@ def sha256_with_bar(path: str | Path, *, min_size: int = PROGRESS_MIN_SIZE) -> t
                 bar.update(task, advance=pending)
                 pending, last = 0, now
 
-        result = sha256_file_keyed(path, advance)
+        result = sha256_file_keyed(path, advance, fd)
         bar.update(task, advance=pending)
     return result

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -25,6 +26,13 @@ if TYPE_CHECKING:
 
 CARD_FILENAME = "README.md"
 _TRUE = {"1", "on", "yes", "true"}
+COMMIT = re.compile(r"[0-9a-f]{40}")
+# A branch or tag name that stays one path below refs/ in the cache: no '..', no absolute path,
+# no backslash or control character (huggingface_hub writes refs/<revision> as given).
+_REF = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*(?:/[A-Za-z0-9_][A-Za-z0-9_.+-]*)*")
+_MAX_REF = 200
+# What huggingface_hub turns into a file name (blobs/<etag>): one path component, nothing else.
+_ETAG = re.compile(r"[A-Za-z0-9_.:+=-]{1,128}")
 
 
 @dataclass(frozen=True)
@@ -177,6 +185,97 @@ def cached_card(repo_id: str, revision: str, cache_dir: Path) -> Path | None:
 # -- the hub -------------------------------------------------------------------------------------
 
 
+def check_revision(revision: str | None) -> None:
+    """Refuse a revision that is neither a commit hash nor a plain ref name, before any request:
+    huggingface_hub writes `refs/<revision>` in the cache, so `../x` would write outside it."""
+    from specreg.text import escape_control
+
+    if revision is None or COMMIT.fullmatch(revision):
+        return
+    parts = revision.split("/")
+    bad = ".." in revision or any(p.endswith((".", ".lock")) for p in parts)
+    if len(revision) > _MAX_REF or not _REF.fullmatch(revision) or bad:
+        raise UsageError(
+            f"revision '{escape_control(revision, limit=80)}' is not a commit hash or a branch/tag name",
+            hint="use a 40-character commit hash or a name like main, v1.0 or refs/pr/1",
+        )
+
+
+def check_commit(value: object, where: str) -> str:
+    """A commit hash the hub sent (it names cache folders): exactly 40 lowercase hex digits."""
+    from specreg.text import escape_control
+
+    if isinstance(value, str) and COMMIT.fullmatch(value):
+        return value
+    raise HubError(
+        f"{where}: the hub answered commit '{escape_control(value, limit=60)}', not a 40-hex commit hash; "
+        "nothing downloaded or registered",
+        hint="the hub (or HF_ENDPOINT's mirror) is misbehaving; check HF_ENDPOINT",
+    )
+
+
+def _check_headers(response: object) -> None:
+    """httpx response hook: the headers huggingface_hub turns into cache paths must be plain
+    names (X-Repo-Commit -> snapshots/<commit>, ETag -> blobs/<etag>); a hostile hub's
+    `../` would otherwise write a file of its choosing outside the cache."""
+    from specreg.text import escape_control
+
+    headers = response.headers  # type: ignore[attr-defined]
+    where = str(response.request.url.copy_with(query=None))  # type: ignore[attr-defined]
+    commit = headers.get("X-Repo-Commit")
+    if commit is not None:
+        check_commit(commit, where)
+    for name in ("X-Linked-Etag", "ETag"):
+        value = headers.get(name)
+        if value is None:
+            continue
+        tag = value.lstrip("W/").strip('"')  # huggingface_hub's _normalize_etag
+        if not _ETAG.fullmatch(tag) or tag in (".", ".."):
+            raise HubError(
+                f"{escape_control(where, limit=120)}: the hub sent {name} '{escape_control(value, limit=60)}', "
+                "which is not a plain name; nothing downloaded or registered",
+                hint="the hub (or HF_ENDPOINT's mirror) is misbehaving; check HF_ENDPOINT",
+            )
+
+
+@contextmanager
+def guarded_session() -> Iterator[None]:
+    """Every HTTP response huggingface_hub receives inside is checked by `_check_headers`."""
+    from huggingface_hub import set_client_factory
+    from huggingface_hub.utils import _http
+
+    previous = _http._GLOBAL_CLIENT_FACTORY
+
+    def factory() -> object:
+        client = previous()
+        hooks = client.event_hooks
+        hooks.setdefault("response", []).append(_check_headers)
+        client.event_hooks = hooks
+        return client
+
+    set_client_factory(factory)  # type: ignore[arg-type]
+    try:
+        yield
+    finally:
+        set_client_factory(previous)
+
+
+def cache_ref(settings: HubSettings, repo_id: str, revision: str | None, commit: str) -> None:
+    """Record `revision -> commit` in the cache like huggingface_hub's resolve_revision does, but
+    only after both were checked (it writes whatever the hub answered, before anyone looks)."""
+    try:
+        from huggingface_hub.file_download import _cache_commit_hash_for_specific_revision, repo_folder_name
+    except ImportError:  # best effort, as in huggingface_hub
+        return
+    check_revision(revision)
+    check_commit(commit, repo_id)
+    try:
+        folder = settings.cache_dir / repo_folder_name(repo_id=repo_id, repo_type="model")
+        _cache_commit_hash_for_specific_revision(str(folder), revision or "main", commit)
+    except OSError:
+        pass
+
+
 def check_repo_id(repo_id: str) -> None:
     """Refuse a malformed repo id before any request (huggingface_hub's own validator)."""
     from huggingface_hub.utils import HFValidationError, validate_repo_id
@@ -232,6 +331,11 @@ def hub_errors(settings: HubSettings, repo_id: str, revision: str | None, filena
         raise HubError(f"{where}: offline mode is enabled") from exc
     except hf.HfHubHTTPError as exc:
         raise HubError(f"{where}: the hub answered {_status(exc)}", hint="try again later") from exc
+    except httpx2.TooManyRedirects as exc:
+        raise HubError(
+            f"{where}: the hub redirected too many times ({_cause(exc)})",
+            hint="the hub (or HF_ENDPOINT's mirror) is misbehaving; check HF_ENDPOINT",
+        ) from exc
     except (httpx2.RemoteProtocolError, httpx2.ReadError) as exc:  # the server hung up mid-answer
         raise HubError(
             f"{where}: the connection to the hub was lost ({_cause(exc)})", hint="try again; nothing was registered"

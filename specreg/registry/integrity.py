@@ -12,6 +12,7 @@ from specreg.errors import ArtifactNotFound, RegistryError, SpecregError
 from specreg.registry import hashing
 from specreg.registry.artifacts import IN_SHAS, ArtifactStore
 from specreg.registry.db import now_iso
+from specreg.registry.shards import Shard
 from specreg.schemas.registry import ArtifactRecord
 
 Refreshed = tuple[str, hashing.StatKey, int]  # (path, stat it was hashed at, when)
@@ -23,9 +24,20 @@ class Integrity:
     def __init__(self, artifacts: ArtifactStore) -> None:
         self.artifacts = artifacts
         self.db = artifacts.db
+        self._fresh_shards: list[tuple[str, Shard]] = []  # verified shards whose stat cache to store
 
     def _check_path(self, rec: ArtifactRecord, row: sqlite3.Row, rehash: bool) -> tuple[str | None, Refreshed | None]:
-        """(problem, None) or (None, refreshed stat to store, or None on a stat-cache hit)."""
+        """(problem, None) or (None, refreshed stat to store, or None on a stat-cache hit); a split
+        model's other shards (next to this path) must hold their pinned bytes too."""
+        problem, refreshed = self._check_first(rec, row, rehash)
+        if problem is None:
+            shard_problem, shards = self.artifacts.shards.verify(rec.sha256, row["path"], rehash=rehash)
+            if shard_problem:
+                return shard_problem, None
+            self._fresh_shards.extend((rec.sha256, s) for s in shards)
+        return problem, refreshed
+
+    def _check_first(self, rec: ArtifactRecord, row: sqlite3.Row, rehash: bool) -> tuple[str | None, Refreshed | None]:
         path = row["path"]
         try:
             key = hashing.StatKey.of(os.stat(path))
@@ -33,7 +45,7 @@ class Integrity:
             return f"{path}: missing", None
         except OSError as exc:
             return f"{path}: cannot read ({exc.strerror})", None
-        stored = hashing.StatKey(row["device"], row["inode"], row["size"], row["mtime_ns"])
+        stored = hashing.StatKey(row["device"], row["inode"], row["size"], row["mtime_ns"], row["ctime_ns"])
         if not rehash and key == stored and not hashing.is_racy(key, row["hashed_at_ns"]):
             return None, None
         if key.size != rec.size:
@@ -48,16 +60,19 @@ class Integrity:
 
     def _refresh(self, fresh: list[Refreshed]) -> None:
         """Store re-verified stats; a read-only registry only loses the cache update."""
-        if not fresh:
+        shards, self._fresh_shards = self._fresh_shards, []
+        if not fresh and not shards:
             return
         try:
             with self.db.transaction() as conn:
+                for sha, shard in shards:
+                    self.artifacts.shards.pin(conn, sha, [shard])
                 stamp = now_iso()
                 for path, key, at in fresh:
                     conn.execute(
-                        "UPDATE artifact_paths SET device = ?, inode = ?, size = ?, mtime_ns = ?, "
+                        "UPDATE artifact_paths SET device = ?, inode = ?, size = ?, mtime_ns = ?, ctime_ns = ?, "
                         "hashed_at_ns = ?, last_verified_at = ? WHERE path = ?",
-                        (key.device, key.inode, key.size, key.mtime_ns, at, stamp, path),
+                        (key.device, key.inode, key.size, key.mtime_ns, key.ctime_ns, at, stamp, path),
                     )
         except RegistryError:
             pass

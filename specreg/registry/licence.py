@@ -20,6 +20,7 @@ from specreg.schemas.gguf import LicenceFields
 from specreg.schemas.registry import LICENCE_PRECEDENCE, LicenceRecord, LicenceSource
 
 MAX_FIELD_CHARS = 2048  # licence fields are identifiers, names and links, not the licence text
+MAX_LIST_ITEMS = 16  # `license: [mit, apache-2.0]`; a longer list is not a licence statement
 _IDENT = re.compile(r"[a-z0-9][a-z0-9._+-]{0,63}")
 _SPACES = re.compile(r"\s+")
 
@@ -33,10 +34,14 @@ def normalise(value: object) -> str | None:
     """
     if value is None:
         return None
-    if isinstance(value, (list, tuple)):  # YAML `license: [mit, apache-2.0]`
+    if isinstance(value, (list, tuple)):  # YAML `license: [mit, apache-2.0]`: flat, short, strings only
+        if len(value) > MAX_LIST_ITEMS or not all(isinstance(v, str) for v in value):
+            return None
         parts = [p for p in (normalise(v) for v in value) if p]
-        return ",".join(parts) or None
-    text = str(value).strip()
+        return ",".join(parts)[:MAX_FIELD_CHARS] or None
+    if not isinstance(value, (str, int, float)):  # a mapping or other structure says nothing usable
+        return None
+    text = str(value)[: 4 * MAX_FIELD_CHARS].strip()  # bounded before any regex or join
     if not text:
         return None
     ident = _SPACES.sub("-", text.lower())
@@ -45,9 +50,9 @@ def normalise(value: object) -> str | None:
 
 def text_field(value: object) -> str | None:
     """A licence name or link: stripped, bounded, None when empty."""
-    if value is None:
+    if value is None or not isinstance(value, (str, int, float)):
         return None
-    text = str(value).strip()
+    text = str(value)[: 4 * MAX_FIELD_CHARS].strip()
     return text[:MAX_FIELD_CHARS] if text else None
 
 

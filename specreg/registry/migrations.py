@@ -74,6 +74,19 @@ class MigrationSet:
         )
         return [m.name for m in self._migrations if m.name not in applied]
 
+    def unknown_names(self, conn: sqlite3.Connection) -> list[str]:
+        """Applied migrations of this set that this specreg does not have (a newer one wrote them)."""
+        exists = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (self.migrations_table,)
+        ).fetchone()
+        if not exists:
+            return []
+        known = {m.name for m in self._migrations}
+        rows = conn.execute(
+            f"SELECT name FROM {self.migrations_table} WHERE migration_set = ? ORDER BY id", (self.name,)
+        ).fetchall()
+        return [r[0] for r in rows if r[0] not in known]
+
     def apply(self, db: Database) -> None:
         """Apply the pending migrations through sqlite_utils (each with its record, atomically)."""
         from sqlite_utils import Migrations
@@ -363,3 +376,34 @@ def m006_bench_condition_warmup(db: Database) -> None:
     """Each condition's warm-up: per server start, the uncounted requests' latencies and whether
     two in a row agreed within the tolerance (benchmark/execute.py). Additive: older rows get '[]'."""
     db.execute("ALTER TABLE bench_conditions ADD COLUMN warmup_json TEXT NOT NULL DEFAULT '[]'")
+
+
+@migrations()
+def m007_artifact_paths_ctime(db: Database) -> None:
+    """The stat cache keys on ctime too (registry/hashing.py: an in-place rewrite can restore size
+    and mtime, never ctime). Older rows have NULL and are hashed once more on their next use."""
+    db.execute("ALTER TABLE artifact_paths ADD COLUMN ctime_ns INTEGER")
+
+
+@migrations()
+def m008_artifact_shards(db: Database) -> None:
+    """The shards after the first of a split GGUF (registry/shards.py): per shard file, its number,
+    the SHA-256 pinned for that number at registration, and its stat cache."""
+    db.execute(
+        """
+        CREATE TABLE artifact_shards (
+            id INTEGER PRIMARY KEY,
+            artifact_sha256 TEXT NOT NULL REFERENCES artifacts (sha256),
+            shard_no INTEGER NOT NULL,
+            sha256 TEXT NOT NULL CHECK (length(sha256) = 64),
+            size INTEGER NOT NULL,
+            path TEXT NOT NULL UNIQUE,
+            device INTEGER NOT NULL,
+            inode INTEGER NOT NULL,
+            mtime_ns INTEGER NOT NULL,
+            ctime_ns INTEGER,
+            hashed_at_ns INTEGER NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE INDEX idx_artifact_shards_artifact ON artifact_shards (artifact_sha256, shard_no)")

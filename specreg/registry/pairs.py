@@ -34,8 +34,29 @@ _VIEWS = {
 }
 
 
+def load_checks(raw: str | bytes | None) -> list[CheckResult] | None:
+    """A stored verdict's checks, or None when the record cannot be read (a damaged or foreign
+    row): one bad record is reported for its pair, never a crash for every pair."""
+    try:
+        return _CHECKS.validate_json(raw or b"")
+    except ValueError:  # pydantic's ValidationError: invalid JSON, lone surrogates, wrong shape
+        return None
+
+
+def unreadable(verdict_id: object) -> CheckResult:
+    """The check that stands in for a verdict that cannot be read: an error, so nothing relies on it."""
+    return CheckResult(
+        code="registry.unreadable",
+        severity="error",
+        message=f"stored verdict {verdict_id} cannot be read (damaged record); check the pair again",
+    )
+
+
 def _pair(row: sqlite3.Row, with_checks: bool) -> PairRecord:
-    checks = _CHECKS.validate_json(row["checks_json"]) if with_checks else []
+    checks = load_checks(row["checks_json"]) if with_checks else []
+    admitted = bool(row["admitted"])
+    if checks is None:  # never treat an admission we cannot read back as one
+        checks, admitted = [unreadable(row["verdict_id"])], False
     strict_admitted = row["strict_admitted"]
     return PairRecord(
         id=row["id"],
@@ -43,7 +64,7 @@ def _pair(row: sqlite3.Row, with_checks: bool) -> PairRecord:
         draft_sha256=row["draft_sha256"],
         method=row["method"],
         rule_set=row["rule_set"],
-        admitted=bool(row["admitted"]),
+        admitted=admitted,
         strict=bool(row["strict"]),
         checks=checks,
         verdict_id=row["verdict_id"],
@@ -159,19 +180,22 @@ class PairStore:
         """Every verdict recorded for a pair, oldest first."""
         pair = self.get_pair(pair_id)
         found = self.db.rows(
-            "SELECT admitted, strict, checks_json, created_at FROM verdicts WHERE pair_id = ? ORDER BY id",
+            "SELECT id, admitted, strict, checks_json, created_at FROM verdicts WHERE pair_id = ? ORDER BY id",
             (pair_id,),
         )
-        return [
-            PairVerdict(
-                admitted=bool(r["admitted"]),
-                method=pair.method,
-                target_sha256=pair.target_sha256,
-                draft_sha256=pair.draft_sha256,
-                rule_set=pair.rule_set,
-                strict=bool(r["strict"]),
-                checks=_CHECKS.validate_json(r["checks_json"]),
-                created_at=r["created_at"],
+        out = []
+        for r in found:
+            checks = load_checks(r["checks_json"])
+            out.append(
+                PairVerdict(
+                    admitted=bool(r["admitted"]) and checks is not None,
+                    method=pair.method,
+                    target_sha256=pair.target_sha256,
+                    draft_sha256=pair.draft_sha256,
+                    rule_set=pair.rule_set,
+                    strict=bool(r["strict"]),
+                    checks=checks if checks is not None else [unreadable(r["id"])],
+                    created_at=r["created_at"],
+                )
             )
-            for r in found
-        ]
+        return out

@@ -16,7 +16,7 @@ A mismatch or any hub failure raises before the registry is touched: nothing hal
 from __future__ import annotations
 
 import os
-import re
+import stat
 from contextlib import suppress
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -29,50 +29,70 @@ from specreg.registry.artifacts import stat_or_raise
 from specreg.registry.hashing import sha256_with_bar
 from specreg.registry.hub import (
     CARD_FILENAME,
+    COMMIT,
     HubSettings,
+    cache_ref,
     cached_card,
+    check_commit,
     check_repo_id,
+    check_revision,
     discard_cached,
+    guarded_session,
     hub_errors,
     recognise_cached,
 )
 from specreg.schemas.registry import LicenceRecord, LicenceSource, Provenance
 
 if TYPE_CHECKING:
+    from specreg.registry.snapshot import Snapshot
     from specreg.registry.store import Registry
     from specreg.schemas.registry import ArtifactRecord
 
 MAX_CARD_BYTES = 1 << 20  # a model card is text; a bigger README is not parsed (its YAML is untrusted)
+MAX_CARD_YAML_CHARS = 256 << 10  # the front matter of real cards is a few KiB (model-index results: tens)
 VERIFIED_KEY = "hub_verified"  # provenance extra written by fetch/verify, read back by local_facts
-_COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
 def card_source(readme: str | Path) -> LicenceSource | None:
-    """The model card's YAML `license`, `license_name`, `license_link` (huggingface_hub's card
-    reader). No metadata, broken YAML or an oversized card give no source: the card is
-    untrusted text and must not stop a registration."""
-    from huggingface_hub import ModelCardData
-    from huggingface_hub.repocard import metadata_load
+    """The model card's YAML `license`, `license_name`, `license_link`. No metadata, broken or
+    hostile YAML (aliases, deep nesting), an oversized card or a non-text licence give no
+    source: the card is untrusted text and must not stop, or stall, a registration."""
+    meta = _card_metadata(Path(readme))
+    if meta is None:
+        return None
+    value = licence.normalise(meta.get("license"))
+    name, link = licence.text_field(meta.get("license_name")), licence.text_field(meta.get("license_link"))
+    if not (value or name or link):
+        return None
+    return LicenceSource(source="model_card", value=value, name=name, link=link)
 
-    path = Path(readme)
+
+def _card_metadata(path: Path) -> dict[str, Any] | None:
+    """The card's YAML front matter as a dict, read with huggingface_hub's block pattern but a
+    loader that refuses aliases: a few hundred bytes of nested aliases expand to gigabytes."""
+    import yaml
+    from huggingface_hub.repocard import REGEX_YAML_BLOCK
+
+    class NoAliasLoader(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                raise yaml.YAMLError("YAML aliases are not accepted in a model card")
+            return super().compose_node(parent, index)
+
     try:
-        if path.stat().st_size > MAX_CARD_BYTES:
+        with open(path, "rb", buffering=0) as fh:  # the cache's own file, or a user's README
+            if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+                return None
+            raw = fh.read(MAX_CARD_BYTES + 1)
+        if len(raw) > MAX_CARD_BYTES:
             return None
-        meta = metadata_load(path)
-    except Exception:  # OSError, UnicodeDecodeError, yaml.YAMLError, ValueError: no statement at all
+        match = REGEX_YAML_BLOCK.search(raw.decode("utf-8-sig"))
+        if match is None or len(match.group(2)) > MAX_CARD_YAML_CHARS:
+            return None
+        meta = yaml.load(match.group(2), Loader=NoAliasLoader)  # a SafeLoader subclass
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError, ValueError):
         return None
-    if not isinstance(meta, dict):
-        return None
-    fields = {k: meta.get(k) for k in ("license", "license_name", "license_link")}
-    data = ModelCardData(ignore_metadata_errors=True, **fields)
-    if not (data.license or data.license_name or data.license_link):
-        return None
-    return LicenceSource(
-        source="model_card",
-        value=licence.normalise(data.license),
-        name=licence.text_field(data.license_name),
-        link=licence.text_field(data.license_link),
-    )
+    return meta if isinstance(meta, dict) else None
 
 
 def describe_licence(rec: LicenceRecord) -> str:
@@ -97,6 +117,7 @@ def local_facts(
     A cached file's repo and commit come from the cache; `--repo` / `--revision` that contradict
     them are a usage error rather than a silent override.
     """
+    check_revision(revision)
     apath = os.path.abspath(path)
     extra = dict(extra or {})
     verified = extra.get(VERIFIED_KEY) or {}
@@ -130,7 +151,7 @@ def local_facts(
             source="user" if (repo or revision) else None,
             extra=extra,
         )
-        if repo and revision and _COMMIT.fullmatch(revision):  # only a commit pins the card's text
+        if repo and revision and COMMIT.fullmatch(revision):  # only a commit pins the card's text
             card = cached_card(repo, revision, HubSettings.from_env().cache_dir)
     if verified:
         prov = prov.model_copy(update={"source": "hub", "filename": verified.get("filename", prov.filename)})
@@ -146,12 +167,17 @@ def register(
     revision: str | None = None,
     extra: dict[str, Any] | None = None,
     rehash: bool = False,
+    snap: Snapshot | None = None,
 ) -> ArtifactRecord:
     """Register a file with its local facts: how every command registers a file.
 
     A path already registered and unchanged, with nothing new to record, is answered from the
-    stat cache without looking anything up or writing.
+    stat cache without looking anything up or writing. `snap`: the file as the caller read it
+    (parsed and hashed from one descriptor), registered under exactly that SHA-256.
     """
+    if snap is not None:
+        prov, card = local_facts(path, repo=repo, revision=revision, extra=extra)
+        return registry.add_artifact(path, license=license, provenance=prov, card=card, snap=snap)
     if not (license or repo or revision or extra or rehash):
         sha = registry.artifacts_store.registered_unchanged(path)
         if sha is not None:
@@ -180,14 +206,18 @@ class HubFile:
 def _hub_file(
     settings: HubSettings, repo: str, revision: str | None, filename: str | None, local_sha256: str | None = None
 ) -> HubFile:
-    """Resolve `revision` to a commit (caching the ref like huggingface_hub does) and read the
+    """Resolve `revision` to a commit (one request: the commit and its files come from the same
+    answer), check the commit before it names anything in the cache, cache the ref, and read the
     LFS SHA-256 of `filename` there; with only `local_sha256`, find the file that has it."""
     from huggingface_hub import HfApi
 
+    check_revision(revision)
     api = HfApi(endpoint=settings.endpoint)
     with hub_errors(settings, repo, revision, filename):
-        commit = api.resolve_revision(repo, revision=revision, cache_dir=settings.cache_dir).resolved
-        info = api.model_info(repo, revision=commit, files_metadata=True)
+        info = api.model_info(repo, revision=revision, files_metadata=True)
+    commit = check_commit(info.sha, f"{repo}@{revision or 'main'}")
+    if revision != commit:
+        cache_ref(settings, repo, revision, commit)
     lfs = {s.rfilename: s.lfs for s in info.siblings or [] if s.lfs is not None}
     plain = {s.rfilename for s in info.siblings or []}
     name = filename
@@ -203,6 +233,14 @@ def _hub_file(
             hint="GGUF files on the hub are stored with LFS; is this the right file?",
         )
     return HubFile(repo, revision, commit, name, lfs[name].sha256, lfs[name].size, settings.endpoint)
+
+
+def _inside_cache(path: Path, settings: HubSettings) -> None:
+    """The file huggingface_hub returned must lie in the cache (and resolve into it)."""
+    for norm in (os.path.abspath, os.path.realpath):
+        root = Path(norm(settings.cache_dir))
+        if root not in Path(norm(path)).parents:
+            raise HubError(f"{path}: the download landed outside the Hugging Face cache {root}; nothing registered")
 
 
 def _verified_extra(hf: HubFile, how: str) -> dict[str, Any]:
@@ -239,9 +277,14 @@ def fetch(
     s = settings or HubSettings.from_env()
     s.require_online("specreg fetch")
     check_repo_id(repo)
-    hf = _hub_file(s, repo, revision, filename)
-    with hub_errors(s, repo, hf.commit, filename):
-        path = Path(hf_hub_download(repo, hf.filename, revision=hf.commit, cache_dir=s.cache_dir, endpoint=s.endpoint))
+    check_revision(revision)
+    with guarded_session():
+        hf = _hub_file(s, repo, revision, filename)
+        with hub_errors(s, repo, hf.commit, filename):
+            path = Path(
+                hf_hub_download(repo, hf.filename, revision=hf.commit, cache_dir=s.cache_dir, endpoint=s.endpoint)
+            )
+    _inside_cache(path, s)
     actual, _ = sha256_with_bar(path)
     if actual != hf.sha256:
         discard_cached(path)
@@ -250,7 +293,8 @@ def fetch(
             f"{hf.sha256[:16]}...; removed from the cache, nothing registered",
             hint="a proxy or mirror altered the file; check HF_ENDPOINT and try again",
         )
-    _download_card(s, hf)
+    with guarded_session():
+        _download_card(s, hf)
     return register(registry, path, license=license, extra=_verified_extra(hf, "fetch")), path
 
 
@@ -280,14 +324,16 @@ def verify(
     s.require_online("register --verify")
     check_repo_id(repo)
     actual, _ = sha256_with_bar(path)
-    hf = _hub_file(s, repo, revision, name, local_sha256=actual)
+    with guarded_session():
+        hf = _hub_file(s, repo, revision, name, local_sha256=actual)
     if actual != hf.sha256:
         raise HubError(
             f"{path}: SHA-256 {actual[:16]}... does not match {repo}@{hf.commit[:12]}/{hf.filename} on the hub "
             f"({hf.sha256[:16]}...); nothing registered",
             hint="the file differs from the hub's; re-download it (specreg fetch) or check --repo/--revision",
         )
-    _download_card(s, hf)
+    with guarded_session():
+        _download_card(s, hf)
     extra = _verified_extra(hf, "verify")
     if cached:  # the cache names repo and commit itself
         return register(registry, path, license=license, extra=extra)

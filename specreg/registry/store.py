@@ -12,6 +12,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specreg.errors import RegistryError
 from specreg.paths import default_db_path
@@ -22,6 +23,9 @@ from specreg.registry.pairs import PairStore
 from specreg.schemas.checks import PairVerdict
 from specreg.schemas.gguf import GGUFSummary
 from specreg.schemas.registry import ArtifactRecord, LicenceSource, PairRecord, Provenance
+
+if TYPE_CHECKING:
+    from specreg.registry.snapshot import Snapshot
 
 
 def _is_default(path: Path) -> bool:
@@ -37,6 +41,11 @@ def _where(path: Path, create: bool) -> bool:
     """
     folder = path.parent
     default = _is_default(path)
+    if path.exists() and not path.is_file():  # /dev/null, a FIFO, a folder: SQLite would write beside it
+        raise RegistryError(
+            f"registry {path} is not a regular file",
+            hint="give --db / SPECREG_DB the path of a registry file (it is created on first write)",
+        )
     if not folder.is_dir():
         if not default:
             raise RegistryError(
@@ -124,10 +133,13 @@ class Registry:
         provenance: Provenance | None = None,
         card: LicenceSource | None = None,
         rehash: bool = False,
+        snap: Snapshot | None = None,
     ) -> ArtifactRecord:
         """Register a GGUF file (idempotent). `provenance`/`card`: the caller's local facts
-        (`provenance.register` looks them up and calls this)."""
-        return self.artifacts_store.add(path, license=license, provenance=provenance, card=card, rehash=rehash)
+        (`provenance.register` looks them up and calls this); `snap`: the bytes as already read."""
+        return self.artifacts_store.add(
+            path, license=license, provenance=provenance, card=card, rehash=rehash, snap=snap
+        )
 
     def add_remote_artifact(self, sha256: str, summary: GGUFSummary, provenance: Provenance) -> ArtifactRecord:
         """Record a remote file by its header and a trusted SHA-256, with no path (metadata only)."""

@@ -117,7 +117,7 @@ def render_audit(report: AuditReport, plots: dict[str, dict[str, str]]) -> str:
         f'<h1>specreg audit <span class="badge {cls}">{word}</span></h1>',
         f'<p class="muted">{e(when)}; policy: {e(report.policy_source)}; rule set '
         f"{e(report.rule_set or '–')}; integrity by "
-        f"{'full re-hash' if report.rehash else 'stat cache'}.</p>",
+        f"{'full re-hash' if report.rehash else 'stat cache (--trust-stat-cache)'}.</p>",
     ]
     if report.notes:
         parts.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in report.notes) + "</ul>")

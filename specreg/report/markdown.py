@@ -1,9 +1,10 @@
 """Markdown reports: tables people can paste into a review, plots as SVG files beside the .md.
 
 Every untrusted string (model names, paths, licences, messages that quote them) is
-HTML-escaped and has its pipes escaped, so a hostile name can neither inject HTML into a
-rendered page nor break a table. Commands go into code fences longer than any backtick run
-they contain.
+HTML-escaped and has Markdown's punctuation backslash-escaped (links, images, emphasis,
+pipes), and the two shapes GitHub turns into links on its own (`scheme://`, `www.`) are
+broken, so a hostile name can neither inject HTML, nor become a live link or a remote image,
+nor break a table. Commands go into code fences longer than any backtick run they contain.
 """
 
 from __future__ import annotations
@@ -16,11 +17,25 @@ from specreg.report import common
 from specreg.schemas.audit import GATES, AuditReport, RunDigest
 from specreg.text import escape_control
 
+_MD_PUNCT = re.compile(r"([\\`*_\[\]|~])")  # `[`..`]` kill links and images; the rest, emphasis and cells
+_AUTOLINK = re.compile(r"(?<=[A-Za-z0-9])://|(?i:(?<=www))\.")
+
 
 def esc(text: object) -> str:
-    """Inert Markdown table text: HTML-escaped, pipes and newlines neutralised."""
+    """Inert Markdown text: control characters escaped, Markdown punctuation backslash-escaped,
+    bare-URL autolinks broken (`https\\://`, `www\\.`), then HTML-escaped."""
+    s = _MD_PUNCT.sub(r"\\\1", escape_control(text))
+    s = _AUTOLINK.sub(lambda m: "\\" + m.group(), s)
+    return html.escape(s)
+
+
+def code(text: object) -> str:
+    """Untrusted text as a code span (outside tables): nothing inside is markup."""
     s = escape_control(text)
-    return html.escape(s).replace("|", "\\|").replace("`", "&#96;")
+    longest = max((len(m) for m in re.findall(r"`+", s)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if s.startswith("`") or s.endswith("`") else ""
+    return f"{fence}{pad}{s}{pad}{fence}" if s else ""
 
 
 def _table(headers: tuple[str, ...] | list[str], rows: list[list[str]]) -> list[str]:
@@ -52,7 +67,7 @@ def run_plots(run: RunDigest, plot_names: dict[str, str], image_prefix: str) -> 
     out = [f"## Run {esc(run.run_id)} — {esc(run.status)}", ""]
     out.append(
         f"Target {esc(run.target_name or common.short(run.target_sha256))} "
-        f"(`{esc(common.short(run.target_sha256))}`), workload {esc(run.workload or '–')}, "
+        f"({code(common.short(run.target_sha256))}), workload {esc(run.workload or '–')}, "
         f"runtime {esc(run.runtime or '–')}, hardware {esc(run.hardware or '–')}, "
         f"{run.repetitions} repetition(s)."
     )
@@ -65,7 +80,7 @@ def run_tables(run: RunDigest, heading: bool = True) -> list[str]:
     out += ["### Conditions", ""]
     out += _table(common.CONDITION_HEADERS[:-1], [c[:-1] for c in common.condition_cells(run)])
     for c in run.conditions:
-        out += ["", f"`{esc(c.label)}`:", *_fence(common.server_command(c.command))]
+        out += ["", f"{code(c.label)}:", *_fence(common.server_command(c.command))]
     out += ["", "### Per stratum", ""]
     out += _table(common.STRATUM_HEADERS, [common.stratum_cells(r) for r in run.strata])
     return [*out, ""]
@@ -86,7 +101,7 @@ def render_audit(report: AuditReport, plots: dict[str, dict[str, str]], image_pr
         f"# specreg audit — {common.verdict_word(report)}",
         "",
         f"{when}; policy: {esc(report.policy_source)}; rule set {esc(report.rule_set or '–')}; "
-        f"integrity by {'full re-hash' if report.rehash else 'stat cache'}.",
+        f"integrity by {'full re-hash' if report.rehash else 'stat cache (--trust-stat-cache)'}.",
         "",
     ]
     lines += [f"- {esc(n)}" for n in report.notes]

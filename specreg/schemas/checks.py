@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from specreg.schemas.base import BaseModel
 from specreg.schemas.methods import Method
+from specreg.text import valid_utf8
 
 Severity = Literal["pass", "info", "warn", "error"]
 
@@ -20,6 +21,12 @@ class CheckResult(BaseModel):
     severity: Severity
     message: str
     evidence: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("message", "evidence")
+    @classmethod
+    def _valid_utf8(cls, value: Any) -> Any:
+        # token texts from a hostile file may hold undecodable bytes: stored and printed as \xNN
+        return valid_utf8(value)
 
 
 class PairVerdict(BaseModel):

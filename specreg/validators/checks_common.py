@@ -88,6 +88,27 @@ def identical(t: Side, d: Side) -> bool:
         return False
 
 
+def special_ids(side: Side) -> CheckResult | None:
+    """Special token ids past the vocabulary (`vocab.special_ids`): llama.cpp only warns
+    ("bad special token ... using default id") and loads the file, so this is a warning, and
+    every other check already compares the id llama.cpp uses instead."""
+    ignored = side.vocab.ignored_ids
+    if not ignored:
+        return None
+    used = ", ".join(
+        f"{kind} {value} (uses {'its default ' + str(instead) if instead is not None else 'none'})"
+        for kind, value, instead in ignored
+    )
+    return result(
+        "vocab.special_ids",
+        "warn",
+        f"{side.role} names special tokens past its {side.vocab.n_tokens} tokens, which llama.cpp ignores: {used}",
+        role=side.role,
+        n_tokens=side.vocab.n_tokens,
+        ignored=[{"kind": k, "id": v, "used": u} for k, v, u in ignored],
+    )
+
+
 def draft_size(t: Side, d: Side, rules: RuleSet) -> CheckResult:
     """Warn when the draft does not read clearly fewer weight bytes per token than the target (`draft.size`)."""
     ratio_limit = rules.advisory.draft_size_warn_ratio

@@ -94,6 +94,19 @@ def check_mtp(t: Side, rules: RuleSet) -> list[CheckResult]:
         )
     )
 
+    # counts come from the file: bound them by what it can hold before building any list
+    need = n_next * len(rules.mtp.required_tensors)
+    if need > t.summary.n_tensors:
+        out.append(
+            result(
+                "mtp.tensors",
+                "error",
+                f"{n_next} MTP layer(s) need {need} tensors, but the file holds only {t.summary.n_tensors}",
+                required=need,
+                n_tensors=t.summary.n_tensors,
+            )
+        )
+        return out
     wanted = [tmpl.format(il=il) for il in range(blocks - n_next, blocks) for tmpl in rules.mtp.required_tensors]
     missing = [name for name in wanted if t.tensor(name) is None]
     if missing:

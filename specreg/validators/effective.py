@@ -38,6 +38,7 @@ class EffectiveVocab:
     eom: int | None
     problem: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    ignored_ids: tuple[tuple[str, int, int | None], ...] = ()  # (kind, id in the file, id used instead)
 
     def as_evidence(self) -> dict[str, object]:
         """The facts a check prints for one side."""
@@ -113,6 +114,7 @@ def effective_vocab(summary: GGUFSummary, rules: RuleSet) -> EffectiveVocab:
 
     # default ids outside the vocabulary are disabled; ids from the file are used only in range
     raw = {"bos": tok.bos_id, "eos": tok.eos_id, "unk": tok.unk_id, "sep": tok.sep_id, "pad": tok.pad_id}
+    ignored: list[tuple[str, int, int | None]] = []
     for key in _SPECIAL_KEYS:
         if ids[key] is not None and not _in_range(ids[key], n):
             notes.append(f"default {key} id {ids[key]} is outside the vocabulary: disabled")
@@ -123,8 +125,12 @@ def effective_vocab(summary: GGUFSummary, rules: RuleSet) -> EffectiveVocab:
                 ids[key] = value
             else:
                 notes.append(f"tokenizer.ggml.{key}_token_id={value} is out of range: default {ids[key]} used")
+                ignored.append((key, value, ids[key]))
     eot = tok.eot_id if _in_range(tok.eot_id, n) else None
     eom = tok.eom_id if _in_range(tok.eom_id, n) else None
+    for key, value in (("eot", tok.eot_id), ("eom", tok.eom_id)):
+        if value is not None and not _in_range(value, n):
+            ignored.append((key, value, None))  # no default: llama.cpp looks for the token by its text
 
     if tok.add_bos is not None:
         add_bos = tok.add_bos
@@ -152,6 +158,7 @@ def effective_vocab(summary: GGUFSummary, rules: RuleSet) -> EffectiveVocab:
         eom,
         problem=problem,
         notes=tuple(notes),
+        ignored_ids=tuple(ignored),
     )
 
 

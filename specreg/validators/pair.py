@@ -80,6 +80,7 @@ def check_pair(
     for side in (t, d) if d is not None else (t,):  # what makes llama.cpp fail at load, per file
         checks += check_structure(side, rule_set)
     checks += check_template(t, rule_set)  # llama-server renders the target's template, never the draft's
+    checks += [c for c in (common.special_ids(t), common.special_ids(d) if d else None) if c is not None]
     if strict:
         checks = [c.model_copy(update={"severity": "error"}) if c.severity == "warn" else c for c in checks]
     return checks

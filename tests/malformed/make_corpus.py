@@ -284,7 +284,6 @@ CASES: list[Case] = [
     Case("empty_key", _kv("", scalar(U32, 1)), "kv[12].key", "empty key"),
     Case("duplicate_key", _kv("x", scalar(U32, 1), raw_key=s("general.name")), "general.name", "duplicate key"),
     Case("duplicate_key_with_newline", lambda: _twice("evil\nkey\x1b[31m"), "evil\\x0akey\\x1b[31m", "duplicate key"),
-    Case("invalid_utf8_key", _kv("x", scalar(U32, 1), raw_key=s(b"general.\xff\xfe")), "kv[12].key", "not valid UTF-8"),
     Case("alignment_wrong_type", _kv("general.alignment", scalar(U64, 32)), "general.alignment", "must be a UINT32"),
     Case(
         "alignment_not_power_of_two",
@@ -342,16 +341,10 @@ CASES: list[Case] = [
         "must be an array of STRING",
     ),
     Case(
-        "bos_id_out_of_range",
-        _kv("tokenizer.ggml.bos_token_id", scalar(U32, 8)),
-        "tokenizer.ggml.bos_token_id",
-        "outside the vocabulary",
-    ),
-    Case(
         "eos_id_negative",
         _kv("tokenizer.ggml.eos_token_id", scalar(I32, -1)),
         "tokenizer.ggml.eos_token_id",
-        "outside the vocabulary",
+        "is negative",
     ),
     Case(
         "special_id_wrong_type",

@@ -1,0 +1,90 @@
+"""One open file, parsed and hashed: the SHA-256 a verdict is recorded under names the bytes checked.
+
+Hashing a path and then opening the path again to parse it leaves a window in which an atomic
+replace (`mv new old`) swaps the file: the verdict lands under the SHA-256 of bytes nobody
+checked. Here the file is opened once; the header is parsed from that descriptor and the
+SHA-256 is computed from it (or vouched for by the stat cache for exactly this stat), and
+fstat before and after must agree, so parse and hash saw the same inode, size, mtime and ctime.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from specreg.errors import ArtifactNotFound, SpecregError
+from specreg.registry.hashing import StatKey
+
+if TYPE_CHECKING:
+    from specreg.gguf.reader import GGUFFile
+    from specreg.gguf.source import FileSource
+
+CacheLookup = Callable[[str, StatKey], "tuple[str, int] | None"]  # (path, key) -> (sha256, hashed_at_ns)
+HashFd = Callable[[str, int], "tuple[str, StatKey, int]"]  # (path, fd) -> (sha256, key, hashed_at_ns)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A file as it was while we read it: where, its stat, its parsed header, its SHA-256."""
+
+    path: str  # absolute
+    key: StatKey
+    file: GGUFFile
+    sha256: str
+    hashed_at_ns: int
+    hashed: bool  # False: the stat cache vouched for the SHA-256 of exactly this stat
+
+
+def take(path: str | os.PathLike[str], *, cached: CacheLookup | None, hash_fd: HashFd) -> Snapshot:
+    """Open `path` once, parse and hash that descriptor; SpecregError if the file changed meanwhile."""
+    from specreg.gguf.reader import read_gguf
+    from specreg.gguf.source import FileSource
+
+    apath = os.path.abspath(os.fspath(path))
+    try:
+        fd = os.open(apath, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise ArtifactNotFound(f"{apath}: no such file") from None
+    except OSError as exc:
+        raise ArtifactNotFound(f"{apath}: cannot read ({exc.strerror or exc})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ArtifactNotFound(f"{apath}: not a regular file")
+        key = StatKey.of(st)
+        # tensor data (EAGLE-3's d2t) is read later by reopening: only if it is still this file
+        gf = read_gguf(FileSource(apath, fd=fd), reopen=lambda: _same_file(apath, key))
+        hit = cached(apath, key) if cached is not None else None
+        if hit is not None:
+            sha, hashed_at, hashed = hit[0], hit[1], False
+        else:
+            sha, hashed_key, hashed_at = hash_fd(apath, fd)
+            hashed = True
+            if hashed_key != key:
+                raise _changed(apath)
+        if StatKey.of(os.fstat(fd)) != key:
+            raise _changed(apath)
+    finally:
+        os.close(fd)
+    return Snapshot(apath, key, gf, sha, hashed_at, hashed)
+
+
+def _same_file(apath: str, key: StatKey) -> FileSource:
+    from specreg.errors import GGUFError
+    from specreg.gguf.source import FileSource
+
+    source = FileSource(apath)
+    if StatKey.of(source.stat) != key:
+        source.close()
+        raise GGUFError(apath, "file changed since it was checked; nothing was recorded")
+    return source
+
+
+def _changed(apath: str) -> SpecregError:
+    return SpecregError(
+        f"{apath}: file changed while it was being read; nothing was recorded",
+        hint="wait until the file is completely written (or replaced), then run the command again",
+    )
