@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -25,10 +26,8 @@ def write_atomic(path: str | Path, data: bytes | str, *, mode: int = 0o644) -> P
         os.chmod(tmp, mode & ~_umask())
         os.replace(tmp, target)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
     # The rename itself must reach the disk too, or a power cut can bring the old name back.
     dir_fd = os.open(folder, os.O_RDONLY)

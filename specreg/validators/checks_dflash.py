@@ -39,7 +39,8 @@ def check_dflash(t: Side, d: Side, rules: RuleSet, *, dspark: bool) -> list[Chec
             result(
                 "dflash.block_size",
                 "error",
-                f"{arch}.block_size is missing: llama.cpp would draft with its default {r.default_block_size}, not the trained size",
+                f"{arch}.block_size is missing: llama.cpp would draft with its default "
+                f"{r.default_block_size}, not the trained size",
                 block_size=None,
                 default=r.default_block_size,
             )

@@ -31,7 +31,7 @@ def _texts_differ(t: Side, d: Side, start: int, stop: int, rules: RuleSet) -> tu
     ):
         return [], 0  # identical raw arrays: no decoding needed
     tt, dt = t.texts(), d.texts()
-    raw = [i for i, x, y in zip(range(start, stop), tt[start:stop], dt[start:stop]) if x != y]
+    raw = [i for i, x, y in zip(range(start, stop), tt[start:stop], dt[start:stop], strict=False) if x != y]
     # raw texts that differ can still be equal C strings only when empty or holding a NUL
     real = [
         i
@@ -128,7 +128,8 @@ def runtime_rule(t: Side, d: Side, rules: RuleSet) -> list[CheckResult]:
             result(
                 "vocab.tokens",
                 "error",
-                f"{count} token texts differ from id {start} on; first: id {f0['id']} target {clip(str(f0['target']), 40)!r}, draft {clip(str(f0['draft']), 40)!r}",
+                f"{count} token texts differ from id {start} on; first: id {f0['id']} "
+                f"target {clip(str(f0['target']), 40)!r}, draft {clip(str(f0['draft']), 40)!r}",
                 **ev_t,
                 first=first,
             )
@@ -248,14 +249,16 @@ def extra_ids(t: Side, d: Side) -> CheckResult:
         return result(
             "vocab.extra_ids",
             "warn",
-            f"draft has {nd - nt} token ids the target lacks ({nt}..{nd - 1}): if the draft proposes one, the server aborts",
+            f"draft has {nd - nt} token ids the target lacks ({nt}..{nd - 1}): "
+            "if the draft proposes one, the server aborts",
             **ev,
         )
     if nt > nd:
         return result(
             "vocab.extra_ids",
             "warn",
-            f"target has {nt - nd} token ids the draft lacks ({nd}..{nt - 1}): a prompt or output containing one aborts the server",
+            f"target has {nt - nd} token ids the draft lacks ({nd}..{nt - 1}): "
+            "a prompt or output containing one aborts the server",
             **ev,
         )
     return result("vocab.extra_ids", "pass", "both vocabularies have the same ids", **ev)
