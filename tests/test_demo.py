@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from _audit_world import specreg
 
 from specreg.audit.policy import load_policy
@@ -93,7 +94,9 @@ def test_demo_end_to_end_then_again(tmp_path: Path) -> None:
     models = sorted((folder / "models").glob("*.gguf"))
     assert len(models) == 4
     before = {m.name: (m.stat().st_mtime_ns, m.read_bytes()) for m in models}
-    code, out2, err2 = specreg("demo", "--dir", str(folder), db=folder / "registry.db")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("COLUMNS", "200")  # one line per pair, as in the first run (the demo wraps at the width)
+        code, out2, err2 = specreg("demo", "--dir", str(folder), db=folder / "registry.db")
     assert code == 0, out2[-2000:] + err2[-2000:]
     assert _checked(out2) == checked  # the same pairs, the same verdicts
     after = {m.name: (m.stat().st_mtime_ns, m.read_bytes()) for m in sorted((folder / "models").glob("*.gguf"))}

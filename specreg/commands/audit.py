@@ -35,7 +35,7 @@ def audit_cmd(
 ) -> None:
     """Check every deployment gate for pairs; exit 0 all pass, 1 any fails, 2 undecided.
 
-    Gates: integrity, verdict, evidence, equivalence, speed, memory, licence, rollback.
+    Gates: integrity, verdict, template, evidence, equivalence, speed, memory, licence, rollback.
 
     Example: specreg audit --all --policy examples/policy.toml --report audit.html
     """

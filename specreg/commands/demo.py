@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from specreg.commands.output import console, safe
+from specreg.commands.output import console, say
 
 
 def demo_cmd(
@@ -37,42 +37,61 @@ def demo_cmd(
     if root_db is not None:
         root_db = Path(root_db)
     out = console()
-    result = run_demo(folder, db or root_db, say=lambda line: out.print(safe(line), soft_wrap=True), real=real)
+
+    def line(text: str) -> None:
+        """A progress line from the demo, wrapped at the terminal's width under its own indent."""
+        lead = len(text) - len(text.lstrip(" "))
+        say(text.strip(), prefix=" " * lead, indent=lead + 4)
+
+    result = run_demo(folder, db or root_db, say=line, real=real)
     audit = result.audit
     assert audit is not None
     out.print()
     for p in audit.pairs:
         failed = ", ".join(p.failed_gates)
-        out.print(f"pair {p.pair_id} {p.method}: " + ("[green]PASS[/]" if p.passed else f"[red]FAIL[/] ({failed})"))
+        word = "PASS" if p.passed else "FAIL"
+        say(
+            "" if p.passed else f"({failed})",
+            prefix=f"pair {p.pair_id} {p.method}: {word} ",
+            marks=[(word, "green" if p.passed else "red")],
+            indent=4,
+        )
         for g in p.gates:
-            if not g.passed:
-                out.print(f"    {g.gate}: {safe(g.message)}", soft_wrap=True)
+            if not g.passed:  # one line per stratum: a gate's reasons are joined with "; "
+                for part in g.message.split("; "):
+                    say(part, prefix=f"    {g.gate}: ", indent=8)
     from specreg.benchmark.statistics import interval_text
 
     for d in audit.decisions:
         sp = "" if d.speedup is None else f" (speed-up {interval_text(d.speedup, d.speedup_ci95)})"
-        out.print(f"deploy for {safe(d.stratum)}: {safe(d.choice)}{safe(sp)}")
-    verdict = "[green]PASS[/]" if audit.passed else "[red]FAIL[/]"
+        say(f"{d.choice}{sp}", prefix=f"deploy for {d.stratum}: ", indent=4)
+    word = "PASS" if audit.passed else "FAIL"
     why = (
         "a real trained pair, measured on this machine"
         if real
         else "tiny random models may well be slower with speculation"
     )
-    out.print(f"\naudit verdict: {verdict} - decided by the measured numbers ({why})", soft_wrap=True)
-    out.print(f"report:   {safe(result.report)}", soft_wrap=True)
-    out.print(f"registry: {safe(result.db)}", soft_wrap=True)
-    out.print(f"models:   {safe(result.models['target'].parent)}", soft_wrap=True)
+    out.print()
+    say(
+        f"decided by the measured numbers ({why})",
+        prefix=f"audit verdict: {word} - ",
+        marks=[(word, "green" if audit.passed else "red")],
+        indent=4,
+    )
+    say(str(result.report), prefix="report:   ", indent=10)
+    say(str(result.db), prefix="registry: ", indent=10)
+    say(str(result.models["target"].parent), prefix="models:   ", indent=10)
     logs = result.db.parent / "runs"  # beside the registry that recorded the runs
-    out.print(f"logs:     {safe(logs)} (one llama.cpp server log per condition)", soft_wrap=True)
-    out.print(
-        f"done in {result.seconds:.1f} s; try: specreg --db {safe(result.db)} audit "
-        f"--policy {safe(result.folder / 'policy.toml')}",
-        soft_wrap=True,
+    say(f"{logs} (one llama.cpp server log per condition)", prefix="logs:     ", indent=10)
+    say(
+        f"specreg --db {result.db} audit --policy {result.folder / 'policy.toml'}",
+        prefix=f"done in {result.seconds:.1f} s; try: ",
+        indent=4,
     )
     passing = [p.pair_id for p in audit.pairs if p.passed and p.method == "draft-simple"]
     if passing:
-        out.print(
-            f"the pinned command: specreg --db {safe(result.db)} deploy {passing[0]} "
-            f"--policy {safe(result.folder / 'policy.toml')}",
-            soft_wrap=True,
+        say(
+            f"specreg --db {result.db} deploy {passing[0]} --policy {result.folder / 'policy.toml'}",
+            prefix="the pinned command: ",
+            indent=4,
         )

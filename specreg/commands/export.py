@@ -62,7 +62,7 @@ def export_cmd(
     from specreg.benchmark.bundle import export_bundle
     from specreg.registry.store import Registry
 
-    with Registry(db_path(), show_progress=False) as reg:
+    with Registry(db_path(), show_progress=False, create=False) as reg:
         res = export_bundle(reg, output, run_ids=run or [], pair_ids=pair or [], everything=all_)
     h = res.header
     if json_out:
@@ -96,7 +96,7 @@ def _cyclonedx(
     from specreg.report.cyclonedx import ml_bom_json
 
     pol, source = load_policy(policy)
-    with Registry(db_path(), show_progress=False) as reg:
+    with Registry(db_path(), show_progress=False, create=False) as reg:
         audit = audit_by_hardware(reg, pol, source, pair_ids=[pair_arg], spread=False)
         target = reg.get_artifact(audit.pairs[0].target_sha256)
         draft = reg.get_artifact(audit.pairs[0].draft_sha256) if audit.pairs[0].draft_sha256 else None
@@ -114,7 +114,7 @@ def _cyclonedx(
 
 
 def import_cmd(
-    files: Annotated[list[Path], typer.Argument(metavar="FILE...", help="Bundles written by `specreg export`.")],
+    files: Annotated[list[Path], typer.Argument(metavar="FILE", help="Bundles written by `specreg export`.")],
     json_out: JsonOpt = False,
 ) -> None:
     """Merge result bundles into this registry: all of them, or nothing.

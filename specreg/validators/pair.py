@@ -41,7 +41,7 @@ def detect_method(draft: GGUFFile | None, rule_set: RuleSet) -> Method:
 def check_pair(
     target: GGUFFile, draft: GGUFFile | None, method: str, *, rule_set: RuleSet, strict: bool = False
 ) -> list[CheckResult]:
-    """All checks for `method` (see docs/readme/validators.md for every code)."""
+    """All checks for `method` (README.md, "Check codes", explains every code)."""
     if method in DRAFT_METHODS and draft is None:
         raise UsageError(f"{method} needs a DRAFT model")
     if method in SELF_METHODS and draft is not None:
