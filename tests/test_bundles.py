@@ -307,6 +307,7 @@ def test_audit_decides_per_hardware_class(audit_world: AuditWorld, source: Path,
     ],
 )
 def test_bad_export_and_import_requests_are_one_line_errors(tmp_path: Path, args: list[str], needle: str) -> None:
+    Registry(tmp_path / "r.db", show_progress=False).close()  # an empty registry: export never creates one
     code, _, err = specreg(*args, db=tmp_path / "r.db")
     assert code == 2 and needle in err and "Traceback" not in err, err
 

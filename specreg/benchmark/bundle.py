@@ -76,6 +76,16 @@ def _select_runs(
     return sorted(set(chosen))
 
 
+def check_export_request(run_ids: list[str], pair_ids: list[int], everything: bool, path: str | Path) -> Path:
+    """What to export and where, checked before any registry is opened: the bundle's path."""
+    if not (run_ids or pair_ids or everything):
+        raise UsageError("say what to export: --run ID, --pair ID or --all")
+    out = Path(path)
+    if not out.parent.is_dir():
+        raise UsageError(f"-o {out}: folder {out.parent} does not exist")
+    return out
+
+
 def export_bundle(
     reg: Registry,
     path: str | Path,
@@ -91,11 +101,7 @@ def export_bundle(
     verdicts only: e.g. a fleet splitting its pairs and its runs over different bundles).
     """
     run_ids, pair_ids = list(run_ids), list(pair_ids)
-    if not (run_ids or pair_ids or everything):
-        raise UsageError("say what to export: --run ID, --pair ID or --all")
-    out = Path(path)
-    if not out.parent.is_dir():
-        raise UsageError(f"-o {out}: folder {out.parent} does not exist")
+    out = check_export_request(run_ids, pair_ids, everything, path)
     conn = reg.conn
     conn.execute("BEGIN")  # one read snapshot: a bench writing meanwhile cannot tear the bundle
     try:

@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
+from specreg.benchmark.runstore import run_info
 from specreg.registry.db import rows
 from specreg.schemas.bench import (
     BASELINE,
@@ -59,18 +60,7 @@ def mismatch(s: ConditionSummary) -> bool:
 
 
 def _head(r: sqlite3.Row) -> RunHead:
-    info = RunInfo(
-        run_id=r["run_id"],
-        pair_id=r["pair_id"],
-        status=r["status"],
-        status_reason=r["status_reason"],
-        method=r["method"],
-        target_sha256=r["target_sha256"],
-        draft_sha256=r["draft_sha256"],
-        started_at=r["started_at"],
-        finished_at=r["finished_at"],
-        run_dir=r["run_dir"],
-    )
+    info = run_info(r)
     man = RunManifest.model_validate_json(r["manifest_json"]) if r["manifest_json"] else None
     return RunHead(info, man)
 

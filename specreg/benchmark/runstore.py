@@ -265,7 +265,7 @@ class RunStore:
             f"(SELECT count(*) FROM bench_requests q WHERE q.run_id = r.run_id) AS n_requests, {_ORIGIN_COLS} "
             "FROM bench_runs r LEFT JOIN run_origins o ON o.run_id = r.run_id ORDER BY r.started_at, r.run_id",
         )
-        return [_info(r) for r in found]
+        return [run_info(r) for r in found]
 
     def resolve(self, run_id: str) -> str:
         found = rows(
@@ -320,7 +320,7 @@ class RunStore:
             )
         ]
         return BenchRun(
-            info=_info(r),
+            info=run_info(r),
             manifest=manifest,
             prompts=prompts,
             conditions=conditions,
@@ -332,8 +332,14 @@ class RunStore:
 _ORIGIN_COLS = "json_extract(r.manifest_json, '$.hardware') AS hardware_json, o.host AS origin_host"
 
 
-def _info(r: sqlite3.Row) -> RunInfo:
-    hw = r["hardware_json"]
+def run_info(r: sqlite3.Row) -> RunInfo:
+    """A bench_runs row as RunInfo; columns a query did not select (counts, origin) stay unset."""
+    keys = set(r.keys())
+
+    def col(name: str) -> Any:
+        return r[name] if name in keys else None
+
+    hw = col("hardware_json")
     return RunInfo(
         run_id=r["run_id"],
         pair_id=r["pair_id"],
@@ -344,12 +350,12 @@ def _info(r: sqlite3.Row) -> RunInfo:
         draft_sha256=r["draft_sha256"],
         started_at=r["started_at"],
         finished_at=r["finished_at"],
-        runner_pid=r["runner_pid"],
+        runner_pid=col("runner_pid"),
         run_dir=r["run_dir"],
-        n_conditions=r["n_conditions"],
-        n_requests=r["n_requests"],
+        n_conditions=col("n_conditions") or 0,
+        n_requests=col("n_requests") or 0,
         hardware=hardware_class(json.loads(hw)) if hw else None,
-        host=r["origin_host"],
+        host=col("origin_host"),
     )
 
 

@@ -59,9 +59,10 @@ def export_cmd(
         raise UsageError("a bundle takes --pair ID, --run ID or --all (PAIR_ID alone is for --format cyclonedx)")
     if output is None:
         raise UsageError("give the bundle file: -o FILE (e.g. -o results.zip)")
-    from specreg.benchmark.bundle import export_bundle
+    from specreg.benchmark.bundle import check_export_request, export_bundle
     from specreg.registry.store import Registry
 
+    check_export_request(run or [], pair or [], all_, output)
     with Registry(db_path(), show_progress=False, create=False) as reg:
         res = export_bundle(reg, output, run_ids=run or [], pair_ids=pair or [], everything=all_)
     h = res.header

