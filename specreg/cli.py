@@ -36,7 +36,7 @@ COMMANDS: list[tuple[str, Callable[..., Any] | typer.Typer, str]] = [
     ("runs", bench.runs_app, "List benchmark runs, or show one."),
     ("audit", audit.audit_cmd, "Check every deployment gate for admitted pairs."),
     ("deploy", deploy.deploy_cmd, "Print the pinned llama-server command for an audited pair."),
-    ("export", export.export_cmd, "Write runs, verdicts and artifact records to a bundle (or an ML-BOM)."),
+    ("export", export.export_cmd, "Write runs and verdicts to a bundle, or a pair to an ML-BOM."),
     ("import", export.import_cmd, "Merge result bundles from other machines into this registry."),
     ("demo", demo.demo_cmd, "The whole pipeline on tiny generated models."),
 ]
