@@ -306,3 +306,17 @@ def test_a_sweep_deploys_the_audited_draft_length_at_each_concurrency(swept: Sim
             assert code == 0 and p["condition"] == d["condition"] and p["draft_n_max"] == d["draft_n_max"]
             assert p["speedup"] == d["speedup"]
     real_llama_server_parse(plan2["argv"])
+
+
+def test_a_better_pair_for_the_stratum_is_named(audit_world: AuditWorld, tmp_path: Path) -> None:
+    """deploy audits the target's other admitted pairs too, so the per-stratum decision can point elsewhere."""
+    pol = audit_world.policy_file(tmp_path)
+    _, out, _ = specreg("audit", "--policy", str(pol), "--json", db=audit_world.db)
+    decisions = [d for d in json.loads(out)["decisions"] if d["pair_id"] is not None]
+    assert decisions
+    mine = (audit_world.pairs["draft-simple"], audit_world.pairs["ngram-simple"])
+    for d in decisions:
+        for pid in mine:
+            _, plan, _ = _deploy(audit_world, tmp_path, str(pid), "--stratum", d["stratum"])
+            named = any(f"(pair {d['pair_id']})" in n for n in plan["notes"])
+            assert named == (d["pair_id"] != pid), (d, pid, plan["notes"])

@@ -61,7 +61,12 @@ def deploy_cmd(
         return heads
 
     with Registry(db_path(), create=False) as reg:
-        report = run_audit(reg, pol, source, pair_ids=[pair_id], spread=False, runs_for=runs_for)
+        target = reg.get_pair(pair_id).target_sha256
+        # the other admitted pairs of the same target are audited too: the per-stratum decisions
+        # name a better one when there is (the requested pair first: a re-check keeps it first)
+        rivals = [p.id for p in reg.pairs(admitted=True, with_checks=False) if p.target_sha256 == target]
+        ids = [pair_id, *(i for i in rivals if i != pair_id)]
+        report = run_audit(reg, pol, source, pair_ids=ids, spread=False, runs_for=runs_for)
     audited = report.pairs[0].pair_id if report.pairs else pair_id  # a stale verdict is re-checked as a new pair
     plan = plan_deploy(
         report,
