@@ -1,10 +1,10 @@
 """The registry's SQLite file: connection, write transaction, row helpers and error mapping.
 
-sqlite-utils is the migration runner only. Callers get a plain `sqlite3.Connection`: from
-`Database.conn` for reads and from `transaction()` / `Registry.write()` for writes. Its table
-API would not shorten our writes (they need `ON CONFLICT` upserts, `json_each` filters and
-savepoints, which are SQL either way), and importing it costs ~0.2 s (it pulls in numpy), a
-large share of a `specreg check pair`; so it is imported only when a migration has to run.
+Callers get a plain `sqlite3.Connection`: from `Database.conn` for reads and from
+`transaction()` / `Registry.write()` for writes. Our writes need `ON CONFLICT` upserts,
+`json_each` filters and savepoints, which are SQL in any API, and the migrations are applied
+here too, in sqlite-utils' record format (registry/migrations.py): importing sqlite-utils costs
+~0.2 s (numpy, click), more than a whole `specreg check pair` may take.
 
 Also here, because every stage stores timestamps and builds large result lists: the one
 `now()` (timezone-aware UTC) and the one paused-GC context manager of the package.
@@ -180,10 +180,8 @@ class Database:
     def _migrate(self) -> None:
         self._refuse_newer(self.conn)
         if migrations.pending_names(self.conn):
-            from sqlite_utils import Database as UtilsDatabase  # the migration runner (see above)
-
             with self.transaction() as conn:
-                migrations.apply(UtilsDatabase(conn))
+                migrations.apply(conn)
 
     def _open_read_write(self, busy_timeout_s: float) -> sqlite3.Connection:
         try:

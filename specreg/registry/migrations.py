@@ -1,10 +1,13 @@
 """The registry schema as an ordered list of small, named migrations, each applied once.
 
-`sqlite_utils.Migrations` records every applied migration (set "specreg") in the table
-`_sqlite_migrations` (name + applied_at) and runs each one inside a transaction together with
-that record (`MigrationSet` below registers them and checks what is pending without importing
-sqlite_utils). `Registry` runs `apply()` inside its own `BEGIN IMMEDIATE`, so two processes
-opening a fresh database at once cannot both apply the same migration.
+Applied migrations are recorded in sqlite-utils' format: table `_sqlite_migrations` (id,
+migration_set "specreg", name, applied_at), so `sqlite_utils.Migrations` and `sqlite-utils`
+tooling read a registry's state as their own (tests/test_registry_schema.py holds both to it).
+specreg applies them itself, on the plain `sqlite3` connection, because importing sqlite-utils
+costs ~0.2 s (it imports numpy and click) and a first `specreg check pair` creates the registry.
+`Database` runs `apply()` inside its own `BEGIN IMMEDIATE`, and `apply()` looks at what is
+pending again under that lock, so two processes opening a fresh database at once cannot both
+apply the same migration; a migration and its record commit together or not at all.
 
 Adding a migration (other areas: the benchmark runs tables, ...):
   1. append a function here, named `mNNN_what_it_does(db)`, decorated with `@migrations()`;
@@ -19,38 +22,32 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from datetime import UTC, datetime
 
-if TYPE_CHECKING:
-    from sqlite_utils import Database
-
-_F = TypeVar("_F", bound=Callable[..., Any])
+Migration = Callable[[sqlite3.Connection], None]
 
 
 class MigrationSet:
-    """`sqlite_utils.Migrations`' registration, pending check and apply, with sqlite_utils imported
-    only when a migration has to run: importing it costs ~0.2 s (it imports numpy), and every
-    command opens the registry. Records live in the same `_sqlite_migrations` table, and
-    `apply` hands the very same functions to a real `sqlite_utils.Migrations`."""
+    """An ordered, named set of migrations with `sqlite_utils.Migrations`' records and semantics
+    (registration, pending check, apply), run on a plain `sqlite3.Connection`."""
 
     migrations_table = "_sqlite_migrations"
 
     @dataclass
-    class _Migration:  # the fields of sqlite_utils.Migrations._Migration
+    class _Migration:
         name: str
-        fn: Callable[..., Any]
-        transactional: bool = True
+        fn: Migration
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._migrations: list[Any] = []
+        self._migrations: list[MigrationSet._Migration] = []
 
-    def __call__(self, *, name: str | None = None, transactional: bool = True) -> Callable[[_F], _F]:
-        def inner(func: _F) -> _F:
+    def __call__(self, *, name: str | None = None) -> Callable[[Migration], Migration]:
+        def inner(func: Migration) -> Migration:
             migration_name = name or func.__name__
             if any(m.name == migration_name for m in self._migrations):
                 raise ValueError(f"Migration '{migration_name}' is already registered in set '{self.name}'")
-            self._migrations.append(self._Migration(migration_name, func, transactional))
+            self._migrations.append(self._Migration(migration_name, func))
             return func
 
         return inner
@@ -59,49 +56,53 @@ class MigrationSet:
         """Every migration this specreg knows, in order (what a result bundle's schema is checked against)."""
         return [m.name for m in self._migrations]
 
-    def pending_names(self, conn: sqlite3.Connection) -> list[str]:
-        """Names of the migrations not applied yet (read-only; plain SQL on the connection)."""
-        exists = conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (self.migrations_table,)
-        ).fetchone()
-        applied = (
-            {
-                r[0]
-                for r in conn.execute(f"SELECT name FROM {self.migrations_table} WHERE migration_set = ?", (self.name,))
-            }
-            if exists
-            else set()
-        )
-        return [m.name for m in self._migrations if m.name not in applied]
-
-    def unknown_names(self, conn: sqlite3.Connection) -> list[str]:
-        """Applied migrations of this set that this specreg does not have (a newer one wrote them)."""
+    def _applied(self, conn: sqlite3.Connection) -> list[str]:
         exists = conn.execute(
             "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (self.migrations_table,)
         ).fetchone()
         if not exists:
             return []
+        sql = f"SELECT name FROM {self.migrations_table} WHERE migration_set = ? ORDER BY rowid"
+        return [r[0] for r in conn.execute(sql, (self.name,))]
+
+    def pending_names(self, conn: sqlite3.Connection) -> list[str]:
+        """Names of the migrations not applied yet (read-only)."""
+        applied = set(self._applied(conn))
+        return [m.name for m in self._migrations if m.name not in applied]
+
+    def unknown_names(self, conn: sqlite3.Connection) -> list[str]:
+        """Applied migrations of this set that this specreg does not have (a newer one wrote them)."""
         known = {m.name for m in self._migrations}
-        rows = conn.execute(
-            f"SELECT name FROM {self.migrations_table} WHERE migration_set = ? ORDER BY id", (self.name,)
-        ).fetchall()
-        return [r[0] for r in rows if r[0] not in known]
+        return [n for n in self._applied(conn) if n not in known]
 
-    def apply(self, db: Database) -> None:
-        """Apply the pending migrations through sqlite_utils (each with its record, atomically)."""
-        from sqlite_utils import Migrations
-
-        real = Migrations(self.name)
+    def apply(self, conn: sqlite3.Connection) -> None:
+        """Apply the pending migrations, each followed by its record, on a connection that is
+        inside a write transaction (the caller's `BEGIN IMMEDIATE`)."""
+        if not conn.in_transaction:
+            raise RuntimeError("migrations are applied inside the caller's write transaction")
+        conn.execute(
+            f"CREATE TABLE IF NOT EXISTS [{self.migrations_table}] "
+            "([id] INTEGER PRIMARY KEY, [migration_set] TEXT, [name] TEXT, [applied_at] TEXT)"
+        )
+        conn.execute(
+            f"CREATE UNIQUE INDEX IF NOT EXISTS [idx_{self.migrations_table}_migration_set_name] "
+            f"ON [{self.migrations_table}] ([migration_set], [name])"
+        )
+        pending = set(self.pending_names(conn))
         for m in self._migrations:
-            real(name=m.name, transactional=m.transactional)(m.fn)
-        real.apply(db)
+            if m.name in pending:
+                m.fn(conn)
+                conn.execute(
+                    f"INSERT INTO {self.migrations_table} (migration_set, name, applied_at) VALUES (?, ?, ?)",
+                    (self.name, m.name, str(datetime.now(UTC))),
+                )
 
 
 migrations = MigrationSet("specreg")
 
 
 @migrations()
-def m001_artifacts(db: Database) -> None:
+def m001_artifacts(db: sqlite3.Connection) -> None:
     """Artifacts keyed by SHA-256, the paths (and stat cache) where each was seen."""
     db.execute(
         """
@@ -151,7 +152,7 @@ def m001_artifacts(db: Database) -> None:
 
 
 @migrations()
-def m002_pairs_verdicts(db: Database) -> None:
+def m002_pairs_verdicts(db: sqlite3.Connection) -> None:
     """Pairs (stable id, latest verdict denormalised for fast lists) and every verdict."""
     db.execute(
         """
@@ -192,7 +193,7 @@ def m002_pairs_verdicts(db: Database) -> None:
 
 
 @migrations()
-def m003_bench_runs(db: Database) -> None:
+def m003_bench_runs(db: sqlite3.Connection) -> None:
     """Benchmark runs (specreg/benchmark): run manifest, conditions, prompts, request rows, summaries.
 
     Rows are written as they finish, one short transaction each, so a crash keeps them; a run
@@ -320,7 +321,7 @@ def m003_bench_runs(db: Database) -> None:
 
 
 @migrations()
-def m004_pairs_strict_verdict(db: Database) -> None:
+def m004_pairs_strict_verdict(db: sqlite3.Connection) -> None:
     """A strict check is kept beside the normal verdict instead of replacing it.
 
     `latest_verdict_id` (with `admitted`, `strict`) now names the verdict a pair stands on: its
@@ -349,7 +350,7 @@ def m004_pairs_strict_verdict(db: Database) -> None:
 
 
 @migrations()
-def m005_run_origins(db: Database) -> None:
+def m005_run_origins(db: sqlite3.Connection) -> None:
     """Where an imported benchmark run came from (specreg/benchmark/bundle_import.py).
 
     One row per run merged from a result bundle: the host and specreg version that ran it, the
@@ -372,21 +373,21 @@ def m005_run_origins(db: Database) -> None:
 
 
 @migrations()
-def m006_bench_condition_warmup(db: Database) -> None:
+def m006_bench_condition_warmup(db: sqlite3.Connection) -> None:
     """Each condition's warm-up: per server start, the uncounted requests' latencies and whether
     two in a row agreed within the tolerance (benchmark/execute.py). Additive: older rows get '[]'."""
     db.execute("ALTER TABLE bench_conditions ADD COLUMN warmup_json TEXT NOT NULL DEFAULT '[]'")
 
 
 @migrations()
-def m007_artifact_paths_ctime(db: Database) -> None:
+def m007_artifact_paths_ctime(db: sqlite3.Connection) -> None:
     """The stat cache keys on ctime too (registry/hashing.py: an in-place rewrite can restore size
     and mtime, never ctime). Older rows have NULL and are hashed once more on their next use."""
     db.execute("ALTER TABLE artifact_paths ADD COLUMN ctime_ns INTEGER")
 
 
 @migrations()
-def m008_artifact_shards(db: Database) -> None:
+def m008_artifact_shards(db: sqlite3.Connection) -> None:
     """The shards after the first of a split GGUF (registry/shards.py): per shard file, its number,
     the SHA-256 pinned for that number at registration, and its stat cache."""
     db.execute(
