@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import atexit
-import copy
 import gc
+import importlib
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from functools import cache
 from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
 
-from specreg.commands import artifacts, audit, bench, check, demo, deploy, export, fetch, inspect
 from specreg.commands.options import DbOpt, HelpCommand
 from specreg.errors import EXIT_UNDECIDED, SpecregError
 
@@ -22,24 +22,34 @@ try:  # typer >= 0.29 vendors click as typer._click: its usage errors are not cl
 except ImportError:  # pragma: no cover - a typer that uses click itself
     from click import ClickException  # type: ignore[assignment]
 
-# Every command, in the order of the pipeline (the order `--help` lists them), with the line
-# `--help` shows for it: a function is a command, a Typer a group of subcommands. Adding a
-# command is adding its line here.
-COMMANDS: list[tuple[str, Callable[..., Any] | typer.Typer, str]] = [
-    ("inspect", inspect.inspect_cmd, "Show what a GGUF file says about itself."),
-    ("register", artifacts.register_cmd, "Register GGUF files by SHA-256, with licence and source."),
-    ("fetch", fetch.fetch_cmd, "Download a GGUF from the hub, verify and register it."),
-    ("artifacts", artifacts.artifacts_cmd, "List registered artifacts."),
-    ("check", check.check_app, "Admit or reject a target/draft pair (check pair)."),
-    ("pairs", check.pairs_cmd, "List checked pairs with their verdicts."),
-    ("bench", bench.bench_app, "Benchmark admitted pairs on a real llama.cpp server."),
-    ("runs", bench.runs_app, "List benchmark runs, or show one."),
-    ("audit", audit.audit_cmd, "Check every deployment gate for admitted pairs."),
-    ("deploy", deploy.deploy_cmd, "Print the pinned llama-server command for an audited pair."),
-    ("export", export.export_cmd, "Write runs and verdicts to a bundle, or a pair to an ML-BOM."),
-    ("import", export.import_cmd, "Merge result bundles from other machines into this registry."),
-    ("demo", demo.demo_cmd, "The whole pipeline on tiny generated models."),
+# Every command, in the order of the pipeline (the order `--help` lists them), with where it
+# lives (`module:attribute` under specreg.commands: a function is a command, a Typer a group of
+# subcommands) and the line `--help` shows for it. Adding a command is adding its line here.
+# A command's module is imported only when that command runs (or the whole app is asked for):
+# each pulls in its own stage (registry, benchmark, audit), and `specreg inspect` needs none.
+COMMANDS: list[tuple[str, str, str]] = [
+    ("inspect", "inspect:inspect_cmd", "Show what a GGUF file says about itself."),
+    ("register", "artifacts:register_cmd", "Register GGUF files by SHA-256, with licence and source."),
+    ("fetch", "fetch:fetch_cmd", "Download a GGUF from the hub, verify and register it."),
+    ("artifacts", "artifacts:artifacts_cmd", "List registered artifacts."),
+    ("check", "check:check_app", "Admit or reject a target/draft pair (check pair)."),
+    ("pairs", "check:pairs_cmd", "List checked pairs with their verdicts."),
+    ("bench", "bench:bench_app", "Benchmark admitted pairs on a real llama.cpp server."),
+    ("runs", "bench:runs_app", "List benchmark runs, or show one."),
+    ("audit", "audit:audit_cmd", "Check every deployment gate for admitted pairs."),
+    ("deploy", "deploy:deploy_cmd", "Print the pinned llama-server command for an audited pair."),
+    ("export", "export:export_cmd", "Write runs and verdicts to a bundle, or a pair to an ML-BOM."),
+    ("import", "export:import_cmd", "Merge result bundles from other machines into this registry."),
+    ("demo", "demo:demo_cmd", "The whole pipeline on tiny generated models."),
 ]
+NAMES = [name for name, _, _ in COMMANDS]
+
+
+def load(ref: str) -> Callable[..., Any] | typer.Typer:
+    """The command function or sub-app `ref` (`module:attribute`) names, importing its module."""
+    module, attr = ref.split(":")
+    target: Callable[..., Any] | typer.Typer = getattr(importlib.import_module(f"specreg.commands.{module}"), attr)
+    return target
 
 
 class _PipelineOrder(TyperGroup):
@@ -49,18 +59,19 @@ class _PipelineOrder(TyperGroup):
         return [name for name, _, _ in COMMANDS if name in self.commands]
 
 
-app = typer.Typer(
-    name="specreg",
-    cls=_PipelineOrder,
-    help="Decide which speculative-decoding setups for llama.cpp are safe and worth deploying.\n\n"
-    "The registry (and the servers' logs beside it) lives in $SPECREG_HOME, default "
-    "~/.local/share/specreg; --db or $SPECREG_DB names another registry file.\n\n"
-    "Example: specreg check pair target.gguf draft.gguf && specreg bench admitted && specreg audit",
-    no_args_is_help=True,
-    rich_markup_mode=None,
-    pretty_exceptions_enable=False,
-    add_completion=False,
-)
+def _new_app() -> typer.Typer:
+    return typer.Typer(
+        name="specreg",
+        cls=_PipelineOrder,
+        help="Decide which speculative-decoding setups for llama.cpp are safe and worth deploying.\n\n"
+        "The registry (and the servers' logs beside it) lives in $SPECREG_HOME, default "
+        "~/.local/share/specreg; --db or $SPECREG_DB names another registry file.\n\n"
+        "Example: specreg check pair target.gguf draft.gguf && specreg bench admitted && specreg audit",
+        no_args_is_help=True,
+        rich_markup_mode=None,
+        pretty_exceptions_enable=False,
+        add_completion=False,
+    )
 
 
 def _version(show: bool) -> None:
@@ -78,7 +89,6 @@ def _version(show: bool) -> None:
     raise typer.Exit()
 
 
-@app.callback()
 def _root(
     db: DbOpt = None,
     _show_version: Annotated[
@@ -93,13 +103,35 @@ def _root(
         os.environ["SPECREG_DB"] = str(db)
 
 
-for _name, _target, _summary in COMMANDS:
-    if isinstance(_target, typer.Typer):
-        for _sub in _target.registered_commands:  # subcommands too get the house help format
-            _sub.cls = HelpCommand
-        app.add_typer(_target, name=_name, short_help=_summary)
-    else:
-        app.command(_name, cls=HelpCommand, short_help=_summary)(_target)
+def build(names: Iterable[str] | None = None) -> typer.Typer:
+    """The app with the named commands (every command when None), importing only their modules."""
+    app = _new_app()
+    app.callback()(_root)
+    wanted = set(NAMES if names is None else names)
+    for name, ref, summary in COMMANDS:
+        if name not in wanted:
+            continue
+        target = load(ref)
+        if isinstance(target, typer.Typer):
+            for sub in target.registered_commands:  # subcommands too get the house help format
+                sub.cls = HelpCommand
+            app.add_typer(target, name=name, short_help=summary)
+        else:
+            app.command(name, cls=HelpCommand, short_help=summary)(target)
+    return app
+
+
+@cache
+def whole_app() -> typer.Typer:
+    """Every command: what root `--help`, an unknown word or a root option is answered with."""
+    return build()
+
+
+def __getattr__(name: str) -> Any:
+    """`specreg.cli.app`: the whole app, built on first use (tests and embedders use it)."""
+    if name == "app":
+        return whole_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _command_name(argv: list[str]) -> str | None:
@@ -121,10 +153,11 @@ def _command_name(argv: list[str]) -> str | None:
 def startup(argv: list[str]) -> typer.Typer:
     """Every start-up measure in one place; returns the app to run for `argv`.
 
-    1. Only the command being run is built: typer turns every registered command into a click
-       command (evaluating each signature's annotations) before it runs one, ~10 ms for all of
-       them; `--version` builds none. An unknown word or another root option gets the whole
-       app, which names the choices.
+    1. Only the command being run is imported and built: each command module pulls in its own
+       stage (registry, benchmark, audit), and typer turns every registered command into a
+       click command (evaluating each signature's annotations) before it runs one; `--version`
+       builds none. An unknown word or another root option gets the whole app, which names
+       the choices.
     2. An ending process skips the interpreter's last hunt for reference cycles: it walks every
        object still alive (pydantic's schemas, typer's, rich's), ~50 ms of every command. Frozen
        objects are skipped; atexit handlers and weakref finalizers still run.
@@ -132,15 +165,11 @@ def startup(argv: list[str]) -> typer.Typer:
     atexit.unregister(gc.freeze)  # once, however often this runs (tests run many commands in one process)
     atexit.register(gc.freeze)
     name = _command_name(argv)
-    commands = [c for c in app.registered_commands if c.name == name]
-    groups = [g for g in app.registered_groups if g.name == name]
     if name is None and "--version" in argv and "--help" not in argv:
-        commands, groups = [], []  # the version needs no command at all
-    elif name is None or not (commands or groups):
-        return app
-    only = copy.copy(app)
-    only.registered_commands, only.registered_groups = commands, groups
-    return only
+        return build([])  # the version needs no command at all
+    if name is None or name not in NAMES:
+        return whole_app()
+    return build([name])
 
 
 def _trace(debug: bool) -> None:

@@ -24,16 +24,34 @@ def test_startup_imports_nothing_heavy() -> None:
     assert out.strip() == "[]"
 
 
-NAMES = [name for name, _, _ in cli.COMMANDS]
-
-
-@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("name", cli.NAMES)
 def test_only_the_command_being_run_is_built_and_it_behaves_the_same(name: str) -> None:
     only = cli.startup(["--db", "x.db", name, "--help"])
     assert only is not cli.app
     assert [c.name for c in only.registered_commands + only.registered_groups] == [name]
     runner = CliRunner()
     assert runner.invoke(only, [name, "--help"]).output == runner.invoke(cli.app, [name, "--help"]).output
+
+
+# Each command imports its own stage and nothing of the others' (a fresh process per command).
+NOT_IMPORTED = {
+    "inspect": ("pydantic", "specreg.registry.store", "specreg.validators.pair", "specreg.benchmark", "jinja2"),
+    "check": ("specreg.benchmark.runner", "specreg.audit", "specreg.report", "numpy", "httpx", "psutil"),
+    "pairs": ("specreg.benchmark.runner", "specreg.audit", "specreg.report", "numpy", "jinja2"),
+    "artifacts": ("specreg.benchmark", "specreg.audit", "specreg.validators.pair", "numpy", "jinja2"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NOT_IMPORTED))
+def test_a_command_imports_only_its_own_stage(name: str) -> None:
+    code = (
+        "import sys\n"
+        "from specreg import cli\n"
+        f"cli.startup([{name!r}, '--help'])\n"
+        f"print(sorted(m for m in {NOT_IMPORTED[name]!r} if m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "[]", proc.stdout
 
 
 @pytest.mark.parametrize(

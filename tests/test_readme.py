@@ -42,7 +42,8 @@ def test_the_glance_block_lists_every_command_in_pipeline_order() -> None:
 
 def _commands() -> list[list[str]]:
     out: list[list[str]] = []
-    for name, target, _ in cli.COMMANDS:
+    for name, ref, _ in cli.COMMANDS:
+        target = cli.load(ref)
         if isinstance(target, typer.Typer):
             out += [[name], *([name, str(sub.name)] for sub in target.registered_commands)]
         else:

@@ -104,9 +104,9 @@ def test_migration_records_are_sqlite_utils_own(tmp_path: Path) -> None:
     table = ours["_sqlite_migrations"]
     assert table.pks == ["id"]  # type: ignore[union-attr]
     assert {tuple(i.columns) for i in table.indexes if i.unique} == {("migration_set", "name")}  # type: ignore[union-attr]
-    before = list(table.rows)  # type: ignore[union-attr]
+    before = list(table.rows)
     theirs().apply(ours)  # nothing left for sqlite-utils to do
-    assert list(table.rows) == before  # type: ignore[union-attr]
+    assert list(table.rows) == before
     ours.close()
 
     old = Database(tmp_path / "old.db")
