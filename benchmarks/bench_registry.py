@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -67,7 +68,7 @@ def fill(reg: Registry, root: Path, scale: float) -> dict[str, int]:
     n_art, n_targets = int(10_000 * scale), int(1_000 * scale)
     n_draft_pairs, n_runs, reps = int(4_000 * scale), int(1_000 * scale), 10
     tiny = write_model(root / "tiny.gguf", ModelSpec())
-    summary = summarize(tiny).model_dump(mode="json")
+    summary = asdict(summarize(tiny))
     licence = LicenceRecord(
         sources=[LicenceSource(source="gguf", value="apache-2.0")], effective="apache-2.0", effective_source="gguf"
     ).model_dump_json()

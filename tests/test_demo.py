@@ -79,7 +79,7 @@ def test_demo_end_to_end_then_again(tmp_path: Path) -> None:
         assert not must_pass & set(p.failed_gates), (p.pair_id, p.failed_gates)
     verdict = re.search(r"^audit verdict: (PASS|FAIL) - ", out, re.M)
     assert verdict and verdict.group(1) == ("PASS" if report.passed else "FAIL")
-    decided = dict(re.findall(r"^deploy for (\S+): (.+?)(?: \(speed-up [\d.]+\))?$", out, re.M))
+    decided = dict(re.findall(r"^deploy for (\S+): (.+?)(?: \(speed-up [\d.]+x(?: \[[\d., ]+\])?\))?$", out, re.M))
     assert decided == {d.stratum: d.choice for d in report.decisions}
     assert set(decided) == {"repetitive", "chat"}
     report = folder / "report.html"

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import struct
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import gguf
@@ -13,6 +15,7 @@ import pytest
 from specreg.errors import GGUFError
 from specreg.gguf.reader import GGUFArray, open_gguf
 from specreg.gguf.summary import summarize
+from specreg.schemas.gguf import GGUFSummary, summary_from_json, summary_to_json
 from specreg.testing import ModelSpec, write_model
 
 
@@ -64,7 +67,7 @@ def test_summary_reads_identity_shape_and_tokenizer(models: dict[str, Path]) -> 
     )
     assert t.n_tokens == len(open_gguf(models["target"]).token_texts()) > 256
     assert t.chat_template_present and t.chat_template_sha256 == hashlib.sha256(b"{{ messages }}").hexdigest()
-    assert s.license.model_dump() == {"license": "apache-2.0", "name": "Apache 2.0", "link": "https://x/LICENSE"}
+    assert asdict(s.license) == {"license": "apache-2.0", "name": "Apache 2.0", "link": "https://x/LICENSE"}
     assert s.provenance.base_models == [{"name": "Org/Base", "repo_url": "https://x/base"}]
     assert s.provenance.repo_url == "https://x/target"
 
@@ -109,7 +112,7 @@ def test_speculative_metadata(models: dict[str, Path]) -> None:
     assert e.speculative.d2t_shape == [4] and e.speculative.dflash_target_layers is None
     d = summarize(models["dflash"]).speculative
     assert (d.dflash_block_size, d.dflash_target_layers, d.dflash_target_hidden_size) == (16, [2, 4], 64)
-    assert summarize(models["target"]).speculative.model_dump()["nextn_tensors"] == []
+    assert summarize(models["target"]).speculative.nextn_tensors == []
 
 
 def test_tensor_values_reads_small_tensors_only(models: dict[str, Path]) -> None:
@@ -176,7 +179,7 @@ def test_gguf_v2_is_read_like_v3(models: dict[str, Path], tmp_path: Path) -> Non
     p.write_bytes(bytes(data))
     v2, v3 = summarize(p), summarize(models["target"])
     assert v2.version == 2
-    assert v2.model_dump(exclude={"version", "path"}) == v3.model_dump(exclude={"version", "path"})
+    assert replace(v2, version=3, path="") == replace(v3, path="")
 
 
 def test_invalid_utf8_values_are_replaced_but_hashed_raw(tmp_path: Path) -> None:
@@ -190,7 +193,7 @@ def test_invalid_utf8_values_are_replaced_but_hashed_raw(tmp_path: Path) -> None
     w.close()
     f = open_gguf(tmp_path / "u.gguf")
     s = summarize(f)
-    assert s.name == "caf\ufffd" and s.model_dump_json()  # display-safe, JSON-safe
+    assert s.name == "caf\ufffd" and summary_to_json(s)  # display-safe, JSON-safe
     assert s.tokenizer.chat_template_sha256 == hashlib.sha256(b"\xff{{x}}").hexdigest()
     assert [t.encode("utf-8", "surrogateescape") for t in f.token_texts()] == [b"a", b"\x80"]
 
@@ -213,15 +216,28 @@ def test_open_errors_name_the_path(tmp_path: Path) -> None:
 
 
 def test_summaries_are_built_without_validation_yet_valid(models: dict[str, Path]) -> None:
-    """The reader constructs summaries from type-checked values (no schema is built for `inspect`):
-    every one must still pass pydantic's validation unchanged, nested models included."""
-    from specreg.schemas.gguf import GGUFSummary
+    """The reader fills plain dataclasses from type-checked values (no pydantic on `inspect`'s
+    path): every summary must still pass strict validation unchanged, nested parts included, and
+    round-trip through the registry's JSON."""
+    from pydantic import TypeAdapter
 
+    adapter = TypeAdapter(GGUFSummary)
     for name, path in models.items():
         s = summarize(open_gguf(path))
-        again = GGUFSummary.model_validate(s.model_dump(), strict=True)
-        assert again == s, name
-        assert GGUFSummary.model_validate_json(s.model_dump_json()) == s, name
+        assert adapter.validate_python(asdict(s), strict=False) == s, name
+        assert summary_from_json(summary_to_json(s), strict=True) == s, name
+
+
+def test_a_summary_from_json_is_validated() -> None:
+    """`summary_json` read back from a registry or bundle is checked, field by field."""
+    s = GGUFSummary(path="m.gguf", file_size=1, version=3, n_tensors=0, n_kv=0)
+    data = asdict(s)
+    data["tokenizer"]["n_tokens"] = "many"
+    with pytest.raises(ValueError, match="n_tokens"):
+        summary_from_json(json.dumps(data))
+    del data["file_size"]
+    with pytest.raises(ValueError, match="file_size"):
+        summary_from_json(json.dumps(data))
 
 
 def test_special_tokens_are_decoded_alone(models: dict[str, Path]) -> None:

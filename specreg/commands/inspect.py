@@ -150,6 +150,7 @@ def inspect_cmd(
     from specreg.gguf.reader import open_gguf
     from specreg.gguf.summary import summarize
     from specreg.registry.remote import is_remote, open_remote
+    from specreg.schemas.gguf import as_dict
 
     remote = None
     if is_remote(file):
@@ -160,9 +161,10 @@ def inspect_cmd(
         gf = open_gguf(file)
         sha, lic, conflict = _known(Path(file), do_hash)
     warn(f"{file}: {w}" for w in gf.warnings)
-    summary = summarize(gf).model_copy(update={"sha256": sha})
+    summary = summarize(gf)
+    summary.sha256 = sha
     if json_out:
-        emit_json(summary.model_dump(mode="json") | {"remote": remote} if remote else summary)
+        emit_json(as_dict(summary) | ({"remote": remote} if remote else {}))
         return
     from specreg.gguf.format import KEY_TOKENS, T_STRING
 

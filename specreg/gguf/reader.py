@@ -122,7 +122,7 @@ class GGUFFile:
             k: GGUFArray(self, k, v) if isinstance(v, ArrayRef) else v for k, v in header.values.items()
         }
         self.tensors: list[TensorInfo] = [
-            TensorInfo.model_construct(
+            TensorInfo(
                 name=t.name,
                 shape=t.shape,
                 ggml_type=t.ggml_type,

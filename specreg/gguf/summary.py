@@ -5,6 +5,7 @@ Values are read as stored (raw, not llama.cpp's effective defaults), every looku
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import re
 from pathlib import Path
@@ -38,7 +39,7 @@ def _tokenizer(gf: GGUFFile) -> TokenizerSummary:
     get_str(gf, F.KEY_CHAT_TEMPLATE)  # type-checks the key
     ids: dict[str, Any] = {field: get_int(gf, key) for field, key in F.SPECIAL_ID_KEYS.items()}
     flags: dict[str, Any] = {field: get_bool(gf, key) for field, key in F.ADD_FLAG_KEYS.items()}
-    return TokenizerSummary.model_construct(
+    return TokenizerSummary(
         model=get_str(gf, F.KEY_TOK_MODEL),
         pre=get_str(gf, F.KEY_TOK_PRE),
         n_tokens=0 if tokens is None else tokens.count,
@@ -55,7 +56,7 @@ def _tokenizer(gf: GGUFFile) -> TokenizerSummary:
 
 
 def _speculative(gf: GGUFFile, arch: str | None) -> SpeculativeMeta:
-    meta = SpeculativeMeta.model_construct(nextn_tensors=[t.name for t in gf.tensors if _NEXTN_TENSOR.match(t.name)])
+    meta = SpeculativeMeta(nextn_tensors=[t.name for t in gf.tensors if _NEXTN_TENSOR.match(t.name)])
     d2t = gf.tensor(F.D2T_TENSOR)
     meta.d2t_shape = None if d2t is None else list(d2t.shape)
     if arch is None:
@@ -93,14 +94,14 @@ def _provenance(gf: GGUFFile) -> ProvenanceFields:
             bases.setdefault(int(m.group(1)), {})[m.group(2)] = _plain(gf, key)
         elif key.startswith(F.SOURCE_PREFIX):
             source[key[len(F.SOURCE_PREFIX) :]] = _plain(gf, key)
-    return ProvenanceFields.model_construct(
+    return ProvenanceFields(
         base_models=[bases[i] for i in sorted(bases)], source=source, repo_url=get_str(gf, F.KEY_REPO_URL)
     )
 
 
 def build_summary(gf: GGUFFile) -> GGUFSummary:
     """Assemble the summary; every lookup is type-checked against the stored value type, so the
-    models are constructed without a second validation (and without building their schemas)."""
+    plain dataclasses need no second validation."""
     arch = get_str(gf, F.KEY_ARCH)
     split_count = get_int(gf, F.KEY_SPLIT_COUNT)
     split_no = get_int(gf, F.KEY_SPLIT_NO)
@@ -113,7 +114,7 @@ def build_summary(gf: GGUFFile) -> GGUFSummary:
         return None if arch is None else get_int(gf, template.format(arch=arch))
 
     file_type = get_int(gf, F.KEY_FILE_TYPE)
-    return GGUFSummary.model_construct(
+    return GGUFSummary(
         path=str(gf.path),
         file_size=gf.file_size,
         version=gf.version,
@@ -136,7 +137,7 @@ def build_summary(gf: GGUFFile) -> GGUFSummary:
         split_no=split_no,
         tokenizer=_tokenizer(gf),
         speculative=_speculative(gf, arch),
-        license=LicenceFields.model_construct(
+        license=LicenceFields(
             license=get_str(gf, F.KEY_LICENSE),
             name=get_str(gf, F.KEY_LICENSE_NAME),
             link=get_str(gf, F.KEY_LICENSE_LINK),
@@ -150,4 +151,4 @@ def summarize(source: GGUFFile | str | Path) -> GGUFSummary:
     gf = source if isinstance(source, GGUFFile) else open_gguf(source)
     if gf._summary is None:
         gf._summary = build_summary(gf)
-    return gf._summary.model_copy(deep=True)  # callers may edit theirs (e.g. fill sha256)
+    return copy.deepcopy(gf._summary)  # callers may edit theirs (e.g. fill sha256)

@@ -13,6 +13,7 @@ import re
 import sqlite3
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,7 @@ from specreg.errors import AmbiguousArtifact, ArtifactNotFound, SpecregError
 from specreg.registry import hashing, licence, snapshot
 from specreg.registry.db import Database, now_iso, paused_gc, read_only_error
 from specreg.registry.shards import Shard, ShardStore, is_split
-from specreg.schemas.gguf import GGUFSummary
+from specreg.schemas.gguf import GGUFSummary, summary_from_json, summary_to_json
 from specreg.schemas.registry import ArtifactRecord, LicenceRecord, LicenceSource, Provenance
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ def _stored(load: Any, raw: str, default: Any) -> Any:
 
 
 def _record(row: sqlite3.Row, paths: list[str], with_summary: bool) -> ArtifactRecord:
-    summary = GGUFSummary.model_validate_json(row["summary_json"]) if with_summary else None
+    summary = summary_from_json(row["summary_json"]) if with_summary else None
     return ArtifactRecord(
         sha256=row["sha256"],
         size=row["size"],
@@ -308,7 +309,7 @@ class ArtifactStore:
         card: LicenceSource | None,
         stamp: str,
     ) -> None:
-        summary = summary.model_copy(update={"sha256": sha})
+        summary = replace(summary, sha256=sha)
         sources: list[LicenceSource | None] = [licence.from_gguf(summary.license), card]
         if user_license:
             sources.append(LicenceSource(source="user", value=user_license))
@@ -326,7 +327,7 @@ class ArtifactStore:
                 summary.file_type,
                 summary.file_type_name,
                 summary.tokenizer.n_tokens,
-                summary.model_dump_json(),
+                summary_to_json(summary),
                 rec.effective,
                 rec.effective_source,
                 int(rec.conflict),

@@ -1,13 +1,26 @@
-"""What specreg knows about one GGUF file, without its tensor data."""
+"""What specreg knows about one GGUF file, without its tensor data.
+
+Plain dataclasses, not pydantic models: the reader fills them from values it has already
+type-checked against the file's own type tags, and `specreg inspect` prints them, so importing
+and building pydantic (~50 ms, a third of an inspect) buys nothing on that path. Where a summary
+crosses a trust boundary as JSON (the registry's `summary_json`, a result bundle) it is
+validated on the way in by `summary_from_json`, through a pydantic TypeAdapter built on first
+use; pydantic models that embed a summary (`ArtifactRecord`) validate it the same way.
+"""
 
 from __future__ import annotations
 
-from pydantic import Field
+import json
+from dataclasses import asdict, dataclass, field
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-from specreg.schemas.base import BaseModel
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 
 
-class TensorInfo(BaseModel):
+@dataclass(kw_only=True, slots=True)
+class TensorInfo:
     """One tensor's header entry; `offset` is relative to the start of the data section."""
 
     name: str
@@ -18,7 +31,8 @@ class TensorInfo(BaseModel):
     n_bytes: int
 
 
-class TokenizerSummary(BaseModel):
+@dataclass(kw_only=True, slots=True)
+class TokenizerSummary:
     """Tokenizer facts as stored in the file (raw, not llama.cpp's effective defaults)."""
 
     model: str | None = None
@@ -46,11 +60,12 @@ class TokenizerSummary(BaseModel):
     chat_template_sha256: str | None = None
 
 
-class SpeculativeMeta(BaseModel):
+@dataclass(kw_only=True, slots=True)
+class SpeculativeMeta:
     """Metadata that speculative methods (MTP, EAGLE-3, DFlash) depend on."""
 
     nextn_predict_layers: int | None = None
-    nextn_tensors: list[str] = Field(default_factory=list)
+    nextn_tensors: list[str] = field(default_factory=list)
     eagle3_target_layers: list[int] | None = None
     eagle3_target_hidden_size: int | None = None
     dflash_block_size: int | None = None
@@ -59,7 +74,8 @@ class SpeculativeMeta(BaseModel):
     d2t_shape: list[int] | None = None
 
 
-class LicenceFields(BaseModel):
+@dataclass(kw_only=True, slots=True)
+class LicenceFields:
     """`general.license*` as written in the file (untrusted text)."""
 
     license: str | None = None
@@ -67,15 +83,17 @@ class LicenceFields(BaseModel):
     link: str | None = None
 
 
-class ProvenanceFields(BaseModel):
+@dataclass(kw_only=True, slots=True)
+class ProvenanceFields:
     """`general.base_model.*`, `general.source.*`, `general.repo_url` as written in the file."""
 
-    base_models: list[dict[str, str | int | None]] = Field(default_factory=list)
-    source: dict[str, str | int | None] = Field(default_factory=dict)
+    base_models: list[dict[str, str | int | None]] = field(default_factory=list)
+    source: dict[str, str | int | None] = field(default_factory=dict)
     repo_url: str | None = None
 
 
-class GGUFSummary(BaseModel):
+@dataclass(kw_only=True, slots=True)
+class GGUFSummary:
     """The facts the validators, registry and reports need from one GGUF file."""
 
     path: str
@@ -99,7 +117,29 @@ class GGUFSummary(BaseModel):
     vocab_only: bool = False
     split_count: int | None = None
     split_no: int | None = None
-    tokenizer: TokenizerSummary = Field(default_factory=TokenizerSummary)
-    speculative: SpeculativeMeta = Field(default_factory=SpeculativeMeta)
-    license: LicenceFields = Field(default_factory=LicenceFields)
-    provenance: ProvenanceFields = Field(default_factory=ProvenanceFields)
+    tokenizer: TokenizerSummary = field(default_factory=TokenizerSummary)
+    speculative: SpeculativeMeta = field(default_factory=SpeculativeMeta)
+    license: LicenceFields = field(default_factory=LicenceFields)
+    provenance: ProvenanceFields = field(default_factory=ProvenanceFields)
+
+
+@cache
+def _adapter() -> TypeAdapter[GGUFSummary]:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(GGUFSummary)
+
+
+def summary_from_json(text: str | bytes, *, strict: bool = False) -> GGUFSummary:
+    """A summary read back from JSON (the registry, a bundle): every field validated."""
+    return _adapter().validate_json(text, strict=strict)
+
+
+def summary_to_json(summary: GGUFSummary) -> str:
+    """The compact JSON the registry stores (`summary_from_json` reads it back equal)."""
+    return json.dumps(as_dict(summary), ensure_ascii=False, separators=(",", ":"))
+
+
+def as_dict(summary: Any) -> dict[str, Any]:
+    """Plain data (dicts, lists, str, int, bool, None), e.g. for `--json`."""
+    return asdict(summary)
