@@ -19,27 +19,28 @@ _SPECIAL = ("bos", "eos", "eot", "eom", "unk", "pad", "sep", "fim_pre", "fim_suf
 
 def _known(path: Path, do_hash: bool) -> tuple[str | None, str | None, bool | None]:
     """(sha256, effective licence, licence conflict) from the registry's stat cache, or by
-    hashing with --hash. Never creates a registry or writes to one."""
+    hashing with --hash. Never creates a registry or writes a record."""
     sha = lic = None
     conflict = None
     db = db_path()
     if db.exists():
         from specreg.errors import SpecregError
-        from specreg.registry.store import Registry
+        from specreg.registry import statcache
+        from specreg.registry.db import Database
 
         try:
-            with Registry(db, show_progress=False) as reg:
-                sha = reg.known_sha256(path)
+            database = Database(db)
+            try:
+                sha = statcache.known_sha256(database, path)
                 if sha is None and do_hash:
                     from specreg.registry.hashing import sha256_with_bar
 
                     sha = sha256_with_bar(path)[0]
-                if sha is not None:
-                    try:
-                        rec = reg.get_artifact(sha)
-                        lic, conflict = rec.licence.effective, rec.licence.conflict
-                    except SpecregError:
-                        pass  # hashed with --hash but not registered
+                known = None if sha is None else statcache.licence_of(database, sha)
+                if known is not None:  # None: hashed with --hash but not registered
+                    lic, conflict = known
+            finally:
+                database.close()
         except SpecregError:
             pass  # an unreadable registry must not stop a read-only look at a file
     if sha is None and do_hash:

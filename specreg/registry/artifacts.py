@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specreg.errors import AmbiguousArtifact, ArtifactNotFound, SpecregError
-from specreg.registry import hashing, licence, snapshot
+from specreg.registry import hashing, licence, snapshot, statcache
 from specreg.registry.db import Database, now_iso, paused_gc, read_only_error
 from specreg.registry.shards import Shard, ShardStore, is_split
 from specreg.schemas.gguf import GGUFSummary, summary_from_json, summary_to_json
@@ -151,30 +151,12 @@ class ArtifactStore:
             return {r["sha256"]: _record(r, paths.get(r["sha256"], []), with_summary) for r in found}
 
     def cached_sha(self, apath: str, key: hashing.StatKey) -> tuple[str, int] | None:
-        """(sha256, hashed_at_ns) when this path - or a hard/sym link to the same inode - has
-        this exact stat and the stat is not racy; None means the bytes must be hashed."""
-        found = self.db.rows(
-            "SELECT p.sha256, p.hashed_at_ns, p.path = ? AS same FROM artifact_paths p "
-            "JOIN artifacts a ON a.sha256 = p.sha256 "
-            "WHERE (p.path = ? OR (p.device = ? AND p.inode = ?)) "
-            "AND p.device = ? AND p.inode = ? AND p.size = ? AND p.mtime_ns = ? AND p.ctime_ns = ? "
-            "ORDER BY same DESC",
-            (apath, apath, key.device, key.inode, key.device, key.inode, key.size, key.mtime_ns, key.ctime_ns),
-        )
-        for row in found:
-            if not hashing.is_racy(key, row["hashed_at_ns"]):
-                return row["sha256"], row["hashed_at_ns"]
-        return None
+        """(sha256, hashed_at_ns) when the stat cache vouches for this path (statcache.py)."""
+        return statcache.cached_sha(self.db, apath, key)
 
     def known_sha256(self, path: str | Path) -> str | None:
         """The SHA-256 of a file if the stat cache vouches for it (no hashing, no write)."""
-        apath = os.path.abspath(os.fspath(path))
-        try:
-            key = hashing.StatKey.of(os.stat(apath))
-        except OSError:
-            return None
-        hit = self.cached_sha(apath, key)
-        return hit[0] if hit else None
+        return statcache.known_sha256(self.db, path)
 
     def registered_unchanged(self, path: str | Path) -> str | None:
         """The SHA-256 when this very path is registered and unchanged since (stat cache)."""

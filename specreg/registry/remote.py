@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from specreg.errors import RemoteError, UsageError
-from specreg.schemas.registry import ArtifactRecord, Provenance
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the records only where one is made: `specreg inspect URL` needs no pydantic
     from specreg.gguf.reader import GGUFFile
     from specreg.registry.store import Registry
+    from specreg.schemas.registry import ArtifactRecord
 
 SCHEMES = ("https://", "http://", "hf://")
 REMOTE_KEY = "remote"  # Provenance.extra key holding the facts below
@@ -129,6 +129,7 @@ def open_remote(ref: str) -> tuple[GGUFFile, RemoteFile]:
 def record_remote(reg: Registry, gf: GGUFFile, remote: RemoteFile) -> ArtifactRecord:
     """Record the artifact under its hub SHA-256, marked metadata only; no SHA-256: refused."""
     from specreg.gguf.summary import summarize
+    from specreg.schemas.registry import Provenance
 
     if remote.sha256 is None:
         raise RemoteError(
