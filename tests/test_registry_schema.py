@@ -40,6 +40,7 @@ SCHEMA: dict[str, list[str]] = {
         "provenance_json",
         "registered_at",
         "updated_at",
+        "layout_json",
     ],
     "artifact_paths": [
         "id",

@@ -22,6 +22,8 @@ from specreg.gguf.source import FIRST_READ, MAX_HEADER_BYTES, READ_STEP, ByteSou
 from specreg.gguf.walk import ArrayRef, Header, Walker, printable
 from specreg.schemas.gguf import GGUFSummary, TensorInfo
 
+LAYOUT_MIN_COUNT = 4096  # string arrays shorter than this are walked faster than looked up
+
 # ggml type -> numpy dtype for tensor_values(); quantized types have no per-element value.
 _VALUE_DTYPES = {0: "<f4", 1: "<f2", 28: "<f8", 24: "<i1", 25: "<i2", 26: "<i4", 27: "<i8", 30: "bf16"}
 
@@ -55,7 +57,10 @@ class GGUFArray:
 
     def sha256(self) -> str:
         """Fingerprint: SHA-256 over the raw payload, so equal arrays hash equal without decoding."""
-        return hashlib.sha256(self.raw()).hexdigest()
+        known = self._owner._array_sha
+        if self.offset not in known:
+            known[self.offset] = hashlib.sha256(self.raw()).hexdigest()
+        return known[self.offset]
 
     def strings_at(self, indices: Iterable[int]) -> dict[int, str]:
         """Some elements of a string array, decoded without decoding the others (a few special
@@ -135,6 +140,8 @@ class GGUFFile:
         self.n_elements: dict[str, int] = {t.name: t.n_elements for t in header.tensors}
         self._tensor_index = {t.name: t for t in self.tensors}
         self._cache: dict[str, object] = {}
+        self._array_sha: dict[int, str] = {start: sha for start, _, sha in header.skipped}  # array offset -> SHA-256
+        self.jumped = len(header.skipped)  # string arrays read_gguf(known=...) jumped over (each proven)
         self._summary: GGUFSummary | None = None
         self.sha256: str | None = None  # set by whoever hashed the bytes (the registry); checks compare it
         self._merges_checked = False
@@ -156,6 +163,16 @@ class GGUFFile:
 
     def tensor(self, name: str) -> TensorInfo | None:
         return self._tensor_index.get(name)
+
+    def string_array_layout(self, min_count: int = LAYOUT_MIN_COUNT) -> dict[int, tuple[int, int, str]]:
+        """Where each long string array starts and ends, with its payload's SHA-256: given back to
+        `read_gguf(known=...)`, a later read of the same bytes jumps over them instead of walking
+        150,000 length prefixes per array (most of a vocabulary file's parse)."""
+        return {
+            a.offset: (a.count, a.offset + a.nbytes, a.sha256())
+            for a in self.metadata.values()
+            if isinstance(a, GGUFArray) and a.item_type == F.T_STRING and a.count >= min_count
+        }
 
     def array(self, key: str) -> list:
         """Decode the array stored under `key` (GGUFError if absent or not an array)."""
@@ -244,15 +261,32 @@ def read_gguf(
     first: int = FIRST_READ,
     step: int = READ_STEP,
     reopen: Callable[[], ByteSource] | None = None,
+    known: Mapping[int, tuple[int, int, str]] | None = None,
 ) -> GGUFFile:
     """Walk the header of any byte source (a local file, a range-read remote file); GGUFError on any defect.
+
+    `known`: `string_array_layout()` of an earlier read of this file. A string array found at a
+    known start with the known count is jumped over to its known end, and kept only if its
+    payload hashes to the known SHA-256 (the bytes the earlier read walked, length by length);
+    any mismatch reads the whole header again without `known`.
 
     `cap`, `first` and `step` bound the header window (a remote source may want larger reads);
     `reopen` gives a fresh source for tensor reads later (default: the local file at `source.path`)."""
     if source.size == 0:
         raise GGUFError(source.path, "not a GGUF file: the file is empty", field="magic", offset=0)
     window = HeaderWindow(source, cap=cap, first=first, step=step)
-    header = Walker(window).header()
+    walker = Walker(window, known)
+    try:
+        header = walker.header()
+    except GGUFError:
+        if not walker.skipped:
+            raise
+        header = None  # perhaps a wrong jump: only a full walk may say what is wrong with the file
+    # a jump is kept only if the bytes jumped over are those an earlier read walked, length by length
+    if header is None or any(
+        hashlib.sha256(memoryview(window.buf)[start:end]).hexdigest() != sha for start, end, sha in header.skipped
+    ):
+        return read_gguf(source, cap=cap, first=first, step=step, reopen=reopen)
     buf = window.trim(header.header_end)  # keep the window itself: no second copy of a header of many MiB
     name = source.path if isinstance(source.path, Path) else str(source.path)  # a URL stays a URL
     gf = GGUFFile(name, source.size, header, buf, reopen)

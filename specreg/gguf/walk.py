@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import mmap
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from specreg.errors import GGUFError
@@ -54,6 +55,7 @@ class Header:
     data_offset: int = 0
     header_end: int = 0
     warnings: list[str] = field(default_factory=list)  # accepted oddities llama.cpp also accepts
+    skipped: list[tuple[int, int, str]] = field(default_factory=list)  # (start, end, sha256) taken from `known`
 
 
 Buffer = bytes | bytearray | memoryview | mmap.mmap
@@ -102,8 +104,10 @@ def skip_strings(buf: Buffer, p: int, count: int) -> tuple[int, int]:
 class Walker:
     """A cursor over the header window that raises GGUFError naming the field and offset."""
 
-    def __init__(self, window: HeaderWindow) -> None:
+    def __init__(self, window: HeaderWindow, known: Mapping[int, tuple[int, int, str]] | None = None) -> None:
         self.win = window
+        self.known = known or {}  # string arrays seen before: start -> (count, end, sha256 of the payload)
+        self.skipped: list[tuple[int, int, str]] = []
         self.path = window.source.path
         self.buf = window.buf  # re-read after every growth (a resize may replace it)
         self.size = window.size
@@ -193,7 +197,7 @@ class Walker:
             raise self.err(f"{n_tensors} tensors, more than the {F.MAX_TENSORS} specreg reads", "n_tensors", 8)
         if n_kv > F.MAX_KV:
             raise self.err(f"{n_kv} key/values, more than the {F.MAX_KV} specreg reads", "n_kv", 16)
-        h = Header(version=version)
+        h = Header(version=version, skipped=self.skipped)
         self.kvs(h, n_kv)
         self.alignment(h)
         self.tensor_infos(h, n_tensors)
@@ -249,7 +253,14 @@ class Walker:
         if count > F.MAX_ARRAY_ELEMENTS:
             raise self.err(f"array of {count} elements exceeds the 2^30 limit", what, type_at + 4)
         start = self.pos
-        if item_type == F.T_STRING:
+        hint = self.known.get(start) if item_type == F.T_STRING else None
+        if hint is not None and hint[0] == count and start + 8 * count <= hint[1] <= self.size:
+            # the end of an array walked before: read_gguf proves it by the payload's SHA-256
+            self.win.ensure(hint[1], what)
+            self.buf = self.win.buf
+            end = hint[1]
+            self.skipped.append((start, end, hint[2]))
+        elif item_type == F.T_STRING:
             self.need(count * 8, f"array of {count} strings", what)
             end = self.strings_end(count, what)
         else:

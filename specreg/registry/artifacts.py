@@ -190,10 +190,13 @@ class ArtifactStore:
         """Open the file once, parse and hash that descriptor (the stat cache may vouch for the
         hash of exactly this stat unless `rehash`): what a verdict about these bytes needs."""
         return snapshot.take(
-            path, cached=None if rehash else self.cached_sha, hash_fd=lambda p, fd: self.hash(Path(p), fd)
+            path,
+            cached=None if rehash else self.cached_sha,
+            hash_fd=lambda p, fd: self.hash(Path(p), fd),
+            layout=lambda sha: statcache.layout_of(self.db, sha),
         )
 
-    def _read(self, apath: str, key: hashing.StatKey) -> tuple[GGUFSummary, str, int]:
+    def _read(self, apath: str, key: hashing.StatKey) -> tuple[GGUFSummary, str, int, str]:
         """Parse, then hash the same open file: the one place a registration reads its bytes. A
         non-GGUF file fails in the parse, before a 20 GB hash."""
         from specreg.gguf.summary import summarize
@@ -203,7 +206,12 @@ class ArtifactStore:
             raise SpecregError(
                 f"{apath}: file changed while it was being registered", hint="wait until the file is completely written"
             )
-        return summarize(snap.file), snap.sha256, snap.hashed_at_ns
+        return (
+            summarize(snap.file),
+            snap.sha256,
+            snap.hashed_at_ns,
+            statcache.layout_json(snap.file.string_array_layout()),
+        )
 
     def add(
         self,
@@ -227,12 +235,14 @@ class ArtifactStore:
         key = snap.key if snap is not None else stat_or_raise(apath)
         cached = None if rehash or snap is not None else self.cached_sha(apath, key)
         summary: GGUFSummary | None = None
+        layout: str | None = None  # where the file's long string arrays lie (statcache.layout_of)
         if snap is not None:
             from specreg.gguf.summary import summarize
 
             if self.db.read_only and snap.hashed:
                 raise read_only_error(self.db.path)
             sha, hashed_at, summary = snap.sha256, snap.hashed_at_ns, summarize(snap.file)
+            layout = statcache.layout_json(snap.file.string_array_layout())
         elif cached is not None:
             sha, hashed_at = cached
             # An unchanged, already-known path with nothing new to record needs no write at all.
@@ -242,18 +252,20 @@ class ArtifactStore:
         else:
             if self.db.read_only:  # don't hash 20 GB only to find we cannot record it
                 raise read_only_error(self.db.path)
-            summary, sha, hashed_at = self._read(apath, key)
+            summary, sha, hashed_at, layout = self._read(apath, key)
         # a split model: every shard is read (stat cache or hash) before anything is written
         shards: list[Shard] = []
         if summary is not None and is_split(summary):
             shards = self.shards.read(apath, summary, rehash=rehash)
         with self.db.transaction() as conn:
-            known = self.db.one("SELECT licence_json FROM artifacts WHERE sha256 = ?", (sha,))
+            known = self.db.one("SELECT licence_json, layout_json FROM artifacts WHERE sha256 = ?", (sha,))
             stamp = now_iso()
             if known is None:
                 if summary is None:  # cache pointed at a row deleted meanwhile: read it now
                     summary = self._parse(apath)
-                self._insert(conn, sha, summary, license, prov, card, stamp)
+                self._insert(conn, sha, summary, license, prov, card, stamp, layout)
+            elif layout is not None and known["layout_json"] != layout:  # registered before m009
+                conn.execute("UPDATE artifacts SET layout_json = ? WHERE sha256 = ?", (layout, sha))
             elif news or prov.source == "hf_cache":
                 rec = LicenceRecord.model_validate_json(known["licence_json"])
                 if license:
@@ -290,6 +302,7 @@ class ArtifactStore:
         prov: Provenance,
         card: LicenceSource | None,
         stamp: str,
+        layout: str | None = None,
     ) -> None:
         summary = replace(summary, sha256=sha)
         sources: list[LicenceSource | None] = [licence.from_gguf(summary.license), card]
@@ -300,7 +313,7 @@ class ArtifactStore:
             "INSERT INTO artifacts (sha256, size, name, architecture, file_type, file_type_name, "
             "n_tokens, summary_json, effective_license, licence_source, licence_conflict, "
             "licence_json, repo, revision, filename, provenance_source, provenance_json, "
-            "registered_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            "registered_at, updated_at, layout_json) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 sha,
                 summary.file_size,
@@ -321,6 +334,7 @@ class ArtifactStore:
                 json.dumps(prov.extra),
                 stamp,
                 stamp,
+                layout,
             ),
         )
 

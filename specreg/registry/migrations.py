@@ -408,3 +408,11 @@ def m008_artifact_shards(db: sqlite3.Connection) -> None:
         """
     )
     db.execute("CREATE INDEX idx_artifact_shards_artifact ON artifact_shards (artifact_sha256, shard_no)")
+
+
+@migrations()
+def m009_artifact_layout(db: sqlite3.Connection) -> None:
+    """Where a registered file's long string arrays (tokens, merges) lie, with their SHA-256
+    (GGUFFile.string_array_layout): a re-read of the same bytes jumps over them. Additive:
+    older rows get NULL and are read in full (and filled in when next read)."""
+    db.execute("ALTER TABLE artifacts ADD COLUMN layout_json TEXT")

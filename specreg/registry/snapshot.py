@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 CacheLookup = Callable[[str, StatKey], "tuple[str, int] | None"]  # (path, key) -> (sha256, hashed_at_ns)
 HashFd = Callable[[str, int], "tuple[str, StatKey, int]"]  # (path, fd) -> (sha256, key, hashed_at_ns)
+LayoutLookup = Callable[[str], "dict[int, tuple[int, int, str]] | None"]  # sha256 -> GGUFFile.string_array_layout()
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,13 @@ class Snapshot:
     hashed: bool  # False: the stat cache vouched for the SHA-256 of exactly this stat
 
 
-def take(path: str | os.PathLike[str], *, cached: CacheLookup | None, hash_fd: HashFd) -> Snapshot:
-    """Open `path` once, parse and hash that descriptor; SpecregError if the file changed meanwhile."""
+def take(
+    path: str | os.PathLike[str], *, cached: CacheLookup | None, hash_fd: HashFd, layout: LayoutLookup | None = None
+) -> Snapshot:
+    """Open `path` once, parse and hash that descriptor; SpecregError if the file changed meanwhile.
+
+    `layout`: where the long string arrays of the bytes the stat cache vouches for lie
+    (statcache.layout_of); the reader jumps over them and proves each jump by its SHA-256."""
     from specreg.gguf.reader import read_gguf
     from specreg.gguf.source import FileSource
 
@@ -55,9 +61,10 @@ def take(path: str | os.PathLike[str], *, cached: CacheLookup | None, hash_fd: H
         if not stat.S_ISREG(st.st_mode):
             raise ArtifactNotFound(f"{apath}: not a regular file")
         key = StatKey.of(st)
-        # tensor data (EAGLE-3's d2t) is read later by reopening: only if it is still this file
-        gf = read_gguf(FileSource(apath, fd=fd), reopen=lambda: _same_file(apath, key))
         hit = cached(apath, key) if cached is not None else None
+        known = layout(hit[0]) if hit is not None and layout is not None else None
+        # tensor data (EAGLE-3's d2t) is read later by reopening: only if it is still this file
+        gf = read_gguf(FileSource(apath, fd=fd), reopen=lambda: _same_file(apath, key), known=known)
         if hit is not None:
             sha, hashed_at, hashed = hit[0], hit[1], False
         else:

@@ -8,6 +8,7 @@ a registered file does not import the registry's pydantic records.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -47,3 +48,21 @@ def licence_of(db: Database, sha256: str) -> tuple[str | None, bool] | None:
     """(effective licence, whether its sources conflict) of a registered artifact; None if unknown."""
     row = db.one("SELECT effective_license, licence_conflict FROM artifacts WHERE sha256 = ?", (sha256,))
     return None if row is None else (row["effective_license"], bool(row["licence_conflict"]))
+
+
+def layout_of(db: Database, sha256: str) -> dict[int, tuple[int, int, str]] | None:
+    """The long string arrays of a registered artifact (GGUFFile.string_array_layout), for a
+    re-read to jump over; None when unknown or not as written (the reader verifies each jump)."""
+    row = db.one("SELECT layout_json FROM artifacts WHERE sha256 = ?", (sha256,))
+    try:
+        raw = json.loads(row["layout_json"]) if row is not None and row["layout_json"] else None
+        if not isinstance(raw, dict):
+            return None
+        out = {int(k): (int(v[0]), int(v[1]), str(v[2])) for k, v in raw.items()}
+    except (ValueError, TypeError, IndexError, KeyError):
+        return None
+    return out
+
+
+def layout_json(layout: dict[int, tuple[int, int, str]]) -> str:
+    return json.dumps({str(k): list(v) for k, v in layout.items()}, separators=(",", ":"))

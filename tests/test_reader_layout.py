@@ -1,0 +1,113 @@
+"""A re-read jumps over the long string arrays an earlier read walked, and proves every jump.
+
+`GGUFFile.string_array_layout()` gives (start -> count, end, SHA-256) of the long string arrays;
+`read_gguf(known=...)` jumps over an array found at a known start with the known count, and
+keeps the jump only if the payload hashes to the known SHA-256. Anything else is read in full,
+so a wrong, stale or hostile layout can cost time but never change what is read.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from _registry_helpers import aged
+
+from specreg.errors import GGUFError
+from specreg.gguf.reader import GGUFFile, open_gguf, read_gguf
+from specreg.gguf.source import FileSource
+from specreg.gguf.summary import summarize
+from specreg.registry import statcache
+from specreg.registry.store import Registry
+from specreg.testing import ModelSpec, write_model
+
+
+def _read(path: Path, known: dict[int, tuple[int, int, str]] | None) -> GGUFFile:
+    with FileSource(path) as source:
+        return read_gguf(source, known=known)
+
+
+def _same(a: GGUFFile, b: GGUFFile) -> None:
+    assert summarize(a) == summarize(b)
+    assert a.metadata.keys() == b.metadata.keys()
+    assert [t.name for t in a.tensors] == [t.name for t in b.tensors]
+    assert a.token_texts() == b.token_texts()
+
+
+@pytest.fixture
+def model(tmp_path: Path) -> Path:
+    return write_model(tmp_path / "m.gguf", ModelSpec(vocab_type="gpt2", pre="qwen2", bos_id=None, unk_id=None))
+
+
+def test_a_known_layout_is_jumped_over_and_reads_the_same(model: Path) -> None:
+    full = open_gguf(model)
+    layout = full.string_array_layout(min_count=1)
+    assert len(layout) >= 2  # tokens and merges
+    again = _read(model, layout)
+    assert again.jumped == len(layout) and full.jumped == 0
+    _same(again, full)
+
+
+def test_changed_bytes_under_a_jump_are_read_in_full(model: Path, tmp_path: Path) -> None:
+    layout = open_gguf(model).string_array_layout(min_count=1)
+    _, (_, end, _) = min(layout.items())
+    data = bytearray(model.read_bytes())
+    data[end - 1] = ord("Z") if data[end - 1] != ord("Z") else ord("Y")  # last byte of the last string
+    edited = tmp_path / "edited.gguf"
+    edited.write_bytes(bytes(data))
+    got = _read(edited, layout)
+    assert got.jumped == 0  # the hash did not match: walked, and the new bytes are what it read
+    _same(got, open_gguf(edited))
+    assert summarize(got).tokenizer != summarize(open_gguf(model)).tokenizer
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        lambda c, e, h: (c + 1, e, h),  # another count
+        lambda c, e, h: (c, e + 10**12, h),  # past the end of the file
+        lambda c, e, h: (c, e - 1, h),  # a wrong end (the hash cannot match)
+        lambda c, e, h: (c, e, "0" * 64),  # a wrong hash
+    ],
+)
+def test_a_wrong_layout_costs_a_full_read_never_a_different_one(
+    model: Path, spoil: Callable[[int, int, str], tuple[int, int, str]]
+) -> None:
+    full = open_gguf(model)
+    layout = {k: spoil(*v) for k, v in full.string_array_layout(min_count=1).items()}
+    got = _read(model, layout)
+    assert got.jumped == 0
+    _same(got, full)
+
+
+def test_a_layout_never_hides_a_truncated_file(model: Path, tmp_path: Path) -> None:
+    layout = open_gguf(model).string_array_layout(min_count=1)
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(model.read_bytes()[: max(end for _, end, _ in layout.values()) - 5])
+    with pytest.raises(GGUFError):
+        _read(cut, layout)
+
+
+def test_the_registry_keeps_the_layout_and_a_registered_read_jumps(
+    real_vocab: Callable[[str], Path], tmp_path: Path
+) -> None:
+    path = tmp_path / "qwen2.gguf"
+    aged(Path(shutil.copyfile(real_vocab("qwen2"), path)))  # 151,936 tokens and 151,387 merges
+    with Registry(tmp_path / "r.db", show_progress=False) as reg:
+        first = reg.artifacts_store.snapshot(path)
+        assert first.file.jumped == 0 and first.hashed  # not registered yet: walked and hashed
+        rec = reg.add_artifact(path, snap=first)
+        layout = statcache.layout_of(reg.database, rec.sha256)
+        assert layout is not None and len(layout) == 2
+        again = reg.artifacts_store.snapshot(path)
+        assert again.file.jumped == 2 and not again.hashed and again.sha256 == rec.sha256
+        _same(again.file, first.file)
+
+        # a registry written before the layout existed: filled in by the next registration of the path
+        with reg.write() as conn:
+            conn.execute("UPDATE artifacts SET layout_json = NULL")
+        assert reg.artifacts_store.snapshot(path).file.jumped == 0
+        reg.add_artifact(path, snap=reg.artifacts_store.snapshot(path))
+        assert statcache.layout_of(reg.database, rec.sha256) == layout
