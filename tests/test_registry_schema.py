@@ -161,6 +161,8 @@ SCHEMA: dict[str, list[str]] = {
         "draft_sha256",
         "summary_json",
     ],
+    # chat-template scans by the template's SHA-256 (m010, specreg/registry/template_scans.py)
+    "template_scans": ["template_sha256", "scanner", "scan_json", "scanned_at"],
     # result bundles (m005, specreg/benchmark/bundle_import.py)
     "run_origins": [
         "run_id",

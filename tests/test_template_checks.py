@@ -223,3 +223,46 @@ def test_no_rendering_api_in_the_package() -> None:
             continue
         hits = [b for b in banned if b in text]
         assert not hits, (path, hits)
+
+
+def test_a_template_is_lexed_once_per_scanner_and_the_cache_never_changes_a_verdict(tmp_path: Path) -> None:
+    """The registry keeps scans by the template's SHA-256 and the scanner's id: the second check
+    of a pair lexes nothing (no jinja2 in that process) and says exactly what the first said; a
+    damaged entry, or another scanner id, is scanned again."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    from specreg.registry.store import Registry
+    from specreg.validators.template_scan import scanner_id
+
+    db = tmp_path / "r.db"
+    target = model(tmp_path, "t.gguf", chat_template='{{ "see https://example.com" }}{{ messages }}')
+    draft = model(tmp_path, "d.gguf", seed=3, chat_template='{{ "see https://example.com" }}{{ messages }}')
+    code = (
+        "import sys\nfrom specreg.cli import main\n"
+        f"try:\n    main(['check', 'pair', {str(target)!r}, {str(draft)!r}, '--json'])\nexcept SystemExit:\n    pass\n"
+        "print('JINJA2', 'jinja2' in sys.modules, file=sys.stderr)\n"
+    )
+
+    def check() -> tuple[list[tuple[str, str, str]], bool]:
+        env = {"SPECREG_DB": str(db), "PATH": ""}
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+        found = [(c["code"], c["severity"], c["message"]) for c in json.loads(proc.stdout)["checks"]]
+        return found, "JINJA2 True" in proc.stderr
+
+    first, lexed = check()
+    assert lexed and ("template.url", "warn") in {(c, s) for c, s, _ in first}
+    again, lexed = check()
+    assert again == first and not lexed
+    with Registry(db, show_progress=False) as reg:
+        (key,) = [r[0] for r in reg.conn.execute("SELECT template_sha256 FROM template_scans")]
+        assert reg.template_scans.get(key, scanner_id()) is not None
+        assert reg.template_scans.get(key, "another-scanner") is None
+        with reg.write() as conn:
+            conn.execute('UPDATE template_scans SET scan_json = \'{"n_chars": "x"}\'')
+    damaged, lexed = check()
+    assert damaged == first and lexed  # a damaged entry is a miss: scanned again, and rewritten
+    conn2 = sqlite3.connect(db)
+    assert conn2.execute("SELECT scan_json FROM template_scans").fetchone()[0].startswith('{"n_chars":')
+    assert check() == (first, False)

@@ -75,7 +75,8 @@ class _Facts:
 
             rules = load_rule_set()
             try:
-                self.scans[sha] = check_template(Side.of("target", open_gguf(self.reg.locate(sha)), rules), rules)
+                side = Side.of("target", open_gguf(self.reg.locate(sha)), rules)
+                self.scans[sha] = check_template(side, rules, self.reg.template_scans)
             except SpecregError as exc:
                 self.scans[sha] = f"the target cannot be read: {exc}"
         return self.scans[sha]

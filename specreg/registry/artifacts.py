@@ -59,8 +59,14 @@ def _stored(load: Any, raw: str, default: Any) -> Any:
         return default
 
 
-def _record(row: sqlite3.Row, paths: list[str], with_summary: bool) -> ArtifactRecord:
-    summary = summary_from_json(row["summary_json"]) if with_summary else None
+def _record(
+    row: sqlite3.Row, paths: list[str], with_summary: bool, summary: GGUFSummary | None = None
+) -> ArtifactRecord:
+    """`summary`: the one just read from the file itself (a registration), else `summary_json`."""
+    if summary is not None:
+        summary = replace(summary, sha256=row["sha256"])
+    elif with_summary:
+        summary = summary_from_json(row["summary_json"])
     return ArtifactRecord(
         sha256=row["sha256"],
         size=row["size"],
@@ -95,8 +101,9 @@ class ArtifactStore:
 
     # -- reading ----------------------------------------------------------------------------
 
-    def get(self, sha_or_prefix: str) -> ArtifactRecord:
-        """The artifact whose SHA-256 is, or starts with, `sha_or_prefix` (>= 6 hex digits)."""
+    def get(self, sha_or_prefix: str, summary: GGUFSummary | None = None) -> ArtifactRecord:
+        """The artifact whose SHA-256 is, or starts with, `sha_or_prefix` (>= 6 hex digits);
+        `summary`: its summary as the caller just read it from the file (not parsed again)."""
         want = sha_or_prefix.strip().lower()
         if not HEX.fullmatch(want):
             raise ArtifactNotFound(
@@ -122,7 +129,7 @@ class ArtifactStore:
                 f"sha256 prefix {want} matches {min(len(found), 5)}{more} artifacts: {shown}",
                 hint="give more hex digits",
             )
-        return _record(found[0], self._paths_of(found[0]["sha256"]), with_summary=True)
+        return _record(found[0], self._paths_of(found[0]["sha256"]), with_summary=True, summary=summary)
 
     def _paths_of(self, sha: str) -> list[str]:
         return [r["path"] for r in self.db.rows("SELECT path FROM artifact_paths WHERE sha256 = ? ORDER BY id", (sha,))]
@@ -276,7 +283,7 @@ class ArtifactStore:
             self._upsert_path(apath, sha, key, hashed_at, stamp)
             if shards:
                 self.shards.pin(conn, sha, shards)
-        return self.get(sha)
+        return self.get(sha, summary=summary)
 
     def add_remote(self, sha: str, summary: GGUFSummary, provenance: Provenance) -> ArtifactRecord:
         """Record a file known only by its header and a trusted SHA-256 (a hub's LFS hash): no path.

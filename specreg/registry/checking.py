@@ -99,7 +99,7 @@ def check_and_record(
     d_rec, d_file = open_artifact(reg, draft) if draft is not None else (None, None)
     if method == "auto":
         method = detect_method(d_file, rule_set)
-    checks = check_pair(t_file, d_file, method, rule_set=rule_set, strict=strict)
+    checks = check_pair(t_file, d_file, method, rule_set=rule_set, strict=strict, scans=reg.template_scans)
     if extra is not None:
         checks += extra(t_file, d_file, method, list(checks))
     v = verdict(

@@ -416,3 +416,19 @@ def m009_artifact_layout(db: sqlite3.Connection) -> None:
     (GGUFFile.string_array_layout): a re-read of the same bytes jumps over them. Additive:
     older rows get NULL and are read in full (and filled in when next read)."""
     db.execute("ALTER TABLE artifacts ADD COLUMN layout_json TEXT")
+
+
+@migrations()
+def m010_template_scans(db: sqlite3.Connection) -> None:
+    """Chat-template scans by the template's SHA-256 and the scanner's id (registry/template_scans.py)."""
+    db.execute(
+        """
+        CREATE TABLE template_scans (
+            template_sha256 TEXT NOT NULL,
+            scanner TEXT NOT NULL,
+            scan_json TEXT NOT NULL,
+            scanned_at TEXT NOT NULL,
+            PRIMARY KEY (template_sha256, scanner)
+        )
+        """
+    )

@@ -20,6 +20,7 @@ from specreg.registry.artifacts import ArtifactStore
 from specreg.registry.db import BUSY_TIMEOUT_S, Database, registry_error
 from specreg.registry.integrity import Integrity
 from specreg.registry.pairs import PairStore
+from specreg.registry.template_scans import TemplateScans
 from specreg.schemas.checks import PairVerdict
 from specreg.schemas.gguf import GGUFSummary
 from specreg.schemas.registry import ArtifactRecord, LicenceSource, PairRecord, Provenance
@@ -90,6 +91,7 @@ class Registry:
         self.artifacts_store = ArtifactStore(self.database, show_progress=show_progress)
         self.integrity = Integrity(self.artifacts_store)
         self.pair_store = PairStore(self.database)
+        self.template_scans = TemplateScans(self.database)
 
     # -- plumbing -----------------------------------------------------------------------------
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, SkipValidation
 
 from specreg.schemas.base import BaseModel
 from specreg.schemas.checks import CheckResult, Method
@@ -61,7 +61,8 @@ class ArtifactRecord(BaseModel):
     file_type: int | None = None
     file_type_name: str | None = None
     n_tokens: int | None = None
-    summary: GGUFSummary | None = None
+    # validated where it is made: read from the file by the reader, or from JSON by summary_from_json
+    summary: SkipValidation[GGUFSummary | None] = None
     licence: LicenceRecord = Field(default_factory=LicenceRecord)
     provenance: Provenance = Field(default_factory=Provenance)
     registered_at: datetime

@@ -19,7 +19,7 @@ from specreg.schemas.checks import CheckResult, Severity
 from specreg.text import escape_control
 from specreg.validators.ruleset import RuleSet
 from specreg.validators.side import Side, result
-from specreg.validators.template_scan import Finding, scan_template
+from specreg.validators.template_scan import Finding, ScanCache, scan_template
 
 # Order in which codes are reported, with the severity each carries (one declaration).
 TEMPLATE_CODES: dict[str, Severity] = {
@@ -95,13 +95,13 @@ def _model_card(t: Side, template: str) -> CheckResult | None:
     return result("template.model_card", "info", f"chat template differs from the snapshot's {name}{same}", **ev)
 
 
-def check_template(t: Side, rules: RuleSet) -> list[CheckResult]:
+def check_template(t: Side, rules: RuleSet, scans: ScanCache | None = None) -> list[CheckResult]:
     """Scan the target's `tokenizer.chat_template`; one result per code that found something."""
     raw = t.file.raw_string(F.KEY_CHAT_TEMPLATE)
     if raw is None:
         return [result("template.scan", "info", "target has no chat template (the server falls back to chatml)")]
     template = raw.decode("utf-8", errors="replace")
-    scan = scan_template(template)
+    scan = scan_template(template, scans)
     limit = rules.advisory.evidence_max_items
     by_code: dict[str, list[Finding]] = defaultdict(list)
     for f in scan.findings:

@@ -21,6 +21,7 @@ from specreg.validators.checks_structure import check_structure
 from specreg.validators.checks_template import check_template
 from specreg.validators.ruleset import RuleSet
 from specreg.validators.side import Side
+from specreg.validators.template_scan import ScanCache
 
 
 def detect_method(draft: GGUFFile | None, rule_set: RuleSet) -> Method:
@@ -39,9 +40,16 @@ def detect_method(draft: GGUFFile | None, rule_set: RuleSet) -> Method:
 
 
 def check_pair(
-    target: GGUFFile, draft: GGUFFile | None, method: str, *, rule_set: RuleSet, strict: bool = False
+    target: GGUFFile,
+    draft: GGUFFile | None,
+    method: str,
+    *,
+    rule_set: RuleSet,
+    strict: bool = False,
+    scans: ScanCache | None = None,
 ) -> list[CheckResult]:
-    """All checks for `method` (README.md, "Check codes", explains every code)."""
+    """All checks for `method` (README.md, "Check codes", explains every code). `scans`: chat
+    template scans seen before, by the template's SHA-256 (the registry's)."""
     if method in DRAFT_METHODS and draft is None:
         raise UsageError(f"{method} needs a DRAFT model")
     if method in SELF_METHODS and draft is not None:
@@ -79,7 +87,7 @@ def check_pair(
         checks += [same] if same else []
     for side in (t, d) if d is not None else (t,):  # what makes llama.cpp fail at load, per file
         checks += check_structure(side, rule_set)
-    checks += check_template(t, rule_set)  # llama-server renders the target's template, never the draft's
+    checks += check_template(t, rule_set, scans)  # llama-server renders the target's template, never the draft's
     checks += [c for c in (common.special_ids(t), common.special_ids(d) if d else None) if c is not None]
     if strict:
         checks = [c.model_copy(update={"severity": "error"}) if c.severity == "warn" else c for c in checks]

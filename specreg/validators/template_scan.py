@@ -9,9 +9,14 @@ Each finding carries the exact source span, its line and column.
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+import json
 import re
-from dataclasses import dataclass, field
-from typing import Final
+from dataclasses import asdict, dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Final, Protocol
 
 from specreg.schemas.checks import Severity
 
@@ -259,8 +264,59 @@ def _followed_by_format(toks: list[_Tok], i: int) -> bool:
     return any(t.value == "format" for t in toks[i + 1 : i + 4])
 
 
-def scan_template(template: str) -> Scan:
-    """Lex `template` with jinja2 (nothing rendered) and apply every rule; findings in source order."""
+class ScanCache(Protocol):
+    """Scans kept by the template's SHA-256 and `scanner_id()` (the registry keeps them)."""
+
+    def get(self, template_sha256: str, scanner: str) -> Scan | None: ...
+
+    def put(self, template_sha256: str, scanner: str, scan: Scan) -> None: ...
+
+
+@cache
+def scanner_id() -> str:
+    """What a scan depends on besides the template: this module's rules and jinja2's lexer.
+    Both source files hashed (without importing jinja2, ~20 ms): a change to either makes every
+    cached scan a miss."""
+    spec = importlib.util.find_spec("jinja2")  # a top-level name: found, not imported
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    if spec is not None and spec.origin:
+        digest.update(Path(spec.origin).with_name("lexer.py").read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def scan_to_json(scan: Scan) -> str:
+    return json.dumps(asdict(scan), ensure_ascii=False, separators=(",", ":"))
+
+
+def scan_from_json(text: str) -> Scan | None:
+    """A scan written by `scan_to_json`; None if it is not one (a damaged cache entry is a miss)."""
+    try:
+        raw = json.loads(text)
+        findings = [Finding(**f) for f in raw.pop("findings")]
+        scan = Scan(**raw, findings=findings)
+    except (ValueError, TypeError, KeyError, AttributeError):
+        return None
+    ints = (scan.n_chars, scan.n_bytes, scan.n_tokens, *(x for f in findings for x in (f.offset, f.line, f.col)))
+    strs = (*(x for f in findings for x in (f.code, f.severity, f.what, f.span)),)
+    if not all(type(x) is int for x in ints) or not all(type(x) is str for x in strs) or type(scan.lexed) is not bool:
+        return None
+    return scan
+
+
+def scan_template(template: str, cache: ScanCache | None = None) -> Scan:
+    """Lex `template` with jinja2 (nothing rendered) and apply every rule; findings in source order.
+    `cache`: scans of templates seen before (by SHA-256), so a re-check lexes nothing."""
+    if cache is None:
+        return _scan(template)
+    key = hashlib.sha256(template.encode("utf-8", "surrogateescape")).hexdigest()
+    found = cache.get(key, scanner_id())
+    if found is None:
+        found = _scan(template)
+        cache.put(key, scanner_id(), found)
+    return found
+
+
+def _scan(template: str) -> Scan:
     text = re.sub(r"\r\n?", "\n", template)  # the lexer's own newline normalisation
     scan = Scan(n_chars=len(text), n_bytes=len(template.encode("utf-8", "surrogateescape")), lexed=False)
     sc = _Scanner(text)
