@@ -43,6 +43,8 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("demo", "demo:demo_cmd", "The whole pipeline on tiny generated models."),
 ]
 NAMES = [name for name, _, _ in COMMANDS]
+# Commands that run for minutes or build many objects: they run with the cycle collector on.
+LONG_RUNNING = frozenset({"fetch", "bench", "runs", "audit", "deploy", "export", "import", "demo"})
 
 
 def load(ref: str) -> Callable[..., Any] | typer.Typer:
@@ -161,10 +163,14 @@ def startup(argv: list[str]) -> typer.Typer:
     2. An ending process skips the interpreter's last hunt for reference cycles: it walks every
        object still alive (pydantic's schemas, typer's, rich's), ~50 ms of every command. Frozen
        objects are skipped; atexit handlers and weakref finalizers still run.
+    3. The console script starts with the cycle collector off (specreg/entry.py); the commands
+       that run for minutes or hold many objects (`LONG_RUNNING`) switch it back on here.
     """
     atexit.unregister(gc.freeze)  # once, however often this runs (tests run many commands in one process)
     atexit.register(gc.freeze)
     name = _command_name(argv)
+    if name in LONG_RUNNING:
+        gc.enable()  # the console script starts without the cycle collector (specreg/entry.py)
     if name is None and "--version" in argv and "--help" not in argv:
         return build([])  # the version needs no command at all
     if name is None or name not in NAMES:

@@ -5,8 +5,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -121,3 +123,37 @@ def test_an_ending_process_skips_the_last_cycle_hunt_once() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split("\n")[:2] == ["frozen False", "frozen True"]
+
+
+def test_the_console_script_runs_short_commands_without_the_cycle_collector(tmp_path: Path) -> None:
+    """specreg/entry.py switches the collector off before the first import; `cli.startup()` turns
+    it back on for the commands that run long, and only for those."""
+    code = (
+        "import atexit, gc, sys\n"
+        "atexit.register(lambda: print('GC', gc.isenabled()))\n"
+        "from specreg.entry import main\n"
+        "sys.argv = ['specreg', *sys.argv[1:]]\n"
+        "main()\n"
+    )
+    env = {**os.environ, "SPECREG_DB": str(tmp_path / "r.db")}
+    from specreg.registry.store import Registry
+
+    Registry(tmp_path / "r.db").close()
+    for argv, enabled in ((["pairs"], False), (["runs"], True), (["--version"], False)):
+        proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert f"GC {enabled}" in proc.stdout, (argv, proc.stdout)
+    assert cli.LONG_RUNNING.issubset(cli.NAMES)
+
+
+def test_long_running_commands_turn_the_collector_back_on() -> None:
+    import gc
+
+    try:
+        gc.disable()
+        cli.startup(["check", "pair", "--help"])
+        assert not gc.isenabled()
+        cli.startup(["bench", "admitted", "--help"])
+        assert gc.isenabled()
+    finally:
+        gc.enable()

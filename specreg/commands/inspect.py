@@ -17,11 +17,15 @@ if TYPE_CHECKING:
 _SPECIAL = ("bos", "eos", "eot", "eom", "unk", "pad", "sep", "fim_pre", "fim_suf", "fim_mid")
 
 
-def _known(path: Path, do_hash: bool) -> tuple[str | None, str | None, bool | None]:
-    """(sha256, effective licence, licence conflict) from the registry's stat cache, or by
-    hashing with --hash. Never creates a registry or writes a record."""
+Known = tuple[str | None, str | None, bool | None, dict[int, tuple[int, int, str]] | None]
+
+
+def _known(path: Path, do_hash: bool) -> Known:
+    """(sha256, effective licence, licence conflict, header layout) from the registry's stat
+    cache, or the SHA-256 by hashing with --hash. Never creates a registry or writes a record."""
     sha = lic = None
     conflict = None
+    layout = None
     db = db_path()
     if db.exists():
         from specreg.errors import SpecregError
@@ -37,8 +41,9 @@ def _known(path: Path, do_hash: bool) -> tuple[str | None, str | None, bool | No
 
                     sha = sha256_with_bar(path)[0]
                 known = None if sha is None else statcache.licence_of(database, sha)
-                if known is not None:  # None: hashed with --hash but not registered
+                if sha is not None and known is not None:  # None: hashed with --hash but not registered
                     lic, conflict = known
+                    layout = statcache.layout_of(database, sha)
             finally:
                 database.close()
         except SpecregError:
@@ -47,7 +52,7 @@ def _known(path: Path, do_hash: bool) -> tuple[str | None, str | None, bool | No
         from specreg.registry.hashing import sha256_with_bar
 
         sha = sha256_with_bar(path)[0]
-    return sha, lic, conflict
+    return sha, lic, conflict, layout
 
 
 def _tok(texts: dict[int, str], tid: int | None) -> str:
@@ -159,8 +164,8 @@ def inspect_cmd(
         remote = found.facts()
         sha, lic, conflict = found.sha256, None, None
     else:
-        gf = open_gguf(file)
-        sha, lic, conflict = _known(Path(file), do_hash)
+        sha, lic, conflict, layout = _known(Path(file), do_hash)
+        gf = open_gguf(file, known=layout)  # a registered file's long arrays are jumped over (each proven)
     warn(f"{file}: {w}" for w in gf.warnings)
     summary = summarize(gf)
     summary.sha256 = sha

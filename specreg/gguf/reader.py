@@ -294,7 +294,8 @@ def read_gguf(
     return gf
 
 
-def open_gguf(path: str | Path) -> GGUFFile:
-    """Read a local GGUF file's header, key/values and tensor infos; raise GGUFError on any defect."""
+def open_gguf(path: str | Path, known: Mapping[int, tuple[int, int, str]] | None = None) -> GGUFFile:
+    """Read a local GGUF file's header, key/values and tensor infos; raise GGUFError on any defect.
+    `known`: an earlier read's `string_array_layout()` (see read_gguf)."""
     with FileSource(path) as source:
-        return read_gguf(source)
+        return read_gguf(source, known=known)
