@@ -260,6 +260,15 @@ class ArtifactStore:
             if self.db.read_only:  # don't hash 20 GB only to find we cannot record it
                 raise read_only_error(self.db.path)
             summary, sha, hashed_at, layout = self._read(apath, key)
+        if snap is not None and not snap.hashed and not news and summary is not None and not is_split(summary):
+            # the stat cache vouched for this very path: nothing new to record, no write at all
+            row = self.db.one(
+                "SELECT p.sha256, a.layout_json FROM artifact_paths p JOIN artifacts a ON a.sha256 = p.sha256 "
+                "WHERE p.path = ?",
+                (apath,),
+            )
+            if row is not None and row["sha256"] == sha and row["layout_json"] == layout:
+                return self.get(sha, summary=summary)
         # a split model: every shard is read (stat cache or hash) before anything is written
         shards: list[Shard] = []
         if summary is not None and is_split(summary):

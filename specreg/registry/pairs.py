@@ -11,14 +11,14 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from pydantic import TypeAdapter
+from pydantic import ConfigDict, TypeAdapter
 
 from specreg.errors import ArtifactNotFound, PairNotFound
 from specreg.registry.db import Database, now_iso, paused_gc
 from specreg.schemas.checks import CheckResult, PairVerdict
 from specreg.schemas.registry import PairRecord
 
-_CHECKS = TypeAdapter(list[CheckResult])
+_CHECKS = TypeAdapter(list[CheckResult], config=ConfigDict(defer_build=True))  # built when first read
 
 _PAIR_SELECT = (
     "SELECT p.id, p.target_sha256, p.draft_sha256, p.method, p.rule_set, {admitted} AS admitted, "

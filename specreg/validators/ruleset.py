@@ -20,7 +20,7 @@ RULE_SET_DEFAULT = "llama.cpp-b11434"
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)  # built by the first load
 
 
 class DraftSimpleRules(_Strict):
