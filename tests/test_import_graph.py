@@ -30,6 +30,8 @@ RANKS = {
     "commands": 8,
     "demo": 8,
     "cli": 9,
+    "entry": 10,  # the console script: switches the cycle collector off, then runs cli
+    "__main__": 10,  # python -m specreg
 }
 
 
