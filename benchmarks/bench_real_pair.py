@@ -2,8 +2,10 @@
 
 The pipeline a user runs, through the `specreg` CLI: register, `check pair`, `bench admitted`
 (baseline, ngram-simple, ngram-mod, draft-simple; the bundled llama.cpp server), `audit`,
-`deploy`. Printed per method and stratum: acceptance, E[L] (tokens per verification step),
-the speed-up acceptance predicts and the measured one with its 95% interval. Every speed-up is
+`deploy`. Printed per method and stratum (each from its own requests): acceptance, E[L] (tokens
+per step that drafted), tokens per target step, the modelled verify and draft costs
+(specreg/benchmark/stepcost.py), the speed-up they predict and the measured one with its 95%
+interval. Every speed-up is
 the baseline's median total time / the condition's, the baseline (`--spec-type none`, same
 target) measured in the same run at the same concurrency.
 
@@ -55,12 +57,13 @@ def _ci(row: dict[str, Any]) -> str:
 
 
 def _el(row: dict[str, Any], cond: dict[str, Any] | None) -> float | None:
-    """E[L] from the run summary; else 1 + the sum of the per-position acceptance curve."""
+    """E[L] from the run summary; for the whole condition of an older run, 1 + the sum of the
+    per-position acceptance curve (that curve is the condition's: never a stratum's)."""
     if row.get("expected_accepted_length") is not None:
         return float(row["expected_accepted_length"])
     counters = (cond or {}).get("counters") or {}
     steps, per = counters.get("steps"), counters.get("per_position") or {}
-    if not steps or not per:
+    if row.get("stratum") != "all" or not steps or not per:
         return None
     return 1.0 + sum(int(n) for n in per.values()) / steps
 
@@ -69,8 +72,12 @@ def report_run(run: dict[str, Any], label: str) -> None:
     conds = {c["spec"]["name"]: c for c in run["conditions"]}
     rows = [r for r in run["summaries"] if r.get("method", r["condition"]) != "none"]
     print(f"\n{label}: run {run['info']['run_id']} ({run['info']['status']})")
-    head = f"{'condition':16} {'stratum':11} {'accept':>7} {'E[L]':>5} {'predicted':>9} {'measured':>8} {'95% CI':>11}"
+    head = (
+        f"{'condition':16} {'stratum':11} {'accept':>7} {'E[L]':>5} {'T':>5} {'verify':>6} {'draft':>5} "
+        f"{'predicted':>9} {'measured':>8} {'95% CI':>11}"
+    )
     print(head + "  note")
+    print("  (T tokens per target step; verify, draft: one step's cost in baseline decode steps)")
     for r in sorted(rows, key=lambda r: (r["condition"], r["stratum"] != "all", r["stratum"])):
         cond = conds.get(r["condition"])
         note = r.get("speedup_note") or (cond or {}).get("failure") or ""
@@ -81,7 +88,8 @@ def report_run(run: dict[str, Any], label: str) -> None:
             note = note or "no measurable difference"
         print(
             f"{r['condition'][:16]:16} {r['stratum'][:11]:11} {_num(r.get('acceptance'), '.1%'):>7} "
-            f"{_num(_el(r, cond)):>5} {_num(r.get('predicted_speedup')):>9} {_num(r.get('speedup')):>8} "
+            f"{_num(_el(r, cond)):>5} {_num(r.get('tokens_per_step')):>5} {_num(r.get('verify_cost')):>6} "
+            f"{_num(r.get('draft_cost')):>5} {_num(r.get('predicted_speedup')):>9} {_num(r.get('speedup')):>8} "
             f"{_ci(r):>11}  {note}"
         )
 

@@ -2,7 +2,8 @@
 
 A target and a small-noise draft (registered with licences and a pinned revision), their
 draft-simple, ngram-simple and ngram-mod pairs, a rejected near-miss, and one run on the
-bundled llama.cpp server: none, ngram-simple, ngram-mod, draft-simple. ngram-mod runs with an
+bundled llama.cpp server: none, ngram-simple, ngram-mod, draft-simple; ngram-simple drafts in
+every stratum. ngram-mod runs with an
 n-gram match length the outputs can never reach, so llama.cpp drafts nothing and the runner
 marks that condition failed: a real failed condition, not a doctored row.
 
@@ -30,8 +31,10 @@ from specreg.schemas.audit import Policy
 from specreg.testing.factory import SMALL_NOISE
 
 HOSTILE = "<script>alert(1)</script> | $x$"  # a draft name: must stay inert in tables, HTML and plots
-# The demo's workload (measured: ngram-simple drafts on these tiny models' looping output).
-NGRAM = {**DEMO_NGRAM, "--spec-ngram-mod-n-match": 500}  # ngram-mod: no 500-token match in 512
+# The demo's workload. ngram-simple looks up 1-grams: with the demo's 3-grams the repetitive prompts'
+# outputs repeat none, so that stratum drafts nothing and fails the speed gate (measured: 1-grams
+# draft and accept in both strata). ngram-mod: no 500-token match in 512.
+NGRAM = {**DEMO_NGRAM, "--spec-ngram-simple-size-n": 1, "--spec-ngram-mod-n-match": 500}
 # A policy the run meets on its real numbers: no speed-up demanded, generous tails and memory.
 LENIENT = Policy.model_validate(
     {

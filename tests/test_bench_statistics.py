@@ -86,27 +86,49 @@ def test_per_token_acceptance_from_the_accepted_share() -> None:
 def test_consistency_uses_the_per_position_curve_where_it_exists() -> None:
     c = statistics.consistency(
         drafted=40, accepted=20, draft_length=4.0, per_position={0: 8, 1: 6, 2: 4, 3: 2}, steps=10,
-        step_cost=1.5, ci=(1.1, 1.4),
+        tokens_per_step=1.5, step_cost=1.2, ci=(1.1, 1.4),
     )  # fmt: skip
     assert c.source == "per-position" and c.expected_accepted_length == pytest.approx(1 + 20 / 10)
-    assert c.predicted_speedup == pytest.approx(3.0 / 1.5) and c.unexplained is False
+    assert c.predicted_speedup == pytest.approx(1.5 / 1.2) and c.unexplained is False
     f = statistics.consistency(
-        drafted=40, accepted=20, draft_length=4.0, per_position=None, steps=None, step_cost=None, ci=None
-    )
+        drafted=40, accepted=20, draft_length=4.0, per_position=None, steps=None, tokens_per_step=None,
+        step_cost=None, ci=None,
+    )  # fmt: skip
     assert f.source == "formula" and f.expected_accepted_length == pytest.approx(1 + 4 * 0.5)
     assert f.predicted_speedup is None and f.unexplained is None  # no interval, no verdict
 
 
 def test_zero_accepted_and_faster_is_unexplained() -> None:
     c = statistics.consistency(
-        drafted=14, accepted=0, draft_length=3.0, per_position={}, steps=5, step_cost=1.2, ci=(2.9, 4.1)
-    )
-    assert c.expected_accepted_length == 1.0 and c.unexplained is True
-    assert "0 tokens accepted gives at most 1.00 tokens per step" in (c.reason or "")
+        drafted=14, accepted=0, draft_length=3.0, per_position={}, steps=5, tokens_per_step=1.0, step_cost=1.0,
+        ci=(2.9, 4.1),
+    )  # fmt: skip
+    assert c.expected_accepted_length == 1.0 and c.alpha == 0.0 and c.unexplained is True
+    assert "0 of 14 drafted tokens accepted: at most 1.00 tokens per target step" in (c.reason or "")
     inside = statistics.consistency(
-        drafted=14, accepted=0, draft_length=3.0, per_position={}, steps=5, step_cost=1.2, ci=(0.9, 1.2)
-    )
+        drafted=14, accepted=0, draft_length=3.0, per_position={}, steps=5, tokens_per_step=1.0, step_cost=1.0,
+        ci=(0.9, 1.2),
+    )  # fmt: skip
     assert inside.unexplained is False  # within noise of 1.0: slow, not unexplained
+
+
+def test_nothing_drafted_has_no_acceptance_one_token_per_step_and_predicts_one_over_the_step_cost() -> None:
+    c = statistics.consistency(
+        drafted=0, accepted=0, draft_length=4.0, per_position=None, steps=None, tokens_per_step=1.0, step_cost=1.25,
+        ci=(1.02, 1.3),
+    )  # fmt: skip
+    assert c.alpha is None and c.expected_accepted_length == 1.0 and c.predicted_speedup == pytest.approx(0.8)
+    assert c.unexplained is True and (c.reason or "").startswith("0 tokens drafted: at most 1.00 tokens")
+
+
+def test_the_bound_is_tokens_per_target_step_not_e_l_of_the_steps_that_drafted() -> None:
+    """n-gram: 3 steps drafted 16 tokens and accepted 12 each, the other 91 drafted nothing.
+    E[L] = 13, but the run took 100 - 36 + ... target steps: T = 136 / 100 = 1.36."""
+    kw: dict[str, Any] = dict(drafted=48, accepted=36, draft_length=16.0, per_position=None, steps=None)
+    c = statistics.consistency(**kw, tokens_per_step=136 / 100, step_cost=1.1, ci=(1.5, 2.0))
+    assert c.expected_accepted_length == pytest.approx(13.0) and c.unexplained is True
+    assert "36 of 48 drafted tokens accepted: at most 1.36 tokens per target step" in (c.reason or "")
+    assert statistics.consistency(**kw, tokens_per_step=1.36, step_cost=1.1, ci=(1.0, 1.3)).unexplained is False
 
 
 # -- summaries ---------------------------------------------------------------------------------
@@ -124,24 +146,28 @@ def _row(idx: int, name: str, pid: str, rep: int, total: float, **kw: Any) -> Re
         total_ms=total,
         output_tokens=16,
         predicted_ms=total * 0.8,
+        prompt_n=20,
+        prompt_ms=total * 0.1,
         **kw,
     )
 
 
-def _run(spec_status: str = "ok", accepted: int = 0, spec_ms: float = 25.0) -> list[Any]:
+def _run(spec_status: str = "ok", accepted: int = 0, spec_ms: float = 25.0, drafted: int = 24) -> list[Any]:
     base = ConditionRun(idx=0, spec=ConditionSpec(name="none", method="none"), status="ok")
     spec = ConditionRun(
         idx=1,
         spec=ConditionSpec(name="ngram-simple", method="ngram-simple"),
         status=spec_status,
         failure=None if spec_status == "ok" else "speculation did not run: the server refused it",
-        counters=SpecCounters(drafted=24, accepted=accepted, steps=6),
+        counters=SpecCounters(drafted=drafted, accepted=accepted, steps=6),
     )
     rows = []
     for p in ("a", "b"):
         for rep in range(3):
             rows.append(_row(0, "none", p, rep, 100.0 + rep))
-            rows.append(_row(1, "ngram-simple", p, rep, spec_ms + rep, draft_n=4, draft_n_accepted=accepted // 6))
+            rows.append(
+                _row(1, "ngram-simple", p, rep, spec_ms + rep, draft_n=drafted // 6, draft_n_accepted=accepted // 6)
+            )
     return summary.summarize([base, spec], rows, summary.StatSettings(seed=7))
 
 
@@ -149,7 +175,8 @@ def test_zero_accepted_tokens_faster_condition_is_flagged() -> None:
     out = {(s.condition, s.stratum): s for s in _run()}
     s = out[("ngram-simple", "all")]
     assert s.speedup == pytest.approx(101 / 26) and s.speedup_ci95 is not None and s.n_paired == 6
-    assert s.accepted == 0 and s.expected_accepted_length == 1.0 and s.unexplained is True
+    assert s.accepted == 0 and s.expected_accepted_length == 1.0 and s.tokens_per_step == 1.0
+    assert s.unexplained is True and s.predicted_speedup == 1.0  # n-gram, nothing accepted: no gain predicted
     assert out[("ngram-simple", "s")].unexplained is True
     assert out[("none", "all")].speedup == 1.0 and out[("none", "all")].speedup_note == "reference"
 
@@ -163,7 +190,8 @@ def test_failed_condition_has_no_speed_up_only_its_reason() -> None:
 
 
 def test_summaries_are_reproducible_and_carry_the_condition_parameters() -> None:
-    a, b = _run(accepted=12, spec_ms=60.0), _run(accepted=12, spec_ms=60.0)
+    # 8 of 16 tokens per request accepted: 8 target steps instead of 16, at most 2x; measured 1.66x
+    a, b = _run(accepted=48, drafted=60, spec_ms=60.0), _run(accepted=48, drafted=60, spec_ms=60.0)
     assert [s.model_dump() for s in a] == [s.model_dump() for s in b]
     s = next(x for x in a if x.condition == "ngram-simple" and x.stratum == "all")
     assert s.concurrency == 1 and s.draft_n_max is None and s.params == {}

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 from _audit_world import specreg
-from _bench_helpers import ITEMS, NOISE, admit, workload
+from _bench_helpers import ITEMS, NOISE, admit, db_rows, workload
 from _registry_helpers import model
 
 from specreg.audit.run import run_audit
@@ -96,6 +96,27 @@ def test_summaries_carry_interval_and_parameters(sweep: SimpleNamespace) -> None
         if s.method == "ngram-mod":  # failed: no speed-up anywhere, only the reason
             assert s.speedup is None and s.speedup_ci95 is None and s.difference is None
             assert (s.speedup_note or "").startswith("condition failed: speculation did not run")
+
+
+def test_acceptance_numbers_are_each_condition_and_stratum_own(sweep: SimpleNamespace) -> None:
+    """E[L], tokens per step and the prediction of every draft length x concurrency x stratum come
+    from that group's own stored requests and its condition's own mean draft length."""
+    counters = {c.spec.name: c.counters for c in sweep.run.conditions}
+    q = "SELECT condition, stratum, output_tokens, draft_n, draft_n_accepted FROM bench_requests WHERE ok = 1"
+    rows = db_rows(sweep.db, q + " AND run_id = ?", (sweep.run.info.run_id,))
+    for s in sweep.run.summaries:
+        if s.method != "draft-simple":
+            continue
+        mine = [r for r in rows if r["condition"] == s.condition and s.stratum in ("all", r["stratum"])]
+        n, a, dr = (sum(r[c] or 0 for r in mine) for c in ("output_tokens", "draft_n_accepted", "draft_n"))
+        k = counters[s.condition].drafted / counters[s.condition].steps
+        assert s.draft_length == pytest.approx(k) and 1.0 <= k <= s.draft_n_max
+        assert s.tokens_per_step == pytest.approx(n / (n - a))
+        if s.stratum != "all":  # "all" reads the per-position curve of the /metrics counters instead
+            assert s.expected_accepted_length == pytest.approx(1 + a / (dr / k))
+        assert s.expected_accepted_length is not None and 1.0 <= s.expected_accepted_length <= s.draft_n_max + 1
+        assert s.step_cost is not None and s.predicted_speedup == pytest.approx(s.tokens_per_step / s.step_cost)
+        assert s.speedup_ci95 is not None and s.unexplained is (s.speedup_ci95[0] > s.tokens_per_step + 1e-9)
 
 
 def test_failed_condition_has_a_null_speedup_in_json_tables_and_plots(sweep: SimpleNamespace, tmp_path: Path) -> None:

@@ -123,7 +123,7 @@ def test_argv_uses_only_flags_the_real_llama_server_accepts(audit_world: AuditWo
         real_llama_server_parse(plan["rollback_argv"])
         assert seen["--port"] == "8080" and plan["rollback_argv"][-2:] == ["--port", "8080"]
         if method == "ngram-simple":  # the run's n-gram options are part of the measured condition
-            assert seen["--spec-ngram-simple-size-n"] == "3" and "-md" not in seen
+            assert seen["--spec-ngram-simple-size-n"] == "1" and "-md" not in seen
     # and the flag list itself: a removed flag or an unknown one is caught
     with pytest.raises(AssertionError, match="removed"):
         real_llama_server_parse(["llama-server", "--draft-max", "4"])

@@ -152,6 +152,7 @@ SCHEMA: dict[str, list[str]] = {
         "diff_unit",
         "expect_ok",
         "expect_detail",
+        "prompt_n",  # m011
     ],
     "bench_summaries": [
         "run_id",

@@ -310,6 +310,7 @@ def _row(cond: ConditionRun, item: WorkloadItem, rep: int, started: datetime, c:
         tpot_ms=c.tpot_ms,
         output_tokens=c.output_tokens,
         finish_reason=c.finish_reason,
+        prompt_n=whole("prompt_n"),
         prompt_ms=num("prompt_ms"),
         predicted_ms=num("predicted_ms"),
         draft_n=whole("draft_n"),

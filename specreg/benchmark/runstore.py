@@ -62,6 +62,7 @@ _REQ_COLS = [
     "diff_unit",
     "expect_ok",
     "expect_detail",
+    "prompt_n",
 ]
 
 

@@ -6,12 +6,14 @@ moment (a busy neighbour, a cold cache) that hits both cancels in their ratio. T
 resamples those units with replacement and is reproducible: the generator is seeded from the
 run's seed and the group's name.
 
-Acceptance bounds what speculation can do. A verification step yields E[L] tokens, E[L] =
+Acceptance bounds what speculation can do. A step that drafted yields E[L] tokens, E[L] =
 (1 − α^(k+1)) / (1 − α) for a per-token acceptance α and draft length k (the seeds' formula;
-from the measured per-position curve where one exists), and it costs at least one target token,
-so no speed-up above E[L] comes from speculation. An interval whose low end is above E[L] (zero
-accepted tokens and "faster" is the plain case) is flagged unexplained: something else, such as
-a cold baseline or a shorter output, made the difference.
+from the measured per-position curve where one exists); over all target steps, those that
+drafted nothing included, a step yields T = N / (N − A) tokens (N output tokens, A accepted).
+Every step costs at least one target decode, so no speed-up above T comes from speculation: an
+interval whose low end is above T (zero accepted tokens and "faster" is the plain case) is
+flagged unexplained, something else, such as a cold baseline or a shorter output, made the
+difference. The speed-up acceptance predicts, T / step cost, is priced in `stepcost`.
 """
 
 from __future__ import annotations
@@ -152,6 +154,7 @@ class Consistency:
     draft_length: float | None
     expected_accepted_length: float | None
     source: LengthSource | None
+    tokens_per_step: float | None
     step_cost: float | None
     predicted_speedup: float | None
     unexplained: bool | None
@@ -165,44 +168,38 @@ def consistency(
     draft_length: float | None,
     per_position: dict[int, int] | None,
     steps: int | None,
+    tokens_per_step: float | None,
     step_cost: float | None,
     ci: tuple[float, float] | None,
 ) -> Consistency:
-    """E[L] (from the per-position curve when given, else the formula), the predicted speed-up
-    E[L] / step cost, and whether the interval's low end lies above E[L] (unexplained)."""
-    if drafted is None or accepted is None:  # the server reported no draft counts: nothing to say
-        return Consistency(None, draft_length, None, None, step_cost, None, None, None)
-    if drafted == 0:  # nothing drafted here: every step yields one token, α is undefined
-        return _judged(None, draft_length, 1.0, "formula", step_cost, ci, "0 tokens drafted")
-    rate = accepted / drafted
+    """E[L] (from the per-position curve when given, else the formula; 1 when nothing was drafted),
+    the predicted speed-up T / step cost, and whether the interval's low end lies above T, the
+    tokens per target step (unexplained; E[L] stands in when T is unknown)."""
     k = draft_length if draft_length and draft_length > 0 else None
-    alpha = alpha_from_rate(rate, k) if k else None
-    source: LengthSource
-    if per_position and steps:
-        el, source = 1.0 + sum(per_position.values()) / steps, "per-position"
-    elif k is not None and alpha is not None:
-        el, source = expected_accepted_length(alpha, k), "formula"
+    if drafted is None or accepted is None:  # the server reported no draft counts: nothing to say
+        return Consistency(None, k, None, None, None, None, None, None, None)
+    alpha: float | None = None
+    source: LengthSource | None = "formula"
+    el: float | None
+    if drafted == 0:  # nothing drafted here: every step yields one token, α is undefined
+        el, what = 1.0, "0 tokens drafted"
     else:
-        return Consistency(alpha, k, None, None, step_cost, None, None, None)
-    what = "0 tokens accepted" if accepted == 0 else f"acceptance {rate:.1%}"
-    return _judged(alpha, k, el, source, step_cost, ci, what)
-
-
-def _judged(
-    alpha: float | None,
-    k: float | None,
-    el: float,
-    source: LengthSource,
-    step_cost: float | None,
-    ci: tuple[float, float] | None,
-    what: str,
-) -> Consistency:
-    predicted = el / step_cost if step_cost else None
-    unexplained = None if ci is None else ci[0] > el + 1e-9
+        rate = accepted / drafted
+        alpha = alpha_from_rate(rate, k) if k else None
+        what = f"{accepted} of {drafted} drafted tokens accepted"
+        if per_position and steps:
+            el, source = 1.0 + sum(per_position.values()) / steps, "per-position"
+        elif k is not None and alpha is not None:
+            el = expected_accepted_length(alpha, k)
+        else:
+            el, source = None, None
+    predicted = tokens_per_step / step_cost if tokens_per_step and step_cost else None
+    bound = tokens_per_step if tokens_per_step is not None else el
+    unexplained = None if ci is None or bound is None else ci[0] > bound + 1e-9
     reason = (
-        f"{what} gives at most {el:.2f} tokens per step, yet the interval's low end is {ci[0]:.2f}: "
-        "the speed-up does not come from speculation"
-        if ci is not None and unexplained
+        f"{what}: at most {bound:.2f} tokens per target step, yet the interval's low end is "
+        f"{ci[0]:.2f}; the speed-up does not come from speculation"
+        if ci is not None and bound is not None and unexplained
         else None
     )
-    return Consistency(alpha, k, el, source, step_cost, predicted, unexplained, reason)
+    return Consistency(alpha, k, el, source, tokens_per_step, step_cost, predicted, unexplained, reason)

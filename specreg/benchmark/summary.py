@@ -5,7 +5,9 @@ baseline / condition total time over the requests both ran (same prompt, repetit
 concurrency; >1 faster), with its bootstrap interval and the acceptance check (`statistics`). A condition
 that did not run to the end (failed, cancelled, ...) has no speed-up at all, only the reason.
 Acceptance for a whole condition comes from the `/metrics` deltas; per stratum from the
-requests' own `timings` — None when nothing was drafted.
+requests' own `timings` (a request without draft counts drafted nothing: llama.cpp leaves them
+out at 0), so E[L], tokens per step and the predicted speed-up are each stratum's own; acceptance
+is None when nothing was drafted, never 0.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from specreg.benchmark import statistics
+from specreg.benchmark import statistics, stepcost
 from specreg.schemas.bench import (
     ALL_STRATA,
     BASELINE,
@@ -68,7 +70,7 @@ class StatSettings:
     default_draft_length: int | None = None  # the build's --spec-draft-n-max
 
 
-def _group(cond: ConditionRun, stratum: str, rows: list[RequestRow]) -> ConditionSummary:
+def _group(cond: ConditionRun, stratum: str, rows: list[RequestRow], reports_drafts: bool) -> ConditionSummary:
     ok = [r for r in rows if r.ok]
     spec = cond.spec
     s = ConditionSummary(
@@ -93,9 +95,8 @@ def _group(cond: ConditionRun, stratum: str, rows: list[RequestRow]) -> Conditio
     decode_s = sum((r.predicted_ms or 0.0) for r in ok if r.output_tokens) / 1000.0
     s.decode_tps = s.output_tokens / decode_s if decode_s > 0 else None
     if cond.spec.method != BASELINE:
-        drafted = [r.draft_n for r in ok if r.draft_n is not None]
-        if drafted:
-            s.drafted = sum(drafted)
+        if reports_drafts:  # this server reports per-request draft counts, leaving them out at 0
+            s.drafted = sum(r.draft_n or 0 for r in ok)
             s.accepted = sum(r.draft_n_accepted or 0 for r in ok)
             s.acceptance = _ratio(s.accepted, s.drafted)
         compared = [r for r in rows if r.matches_baseline is not None]
@@ -124,16 +125,47 @@ def summarize(
         base = bases.get(cond.spec.concurrency)
         mine = by_cond.get(cond.idx, [])
         theirs = by_cond.get(base.idx, []) if base is not None else []
+        step = _StepInputs.of(cond, mine, theirs, stats)
         groups = [(ALL_STRATA, mine, theirs)] + [
             (st, [r for r in mine if r.stratum == st], [r for r in theirs if r.stratum == st]) for st in strata
         ]
         for stratum, group, base_group in groups:
-            s = _group(cond, stratum, group)
+            s = _group(cond, stratum, group, step.reports_drafts)
             if stratum == ALL_STRATA:
                 _whole_condition(s, cond, base)
             _speed(s, cond, base, group, base_group, stats)
+            if s.speedup is not None and cond is not base:
+                _consistency(s, cond, group, base_group, step)
             out.append(s)
     return out
+
+
+@dataclass(frozen=True)
+class _StepInputs:
+    """What a condition's groups share for the acceptance check: whether its server reports
+    per-request draft counts, its mean draft length k, and its draft model's measured cost r."""
+
+    reports_drafts: bool
+    draft_length: float | None
+    model_drafted: bool
+    draft_cost: float | None
+
+    @classmethod
+    def of(
+        cls, cond: ConditionRun, rows: list[RequestRow], base_rows: list[RequestRow], stats: StatSettings
+    ) -> _StepInputs:
+        counters = cond.counters
+        k = None
+        if counters is not None and counters.steps:
+            k = counters.drafted / counters.steps
+        elif cond.spec.draft_n_max is not None:
+            k = float(cond.spec.draft_n_max)
+        elif stats.default_draft_length is not None:
+            k = float(stats.default_draft_length)
+        reports = any(r.draft_n is not None for r in rows if r.ok)
+        model = cond.spec.method in stepcost.MODEL_DRAFTED
+        r = stepcost.fitted_draft_cost(rows, base_rows, k) if model and reports else None
+        return cls(reports, k, model, r)
 
 
 def _paired(base_rows: list[RequestRow], rows: list[RequestRow]) -> tuple[list[float], list[float]]:
@@ -144,16 +176,6 @@ def _paired(base_rows: list[RequestRow], rows: list[RequestRow]) -> tuple[list[f
     return [float(base[k] or 0.0) for k in keys], [float(mine[k] or 0.0) for k in keys]
 
 
-def _per_token_ms(rows: list[RequestRow], accepted: bool) -> float | None:
-    """Median decode ms per verification step (accepted=True) or per generated token (baseline)."""
-    values = []
-    for r in rows:
-        if r.ok and r.predicted_ms and r.output_tokens:
-            steps = r.output_tokens - ((r.draft_n_accepted or 0) if accepted else 0)
-            values.append(r.predicted_ms / max(1, steps))
-    return percentile(values, 50)
-
-
 def _speed(
     s: ConditionSummary,
     cond: ConditionRun,
@@ -162,7 +184,7 @@ def _speed(
     base_rows: list[RequestRow],
     stats: StatSettings,
 ) -> None:
-    """Speed-up, its interval and the acceptance check; a condition that did not finish gets none."""
+    """Speed-up and its interval; a condition that did not finish gets none, only the reason."""
     if cond.status != "ok":
         s.speedup_note = f"condition {cond.status}: {cond.failure or 'no reason recorded'}"
         return
@@ -186,27 +208,39 @@ def _speed(
     s.difference = statistics.difference(s.speedup_ci95)
     if s.speedup_ci95 is None:
         s.speedup_note = f"no interval from {s.n_paired} request pair(s)"
-    counters = cond.counters
-    k = None
-    if counters is not None and counters.steps:
-        k = counters.drafted / counters.steps
-    elif cond.spec.draft_n_max is not None:
-        k = float(cond.spec.draft_n_max)
-    elif stats.default_draft_length is not None:
-        k = float(stats.default_draft_length)
-    step, token = _per_token_ms(rows, True), _per_token_ms(base_rows, False)
-    whole = s.stratum == ALL_STRATA and counters is not None
+
+
+def _consistency(
+    s: ConditionSummary, cond: ConditionRun, rows: list[RequestRow], base_rows: list[RequestRow], step: _StepInputs
+) -> None:
+    """E[L], tokens per target step and the predicted speed-up of this group's own requests, and
+    whether acceptance explains the measured interval (`stepcost`, `statistics.consistency`)."""
+    k, counters = step.draft_length, cond.counters
+    whole = s.stratum == ALL_STRATA
+    counts: stepcost.Counts | None = None
+    if step.reports_drafts:
+        counts = stepcost.counts(rows, k)
+    elif whole and counters is not None:  # no per-request counts: the whole condition's counters
+        n = stepcost.counts(rows, k).tokens
+        counts = stepcost.Counts(tokens=n, accepted=counters.accepted, drafted=counters.drafted, draft_length=k)
+    p: stepcost.Prediction | None = None
+    if counts is not None:
+        t_d, t_p = stepcost.decode_ms_per_token(base_rows), stepcost.prompt_ms_per_token(base_rows)
+        v = stepcost.verify_cost(k, t_d, t_p) if k and t_d and t_p is not None else None
+        p = stepcost.predict(counts, v, step.draft_cost, step.model_drafted)
     c = statistics.consistency(
-        drafted=s.drafted,
-        accepted=s.accepted,
+        drafted=counts.drafted if counts else None,
+        accepted=counts.accepted if counts else None,
         draft_length=k,
         per_position=counters.per_position if whole and counters else None,
         steps=counters.steps if whole and counters else None,
-        step_cost=step / token if step is not None and token else None,
+        tokens_per_step=p.tokens_per_step if p else None,
+        step_cost=p.step_cost if p else None,
         ci=s.speedup_ci95,
     )
     s.alpha, s.draft_length, s.expected_accepted_length = c.alpha, c.draft_length, c.expected_accepted_length
-    s.accepted_length_source = c.source
+    s.accepted_length_source, s.tokens_per_step = c.source, c.tokens_per_step
+    s.verify_cost, s.draft_cost = (p.verify_cost, p.draft_cost) if p else (None, None)
     s.step_cost, s.predicted_speedup = c.step_cost, c.predicted_speedup
     s.unexplained, s.unexplained_reason = c.unexplained, c.reason
 

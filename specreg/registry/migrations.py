@@ -432,3 +432,10 @@ def m010_template_scans(db: sqlite3.Connection) -> None:
         )
         """
     )
+
+
+@migrations()
+def m011_bench_request_prompt_n(db: sqlite3.Connection) -> None:
+    """Each request's prompt tokens processed (`timings.prompt_n`): with `prompt_ms`, the baseline's
+    per-token prompt cost that models a verification batch (benchmark/stepcost.py). Older rows: NULL."""
+    db.execute("ALTER TABLE bench_requests ADD COLUMN prompt_n INTEGER")

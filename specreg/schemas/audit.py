@@ -127,9 +127,9 @@ class StratumRow(BaseModel):
     n_paired: int = 0
     drafted: int | None = None
     accepted: int | None = None
-    expected_accepted_length: float | None = None  # E[L]: tokens per verification step
-    predicted_speedup: float | None = None  # E[L] / measured step cost
-    unexplained: bool | None = None  # the interval's low end above E[L]
+    expected_accepted_length: float | None = None  # E[L]: tokens per step that drafted (this stratum's)
+    predicted_speedup: float | None = None  # tokens per target step / step cost (benchmark/stepcost.py)
+    unexplained: bool | None = None  # the interval's low end above tokens per target step
     unexplained_reason: str | None = None
     speedup_p5: float | None = None  # spread of per-request ratios (reports only)
     speedup_p95: float | None = None

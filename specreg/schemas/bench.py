@@ -202,6 +202,7 @@ class RequestRow(BaseModel):
     tpot_ms: float | None = None
     output_tokens: int | None = None
     finish_reason: str | None = None
+    prompt_n: int | None = None  # prompt tokens the server processed (timings.prompt_n)
     prompt_ms: float | None = None
     predicted_ms: float | None = None
     draft_n: int | None = None
@@ -368,15 +369,19 @@ class ConditionSummary(BaseModel):
     n_paired: int = 0
     difference: Difference | None = None
     speedup_note: str | None = None
-    # consistency with acceptance: E[L] tokens per verification step, the speed-up it predicts
-    # from the measured cost of a step, and "unexplained" when the interval's low end is above
-    # what acceptance could give at all (E[L]: drafting and verifying for free)
-    alpha: float | None = None  # per-token acceptance
-    draft_length: float | None = None  # k: tokens drafted per verification step
-    expected_accepted_length: float | None = None
+    # consistency with acceptance, from this group's own requests (benchmark/stepcost.py): E[L]
+    # tokens per step that carried a draft, tokens per target step over all steps, the speed-up
+    # the step-cost model predicts, and "unexplained" when the interval's low end is above what
+    # acceptance could give at all (tokens per target step: drafting and verifying for free)
+    alpha: float | None = None  # per-token acceptance (None: nothing drafted)
+    draft_length: float | None = None  # k: tokens drafted per step that drafted (the condition's mean)
+    expected_accepted_length: float | None = None  # E[L]; 1.0 when nothing was drafted
     accepted_length_source: LengthSource | None = None
-    step_cost: float | None = None  # decode time of one verification step / one baseline token
-    predicted_speedup: float | None = None
+    tokens_per_step: float | None = None  # output tokens / target steps (steps without a draft count)
+    verify_cost: float | None = None  # one target step verifying k+1 tokens, in baseline decode steps
+    draft_cost: float | None = None  # one draft-model decode, in baseline decode steps (0: n-gram)
+    step_cost: float | None = None  # the mean target step (verify + drafting), in baseline decode steps
+    predicted_speedup: float | None = None  # tokens_per_step / step_cost (decode phase)
     unexplained: bool | None = None
     unexplained_reason: str | None = None
     peak_rss_bytes: int | None = None

@@ -44,6 +44,10 @@ def _mib(v: int | None, signed: bool = False) -> str:
     return f"{v / 2**20:+.1f}" if signed else f"{v / 2**20:.1f}"
 
 
+def _num(v: float | None, unit: str = "") -> str:
+    return "-" if v is None else f"{v:.2f}{unit}"
+
+
 def _pct(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.1%}"
 
@@ -227,6 +231,8 @@ _COLUMNS = (
     Col("status"),
     Col("accept", right=True),
     Col("speed-up", right=True),
+    Col("E[L]", right=True, stack=6),
+    Col("predicted", right=True, stack=7),
     Col("p50 ms", right=True),
     Col("p95 ms", right=True),
     Col("TTFT ms", right=True, stack=2),
@@ -251,6 +257,8 @@ def _row(s: ConditionSummary, expects: bool) -> list[Cell]:
         (s.status, _STATUS.get(s.status, "white")) if whole else "",
         "-" if s.method == "none" else _pct(s.acceptance),
         _speedup(s),
+        _num(s.expected_accepted_length),
+        _num(s.predicted_speedup, "x"),
         _ms(s.total_ms.p50),
         _ms(s.total_ms.p95),
         _ms(s.ttft_ms.p50),
@@ -276,6 +284,14 @@ def _legend_no_difference(summaries: list[ConditionSummary]) -> None:
 
     if any(difference(s.speedup_ci95) == "no measurable difference" for s in summaries if s.speedup is not None):
         say(NO_DIFFERENCE_LEGEND, style="dim")
+    if any(s.predicted_speedup is not None for s in summaries):
+        say(PREDICTED_LEGEND, style="dim")
+
+
+PREDICTED_LEGEND = (
+    "E[L]: tokens per step that drafted; predicted: the decode speed-up this stratum's acceptance "
+    "gives at the step costs measured in this run"
+)
 
 
 def _unexplained(run: BenchRun) -> None:
