@@ -20,9 +20,11 @@ target step of a condition in *baseline decode steps*, t_d = the baseline's medi
   draft    r = one draft-model decode, in baseline decode steps; 0 for n-gram methods (their
            draft is a lookup in the text). A draft model decodes G = Dr + S times: once per
            drafted token, and once per step to take in the target's token and sample the token
-           it then stops at. Measured in the same condition, over all its requests (and t_d,
-           t_p over all the baseline's): r = max(0, Σ predicted_ms / t_d − U − D·v) / G, the
-           decode time the target's steps leave unexplained, per draft-model decode.
+           it then stops at. Measured in the same condition: per request, the decode time the
+           target's steps leave unexplained, per draft-model decode,
+           r_i = (predicted_ms_i / t_d − U_i − D_i·v) / G_i, and r = max(0, median r_i) over all
+           the condition's requests (t_d, t_p over all the baseline's; a median, because one
+           request slowed by a busy machine would move a sum).
   step     c = (U + D·v + G·r) / S, the mean target step;
   predict  speed-up = N / (U + D·v + G·r) = T / c with T = N / S tokens per target step.
 
@@ -34,8 +36,8 @@ not explained by acceptance. With nothing drafted, T = E[L] = 1 and the predicti
 
 The prediction is for the decode phase. The measured speed-up is end to end (prompt, decode,
 HTTP), so with a long prompt it sits below the prediction. For a draft model r is fitted to the
-condition's own decode time, so over `all` the prediction restates the measured decode time;
-per stratum it moves with that stratum's acceptance. Nothing here is a tuned constant.
+condition's own decode time, so over `all` the prediction about restates the measured decode
+speed-up; per stratum it moves with that stratum's acceptance. Nothing here is a tuned constant.
 """
 
 from __future__ import annotations
@@ -127,27 +129,37 @@ def draft_model_decodes(c: Counts) -> int:
     return c.drafted + c.target_steps
 
 
-def draft_cost(c: Counts, measured_decode_ms: float, decode_ms: float, v: float | None) -> float | None:
-    """r: the condition's decode time the target steps leave unexplained, per draft-model decode
-    (never below 0); None when there is nothing to divide by."""
+def draft_cost(
+    c: Counts, measured_decode_ms: float, decode_ms: float, v: float | None, *, clamp: bool = True
+) -> float | None:
+    """r: the decode time the target steps leave unexplained, per draft-model decode (never below 0
+    unless `clamp` is off: one request's estimate, to take a median of); None without a divisor."""
     target = _target_units(c, v)
     g = draft_model_decodes(c)
     if target is None or g <= 0 or decode_ms <= 0:
         return None
-    return max(0.0, measured_decode_ms / decode_ms - target) / g
+    r = (measured_decode_ms / decode_ms - target) / g
+    return max(0.0, r) if clamp else r
 
 
 def fitted_draft_cost(
     rows: Iterable[RequestRow], base_rows: Iterable[RequestRow], draft_length: float | None
 ) -> float | None:
-    """r of a condition, from all its requests (their decode time) and all its baseline's (t_d, t_p)."""
+    """r of a condition: the median over its requests of each one's r (one slow request on a busy
+    machine moves a sum, not a median), with t_d and t_p from all the baseline's requests."""
     base = list(base_rows)
-    timed = [r for r in rows if r.ok and r.output_tokens and r.predicted_ms is not None]
     t_d, t_p = decode_ms_per_token(base), prompt_ms_per_token(base)
-    if not timed or not t_d:
+    if not t_d:
         return None
     v = verify_cost(draft_length, t_d, t_p) if draft_length and t_p is not None else None
-    return draft_cost(counts(timed, draft_length), sum(r.predicted_ms or 0.0 for r in timed), t_d, v)
+    each = []
+    for r in rows:
+        if r.ok and r.output_tokens and r.predicted_ms is not None:
+            one = draft_cost(counts([r], draft_length), r.predicted_ms, t_d, v, clamp=False)
+            if one is not None:
+                each.append(one)
+    mid = _median(each)
+    return None if mid is None else max(0.0, mid)
 
 
 @dataclass(frozen=True)
