@@ -216,7 +216,7 @@ def test_real_run_stratum_without_drafts_has_its_own_numbers(real: SimpleNamespa
 
 def test_real_run_prices_steps_from_its_own_measurements(real: SimpleNamespace) -> None:
     rows = db_rows(real.db, "SELECT condition, prompt_n, prompt_ms FROM bench_requests WHERE ok = 1")
-    assert rows and all(r["prompt_n"] and r["prompt_n"] > 0 and r["prompt_ms"] for r in rows)  # stored (m009)
+    assert rows and all(r["prompt_n"] and r["prompt_n"] > 0 and r["prompt_ms"] for r in rows)  # stored (m011)
     for (cond, _stratum), s in real.by.items():
         if cond == "none":
             continue
