@@ -174,9 +174,9 @@ def load_parts(reg: Registry, run_ids: Iterable[str], *, timings: bool = False) 
         (ids,),
     ):
         out[c["run_id"]].conditions.append(_condition_run(c))
-    for rid, text in reg.conn.execute(
-        f"SELECT run_id, summary_json FROM bench_summaries WHERE {_IN_RUNS} ORDER BY rowid", (ids,)
-    ):
+    # in the order they were written (rowid), sorted here: SQLite would sort the JSON texts in a temporary B-tree
+    found = reg.conn.execute(f"SELECT rowid, run_id, summary_json FROM bench_summaries WHERE {_IN_RUNS}", (ids,))
+    for _, rid, text in sorted(found):
         out[rid].summaries.append(ConditionSummary.model_validate_json(text))
     for rid, stratum, pid in reg.conn.execute(
         f"SELECT run_id, stratum, prompt_id FROM bench_prompts WHERE {_IN_RUNS}", (ids,)
