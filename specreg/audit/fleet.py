@@ -9,12 +9,16 @@ or none, this is the plain audit, its results tagged with the class.
 
 from __future__ import annotations
 
+from collections import defaultdict
+
 from specreg.audit.run import _Facts, run_audit
 from specreg.benchmark.hardware import run_hardware
 from specreg.benchmark.run_index import RunIndex
 from specreg.errors import SpecregError
+from specreg.registry.db import paused_gc
 from specreg.registry.store import Registry
 from specreg.schemas.audit import AuditReport, Policy
+from specreg.schemas.registry import PairRecord
 
 
 def _tag(report: AuditReport, cls: str | None) -> AuditReport:
@@ -36,6 +40,13 @@ def audit_by_hardware(
     spread: bool = True,
 ) -> AuditReport:
     """`run_audit` once per hardware class the runs were measured on (see the module docstring)."""
+    with paused_gc():  # once for all classes: each re-enabling would walk every object built so far
+        return _audit_by_hardware(reg, policy, policy_source, pair_ids, rehash, spread)
+
+
+def _audit_by_hardware(
+    reg: Registry, policy: Policy, policy_source: str, pair_ids: list[int] | None, rehash: bool, spread: bool
+) -> AuditReport:
     classes_of = run_hardware(reg)
     wanted = (policy.evidence.hardware or "").casefold()
     classes = sorted({c for c in classes_of.values() if c and wanted in c.casefold()})
@@ -47,7 +58,7 @@ def audit_by_hardware(
             d.hardware = d.hardware or (classes[0] if classes else None)
         return report
     if pair_ids is None:
-        pairs = reg.pairs(admitted=True, with_checks=False)
+        pairs = reg.pairs(admitted=True, with_checks=True)  # the template gate reads the verdict's checks
         if not pairs:
             raise SpecregError("no admitted pairs to audit", hint="check pairs first: specreg check pair TARGET DRAFT")
     else:
@@ -56,13 +67,16 @@ def audit_by_hardware(
     facts = _Facts(reg, rehash, spread)  # each artifact is verified once, not once per class
     parts: list[AuditReport] = []
     measured: set[int] = set()
+    views = index.partition({rid: c for rid, c in classes_of.items() if c is not None and c in classes})
+    slots: dict[tuple[str, str], list[tuple[int, PairRecord]]] = defaultdict(list)  # (target, method) -> pairs
+    for i, p in enumerate(pairs):
+        slots[(p.target_sha256, p.method)].append((i, p))
     for cls in classes:
-        view = index.only({rid for rid, c in classes_of.items() if c == cls})
-        mine = [p for p in pairs if p.target_sha256 in view.by_target and view(reg, p)]
+        mine = views[cls].measured(slots) if cls in views else []
         if mine:
             measured |= {p.id for p in mine}
             part = run_audit(
-                reg, policy, policy_source, rehash=rehash, spread=spread, runs_for=view, pairs=mine, facts=facts
+                reg, policy, policy_source, rehash=rehash, spread=spread, runs_for=views[cls], pairs=mine, facts=facts
             )
             parts.append(_tag(part, cls))
     rest = [p for p in pairs if p.id not in measured]

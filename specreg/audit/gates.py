@@ -202,7 +202,8 @@ def equivalence_gate(run: RunDigest, cond: ConditionDigest, policy: Policy, conc
     strata: dict[str, bool] = {}
     notes: list[str] = []
     counts: dict[str, str] = {}
-    for row, _ in _pairs(run, cond, conc):
+    pairs = _pairs(run, cond, conc)
+    for row, _ in pairs:
         failed = [p for p in row.failed_prompts if not q.required_prompts or p in q.required_prompts]
         ok = not q.require_equivalence or (not failed and row.compared > 0)
         strata[row.stratum] = ok
@@ -211,7 +212,7 @@ def equivalence_gate(run: RunDigest, cond: ConditionDigest, policy: Policy, conc
             notes.append(f"{row.stratum}: output changed on {', '.join(failed[:5])}")
         elif row.compared == 0 and q.require_equivalence:
             notes.append(f"{row.stratum}: no output could be compared")
-    measured = {p for row, _ in _pairs(run, cond, conc) for p in row.prompts}
+    measured = {p for row, _ in pairs for p in row.prompts} if q.required_prompts else set()
     absent = [p for p in q.required_prompts if p not in measured]
     if absent and q.require_equivalence:
         notes.append(f"required prompt(s) not measured: {', '.join(absent)}")

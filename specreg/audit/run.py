@@ -144,13 +144,15 @@ def select_run(heads: Iterable[RunHead], policy: Policy) -> tuple[RunHead | None
     ev, skipped = policy.evidence, []
     for head in heads:
         info, man = head
-        runtime, hardware = runtime_identity(man), hardware_identity(man)
+        # each identity only when the policy asks for it: the newest run of thousands of pairs otherwise
+        runtime = runtime_identity(man) if ev.runtime else None
+        hardware = hardware_identity(man) if ev.hardware else None
         levels = (man.request.concurrency_levels or [man.request.concurrency]) if man else []
         if info.status in _NOT_EVIDENCE:
             skipped.append(f"{info.run_id} {info.status}")
-        elif not _matches(runtime, ev.runtime):
+        elif ev.runtime and not _matches(runtime, ev.runtime):
             skipped.append(f"{info.run_id} runtime {runtime}")
-        elif not _matches(hardware, ev.hardware):
+        elif ev.hardware and not _matches(hardware, ev.hardware):
             skipped.append(f"{info.run_id} hardware {hardware}")
         elif policy.speed.concurrency is not None and policy.speed.concurrency not in levels:
             skipped.append(f"{info.run_id} concurrency {','.join(map(str, levels))}")

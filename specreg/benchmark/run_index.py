@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -72,35 +72,53 @@ _HEAD_COLS = (
 
 
 class RunIndex:
-    """Every run's head and condition methods, read once: audits of thousands of pairs ask often."""
+    """Every run's head row, keyed by (target, condition method), read once: audits of thousands of
+    pairs ask often. Manifests are parsed only for runs a pair actually asks for, once each."""
 
     def __init__(self, reg: Registry) -> None:
-        methods: dict[str, set[str]] = defaultdict(set)
-        for run_id, method in reg.conn.execute("SELECT run_id, method FROM bench_conditions"):
-            methods[run_id].add(method)
-        self.by_target: dict[str, list[tuple[sqlite3.Row, set[str]]]] = defaultdict(list)
+        methods: dict[str, list[str]] = defaultdict(list)
+        for run_id, method in reg.conn.execute("SELECT DISTINCT run_id, method FROM bench_conditions"):
+            methods[run_id].append(method)
+        # (target, method) -> runs holding a condition of that method, newest first
+        self._runs: dict[tuple[str, str], list[sqlite3.Row]] = defaultdict(list)
         for r in rows(reg.conn, f"SELECT {_HEAD_COLS} FROM bench_runs r ORDER BY r.started_at DESC, r.run_id DESC"):
-            self.by_target[r["target_sha256"]].append((r, methods.get(r["run_id"], set())))
+            for method in methods.get(r["run_id"], ()):
+                self._runs[(r["target_sha256"], method)].append(r)
         self._heads: dict[str, RunHead] = {}
 
-    def only(self, run_ids: set[str]) -> RunIndex:
-        """The same index limited to these runs (e.g. one hardware class), sharing parsed heads."""
-        view = object.__new__(RunIndex)
-        view.by_target = defaultdict(list)
-        for target, held in self.by_target.items():
-            kept = [(r, m) for r, m in held if r["run_id"] in run_ids]
-            if kept:
-                view.by_target[target] = kept
-        view._heads = self._heads
-        return view
+    def partition(self, group_of: dict[str, str]) -> dict[str, RunIndex]:
+        """The index split by a run id -> group mapping (e.g. hardware classes), one view per group,
+        sharing parsed heads; runs the mapping leaves out are in no view."""
+        views: dict[str, RunIndex] = {}
+        for key, held in self._runs.items():
+            for r in held:
+                group = group_of.get(r["run_id"])
+                if group is None:
+                    continue
+                view = views.get(group)
+                if view is None:
+                    view = views[group] = object.__new__(RunIndex)
+                    view._runs, view._heads = defaultdict(list), self._heads
+                view._runs[key].append(r)
+        return views
+
+    def _rows(self, pair: PairRecord) -> list[sqlite3.Row]:
+        held = self._runs.get((pair.target_sha256, pair.method), [])
+        return held if pair.draft_sha256 is None else [r for r in held if r["draft_sha256"] == pair.draft_sha256]
+
+    def measured(self, slots: Mapping[tuple[str, str], list[tuple[int, PairRecord]]]) -> list[PairRecord]:
+        """The pairs some run of this index holds a condition for, in their order; `slots` holds the
+        pairs to consider by (target, method), each with its position. No manifest is parsed."""
+        found = [(i, p) for key in self._runs if key in slots for i, p in slots[key] if self._rows(p)]
+        return [p for _, p in sorted(found, key=lambda ip: ip[0])]
 
     def __call__(self, reg: Registry, pair: PairRecord) -> list[RunHead]:
         out = []
-        for r, methods in self.by_target.get(pair.target_sha256, []):
-            if pair.method in methods and (pair.draft_sha256 is None or r["draft_sha256"] == pair.draft_sha256):
-                if r["run_id"] not in self._heads:
-                    self._heads[r["run_id"]] = _head(r)
-                out.append(self._heads[r["run_id"]])
+        for r in self._rows(pair):
+            head = self._heads.get(r["run_id"])
+            if head is None:
+                head = self._heads[r["run_id"]] = _head(r)
+            out.append(head)
         return out
 
 
@@ -156,9 +174,9 @@ def load_parts(reg: Registry, run_ids: Iterable[str], *, timings: bool = False) 
         (ids,),
     ):
         out[c["run_id"]].conditions.append(_condition_run(c))
-    for rid, text in reg.conn.execute(
-        f"SELECT run_id, summary_json FROM bench_summaries WHERE {_IN_RUNS} ORDER BY rowid", (ids,)
-    ):
+    # in the order they were written (rowid), sorted here: SQLite would sort the JSON texts in a temporary B-tree
+    found = reg.conn.execute(f"SELECT rowid, run_id, summary_json FROM bench_summaries WHERE {_IN_RUNS}", (ids,))
+    for _, rid, text in sorted(found):
         out[rid].summaries.append(ConditionSummary.model_validate_json(text))
     for rid, stratum, pid in reg.conn.execute(
         f"SELECT run_id, stratum, prompt_id FROM bench_prompts WHERE {_IN_RUNS}", (ids,)

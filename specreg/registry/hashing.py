@@ -84,9 +84,10 @@ def sha256_file_keyed(path: str | Path, progress: Progress | None = None, fd: in
         with open(path, "rb", buffering=0) as f:
             return sha256_file_keyed(path, progress, f.fileno())
     h = hashlib.sha256()
-    buf = bytearray(CHUNK)
-    view = memoryview(buf)
     before = StatKey.of(os.fstat(fd))
+    chunk = min(CHUNK, before.size) or 1  # re-verifying thousands of small files: not 1 MiB zeroed for each
+    buf = bytearray(chunk)
+    view = memoryview(buf)
     if hasattr(os, "posix_fadvise"):
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
     update = h.update
@@ -94,10 +95,10 @@ def sha256_file_keyed(path: str | Path, progress: Progress | None = None, fd: in
     # progress) would otherwise keep this loop busy forever; the stat check below catches it.
     offset, remaining = 0, before.size
     while remaining > 0:
-        n = os.preadv(fd, [view[:remaining] if remaining < CHUNK else view], offset)
+        n = os.preadv(fd, [view[:remaining] if remaining < chunk else view], offset)
         if not n:
             break
-        update(view[:n] if n < CHUNK else view)
+        update(view[:n] if n < chunk else view)
         offset += n
         remaining -= n
         if progress is not None:

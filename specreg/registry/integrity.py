@@ -26,12 +26,15 @@ class Integrity:
         self.db = artifacts.db
         self._fresh_shards: list[tuple[str, Shard]] = []  # verified shards whose stat cache to store
 
-    def _check_path(self, rec: ArtifactRecord, row: sqlite3.Row, rehash: bool) -> tuple[str | None, Refreshed | None]:
+    def _check_path(
+        self, rec: ArtifactRecord, row: sqlite3.Row, rehash: bool, split: bool = True
+    ) -> tuple[str | None, Refreshed | None]:
         """(problem, None) or (None, refreshed stat to store, or None on a stat-cache hit); a split
-        model's other shards (next to this path) must hold their pinned bytes too."""
+        model's other shards (next to this path) must hold their pinned bytes too (`split=False`:
+        the caller knows it has none)."""
         problem, refreshed = self._check_first(rec, row, rehash)
         if problem is None:
-            shard_problem, shards = self.artifacts.shards.verify(rec.sha256, row["path"], rehash=rehash)
+            shard_problem, shards = self.artifacts.shards.verify(rec.sha256, row["path"], rehash=rehash, split=split)
             if shard_problem:
                 return shard_problem, None
             self._fresh_shards.extend((rec.sha256, s) for s in shards)
@@ -68,12 +71,11 @@ class Integrity:
                 for sha, shard in shards:
                     self.artifacts.shards.pin(conn, sha, [shard])
                 stamp = now_iso()
-                for path, key, at in fresh:
-                    conn.execute(
-                        "UPDATE artifact_paths SET device = ?, inode = ?, size = ?, mtime_ns = ?, ctime_ns = ?, "
-                        "hashed_at_ns = ?, last_verified_at = ? WHERE path = ?",
-                        (key.device, key.inode, key.size, key.mtime_ns, key.ctime_ns, at, stamp, path),
-                    )
+                conn.executemany(
+                    "UPDATE artifact_paths SET device = ?, inode = ?, size = ?, mtime_ns = ?, ctime_ns = ?, "
+                    "hashed_at_ns = ?, last_verified_at = ? WHERE path = ?",
+                    [(k.device, k.inode, k.size, k.mtime_ns, k.ctime_ns, at, stamp, path) for path, k, at in fresh],
+                )
         except RegistryError:
             pass
 
@@ -88,13 +90,14 @@ class Integrity:
             found[row["sha256"]].append(row)
         out: dict[str, tuple[bool, str | None]] = {}
         fresh: list[Refreshed] = []
+        split = self.artifacts.shards.split(sorted(by_sha)) if by_sha else set()  # not one query per artifact
         for sha, rec in by_sha.items():
             if not found[sha]:
                 out[sha] = (False, f"artifact {sha[:12]} has no registered path")
                 continue
             problems: list[str] = []
             for row in found[sha]:
-                problem, refreshed = self._check_path(rec, row, rehash)
+                problem, refreshed = self._check_path(rec, row, rehash, sha in split)
                 if problem:
                     problems.append(problem)
                 elif refreshed:

@@ -10,6 +10,7 @@ its number, the SHA-256 pinned for that number, and the stat cache that spares r
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,6 +60,15 @@ class ShardStore:
             "SELECT DISTINCT shard_no, sha256 FROM artifact_shards WHERE artifact_sha256 = ?", (sha256,)
         )
         return {r["shard_no"]: r["sha256"] for r in rows}
+
+    def split(self, shas: list[str]) -> set[str]:
+        """Which of these artifacts have pinned shards (one query, for verifying many at once)."""
+        rows = self.db.rows(
+            "SELECT DISTINCT artifact_sha256 FROM artifact_shards WHERE artifact_sha256 IN "
+            "(SELECT value FROM json_each(?))",
+            (json.dumps(shas),),
+        )
+        return {r["artifact_sha256"] for r in rows}
 
     def _cached(self, path: str, key: StatKey) -> tuple[str, int] | None:
         row = self.db.one(
@@ -125,9 +135,10 @@ class ShardStore:
             (sha256, s.no, s.sha256, k.size, s.path, k.device, k.inode, k.mtime_ns, k.ctime_ns, s.hashed_at_ns),
         )
 
-    def verify(self, sha256: str, first: str, *, rehash: bool) -> tuple[str | None, list[Shard]]:
-        """(problem, shards read) for the shards next to `first`: each must hold its pinned bytes."""
-        pinned = self.pinned(sha256)
+    def verify(self, sha256: str, first: str, *, rehash: bool, split: bool = True) -> tuple[str | None, list[Shard]]:
+        """(problem, shards read) for the shards next to `first`: each must hold its pinned bytes.
+        `split=False`: the caller knows (from `split`) that nothing is pinned for this artifact."""
+        pinned = self.pinned(sha256) if split else {}
         if not pinned:
             return None, []
         try:
