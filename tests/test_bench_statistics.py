@@ -110,6 +110,12 @@ def test_zero_accepted_and_faster_is_unexplained() -> None:
         ci=(0.9, 1.2),
     )  # fmt: skip
     assert inside.unexplained is False  # within noise of 1.0: slow, not unexplained
+    hair = statistics.consistency(
+        drafted=21, accepted=0, draft_length=3.0, per_position={}, steps=5, tokens_per_step=1.0, step_cost=1.0,
+        ci=(1.0031, 1.02),
+    )  # fmt: skip
+    assert hair.unexplained is True  # seen on the real pair: an interval that excludes 1.0 by a hair
+    assert "at most 1.0000 tokens per target step, yet the interval's low end is 1.0031" in (hair.reason or "")
 
 
 def test_nothing_drafted_has_no_acceptance_one_token_per_step_and_predicts_one_over_the_step_cost() -> None:

@@ -196,10 +196,11 @@ def consistency(
     predicted = tokens_per_step / step_cost if tokens_per_step and step_cost else None
     bound = tokens_per_step if tokens_per_step is not None else el
     unexplained = None if ci is None or bound is None else ci[0] > bound + 1e-9
-    reason = (
-        f"{what}: at most {bound:.2f} tokens per target step, yet the interval's low end is "
-        f"{ci[0]:.2f}; the speed-up does not come from speculation"
-        if ci is not None and bound is not None and unexplained
-        else None
-    )
+    reason = None
+    if ci is not None and bound is not None and unexplained:
+        places = 2 if round(ci[0], 2) > round(bound, 2) else 4  # 1.003 above 1.00 must not read "1.00 > 1.00"
+        reason = (
+            f"{what}: at most {bound:.{places}f} tokens per target step, yet the interval's low end is "
+            f"{ci[0]:.{places}f}; the speed-up does not come from speculation"
+        )
     return Consistency(alpha, k, el, source, tokens_per_step, step_cost, predicted, unexplained, reason)
