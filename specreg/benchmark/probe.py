@@ -23,12 +23,10 @@ from specreg.benchmark.serverlog import abort_lines, head_text, last_lines, refu
 from specreg.errors import ServerError, ServerStartError
 from specreg.schemas.bench import ConditionSpec, WorkloadItem
 from specreg.schemas.checks import CheckResult
-from specreg.schemas.methods import DRAFT_METHODS, Method
+from specreg.schemas.methods import MODEL_DRAFTED
 
 ProbeStatus = Literal["drafted", "not_drafted", "inconclusive", "refused", "load_failed", "crashed", "failed"]
 FAILED: frozenset[str] = frozenset({"not_drafted", "refused", "load_failed", "crashed", "failed"})
-# A draft model (or MTP head) drafts on every step; n-gram methods only once the text repeats itself.
-_ALWAYS_DRAFTS: frozenset[str] = DRAFT_METHODS | {Method.DRAFT_MTP}
 # Repetitive text, so that n-gram methods find something to draft from within a few tokens.
 PROMPT = WorkloadItem(
     id="probe",
@@ -78,7 +76,7 @@ def _ask(server: ServerProcess, method: str) -> tuple[ProbeStatus, int | None, i
     accepted = counters.accepted if counters else int(timings.get("draft_n_accepted") or 0)
     if drafted:
         return "drafted", drafted, accepted, f"drafted {drafted} tokens, {accepted} accepted, in one request"
-    if method in _ALWAYS_DRAFTS:
+    if method in MODEL_DRAFTED:  # drafts on every step; n-gram methods only once text repeats
         return "not_drafted", 0, 0, f"drafted nothing in {done.output_tokens or 0} generated tokens"
     return "inconclusive", 0, 0, "drafted nothing in one short request (an n-gram method needs repetition)"
 

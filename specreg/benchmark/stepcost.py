@@ -46,10 +46,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from specreg.schemas.bench import RequestRow
-from specreg.schemas.methods import DRAFT_METHODS, Method
-
-# Methods whose drafts come from a model (a draft GGUF or the target's MTP head): r is measured.
-MODEL_DRAFTED: frozenset[str] = frozenset(DRAFT_METHODS | {Method.DRAFT_MTP})
 
 
 @dataclass(frozen=True)

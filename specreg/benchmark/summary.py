@@ -25,6 +25,7 @@ from specreg.schemas.bench import (
     RequestRow,
     Stat,
 )
+from specreg.schemas.methods import MODEL_DRAFTED
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -163,7 +164,7 @@ class _StepInputs:
         elif stats.default_draft_length is not None:
             k = float(stats.default_draft_length)
         reports = any(r.draft_n is not None for r in rows if r.ok)
-        model = cond.spec.method in stepcost.MODEL_DRAFTED
+        model = cond.spec.method in MODEL_DRAFTED  # r, a draft decode's cost, is measured
         r = stepcost.fitted_draft_cost(rows, base_rows, k) if model and reports else None
         return cls(reports, k, model, r)
 

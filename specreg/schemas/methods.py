@@ -33,4 +33,7 @@ DRAFT_METHODS: frozenset[Method] = frozenset(
     {Method.DRAFT_SIMPLE, Method.DRAFT_EAGLE3, Method.DRAFT_DFLASH, Method.DRAFT_DSPARK}
 )
 SELF_METHODS: frozenset[Method] = frozenset(Method) - DRAFT_METHODS
+# Methods whose drafts come from a model (a draft GGUF or the target's MTP heads): they draft on
+# every step and their drafting has a cost of its own; n-gram methods draft only when text repeats.
+MODEL_DRAFTED: frozenset[Method] = DRAFT_METHODS | {Method.DRAFT_MTP}
 AUTO = "auto"  # `--method auto`: not a method; the validators pick one from the draft
