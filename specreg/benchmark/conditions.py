@@ -14,7 +14,7 @@ from specreg.benchmark.bundled_server import NGRAM_FLAGS
 from specreg.errors import UsageError
 from specreg.schemas.bench import BASELINE, ConditionSpec, ScheduleSlot
 from specreg.schemas.bench_settings import Order
-from specreg.schemas.methods import DRAFT_METHODS
+from specreg.schemas.methods import DRAFT_METHODS, MODEL_DRAFTED
 
 DEFAULT_SELF_METHODS = ("ngram-simple", "ngram-mod")
 # flag prefix -> the method it configures
@@ -111,7 +111,7 @@ def plan(
     by_length, by_level = len(lengths) > 1, len(levels) > 1
     out: list[ConditionSpec] = []
     for method in wanted:
-        uses_draft_len = method in DRAFT_METHODS or method == "draft-mtp"
+        uses_draft_len = method in MODEL_DRAFTED  # --spec-draft-n-max: draft models and MTP heads
         needs_file = method in DRAFT_METHODS
         if needs_file and not draft_path:
             raise UsageError(f"{method} needs a draft model file, and this pair has none")
