@@ -111,3 +111,29 @@ def test_the_registry_keeps_the_layout_and_a_registered_read_jumps(
         assert reg.artifacts_store.snapshot(path).file.jumped == 0
         reg.add_artifact(path, snap=reg.artifacts_store.snapshot(path))
         assert statcache.layout_of(reg.database, rec.sha256) == layout
+
+
+def test_a_small_file_is_hashed_while_it_is_parsed_with_the_same_result(model: Path, tmp_path: Path) -> None:
+    """snapshot.take hashes a small GGUF on a thread during the walk: the same SHA-256 as hashing
+    it alone, a hashing error reaches the caller, and a truncated file still fails as a GGUFError."""
+    import hashlib
+
+    from specreg.errors import SpecregError
+    from specreg.registry import hashing, snapshot
+
+    def hash_fd(path: str, fd: int) -> tuple[str, hashing.StatKey, int]:
+        digest, key = hashing.sha256_file_keyed(path, fd=fd)
+        return digest, key, 0
+
+    snap = snapshot.take(model, cached=None, hash_fd=hash_fd)
+    assert snap.hashed and snap.sha256 == hashlib.sha256(model.read_bytes()).hexdigest()
+
+    def failing(path: str, fd: int) -> tuple[str, hashing.StatKey, int]:
+        raise SpecregError(f"{path}: file changed while it was being hashed")
+
+    with pytest.raises(SpecregError, match="changed while it was being hashed"):
+        snapshot.take(model, cached=None, hash_fd=failing)
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(model.read_bytes()[:4000])  # the magic is there, the header is not
+    with pytest.raises(GGUFError):
+        snapshot.take(cut, cached=None, hash_fd=hash_fd)

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import os
 import stat
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from specreg.errors import ArtifactNotFound, SpecregError
+from specreg.gguf.format import MAGIC
 from specreg.registry.hashing import StatKey
 
 if TYPE_CHECKING:
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
 
 CacheLookup = Callable[[str, StatKey], "tuple[str, int] | None"]  # (path, key) -> (sha256, hashed_at_ns)
 HashFd = Callable[[str, int], "tuple[str, StatKey, int]"]  # (path, fd) -> (sha256, key, hashed_at_ns)
+OVERLAP_MAX = 64 << 20  # files up to this size are hashed while their header is parsed (~0.1 s of hashing)
 LayoutLookup = Callable[[str], "dict[int, tuple[int, int, str]] | None"]  # sha256 -> GGUFFile.string_array_layout()
 
 
@@ -63,12 +66,21 @@ def take(
         key = StatKey.of(st)
         hit = cached(apath, key) if cached is not None else None
         known = layout(hit[0]) if hit is not None and layout is not None else None
-        # tensor data (EAGLE-3's d2t) is read later by reopening: only if it is still this file
-        gf = read_gguf(FileSource(apath, fd=fd), reopen=lambda: _same_file(apath, key), known=known)
+        # A small GGUF file is hashed on a thread while its header is walked (hashlib and preadv
+        # release the GIL). A large one is parsed first, and a file that does not even start with
+        # the GGUF magic is never hashed: either fails before any hashing.
+        overlap = hit is None and st.st_size <= OVERLAP_MAX and os.pread(fd, 4, 0) == MAGIC
+        hashing = _Hashing(hash_fd, apath, fd) if overlap else None
+        try:
+            # tensor data (EAGLE-3's d2t) is read later by reopening: only if it is still this file
+            gf = read_gguf(FileSource(apath, fd=fd), reopen=lambda: _same_file(apath, key), known=known)
+        finally:
+            if hashing is not None:
+                hashing.join()  # the descriptor is closed below: never under a running hash
         if hit is not None:
             sha, hashed_at, hashed = hit[0], hit[1], False
         else:
-            sha, hashed_key, hashed_at = hash_fd(apath, fd)
+            sha, hashed_key, hashed_at = hashing.result() if hashing is not None else hash_fd(apath, fd)
             hashed = True
             if hashed_key != key:
                 raise _changed(apath)
@@ -77,6 +89,31 @@ def take(
     finally:
         os.close(fd)
     return Snapshot(apath, key, gf, sha, hashed_at, hashed)
+
+
+class _Hashing(threading.Thread):
+    """`hash_fd(path, fd)` on a thread of its own; `result()` returns it or raises what it raised."""
+
+    def __init__(self, hash_fd: HashFd, path: str, fd: int) -> None:
+        super().__init__(name="specreg-hash", daemon=True)
+        self._call = (hash_fd, path, fd)
+        self._out: tuple[str, StatKey, int] | None = None
+        self._error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        hash_fd, path, fd = self._call
+        try:
+            self._out = hash_fd(path, fd)
+        except BaseException as exc:  # handed to the caller's thread by result()
+            self._error = exc
+
+    def result(self) -> tuple[str, StatKey, int]:
+        self.join()
+        if self._error is not None:
+            raise self._error
+        assert self._out is not None
+        return self._out
 
 
 def _same_file(apath: str, key: StatKey) -> FileSource:
