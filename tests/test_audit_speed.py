@@ -1,6 +1,6 @@
 """The speed gate judges the interval, not the median: pure gate calls on run digests.
 
-The digests are what `audit.evidence` builds from a run's summaries; the real-run tests
+The digests are what `benchmark.digest` builds from a run's summaries; the real-run tests
 (test_audit_gates.py, test_bench_sweep.py) show the same rules on measured numbers.
 """
 

@@ -21,6 +21,7 @@ from specreg import __version__
 from specreg.benchmark.bundle import export_bundle, import_bundles
 from specreg.benchmark.bundle_format import HEADER
 from specreg.benchmark.bundle_runs import local_digest, run_parts
+from specreg.benchmark.digest_cache import builder_id
 from specreg.errors import BundleError
 from specreg.registry.store import Registry
 
@@ -55,6 +56,11 @@ def test_round_trip_keeps_every_record(audit_world: AuditWorld, source: Path, bu
         rid = audit_world.run_id
         assert run_parts(a.conn, rid) == run_parts(b.conn, rid)  # every row, byte for byte
         assert local_digest(a.conn, rid) == local_digest(b.conn, rid)
+        # the digest the audit reads: kept when the run finished there, and when it arrived here
+        kept = "SELECT builder, digest_json FROM run_digests WHERE run_id = ? AND spread = 0"
+        ka, kb = (json.loads(r.conn.execute(kept, (rid,)).fetchone()[1]) for r in (a, b))
+        assert ka == kb  # as JSON: an import writes the run's JSON members with sorted keys
+        assert b.conn.execute(kept, (rid,)).fetchone()[0] == builder_id()
         n = b.conn.execute("SELECT count(*) FROM bench_requests WHERE run_id = ?", (rid,)).fetchone()[0]
         assert n == a.conn.execute("SELECT count(*) FROM bench_requests").fetchone()[0] > 0
         # artifacts by SHA-256, without the source's paths (the bytes are not here)

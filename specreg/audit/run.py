@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable
 from specreg.audit import gates
 from specreg.audit.decisions import decide
 from specreg.audit.deploy import try_server_argv
-from specreg.audit.evidence import hardware_identity, load_digest, load_digests, runtime_identity
 from specreg.audit.outcomes import judge_all, pair_conditions
+from specreg.benchmark.digest import hardware_identity, load_digest, load_digests, runtime_identity
 from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
 from specreg.benchmark.run_index import RunHead, RunIndex, runs_for_pair
 from specreg.errors import SpecregError

@@ -33,6 +33,7 @@ from specreg.benchmark.bundle_format import (
     run_member,
 )
 from specreg.benchmark.bundle_runs import insert_run, local_digest, run_logs, run_parts
+from specreg.benchmark.digest import keep_digests
 from specreg.benchmark.hardware import run_hardware
 from specreg.errors import BundleError, UsageError
 from specreg.paths import data_dir
@@ -224,6 +225,7 @@ def import_bundles(reg: Registry, paths: Iterable[str | Path]) -> ImportResult:
                 result.verdicts += new_verdicts
                 for entry in b.header.runs:
                     _import_run(reg, b, entry, result, staged)
+            keep_digests(reg, result.runs)  # what the audit reads, built once as the runs arrive
     except BaseException:
         for p in staged:
             p.unlink(missing_ok=True)

@@ -122,6 +122,16 @@ class RunIndex:
         return out
 
 
+def heads_of(reg: Registry, run_ids: Iterable[str]) -> list[RunHead]:
+    """The heads of these runs (unknown ids are left out), in run id order."""
+    found = rows(
+        reg.conn,
+        f"SELECT {_HEAD_COLS} FROM bench_runs r WHERE r.{_IN_RUNS} ORDER BY r.run_id",
+        (json.dumps(sorted(set(run_ids))),),
+    )
+    return [_head(r) for r in found]
+
+
 def runs_for_pair(reg: Registry, pair: PairRecord) -> list[RunHead]:
     """Runs holding a condition for this pair (same target, method, draft), newest first.
 

@@ -439,3 +439,31 @@ def m011_bench_request_prompt_n(db: sqlite3.Connection) -> None:
     """Each request's prompt tokens processed (`timings.prompt_n`): with `prompt_ms`, the baseline's
     per-token prompt cost that models a verification batch (benchmark/stepcost.py). Older rows: NULL."""
     db.execute("ALTER TABLE bench_requests ADD COLUMN prompt_n INTEGER")
+
+
+# Every table holding a part of a run: a write to any of a run's rows drops the run's kept digests.
+_RUN_TABLES = ("bench_runs", "bench_conditions", "bench_summaries", "bench_prompts", "bench_requests")
+
+
+@migrations()
+def m012_run_digests(db: sqlite3.Connection) -> None:
+    """Each finished run's digest as the audit reads it (benchmark/digest_cache.py), by the digest
+    code's id; triggers drop a run's digests whenever any of its rows is written."""
+    db.execute(
+        """
+        CREATE TABLE run_digests (
+            run_id TEXT NOT NULL REFERENCES bench_runs (run_id) ON DELETE CASCADE,
+            spread INTEGER NOT NULL,
+            builder TEXT NOT NULL,
+            digest_json TEXT NOT NULL,
+            PRIMARY KEY (run_id, spread)
+        )
+        """
+    )
+    for table in _RUN_TABLES:
+        for event, row in (("INSERT", "NEW"), ("UPDATE", "OLD"), ("DELETE", "OLD")):
+            also = " OR run_id = NEW.run_id" if event == "UPDATE" else ""
+            db.execute(
+                f"CREATE TRIGGER run_digests_{table}_{event.lower()} AFTER {event} ON {table} "
+                f"BEGIN DELETE FROM run_digests WHERE run_id = {row}.run_id{also}; END"
+            )

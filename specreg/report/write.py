@@ -75,7 +75,7 @@ def write_run_report(path: str | Path, run: RunDigest) -> list[Path]:
 
 def write_run_report_for(path: str | Path, run: BenchRun) -> list[Path]:
     """`specreg runs show RUN --report PATH`: digest a loaded run and write its report."""
-    from specreg.audit.evidence import digest_run
+    from specreg.benchmark.digest import digest_run
 
     check_report_path(path)
     return write_run_report(path, digest_run(run))

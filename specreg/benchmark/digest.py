@@ -12,9 +12,11 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from specreg.benchmark import digest_cache
 from specreg.benchmark.hardware import hardware_class
-from specreg.benchmark.run_index import Failing, RequestTiming, RunHead, load_parts
+from specreg.benchmark.run_index import Failing, RequestTiming, RunHead, heads_of, load_parts
 from specreg.benchmark.summary import percentile
+from specreg.errors import SpecregError
 from specreg.schemas.audit import ConditionDigest, RunDigest, StratumRow
 from specreg.schemas.bench import (
     ALL_STRATA,
@@ -217,7 +219,24 @@ def load_digest(reg: Registry, head: RunHead, *, spread: bool = True) -> RunDige
 
 
 def load_digests(reg: Registry, heads: Iterable[RunHead], *, spread: bool = True) -> dict[str, RunDigest]:
-    """Digests of many runs (run id -> digest), the tables read once for all of them."""
+    """Digests of many runs (run id -> digest): the kept ones read back, the rest built from the
+    bench tables (each read once for all of them) and kept for next time where the registry can
+    be written (see digest_cache)."""
+    heads = list(heads)
+    out = digest_cache.get(reg.conn, (h.info.run_id for h in heads), spread=spread)
+    built = build_digests(reg, [h for h in heads if h.info.run_id not in out], spread=spread)
+    if built and not reg.read_only:
+        try:
+            with reg.write() as conn:
+                digest_cache.put(conn, built.values(), spread=spread)
+        except SpecregError:  # busy or full: the digests are right anyway, just not kept
+            pass
+    out.update(built)
+    return {h.info.run_id: out[h.info.run_id] for h in heads}
+
+
+def build_digests(reg: Registry, heads: Iterable[RunHead], *, spread: bool = True) -> dict[str, RunDigest]:
+    """Digests built from the bench tables, read once for all of these runs (no cache)."""
     heads = list(heads)
     parts = load_parts(reg, (h.info.run_id for h in heads), timings=spread)
     out: dict[str, RunDigest] = {}
@@ -229,3 +248,16 @@ def load_digests(reg: Registry, heads: Iterable[RunHead], *, spread: bool = True
             ratios = _ratios(p.timings, p.conditions, conc)
         out[head.info.run_id] = build_digest(head, p.conditions, p.summaries, p.prompts, p.failing, ratios)
     return out
+
+
+def keep_digests(reg: Registry, run_ids: Iterable[str]) -> int:
+    """Build and keep the digests of runs just written (an import, a finished run), inside the
+    caller's write transaction; a digest that cannot be built is left to the audit, which then
+    reports the damage. Returns how many were kept."""
+    try:
+        with reg.write() as conn:  # a savepoint of the caller's transaction
+            return digest_cache.put(
+                conn, build_digests(reg, heads_of(reg, run_ids), spread=False).values(), spread=False
+            )
+    except (ValueError, SpecregError):  # ValidationError of a damaged stored part, or a failed write
+        return 0
