@@ -11,8 +11,6 @@ import json
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
-import psutil
-
 from specreg.benchmark.hardware import hardware_class
 from specreg.errors import RunNotFound
 from specreg.registry.db import iso, now, rows
@@ -72,6 +70,8 @@ def _dump(model: Any) -> str | None:
 
 def process_started(pid: int) -> float | None:
     """A live process's start time (pid reuse guard); None when it is gone or a zombie."""
+    import psutil  # ~15 ms, and readers of runs (the audit) never need it
+
     try:
         p = psutil.Process(pid)
         return None if p.status() == psutil.STATUS_ZOMBIE else p.create_time()
