@@ -18,6 +18,7 @@ from specreg.registry.checking import check_and_record
 from specreg.registry.provenance import register
 from specreg.registry.store import Registry
 from specreg.schemas.checks import CheckResult, PairVerdict
+from specreg.schemas.methods import Method
 from specreg.schemas.registry import ArtifactRecord, PairRecord
 from specreg.validators.ruleset import load_rule_set
 
@@ -57,7 +58,7 @@ def pairs_reg(reg: Registry, tmp_path: Path) -> Registry:
     reg.record_verdict(
         PairVerdict(
             admitted=False,
-            method="ngram-cache",
+            method=Method.NGRAM_CACHE,
             target_sha256=sha,
             rule_set="rs-foreign",
             checks=[CheckResult(code="x.nested", severity="error", message="m \udcff", evidence=evidence)],

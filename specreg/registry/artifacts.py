@@ -217,6 +217,21 @@ class ArtifactStore:
         self.hash_count += 1
         return sha, key, time.time_ns()
 
+    def hash_many(self, paths: list[str], sizes: list[int]) -> list[hashing.Hashed | OSError]:
+        """`hash` for many files (hashing.sha256_files: large ones on several cores), in order:
+        each result or why it failed. One progress bar for all when they add up to 1 GiB."""
+        total = sum(sizes)
+        if self.show_progress and total >= hashing.PROGRESS_MIN_SIZE:
+            from rich.markup import escape
+
+            what = escape(Path(paths[0]).name) if len(paths) == 1 else f"{len(paths)} files"
+            with hashing.progress_bar(f"sha256 {what}", total) as advance:
+                found = hashing.sha256_files(paths, sizes, advance)
+        else:
+            found = hashing.sha256_files(paths, sizes)
+        self.hash_count += sum(1 for r in found if not isinstance(r, OSError))
+        return found
+
     @staticmethod
     def _parse(apath: str) -> GGUFSummary:
         from specreg.gguf.summary import summarize
