@@ -78,7 +78,9 @@ def records_in_batches(
     the caller then reads the rows one by one, the way that reports such a row for itself."""
     try:
         found = conn.execute(sql, params).fetchall()
-    except sqlite3.OperationalError:  # "JSON cannot hold BLOB values": a foreign row
+    except sqlite3.OperationalError as exc:
+        if "JSON" not in str(exc):  # not "JSON cannot hold BLOB values" (a foreign row): as ever
+            raise
         return None
     out: list[T] = []
     for i in range(0, len(found), JSON_BATCH):
