@@ -17,9 +17,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ConfigDict, TypeAdapter
+
 from specreg.errors import AmbiguousArtifact, ArtifactNotFound, SpecregError
 from specreg.registry import hashing, licence, snapshot, statcache
-from specreg.registry.db import Database, now_iso, paused_gc, read_only_error
+from specreg.registry.db import Database, now_iso, paused_gc, read_only_error, records_in_batches
 from specreg.registry.shards import Shard, ShardStore, is_split
 from specreg.schemas.gguf import GGUFSummary, summary_from_json, summary_to_json
 from specreg.schemas.registry import ArtifactRecord, LicenceRecord, LicenceSource, Provenance
@@ -35,6 +37,23 @@ LIST_COLUMNS = (
     "repo, revision, filename, provenance_source, provenance_json, registered_at, updated_at"
 )
 IN_SHAS = "sha256 IN (SELECT value FROM json_each(?))"
+# A list-view row as one JSON object (ArtifactRecord's fields, no summary) for
+# db.records_in_batches. Paths in their order (an aggregate keeps its subquery's ORDER BY: SQLite
+# does not flatten it); the stored licence and provenance spliced in as stored text, each only
+# when it is JSON (else null: validation fails and the read goes row by row, where `_stored`
+# takes care of it); JSON text parses alike in pydantic and in `json.loads` (the row path).
+_JSON_ROW = (
+    "SELECT CAST('{\"paths\":' || (SELECT json_group_array(path) FROM (SELECT path FROM artifact_paths ap "
+    "WHERE ap.sha256 = a.sha256 ORDER BY ap.id)) || ',\"licence\":' || CASE WHEN typeof(licence_json) = 'text' "
+    "AND json_valid(licence_json) THEN licence_json ELSE 'null' END || ',\"provenance\":{\"extra\":' || "
+    "CASE WHEN ifnull(provenance_json, '') = '' THEN '{}' WHEN typeof(provenance_json) = 'text' "
+    "AND json_valid(provenance_json) THEN provenance_json ELSE 'null' END || ',' || substr(json_object("
+    "'repo', repo, 'revision', revision, 'filename', filename, 'source', provenance_source), 2) || ',' || "
+    "substr(json_object('sha256', sha256, 'size', size, 'name', name, 'architecture', architecture, "
+    "'file_type', file_type, 'file_type_name', file_type_name, 'n_tokens', n_tokens, 'summary', NULL, "
+    "'registered_at', registered_at, 'updated_at', updated_at), 2) AS BLOB) FROM artifacts a "
+)
+_RECORDS = TypeAdapter(list[ArtifactRecord], config=ConfigDict(defer_build=True))
 
 
 def stat_or_raise(apath: str) -> hashing.StatKey:
@@ -145,8 +164,19 @@ class ArtifactStore:
             return [_record(r, paths.get(r["sha256"], []), with_summary) for r in found]
 
     def get_many(self, shas: Iterable[str], *, with_summary: bool = False) -> dict[str, ArtifactRecord]:
-        """Records of many artifacts by full SHA-256 in two queries (unknown ones are left out)."""
+        """Records of many artifacts by full SHA-256 (unknown ones are left out): one query, or two
+        when a record must be read row by row."""
         wanted = json.dumps(sorted(set(shas)))
+        if not with_summary:
+            with paused_gc():
+                fast = records_in_batches(self.db.conn, f"{_JSON_ROW} WHERE {IN_SHAS}", (wanted,), _RECORDS)
+            if fast is not None:
+                return {r.sha256: r for r in fast}
+        return self.get_many_by_row(wanted, with_summary=with_summary)
+
+    def get_many_by_row(self, wanted: str, *, with_summary: bool) -> dict[str, ArtifactRecord]:
+        """`get_many` one row at a time (`wanted`: a JSON list of SHA-256s): the path that reads a
+        damaged licence or provenance record as none stated."""
         paths: dict[str, list[str]] = {}
         for sha, path in self.db.conn.execute(
             f"SELECT sha256, path FROM artifact_paths WHERE {IN_SHAS} ORDER BY id", (wanted,)
@@ -186,6 +216,21 @@ class ArtifactStore:
             raise SpecregError(str(exc), hint="wait until the file is completely written") from exc
         self.hash_count += 1
         return sha, key, time.time_ns()
+
+    def hash_many(self, paths: list[str], sizes: list[int]) -> list[hashing.Hashed | OSError]:
+        """`hash` for many files (hashing.sha256_files: large ones on several cores), in order:
+        each result or why it failed. One progress bar for all when they add up to 1 GiB."""
+        total = sum(sizes)
+        if self.show_progress and total >= hashing.PROGRESS_MIN_SIZE:
+            from rich.markup import escape
+
+            what = escape(Path(paths[0]).name) if len(paths) == 1 else f"{len(paths)} files"
+            with hashing.progress_bar(f"sha256 {what}", total) as advance:
+                found = hashing.sha256_files(paths, sizes, advance)
+        else:
+            found = hashing.sha256_files(paths, sizes)
+        self.hash_count += sum(1 for r in found if not isinstance(r, OSError))
+        return found
 
     @staticmethod
     def _parse(apath: str) -> GGUFSummary:

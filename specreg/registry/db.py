@@ -23,13 +23,21 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
 from specreg.errors import RegistryError, SpecregError
 from specreg.registry.migrations import migrations
 
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
+
 BUSY_TIMEOUT_S = 60.0
+# Rows per validation call of `records_in_batches`: one call for thousands of rows first parses
+# megabytes into one JSON tree (measured slower than a call per row); 64 rows at a time is faster
+# than either.
+JSON_BATCH = 64
+T = TypeVar("T")
 
 
 def now() -> datetime:
@@ -59,6 +67,28 @@ def paused_gc() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+def records_in_batches(
+    conn: sqlite3.Connection, sql: str, params: tuple[Any, ...], adapter: TypeAdapter[list[T]]
+) -> list[T] | None:
+    """The records of a query whose one column is each row as a JSON object (bytes), validated
+    a batch at a time: one model per row built in Rust instead of in a Python loop. None when
+    any row does not validate or SQLite cannot write it as JSON (a damaged or foreign record):
+    the caller then reads the rows one by one, the way that reports such a row for itself."""
+    try:
+        found = conn.execute(sql, params).fetchall()
+    except sqlite3.OperationalError as exc:
+        if "JSON" not in str(exc):  # not "JSON cannot hold BLOB values" (a foreign row): as ever
+            raise
+        return None
+    out: list[T] = []
+    for i in range(0, len(found), JSON_BATCH):
+        try:
+            out += adapter.validate_json(b"[" + b",".join(r[0] for r in found[i : i + JSON_BATCH]) + b"]")
+        except ValueError:  # pydantic's ValidationError
+            return None
+    return out
 
 
 def rows(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:

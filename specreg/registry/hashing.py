@@ -2,15 +2,19 @@
 
 hashlib's SHA-256 is OpenSSL's (SHA-NI where the CPU has it); the Python loop only has to stay
 out of its way: one preallocated buffer filled with `readinto` (no per-chunk allocation) and
-large chunks so the per-call overhead vanishes. `update()` releases the GIL for big buffers.
+large chunks so the per-call overhead vanishes. `update()` and `preadv` release the GIL, so
+`sha256_files` hashes large files on several cores at once.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +26,11 @@ PROGRESS_MIN_SIZE = 1 << 30  # show a progress bar for files of 1 GiB and more
 # mtime changing (coarse filesystem clocks: ext4 ~ms, FAT 2 s). Such a stat is "racy" and is
 # not trusted as proof that the bytes are unchanged (git's "racily clean" rule).
 RACY_WINDOW_NS = 2_000_000_000
+# Files at least this large are hashed on a thread pool by `sha256_files`; smaller ones on the
+# calling thread, for which a hand-off costs more than the hash (4,200 files of 4 KiB: 2.7x
+# slower on a pool of 2 than in a loop; 4 of 200 MB: 1.9x faster on 2 cores).
+POOL_MIN_SIZE = CHUNK
+HASH_WORKERS = min(4, os.cpu_count() or 1)
 
 Progress = Callable[[int], None]
 
@@ -44,6 +53,9 @@ class StatKey:
     @classmethod
     def of(cls, st: os.stat_result) -> StatKey:
         return cls(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+Hashed = tuple[str, StatKey, int]  # (sha256, the stat of the bytes hashed, when: time.time_ns())
 
 
 def stat_key(path: str | Path) -> StatKey:
@@ -109,15 +121,54 @@ def sha256_file_keyed(path: str | Path, progress: Progress | None = None, fd: in
     return h.hexdigest(), after
 
 
-def sha256_with_bar(
-    path: str | Path, *, min_size: int = PROGRESS_MIN_SIZE, fd: int | None = None
-) -> tuple[str, StatKey]:
-    """sha256_file_keyed with a rich progress bar on stderr for files of `min_size` or more."""
-    size = os.fstat(fd).st_size if fd is not None else os.stat(path).st_size
-    if size < min_size:
-        return sha256_file_keyed(path, fd=fd)
+class _Stopped(Exception):
+    """Raised inside a hashing thread when the caller has given up (an interrupt)."""
+
+
+def sha256_files(
+    paths: Sequence[str], sizes: Sequence[int], progress: Progress | None = None
+) -> list[Hashed | OSError]:
+    """Hash many files (`sizes`: as stat saw them), in the order given: each result, or the
+    OSError (FileChangedWhileHashing included) that stopped it. Files of POOL_MIN_SIZE and more
+    are hashed HASH_WORKERS at a time on a thread pool while this thread hashes the small ones.
+    `progress` may be called from several threads at once."""
+    stop = threading.Event()
+
+    def step(n: int) -> None:  # per chunk: an interrupted caller does not wait for 20 GB files
+        if stop.is_set():
+            raise _Stopped
+        if progress is not None:
+            progress(n)
+
+    def one(i: int, on_chunk: Progress | None) -> Hashed | OSError:
+        try:
+            sha, key = sha256_file_keyed(paths[i], on_chunk)
+        except OSError as exc:
+            return exc
+        return sha, key, time.time_ns()
+
+    big = [i for i, size in enumerate(sizes) if size >= POOL_MIN_SIZE]
+    if len(big) < 2 or HASH_WORKERS < 2:
+        return [one(i, progress) for i in range(len(paths))]
+    done: dict[int, Hashed | OSError] = {}
+    pool = ThreadPoolExecutor(min(HASH_WORKERS, len(big)), thread_name_prefix="sha256")
+    try:
+        futures = {i: pool.submit(one, i, step) for i in big}
+        for i, size in enumerate(sizes):
+            if size < POOL_MIN_SIZE:
+                done[i] = one(i, progress)
+        done |= {i: future.result() for i, future in futures.items()}
+    finally:
+        stop.set()
+        pool.shutdown(wait=True, cancel_futures=True)
+    return [done[i] for i in range(len(paths))]
+
+
+@contextmanager
+def progress_bar(description: str, total: int) -> Iterator[Progress]:
+    """A rich progress bar on stderr (transient) for `total` bytes; yields the callback to
+    advance it, which several hashing threads may call at once."""
     from rich.console import Console
-    from rich.markup import escape
     from rich.progress import (
         BarColumn,
         DownloadColumn,
@@ -138,19 +189,34 @@ def sha256_with_bar(
         console=console,
         transient=True,
     ) as bar:
-        task = bar.add_task(f"sha256 {escape(Path(path).name)}", total=size)
-        # Updating rich on every 4 MiB chunk costs ~1% at 1.5 GB/s; throttle to ~10 updates/s.
+        task = bar.add_task(description, total=total)
+        # Updating rich on every 1 MiB chunk costs ~1% at 1.5 GB/s; throttle to ~10 updates/s.
+        lock = threading.Lock()
         pending = 0
         last = time.monotonic()
 
         def advance(n: int) -> None:
             nonlocal pending, last
-            pending += n
-            now = time.monotonic()
-            if now - last >= 0.1:
-                bar.update(task, advance=pending)
-                pending, last = 0, now
+            with lock:
+                pending += n
+                now = time.monotonic()
+                if now - last < 0.1:
+                    return
+                done, pending, last = pending, 0, now
+            bar.update(task, advance=done)
 
-        result = sha256_file_keyed(path, advance, fd)
+        yield advance
         bar.update(task, advance=pending)
-    return result
+
+
+def sha256_with_bar(
+    path: str | Path, *, min_size: int = PROGRESS_MIN_SIZE, fd: int | None = None
+) -> tuple[str, StatKey]:
+    """sha256_file_keyed with a rich progress bar on stderr for files of `min_size` or more."""
+    size = os.fstat(fd).st_size if fd is not None else os.stat(path).st_size
+    if size < min_size:
+        return sha256_file_keyed(path, fd=fd)
+    from rich.markup import escape
+
+    with progress_bar(f"sha256 {escape(Path(path).name)}", size) as advance:
+        return sha256_file_keyed(path, advance, fd)

@@ -32,15 +32,36 @@ class Integrity:
         """(problem, None) or (None, refreshed stat to store, or None on a stat-cache hit); a split
         model's other shards (next to this path) must hold their pinned bytes too (`split=False`:
         the caller knows it has none)."""
-        problem, refreshed = self._check_first(rec, row, rehash)
+        problem, size = self._stat_first(rec, row, rehash)
+        refreshed = None
+        if size is not None:
+            try:
+                hashed: hashing.Hashed | OSError | SpecregError = self.artifacts.hash(Path(row["path"]))
+            except (OSError, SpecregError) as exc:
+                hashed = exc
+            problem, refreshed = self._compare(rec, row["path"], hashed)
+        return self._shards_too(rec, row["path"], problem, refreshed, rehash, split)
+
+    def _shards_too(
+        self,
+        rec: ArtifactRecord,
+        path: str,
+        problem: str | None,
+        refreshed: Refreshed | None,
+        rehash: bool,
+        split: bool,
+    ) -> tuple[str | None, Refreshed | None]:
         if problem is None:
-            shard_problem, shards = self.artifacts.shards.verify(rec.sha256, row["path"], rehash=rehash, split=split)
+            shard_problem, shards = self.artifacts.shards.verify(rec.sha256, path, rehash=rehash, split=split)
             if shard_problem:
                 return shard_problem, None
             self._fresh_shards.extend((rec.sha256, s) for s in shards)
         return problem, refreshed
 
-    def _check_first(self, rec: ArtifactRecord, row: sqlite3.Row, rehash: bool) -> tuple[str | None, Refreshed | None]:
+    @staticmethod
+    def _stat_first(rec: ArtifactRecord, row: sqlite3.Row, rehash: bool) -> tuple[str | None, int | None]:
+        """(problem, None); (None, None) when the stat cache vouches for the path; (None, size)
+        when its bytes must be hashed."""
         path = row["path"]
         try:
             key = hashing.StatKey.of(os.stat(path))
@@ -53,10 +74,16 @@ class Integrity:
             return None, None
         if key.size != rec.size:
             return f"{path}: size is now {key.size} bytes, registered {rec.size}", None
-        try:
-            sha, hkey, at = self.artifacts.hash(Path(path))
-        except (OSError, SpecregError) as exc:
-            return f"{path}: cannot hash ({exc})", None
+        return None, key.size
+
+    @staticmethod
+    def _compare(
+        rec: ArtifactRecord, path: str, hashed: hashing.Hashed | OSError | SpecregError
+    ) -> tuple[str | None, Refreshed | None]:
+        """The outcome for a path whose bytes were hashed (or could not be: why)."""
+        if isinstance(hashed, (OSError, SpecregError)):
+            return f"{path}: cannot hash ({hashed})", None
+        sha, hkey, at = hashed
         if sha != rec.sha256:
             return f"{path}: sha256 is now {sha}, registered {rec.sha256}", None
         return None, (path, hkey, at)
@@ -81,30 +108,40 @@ class Integrity:
 
     def verify(self, recs: Iterable[ArtifactRecord], *, rehash: bool = False) -> dict[str, tuple[bool, str | None]]:
         """Do all registered paths of each artifact still hold its bytes? (sha256 -> (ok, problem)):
-        one query for all their paths and one write for all refreshed stats."""
+        one query for all their paths, their files hashed together (large ones in parallel; a
+        split model's other shards after, one by one) and one write for all refreshed stats."""
         by_sha = {r.sha256: r for r in recs}
         found: dict[str, list[sqlite3.Row]] = {sha: [] for sha in by_sha}
         for row in self.db.rows(
             f"SELECT * FROM artifact_paths WHERE {IN_SHAS} ORDER BY id", (json.dumps(sorted(by_sha)),)
         ):
             found[row["sha256"]].append(row)
-        out: dict[str, tuple[bool, str | None]] = {}
         fresh: list[Refreshed] = []
         split = self.artifacts.shards.split(sorted(by_sha)) if by_sha else set()  # not one query per artifact
-        for sha, rec in by_sha.items():
-            if not found[sha]:
-                out[sha] = (False, f"artifact {sha[:12]} has no registered path")
-                continue
-            problems: list[str] = []
-            for row in found[sha]:
-                problem, refreshed = self._check_path(rec, row, rehash, sha in split)
-                if problem:
-                    problems.append(problem)
-                elif refreshed:
-                    fresh.append(refreshed)
-            out[sha] = (not problems), ("; ".join(problems) if problems else None)
+        # Every path's stat first, then every hash the stats call for at once (large files on
+        # several cores: hash_many), then the outcomes in order; SQLite only on this thread.
+        todo = [(rec, row) for sha, rec in by_sha.items() for row in found[sha]]
+        stats = [self._stat_first(rec, row, rehash) for rec, row in todo]
+        wanted = [i for i, (_, size) in enumerate(stats) if size is not None]
+        hashes = self.artifacts.hash_many([todo[i][1]["path"] for i in wanted], [stats[i][1] or 0 for i in wanted])
+        hashed = dict(zip(wanted, hashes, strict=True))
+        problems: dict[str, list[str]] = {sha: [] for sha in by_sha}
+        for i, (rec, row) in enumerate(todo):
+            problem, refreshed = stats[i][0], None
+            if i in hashed:
+                problem, refreshed = self._compare(rec, row["path"], hashed[i])
+            problem, refreshed = self._shards_too(rec, row["path"], problem, refreshed, rehash, rec.sha256 in split)
+            if problem:
+                problems[rec.sha256].append(problem)
+            elif refreshed:
+                fresh.append(refreshed)
         self._refresh(fresh)
-        return out
+        return {
+            sha: (not bad, "; ".join(bad) or None)
+            if found[sha]
+            else (False, f"artifact {sha[:12]} has no registered path")
+            for sha, bad in problems.items()
+        }
 
     def locate(self, sha_or_prefix: str) -> Path:
         """A path that holds the artifact's bytes now (verified), most recently verified first."""

@@ -14,24 +14,42 @@ import sqlite3
 from pydantic import ConfigDict, TypeAdapter
 
 from specreg.errors import ArtifactNotFound, PairNotFound
-from specreg.registry.db import Database, now_iso, paused_gc
+from specreg.registry.db import Database, now_iso, paused_gc, records_in_batches
 from specreg.schemas.checks import CheckResult, PairVerdict
 from specreg.schemas.registry import PairRecord
 
 _CHECKS = TypeAdapter(list[CheckResult], config=ConfigDict(defer_build=True))  # built when first read
 
+_FROM = (
+    "FROM pairs p {join} LEFT JOIN artifacts t ON t.sha256 = p.target_sha256 "
+    "LEFT JOIN artifacts d ON d.sha256 = p.draft_sha256 "
+)
 _PAIR_SELECT = (
     "SELECT p.id, p.target_sha256, p.draft_sha256, p.method, p.rule_set, {admitted} AS admitted, "
     "{strict} AS strict, {verdict} AS verdict_id, p.strict_admitted, p.strict_verdict_id, p.n_verdicts, "
-    "p.created_at, p.updated_at, {checks} t.name AS target_name, d.name AS draft_name FROM pairs p "
-    "{join} LEFT JOIN artifacts t ON t.sha256 = p.target_sha256 "
-    "LEFT JOIN artifacts d ON d.sha256 = p.draft_sha256 "
+    "p.created_at, p.updated_at, {checks} t.name AS target_name, d.name AS draft_name " + _FROM
+)
+# The same row as one JSON object (PairRecord's fields) for db.records_in_batches. The stored
+# checks are spliced in as they are stored, for the same parser `load_checks` uses: nothing
+# re-encodes them in between. `json_valid` keeps a damaged record from running into the other
+# fields: it becomes null, which fails validation, and the read takes the per-row path.
+_PAIR_JSON = (
+    "SELECT CAST('{{\"checks\":' || {checks} || ',' || substr(json_object('id', p.id, "
+    "'target_sha256', p.target_sha256, 'draft_sha256', p.draft_sha256, 'method', p.method, "
+    "'rule_set', p.rule_set, 'admitted', {admitted}, 'strict', {strict}, 'verdict_id', {verdict}, "
+    "'strict_admitted', p.strict_admitted, 'strict_verdict_id', p.strict_verdict_id, "
+    "'n_verdicts', p.n_verdicts, 'target_name', t.name, 'draft_name', d.name, "
+    "'created_at', p.created_at, 'updated_at', p.updated_at), 2) AS BLOB) " + _FROM
+)
+_STORED_CHECKS = (
+    "CASE WHEN typeof(v.checks_json) = 'text' AND json_valid(v.checks_json) THEN v.checks_json ELSE 'null' END"
 )
 # The standing verdict (latest normal, else latest strict), or the latest strict one.
 _VIEWS = {
     False: {"admitted": "p.admitted", "strict": "p.strict", "verdict": "p.latest_verdict_id"},
     True: {"admitted": "p.strict_admitted", "strict": "1", "verdict": "p.strict_verdict_id"},
 }
+_PAIRS = TypeAdapter(list[PairRecord], config=ConfigDict(defer_build=True))
 
 
 def load_checks(raw: str | bytes | None) -> list[CheckResult] | None:
@@ -78,11 +96,18 @@ def _pair(row: sqlite3.Row, with_checks: bool) -> PairRecord:
     )
 
 
-def _select(with_checks: bool, strict: bool = False) -> str:
+def _select(with_checks: bool, strict: bool = False, *, as_json: bool = False) -> str:
     view = _VIEWS[strict]
-    if with_checks:
-        return _PAIR_SELECT.format(checks="v.checks_json,", join=f"JOIN verdicts v ON v.id = {view['verdict']}", **view)
-    return _PAIR_SELECT.format(checks="", join="", **view)
+    join = f"JOIN verdicts v ON v.id = {view['verdict']}" if with_checks else ""
+    if as_json:
+        return _PAIR_JSON.format(checks=_STORED_CHECKS if with_checks else "'[]'", join=join, **view)
+    return _PAIR_SELECT.format(checks="v.checks_json," if with_checks else "", join=join, **view)
+
+
+def pairs_by_row(found: list[sqlite3.Row], with_checks: bool) -> list[PairRecord]:
+    """Rows of `_select()` one by one: the path that reports a damaged record for its own pair."""
+    with paused_gc():
+        return [_pair(r, with_checks) for r in found]
 
 
 class PairStore:
@@ -152,17 +177,17 @@ class PairStore:
         `strict=True` shows each pair's latest strict verdict instead (pairs never checked
         strictly are left out).
         """
-        sql = _select(with_checks, strict)
         where: list[str] = ["p.strict_verdict_id IS NOT NULL"] if strict else []
         params: tuple[int, ...] = ()
         if admitted is not None:
             where.append(f"{_VIEWS[strict]['admitted']} = ?")
             params = (int(admitted),)
-        if where:
-            sql += "WHERE " + " AND ".join(where) + " "
-        found = self.db.rows(sql + "ORDER BY p.id", params)
+        tail = ("WHERE " + " AND ".join(where) + " " if where else "") + "ORDER BY p.id"
         with paused_gc():
-            return [_pair(r, with_checks) for r in found]
+            fast = records_in_batches(self.db.conn, _select(with_checks, strict, as_json=True) + tail, params, _PAIRS)
+        if fast is not None:
+            return fast
+        return pairs_by_row(self.db.rows(_select(with_checks, strict) + tail, params), with_checks)
 
     def admitted_pairs(self, *, strict: bool = False) -> list[PairRecord]:
         """Pairs whose standing verdict admits them (what the benchmark runner may use);
