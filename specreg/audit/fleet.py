@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from specreg.audit.prefetch import IntegrityPrefetch
 from specreg.audit.run import _Facts, run_audit
 from specreg.benchmark.hardware import run_hardware
 from specreg.benchmark.run_index import RunIndex
@@ -38,20 +39,36 @@ def audit_by_hardware(
     pair_ids: list[int] | None = None,
     rehash: bool = False,
     spread: bool = True,
+    prefetch: IntegrityPrefetch | None = None,
 ) -> AuditReport:
-    """`run_audit` once per hardware class the runs were measured on (see the module docstring)."""
+    """`run_audit` once per hardware class the runs were measured on (see the module docstring);
+    `prefetch`: the admitted pairs' files being verified meanwhile (audit/prefetch.py)."""
     with paused_gc():  # once for all classes: each re-enabling would walk every object built so far
-        return _audit_by_hardware(reg, policy, policy_source, pair_ids, rehash, spread)
+        return _audit_by_hardware(reg, policy, policy_source, pair_ids, rehash, spread, prefetch)
 
 
 def _audit_by_hardware(
-    reg: Registry, policy: Policy, policy_source: str, pair_ids: list[int] | None, rehash: bool, spread: bool
+    reg: Registry,
+    policy: Policy,
+    policy_source: str,
+    pair_ids: list[int] | None,
+    rehash: bool,
+    spread: bool,
+    prefetch: IntegrityPrefetch | None,
 ) -> AuditReport:
     classes_of = run_hardware(reg)
     wanted = (policy.evidence.hardware or "").casefold()
     classes = sorted({c for c in classes_of.values() if c and wanted in c.casefold()})
     if len(classes) <= 1:
-        report = run_audit(reg, policy, policy_source, pair_ids=pair_ids, rehash=rehash, spread=spread)
+        report = run_audit(
+            reg,
+            policy,
+            policy_source,
+            pair_ids=pair_ids,
+            rehash=rehash,
+            spread=spread,
+            facts=_Facts(reg, rehash, spread, prefetch),
+        )
         report.hardware_classes = classes
         _tag(report, None)
         for d in report.decisions:  # a target no candidate won on still was decided for this class
@@ -64,7 +81,7 @@ def _audit_by_hardware(
     else:
         pairs = [reg.get_pair(i) for i in pair_ids]
     index = RunIndex(reg)
-    facts = _Facts(reg, rehash, spread)  # each artifact is verified once, not once per class
+    facts = _Facts(reg, rehash, spread, prefetch)  # each artifact is verified once, not once per class
     parts: list[AuditReport] = []
     measured: set[int] = set()
     views = index.partition({rid: c for rid, c in classes_of.items() if c is not None and c in classes})

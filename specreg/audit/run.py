@@ -13,6 +13,7 @@ from specreg.audit import gates
 from specreg.audit.decisions import decide
 from specreg.audit.deploy import try_server_argv
 from specreg.audit.outcomes import judge_all, pair_conditions
+from specreg.audit.prefetch import IntegrityPrefetch
 from specreg.benchmark.digest import hardware_identity, load_digest, load_digests, runtime_identity
 from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
 from specreg.benchmark.run_index import RunHead, RunIndex, runs_for_pair
@@ -40,8 +41,9 @@ _NOT_EVIDENCE: tuple[RunStatus, ...] = ("running", "cancelled", "aborted")
 class _Facts:
     """Per-audit caches: one integrity check per artifact even when many pairs share it."""
 
-    def __init__(self, reg: Registry, rehash: bool, spread: bool) -> None:
+    def __init__(self, reg: Registry, rehash: bool, spread: bool, prefetch: IntegrityPrefetch | None = None) -> None:
         self.reg, self.rehash, self.spread = reg, rehash, spread
+        self.prefetch = prefetch  # the admitted pairs' files, verified meanwhile by a child
         self.records: dict[str, ArtifactRecord] = {}
         self.integrity: dict[str, tuple[bool, str | None]] = {}
         self.digests: dict[str, RunDigest] = {}
@@ -81,7 +83,20 @@ class _Facts:
                 self.scans[sha] = f"the target cannot be read: {exc}"
         return self.scans[sha]
 
+    def verify_many(self, recs: Iterable[ArtifactRecord]) -> None:
+        """Integrity of many artifacts at once: the child's answers where it has them, the rest here."""
+        self._absorb()
+        todo = [r for r in recs if r.sha256 not in self.integrity]
+        if todo:
+            self.integrity.update(self.reg.verify_artifacts(todo, rehash=self.rehash))
+
+    def _absorb(self) -> None:
+        if self.prefetch is not None:
+            self.integrity.update(self.prefetch.result() or {})
+            self.prefetch = None
+
     def verify(self, sha: str) -> tuple[bool, str | None]:
+        self._absorb()
         if sha not in self.integrity:
             self.integrity[sha] = self.reg.verify_artifact(self.record(sha), rehash=self.rehash)
         return self.integrity[sha]
@@ -293,7 +308,7 @@ def _run_audit(
         shas = {p.target_sha256 for p in pairs} | {p.draft_sha256 for p in pairs if p.draft_sha256}
         new = reg.get_artifacts(shas - facts.records.keys())  # a shared `facts` has most of them already
         facts.records.update(new)
-        facts.integrity.update(reg.verify_artifacts(new.values(), rehash=rehash))
+        facts.verify_many(new.values())
         if runs_for is runs_for_pair:
             runs_for = RunIndex(reg)
         if isinstance(runs_for, RunIndex):

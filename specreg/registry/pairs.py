@@ -189,6 +189,11 @@ class PairStore:
             return fast
         return pairs_by_row(self.db.rows(_select(with_checks, strict) + tail, params), with_checks)
 
+    def admitted_artifacts(self) -> set[str]:
+        """The SHA-256 of every target and draft of a pair whose standing verdict admits it."""
+        found = self.db.conn.execute("SELECT target_sha256, draft_sha256 FROM pairs WHERE admitted = 1")
+        return {sha for row in found for sha in row if sha}
+
     def admitted_pairs(self, *, strict: bool = False) -> list[PairRecord]:
         """Pairs whose standing verdict admits them (what the benchmark runner may use);
         `strict=True`: those whose latest strict verdict admits them."""

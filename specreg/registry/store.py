@@ -193,6 +193,10 @@ class Registry:
         """Every pair with its standing verdict (`strict=True`: its latest strict one)."""
         return self.pair_store.pairs(admitted, with_checks=with_checks, strict=strict)
 
+    def admitted_artifacts(self) -> set[str]:
+        """The SHA-256 of every file an admitted pair uses (what `audit --all` verifies)."""
+        return self.pair_store.admitted_artifacts()
+
     def admitted_pairs(self, *, strict: bool = False) -> list[PairRecord]:
         """Pairs whose standing verdict admits them (what the benchmark runner may use)."""
         return self.pair_store.admitted_pairs(strict=strict)
