@@ -308,7 +308,6 @@ def _run_audit(
         shas = {p.target_sha256 for p in pairs} | {p.draft_sha256 for p in pairs if p.draft_sha256}
         new = reg.get_artifacts(shas - facts.records.keys())  # a shared `facts` has most of them already
         facts.records.update(new)
-        facts.verify_many(new.values())
         if runs_for is runs_for_pair:
             runs_for = RunIndex(reg)
         if isinstance(runs_for, RunIndex):
@@ -316,6 +315,7 @@ def _run_audit(
             # (a re-checked stale pair keeps its target, draft and method, so its runs too)
             heads = [select_run(runs_for(reg, p), policy)[0] for p in pairs]
             facts.digests = load_digests(reg, {h.info.run_id: h for h in heads if h}.values(), spread=spread)
+        facts.verify_many(new.values())  # last: a prefetching child has had the longest to answer
     audits: list[PairAudit] = []
     runs: dict[str, RunDigest] = {}
     seen: set[int] = set()

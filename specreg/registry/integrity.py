@@ -7,13 +7,24 @@ import os
 import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Protocol
 
 from specreg.errors import ArtifactNotFound, RegistryError, SpecregError
 from specreg.registry import hashing
 from specreg.registry.artifacts import IN_SHAS, ArtifactStore
 from specreg.registry.db import now_iso
 from specreg.registry.shards import Shard
-from specreg.schemas.registry import ArtifactRecord
+
+
+class Pinned(Protocol):
+    """What verifying an artifact reads of its record: the bytes' SHA-256 and size."""
+
+    @property
+    def sha256(self) -> str: ...
+
+    @property
+    def size(self) -> int: ...
+
 
 Refreshed = tuple[str, hashing.StatKey, int]  # (path, stat it was hashed at, when)
 
@@ -27,7 +38,7 @@ class Integrity:
         self._fresh_shards: list[tuple[str, Shard]] = []  # verified shards whose stat cache to store
 
     def _check_path(
-        self, rec: ArtifactRecord, row: sqlite3.Row, rehash: bool, split: bool = True
+        self, rec: Pinned, row: sqlite3.Row, rehash: bool, split: bool = True
     ) -> tuple[str | None, Refreshed | None]:
         """(problem, None) or (None, refreshed stat to store, or None on a stat-cache hit); a split
         model's other shards (next to this path) must hold their pinned bytes too (`split=False`:
@@ -44,7 +55,7 @@ class Integrity:
 
     def _shards_too(
         self,
-        rec: ArtifactRecord,
+        rec: Pinned,
         path: str,
         problem: str | None,
         refreshed: Refreshed | None,
@@ -59,7 +70,7 @@ class Integrity:
         return problem, refreshed
 
     @staticmethod
-    def _stat_first(rec: ArtifactRecord, row: sqlite3.Row, rehash: bool) -> tuple[str | None, int | None]:
+    def _stat_first(rec: Pinned, row: sqlite3.Row, rehash: bool) -> tuple[str | None, int | None]:
         """(problem, None); (None, None) when the stat cache vouches for the path; (None, size)
         when its bytes must be hashed."""
         path = row["path"]
@@ -78,7 +89,7 @@ class Integrity:
 
     @staticmethod
     def _compare(
-        rec: ArtifactRecord, path: str, hashed: hashing.Hashed | OSError | SpecregError
+        rec: Pinned, path: str, hashed: hashing.Hashed | OSError | SpecregError
     ) -> tuple[str | None, Refreshed | None]:
         """The outcome for a path whose bytes were hashed (or could not be: why)."""
         if isinstance(hashed, (OSError, SpecregError)):
@@ -106,7 +117,7 @@ class Integrity:
         except RegistryError:
             pass
 
-    def verify(self, recs: Iterable[ArtifactRecord], *, rehash: bool = False) -> dict[str, tuple[bool, str | None]]:
+    def verify(self, recs: Iterable[Pinned], *, rehash: bool = False) -> dict[str, tuple[bool, str | None]]:
         """Do all registered paths of each artifact still hold its bytes? (sha256 -> (ok, problem)):
         one query for all their paths, their files hashed together (large ones in parallel; a
         split model's other shards after, one by one) and one write for all refreshed stats."""
