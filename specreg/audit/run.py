@@ -34,6 +34,7 @@ from specreg.schemas.checks import CheckResult
 from specreg.schemas.registry import ArtifactRecord, PairRecord
 
 RunsFor = Callable[[Registry, PairRecord], list[RunHead]]
+_GATE_ORDER = {g: i for i, g in enumerate(GATES)}
 # Runs that say nothing about the pair: still going, or stopped by a person or a crash of specreg.
 _NOT_EVIDENCE: tuple[RunStatus, ...] = ("running", "cancelled", "aborted")
 
@@ -49,11 +50,20 @@ class _Facts:
         self.digests: dict[str, RunDigest] = {}
         self.rule_sets: dict[str, str | None] = {}
         self.scans: dict[str, list[CheckResult] | str] = {}
+        # the evidence run of a (target, draft, method) under this audit's policy and runs: chosen once
+        self.chosen: dict[tuple[str, str | None, str], tuple[RunHead | None, str]] = {}
 
     def digest(self, head: RunHead) -> RunDigest:
         if head.info.run_id not in self.digests:
             self.digests[head.info.run_id] = load_digest(self.reg, head, spread=self.spread)
         return self.digests[head.info.run_id]
+
+    def evidence(self, pair: PairRecord, policy: Policy, runs_for: RunsFor) -> tuple[RunHead | None, str]:
+        """`select_run` for the pair (a re-checked stale pair keeps its target, draft and method, so its runs)."""
+        key = (pair.target_sha256, pair.draft_sha256, pair.method)
+        if key not in self.chosen:
+            self.chosen[key] = select_run(runs_for(self.reg, pair), policy)
+        return self.chosen[key]
 
     def record(self, sha: str) -> ArtifactRecord:
         if sha not in self.records:
@@ -213,7 +223,7 @@ def audit_pair(
     results.append(verdict)
     results.append(_template(facts, pair, policy))
     licence = gates.licence_gate([(role, facts.record(sha)) for role, sha in roles], policy.licence)
-    head, how = select_run(runs_for(facts.reg, pair), policy)
+    head, how = facts.evidence(pair, policy, runs_for)
     lacking = _unbenchmarkable(facts, pair) if head is None else None
     if lacking is not None:  # one reason, not every gate that needs a run failing on its own
         why = f"{NOT_BENCHMARKABLE}: {lacking}"
@@ -248,7 +258,7 @@ def audit_pair(
 
 
 def _pair_audit(pair: PairRecord, results: list[GateResult], **extra: object) -> PairAudit:
-    results.sort(key=lambda g: GATES.index(g.gate))
+    results.sort(key=lambda g: _GATE_ORDER[g.gate])
     return PairAudit(
         pair_id=pair.id,
         method=pair.method,
@@ -304,6 +314,7 @@ def _run_audit(
     elif pairs is None:
         pairs = [reg.get_pair(i) for i in pair_ids or []]
     facts = facts or _Facts(reg, rehash, spread)
+    facts.chosen = {}  # chosen from `runs_for`: a shared `facts` meets other runs (another class) here
     if len(pairs) > 20:  # a few list queries instead of several lookups per pair
         shas = {p.target_sha256 for p in pairs} | {p.draft_sha256 for p in pairs if p.draft_sha256}
         new = reg.get_artifacts(shas - facts.records.keys())  # a shared `facts` has most of them already
@@ -313,7 +324,7 @@ def _run_audit(
         if isinstance(runs_for, RunIndex):
             # the evidence runs are known before any gate runs: digest them all in one go
             # (a re-checked stale pair keeps its target, draft and method, so its runs too)
-            heads = [select_run(runs_for(reg, p), policy)[0] for p in pairs]
+            heads = [facts.evidence(p, policy, runs_for)[0] for p in pairs]
             facts.digests = load_digests(reg, {h.info.run_id: h for h in heads if h}.values(), spread=spread)
         facts.verify_many(new.values())  # last: a prefetching child has had the longest to answer
     audits: list[PairAudit] = []
