@@ -47,7 +47,8 @@ class IntegrityPrefetch:
     def __init__(self, pid: int, pipe: int) -> None:
         self.pid, self.pipe = pid, pipe
         self._result: Integrity | None = None
-        self._done = False
+        self._asked = self._reaped = False
+        self._status: int | None = None
 
     @classmethod
     def start(cls, db: Path, *, rehash: bool) -> IntegrityPrefetch | None:
@@ -68,24 +69,32 @@ class IntegrityPrefetch:
         return cls(pid, read)
 
     def result(self) -> Integrity | None:
-        """The child's answer (read once), or None when it has none."""
-        if not self._done:
-            self._done = True
-            with os.fdopen(self.pipe, "rb") as pipe:
-                data = pipe.read()
-            _, status = os.waitpid(self.pid, 0)
-            if os.waitstatus_to_exitcode(status) == 0:
+        """The child's answer (waited for once), or None when it has none."""
+        if not self._asked:
+            self._asked = True
+            try:
+                with os.fdopen(self.pipe, "rb", closefd=False) as pipe:
+                    data = pipe.read()
+            except BaseException:  # interrupted while waiting: the child goes too
+                self.close()
+                raise
+            self.close(kill=False)
+            if self._status == 0:
                 self._result = _parse(data)
         return self._result
 
-    def close(self) -> None:
-        """Stop a child whose answer is no longer wanted (the audit failed first) and reap it."""
-        if not self._done:
-            self._done = True
+    def close(self, *, kill: bool = True) -> None:
+        """Reap the child, stopping it first unless its answer was read (the audit failed, or was
+        interrupted, before it asked)."""
+        if self._reaped:
+            return
+        self._reaped = True
+        if kill:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGKILL)
-            os.close(self.pipe)
-            os.waitpid(self.pid, 0)
+        os.close(self.pipe)
+        _, status = os.waitpid(self.pid, 0)
+        self._status = os.waitstatus_to_exitcode(status)
 
 
 def _parse(data: bytes) -> Integrity | None:
