@@ -19,10 +19,11 @@ from _bundle_helpers import dump, edit_run, members, rename_run, rewrite, write_
 
 from specreg import __version__
 from specreg.benchmark.bundle import export_bundle, import_bundles
-from specreg.benchmark.bundle_format import HEADER
+from specreg.benchmark.bundle_format import HEADER, open_bundle
 from specreg.benchmark.bundle_runs import local_digest, run_parts
 from specreg.benchmark.digest_cache import builder_id
 from specreg.errors import BundleError
+from specreg.registry.migrations import LOCAL_ONLY, bundle_schema, migrations
 from specreg.registry.store import Registry
 
 
@@ -176,6 +177,15 @@ def test_a_bundle_from_a_newer_specreg_is_refused(bundle: Path, tmp_path: Path) 
     err = _refused(tmp_path / "d.db", rewrite(bundle, tmp_path / "v2.zip", format_2), "format 2", "newer")
     assert "hint: upgrade specreg" in err
     _refused(tmp_path / "d.db", rewrite(bundle, tmp_path / "s.zip", schema_m099), "newer registry schema", "m099")
+
+
+def test_tables_a_registry_keeps_for_itself_do_not_make_a_bundle_newer(bundle: Path) -> None:
+    """A specreg without the local caches (template scans m010, run digests m012) reads this bundle."""
+    header = json.loads(members(bundle)[HEADER])
+    assert header["schema_migrations"] == bundle_schema()
+    assert not LOCAL_ONLY & set(header["schema_migrations"]) and "m011_bench_request_prompt_n" in bundle_schema()
+    older = [m for m in migrations.names() if m not in LOCAL_ONLY]
+    assert open_bundle(bundle, older).header.digest == open_bundle(bundle, migrations.names()).header.digest
 
 
 def test_a_reused_run_id_with_other_content_is_refused_naming_both_digests(

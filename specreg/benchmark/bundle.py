@@ -38,7 +38,7 @@ from specreg.benchmark.hardware import run_hardware
 from specreg.errors import BundleError, UsageError
 from specreg.paths import data_dir
 from specreg.registry.db import now_iso
-from specreg.registry.migrations import migrations
+from specreg.registry.migrations import bundle_schema, migrations
 from specreg.registry.portable import artifact_records, merge_artifacts, merge_pairs, pair_records
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ def export_bundle(
         hardware = run_hardware(reg, runs)
         writer = BundleWriter(out)
         try:
-            header = new_header(this_host(), migrations.names())
+            header = new_header(this_host(), bundle_schema())
             arts = list(artifact_records(conn, shas))
             pair_recs = list(pair_records(conn, pairs))
             writer.add("artifacts.jsonl", jsonl(arts))
