@@ -123,3 +123,23 @@ def test_a_registry_that_cannot_be_written_still_audits(tmp_path: Path) -> None:
         _same(cold, run_audit(reg, POLICY, "test", spread=False))
     with Registry(folder / "r.db", show_progress=False) as reg:
         assert _kept(reg) == {}
+
+
+def test_a_busy_registry_is_audited_at_once_without_keeping(reg: Registry) -> None:
+    """Another writer holds the lock (an import, say): the audit does not queue behind it for a cache."""
+    import sqlite3
+    import time
+
+    other = sqlite3.connect(reg.path, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        t0 = time.perf_counter()
+        busy = run_audit(reg, POLICY, "test", spread=False)
+        assert time.perf_counter() - t0 < 10  # the busy timeout is 60 s
+        other.execute("ROLLBACK")
+    finally:
+        other.close()
+    assert _kept(reg) == {}
+    assert reg.conn.execute("PRAGMA busy_timeout").fetchone()[0] >= 60_000  # put back
+    _same(busy, run_audit(reg, POLICY, "test", spread=False))
+    assert len(_kept(reg)) > 5

@@ -227,9 +227,9 @@ def load_digests(reg: Registry, heads: Iterable[RunHead], *, spread: bool = True
     built = build_digests(reg, [h for h in heads if h.info.run_id not in out], spread=spread)
     if built and not reg.read_only:
         try:
-            with reg.write() as conn:
+            with reg.keeping() as conn:
                 digest_cache.put(conn, built.values(), spread=spread)
-        except SpecregError:  # busy or full: the digests are right anyway, just not kept
+        except SpecregError:  # locked, full or read-only: the digests are right anyway, just not kept
             pass
     out.update(built)
     return {h.info.run_id: out[h.info.run_id] for h in heads}

@@ -295,6 +295,19 @@ class Database:
         return one(self.conn, sql, params)
 
     @contextmanager
+    def keeping(self, wait_s: float = 0.1) -> Iterator[sqlite3.Connection]:
+        """A write of something only remembered (a cache): a transaction that waits at most `wait_s`
+        for another writer's lock instead of the busy timeout, since a reader must never queue
+        behind an import for it. Raises RegistryError like `transaction()` when it cannot write."""
+        (before,) = self.conn.execute("PRAGMA busy_timeout").fetchone()
+        self.conn.execute(f"PRAGMA busy_timeout = {int(wait_s * 1000)}")
+        try:
+            with self.transaction() as conn:
+                yield conn
+        finally:
+            self.conn.execute(f"PRAGMA busy_timeout = {int(before)}")
+
+    @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """One write transaction: BEGIN IMMEDIATE ... COMMIT, ROLLBACK on any error.
 

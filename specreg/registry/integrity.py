@@ -100,12 +100,12 @@ class Integrity:
         return None, (path, hkey, at)
 
     def _refresh(self, fresh: list[Refreshed]) -> None:
-        """Store re-verified stats; a read-only registry only loses the cache update."""
+        """Store re-verified stats; a read-only or busy registry only loses the cache update."""
         shards, self._fresh_shards = self._fresh_shards, []
         if not fresh and not shards:
             return
         try:
-            with self.db.transaction() as conn:
+            with self.db.keeping() as conn:  # a cache: never queue behind another writer for it
                 for sha, shard in shards:
                     self.artifacts.shards.pin(conn, sha, [shard])
                 stamp = now_iso()

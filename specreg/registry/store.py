@@ -125,6 +125,12 @@ class Registry:
         with self.database.transaction() as conn:
             yield conn
 
+    @contextmanager
+    def keeping(self) -> Iterator[sqlite3.Connection]:
+        """A short write of a cache: gives up at once (RegistryError) when another writer holds the lock."""
+        with self.database.keeping() as conn:
+            yield conn
+
     # -- artifacts ----------------------------------------------------------------------------
 
     def add_artifact(

@@ -34,7 +34,7 @@ class TemplateScans:
         if self.db.read_only:
             return
         try:
-            with self.db.transaction() as conn:
+            with self.db.keeping() as conn:
                 conn.execute(
                     "INSERT OR REPLACE INTO template_scans (template_sha256, scanner, scan_json, scanned_at) "
                     "VALUES (?, ?, ?, ?)",
