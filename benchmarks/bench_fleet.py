@@ -33,8 +33,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_registry import _time, fill
 
-from specreg.benchmark.bundle import export_bundle, import_bundles
-from specreg.benchmark.bundle_format import open_bundle
+from specreg.exchange.bundle import export_bundle, import_bundles
+from specreg.exchange.bundle_format import open_bundle
 from specreg.registry.migrations import migrations
 from specreg.registry.store import Registry
 

@@ -22,9 +22,9 @@ import tempfile
 from pathlib import Path
 
 from specreg.benchmark.client import LlamaClient
-from specreg.benchmark.launcher import bundled_command, launch
-from specreg.benchmark.memory import GpuProbe, MemorySampler
-from specreg.benchmark.memory_predict import predict_rss
+from specreg.servers.launcher import bundled_command, launch
+from specreg.servers.memory import GpuProbe, MemorySampler
+from specreg.servers.memory_predict import predict_rss
 from specreg.benchmark.workloads import load_workload
 from specreg.gguf.reader import open_gguf
 from specreg.schemas.bench import ConditionSpec

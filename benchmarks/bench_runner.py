@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from specreg.benchmark.client import LlamaClient
-from specreg.benchmark.launcher import bundled_command, launch
+from specreg.servers.launcher import bundled_command, launch
 from specreg.benchmark.workloads import load_workload
 from specreg.schemas.bench import WorkloadItem
 from specreg.testing import ModelSpec, write_model
@@ -88,7 +88,7 @@ def overhead(folder: Path, n: int) -> None:
 
 def full_run(folder: Path) -> None:
     from specreg.benchmark.runner import Runner
-    from specreg.registry.checking import check_and_record
+    from specreg.sources.checking import check_and_record
     from specreg.registry.store import Registry
     from specreg.schemas.bench_settings import BenchSettings
     from specreg.validators.ruleset import load_rule_set

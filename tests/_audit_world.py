@@ -25,7 +25,7 @@ from _registry_helpers import model
 
 from specreg.demo import NGRAM as DEMO_NGRAM
 from specreg.demo import WORKLOAD
-from specreg.registry.provenance import register
+from specreg.sources.provenance import register
 from specreg.registry.store import Registry
 from specreg.schemas.audit import Policy
 from specreg.testing.factory import SMALL_NOISE

@@ -7,7 +7,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from specreg.registry.checking import check_and_record
+from specreg.sources.checking import check_and_record
 from specreg.registry.store import Registry
 from specreg.schemas.checks import CheckResult, PairVerdict
 from specreg.testing.factory import SMALL_NOISE

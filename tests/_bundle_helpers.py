@@ -9,7 +9,7 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-from specreg.benchmark.bundle_format import HEADER, RUN_PARTS, BundleHeader, Member, run_digest, run_member
+from specreg.exchange.bundle_format import HEADER, RUN_PARTS, BundleHeader, Member, run_digest, run_member
 
 
 def dump(db: Path) -> list[str]:

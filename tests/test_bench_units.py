@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from specreg.benchmark import bundled_server, conditions, expect, metrics, serverlog, summary
-from specreg.benchmark.memory import GpuProbe, MemorySampler
+from specreg.servers import bundled_server, metrics, serverlog
+from specreg.benchmark import conditions, expect, condition_summary as summary
+from specreg.servers.memory import GpuProbe, MemorySampler
 from specreg.benchmark.workloads import STRATA, content_sha256, load_workload, parse_jsonl
 from specreg.errors import PolicyError, ServerError, UsageError
 from specreg.schemas.bench import ConditionRun, ConditionSpec, Expect, MemoryObservation, RequestRow, SpecCounters

@@ -25,15 +25,15 @@ from _audit_world import AuditWorld, specreg
 from _registry_helpers import SPECREG
 
 from specreg.audit.deploy import recorded_flags, server_argv, wrap_command
-from specreg.benchmark.bundled_server import build_params, build_parser
-from specreg.benchmark.launcher import free_ports
+from specreg.servers.bundled_server import build_params, build_parser
+from specreg.servers.launcher import free_ports
 from specreg.errors import SpecregError
 from specreg.registry.store import Registry
 from specreg.testing import realvocab
 
 FLAGS_FILE = Path(__file__).parent / "data" / "llama-server-b11434-flags.json"
 LLAMA_SERVER: dict[str, Any] = json.loads(FLAGS_FILE.read_text())
-WRAPPER = "specreg.benchmark.bundled_server"
+WRAPPER = "specreg.servers.bundled_server"
 
 
 def _deploy(world: AuditWorld, tmp_path: Path, *args: str, **policy: dict[str, object]) -> tuple[int, dict, str]:
@@ -240,7 +240,7 @@ def test_server_flag_list_matches_llama_cpp_source() -> None:
     from tools.extract_server_flags import extract
 
     assert extract(sdist) == LLAMA_SERVER
-    from specreg.benchmark.bundled_server import SPEC_TYPES
+    from specreg.servers.bundled_server import SPEC_TYPES
 
     assert list(SPEC_TYPES) == LLAMA_SERVER["spec_types"]
 

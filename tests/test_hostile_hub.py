@@ -58,7 +58,7 @@ def test_user_revision_with_dot_dot_is_refused_before_any_request(liar: FakeHub,
 @pytest.mark.parametrize("bad", ["refs/../../x", "/etc/passwd", "main\\..\\x", "a\nb", "-rf", "x.lock", ""])
 def test_revision_shapes_refused(bad: str) -> None:
     from specreg.errors import UsageError
-    from specreg.registry.hub import check_revision
+    from specreg.sources.hub import check_revision
 
     with pytest.raises(UsageError):
         check_revision(bad)
@@ -66,7 +66,7 @@ def test_revision_shapes_refused(bad: str) -> None:
 
 @pytest.mark.parametrize("good", ["main", "v1.0", "refs/pr/1", "release/2024-01_b", "a" * 40, "0123abc"])
 def test_revision_shapes_accepted(good: str) -> None:
-    from specreg.registry.hub import check_revision
+    from specreg.sources.hub import check_revision
 
     check_revision(good)
 
@@ -140,7 +140,7 @@ def test_yaml_alias_bomb_card_is_no_licence_statement(liar: FakeHub, tmp_path: P
     ],
 )
 def test_hostile_card_values_say_nothing(tmp_path: Path, yaml_text: str) -> None:
-    from specreg.registry.provenance import card_source
+    from specreg.sources.provenance import card_source
 
     readme = tmp_path / "README.md"
     readme.write_text(f"---\n{yaml_text}\n---\n# card\n")

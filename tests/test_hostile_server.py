@@ -16,7 +16,7 @@ import psutil
 import pytest
 from _hostile_helpers import fake_world, measured, one_error_line, registry_readable, specreg
 
-from specreg.benchmark.logpump import HEAD_BYTES, TAIL_BYTES
+from specreg.servers.logpump import HEAD_BYTES, TAIL_BYTES
 
 MB = 1 << 20
 

@@ -17,7 +17,7 @@ import pytest
 from hubserver import CARD, REPO, FakeFile, FakeHub, assert_one_line_error, gguf_bytes, go_offline, run_cli
 
 from specreg.errors import HubError, UsageError
-from specreg.registry.provenance import fetch, register, verify
+from specreg.sources.provenance import fetch, register, verify
 from specreg.registry.store import Registry
 
 FILE = "tiny-q8.gguf"

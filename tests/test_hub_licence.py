@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specreg.registry import licence
-from specreg.registry.provenance import card_source, describe_licence
+from specreg.sources.provenance import card_source, describe_licence
 from specreg.schemas.gguf import LicenceFields
 from specreg.schemas.registry import LicenceSource
 

@@ -1,6 +1,7 @@
 """The house rule: imports point one way along the pipeline, and no module imports itself in a loop.
 
-schemas <- gguf <- validators <- registry <- benchmark <- audit <- report <- commands <- cli.
+schemas <- gguf <- validators <- registry <- sources <- servers <- benchmark <- exchange / audit <- report
+<- commands <- cli.
 Imports under `if TYPE_CHECKING:` are for annotations only and are not counted.
 """
 
@@ -23,15 +24,18 @@ RANKS = {
     "gguf": 2,
     "testing": 3,  # test models and real-vocab/real-model fetchers; only the demo uses them at run time
     "validators": 3,
-    "registry": 4,
-    "benchmark": 5,
-    "audit": 6,
-    "report": 7,
-    "commands": 8,
-    "demo": 8,
-    "cli": 9,
-    "entry": 10,  # the console script: switches the cycle collector off, then runs cli
-    "__main__": 10,  # python -m specreg
+    "registry": 4,  # the SQLite store only
+    "sources": 5,  # where bytes come from: local files, hub, HF cache, range reads, provenance
+    "servers": 6,  # starting and watching llama.cpp servers
+    "benchmark": 7,
+    "exchange": 8,  # bundles, other machines, Ray
+    "audit": 8,
+    "report": 9,
+    "commands": 10,
+    "demo": 10,
+    "cli": 11,
+    "entry": 12,  # the console script: switches the cycle collector off, then runs cli
+    "__main__": 12,  # python -m specreg
 }
 
 
@@ -135,3 +139,27 @@ def test_the_graph_sees_real_imports() -> None:
     graph = _graph()
     assert "specreg.gguf.reader" in graph["specreg.registry.store"] | graph["specreg.gguf.summary"]
     assert "specreg.audit.gates" in graph["specreg.audit.run"]
+
+
+def test_rooms_do_not_share_module_names() -> None:
+    """Two modules called `remote.py` in two rooms read as one concept; commands/ and schemas/ mirror the
+    rooms on purpose (one command group or one schema module per room), so they may repeat a name."""
+    seen: dict[str, list[str]] = {}
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT)
+        if path.name == "__init__.py" or rel.parts[0] in ("commands", "schemas"):
+            continue
+        seen.setdefault(path.name, []).append(str(rel))
+    shared = {name: places for name, places in seen.items() if len(places) > 1}
+    assert not shared, f"module names used in more than one room: {shared}"
+
+
+def test_no_room_holds_more_than_a_fifth_of_the_code() -> None:
+    lines: dict[str, int] = {}
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT)
+        room = rel.parts[0] if len(rel.parts) > 1 else "(top)"
+        lines[room] = lines.get(room, 0) + len(path.read_text("utf-8").splitlines())
+    total = sum(lines.values())
+    big = {room: f"{n / total:.0%}" for room, n in lines.items() if n > total / 5}
+    assert not big, f"rooms over a fifth of the package's lines: {big}"

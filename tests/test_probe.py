@@ -111,7 +111,7 @@ def test_out_of_date_rules_are_reported_loudly(
 def test_probe_runs_a_given_server_binary(tmp_path: Path) -> None:
     """--server: any llama-server binary; here a script that execs the bundled one (real llama.cpp)."""
     binary = tmp_path / "llama-server"
-    binary.write_text(f'#!/bin/sh\nexec {sys.executable} -m specreg.benchmark.bundled_server "$@"\n')
+    binary.write_text(f'#!/bin/sh\nexec {sys.executable} -m specreg.servers.bundled_server "$@"\n')
     binary.chmod(binary.stat().st_mode | stat.S_IXUSR)
     t, d = model(tmp_path, "t.gguf"), model(tmp_path, "d.gguf", noise=0.05)
     args = ["check", "pair", str(t), str(d), "-m", "draft-simple", "--probe", "--server", str(binary), "--json"]

@@ -20,11 +20,11 @@ from _audit_world import specreg
 from _bench_helpers import NOISE, admit, db_rows, workload
 from _registry_helpers import model
 
-from specreg.benchmark.bundle import import_bundles
-from specreg.benchmark.bundle_format import open_bundle
-from specreg.benchmark.remote import TaskOutcome, make_task, run_task
+from specreg.exchange.bundle import import_bundles
+from specreg.exchange.bundle_format import open_bundle
+from specreg.exchange.ray_node import TaskOutcome, make_task, run_task
 from specreg.registry.migrations import migrations
-from specreg.registry.portable import artifact_records, pair_records
+from specreg.exchange.portable import artifact_records, pair_records
 from specreg.registry.store import Registry
 from specreg.schemas.bench_settings import BenchSettings
 
@@ -121,7 +121,7 @@ def test_a_real_local_ray_cluster_runs_two_pairs_like_a_local_run(
     monkeypatch.setenv("RAY_prestart_worker_first_driver", "0")
     monkeypatch.setenv("RAY_worker_maximum_startup_concurrency", "1")
     ray_tmp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
-    from specreg.benchmark.ray_executor import bench_on_ray
+    from specreg.exchange.ray_executor import bench_on_ray
     from specreg.benchmark.runner import Runner
 
     target = model(tmp_path, "t.gguf")

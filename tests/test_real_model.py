@@ -89,8 +89,8 @@ def test_real_pair_benchmarks_and_deploys(real_model: Callable[[str], Path], tmp
     from specreg.audit.deploy import plan_deploy
     from specreg.audit.run import run_audit
     from specreg.benchmark.runner import Runner
-    from specreg.registry.checking import check_and_record
-    from specreg.registry.provenance import register
+    from specreg.sources.checking import check_and_record
+    from specreg.sources.provenance import register
     from specreg.registry.store import Registry
     from specreg.schemas.audit import Policy
     from specreg.schemas.bench_settings import BenchSettings

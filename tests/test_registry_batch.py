@@ -11,7 +11,7 @@ import pytest
 from _registry_helpers import aged, model
 
 from specreg.registry import migrations as mig
-from specreg.registry.provenance import register
+from specreg.sources.provenance import register
 from specreg.registry.store import Registry
 
 

@@ -14,8 +14,8 @@ from pydantic import ValidationError
 from specreg.registry import artifacts
 from specreg.registry import db as db_rows
 from specreg.registry import pairs as pair_rows
-from specreg.registry.checking import check_and_record
-from specreg.registry.provenance import register
+from specreg.sources.checking import check_and_record
+from specreg.sources.provenance import register
 from specreg.registry.store import Registry
 from specreg.schemas.checks import CheckResult, PairVerdict
 from specreg.schemas.methods import Method

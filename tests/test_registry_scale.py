@@ -9,7 +9,7 @@ from pathlib import Path
 from _registry_helpers import model
 from sqlite_utils import Database
 
-from specreg.registry.provenance import register
+from specreg.sources.provenance import register
 from specreg.registry.store import Registry
 from specreg.schemas.checks import CheckResult, PairVerdict
 

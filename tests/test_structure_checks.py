@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from _pair_helpers import BASE, RULES, errors, one, run_pair
 
-from specreg.benchmark.launcher import bundled_command, launch
+from specreg.servers.launcher import bundled_command, launch
 from specreg.errors import GGUFError, ServerStartError
 from specreg.gguf.reader import open_gguf
 from specreg.schemas.checks import CheckResult

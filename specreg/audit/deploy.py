@@ -15,7 +15,7 @@ import re
 import shlex
 from typing import Any, NoReturn
 
-from specreg.benchmark.bundled_server import NGRAM_FLAGS, build_parser, ngram_dest
+from specreg.servers.bundled_server import NGRAM_FLAGS, build_parser, ngram_dest
 from specreg.errors import SpecregError
 from specreg.schemas.audit import (
     PAIR_LEVEL_GATES,
@@ -28,13 +28,13 @@ from specreg.schemas.audit import (
 from specreg.schemas.bench import ALL_STRATA, RequestSettings
 
 PROGRAM = "llama-server"
-BUNDLED_MODULE = "specreg.benchmark.bundled_server"
+BUNDLED_MODULE = "specreg.servers.bundled_server"
 _FLAG = re.compile(r"--?[A-Za-z]")  # a flag, not a negative number
 _NGRAM_DESTS = tuple((flag, ngram_dest(flag)) for flag in sorted(NGRAM_FLAGS))  # in the argv's fixed order
 
 
 def _bundled(command: list[str]) -> bool:
-    """`python -m specreg.benchmark.bundled_server ...`: how the runner starts the bundled server."""
+    """`python -m specreg.servers.bundled_server ...`: how the runner starts the bundled server."""
     return len(command) >= 3 and command[1] == "-m" and command[2] == BUNDLED_MODULE
 
 

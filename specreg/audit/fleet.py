@@ -13,7 +13,7 @@ from collections import defaultdict
 
 from specreg.audit.prefetch import IntegrityPrefetch
 from specreg.audit.run import _Facts, run_audit
-from specreg.benchmark.hardware import run_hardware
+from specreg.servers.hardware import run_hardware
 from specreg.benchmark.run_index import RunIndex
 from specreg.errors import SpecregError
 from specreg.registry.db import paused_gc

@@ -114,7 +114,7 @@ class _Facts:
 
 def _recheck(reg: Registry, pair: PairRecord) -> PairRecord:
     """Check a stale pair again under the current rule set and record that verdict."""
-    from specreg.registry.checking import check_and_record
+    from specreg.sources.checking import check_and_record
     from specreg.validators.ruleset import load_rule_set
 
     rules = load_rule_set(pair.rule_set.rsplit("/r", 1)[0])

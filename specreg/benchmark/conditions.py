@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from specreg.benchmark.bundled_server import NGRAM_FLAGS
+from specreg.servers.bundled_server import NGRAM_FLAGS
 from specreg.errors import UsageError
 from specreg.schemas.bench import BASELINE, ConditionSpec, ScheduleSlot
 from specreg.schemas.bench_settings import Order

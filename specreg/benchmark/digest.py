@@ -13,9 +13,9 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from specreg.benchmark import digest_cache
-from specreg.benchmark.hardware import hardware_class
+from specreg.servers.hardware import hardware_class
 from specreg.benchmark.run_index import Failing, RequestTiming, RunHead, heads_of, load_parts
-from specreg.benchmark.summary import percentile
+from specreg.benchmark.condition_summary import percentile
 from specreg.errors import SpecregError
 from specreg.schemas.audit import ConditionDigest, RunDigest, StratumRow
 from specreg.schemas.bench import (

@@ -19,16 +19,16 @@ from specreg.benchmark import conditions as cond_mod
 from specreg.benchmark.digest import keep_digests
 from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
 from specreg.benchmark.execute import Observer, RunContext, run_condition
-from specreg.benchmark.launcher import ServerCommand, bundled_command, external_command
-from specreg.benchmark.memory import GpuProbe
+from specreg.servers.launcher import ServerCommand, bundled_command, external_command
+from specreg.servers.memory import GpuProbe
 from specreg.benchmark.runstore import RunStore
-from specreg.benchmark.runtime import hardware_info, runtime_info
-from specreg.benchmark.summary import StatSettings, summarize
+from specreg.servers.runtime import hardware_info, runtime_info
+from specreg.benchmark.condition_summary import StatSettings, summarize
 from specreg.benchmark.workloads import Workload, load_workload
 from specreg.errors import ArtifactChanged, NotAdmitted, SpecregError
 from specreg.registry.db import now
 from specreg.registry.hashing import sha256_file
-from specreg.registry.remote import metadata_only
+from specreg.sources.range_reads import metadata_only
 from specreg.schemas.bench import (
     ArtifactRef,
     BenchRun,

@@ -11,7 +11,7 @@ import json
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
-from specreg.benchmark.hardware import hardware_class
+from specreg.servers.hardware import hardware_class
 from specreg.errors import RunNotFound
 from specreg.registry.db import iso, now, rows
 from specreg.schemas.bench import (
@@ -236,7 +236,7 @@ class RunStore:
                 (run["run_id"],),
             ):
                 if same_process(c["server_pid"], c["server_started"]):
-                    from specreg.benchmark.launcher import stop_group  # only when an orphan is found
+                    from specreg.servers.launcher import stop_group  # only when an orphan is found
 
                     stop_group(c["server_pid"])
                     stopped.append(c["server_pid"])

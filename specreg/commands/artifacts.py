@@ -44,7 +44,7 @@ def register_cmd(
     Example: specreg register models/target-q4.gguf --license apache-2.0 --repo org/model --revision 3f2a9c1
     """
     from specreg.errors import SpecregError
-    from specreg.registry import provenance
+    from specreg.sources import provenance
 
     records: list[ArtifactRecord] = []
     failed: list[str] = []
@@ -52,7 +52,7 @@ def register_cmd(
         for f in files:  # each file is its own registration: one bad file does not stop the rest
             before = reg.hash_count
             try:
-                if verify:  # registry/provenance.py: hub LFS SHA-256 at the pinned commit, then register
+                if verify:  # sources/provenance.py: hub LFS SHA-256 at the pinned commit, then register
                     rec = provenance.verify(reg, f, repo=repo, revision=revision, license=license)
                 else:
                     rec = provenance.register(reg, f, license=license, repo=repo, revision=revision, rehash=rehash)

@@ -221,7 +221,7 @@ def _bench_ray(
     opts: BenchSettings, pair: list[int] | None, address: str | None, resources: list[str] | None, json_out: bool
 ) -> None:
     """`--executor ray`: dispatch, import, show; exits like the local executor (0 / 1)."""
-    from specreg.benchmark.ray_executor import bench_on_ray, need_ray, parse_resources
+    from specreg.exchange.ray_executor import bench_on_ray, need_ray, parse_resources
     from specreg.benchmark.runstore import RunStore
     from specreg.commands.views.bench import show_run
 
@@ -289,7 +289,7 @@ def runs(
 def _runs_by_hardware(json_out: bool) -> None:
     from dataclasses import asdict
 
-    from specreg.benchmark.hardware import by_hardware
+    from specreg.servers.hardware import by_hardware
     from specreg.commands.views.bench import hardware_table
 
     with _registry(create=False) as reg:

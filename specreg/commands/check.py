@@ -32,7 +32,7 @@ _NAME_WIDTH = 40  # model names in listings are cut here (--json has them whole)
 
 def _remote_facts(target: ArtifactRecord, draft: ArtifactRecord | None) -> dict[str, Any]:
     """`remote: {role: {url, revision, sha256, bytes_fetched, ...}}` for files read by range requests."""
-    from specreg.registry.remote import REMOTE_KEY, metadata_only
+    from specreg.sources.range_reads import REMOTE_KEY, metadata_only
 
     remote = {
         role: rec.provenance.extra[REMOTE_KEY]
@@ -100,12 +100,12 @@ def pair_cmd(
 
     Example: specreg check pair target.gguf draft.gguf --method draft-simple --format sarif
     """
-    from specreg.benchmark.memory_predict import parse_layers, resolve_budget
+    from specreg.servers.memory_predict import parse_layers, resolve_budget
     from specreg.commands._probe import run_probe
     from specreg.commands.output import say
     from specreg.commands.views.check import show_verdict
     from specreg.errors import UsageError
-    from specreg.registry.checking import check_and_record
+    from specreg.sources.checking import check_and_record
     from specreg.registry.store import Registry
     from specreg.schemas.memory import ServeSettings
     from specreg.validators.memory_budget import estimate, memory_checks, type_name

@@ -59,7 +59,7 @@ def export_cmd(
         raise UsageError("a bundle takes --pair ID, --run ID or --all (PAIR_ID alone is for --format cyclonedx)")
     if output is None:
         raise UsageError("give the bundle file: -o FILE (e.g. -o results.zip)")
-    from specreg.benchmark.bundle import check_export_request, export_bundle
+    from specreg.exchange.bundle import check_export_request, export_bundle
     from specreg.registry.store import Registry
 
     check_export_request(run or [], pair or [], all_, output)
@@ -126,7 +126,7 @@ def import_cmd(
 
     Example: specreg import host-a.zip host-b.zip && specreg runs && specreg audit
     """
-    from specreg.benchmark.bundle import import_bundles
+    from specreg.exchange.bundle import import_bundles
     from specreg.registry.store import Registry
 
     with Registry(db_path(), show_progress=False) as reg:

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def show_provenance(rec: ArtifactRecord) -> None:
     """Print where an artifact came from and its licence record (conflicts on stderr)."""
-    from specreg.registry.provenance import describe_licence
+    from specreg.sources.provenance import describe_licence
 
     p = rec.provenance
     if p.repo:
@@ -48,7 +48,7 @@ def fetch_cmd(
 
     Example: specreg fetch Qwen/Qwen2.5-0.5B-Instruct-GGUF qwen2.5-0.5b-instruct-q8_0.gguf --revision main
     """
-    from specreg.registry.provenance import fetch
+    from specreg.sources.provenance import fetch
     from specreg.registry.store import Registry
 
     with Registry(db_path()) as reg:

@@ -155,7 +155,7 @@ def inspect_cmd(
     """
     from specreg.gguf.reader import open_gguf
     from specreg.gguf.summary import summarize
-    from specreg.registry.remote import is_remote, open_remote
+    from specreg.sources.range_reads import is_remote, open_remote
     from specreg.schemas.gguf import as_dict
 
     remote = None

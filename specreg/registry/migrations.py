@@ -101,7 +101,7 @@ class MigrationSet:
 migrations = MigrationSet("specreg")
 # Migrations of tables that only this registry keeps for itself (caches of what it computed from
 # its own rows). A bundle never carries them, so its schema does not name them: a bundle from a
-# specreg that added one is not "newer" to a specreg that has not (benchmark/bundle.py).
+# specreg that added one is not "newer" to a specreg that has not (exchange/bundle.py).
 LOCAL_ONLY = frozenset({"m010_template_scans", "m012_run_digests"})
 
 

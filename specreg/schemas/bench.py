@@ -411,7 +411,7 @@ class RunInfo(BaseModel):
     run_dir: str | None = None
     n_conditions: int = 0
     n_requests: int = 0
-    hardware: str | None = None  # the hardware class (benchmark/hardware.py) of the manifest
+    hardware: str | None = None  # the hardware class (servers/hardware.py) of the manifest
     host: str | None = None  # the host an imported run came from; None: measured here
 
 

@@ -14,7 +14,7 @@ from specreg.commands.layout import Col, pack
 from specreg.commands.output import Cell, err_console, print_listing, safe, safe_plain, say, show_lines, width
 
 if TYPE_CHECKING:
-    from specreg.benchmark.hardware import HardwareCell, HardwareRow
+    from specreg.servers.hardware import HardwareCell, HardwareRow
     from specreg.schemas.bench import BenchRun, ConditionRun, ConditionSummary, RequestRow, RunInfo
 
 _STATUS = {
@@ -136,7 +136,7 @@ def runs_table(runs: list[RunInfo]) -> None:
 
     `hw` names the run's hardware class (legend below) and `host` where an imported run came from.
     """
-    from specreg.benchmark.hardware import labels
+    from specreg.servers.hardware import labels
 
     if not runs:
         err_console().print("no benchmark runs yet (specreg bench admitted)")
@@ -183,7 +183,7 @@ def _legend(hw: dict[str, str]) -> None:
 
 def hardware_table(classes: list[str], rows: list[HardwareRow]) -> None:
     """Pairs down, hardware classes across: the newest run's speed-up (or its status) on each."""
-    from specreg.benchmark.hardware import labels
+    from specreg.servers.hardware import labels
 
     hw = labels(classes)
 

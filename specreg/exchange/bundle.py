@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specreg import __version__
-from specreg.benchmark.bundle_format import (
+from specreg.exchange.bundle_format import (
     RUN_PARTS,
     Bundle,
     BundleHeader,
@@ -32,14 +32,14 @@ from specreg.benchmark.bundle_format import (
     run_digest,
     run_member,
 )
-from specreg.benchmark.bundle_runs import insert_run, local_digest, run_logs, run_parts
+from specreg.exchange.bundle_runs import insert_run, local_digest, run_logs, run_parts
 from specreg.benchmark.digest import keep_digests
-from specreg.benchmark.hardware import run_hardware
+from specreg.servers.hardware import run_hardware
 from specreg.errors import BundleError, UsageError
 from specreg.paths import data_dir
 from specreg.registry.db import now_iso
 from specreg.registry.migrations import bundle_schema, migrations
-from specreg.registry.portable import artifact_records, merge_artifacts, merge_pairs, pair_records
+from specreg.exchange.portable import artifact_records, merge_artifacts, merge_pairs, pair_records
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry

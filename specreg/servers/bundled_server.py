@@ -199,7 +199,7 @@ def serve(params: Any) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point (`specreg-llama-server`, `python -m specreg.benchmark.bundled_server`)."""
+    """Console entry point (`specreg-llama-server`, `python -m specreg.servers.bundled_server`)."""
     ns = build_parser().parse_args(argv)
     if ns.version:
         sys.stdout.write(version_text())

@@ -45,8 +45,8 @@ def open_artifact(reg: Registry, ref: str | Path) -> tuple[ArtifactRecord, GGUFF
     artifact, with the bytes it names opened for checking. The header checked and the SHA-256
     recorded come from one open descriptor (snapshot.py): a file replaced between hashing and
     parsing can no longer put a verdict under the SHA-256 of bytes nobody checked."""
-    from specreg.registry.provenance import register
-    from specreg.registry.remote import REMOTE_KEY, is_remote, metadata_only, open_remote, record_remote
+    from specreg.sources.provenance import register
+    from specreg.sources.range_reads import REMOTE_KEY, is_remote, metadata_only, open_remote, record_remote
 
     arg = os.fspath(ref)
     if is_remote(arg):  # https:// or hf://: the header by range requests, recorded as metadata only

@@ -26,7 +26,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from specreg.errors import BundleError
-from specreg.registry.portable import canonical
+from specreg.exchange.portable import canonical
 
 FORMAT: Literal["specreg-bundle"] = "specreg-bundle"
 FORMAT_VERSION = 1

@@ -84,8 +84,8 @@ def open_remote(ref: str) -> tuple[GGUFFile, RemoteFile]:
     """Read a remote GGUF's header by range requests (same bounds as a local file, a cap on bytes)."""
     from specreg.gguf.http_source import HttpSource
     from specreg.gguf.reader import read_gguf
-    from specreg.registry.hub import HubSettings, check_repo_id
-    from specreg.registry.provenance import _hub_file
+    from specreg.sources.hub import HubSettings, check_repo_id
+    from specreg.sources.provenance import _hub_file
 
     settings = HubSettings.from_env()
     hub = None

@@ -25,8 +25,8 @@ from pathlib import Path
 import httpx
 import psutil
 
-from specreg.benchmark.logpump import LogPump
-from specreg.benchmark.serverlog import bind_failed, error_lines, last_lines, tail_text
+from specreg.servers.logpump import LogPump
+from specreg.servers.serverlog import bind_failed, error_lines, last_lines, tail_text
 from specreg.errors import ServerError, ServerStartError
 
 HOST = "127.0.0.1"
@@ -50,9 +50,9 @@ class ServerCommand:
 
 def bundled_command() -> ServerCommand:
     """The bundled xllamacpp server, run with this interpreter (same venv, no PATH lookup)."""
-    from specreg.benchmark import bundled_server
+    from specreg.servers import bundled_server
 
-    return ServerCommand("bundled", (sys.executable, "-m", "specreg.benchmark.bundled_server"), bundled_server.__file__)
+    return ServerCommand("bundled", (sys.executable, "-m", "specreg.servers.bundled_server"), bundled_server.__file__)
 
 
 def external_command(path: str | Path) -> ServerCommand:

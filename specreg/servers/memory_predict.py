@@ -91,7 +91,7 @@ def predict_rss(
 def detect_budget(gpu: bool) -> tuple[int, str]:
     """(bytes, where from): the first GPU's total memory with offloaded layers, else the host's RAM."""
     if gpu:
-        from specreg.benchmark.memory import GpuProbe
+        from specreg.servers.memory import GpuProbe
 
         probe = GpuProbe()
         try:

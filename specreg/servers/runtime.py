@@ -10,8 +10,8 @@ from pathlib import Path
 
 import psutil
 
-from specreg.benchmark.launcher import ServerCommand, child_env, stop_group
-from specreg.benchmark.memory import GpuProbe
+from specreg.servers.launcher import ServerCommand, child_env, stop_group
+from specreg.servers.memory import GpuProbe
 from specreg.errors import ServerError
 from specreg.registry.hashing import sha256_file
 from specreg.schemas.bench import HardwareInfo, RuntimeInfo

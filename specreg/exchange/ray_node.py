@@ -82,7 +82,7 @@ def _locate(reg: Any, sha: str, record: dict[str, Any], paths: list[str]) -> Non
             return
     repo, revision, filename = record.get("repo"), record.get("revision"), record.get("filename")
     if repo and revision and filename:
-        from specreg.registry.provenance import fetch  # the hub client only when a file must be fetched
+        from specreg.sources.provenance import fetch  # the hub client only when a file must be fetched
 
         rec, fetched = fetch(reg, repo, filename, revision=revision)
         if rec.sha256 != sha:
@@ -116,9 +116,9 @@ def run_task(task_json: str) -> str:
 
 
 def _bench(task: RemoteTask, tmp: Path) -> bytes:
-    from specreg.benchmark.bundle import export_bundle
+    from specreg.exchange.bundle import export_bundle
     from specreg.benchmark.runner import Runner
-    from specreg.registry.portable import find_pair, merge_artifacts, merge_pairs
+    from specreg.exchange.portable import find_pair, merge_artifacts, merge_pairs
     from specreg.registry.store import Registry
     from specreg.schemas.bench_settings import BenchSettings
 

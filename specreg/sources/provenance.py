@@ -27,7 +27,7 @@ from specreg.errors import HubError, UsageError
 from specreg.registry import licence
 from specreg.registry.artifacts import stat_or_raise
 from specreg.registry.hashing import sha256_with_bar
-from specreg.registry.hub import (
+from specreg.sources.hub import (
     CARD_FILENAME,
     COMMIT,
     HubSettings,
