@@ -22,13 +22,13 @@ import tempfile
 from pathlib import Path
 
 from specreg.benchmark.client import LlamaClient
-from specreg.servers.launcher import bundled_command, launch
-from specreg.servers.memory import GpuProbe, MemorySampler
-from specreg.servers.memory_predict import predict_rss
 from specreg.benchmark.workloads import load_workload
 from specreg.gguf.reader import open_gguf
 from specreg.schemas.bench import ConditionSpec
 from specreg.schemas.memory import ServeSettings
+from specreg.servers.launcher import bundled_command, launch
+from specreg.servers.memory import GpuProbe, MemorySampler
+from specreg.servers.memory_predict import predict_rss
 from specreg.testing import ModelSpec, write_model
 from specreg.testing.factory import SMALL_NOISE
 from specreg.validators.memory_budget import estimate, model_facts

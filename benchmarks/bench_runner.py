@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 
 from specreg.benchmark.client import LlamaClient
-from specreg.servers.launcher import bundled_command, launch
 from specreg.benchmark.workloads import load_workload
 from specreg.schemas.bench import WorkloadItem
+from specreg.servers.launcher import bundled_command, launch
 from specreg.testing import ModelSpec, write_model
 from specreg.testing.factory import SMALL_NOISE
 
@@ -88,9 +88,9 @@ def overhead(folder: Path, n: int) -> None:
 
 def full_run(folder: Path) -> None:
     from specreg.benchmark.runner import Runner
-    from specreg.sources.checking import check_and_record
     from specreg.registry.store import Registry
     from specreg.schemas.bench_settings import BenchSettings
+    from specreg.sources.checking import check_and_record
     from specreg.validators.ruleset import load_rule_set
 
     os.environ["SPECREG_HOME"] = str(folder / "home")

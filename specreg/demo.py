@@ -166,10 +166,10 @@ def run_demo(
     from specreg.audit.policy import example_policy_text, load_policy
     from specreg.audit.run import run_audit
     from specreg.benchmark.runner import Runner
-    from specreg.sources.checking import check_and_record
-    from specreg.sources.provenance import register
     from specreg.registry.store import Registry
     from specreg.report.write import write_audit_report
+    from specreg.sources.checking import check_and_record
+    from specreg.sources.provenance import register
     from specreg.validators.ruleset import load_rule_set
 
     t0 = time.monotonic()

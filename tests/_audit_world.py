@@ -25,9 +25,9 @@ from _registry_helpers import model
 
 from specreg.demo import NGRAM as DEMO_NGRAM
 from specreg.demo import WORKLOAD
-from specreg.sources.provenance import register
 from specreg.registry.store import Registry
 from specreg.schemas.audit import Policy
+from specreg.sources.provenance import register
 from specreg.testing.factory import SMALL_NOISE
 
 HOSTILE = "<script>alert(1)</script> | $x$"  # a draft name: must stay inert in tables, HTML and plots

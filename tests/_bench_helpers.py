@@ -7,9 +7,9 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from specreg.sources.checking import check_and_record
 from specreg.registry.store import Registry
 from specreg.schemas.checks import CheckResult, PairVerdict
+from specreg.sources.checking import check_and_record
 from specreg.testing.factory import SMALL_NOISE
 from specreg.validators.ruleset import load_rule_set
 

@@ -16,9 +16,9 @@ import psutil
 import pytest
 from _registry_helpers import model
 
+from specreg.errors import ServerError, ServerStartError
 from specreg.servers.launcher import bundled_command, external_command, free_ports, launch, owns_port
 from specreg.servers.runtime import runtime_info
-from specreg.errors import ServerError, ServerStartError
 
 
 class _Healthy(BaseHTTPRequestHandler):

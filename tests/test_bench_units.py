@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 
-from specreg.servers import bundled_server, metrics, serverlog
-from specreg.benchmark import conditions, expect, condition_summary as summary
-from specreg.servers.memory import GpuProbe, MemorySampler
+from specreg.benchmark import condition_summary as summary
+from specreg.benchmark import conditions, expect
 from specreg.benchmark.workloads import STRATA, content_sha256, load_workload, parse_jsonl
 from specreg.errors import PolicyError, ServerError, UsageError
 from specreg.schemas.bench import ConditionRun, ConditionSpec, Expect, MemoryObservation, RequestRow, SpecCounters
 from specreg.schemas.registry import PairRecord
+from specreg.servers import bundled_server, metrics, serverlog
+from specreg.servers.memory import GpuProbe, MemorySampler
 
 # What xllamacpp 2026.10.11549 printed on /metrics after one draft-simple request (identical draft).
 REAL_METRICS = """\

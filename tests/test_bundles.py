@@ -18,11 +18,11 @@ from _audit_world import AuditWorld, specreg
 from _bundle_helpers import dump, edit_run, members, rename_run, rewrite, write_members
 
 from specreg import __version__
+from specreg.benchmark.digest_cache import builder_id
+from specreg.errors import BundleError
 from specreg.exchange.bundle import export_bundle, import_bundles
 from specreg.exchange.bundle_format import HEADER, open_bundle
 from specreg.exchange.bundle_runs import local_digest, run_parts
-from specreg.benchmark.digest_cache import builder_id
-from specreg.errors import BundleError
 from specreg.registry.migrations import LOCAL_ONLY, bundle_schema, migrations
 from specreg.registry.store import Registry
 

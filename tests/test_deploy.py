@@ -25,10 +25,10 @@ from _audit_world import AuditWorld, specreg
 from _registry_helpers import SPECREG
 
 from specreg.audit.deploy import recorded_flags, server_argv, wrap_command
-from specreg.servers.bundled_server import build_params, build_parser
-from specreg.servers.launcher import free_ports
 from specreg.errors import SpecregError
 from specreg.registry.store import Registry
+from specreg.servers.bundled_server import build_params, build_parser
+from specreg.servers.launcher import free_ports
 from specreg.testing import realvocab
 
 FLAGS_FILE = Path(__file__).parent / "data" / "llama-server-b11434-flags.json"

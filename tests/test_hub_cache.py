@@ -14,9 +14,9 @@ import pytest
 from hubserver import CARD, REPO, FakeHub, gguf_bytes, go_offline, run_cli, set_online
 
 from specreg.errors import UsageError
+from specreg.registry.store import Registry
 from specreg.sources.hub import recognise_cached
 from specreg.sources.provenance import register
-from specreg.registry.store import Registry
 from specreg.testing import ModelSpec, write_model
 
 

@@ -17,8 +17,8 @@ import pytest
 from hubserver import CARD, REPO, FakeFile, FakeHub, assert_one_line_error, gguf_bytes, go_offline, run_cli
 
 from specreg.errors import HubError, UsageError
-from specreg.sources.provenance import fetch, register, verify
 from specreg.registry.store import Registry
+from specreg.sources.provenance import fetch, register, verify
 
 FILE = "tiny-q8.gguf"
 

@@ -9,9 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specreg.registry import licence
-from specreg.sources.provenance import card_source, describe_licence
 from specreg.schemas.gguf import LicenceFields
 from specreg.schemas.registry import LicenceSource
+from specreg.sources.provenance import card_source, describe_licence
 
 
 @pytest.mark.parametrize(

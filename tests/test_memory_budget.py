@@ -11,11 +11,11 @@ from _audit_world import AuditWorld
 from _pair_helpers import BASE, RULES
 from _registry_helpers import cli, model
 
-from specreg.servers.launcher import bundled_command, launch
 from specreg.errors import ServerStartError, UsageError
 from specreg.gguf.reader import open_gguf
 from specreg.registry.store import Registry
 from specreg.schemas.memory import ServeSettings
+from specreg.servers.launcher import bundled_command, launch
 from specreg.testing import write_model
 from specreg.validators.memory_budget import (
     estimate,

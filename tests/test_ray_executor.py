@@ -22,9 +22,9 @@ from _registry_helpers import model
 
 from specreg.exchange.bundle import import_bundles
 from specreg.exchange.bundle_format import open_bundle
+from specreg.exchange.portable import artifact_records, pair_records
 from specreg.exchange.ray_node import TaskOutcome, make_task, run_task
 from specreg.registry.migrations import migrations
-from specreg.exchange.portable import artifact_records, pair_records
 from specreg.registry.store import Registry
 from specreg.schemas.bench_settings import BenchSettings
 
@@ -121,8 +121,8 @@ def test_a_real_local_ray_cluster_runs_two_pairs_like_a_local_run(
     monkeypatch.setenv("RAY_prestart_worker_first_driver", "0")
     monkeypatch.setenv("RAY_worker_maximum_startup_concurrency", "1")
     ray_tmp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
-    from specreg.exchange.ray_executor import bench_on_ray
     from specreg.benchmark.runner import Runner
+    from specreg.exchange.ray_executor import bench_on_ray
 
     target = model(tmp_path, "t.gguf")
     drafts = [model(tmp_path, "same.gguf", name="same"), model(tmp_path, "noisy.gguf", name="noisy", noise=NOISE)]

@@ -89,11 +89,11 @@ def test_real_pair_benchmarks_and_deploys(real_model: Callable[[str], Path], tmp
     from specreg.audit.deploy import plan_deploy
     from specreg.audit.run import run_audit
     from specreg.benchmark.runner import Runner
-    from specreg.sources.checking import check_and_record
-    from specreg.sources.provenance import register
     from specreg.registry.store import Registry
     from specreg.schemas.audit import Policy
     from specreg.schemas.bench_settings import BenchSettings
+    from specreg.sources.checking import check_and_record
+    from specreg.sources.provenance import register
 
     target, draft = real_model("f32"), real_model("q4_1")
     with Registry(tmp_path / "r.db", show_progress=False) as reg:

@@ -11,8 +11,8 @@ import pytest
 from _registry_helpers import aged, model
 
 from specreg.registry import migrations as mig
-from specreg.sources.provenance import register
 from specreg.registry.store import Registry
+from specreg.sources.provenance import register
 
 
 def test_get_artifacts_matches_get_artifact(reg: Registry, tmp_path: Path) -> None:

@@ -14,12 +14,12 @@ from pydantic import ValidationError
 from specreg.registry import artifacts
 from specreg.registry import db as db_rows
 from specreg.registry import pairs as pair_rows
-from specreg.sources.checking import check_and_record
-from specreg.sources.provenance import register
 from specreg.registry.store import Registry
 from specreg.schemas.checks import CheckResult, PairVerdict
 from specreg.schemas.methods import Method
 from specreg.schemas.registry import ArtifactRecord, PairRecord
+from specreg.sources.checking import check_and_record
+from specreg.sources.provenance import register
 from specreg.validators.ruleset import load_rule_set
 
 RULES = load_rule_set()

@@ -9,9 +9,9 @@ from pathlib import Path
 from _registry_helpers import model
 from sqlite_utils import Database
 
-from specreg.sources.provenance import register
 from specreg.registry.store import Registry
 from specreg.schemas.checks import CheckResult, PairVerdict
+from specreg.sources.provenance import register
 
 N_ARTIFACTS = 10_000
 N_PAIRS = 5_000

@@ -11,11 +11,11 @@ import pytest
 from _registry_helpers import aged, model
 
 from specreg.errors import AmbiguousArtifact, ArtifactNotFound, GGUFError, PairNotFound, RegistryError
-from specreg.sources.checking import open_artifact
-from specreg.sources.provenance import register
 from specreg.registry.store import Registry
 from specreg.schemas.checks import CheckResult, PairVerdict
 from specreg.schemas.registry import LicenceSource
+from specreg.sources.checking import open_artifact
+from specreg.sources.provenance import register
 
 
 def _sha(p: Path) -> str:

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from _pair_helpers import BASE, RULES, errors, one, run_pair
 
-from specreg.servers.launcher import bundled_command, launch
 from specreg.errors import GGUFError, ServerStartError
 from specreg.gguf.reader import open_gguf
 from specreg.schemas.checks import CheckResult
+from specreg.servers.launcher import bundled_command, launch
 from specreg.testing import ModelSpec, write_model
 from specreg.testing.realvocab import vocab_files
 from specreg.validators.checks_structure import check_structure

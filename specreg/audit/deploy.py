@@ -15,7 +15,6 @@ import re
 import shlex
 from typing import Any, NoReturn
 
-from specreg.servers.bundled_server import NGRAM_FLAGS, build_parser, ngram_dest
 from specreg.errors import SpecregError
 from specreg.schemas.audit import (
     PAIR_LEVEL_GATES,
@@ -26,6 +25,7 @@ from specreg.schemas.audit import (
     PairAudit,
 )
 from specreg.schemas.bench import ALL_STRATA, RequestSettings
+from specreg.servers.bundled_server import NGRAM_FLAGS, build_parser, ngram_dest
 
 PROGRAM = "llama-server"
 BUNDLED_MODULE = "specreg.servers.bundled_server"

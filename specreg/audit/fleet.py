@@ -13,13 +13,13 @@ from collections import defaultdict
 
 from specreg.audit.prefetch import IntegrityPrefetch
 from specreg.audit.run import _Facts, run_audit
-from specreg.servers.hardware import run_hardware
 from specreg.benchmark.run_index import RunIndex
 from specreg.errors import SpecregError
 from specreg.registry.db import paused_gc
 from specreg.registry.store import Registry
 from specreg.schemas.audit import AuditReport, Policy
 from specreg.schemas.registry import PairRecord
+from specreg.servers.hardware import run_hardware
 
 
 def _tag(report: AuditReport, cls: str | None) -> AuditReport:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from specreg.servers.bundled_server import NGRAM_FLAGS
 from specreg.errors import UsageError
 from specreg.schemas.bench import BASELINE, ConditionSpec, ScheduleSlot
 from specreg.schemas.bench_settings import Order
 from specreg.schemas.methods import DRAFT_METHODS, MODEL_DRAFTED
+from specreg.servers.bundled_server import NGRAM_FLAGS
 
 DEFAULT_SELF_METHODS = ("ngram-simple", "ngram-mod")
 # flag prefix -> the method it configures

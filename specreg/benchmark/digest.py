@@ -13,9 +13,8 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from specreg.benchmark import digest_cache
-from specreg.servers.hardware import hardware_class
-from specreg.benchmark.run_index import Failing, RequestTiming, RunHead, heads_of, load_parts
 from specreg.benchmark.condition_summary import percentile
+from specreg.benchmark.run_index import Failing, RequestTiming, RunHead, heads_of, load_parts
 from specreg.errors import SpecregError
 from specreg.schemas.audit import ConditionDigest, RunDigest, StratumRow
 from specreg.schemas.bench import (
@@ -26,6 +25,7 @@ from specreg.schemas.bench import (
     ConditionSummary,
     RunManifest,
 )
+from specreg.servers.hardware import hardware_class
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry

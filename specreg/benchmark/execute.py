@@ -24,14 +24,9 @@ from typing import TYPE_CHECKING
 
 from specreg.benchmark import expect as expect_mod
 from specreg.benchmark.client import Completion, LlamaClient
-from specreg.benchmark.conditions import ServerOptions, server_args
-from specreg.servers.launcher import ServerCommand, ServerProcess, launch
-from specreg.servers.memory import GpuProbe, MemorySampler, higher_peak
-from specreg.servers.memory_predict import predict_rss
-from specreg.servers.metrics import add_counters, parse_metrics, spec_counters, spec_only
-from specreg.benchmark.runstore import RunStore
-from specreg.servers.serverlog import error_lines, head_text, last_lines, refusal_lines, speculation_lines, tail_text
 from specreg.benchmark.condition_summary import compare_outputs
+from specreg.benchmark.conditions import ServerOptions, server_args
+from specreg.benchmark.runstore import RunStore
 from specreg.benchmark.warmup import warm_up
 from specreg.benchmark.workloads import Workload, content_sha256
 from specreg.errors import ServerError, ServerStartError
@@ -45,6 +40,11 @@ from specreg.schemas.bench import (
     WorkloadItem,
 )
 from specreg.schemas.bench_settings import BenchSettings
+from specreg.servers.launcher import ServerCommand, ServerProcess, launch
+from specreg.servers.memory import GpuProbe, MemorySampler, higher_peak
+from specreg.servers.memory_predict import predict_rss
+from specreg.servers.metrics import add_counters, parse_metrics, spec_counters, spec_only
+from specreg.servers.serverlog import error_lines, head_text, last_lines, refusal_lines, speculation_lines, tail_text
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -17,13 +17,13 @@ from pydantic import BaseModel, Field
 
 from specreg.benchmark.client import LlamaClient
 from specreg.benchmark.conditions import ServerOptions, server_args
-from specreg.servers.launcher import ServerCommand, ServerProcess, bundled_command, external_command, launch
-from specreg.servers.metrics import parse_metrics, spec_counters
-from specreg.servers.serverlog import abort_lines, head_text, last_lines, refusal_lines, tail_text
 from specreg.errors import ServerError, ServerStartError
 from specreg.schemas.bench import ConditionSpec, WorkloadItem
 from specreg.schemas.checks import CheckResult
 from specreg.schemas.methods import MODEL_DRAFTED
+from specreg.servers.launcher import ServerCommand, ServerProcess, bundled_command, external_command, launch
+from specreg.servers.metrics import parse_metrics, spec_counters
+from specreg.servers.serverlog import abort_lines, head_text, last_lines, refusal_lines, tail_text
 
 ProbeStatus = Literal["drafted", "not_drafted", "inconclusive", "refused", "load_failed", "crashed", "failed"]
 FAILED: frozenset[str] = frozenset({"not_drafted", "refused", "load_failed", "crashed", "failed"})

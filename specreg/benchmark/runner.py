@@ -16,19 +16,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specreg.benchmark import conditions as cond_mod
+from specreg.benchmark.condition_summary import StatSettings, summarize
 from specreg.benchmark.digest import keep_digests
 from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
 from specreg.benchmark.execute import Observer, RunContext, run_condition
-from specreg.servers.launcher import ServerCommand, bundled_command, external_command
-from specreg.servers.memory import GpuProbe
 from specreg.benchmark.runstore import RunStore
-from specreg.servers.runtime import hardware_info, runtime_info
-from specreg.benchmark.condition_summary import StatSettings, summarize
 from specreg.benchmark.workloads import Workload, load_workload
 from specreg.errors import ArtifactChanged, NotAdmitted, SpecregError
 from specreg.registry.db import now
 from specreg.registry.hashing import sha256_file
-from specreg.sources.range_reads import metadata_only
 from specreg.schemas.bench import (
     ArtifactRef,
     BenchRun,
@@ -44,6 +40,10 @@ from specreg.schemas.bench import (
 )
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.registry import ArtifactRecord, PairRecord
+from specreg.servers.launcher import ServerCommand, bundled_command, external_command
+from specreg.servers.memory import GpuProbe
+from specreg.servers.runtime import hardware_info, runtime_info
+from specreg.sources.range_reads import metadata_only
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry

@@ -11,7 +11,6 @@ import json
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
-from specreg.servers.hardware import hardware_class
 from specreg.errors import RunNotFound
 from specreg.registry.db import iso, now, rows
 from specreg.schemas.bench import (
@@ -29,6 +28,7 @@ from specreg.schemas.bench import (
     SpecCounters,
     WarmupRecord,
 )
+from specreg.servers.hardware import hardware_class
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry

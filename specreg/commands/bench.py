@@ -221,9 +221,9 @@ def _bench_ray(
     opts: BenchSettings, pair: list[int] | None, address: str | None, resources: list[str] | None, json_out: bool
 ) -> None:
     """`--executor ray`: dispatch, import, show; exits like the local executor (0 / 1)."""
-    from specreg.exchange.ray_executor import bench_on_ray, need_ray, parse_resources
     from specreg.benchmark.runstore import RunStore
     from specreg.commands.views.bench import show_run
+    from specreg.exchange.ray_executor import bench_on_ray, need_ray, parse_resources
 
     need_ray()  # before anything else: without Ray, one line saying how to install it
     specs = parse_resources(resources)
@@ -289,8 +289,8 @@ def runs(
 def _runs_by_hardware(json_out: bool) -> None:
     from dataclasses import asdict
 
-    from specreg.servers.hardware import by_hardware
     from specreg.commands.views.bench import hardware_table
+    from specreg.servers.hardware import by_hardware
 
     with _registry(create=False) as reg:
         classes, rows = by_hardware(reg)

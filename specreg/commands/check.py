@@ -100,14 +100,14 @@ def pair_cmd(
 
     Example: specreg check pair target.gguf draft.gguf --method draft-simple --format sarif
     """
-    from specreg.servers.memory_predict import parse_layers, resolve_budget
     from specreg.commands._probe import run_probe
     from specreg.commands.output import say
     from specreg.commands.views.check import show_verdict
     from specreg.errors import UsageError
-    from specreg.sources.checking import check_and_record
     from specreg.registry.store import Registry
     from specreg.schemas.memory import ServeSettings
+    from specreg.servers.memory_predict import parse_layers, resolve_budget
+    from specreg.sources.checking import check_and_record
     from specreg.validators.memory_budget import estimate, memory_checks, type_name
     from specreg.validators.ruleset import load_rule_set
 

@@ -48,8 +48,8 @@ def fetch_cmd(
 
     Example: specreg fetch Qwen/Qwen2.5-0.5B-Instruct-GGUF qwen2.5-0.5b-instruct-q8_0.gguf --revision main
     """
-    from specreg.sources.provenance import fetch
     from specreg.registry.store import Registry
+    from specreg.sources.provenance import fetch
 
     with Registry(db_path()) as reg:
         rec, path = fetch(reg, repo, filename, revision=revision, license=license)

@@ -155,8 +155,8 @@ def inspect_cmd(
     """
     from specreg.gguf.reader import open_gguf
     from specreg.gguf.summary import summarize
-    from specreg.sources.range_reads import is_remote, open_remote
     from specreg.schemas.gguf import as_dict
+    from specreg.sources.range_reads import is_remote, open_remote
 
     remote = None
     if is_remote(file):

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specreg import __version__
+from specreg.benchmark.digest import keep_digests
+from specreg.errors import BundleError, UsageError
 from specreg.exchange.bundle_format import (
     RUN_PARTS,
     Bundle,
@@ -33,13 +35,11 @@ from specreg.exchange.bundle_format import (
     run_member,
 )
 from specreg.exchange.bundle_runs import insert_run, local_digest, run_logs, run_parts
-from specreg.benchmark.digest import keep_digests
-from specreg.servers.hardware import run_hardware
-from specreg.errors import BundleError, UsageError
+from specreg.exchange.portable import artifact_records, merge_artifacts, merge_pairs, pair_records
 from specreg.paths import data_dir
 from specreg.registry.db import now_iso
 from specreg.registry.migrations import bundle_schema, migrations
-from specreg.exchange.portable import artifact_records, merge_artifacts, merge_pairs, pair_records
+from specreg.servers.hardware import run_hardware
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry

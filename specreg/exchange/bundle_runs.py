@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from specreg.exchange.bundle_format import RUN_PARTS, jsonl, run_digest, run_member
 from specreg.errors import BundleError
+from specreg.exchange.bundle_format import RUN_PARTS, jsonl, run_digest, run_member
 from specreg.exchange.portable import RowMaker, canonical, columns, find_pair, pair_identity, to_record
 
 # part -> (table, local-only columns, order)

@@ -116,8 +116,8 @@ def run_task(task_json: str) -> str:
 
 
 def _bench(task: RemoteTask, tmp: Path) -> bytes:
-    from specreg.exchange.bundle import export_bundle
     from specreg.benchmark.runner import Runner
+    from specreg.exchange.bundle import export_bundle
     from specreg.exchange.portable import find_pair, merge_artifacts, merge_pairs
     from specreg.registry.store import Registry
     from specreg.schemas.bench_settings import BenchSettings

@@ -25,9 +25,9 @@ from pathlib import Path
 import httpx
 import psutil
 
+from specreg.errors import ServerError, ServerStartError
 from specreg.servers.logpump import LogPump
 from specreg.servers.serverlog import bind_failed, error_lines, last_lines, tail_text
-from specreg.errors import ServerError, ServerStartError
 
 HOST = "127.0.0.1"
 # llama-server reads LLAMA_ARG_* from the environment (e.g. LLAMA_ARG_SPEC_SYNTH_RATES): a run

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import psutil
 
-from specreg.servers.launcher import ServerCommand, child_env, stop_group
-from specreg.servers.memory import GpuProbe
 from specreg.errors import ServerError
 from specreg.registry.hashing import sha256_file
 from specreg.schemas.bench import HardwareInfo, RuntimeInfo
+from specreg.servers.launcher import ServerCommand, child_env, stop_group
+from specreg.servers.memory import GpuProbe
 
 MAX_VERSION_BYTES = 64 << 10  # llama-server --version prints two lines
 

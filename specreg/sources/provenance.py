@@ -27,6 +27,7 @@ from specreg.errors import HubError, UsageError
 from specreg.registry import licence
 from specreg.registry.artifacts import stat_or_raise
 from specreg.registry.hashing import sha256_with_bar
+from specreg.schemas.registry import LicenceRecord, LicenceSource, Provenance
 from specreg.sources.hub import (
     CARD_FILENAME,
     COMMIT,
@@ -41,7 +42,6 @@ from specreg.sources.hub import (
     hub_errors,
     recognise_cached,
 )
-from specreg.schemas.registry import LicenceRecord, LicenceSource, Provenance
 
 if TYPE_CHECKING:
     from specreg.registry.snapshot import Snapshot

@@ -14,8 +14,8 @@ from specreg.commands.layout import Col, pack
 from specreg.commands.output import Cell, err_console, print_listing, safe, safe_plain, say, show_lines, width
 
 if TYPE_CHECKING:
-    from specreg.servers.hardware import HardwareCell, HardwareRow
     from specreg.schemas.bench import BenchRun, ConditionRun, ConditionSummary, RequestRow, RunInfo
+    from specreg.servers.hardware import HardwareCell, HardwareRow
 
 _STATUS = {
     "ok": "green",
