@@ -31,7 +31,8 @@ from pathlib import Path
 
 from specreg.gguf.summary import summarize
 from specreg.registry.store import Registry
-from specreg.schemas.bench import BASELINE, ConditionSpec, ConditionSummary, MemoryObservation, SpecCounters, Stat
+from specreg.schemas.bench import ConditionSpec, ConditionSummary, MemoryObservation, SpecCounters, Stat
+from specreg.schemas.methods import BASELINE
 from specreg.schemas.registry import LicenceRecord, LicenceSource
 from specreg.testing import ModelSpec, write_model
 

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from specreg.commands.options import DbOpt, HelpCommand
+from specreg.commands.options import DB_KEY, DbOpt, HelpCommand
 from specreg.errors import EXIT_UNDECIDED, SpecregError
 
 try:  # typer >= 0.29 vendors click as typer._click: its usage errors are not click's classes
@@ -92,6 +92,7 @@ def _version(show: bool) -> None:
 
 
 def _root(
+    ctx: typer.Context,
     db: DbOpt = None,
     _show_version: Annotated[
         bool,
@@ -102,7 +103,7 @@ def _root(
 ) -> None:
     """specreg: admit, benchmark and audit speculative-decoding pairs for llama.cpp."""
     if db is not None:
-        os.environ["SPECREG_DB"] = str(db)
+        ctx.meta[DB_KEY] = db
 
 
 def build(names: Iterable[str] | None = None) -> typer.Typer:

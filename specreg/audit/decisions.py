@@ -10,9 +10,9 @@ decision names the best draft length.
 from __future__ import annotations
 
 from specreg.schemas.audit import (
-    CONDITION_GATES,
     NO_SPECULATION,
     PAIR_LEVEL_GATES,
+    WHOLE_CONDITION_GATES,
     Candidate,
     ConditionOutcome,
     PairAudit,
@@ -24,7 +24,7 @@ from specreg.schemas.bench import ALL_STRATA
 
 
 def _candidate(a: PairAudit, failed: list[str], o: ConditionOutcome, stratum: str, row: StratumRow | None) -> Candidate:
-    everywhere = failed + [g for g in CONDITION_GATES if g in o.failed]
+    everywhere = failed + [g for g in WHOLE_CONDITION_GATES if g in o.failed]
     here = o.strata.get(stratum, False)
     if row is None:
         reason = "not measured in this stratum"

@@ -17,15 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from specreg.benchmark import statistics, stepcost
-from specreg.schemas.bench import (
-    ALL_STRATA,
-    BASELINE,
-    ConditionRun,
-    ConditionSummary,
-    RequestRow,
-    Stat,
-)
-from specreg.schemas.methods import MODEL_DRAFTED
+from specreg.schemas.bench import ALL_STRATA, ConditionRun, ConditionSummary, RequestRow, Stat
+from specreg.schemas.methods import BASELINE, MODEL_DRAFTED
 
 
 def percentile(values: list[float], q: float) -> float | None:

@@ -31,15 +31,9 @@ from specreg.benchmark.warmup import warm_up
 from specreg.benchmark.workloads import Workload, content_sha256
 from specreg.errors import ServerError, ServerStartError
 from specreg.registry.db import now
-from specreg.schemas.bench import (
-    BASELINE,
-    ConditionRun,
-    PromptInfo,
-    RequestRow,
-    RunInfo,
-    WorkloadItem,
-)
+from specreg.schemas.bench import ConditionRun, PromptInfo, RequestRow, RunInfo, WorkloadItem
 from specreg.schemas.bench_settings import BenchSettings
+from specreg.schemas.methods import BASELINE
 from specreg.servers.launcher import ServerCommand, ServerProcess, launch
 from specreg.servers.memory import GpuProbe, MemorySampler, higher_peak
 from specreg.servers.memory_predict import predict_rss

@@ -14,6 +14,7 @@ import typer
 from specreg.commands.layout import Col
 from specreg.commands.options import METHOD_AUTO, JsonOpt, MethodOpt, chosen_method, db_path
 from specreg.commands.output import console, emit_json, err_console, print_listing, warn
+from specreg.units import mib_text
 
 if TYPE_CHECKING:
     from specreg.gguf.reader import GGUFFile
@@ -46,7 +47,7 @@ def _memory_line(m: MemoryEstimate) -> str:
     """The estimate in MiB, part by part, for the flags it was made for."""
 
     def mib(n: int) -> str:
-        return f"{n / (1 << 20):,.1f}"
+        return mib_text(n, grouped=True)
 
     draft = f" + draft {mib(m.draft_weights_bytes)}" if m.draft_weights_bytes else ""
     gpu = f", GPU {mib(m.vram_bytes)}" if m.vram_bytes else ""

@@ -23,11 +23,13 @@ GATES: tuple[GateName, ...] = get_args(GateName)
 # Gates judged per stratum as well as overall; the rest hold for the pair as a whole.
 PER_STRATUM_GATES: tuple[GateName, ...] = ("equivalence", "speed")
 # judged per measured condition, holding in every stratum or none (a condition's evidence and memory)
-CONDITION_GATES: tuple[GateName, ...] = ("evidence", "memory")
-# judged once for the pair as a whole (its files, verdict, licence, rollback)
-PAIR_LEVEL_GATES: tuple[GateName, ...] = tuple(
-    g for g in GATES if g not in PER_STRATUM_GATES and g not in CONDITION_GATES
+WHOLE_CONDITION_GATES: tuple[GateName, ...] = ("evidence", "memory")
+# every gate a measured condition is judged on, in audit order (evidence, equivalence, speed, memory)
+CONDITION_GATES: tuple[GateName, ...] = tuple(
+    g for g in GATES if g in PER_STRATUM_GATES or g in WHOLE_CONDITION_GATES
 )
+# judged once for the pair as a whole (its files, verdict, licence, rollback)
+PAIR_LEVEL_GATES: tuple[GateName, ...] = tuple(g for g in GATES if g not in CONDITION_GATES)
 NO_SPECULATION = "none"  # the per-stratum decision when no condition passes every gate
 
 

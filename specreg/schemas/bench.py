@@ -20,7 +20,6 @@ RunStatus = Literal["running", "complete", "incomplete", "cancelled", "aborted",
 ConditionStatus = Literal["pending", "running", "ok", "failed", "cancelled", "aborted", "skipped"]
 Difference = Literal["faster", "slower", "no measurable difference"]
 LengthSource = Literal["per-position", "formula"]  # where E[L] came from
-BASELINE = "none"
 ALL_STRATA = "all"
 
 

@@ -36,4 +36,10 @@ SELF_METHODS: frozenset[Method] = frozenset(Method) - DRAFT_METHODS
 # Methods whose drafts come from a model (a draft GGUF or the target's MTP heads): they draft on
 # every step and their drafting has a cost of its own; n-gram methods draft only when text repeats.
 MODEL_DRAFTED: frozenset[Method] = DRAFT_METHODS | {Method.DRAFT_MTP}
+# `--spec-type none`: no speculation; every speed-up and equivalence is measured against it
+BASELINE = "none"
+# the self-drafting methods `bench` runs beside a pair's own method unless told otherwise
+DEFAULT_NGRAM_METHODS: tuple[Method, ...] = (Method.NGRAM_SIMPLE, Method.NGRAM_MOD)
+# every `--spec-type` value the server takes, the baseline first
+SPEC_TYPES: tuple[str, ...] = (BASELINE, *(m.value for m in Method))
 AUTO = "auto"  # `--method auto`: not a method; the validators pick one from the draft
