@@ -64,11 +64,14 @@ DB_KEY = "specreg.db"  # where the root callback keeps `--db` in click's context
 
 def db_path() -> Path:
     """The registry this command works on: the root's `--db`, else $SPECREG_DB, else the default."""
-    import click
+    try:  # typer >= 0.28 vendors click as typer._click: its context is not click's
+        from typer._click.globals import get_current_context
+    except ImportError:  # pragma: no cover - a typer that uses click itself
+        from click import get_current_context  # type: ignore[no-redef]
 
     from specreg.paths import registry_path
 
-    ctx = click.get_current_context(silent=True)
+    ctx = get_current_context(silent=True)
     return registry_path(ctx.meta.get(DB_KEY) if ctx is not None else None)
 
 
