@@ -282,11 +282,12 @@ def _cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def _time(args: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
-    """(wall s, CPU s of the child, exit code, last stderr line); CPU time is robust to a busy machine."""
+def _time(args: list[str], env: dict[str, str], prefix: list[str] | None = None) -> tuple[float, float, int, str]:
+    """(wall s, CPU s of the child, exit code, last stderr line); CPU time is robust to a busy machine.
+    `prefix` replaces `-m specreg.cli` (e.g. `-c CODE` that patches something, then runs the CLI)."""
     cpu0, t0 = _cpu(), time.perf_counter()
     p = subprocess.run(
-        [sys.executable, "-m", "specreg.cli", *args],
+        [sys.executable, *(prefix or ["-m", "specreg.cli"]), *args],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
