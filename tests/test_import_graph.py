@@ -187,3 +187,18 @@ def test_each_public_constant_is_declared_once() -> None:
                     where.setdefault(t.id, []).append(str(rel))
     twice = {name: places for name, places in where.items() if len(places) > 1}
     assert not twice, f"public constants declared in more than one module: {twice}"
+
+
+NETWORK = ("httpx", "huggingface_hub", "requests", "urllib.request", "http.client", "socket")
+
+
+def test_the_store_imports_no_network_library() -> None:
+    """registry/ is the SQLite file only: looking facts up (hub, HTTP) belongs to sources/."""
+    bad = []
+    for path in (ROOT / "registry").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            bad += [f"{path.name}: {n}" for n in names if n.split(".")[0] in NETWORK or n in NETWORK]
+    assert not bad, f"the store imports network code: {bad}"
