@@ -12,15 +12,16 @@ from enum import StrEnum
 class Method(StrEnum):
     """One `--spec-type` of llama.cpp; the value is the name users type and records store."""
 
+    # in llama.cpp's order (common/arg.cpp's --spec-type list): SPEC_TYPES and the help follow it
     DRAFT_SIMPLE = "draft-simple"
     DRAFT_EAGLE3 = "draft-eagle3"
+    DRAFT_MTP = "draft-mtp"
     DRAFT_DFLASH = "draft-dflash"
     DRAFT_DSPARK = "draft-dspark"
-    DRAFT_MTP = "draft-mtp"
     NGRAM_SIMPLE = "ngram-simple"
-    NGRAM_MOD = "ngram-mod"
     NGRAM_MAP_K = "ngram-map-k"
     NGRAM_MAP_K4V = "ngram-map-k4v"
+    NGRAM_MOD = "ngram-mod"
     NGRAM_CACHE = "ngram-cache"
 
     @property
