@@ -111,6 +111,7 @@ def licence_gate(artifacts: list[tuple[str, ArtifactRecord]], policy: LicencePol
             "sources": {s.source: s.value for s in lic.sources},
             "repo": rec.provenance.repo,
             "revision": rec.provenance.revision,
+            "pin": _pin(rec),
         }
         if value in _UNKNOWN:
             if policy.unknown == "fail":
@@ -122,12 +123,21 @@ def licence_gate(artifacts: list[tuple[str, ArtifactRecord]], policy: LicencePol
         if lic.conflict and policy.conflict == "fail":
             said = ", ".join(f"{s.source}={s.value}" for s in lic.sources if s.value)
             problems.append(f"{role}: licence sources disagree ({said})")
-        if policy.require_revision and not rec.provenance.revision:
-            problems.append(f"{role}: no pinned revision in its provenance")
+        if policy.require_revision and rec.provenance.repo and not rec.provenance.revision:
+            problems.append(f"{role}: from {rec.provenance.repo} but no pinned revision in its provenance")
     if problems:
         return GateResult(gate="licence", passed=False, message="; ".join(problems), evidence=evidence)
-    lics = ", ".join(f"{role} {rec.licence.effective or 'unknown'}" for role, rec in artifacts)
+    lics = ", ".join(f"{role} {rec.licence.effective or 'unknown'} ({_pin(rec)})" for role, rec in artifacts)
     return GateResult(gate="licence", passed=True, message=f"allowed: {lics}", evidence=evidence)
+
+
+def _pin(rec: ArtifactRecord) -> str:
+    """What pins these bytes for deployment: a hub file by its repo revision, a local file (no hub
+    repository in its provenance) by the SHA-256 the registry holds, which names its bytes exactly."""
+    p = rec.provenance
+    if p.repo and p.revision:
+        return f"pinned by {p.repo}@{p.revision[:12]}"
+    return f"pinned by sha256 {rec.sha256[:12]}"
 
 
 def evidence_gate(

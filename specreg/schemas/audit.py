@@ -79,7 +79,9 @@ class LicencePolicy(_Strict):
     deny: list[str] = Field(default_factory=list)
     unknown: Literal["fail", "pass"] = "fail"
     conflict: Literal["fail", "pass"] = "fail"  # sources (user, model card, GGUF) disagree
-    require_revision: bool = True  # a hub revision pinned in the provenance record
+    # a file whose provenance names a hub repository needs its revision pinned; a local file is
+    # pinned by its SHA-256
+    require_revision: bool = True
 
 
 BlockingSeverity = Literal["info", "warn", "error"]
