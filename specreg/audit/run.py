@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from specreg.audit import gates
 from specreg.audit.decisions import decide
 from specreg.audit.deploy import try_server_argv
-from specreg.audit.outcomes import judge_all, pair_conditions
+from specreg.audit.outcomes import judge, judge_all, pair_conditions
 from specreg.audit.prefetch import IntegrityPrefetch
 from specreg.benchmark.digest import hardware_identity, load_digest, load_digests, runtime_identity
 from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
@@ -24,13 +24,16 @@ from specreg.schemas.audit import (
     GATES,
     PER_STRATUM_GATES,
     AuditReport,
+    ConditionDigest,
     GateResult,
     PairAudit,
     Policy,
     RunDigest,
+    UncheckedCondition,
 )
 from specreg.schemas.bench import RunStatus
 from specreg.schemas.checks import CheckResult
+from specreg.schemas.methods import SELF_METHODS
 from specreg.schemas.registry import ArtifactRecord, PairRecord
 
 RunsFor = Callable[[Registry, PairRecord], list[RunHead]]
@@ -272,6 +275,38 @@ def _pair_audit(pair: PairRecord, results: list[GateResult], **extra: object) ->
     )
 
 
+def _judge_unchecked(facts: _Facts, audits: list[PairAudit], runs: dict[str, RunDigest], policy: Policy) -> None:
+    """Every condition a run measured is a candidate (the seeds: "ngram-mod for repetitive, none for
+    chat"): a draft pair's run also measures the n-gram methods on its target alone, and when no
+    pair of that target was checked for such a method, its conditions are judged here like the
+    pair's own and carried with the `check pair` that admits them (the per-stratum decision then
+    names them; deploying waits for that check, which may still refuse the method)."""
+    found: dict[tuple[str, str], list[tuple[PairAudit, RunDigest, ConditionDigest]]] = {}
+    for a in audits:
+        run = runs.get(a.run_id or "")
+        if run is None:
+            continue
+        for c in run.conditions:
+            if c.draft_sha256 is None and c.spec_type in SELF_METHODS and c.spec_type != a.method:
+                found.setdefault((a.target_sha256, c.spec_type), []).append((a, run, c))
+    if not found:
+        return
+    checked = {
+        (t, m)
+        for t, m in facts.reg.conn.execute(
+            "SELECT DISTINCT target_sha256, method FROM pairs WHERE draft_sha256 IS NULL"
+        )
+    }
+    for (target, method), places in found.items():
+        if (target, method) in checked:
+            continue  # checked already: admitted, it is audited on its own; rejected, it cannot deploy
+        command = ["specreg", "check", "pair", target[:12], "--method", method]
+        for a, run, c in places:
+            how = f"measured in run {run.run_id} of pair {a.pair_id}"
+            outcome = judge(run, c, policy, how).outcome()
+            a.unchecked.append(UncheckedCondition(method=method, outcome=outcome, check_command=command))
+
+
 def run_audit(
     reg: Registry,
     policy: Policy,
@@ -342,6 +377,7 @@ def _run_audit(
         audits.append(audit)
         if run is not None:
             runs[run.run_id] = run
+    _judge_unchecked(facts, audits, runs, policy)
     return AuditReport(
         created_at=now(),
         policy=policy,

@@ -25,9 +25,7 @@ PER_STRATUM_GATES: tuple[GateName, ...] = ("equivalence", "speed")
 # judged per measured condition, holding in every stratum or none (a condition's evidence and memory)
 WHOLE_CONDITION_GATES: tuple[GateName, ...] = ("evidence", "memory")
 # every gate a measured condition is judged on, in audit order (evidence, equivalence, speed, memory)
-CONDITION_GATES: tuple[GateName, ...] = tuple(
-    g for g in GATES if g in PER_STRATUM_GATES or g in WHOLE_CONDITION_GATES
-)
+CONDITION_GATES: tuple[GateName, ...] = tuple(g for g in GATES if g in PER_STRATUM_GATES or g in WHOLE_CONDITION_GATES)
 # judged once for the pair as a whole (its files, verdict, licence, rollback)
 PAIR_LEVEL_GATES: tuple[GateName, ...] = tuple(g for g in GATES if g not in CONDITION_GATES)
 NO_SPECULATION = "none"  # the per-stratum decision when no condition passes every gate
@@ -235,6 +233,15 @@ class ConditionOutcome(BaseModel):
         return not self.failed
 
 
+class UncheckedCondition(BaseModel):
+    """A condition a pair's run measured for a method no pair of its target was checked for (an
+    n-gram method in a draft pair's run): judged like the pair's own, deployable once checked."""
+
+    method: str
+    outcome: ConditionOutcome
+    check_command: list[str]  # the `specreg check pair` that admits the method for this target
+
+
 class PairAudit(BaseModel):
     """Every gate for one registered pair; `passed` iff every gate passed.
 
@@ -261,6 +268,8 @@ class PairAudit(BaseModel):
     hardware: str | None = None  # the hardware class whose runs were the evidence (None: no run)
     conditions: list[ConditionOutcome] = Field(default_factory=list)
     not_benchmarkable: str | None = None  # admitted, but a side is vocab-only: why there is no run
+    # conditions of this pair's run for methods its target has no pair for (see UncheckedCondition)
+    unchecked: list[UncheckedCondition] = Field(default_factory=list)
 
     def gate(self, name: GateName) -> GateResult | None:
         return next((g for g in self.gates if g.gate == name), None)
@@ -281,6 +290,8 @@ class Candidate(BaseModel):
     speedup_ci95: tuple[float, float] | None = None
     eligible: bool
     reason: str
+    method: str | None = None  # set for a method measured in the run but not checked for the target
+    check_command: list[str] | None = None  # ... and the command that checks it (then audit, deploy)
 
 
 class StratumDecision(BaseModel):
@@ -299,6 +310,9 @@ class StratumDecision(BaseModel):
     run_id: str | None = None
     candidates: list[Candidate] = Field(default_factory=list)
     hardware: str | None = None  # decided for this hardware class
+    # the best measured condition that passes every gate measured here and beats `choice`, but is
+    # of a method no pair of this target was checked for: deployable after its check pair
+    unchecked: Candidate | None = None
 
 
 class AuditReport(BaseModel):
