@@ -79,7 +79,8 @@ def test_check_pair_records_the_rules_of_the_server_used(tmp_path: Path) -> None
     proc = cli("check", "pair", str(t), str(d), "-m", "draft-simple", "--server", str(near), db=db)
     assert proc.returncode == 0, proc.stderr
     assert f"warning: no rule set for build 11500; judged with {NEW}" in proc.stderr
-    code, js = _js("check", "pair", str(t), str(d), "-m", "draft-simple", "--runtime", OLD, "--server", str(near), db=db)
+    args = ("check", "pair", str(t), str(d), "-m", "draft-simple", "--runtime", OLD, "--server", str(near))
+    _, js = _js(*args, db=db)
     assert js["rule_set"] == f"{OLD}/r2" and js["rule_set_chosen_by"] == "--runtime"
 
 
@@ -152,15 +153,15 @@ def test_recheck_exits_1_when_an_admitted_pair_would_be_rejected(tmp_path: Path)
 
 
 def test_pairs_marks_verdicts_under_other_rules_than_the_server_needs(tmp_path: Path) -> None:
-    db, ids = _registry(tmp_path, OLD)
-    code, js = _js("pairs", db=db)
+    db, _ = _registry(tmp_path, OLD)
+    _, js = _js("pairs", db=db)
     assert all(p["other_rules"] for p in js) and not any(p["stale"] for p in js)
     code, out, err = run("pairs", db=db)
-    assert "other rules" in out and f"specreg pairs --recheck --runtime {NEW}" in err
-    code, js = _js("pairs", "--runtime", OLD, db=db)
+    assert code == 0 and "other rules" in out and f"specreg pairs --recheck --runtime {NEW}" in err
+    _, js = _js("pairs", "--runtime", OLD, db=db)
     assert not any(p["other_rules"] for p in js)
     old = _server(tmp_path, "version: 11434 (0f1e2d3)")
-    code, js = _js("pairs", "--server", str(old), db=db)
+    _, js = _js("pairs", "--server", str(old), db=db)
     assert not any(p["other_rules"] for p in js)
 
 
@@ -176,9 +177,7 @@ def test_the_bundled_server_agrees_with_its_builds_verdict(tmp_path: Path) -> No
 
 
 @pytest.mark.slow
-def test_audit_refuses_evidence_judged_under_other_rules_than_the_runs(
-    audit_world: AuditWorld, tmp_path: Path
-) -> None:
+def test_audit_refuses_evidence_judged_under_other_rules_than_the_runs(audit_world: AuditWorld, tmp_path: Path) -> None:
     from _audit_world import specreg
 
     db = audit_world.copy(tmp_path / "r.db")

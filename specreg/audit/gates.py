@@ -180,7 +180,9 @@ def evidence_gate(
     )
 
 
-def other_rules_gate(evidence: GateResult, verdict_rule_set: str, needed: str, runtime: str | None, hint: str) -> GateResult:
+def other_rules_gate(
+    evidence: GateResult, verdict_rule_set: str, needed: str, runtime: str | None, hint: str
+) -> GateResult:
     """The evidence gate, failed: the verdict was judged under other rules than the run's runtime
     needs, so what was measured is not what was admitted (`hint`: the command that re-judges)."""
     why = (

@@ -85,12 +85,12 @@ def check_changes(old: list[CheckResult], new: list[CheckResult]) -> list[CheckC
     out = []
     for code in dict.fromkeys([*a, *b]):
         before, after = a.get(code), b.get(code)
-        old = before.severity if before is not None else None
-        new = after.severity if after is not None else None
-        if old != new:
+        was = before.severity if before is not None else None
+        now = after.severity if after is not None else None
+        if was != now:
             shown = after or before
             assert shown is not None
-            out.append(CheckChange(code, old, new, shown.message))
+            out.append(CheckChange(code, was, now, shown.message))
     return out
 
 
