@@ -20,18 +20,18 @@ _IDENTITY = ("name", "revision", "runtime", "build", "source", "description")
 _TABLES: dict[str, tuple[str, str]] = {
     "tokenizer_models": ("tokenizer model", "tokenizer"),
     "bpe_pre_tokenizers": ("pre-tokenizer", "pre"),
-    "structure.block_tensors": ("tensors every block needs, architecture", "arch"),
-    "structure.block_tensors_dense": ("tensors every dense block needs, architecture", "arch"),
-    "memory.swa_patterns": ("sliding-window layer pattern, architecture", "arch"),
+    "structure/block_tensors": ("tensors every block needs, architecture", "arch"),
+    "structure/block_tensors_dense": ("tensors every dense block needs, architecture", "arch"),
+    "memory/swa_patterns": ("sliding-window layer pattern, architecture", "arch"),
     "vocab_type_ids": ("vocab type id", "vtype"),
 }
 # lists of architecture names: membership is the fact
 _ARCH_LISTS = {
-    "mtp.architectures": "architectures with an MTP graph",
-    "structure.token_embd_required": "architectures that need token_embd.weight",
-    "structure.token_embd_vocab": "architectures whose token_embd.weight is sized by the vocabulary",
-    "structure.output_vocab": "architectures whose output.weight is sized by the vocabulary",
-    "dflash.final_layer_archs": "DFlash targets that expose their final layer",
+    "mtp/architectures": "architectures with an MTP graph",
+    "structure/token_embd_required": "architectures that need token_embd.weight",
+    "structure/token_embd_vocab": "architectures whose token_embd.weight is sized by the vocabulary",
+    "structure/output_vocab": "architectures whose output.weight is sized by the vocabulary",
+    "dflash/final_layer_archs": "DFlash targets that expose their final layer",
 }
 
 
@@ -76,7 +76,7 @@ def _walk(a: Any, b: Any, path: str, out: list[RuleChange]) -> None:
         return
     if path in _TABLES and isinstance(a, dict) and isinstance(b, dict):
         what, facet = _TABLES[path]
-        if path == "memory.swa_patterns":
+        if path == "memory/swa_patterns":
             a, b = {x: _swa(v) for x, v in a.items()}, {x: _swa(v) for x, v in b.items()}
         for k in dict.fromkeys([*a, *b]):
             key = None if facet == "all" else k
@@ -97,7 +97,7 @@ def _walk(a: Any, b: Any, path: str, out: list[RuleChange]) -> None:
         for k in dict.fromkeys([*a, *b]):
             if k in _IDENTITY and not path:
                 continue
-            sub = f"{path}.{k}" if path else k
+            sub = f"{path}/{k}" if path else k  # "/": a path, never read as a check code
             if k not in a:
                 out.append(RuleChange(sub, f"{sub} added: {_short(b[k])}", "all"))
             elif k not in b:
