@@ -74,10 +74,12 @@ def test_an_unreadable_construct_fails_naming_its_line(
         '        } else if (tokenizer_model == "gemma4") {',
     )
     _edit(root / "src" / "models" / "llama.cpp", "i < n_layer; ++i", "i < n_layer / 2; ++i")
+    bpe = _edit(vocab, 'tokenizer_pre == "qwen2"', 'tokenizer_pre.starts_with("qwen2")')
     assert main([str(root)]) == 1
     got = capsys.readouterr()
     assert got.out == ""  # no rule set with a fact missing
     assert f"src/llama-vocab.cpp:{line}: tokenizer model 'brand-new'" in got.err
+    assert f"src/llama-vocab.cpp:{bpe}: tokenizer name matched by 'tokenizer_pre.starts_with('" in got.err
     assert "src/models/llama.cpp:" in got.err and "layer loop 0..n_layer / 2 not understood" in got.err
 
 

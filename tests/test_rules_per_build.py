@@ -197,3 +197,5 @@ def test_audit_refuses_evidence_judged_under_other_rules_than_the_runs(audit_wor
     # the world's own verdict is under b11549, the run's build: its evidence stands
     evidence = next(g for g in json.loads(out)["pairs"][0]["gates"] if g["gate"] == "evidence")
     assert evidence["passed"], evidence["message"]
+    code, out, _ = specreg("deploy", str(audit_world.pairs["draft-simple"]), "--policy", str(policy), db=db)
+    assert code == 0 and f"rules: {NEW}/r1 (the verdict's)" in out

@@ -123,16 +123,22 @@ def _vocab_rules(src: _Source) -> dict[str, Any]:
     per_type_part = "} else if (type == LLAMA_VOCAB_TYPE_SPM)" + per_type_part
     base = vocab_cpp.index(models_part)
 
+    # names are only read from `== "x"`: any other way of matching them (`!=`, `.find(...)`, ...) is a problem
+    for part in (models_part, bpe_part):
+        for m in re.finditer(r"\btokenizer_(?:model|pre)\s*(?:!=|\.(?!c_str\(|empty\()\w+\()", part):
+            src.problem(_VOCAB, m.group(0), f"tokenizer name matched by {m.group(0)!r}: not understood", base)
     per_type: dict[str, dict[str, bool]] = {}
     for m in re.finditer(r"type\s*==\s*LLAMA_VOCAB_TYPE_(\w+)\)\s*\{(.*?)\}", per_type_part, re.S):
         per_type[m.group(1)] = _flags(m.group(2))
 
     models: dict[str, dict[str, Any]] = {}
+    reported: set[str] = set()
     for names, body in _branches(models_part, "tokenizer_model"):
         types = _vocab_types(names, body)
         if types is None:
             for name in names:
                 src.problem(_VOCAB, f'"{name}"', f"tokenizer model {name!r}: no vocab type assignment understood", base)
+            reported.update(names)
             continue
         for name in names:
             vtype = types[name]
@@ -147,7 +153,7 @@ def _vocab_rules(src: _Source) -> dict[str, Any]:
             entry["requires_merges"] = "cannot find tokenizer merges" in body
             models[name] = entry
     for name in re.findall(r"tokenizer_model\s*==\s*\"([^\"]+)\"", models_part):
-        if name not in models and not any(name in p for p in src.problems):
+        if name not in models and name not in reported:
             src.problem(_VOCAB, f'"{name}"', f"tokenizer model {name!r} named outside an understood branch", base)
 
     pres: dict[str, dict[str, Any]] = {}
@@ -157,6 +163,7 @@ def _vocab_rules(src: _Source) -> dict[str, Any]:
         if not pt:
             for name in names:
                 src.problem(_VOCAB, f'"{name}"', f"pre-tokenizer {name!r}: no pre_type assignment understood", pre_base)
+            reported.update(names)
             continue
         entry = {"pre_type": pt.group(1)}
         entry.update(_flags(body))
@@ -164,7 +171,7 @@ def _vocab_rules(src: _Source) -> dict[str, Any]:
         for name in names:
             pres[name] = entry
     for name in re.findall(r"tokenizer_pre\s*==\s*\"([^\"]+)\"", bpe_part):
-        if name not in pres and not any(repr(name) in p for p in src.problems):
+        if name not in pres and name not in reported:
             src.problem(_VOCAB, f'"{name}"', f"pre-tokenizer {name!r} named outside an understood branch", pre_base)
 
     keys = _between(load, "// Handle add_bos, add_eos and add_sep", "// BertNormalizer options")

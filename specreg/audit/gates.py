@@ -187,7 +187,7 @@ def other_rules_gate(
     needs, so what was measured is not what was admitted (`hint`: the command that re-judges)."""
     why = (
         f"the verdict was judged under {verdict_rule_set}, but the run's runtime ({runtime or 'unknown'}) "
-        f"needs {needed}; see which verdicts change: {hint}"
+        f"needs {needed}; see which verdicts change: {hint}, then check the pair again (specreg check pair)"
     )
     return GateResult(
         gate="evidence",
