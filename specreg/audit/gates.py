@@ -190,6 +190,24 @@ def evidence_gate(
     )
 
 
+def other_rules_gate(
+    evidence: GateResult, verdict_rule_set: str, needed: str, runtime: str | None, hint: str
+) -> GateResult:
+    """The evidence gate, failed: the verdict was judged under other rules than the run's runtime
+    needs, so what was measured is not what was admitted (`hint`: the command that re-judges)."""
+    why = (
+        f"the verdict was judged under {verdict_rule_set}, but the run's runtime ({runtime or 'unknown'}) "
+        f"needs {needed}; see which verdicts change: {hint}, then check the pair again (specreg check pair)"
+    )
+    return GateResult(
+        gate="evidence",
+        passed=False,
+        message=why if evidence.passed else f"{evidence.message}; {why}",
+        evidence=evidence.evidence | {"verdict_rule_set": verdict_rule_set, "runtime_rule_set": needed},
+        strata=evidence.strata,
+    )
+
+
 def _pairs(run: RunDigest, cond: ConditionDigest, conc: int) -> list[tuple[StratumRow, StratumRow | None]]:
     base = run.baseline(conc)
     base_rows = {r.stratum: r for r in run.rows(base.label) if r.concurrency == conc} if base else {}

@@ -35,6 +35,7 @@ from specreg.schemas.bench import RunStatus
 from specreg.schemas.checks import CheckResult
 from specreg.schemas.methods import SELF_METHODS
 from specreg.schemas.registry import ArtifactRecord, PairRecord
+from specreg.servers.identity import ChosenRules
 
 RunsFor = Callable[[Registry, PairRecord], list[RunHead]]
 _GATE_ORDER = {g: i for i, g in enumerate(GATES)}
@@ -52,6 +53,7 @@ class _Facts:
         self.integrity: dict[str, tuple[bool, str | None]] = {}
         self.digests: dict[str, RunDigest] = {}
         self.rule_sets: dict[str, str | None] = {}
+        self.needed: dict[str, ChosenRules] = {}  # a run's runtime identity -> the rules it needs
         self.scans: dict[str, list[CheckResult] | str] = {}
         # the evidence run of a (target, draft, method) under this audit's policy and runs: chosen once
         self.chosen: dict[tuple[str, str | None, str], tuple[RunHead | None, str]] = {}
@@ -72,6 +74,15 @@ class _Facts:
         if sha not in self.records:
             self.records[sha] = self.reg.get_artifact(sha)
         return self.records[sha]
+
+    def runtime_rules(self, runtime: str | None) -> ChosenRules:
+        """The rule set a run's runtime (its identity line) needs: its build's, else the nearest."""
+        from specreg.servers.identity import for_runtime_text
+
+        key = runtime or ""
+        if key not in self.needed:
+            self.needed[key] = for_runtime_text(runtime, "the run's runtime")
+        return self.needed[key]
 
     def current_rule_set(self, rule_set: str) -> str | None:
         from specreg.validators.ruleset import current_rule_set_id
@@ -244,6 +255,8 @@ def audit_pair(
         evidence = gates.evidence_gate(run, conds[0] if conds else None, policy, conc, how)
         why = f"no evidence: {evidence.message}"
         results += [evidence] + [GateResult(gate=g, passed=False, message=why) for g in (*PER_STRATUM_GATES, "memory")]
+    if run is not None:
+        _refuse_other_rules(facts, pair, run, results)
     results.append(licence)
     rollback, command = gates.rollback_gate(run, facts.record(pair.target_sha256).paths, conc)
     request = head.manifest.request if head and head.manifest else None
@@ -258,6 +271,19 @@ def audit_pair(
         if best.whole is not None:
             audit.speedup, audit.speedup_ci95 = best.whole.speedup, best.whole.speedup_ci95
     return audit, run
+
+
+def _refuse_other_rules(facts: _Facts, pair: PairRecord, run: RunDigest, results: list[GateResult]) -> None:
+    """The evidence gate fails when the verdict was judged under other rules than the run's
+    runtime needs (a pair admitted by b11434's rules, measured on the bundled b11549 server)."""
+    from specreg.servers.identity import needs_other_rules, recheck_hint
+
+    needed = facts.runtime_rules(run.runtime).rules
+    if not needs_other_rules(pair.rule_set, needed):
+        return
+    for i, g in enumerate(results):
+        if g.gate == "evidence":
+            results[i] = gates.other_rules_gate(g, pair.rule_set, needed.id, run.runtime, recheck_hint(needed))
 
 
 def _pair_audit(pair: PairRecord, results: list[GateResult], **extra: object) -> PairAudit:

@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from specreg.commands.options import JsonOpt, PairOpt, ReportOpt, db_path
-from specreg.commands.output import emit_json, emit_result, err_console, safe
+from specreg.commands.output import emit_json, emit_result, err_console, safe, say
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry
     from specreg.schemas.bench import BenchRun
     from specreg.schemas.bench_settings import BenchSettings
+    from specreg.servers.identity import ChosenRules
 
 bench_app = typer.Typer(
     help="Benchmark admitted pairs on a real llama.cpp server.\n\nExample: specreg bench admitted --pair 3 --repeat 3",
@@ -198,6 +199,11 @@ def admitted(
         from specreg.errors import UsageError
 
         raise UsageError("--ray-address and --resources go with --executor ray")
+    from specreg.servers.identity import choose_rules
+
+    judged = choose_rules(server=opts.server)  # the rules this server's build judges by
+    if not json_out:
+        say(judged.line(), prefix="rules: ", stderr=True)
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
         with _registry() as reg, ProgressView() as view:
@@ -210,11 +216,30 @@ def admitted(
     else:
         for r in runs:
             show_run(r)
+    _warn_other_rules(runs, judged)
     for line in runner.refused:
         err_console().print(f"[bold red]error:[/] {safe(line)}")
     if runner.refused:
         raise typer.Exit(2)
     raise typer.Exit(0 if all(r.info.status == "complete" for r in runs) else 1)
+
+
+def _warn_other_rules(runs: list[BenchRun], judged: ChosenRules) -> None:
+    """A run of a pair judged under other rules than the server's: the audit will refuse it."""
+    from specreg.commands.output import warn
+    from specreg.servers.identity import needs_other_rules, recheck_hint
+
+    lines = []
+    for r in runs:
+        draft = r.manifest.draft if r.manifest else None
+        if draft is not None and draft.rule_set and needs_other_rules(draft.rule_set, judged.rules):
+            lines.append(
+                f"run {r.info.run_id}: pair {draft.pair_id} was judged under {draft.rule_set}, this server "
+                f"needs {judged.rules.id} (the audit refuses such evidence): {recheck_hint(judged.rules)}"
+            )
+    if judged.warning:
+        lines.insert(0, judged.warning)
+    warn(lines)
 
 
 def _bench_ray(

@@ -342,6 +342,7 @@ class DeployCommand(BaseModel):
     deployable: bool
     failed_gates: list[GateResult] = Field(default_factory=list)  # why not (empty when deployable)
     run_id: str | None = None
+    rule_set: str | None = None  # the verdict's rule set (the llama.cpp build it was judged for)
     condition: str | None = None
     stratum: str | None = None  # None: the whole workload
     concurrency: int | None = None
