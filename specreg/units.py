@@ -1,4 +1,4 @@
-"""Byte quantities, said one way in every message, table and record.
+"""Quantities (bytes, durations), said one way in every message, table and record.
 
 Sizes reach users from many places (a budget, a draft's weights, a server's peak RSS, a table
 column); one set of helpers keeps "92.1 MiB" from reading "96.6 MB" or "0.09 GiB" elsewhere.
@@ -30,3 +30,16 @@ def mib_text(n: int | None, *, signed: bool = False, grouped: bool = False) -> s
         return "-"
     spec = ("+" if signed else "") + ("," if grouped else "") + ".1f"
     return format(n / MIB, spec)
+
+
+_DURATION_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """'8m', '90s', '1.5h', '45' (seconds) -> seconds; ValueError with the accepted forms."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|min|h)?\s*", text.lower())
+    if not m or float(m.group(1)) <= 0:
+        raise ValueError(f"{text!r}: expected a duration such as 8m, 90s or 1.5h")
+    return float(m.group(1)) * _DURATION_UNITS[m.group(2) or ""]

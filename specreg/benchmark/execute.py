@@ -180,6 +180,17 @@ def run_condition(
         ctx.observer.condition_done(cond)
 
 
+def finish_condition(ctx: RunContext, cond: ConditionRun) -> None:
+    """Judge a condition whose slots all ran with `last=False` (a run measured until decided,
+    whose last slot was not known in advance), on every row it measured and its last log."""
+    if cond.status != "running":
+        return
+    _judge(cond, Path(cond.log_path or ""), [r for r in ctx.rows if r.condition_idx == cond.idx])
+    if cond.status != "running":
+        cond.finished_at = now()
+    ctx.store.save_condition(ctx.run_id, cond)
+
+
 def _measure(
     ctx: RunContext, cond: ConditionRun, server: ServerProcess, client: LlamaClient, reps: list[int], round_no: int
 ) -> None:

@@ -58,6 +58,10 @@ class SpeedDecision:
     high: float | None
     n: int  # paired observations
 
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        return None if self.low is None or self.high is None else (self.low, self.high)
+
 
 def _to_unit(x: float) -> float:
     return (min(max(x, -_BOUND), _BOUND) + _BOUND) / (2 * _BOUND)

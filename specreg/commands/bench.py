@@ -46,6 +46,18 @@ def _split(values: list[str] | None) -> list[str] | None:
     return [v.strip() for raw in values for v in raw.split(",") if v.strip()]
 
 
+def _duration(text: str | None) -> float | None:
+    from specreg.errors import UsageError
+    from specreg.units import parse_duration
+
+    if text is None:
+        return None
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise UsageError(f"--budget {exc}") from None
+
+
 def _ints(values: list[str] | None, flag: str) -> list[int] | None:
     """`--concurrency 1,4 --concurrency 8` -> [1, 4, 8]; anything else is a one-line usage error."""
     from specreg.errors import UsageError
@@ -139,6 +151,18 @@ def admitted(
     ] = 120.0,
     request_timeout: Annotated[float, typer.Option("--request-timeout", help="Seconds per request.")] = 120.0,
     run_timeout: Annotated[float, typer.Option("--run-timeout", help="Seconds for a whole run (one pair).")] = 3600.0,
+    budget: Annotated[
+        str | None,
+        typer.Option(
+            "--budget",
+            metavar="DURATION",
+            help="Measure until decided: more rounds after --repeat until every condition is faster or "
+            "not faster than --min-speedup, or DURATION (8m, 90s) has passed.",
+        ),
+    ] = None,
+    min_speedup: Annotated[
+        float, typer.Option("--min-speedup", help="What --budget decides against (the default policy's).")
+    ] = 1.05,
     executor: Annotated[
         str, typer.Option("--executor", help="local (this machine) or ray (one task per pair on a Ray cluster).")
     ] = "local",
@@ -188,6 +212,8 @@ def admitted(
         start_timeout_s=start_timeout,
         request_timeout_s=request_timeout,
         run_timeout_s=run_timeout,
+        budget_s=_duration(budget),
+        min_speedup=min_speedup,
     )
     if executor not in ("local", "ray"):
         from specreg.errors import UsageError

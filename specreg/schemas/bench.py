@@ -368,6 +368,11 @@ class ConditionSummary(BaseModel):
     n_paired: int = 0
     difference: Difference | None = None
     speedup_note: str | None = None
+    # the anytime-valid decision against `decision_min_speedup` (benchmark/sequential.py): its
+    # interval holds however many rounds were looked at, so `--budget` may stop when it is decided
+    decision: Literal["faster", "not faster", "undecided"] | None = None
+    decision_ci: tuple[float, float] | None = None
+    decision_min_speedup: float | None = None
     # consistency with acceptance, from this group's own requests (benchmark/stepcost.py): E[L]
     # tokens per step that carried a draft, tokens per target step over all steps, the speed-up
     # the step-cost model predicts, and "unexplained" when the interval's low end is above what

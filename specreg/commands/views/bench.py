@@ -289,6 +289,23 @@ PREDICTED_LEGEND = (
 )
 
 
+def _decisions(run: BenchRun) -> None:
+    """Each condition's anytime-valid decision against the minimum speed-up (what `--budget` runs
+    until), with the interval it was made on."""
+    decided = [s for s in run.summaries if s.stratum == "all" and s.decision is not None]
+    if not decided:
+        return
+    bar = decided[0].decision_min_speedup or 0.0
+    parts = [
+        f"{s.condition} {s.decision}"
+        + (f" [{s.decision_ci[0]:.2f}, {s.decision_ci[1]:.2f}]" if s.decision_ci else "")
+        for s in decided
+    ]
+    budget = run.manifest.settings.budget_s if run.manifest and run.manifest.settings else None
+    how = f"measured until decided, budget {budget:g} s" if budget else "after the planned rounds"
+    say("; ".join(parts), prefix=f"decided against {bar:g}x ({how}): ", indent=4)
+
+
 def _unexplained(run: BenchRun) -> None:
     """Speed-ups that acceptance cannot account for, each with why (the audit fails them), and
     warm-ups that never settled (their condition's numbers may still include a cold start)."""
@@ -347,6 +364,7 @@ def show_run(run: BenchRun) -> None:
     show_lines([""])
     print_listing(cols, rows)
     _legend_no_difference(run.summaries)
+    _decisions(run)
     _unexplained(run)
     for s in run.summaries:
         if s.first_mismatch:
