@@ -271,6 +271,21 @@ def test_a_local_ray_start_that_times_out_is_one_line_and_shut_down(
     assert [c[0] for c in ray.calls] == ["init", "shutdown"]  # what the failed start left is stopped
 
 
+def test_a_ray_cluster_that_refuses_the_driver_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def mismatch(**_: object) -> None:
+        raise RuntimeError("Version mismatch: The cluster was started with Ray 2.9.0, this is 2.60.0")
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        port = s.getsockname()[1]
+        line = _ray_fails(tmp_path, monkeypatch, _StandInRay(mismatch), "--ray-address", f"127.0.0.1:{port}")
+    assert line.startswith(f"error: Ray cluster at 127.0.0.1:{port} could not be joined (after ")
+    assert line.endswith(
+        "of --ray-timeout 120 s): Version mismatch: The cluster was started with Ray 2.9.0, this is 2.60.0"
+    )
+
+
 @pytest.mark.parametrize(
     ("args", "needle"),
     [

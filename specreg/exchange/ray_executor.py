@@ -122,9 +122,10 @@ def connect(ray: Any, address: str | None, timeout_s: float, init: dict[str, Any
     if failure:
         _shutdown(ray)  # processes a failed local start left behind
         elapsed = time.monotonic() - started
+        what = "could not be joined" if address else "did not start"  # e.g. a Ray version mismatch, a node timeout
         why = _first_line(failure[0])
         raise SpecregError(
-            f"{where} did not start (after {elapsed:.0f} s of --ray-timeout {timeout_s:g} s): {why}", hint=TIMEOUT_HINT
+            f"{where} {what} (after {elapsed:.0f} s of --ray-timeout {timeout_s:g} s): {why}", hint=TIMEOUT_HINT
         )
 
 
