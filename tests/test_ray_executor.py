@@ -8,11 +8,18 @@ compares the imported rows with a local run of the same pairs.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
+import time
+import types
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -176,3 +183,136 @@ def test_a_real_local_ray_cluster_runs_two_pairs_like_a_local_run(
     failed = db_rows(remote_db, "SELECT status, status_reason FROM bench_runs WHERE pair_id = ?", (bad_pair,))
     assert [f["status"] for f in failed] == ["failed"]
     assert json.loads(json.dumps(failed[0]["status_reason"]))  # the reason is kept, as text
+
+
+class _StandInRay(types.ModuleType):
+    """What specreg calls of Ray before anything is sent (Ray is an optional extra, not installed
+    in the test environment): `init` blocks like a cluster that never answers, or raises like a
+    local start that timed out; the calls are kept."""
+
+    def __init__(self, init: Callable[..., None]) -> None:
+        super().__init__("ray")
+        self._init, self.calls = init, []
+
+    def is_initialized(self) -> bool:
+        return False
+
+    def init(self, **kwargs: object) -> None:
+        self.calls.append(("init", kwargs))
+        self._init(**kwargs)
+
+    def shutdown(self) -> None:
+        self.calls.append(("shutdown", {}))
+
+
+def _admitted_registry(tmp_path: Path) -> Path:
+    db = tmp_path / "r.db"
+    with Registry(db, show_progress=False) as reg:
+        admit(reg, model(tmp_path, "t.gguf"), model(tmp_path, "d.gguf", name="tiny-draft"))
+    return db
+
+
+def _ray_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ray: _StandInRay, *args: str) -> str:
+    """Run `bench admitted --executor ray ARGS`: exit 2, one error line, the registry unchanged."""
+    db = _admitted_registry(tmp_path)
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    code, out, err = specreg("bench", "admitted", "--executor", "ray", *args, db=db)
+    assert code == 2, err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in err and out == "", err
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before  # nothing half-stored
+    assert db_rows(db, "SELECT COUNT(*) AS n FROM bench_runs")[0]["n"] == 0
+    return errors[0]
+
+
+def test_a_ray_address_where_nothing_listens_is_one_line_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there now
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ray = _StandInRay(lambda **_: None)
+    line = _ray_fails(tmp_path, monkeypatch, ray, "--ray-address", f"127.0.0.1:{port}", "--ray-timeout", "2")
+    assert line == f"error: Ray cluster at 127.0.0.1:{port} did not answer within 2 s (connection refused)"
+    assert ray.calls == []  # refused before Ray was asked to retry for minutes
+
+
+def test_a_ray_cluster_that_never_answers_is_bounded_by_ray_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    release = threading.Event()
+    with socket.socket() as s:  # something listens (the kernel accepts), but it is not Ray
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        port = s.getsockname()[1]
+        ray = _StandInRay(lambda **_: release.wait(60))
+        started = time.monotonic()
+        try:
+            line = _ray_fails(tmp_path, monkeypatch, ray, "--ray-address", f"127.0.0.1:{port}", "--ray-timeout", "1")
+        finally:
+            release.set()
+    assert line == f"error: Ray cluster at 127.0.0.1:{port} did not answer within 1 s"
+    assert time.monotonic() - started < 30
+    assert [c[0] for c in ray.calls] == ["init"] and ray.calls[0][1]["address"] == f"127.0.0.1:{port}"
+
+
+def test_a_local_ray_start_that_times_out_is_one_line_and_shut_down(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def node_timeout(**_: object) -> None:  # Ray's own words (ray/_private/node.py), multi-line here
+        raise Exception("The current node timed out during startup. This could happen because\nsome raylets failed")
+
+    ray = _StandInRay(node_timeout)
+    line = _ray_fails(tmp_path, monkeypatch, ray, "--ray-timeout", "30")
+    assert line.startswith("error: a local Ray cluster (started here) did not start (after ")
+    assert line.endswith("of --ray-timeout 30 s): The current node timed out during startup. This could happen because")
+    assert [c[0] for c in ray.calls] == ["init", "shutdown"]  # what the failed start left is stopped
+
+
+def test_a_ray_cluster_that_refuses_the_driver_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def mismatch(**_: object) -> None:
+        raise RuntimeError("Version mismatch: The cluster was started with Ray 2.9.0, this is 2.60.0")
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        port = s.getsockname()[1]
+        line = _ray_fails(tmp_path, monkeypatch, _StandInRay(mismatch), "--ray-address", f"127.0.0.1:{port}")
+    assert line.startswith(f"error: Ray cluster at 127.0.0.1:{port} could not be joined (after ")
+    assert line.endswith(
+        "of --ray-timeout 120 s): Version mismatch: The cluster was started with Ray 2.9.0, this is 2.60.0"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--executor", "ray", "--ray-timeout", "0"], "--ray-timeout 0: give seconds above 0"),
+        (["--executor", "ray", "--ray-timeout", "nan"], "--ray-timeout nan: give seconds above 0"),
+        (["--ray-timeout", "5"], "go with --executor ray"),
+    ],
+)
+def test_ray_timeout_is_checked(tmp_path: Path, args: list[str], needle: str) -> None:
+    code, _, err = specreg("bench", "admitted", *args, db=tmp_path / "r.db")
+    assert code == 2 and needle in err, err
+
+
+@pytest.mark.slow
+def test_real_ray_at_an_address_where_nothing_listens(tmp_path: Path) -> None:
+    """With Ray installed: the console script, Ray imported for real, one line, exit 2."""
+    pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'specreg[ray]'")
+    db = _admitted_registry(tmp_path)
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "HOME": str(tmp_path)}
+    cmd = [sys.executable, "-m", "specreg", "--db", str(db), "bench", "admitted", "--executor", "ray"]
+    cmd += ["--ray-address", f"127.0.0.1:{port}", "--ray-timeout", "3"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 2, proc.stderr
+    assert f"error: Ray cluster at 127.0.0.1:{port} did not answer within 3 s (connection refused)" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before

@@ -92,9 +92,25 @@ def test_source_is_unpacked_from_the_same_cached_sdist(tmp_path: Path, monkeypat
         _add(tar, f"{top}/common/speculative.cpp", b"// spec")
         _add(tar, f"{top}/src/../../../../evil.cpp", b"escape attempt")
         _add(tar, f"{top}/docs/build.md", b"not source")
+        _add(tar, f"{top}/ggml/src/gguf.cpp", b"// ggml's reader")
+        _add(tar, f"{top}/ggml/src/ggml-version.h.in", b"// configured")
+        _add(tar, f"{top}/ggml/src/ggml-cuda/ggml-cuda.cpp", b"// a backend: not needed")
+        _add(tar, f"{top}/ggml/src/ggml-cpu/ggml-cpu-impl.h", b"// needed by ggml-quants.c")
+        _add(tar, f"{top}/tests/test-gguf.cpp", b"// llama.cpp's GGUF file generator")
+        _add(tar, f"{top}/tests/test-chat.cpp", b"// not needed")
+        _add(tar, f"{top}/gguf-py/gguf/constants.py", b"# sizes")
     src = realvocab.ensure_llama_source()  # no download: the sdist is in the cache
-    got = sorted(str(p.relative_to(src)) for p in src.rglob("*.cpp"))
-    assert got == ["common/speculative.cpp", "src/llama-vocab.cpp", "src/models/eagle3.cpp"]
+    got = sorted(str(p.relative_to(src)) for p in src.rglob("*") if p.is_file() and not p.name.startswith("."))
+    assert got == [
+        "common/speculative.cpp",
+        "ggml/src/ggml-cpu/ggml-cpu-impl.h",
+        "ggml/src/ggml-version.h.in",
+        "ggml/src/gguf.cpp",
+        "gguf-py/gguf/constants.py",
+        "src/llama-vocab.cpp",
+        "src/models/eagle3.cpp",
+        "tests/test-gguf.cpp",
+    ]
     assert not list(tmp_path.rglob("evil.cpp")) and not (src / "docs").exists()
     (root / realvocab.SDIST).unlink()
     assert realvocab.ensure_llama_source() == src  # unpacked once: the tarball is not read again

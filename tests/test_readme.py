@@ -82,3 +82,12 @@ def test_every_check_code_has_a_row_in_the_check_code_tables() -> None:
     rows = set(re.findall(r"^\| `([a-z0-9_]+\.[a-z0-9_]+)` \|", README, flags=re.M))
     missing = sorted((_emitted_codes() | {"vocab.bos", "vocab.eos"}) - rows)  # bos/eos: f"vocab.{tok}"
     assert not missing, f"check codes without a README row: {missing}"
+
+
+def test_ci_runs_exactly_the_readme_test_command_which_ends_with_the_wheel_check() -> None:
+    blocks = re.findall(r"```bash\n(.*?)\n```", README.split("## The two commands", 1)[1], re.S)
+    demo, test = blocks[0].strip(), blocks[1].strip()
+    assert "pip install -q . " in demo and "-e" not in demo  # users install the wheel, not an editable tree
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert ci == test
+    assert test.endswith("&& .venv/bin/python tools/check_wheel.py") and (ROOT / "tools" / "check_wheel.py").is_file()

