@@ -35,10 +35,12 @@ from specreg.schemas.bench import ConditionSpec, ConditionSummary, MemoryObserva
 from specreg.schemas.methods import BASELINE
 from specreg.schemas.registry import LicenceRecord, LicenceSource
 from specreg.testing import ModelSpec, write_model
+from specreg.validators.ruleset import RULE_SET_DEFAULT, load_rule_set
 
 STRATA = ("repetitive", "chat", "reasoning", "long_input", "structured")
 CONDITIONS = (BASELINE, "ngram-simple", "ngram-mod", "draft-simple")
-RULE_SET = "llama.cpp-b11434/r1"
+# the bundled runtime's current rules: a verdict under any other would be re-checked (the files are fake)
+RULE_SET = load_rule_set(RULE_SET_DEFAULT).id
 
 
 def _iso(dt: datetime) -> str:
