@@ -91,7 +91,7 @@ def test_example_policy_loads_from_the_package(tmp_path: Path) -> None:
     shipped = INSTALLED / "audit" / "policy.example.toml"
     assert example_policy_text() == shipped.read_text("utf-8")
     policy, source = load_policy(shipped)
-    assert source.endswith("policy.example.toml") and policy.licence.require_revision is False
+    assert source.endswith("policy.example.toml") and policy.licence.require_revision is True
     copy = tmp_path / "policy.toml"
     copy.write_text(example_policy_text())
     assert load_policy(copy)[0] == policy

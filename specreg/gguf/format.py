@@ -15,7 +15,9 @@ import struct
 from enum import IntEnum
 from typing import Final
 
-from specreg.gguf.ggml_types import GGML_TYPES as _GGML_TYPES
+# ggml type id -> (name, block size, bytes per block): generated from the runtime's own source
+# (tools/extract_ggml_types.py), never from the `gguf` wheel, whose copy can lag (Q8_1: 40 there, 36 in ggml).
+from specreg.gguf.ggml_types import GGML_TYPES as GGML_TYPES
 
 MAGIC: Final = b"GGUF"
 SUPPORTED_VERSIONS: Final = (2, 3)
@@ -91,10 +93,6 @@ I32: Final = struct.Struct("<i")
 U64: Final = struct.Struct("<Q")
 I64: Final = struct.Struct("<q")
 
-
-# ggml type id -> (name, block size, bytes per block): generated from the runtime's own source
-# (tools/extract_ggml_types.py), never from the `gguf` wheel, whose copy can lag (Q8_1: 40 there, 36 in ggml).
-GGML_TYPES: Final[dict[int, tuple[str, int, int]]] = _GGML_TYPES
 
 # general.file_type -> name: gguf.LlamaFileType plus what it lacks.
 FILE_TYPE_NAMES_EXTRA: Final = {41: "MOSTLY_Q2_0"}  # llama.h of b11434
