@@ -184,12 +184,18 @@ def test_percentiles_match_numpy_linear() -> None:
 
 
 def test_compare_outputs_tokens_then_chars() -> None:
-    a = _row(0, "none", "p", 1, output_ids=[1, 2, 3], output_text="abc")
-    assert summary.compare_outputs(a, _row(1, "x", "p", 1, output_ids=[1, 2, 3])) == (True, None, "token")
-    assert summary.compare_outputs(a, _row(1, "x", "p", 1, output_ids=[1, 9, 3])) == (False, 1, "token")
-    assert summary.compare_outputs(a, _row(1, "x", "p", 1, output_ids=[1, 2])) == (False, 2, "token")
+    def cmp(a: RequestRow, b: RequestRow) -> tuple[bool, int | None, str]:
+        c = summary.compare_outputs(a, b)
+        return c.equal, c.first, c.unit
+
+    ids = dict(output_tokens=3, output_text="abc")
+    a = _row(0, "none", "p", 1, output_ids=[1, 2, 3], **ids)
+    assert cmp(a, _row(1, "x", "p", 1, output_ids=[1, 2, 3], **ids)) == (True, None, "token")
+    assert cmp(a, _row(1, "x", "p", 1, output_ids=[1, 9, 3], **ids)) == (False, 1, "token")
+    # two ids for three tokens: never compared by ids, only by text
+    assert cmp(a, _row(1, "x", "p", 1, output_ids=[1, 2], **ids)) == (True, None, "char")
     chat = _row(0, "none", "p", 1, output_text="hello")
-    assert summary.compare_outputs(chat, _row(1, "x", "p", 1, output_text="help")) == (False, 3, "char")
+    assert cmp(chat, _row(1, "x", "p", 1, output_text="help")) == (False, 3, "char")
 
 
 def test_summary_speedup_memory_and_mismatch() -> None:
