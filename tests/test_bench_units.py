@@ -62,7 +62,11 @@ REAL_METRICS_BEFORE = (
 def test_builtin_workload_has_every_stratum() -> None:
     wl = load_workload("default")
     assert wl.strata() == list(STRATA)
-    assert len(wl.items) == 10 and len({i.id for i in wl.items}) == 10
+    assert len(wl.items) == 15 and len({i.id for i in wl.items}) == 15
+    # the source documents' own languages and emoji: text the server holds back across tokens
+    text = " ".join(i.prompt or " ".join(m.content for m in i.messages or []) for i in wl.items)
+    assert {"reason-ru", "long-ru-summary", "rep-ja-list", "chat-ja", "json-emoji"} <= {i.id for i in wl.items}
+    assert "日本語" in text and "Решите" in text and "🚀" in text
     assert all(i.max_tokens == 32 for i in wl.items)
     one = load_workload("chat")
     assert {i.stratum for i in one.items} == {"chat"} and all(i.messages for i in one.items)
