@@ -78,6 +78,15 @@ def test_a_multi_token_event_is_counted_as_such_in_itl() -> None:
     assert row.itl_ms == [2.0, 0.0, 0.0, 1.0]  # 3 tokens in one event: their gap once, then 0
 
 
+def test_stored_arrivals_never_size_an_allocation() -> None:
+    """A stored or imported row claiming 10^15 tokens in one event: no more ITLs than its tokens."""
+    row = _row_of(_stream(HELD_BACK))
+    row.arrivals, row.output_tokens = [(0.0, 1), (1.0, 10**15), (2.0, 1)], 5
+    assert row.itl_ms == [1.0, 0.0, 0.0, 0.0, 0.0]
+    row.output_tokens = None
+    assert row.itl_ms == []
+
+
 def test_a_stream_that_says_less_than_it_carries_is_malformed() -> None:
     out = Completion(token_ids=[])
     with pytest.raises(ValueError, match="token ids for 1 new token"):

@@ -63,8 +63,8 @@ class Completion:
     id_positions: list[int] = field(default_factory=list)  # each id's place among the generated tokens
     arrivals: list[tuple[float, int]] = field(default_factory=list)  # (ms since sent, tokens it brought)
     timings: dict[str, Any] = field(default_factory=dict)
-    _seen: int = 0  # tokens the events so far stood for
-    _first_event: int | None = None  # index in `arrivals` of the event with the first text
+    tokens_seen: int = 0  # tokens the events so far stood for
+    first_text: int | None = None  # index in `arrivals` of the event with the first text
 
     @property
     def ids_complete(self) -> bool:
@@ -76,7 +76,7 @@ class Completion:
     def tpot_ms(self) -> float | None:
         """Time per output token after the first text: (last arrival - TTFT) / tokens that arrived
         after the first text event (that event may have brought several)."""
-        first = self._first_event
+        first = self.first_text
         if first is None or self.ttft_ms is None:
             return None
         later = self.arrivals[first + 1 :]
@@ -382,7 +382,7 @@ def _arrive(out: Completion, t0: float, tokens: int, text: str) -> None:
         out.arrivals.append((t, tokens))
     if text and out.ttft_ms is None:
         out.ttft_ms = t
-        out._first_event = len(out.arrivals) - 1 if out.arrivals else None
+        out.first_text = len(out.arrivals) - 1 if out.arrivals else None
 
 
 def _completion_event(out: Completion, ev: dict[str, Any], t0: float) -> None:
@@ -399,16 +399,16 @@ def _completion_event(out: Completion, ev: dict[str, Any], t0: float) -> None:
     # without the count: its ids, or one token for text without ids
     if n is not None:
         n = _count(n, "tokens_predicted")
-        if n < out._seen:
-            raise _Malformed(f"tokens_predicted went back from {out._seen} to {n}")
-        new = n - out._seen
+        if n < out.tokens_seen:
+            raise _Malformed(f"tokens_predicted went back from {out.tokens_seen} to {n}")
+        new = n - out.tokens_seen
     else:
         new = len(ids) or (1 if content and not stop else 0)
     if len(ids) > new:
         raise _Malformed(f"{len(ids)} token ids for {new} new token(s)")
     # the ids are the event's last tokens: each event carries the token that released its text
-    start = out._seen + new - len(ids)
-    out._seen += new
+    start = out.tokens_seen + new - len(ids)
+    out.tokens_seen += new
     _arrive(out, t0, new, content)
     out.text += content
     if out.token_ids is not None and ids:
@@ -416,7 +416,7 @@ def _completion_event(out: Completion, ev: dict[str, Any], t0: float) -> None:
         out.id_positions.extend(range(start, start + len(ids)))
     if stop:
         out.finish_reason = _FINISH.get(str(ev.get("stop_type")), str(ev.get("stop_type"))[:40])
-        out.output_tokens = n if n is not None else out._seen
+        out.output_tokens = n if n is not None else out.tokens_seen
 
 
 def _chat_event(out: Completion, ev: dict[str, Any], t0: float) -> None:
@@ -440,11 +440,11 @@ def _chat_event(out: Completion, ev: dict[str, Any], t0: float) -> None:
     n = timings.get("predicted_n") if timings is not None else None
     if n is not None:
         n = _count(n, "timings.predicted_n")
-        new = max(0, n - out._seen)
-        out._seen = max(out._seen, n)
+        new = max(0, n - out.tokens_seen)
+        out.tokens_seen = max(out.tokens_seen, n)
     else:
         new = 1 if text else 0
-        out._seen += new
+        out.tokens_seen += new
     _arrive(out, t0, new, text)
     out.text += text
     usage = ev.get("usage") or {}

@@ -342,7 +342,7 @@ def _ids_source(c: Completion) -> IdsSource:
 
 
 def _from_first_text(c: Completion) -> list[tuple[float, int]] | None:
-    first = c._first_event
+    first = c.first_text
     return [(round(t, 4), k) for t, k in c.arrivals[first:]] if first is not None else None
 
 

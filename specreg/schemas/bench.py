@@ -23,6 +23,7 @@ Difference = Literal["faster", "slower", "no measurable difference"]
 LengthSource = Literal["per-position", "formula"]  # where E[L] came from
 IdsSource = Literal["stream", "replay", "incomplete", "none"]  # where a row's token ids came from
 BASELINE = "none"
+MAX_OUTPUT_TOKENS = 65536  # the most tokens one request may ask for
 ALL_STRATA = "all"
 
 
@@ -61,7 +62,7 @@ class WorkloadItem(BaseModel):
     stratum: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,39}$")
     prompt: str | None = None
     messages: list[ChatMessage] | None = Field(default=None, min_length=1)
-    max_tokens: int = Field(default=32, ge=1, le=65536)
+    max_tokens: int = Field(default=32, ge=1, le=MAX_OUTPUT_TOKENS)
     expect: Expect | None = None
 
     @model_validator(mode="after")
@@ -250,9 +251,14 @@ class RequestRow(BaseModel):
         """Per-token inter-token latencies after the first text: an event of k tokens gives its gap
         since the previous event once and 0 for the k - 1 tokens that came with it."""
         a = self.arrivals or []
+        # no more latencies than tokens the row says were generated (a stored or imported row's
+        # counts come from outside: never an allocation they size on their own)
+        room = min(self.output_tokens or 0, MAX_OUTPUT_TOKENS)
         out: list[float] = []
         for (t_prev, _), (t, k) in pairwise(a):
-            out += [t - t_prev] + [0.0] * (k - 1)
+            if len(out) >= room:
+                break
+            out += [t - t_prev] + [0.0] * min(max(int(k) - 1, 0), room - len(out) - 1)
         return out
 
 
