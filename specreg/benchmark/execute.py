@@ -7,7 +7,9 @@ within the tolerance (at most `warmup`), are not counted, and are recorded.
 
 Requests go through a thread pool (the condition's concurrency in flight, as many `-np` slots);
 the main thread writes each row as it finishes, so Ctrl-C (KeyboardInterrupt arrives in the main
-thread) leaves every finished row stored and the server is stopped in `finally`.
+thread) leaves every finished row stored and the server is stopped in `finally`. After a slot's
+requests and its counters, rows whose stream left token ids out get every id from a replay of
+the same request (`_complete_ids`), and their comparisons with the baseline are made again.
 """
 
 from __future__ import annotations
