@@ -103,13 +103,18 @@ def _replay(ids: list[int], text: str, n: int | None = None) -> Completion:
 def test_a_replay_is_kept_only_when_it_is_the_streamed_generation() -> None:
     c = _stream(HELD_BACK)
     row, pos = _row_of(c), c.id_positions
-    assert execute._replay_agrees(row, pos, _replay(REPLAY_IDS, c.text))
-    assert execute._replay_agrees(row, pos, _replay(REPLAY_IDS, c.text + "\ufffd"))  # never-released tail
+
+    def problem(rec: Completion) -> str | None:
+        return execute._replay_problem(row, pos, rec)
+
+    assert problem(_replay(REPLAY_IDS, c.text)) is None
+    assert problem(_replay(REPLAY_IDS, c.text + "\ufffd")) is None  # the never-released tail
     wrong_seen = [*REPLAY_IDS[:8], 999, *REPLAY_IDS[9:]]  # differs where the stream showed id 338
-    assert not execute._replay_agrees(row, pos, _replay(wrong_seen, c.text))
-    assert not execute._replay_agrees(row, pos, _replay(REPLAY_IDS, c.text + "x"))  # other text
-    assert not execute._replay_agrees(row, pos, _replay(REPLAY_IDS[:-1], c.text))  # fewer tokens
-    assert not execute._replay_agrees(row, pos, Completion(ok=False, error="timed out"))
+    assert problem(_replay(wrong_seen, c.text)) == "its token 8 differs from the stream's"
+    assert problem(_replay(REPLAY_IDS, c.text + "x")) == "its text differs from the stream's"
+    assert problem(_replay(REPLAY_IDS[:-1], c.text)) == "10 ids and 10 tokens for the stream's 11"
+    assert problem(_replay([], c.text, n=11)) == "the server returned no token ids (no return_tokens in this build?)"
+    assert problem(Completion(ok=False, error="timed out after 120s")) == "timed out after 120s"
 
 
 def _complete(c: Completion, ids: list[int], idx: int, method: str) -> RequestRow:
@@ -128,7 +133,7 @@ def test_one_token_changed_inside_a_held_back_utf8_sequence_fails_equivalence() 
     assert loose.equal and loose.unit == "char"  # only the text could be compared: and says so
     changed = [*REPLAY_IDS[:3], 170, *REPLAY_IDS[4:]]  # token 3 of the held-back bytes
     # the condition's replay passes the same checks: text and the ids the stream showed agree
-    assert execute._replay_agrees(cond_stream, c.id_positions, _replay(changed, c.text))
+    assert execute._replay_problem(cond_stream, c.id_positions, _replay(changed, c.text)) is None
     base, cond = _complete(c, REPLAY_IDS, 0, "none"), _complete(c, changed, 1, "draft-simple")
     strict = summary.compare_outputs(base, cond)
     assert not strict.equal and strict.unit == "token" and strict.first == 3 and strict.first_char is None
@@ -198,7 +203,7 @@ def test_real_model_rows_hold_every_generated_id(real_model: Callable[[str], Pat
         pair = check_and_record(reg, target, draft, "draft-simple", rule_set=RULES).pair_id
         opts = BenchSettings(
             methods=["draft-simple", "ngram-simple"], workload=str(workload(tmp_path, REAL_ITEMS)),
-            repeat=1, ctx_size=1024, threads=2, warmup=1,
+            repeat=1, ctx_size=1024, threads=2, warmup=0, request_timeout_s=900.0, run_timeout_s=7200.0,
         )  # fmt: skip
         (run,) = Runner(reg, opts).bench([pair])
     by_prompt: dict[str, int] = {}

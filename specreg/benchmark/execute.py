@@ -401,9 +401,15 @@ def _complete_ids(ctx: RunContext, cond: ConditionRun, client: LlamaClient, rows
             seed=o.seed,
             timeout_s=min(o.request_timeout_s, max(0.5, ctx.remaining())),
         )
-        if _replay_agrees(row, ctx.positions.get(_key(row), []), rec):
+        problem = _replay_problem(row, ctx.positions.get(_key(row), []), rec)
+        if problem is None:
             row.output_ids, row.ids_source = rec.token_ids, "replay"
             done.append(row)
+        else:
+            ctx.observer.note(
+                f"{cond.spec.name} {row.prompt_id}#{row.repeat}: the stream left token ids out and the "
+                f"replay that asks for every id was not used ({problem}); compared by text only"
+            )
     conc = cond.spec.concurrency
     changed = {_key(r): r for r in done}
     if cond.spec.method == BASELINE:
@@ -423,20 +429,24 @@ def _conc(ctx: RunContext, row: RequestRow) -> int:
     return ctx.concurrency.get(row.condition_idx, 1)
 
 
-def _replay_agrees(row: RequestRow, positions: list[int], rec: Completion) -> bool:
-    """The replay is the streamed generation again: the same count, text (a trailing incomplete
-    UTF-8 sequence the stream never released shows as U+FFFD) and every id the stream carried."""
+def _replay_problem(row: RequestRow, positions: list[int], rec: Completion) -> str | None:
+    """Why the replay is not the streamed generation again (None: it is): it must have the same
+    token count, the same text (a trailing incomplete UTF-8 sequence the stream never released
+    shows as U+FFFD) and the stream's id at every position the stream showed one."""
     ids, stream = rec.token_ids, row.output_ids
-    if not rec.ok or ids is None or rec.output_tokens != row.output_tokens or len(ids) != row.output_tokens:
-        return False
+    if not rec.ok:
+        return rec.error or "no answer"
+    if ids is None or not ids:
+        return "the server returned no token ids (no return_tokens in this build?)"
+    if rec.output_tokens != row.output_tokens or len(ids) != row.output_tokens:
+        return f"{len(ids)} ids and {rec.output_tokens} tokens for the stream's {row.output_tokens}"
     text, streamed = rec.text, row.output_text or ""
     if not (text == streamed or (text.startswith(streamed) and set(text[len(streamed) :]) <= {"\ufffd"})):
-        return False
-    return (
-        stream is not None
-        and len(positions) == len(stream)
-        and all(p < len(ids) and ids[p] == t for p, t in zip(positions, stream, strict=True))
-    )
+        return "its text differs from the stream's"
+    if stream is None or len(positions) != len(stream):
+        return "the stream's ids have no positions"
+    bad = next((p for p, t in zip(positions, stream, strict=True) if p >= len(ids) or ids[p] != t), None)
+    return None if bad is None else f"its token {bad} differs from the stream's"
 
 
 def _any_baseline(ctx: RunContext, conc: int, prompt_id: str) -> RequestRow | None:
