@@ -125,6 +125,27 @@ def time_commands(db: Path, root: Path, runs: int) -> dict[str, tuple[float, flo
     return out
 
 
+# the audit with one of its tricks switched off, for the table of what each buys (patched in the child)
+WITHOUT = {
+    "without the prefetch child": (
+        "import specreg.audit.prefetch as p; p.IntegrityPrefetch.start = classmethod(lambda cls, *a, **k: None)"
+    ),
+    "without kept run digests": (
+        "import specreg.benchmark.digest_cache as d; d.get = lambda *a, **k: {}; d.put = lambda *a, **k: 0"
+    ),
+    "without either": (
+        "import specreg.audit.prefetch as p; p.IntegrityPrefetch.start = classmethod(lambda cls, *a, **k: None); "
+        "import specreg.benchmark.digest_cache as d; d.get = lambda *a, **k: {}; d.put = lambda *a, **k: 0"
+    ),
+}
+
+
+def _time_patched(patch: str, args: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
+    """`_time` for a child that applies `patch` before running the CLI."""
+    code = f"{patch}\nimport sys\nfrom specreg.cli import main\nmain(sys.argv[1:])"
+    return _time(args, env, prefix=["-c", code])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", type=float, default=1.0, help="fraction of the full size (smoke runs)")
@@ -197,6 +218,20 @@ def main() -> None:
             f"{cpu / bc:>11.2f}x {cpu / ac:.2f}x{flag}"
         )
     print("ref A: the same rows in one registry, one hardware class; ref B: same, 20 classes, no bundles")
+    print("\nwhat each trick buys `audit --all` on the merged registry (fresh processes, same run):")
+    env = {**os.environ, "SPECREG_DB": str(central), "SPECREG_HOME": str(root), "COLUMNS": "200"}
+    base_wall, base_cpu = merged["audit --all"]
+    print(f"  {'with both (as shipped)':34} {base_wall:.2f} s wall, {base_cpu:.2f} s CPU")
+    for label, patch in WITHOUT.items():
+        walls, cpus = [], []
+        for _ in range(opts.runs):
+            wall, cpu, rc, tail = _time_patched(patch, ["audit", "--all"], env)
+            if rc not in (0, 1):
+                raise SystemExit(f"audit --all {label} failed ({rc}): {tail}")
+            walls.append(wall)
+            cpus.append(cpu)
+        wall, cpu = statistics.median(walls), statistics.median(cpus)
+        print(f"  {label:34} {wall:.2f} s wall, {cpu:.2f} s CPU: {wall / base_wall:.2f}x the audit with it")
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ from specreg.validators.ruleset import load_rule_set
 
 MIB = 1 << 20
 ANCHOR_OVERHEAD = 600 * 1000 * 1000  # modelinfo-cli: a fixed 600 MB on top of weights and KV
-MAX_TOKENS = 32
+REQUEST_TOKENS = 32
 
 
 def _conditions(folder: Path, pair: tuple[str, str] | None) -> list[tuple[str, str, str | None, str, list[str]]]:
@@ -88,7 +88,7 @@ def main() -> None:
             try:
                 with LlamaClient(server.base_url) as client, MemorySampler(server.pids, gpu) as sampler:
                     for it in items:
-                        client.complete(it, max_tokens=MAX_TOKENS, seed=42)
+                        client.complete(it, max_tokens=REQUEST_TOKENS, seed=42)
             finally:
                 server.stop()
             settings = ServeSettings(
@@ -101,7 +101,7 @@ def main() -> None:
             spec = ConditionSpec(name=label, method=method, draft_path=draft)
             resident = predict_rss(
                 spec, target, ctx_size=settings.ctx_size, slots=settings.slots, gpu_layers=None, items=items,
-                max_tokens=MAX_TOKENS, cache_type_k=settings.cache_type_k, cache_type_v=settings.cache_type_v,
+                max_tokens=REQUEST_TOKENS, cache_type_k=settings.cache_type_k, cache_type_v=settings.cache_type_v,
             )  # fmt: skip
             files = [open_gguf(target), open_gguf(draft) if draft else None]
             total = estimate(files[0], files[1], settings, rules).total_bytes

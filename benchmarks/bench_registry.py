@@ -31,7 +31,8 @@ from pathlib import Path
 
 from specreg.gguf.summary import summarize
 from specreg.registry.store import Registry
-from specreg.schemas.bench import BASELINE, ConditionSpec, ConditionSummary, MemoryObservation, SpecCounters, Stat
+from specreg.schemas.bench import ConditionSpec, ConditionSummary, MemoryObservation, SpecCounters, Stat
+from specreg.schemas.methods import BASELINE
 from specreg.schemas.registry import LicenceRecord, LicenceSource
 from specreg.testing import ModelSpec, write_model
 
@@ -281,11 +282,12 @@ def _cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def _time(args: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
-    """(wall s, CPU s of the child, exit code, last stderr line); CPU time is robust to a busy machine."""
+def _time(args: list[str], env: dict[str, str], prefix: list[str] | None = None) -> tuple[float, float, int, str]:
+    """(wall s, CPU s of the child, exit code, last stderr line); CPU time is robust to a busy machine.
+    `prefix` replaces `-m specreg.cli` (e.g. `-c CODE` that patches something, then runs the CLI)."""
     cpu0, t0 = _cpu(), time.perf_counter()
     p = subprocess.run(
-        [sys.executable, "-m", "specreg.cli", *args],
+        [sys.executable, *(prefix or ["-m", "specreg.cli"]), *args],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from specreg.commands.options import DbOpt, HelpCommand
+from specreg.commands.options import DB_KEY, DbOpt, HelpCommand
 from specreg.errors import EXIT_UNDECIDED, SpecregError
 
 try:  # typer >= 0.29 vendors click as typer._click: its usage errors are not click's classes
@@ -33,7 +33,8 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("fetch", "fetch:fetch_cmd", "Download a GGUF from the hub, verify and register it."),
     ("artifacts", "artifacts:artifacts_cmd", "List registered artifacts."),
     ("check", "check:check_app", "Admit or reject a target/draft pair (check pair)."),
-    ("pairs", "check:pairs_cmd", "List checked pairs with their verdicts."),
+    ("pairs", "check:pairs_cmd", "List checked pairs with their verdicts (--recheck: under other rules)."),
+    ("rules", "rules:rules_app", "List the rule sets per llama.cpp build, or diff two."),
     ("bench", "bench:bench_app", "Benchmark admitted pairs on a real llama.cpp server."),
     ("runs", "bench:runs_app", "List benchmark runs, or show one."),
     ("audit", "audit:audit_cmd", "Check every deployment gate for admitted pairs."),
@@ -92,6 +93,7 @@ def _version(show: bool) -> None:
 
 
 def _root(
+    ctx: typer.Context,
     db: DbOpt = None,
     _show_version: Annotated[
         bool,
@@ -102,7 +104,7 @@ def _root(
 ) -> None:
     """specreg: admit, benchmark and audit speculative-decoding pairs for llama.cpp."""
     if db is not None:
-        os.environ["SPECREG_DB"] = str(db)
+        ctx.meta[DB_KEY] = db
 
 
 def build(names: Iterable[str] | None = None) -> typer.Typer:

@@ -18,13 +18,14 @@ from specreg.errors import SpecregError
 from specreg.schemas.audit import AuditReport
 from specreg.schemas.bench import BenchRun
 from specreg.schemas.bench_settings import BenchSettings
+from specreg.schemas.methods import DEFAULT_NGRAM_METHODS
 from specreg.testing import ModelSpec, write_model
 from specreg.testing.factory import SMALL_NOISE
 
 DEFAULT_DIR = Path("specreg-demo")
 REAL_DRAFT = "draft-q4_1"  # the real pair's draft, by its registry-independent name
-LICENCE = "apache-2.0"
-TARGET = ModelSpec(name="demo-target", license=LICENCE)
+DEMO_LICENCE = "apache-2.0"
+TARGET = ModelSpec(name="demo-target", license=DEMO_LICENCE)
 # (file, spec, method, what it shows)
 DRAFTS: tuple[tuple[str, ModelSpec, str, str], ...] = (
     (
@@ -52,7 +53,6 @@ DRAFTS: tuple[tuple[str, ModelSpec, str, str], ...] = (
         "an EAGLE-3 head trained for a wider target: the server would abort",
     ),
 )
-SELF_METHODS = ("ngram-simple", "ngram-mod")
 WORKLOAD = (
     "\n".join(
         [
@@ -139,7 +139,7 @@ def _tiny_models(folder: Path, say: Callable[[str], None]) -> tuple[dict[str, Pa
     for name, spec, _, _ in DRAFTS:
         models[name] = _write_if_changed(models_dir / name, spec)
     todo: list[tuple[str | None, str, str]] = [(n, m, d) for n, _, m, d in DRAFTS]
-    return models, todo + [(None, m, "the target alone") for m in SELF_METHODS]
+    return models, todo + [(None, m, "the target alone") for m in DEFAULT_NGRAM_METHODS]
 
 
 def _real_models(say: Callable[[str], None]) -> tuple[dict[str, Path], list[tuple[str | None, str, str]]]:
@@ -156,7 +156,7 @@ def _real_models(say: Callable[[str], None]) -> tuple[dict[str, Path], list[tupl
     todo: list[tuple[str | None, str, str]] = [
         (REAL_DRAFT, "draft-simple", "the same model quantized to Q4_1: a fifth of the bytes per token")
     ]
-    return models, todo + [(None, m, "the target alone") for m in SELF_METHODS]
+    return models, todo + [(None, m, "the target alone") for m in DEFAULT_NGRAM_METHODS]
 
 
 def run_demo(
@@ -183,9 +183,9 @@ def run_demo(
 
     rules = load_rule_set()
     with Registry(result.db, show_progress=False) as reg:
-        say(f"2/5 registering {len(result.models)} artifacts (licence {LICENCE}) in {result.db}")
+        say(f"2/5 registering {len(result.models)} artifacts (licence {DEMO_LICENCE}) in {result.db}")
         for p in result.models.values():
-            register(reg, p, license=LICENCE)
+            register(reg, p, license=DEMO_LICENCE)
         say("3/5 checking pairs against " + rules.id)
         admitted: list[int] = []  # pairs with a draft file: each gets a run
         audited: list[int] = []  # every admitted pair, n-gram ones included (measured in those runs)

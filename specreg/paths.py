@@ -21,6 +21,15 @@ def default_db_path() -> Path:
     return data_dir() / "registry.db"
 
 
+def registry_path(explicit: str | Path | None = None) -> Path:
+    """The one rule for where the registry lives: the path given (`--db`), else $SPECREG_DB,
+    else the user data directory. Commands pass `--db` in; nothing writes it to the environment."""
+    if explicit is not None:
+        return Path(explicit)
+    override = os.environ.get("SPECREG_DB")
+    return Path(override) if override else default_db_path()
+
+
 def read_regular(path: str | Path, limit: int) -> bytes:
     """The bytes of a regular file of at most `limit` bytes. A FIFO is opened without blocking
     and refused, a device (/dev/zero) is refused before any read, and a file over the limit is

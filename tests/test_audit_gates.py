@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from _audit_world import LENIENT, AuditWorld
 from _registry_helpers import cli
 
+from specreg.audit.gates import licence_gate
 from specreg.audit.policy import load_policy
 from specreg.audit.run import run_audit
 from specreg.registry.store import Registry
 from specreg.schemas.audit import AuditReport, Policy
 from specreg.schemas.checks import PairVerdict
-from specreg.schemas.registry import LicenceSource
+from specreg.schemas.registry import ArtifactRecord, LicenceRecord, LicenceSource, Provenance
 
 GATE_NAMES = ["integrity", "verdict", "template", "evidence", "equivalence", "speed", "memory", "licence", "rollback"]
 
@@ -104,13 +106,24 @@ def test_deny_listed_licence_fails_licence_only(audit_world: AuditWorld) -> None
     assert "target: licence apache-2.0 is on the deny list" in msg and "draft:" in msg
 
 
-def test_unpinned_revision_fails_licence_when_required(audit_world: AuditWorld) -> None:
-    report = _audit(audit_world.db, audit_world.pairs["near-miss"])  # its draft has no revision
-    msg = report.pairs[0].gate("licence").message  # type: ignore[union-attr]
-    assert "draft: no pinned revision" in msg and "target" not in msg
-    relaxed = LENIENT.model_copy(deep=True)
-    relaxed.licence.require_revision = False
-    assert _audit(audit_world.db, audit_world.pairs["near-miss"], relaxed).pairs[0].gate("licence").passed  # type: ignore[union-attr]
+def test_a_local_file_is_pinned_by_its_sha256(audit_world: AuditWorld) -> None:
+    """near-miss was registered from disk (no hub repository): its SHA-256 pins it, so the default
+    `require_revision` does not fail it, and the gate says which pin each file stands on."""
+    gate = _audit(audit_world.db, audit_world.pairs["near-miss"]).pairs[0].gate("licence")
+    assert gate is not None and gate.passed, gate
+    assert "pinned by specreg/audit-target@0123abc" in gate.message
+    assert re.search(r"draft \S+ \(pinned by sha256 [0-9a-f]{12}\)", gate.message), gate.message
+
+
+def test_a_hub_file_without_a_revision_fails_licence_when_required() -> None:
+    lic = LicenceRecord(effective="apache-2.0", effective_source="user", sources=[])
+    when = {"registered_at": "2026-01-01T00:00:00Z", "updated_at": "2026-01-01T00:00:00Z"}
+    hub = ArtifactRecord(sha256="a" * 64, size=1, licence=lic, provenance=Provenance(repo="org/model"), **when)
+    local = ArtifactRecord(sha256="b" * 64, size=1, licence=lic, provenance=Provenance(), **when)
+    gate = licence_gate([("target", local), ("draft", hub)], LENIENT.licence)
+    assert not gate.passed and gate.message == "draft: from org/model but no pinned revision in its provenance"
+    relaxed = LENIENT.licence.model_copy(update={"require_revision": False})
+    assert licence_gate([("target", local), ("draft", hub)], relaxed).passed
 
 
 def test_impossible_speedup_fails_speed_only(audit_world: AuditWorld, tmp_path: Path) -> None:

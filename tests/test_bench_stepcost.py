@@ -18,7 +18,8 @@ import pytest
 from _bench_helpers import NOISE, admit, db_rows
 from _registry_helpers import model
 
-from specreg.benchmark import stepcost, summary
+from specreg.benchmark import condition_summary as summary
+from specreg.benchmark import stepcost
 from specreg.schemas.bench import ConditionRun, ConditionSpec, RequestRow, SpecCounters
 
 # -- the formulas --------------------------------------------------------------------------------

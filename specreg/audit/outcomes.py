@@ -12,9 +12,9 @@ from dataclasses import dataclass
 
 from specreg.audit import gates
 from specreg.schemas.audit import (
+    CONDITION_GATES,
     ConditionDigest,
     ConditionOutcome,
-    GateName,
     GateResult,
     Policy,
     RunDigest,
@@ -22,8 +22,6 @@ from specreg.schemas.audit import (
 )
 from specreg.schemas.bench import ALL_STRATA
 from specreg.schemas.registry import PairRecord
-
-CONDITION_GATES: tuple[GateName, ...] = ("evidence", "equivalence", "speed", "memory")
 
 
 @dataclass

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from specreg.audit import gates
 from specreg.audit.decisions import decide
 from specreg.audit.deploy import try_server_argv
-from specreg.audit.outcomes import judge_all, pair_conditions
+from specreg.audit.outcomes import judge, judge_all, pair_conditions
 from specreg.audit.prefetch import IntegrityPrefetch
 from specreg.benchmark.digest import hardware_identity, load_digest, load_digests, runtime_identity
 from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
@@ -24,14 +24,18 @@ from specreg.schemas.audit import (
     GATES,
     PER_STRATUM_GATES,
     AuditReport,
+    ConditionDigest,
     GateResult,
     PairAudit,
     Policy,
     RunDigest,
+    UncheckedCondition,
 )
 from specreg.schemas.bench import RunStatus
 from specreg.schemas.checks import CheckResult
+from specreg.schemas.methods import SELF_METHODS
 from specreg.schemas.registry import ArtifactRecord, PairRecord
+from specreg.servers.identity import ChosenRules
 
 RunsFor = Callable[[Registry, PairRecord], list[RunHead]]
 _GATE_ORDER = {g: i for i, g in enumerate(GATES)}
@@ -49,6 +53,7 @@ class _Facts:
         self.integrity: dict[str, tuple[bool, str | None]] = {}
         self.digests: dict[str, RunDigest] = {}
         self.rule_sets: dict[str, str | None] = {}
+        self.needed: dict[str, ChosenRules] = {}  # a run's runtime identity -> the rules it needs
         self.scans: dict[str, list[CheckResult] | str] = {}
         # the evidence run of a (target, draft, method) under this audit's policy and runs: chosen once
         self.chosen: dict[tuple[str, str | None, str], tuple[RunHead | None, str]] = {}
@@ -69,6 +74,15 @@ class _Facts:
         if sha not in self.records:
             self.records[sha] = self.reg.get_artifact(sha)
         return self.records[sha]
+
+    def runtime_rules(self, runtime: str | None) -> ChosenRules:
+        """The rule set a run's runtime (its identity line) needs: its build's, else the nearest."""
+        from specreg.servers.identity import for_runtime_text
+
+        key = runtime or ""
+        if key not in self.needed:
+            self.needed[key] = for_runtime_text(runtime, "the run's runtime")
+        return self.needed[key]
 
     def current_rule_set(self, rule_set: str) -> str | None:
         from specreg.validators.ruleset import current_rule_set_id
@@ -241,6 +255,8 @@ def audit_pair(
         evidence = gates.evidence_gate(run, conds[0] if conds else None, policy, conc, how)
         why = f"no evidence: {evidence.message}"
         results += [evidence] + [GateResult(gate=g, passed=False, message=why) for g in (*PER_STRATUM_GATES, "memory")]
+    if run is not None:
+        _refuse_other_rules(facts, pair, run, results)
     results.append(licence)
     rollback, command = gates.rollback_gate(run, facts.record(pair.target_sha256).paths, conc)
     request = head.manifest.request if head and head.manifest else None
@@ -257,6 +273,19 @@ def audit_pair(
     return audit, run
 
 
+def _refuse_other_rules(facts: _Facts, pair: PairRecord, run: RunDigest, results: list[GateResult]) -> None:
+    """The evidence gate fails when the verdict was judged under other rules than the run's
+    runtime needs (a pair admitted by b11434's rules, measured on the bundled b11549 server)."""
+    from specreg.servers.identity import needs_other_rules, recheck_hint
+
+    needed = facts.runtime_rules(run.runtime).rules
+    if not needs_other_rules(pair.rule_set, needed):
+        return
+    for i, g in enumerate(results):
+        if g.gate == "evidence":
+            results[i] = gates.other_rules_gate(g, pair.rule_set, needed.id, run.runtime, recheck_hint(needed))
+
+
 def _pair_audit(pair: PairRecord, results: list[GateResult], **extra: object) -> PairAudit:
     results.sort(key=lambda g: _GATE_ORDER[g.gate])
     return PairAudit(
@@ -270,6 +299,38 @@ def _pair_audit(pair: PairRecord, results: list[GateResult], **extra: object) ->
         gates=results,
         **extra,  # type: ignore[arg-type]
     )
+
+
+def _judge_unchecked(facts: _Facts, audits: list[PairAudit], runs: dict[str, RunDigest], policy: Policy) -> None:
+    """Every condition a run measured is a candidate (the seeds: "ngram-mod for repetitive, none for
+    chat"): a draft pair's run also measures the n-gram methods on its target alone, and when no
+    pair of that target was checked for such a method, its conditions are judged here like the
+    pair's own and carried with the `check pair` that admits them (the per-stratum decision then
+    names them; deploying waits for that check, which may still refuse the method)."""
+    found: dict[tuple[str, str], list[tuple[PairAudit, RunDigest, ConditionDigest]]] = {}
+    for a in audits:
+        run = runs.get(a.run_id or "")
+        if run is None:
+            continue
+        for c in run.conditions:
+            if c.draft_sha256 is None and c.spec_type in SELF_METHODS and c.spec_type != a.method:
+                found.setdefault((a.target_sha256, c.spec_type), []).append((a, run, c))
+    if not found:
+        return
+    checked = {
+        (t, m)
+        for t, m in facts.reg.conn.execute(
+            "SELECT DISTINCT target_sha256, method FROM pairs WHERE draft_sha256 IS NULL"
+        )
+    }
+    for (target, method), places in found.items():
+        if (target, method) in checked:
+            continue  # checked already: admitted, it is audited on its own; rejected, it cannot deploy
+        command = ["specreg", "check", "pair", target[:12], "--method", method]
+        for a, run, c in places:
+            how = f"measured in run {run.run_id} of pair {a.pair_id}"
+            outcome = judge(run, c, policy, how).outcome()
+            a.unchecked.append(UncheckedCondition(method=method, outcome=outcome, check_command=command))
 
 
 def run_audit(
@@ -342,6 +403,7 @@ def _run_audit(
         audits.append(audit)
         if run is not None:
             runs[run.run_id] = run
+    _judge_unchecked(facts, audits, runs, policy)
     return AuditReport(
         created_at=now(),
         policy=policy,

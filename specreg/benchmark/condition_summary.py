@@ -16,16 +16,9 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from specreg.benchmark import statistics, stepcost
-from specreg.schemas.bench import (
-    ALL_STRATA,
-    BASELINE,
-    ConditionRun,
-    ConditionSummary,
-    RequestRow,
-    Stat,
-)
-from specreg.schemas.methods import MODEL_DRAFTED
+from specreg.benchmark import sequential, statistics, stepcost
+from specreg.schemas.bench import ALL_STRATA, ConditionRun, ConditionSummary, RequestRow, Stat
+from specreg.schemas.methods import BASELINE, MODEL_DRAFTED
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -133,6 +126,7 @@ class StatSettings:
     seed: int = 42
     resamples: int = 2000
     default_draft_length: int | None = None  # the build's --spec-draft-n-max
+    min_speedup: float = 1.05  # what `decision` decides against (the default policy's minimum)
 
 
 def _group(cond: ConditionRun, stratum: str, rows: list[RequestRow], reports_drafts: bool) -> ConditionSummary:
@@ -280,6 +274,17 @@ def _speed(
     s.difference = statistics.difference(s.speedup_ci95)
     if s.speedup_ci95 is None:
         s.speedup_note = f"no interval from {s.n_paired} request pair(s)"
+    d = speed_decision(base_rows, rows, stats.min_speedup)
+    s.decision, s.decision_ci, s.decision_min_speedup = d.decision, d.interval, stats.min_speedup
+
+
+def speed_decision(base_rows: list[RequestRow], rows: list[RequestRow], min_speedup: float) -> sequential.SpeedDecision:
+    """The anytime-valid decision on the units both ran, in the order they were measured (round by
+    round: the sequence a look after every round sees grow, as the method requires)."""
+    base = {(r.repeat, r.prompt_id): r.total_ms for r in base_rows if r.ok and r.total_ms}
+    mine = {(r.repeat, r.prompt_id): r.total_ms for r in rows if r.ok and r.total_ms}
+    keys = sorted(base.keys() & mine.keys())
+    return sequential.decide([float(base[k] or 0) for k in keys], [float(mine[k] or 0) for k in keys], min_speedup)
 
 
 def _consistency(

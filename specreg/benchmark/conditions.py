@@ -11,18 +11,16 @@ import random
 from dataclasses import dataclass
 
 from specreg.errors import UsageError
-from specreg.schemas.bench import BASELINE, ConditionSpec, ScheduleSlot
+from specreg.schemas.bench import ConditionSpec, ScheduleSlot
 from specreg.schemas.bench_settings import Order
-from specreg.schemas.methods import DRAFT_METHODS, MODEL_DRAFTED
+from specreg.schemas.methods import BASELINE, DEFAULT_NGRAM_METHODS, DRAFT_METHODS, MODEL_DRAFTED, SELF_METHODS
 from specreg.servers.bundled_server import NGRAM_FLAGS
 
-DEFAULT_SELF_METHODS = ("ngram-simple", "ngram-mod")
-# flag prefix -> the method it configures
+# flag prefix -> the n-gram method it configures, longest first (map-k4v before map-k)
 _NGRAM_PREFIX = {
-    "--spec-ngram-simple-": "ngram-simple",
-    "--spec-ngram-mod-": "ngram-mod",
-    "--spec-ngram-map-k4v-": "ngram-map-k4v",
-    "--spec-ngram-map-k-": "ngram-map-k",
+    f"--spec-{m.value}-": m.value
+    for m in sorted(SELF_METHODS, key=lambda m: (-len(m.value), m.value))
+    if m.value.startswith("ngram-")
 }
 
 
@@ -87,7 +85,7 @@ def plan(
     A list of draft lengths gives one condition per length for the methods that use one; a list
     of concurrency levels gives every condition, the baseline included, once per level.
     """
-    available = [BASELINE, *DEFAULT_SELF_METHODS]
+    available = [BASELINE, *DEFAULT_NGRAM_METHODS]
     if pair_method not in available:
         available.append(pair_method)
     wanted = list(dict.fromkeys(methods)) if methods else list(available)

@@ -17,25 +17,15 @@ from specreg.benchmark.condition_summary import percentile
 from specreg.benchmark.run_index import Failing, RequestTiming, RunHead, heads_of, load_parts
 from specreg.errors import SpecregError
 from specreg.schemas.audit import ConditionDigest, RunDigest, StratumRow
-from specreg.schemas.bench import (
-    ALL_STRATA,
-    BASELINE,
-    BenchRun,
-    ConditionRun,
-    ConditionSummary,
-    RunManifest,
-)
+from specreg.schemas.bench import ALL_STRATA, BenchRun, ConditionRun, ConditionSummary, RunManifest
+from specreg.schemas.methods import BASELINE
 from specreg.servers.hardware import hardware_class
+from specreg.units import to_mib
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry
 
-MIB = 1 << 20
 Ratios = dict[tuple[str, str], list[float]]  # (condition, stratum) -> per-request speed-ups
-
-
-def _mib(n: int | None) -> float | None:
-    return None if n is None else n / MIB
 
 
 def runtime_identity(manifest: RunManifest | None) -> str | None:
@@ -62,10 +52,10 @@ def _concurrency_of(c: ConditionRun, default: int) -> int:
 def _condition(c: ConditionRun, base: ConditionRun | None, conc: int) -> ConditionDigest:
     gpu = c.memory.gpu if c.memory else None
     bgpu = base.memory.gpu if base and base.memory else None
-    peak_ram = _mib(c.memory.peak_rss_bytes) if c.memory else None
-    base_ram = _mib(base.memory.peak_rss_bytes) if base and base.memory else None
-    peak_vram = _mib(gpu.peak_vram_bytes) if gpu and gpu.present else None
-    base_vram = _mib(bgpu.peak_vram_bytes) if bgpu and bgpu.present else None
+    peak_ram = to_mib(c.memory.peak_rss_bytes) if c.memory else None
+    base_ram = to_mib(base.memory.peak_rss_bytes) if base and base.memory else None
+    peak_vram = to_mib(gpu.peak_vram_bytes) if gpu and gpu.present else None
+    base_vram = to_mib(bgpu.peak_vram_bytes) if bgpu and bgpu.present else None
     counters = c.counters
     by_pos: list[float | None] = []
     if counters and counters.per_position:
@@ -85,7 +75,7 @@ def _condition(c: ConditionRun, base: ConditionRun | None, conc: int) -> Conditi
         failure=c.failure,
         command=list(c.argv),
         peak_ram_mib=peak_ram,
-        predicted_ram_mib=_mib(c.memory.predicted_rss_bytes) if c.memory else None,
+        predicted_ram_mib=to_mib(c.memory.predicted_rss_bytes) if c.memory else None,
         peak_vram_mib=peak_vram,
         extra_ram_mib=None if c is base or peak_ram is None or base_ram is None else peak_ram - base_ram,
         extra_vram_mib=None if c is base or peak_vram is None or base_vram is None else peak_vram - base_vram,
@@ -170,14 +160,14 @@ def build_digest(
     total_vram = None
     if man and man.hardware.gpu.present:
         sizes = [d.memory_total_bytes for d in man.hardware.gpu.devices if d.memory_total_bytes]
-        total_vram = _mib(sum(sizes)) if sizes else None
+        total_vram = to_mib(sum(sizes)) if sizes else None
     return RunDigest(
         run_id=info.run_id,
         status=info.status,
         created_at=info.started_at,
         runtime=runtime_identity(man),
         hardware=hardware_identity(man),
-        total_ram_mib=_mib(man.hardware.ram_bytes) if man else None,
+        total_ram_mib=to_mib(man.hardware.ram_bytes) if man else None,
         total_vram_mib=total_vram,
         target_sha256=info.target_sha256,
         workload=man.request.workload if man else None,

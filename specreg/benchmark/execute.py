@@ -33,16 +33,9 @@ from specreg.benchmark.warmup import warm_up
 from specreg.benchmark.workloads import Workload, content_sha256
 from specreg.errors import ServerError, ServerStartError
 from specreg.registry.db import now
-from specreg.schemas.bench import (
-    BASELINE,
-    ConditionRun,
-    IdsSource,
-    PromptInfo,
-    RequestRow,
-    RunInfo,
-    WorkloadItem,
-)
+from specreg.schemas.bench import ConditionRun, IdsSource, PromptInfo, RequestRow, RunInfo, WorkloadItem
 from specreg.schemas.bench_settings import BenchSettings
+from specreg.schemas.methods import BASELINE
 from specreg.servers.launcher import ServerCommand, ServerProcess, launch
 from specreg.servers.memory import GpuProbe, MemorySampler, higher_peak
 from specreg.servers.memory_predict import predict_rss
@@ -190,6 +183,17 @@ def run_condition(
             cond.finished_at = now()
         ctx.store.save_condition(ctx.run_id, cond)
         ctx.observer.condition_done(cond)
+
+
+def finish_condition(ctx: RunContext, cond: ConditionRun) -> None:
+    """Judge a condition whose slots all ran with `last=False` (a run measured until decided,
+    whose last slot was not known in advance), on every row it measured and its last log."""
+    if cond.status != "running":
+        return
+    _judge(cond, Path(cond.log_path or ""), [r for r in ctx.rows if r.condition_idx == cond.idx])
+    if cond.status != "running":
+        cond.finished_at = now()
+    ctx.store.save_condition(ctx.run_id, cond)
 
 
 def _measure(

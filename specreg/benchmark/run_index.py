@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, NamedTuple
 from specreg.benchmark.runstore import run_info
 from specreg.registry.db import rows
 from specreg.schemas.bench import (
-    BASELINE,
     ConditionRun,
     ConditionSpec,
     ConditionSummary,
@@ -27,6 +26,7 @@ from specreg.schemas.bench import (
     RunManifest,
     SpecCounters,
 )
+from specreg.schemas.methods import BASELINE
 from specreg.schemas.registry import PairRecord
 
 if TYPE_CHECKING:

@@ -11,15 +11,17 @@ stay, the condition and the run say what happened, and the next condition runs.
 from __future__ import annotations
 
 import os
+import random
 import secrets
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specreg.benchmark import conditions as cond_mod
-from specreg.benchmark.condition_summary import StatSettings, summarize
+from specreg.benchmark.condition_summary import StatSettings, speed_decision, summarize
 from specreg.benchmark.digest import keep_digests
 from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
-from specreg.benchmark.execute import Observer, RunContext, run_condition
+from specreg.benchmark.execute import Observer, RunContext, finish_condition, run_condition
 from specreg.benchmark.runstore import RunStore
 from specreg.benchmark.workloads import Workload, load_workload
 from specreg.errors import ArtifactChanged, NotAdmitted, SpecregError
@@ -31,6 +33,7 @@ from specreg.schemas.bench import (
     ConditionRun,
     DraftInfo,
     ObservationSettings,
+    RequestRow,
     RequestSettings,
     RunInfo,
     RunManifest,
@@ -39,6 +42,7 @@ from specreg.schemas.bench import (
     ScheduleSlot,
 )
 from specreg.schemas.bench_settings import BenchSettings
+from specreg.schemas.methods import BASELINE
 from specreg.schemas.registry import ArtifactRecord, PairRecord
 from specreg.servers.launcher import ServerCommand, bundled_command, external_command
 from specreg.servers.memory import GpuProbe
@@ -250,6 +254,8 @@ class Runner:
         reason: str | None = "runner error"
         by_name = {c.spec.name: c for c in conds}
         last = {slot.condition: i for i, slot in enumerate(order)}
+        until_decided = self.opts.budget_s is not None
+        t_start = time.monotonic()
         try:
             for i, slot in enumerate(order):
                 c = by_name[slot.condition]
@@ -261,7 +267,11 @@ class Runner:
                     self.store.save_condition(run_id, c)
                     continue
                 round_no = slot.round if self.opts.order == "rounds" else None
-                run_condition(ctx, c, slot.repeats, round_no=round_no, last=i == last[c.spec.name])
+                run_condition(
+                    ctx, c, slot.repeats, round_no=round_no, last=i == last[c.spec.name] and not until_decided
+                )
+            if until_decided:
+                self._until_decided(ctx, conds, t_start)
             failed = [c for c in conds if c.status != "ok"]
             status = "incomplete" if failed else "complete"
             reason = "; ".join(f"{c.spec.name}: {c.failure}" for c in failed) or None
@@ -278,6 +288,7 @@ class Runner:
                     self.store.save_condition(run_id, c)
             stats = StatSettings(
                 seed=self.opts.seed,
+                min_speedup=self.opts.min_speedup,
                 resamples=self.opts.bootstrap_resamples,
                 default_draft_length=self.runtime().spec_defaults.get("--spec-draft-n-max"),
             )
@@ -286,6 +297,45 @@ class Runner:
             keep_digests(self.store.reg, [run_id])  # what the audit reads, built once while the rows are hot
             self.observer.run_done(run_id, status, reason)
         return self.store.load(run_id)
+
+    def _until_decided(self, ctx: RunContext, conds: list[ConditionRun], started: float) -> None:
+        """`--budget`: more rounds after the planned ones, each the baselines and every condition
+        still undecided against `--min-speedup` (benchmark/sequential.py: looking after every round
+        keeps the decision's error rate), in a seeded order, until each is decided or the budget is
+        spent. A round that the last one's length says would end past the budget is not started.
+        Then every condition still running is judged on all its rows, as after a planned run."""
+        o = self.opts
+        budget = o.budget_s or 0.0
+        bases = {c.spec.concurrency: c for c in conds if c.spec.method == BASELINE}
+        rng = random.Random(o.seed)
+        round_no, last_round = o.repeat, 0.0
+
+        def rows(c: ConditionRun) -> list[RequestRow]:
+            return [r for r in ctx.rows if r.condition_idx == c.idx]
+
+        while True:
+            undecided = [
+                c
+                for c in conds
+                if c.spec.method != BASELINE
+                and c.status == "running"
+                and (base := bases.get(c.spec.concurrency)) is not None
+                and base.status == "running"
+                and speed_decision(rows(base), rows(c), o.min_speedup).decision == "undecided"
+            ]
+            spent = time.monotonic() - started
+            if not undecided or spent + last_round > budget or ctx.expired():
+                break
+            t0 = time.monotonic()
+            todo = list({id(c): c for c in [bases[c.spec.concurrency] for c in undecided] + undecided}.values())
+            rng.shuffle(todo)
+            for c in todo:
+                if c.status == "running":
+                    run_condition(ctx, c, [round_no], round_no=round_no, last=False)
+            last_round = time.monotonic() - t0
+            round_no += 1
+        for c in conds:
+            finish_condition(ctx, c)
 
     def _manifest(
         self,

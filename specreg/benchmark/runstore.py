@@ -104,46 +104,37 @@ class RunStore:
     def create_run(
         self, info: RunInfo, manifest: RunManifest, target_licence: dict[str, Any], draft_licence: dict[str, Any] | None
     ) -> None:
-        with self.reg.write() as db:
-            db.execute(
-                "INSERT INTO bench_runs (run_id, pair_id, status, status_reason, method, target_sha256, "
-                "draft_sha256, target_licence_json, draft_licence_json, manifest_json, runner_pid, "
-                "runner_started, run_dir, started_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    info.run_id,
-                    info.pair_id,
-                    info.status,
-                    info.status_reason,
-                    info.method,
-                    info.target_sha256,
-                    info.draft_sha256,
-                    json.dumps(target_licence),
-                    json.dumps(draft_licence) if draft_licence is not None else None,
-                    manifest.model_dump_json(),
-                    info.runner_pid,
-                    process_started(info.runner_pid) if info.runner_pid else None,
-                    info.run_dir,
-                    iso(info.started_at),
-                ),
-            )
+        self._insert_run(
+            info,
+            status=info.status,
+            target_licence_json=json.dumps(target_licence),
+            draft_licence_json=json.dumps(draft_licence) if draft_licence is not None else None,
+            manifest_json=manifest.model_dump_json(),
+            runner_pid=info.runner_pid,
+            runner_started=process_started(info.runner_pid) if info.runner_pid else None,
+            run_dir=info.run_dir,
+        )
 
     def record_failed(self, info: RunInfo) -> None:
         """A run that produced nothing to keep (e.g. a remote task lost with its node): who, and why."""
+        self._insert_run(info, status="failed", finished_at=iso(now()))
+
+    def _insert_run(self, info: RunInfo, **cols: Any) -> None:
+        """One bench_runs row: the identity every run has, plus the columns this kind of run fills."""
+        values = {
+            "run_id": info.run_id,
+            "pair_id": info.pair_id,
+            "status_reason": info.status_reason,
+            "method": info.method,
+            "target_sha256": info.target_sha256,
+            "draft_sha256": info.draft_sha256,
+            "started_at": iso(info.started_at),
+            **cols,
+        }
         with self.reg.write() as db:
             db.execute(
-                "INSERT INTO bench_runs (run_id, pair_id, status, status_reason, method, target_sha256, "
-                "draft_sha256, started_at, finished_at) VALUES (?,?,?,?,?,?,?,?,?)",
-                (
-                    info.run_id,
-                    info.pair_id,
-                    "failed",
-                    info.status_reason,
-                    info.method,
-                    info.target_sha256,
-                    info.draft_sha256,
-                    iso(info.started_at),
-                    iso(now()),
-                ),
+                f"INSERT INTO bench_runs ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
+                tuple(values.values()),
             )
 
     def add_prompts(self, run_id: str, prompts: list[PromptInfo]) -> None:
@@ -280,9 +271,7 @@ class RunStore:
     def runs(self) -> list[RunInfo]:
         found = rows(
             self.reg.conn,
-            "SELECT r.*, (SELECT count(*) FROM bench_conditions c WHERE c.run_id = r.run_id) AS n_conditions, "
-            f"(SELECT count(*) FROM bench_requests q WHERE q.run_id = r.run_id) AS n_requests, {_ORIGIN_COLS} "
-            "FROM bench_runs r LEFT JOIN run_origins o ON o.run_id = r.run_id ORDER BY r.started_at, r.run_id",
+            f"{_RUN_SELECT} ORDER BY r.started_at, r.run_id",
         )
         return [run_info(r) for r in found]
 
@@ -306,9 +295,7 @@ class RunStore:
         rid = self.resolve(run_id)
         r = rows(
             self.reg.conn,
-            "SELECT r.*, (SELECT count(*) FROM bench_conditions c WHERE c.run_id = r.run_id) AS n_conditions, "
-            f"(SELECT count(*) FROM bench_requests q WHERE q.run_id = r.run_id) AS n_requests, {_ORIGIN_COLS} "
-            "FROM bench_runs r LEFT JOIN run_origins o ON o.run_id = r.run_id WHERE r.run_id = ?",
+            f"{_RUN_SELECT} WHERE r.run_id = ?",
             (rid,),
         )[0]
         manifest = RunManifest.model_validate_json(r["manifest_json"]) if r["manifest_json"] else None
@@ -349,6 +336,12 @@ class RunStore:
 
 
 _ORIGIN_COLS = "json_extract(r.manifest_json, '$.hardware') AS hardware_json, o.host AS origin_host"
+# a run with its counts and origin: what `runs` lists and `runs show` loads
+_RUN_SELECT = (
+    "SELECT r.*, (SELECT count(*) FROM bench_conditions c WHERE c.run_id = r.run_id) AS n_conditions, "
+    f"(SELECT count(*) FROM bench_requests q WHERE q.run_id = r.run_id) AS n_requests, {_ORIGIN_COLS} "
+    "FROM bench_runs r LEFT JOIN run_origins o ON o.run_id = r.run_id"
+)
 
 
 def run_info(r: sqlite3.Row) -> RunInfo:

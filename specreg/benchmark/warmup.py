@@ -13,7 +13,7 @@ from specreg.benchmark.client import LlamaClient
 from specreg.schemas.bench import WarmupRecord, WorkloadItem
 from specreg.schemas.bench_settings import BenchSettings
 
-MAX_TOKENS = 32  # enough decoding to warm the same paths as a measured request, cheap to repeat
+WARMUP_TOKENS = 32  # enough decoding to warm the same paths as a measured request, cheap to repeat
 
 
 def warm_up(
@@ -24,7 +24,7 @@ def warm_up(
     for _ in range(o.warmup):
         c = client.complete(
             item,
-            max_tokens=min(MAX_TOKENS, o.max_tokens or item.max_tokens),
+            max_tokens=min(WARMUP_TOKENS, o.max_tokens or item.max_tokens),
             seed=o.seed,
             timeout_s=min(o.request_timeout_s, max(1.0, remaining_s())),
         )

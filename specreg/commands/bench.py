@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from specreg.commands.options import JsonOpt, PairOpt, ReportOpt, db_path
-from specreg.commands.output import emit_json, emit_result, err_console, safe
+from specreg.commands.output import emit_json, emit_result, err_console, safe, say
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry
     from specreg.schemas.bench import BenchRun
     from specreg.schemas.bench_settings import BenchSettings
+    from specreg.servers.identity import ChosenRules
 
 bench_app = typer.Typer(
     help="Benchmark admitted pairs on a real llama.cpp server.\n\nExample: specreg bench admitted --pair 3 --repeat 3",
@@ -43,6 +44,18 @@ def _split(values: list[str] | None) -> list[str] | None:
     if not values:
         return None
     return [v.strip() for raw in values for v in raw.split(",") if v.strip()]
+
+
+def _duration(text: str | None) -> float | None:
+    from specreg.errors import UsageError
+    from specreg.units import parse_duration
+
+    if text is None:
+        return None
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise UsageError(f"--budget {exc}") from None
 
 
 def _ints(values: list[str] | None, flag: str) -> list[int] | None:
@@ -138,6 +151,18 @@ def admitted(
     ] = 120.0,
     request_timeout: Annotated[float, typer.Option("--request-timeout", help="Seconds per request.")] = 120.0,
     run_timeout: Annotated[float, typer.Option("--run-timeout", help="Seconds for a whole run (one pair).")] = 3600.0,
+    budget: Annotated[
+        str | None,
+        typer.Option(
+            "--budget",
+            metavar="DURATION",
+            help="Measure until decided: more rounds after --repeat until every condition is faster or "
+            "not faster than --min-speedup, or DURATION (8m, 90s) has passed.",
+        ),
+    ] = None,
+    min_speedup: Annotated[
+        float, typer.Option("--min-speedup", help="What --budget decides against (the default policy's).")
+    ] = 1.05,
     executor: Annotated[
         str, typer.Option("--executor", help="local (this machine) or ray (one task per pair on a Ray cluster).")
     ] = "local",
@@ -187,6 +212,8 @@ def admitted(
         start_timeout_s=start_timeout,
         request_timeout_s=request_timeout,
         run_timeout_s=run_timeout,
+        budget_s=_duration(budget),
+        min_speedup=min_speedup,
     )
     if executor not in ("local", "ray"):
         from specreg.errors import UsageError
@@ -198,6 +225,11 @@ def admitted(
         from specreg.errors import UsageError
 
         raise UsageError("--ray-address and --resources go with --executor ray")
+    from specreg.servers.identity import choose_rules
+
+    judged = choose_rules(server=opts.server)  # the rules this server's build judges by
+    if not json_out:
+        say(judged.line(), prefix="rules: ", stderr=True)
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
         with _registry() as reg, ProgressView() as view:
@@ -210,11 +242,30 @@ def admitted(
     else:
         for r in runs:
             show_run(r)
+    _warn_other_rules(runs, judged)
     for line in runner.refused:
         err_console().print(f"[bold red]error:[/] {safe(line)}")
     if runner.refused:
         raise typer.Exit(2)
     raise typer.Exit(0 if all(r.info.status == "complete" for r in runs) else 1)
+
+
+def _warn_other_rules(runs: list[BenchRun], judged: ChosenRules) -> None:
+    """A run of a pair judged under other rules than the server's: the audit will refuse it."""
+    from specreg.commands.output import warn
+    from specreg.servers.identity import needs_other_rules, recheck_hint
+
+    lines = []
+    for r in runs:
+        draft = r.manifest.draft if r.manifest else None
+        if draft is not None and draft.rule_set and needs_other_rules(draft.rule_set, judged.rules):
+            lines.append(
+                f"run {r.info.run_id}: pair {draft.pair_id} was judged under {draft.rule_set}, this server "
+                f"needs {judged.rules.id} (the audit refuses such evidence): {recheck_hint(judged.rules)}"
+            )
+    if judged.warning:
+        lines.insert(0, judged.warning)
+    warn(lines)
 
 
 def _bench_ray(

@@ -14,12 +14,14 @@ import typer
 from specreg.commands.layout import Col
 from specreg.commands.options import METHOD_AUTO, JsonOpt, MethodOpt, chosen_method, db_path
 from specreg.commands.output import console, emit_json, err_console, print_listing, warn
+from specreg.units import mib_text
 
 if TYPE_CHECKING:
     from specreg.gguf.reader import GGUFFile
     from specreg.schemas.checks import CheckResult
     from specreg.schemas.memory import MemoryEstimate
     from specreg.schemas.registry import ArtifactRecord, PairRecord
+    from specreg.servers.identity import ChosenRules
 
 check_app = typer.Typer(
     help="Check speculative-decoding setups before they are deployed.\n\n"
@@ -46,7 +48,7 @@ def _memory_line(m: MemoryEstimate) -> str:
     """The estimate in MiB, part by part, for the flags it was made for."""
 
     def mib(n: int) -> str:
-        return f"{n / (1 << 20):,.1f}"
+        return mib_text(n, grouped=True)
 
     draft = f" + draft {mib(m.draft_weights_bytes)}" if m.draft_weights_bytes else ""
     gpu = f", GPU {mib(m.vram_bytes)}" if m.vram_bytes else ""
@@ -68,7 +70,8 @@ def pair_cmd(
     method: MethodOpt = METHOD_AUTO,
     strict: Annotated[bool, typer.Option("--strict", help="Treat warnings as errors.")] = False,
     runtime: Annotated[
-        str | None, typer.Option("--runtime", help="Rule set (llama.cpp build), e.g. llama.cpp-b11434.")
+        str | None,
+        typer.Option("--runtime", help="Rule set (llama.cpp build), e.g. llama.cpp-b11434 (default: the server's)."),
     ] = None,
     json_out: JsonOpt = False,
     fmt: Annotated[
@@ -88,12 +91,16 @@ def pair_cmd(
         bool, typer.Option("--probe", help="Also load the pair on a server for one request: did it draft?")
     ] = False,
     server: Annotated[
-        str | None, typer.Option("--server", help="--probe with this llama-server binary (default: bundled).")
+        str | None,
+        typer.Option("--server", help="Judge (and --probe) for this llama-server binary (default: bundled)."),
     ] = None,
 ) -> None:
     """Decide whether a target/draft pair is safe for llama.cpp speculative decoding.
 
     Exit 0 admitted, 1 rejected, 2 could not decide. The verdict is recorded in the registry.
+    It is judged with the rule set of the server that will run it: the bundled server's llama.cpp
+    build, or the build `--server PATH --version` reports (the nearest known one, with a
+    warning, when specreg has none for it); --runtime names one instead.
 
     TARGET and DRAFT may also be https:// URLs or hf://ORG/REPO/FILE.gguf[@REV]: only their
     headers are read (HTTP range requests) and they are recorded as metadata only.
@@ -106,23 +113,24 @@ def pair_cmd(
     from specreg.errors import UsageError
     from specreg.registry.store import Registry
     from specreg.schemas.memory import ServeSettings
+    from specreg.servers.identity import choose_rules
     from specreg.servers.memory_predict import parse_layers, resolve_budget
     from specreg.sources.checking import check_and_record
     from specreg.validators.memory_budget import estimate, memory_checks, type_name
-    from specreg.validators.ruleset import load_rule_set
 
     if fmt not in ("text", "json", "sarif"):
         raise UsageError(f"--format {fmt!r}: choose text, json or sarif")
     json_out = json_out or fmt == "json"
     chosen = chosen_method(method)
-    rules = load_rule_set(runtime)
+    judged = choose_rules(runtime, server)
+    rules = judged.rules
+    if judged.warning:
+        warn([judged.warning])
     settings = ServeSettings(
         ctx_size=ctx_size, slots=slots, cache_type_k=type_name(cache_type_k), cache_type_v=type_name(cache_type_v),
         gpu_layers=parse_layers(gpu_layers),
     )  # fmt: skip
     limit = resolve_budget(budget, bool(settings.gpu_layers))
-    if server is not None and not probe:
-        raise UsageError("--server is the binary --probe runs; add --probe")
     estimates: list[MemoryEstimate] = []
 
     def extra(t_file: GGUFFile, d_file: GGUFFile | None, how: str, static: list[CheckResult]) -> list[CheckResult]:
@@ -154,11 +162,11 @@ def pair_cmd(
                 mode="json",
                 include={"admitted", "method", "target_sha256", "draft_sha256", "rule_set", "strict", "checks"},
             )
-            | {"memory": mem.model_dump(mode="json")}
+            | {"rule_set_chosen_by": judged.why, "memory": mem.model_dump(mode="json")}
             | _remote_facts(done.target, done.draft)
         )
     else:
-        show_verdict(v, done.target, done.draft, done.pair_id)
+        show_verdict(v, done.target, done.draft, done.pair_id, judged.why)
         if settings != ServeSettings() or budget is not None:
             say(_memory_line(mem), prefix="memory  ", indent=8)
         for c in v.checks:
@@ -170,31 +178,59 @@ def pair_cmd(
 def pairs_cmd(
     admitted: Annotated[bool, typer.Option("--admitted", help="Only admitted pairs.")] = False,
     rejected: Annotated[bool, typer.Option("--rejected", help="Only rejected pairs.")] = False,
+    recheck: Annotated[
+        bool, typer.Option("--recheck", help="Judge every pair again under the server's rules; list what changes.")
+    ] = False,
+    runtime: Annotated[
+        str | None, typer.Option("--runtime", help="The rule set to compare with, e.g. llama.cpp-b11549.")
+    ] = None,
+    server: Annotated[
+        str | None, typer.Option("--server", metavar="PATH", help="The llama-server binary about to be used.")
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """List checked pairs with their verdict (and a strict check's, if any); old rule sets are stale.
 
-    An admitted pair with a vocab-only file is marked "admitted, not benchmarkable".
+    A verdict judged under other rules than the server about to run it needs (the bundled one,
+    or --server PATH, or --runtime) is marked "other rules". An admitted pair with a vocab-only
+    file is marked "admitted, not benchmarkable".
 
-    Example: specreg pairs --admitted
+    --recheck is the pre-upgrade check: every pair judged again under those rules, from the
+    stored summaries where no change concerns its files (else its files are read again);
+    nothing is recorded. It lists each verdict that would change and the checks that change
+    it; exit 1 when an admitted pair would be rejected.
+
+    Example: specreg pairs --admitted; specreg pairs --recheck --runtime llama.cpp-b11549
     """
     from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
+    from specreg.commands.output import say
     from specreg.errors import UsageError
     from specreg.registry.store import Registry
+    from specreg.servers.identity import choose_rules, needs_other_rules, recheck_hint
     from specreg.validators.ruleset import is_stale
 
+    judged = choose_rules(runtime, server)
+    if judged.warning:
+        warn([judged.warning])
+    if recheck:
+        if admitted or rejected:
+            raise UsageError("--recheck judges every pair; leave out --admitted and --rejected")
+        _recheck(judged, json_out)
+        return
     if admitted and rejected:
         raise UsageError("--admitted and --rejected exclude each other")
     which = True if admitted else False if rejected else None
     with Registry(db_path(), show_progress=False, create=False) as reg:
         rows = reg.pairs(which)
     stale = {rs: is_stale(rs) for rs in {p.rule_set for p in rows}}
+    other = {rs: needs_other_rules(rs, judged.rules) for rs in stale}
     lacking = {p.id: not_benchmarkable(p) for p in rows if p.admitted}
     if json_out:
         out: list[dict[str, Any]] = []
         for p in rows:
             d = p.model_dump(mode="json", exclude={"checks"})
             d["stale"] = stale[p.rule_set]
+            d["other_rules"] = other[p.rule_set]
             d["benchmarkable"] = p.admitted and lacking.get(p.id) is None
             out.append(d)
         emit_json(out)
@@ -229,12 +265,40 @@ def pairs_cmd(
                 f"{p.draft_sha256[:12]} {p.draft_name or ''}".rstrip() if p.draft_sha256 else "-",
                 p.method,
                 (NOT_BENCHMARKABLE, "yellow") if lacking.get(p.id) else _verdict_text(p, verdicts),
-                (f"{p.rule_set} stale", "yellow") if stale[p.rule_set] else p.rule_set,
+                _rule_set_cell(p.rule_set, stale[p.rule_set], other[p.rule_set]),
                 p.updated_at.strftime("%Y-%m-%d %H:%M"),
             )
             for p in rows
         ),
     )
+    n_other = sum(1 for p in rows if other[p.rule_set])
+    if n_other:
+        say(
+            f"{n_other} verdict(s) judged under other rules than {judged.rules.name} ({judged.why}) needs; "
+            f"see what would change: {recheck_hint(judged.rules)}",
+            stderr=True,
+        )
+
+
+def _rule_set_cell(rule_set: str, stale: bool, other: bool) -> str | tuple[str, str]:
+    marks = [m for m, on in (("stale", stale), ("other rules", other)) if on]
+    return (f"{rule_set} {', '.join(marks)}", "yellow") if marks else rule_set
+
+
+def _recheck(judged: ChosenRules, json_out: bool) -> None:
+    """`pairs --recheck`: the core re-judges (sources/recheck.py), the view lists the changes."""
+    from specreg.commands.views.check import recheck_json, show_recheck
+    from specreg.registry.store import Registry
+    from specreg.sources.recheck import recheck_pairs
+
+    with Registry(db_path(), show_progress=False, create=False) as reg:
+        report = recheck_pairs(reg, judged.rules)
+    if json_out:
+        emit_json(recheck_json(report, judged.why))
+    else:
+        show_recheck(report, judged.why)
+    bad = [r for r in report.pairs if r.newly_rejected or (r.pair.admitted and r.problem is not None)]
+    raise typer.Exit(1 if bad else 0)
 
 
 def _verdict_text(p: PairRecord, verdicts: dict[tuple[bool, bool], tuple[str, str]]) -> tuple[str, str]:

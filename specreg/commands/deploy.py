@@ -109,6 +109,8 @@ def _show(plan: DeployCommand, policy_source: str) -> None:
 
     head = f"pair {plan.pair_id} {plan.method}: "
     evidence = [f"measured: {f'run {plan.run_id}' if plan.run_id else 'no run'}", f"policy: {policy_source}"]
+    if plan.rule_set:
+        evidence.insert(1, f"rules: {plan.rule_set} (the verdict's)")
     if not plan.deployable:
         say("the audit fails", prefix=head + "not deployable, ", marks=[("not deployable", "red")])
         show_lines([safe_plain(line) for line in evidence])

@@ -6,7 +6,6 @@ names (`pair: PairOpt = None`) and the same flag means the same thing in every c
 
 from __future__ import annotations
 
-import os
 import re
 from enum import StrEnum
 from pathlib import Path
@@ -60,12 +59,20 @@ class HelpCommand(TyperCommand):
                 formatter.write_dl(opts)
 
 
-def db_path() -> Path:
-    """Where the registry lives: `--db`, else SPECREG_DB, else the user data directory."""
-    from specreg.paths import default_db_path
+DB_KEY = "specreg.db"  # where the root callback keeps `--db` in click's context (ctx.meta)
 
-    override = os.environ.get("SPECREG_DB")
-    return Path(override) if override else default_db_path()
+
+def db_path() -> Path:
+    """The registry this command works on: the root's `--db`, else $SPECREG_DB, else the default."""
+    try:  # typer >= 0.28 vendors click as typer._click: its context is not click's
+        from typer._click.globals import get_current_context
+    except ImportError:  # pragma: no cover - a typer that uses click itself
+        from click import get_current_context  # type: ignore[no-redef]
+
+    from specreg.paths import registry_path
+
+    ctx = get_current_context(silent=True)
+    return registry_path(ctx.meta.get(DB_KEY) if ctx is not None else None)
 
 
 def chosen_method(choice: MethodChoice) -> Method | None:

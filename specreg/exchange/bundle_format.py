@@ -33,7 +33,7 @@ FORMAT_VERSION = 1
 HEADER = "bundle.json"
 RUN_PARTS = ("run.json", "conditions.jsonl", "prompts.jsonl", "requests.jsonl", "summaries.jsonl")
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-MAX_HEADER_BYTES = 64 << 20
+MAX_MANIFEST_BYTES = 64 << 20
 MAX_TOTAL_BYTES = 16 << 30  # what one import may decompress (a million request rows is ~0.5 GB)
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed member times: the same records give the same bytes
 
@@ -173,7 +173,7 @@ def _header(path: Path, zf: zipfile.ZipFile, known_migrations: list[str]) -> Bun
         info = zf.getinfo(HEADER)
     except KeyError:
         raise _refuse(path, f"not a specreg bundle (no {HEADER})") from None
-    if info.file_size > MAX_HEADER_BYTES:
+    if info.file_size > MAX_MANIFEST_BYTES:
         raise _refuse(path, f"{HEADER} is {info.file_size} bytes, more than a manifest can be")
     try:
         raw = json.loads(zf.read(HEADER))

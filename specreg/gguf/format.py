@@ -36,6 +36,9 @@ MAX_TOKENS: Final = 1 << 21  # token and merge arrays (gemma-4: 262,144 tokens, 
 MIN_KV_BYTES: Final = 8 + 1 + 4 + 1
 MIN_TENSOR_INFO_BYTES: Final = 8 + 4 + 4 + 8
 
+# the ggml types llama-server takes for its KV cache (-ctk/-ctv; common/arg.cpp kv_cache_types)
+KV_CACHE_TYPES: Final = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
+
 
 class VT(IntEnum):
     """enum gguf_type (gguf.GGUFValueType)."""

@@ -7,7 +7,6 @@ and `pairs.PairStore`. Every write goes through `write()` (BEGIN IMMEDIATE, see 
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specreg.errors import RegistryError
-from specreg.paths import default_db_path
+from specreg.paths import default_db_path, registry_path
 from specreg.registry.artifacts import ArtifactSize, ArtifactStore
 from specreg.registry.db import BUSY_TIMEOUT_S, Database, registry_error
 from specreg.registry.integrity import Integrity, Pinned
@@ -82,10 +81,7 @@ class Registry:
         show_progress: bool = True,
         create: bool = True,
     ) -> None:
-        if path is None:
-            env = os.environ.get("SPECREG_DB")
-            path = Path(env) if env else default_db_path()
-        self.path = Path(path).expanduser()
+        self.path = registry_path(path).expanduser()
         memory = _where(self.path, create)
         self.database = Database(self.path, busy_timeout_s=busy_timeout_s, memory=memory)
         self.artifacts_store = ArtifactStore(self.database, show_progress=show_progress)

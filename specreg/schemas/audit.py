@@ -23,11 +23,11 @@ GATES: tuple[GateName, ...] = get_args(GateName)
 # Gates judged per stratum as well as overall; the rest hold for the pair as a whole.
 PER_STRATUM_GATES: tuple[GateName, ...] = ("equivalence", "speed")
 # judged per measured condition, holding in every stratum or none (a condition's evidence and memory)
-CONDITION_GATES: tuple[GateName, ...] = ("evidence", "memory")
+WHOLE_CONDITION_GATES: tuple[GateName, ...] = ("evidence", "memory")
+# every gate a measured condition is judged on, in audit order (evidence, equivalence, speed, memory)
+CONDITION_GATES: tuple[GateName, ...] = tuple(g for g in GATES if g in PER_STRATUM_GATES or g in WHOLE_CONDITION_GATES)
 # judged once for the pair as a whole (its files, verdict, licence, rollback)
-PAIR_LEVEL_GATES: tuple[GateName, ...] = tuple(
-    g for g in GATES if g not in PER_STRATUM_GATES and g not in CONDITION_GATES
-)
+PAIR_LEVEL_GATES: tuple[GateName, ...] = tuple(g for g in GATES if g not in CONDITION_GATES)
 NO_SPECULATION = "none"  # the per-stratum decision when no condition passes every gate
 
 
@@ -77,7 +77,9 @@ class LicencePolicy(_Strict):
     deny: list[str] = Field(default_factory=list)
     unknown: Literal["fail", "pass"] = "fail"
     conflict: Literal["fail", "pass"] = "fail"  # sources (user, model card, GGUF) disagree
-    require_revision: bool = True  # a hub revision pinned in the provenance record
+    # a file whose provenance names a hub repository needs its revision pinned; a local file is
+    # pinned by its SHA-256
+    require_revision: bool = True
 
 
 BlockingSeverity = Literal["info", "warn", "error"]
@@ -237,6 +239,15 @@ class ConditionOutcome(BaseModel):
         return not self.failed
 
 
+class UncheckedCondition(BaseModel):
+    """A condition a pair's run measured for a method no pair of its target was checked for (an
+    n-gram method in a draft pair's run): judged like the pair's own, deployable once checked."""
+
+    method: str
+    outcome: ConditionOutcome
+    check_command: list[str]  # the `specreg check pair` that admits the method for this target
+
+
 class PairAudit(BaseModel):
     """Every gate for one registered pair; `passed` iff every gate passed.
 
@@ -263,6 +274,8 @@ class PairAudit(BaseModel):
     hardware: str | None = None  # the hardware class whose runs were the evidence (None: no run)
     conditions: list[ConditionOutcome] = Field(default_factory=list)
     not_benchmarkable: str | None = None  # admitted, but a side is vocab-only: why there is no run
+    # conditions of this pair's run for methods its target has no pair for (see UncheckedCondition)
+    unchecked: list[UncheckedCondition] = Field(default_factory=list)
 
     def gate(self, name: GateName) -> GateResult | None:
         return next((g for g in self.gates if g.gate == name), None)
@@ -283,6 +296,8 @@ class Candidate(BaseModel):
     speedup_ci95: tuple[float, float] | None = None
     eligible: bool
     reason: str
+    method: str | None = None  # set for a method measured in the run but not checked for the target
+    check_command: list[str] | None = None  # ... and the command that checks it (then audit, deploy)
 
 
 class StratumDecision(BaseModel):
@@ -301,6 +316,9 @@ class StratumDecision(BaseModel):
     run_id: str | None = None
     candidates: list[Candidate] = Field(default_factory=list)
     hardware: str | None = None  # decided for this hardware class
+    # the best measured condition that passes every gate measured here and beats `choice`, but is
+    # of a method no pair of this target was checked for: deployable after its check pair
+    unchecked: Candidate | None = None
 
 
 class AuditReport(BaseModel):
@@ -330,6 +348,7 @@ class DeployCommand(BaseModel):
     deployable: bool
     failed_gates: list[GateResult] = Field(default_factory=list)  # why not (empty when deployable)
     run_id: str | None = None
+    rule_set: str | None = None  # the verdict's rule set (the llama.cpp build it was judged for)
     condition: str | None = None
     stratum: str | None = None  # None: the whole workload
     concurrency: int | None = None

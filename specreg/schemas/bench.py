@@ -22,7 +22,6 @@ ConditionStatus = Literal["pending", "running", "ok", "failed", "cancelled", "ab
 Difference = Literal["faster", "slower", "no measurable difference"]
 LengthSource = Literal["per-position", "formula"]  # where E[L] came from
 IdsSource = Literal["stream", "replay", "incomplete", "none"]  # where a row's token ids came from
-BASELINE = "none"
 MAX_OUTPUT_TOKENS = 65536  # the most tokens one request may ask for
 ALL_STRATA = "all"
 
@@ -416,6 +415,11 @@ class ConditionSummary(BaseModel):
     n_paired: int = 0
     difference: Difference | None = None
     speedup_note: str | None = None
+    # the anytime-valid decision against `decision_min_speedup` (benchmark/sequential.py): its
+    # interval holds however many rounds were looked at, so `--budget` may stop when it is decided
+    decision: Literal["faster", "not faster", "undecided"] | None = None
+    decision_ci: tuple[float, float] | None = None
+    decision_min_speedup: float | None = None
     # consistency with acceptance, from this group's own requests (benchmark/stepcost.py): E[L]
     # tokens per step that carried a draft, tokens per target step over all steps, the speed-up
     # the step-cost model predicts, and "unexplained" when the interval's low end is above what

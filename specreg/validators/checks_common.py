@@ -11,6 +11,7 @@ from math import prod
 
 from specreg.schemas.checks import CheckResult
 from specreg.schemas.gguf import TensorInfo
+from specreg.units import size_text
 from specreg.validators.ruleset import RuleSet
 from specreg.validators.side import Side, result
 
@@ -130,7 +131,7 @@ def draft_size(t: Side, d: Side, rules: RuleSet) -> CheckResult:
     }
     ratio = dv / tv if tv else float("inf")
     ev["ratio"] = round(ratio, 4) if tv else None
-    per_token = f"{_size(dv)} vs {_size(tv)} per token"
+    per_token = f"{size_text(dv)} vs {size_text(tv)} per token"
     if dv >= tv:
         if ratio >= _SWAP_RATIO:
             msg = f"draft reads {ratio:.0f}x the target's weight bytes ({per_token}): did you swap target and draft?"
@@ -164,15 +165,6 @@ def draft_identical(t: Side, d: Side) -> CheckResult | None:
         "draft.identical", "info", f"draft and target are byte-identical ({how}): was another file meant?",
         sha256=sha, target=t.summary.path, draft=d.summary.path,
     )  # fmt: skip
-
-
-def _size(n: int) -> str:
-    """Bytes in the unit that reads best: 426 KiB, 92.1 MiB, 513 MiB, 14.2 GiB."""
-    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if n >= scale:
-            value = n / scale
-            return f"{value:.1f} {unit}" if value < 100 else f"{value:.0f} {unit}"
-    return f"{n} B"
 
 
 def context_length(t: Side, d: Side) -> CheckResult:

@@ -28,9 +28,9 @@ from specreg.gguf.fields import get_int, get_int_list
 from specreg.gguf.reader import GGUFArray, GGUFFile
 from specreg.schemas.checks import CheckResult
 from specreg.schemas.memory import MemoryEstimate, ServeSettings
+from specreg.units import MIB, size_text
 from specreg.validators.ruleset import RuleSet
 
-MIB = 1 << 20
 # The bundled server (Python + xllamacpp + llama.cpp's runtime, OpenMP pool, slot and prompt-cache
 # bookkeeping) with nothing loaded, and each further llama context (the draft's): measured on the
 # CPU wheel 2026.10.11549 (peak RSS minus weights, KV and touched compute: 33-36 MiB over the
@@ -41,7 +41,6 @@ CONTEXT_OVERHEAD = 5 * MIB // 2
 # entries of one llama_token, zero-filled, once per server)
 METHOD_STATE = {"ngram-mod": 4 * 1024 * 1024 * 4}
 KV_PAD = 256  # llama.cpp pads each stream's cells (and the SWA cache) to 256
-CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 _TYPE_IDS = {name: tid for tid, (name, _, _) in F.GGML_TYPES.items()}
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)B?\s*$", re.I)
@@ -54,8 +53,8 @@ def _pad(n: int, to: int = KV_PAD) -> int:
 def type_size(cache_type: str) -> tuple[int, int]:
     """(block size, bytes per block) of a -ctk/-ctv type; UsageError for anything else."""
     name = cache_type.lower()
-    if name not in CACHE_TYPES:
-        raise UsageError(f"unknown cache type {cache_type!r}; choose one of {', '.join(CACHE_TYPES)}")
+    if name not in F.KV_CACHE_TYPES:
+        raise UsageError(f"unknown cache type {cache_type!r}; choose one of {', '.join(F.KV_CACHE_TYPES)}")
     _, block, size = F.GGML_TYPES[_TYPE_IDS[name.upper()]]
     return block, size
 
@@ -64,11 +63,6 @@ def type_name(cache_type: str) -> str:
     """A -ctk/-ctv value checked and in llama.cpp's spelling (lower case)."""
     type_size(cache_type)
     return cache_type.lower()
-
-
-def human(n: int) -> str:
-    """Bytes for a message: MiB below 1 GiB, else GiB."""
-    return f"{n / MIB:,.1f} MiB" if n < 1 << 30 else f"{n / (1 << 30):,.2f} GiB"
 
 
 def parse_size(text: str) -> int:
@@ -311,9 +305,9 @@ def budget_check(est: MemoryEstimate, budget: int, source: str) -> CheckResult:
     ev = {"budget_bytes": budget, "needed_bytes": need, "budget_source": source, "on": where}
     ev |= est.model_dump(include={"ctx_size", "slots", "cache_type_k", "cache_type_v", "gpu_layers", "total_bytes"})
     if need > budget:
-        msg = f"needs {human(need)} on the {where}, more than the budget of {human(budget)} ({source})"
+        msg = f"needs {size_text(need)} on the {where}, more than the budget of {size_text(budget)} ({source})"
         return CheckResult(code="memory.budget", severity="error", message=msg, evidence=ev)
-    msg = f"needs {human(need)} on the {where}, within the budget of {human(budget)} ({source})"
+    msg = f"needs {size_text(need)} on the {where}, within the budget of {size_text(budget)} ({source})"
     return CheckResult(code="memory.budget", severity="pass", message=msg, evidence=ev)
 
 

@@ -1,8 +1,10 @@
 """Rule sets: the llama.cpp facts the pair checks mirror, one JSON data file per runtime build.
 
 A later llama.cpp build with other thresholds or defaults is a new file in `rules/`, not a code
-change. The id stored with every verdict is `<name>/r<revision>`; a verdict whose id is not the
-current one for its runtime is stale.
+change (extracted from its source by tools/extract_rules.py). The id stored with every verdict is
+`<name>/r<revision>`; a verdict whose id is not the current one for its runtime is stale. Which
+rule set judges a pair follows the server that will run it (servers/identity.py): its build's
+file, or the nearest build's with a warning.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from specreg.errors import UsageError
 
 RULES_DIR = Path(__file__).parent / "rules"
-RULE_SET_DEFAULT = "llama.cpp-b11434"
+# the bundled server's build (xllamacpp 2026.10.11549): what judges a pair when no server is
+# named and the installed xllamacpp's own build cannot be told
+RULE_SET_DEFAULT = "llama.cpp-b11549"
 
 
 class _Strict(BaseModel):
@@ -116,6 +120,7 @@ class RuleSet(_Strict):
     revision: int
     runtime: str
     build: int
+    source: str = ""  # the source tree the facts were extracted from
     description: str = ""
     draft_simple: DraftSimpleRules
     tokenizer_models: dict[str, TokenizerModelRules]
@@ -156,6 +161,26 @@ def load_rule_set(runtime: str | None = None) -> RuleSet:
         return RuleSet.model_validate(json.loads(path.read_text(encoding="utf-8")))
     except (ValueError, ValidationError) as exc:
         raise UsageError(f"rule set {path} is invalid: {str(exc).splitlines()[0]}") from exc
+
+
+def rule_set_names() -> dict[int, str]:
+    """Build number -> the shipped rule set mirroring it."""
+    return {load_rule_set(name).build: name for name in known_rule_sets()}
+
+
+def for_build(build: int | None) -> tuple[RuleSet, str | None]:
+    """The rule set of llama.cpp build `build`, or the nearest shipped one and a warning saying so.
+
+    Nearest: the smallest distance in build numbers (a tie: the older); unknown build:
+    RULE_SET_DEFAULT."""
+    names = rule_set_names()
+    if build is not None and build in names:
+        return load_rule_set(names[build]), None
+    if build is None:
+        rules = load_rule_set(RULE_SET_DEFAULT)
+        return rules, f"the server's llama.cpp build is unknown; judged with {rules.name}"
+    rules = load_rule_set(names[min(names, key=lambda b: (abs(b - build), b))])
+    return rules, f"no rule set for build {build}; judged with {rules.name}"
 
 
 def current_rule_set_id(rule_set_id: str) -> str | None:

@@ -13,7 +13,7 @@ from collections import Counter
 from specreg.commands.layout import Col, command_lines
 from specreg.commands.output import print_listing, safe_plain, say, show_lines, width
 from specreg.report.common import hardware_labels, hardware_matrix
-from specreg.schemas.audit import GATES, AuditReport, PairAudit
+from specreg.schemas.audit import GATES, AuditReport, PairAudit, StratumDecision
 
 DETAIL_LIMIT = 50
 FAILURES_SHOWN = 20
@@ -152,6 +152,38 @@ def _decisions(report: AuditReport, detail: bool, hw: dict[str, str]) -> None:
     )
 
 
+def _unchecked(report: AuditReport) -> None:
+    """Faster conditions of a method the target was not checked for, one block per target and
+    method: where it would win, and what to run to deploy it."""
+    from specreg.benchmark.statistics import interval_text
+
+    groups: dict[tuple[str, str], list[StratumDecision]] = {}
+    for d in report.decisions:
+        if d.unchecked is not None and d.unchecked.method:
+            groups.setdefault((d.target_sha256, d.unchecked.method), []).append(d)
+    for (_, method), ds in list(groups.items())[:FAILURES_SHOWN]:
+        u = ds[0].unchecked
+        assert u is not None and u.check_command is not None
+        where = ", ".join(
+            f"{d.stratum}" + (f" c{d.concurrency}" if d.concurrency != 1 else "") + " "
+            f"({interval_text(d.unchecked.speedup, d.unchecked.speedup_ci95, short=True)})"
+            for d in ds
+            if d.unchecked is not None
+        )
+        say(
+            f"{_name(ds[0].target_name, ds[0].target_sha256)}: {method} passes every gate its run shows "
+            f"in {where}, but it is not checked for this target; to deploy it, run",
+            prefix="candidate: ",
+            marks=[("candidate:", "yellow")],
+            indent=4,
+        )
+        words = [safe_plain(shlex.quote(w)) for w in u.check_command]
+        show_lines(["  " + ln for ln in command_lines(words, width() - 2, indent=4)])
+        say("then specreg audit, and specreg deploy PAIR --stratum STRATUM", prefix="  ", indent=4)
+    if len(groups) > FAILURES_SHOWN:
+        say(f"... and {len(groups) - FAILURES_SHOWN} more such candidates (--json has them all)", indent=4)
+
+
 def _rollbacks(report: AuditReport) -> None:
     shown: set[str] = set()
     for p in report.pairs:
@@ -176,5 +208,6 @@ def print_audit(report: AuditReport) -> None:
     _failures(report.pairs, None if detail else FAILURES_SHOWN, hw)
     _hardware(report, detail, hw)
     _decisions(report, detail, hw)
+    _unchecked(report)
     if detail:
         _rollbacks(report)

@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from specreg.benchmark.execute import Observer
 from specreg.commands.layout import Col, pack
 from specreg.commands.output import Cell, err_console, print_listing, safe, safe_plain, say, show_lines, width
+from specreg.units import mib_text
 
 if TYPE_CHECKING:
     from specreg.schemas.bench import BenchRun, ConditionRun, ConditionSummary, RequestRow, RunInfo
@@ -36,12 +37,6 @@ def _st(status: str) -> str:
 
 def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
-
-
-def _mib(v: int | None, signed: bool = False) -> str:
-    if v is None:
-        return "-"
-    return f"{v / 2**20:+.1f}" if signed else f"{v / 2**20:.1f}"
 
 
 def _num(v: float | None, unit: str = "") -> str:
@@ -247,8 +242,8 @@ def _row(s: ConditionSummary, expects: bool) -> list[Cell]:
     whole = s.stratum == "all"
     rss = "-"
     if s.peak_rss_bytes is not None and whole:
-        extra = f" ({_mib(s.rss_overhead_bytes, True)})" if s.rss_overhead_bytes is not None else ""
-        rss = _mib(s.peak_rss_bytes) + extra
+        extra = f" ({mib_text(s.rss_overhead_bytes, signed=True)})" if s.rss_overhead_bytes is not None else ""
+        rss = mib_text(s.peak_rss_bytes) + extra
     errors = "-" if not (s.n_errors or s.n_timeouts) else f"{s.n_errors} err, {s.n_timeouts} timeout"
     expect = f"{s.n_expect_failed} of {s.n_expect_checked} failed" if expects and s.n_expect_checked else "-"
     return [
@@ -360,6 +355,23 @@ PREDICTED_LEGEND = (
 )
 
 
+def _decisions(run: BenchRun) -> None:
+    """Each condition's anytime-valid decision against the minimum speed-up (what `--budget` runs
+    until), with the interval it was made on."""
+    decided = [s for s in run.summaries if s.stratum == "all" and s.decision is not None]
+    if not decided:
+        return
+    bar = decided[0].decision_min_speedup or 0.0
+    parts = [
+        f"{s.condition} {s.decision}"
+        + (f" [{s.decision_ci[0]:.2f}, {s.decision_ci[1]:.2f}]" if s.decision_ci else "")
+        for s in decided
+    ]
+    budget = run.manifest.settings.budget_s if run.manifest and run.manifest.settings else None
+    how = f"measured until decided, budget {budget:g} s" if budget else "after the planned rounds"
+    say("; ".join(parts), prefix=f"decided against {bar:g}x ({how}): ", indent=4)
+
+
 def _unexplained(run: BenchRun) -> None:
     """Speed-ups that acceptance cannot account for, each with why (the audit fails them), and
     warm-ups that never settled (their condition's numbers may still include a cold start)."""
@@ -418,6 +430,7 @@ def show_run(run: BenchRun) -> None:
     show_lines([""])
     print_listing(cols, rows)
     _legend_no_difference(run.summaries)
+    _decisions(run)
     show_lines([""])
     print_listing(_TIMING_COLUMNS, [_timing_row(s) for s in run.summaries if s.n_ok])
     say(TIMINGS_LEGEND, style="dim")

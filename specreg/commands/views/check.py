@@ -15,6 +15,7 @@ from specreg.commands.output import say
 if TYPE_CHECKING:
     from specreg.schemas.checks import CheckResult, PairVerdict
     from specreg.schemas.registry import ArtifactRecord
+    from specreg.sources.recheck import RecheckReport
 
 _STYLE = {"pass": "green", "info": "cyan", "warn": "yellow", "error": "bold red"}
 _GROUP = {"pass": "pass", "info": "info", "warn": "warn", "error": "fail"}
@@ -41,15 +42,16 @@ def _artifact(role: str, rec: ArtifactRecord) -> None:
     say(rec.name or (rec.paths or ["-"])[0], prefix=f"{role:<8}{rec.sha256[:12]}  ", indent=22)
 
 
-def show_verdict(v: PairVerdict, target: ArtifactRecord, draft: ArtifactRecord | None, pair_id: int) -> None:
-    """Target, draft, method and rule set; one paragraph per check (evidence for the non-passing); the verdict."""
+def show_verdict(
+    v: PairVerdict, target: ArtifactRecord, draft: ArtifactRecord | None, pair_id: int, rules_why: str | None = None
+) -> None:
+    """Target, draft, method and rule set (and what chose it); one paragraph per check (evidence
+    for the non-passing); the verdict."""
     _artifact("target", target)
     if draft is not None:
         _artifact("draft", draft)
-    say(
-        f"{v.method}  rule set {v.rule_set}" + ("  strict: warnings count as errors" if v.strict else ""),
-        prefix="method  ",
-    )
+    say(v.method + ("  strict: warnings count as errors" if v.strict else ""), prefix="method  ")
+    say(v.rule_set + (f" ({rules_why})" if rules_why else ""), prefix="rules   ", indent=8)
     width = min(max((len(c.code) for c in v.checks), default=0), _CODE_WIDTH)
     hang = 6 + width + 2
     for sev in ("pass", "info", "warn", "error"):
@@ -66,3 +68,52 @@ def show_verdict(v: PairVerdict, target: ArtifactRecord, draft: ArtifactRecord |
     counts = f"({n['pass']} pass, {n['info']} info, {n['warn']} warn, {n['error']} fail) - pair {pair_id}"
     word, style = ("ADMITTED", "bold green") if v.admitted else ("REJECTED", "bold red")
     say(counts, prefix=word, marks=[(word, style)])
+
+
+def recheck_json(report: RecheckReport, why: str) -> dict[str, object]:
+    """`pairs --recheck --json`: the rules, the counts, and every verdict that would change."""
+    return {
+        "rule_set": report.rules.id,
+        "chosen_by": why,
+        "pairs": len(report.pairs),
+        "re_read": report.read,
+        "changed": [
+            {
+                "pair_id": r.pair.id,
+                "method": r.pair.method,
+                "rule_set": r.pair.rule_set,
+                "admitted": r.pair.admitted,
+                "would_admit": r.admitted,
+                "checks": [{"code": c.code, "old": c.old, "new": c.new, "message": c.message} for c in r.checks],
+                "causes": r.causes,
+                "problem": r.problem,
+            }
+            for r in report.changed
+        ],
+    }
+
+
+def show_recheck(report: RecheckReport, why: str) -> None:
+    """One paragraph per verdict that would change: the checks that change it and the rule changes."""
+    n = len(report.pairs)
+    changed = report.changed
+    say(f"{n} pair(s) judged again under {report.rules.id} ({why}): {report.read} read again, "
+        f"the others from their stored summaries; {len(changed)} verdict(s) would change")  # fmt: skip
+    for r in changed:
+        p = r.pair
+        names = " / ".join(x for x in (p.target_name or p.target_sha256[:12], p.draft_name) if x)
+        before = "admitted" if p.admitted else "rejected"
+        if r.problem is not None:
+            say(f"{before} under {p.rule_set}; cannot judge it again: {r.problem}",
+                prefix=f"pair {p.id}  {p.method}  {names}: ", indent=4)  # fmt: skip
+            continue
+        after = "admitted" if r.admitted else "rejected"
+        style = "red" if r.newly_rejected else "green"
+        say(f"{before} under {p.rule_set} -> {after}", prefix=f"pair {p.id}  {p.method}  {names}: ",
+            marks=[(f"-> {after}", style)], indent=4)  # fmt: skip
+        for c in r.checks:
+            say(c.message, prefix=f"  {c.code}: {c.old or 'not run'} -> {c.new or 'not run'}: ", indent=6)
+        for cause in r.causes[:5]:
+            say(cause, prefix="  because: ", indent=6)
+        if len(r.causes) > 5:
+            say(f"and {len(r.causes) - 5} more rule change(s)", prefix="  because: ", indent=6)

@@ -1,0 +1,45 @@
+"""Quantities (bytes, durations), said one way in every message, table and record.
+
+Sizes reach users from many places (a budget, a draft's weights, a server's peak RSS, a table
+column); one set of helpers keeps "92.1 MiB" from reading "96.6 MB" or "0.09 GiB" elsewhere.
+"""
+
+from __future__ import annotations
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+
+def to_mib(n: int | None) -> float | None:
+    """Bytes as a float number of MiB (records and gates compare MiB); None stays None."""
+    return None if n is None else n / MIB
+
+
+def size_text(n: int) -> str:
+    """Bytes in the unit that reads best: 426 KiB, 92.1 MiB, 513 MiB, 14.2 GiB."""
+    for unit, scale in (("GiB", GIB), ("MiB", MIB), ("KiB", 1 << 10)):
+        if n >= scale:
+            value = n / scale
+            return f"{value:,.1f} {unit}" if value < 100 else f"{value:,.0f} {unit}"
+    return f"{n} B"
+
+
+def mib_text(n: int | None, *, signed: bool = False, grouped: bool = False) -> str:
+    """Bytes as a MiB figure for a column headed 'MiB' (one decimal); '-' when unknown."""
+    if n is None:
+        return "-"
+    spec = ("+" if signed else "") + ("," if grouped else "") + ".1f"
+    return format(n / MIB, spec)
+
+
+_DURATION_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """'8m', '90s', '1.5h', '45' (seconds) -> seconds; ValueError with the accepted forms."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|min|h)?\s*", text.lower())
+    if not m or float(m.group(1)) <= 0:
+        raise ValueError(f"{text!r}: expected a duration such as 8m, 90s or 1.5h")
+    return float(m.group(1)) * _DURATION_UNITS[m.group(2) or ""]
