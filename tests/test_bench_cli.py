@@ -99,6 +99,9 @@ def test_bench_json_then_runs_and_show(capsys: pytest.CaptureFixture[str]) -> No
     code, out, err = _main(capsys, "runs", "show", rid[:15])
     assert code == 0, err
     assert rid in out and "complete" in out and "100.0%" in out and "6/6" in out and "reference" in out
+    # client timings beside the server's own per-token time; the chat prompt compares by text alone
+    assert all(h in out for h in ("TTFT ms", "ITL p50", "ITL p95", "TPOT ms", "srv ms/tok", "TPOT<srv"))
+    assert "draft-simple / chat: 3 of 3 outputs compared by text only" in out
     code, out, _ = _main(capsys, "runs", "show", rid, "--json")
     full = json.loads(out)
     assert len(full["requests"]) == 12 and full["manifest"]["request"]["workload"] == str(wl)

@@ -348,3 +348,37 @@ def test_vocab_only_pair_is_refused_before_any_server_starts(tmp_path: Path) -> 
         with pytest.raises(NotAdmitted, match="no admitted pair can be benchmarked"):
             Runner(reg, _opts(_one_prompt(tmp_path))).bench()
     assert db_rows(tmp_path / "r.db", "SELECT count(*) AS n FROM bench_runs")[0]["n"] == 0
+
+
+def test_every_row_holds_every_generated_id_and_honest_timings(proof: SimpleNamespace) -> None:
+    """The stream leaves out the ids of tokens whose text it held back (an incomplete UTF-8
+    sequence): the tiny models' "json" output does; its rows get every id from the replay."""
+    sources: dict[str, int] = {}
+    for run in (proof.same, proof.noise):
+        for r in run.requests:
+            assert r.ok, r.error
+            sources[r.ids_source or "?"] = sources.get(r.ids_source or "?", 0) + 1
+            if r.prompt_id == "chat":  # the chat stream names no ids: compared by text alone
+                assert r.ids_source == "none" and r.output_ids is None
+                assert r.condition == "none" or r.diff_unit == "char"
+                continue
+            assert r.ids_source in ("stream", "replay") and r.ids_complete, (r.condition, r.prompt_id, r.ids_source)
+            assert r.output_ids is not None and len(r.output_ids) == r.output_tokens == 16
+            assert r.stream_ids_n is not None and r.stream_ids_n <= 16
+            assert (r.ids_source == "stream") == (r.stream_ids_n == 16)
+            assert r.condition == "none" or r.diff_unit == "token"
+            # client timings: the arrivals after the first text add up, TPOT is their mean gap
+            assert r.arrivals and r.arrivals[0][0] == pytest.approx(r.ttft_ms, abs=1e-3)
+            assert sum(k for _, k in r.arrivals) <= 16 and len(r.itl_ms) == sum(k for _, k in r.arrivals[1:])
+            assert r.server_tpot_ms and r.server_tpot_ms > 0
+            if r.tpot_ms is not None:
+                assert r.tpot_ms == pytest.approx(sum(r.itl_ms) / len(r.itl_ms), abs=1e-3)
+    assert sources.get("replay") and sources.get("stream"), sources
+    for run in (proof.same, proof.noise):
+        for s in run.summaries:
+            assert s.server_tpot_ms.p50 is not None and s.itl_ms.p50 is not None
+            shown = [r for r in run.requests if r.condition == s.condition and r.tpot_ms is not None]
+            flagged = [r for r in shown if r.tpot_below_server]
+            if s.stratum == "all":
+                assert s.n_tpot_flagged == len(flagged)
+                assert (s.tpot_ms.p50 is None) == (len(flagged) == len(shown))

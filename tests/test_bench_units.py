@@ -62,7 +62,11 @@ REAL_METRICS_BEFORE = (
 def test_builtin_workload_has_every_stratum() -> None:
     wl = load_workload("default")
     assert wl.strata() == list(STRATA)
-    assert len(wl.items) == 10 and len({i.id for i in wl.items}) == 10
+    assert len(wl.items) == 15 and len({i.id for i in wl.items}) == 15
+    # the source documents' own languages and emoji: text the server holds back across tokens
+    text = " ".join(i.prompt or " ".join(m.content for m in i.messages or []) for i in wl.items)
+    assert {"reason-ru", "long-ru-summary", "rep-ja-list", "chat-ja", "json-emoji"} <= {i.id for i in wl.items}
+    assert "日本語" in text and "Решите" in text and "🚀" in text
     assert all(i.max_tokens == 32 for i in wl.items)
     one = load_workload("chat")
     assert {i.stratum for i in one.items} == {"chat"} and all(i.messages for i in one.items)
@@ -184,12 +188,18 @@ def test_percentiles_match_numpy_linear() -> None:
 
 
 def test_compare_outputs_tokens_then_chars() -> None:
-    a = _row(0, "none", "p", 1, output_ids=[1, 2, 3], output_text="abc")
-    assert summary.compare_outputs(a, _row(1, "x", "p", 1, output_ids=[1, 2, 3])) == (True, None, "token")
-    assert summary.compare_outputs(a, _row(1, "x", "p", 1, output_ids=[1, 9, 3])) == (False, 1, "token")
-    assert summary.compare_outputs(a, _row(1, "x", "p", 1, output_ids=[1, 2])) == (False, 2, "token")
+    def cmp(a: RequestRow, b: RequestRow) -> tuple[bool, int | None, str]:
+        c = summary.compare_outputs(a, b)
+        return c.equal, c.first, c.unit
+
+    ids = dict(output_tokens=3, output_text="abc")
+    a = _row(0, "none", "p", 1, output_ids=[1, 2, 3], **ids)
+    assert cmp(a, _row(1, "x", "p", 1, output_ids=[1, 2, 3], **ids)) == (True, None, "token")
+    assert cmp(a, _row(1, "x", "p", 1, output_ids=[1, 9, 3], **ids)) == (False, 1, "token")
+    # two ids for three tokens: never compared by ids, only by text
+    assert cmp(a, _row(1, "x", "p", 1, output_ids=[1, 2], **ids)) == (True, None, "char")
     chat = _row(0, "none", "p", 1, output_text="hello")
-    assert summary.compare_outputs(chat, _row(1, "x", "p", 1, output_text="help")) == (False, 3, "char")
+    assert cmp(chat, _row(1, "x", "p", 1, output_text="help")) == (False, 3, "char")
 
 
 def test_summary_speedup_memory_and_mismatch() -> None:

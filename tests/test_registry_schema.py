@@ -153,6 +153,13 @@ SCHEMA: dict[str, list[str]] = {
         "expect_ok",
         "expect_detail",
         "prompt_n",  # m011
+        # m013: where the ids came from, the client's arrivals, the server's per-token time, the diff
+        "ids_source",
+        "stream_ids_n",
+        "arrivals_json",
+        "server_tpot_ms",
+        "first_diff_char",
+        "diff_context",
     ],
     "bench_summaries": [
         "run_id",

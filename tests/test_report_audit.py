@@ -100,6 +100,7 @@ def test_runs_show_report(audit_world: AuditWorld, tmp_path: Path) -> None:
     text = out.read_text("utf-8")
     _assert_self_contained(text)
     assert text.count("<svg") == 3 and audit_world.run_id in text and "speculation did not run" in text
+    assert "ITL p50/p95 ms" in text and "server ms/tok" in text and "predicted_per_token_ms" in text
     md = tmp_path / "run.md"
     code, stdout, stderr = specreg("runs", "show", audit_world.run_id, "--report", str(md), "--json", db=audit_world.db)
     assert code == 0, stderr

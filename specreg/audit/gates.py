@@ -235,7 +235,8 @@ def equivalence_gate(run: RunDigest, cond: ConditionDigest, policy: Policy, conc
         failed = [p for p in row.failed_prompts if not q.required_prompts or p in q.required_prompts]
         ok = not q.require_equivalence or (not failed and row.compared > 0)
         strata[row.stratum] = ok
-        counts[row.stratum] = f"{row.equivalent}/{row.compared}"
+        text_only = f" ({row.compared_text_only} by text only)" if row.compared_text_only else ""
+        counts[row.stratum] = f"{row.equivalent}/{row.compared}{text_only}"
         if failed:
             notes.append(f"{row.stratum}: output changed on {', '.join(failed[:5])}")
         elif row.compared == 0 and q.require_equivalence:

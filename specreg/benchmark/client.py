@@ -1,8 +1,15 @@
 """HTTP client for llama.cpp's native API: streamed completions with client-side timing.
 
-TTFT is measured by the client (first streamed content), the server's own `timings` come from
-the final event. Every failure mode becomes data on the outcome (error text, timed_out) so a
-bad request never loses the rows around it; only `/tokenize` and `/metrics` raise ServerError.
+Client timings come from when each token reached the client: TTFT is the first event with
+generated text, and every event is an arrival of as many tokens as its `tokens_predicted` grew
+by (the server holds back text that ends inside a UTF-8 sequence, then sends several tokens'
+text in one event). The server's own `timings` come from the final event. Each event carries
+only the id of the token that released its text (llama.cpp `process_token` /
+`send_partial_response`, b11434 and the bundled build alike), so a stream whose events covered
+several tokens has an incomplete id list; `record_ids` asks the same server again without
+streaming and with `return_tokens`, the one answer that holds every generated id. Every
+failure mode becomes data on the outcome (error text, timed_out) so a bad request never loses
+the rows around it; only `/tokenize` and `/metrics` raise ServerError.
 """
 
 from __future__ import annotations
@@ -52,16 +59,29 @@ class Completion:
     output_tokens: int | None = None
     finish_reason: str | None = None
     text: str = ""
-    token_ids: list[int] | None = None
+    token_ids: list[int] | None = None  # the ids the stream carried, in order (None: chat)
+    id_positions: list[int] = field(default_factory=list)  # each id's place among the generated tokens
+    arrivals: list[tuple[float, int]] = field(default_factory=list)  # (ms since sent, tokens it brought)
     timings: dict[str, Any] = field(default_factory=dict)
+    tokens_seen: int = 0  # tokens the events so far stood for
+    first_text: int | None = None  # index in `arrivals` of the event with the first text
+
+    @property
+    def ids_complete(self) -> bool:
+        """Did the stream carry the id of every token the server generated?"""
+        n = self.output_tokens
+        return self.token_ids is not None and n is not None and self.id_positions == list(range(n))
 
     @property
     def tpot_ms(self) -> float | None:
-        """(total - TTFT) / (n - 1): time per output token after the first."""
-        n = self.output_tokens
-        if self.total_ms is None or self.ttft_ms is None or not n or n < 2:
+        """Time per output token after the first text: (last arrival - TTFT) / tokens that arrived
+        after the first text event (that event may have brought several)."""
+        first = self.first_text
+        if first is None or self.ttft_ms is None:
             return None
-        return (self.total_ms - self.ttft_ms) / (n - 1)
+        later = self.arrivals[first + 1 :]
+        n = sum(k for _, k in later)
+        return (later[-1][0] - self.ttft_ms) / n if n else None
 
 
 class LlamaClient:
@@ -164,9 +184,61 @@ class LlamaClient:
                 "messages": [m.model_dump() for m in item.messages or []],
                 "max_tokens": max_tokens,
                 "stream_options": {"include_usage": True},
+                "timings_per_token": True,  # each chunk's predicted_n: how many tokens it brought
                 **common,
             }
         return self._stream(path, body, timeout_s or self.timeout_s, chat=item.prompt is None)
+
+    def record_ids(
+        self, prompt: str, *, max_tokens: int, seed: int, temperature: float = 0.0, timeout_s: float | None = None
+    ) -> Completion:
+        """The same `/completion` without streaming and with `return_tokens`: the server's answer
+        then holds every generated id (`slot.generated_tokens`, kept before the UTF-8 check that
+        holds text back), with the text and the token count. Not timed: a record, not a measurement."""
+        body = {
+            "prompt": prompt, "n_predict": max_tokens, "temperature": temperature, "seed": seed,
+            "stream": False, "cache_prompt": False, "return_tokens": True,
+        }  # fmt: skip
+        out = Completion()
+        timeout_s = timeout_s or self.timeout_s
+        t0 = time.perf_counter()
+        try:
+            with self._http.stream(
+                "POST", "/completion", json=body, timeout=httpx.Timeout(timeout_s, connect=5.0)
+            ) as r:
+                data = _capped_body(r, t0 + timeout_s, timeout_s)
+                if r.status_code != 200:
+                    out.error = f"HTTP {r.status_code}: {data[:300].decode('utf-8', 'replace')}"
+                    return out
+            ev = json.loads(data, parse_float=_finite, parse_constant=_no_constant)
+            if not isinstance(ev, dict):
+                raise _Malformed("the answer is not an object")
+            out.text = _text(ev.get("content"), "content")
+            tokens = ev.get("tokens") or []
+            if not isinstance(tokens, list):
+                raise _Malformed(f"tokens is a {type(tokens).__name__}, not a list")
+            out.token_ids = [_count(t, "a token id") for t in tokens]
+            out.id_positions = list(range(len(out.token_ids)))
+            out.timings = _timings(ev.get("timings") or {})
+            n = ev.get("tokens_predicted", out.timings.get("predicted_n"))
+            out.output_tokens = _count(n, "tokens_predicted") if n is not None else None
+            out.finish_reason = _FINISH.get(str(ev.get("stop_type")), str(ev.get("stop_type"))[:40])
+        except _StreamLimit as exc:
+            out.timed_out, out.error = exc.timed_out, str(exc)
+            return out
+        except httpx.TimeoutException:
+            out.timed_out, out.error = True, f"timed out after {timeout_s:g}s"
+            return out
+        except httpx.HTTPError as exc:
+            out.error = f"{type(exc).__name__}: {exc}"[:300]
+            return out
+        except (_Malformed, TypeError, ValueError, OverflowError) as exc:
+            out.error = f"malformed answer from server ({exc})"[:300]
+            return out
+        finally:
+            out.total_ms = (time.perf_counter() - t0) * 1000.0
+        out.ok = True
+        return out
 
     def _stream(self, path: str, body: dict[str, Any], timeout_s: float, *, chat: bool) -> Completion:
         out = Completion(token_ids=None if chat else [])
@@ -248,6 +320,20 @@ def _sse_lines(r: httpx.Response, deadline: float, timeout_s: float) -> Iterator
         yield b"".join(pending)
 
 
+def _capped_body(r: httpx.Response, deadline: float, timeout_s: float) -> bytes:
+    """A whole (non-streamed) answer, bounded in size and time like a stream."""
+    parts: list[bytes] = []
+    total = 0
+    for chunk in r.iter_raw():
+        if time.perf_counter() > deadline:
+            raise _StreamLimit(f"timed out after {timeout_s:g}s", timed_out=True)
+        total += len(chunk)
+        if total > MAX_RESPONSE_BYTES:
+            raise _StreamLimit(f"server sent more than {MAX_RESPONSE_BYTES >> 20} MiB for one request")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
 def _finite(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
@@ -286,9 +372,17 @@ def _text(value: object, what: str) -> str:
     return value
 
 
-def _first(out: Completion, t0: float) -> None:
-    if out.ttft_ms is None:
-        out.ttft_ms = (time.perf_counter() - t0) * 1000.0
+def _arrive(out: Completion, t0: float, tokens: int, text: str) -> None:
+    """One event that brought `tokens` generated tokens and `text`: an arrival, and TTFT at the
+    first event with text."""
+    if tokens <= 0 and not text:
+        return
+    t = (time.perf_counter() - t0) * 1000.0
+    if tokens > 0:
+        out.arrivals.append((t, tokens))
+    if text and out.ttft_ms is None:
+        out.ttft_ms = t
+        out.first_text = len(out.arrivals) - 1 if out.arrivals else None
 
 
 def _completion_event(out: Completion, ev: dict[str, Any], t0: float) -> None:
@@ -296,36 +390,63 @@ def _completion_event(out: Completion, ev: dict[str, Any], t0: float) -> None:
     tokens = ev.get("tokens") or []
     if not isinstance(tokens, list):
         raise _Malformed(f"tokens is a {type(tokens).__name__}, not a list")
-    if content or tokens:
-        _first(out, t0)
-        out.text += content
-        if out.token_ids is not None:
-            out.token_ids.extend(_count(t, "a token id") for t in tokens)
-    if ev.get("stop"):
-        out.finish_reason = _FINISH.get(str(ev.get("stop_type")), str(ev.get("stop_type"))[:40])
+    ids = [_count(t, "a token id") for t in tokens]
+    stop = bool(ev.get("stop"))
+    if stop:
         out.timings = _timings(ev.get("timings") or {})
-        n = ev.get("tokens_predicted", out.timings.get("predicted_n"))
-        out.output_tokens = _count(n, "tokens_predicted") if n is not None else None
+    n = ev.get("tokens_predicted", out.timings.get("predicted_n") if stop else None)
+    # tokens this event stands for: its `tokens_predicted` less the count before it; a server
+    # without the count: its ids, or one token for text without ids
+    if n is not None:
+        n = _count(n, "tokens_predicted")
+        if n < out.tokens_seen:
+            raise _Malformed(f"tokens_predicted went back from {out.tokens_seen} to {n}")
+        new = n - out.tokens_seen
+    else:
+        new = len(ids) or (1 if content and not stop else 0)
+    if len(ids) > new:
+        raise _Malformed(f"{len(ids)} token ids for {new} new token(s)")
+    # the ids are the event's last tokens: each event carries the token that released its text
+    start = out.tokens_seen + new - len(ids)
+    out.tokens_seen += new
+    _arrive(out, t0, new, content)
+    out.text += content
+    if out.token_ids is not None and ids:
+        out.token_ids.extend(ids)
+        out.id_positions.extend(range(start, start + len(ids)))
+    if stop:
+        out.finish_reason = _FINISH.get(str(ev.get("stop_type")), str(ev.get("stop_type"))[:40])
+        out.output_tokens = n if n is not None else out.tokens_seen
 
 
 def _chat_event(out: Completion, ev: dict[str, Any], t0: float) -> None:
     choices = ev.get("choices") or []
     if not isinstance(choices, list):
         raise _Malformed(f"choices is a {type(choices).__name__}, not a list")
+    text = ""
     for choice in choices:
         if not isinstance(choice, dict):
             raise _Malformed("a choice is not an object")
         delta = choice.get("delta") or {}
         if not isinstance(delta, dict):
             raise _Malformed("delta is not an object")
-        content = _text(delta.get("content"), "delta.content")
-        if content:
-            _first(out, t0)
-            out.text += content
+        text += _text(delta.get("content"), "delta.content")
         if choice.get("finish_reason"):
             out.finish_reason = str(choice["finish_reason"])[:40]
-    if ev.get("timings"):
-        out.timings = _timings(ev["timings"])
+    timings = _timings(ev["timings"]) if ev.get("timings") else None
+    if timings is not None:
+        out.timings = timings  # per chunk (timings_per_token): the last one is the request's
+    # a chunk's tokens: how far its `timings.predicted_n` moved; a chunk without: one for text
+    n = timings.get("predicted_n") if timings is not None else None
+    if n is not None:
+        n = _count(n, "timings.predicted_n")
+        new = max(0, n - out.tokens_seen)
+        out.tokens_seen = max(out.tokens_seen, n)
+    else:
+        new = 1 if text else 0
+        out.tokens_seen += new
+    _arrive(out, t0, new, text)
+    out.text += text
     usage = ev.get("usage") or {}
     if not isinstance(usage, dict):
         raise _Malformed(f"usage is a {type(usage).__name__}, not an object")

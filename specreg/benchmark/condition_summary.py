@@ -13,7 +13,7 @@ is None when nothing was drafted, never 0.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from specreg.benchmark import sequential, statistics, stepcost
@@ -36,19 +36,83 @@ def stat(values: Iterable[float | None]) -> Stat:
     return Stat(p50=percentile(xs, 50), p95=percentile(xs, 95))
 
 
-def compare_outputs(base: RequestRow, row: RequestRow) -> tuple[bool, int | None, str]:
-    """(equal, first differing position, unit): token ids when both have them, else characters."""
-    if base.output_ids is not None and row.output_ids is not None:
-        a: list[int] | str = base.output_ids
-        b: list[int] | str = row.output_ids
-        unit = "token"
-    else:
-        a, b, unit = base.output_text or "", row.output_text or "", "char"
+CONTEXT = 3  # tokens (or 12 characters) shown either side of the first difference
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One row's output against the baseline's: equal ids and equal text when both rows hold
+    every id (`RequestRow.ids_complete`), else equal text alone (`unit` "char")."""
+
+    equal: bool
+    unit: str  # "token": ids and text compared; "char": text only
+    first_token: int | None = None
+    first_char: int | None = None
+    context: str | None = None
+
+    @property
+    def first(self) -> int | None:
+        """The first difference in `unit`."""
+        return self.first_token if self.unit == "token" else self.first_char
+
+
+def _first_diff(a: Sequence[object], b: Sequence[object]) -> int | None:
     if a == b:
-        return True, None, unit
+        return None
     n = min(len(a), len(b))
-    first = next((i for i in range(n) if a[i] != b[i]), n)
-    return False, first, unit
+    return next((i for i in range(n) if a[i] != b[i]), n)
+
+
+def _around(xs: Sequence[object], i: int, width: int, sep: str) -> str:
+    """xs[i - width : i + width + 1] with xs[i] in brackets (`[]` past the end)."""
+    head = sep.join(map(str, xs[max(0, i - width) : i]))
+    here = f"[{xs[i]}]" if i < len(xs) else "[]"
+    tail = sep.join(map(str, xs[i + 1 : i + 1 + width]))
+    dots = ("…" if i - width > 0 else "", "…" if i + 1 + width < len(xs) else "")
+    return f"{dots[0]}{head}{sep if head else ''}{here}{sep if tail else ''}{tail}{dots[1]}"
+
+
+def _chars(text: str, i: int) -> str:
+    import json
+
+    w = CONTEXT * 4
+    piece = text[max(0, i - w) : i + w + 1]
+    j = i - max(0, i - w)
+    # JSON escapes make control characters and held-back bytes (U+FFFD) visible, one line
+    inner = json.dumps(piece[:j], ensure_ascii=False)[1:-1]
+    here = json.dumps(piece[j : j + 1], ensure_ascii=False)[1:-1]
+    rest = json.dumps(piece[j + 1 :], ensure_ascii=False)[1:-1]
+    return f'"{inner}[{here}]{rest}"'
+
+
+def compare_outputs(base: RequestRow, row: RequestRow) -> Comparison:
+    """Equal means equal text, and equal ids when both rows hold every id. The first difference
+    is given in tokens (ids compared) and characters, with a few of each either side."""
+    ta, tb = base.output_text or "", row.output_text or ""
+    first_char = _first_diff(ta, tb)
+    by_ids = base.ids_complete and row.ids_complete
+    first_token = _first_diff(base.output_ids or [], row.output_ids or []) if by_ids else None
+    if first_char is None and first_token is None:
+        return Comparison(True, "token" if by_ids else "char")
+    parts = []
+    if first_token is not None:
+        a, b = base.output_ids or [], row.output_ids or []
+        parts.append(
+            f"token {first_token}: {_around(a, first_token, CONTEXT, ' ')} vs {_around(b, first_token, CONTEXT, ' ')}"
+        )
+    if first_char is not None:
+        parts.append(f"char {first_char}: {_chars(ta, first_char)} vs {_chars(tb, first_char)}")
+    unit = "token" if by_ids else "char"
+    return Comparison(False, unit, first_token if by_ids else None, first_char, "; ".join(parts))
+
+
+def mismatch_at(row: RequestRow) -> str:
+    """Where a row first differs: "token 7, char 12"; "char 12 (text only)" when ids were not compared."""
+    if row.diff_unit == "token":
+        at = f"token {row.first_diff}" if row.first_diff is not None else "tokens equal"
+        return at + (f", char {row.first_diff_char}" if row.first_diff_char is not None else "")
+    char = row.first_diff_char if row.first_diff_char is not None else row.first_diff
+    return f"char {char} (text only)"
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:
@@ -81,11 +145,16 @@ def _group(cond: ConditionRun, stratum: str, rows: list[RequestRow], reports_dra
     s.n_requests, s.n_ok = len(rows), len(ok)
     s.n_errors = sum(1 for r in rows if not r.ok and not r.timed_out)
     s.n_timeouts = sum(1 for r in rows if r.timed_out)
+    # a client TPOT below the server's own per-token time is no decode speed: counted, not shown
+    flagged = [r for r in ok if r.tpot_below_server]
     s.total_ms, s.ttft_ms, s.tpot_ms = (
         stat(r.total_ms for r in ok),
         stat(r.ttft_ms for r in ok),
-        stat(r.tpot_ms for r in ok),
+        stat(r.tpot_ms for r in ok if not r.tpot_below_server),
     )
+    s.itl_ms = stat(x for r in ok for x in r.itl_ms)
+    s.server_tpot_ms = stat(r.server_tpot_ms for r in ok)
+    s.n_tpot_flagged = len(flagged)
     s.output_tokens = sum(r.output_tokens or 0 for r in ok)
     decode_s = sum((r.predicted_ms or 0.0) for r in ok if r.output_tokens) / 1000.0
     s.decode_tps = s.output_tokens / decode_s if decode_s > 0 else None
@@ -97,9 +166,11 @@ def _group(cond: ConditionRun, stratum: str, rows: list[RequestRow], reports_dra
         compared = [r for r in rows if r.matches_baseline is not None]
         s.n_compared = len(compared)
         s.n_equal = sum(1 for r in compared if r.matches_baseline)
+        s.n_text_only = sum(1 for r in compared if r.diff_unit == "char")
         bad = next((r for r in compared if not r.matches_baseline), None)
         if bad is not None:
-            s.first_mismatch = f"{bad.prompt_id}#{bad.repeat} @ {bad.diff_unit} {bad.first_diff}"
+            s.first_mismatch = f"{bad.prompt_id}#{bad.repeat} @ {mismatch_at(bad)}"
+            s.mismatch_context = bad.diff_context
     checked = [r for r in rows if r.expect_ok is not None]
     s.n_expect_checked, s.n_expect_failed = len(checked), sum(1 for r in checked if not r.expect_ok)
     return s

@@ -129,6 +129,10 @@ def build_digest(
                 p95_total_ms=s.total_ms.p95,
                 median_ttft_ms=s.ttft_ms.p50,
                 median_tpot_ms=s.tpot_ms.p50,
+                p50_itl_ms=s.itl_ms.p50,
+                p95_itl_ms=s.itl_ms.p95,
+                median_server_tpot_ms=s.server_tpot_ms.p50,
+                tpot_below_server=s.n_tpot_flagged,
                 acceptance=s.acceptance,
                 speedup=s.speedup,
                 speedup_ci95=s.speedup_ci95,
@@ -147,6 +151,8 @@ def build_digest(
                 timeouts=s.n_timeouts,
                 equivalent=0 if is_base else passed,
                 compared=0 if is_base else compared,
+                compared_text_only=0 if is_base else s.n_text_only,
+                first_mismatch=None if is_base or not s.first_mismatch else _mismatch(s),
                 failed_prompts=[] if is_base else failed,
                 prompts=ids,
             )
@@ -251,3 +257,7 @@ def keep_digests(reg: Registry, run_ids: Iterable[str]) -> int:
             )
     except (ValueError, SpecregError):  # ValidationError of a damaged stored part, or a failed write
         return 0
+
+
+def _mismatch(s: ConditionSummary) -> str:
+    return f"{s.first_mismatch}: {s.mismatch_context}" if s.mismatch_context else str(s.first_mismatch)

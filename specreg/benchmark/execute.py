@@ -7,7 +7,9 @@ within the tolerance (at most `warmup`), are not counted, and are recorded.
 
 Requests go through a thread pool (the condition's concurrency in flight, as many `-np` slots);
 the main thread writes each row as it finishes, so Ctrl-C (KeyboardInterrupt arrives in the main
-thread) leaves every finished row stored and the server is stopped in `finally`.
+thread) leaves every finished row stored and the server is stopped in `finally`. After a slot's
+requests and its counters, rows whose stream left token ids out get every id from a replay of
+the same request (`_complete_ids`), and their comparisons with the baseline are made again.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from specreg.benchmark.warmup import warm_up
 from specreg.benchmark.workloads import Workload, content_sha256
 from specreg.errors import ServerError, ServerStartError
 from specreg.registry.db import now
-from specreg.schemas.bench import ConditionRun, PromptInfo, RequestRow, RunInfo, WorkloadItem
+from specreg.schemas.bench import ConditionRun, IdsSource, PromptInfo, RequestRow, RunInfo, WorkloadItem
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.methods import BASELINE
 from specreg.servers.launcher import ServerCommand, ServerProcess, launch
@@ -73,6 +75,9 @@ class RunContext:
     baseline: dict[tuple[int, str, int], RequestRow] = field(default_factory=dict)  # (concurrency, prompt, rep)
     prompts_stored: bool = False
     items: dict[str, WorkloadItem] = field(default_factory=dict)
+    row_ids: dict[tuple[int, str, int], int] = field(default_factory=dict)  # (condition, prompt, rep) -> row id
+    positions: dict[tuple[int, str, int], list[int]] = field(default_factory=dict)  # the stream's id positions
+    concurrency: dict[int, int] = field(default_factory=dict)  # condition idx -> requests in flight
 
     def __post_init__(self) -> None:
         self.items = {i.id: i for i in self.workload.items}
@@ -206,6 +211,7 @@ def _measure(
         return
     before = parse_metrics(client.metrics_text())
     sampler = MemorySampler(server.pids, ctx.gpu)
+    first_row = len(ctx.rows)
     with sampler:
         _requests(ctx, cond, server, client, reps)
     cond.memory = higher_peak(cond.memory, sampler.result())
@@ -217,6 +223,8 @@ def _measure(
         after = parse_metrics(client.metrics_text())
         cond.metrics_before, cond.metrics_after = spec_only(before), spec_only(after)
         cond.counters = add_counters(cond.counters, spec_counters(before, after))
+    if server.alive():  # after the counters: the replays are not part of the measurement
+        _complete_ids(ctx, cond, client, [r for r in ctx.rows[first_row:] if r.condition_idx == cond.idx])
 
 
 def _requests(ctx: RunContext, cond: ConditionRun, server: ServerProcess, client: LlamaClient, reps: list[int]) -> None:
@@ -286,7 +294,9 @@ def _one(ctx: RunContext, cond: ConditionRun, client: LlamaClient, item: Workloa
         seed=o.seed,
         timeout_s=min(o.request_timeout_s, max(0.5, ctx.remaining())),
     )
-    return _row(cond, item, rep, started, c)
+    row = _row(cond, item, rep, started, c)
+    ctx.positions[_key(row)] = c.id_positions
+    return row
 
 
 def _row(cond: ConditionRun, item: WorkloadItem, rep: int, started: datetime, c: Completion) -> RequestRow:
@@ -323,8 +333,23 @@ def _row(cond: ConditionRun, item: WorkloadItem, rep: int, started: datetime, c:
         cache_n=whole("cache_n"),
         output_text=c.text if c.ok else (c.text or None),
         output_ids=c.token_ids if c.ok else None,
+        ids_source=_ids_source(c) if c.ok else None,
+        stream_ids_n=len(c.token_ids) if c.ok and c.token_ids is not None else None,
+        arrivals=_from_first_text(c) if c.ok else None,
+        server_tpot_ms=num("predicted_per_token_ms"),
         output_sha256=hashlib.sha256(c.text.encode()).hexdigest() if c.ok else None,
     )
+
+
+def _ids_source(c: Completion) -> IdsSource:
+    if c.token_ids is None:
+        return "none"
+    return "stream" if c.ids_complete else "incomplete"  # "incomplete" until a replay completes it
+
+
+def _from_first_text(c: Completion) -> list[tuple[float, int]] | None:
+    first = c.first_text
+    return [(round(t, 4), k) for t, k in c.arrivals[first:]] if first is not None else None
 
 
 def _record(ctx: RunContext, cond: ConditionRun, row: RequestRow) -> None:
@@ -332,20 +357,100 @@ def _record(ctx: RunContext, cond: ConditionRun, row: RequestRow) -> None:
     item = ctx.items[row.prompt_id]
     if row.ok and item.expect is not None:
         row.expect_ok, row.expect_detail = expect_mod.check(item.expect, row.output_text or "")
-    conc = cond.spec.concurrency
+    conc = ctx.concurrency[cond.idx] = cond.spec.concurrency
     if cond.spec.method == BASELINE:
         if row.ok:
             ctx.baseline[(conc, row.prompt_id, row.repeat)] = row
     elif row.ok:
-        # the same prompt and repetition at the same concurrency; greedy output is deterministic,
-        # so any measured baseline repetition of the prompt stands in when that one is not there yet
-        base = ctx.baseline.get((conc, row.prompt_id, row.repeat)) or _any_baseline(ctx, conc, row.prompt_id)
-        if base is not None:
-            row.matches_baseline, row.first_diff, unit = compare_outputs(base, row)
-            row.diff_unit = unit  # type: ignore[assignment]
-    ctx.store.add_request(ctx.run_id, row)
+        _compare(ctx, conc, row)
+    ctx.row_ids[_key(row)] = ctx.store.add_request(ctx.run_id, row)
     ctx.rows.append(row)
     ctx.observer.request_done(cond, row)
+
+
+def _key(row: RequestRow) -> tuple[int, str, int]:
+    return (row.condition_idx, row.prompt_id, row.repeat)
+
+
+def _compare(ctx: RunContext, conc: int, row: RequestRow) -> bool:
+    """Compare a speculative row with its baseline; whether anything about it changed."""
+    # the same prompt and repetition at the same concurrency; greedy output is deterministic,
+    # so any measured baseline repetition of the prompt stands in when that one is not there yet
+    base = ctx.baseline.get((conc, row.prompt_id, row.repeat)) or _any_baseline(ctx, conc, row.prompt_id)
+    if base is None:
+        return False
+    c = compare_outputs(base, row)
+    before = (row.matches_baseline, row.first_diff, row.diff_unit, row.first_diff_char, row.diff_context)
+    row.matches_baseline, row.first_diff, row.diff_unit = c.equal, c.first, c.unit  # type: ignore[assignment]
+    row.first_diff_char, row.diff_context = c.first_char, c.context
+    return before != (row.matches_baseline, row.first_diff, row.diff_unit, row.first_diff_char, row.diff_context)
+
+
+def _complete_ids(ctx: RunContext, cond: ConditionRun, client: LlamaClient, rows: list[RequestRow]) -> None:
+    """Give every row of this slot whose stream left out ids (text held back across tokens) the
+    full list: the same request again, not streamed, with `return_tokens`. Run after the slot's
+    measurements and counters, so it changes neither. Its ids are kept only when its text and
+    token count are the stream's and it agrees with every id the stream carried; else the row
+    stays "incomplete" and is compared by text alone. Then comparisons that involve these rows
+    are made again (a baseline row completed here changes the rows compared with it)."""
+    o = ctx.opts
+    done: list[RequestRow] = []
+    for row in rows:
+        item = ctx.items[row.prompt_id]
+        if not row.ok or row.ids_source != "incomplete" or item.prompt is None or ctx.expired():
+            continue
+        rec = client.record_ids(
+            item.prompt,
+            max_tokens=o.max_tokens or item.max_tokens,
+            seed=o.seed,
+            timeout_s=min(o.request_timeout_s, max(0.5, ctx.remaining())),
+        )
+        problem = _replay_problem(row, ctx.positions.get(_key(row), []), rec)
+        if problem is None:
+            row.output_ids, row.ids_source = rec.token_ids, "replay"
+            done.append(row)
+        else:
+            ctx.observer.note(
+                f"{cond.spec.name} {row.prompt_id}#{row.repeat}: the stream left token ids out and the "
+                f"replay that asks for every id was not used ({problem}); compared by text only"
+            )
+    conc = cond.spec.concurrency
+    changed = {_key(r): r for r in done}
+    if cond.spec.method == BASELINE:
+        prompts = {r.prompt_id for r in done}
+        for r in ctx.rows:
+            mine = r.ok and r.matches_baseline is not None and r.prompt_id in prompts and _conc(ctx, r) == conc
+            if mine and _compare(ctx, conc, r):
+                changed[_key(r)] = r
+    else:
+        for r in done:
+            _compare(ctx, conc, r)
+    for key, r in changed.items():
+        ctx.store.update_request_output(ctx.row_ids[key], r)
+
+
+def _conc(ctx: RunContext, row: RequestRow) -> int:
+    return ctx.concurrency.get(row.condition_idx, 1)
+
+
+def _replay_problem(row: RequestRow, positions: list[int], rec: Completion) -> str | None:
+    """Why the replay is not the streamed generation again (None: it is): it must have the same
+    token count, the same text (a trailing incomplete UTF-8 sequence the stream never released
+    shows as U+FFFD) and the stream's id at every position the stream showed one."""
+    ids, stream = rec.token_ids, row.output_ids
+    if not rec.ok:
+        return rec.error or "no answer"
+    if ids is None or not ids:
+        return "the server returned no token ids (no return_tokens in this build?)"
+    if rec.output_tokens != row.output_tokens or len(ids) != row.output_tokens:
+        return f"{len(ids)} ids and {rec.output_tokens} tokens for the stream's {row.output_tokens}"
+    text, streamed = rec.text, row.output_text or ""
+    if not (text == streamed or (text.startswith(streamed) and set(text[len(streamed) :]) <= {"\ufffd"})):
+        return "its text differs from the stream's"
+    if stream is None or len(positions) != len(stream):
+        return "the stream's ids have no positions"
+    bad = next((p for p, t in zip(positions, stream, strict=True) if p >= len(ids) or ids[p] != t), None)
+    return None if bad is None else f"its token {bad} differs from the stream's"
 
 
 def _any_baseline(ctx: RunContext, conc: int, prompt_id: str) -> RequestRow | None:

@@ -61,7 +61,14 @@ _REQ_COLS = [
     "expect_ok",
     "expect_detail",
     "prompt_n",
+    "ids_source",
+    "stream_ids_n",
+    "server_tpot_ms",
+    "first_diff_char",
+    "diff_context",
 ]
+# what a replay of the ids (benchmark/execute.py) changes on a stored row
+_OUTPUT_COLS = ["ids_source", "matches_baseline", "first_diff", "diff_unit", "first_diff_char", "diff_context"]
 
 
 def _dump(model: Any) -> str | None:
@@ -183,14 +190,25 @@ class RunStore:
                 ),
             )
 
-    def add_request(self, run_id: str, row: RequestRow) -> None:
+    def add_request(self, run_id: str, row: RequestRow) -> int:
+        """Insert one request row; returns its row id (what `update_request_output` takes)."""
         values = [getattr(row, c) for c in _REQ_COLS]
         values[_REQ_COLS.index("started_at")] = iso(row.started_at)
-        cols = ", ".join(["run_id", *_REQ_COLS, "output_ids_json"])
-        marks = ",".join("?" * (len(_REQ_COLS) + 2))
-        ids = json.dumps(row.output_ids) if row.output_ids is not None else None
+        cols = ", ".join(["run_id", *_REQ_COLS, "output_ids_json", "arrivals_json"])
+        marks = ",".join("?" * (len(_REQ_COLS) + 3))
         with self.reg.write() as db:
-            db.execute(f"INSERT INTO bench_requests ({cols}) VALUES ({marks})", (run_id, *values, ids))
+            cur = db.execute(
+                f"INSERT INTO bench_requests ({cols}) VALUES ({marks})",
+                (run_id, *values, _ids(row.output_ids), _arrivals(row.arrivals)),
+            )
+            return int(cur.lastrowid or 0)
+
+    def update_request_output(self, row_id: int, row: RequestRow) -> None:
+        """A stored row's ids (completed by a replay) and its comparison with the baseline."""
+        sets = ", ".join(f"{c} = ?" for c in ["output_ids_json", *_OUTPUT_COLS])
+        values = [_ids(row.output_ids), *(getattr(row, c) for c in _OUTPUT_COLS)]
+        with self.reg.write() as db:
+            db.execute(f"UPDATE bench_requests SET {sets} WHERE id = ?", (*values, row_id))
 
     def set_summaries(self, run_id: str, target: str, draft: str | None, summaries: list[ConditionSummary]) -> None:
         with self.reg.write() as db:
@@ -382,4 +400,13 @@ def _request(q: sqlite3.Row) -> RequestRow:
     for b in ("matches_baseline", "expect_ok"):
         data[b] = None if data[b] is None else bool(data[b])
     data["output_ids"] = json.loads(q["output_ids_json"]) if q["output_ids_json"] else None
+    data["arrivals"] = json.loads(q["arrivals_json"]) if q["arrivals_json"] else None
     return RequestRow.model_validate(data)
+
+
+def _ids(ids: list[int] | None) -> str | None:
+    return json.dumps(ids) if ids is not None else None
+
+
+def _arrivals(arrivals: list[tuple[float, int]] | None) -> str | None:
+    return json.dumps([[t, k] for t, k in arrivals], separators=(",", ":")) if arrivals is not None else None

@@ -476,3 +476,20 @@ def m012_run_digests(db: sqlite3.Connection) -> None:
                 f"CREATE TRIGGER run_digests_{table}_{event.lower()} AFTER {event} ON {table} "
                 f"BEGIN DELETE FROM run_digests WHERE run_id = {row}.run_id{also}; END"
             )
+
+
+@migrations()
+def m013_bench_request_records(db: sqlite3.Connection) -> None:
+    """What each request's record rests on: where its token ids came from (a stream leaves out the
+    ids of tokens whose text it held back), how many the stream carried, when its tokens reached
+    the client (arrivals: TPOT and ITL), the server's own per-token time, and the first difference
+    from the baseline in characters with its context. Older rows: NULL (ids judged by their count)."""
+    for col, kind in (
+        ("ids_source", "TEXT"),
+        ("stream_ids_n", "INTEGER"),
+        ("arrivals_json", "TEXT"),
+        ("server_tpot_ms", "REAL"),
+        ("first_diff_char", "INTEGER"),
+        ("diff_context", "TEXT"),
+    ):
+        db.execute(f"ALTER TABLE bench_requests ADD COLUMN {col} {kind}")

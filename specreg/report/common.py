@@ -120,6 +120,8 @@ STRATUM_HEADERS = (
     "p95 ms",
     "TTFT ms",
     "TPOT ms",
+    "ITL p50/p95 ms",
+    "server ms/tok",
     "acceptance",
     "E[L]",
     "predicted",
@@ -140,14 +142,43 @@ def stratum_cells(r: StratumRow) -> list[str]:
         num(r.median_total_ms, ".1f"),
         num(r.p95_total_ms, ".1f"),
         num(r.median_ttft_ms, ".1f"),
-        num(r.median_tpot_ms, ".2f"),
+        tpot_cell(r),
+        f"{num(r.p50_itl_ms)} / {num(r.p95_itl_ms)}",
+        num(r.median_server_tpot_ms),
         pct(r.acceptance),
         num(r.expected_accepted_length),
         num(r.predicted_speedup),
         speedup_cell(r),
         str(r.errors),
         str(r.timeouts),
-        f"{r.equivalent}/{r.compared}",
+        f"{r.equivalent}/{r.compared}" + (f" ({r.compared_text_only} text only)" if r.compared_text_only else ""),
+    ]
+
+
+def tpot_cell(r: StratumRow) -> str:
+    """The client TPOT median, with how many requests were left out for being below the server's time."""
+    below = f"{r.tpot_below_server} below server" if r.tpot_below_server else ""
+    if r.median_tpot_ms is None:
+        return below or "–"
+    return num(r.median_tpot_ms) + (f" ({below})" if below else "")
+
+
+TIMINGS_NOTE = (
+    "Client timings are medians over requests: TTFT to the first generated text the client saw; "
+    "ITL per token from when each token arrived (tokens that came in one event: 0 after the "
+    "first); TPOT (last token − first text) / tokens after it. Server ms/tok is the server's own "
+    "predicted_per_token_ms. A TPOT below it is no decode speed: those requests are left out of "
+    "TPOT and counted as 'below server'. 'text only': outputs compared by text alone, a side's "
+    "token ids not all on record."
+)
+
+
+def comparison_notes(run: RunDigest) -> list[str]:
+    """Each condition x stratum whose output differs from the baseline: where, with context."""
+    return [
+        f"{r.condition} / {r.stratum}: first output that differs from the baseline: {r.first_mismatch}"
+        for r in run.strata
+        if r.first_mismatch
     ]
 
 

@@ -83,6 +83,10 @@ def run_tables(run: RunDigest, heading: bool = True) -> list[str]:
         out += ["", f"{code(c.label)}:", *_fence(common.server_command(c.command))]
     out += ["", "### Per stratum", ""]
     out += _table(common.STRATUM_HEADERS, [common.stratum_cells(r) for r in run.strata])
+    out += ["", esc(common.TIMINGS_NOTE)]
+    notes = common.comparison_notes(run)
+    if notes:
+        out += ["", *(f"- {esc(n)}" for n in notes)]
     return [*out, ""]
 
 

@@ -120,7 +120,11 @@ class StratumRow(BaseModel):
     median_total_ms: float | None = None
     p95_total_ms: float | None = None
     median_ttft_ms: float | None = None
-    median_tpot_ms: float | None = None
+    median_tpot_ms: float | None = None  # client TPOT of the requests not below the server's time
+    p50_itl_ms: float | None = None  # per-token inter-token latency (client arrivals)
+    p95_itl_ms: float | None = None
+    median_server_tpot_ms: float | None = None  # the server's own predicted_per_token_ms
+    tpot_below_server: int = 0  # requests whose client TPOT was below the server's: no decode speed
     acceptance: float | None = None  # None when nothing was drafted (never 0)
     speedup: float | None = None  # baseline median total / this median total (paired requests)
     speedup_ci95: tuple[float, float] | None = None  # seeded paired bootstrap over prompt x repetition
@@ -139,6 +143,8 @@ class StratumRow(BaseModel):
     timeouts: int = 0
     equivalent: int = 0  # requests whose output matched the baseline / passed `expect`
     compared: int = 0  # requests that could be compared
+    compared_text_only: int = 0  # of those, compared by text alone (a side's token ids incomplete)
+    first_mismatch: str | None = None  # "prompt#rep @ token 7, char 12: <context>"
     prompts: list[str] = Field(default_factory=list)  # prompt ids measured in this stratum
     failed_prompts: list[str] = Field(default_factory=list)  # prompt ids that broke equivalence
 

@@ -8,6 +8,7 @@ acceptance with zero drafted tokens is undefined, not 0; an absent GPU is absent
 from __future__ import annotations
 
 from datetime import datetime
+from itertools import pairwise
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
@@ -20,6 +21,8 @@ RunStatus = Literal["running", "complete", "incomplete", "cancelled", "aborted",
 ConditionStatus = Literal["pending", "running", "ok", "failed", "cancelled", "aborted", "skipped"]
 Difference = Literal["faster", "slower", "no measurable difference"]
 LengthSource = Literal["per-position", "formula"]  # where E[L] came from
+IdsSource = Literal["stream", "replay", "incomplete", "none"]  # where a row's token ids came from
+MAX_OUTPUT_TOKENS = 65536  # the most tokens one request may ask for
 ALL_STRATA = "all"
 
 
@@ -58,7 +61,7 @@ class WorkloadItem(BaseModel):
     stratum: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]{0,39}$")
     prompt: str | None = None
     messages: list[ChatMessage] | None = Field(default=None, min_length=1)
-    max_tokens: int = Field(default=32, ge=1, le=65536)
+    max_tokens: int = Field(default=32, ge=1, le=MAX_OUTPUT_TOKENS)
     expect: Expect | None = None
 
     @model_validator(mode="after")
@@ -209,12 +212,53 @@ class RequestRow(BaseModel):
     cache_n: int | None = None
     output_text: str | None = None
     output_ids: list[int] | None = None
+    # where output_ids came from: "stream" (the stream carried every id), "replay" (it did not; a
+    # non-streamed return_tokens request to the same server, matching the streamed text and every
+    # id the stream did carry), "incomplete" (neither: compared by text only), "none" (a chat
+    # request: its stream names no ids). None: rows stored before specreg recorded it.
+    ids_source: IdsSource | None = None
+    stream_ids_n: int | None = None  # ids the stream itself carried (of output_tokens)
+    # client arrivals from the first event with text on: (ms since the request was sent, tokens)
+    arrivals: list[tuple[float, int]] | None = None
+    server_tpot_ms: float | None = None  # the server's own timings.predicted_per_token_ms
     output_sha256: str | None = None
     matches_baseline: bool | None = None
-    first_diff: int | None = None
-    diff_unit: Literal["token", "char"] | None = None
+    first_diff: int | None = None  # in diff_unit: tokens when ids were compared, else characters
+    diff_unit: Literal["token", "char"] | None = None  # "char": compared by text only
+    first_diff_char: int | None = None  # the first differing character (None: the texts are equal)
+    diff_context: str | None = None  # a few tokens / characters either side of the first difference
     expect_ok: bool | None = None
     expect_detail: str | None = None
+
+    @property
+    def ids_complete(self) -> bool:
+        """Every generated id is on record: as many ids as the server's token count, from a
+        source that vouches for them (rows from before the source was recorded: the count alone)."""
+        ids, n = self.output_ids, self.output_tokens
+        if ids is None or n is None or len(ids) != n:
+            return False
+        return self.ids_source in (None, "stream", "replay")
+
+    @property
+    def tpot_below_server(self) -> bool:
+        """A client TPOT faster than the server generated the tokens: not a decode speed (tokens
+        that reached the client together, a first event the client saw late)."""
+        return self.tpot_ms is not None and self.server_tpot_ms is not None and self.tpot_ms < self.server_tpot_ms
+
+    @property
+    def itl_ms(self) -> list[float]:
+        """Per-token inter-token latencies after the first text: an event of k tokens gives its gap
+        since the previous event once and 0 for the k - 1 tokens that came with it."""
+        a = self.arrivals or []
+        # no more latencies than tokens the row says were generated (a stored or imported row's
+        # counts come from outside: never an allocation they size on their own)
+        room = min(self.output_tokens or 0, MAX_OUTPUT_TOKENS)
+        out: list[float] = []
+        for (t_prev, _), (t, k) in pairwise(a):
+            if len(out) >= room:
+                break
+            out += [t - t_prev] + [0.0] * min(max(int(k) - 1, 0), room - len(out) - 1)
+        return out
 
 
 # ---- manifest (PROTOCOL §1) ------------------------------------------------------------------
@@ -348,7 +392,10 @@ class ConditionSummary(BaseModel):
     n_timeouts: int = 0
     total_ms: Stat = Field(default_factory=Stat)
     ttft_ms: Stat = Field(default_factory=Stat)
-    tpot_ms: Stat = Field(default_factory=Stat)
+    tpot_ms: Stat = Field(default_factory=Stat)  # client TPOT of the rows not flagged below
+    itl_ms: Stat = Field(default_factory=Stat)  # per-token inter-token latency, every token pooled
+    server_tpot_ms: Stat = Field(default_factory=Stat)  # the server's predicted_per_token_ms
+    n_tpot_flagged: int = 0  # rows whose client TPOT was below the server's: left out of tpot_ms
     decode_tps: float | None = None
     output_tokens: int = 0
     drafted: int | None = None
@@ -394,7 +441,9 @@ class ConditionSummary(BaseModel):
     vram_overhead_bytes: int | None = None
     n_compared: int = 0
     n_equal: int = 0
-    first_mismatch: str | None = None  # "prompt_id#repeat @ token 7"
+    n_text_only: int = 0  # of n_compared, compared by text alone (a side's ids incomplete, or chat)
+    first_mismatch: str | None = None  # "prompt_id#repeat @ token 7, char 12"
+    mismatch_context: str | None = None  # the first mismatch's tokens and characters either side
     n_expect_checked: int = 0
     n_expect_failed: int = 0
 

@@ -264,6 +264,72 @@ def _row(s: ConditionSummary, expects: bool) -> list[Cell]:
     ]
 
 
+_TIMING_COLUMNS = (
+    Col("condition", limit=24, squeeze=10),
+    Col("stratum", limit=16, squeeze=8),
+    Col("TTFT ms", right=True),
+    Col("ITL p50", right=True),
+    Col("ITL p95", right=True),
+    Col("TPOT ms", right=True),
+    Col("srv ms/tok", right=True),
+    Col("TPOT<srv", right=True),
+)
+
+TIMINGS_LEGEND = (
+    "client timings, p50 over requests: TTFT to the first generated text; ITL per token (a token "
+    "that came in the same event as the one before: 0); TPOT (last token - first text) / tokens "
+    "after it. srv ms/tok: the server's own predicted_per_token_ms. TPOT<srv: requests whose "
+    "TPOT was below it, which is no decode speed: left out of TPOT."
+)
+
+
+def tpot_cells(s: ConditionSummary) -> tuple[str, str]:
+    """The client TPOT median (without the requests below the server's time) and how many those were."""
+    return _num(s.tpot_ms.p50), f"{s.n_tpot_flagged}/{s.n_ok}" if s.n_tpot_flagged else "-"
+
+
+def _timing_row(s: ConditionSummary) -> list[Cell]:
+    tpot, below = tpot_cells(s)
+    return [
+        s.condition if s.stratum == "all" else "",
+        s.stratum,
+        _ms(s.ttft_ms.p50),
+        _num(s.itl_ms.p50),
+        _num(s.itl_ms.p95),
+        tpot,
+        _num(s.server_tpot_ms.p50),
+        (below, "yellow") if s.n_tpot_flagged else below,
+    ]
+
+
+TEXT_ONLY_LEGEND = (
+    "text only: a side's token ids are not all on record (a chat request, or a stream that left "
+    "ids out and no replay gave them), so a token change that keeps the text passes"
+)
+
+
+def _comparisons(summaries: list[ConditionSummary]) -> None:
+    """Where outputs could only be compared by text, and each first difference with its context."""
+    for s in summaries:
+        if s.n_text_only:
+            say(
+                f"{s.n_text_only} of {s.n_compared} outputs compared by text only",
+                prefix=f"{s.condition} / {s.stratum}: ",
+                indent=4,
+            )
+    if any(s.n_text_only for s in summaries):
+        say(TEXT_ONLY_LEGEND, style="dim")
+    for s in summaries:
+        if s.first_mismatch:
+            say(
+                f"first output that differs from the baseline: {s.first_mismatch}",
+                prefix=f"{s.condition} / {s.stratum}: ",
+                indent=4,
+            )
+            if s.mismatch_context:
+                say(s.mismatch_context, prefix="    ", style="dim", indent=6)
+
+
 def _speedup(s: ConditionSummary) -> Cell:
     """`1.23x [1.10, 1.35]`; `reference`; `-` for a condition without one (its reason is printed below)."""
     from specreg.benchmark.statistics import interval_text
@@ -364,14 +430,11 @@ def show_run(run: BenchRun) -> None:
     print_listing(cols, rows)
     _legend_no_difference(run.summaries)
     _decisions(run)
+    show_lines([""])
+    print_listing(_TIMING_COLUMNS, [_timing_row(s) for s in run.summaries if s.n_ok])
+    say(TIMINGS_LEGEND, style="dim")
     _unexplained(run)
-    for s in run.summaries:
-        if s.first_mismatch:
-            say(
-                f"first output that differs from the baseline: {s.first_mismatch}",
-                prefix=f"{s.condition} / {s.stratum}: ",
-                indent=4,
-            )
+    _comparisons(run.summaries)
     for c in run.conditions:
         if c.status == "ok":
             continue
