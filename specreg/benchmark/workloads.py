@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import re
 from dataclasses import dataclass
 from importlib import resources
@@ -19,7 +20,7 @@ from pydantic import ValidationError
 from specreg.benchmark.expect import unsupported_keywords
 from specreg.errors import PolicyError
 from specreg.paths import read_regular
-from specreg.schemas.bench import WorkloadItem
+from specreg.schemas.bench import WorkloadItem, WorkloadSource
 
 STRATA = ("repetitive", "chat", "reasoning", "long_input", "structured")
 MAX_WORKLOAD_BYTES = 64 << 20
@@ -33,6 +34,7 @@ class Workload:
     name: str
     sha256: str
     items: list[WorkloadItem]
+    source: WorkloadSource | None = None  # a standard workload's wheel, data file and prompt ids
 
     def strata(self) -> list[str]:
         return list(dict.fromkeys(i.stratum for i in self.items))
@@ -110,9 +112,41 @@ def _builtin_text(stratum: str) -> str:
     return (resources.files("specreg.benchmark") / "workloads" / f"{stratum}.jsonl").read_text("utf-8")
 
 
-def load_workload(name_or_path: str | Path = DEFAULT) -> Workload:
-    """`default` (every built-in stratum), one stratum's name, or a JSONL file path."""
+def sample_items(items: list[WorkloadItem], n: int | None, seed: int) -> list[WorkloadItem]:
+    """`n` items of each stratum (all when it has no more), in their file order. The draw depends
+    only on `seed`, the stratum and the ids, so a rerun with the same seed asks the same prompts."""
+    if n is None:
+        return list(items)
+    groups: dict[str, list[WorkloadItem]] = {}
+    for it in items:
+        groups.setdefault(it.stratum, []).append(it)
+    keep: set[str] = set()
+    for stratum, group in groups.items():
+        ids = [g.id for g in group]
+        keep.update(ids if n >= len(ids) else random.Random(f"{seed}:{stratum}").sample(ids, n))
+    return [it for it in items if it.id in keep]
+
+
+def load_workload(
+    name_or_path: str | Path = DEFAULT, *, sample: int | None = None, seed: int = 42, ctx_tokens: int = 4096
+) -> Workload:
+    """`default` (every built-in stratum), one stratum's name, a standard set (mt-bench, humaneval,
+    sharegpt: benchmark/standard.py) or a JSONL file path; `sample` items per stratum, seeded.
+    `ctx_tokens` is the context one server slot has (sharegpt's prompts are filtered by it)."""
+    from specreg.benchmark.standard import STANDARD_SETS, load_standard
+
     name = str(name_or_path)
+    if name in STANDARD_SETS:
+        return load_standard(name, sample=sample, seed=seed, ctx_tokens=ctx_tokens)
+    wl = _load_plain(name)
+    if sample is None:
+        return wl
+    items = sample_items(wl.items, sample, seed)
+    digest = hashlib.sha256(f"{wl.sha256}:sample={sample}:seed={seed}".encode()).hexdigest()
+    return Workload(wl.name, digest, items)
+
+
+def _load_plain(name: str) -> Workload:
     if name == DEFAULT or name in STRATA:
         parts = STRATA if name == DEFAULT else (name,)
         texts = [(p, _builtin_text(p)) for p in parts]
@@ -124,7 +158,8 @@ def load_workload(name_or_path: str | Path = DEFAULT) -> Workload:
     if not path.is_file():
         raise PolicyError(
             f"workload {name!r} is neither a built-in name nor a file",
-            hint=f"built-in: {DEFAULT}, {', '.join(STRATA)}; or a JSONL file path",
+            hint=f"built-in: {DEFAULT}, {', '.join(STRATA)}; standard: mt-bench, humaneval, sharegpt; "
+            "or a JSONL file path",
         )
     try:
         data = read_regular(path, MAX_WORKLOAD_BYTES)  # is_file() above can race a swap to a FIFO
