@@ -34,7 +34,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from specreg.benchmark.workloads import Workload, content_sha256, sample_items
+from specreg.benchmark.workload_base import Workload, content_sha256, sample_items
 from specreg.errors import PolicyError, WorkloadUnavailable
 from specreg.paths import cache_dir, read_regular
 from specreg.schemas.bench import ChatMessage, WorkloadItem, WorkloadSource

@@ -9,44 +9,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-import random
 import re
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from specreg.benchmark.expect import unsupported_keywords
+from specreg.benchmark.standard import STANDARD_SETS, load_standard
+from specreg.benchmark.workload_base import Workload, content_sha256, sample_items
 from specreg.errors import PolicyError
 from specreg.paths import read_regular
-from specreg.schemas.bench import WorkloadItem, WorkloadSource
+from specreg.schemas.bench import WorkloadItem
 
 STRATA = ("repetitive", "chat", "reasoning", "long_input", "structured")
 MAX_WORKLOAD_BYTES = 64 << 20
 DEFAULT = "default"
-
-
-@dataclass(frozen=True)
-class Workload:
-    """A named, hashed list of items (ids unique)."""
-
-    name: str
-    sha256: str
-    items: list[WorkloadItem]
-    source: WorkloadSource | None = None  # a standard workload's wheel, data file and prompt ids
-
-    def strata(self) -> list[str]:
-        return list(dict.fromkeys(i.stratum for i in self.items))
-
-
-def content_sha256(item: WorkloadItem) -> str:
-    """SHA-256 of what is sent (the prompt text or the messages), canonical JSON."""
-    if item.prompt is not None:
-        payload: object = {"prompt": item.prompt}
-    else:
-        payload = {"messages": [m.model_dump() for m in item.messages or []]}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+__all__ = ["Workload", "content_sha256", "load_workload", "parse_jsonl", "sample_items"]
 
 
 def _field(loc: tuple[int | str, ...]) -> str:
@@ -112,29 +91,12 @@ def _builtin_text(stratum: str) -> str:
     return (resources.files("specreg.benchmark") / "workloads" / f"{stratum}.jsonl").read_text("utf-8")
 
 
-def sample_items(items: list[WorkloadItem], n: int | None, seed: int) -> list[WorkloadItem]:
-    """`n` items of each stratum (all when it has no more), in their file order. The draw depends
-    only on `seed`, the stratum and the ids, so a rerun with the same seed asks the same prompts."""
-    if n is None:
-        return list(items)
-    groups: dict[str, list[WorkloadItem]] = {}
-    for it in items:
-        groups.setdefault(it.stratum, []).append(it)
-    keep: set[str] = set()
-    for stratum, group in groups.items():
-        ids = [g.id for g in group]
-        keep.update(ids if n >= len(ids) else random.Random(f"{seed}:{stratum}").sample(ids, n))
-    return [it for it in items if it.id in keep]
-
-
 def load_workload(
     name_or_path: str | Path = DEFAULT, *, sample: int | None = None, seed: int = 42, ctx_tokens: int = 4096
 ) -> Workload:
     """`default` (every built-in stratum), one stratum's name, a standard set (mt-bench, humaneval,
     sharegpt: benchmark/standard.py) or a JSONL file path; `sample` items per stratum, seeded.
     `ctx_tokens` is the context one server slot has (sharegpt's prompts are filtered by it)."""
-    from specreg.benchmark.standard import STANDARD_SETS, load_standard
-
     name = str(name_or_path)
     if name in STANDARD_SETS:
         return load_standard(name, sample=sample, seed=seed, ctx_tokens=ctx_tokens)
