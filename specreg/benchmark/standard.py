@@ -341,7 +341,12 @@ def sharegpt_fits(prompt_chars: int, reply_chars: int, ctx_tokens: int) -> bool:
 def _sharegpt(
     s: StandardSet, wheel: Path, sample: int | None, seed: int, ctx_tokens: int
 ) -> tuple[list[WorkloadItem], int]:
-    data_path, index_path = _ensure_sharegpt(s, wheel, build=not (set_dir(s) / "index.jsonl").is_file())
+    d = set_dir(s)
+    header = _index_header(d / "index.jsonl")  # no index yet, or one of another format: build it
+    missing = header is None or not (d / "ShareGPT_V3_unfiltered_cleaned_split.json").is_file()
+    data_path, index_path = _ensure_sharegpt(s, wheel, build=missing)
+    if header is not None and header.get("data_sha256") != s.data_sha256:
+        raise _bad(s, str(index_path), "the index was built from another data file")
     got = _sha256_file(data_path) if data_path.is_file() else "missing"
     if got != s.data_sha256:
         raise _tampered(s, data_path, "data file", got, s.data_sha256)
