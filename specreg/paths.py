@@ -16,6 +16,16 @@ def data_dir() -> Path:
     return base / "specreg"
 
 
+def cache_dir() -> Path:
+    """Downloads worth keeping across registries (`SPECREG_CACHE`, else XDG cache home / specreg):
+    the standard workloads' wheels, and the tests' real vocab files and model."""
+    override = os.environ.get("SPECREG_CACHE")
+    if override:
+        return Path(override)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "specreg"
+
+
 def default_db_path() -> Path:
     """The registry file used when neither `--db` nor SPECREG_DB is given."""
     return data_dir() / "registry.db"

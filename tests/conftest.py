@@ -11,8 +11,8 @@ from specreg.registry.store import Registry
 
 # Fixture modules (tests/ is on sys.path): one real benchmark run shared by the audit and report
 # tests, llama.cpp's vocab files and source (skip when offline), SmolLM2 as a real trained model
-# (skips when offline), the loopback Hugging Face hub.
-pytest_plugins = ["_audit_world", "realvocab_fixture", "realmodel_fixture", "hubserver"]
+# (skips when offline), the standard workloads' wheels (skip when offline), the loopback Hugging Face hub.
+pytest_plugins = ["_audit_world", "realvocab_fixture", "realmodel_fixture", "standard_workloads_fixture", "hubserver"]
 
 
 @pytest.fixture(autouse=True)

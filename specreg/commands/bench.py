@@ -96,9 +96,18 @@ def admitted(
         typer.Option(
             "--workload",
             metavar="NAME|FILE",
-            help="default, a stratum (repetitive, chat, reasoning, long_input, structured) or a JSONL file.",
+            help="default, a stratum (repetitive, chat, reasoning, long_input, structured), a standard "
+            "set (mt-bench, humaneval, sharegpt: see `specreg workloads`) or a JSONL file.",
         ),
     ] = "default",
+    sample: Annotated[
+        int | None,
+        typer.Option(
+            "--sample",
+            metavar="N",
+            help="N prompts per stratum, drawn with --seed (default: all; sharegpt: 1000).",
+        ),
+    ] = None,
     repeat: Annotated[
         int, typer.Option("--repeat", help="Measured repetitions of every prompt (the default policy wants 3).")
     ] = 3,
@@ -191,6 +200,7 @@ def admitted(
     failed (e.g. the draft was refused or drafted nothing), 2 on errors.
 
     Example: specreg bench admitted --pair 1 --workload repetitive --concurrency 1,4 --draft-max 4,8
+    Example: specreg bench admitted --pair 1 --workload mt-bench --sample 2 --repeat 3
     """
     from specreg.benchmark.conditions import parse_ngram_options
     from specreg.benchmark.runner import Runner
@@ -200,6 +210,7 @@ def admitted(
     opts = BenchSettings.from_options(
         methods=_split(methods),
         workload=workload,
+        sample=sample,
         repeat=repeat,
         max_tokens=max_tokens,
         concurrency=_ints(concurrency, "--concurrency") or [1],

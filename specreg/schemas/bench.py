@@ -316,11 +316,27 @@ class HardwareInfo(BaseModel):
     placement: str  # "cpu" or "gpu (ngl=…)"
 
 
+class WorkloadSource(BaseModel):
+    """Where a standard workload's prompts came from: a pinned wheel on the package index, the
+    data file inside it, and which prompts this run used (a `--sample` of them, or all)."""
+
+    package: str
+    version: str
+    wheel_sha256: str
+    data_file: str
+    data_sha256: str
+    sample: int | None = None  # prompts per stratum, None: every prompt that fits
+    filter: str | None = None  # how prompts were filtered (sharegpt: by length for the context)
+    available: int = 0  # prompts that passed the filter, before sampling
+    prompt_ids: list[str] = Field(default_factory=list)
+
+
 class RequestSettings(BaseModel):
     """How requests were made."""
 
     workload: str
     workload_sha256: str
+    workload_source: WorkloadSource | None = None  # standard workloads (mt-bench, humaneval, sharegpt)
     temperature: float = 0.0
     seed: int
     top_k: int | None = None

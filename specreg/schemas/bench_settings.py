@@ -40,6 +40,8 @@ class BenchSettings(BaseModel):
     draft_n_min: int | None = Field(default=None, ge=0, json_schema_extra=_flag("--draft-min"))
     ngram: dict[str, int] = Field(default_factory=dict, json_schema_extra=_flag("--ngram"))
     seed: int = Field(default=42, ge=0, json_schema_extra=_flag("--seed"))
+    # a standard workload's prompts per stratum, drawn with `seed` (None: all of them)
+    sample: int | None = Field(default=None, ge=1, le=100_000, json_schema_extra=_flag("--sample"))
     # warm-up: requests until two in a row agree within `warmup_tolerance`, at most `warmup`
     warmup: int = Field(default=8, ge=0, le=1000, json_schema_extra=_flag("--warmup"))
     warmup_tolerance: float = Field(default=0.10, gt=0, lt=1)

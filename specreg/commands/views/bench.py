@@ -15,7 +15,7 @@ from specreg.commands.output import Cell, err_console, print_listing, safe, safe
 from specreg.units import mib_text
 
 if TYPE_CHECKING:
-    from specreg.schemas.bench import BenchRun, ConditionRun, ConditionSummary, RequestRow, RunInfo
+    from specreg.schemas.bench import BenchRun, ConditionRun, ConditionSummary, RequestRow, RunInfo, WorkloadSource
     from specreg.servers.hardware import HardwareCell, HardwareRow
 
 _STATUS = {
@@ -395,6 +395,22 @@ def _unexplained(run: BenchRun) -> None:
             )
 
 
+def _workload_source(src: WorkloadSource) -> None:
+    """Where a standard workload's prompts came from, pinned: package, wheel and data file hashes,
+    and the prompts used (the first few ids; `--json` has them all)."""
+    data = src.data_file.rsplit("/", 1)[-1]
+    say(
+        f"{src.package}=={src.version} wheel sha256 {src.wheel_sha256}, {data} sha256 {src.data_sha256}",
+        prefix="  prompts from ",
+        indent=4,
+    )
+    ids = src.prompt_ids
+    shown = ", ".join(ids[:6]) + (f", +{len(ids) - 6} more" if len(ids) > 6 else "")
+    of = f" of {src.available}" if src.available else ""
+    sample = f", --sample {src.sample}" if src.sample else ""
+    say(f"{len(ids)}{of}{sample}: {shown}", prefix="  prompts used ", indent=4)
+
+
 def show_run(run: BenchRun) -> None:
     """Header, the condition x stratum comparison, then each difference and failure with its log lines."""
     i, m = run.info, run.manifest
@@ -423,6 +439,8 @@ def show_run(run: BenchRun) -> None:
             f"gpu {gpus}",
         ]
     show_lines(pack([safe_plain(h) for h in head], width(), indent=2))
+    if m is not None and m.request.workload_source is not None:
+        _workload_source(m.request.workload_source)
     expects = any(s.n_expect_checked for s in run.summaries)
     cols = _COLUMNS if expects else _COLUMNS[:-1]
     rows = [_row(s, expects)[: len(cols)] for s in run.summaries if s.n_requests or s.stratum == "all"]

