@@ -243,8 +243,6 @@ def admitted(
     from specreg.servers.identity import choose_rules
 
     judged = choose_rules(server=opts.server)  # the rules this server's build judges by
-    if not json_out:
-        say(judged.line(), prefix="rules: ", stderr=True)
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
         with _registry() as reg, ProgressView() as view:
@@ -255,6 +253,8 @@ def admitted(
     if json_out:
         emit_json([r.model_dump(mode="json", exclude={"requests"}) for r in runs])
     else:
+        if runs:  # after the runs, so that a refusal before any server starts stays one error line
+            say(judged.line(), prefix="rules: ", stderr=True)
         for r in runs:
             show_run(r)
     _warn_other_rules(runs, judged)
