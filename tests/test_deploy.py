@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 from _audit_world import AuditWorld, specreg
-from _registry_helpers import SPECREG
+from _cli_helpers import run_specreg
 
 from specreg.audit.deploy import recorded_flags, server_argv, wrap_command
 from specreg.errors import SpecregError
@@ -189,7 +189,7 @@ def test_human_output_fits_80_columns_and_pastes_back_to_the_same_argv(audit_wor
     pol = audit_world.policy_file(tmp_path)
     pair = str(audit_world.pairs["draft-simple"])
     env = {**os.environ, "SPECREG_DB": str(audit_world.db), "COLUMNS": "80"}
-    proc = subprocess.run([*SPECREG, "deploy", pair, "--policy", str(pol)], capture_output=True, text=True, env=env)
+    proc = run_specreg(["deploy", pair, "--policy", str(pol)], env=env)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     _, plan, _ = _deploy(audit_world, tmp_path, pair)
