@@ -125,9 +125,14 @@ def run_specreg(
     from specreg.cli import main
 
     argv = [os.fspath(a) for a in args]
+    if threading.current_thread() is not threading.main_thread():
+        # the environment, cwd and standard streams are the process's, one for all its threads:
+        # a run from another thread (commands racing each other) gets a child of its own
+        kw: dict[str, Any] = {"env": env, "timeout": timeout, "cwd": cwd, "input": input}
+        return subprocess.run([*SPECREG, *argv], capture_output=True, text=True, **kw)
     stdin = io.TextIOWrapper(io.BytesIO((input or "").encode()), encoding="utf-8")
     out, err = _stream("strict"), _stream("backslashreplace")
-    timer = timeout is not None and threading.current_thread() is threading.main_thread()
+    timer = timeout is not None
 
     def _expire(_sig: int, _frame: object) -> None:
         raise _TimedOut

@@ -109,3 +109,14 @@ def test_a_hung_command_times_out_as_subprocess_run_does(monkeypatch: pytest.Mon
         run_specreg(["artifacts"], timeout=0.5)
     assert time.monotonic() - t0 < 10
     assert signal.getsignal(signal.SIGALRM) is before
+
+
+def test_a_run_from_another_thread_gets_a_child_of_its_own(tmp_path: Path) -> None:
+    """The environment and streams are one per process: threads racing commands each get a child."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    env = {**os.environ, "SPECREG_DB": str(tmp_path / "r.db")}
+    t = model(tmp_path, "t.gguf")
+    with ThreadPoolExecutor(2) as pool:
+        procs = list(pool.map(lambda a: run_specreg(a, env=env, timeout=120), [["inspect", str(t)], ["--version"]]))
+    assert [p.returncode for p in procs] == [0, 0] and procs[1].stdout.startswith("specreg ")
