@@ -206,6 +206,9 @@ def main(argv: list[str] | None = None) -> None:
     # An explicit setting of the user's is kept.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     args = sys.argv[1:] if argv is None else argv
+    # `--db FILE` reaches the commands as SPECREG_DB (`_root`); it is this command's, not the
+    # process's: an embedder's (or a test's) next `main()` without --db uses its own registry.
+    db_before = os.environ.get("SPECREG_DB")
     try:
         rv = startup(args)(args=args, prog_name="specreg", standalone_mode=False)
         code = rv if isinstance(rv, int) else 0
@@ -235,6 +238,11 @@ def main(argv: list[str] | None = None) -> None:
             code = _fail(f"{where}{exc.strerror or exc}", None, EXIT_UNDECIDED)
         else:
             raise
+    finally:
+        if db_before is None:
+            os.environ.pop("SPECREG_DB", None)
+        else:
+            os.environ["SPECREG_DB"] = db_before
     sys.exit(code)
 
 

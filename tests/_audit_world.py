@@ -1,4 +1,5 @@
-"""One small real benchmark run shared by the audit and report tests (session-scoped).
+"""One small real benchmark run shared by the audit and report tests (session-scoped), and one
+real sweep shared by the sweep and deploy tests (`sweep_world`).
 
 A target and a small-noise draft (registered with licences and a pinned revision), their
 draft-simple, ngram-simple and ngram-mod pairs, a rejected near-miss, and one run on the
@@ -16,8 +17,10 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from _bench_helpers import admit
@@ -120,6 +123,41 @@ def audit_world(tmp_path_factory: pytest.TempPathFactory) -> AuditWorld:
         )
         run = Runner(reg, opts).bench([pairs["draft-simple"]])[0]
     return AuditWorld(folder, db, target, draft, near, pairs, run.info.run_id, time.monotonic() - t0)
+
+
+@pytest.fixture(scope="session")
+def sweep_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
+    """One real sweep shared by test_bench_sweep.py and test_deploy.py (read only): draft-simple at
+    draft lengths 2 and 4 and ngram-mod with a match length the outputs never reach (a real
+    failed condition), each at concurrency 1 and 2 with a baseline per level; tiny models, two
+    prompts, two rounds. `reg` stays open for the session; `db` is its file."""
+    from _bench_helpers import ITEMS, NOISE, workload
+
+    from specreg.benchmark.runner import Runner
+    from specreg.schemas.bench_settings import BenchSettings
+
+    d = tmp_path_factory.mktemp("sweep")
+    target, draft = model(d, "t.gguf"), model(d, "d.gguf", noise=NOISE, name="noisy")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SPECREG_HOME", str(d / "home"))
+        reg = Registry(d / "r.db", show_progress=False)
+        pid = admit(reg, target, draft)
+        mod = admit(reg, target, None, "ngram-mod")
+        opts = BenchSettings(
+            workload=str(workload(d, ITEMS[:2])),
+            methods=["draft-simple", "ngram-mod"],
+            draft_n_max=[2, 4],
+            concurrency=[1, 2],
+            ngram={"--spec-ngram-mod-n-match": 500},
+            repeat=2,
+            threads=1,
+            ctx_size=512,
+            start_timeout_s=30,
+            request_timeout_s=30,
+        )
+        run = Runner(reg, opts).bench([pid])[0]
+    yield SimpleNamespace(reg=reg, db=d / "r.db", run=run, pid=pid, mod=mod, folder=d)
+    reg.close()
 
 
 def specreg(*args: str, db: Path) -> tuple[int, str, str]:

@@ -8,17 +8,18 @@ import subprocess
 import sys
 from pathlib import Path
 
+from _cli_helpers import run_specreg
+
 READ_COMMANDS = (("artifacts",), ("pairs",), ("runs",), ("artifacts", "--json"), ("pairs", "--json"))
 
 
 def specreg(*args: str, db: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """The real console entry point in a fresh process (its error mapping included)."""
+    """The real entry point `specreg.cli.main` (its error mapping included), answering as a
+    fresh process would (tests/_cli_helpers.py); `measured` spawns one where that is the subject."""
     env = dict(os.environ, COLUMNS="80")
     if db is not None:
         env["SPECREG_DB"] = str(db)
-    return subprocess.run(
-        [sys.executable, "-m", "specreg.cli", *args], capture_output=True, text=True, env=env, timeout=timeout
-    )
+    return run_specreg(args, env=env, timeout=timeout)
 
 
 def one_error_line(proc: subprocess.CompletedProcess[str], *needles: str) -> str:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
+from typing import Any
+
+from _cli_helpers import SPECREG as SPECREG  # re-exported: where a test's subject is the process
+from _cli_helpers import run_specreg
 
 from specreg.testing import ModelSpec, write_model
-
-SPECREG = [sys.executable, "-m", "specreg.cli"]
 
 
 def aged(path: Path, seconds: int = 60) -> Path:
@@ -26,17 +27,11 @@ def model(folder: Path, filename: str, *, age: bool = True, **spec: object) -> P
     return aged(path) if age else path
 
 
-def cli(*args: str, db: Path, timeout: float = 60, **kw: object) -> subprocess.CompletedProcess[str]:
-    """Run the real console entry point (its error mapping included) in a fresh process."""
+def cli(*args: str, db: Path, timeout: float = 60, **kw: Any) -> subprocess.CompletedProcess[str]:
+    """The real entry point `specreg.cli.main` (its error mapping included), answering as a
+    fresh process would (tests/_cli_helpers.py)."""
     env = {**os.environ, "SPECREG_DB": str(db), "COLUMNS": "200"}
-    return subprocess.run(
-        [*SPECREG, *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        **kw,  # type: ignore[arg-type]
-    )
+    return run_specreg(args, env=env, timeout=timeout, **kw)
 
 
 def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:

@@ -23,7 +23,6 @@ import os
 import re
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -35,6 +34,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
+from _cli_helpers import run_specreg
 
 
 def git_blob_sha1(data: bytes) -> str:
@@ -396,14 +396,9 @@ def online(hub: FakeHub, monkeypatch: pytest.MonkeyPatch) -> FakeHub:
 
 
 def run_cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    """The real `specreg` command in a fresh process, with this process's environment."""
-    return subprocess.run(
-        [sys.executable, "-m", "specreg.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=dict(os.environ, COLUMNS="200"),
-    )
+    """The real entry point `specreg.cli.main` with this process's environment, answering as a
+    fresh process would (tests/_cli_helpers.py)."""
+    return run_specreg(args, timeout=timeout, env=dict(os.environ, COLUMNS="200"))
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess[str], *needles: str) -> str:

@@ -1,27 +1,23 @@
 """A real sweep on the bundled server: draft lengths x concurrency, decisions per stratum x concurrency.
 
-One small module-scoped run (tiny models, two prompts, two rounds): draft-simple at draft lengths
-2 and 4, ngram-mod with a match length the outputs never reach (so it drafts nothing and fails:
-a real failed condition), each at concurrency 1 and 2, with a baseline per concurrency.
+One small session-scoped run (tests/_audit_world.py `sweep_world`, shared with test_deploy.py;
+tiny models, two prompts, two rounds): draft-simple at draft lengths 2 and 4, ngram-mod with a
+match length the outputs never reach (so it drafts nothing and fails: a real failed condition),
+each at concurrency 1 and 2, with a baseline per concurrency.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from _audit_world import specreg
-from _bench_helpers import ITEMS, NOISE, admit, db_rows, workload
-from _registry_helpers import model
+from _bench_helpers import db_rows
 
 from specreg.audit.run import run_audit
-from specreg.benchmark.runner import Runner
-from specreg.registry.store import Registry
 from specreg.schemas.audit import Policy
-from specreg.schemas.bench_settings import BenchSettings
 
 POLICY = Policy.model_validate(
     {
@@ -34,29 +30,9 @@ POLICY = Policy.model_validate(
 
 
 @pytest.fixture(scope="module")
-def sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
-    d = tmp_path_factory.mktemp("sweep")
-    target, draft = model(d, "t.gguf"), model(d, "d.gguf", noise=NOISE, name="noisy")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("SPECREG_HOME", str(d / "home"))
-        reg = Registry(d / "r.db", show_progress=False)
-        pid = admit(reg, target, draft)
-        mod = admit(reg, target, None, "ngram-mod")
-        opts = BenchSettings(
-            workload=str(workload(d, ITEMS[:2])),
-            methods=["draft-simple", "ngram-mod"],
-            draft_n_max=[2, 4],
-            concurrency=[1, 2],
-            ngram={"--spec-ngram-mod-n-match": 500},
-            repeat=2,
-            threads=1,
-            ctx_size=512,
-            start_timeout_s=30,
-            request_timeout_s=30,
-        )
-        run = Runner(reg, opts).bench([pid])[0]
-        yield SimpleNamespace(reg=reg, db=d / "r.db", run=run, pid=pid, mod=mod, folder=d)
-        reg.close()
+def sweep(sweep_world: SimpleNamespace) -> SimpleNamespace:
+    """The session's one sweep (tests/_audit_world.py), shared with test_deploy.py."""
+    return sweep_world
 
 
 def test_the_grid_runs_every_draft_length_at_every_concurrency(sweep: SimpleNamespace) -> None:

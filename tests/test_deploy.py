@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 from _audit_world import AuditWorld, specreg
-from _registry_helpers import SPECREG
+from _cli_helpers import run_specreg
 
 from specreg.audit.deploy import recorded_flags, server_argv, wrap_command
 from specreg.errors import SpecregError
@@ -189,7 +189,7 @@ def test_human_output_fits_80_columns_and_pastes_back_to_the_same_argv(audit_wor
     pol = audit_world.policy_file(tmp_path)
     pair = str(audit_world.pairs["draft-simple"])
     env = {**os.environ, "SPECREG_DB": str(audit_world.db), "COLUMNS": "80"}
-    proc = subprocess.run([*SPECREG, "deploy", pair, "--policy", str(pol)], capture_output=True, text=True, env=env)
+    proc = run_specreg(["deploy", pair, "--policy", str(pol)], env=env)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     _, plan, _ = _deploy(audit_world, tmp_path, pair)
@@ -246,35 +246,17 @@ def test_server_flag_list_matches_llama_cpp_source() -> None:
 
 
 @pytest.fixture(scope="module")
-def swept(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
-    """draft-simple at draft lengths 2 and 4, each at concurrency 1 and 2 (a baseline per level)."""
-    from _bench_helpers import ITEMS, NOISE, admit, workload
-    from _registry_helpers import model
-
-    from specreg.benchmark.runner import Runner
-    from specreg.schemas.bench_settings import BenchSettings
-
+def swept(sweep_world: SimpleNamespace, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
+    """The session's one sweep (tests/_audit_world.py): draft-simple at draft lengths 2 and 4, each
+    at concurrency 1 and 2 (a baseline per level); its ngram-mod pair failed and is never chosen."""
     d = tmp_path_factory.mktemp("deploy-sweep")
-    target, draft = model(d, "t.gguf"), model(d, "d.gguf", noise=NOISE, name="noisy")
-    with Registry(d / "r.db", show_progress=False) as reg:
-        pid = admit(reg, target, draft)
-        opts = BenchSettings(
-            workload=str(workload(d, ITEMS[:2])),
-            methods=["draft-simple"],
-            draft_n_max=[2, 4],
-            concurrency=[1, 2],
-            repeat=2,
-            threads=1,
-            ctx_size=512,
-        )
-        Runner(reg, opts).bench([pid])
     policy = d / "policy.toml"
     policy.write_text(
         "[evidence]\nmin_repetitions = 2\n"
         "[speed]\nmin_speedup = 0.0\np95_tolerance_pct = 10000\n[memory]\nmax_extra_ram_pct = 50\n"
         "[licence]\nunknown = 'pass'\nrequire_revision = false\n"
     )
-    yield SimpleNamespace(db=d / "r.db", pid=pid, policy=policy)
+    yield SimpleNamespace(db=sweep_world.db, pid=sweep_world.pid, policy=policy)
 
 
 def _swept(s: SimpleNamespace, *args: str) -> tuple[int, dict]:

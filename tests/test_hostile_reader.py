@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from _cli_helpers import run_specreg
 from _registry_helpers import model, one_line_error
 
 from specreg.errors import GGUFError
@@ -237,10 +238,9 @@ def test_deep_nesting_in_policy_and_workload_is_one_line(tmp_path: Path) -> None
 
     policy = tmp_path / "deep.toml"
     policy.write_text("a = " + "[" * 100_000 + "]" * 100_000 + "\n")
-    proc = subprocess.run(
-        [sys.executable, "-m", "specreg.cli", "audit", "--policy", str(policy)],
-        capture_output=True, text=True, timeout=60, env=dict(os.environ, SPECREG_DB=str(tmp_path / "r.db")),
-    )  # fmt: skip
+    proc = run_specreg(
+        ["audit", "--policy", str(policy)], timeout=60, env=dict(os.environ, SPECREG_DB=str(tmp_path / "r.db"))
+    )
     assert "nested too deeply" in one_line_error(proc)
     with pytest.raises(PolicyError, match=r"wl\.jsonl:1: not valid JSON \(nested too deeply\)"):
         parse_jsonl('{"id": ' + "[" * 100_000 + "]" * 100_000 + "}\n", "wl.jsonl")

@@ -8,7 +8,8 @@ import os
 import subprocess
 from pathlib import Path
 
-from _registry_helpers import SPECREG, cli, model, one_line_error, run
+from _cli_helpers import run_specreg
+from _registry_helpers import cli, model, one_line_error, run
 
 
 def _sha(p: Path) -> str:
@@ -126,7 +127,7 @@ def test_read_only_commands_never_create_a_registry(tmp_path: Path) -> None:
     env.pop("SPECREG_DB")
 
     def default(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*SPECREG, *args], capture_output=True, text=True, env=env, timeout=60)
+        return run_specreg(args, env=env, timeout=60)
 
     out = default("artifacts")
     assert out.returncode == 0 and "no artifacts registered yet" in out.stderr

@@ -7,8 +7,9 @@ import json
 import os
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
+
+from _cli_helpers import run_specreg
 
 from specreg.commands.output import safe
 from specreg.testing import ModelSpec, write_model
@@ -20,13 +21,7 @@ PAYLOAD = "{{ cycler.__init__.__globals__.os.popen('touch %s').read() }}"
 
 
 def _specreg(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "specreg.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    return run_specreg(args, timeout=60, env={**os.environ, "COLUMNS": "200"})
 
 
 def test_safe_escapes_markup_and_control_sequences() -> None:
