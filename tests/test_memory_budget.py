@@ -14,9 +14,11 @@ from _registry_helpers import cli, model
 from specreg.errors import ServerStartError, UsageError
 from specreg.gguf.reader import open_gguf
 from specreg.registry.store import Registry
+from specreg.schemas.bench import WorkloadItem
 from specreg.schemas.memory import ServeSettings
 from specreg.servers.launcher import bundled_command, launch
 from specreg.testing import write_model
+from specreg.testing.factory import REPEATER
 from specreg.validators.memory_budget import (
     estimate,
     head_dim_check,
@@ -156,6 +158,8 @@ def test_check_pair_reports_memory_and_fails_a_budget(tmp_path: Path) -> None:
         "draft_weights_bytes",
         "kv_bytes",
         "compute_bytes",
+        "output_bytes",
+        "vocab_bytes",
         "overhead_bytes",
         "method_bytes",
     )
@@ -168,7 +172,9 @@ def test_check_pair_reports_memory_and_fails_a_budget(tmp_path: Path) -> None:
     roomy = cli(*args, "--budget", "auto", db=db)  # the host's RAM holds 60 MiB
     assert roomy.returncode == 0, roomy.stderr
     human = cli(*args[:-1], db=db)
-    assert "memory  -c 8192 -np 2 -ctk f16 -ctv f16: weights 0.5 + draft 0.5, KV 8.0" in human.stdout
+    assert "memory  -c 8192 -np 2 -ctk f16 -ctv f16: weights 0.5 + draft 0.5, KV 4.0," in human.stdout
+    assert "draft KV 4.0 MiB (its own cache of the same cells)" in human.stdout  # the draft's own line
+    assert mem["kv_bytes"] == mem["target_kv_bytes"] + mem["draft_kv_bytes"]
     bad = cli(*args, "--budget", "forty", db=db)
     assert bad.returncode == 2 and "expected a size like 24GiB" in bad.stderr
 
@@ -186,3 +192,93 @@ def test_benchmark_conditions_store_a_prediction_within_15_percent(audit_world: 
     for name, predicted, peak in measured:
         assert predicted is not None and peak, name
         assert abs(predicted - peak) / peak < 0.15, (name, predicted / MIB, peak / MIB)
+
+
+# --- predictions against the bundled server's measured peak RSS, on real tokenizers -------------
+
+REPEAT = WorkloadItem(id="repeat", stratum="repeat", prompt="one two three four. " * 24, max_tokens=96)
+SHORT = WorkloadItem(id="short", stratum="short", prompt="Rename the variable x to count.", max_tokens=16)
+TOLERANCE = 0.05  # predicted peak RSS within 5% of the measured one
+
+
+def _served_peak(target: Path, draft: Path | None, method: str, items: list[WorkloadItem], tmp: Path) -> int:
+    """Peak RSS (sampled and high-water mark) of the bundled server serving `items` once."""
+    from specreg.benchmark.client import LlamaClient
+    from specreg.servers.memory import GpuProbe, MemorySampler
+
+    argv = ["-m", str(target), *(["-md", str(draft)] if draft else []), "--spec-type", method, "-c", "4096"]
+    server = launch(bundled_command(), argv, tmp / f"{target.stem}-{method}.log", start_timeout_s=300)
+    gpu = GpuProbe()
+    try:
+        with LlamaClient(server.base_url) as client, MemorySampler(server.pids, gpu) as sampler:
+            for it in items:
+                client.complete(it, max_tokens=it.max_tokens, seed=42)
+    finally:
+        server.stop()
+        gpu.close()
+    return sampler.peak_rss
+
+
+def _predicted(target: Path, draft: Path | None, method: str, items: list[WorkloadItem]) -> tuple[int, int]:
+    """(resident prediction as `bench` stores it, total as `--budget` compares it)."""
+    from specreg.schemas.bench import ConditionSpec
+    from specreg.servers.memory_predict import predict_rss
+
+    spec = ConditionSpec(name=method, method=method, draft_path=str(draft) if draft else None)
+    resident = predict_rss(spec, str(target), ctx_size=4096, slots=1, gpu_layers=None, items=items, max_tokens=None)
+    assert resident is not None
+    settings = ServeSettings(method=method)
+    total = estimate(open_gguf(target), open_gguf(draft) if draft else None, settings, RULES).total_bytes
+    return resident, total
+
+
+def _check(target: Path, draft: Path | None, method: str, items: list[WorkloadItem], tmp: Path) -> None:
+    peak = _served_peak(target, draft, method, items, tmp)
+    resident, total = _predicted(target, draft, method, items)
+    what = (target.name, method, round(resident / MIB, 1), round(peak / MIB, 1))
+    assert abs(resident - peak) <= TOLERANCE * peak, what
+    assert total >= peak, ("a budget of the total would pass this server", *what)
+
+
+def test_tokenizer_heap_from_metadata_grows_with_the_vocabulary(tmp_path: Path, real_vocab) -> None:
+    """Per token, per long token byte, per merge: a 151k BPE vocabulary costs more than a 32k SPM one."""
+    from specreg.validators.memory_budget import vocab_heap_bytes
+
+    spm = write_model(tmp_path / "spm.gguf", REPEATER.but(tokenizer_from=str(real_vocab("llama-spm"))))
+    n, heap = vocab_heap_bytes(open_gguf(spm))
+    assert n == 32000 and 6 * MIB < heap < 8 * MIB  # measured on the bundled server: 6.4 MiB
+    assert vocab_heap_bytes(open_gguf(real_vocab("qwen2")))[1] > 60 * MIB  # measured: 69.5 MiB
+    assert model_facts(open_gguf(spm), RULES).n_vocab == 32000
+
+
+def test_prediction_within_5_percent_of_a_real_server_on_a_real_tokenizer(tmp_path: Path, real_vocab) -> None:
+    """The fast one: llama.cpp's own 32k SPM tokenizer on tiny weights, one short request."""
+    target = write_model(tmp_path / "spm.gguf", REPEATER.but(tokenizer_from=str(real_vocab("llama-spm"))))
+    _check(target, None, "none", [SHORT], tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("vocab", ["llama-spm", "gemma-4"])
+@pytest.mark.parametrize("method", ["none", "ngram-simple", "ngram-mod", "draft-simple", "draft alone"])
+def test_prediction_within_5_percent_per_condition_on_real_tokenizers(
+    tmp_path: Path, real_vocab, vocab: str, method: str
+) -> None:
+    """32k SPM and 262k (gemma-4) vocabularies on tiny weights that repeat their last token, so every
+    method drafts in full: the logits of its verification batches are measured, not assumed."""
+    spec = REPEATER.but(tokenizer_from=str(real_vocab(vocab)), file_type="f16")
+    target = write_model(tmp_path / "t.gguf", spec)
+    draft = write_model(tmp_path / "d.gguf", spec.but(n_layer=1))
+    if method == "draft alone":
+        _check(draft, None, "none", [SHORT, REPEAT], tmp_path)
+    else:
+        _check(target, draft if method.startswith("draft") else None, method, [SHORT, REPEAT], tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["none", "ngram-simple", "ngram-mod", "draft-simple", "q4_1 alone"])
+def test_prediction_within_5_percent_on_the_smollm2_pair(tmp_path: Path, real_model, method: str) -> None:
+    target, draft = real_model("f16"), real_model("q4_1")
+    if method == "q4_1 alone":
+        _check(draft, None, "none", [SHORT, REPEAT], tmp_path)
+    else:
+        _check(target, draft if method.startswith("draft") else None, method, [SHORT, REPEAT], tmp_path)

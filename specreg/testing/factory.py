@@ -49,6 +49,9 @@ class ModelSpec:
     vocab_only: bool = False
     # vocabulary
     vocab_type: str = "llama"  # tokenizer.ggml.model: "llama" (SPM) or "gpt2" (BPE)
+    # a real tokenizer: every tokenizer.* key copied from this GGUF (e.g. llama.cpp's
+    # models/ggml-vocab-*.gguf); the vocabulary fields below are then ignored
+    tokenizer_from: str | None = None
     pre: str | None = None  # tokenizer.ggml.pre
     n_words: int = 160  # word pieces after the 256 byte tokens
     extra_tokens: int = 0  # appended tokens ("<extra_N>", type USER_DEFINED)
@@ -91,6 +94,13 @@ class ModelSpec:
     def but(self, **changes: object) -> ModelSpec:
         """This spec with some fields changed (the one-rule-broken variants)."""
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+# Tiny weights that repeat their last token: a head from its own seed, tied (no output.weight),
+# over blocks scaled to nearly nothing, so the next token's logits are its embedding's similarity
+# to every other one - itself, by far. Every n-gram method then drafts in full, and a draft of
+# the same head is always accepted: the memory of real speculation on a tiny model.
+REPEATER = ModelSpec(head_seed=7, block_scale=0.01, drop_tensors=("output.weight",))
 
 
 def _shapes(spec: ModelSpec, n_vocab: int) -> dict[str, tuple[int, ...]]:
@@ -229,7 +239,32 @@ def _value_type(value: object) -> gguf.GGUFValueType:
     return gguf.GGUFValueType.STRING
 
 
+def _copy_tokenizer(w: gguf.GGUFWriter, source: str) -> int:
+    """Every tokenizer.* key of `source` with its stored type; the vocabulary size.
+
+    Read with specreg's own reader: gguf-py's reader takes minutes over a 262k-token vocabulary."""
+    from specreg.gguf.reader import GGUFArray, open_gguf
+
+    gf = open_gguf(source)
+    n_vocab = 0
+    for key, value in gf.metadata.items():
+        if not key.startswith("tokenizer."):
+            continue
+        vtype = gguf.GGUFValueType(gf.value_types[key])
+        if isinstance(value, GGUFArray):
+            w.add_key_value(key, value.to_list(), vtype, sub_type=gguf.GGUFValueType(value.item_type))
+            if key == gguf.Keys.Tokenizer.LIST:
+                n_vocab = value.count
+        else:
+            w.add_key_value(key, value, vtype)
+    if not n_vocab:
+        raise ValueError(f"{source}: no tokenizer.ggml.tokens")
+    return n_vocab
+
+
 def _add_tokenizer(w: gguf.GGUFWriter, spec: ModelSpec) -> int:
+    if spec.tokenizer_from is not None:
+        return _copy_tokenizer(w, spec.tokenizer_from)
     vocab = build_vocab(spec)
     w.add_tokenizer_model(spec.vocab_type)
     if spec.pre is not None:

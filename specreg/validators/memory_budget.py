@@ -11,6 +11,14 @@ sizes it logs (tests/test_memory_budget.py) and against measured peak RSS
   its own cache of the same cells;
 - compute buffer per context: a micro-batch of activations (max(3.5 n_ff + 2.5 n_embd, 7 n_embd)
   floats per token) plus flash attention's f16 mask (cells per stream x micro-batch);
+- the output buffer of each context (llama-context.cpp output_reserve: n_vocab floats per output,
+  zero-filled, as many outputs as the server's limit: 1 + the method's longest draft per slot;
+  the draft context's also holds its backend sampler's probabilities and candidates) and the
+  logits those outputs take in the compute buffer;
+- the tokenizer's heap (llama-vocab.cpp: id_to_token, token_to_id, the piece cache, BPE ranks,
+  the UGM trie, and the GGUF metadata arrays held while loading), per token, per byte of long
+  token text, per merge, per trie node: fitted to the bundled server's peak RSS over llama.cpp's
+  19 ggml-vocab-*.gguf files (32k-262k tokens, SPM, BPE, WPM, UGM) within 4 MiB;
 - the server process itself: a constant measured for the bundled server.
 - the speculative method's own state where llama.cpp allocates it up front (ngram-mod's table).
 Recurrent (SSM) state, an MTP head's own context and the host prompt cache (--cache-ram, filled
@@ -40,6 +48,33 @@ CONTEXT_OVERHEAD = 5 * MIB // 2
 # speculative state llama.cpp allocates up front (common/speculative.cpp: common_ngram_mod(n, 4*1024*1024)
 # entries of one llama_token, zero-filled, once per server)
 METHOD_STATE = {"ngram-mod": 4 * 1024 * 1024 * 4}
+# tokens a method drafts at most per step with llama.cpp's defaults (common/common.h:
+# draft.n_max 3, ngram_simple/map_k/map_k4v size_m 48, ngram_mod n_max 64, ngram-cache 8;
+# common_speculative_n_max): the target verifies 1 + that many tokens, each with its logits
+DRAFT_TOKENS = {
+    "draft-simple": 3,
+    "draft-eagle3": 3,
+    "draft-mtp": 3,
+    "draft-dflash": 3,
+    "draft-dspark": 3,
+    "ngram-simple": 48,
+    "ngram-map-k": 48,
+    "ngram-map-k4v": 48,
+    "ngram-mod": 64,
+    "ngram-cache": 8,
+}
+N_BATCH = 2048  # llama-server's -b: the most outputs one batch can ask for
+# backend sampling (on for the draft context): logits + probs (floats) and candidates (tokens) per
+# vocabulary entry per output, beside the logits (llama-context.cpp output_reserve)
+SAMPLING_PER_ENTRY = 2 * 4 + 4
+# the tokenizer's heap, in bytes: per token (id_to_token 40, token_to_id node and bucket, piece
+# cache, the GGUF metadata's copy while loading), per byte of token text held out of line
+# (std::string keeps 15 bytes inline; several copies), per BPE merge (bpe_ranks node holding two
+# strings, the metadata's copy), per node of the UGM tokenizer's byte trie (std::map nodes)
+VOCAB_PER_TOKEN = 216
+VOCAB_PER_LONG_BYTE = 6
+VOCAB_PER_MERGE = 248
+VOCAB_PER_TRIE_NODE = 120
 KV_PAD = 256  # llama.cpp pads each stream's cells (and the SWA cache) to 256
 CACHE_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1")
 _TYPE_IDS = {name: tid for tid, (name, _, _) in F.GGML_TYPES.items()}
@@ -98,6 +133,8 @@ class ModelFacts:
     layer_weights: dict[int, int]
     output_weights: int
     recurrent: bool
+    n_vocab: int = 0
+    vocab_heap: int = 0  # the tokenizer's heap (vocab_heap_bytes)
 
 
 def _per_layer(gf: GGUFFile, key: str, n: int, default: int) -> list[int]:
@@ -131,6 +168,74 @@ def _swa_layers(gf: GGUFFile, arch: str, n_layer: int, n_swa: int, rules: RuleSe
     return [n_pattern == 0 or il % n_pattern < n_pattern - 1 for il in range(n_layer)]
 
 
+def _string_lengths(arr: GGUFArray) -> list[int]:
+    """Byte lengths of a string array's elements, read from the stored lengths (nothing decoded)."""
+    raw = arr.raw()
+    unpack = F.U64.unpack_from
+    out = []
+    p = 0
+    for _ in range(arr.count):  # the reader's walk checked every length against the payload
+        n = unpack(raw, p)[0]
+        out.append(n)
+        p += 8 + n
+    return out
+
+
+def _heap_string(n: int) -> int:
+    """Heap bytes of a std::string of n bytes (libstdc++: 15 inline; glibc chunk of n + 1)."""
+    return 0 if n <= 15 else max(32, (n + 1 + 8 + 15) & ~15)
+
+
+def _trie_nodes(arr: GGUFArray) -> int:
+    """Nodes of the UGM tokenizer's byte trie over the tokens: their distinct non-empty prefixes,
+    counted over the sorted tokens (each adds its length less its common prefix with the one
+    before), so time and memory stay linear in the array's bytes whatever a token's length."""
+    raw = bytes(arr.raw())
+    unpack = F.U64.unpack_from
+    tokens = []
+    p = 0
+    for _ in range(arr.count):
+        n = unpack(raw, p)[0]
+        tokens.append(raw[p + 8 : p + 8 + n])
+        p += 8 + n
+    tokens = sorted(set(tokens))
+    nodes, prev = 0, b""
+    for tok in tokens:
+        nodes += len(tok) - _common_prefix(prev, tok)
+        prev = tok
+    return nodes
+
+
+def _common_prefix(a: bytes, b: bytes) -> int:
+    """Length of the common prefix, by bisection over slice comparisons (each done in C)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def vocab_heap_bytes(gf: GGUFFile) -> tuple[int, int]:
+    """(tokens, heap bytes) of the file's tokenizer as llama.cpp holds it; (0, 0) without one."""
+    tokens = gf.metadata.get("tokenizer.ggml.tokens")
+    if not isinstance(tokens, GGUFArray) or tokens.item_type != F.T_STRING:
+        return 0, 0
+    long_bytes = sum(_heap_string(n) for n in _string_lengths(tokens))
+    merges = gf.metadata.get("tokenizer.ggml.merges")
+    n_merges = merges.count if isinstance(merges, GGUFArray) else 0
+    trie = _trie_nodes(tokens) if gf.metadata.get("tokenizer.ggml.model") == "t5" else 0
+    heap = (
+        VOCAB_PER_TOKEN * tokens.count
+        + VOCAB_PER_LONG_BYTE * long_bytes
+        + VOCAB_PER_MERGE * n_merges
+        + VOCAB_PER_TRIE_NODE * trie
+    )
+    return tokens.count, heap
+
+
 def model_facts(gf: GGUFFile, rules: RuleSet) -> ModelFacts:
     """Shape facts of one file; missing keys fall back to llama.cpp's defaults."""
     from specreg.gguf.summary import summarize
@@ -158,6 +263,7 @@ def model_facts(gf: GGUFFile, rules: RuleSet) -> ModelFacts:
         if m:
             layer_weights[int(m.group(1))] = layer_weights.get(int(m.group(1)), 0) + t.n_bytes
     output = gf.tensor("output.weight") or gf.tensor("token_embd.weight")
+    n_vocab, vocab_heap = vocab_heap_bytes(gf)
     return ModelFacts(
         arch=s.architecture,
         n_layer=n_layer,
@@ -172,6 +278,8 @@ def model_facts(gf: GGUFFile, rules: RuleSet) -> ModelFacts:
         layer_weights=layer_weights,
         output_weights=output.n_bytes if output is not None else 0,
         recurrent=get_int(gf, f"{arch}.ssm.state_size") is not None,
+        n_vocab=n_vocab,
+        vocab_heap=vocab_heap,
     )
 
 
@@ -203,7 +311,29 @@ def kv_bytes(f: ModelFacts, s: ServeSettings) -> tuple[int, int, int | None]:
     return int(total), full, swa_cells
 
 
-def compute_bytes(f: ModelFacts, s: ServeSettings, tokens: int | None = None, kv_used: int | None = None) -> int:
+def n_outputs(s: ServeSettings) -> int:
+    """Outputs (logit rows) one batch of the target may ask for: the server's limit
+    (server_output_limits: slots x (1 + the method's longest draft), at most -b)."""
+    per_slot = 1 + DRAFT_TOKENS.get(s.method or "", 0)
+    return min(N_BATCH, s.slots * per_slot)
+
+
+def output_bytes(f: ModelFacts, s: ServeSettings, draft: bool = False) -> int:
+    """The context's output buffer (zero-filled when reserved, so all of it resident): n_vocab
+    floats per output for as many outputs as a batch may have; the draft context keeps one output
+    per slot and its backend sampler's arrays beside the logits."""
+    if draft:
+        return f.n_vocab * s.slots * (4 + SAMPLING_PER_ENTRY) + s.slots * 4
+    return f.n_vocab * max(n_outputs(s), s.slots) * 4
+
+
+def compute_bytes(
+    f: ModelFacts,
+    s: ServeSettings,
+    tokens: int | None = None,
+    kv_used: int | None = None,
+    draft: bool = False,
+) -> int:
     """Compute buffer of one context; `tokens`/`kv_used` narrow it to what a short request touches."""
     t = min(s.n_ubatch, tokens) if tokens is not None else s.n_ubatch
     per_stream, _ = cells(s)
@@ -213,7 +343,10 @@ def compute_bytes(f: ModelFacts, s: ServeSettings, tokens: int | None = None, kv
     # attention block (7 n_embd), whichever is wider; within 15% of the logged size on all of them
     activations = t * 4 * max(int(3.5 * f.n_ff + 2.5 * f.n_embd), 7 * f.n_embd)
     mask = n_kv * t * 2  # flash attention's f16 KQ mask
-    return activations + mask
+    # the logits of every output the batch asks for (f32, n_vocab each): a verification batch of
+    # the target holds 1 + a full draft per slot (graph_reserve sizes for min(-ub, that))
+    outputs = s.slots if draft else min(s.n_ubatch, n_outputs(s))
+    return activations + mask + outputs * f.n_vocab * 4
 
 
 def _offload(f: ModelFacts, s: ServeSettings, kv: int) -> int:
@@ -232,17 +365,23 @@ def _offload(f: ModelFacts, s: ServeSettings, kv: int) -> int:
 
 def estimate(target: GGUFFile, draft: GGUFFile | None, settings: ServeSettings, rules: RuleSet) -> MemoryEstimate:
     """The memory of a server for this pair under `settings` (worst case: full micro-batch and context)."""
-    for ct in (settings.cache_type_k, settings.cache_type_v):
-        type_size(ct)
     t = model_facts(target, rules)
     d = model_facts(draft, rules) if draft is not None else None
+    return _estimate(t, d, settings)
+
+
+def _estimate(t: ModelFacts, d: ModelFacts | None, settings: ServeSettings) -> MemoryEstimate:
+    for ct in (settings.cache_type_k, settings.cache_type_v):
+        type_size(ct)
     t_kv, full, swa = kv_bytes(t, settings)
     d_kv = kv_bytes(d, settings)[0] if d is not None else 0
-    compute = compute_bytes(t, settings) + (compute_bytes(d, settings) if d is not None else 0)
+    compute = compute_bytes(t, settings) + (compute_bytes(d, settings, draft=True) if d is not None else 0)
     overhead = PROCESS_OVERHEAD + (CONTEXT_OVERHEAD if d is not None else 0)
     method = METHOD_STATE.get(settings.method or "", 0)
     weights = t.weights + (d.weights if d is not None else 0)
-    total = overhead + method + weights + t_kv + d_kv + compute
+    outputs = output_bytes(t, settings) + (output_bytes(d, settings, draft=True) if d is not None else 0)
+    vocab = t.vocab_heap + (d.vocab_heap if d is not None else 0)
+    total = overhead + method + weights + t_kv + d_kv + compute + outputs + vocab
     vram = _offload(t, settings, t_kv) + (_offload(d, settings, d_kv) if d is not None else 0)
     if vram:
         vram += compute  # with any layer offloaded, the compute buffers live on the GPU
@@ -263,8 +402,12 @@ def estimate(target: GGUFFile, draft: GGUFFile | None, settings: ServeSettings, 
         target_weights_bytes=t.weights,
         draft_weights_bytes=d.weights if d is not None else 0,
         kv_bytes=t_kv + d_kv,
+        target_kv_bytes=t_kv,
         draft_kv_bytes=d_kv,
         compute_bytes=compute,
+        output_bytes=outputs,
+        vocab_bytes=vocab,
+        draft_vocab_bytes=d.vocab_heap if d is not None else 0,
         overhead_bytes=overhead,
         method_bytes=method,
         total_bytes=total,
@@ -280,11 +423,15 @@ def resident_bytes(
     target: GGUFFile, draft: GGUFFile | None, settings: ServeSettings, rules: RuleSet, tokens: int, kv_used: int
 ) -> int:
     """Peak RSS to expect on CPU when the longest prompt has `tokens` tokens and a request fills at most
-    `kv_used` cells: weights and KV are all resident (read each token / cleared at start), the compute
-    buffer only as far as such a batch reaches."""
-    est = estimate(target, draft, settings, rules)
-    facts = [model_facts(f, rules) for f in (target, draft) if f is not None]
-    touched = sum(compute_bytes(f, settings, tokens, kv_used) for f in facts)
+    `kv_used` cells: weights, KV, output buffers and the tokenizer all resident (read each token,
+    cleared at start, zero-filled, built at load), the compute buffer only as far as such a batch
+    reaches, with the logits of one full-length draft's verification."""
+    t = model_facts(target, rules)
+    d = model_facts(draft, rules) if draft is not None else None
+    est = _estimate(t, d, settings)
+    touched = compute_bytes(t, settings, tokens, kv_used)
+    if d is not None:
+        touched += compute_bytes(d, settings, tokens, kv_used, draft=True)
     return est.total_bytes - est.compute_bytes - est.vram_bytes + touched
 
 
