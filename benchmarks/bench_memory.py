@@ -3,7 +3,7 @@ estimate is from the bundled server's peak RSS.
 
 For each model and condition the bundled llama.cpp server is started with the condition's flags,
 serves the built-in default workload once (32 tokens per request) and one repetitive request
-(128 tokens: every n-gram method drafts a full-length draft on it), and its process tree's peak
+(256 tokens: every n-gram method drafts a full-length draft on it), and its process tree's peak
 RSS is taken (the benchmark's own MemorySampler: sampled RSS and the kernel's high-water mark,
 so the load's peak counts). Three estimates, all from GGUF metadata and the flags, are compared
 with that measured peak (the reference, measured in the same run):
@@ -14,9 +14,9 @@ with that measured peak (the reference, measured in the same run):
 
 Models: the factory's tiny model (392-token vocabulary) and tiny weights under llama.cpp's own
 tokenizers (models/ggml-vocab-*.gguf: llama-spm 32k SPM, qwen2 152k BPE, gemma-4 262k), built so
-that they repeat their last token (a tied head over near-zero blocks), so n-gram and draft
-methods really draft; and the real SmolLM2-135M pair (F16 target, Q4_1 draft) when the cache has
-it or --fetch is given.
+that their output loops with a period of 64 tokens (specreg.testing.factory.CYCLER), so n-gram
+and draft methods really draft in full; and the real SmolLM2-135M pair (F16 target, Q4_1 draft)
+when the cache has it or --fetch is given.
 
 Usage: python benchmarks/bench_memory.py [--models tiny,spm,qwen2,gemma4,smollm2] [--fetch]
        [--requests N]
@@ -39,15 +39,17 @@ from specreg.servers.launcher import bundled_command, launch
 from specreg.servers.memory import GpuProbe, MemorySampler
 from specreg.servers.memory_predict import predict_rss
 from specreg.testing import ModelSpec, write_model
-from specreg.testing.factory import REPEATER, SMALL_NOISE
+from specreg.testing.factory import CYCLER, LOOP_TEXT, SMALL_NOISE
 from specreg.validators.memory_budget import estimate, model_facts
 from specreg.validators.ruleset import load_rule_set
 
 MIB = 1 << 20
 ANCHOR_OVERHEAD = 600 * 1000 * 1000  # modelinfo-cli: a fixed 600 MB on top of weights and KV
 MAX_TOKENS = 32
-# one request every n-gram method drafts on in full (ngram-mod needs 24 + 48 tokens of match)
-REPEAT = WorkloadItem(id="repeat", stratum="repeat", prompt="one two three four. " * 24, max_tokens=128)
+# one request every n-gram method drafts on in full (ngram-simple needs 12 + 48 tokens of a
+# repeated passage, ngram-mod 24 + 48 and a chunk of 32 added late): 256 new tokens leave room
+# for a full-length draft of every method after that
+REPEAT = WorkloadItem(id="repeat", stratum="repeat", prompt=LOOP_TEXT * 3, max_tokens=256)
 VOCABS = {"spm": "llama-spm", "qwen2": "qwen2", "gemma4": "gemma-4"}
 METHODS = ("none", "ngram-simple", "ngram-mod", "draft-simple")
 
@@ -89,7 +91,7 @@ def _conditions(folder: Path, models: list[str], fetch: bool) -> list[Condition]
         vocab_dir = ensure_vocab_files()
         for name in vocab_models:
             source = str(vocab_dir / f"ggml-vocab-{VOCABS[name]}.gguf")
-            spec = REPEATER.but(tokenizer_from=source, file_type="f16")
+            spec = CYCLER.but(tokenizer_from=source, file_type="f16")
             target = str(write_model(folder / f"{name}.gguf", spec))
             draft = str(write_model(folder / f"{name}-draft.gguf", spec.but(n_layer=1)))
             out += _family(f"{VOCABS[name]} vocab", target, draft)

@@ -18,7 +18,7 @@ from specreg.schemas.bench import WorkloadItem
 from specreg.schemas.memory import ServeSettings
 from specreg.servers.launcher import bundled_command, launch
 from specreg.testing import write_model
-from specreg.testing.factory import REPEATER
+from specreg.testing.factory import CYCLER, LOOP_TEXT
 from specreg.validators.memory_budget import (
     estimate,
     head_dim_check,
@@ -123,7 +123,8 @@ def test_gpu_layers_split_weights_kv_and_compute(tmp_path: Path) -> None:
     cpu = estimate(gf, None, ServeSettings(), RULES)
     assert cpu.vram_bytes == 0 and cpu.host_bytes == cpu.total_bytes
     every = estimate(gf, None, ServeSettings(gpu_layers=-1), RULES)
-    assert every.vram_bytes == every.total_bytes - every.overhead_bytes - (
+    host_only = every.overhead_bytes + every.output_bytes + every.vocab_bytes  # output buffers: host memory
+    assert every.vram_bytes == every.total_bytes - host_only - (
         sum(t.n_bytes for t in gf.tensors if not t.name.startswith(("blk.", "output.")))
     )
     one = estimate(gf, None, ServeSettings(gpu_layers=1), RULES)
@@ -141,6 +142,17 @@ def test_budget_sizes(text: str, value: int) -> None:
 def test_bad_budget_is_a_usage_error() -> None:
     with pytest.raises(UsageError):
         parse_size("lots")
+
+
+def test_a_budget_holds_the_estimate_plus_the_tolerance(tmp_path: Path) -> None:
+    """Erring on the safe side: a budget just above the estimate, but within its 5%, fails."""
+    from specreg.validators.memory_budget import BUDGET_MARGIN, budget_check
+
+    est = estimate(open_gguf(write_model(tmp_path / "t.gguf", BASE)), None, ServeSettings(), RULES)
+    need = est.total_bytes
+    assert budget_check(est, need + need // 100, "--budget").severity == "error"
+    ok = budget_check(est, need + need // 19, "--budget")
+    assert ok.severity == "pass" and ok.evidence["margin_bytes"] == int(need * BUDGET_MARGIN)
 
 
 def test_check_pair_reports_memory_and_fails_a_budget(tmp_path: Path) -> None:
@@ -196,7 +208,7 @@ def test_benchmark_conditions_store_a_prediction_within_15_percent(audit_world: 
 
 # --- predictions against the bundled server's measured peak RSS, on real tokenizers -------------
 
-REPEAT = WorkloadItem(id="repeat", stratum="repeat", prompt="one two three four. " * 24, max_tokens=96)
+REPEAT = WorkloadItem(id="repeat", stratum="repeat", prompt=LOOP_TEXT * 3, max_tokens=256)
 SHORT = WorkloadItem(id="short", stratum="short", prompt="Rename the variable x to count.", max_tokens=16)
 TOLERANCE = 0.05  # predicted peak RSS within 5% of the measured one
 
@@ -244,7 +256,7 @@ def test_tokenizer_heap_from_metadata_grows_with_the_vocabulary(tmp_path: Path, 
     """Per token, per long token byte, per merge: a 151k BPE vocabulary costs more than a 32k SPM one."""
     from specreg.validators.memory_budget import vocab_heap_bytes
 
-    spm = write_model(tmp_path / "spm.gguf", REPEATER.but(tokenizer_from=str(real_vocab("llama-spm"))))
+    spm = write_model(tmp_path / "spm.gguf", CYCLER.but(tokenizer_from=str(real_vocab("llama-spm"))))
     n, heap = vocab_heap_bytes(open_gguf(spm))
     assert n == 32000 and 6 * MIB < heap < 8 * MIB  # measured on the bundled server: 6.4 MiB
     assert vocab_heap_bytes(open_gguf(real_vocab("qwen2")))[1] > 60 * MIB  # measured: 69.5 MiB
@@ -253,7 +265,7 @@ def test_tokenizer_heap_from_metadata_grows_with_the_vocabulary(tmp_path: Path, 
 
 def test_prediction_within_5_percent_of_a_real_server_on_a_real_tokenizer(tmp_path: Path, real_vocab) -> None:
     """The fast one: llama.cpp's own 32k SPM tokenizer on tiny weights, one short request."""
-    target = write_model(tmp_path / "spm.gguf", REPEATER.but(tokenizer_from=str(real_vocab("llama-spm"))))
+    target = write_model(tmp_path / "spm.gguf", CYCLER.but(tokenizer_from=str(real_vocab("llama-spm"))))
     _check(target, None, "none", [SHORT], tmp_path)
 
 
@@ -265,7 +277,7 @@ def test_prediction_within_5_percent_per_condition_on_real_tokenizers(
 ) -> None:
     """32k SPM and 262k (gemma-4) vocabularies on tiny weights that repeat their last token, so every
     method drafts in full: the logits of its verification batches are measured, not assumed."""
-    spec = REPEATER.but(tokenizer_from=str(real_vocab(vocab)), file_type="f16")
+    spec = CYCLER.but(tokenizer_from=str(real_vocab(vocab)), file_type="f16")
     target = write_model(tmp_path / "t.gguf", spec)
     draft = write_model(tmp_path / "d.gguf", spec.but(n_layer=1))
     if method == "draft alone":

@@ -83,7 +83,7 @@ def predict_rss(
     try:
         target = open_gguf(target_path)
         draft = open_gguf(spec.draft_path) if spec.draft_path else None
-        return resident_bytes(target, draft, settings, load_rule_set(), tokens, tokens + new)
+        return resident_bytes(target, draft, settings, load_rule_set(), tokens, tokens + new, new)
     except SpecregError:
         return None
 

@@ -37,6 +37,10 @@ class ModelSpec:
     # depth, so a 1-layer draft predicts what an 8-layer target does at an eighth of the cost.
     block_scale: float = 1.0  # multiplies every 2-D block weight
     head_seed: int | None = None  # token_embd / output from this seed instead of the base stream
+    # > 0: a head that loops - every token is followed by the first of `cycle` tokens in the
+    # middle of the vocabulary, each of those by the next, the last by the first again (with
+    # blocks scaled to nearly nothing: see CYCLER)
+    cycle: int = 0
     file_type: str = "f32"  # "f32" or "f16" (2-D weights; norms stay f32)
     # shape
     architecture: str = "llama"
@@ -96,11 +100,43 @@ class ModelSpec:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
 
 
-# Tiny weights that repeat their last token: a head from its own seed, tied (no output.weight),
-# over blocks scaled to nearly nothing, so the next token's logits are its embedding's similarity
-# to every other one - itself, by far. Every n-gram method then drafts in full, and a draft of
-# the same head is always accepted: the memory of real speculation on a tiny model.
-REPEATER = ModelSpec(head_seed=7, block_scale=0.01, drop_tensors=("output.weight",))
+# Tiny weights whose output loops with a period of 64 tokens whatever the prompt: near-zero blocks
+# under a head that maps every token to the next of the cycle. Every n-gram method then drafts in
+# full (ngram-simple copies at most one period, so the period must be at least its 48-token
+# m-gram), and a draft of the same head is always accepted: the memory of real speculation on a
+# tiny model.
+CYCLER = ModelSpec(head_seed=7, block_scale=0.01, cycle=64)
+# A passage longer than ngram-simple's 48-token m-gram: a real model given it three times over
+# goes on repeating it, so the n-gram methods draft in full on a real model too.
+LOOP_TEXT = (
+    "The small draft model proposes a few tokens, the target model checks all of them in one "
+    "batch and keeps the ones it agrees with, then the draft starts again from the first token "
+    "the target rejected, so the output is exactly what the target alone would have written. "
+)
+
+
+def _cycle_head(spec: ModelSpec, embd: np.ndarray, out: np.ndarray) -> None:
+    """Rewrite token_embd / output in place so that greedy decoding loops through `spec.cycle` ids.
+
+    Cycle tokens get embeddings of their own (r_i); every other token shares one direction u (plus
+    a little noise). Output row c_{i+1} is 3 r_i and row c_0 is 3 (u + r_last): after a rms norm
+    the right next token scores ~12, any other at most ~4 (random rows, 262k of them)."""
+    n_vocab, e = embd.shape
+    period = spec.cycle
+    if not 0 < period < n_vocab:
+        raise ValueError(f"cycle {period} needs a vocabulary larger than that (have {n_vocab})")
+    rng = np.random.default_rng(spec.seed + 101)
+    scale = spec.weight_scale / np.sqrt(e)
+    start = n_vocab // 2
+    ids = np.arange(start, start + period)
+    u = rng.standard_normal(e).astype(np.float32) * scale
+    rest = np.ones(n_vocab, dtype=bool)
+    rest[ids] = False
+    embd[rest] = u + 0.1 * rng.standard_normal((int(rest.sum()), e)).astype(np.float32) * scale
+    r = rng.standard_normal((period, e)).astype(np.float32) * scale
+    embd[ids] = r
+    out[ids[1:]] = 3 * r[:-1]
+    out[ids[0]] = 3 * (u + r[-1])
 
 
 def _shapes(spec: ModelSpec, n_vocab: int) -> dict[str, tuple[int, ...]]:
@@ -158,6 +194,8 @@ def _weights(spec: ModelSpec, n_vocab: int) -> dict[str, np.ndarray]:
         if jitter is not None and len(shape) > 1:
             w = w + jitter.standard_normal(shape, dtype=np.float32) * (spec.noise / np.sqrt(shape[-1]))
         out[name] = w.astype(np.float32)
+    if spec.cycle:
+        _cycle_head(spec, out["token_embd.weight"], out["output.weight"])
     return out
 
 
