@@ -12,7 +12,8 @@ sizes it logs (tests/test_memory_budget.py) and against measured peak RSS
 - compute buffer per context: a micro-batch of activations (max(3.5 n_ff + 2.5 n_embd, 7 n_embd)
   floats per token) plus flash attention's f16 mask (cells per stream x micro-batch);
 - the output buffer of each context (llama-context.cpp output_reserve: n_vocab floats per output,
-  zero-filled, as many outputs as the server's limit: 1 + the method's longest draft per slot;
+  zero-filled, as many outputs as the server's limit: 1 + the method's longest draft per slot,
+  plus the smaller buffer it grew from where a method's drafts are never short (ngram-mod);
   the draft context's also holds its backend sampler's probabilities and candidates) and the
   logits those outputs take in the compute buffer;
 - the tokenizer's heap (llama-vocab.cpp: id_to_token, token_to_id, the piece cache, BPE ranks,
@@ -63,6 +64,9 @@ DRAFT_TOKENS = {
     "ngram-mod": 64,
     "ngram-cache": 8,
 }
+# the shortest draft a method ever verifies, where that is long (ngram-mod's n_min): its output
+# buffer grows from 1 + that to 1 + the longest, and the smaller buffer stays in the heap
+MIN_DRAFT = {"ngram-mod": 48}
 N_BATCH = 2048  # llama-server's -b: the most outputs one batch can ask for
 # backend sampling (on for the draft context): logits + probs (floats) and candidates (tokens) per
 # vocabulary entry per output, beside the logits (llama-context.cpp output_reserve)
@@ -331,7 +335,11 @@ def output_bytes(f: ModelFacts, s: ServeSettings, draft: bool = False, new_token
     per slot and its backend sampler's arrays beside the logits."""
     if draft:
         return f.n_vocab * s.slots * (4 + SAMPLING_PER_ENTRY) + s.slots * 4
-    return f.n_vocab * max(n_outputs(s, new_tokens), s.slots) * 4
+    rows = max(n_outputs(s, new_tokens), s.slots)
+    shortest = MIN_DRAFT.get(s.method or "", 0)
+    if shortest and rows > s.slots * (1 + shortest):
+        rows += s.slots * (1 + shortest)  # the buffer it grew from
+    return f.n_vocab * rows * 4
 
 
 def compute_bytes(
@@ -402,7 +410,10 @@ def _estimate(t: ModelFacts, d: ModelFacts | None, settings: ServeSettings) -> M
         if f is not None and f.recurrent:
             notes.append(f"{role} has recurrent (SSM) layers: their state is not counted")
         if f is not None and any(f.swa):
-            notes.append(f"{role}: {sum(f.swa)} of {f.n_layer} layers use a {f.n_swa}-token sliding window")
+            notes.append(
+                f"{role}: {sum(f.swa)} of {f.n_layer} layers use a {f.n_swa}-token sliding window; the server's "
+                "context checkpoints of that cache (up to 32 per slot, made as prompts are processed) are not counted"
+            )
     return MemoryEstimate(
         ctx_size=settings.ctx_size,
         slots=settings.slots,
