@@ -294,3 +294,22 @@ def test_prediction_within_5_percent_on_the_smollm2_pair(tmp_path: Path, real_mo
         _check(draft, None, "none", [SHORT, REPEAT], tmp_path)
     else:
         _check(target, draft if method.startswith("draft") else None, method, [SHORT, REPEAT], tmp_path)
+
+
+def test_the_measured_peak_includes_what_no_sample_caught() -> None:
+    """A spike freed before the sampler starts (a model load's metadata) still counts: VmHWM."""
+    import os
+
+    import psutil
+
+    from specreg.servers.memory import GpuProbe, MemorySampler
+
+    spike = bytearray(64 * MIB)
+    spike[::4096] = b"x" * len(spike[::4096])  # touch every page
+    del spike
+    now = psutil.Process().memory_info().rss
+    gpu = GpuProbe()
+    sampler = MemorySampler(lambda: [os.getpid()], gpu)
+    sampler.sample_once()
+    gpu.close()
+    assert sampler.peak_rss >= now + 60 * MIB
