@@ -79,6 +79,8 @@ VOCAB_PER_TOKEN = 216
 VOCAB_PER_LONG_BYTE = 6
 VOCAB_PER_MERGE = 248
 VOCAB_PER_TRIE_NODE = 120
+VOCAB_RETURNED = 16  # per token and per merge: the metadata copy glibc gives back after the load
+MMAP_THRESHOLD = 32 << 20  # glibc's largest mmap threshold: a freed block below it stays resident
 # a budget must hold the estimate plus the tolerance it is checked to (benchmarks/bench_memory.py:
 # within 5% of the measured peak RSS on every model and condition)
 BUDGET_MARGIN = 0.05
@@ -141,7 +143,9 @@ class ModelFacts:
     output_weights: int
     recurrent: bool
     n_vocab: int = 0
-    vocab_heap: int = 0  # the tokenizer's heap (vocab_heap_bytes)
+    vocab_heap: int = 0  # the tokenizer's heap at load, metadata copy included (vocab_heap_bytes)
+    vocab_meta: int = 0  # of that, the GGUF metadata's copy, freed when the load ends
+    vocab_returned: int = 0  # of that, what the allocator gives back to the system
 
 
 def _per_layer(gf: GGUFFile, key: str, n: int, default: int) -> list[int]:
@@ -226,10 +230,17 @@ def _common_prefix(a: bytes, b: bytes) -> int:
 
 
 def vocab_heap_bytes(gf: GGUFFile) -> tuple[int, int]:
-    """(tokens, heap bytes) of the file's tokenizer as llama.cpp holds it; (0, 0) without one."""
+    """(tokens, heap bytes) of the file's tokenizer as llama.cpp holds it while loading; (0, 0)
+    without one."""
+    n, heap, _, _ = _vocab_heap(gf)
+    return n, heap
+
+
+def _vocab_heap(gf: GGUFFile) -> tuple[int, int, int, int]:
+    """(tokens, heap at load, the metadata's copy of it, the part of that returned to the system)."""
     tokens = gf.metadata.get("tokenizer.ggml.tokens")
     if not isinstance(tokens, GGUFArray) or tokens.item_type != F.T_STRING:
-        return 0, 0
+        return 0, 0, 0, 0
     long_bytes = sum(_heap_string(n) for n in _string_lengths(tokens))
     merges = gf.metadata.get("tokenizer.ggml.merges")
     n_merges = merges.count if isinstance(merges, GGUFArray) else 0
@@ -240,7 +251,12 @@ def vocab_heap_bytes(gf: GGUFFile) -> tuple[int, int]:
         + VOCAB_PER_MERGE * n_merges
         + VOCAB_PER_TRIE_NODE * trie
     )
-    return tokens.count, heap
+    # gguf.cpp keeps each string array as std::string elements (32 bytes + long text), scores and
+    # types as 4 bytes each; glibc returns part of it when freed (measured: peak RSS less RSS after
+    # the load, 0-13 MiB over llama.cpp's vocab files: ~16 bytes per token and per merge)
+    meta = 40 * tokens.count + long_bytes + 32 * n_merges
+    returned = min(meta, VOCAB_RETURNED * (tokens.count + n_merges))
+    return tokens.count, heap, meta, returned
 
 
 def model_facts(gf: GGUFFile, rules: RuleSet) -> ModelFacts:
@@ -270,7 +286,7 @@ def model_facts(gf: GGUFFile, rules: RuleSet) -> ModelFacts:
         if m:
             layer_weights[int(m.group(1))] = layer_weights.get(int(m.group(1)), 0) + t.n_bytes
     output = gf.tensor("output.weight") or gf.tensor("token_embd.weight")
-    n_vocab, vocab_heap = vocab_heap_bytes(gf)
+    n_vocab, vocab_heap, vocab_meta, vocab_returned = _vocab_heap(gf)
     return ModelFacts(
         arch=s.architecture,
         n_layer=n_layer,
@@ -287,6 +303,8 @@ def model_facts(gf: GGUFFile, rules: RuleSet) -> ModelFacts:
         recurrent=get_int(gf, f"{arch}.ssm.state_size") is not None,
         n_vocab=n_vocab,
         vocab_heap=vocab_heap,
+        vocab_meta=vocab_meta,
+        vocab_returned=vocab_returned,
     )
 
 
@@ -337,9 +355,10 @@ def output_bytes(f: ModelFacts, s: ServeSettings, draft: bool = False, new_token
         return f.n_vocab * s.slots * (4 + SAMPLING_PER_ENTRY) + s.slots * 4
     rows = max(n_outputs(s, new_tokens), s.slots)
     shortest = MIN_DRAFT.get(s.method or "", 0)
-    if shortest and rows > s.slots * (1 + shortest):
-        rows += s.slots * (1 + shortest)  # the buffer it grew from
-    return f.n_vocab * rows * 4
+    grown_from = s.slots * (1 + shortest) if shortest and rows > s.slots * (1 + shortest) else 0
+    if new_tokens is not None and f.n_vocab * grown_from * 4 >= MMAP_THRESHOLD:
+        grown_from = 0  # a block that large was mapped on its own and is unmapped when freed
+    return f.n_vocab * (rows + grown_from) * 4
 
 
 def compute_bytes(
@@ -467,7 +486,16 @@ def resident_bytes(
     outputs = output_bytes(t, settings, new_tokens=new_tokens)
     if d is not None:
         outputs += output_bytes(d, settings, draft=True)
-    return est.total_bytes - est.compute_bytes - est.output_bytes - est.vram_bytes + touched + outputs
+    full = est.total_bytes - est.compute_bytes - est.output_bytes - est.vram_bytes + touched + outputs
+    # the metadata freed after a load: what glibc returned is refilled by anything allocated later
+    # before the peak rises (the peak is the load's or the end state's, whichever is higher), and
+    # what it kept serves a method's table (ngram-mod's 16 MiB) when large enough
+    kept = t.vocab_meta - t.vocab_returned
+    method = est.method_bytes - max(0, est.method_bytes - kept) if est.method_bytes else 0
+    after = full - method - t.vocab_returned - (d.vocab_returned if d is not None else 0)
+    at_load = PROCESS_OVERHEAD + t.weights + t.vocab_heap
+    at_draft_load = after + (d.vocab_returned if d is not None else 0)
+    return max(at_load, after, at_draft_load)
 
 
 def head_dim_check(target: GGUFFile, draft: GGUFFile | None, settings: ServeSettings, rules: RuleSet) -> list[str]:
