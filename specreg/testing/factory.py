@@ -129,7 +129,7 @@ def _cycle_head(spec: ModelSpec, embd: np.ndarray, out: np.ndarray) -> None:
     scale = spec.weight_scale / np.sqrt(e)
     start = n_vocab // 2
     ids = np.arange(start, start + period)
-    u = rng.standard_normal(e).astype(np.float32) * scale
+    u = rng.standard_normal((e,)).astype(np.float32) * scale
     rest = np.ones(n_vocab, dtype=bool)
     rest[ids] = False
     embd[rest] = u + 0.1 * rng.standard_normal((int(rest.sum()), e)).astype(np.float32) * scale
