@@ -42,9 +42,10 @@ from specreg.validators.ruleset import RuleSet
 MIB = 1 << 20
 # The bundled server (Python + xllamacpp + llama.cpp's runtime, OpenMP pool, slot and prompt-cache
 # bookkeeping) with nothing loaded, and each further llama context (the draft's): measured on the
-# CPU wheel 2026.10.11549 (peak RSS minus weights, KV and touched compute: 33-36 MiB over the
-# conditions of benchmarks/bench_memory.py serving the default workload).
-PROCESS_OVERHEAD = 35 * MIB
+# CPU wheel 2026.10.11549 (peak RSS, high-water mark included, minus every other part: 33 MiB for
+# the factory's tiny model in benchmarks/bench_memory.py; a long-running server's prompt cache
+# adds to it as prompts are cached, see the notes).
+PROCESS_OVERHEAD = 33 * MIB
 CONTEXT_OVERHEAD = 5 * MIB // 2
 # speculative state llama.cpp allocates up front (common/speculative.cpp: common_ngram_mod(n, 4*1024*1024)
 # entries of one llama_token, zero-filled, once per server)
