@@ -14,9 +14,11 @@ from _registry_helpers import cli, model
 from specreg.errors import ServerStartError, UsageError
 from specreg.gguf.reader import open_gguf
 from specreg.registry.store import Registry
+from specreg.schemas.bench import WorkloadItem
 from specreg.schemas.memory import ServeSettings
 from specreg.servers.launcher import bundled_command, launch
 from specreg.testing import write_model
+from specreg.testing.factory import CYCLER, LOOP_TEXT
 from specreg.validators.memory_budget import (
     estimate,
     head_dim_check,
@@ -121,7 +123,8 @@ def test_gpu_layers_split_weights_kv_and_compute(tmp_path: Path) -> None:
     cpu = estimate(gf, None, ServeSettings(), RULES)
     assert cpu.vram_bytes == 0 and cpu.host_bytes == cpu.total_bytes
     every = estimate(gf, None, ServeSettings(gpu_layers=-1), RULES)
-    assert every.vram_bytes == every.total_bytes - every.overhead_bytes - (
+    host_only = every.overhead_bytes + every.output_bytes + every.vocab_bytes  # output buffers: host memory
+    assert every.vram_bytes == every.total_bytes - host_only - (
         sum(t.n_bytes for t in gf.tensors if not t.name.startswith(("blk.", "output.")))
     )
     one = estimate(gf, None, ServeSettings(gpu_layers=1), RULES)
@@ -141,6 +144,17 @@ def test_bad_budget_is_a_usage_error() -> None:
         parse_size("lots")
 
 
+def test_a_budget_holds_the_estimate_plus_the_tolerance(tmp_path: Path) -> None:
+    """Erring on the safe side: a budget just above the estimate, but within its 5%, fails."""
+    from specreg.validators.memory_budget import BUDGET_MARGIN, budget_check
+
+    est = estimate(open_gguf(write_model(tmp_path / "t.gguf", BASE)), None, ServeSettings(), RULES)
+    need = est.total_bytes
+    assert budget_check(est, need + need // 100, "--budget").severity == "error"
+    ok = budget_check(est, need + need // 19, "--budget")
+    assert ok.severity == "pass" and ok.evidence["margin_bytes"] == int(need * BUDGET_MARGIN)
+
+
 def test_check_pair_reports_memory_and_fails_a_budget(tmp_path: Path) -> None:
     t = model(tmp_path, "t.gguf")
     d = model(tmp_path, "d.gguf", noise=0.05)
@@ -156,6 +170,8 @@ def test_check_pair_reports_memory_and_fails_a_budget(tmp_path: Path) -> None:
         "draft_weights_bytes",
         "kv_bytes",
         "compute_bytes",
+        "output_bytes",
+        "vocab_bytes",
         "overhead_bytes",
         "method_bytes",
     )
@@ -168,7 +184,9 @@ def test_check_pair_reports_memory_and_fails_a_budget(tmp_path: Path) -> None:
     roomy = cli(*args, "--budget", "auto", db=db)  # the host's RAM holds 60 MiB
     assert roomy.returncode == 0, roomy.stderr
     human = cli(*args[:-1], db=db)
-    assert "memory  -c 8192 -np 2 -ctk f16 -ctv f16: weights 0.5 + draft 0.5, KV 8.0" in human.stdout
+    assert "memory  -c 8192 -np 2 -ctk f16 -ctv f16: weights 0.5 + draft 0.5, KV 4.0," in human.stdout
+    assert "draft KV 4.0 MiB (its own cache of the same cells)" in human.stdout  # the draft's own line
+    assert mem["kv_bytes"] == mem["target_kv_bytes"] + mem["draft_kv_bytes"]
     bad = cli(*args, "--budget", "forty", db=db)
     assert bad.returncode == 2 and "expected a size like 24GiB" in bad.stderr
 
@@ -186,3 +204,112 @@ def test_benchmark_conditions_store_a_prediction_within_15_percent(audit_world: 
     for name, predicted, peak in measured:
         assert predicted is not None and peak, name
         assert abs(predicted - peak) / peak < 0.15, (name, predicted / MIB, peak / MIB)
+
+
+# --- predictions against the bundled server's measured peak RSS, on real tokenizers -------------
+
+REPEAT = WorkloadItem(id="repeat", stratum="repeat", prompt=LOOP_TEXT * 3, max_tokens=256)
+SHORT = WorkloadItem(id="short", stratum="short", prompt="Rename the variable x to count.", max_tokens=16)
+TOLERANCE = 0.05  # predicted peak RSS within 5% of the measured one
+
+
+def _served_peak(target: Path, draft: Path | None, method: str, items: list[WorkloadItem], tmp: Path) -> int:
+    """Peak RSS (sampled and high-water mark) of the bundled server serving `items` once."""
+    from specreg.benchmark.client import LlamaClient
+    from specreg.servers.memory import GpuProbe, MemorySampler
+
+    argv = ["-m", str(target), *(["-md", str(draft)] if draft else []), "--spec-type", method, "-c", "4096"]
+    server = launch(bundled_command(), argv, tmp / f"{target.stem}-{method}.log", start_timeout_s=300)
+    gpu = GpuProbe()
+    try:
+        with LlamaClient(server.base_url) as client, MemorySampler(server.pids, gpu) as sampler:
+            for it in items:
+                client.complete(it, max_tokens=it.max_tokens, seed=42)
+    finally:
+        server.stop()
+        gpu.close()
+    return sampler.peak_rss
+
+
+def _predicted(target: Path, draft: Path | None, method: str, items: list[WorkloadItem]) -> tuple[int, int]:
+    """(resident prediction as `bench` stores it, total as `--budget` compares it)."""
+    from specreg.schemas.bench import ConditionSpec
+    from specreg.servers.memory_predict import predict_rss
+
+    spec = ConditionSpec(name=method, method=method, draft_path=str(draft) if draft else None)
+    resident = predict_rss(spec, str(target), ctx_size=4096, slots=1, gpu_layers=None, items=items, max_tokens=None)
+    assert resident is not None
+    settings = ServeSettings(method=method)
+    total = estimate(open_gguf(target), open_gguf(draft) if draft else None, settings, RULES).total_bytes
+    return resident, total
+
+
+def _check(target: Path, draft: Path | None, method: str, items: list[WorkloadItem], tmp: Path) -> None:
+    peak = _served_peak(target, draft, method, items, tmp)
+    resident, total = _predicted(target, draft, method, items)
+    what = (target.name, method, round(resident / MIB, 1), round(peak / MIB, 1))
+    assert abs(resident - peak) <= TOLERANCE * peak, what
+    assert total >= peak, ("a budget of the total would pass this server", *what)
+
+
+def test_tokenizer_heap_from_metadata_grows_with_the_vocabulary(tmp_path: Path, real_vocab) -> None:
+    """Per token, per long token byte, per merge: a 151k BPE vocabulary costs more than a 32k SPM one."""
+    from specreg.validators.memory_budget import vocab_heap_bytes
+
+    spm = write_model(tmp_path / "spm.gguf", CYCLER.but(tokenizer_from=str(real_vocab("llama-spm"))))
+    n, heap = vocab_heap_bytes(open_gguf(spm))
+    assert n == 32000 and 6 * MIB < heap < 8 * MIB  # measured on the bundled server: 6.4 MiB
+    assert vocab_heap_bytes(open_gguf(real_vocab("qwen2")))[1] > 60 * MIB  # measured: 69.5 MiB
+    assert model_facts(open_gguf(spm), RULES).n_vocab == 32000
+
+
+def test_prediction_within_5_percent_of_a_real_server_on_a_real_tokenizer(tmp_path: Path, real_vocab) -> None:
+    """The fast one: llama.cpp's own 32k SPM tokenizer on tiny weights, one short request."""
+    target = write_model(tmp_path / "spm.gguf", CYCLER.but(tokenizer_from=str(real_vocab("llama-spm"))))
+    _check(target, None, "none", [SHORT], tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("vocab", ["llama-spm", "gemma-4"])
+@pytest.mark.parametrize("method", ["none", "ngram-simple", "ngram-mod", "draft-simple", "draft alone"])
+def test_prediction_within_5_percent_per_condition_on_real_tokenizers(
+    tmp_path: Path, real_vocab, vocab: str, method: str
+) -> None:
+    """32k SPM and 262k (gemma-4) vocabularies on tiny weights that repeat their last token, so every
+    method drafts in full: the logits of its verification batches are measured, not assumed."""
+    spec = CYCLER.but(tokenizer_from=str(real_vocab(vocab)), file_type="f16")
+    target = write_model(tmp_path / "t.gguf", spec)
+    draft = write_model(tmp_path / "d.gguf", spec.but(n_layer=1))
+    if method == "draft alone":
+        _check(draft, None, "none", [SHORT, REPEAT], tmp_path)
+    else:
+        _check(target, draft if method.startswith("draft") else None, method, [SHORT, REPEAT], tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["none", "ngram-simple", "ngram-mod", "draft-simple", "q4_1 alone"])
+def test_prediction_within_5_percent_on_the_smollm2_pair(tmp_path: Path, real_model, method: str) -> None:
+    target, draft = real_model("f16"), real_model("q4_1")
+    if method == "q4_1 alone":
+        _check(draft, None, "none", [SHORT, REPEAT], tmp_path)
+    else:
+        _check(target, draft if method.startswith("draft") else None, method, [SHORT, REPEAT], tmp_path)
+
+
+def test_the_measured_peak_includes_what_no_sample_caught() -> None:
+    """A spike freed before the sampler starts (a model load's metadata) still counts: VmHWM."""
+    import os
+
+    import psutil
+
+    from specreg.servers.memory import GpuProbe, MemorySampler
+
+    spike = bytearray(64 * MIB)
+    spike[::4096] = b"x" * len(spike[::4096])  # touch every page
+    del spike
+    now = psutil.Process().memory_info().rss
+    gpu = GpuProbe()
+    sampler = MemorySampler(lambda: [os.getpid()], gpu)
+    sampler.sample_once()
+    gpu.close()
+    assert sampler.peak_rss >= now + 60 * MIB

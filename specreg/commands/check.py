@@ -44,19 +44,24 @@ def _remote_facts(target: ArtifactRecord, draft: ArtifactRecord | None) -> dict[
     return {"remote": remote} if remote else {}
 
 
-def _memory_line(m: MemoryEstimate) -> str:
-    """The estimate in MiB, part by part, for the flags it was made for."""
+def _memory_lines(m: MemoryEstimate) -> list[str]:
+    """The estimate in MiB, part by part, for the flags it was made for; the draft's own KV cache
+    on a line of its own (the KV part of the first line is the target's)."""
 
     def mib(n: int) -> str:
         return mib_text(n, grouped=True)
 
     draft = f" + draft {mib(m.draft_weights_bytes)}" if m.draft_weights_bytes else ""
     gpu = f", GPU {mib(m.vram_bytes)}" if m.vram_bytes else ""
-    return (
+    lines = [
         f"-c {m.ctx_size} -np {m.slots} -ctk {m.cache_type_k} -ctv {m.cache_type_v}: "
-        f"weights {mib(m.target_weights_bytes)}{draft}, KV {mib(m.kv_bytes)}, compute {mib(m.compute_bytes)}, "
+        f"weights {mib(m.target_weights_bytes)}{draft}, KV {mib(m.kv_bytes - m.draft_kv_bytes)}, "
+        f"compute {mib(m.compute_bytes)}, outputs {mib(m.output_bytes)}, tokenizer {mib(m.vocab_bytes)}, "
         f"server {mib(m.overhead_bytes + m.method_bytes)} = {mib(m.total_bytes)} MiB{gpu}"
-    )
+    ]
+    if m.draft_weights_bytes:
+        lines.append(f"draft KV {mib(m.draft_kv_bytes)} MiB (its own cache of the same cells), in the total")
+    return lines
 
 
 @check_app.command("pair")
@@ -168,7 +173,8 @@ def pair_cmd(
     else:
         show_verdict(v, done.target, done.draft, done.pair_id, judged.why)
         if settings != ServeSettings() or budget is not None:
-            say(_memory_line(mem), prefix="memory  ", indent=8)
+            for i, line in enumerate(_memory_lines(mem)):
+                say(line, prefix="memory  " if i == 0 else " " * 8, indent=8)
         for c in v.checks:
             if c.code == "probe.agreement":  # the rule set is out of date for this runtime: say it loudly
                 say(c.message, prefix="DISAGREEMENT  ", marks=[("DISAGREEMENT", "bold red")], indent=14)

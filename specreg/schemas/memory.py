@@ -31,8 +31,12 @@ class MemoryEstimate(BaseModel):
     target_weights_bytes: int
     draft_weights_bytes: int = 0
     kv_bytes: int  # target + draft KV caches
+    target_kv_bytes: int = 0
     draft_kv_bytes: int = 0
     compute_bytes: int  # compute buffers of every context (worst case: a full micro-batch at full context)
+    output_bytes: int = 0  # output buffers of every context (logits of as many outputs as a batch may ask)
+    vocab_bytes: int = 0  # the tokenizers' heap (target + draft: each context loads its own)
+    draft_vocab_bytes: int = 0
     overhead_bytes: int  # the server process itself (runtime, threads, libraries)
     method_bytes: int = 0  # the speculative method's own state (ngram-mod: a 4 Mi-entry table)
     total_bytes: int

@@ -1,5 +1,8 @@
 """Peak memory of a server process tree (psutil) and the GPU view (NVML), sampled in a thread.
 
+The peak RSS is the higher of the sampled sums and the kernel's own high-water marks (Linux
+VmHWM, summed over the tree), so a peak while loading, before the first sample, is not missed.
+
 No NVIDIA GPU (no driver, no library, no device) is recorded as absent with NVML's reason,
 never as 0 bytes. `nvml` is injectable so the parsing of real NVML values can be tested
 without a GPU; everything else here is exercised for real.
@@ -100,6 +103,18 @@ class GpuProbe:
                     vram[p.pid] = max(vram.get(p.pid, 0), int(used))
 
 
+def _high_water_mark(pid: int) -> int | None:
+    """Peak RSS of a live process so far (Linux VmHWM); None where /proc does not say."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 class MemorySampler:
     """Samples a process tree's RSS (and GPU) every `interval_s` until stopped; keeps peaks."""
 
@@ -130,13 +145,17 @@ class MemorySampler:
     def sample_once(self) -> None:
         pids = self._pids()
         rss = 0
+        hwm = 0
         for pid in pids:
             try:
                 rss += psutil.Process(pid).memory_info().rss
             except psutil.Error:
                 continue
+            hwm += _high_water_mark(pid) or 0
         if pids and rss:
-            self.peak_rss = max(self.peak_rss, rss)
+            # the kernel's high-water mark also sees what no sample caught (the load's transient
+            # metadata, a burst between samples); summed over the tree it can only be higher
+            self.peak_rss = max(self.peak_rss, rss, hwm)
             self.samples += 1
         if self._gpu.present:
             now: dict[int, int] = {}

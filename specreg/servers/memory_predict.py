@@ -6,13 +6,14 @@ report shows the error); it never fails a benchmark: a file it cannot read gives
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from specreg.errors import SpecregError, UsageError
 from specreg.schemas.memory import ServeSettings
 
 if TYPE_CHECKING:
+    from specreg.gguf.reader import GGUFFile
     from specreg.schemas.bench import ConditionSpec, WorkloadItem
 
 
@@ -53,8 +54,9 @@ def predict_rss(
 ) -> int | None:
     """Predicted peak RSS of one condition's server: its files, flags and the workload's longest request.
 
-    Prompt length is bounded by its UTF-8 bytes (+2 specials): exact for byte-level vocabularies, an
-    upper bound for others; it only sizes the small part of the compute buffer a request touches.
+    Prompt length: the target vocabulary's greedy longest-match count (`_greedy_tokens`), at most
+    the prompt's UTF-8 bytes (+2 specials); it only sizes the small part of the compute buffer a
+    request touches (the budget's total always counts a full micro-batch).
     """
     from specreg.gguf.reader import open_gguf
     from specreg.validators.memory_budget import resident_bytes
@@ -71,21 +73,52 @@ def predict_rss(
         )
     except UsageError:
         return None
-    # a chat message also gets its template's role markers: 16 tokens each is generous
-    sizes = [
-        len(it.prompt.encode())
-        if it.prompt is not None
-        else sum(len(m.content.encode()) + 16 for m in it.messages or [])
-        for it in items
-    ]
-    tokens = max(sizes, default=0) + 2
     new = max((max_tokens or it.max_tokens for it in items), default=0)
     try:
         target = open_gguf(target_path)
         draft = open_gguf(spec.draft_path) if spec.draft_path else None
-        return resident_bytes(target, draft, settings, load_rule_set(), tokens, tokens + new)
+        count = _greedy_tokens(target)
+        # a chat message also gets its template's role markers: 16 tokens each is generous
+        sizes = [
+            count(it.prompt) if it.prompt is not None else sum(count(m.content) + 16 for m in it.messages or [])
+            for it in items
+        ]
+        tokens = max(sizes, default=0) + 2
+        return resident_bytes(target, draft, settings, load_rule_set(), tokens, tokens + new, new)
     except SpecregError:
         return None
+
+
+_MAX_PIECE = 32  # longest token text tried (characters)
+_MARKERS = str.maketrans({"\u2581": " ", "\u0120": " ", "\u010a": "\n", "\u0109": "\t"})  # SPM / byte-level BPE
+
+
+def _greedy_tokens(gf: GGUFFile) -> Callable[[str], int]:
+    """A token counter for the file's vocabulary: greedy longest match over its token texts (SPM's
+    and byte-level BPE's space and newline markers read as such), unmatched characters one token
+    per UTF-8 byte; never more than the text's bytes. Close to what llama.cpp's tokenizer gives on
+    prose (it is a prediction, not the tokenizer); without a vocabulary, the bytes."""
+    from specreg.gguf.reader import GGUFArray
+
+    tokens = gf.metadata.get("tokenizer.ggml.tokens")
+    if not isinstance(tokens, GGUFArray):
+        return lambda text: len(text.encode())
+    pieces = {t.translate(_MARKERS) for t in tokens.to_list() if 0 < len(t) <= _MAX_PIECE}
+
+    def count(text: str) -> int:
+        n, i = 0, 0
+        while i < len(text):
+            for width in range(min(_MAX_PIECE, len(text) - i), 0, -1):
+                if text[i : i + width] in pieces:
+                    i += width
+                    n += 1
+                    break
+            else:
+                n += len(text[i].encode("utf-8", "surrogatepass"))
+                i += 1
+        return min(n, len(text.encode("utf-8", "surrogatepass")))
+
+    return count
 
 
 def detect_budget(gpu: bool) -> tuple[int, str]:

@@ -37,6 +37,10 @@ class ModelSpec:
     # depth, so a 1-layer draft predicts what an 8-layer target does at an eighth of the cost.
     block_scale: float = 1.0  # multiplies every 2-D block weight
     head_seed: int | None = None  # token_embd / output from this seed instead of the base stream
+    # > 0: a head that loops - every token is followed by the first of `cycle` tokens in the
+    # middle of the vocabulary, each of those by the next, the last by the first again (with
+    # blocks scaled to nearly nothing: see CYCLER)
+    cycle: int = 0
     file_type: str = "f32"  # "f32" or "f16" (2-D weights; norms stay f32)
     # shape
     architecture: str = "llama"
@@ -49,6 +53,9 @@ class ModelSpec:
     vocab_only: bool = False
     # vocabulary
     vocab_type: str = "llama"  # tokenizer.ggml.model: "llama" (SPM) or "gpt2" (BPE)
+    # a real tokenizer: every tokenizer.* key copied from this GGUF (e.g. llama.cpp's
+    # models/ggml-vocab-*.gguf); the vocabulary fields below are then ignored
+    tokenizer_from: str | None = None
     pre: str | None = None  # tokenizer.ggml.pre
     n_words: int = 160  # word pieces after the 256 byte tokens
     extra_tokens: int = 0  # appended tokens ("<extra_N>", type USER_DEFINED)
@@ -91,6 +98,45 @@ class ModelSpec:
     def but(self, **changes: object) -> ModelSpec:
         """This spec with some fields changed (the one-rule-broken variants)."""
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+# Tiny weights whose output loops with a period of 64 tokens whatever the prompt: near-zero blocks
+# under a head that maps every token to the next of the cycle. Every n-gram method then drafts in
+# full (ngram-simple copies at most one period, so the period must be at least its 48-token
+# m-gram), and a draft of the same head is always accepted: the memory of real speculation on a
+# tiny model.
+CYCLER = ModelSpec(head_seed=7, block_scale=0.01, cycle=64)
+# A passage longer than ngram-simple's 48-token m-gram: a real model given it three times over
+# goes on repeating it, so the n-gram methods draft in full on a real model too.
+LOOP_TEXT = (
+    "The small draft model proposes a few tokens, the target model checks all of them in one "
+    "batch and keeps the ones it agrees with, then the draft starts again from the first token "
+    "the target rejected, so the output is exactly what the target alone would have written. "
+)
+
+
+def _cycle_head(spec: ModelSpec, embd: np.ndarray, out: np.ndarray) -> None:
+    """Rewrite token_embd / output in place so that greedy decoding loops through `spec.cycle` ids.
+
+    Cycle tokens get embeddings of their own (r_i); every other token shares one direction u (plus
+    a little noise). Output row c_{i+1} is 3 r_i and row c_0 is 3 (u + r_last): after a rms norm
+    the right next token scores ~12, any other at most ~4 (random rows, 262k of them)."""
+    n_vocab, e = embd.shape
+    period = spec.cycle
+    if not 0 < period < n_vocab:
+        raise ValueError(f"cycle {period} needs a vocabulary larger than that (have {n_vocab})")
+    rng = np.random.default_rng(spec.seed + 101)
+    scale = spec.weight_scale / np.sqrt(e)
+    start = n_vocab // 2
+    ids = np.arange(start, start + period)
+    u = rng.standard_normal((e,)).astype(np.float32) * scale
+    rest = np.ones(n_vocab, dtype=bool)
+    rest[ids] = False
+    embd[rest] = u + 0.1 * rng.standard_normal((int(rest.sum()), e)).astype(np.float32) * scale
+    r = rng.standard_normal((period, e)).astype(np.float32) * scale
+    embd[ids] = r
+    out[ids[1:]] = 3 * r[:-1]
+    out[ids[0]] = 3 * (u + r[-1])
 
 
 def _shapes(spec: ModelSpec, n_vocab: int) -> dict[str, tuple[int, ...]]:
@@ -148,6 +194,8 @@ def _weights(spec: ModelSpec, n_vocab: int) -> dict[str, np.ndarray]:
         if jitter is not None and len(shape) > 1:
             w = w + jitter.standard_normal(shape, dtype=np.float32) * (spec.noise / np.sqrt(shape[-1]))
         out[name] = w.astype(np.float32)
+    if spec.cycle:
+        _cycle_head(spec, out["token_embd.weight"], out["output.weight"])
     return out
 
 
@@ -229,7 +277,32 @@ def _value_type(value: object) -> gguf.GGUFValueType:
     return gguf.GGUFValueType.STRING
 
 
+def _copy_tokenizer(w: gguf.GGUFWriter, source: str) -> int:
+    """Every tokenizer.* key of `source` with its stored type; the vocabulary size.
+
+    Read with specreg's own reader: gguf-py's reader takes minutes over a 262k-token vocabulary."""
+    from specreg.gguf.reader import GGUFArray, open_gguf
+
+    gf = open_gguf(source)
+    n_vocab = 0
+    for key, value in gf.metadata.items():
+        if not key.startswith("tokenizer."):
+            continue
+        vtype = gguf.GGUFValueType(gf.value_types[key])
+        if isinstance(value, GGUFArray):
+            w.add_key_value(key, value.to_list(), vtype, sub_type=gguf.GGUFValueType(value.item_type))
+            if key == gguf.Keys.Tokenizer.LIST:
+                n_vocab = value.count
+        else:
+            w.add_key_value(key, value, vtype)
+    if not n_vocab:
+        raise ValueError(f"{source}: no tokenizer.ggml.tokens")
+    return n_vocab
+
+
 def _add_tokenizer(w: gguf.GGUFWriter, spec: ModelSpec) -> int:
+    if spec.tokenizer_from is not None:
+        return _copy_tokenizer(w, spec.tokenizer_from)
     vocab = build_vocab(spec)
     w.add_tokenizer_model(spec.vocab_type)
     if spec.pre is not None:

@@ -11,6 +11,15 @@ sizes it logs (tests/test_memory_budget.py) and against measured peak RSS
   its own cache of the same cells;
 - compute buffer per context: a micro-batch of activations (max(3.5 n_ff + 2.5 n_embd, 7 n_embd)
   floats per token) plus flash attention's f16 mask (cells per stream x micro-batch);
+- the output buffer of each context (llama-context.cpp output_reserve: n_vocab floats per output,
+  zero-filled, as many outputs as the server's limit: 1 + the method's longest draft per slot,
+  plus the smaller buffer it grew from where a method's drafts are never short (ngram-mod);
+  the draft context's also holds its backend sampler's probabilities and candidates) and the
+  logits those outputs take in the compute buffer;
+- the tokenizer's heap (llama-vocab.cpp: id_to_token, token_to_id, the piece cache, BPE ranks,
+  the UGM trie, and the GGUF metadata arrays held while loading), per token, per byte of long
+  token text, per merge, per trie node: fitted to the bundled server's peak RSS over llama.cpp's
+  19 ggml-vocab-*.gguf files (32k-262k tokens, SPM, BPE, WPM, UGM) within 4 MiB;
 - the server process itself: a constant measured for the bundled server.
 - the speculative method's own state where llama.cpp allocates it up front (ngram-mod's table).
 Recurrent (SSM) state, an MTP head's own context and the host prompt cache (--cache-ram, filled
@@ -33,13 +42,52 @@ from specreg.validators.ruleset import RuleSet
 
 # The bundled server (Python + xllamacpp + llama.cpp's runtime, OpenMP pool, slot and prompt-cache
 # bookkeeping) with nothing loaded, and each further llama context (the draft's): measured on the
-# CPU wheel 2026.10.11549 (peak RSS minus weights, KV and touched compute: 33-36 MiB over the
-# conditions of benchmarks/bench_memory.py serving the default workload).
-PROCESS_OVERHEAD = 35 * MIB
+# CPU wheel 2026.10.11549 (peak RSS, high-water mark included, minus every other part: 33 MiB for
+# the factory's tiny model in benchmarks/bench_memory.py; a long-running server's prompt cache
+# adds to it as prompts are cached, see the notes).
+PROCESS_OVERHEAD = 33 * MIB
 CONTEXT_OVERHEAD = 5 * MIB // 2
 # speculative state llama.cpp allocates up front (common/speculative.cpp: common_ngram_mod(n, 4*1024*1024)
 # entries of one llama_token, zero-filled, once per server)
 METHOD_STATE = {"ngram-mod": 4 * 1024 * 1024 * 4}
+# tokens a method drafts at most per step with llama.cpp's defaults (common/common.h:
+# draft.n_max 3, ngram_simple/map_k/map_k4v size_m 48, ngram_mod n_max 64, ngram-cache 8;
+# common_speculative_n_max): the target verifies 1 + that many tokens, each with its logits
+DRAFT_TOKENS = {
+    "draft-simple": 3,
+    "draft-eagle3": 3,
+    "draft-mtp": 3,
+    "draft-dflash": 3,
+    "draft-dspark": 3,
+    "ngram-simple": 48,
+    "ngram-map-k": 48,
+    "ngram-map-k4v": 48,
+    "ngram-mod": 64,
+    "ngram-cache": 8,
+}
+# the shortest draft a method ever verifies, where that is long (ngram-mod's n_min): its output
+# buffer grows from 1 + that to 1 + the longest, and the smaller buffer stays in the heap
+MIN_DRAFT = {"ngram-mod": 48}
+N_BATCH = 2048  # llama-server's -b: the most outputs one batch can ask for
+# backend sampling (on for the draft context): logits + probs (floats) and candidates (tokens) per
+# vocabulary entry per output, beside the logits (llama-context.cpp output_reserve)
+SAMPLING_PER_ENTRY = 2 * 4 + 4
+# the tokenizer's heap, in bytes: per token (id_to_token 40, token_to_id node and bucket, piece
+# cache, the GGUF metadata's copy while loading), per byte of token text held out of line
+# (std::string keeps 15 bytes inline; several copies), per BPE merge (bpe_ranks node holding two
+# strings, the metadata's copy), per node of the UGM tokenizer's byte trie (std::map nodes)
+VOCAB_PER_TOKEN = 216
+VOCAB_PER_LONG_BYTE = 6
+VOCAB_PER_MERGE = 248
+VOCAB_PER_TRIE_NODE = 120
+VOCAB_RETURNED = 16  # per token and per merge: the metadata copy glibc gives back after the load
+# of the fitted heap per token and merge, the share a draft's vocabulary costs again (measured:
+# draft-simple over the draft file alone, 32k SPM and 262k gemma-4 vocabularies)
+DRAFT_VOCAB_SHARE = 0.85
+MMAP_THRESHOLD = 32 << 20  # glibc's largest mmap threshold: a freed block below it stays resident
+# a budget must hold the estimate plus the tolerance it is checked to (benchmarks/bench_memory.py:
+# within 5% of the measured peak RSS on every model and condition)
+BUDGET_MARGIN = 0.05
 KV_PAD = 256  # llama.cpp pads each stream's cells (and the SWA cache) to 256
 _TYPE_IDS = {name: tid for tid, (name, _, _) in F.GGML_TYPES.items()}
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
@@ -92,6 +140,10 @@ class ModelFacts:
     layer_weights: dict[int, int]
     output_weights: int
     recurrent: bool
+    n_vocab: int = 0
+    vocab_heap: int = 0  # the tokenizer's heap at load, metadata copy included (vocab_heap_bytes)
+    vocab_meta: int = 0  # of that, the GGUF metadata's copy, freed when the load ends
+    vocab_returned: int = 0  # of that, what the allocator gives back to the system
 
 
 def _per_layer(gf: GGUFFile, key: str, n: int, default: int) -> list[int]:
@@ -125,6 +177,86 @@ def _swa_layers(gf: GGUFFile, arch: str, n_layer: int, n_swa: int, rules: RuleSe
     return [n_pattern == 0 or il % n_pattern < n_pattern - 1 for il in range(n_layer)]
 
 
+def _string_lengths(arr: GGUFArray) -> list[int]:
+    """Byte lengths of a string array's elements, read from the stored lengths (nothing decoded)."""
+    raw = arr.raw()
+    unpack = F.U64.unpack_from
+    out = []
+    p = 0
+    for _ in range(arr.count):  # the reader's walk checked every length against the payload
+        n = unpack(raw, p)[0]
+        out.append(n)
+        p += 8 + n
+    return out
+
+
+def _heap_string(n: int) -> int:
+    """Heap bytes of a std::string of n bytes (libstdc++: 15 inline; glibc chunk of n + 1)."""
+    return 0 if n <= 15 else max(32, (n + 1 + 8 + 15) & ~15)
+
+
+def _trie_nodes(arr: GGUFArray) -> int:
+    """Nodes of the UGM tokenizer's byte trie over the tokens: their distinct non-empty prefixes,
+    counted over the sorted tokens (each adds its length less its common prefix with the one
+    before), so time and memory stay linear in the array's bytes whatever a token's length."""
+    raw = bytes(arr.raw())
+    unpack = F.U64.unpack_from
+    tokens = []
+    p = 0
+    for _ in range(arr.count):
+        n = unpack(raw, p)[0]
+        tokens.append(raw[p + 8 : p + 8 + n])
+        p += 8 + n
+    tokens = sorted(set(tokens))
+    nodes, prev = 0, b""
+    for tok in tokens:
+        nodes += len(tok) - _common_prefix(prev, tok)
+        prev = tok
+    return nodes
+
+
+def _common_prefix(a: bytes, b: bytes) -> int:
+    """Length of the common prefix, by bisection over slice comparisons (each done in C)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def vocab_heap_bytes(gf: GGUFFile) -> tuple[int, int]:
+    """(tokens, heap bytes) of the file's tokenizer as llama.cpp holds it while loading; (0, 0)
+    without one."""
+    n, heap, _, _ = _vocab_heap(gf)
+    return n, heap
+
+
+def _vocab_heap(gf: GGUFFile) -> tuple[int, int, int, int]:
+    """(tokens, heap at load, the metadata's copy of it, the part of that returned to the system)."""
+    tokens = gf.metadata.get("tokenizer.ggml.tokens")
+    if not isinstance(tokens, GGUFArray) or tokens.item_type != F.T_STRING:
+        return 0, 0, 0, 0
+    long_bytes = sum(_heap_string(n) for n in _string_lengths(tokens))
+    merges = gf.metadata.get("tokenizer.ggml.merges")
+    n_merges = merges.count if isinstance(merges, GGUFArray) else 0
+    trie = _trie_nodes(tokens) if gf.metadata.get("tokenizer.ggml.model") == "t5" else 0
+    heap = (
+        VOCAB_PER_TOKEN * tokens.count
+        + VOCAB_PER_LONG_BYTE * long_bytes
+        + VOCAB_PER_MERGE * n_merges
+        + VOCAB_PER_TRIE_NODE * trie
+    )
+    # gguf.cpp keeps each string array as std::string elements (32 bytes + long text), scores and
+    # types as 4 bytes each; glibc returns part of it when freed (measured: peak RSS less RSS after
+    # the load, 0-13 MiB over llama.cpp's vocab files: ~16 bytes per token and per merge)
+    meta = 40 * tokens.count + long_bytes + 32 * n_merges
+    returned = min(meta, VOCAB_RETURNED * (tokens.count + n_merges))
+    return tokens.count, heap, meta, returned
+
+
 def model_facts(gf: GGUFFile, rules: RuleSet) -> ModelFacts:
     """Shape facts of one file; missing keys fall back to llama.cpp's defaults."""
     from specreg.gguf.summary import summarize
@@ -152,6 +284,7 @@ def model_facts(gf: GGUFFile, rules: RuleSet) -> ModelFacts:
         if m:
             layer_weights[int(m.group(1))] = layer_weights.get(int(m.group(1)), 0) + t.n_bytes
     output = gf.tensor("output.weight") or gf.tensor("token_embd.weight")
+    n_vocab, vocab_heap, vocab_meta, vocab_returned = _vocab_heap(gf)
     return ModelFacts(
         arch=s.architecture,
         n_layer=n_layer,
@@ -166,6 +299,10 @@ def model_facts(gf: GGUFFile, rules: RuleSet) -> ModelFacts:
         layer_weights=layer_weights,
         output_weights=output.n_bytes if output is not None else 0,
         recurrent=get_int(gf, f"{arch}.ssm.state_size") is not None,
+        n_vocab=n_vocab,
+        vocab_heap=vocab_heap,
+        vocab_meta=vocab_meta,
+        vocab_returned=vocab_returned,
     )
 
 
@@ -197,8 +334,49 @@ def kv_bytes(f: ModelFacts, s: ServeSettings) -> tuple[int, int, int | None]:
     return int(total), full, swa_cells
 
 
-def compute_bytes(f: ModelFacts, s: ServeSettings, tokens: int | None = None, kv_used: int | None = None) -> int:
-    """Compute buffer of one context; `tokens`/`kv_used` narrow it to what a short request touches."""
+def n_outputs(s: ServeSettings, new_tokens: int | None = None) -> int:
+    """Outputs (logit rows) one batch of the target may ask for: the server's limit
+    (server_output_limits: slots x (1 + the method's longest draft), at most -b). With
+    `new_tokens`, what a request of that many new tokens can reach: the server drafts at most
+    the request's remaining tokens less one (server-context.cpp get_n_draft_max)."""
+    draft = DRAFT_TOKENS.get(s.method or "", 0)
+    if new_tokens is not None:
+        draft = min(draft, max(0, new_tokens - 1))
+    return min(N_BATCH, s.slots * (1 + draft))
+
+
+def output_bytes(f: ModelFacts, s: ServeSettings, draft: bool = False, new_tokens: int | None = None) -> int:
+    """The context's output buffer (zero-filled when reserved, so all of it resident): n_vocab
+    floats per output for as many outputs as a batch may have; the draft context keeps one output
+    per slot and its backend sampler's arrays beside the logits."""
+    if draft:
+        return f.n_vocab * s.slots * (4 + SAMPLING_PER_ENTRY) + s.slots * 4
+    rows = max(n_outputs(s, new_tokens), s.slots)
+    shortest = MIN_DRAFT.get(s.method or "", 0)
+    grown_from = s.slots * (1 + shortest) if shortest and rows > s.slots * (1 + shortest) else 0
+    if new_tokens is not None and f.n_vocab * grown_from * 4 >= _mmap_threshold(f, s):
+        grown_from = 0  # a block that large was mapped on its own and is unmapped when freed
+    return f.n_vocab * (rows + grown_from) * 4
+
+
+def _mmap_threshold(f: ModelFacts, s: ServeSettings) -> int:
+    """glibc's mmap threshold once the context is up: raised to the largest mapped block freed so
+    far when that is at most 32 MiB - here the compute buffer the scheduler reserves and replaces;
+    a freed block below it stays in the heap, resident (measured on 32k, 152k and 262k vocabularies)."""
+    reserved = compute_bytes(f, s)
+    return reserved if reserved <= MMAP_THRESHOLD else 0
+
+
+def compute_bytes(
+    f: ModelFacts,
+    s: ServeSettings,
+    tokens: int | None = None,
+    kv_used: int | None = None,
+    draft: bool = False,
+    outputs: int | None = None,
+) -> int:
+    """Compute buffer of one context; `tokens`/`kv_used`/`outputs` narrow it to what one batch of a
+    short request touches (default: the worst case llama.cpp reserves for)."""
     t = min(s.n_ubatch, tokens) if tokens is not None else s.n_ubatch
     per_stream, _ = cells(s)
     n_kv = min(per_stream, _pad(kv_used)) if kv_used is not None else per_stream
@@ -207,7 +385,11 @@ def compute_bytes(f: ModelFacts, s: ServeSettings, tokens: int | None = None, kv
     # attention block (7 n_embd), whichever is wider; within 15% of the logged size on all of them
     activations = t * 4 * max(int(3.5 * f.n_ff + 2.5 * f.n_embd), 7 * f.n_embd)
     mask = n_kv * t * 2  # flash attention's f16 KQ mask
-    return activations + mask
+    # the logits of every output the batch asks for (f32, n_vocab each): a verification batch of
+    # the target holds 1 + a full draft per slot (graph_reserve sizes for min(-ub, that))
+    if outputs is None:
+        outputs = s.slots if draft else min(s.n_ubatch, n_outputs(s))
+    return activations + mask + min(t, outputs) * f.n_vocab * 4
 
 
 def _offload(f: ModelFacts, s: ServeSettings, kv: int) -> int:
@@ -226,17 +408,23 @@ def _offload(f: ModelFacts, s: ServeSettings, kv: int) -> int:
 
 def estimate(target: GGUFFile, draft: GGUFFile | None, settings: ServeSettings, rules: RuleSet) -> MemoryEstimate:
     """The memory of a server for this pair under `settings` (worst case: full micro-batch and context)."""
-    for ct in (settings.cache_type_k, settings.cache_type_v):
-        type_size(ct)
     t = model_facts(target, rules)
     d = model_facts(draft, rules) if draft is not None else None
+    return _estimate(t, d, settings)
+
+
+def _estimate(t: ModelFacts, d: ModelFacts | None, settings: ServeSettings) -> MemoryEstimate:
+    for ct in (settings.cache_type_k, settings.cache_type_v):
+        type_size(ct)
     t_kv, full, swa = kv_bytes(t, settings)
     d_kv = kv_bytes(d, settings)[0] if d is not None else 0
-    compute = compute_bytes(t, settings) + (compute_bytes(d, settings) if d is not None else 0)
+    compute = compute_bytes(t, settings) + (compute_bytes(d, settings, draft=True) if d is not None else 0)
     overhead = PROCESS_OVERHEAD + (CONTEXT_OVERHEAD if d is not None else 0)
     method = METHOD_STATE.get(settings.method or "", 0)
     weights = t.weights + (d.weights if d is not None else 0)
-    total = overhead + method + weights + t_kv + d_kv + compute
+    outputs = output_bytes(t, settings) + (output_bytes(d, settings, draft=True) if d is not None else 0)
+    vocab = t.vocab_heap + (d.vocab_heap if d is not None else 0)
+    total = overhead + method + weights + t_kv + d_kv + compute + outputs + vocab
     vram = _offload(t, settings, t_kv) + (_offload(d, settings, d_kv) if d is not None else 0)
     if vram:
         vram += compute  # with any layer offloaded, the compute buffers live on the GPU
@@ -247,7 +435,10 @@ def estimate(target: GGUFFile, draft: GGUFFile | None, settings: ServeSettings, 
         if f is not None and f.recurrent:
             notes.append(f"{role} has recurrent (SSM) layers: their state is not counted")
         if f is not None and any(f.swa):
-            notes.append(f"{role}: {sum(f.swa)} of {f.n_layer} layers use a {f.n_swa}-token sliding window")
+            notes.append(
+                f"{role}: {sum(f.swa)} of {f.n_layer} layers use a {f.n_swa}-token sliding window; the server's "
+                "context checkpoints of that cache (up to 32 per slot, made as prompts are processed) are not counted"
+            )
     return MemoryEstimate(
         ctx_size=settings.ctx_size,
         slots=settings.slots,
@@ -257,8 +448,12 @@ def estimate(target: GGUFFile, draft: GGUFFile | None, settings: ServeSettings, 
         target_weights_bytes=t.weights,
         draft_weights_bytes=d.weights if d is not None else 0,
         kv_bytes=t_kv + d_kv,
+        target_kv_bytes=t_kv,
         draft_kv_bytes=d_kv,
         compute_bytes=compute,
+        output_bytes=outputs,
+        vocab_bytes=vocab,
+        draft_vocab_bytes=d.vocab_heap if d is not None else 0,
         overhead_bytes=overhead,
         method_bytes=method,
         total_bytes=total,
@@ -271,15 +466,45 @@ def estimate(target: GGUFFile, draft: GGUFFile | None, settings: ServeSettings, 
 
 
 def resident_bytes(
-    target: GGUFFile, draft: GGUFFile | None, settings: ServeSettings, rules: RuleSet, tokens: int, kv_used: int
+    target: GGUFFile,
+    draft: GGUFFile | None,
+    settings: ServeSettings,
+    rules: RuleSet,
+    tokens: int,
+    kv_used: int,
+    new_tokens: int | None = None,
 ) -> int:
-    """Peak RSS to expect on CPU when the longest prompt has `tokens` tokens and a request fills at most
-    `kv_used` cells: weights and KV are all resident (read each token / cleared at start), the compute
-    buffer only as far as such a batch reaches."""
-    est = estimate(target, draft, settings, rules)
-    facts = [model_facts(f, rules) for f in (target, draft) if f is not None]
-    touched = sum(compute_bytes(f, settings, tokens, kv_used) for f in facts)
-    return est.total_bytes - est.compute_bytes - est.vram_bytes + touched
+    """Peak RSS to expect on CPU when the longest prompt has `tokens` tokens, a request fills at
+    most `kv_used` cells and asks for at most `new_tokens`: weights, KV, output buffers and the
+    tokenizer all resident (read each token, cleared at start, zero-filled, built at load); of the
+    compute buffer (one buffer, reused by every batch) what the widest batch reaches - the prompt's,
+    or the verification of the longest draft such a request allows, with one logit row per token."""
+    t = model_facts(target, rules)
+    d = model_facts(draft, rules) if draft is not None else None
+    est = _estimate(t, d, settings)
+    verify = n_outputs(settings, new_tokens)
+    touched = max(
+        compute_bytes(t, settings, tokens, kv_used, outputs=settings.slots),
+        compute_bytes(t, settings, verify, kv_used, outputs=verify),
+    )
+    if d is not None:
+        touched += compute_bytes(d, settings, tokens, kv_used, draft=True)
+    outputs = output_bytes(t, settings, new_tokens=new_tokens)
+    if d is not None:
+        outputs += output_bytes(d, settings, draft=True)
+    full = est.total_bytes - est.compute_bytes - est.output_bytes - est.vram_bytes + touched + outputs
+    # the metadata freed after a load: what glibc returned is refilled by anything allocated later
+    # before the peak rises (the peak is the load's or the end state's, whichever is higher);
+    # what it kept serves a method's table (ngram-mod's 16 MiB) and the draft's own metadata copy
+    # (loaded after the target's was freed) as far as it reaches
+    kept = t.vocab_meta - t.vocab_returned
+    method = min(est.method_bytes, kept)
+    reused = min(d.vocab_meta, t.vocab_meta) if d is not None else 0
+    if d is not None:  # the server builds part of the fitted heap over the target's vocabulary only
+        reused += int(d.vocab_heap * (1 - DRAFT_VOCAB_SHARE))
+    after = full - method - reused - t.vocab_returned
+    at_load = PROCESS_OVERHEAD + t.weights + t.vocab_heap
+    return max(at_load, after)
 
 
 def head_dim_check(target: GGUFFile, draft: GGUFFile | None, settings: ServeSettings, rules: RuleSet) -> list[str]:
@@ -298,16 +523,19 @@ def head_dim_check(target: GGUFFile, draft: GGUFFile | None, settings: ServeSett
 
 
 def budget_check(est: MemoryEstimate, budget: int, source: str) -> CheckResult:
-    """`memory.budget`: the estimate against a budget (VRAM when layers are offloaded, else host)."""
+    """`memory.budget`: the estimate, plus the prediction's tolerance, against a budget (VRAM when
+    layers are offloaded, else host): a server that may exceed the budget never passes."""
     gpu = bool(est.gpu_layers)
     need = est.vram_bytes if gpu else est.total_bytes
+    margin = int(need * BUDGET_MARGIN)
     where = "GPU" if gpu else "host"
-    ev = {"budget_bytes": budget, "needed_bytes": need, "budget_source": source, "on": where}
+    ev = {"budget_bytes": budget, "needed_bytes": need, "margin_bytes": margin, "budget_source": source, "on": where}
     ev |= est.model_dump(include={"ctx_size", "slots", "cache_type_k", "cache_type_v", "gpu_layers", "total_bytes"})
-    if need > budget:
-        msg = f"needs {size_text(need)} on the {where}, more than the budget of {size_text(budget)} ({source})"
+    needs = f"needs {size_text(need)} on the {where} (+{BUDGET_MARGIN:.0%}: {size_text(need + margin)})"
+    if need + margin > budget:
+        msg = f"{needs}, more than the budget of {size_text(budget)} ({source})"
         return CheckResult(code="memory.budget", severity="error", message=msg, evidence=ev)
-    msg = f"needs {size_text(need)} on the {where}, within the budget of {size_text(budget)} ({source})"
+    msg = f"{needs}, within the budget of {size_text(budget)} ({source})"
     return CheckResult(code="memory.budget", severity="pass", message=msg, evidence=ev)
 
 
