@@ -91,11 +91,15 @@ class LlamaClient:
 
     # -- plain endpoints ------------------------------------------------------------------------
 
-    def _get(self, method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
-        """Idempotent calls get one retry on a dropped connection, never on a timeout."""
+    def _get(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, bytes]:
+        """(status, body) of one plain call; idempotent calls get one retry on a dropped connection,
+        never on a timeout. The body is read up to MAX_RESPONSE_BYTES and within the timeout, however
+        long the server keeps sending (a read timeout alone never fires on an endless answer)."""
+        timeout_s = min(self.timeout_s, 30.0)
         for attempt in (1, 2):
             try:
-                return self._http.request(method, path, json=body, timeout=min(self.timeout_s, 30.0))
+                with self._http.stream(method, path, json=body, timeout=timeout_s) as r:
+                    return r.status_code, _bounded_body(r, time.perf_counter() + timeout_s, path, timeout_s)
             except (httpx.RemoteProtocolError, httpx.ConnectError) as exc:
                 if attempt == 2:
                     raise ServerError(f"{path}: {type(exc).__name__}: {exc}") from exc
@@ -104,13 +108,14 @@ class LlamaClient:
         raise AssertionError("unreachable")
 
     def _json(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        r = self._get(method, path, body)
-        if r.status_code != 200:
-            raise ServerError(f"{path}: HTTP {r.status_code}: {r.text[:200]}")
+        status, data = self._get(method, path, body)
+        text = data[:200].decode("utf-8", "replace")
+        if status != 200:
+            raise ServerError(f"{path}: HTTP {status}: {text}")
         try:
-            return r.json()
-        except ValueError as exc:
-            raise ServerError(f"{path}: malformed JSON from server: {r.text[:200]!r}") from exc
+            return json.loads(data, parse_float=_finite, parse_constant=_no_constant)
+        except (ValueError, RecursionError) as exc:  # RecursionError: nesting past the parser's depth
+            raise ServerError(f"{path}: malformed JSON from server: {text!r}") from exc
 
     def tokenize(self, text: str) -> list[int]:
         """Token ids as the server's own tokenizer produces them (with BOS, as a completion would)."""
@@ -118,7 +123,10 @@ class LlamaClient:
         tokens = data.get("tokens") if isinstance(data, dict) else None
         if not isinstance(tokens, list):
             raise ServerError(f"/tokenize: unexpected answer {str(data)[:200]!r}")
-        return [int(t) for t in tokens]
+        try:
+            return [_count(t, "a token id") for t in tokens]
+        except _Malformed as exc:
+            raise ServerError(f"/tokenize: unexpected answer ({exc})") from None
 
     def apply_template(self, messages: list[dict[str, str]]) -> str:
         """The prompt text the chat template makes of `messages`."""
@@ -136,10 +144,10 @@ class LlamaClient:
         return len(self.tokenize(self.apply_template(messages)))
 
     def metrics_text(self) -> str:
-        r = self._get("GET", "/metrics")
-        if r.status_code != 200:
-            raise ServerError(f"/metrics: HTTP {r.status_code} (was the server started with --metrics?)")
-        return r.text
+        status, data = self._get("GET", "/metrics")
+        if status != 200:
+            raise ServerError(f"/metrics: HTTP {status} (was the server started with --metrics?)")
+        return data.decode("utf-8", "replace")
 
     # -- streamed generation --------------------------------------------------------------------
 
@@ -187,7 +195,7 @@ class LlamaClient:
                         break
                     try:
                         event = json.loads(payload, parse_float=_finite, parse_constant=_no_constant)
-                    except ValueError:
+                    except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
                         event = None
                     if not isinstance(event, dict):
                         out.error = f"malformed event from server: {payload[:200].decode('utf-8', 'replace')!r}"
@@ -246,6 +254,20 @@ def _sse_lines(r: httpx.Response, deadline: float, timeout_s: float) -> Iterator
         pending, pending_n = ([rest], len(rest)) if rest else ([], 0)
     if pending:
         yield b"".join(pending)
+
+
+def _bounded_body(r: httpx.Response, deadline: float, path: str, timeout_s: float) -> bytes:
+    """A plain answer's body, at most MAX_RESPONSE_BYTES and only until `deadline`."""
+    parts: list[bytes] = []
+    total = 0
+    for chunk in r.iter_bytes():
+        total += len(chunk)
+        if total > MAX_RESPONSE_BYTES:
+            raise ServerError(f"{path}: server sent more than {MAX_RESPONSE_BYTES >> 20} MiB")
+        if time.perf_counter() > deadline:
+            raise ServerError(f"{path}: the answer did not end within {timeout_s:g}s")
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def _finite(text: str) -> float:
