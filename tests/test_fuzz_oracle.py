@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from fuzz.harness import SURFACES, World, corpus_cases, random_cases
-from fuzz.oracle import run_batch, failures
+from fuzz.oracle import failures, run_batch
 
 
 def test_every_surface_corpus_holds_the_oracle(tmp_path: Path) -> None:

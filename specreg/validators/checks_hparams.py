@@ -47,7 +47,9 @@ def _u32(gf: GGUFFile, key: str, problems: list[str], *, required: bool) -> int 
     if gf.value_types[key] != _U32:
         problems.append(f"key {key} has wrong type {_type(gf, key)} but expected type UINT32")
         return None
-    return int(gf.metadata[key])  # type: ignore[arg-type]
+    value = gf.metadata[key]
+    assert isinstance(value, int)  # a UINT32 reads as an int
+    return value
 
 
 def _per_layer(gf: GGUFFile, key: str, n_layer: int | None, problems: list[str]) -> list[int] | None:

@@ -83,9 +83,7 @@ def corpus_cases(world: World) -> list[Case]:
     """Every corpus entry of every surface, as cases (the default suite's pass)."""
     out: list[Case] = []
     w = world.work
-    relabels = [
-        gguf_counts.Relabel(r["arch"], r["key"], r["value"], r["vtype"]) for _, r in _recipes("gguf")
-    ]
+    relabels = [gguf_counts.Relabel(r["arch"], r["key"], r["value"], r["vtype"]) for _, r in _recipes("gguf")]
     out += gguf_counts.cases(relabels, w / "gguf", _token_embd_vocab(), every_command=False)
     seed, dest = world.bundle()
     damaged = [("seed", seed)]
@@ -98,7 +96,8 @@ def corpus_cases(world: World) -> list[Case]:
         files = [("seed", (texts.policy_seed() if kind == "policy" else texts.workload_text()).encode())]
         files += [(p.stem, p.read_bytes()) for p in sorted((CORPUS / kind).glob(f"*.{ext}"))]
         out += texts.cases(kind, files, w / kind, world.empty_db())
-    out += [Case(id=f"server:{n}", call="remote:llama", args=[r["endpoint"], r["reply"]]) for n, r in _recipes("server")]
+    server = _recipes("server")
+    out += [Case(id=f"server:{n}", call="remote:llama", args=[r["endpoint"], r["reply"]]) for n, r in server]
     g = str(world.gguf())
     out += [Case(id=f"range:{n}", call="remote:range_read", args=[r["lie"], g]) for n, r in _recipes("range")]
     out += [Case(id=f"hub:{n}", call="remote:hub", args=[r["edit"], g]) for n, r in _recipes("hub")]
