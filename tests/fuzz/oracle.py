@@ -7,9 +7,10 @@ llama-server or the hub answers):
   `warning:` beside it), never a traceback and never another exit status; a surface that is a
   function rather than a command returns, or raises SpecregError (which the CLI prints as that
   one line) - nothing else;
-- bounded: each case within CASE_SECONDS of wall time (measured on 2 loaded cores) and inside a
-  2 GiB address space (RLIMIT_AS, set in the child process that runs the batch: a MemoryError
-  or a kill is a violation);
+- bounded: each case within CASE_SECONDS of CPU time (what the case costs on a core, whatever
+  else the machine runs) and 3 x CASE_SECONDS of wall time (a wait is bounded too: the case is
+  cut there), inside a 2 GiB address space (RLIMIT_AS, set in the child process that runs the
+  batch: a MemoryError or a kill is a violation);
 - nothing lost: on a failure (exit 2) the registry file is byte-for-byte what it was (an import adds
   nothing); a surface may add checks of its own (`Case.expect_refused`: llama.cpp refuses this,
   so it must not be admitted).
@@ -64,7 +65,8 @@ class Outcome:
     code: int
     stdout: str
     stderr: str
-    seconds: float
+    seconds: float  # wall
+    cpu_seconds: float
     violations: list[str]
 
 
@@ -83,7 +85,7 @@ def _sha(path: str | None) -> str | None:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
-def judge(case: Case, code: int, stdout: str, stderr: str, seconds: float, db_changed: bool) -> list[str]:
+def judge(case: Case, code: int, stdout: str, stderr: str, seconds: float, cpu: float, db_changed: bool) -> list[str]:
     """The oracle's verdict on one outcome: the list of what it broke (empty: it held)."""
     bad = []
     if "Traceback (most recent call last)" in stdout + stderr:
@@ -95,8 +97,10 @@ def judge(case: Case, code: int, stdout: str, stderr: str, seconds: float, db_ch
         errors = [ln for ln in lines if ln.startswith("error:")]
         if len(errors) != 1 or not all(ln.startswith(("error:", "hint:", "warning:")) for ln in lines):
             bad.append("exit 2 without exactly one error: line")
-    if seconds > CASE_SECONDS:
-        bad.append(f"took {seconds:.1f} s (limit {CASE_SECONDS:g})")
+    if cpu > CASE_SECONDS:
+        bad.append(f"took {cpu:.1f} s of CPU (limit {CASE_SECONDS:g})")
+    if seconds > 3 * CASE_SECONDS:
+        bad.append(f"took {seconds:.1f} s of wall time (limit {3 * CASE_SECONDS:g})")
     if code == 2 and db_changed:  # could not decide: nothing may have been written
         bad.append("registry file changed on a failed command")
     if case.expect_refused and code == 0 and case.argv and "pair" in case.argv:
@@ -148,8 +152,8 @@ def run_case(case: Case) -> Outcome:
     saved = {k: os.environ.get(k) for k in case.env}
     os.environ.update(case.env)
     signal.signal(signal.SIGALRM, _on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, CASE_SECONDS * 3)  # a hang is cut here and judged as too slow
-    t0 = time.perf_counter()
+    signal.setitimer(signal.ITIMER_REAL, CASE_SECONDS * 3 + 1)  # a hang is cut here and judged as too slow
+    t0, c0 = time.perf_counter(), time.process_time()
     try:
         if case.argv is not None:
             code, out, err = _run_cli(case.argv)
@@ -165,9 +169,10 @@ def run_case(case: Case) -> Outcome:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-    seconds = time.perf_counter() - t0
+    seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     changed = before != _sha(case.db)
-    return Outcome(case.id, code, out[-4000:], err[-4000:], seconds, judge(case, code, out, err, seconds, changed))
+    bad = judge(case, code, out, err, seconds, cpu, changed)
+    return Outcome(case.id, code, out[-4000:], err[-4000:], seconds, cpu, bad)
 
 
 def _child(batch: Path) -> None:
@@ -195,7 +200,7 @@ def run_batch(cases: list[Case], work: Path, *, env: dict[str, str] | None = Non
                 capture_output=True,
                 text=True,
                 env=child_env,
-                timeout=30 + len(todo) * CASE_SECONDS * 3,
+                timeout=60 + len(todo) * (CASE_SECONDS * 3 + 1),
                 cwd=work,
             )
             stdout, stderr, status = proc.stdout, proc.stderr, proc.returncode
@@ -210,7 +215,7 @@ def run_batch(cases: list[Case], work: Path, *, env: dict[str, str] | None = Non
         if todo:  # the child died on todo[0]
             dead = todo.pop(0)
             why = f"child process ended with status {status} on this case"
-            outcomes.append(Outcome(dead.id, status, "", stderr[-4000:], 0.0, [why]))
+            outcomes.append(Outcome(dead.id, status, "", stderr[-4000:], 0.0, 0.0, [why]))
     return outcomes
 
 
