@@ -241,6 +241,26 @@ def _required(statements: list[str], suffix: Any) -> list[list[str]]:
 _VOCAB_SHAPE = r"\{\s*n_embd\s*,\s*n_vocab\s*\}"
 
 
+# create_tensor_qkv(layer, i, n_embd, Q, K, V, 0) with widths from the first layer's head counts
+# (LLAMA_LOAD_LOCALS): each of Q, K, V one of these expressions, named for the rule set
+_QKV_WIDTHS = {
+    "n_embd": "n_embd",
+    "n_embd_head_k * n_head": "head_k*n_head",
+    "n_embd_k_gqa": "head_k*n_head_kv",
+    "n_embd_v_gqa": "head_v*n_head_kv",
+    "n_embd_gqa": "head_v*n_head_kv",  # LLAMA_LOAD_LOCALS: n_embd_gqa = n_embd_v_gqa
+}
+_QKV_CALL = r"create_tensor_qkv\(\s*layer\s*,\s*i\s*,\s*n_embd\s*,([^,]+),([^,]+),([^,]+),\s*0\s*\)"
+
+
+def _qkv_widths(statement: str) -> list[str] | None:
+    m = re.fullmatch(_QKV_CALL, statement.strip())
+    if m is None:
+        return None
+    names = [_QKV_WIDTHS.get(re.sub(r"\s+", " ", g.strip())) for g in m.groups()]
+    return None if None in names else [n for n in names if n is not None]
+
+
 def _structure_rules(root: Path) -> dict[str, Any]:
     """Per architecture: the tensors its loader requires in every layer (created with flags 0 at the
     top level of the layer loop, never inside a condition), and which archs size token_embd /
@@ -261,6 +281,7 @@ def _structure_rules(root: Path) -> dict[str, Any]:
     embd_required: set[str] = set()
     embd_vocab: set[str] = set()
     output_vocab: set[str] = set()
+    standard_qkv: dict[str, list[str]] = {}
     for f in sorted((src / "models").glob("*.cpp")):
         text = f.read_text()
         for m in re.finditer(r"void (llama_model_\w+)::load_arch_tensors\([^)]*\)\s*\{", text):
@@ -275,17 +296,22 @@ def _structure_rules(root: Path) -> dict[str, Any]:
                 output_vocab.update(archs)
             required: list[list[str]] = []
             dense: list[list[str]] = []
+            qkv: list[str] | None = None
             loops = r"for\s*\(\s*int\s+(\w+)\s*=\s*0;\s*\1\s*<\s*n_layer;\s*\+\+\1\s*\)\s*\{"
             for loop in re.finditer(loops, body):
                 if body[: loop.start()].count("{") != body[: loop.start()].count("}"):
                     continue  # a loop inside a condition (another variant of the architecture)
                 layer = _body(body, loop.end() - 1).split("continue")[0]  # after a `continue`: some layers only
                 required += _required(_top_level(layer), suffix)
+                # every layer's q/k/v sized by the head counts alone (llama_model_base::create_tensor_qkv)
+                qkv = qkv or next(filter(None, map(_qkv_widths, _top_level(layer))), None)
                 # `if (n_expert == 0) { dense FFN } else { experts }` at the loop's top level
                 branch = re.search(r"(?:^|[;}\s])if\s*\(\s*n_expert\s*==\s*0\s*\)\s*\{", layer)
                 if branch and layer[: branch.end()].count("{") - layer[: branch.end()].count("}") == 1:
                     dense += _required(_top_level(_body(layer, branch.end() - 1)), suffix)
             for arch in archs:
+                if qkv:
+                    standard_qkv[arch] = qkv
                 if required:
                     blocks[arch] = required
                 if dense:
@@ -296,6 +322,7 @@ def _structure_rules(root: Path) -> dict[str, Any]:
         "output_vocab": sorted(output_vocab),
         "block_tensors": dict(sorted(blocks.items())),
         "block_tensors_dense": dict(sorted(blocks_dense.items())),
+        "standard_qkv": dict(sorted(standard_qkv.items())),
     }
 
 

@@ -6,7 +6,10 @@ wrong type"), block_count must lie in 1..LLAMA_MAX_LAYERS, nextn_predict_layers 
 expert counts within LLAMA_MAX_EXPERTS and each other, a per-layer array must have exactly
 block_count entries. A head count says how many columns the attention projections have: a file
 whose `attn_q`/`attn_k` tensors are narrower than one column per head fails the loader's shape
-check. Every loop here runs over what the file holds (its keys, its tensors), never over a count.
+check; for the architectures whose q/k/v projections are sized by the head counts alone (the
+rule set's `structure.standard_qkv`, extracted from `src/models/*.cpp`), the widths must be
+exactly head_dim x heads. Every loop here runs over what the file holds (its keys, its tensors),
+never over a count.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import re
 from specreg.gguf import format as F
 from specreg.gguf.reader import GGUFArray, GGUFFile
 from specreg.schemas.checks import CheckResult
+from specreg.validators.ruleset import RuleSet
 from specreg.validators.side import Side, result
 
 _U32 = int(F.VT.UINT32)
@@ -28,8 +32,10 @@ _HEAD_TENSORS = {
     "attn_q.weight": F.KEY_HEAD_COUNT,
     "attn_q_b.weight": F.KEY_HEAD_COUNT,
     "attn_k.weight": F.KEY_HEAD_COUNT_KV,
+    "attn_v.weight": F.KEY_HEAD_COUNT_KV,
+    "attn_qkv.weight": F.KEY_HEAD_COUNT,
 }
-_ATTN = re.compile(r"^blk\.(\d+)\.(attn_q\.weight|attn_q_b\.weight|attn_k\.weight)$")
+_ATTN = re.compile(r"^blk\.(\d+)\.(attn_(?:q|q_b|k|v|qkv)\.weight)$")
 
 
 def _type(gf: GGUFFile, key: str) -> str:
@@ -77,28 +83,54 @@ def _at(values: list[int] | None, il: int) -> int | None:
     return values[0] if len(values) == 1 else (values[il] if il < len(values) else None)
 
 
-def _heads(side: Side, arch: str, per_layer: dict[str, list[int] | None], problems: list[str]) -> None:
-    """One column per head at least, in every attention projection the file holds."""
+def _heads(
+    side: Side, arch: str, per_layer: dict[str, list[int] | None], problems: list[str], widths: list[str] | None
+) -> None:
+    """One column per head at least, in every attention projection the file holds; with `widths`
+    (the loader sizes q, k, v from the first layer's head counts), exactly those widths."""
+    gf = side.file
     heads = per_layer[F.KEY_HEAD_COUNT]
     if heads is None:
         return
     kv = per_layer[F.KEY_HEAD_COUNT_KV] or heads  # llama.cpp: n_head_kv defaults to n_head
+    want: dict[str, int] = {}
+    swa_dims = any(f"{arch}.attention.{k}_length_swa" in gf.metadata for k in ("key", "value"))
+    if widths is not None and not swa_dims and heads[0] > 0:
+        n_embd = side.summary.embedding_length or 0
+        dim = {}
+        for which, key in (("head_k", F.KEY_KEY_LENGTH), ("head_v", F.KEY_VALUE_LENGTH)):
+            stated = gf.metadata.get(key.format(arch=arch))  # llama.cpp's default: n_embd / n_head()
+            dim[which] = stated if isinstance(stated, int) else n_embd // heads[0]
+        value = {
+            "n_embd": n_embd,
+            "head_k*n_head": dim["head_k"] * heads[0],
+            "head_k*n_head_kv": dim["head_k"] * kv[0],
+            "head_v*n_head_kv": dim["head_v"] * kv[0],
+        }
+        q, k, v = (value[w] for w in widths)
+        want = {"attn_q.weight": q, "attn_k.weight": k, "attn_v.weight": v, "attn_qkv.weight": q + k + v}
     for t in side.file.tensors:
         m = _ATTN.match(t.name)
         if m is None or len(t.shape) < 2:
             continue
-        il = int(m.group(1))
-        n = _at(kv if _HEAD_TENSORS[m.group(2)] == F.KEY_HEAD_COUNT_KV else heads, il)
-        cols = t.shape[1]
-        if n is not None and (n == 0 or cols < n):
-            key = _HEAD_TENSORS[m.group(2)].format(arch=arch)
+        il, part = int(m.group(1)), m.group(2)
+        cols, which = t.shape[1], _HEAD_TENSORS[part]
+        n = _at(kv if which == F.KEY_HEAD_COUNT_KV else heads, il)
+        if part != "attn_qkv.weight" and n is not None and (n == 0 or cols < n):
+            key = which.format(arch=arch)
             problems.append(
                 f"tensor '{t.name}' has {cols} columns for {key} = {n}: llama.cpp's loader refuses its shape"
             )
             return
+        if part in want and cols != want[part]:
+            problems.append(
+                f"tensor '{t.name}' has {cols} columns; head_count {heads[0]}, head_count_kv {kv[0]} "
+                f"make {want[part]}: llama.cpp's loader refuses its shape"
+            )
+            return
 
 
-def hparams(side: Side) -> CheckResult:
+def hparams(side: Side, rules: RuleSet) -> CheckResult:
     """Every refusal of llama.cpp's generic load_hparams, in the order it meets them."""
     gf, arch = side.file, side.summary.architecture
     if arch is None:
@@ -126,7 +158,7 @@ def hparams(side: Side) -> CheckResult:
         problems.append(f"{arch}.expert_count is {experts} but expert_used_count is 0")
     elif groups and groups >= max(experts, 1):
         problems.append(f"{arch}.expert_group_count {groups} is not below expert_count {experts}")
-    _heads(side, arch, per_layer, problems)
+    _heads(side, arch, per_layer, problems, rules.structure.standard_qkv.get(arch))
     ev: dict[str, object] = {"role": side.role, "problems": problems[:10], "n_problems": len(problems)}
     if problems:
         more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""

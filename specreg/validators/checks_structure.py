@@ -196,7 +196,7 @@ def check_structure(side: Side, rules: RuleSet) -> list[CheckResult]:
     """Every structural check for one file (none for a vocab-only file: it has no tensors)."""
     if side.summary.vocab_only:
         return []
-    out = [hparams(side), token_embd(side, rules), blocks(side, rules), output(side, rules)]
+    out = [hparams(side, rules), token_embd(side, rules), blocks(side, rules), output(side, rules)]
     if side.summary.architecture == F.EAGLE3_ARCH:
         out.append(eagle3_head(side))
     mtp = mtp_heads(side)

@@ -65,11 +65,25 @@ class Relabel:
         return f"{self.arch}-{self.key}-{self.value}-{self.vtype}"
 
 
-def llama_refuses(r: Relabel, token_embd_vocab: frozenset[str]) -> bool:
+@dataclass(frozen=True)
+class Loader:
+    """The rule-set facts llama_refuses needs (from specreg's rule set, extracted from llama.cpp)."""
+
+    token_embd_vocab: frozenset[str]
+    standard_qkv: dict[str, list[str]]  # arch -> widths of q, k, v (the rule set's structure.standard_qkv)
+
+
+def llama_refuses(r: Relabel, loader: Loader) -> bool:
     """What llama.cpp b11434's loader certainly refuses of this re-labelled 2-block, 4-head model."""
     if r.key in _U32_KEYS and r.vtype != "UINT32":
         return True  # "key ... has wrong type"
     v = r.value
+    widths = loader.standard_qkv.get(r.arch, ())
+    uses = {"heads", "heads_kv", "embedding"} | ({"key_length"} if any("head_k" in w for w in widths) else set())
+    if widths and r.key in uses:
+        # q/k/v widths are head_dim x heads: any other head count or head size is the wrong shape
+        return v != {"heads": N_HEAD, "heads_kv": N_HEAD, "key_length": N_EMBD // N_HEAD}.get(r.key, N_EMBD)
+    token_embd_vocab = loader.token_embd_vocab
     return {
         "blocks": v != N_BLOCKS,  # 0 or > 512: GGML_ASSERT; any other: "wrong number of tensors"
         "experts": v > 0,  # > 1024: GGML_ASSERT; else experts without expert_used_count > 0
@@ -126,9 +140,7 @@ def speculative_relabels(counts: list[int]) -> list[Relabel]:
     return [Relabel("-", key, v, gguf_type(v)) for key in SPECULATIVE_KEYS for v in counts]
 
 
-def cases(
-    relabelled: list[Relabel], work: Path, token_embd_vocab: frozenset[str], *, every_command: bool
-) -> list[Case]:
+def cases(relabelled: list[Relabel], work: Path, loader: Loader, *, every_command: bool) -> list[Case]:
     """The commands each file goes through; `every_command`: as target and as draft, all methods."""
     work.mkdir(parents=True, exist_ok=True)
     base = write_model(work / "base.gguf", BASE)
@@ -137,7 +149,7 @@ def cases(
     out: list[Case] = []
     for r in relabelled:
         f = str(write_model(work / f"{r.name}.gguf", spec_for(r)))
-        refused = llama_refuses(r, token_embd_vocab)
+        refused = llama_refuses(r, loader)
         js = ["--json"]
         if r.key.startswith("eagle3."):
             runs = [["check", "pair", str(target3), f, "--method", "draft-eagle3", *js]]

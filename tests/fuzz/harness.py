@@ -25,10 +25,11 @@ def _recipes(surface: str) -> list[tuple[str, dict]]:
 
 
 @cache
-def _token_embd_vocab() -> frozenset[str]:
+def _loader() -> gguf_counts.Loader:
     from specreg.validators.ruleset import load_rule_set
 
-    return frozenset(load_rule_set().structure.token_embd_vocab)
+    s = load_rule_set().structure
+    return gguf_counts.Loader(frozenset(s.token_embd_vocab), dict(s.standard_qkv))
 
 
 class World:
@@ -84,7 +85,7 @@ def corpus_cases(world: World) -> list[Case]:
     out: list[Case] = []
     w = world.work
     relabels = [gguf_counts.Relabel(r["arch"], r["key"], r["value"], r["vtype"]) for _, r in _recipes("gguf")]
-    out += gguf_counts.cases(relabels, w / "gguf", _token_embd_vocab(), every_command=False)
+    out += gguf_counts.cases(relabels, w / "gguf", _loader(), every_command=False)
     seed, dest = world.bundle()
     damaged = [("seed", seed)]
     for name, recipe in _recipes("bundle"):
@@ -115,7 +116,7 @@ def random_cases(surface: str, world: World, rng: random.Random, n: int, *, ever
         pool = gguf_counts.relabels(archs, list(gguf_counts.KEYS), counts, wide=True)
         pool += gguf_counts.speculative_relabels(counts)
         picked = gguf_counts.sample(pool, max(1, n // 6), rng.randrange(1 << 30))
-        return gguf_counts.cases(picked, w, _token_embd_vocab(), every_command=True)
+        return gguf_counts.cases(picked, w, _loader(), every_command=True)
     if surface == "bundle":
         seed, dest = world.bundle()
         inputs = bundles.flips(seed, bundles.sample_positions(len(seed), n // 2, rng.randrange(1 << 30)))
