@@ -79,7 +79,9 @@ def llama_refuses(r: Relabel, loader: Loader) -> bool:
         return True  # "key ... has wrong type"
     v = r.value
     widths = loader.standard_qkv.get(r.arch, ())
-    uses = {"heads", "heads_kv", "embedding"} | ({"key_length"} if any("head_k" in w for w in widths) else set())
+    uses = {"heads", "heads_kv", "embedding"}
+    if any(w.startswith("head_k") for w in widths):  # key_length sizes q or k only there
+        uses.add("key_length")
     if widths and r.key in uses:
         # q/k/v widths are head_dim x heads: any other head count or head size is the wrong shape
         return v != {"heads": N_HEAD, "heads_kv": N_HEAD, "key_length": N_EMBD // N_HEAD}.get(r.key, N_EMBD)
