@@ -219,6 +219,16 @@ def run_batch(cases: list[Case], work: Path, *, env: dict[str, str] | None = Non
     return outcomes
 
 
+def run_parallel(groups: list[list[Case]], work: Path) -> list[Outcome]:
+    """Each group in a child of its own, the children side by side (one per core); groups must not
+    share a registry file another group writes (the unchanged-registry check would see its writes)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(groups) or 1) as pool:
+        done = list(pool.map(lambda g: run_batch(g[1], work / f"group{g[0]}"), enumerate(groups)))
+    return [o for outcomes in done for o in outcomes]
+
+
 def failures(outcomes: list[Outcome]) -> list[str]:
     """One readable paragraph per outcome that broke the oracle."""
     return [f"{o.id}: {', '.join(o.violations)}\n{o.stderr[-1200:]}" for o in outcomes if o.violations]
