@@ -57,6 +57,11 @@ class World:
     def empty_db(self) -> Path:
         return self.bundle()[1]  # holds one artifact, no admitted pair: nothing to audit or bench
 
+    def admitted_db(self) -> Path:
+        """The registry the seed bundle was exported from: one admitted pair, no runs (an audit
+        then decides on the policy's gates instead of stopping at an empty registry)."""
+        return self.bundle()[1].parent / "source.db"
+
 
 def _bundle_recipe(seed: bytes, recipe: dict) -> bytes | None:
     kind = recipe["kind"]
@@ -96,7 +101,7 @@ def corpus_cases(world: World) -> list[Case]:
     for kind, ext in (("policy", "toml"), ("workload", "jsonl")):
         files = [("seed", (texts.policy_seed() if kind == "policy" else texts.workload_text()).encode())]
         files += [(p.stem, p.read_bytes()) for p in sorted((CORPUS / kind).glob(f"*.{ext}"))]
-        out += texts.cases(kind, files, w / kind, world.empty_db())
+        out += texts.cases(kind, files, w / kind, world.admitted_db() if kind == "policy" else world.empty_db())
     server = _recipes("server")
     out += [Case(id=f"server:{n}", call="remote:llama", args=[r["endpoint"], r["reply"]]) for n, r in server]
     g = str(world.gguf())
@@ -128,7 +133,7 @@ def random_cases(surface: str, world: World, rng: random.Random, n: int, *, ever
             inputs = texts.policy_inputs(texts.policy_seed(), rng, n // 2, every=every)
         else:
             inputs = texts.workload_inputs(texts.workload_seed(), rng, n // 2, every=every)
-        return texts.cases(surface, inputs, w, world.empty_db())
+        return texts.cases(surface, inputs, w, world.admitted_db() if surface == "policy" else world.empty_db())
     if surface == "server":
         replies = remote.llama_replies(rng, max(1, n // 4))
         return [Case(id=f"server:{name}", call="remote:llama", args=[ep, rep]) for name, ep, rep in replies]
