@@ -26,7 +26,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -98,6 +98,8 @@ class FakeRepo:
     no_ranges: bool = False  # the CDN ignores Range and starts sending the whole file
     hang_s: float = 0.0  # the CDN waits this long before answering
     redirect_to: str | None = None  # the CDN redirects every download there (e.g. another scheme)
+    info_edit: Callable[[dict], object] | None = None  # rewrites model_info's answer (the fuzzer's lies);
+    # returning bytes sends those bytes as the body instead
 
     def resolve(self, rev: str) -> str | None:
         if rev in self.refs:
@@ -251,7 +253,9 @@ def _handler(hub: FakeHub, *, cdn: bool) -> type[BaseHTTPRequestHandler]:
                 "tags": [],
                 "siblings": siblings,
             }
-            self._send(200, {"Content-Type": "application/json"}, json.dumps(body).encode(), head=head)
+            edited = repo.info_edit(body) if repo.info_edit is not None else None
+            raw = edited if isinstance(edited, bytes) else json.dumps(body).encode()
+            self._send(200, {"Content-Type": "application/json"}, raw, head=head)
 
         # --- /{repo}/resolve/{rev}/{file} ---------------------------------------------------
         def _resolve(self, repo_id: str, rev: str, filename: str, *, head: bool) -> None:

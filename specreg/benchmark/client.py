@@ -111,11 +111,17 @@ class LlamaClient:
 
     # -- plain endpoints ------------------------------------------------------------------------
 
-    def _get(self, method: str, path: str, body: dict[str, Any] | None = None) -> httpx.Response:
-        """Idempotent calls get one retry on a dropped connection, never on a timeout."""
+    def _get(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, bytes]:
+        """(status, body) of one plain call; idempotent calls get one retry on a dropped connection,
+        never on a timeout. The body is read up to MAX_RESPONSE_BYTES and within the timeout, however
+        long the server keeps sending (a read timeout alone never fires on an endless answer)."""
+        timeout_s = min(self.timeout_s, 30.0)
         for attempt in (1, 2):
             try:
-                return self._http.request(method, path, json=body, timeout=min(self.timeout_s, 30.0))
+                with self._http.stream(method, path, json=body, timeout=timeout_s) as r:
+                    return r.status_code, _capped_body(r, time.perf_counter() + timeout_s, timeout_s)
+            except _StreamLimit as exc:
+                raise ServerError(f"{path}: {exc}") from None
             except (httpx.RemoteProtocolError, httpx.ConnectError) as exc:
                 if attempt == 2:
                     raise ServerError(f"{path}: {type(exc).__name__}: {exc}") from exc
@@ -124,13 +130,14 @@ class LlamaClient:
         raise AssertionError("unreachable")
 
     def _json(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        r = self._get(method, path, body)
-        if r.status_code != 200:
-            raise ServerError(f"{path}: HTTP {r.status_code}: {r.text[:200]}")
+        status, data = self._get(method, path, body)
+        text = data[:200].decode("utf-8", "replace")
+        if status != 200:
+            raise ServerError(f"{path}: HTTP {status}: {text}")
         try:
-            return r.json()
-        except ValueError as exc:
-            raise ServerError(f"{path}: malformed JSON from server: {r.text[:200]!r}") from exc
+            return json.loads(data, parse_float=_finite, parse_constant=_no_constant)
+        except (ValueError, RecursionError) as exc:  # RecursionError: nesting past the parser's depth
+            raise ServerError(f"{path}: malformed JSON from server: {text!r}") from exc
 
     def tokenize(self, text: str) -> list[int]:
         """Token ids as the server's own tokenizer produces them (with BOS, as a completion would)."""
@@ -138,7 +145,10 @@ class LlamaClient:
         tokens = data.get("tokens") if isinstance(data, dict) else None
         if not isinstance(tokens, list):
             raise ServerError(f"/tokenize: unexpected answer {str(data)[:200]!r}")
-        return [int(t) for t in tokens]
+        try:
+            return [_count(t, "a token id") for t in tokens]
+        except _Malformed as exc:
+            raise ServerError(f"/tokenize: unexpected answer ({exc})") from None
 
     def apply_template(self, messages: list[dict[str, str]]) -> str:
         """The prompt text the chat template makes of `messages`."""
@@ -156,10 +166,10 @@ class LlamaClient:
         return len(self.tokenize(self.apply_template(messages)))
 
     def metrics_text(self) -> str:
-        r = self._get("GET", "/metrics")
-        if r.status_code != 200:
-            raise ServerError(f"/metrics: HTTP {r.status_code} (was the server started with --metrics?)")
-        return r.text
+        status, data = self._get("GET", "/metrics")
+        if status != 200:
+            raise ServerError(f"/metrics: HTTP {status} (was the server started with --metrics?)")
+        return data.decode("utf-8", "replace")
 
     # -- streamed generation --------------------------------------------------------------------
 
@@ -259,7 +269,7 @@ class LlamaClient:
                         break
                     try:
                         event = json.loads(payload, parse_float=_finite, parse_constant=_no_constant)
-                    except ValueError:
+                    except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
                         event = None
                     if not isinstance(event, dict):
                         out.error = f"malformed event from server: {payload[:200].decode('utf-8', 'replace')!r}"
@@ -321,12 +331,13 @@ def _sse_lines(r: httpx.Response, deadline: float, timeout_s: float) -> Iterator
 
 
 def _capped_body(r: httpx.Response, deadline: float, timeout_s: float) -> bytes:
-    """A whole (non-streamed) answer, bounded in size and time like a stream."""
+    """A whole (non-streamed) answer, bounded in size (decoded bytes) and in time like a stream,
+    however long the server keeps sending (a read timeout alone never fires on an endless answer)."""
     parts: list[bytes] = []
     total = 0
-    for chunk in r.iter_raw():
+    for chunk in r.iter_bytes():
         if time.perf_counter() > deadline:
-            raise _StreamLimit(f"timed out after {timeout_s:g}s", timed_out=True)
+            raise _StreamLimit(f"the answer did not end within {timeout_s:g}s", timed_out=True)
         total += len(chunk)
         if total > MAX_RESPONSE_BYTES:
             raise _StreamLimit(f"server sent more than {MAX_RESPONSE_BYTES >> 20} MiB for one request")

@@ -208,16 +208,23 @@ def _stage_logs(bundle: Bundle, entry: RunEntry, staged: list[Path]) -> tuple[di
     return paths, run_dir
 
 
+# what merging a record of the wrong shape raises (a string where an object belongs, an integer
+# past SQLite's 64 bits, a key missing, JSON nested past the recursion limit)
+_RECORD_SHAPE = (TypeError, AttributeError, KeyError, ValueError, OverflowError, RecursionError)
+
+
 def import_bundles(reg: Registry, paths: Iterable[str | Path]) -> ImportResult:
     """Verify every bundle, then merge them all in one write transaction (or nothing at all)."""
     known = migrations.names()
     bundles = [open_bundle(p, known) for p in paths]
     result = ImportResult()
     staged: list[Path] = []
+    current = None
     try:
         with reg.write():
             conn = reg.conn
             for b in bundles:
+                current = b
                 result.bundles.append((str(b.path), b.header.digest))
                 result.artifacts += merge_artifacts(conn, b.records("artifacts.jsonl"))
                 new_pairs, new_verdicts = merge_pairs(conn, b.records("pairs.jsonl"))
@@ -226,11 +233,18 @@ def import_bundles(reg: Registry, paths: Iterable[str | Path]) -> ImportResult:
                 for entry in b.header.runs:
                     _import_run(reg, b, entry, result, staged)
             keep_digests(reg, result.runs)  # what the audit reads, built once as the runs arrive
-    except BaseException:
+    except BaseException as exc:
         for p in staged:
             p.unlink(missing_ok=True)
             with contextlib.suppress(OSError):  # only an empty folder: never one that held anything else
                 p.parent.rmdir()
+        if isinstance(exc, _RECORD_SHAPE) and current is not None:
+            # a resealed bundle (every digest recomputed) can carry records of any shape: a value of
+            # the wrong type, a number SQLite cannot hold; the transaction is rolled back already
+            why = " ".join(f"{type(exc).__name__}: {exc}".split())[:160]
+            raise BundleError(
+                f"{current.path}: a record does not have the shape specreg writes ({why}); nothing was imported"
+            ) from None
         raise
     return result
 

@@ -19,6 +19,7 @@ import os
 import re
 import tempfile
 import zipfile
+import zlib
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -32,10 +33,15 @@ FORMAT: Literal["specreg-bundle"] = "specreg-bundle"
 FORMAT_VERSION = 1
 HEADER = "bundle.json"
 RUN_PARTS = ("run.json", "conditions.jsonl", "prompts.jsonl", "requests.jsonl", "summaries.jsonl")
+LOG_IDX = re.compile(r"[0-9]{1,6}")  # a condition's index: ASCII digits only (int() takes other scripts' too)
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 MAX_MANIFEST_BYTES = 64 << 20
 MAX_TOTAL_BYTES = 16 << 30  # what one import may decompress (a million request rows is ~0.5 GB)
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed member times: the same records give the same bytes
+# what zipfile raises on a damaged archive or member: a bad CRC or header (BadZipFile), a broken
+# deflate stream (zlib.error, which is no OSError), a cut file (EOFError), an unknown compression
+# method or an encrypted member (NotImplementedError, RuntimeError), a lying offset (ValueError)
+_ZIP_DAMAGE = (zipfile.BadZipFile, zlib.error, OSError, EOFError, ValueError, NotImplementedError, RuntimeError)
 
 
 class Origin(BaseModel):
@@ -157,11 +163,19 @@ class Bundle:
             return []
         try:  # one parse of all lines as an array: JSON text holds no raw newline inside a value
             values = json.loads(b"[" + data.replace(b"\n", b",") + b"]")
+        except RecursionError:
+            raise BundleError(f"{self.path}: {name} is nested too deeply; nothing was imported") from None
         except ValueError as exc:
             raise BundleError(f"{self.path}: {name} is not JSON lines ({exc}); nothing was imported") from None
         if not all(isinstance(v, dict) for v in values):
             raise BundleError(f"{self.path}: {name} holds a line that is not a JSON object; nothing was imported")
         return values
+
+
+def _damage(exc: BaseException) -> str:
+    """zipfile's and zlib's own words for the damage, on one line and short."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 120 else text[:120] + "..."
 
 
 def _refuse(path: Path, why: str, hint: str | None = None) -> BundleError:
@@ -176,9 +190,16 @@ def _header(path: Path, zf: zipfile.ZipFile, known_migrations: list[str]) -> Bun
     if info.file_size > MAX_MANIFEST_BYTES:
         raise _refuse(path, f"{HEADER} is {info.file_size} bytes, more than a manifest can be")
     try:
-        raw = json.loads(zf.read(HEADER))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise _refuse(path, f"{HEADER} is not JSON ({exc})") from None
+        with zf.open(info) as f:
+            text = f.read(MAX_MANIFEST_BYTES + 1)
+    except _ZIP_DAMAGE as exc:
+        raise _refuse(path, f"{HEADER} cannot be read ({_damage(exc)})") from None
+    try:
+        raw = json.loads(text)
+    except RecursionError:
+        raise _refuse(path, f"{HEADER} is nested too deeply to be a manifest") from None
+    except ValueError as exc:  # UnicodeDecodeError is one
+        raise _refuse(path, f"{HEADER} is not JSON ({_damage(exc)})") from None
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
         raise _refuse(path, "not a specreg bundle (wrong format name)")
     version = raw.get("format_version")
@@ -188,7 +209,10 @@ def _header(path: Path, zf: zipfile.ZipFile, known_migrations: list[str]) -> Bun
             f"bundle format {version} is newer than this specreg reads (up to {FORMAT_VERSION})",
             hint="upgrade specreg here (pip install -U specreg), then import again",
         )
-    newer = [m for m in raw.get("schema_migrations") or [] if m not in known_migrations]
+    stated = raw.get("schema_migrations")
+    if not isinstance(stated, list) or not all(isinstance(m, str) for m in stated):
+        raise _refuse(path, f"{HEADER} is malformed (schema_migrations: not a list of names)")
+    newer = [m for m in stated if m not in known_migrations]
     if newer:
         raise _refuse(
             path,
@@ -214,8 +238,10 @@ def open_bundle(path: str | Path, known_migrations: list[str]) -> Bundle:
         zf = zipfile.ZipFile(p)
     except FileNotFoundError:
         raise BundleError(f"{p}: no such file") from None
-    except zipfile.BadZipFile as exc:
-        raise _refuse(p, f"not a readable bundle, or truncated ({exc})") from None
+    except IsADirectoryError:
+        raise BundleError(f"{p}: is a directory, not a bundle") from None
+    except _ZIP_DAMAGE as exc:
+        raise _refuse(p, f"not a readable bundle, or truncated ({_damage(exc)})") from None
     with zf:
         names = [i.filename for i in zf.infolist()]
         if len(names) != len(set(names)):
@@ -238,8 +264,8 @@ def open_bundle(path: str | Path, known_migrations: list[str]) -> Bundle:
             try:
                 with zf.open(info) as f:
                     blob = f.read(m.size + 1)
-            except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:  # CRC, truncation, bad deflate
-                raise _refuse(p, f"member {m.name} cannot be read ({exc})") from None
+            except _ZIP_DAMAGE as exc:  # CRC, truncation, bad deflate
+                raise _refuse(p, f"member {m.name} cannot be read ({_damage(exc)})") from None
             if len(blob) != m.size or hashlib.sha256(blob).hexdigest() != m.sha256:
                 raise _refuse(p, f"member {m.name} does not match its SHA-256 in the manifest (altered)")
             data[m.name] = blob
@@ -254,6 +280,6 @@ def open_bundle(path: str | Path, known_migrations: list[str]) -> Bundle:
         if run_digest(parts) != run.digest:
             raise _refuse(p, f"run {run.run_id}: content does not match its digest")
         for idx, member in run.logs.items():
-            if not idx.isdigit() or member not in data or not member.startswith(f"runs/{run.run_id}/logs/"):
+            if not LOG_IDX.fullmatch(idx) or member not in data or not member.startswith(f"runs/{run.run_id}/logs/"):
                 raise _refuse(p, f"run {run.run_id}: log member {member[:80]!r} is missing or misplaced")
     return Bundle(p, header, data)

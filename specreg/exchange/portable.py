@@ -184,7 +184,11 @@ def merge_pairs(conn: sqlite3.Connection, records: Iterable[Mapping[str, Any]]) 
             )
         }
         added = 0
-        for v in rec.get("verdicts") or []:
+        verdicts = rec.get("verdicts") or []
+        if not isinstance(verdicts, list) or not all(isinstance(v, dict) for v in verdicts):
+            what = f"bundle pair {rec['target_sha256'][:12]} ({rec['method']})"
+            raise BundleError(f"{what}: verdicts is not a list of objects; nothing was imported")
+        for v in verdicts:
             key = (bool(v.get("admitted")), bool(v.get("strict")), canonical(v.get("checks", [])), v.get("created_at"))
             if key in known:
                 continue

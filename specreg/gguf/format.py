@@ -170,6 +170,15 @@ KEY_EXPERT_COUNT: Final = "{arch}.expert_count"
 KEY_TARGET_LAYERS: Final = "{arch}.target_layers"
 KEY_TARGET_HIDDEN: Final = "{arch}.target_hidden_size"
 KEY_BLOCK_SIZE: Final = "{arch}.block_size"
+KEY_EXPERT_USED: Final = "{arch}.expert_used_count"
+KEY_EXPERT_GROUPS: Final = "{arch}.expert_group_count"
+KEY_FF_LENGTH: Final = "{arch}.feed_forward_length"
+KEY_KEY_LENGTH: Final = "{arch}.attention.key_length"
+KEY_VALUE_LENGTH: Final = "{arch}.attention.value_length"
+# llama.cpp's src/llama-hparams.h: load_hparams asserts block_count in 1..LLAMA_MAX_LAYERS and
+# expert_count <= LLAMA_MAX_EXPERTS (a test reads both from the runtime's source)
+LLAMA_MAX_LAYERS: Final = 512
+LLAMA_MAX_EXPERTS: Final = 1024
 
 KEY_TOK_MODEL: Final = "tokenizer.ggml.model"
 KEY_TOK_PRE: Final = "tokenizer.ggml.pre"

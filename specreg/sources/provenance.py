@@ -214,7 +214,13 @@ def _hub_file(
     check_revision(revision)
     api = HfApi(endpoint=settings.endpoint)
     with hub_errors(settings, repo, revision, filename):
-        info = api.model_info(repo, revision=revision, files_metadata=True)
+        try:
+            info = api.model_info(repo, revision=revision, files_metadata=True)
+        except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+            # huggingface_hub builds its ModelInfo from the answer as it comes: a sibling that is
+            # not an object, a missing name, JSON that is a list or nested past the parser's depth
+            why = " ".join(f"{type(exc).__name__}: {exc}".split())[:120]
+            raise HubError(f"{repo}: the hub's answer about the repo is malformed ({why})") from None
     commit = check_commit(info.sha, f"{repo}@{revision or 'main'}")
     if revision != commit:
         cache_ref(settings, repo, revision, commit)

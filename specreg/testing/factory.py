@@ -90,6 +90,9 @@ class ModelSpec:
     dflash_target_hidden_size: int | None = None
     nextn_predict_layers: int = 0  # MTP heads: extra blocks with blk.N.nextn.* tensors
     extra_kv: tuple[tuple[str, object], ...] = ()
+    # (key, value, GGUF type name, array item type name or None): replaces a key the factory writes,
+    # in place and with the stated type (hostile counts: block_count as UINT64 2^32+1, INT32 -1)
+    kv_overrides: tuple[tuple[str, object, str, str | None], ...] = ()
     # tensors added or reshaped (name, numpy shape), e.g. a DSpark head ("markov_w1.weight") or a
     # reduced-vocab EAGLE-3 output ("output.weight", (n_draft_vocab, n_embd)); and tensors left out
     extra_tensors: tuple[tuple[str, tuple[int, ...]], ...] = ()
@@ -263,6 +266,9 @@ def _add_metadata(w: gguf.GGUFWriter, spec: ModelSpec, arch: str) -> None:
         w.add_uint32(f"{arch}.target_hidden_size", spec.dflash_target_hidden_size)
     for key, value in spec.extra_kv:
         w.add_key_value(key, value, _value_type(value))
+    for key, value, vtype, sub in spec.kv_overrides:
+        item = None if sub is None else gguf.GGUFValueType[sub]
+        w.kv_data[0][key] = gguf.GGUFValue(value=value, type=gguf.GGUFValueType[vtype], sub_type=item)
 
 
 def _value_type(value: object) -> gguf.GGUFValueType:

@@ -16,6 +16,7 @@ from specreg.gguf import format as F
 from specreg.gguf.fields import get_int
 from specreg.schemas.checks import CheckResult
 from specreg.schemas.gguf import TensorInfo
+from specreg.validators.checks_hparams import hparams
 from specreg.validators.ruleset import RuleSet
 from specreg.validators.side import Side, result
 
@@ -82,11 +83,13 @@ def blocks(side: Side, rules: RuleSet) -> CheckResult:
             "llama.cpp does not load it and stops (wrong number of tensors)"
         )
         return result("structure.blocks", "error", msg, **ev, blocks_beyond=beyond[:10])
-    empty = [i for i in range(n_all) if i not in found]
+    # block_count is only a claim: the first ten empty blocks lie within len(found) + 10 of 0,
+    # and how many are empty is arithmetic (every found index is below n_all here)
+    empty = [i for i in range(min(n_all, len(found) + 10)) if i not in found]
     if empty:
         msg = f"{side.role}: block {empty[0]} has no tensors; block_count {n_all} needs blocks 0..{n_all - 1}"
-        return result("structure.blocks", "error", msg, **ev, empty_blocks=empty[:10], n_empty=len(empty))
-    n_layer = n_all - (s.speculative.nextn_predict_layers or 0)
+        return result("structure.blocks", "error", msg, **ev, empty_blocks=empty[:10], n_empty=n_all - len(found))
+    n_layer = min(n_all, n_all - (s.speculative.nextn_predict_layers or 0))  # every block holds tensors here
     arch = s.architecture or ""
     groups = rules.structure.block_tensors.get(arch, [])
     if not get_int(side.file, F.KEY_EXPERT_COUNT.format(arch=arch)):  # a dense FFN in every layer
@@ -193,7 +196,7 @@ def check_structure(side: Side, rules: RuleSet) -> list[CheckResult]:
     """Every structural check for one file (none for a vocab-only file: it has no tensors)."""
     if side.summary.vocab_only:
         return []
-    out = [token_embd(side, rules), blocks(side, rules), output(side, rules)]
+    out = [hparams(side, rules), token_embd(side, rules), blocks(side, rules), output(side, rules)]
     if side.summary.architecture == F.EAGLE3_ARCH:
         out.append(eagle3_head(side))
     mtp = mtp_heads(side)

@@ -263,8 +263,10 @@ def model_facts(gf: GGUFFile, rules: RuleSet) -> ModelFacts:
 
     s = summarize(gf)
     arch = s.architecture or ""
-    n_all = s.block_count or 0
-    n_layer = max(0, n_all - (s.speculative.nextn_predict_layers or 0))
+    # per-layer lists are sized by the block count: llama.cpp loads at most LLAMA_MAX_LAYERS blocks
+    # (a file claiming more is refused by structure.hparams), so more is never built here
+    n_all = max(0, min(s.block_count or 0, F.LLAMA_MAX_LAYERS))
+    n_layer = max(0, min(n_all, n_all - (s.speculative.nextn_predict_layers or 0)))
     n_embd = s.embedding_length or 0
     heads = _per_layer(gf, f"{arch}.attention.head_count", n_layer, 1)
     heads_kv = _per_layer(gf, f"{arch}.attention.head_count_kv", n_layer, heads[0] if heads else 1)

@@ -78,6 +78,10 @@ class StructureRules(_Strict):
     # per arch: every layer needs one alternative of each group; "a+b" means a and b
     block_tensors: dict[str, list[list[str]]]
     block_tensors_dense: dict[str, list[list[str]]]  # in addition, when {arch}.expert_count is 0 or absent
+    # per arch whose every layer's attn_q/k/v widths follow from the first layer's head counts
+    # (create_tensor_qkv in its loader): the widths of q, k, v, each "n_embd", "head_k*n_head",
+    # "head_k*n_head_kv" or "head_v*n_head_kv"
+    standard_qkv: dict[str, list[str]]
 
 
 class MemoryRules(_Strict):

@@ -1,0 +1,56 @@
+"""One oracle over every untrusted input (tests/fuzz/oracle.py): the fixed corpus of each surface.
+
+GGUF files with hostile counts, damaged bundles, policies, workloads, llama-server answers,
+range reads and hub replies: each ends in a verdict or one `error:` line, within the time and
+the 2 GiB address space, with the registry unchanged where the command failed, and nothing
+llama.cpp's loader refuses admitted. The cases run in two child processes side by side (the
+address-space limit is theirs; the CLI runs in-process there). The long pass over random cases of the same
+surfaces is `pytest -m fuzz` (tests/fuzz/run_long.py); README "Fuzzing" says how to run it.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+from fuzz.harness import SURFACES, World, corpus_cases, random_cases
+from fuzz.oracle import failures, run_batch, run_parallel
+
+
+def test_every_surface_corpus_holds_the_oracle(tmp_path: Path) -> None:
+    cases = corpus_cases(World(tmp_path / "world"))
+    assert {c.id.split(":")[0] for c in cases} == set(SURFACES)
+    # two children side by side (2 cores); the GGUF cases share one registry, so they stay together
+    local = ("gguf", "policy", "workload")
+    groups = [[c for c in cases if c.id.startswith(local)], [c for c in cases if not c.id.startswith(local)]]
+    outcomes = run_parallel(groups, tmp_path / "run")
+    assert len(outcomes) == len(cases)
+    bad = failures(outcomes)
+    assert not bad, "\n\n".join(bad)
+    by_id = {o.id: o for o in outcomes}
+    # the oracle is not vacuous: pristine inputs succeed, the issue's regressions are refused
+    assert by_id["bundle:seed"].code == 0 and by_id["range:status-200"].code == 2
+    blocks = by_id["gguf:llama-blocks-4294967297-UINT64:0"]
+    assert blocks.code == 1 and "structure.hparams" in blocks.stdout, blocks.stdout[-500:]
+    assert by_id["gguf:deepseek2-heads-9223372036854775807-UINT64:0"].code == 1
+    assert all(by_id[f"bundle:{n}"].code == 2 for n in ("flip-manifest-deflate", "flip-manifest-crc", "cut-half"))
+
+
+@pytest.mark.fuzz
+@pytest.mark.parametrize("surface", SURFACES)
+def test_long_pass(surface: str, tmp_path: Path) -> None:
+    """Random cases of one surface for SPECREG_FUZZ_SECONDS (default 60) each."""
+    import os
+    import time
+
+    seconds = float(os.environ.get("SPECREG_FUZZ_SECONDS", "60"))
+    seed = int(os.environ.get("SPECREG_FUZZ_SEED", "0")) or random.randrange(1 << 30)
+    rng, world = random.Random(seed), World(tmp_path / "world")
+    deadline, tried, bad = time.monotonic() + seconds, 0, []
+    while time.monotonic() < deadline:
+        outcomes = run_batch(random_cases(surface, world, rng, 60), tmp_path / "run")
+        tried += len(outcomes)
+        bad += failures(outcomes)
+    print(f"{surface}: seed {seed}, {tried} cases in {seconds:.0f} s, {len(bad)} broke the oracle")
+    assert not bad, "\n\n".join(bad[:20])
