@@ -63,7 +63,7 @@ def test_an_undecided_condition_is_measured_until_the_budget_ends(capsys: pytest
     spent; then it is judged like any run (it never drafted: failed)."""
     pid, home = _pair()
     wl = workload(home, ITEMS[:2])
-    budget = 12.0
+    budget = 6.0
     t0 = time.monotonic()
     code, out, err = _main(capsys, "bench", "admitted", "--pair", str(pid), "--workload", str(wl), "--methods",
                            "ngram-mod", "--ngram", "mod-n-match=500", "--budget", f"{budget:g}s",
