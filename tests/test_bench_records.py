@@ -218,3 +218,34 @@ def test_real_model_rows_hold_every_generated_id(real_model: Callable[[str], Pat
     assert by_prompt["ja"] < 48 and by_prompt["ru"] < 48
     ds = next(c for c in run.conditions if c.spec.name == "draft-simple")
     assert ds.counters is not None and ds.counters.accepted > 0  # several tokens per step
+
+
+def test_a_replay_answer_nested_past_the_parser_is_a_row_error_not_a_traceback() -> None:
+    """The untimed `return_tokens` replay reads a server's whole answer: JSON nested deeper than
+    the parser goes is a malformed answer, as it is in the stream."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from specreg.benchmark.client import LlamaClient
+
+    body = b"[" * 100_000 + b"]" * 100_000
+
+    class Deep(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Deep)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        with LlamaClient(f"http://127.0.0.1:{server.server_address[1]}", timeout_s=10) as client:
+            out = client.record_ids("x", max_tokens=4, seed=1)
+    finally:
+        server.shutdown()
+    assert not out.ok and out.error is not None and "malformed answer from server" in out.error

@@ -242,8 +242,11 @@ class LlamaClient:
         except httpx.HTTPError as exc:
             out.error = f"{type(exc).__name__}: {exc}"[:300]
             return out
-        except (_Malformed, TypeError, ValueError, OverflowError) as exc:
-            out.error = f"malformed answer from server ({exc})"[:300]
+        except (_Malformed, TypeError, ValueError, OverflowError, RecursionError) as exc:
+            # RecursionError: JSON nested past the parser's depth (as in _stream)
+            out.error = (
+                f"malformed answer from server ({type(exc).__name__ if isinstance(exc, RecursionError) else exc})"[:300]
+            )
             return out
         finally:
             out.total_ms = (time.perf_counter() - t0) * 1000.0
