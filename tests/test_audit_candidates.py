@@ -46,11 +46,12 @@ def test_ngram_conditions_of_a_draft_run_are_judged_for_the_unchecked_target(
     assert code in (0, 1), err
     (pair,) = json.loads(out)["pairs"]
     by = {u["method"]: u for u in pair["unchecked"]}
-    assert set(by) == {"ngram-simple", "ngram-mod"}
+    # ngram-mod drafted nothing (the runner failed it): no interval reaches any minimum, so it is
+    # not judged at all; ngram-simple drafts and passes the lenient gates
+    assert set(by) == {"ngram-simple"}
     target12 = pair["target_sha256"][:12]
     assert by["ngram-simple"]["check_command"] == ["specreg", "check", "pair", target12, "--method", "ngram-simple"]
-    assert by["ngram-simple"]["outcome"]["failed"] == {}  # drafts and passes the lenient gates
-    assert by["ngram-mod"]["outcome"]["failed"]  # drafted nothing: its own gates fail it
+    assert by["ngram-simple"]["outcome"]["failed"] == {}
     # with the n-gram pairs checked (the world as made), nothing is left unchecked
     code, out, _ = specreg("audit", "--pair", str(audit_world.pairs["draft-simple"]), "--policy", str(policy),
                        "--json", db=audit_world.copy(tmp_path / "whole.db"))  # fmt: skip
