@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from specreg.audit.prefetch import IntegrityPrefetch
 from specreg.audit.run import _Facts, run_audit
 from specreg.benchmark.run_index import RunIndex
 from specreg.errors import SpecregError
@@ -39,12 +38,10 @@ def audit_by_hardware(
     pair_ids: list[int] | None = None,
     rehash: bool = False,
     spread: bool = True,
-    prefetch: IntegrityPrefetch | None = None,
 ) -> AuditReport:
-    """`run_audit` once per hardware class the runs were measured on (see the module docstring);
-    `prefetch`: the admitted pairs' files being verified meanwhile (audit/prefetch.py)."""
+    """`run_audit` once per hardware class the runs were measured on (see the module docstring)."""
     with paused_gc():  # once for all classes: each re-enabling would walk every object built so far
-        return _audit_by_hardware(reg, policy, policy_source, pair_ids, rehash, spread, prefetch)
+        return _audit_by_hardware(reg, policy, policy_source, pair_ids, rehash, spread)
 
 
 def _audit_by_hardware(
@@ -54,7 +51,6 @@ def _audit_by_hardware(
     pair_ids: list[int] | None,
     rehash: bool,
     spread: bool,
-    prefetch: IntegrityPrefetch | None,
 ) -> AuditReport:
     classes_of = run_hardware(reg)
     wanted = (policy.evidence.hardware or "").casefold()
@@ -67,7 +63,7 @@ def _audit_by_hardware(
             pair_ids=pair_ids,
             rehash=rehash,
             spread=spread,
-            facts=_Facts(reg, rehash, spread, prefetch),
+            facts=_Facts(reg, rehash, spread),
         )
         report.hardware_classes = classes
         _tag(report, None)
@@ -81,7 +77,7 @@ def _audit_by_hardware(
     else:
         pairs = [reg.get_pair(i) for i in pair_ids]
     index = RunIndex(reg)
-    facts = _Facts(reg, rehash, spread, prefetch)  # each artifact is verified once, not once per class
+    facts = _Facts(reg, rehash, spread)  # each artifact is verified once, not once per class
     parts: list[AuditReport] = []
     measured: set[int] = set()
     views = index.partition({rid: c for rid, c in classes_of.items() if c is not None and c in classes})

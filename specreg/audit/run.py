@@ -13,7 +13,6 @@ from specreg.audit import gates
 from specreg.audit.decisions import decide
 from specreg.audit.deploy import try_server_argv
 from specreg.audit.outcomes import judge, judge_all, pair_conditions
-from specreg.audit.prefetch import IntegrityPrefetch
 from specreg.benchmark.digest import hardware_identity, load_digest, load_digests, runtime_identity
 from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
 from specreg.benchmark.run_index import RunHead, RunIndex, runs_for_pair
@@ -46,9 +45,8 @@ _NOT_EVIDENCE: tuple[RunStatus, ...] = ("running", "cancelled", "aborted")
 class _Facts:
     """Per-audit caches: one integrity check per artifact even when many pairs share it."""
 
-    def __init__(self, reg: Registry, rehash: bool, spread: bool, prefetch: IntegrityPrefetch | None = None) -> None:
+    def __init__(self, reg: Registry, rehash: bool, spread: bool) -> None:
         self.reg, self.rehash, self.spread = reg, rehash, spread
-        self.prefetch = prefetch  # the admitted pairs' files, verified meanwhile by a child
         self.records: dict[str, ArtifactRecord] = {}
         self.integrity: dict[str, tuple[bool, str | None]] = {}
         self.digests: dict[str, RunDigest] = {}
@@ -108,19 +106,12 @@ class _Facts:
         return self.scans[sha]
 
     def verify_many(self, recs: Iterable[ArtifactRecord]) -> None:
-        """Integrity of many artifacts at once: the child's answers where it has them, the rest here."""
-        self._absorb()
+        """Integrity of many artifacts at once (one batch: stats first, then the hashing)."""
         todo = [r for r in recs if r.sha256 not in self.integrity]
         if todo:
             self.integrity.update(self.reg.verify_artifacts(todo, rehash=self.rehash))
 
-    def _absorb(self) -> None:
-        if self.prefetch is not None:
-            self.integrity.update(self.prefetch.result() or {})
-            self.prefetch = None
-
     def verify(self, sha: str) -> tuple[bool, str | None]:
-        self._absorb()
         if sha not in self.integrity:
             self.integrity[sha] = self.reg.verify_artifact(self.record(sha), rehash=self.rehash)
         return self.integrity[sha]
@@ -400,7 +391,7 @@ def _run_audit(
             # (a re-checked stale pair keeps its target, draft and method, so its runs too)
             heads = [facts.evidence(p, policy, runs_for)[0] for p in pairs]
             facts.digests = load_digests(reg, {h.info.run_id: h for h in heads if h}.values(), spread=spread)
-        facts.verify_many(new.values())  # last: a prefetching child has had the longest to answer
+        facts.verify_many(new.values())
     audits: list[PairAudit] = []
     runs: dict[str, RunDigest] = {}
     seen: set[int] = set()

@@ -65,33 +65,17 @@ def _audit(pair: list[int] | None, policy: Path | None, rehash: bool, report: Pa
         from specreg.report.write import check_report_path
 
         check_report_path(report)  # a bad report path fails before any work
-    from specreg.audit.prefetch import IntegrityPrefetch
-
-    # every admitted pair's files verified in a child while this process imports and reads rows
-    prefetch = None if pair else IntegrityPrefetch.start(db_path(), rehash=rehash)
     paths: dict[str, str] = {}
-    try:
-        from specreg.audit.fleet import audit_by_hardware
-        from specreg.registry.store import Registry
+    from specreg.audit.fleet import audit_by_hardware
+    from specreg.registry.store import Registry
 
-        with Registry(db_path(), create=False) as reg:
-            result = audit_by_hardware(
-                reg,
-                pol,
-                source,
-                pair_ids=list(pair) if pair else None,
-                rehash=rehash,
-                spread=report is not None,
-                prefetch=prefetch,
-            )
-            if fmt == "sarif":
-                shas = {p.target_sha256 for p in result.pairs} | {
-                    p.draft_sha256 for p in result.pairs if p.draft_sha256
-                }
-                paths = {sha: rec.paths[0] for sha, rec in reg.get_artifacts(shas).items() if rec.paths}
-    finally:
-        if prefetch is not None:
-            prefetch.close()  # reaped, its answer used or not
+    with Registry(db_path(), create=False) as reg:
+        result = audit_by_hardware(
+            reg, pol, source, pair_ids=list(pair) if pair else None, rehash=rehash, spread=report is not None
+        )
+        if fmt == "sarif":
+            shas = {p.target_sha256 for p in result.pairs} | {p.draft_sha256 for p in result.pairs if p.draft_sha256}
+            paths = {sha: rec.paths[0] for sha, rec in reg.get_artifacts(shas).items() if rec.paths}
     written: list[Path] = []
     if report is not None:
         from specreg.report.write import write_audit_report
