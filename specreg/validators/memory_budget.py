@@ -177,22 +177,24 @@ def _swa_layers(gf: GGUFFile, arch: str, n_layer: int, n_swa: int, rules: RuleSe
     return [n_pattern == 0 or il % n_pattern < n_pattern - 1 for il in range(n_layer)]
 
 
-def _string_lengths(arr: GGUFArray) -> list[int]:
-    """Byte lengths of a string array's elements, read from the stored lengths (nothing decoded)."""
+def _long_string_heap(arr: GGUFArray) -> int:
+    """Heap bytes of a string array's elements held as std::string (libstdc++: up to 15 bytes
+    inline; a longer one a glibc chunk of n + 1), read from the stored lengths, nothing decoded.
+
+    One loop with the arithmetic inline: it runs on every `check pair` over every token, and a
+    list of lengths summed through a helper cost more (best of 5, quiet machine: qwen2 41 -> 35 ms,
+    gemma-4 74 -> 37 ms). What is left is the walk itself, once per file per check: the next
+    thing to keep beside the file's stat (a registered file's header walk is skipped already)."""
     raw = arr.raw()
     unpack = F.U64.unpack_from
-    out = []
+    total = 0
     p = 0
     for _ in range(arr.count):  # the reader's walk checked every length against the payload
         n = unpack(raw, p)[0]
-        out.append(n)
         p += 8 + n
-    return out
-
-
-def _heap_string(n: int) -> int:
-    """Heap bytes of a std::string of n bytes (libstdc++: 15 inline; glibc chunk of n + 1)."""
-    return 0 if n <= 15 else max(32, (n + 1 + 8 + 15) & ~15)
+        if n > 15:
+            total += max(32, (n + 24) & ~15)
+    return total
 
 
 def _trie_nodes(arr: GGUFArray) -> int:
@@ -239,7 +241,7 @@ def _vocab_heap(gf: GGUFFile) -> tuple[int, int, int, int]:
     tokens = gf.metadata.get("tokenizer.ggml.tokens")
     if not isinstance(tokens, GGUFArray) or tokens.item_type != F.T_STRING:
         return 0, 0, 0, 0
-    long_bytes = sum(_heap_string(n) for n in _string_lengths(tokens))
+    long_bytes = _long_string_heap(tokens)
     merges = gf.metadata.get("tokenizer.ggml.merges")
     n_merges = merges.count if isinstance(merges, GGUFArray) else 0
     trie = _trie_nodes(tokens) if gf.metadata.get("tokenizer.ggml.model") == "t5" else 0
