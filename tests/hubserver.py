@@ -332,13 +332,17 @@ def _handler(hub: FakeHub, *, cdn: bool) -> type[BaseHTTPRequestHandler]:
             if head:
                 return
             pos = start
-            with contextlib.suppress(OSError):  # a client that stops reading (no Range support) hangs up
-                while pos < end:
-                    chunk = f.read(pos, min(end, pos + (1 << 20)))
+            while pos < end:
+                chunk = f.read(pos, min(end, pos + (1 << 20)))
+                with hub._lock:  # counted before the client can have it: a test reads the count
+                    hub.bytes_sent += len(chunk)  # as soon as its client returns
+                try:
                     self.wfile.write(chunk)
-                    pos += len(chunk)
+                except OSError:  # a client that stops reading (no Range support) hangs up
                     with hub._lock:
-                        hub.bytes_sent += len(chunk)
+                        hub.bytes_sent -= len(chunk)
+                    return
+                pos += len(chunk)
 
         def _drop(self, key: str, body: bytes) -> None:
             """First request: headers promise the whole body, half of it comes, the socket closes.
