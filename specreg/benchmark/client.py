@@ -18,6 +18,7 @@ import json
 import math
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -212,6 +213,14 @@ class LlamaClient:
         out = Completion()
         timeout_s = timeout_s or self.timeout_s
         t0 = time.perf_counter()
+        with _transport(out, timeout_s, t0):
+            self._record(out, body, timeout_s, t0)
+        if out.error is None:
+            out.ok = True
+        return out
+
+    def _record(self, out: Completion, body: dict[str, Any], timeout_s: float, t0: float) -> None:
+        """`record_ids`' request and the answer's fields; a malformed answer is the row's error."""
         try:
             with self._http.stream(
                 "POST", "/completion", json=body, timeout=httpx.Timeout(timeout_s, connect=5.0)
@@ -219,7 +228,7 @@ class LlamaClient:
                 data = _capped_body(r, t0 + timeout_s, timeout_s)
                 if r.status_code != 200:
                     out.error = f"HTTP {r.status_code}: {data[:300].decode('utf-8', 'replace')}"
-                    return out
+                    return
             ev = json.loads(data, parse_float=_finite, parse_constant=_no_constant)
             if not isinstance(ev, dict):
                 raise _Malformed("the answer is not an object")
@@ -233,74 +242,67 @@ class LlamaClient:
             n = ev.get("tokens_predicted", out.timings.get("predicted_n"))
             out.output_tokens = _count(n, "tokens_predicted") if n is not None else None
             out.finish_reason = _FINISH.get(str(ev.get("stop_type")), str(ev.get("stop_type"))[:40])
-        except _StreamLimit as exc:
-            out.timed_out, out.error = exc.timed_out, str(exc)
-            return out
-        except httpx.TimeoutException:
-            out.timed_out, out.error = True, f"timed out after {timeout_s:g}s"
-            return out
-        except httpx.HTTPError as exc:
-            out.error = f"{type(exc).__name__}: {exc}"[:300]
-            return out
         except (_Malformed, TypeError, ValueError, OverflowError, RecursionError) as exc:
-            # RecursionError: JSON nested past the parser's depth (as in _stream)
-            out.error = (
-                f"malformed answer from server ({type(exc).__name__ if isinstance(exc, RecursionError) else exc})"[:300]
-            )
-            return out
-        finally:
-            out.total_ms = (time.perf_counter() - t0) * 1000.0
-        out.ok = True
-        return out
+            why = "nested too deep" if isinstance(exc, RecursionError) else exc  # past the parser's depth
+            out.error = f"malformed answer from server ({why})"[:300]
 
     def _stream(self, path: str, body: dict[str, Any], timeout_s: float, *, chat: bool) -> Completion:
         out = Completion(token_ids=None if chat else [])
         t0 = time.perf_counter()
         deadline = t0 + timeout_s
-        try:
-            with self._http.stream("POST", path, json=body, timeout=httpx.Timeout(timeout_s, connect=5.0)) as r:
-                if r.status_code != 200:
-                    r.read()
-                    out.error = f"HTTP {r.status_code}: {r.text[:300]}"
+        with (
+            _transport(out, timeout_s, t0),
+            self._http.stream("POST", path, json=body, timeout=httpx.Timeout(timeout_s, connect=5.0)) as r,
+        ):
+            if r.status_code != 200:
+                r.read()
+                out.error = f"HTTP {r.status_code}: {r.text[:300]}"
+                return out
+            on_event = _chat_event if chat else _completion_event
+            for line in _sse_lines(r, deadline, timeout_s):
+                if not line.startswith(b"data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    break
+                try:
+                    event = json.loads(payload, parse_float=_finite, parse_constant=_no_constant)
+                except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
+                    event = None
+                if not isinstance(event, dict):
+                    out.error = f"malformed event from server: {payload[:200].decode('utf-8', 'replace')!r}"
                     return out
-                on_event = _chat_event if chat else _completion_event
-                for line in _sse_lines(r, deadline, timeout_s):
-                    if not line.startswith(b"data:"):
-                        continue
-                    payload = line[5:].strip()
-                    if payload == b"[DONE]":
-                        break
-                    try:
-                        event = json.loads(payload, parse_float=_finite, parse_constant=_no_constant)
-                    except (ValueError, RecursionError):  # RecursionError: nested past the parser's depth
-                        event = None
-                    if not isinstance(event, dict):
-                        out.error = f"malformed event from server: {payload[:200].decode('utf-8', 'replace')!r}"
-                        return out
-                    if "error" in event:
-                        out.error = f"server error: {json.dumps(event['error'])[:300]}"
-                        return out
-                    try:
-                        on_event(out, event, t0)
-                    except (_Malformed, TypeError, ValueError, AttributeError, OverflowError) as exc:
-                        out.error = f"malformed event from server ({exc}): {payload[:200].decode('utf-8', 'replace')!r}"
-                        return out
-        except _StreamLimit as exc:
-            out.timed_out, out.error = exc.timed_out, str(exc)
+                if "error" in event:
+                    out.error = f"server error: {json.dumps(event['error'])[:300]}"
+                    return out
+                try:
+                    on_event(out, event, t0)
+                except (_Malformed, TypeError, ValueError, AttributeError, OverflowError) as exc:
+                    out.error = f"malformed event from server ({exc}): {payload[:200].decode('utf-8', 'replace')!r}"
+                    return out
+        if out.error is not None:
             return out
-        except httpx.TimeoutException:
-            out.timed_out, out.error = True, f"timed out after {timeout_s:g}s"
-            return out
-        except httpx.HTTPError as exc:
-            out.error = f"{type(exc).__name__}: {exc}"[:300]
-            return out
-        finally:
-            out.total_ms = (time.perf_counter() - t0) * 1000.0
         if out.finish_reason is None:
             out.error = "stream ended without a final event"
             return out
         out.ok = True
         return out
+
+
+@contextmanager
+def _transport(out: Completion, timeout_s: float, t0: float) -> Iterator[None]:
+    """What every request turns into its row's error instead of raising (a limit of ours, a
+    timeout, any HTTP failure), and the request's total time, however it ended."""
+    try:
+        yield
+    except _StreamLimit as exc:
+        out.timed_out, out.error = exc.timed_out, str(exc)
+    except httpx.TimeoutException:
+        out.timed_out, out.error = True, f"timed out after {timeout_s:g}s"
+    except httpx.HTTPError as exc:
+        out.error = f"{type(exc).__name__}: {exc}"[:300]
+    finally:
+        out.total_ms = (time.perf_counter() - t0) * 1000.0
 
 
 def _sse_lines(r: httpx.Response, deadline: float, timeout_s: float) -> Iterator[bytes]:
