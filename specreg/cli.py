@@ -83,13 +83,15 @@ def _version(show: bool) -> None:
     packages' metadata (importing xllamacpp would load llama.cpp itself)."""
     if not show:
         return
-    from importlib.metadata import PackageNotFoundError, version
+    from specreg.distinfo import installed_version
+    from specreg.servers.identity import BUNDLED_PACKAGE, bundled_version
 
-    try:
-        runtime = f"xllamacpp {version('xllamacpp')} (llama.cpp, run as specreg-llama-server)"
-    except PackageNotFoundError:
+    release = bundled_version()
+    if release is None:
         runtime = "xllamacpp not installed: pass --server PATH to bench"
-    sys.stdout.write(f"specreg {version('specreg')}\nbundled runtime: {runtime}\n")
+    else:
+        runtime = f"{BUNDLED_PACKAGE} {release} (llama.cpp, run as specreg-llama-server)"
+    sys.stdout.write(f"specreg {installed_version('specreg')}\nbundled runtime: {runtime}\n")
     raise typer.Exit()
 
 

@@ -157,3 +157,16 @@ def test_long_running_commands_turn_the_collector_back_on() -> None:
         assert gc.isenabled()
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("name", ["xllamacpp", "pydantic", "typer", "specreg", "nvidia-ml-py", "no-such-package-x"])
+def test_dist_info_folder_names_give_the_versions_importlib_metadata_gives(name: str) -> None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    from specreg.distinfo import installed_version
+
+    try:
+        expected: str | None = version(name)
+    except PackageNotFoundError:
+        expected = None
+    assert installed_version(name) == expected

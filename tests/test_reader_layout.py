@@ -16,15 +16,16 @@ import pytest
 from _registry_helpers import aged
 
 from specreg.errors import GGUFError
-from specreg.gguf.reader import GGUFFile, open_gguf, read_gguf
+from specreg.gguf.reader import GGUFArray, GGUFFile, open_gguf, read_gguf
 from specreg.gguf.source import FileSource
 from specreg.gguf.summary import summarize
+from specreg.gguf.walk import KnownArray
 from specreg.registry import statcache
 from specreg.registry.store import Registry
 from specreg.testing import ModelSpec, write_model
 
 
-def _read(path: Path, known: dict[int, tuple[int, int, str]] | None) -> GGUFFile:
+def _read(path: Path, known: dict[int, KnownArray] | None) -> GGUFFile:
     with FileSource(path) as source:
         return read_gguf(source, known=known)
 
@@ -52,7 +53,7 @@ def test_a_known_layout_is_jumped_over_and_reads_the_same(model: Path) -> None:
 
 def test_changed_bytes_under_a_jump_are_read_in_full(model: Path, tmp_path: Path) -> None:
     layout = open_gguf(model).string_array_layout(min_count=1)
-    _, (_, end, _) = min(layout.items())
+    _, (_, end, _, _) = min(layout.items())
     data = bytearray(model.read_bytes())
     data[end - 1] = ord("Z") if data[end - 1] != ord("Z") else ord("Y")  # last byte of the last string
     edited = tmp_path / "edited.gguf"
@@ -66,26 +67,60 @@ def test_changed_bytes_under_a_jump_are_read_in_full(model: Path, tmp_path: Path
 @pytest.mark.parametrize(
     "spoil",
     [
-        lambda c, e, h: (c + 1, e, h),  # another count
-        lambda c, e, h: (c, e + 10**12, h),  # past the end of the file
-        lambda c, e, h: (c, e - 1, h),  # a wrong end (the hash cannot match)
-        lambda c, e, h: (c, e, "0" * 64),  # a wrong hash
+        lambda c, e, h, b: (c + 1, e, h, b),  # another count
+        lambda c, e, h, b: (c, e + 10**12, h, b),  # past the end of the file
+        lambda c, e, h, b: (c, e - 1, h, b),  # a wrong end (the hash cannot match)
+        lambda c, e, h, b: (c, e, "0" * 64, b),  # a wrong hash
+        lambda c, e, h, b: (c, e, "0" * 64, 10**9),  # a wrong hash: its heap is not believed either
     ],
 )
 def test_a_wrong_layout_costs_a_full_read_never_a_different_one(
-    model: Path, spoil: Callable[[int, int, str], tuple[int, int, str]]
+    model: Path, spoil: Callable[[int, int, str, int | None], KnownArray]
 ) -> None:
     full = open_gguf(model)
     layout = {k: spoil(*v) for k, v in full.string_array_layout(min_count=1).items()}
     got = _read(model, layout)
     assert got.jumped == 0
     _same(got, full)
+    tokens = got.metadata["tokenizer.ggml.tokens"]
+    assert isinstance(tokens, GGUFArray) and tokens.long_string_heap() == _heap_by_hand(model)
+
+
+def _heap_by_hand(path: Path) -> int:
+    """The token lengths as the `gguf` package reads them; libstdc++ keeps up to 15 bytes inline,
+    a longer string is a glibc chunk of n + 1 bytes and an 8-byte header in 16-byte steps."""
+    import gguf
+
+    field = gguf.GGUFReader(path).fields["tokenizer.ggml.tokens"]
+    lengths = [len(field.parts[i]) for i in field.data]
+    assert len(lengths) == len(field.data) > 0
+    return sum(max(32, (n + 1 + 8 + 15) // 16 * 16) for n in lengths if n > 15)
+
+
+def test_a_jump_carries_the_heap_an_earlier_read_measured_and_an_old_layout_walks(tmp_path: Path) -> None:
+    long_texts = tuple((300 + i, "x" * n) for i, n in enumerate((15, 16, 17, 40, 41, 200)))
+    model = write_model(tmp_path / "m.gguf", ModelSpec(vocab_type="gpt2", pre="qwen2", token_edits=long_texts))
+    full = open_gguf(model)
+    layout = full.string_array_layout(min_count=1)
+    tokens_at = full.metadata["tokenizer.ggml.tokens"]
+    assert isinstance(tokens_at, GGUFArray)
+    assert layout[tokens_at.offset][3] == _heap_by_hand(model) > 0
+    jumped = _read(model, {k: (c, e, h, 7) for k, (c, e, h, _) in layout.items()})  # a heap the walk never saw
+    tokens = jumped.metadata["tokenizer.ggml.tokens"]
+    assert jumped.jumped == len(layout) and isinstance(tokens, GGUFArray) and tokens.long_string_heap() == 7
+    old = _read(model, {k: (c, e, h, None) for k, (c, e, h, _) in layout.items()})  # a layout from before
+    tokens = old.metadata["tokenizer.ggml.tokens"]
+    assert (
+        old.jumped == len(layout)
+        and isinstance(tokens, GGUFArray)
+        and tokens.long_string_heap() == _heap_by_hand(model)
+    )
 
 
 def test_a_layout_never_hides_a_truncated_file(model: Path, tmp_path: Path) -> None:
     layout = open_gguf(model).string_array_layout(min_count=1)
     cut = tmp_path / "cut.gguf"
-    cut.write_bytes(model.read_bytes()[: max(end for _, end, _ in layout.values()) - 5])
+    cut.write_bytes(model.read_bytes()[: max(end for _, end, _, _ in layout.values()) - 5])
     with pytest.raises(GGUFError):
         _read(cut, layout)
 

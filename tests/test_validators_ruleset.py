@@ -24,6 +24,14 @@ def test_default_rule_set_names_its_build() -> None:
     assert RULES.draft_simple.check_start_token_id == 5
 
 
+def test_each_shipped_rule_set_is_named_for_its_build() -> None:
+    """rule_set_names() reads the build from the file name; the file's own field must agree."""
+    names = ruleset.rule_set_names()
+    assert sorted(names.values()) == known_rule_sets()
+    for build, name in names.items():
+        assert load_rule_set(name).build == build, name
+
+
 def test_unknown_runtime_lists_known_ones() -> None:
     with pytest.raises(UsageError, match=f"unknown runtime 'llama.cpp-b1'.*{RULE_SET_DEFAULT}"):
         load_rule_set("llama.cpp-b1")

@@ -12,12 +12,13 @@ from specreg.commands.options import JsonOpt, db_path
 from specreg.commands.output import emit_json, say, warn
 
 if TYPE_CHECKING:
+    from specreg.gguf.walk import KnownArray
     from specreg.schemas.gguf import GGUFSummary
 
 _SPECIAL = ("bos", "eos", "eot", "eom", "unk", "pad", "sep", "fim_pre", "fim_suf", "fim_mid")
 
 
-Known = tuple[str | None, str | None, bool | None, dict[int, tuple[int, int, str]] | None]
+Known = tuple[str | None, str | None, bool | None, "dict[int, KnownArray] | None"]
 
 
 def _known(path: Path, do_hash: bool) -> Known:

@@ -19,7 +19,7 @@ from specreg.errors import GGUFError
 from specreg.gguf import format as F
 from specreg.gguf.fields import check_tokenizer
 from specreg.gguf.source import FIRST_READ, MAX_HEADER_BYTES, READ_STEP, ByteSource, FileSource, HeaderWindow
-from specreg.gguf.walk import ArrayRef, Header, Walker, printable
+from specreg.gguf.walk import ArrayRef, Header, KnownArray, Walker, printable
 from specreg.schemas.gguf import GGUFSummary, TensorInfo
 
 LAYOUT_MIN_COUNT = 4096  # string arrays shorter than this are walked faster than looked up
@@ -60,6 +60,33 @@ class GGUFArray:
         known = self._owner._array_sha
         if self.offset not in known:
             known[self.offset] = hashlib.sha256(self.raw()).hexdigest()
+        return known[self.offset]
+
+    def long_string_heap(self) -> int:
+        """Heap bytes of a string array's elements held as std::string (libstdc++: up to 15 bytes
+        inline; a longer one a glibc chunk of n + 1, at least 32), read from the stored lengths,
+        nothing decoded; what llama.cpp's tokenizer keeps of a vocabulary beyond its per-token
+        parts (validators/memory_budget.py). 0 for any other array.
+
+        A registered file's value comes with its layout (`read_gguf(known=...)`, proven by the
+        payload's SHA-256), so `check pair` on it walks no token: the walk is ~30 ms of CPU per
+        152k-token file (benchmarks/bench_startup.py's `check pair`, registered vs new to the
+        registry). One loop with the arithmetic inline: a list of lengths summed through a
+        helper cost more (best of 5, quiet machine: qwen2 41 -> 35 ms, gemma-4 74 -> 37 ms)."""
+        if self.item_type != F.T_STRING:
+            return 0
+        known = self._owner._array_heap
+        if self.offset not in known:
+            raw = self.raw()
+            unpack = F.U64.unpack_from
+            total = 0
+            p = 0
+            for _ in range(self.count):  # the reader's walk checked every length against the payload
+                n = unpack(raw, p)[0]
+                p += 8 + n
+                if n > 15:  # (n + 24) & ~15 >= 32 for every such n
+                    total += (n + 24) & ~15
+            known[self.offset] = total
         return known[self.offset]
 
     def strings_at(self, indices: Iterable[int]) -> dict[int, str]:
@@ -140,7 +167,9 @@ class GGUFFile:
         self.n_elements: dict[str, int] = {t.name: t.n_elements for t in header.tensors}
         self._tensor_index = {t.name: t for t in self.tensors}
         self._cache: dict[str, object] = {}
-        self._array_sha: dict[int, str] = {start: sha for start, _, sha in header.skipped}  # array offset -> SHA-256
+        self._array_sha: dict[int, str] = {start: sha for start, _, sha, _ in header.skipped}  # array offset -> SHA-256
+        # array offset -> GGUFArray.long_string_heap, as the layout of an earlier read said
+        self._array_heap: dict[int, int] = {start: heap for start, _, _, heap in header.skipped if heap is not None}
         self.jumped = len(header.skipped)  # string arrays read_gguf(known=...) jumped over (each proven)
         self._summary: GGUFSummary | None = None
         self.sha256: str | None = None  # set by whoever hashed the bytes (the registry); checks compare it
@@ -164,12 +193,13 @@ class GGUFFile:
     def tensor(self, name: str) -> TensorInfo | None:
         return self._tensor_index.get(name)
 
-    def string_array_layout(self, min_count: int = LAYOUT_MIN_COUNT) -> dict[int, tuple[int, int, str]]:
-        """Where each long string array starts and ends, with its payload's SHA-256: given back to
-        `read_gguf(known=...)`, a later read of the same bytes jumps over them instead of walking
-        150,000 length prefixes per array (most of a vocabulary file's parse)."""
+    def string_array_layout(self, min_count: int = LAYOUT_MIN_COUNT) -> dict[int, KnownArray]:
+        """Where each long string array starts and ends, with its payload's SHA-256 and its
+        elements' heap: given back to `read_gguf(known=...)`, a later read of the same bytes jumps
+        over them instead of walking 150,000 length prefixes per array (most of a vocabulary
+        file's parse), and the memory model reads the heap instead of walking them again."""
         return {
-            a.offset: (a.count, a.offset + a.nbytes, a.sha256())
+            a.offset: (a.count, a.offset + a.nbytes, a.sha256(), a.long_string_heap())
             for a in self.metadata.values()
             if isinstance(a, GGUFArray) and a.item_type == F.T_STRING and a.count >= min_count
         }
@@ -261,7 +291,7 @@ def read_gguf(
     first: int = FIRST_READ,
     step: int = READ_STEP,
     reopen: Callable[[], ByteSource] | None = None,
-    known: Mapping[int, tuple[int, int, str]] | None = None,
+    known: Mapping[int, KnownArray] | None = None,
 ) -> GGUFFile:
     """Walk the header of any byte source (a local file, a range-read remote file); GGUFError on any defect.
 
@@ -284,7 +314,7 @@ def read_gguf(
         header = None  # perhaps a wrong jump: only a full walk may say what is wrong with the file
     # a jump is kept only if the bytes jumped over are those an earlier read walked, length by length
     if header is None or any(
-        hashlib.sha256(memoryview(window.buf)[start:end]).hexdigest() != sha for start, end, sha in header.skipped
+        hashlib.sha256(memoryview(window.buf)[start:end]).hexdigest() != sha for start, end, sha, _ in header.skipped
     ):
         return read_gguf(source, cap=cap, first=first, step=step, reopen=reopen)
     buf = window.trim(header.header_end)  # keep the window itself: no second copy of a header of many MiB
@@ -294,7 +324,7 @@ def read_gguf(
     return gf
 
 
-def open_gguf(path: str | Path, known: Mapping[int, tuple[int, int, str]] | None = None) -> GGUFFile:
+def open_gguf(path: str | Path, known: Mapping[int, KnownArray] | None = None) -> GGUFFile:
     """Read a local GGUF file's header, key/values and tensor infos; raise GGUFError on any defect.
     `known`: an earlier read's `string_array_layout()` (see read_gguf)."""
     with FileSource(path) as source:

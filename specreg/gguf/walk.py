@@ -41,6 +41,12 @@ class RawTensor:
     info_offset: int  # where this tensor's info starts in the file (for error messages)
 
 
+# A long string array as an earlier read found it: (count or start, end, SHA-256 of the payload,
+# the heap its elements take as std::string, or None where that read did not say: see
+# GGUFArray.long_string_heap). In `known` the first is the count; in Header.skipped the start.
+KnownArray = tuple[int, int, str, int | None]
+
+
 @dataclass
 class Header:
     """Everything the walk found; values are python scalars, `ArrayRef`s or decoded strings."""
@@ -55,7 +61,7 @@ class Header:
     data_offset: int = 0
     header_end: int = 0
     warnings: list[str] = field(default_factory=list)  # accepted oddities llama.cpp also accepts
-    skipped: list[tuple[int, int, str]] = field(default_factory=list)  # (start, end, sha256) taken from `known`
+    skipped: list[KnownArray] = field(default_factory=list)  # (start, end, sha256, heap) taken from `known`
 
 
 Buffer = bytes | bytearray | memoryview | mmap.mmap
@@ -104,10 +110,10 @@ def skip_strings(buf: Buffer, p: int, count: int) -> tuple[int, int]:
 class Walker:
     """A cursor over the header window that raises GGUFError naming the field and offset."""
 
-    def __init__(self, window: HeaderWindow, known: Mapping[int, tuple[int, int, str]] | None = None) -> None:
+    def __init__(self, window: HeaderWindow, known: Mapping[int, KnownArray] | None = None) -> None:
         self.win = window
-        self.known = known or {}  # string arrays seen before: start -> (count, end, sha256 of the payload)
-        self.skipped: list[tuple[int, int, str]] = []
+        self.known = known or {}  # string arrays seen before: start -> (count, end, sha256 of the payload, heap)
+        self.skipped: list[KnownArray] = []
         self.path = window.source.path
         self.buf = window.buf  # re-read after every growth (a resize may replace it)
         self.size = window.size
@@ -259,7 +265,7 @@ class Walker:
             self.win.ensure(hint[1], what)
             self.buf = self.win.buf
             end = hint[1]
-            self.skipped.append((start, end, hint[2]))
+            self.skipped.append((start, end, hint[2], hint[3]))
         elif item_type == F.T_STRING:
             self.need(count * 8, f"array of {count} strings", what)
             end = self.strings_end(count, what)

@@ -23,11 +23,12 @@ from specreg.registry.hashing import StatKey
 if TYPE_CHECKING:
     from specreg.gguf.reader import GGUFFile
     from specreg.gguf.source import FileSource
+    from specreg.gguf.walk import KnownArray
 
 CacheLookup = Callable[[str, StatKey], "tuple[str, int] | None"]  # (path, key) -> (sha256, hashed_at_ns)
 HashFd = Callable[[str, int], "tuple[str, StatKey, int]"]  # (path, fd) -> (sha256, key, hashed_at_ns)
 OVERLAP_MAX = 64 << 20  # files up to this size are hashed while their header is parsed (~0.1 s of hashing)
-LayoutLookup = Callable[[str], "dict[int, tuple[int, int, str]] | None"]  # sha256 -> GGUFFile.string_array_layout()
+LayoutLookup = Callable[[str], "dict[int, KnownArray] | None"]  # sha256 -> GGUFFile.string_array_layout()
 
 
 @dataclass(frozen=True)

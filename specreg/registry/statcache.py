@@ -12,6 +12,7 @@ import json
 import os
 from pathlib import Path
 
+from specreg.gguf.walk import KnownArray
 from specreg.registry import hashing
 from specreg.registry.db import Database
 
@@ -50,19 +51,23 @@ def licence_of(db: Database, sha256: str) -> tuple[str | None, bool] | None:
     return None if row is None else (row["effective_license"], bool(row["licence_conflict"]))
 
 
-def layout_of(db: Database, sha256: str) -> dict[int, tuple[int, int, str]] | None:
+def layout_of(db: Database, sha256: str) -> dict[int, KnownArray] | None:
     """The long string arrays of a registered artifact (GGUFFile.string_array_layout), for a
-    re-read to jump over; None when unknown or not as written (the reader verifies each jump)."""
+    re-read to jump over; None when unknown or not as written (the reader verifies each jump).
+    A layout written before the heap was kept (three numbers an array) says None for it."""
     row = db.one("SELECT layout_json FROM artifacts WHERE sha256 = ?", (sha256,))
     try:
         raw = json.loads(row["layout_json"]) if row is not None and row["layout_json"] else None
         if not isinstance(raw, dict):
             return None
-        out = {int(k): (int(v[0]), int(v[1]), str(v[2])) for k, v in raw.items()}
+        out = {
+            int(k): (int(v[0]), int(v[1]), str(v[2]), int(v[3]) if len(v) > 3 and v[3] is not None else None)
+            for k, v in raw.items()
+        }
     except (ValueError, TypeError, IndexError, KeyError):
         return None
     return out
 
 
-def layout_json(layout: dict[int, tuple[int, int, str]]) -> str:
+def layout_json(layout: dict[int, KnownArray]) -> str:
     return json.dumps({str(k): list(v) for k, v in layout.items()}, separators=(",", ":"))

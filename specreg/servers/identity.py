@@ -36,12 +36,9 @@ def build_of(version_text: str | None) -> int | None:
 
 def bundled_version() -> str | None:
     """The installed xllamacpp release, from package metadata (importing it would load llama.cpp)."""
-    from importlib.metadata import PackageNotFoundError, version
+    from specreg.distinfo import installed_version
 
-    try:
-        return version(BUNDLED_PACKAGE)
-    except PackageNotFoundError:
-        return None
+    return installed_version(BUNDLED_PACKAGE)
 
 
 @dataclass(frozen=True)

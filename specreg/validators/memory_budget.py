@@ -29,6 +29,7 @@ as prompts are cached) are not modelled; notes say so.
 from __future__ import annotations
 
 import re
+import weakref
 from dataclasses import dataclass
 
 from specreg.errors import UsageError
@@ -123,7 +124,7 @@ def parse_size(text: str) -> int:
     return int(value * base ** "_KMGT".index(unit)) if unit else int(value)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelFacts:
     """One file's shape as the memory needs it."""
 
@@ -177,26 +178,6 @@ def _swa_layers(gf: GGUFFile, arch: str, n_layer: int, n_swa: int, rules: RuleSe
     return [n_pattern == 0 or il % n_pattern < n_pattern - 1 for il in range(n_layer)]
 
 
-def _long_string_heap(arr: GGUFArray) -> int:
-    """Heap bytes of a string array's elements held as std::string (libstdc++: up to 15 bytes
-    inline; a longer one a glibc chunk of n + 1), read from the stored lengths, nothing decoded.
-
-    One loop with the arithmetic inline: it runs on every `check pair` over every token, and a
-    list of lengths summed through a helper cost more (best of 5, quiet machine: qwen2 41 -> 35 ms,
-    gemma-4 74 -> 37 ms). What is left is the walk itself, once per file per check: the next
-    thing to keep beside the file's stat (a registered file's header walk is skipped already)."""
-    raw = arr.raw()
-    unpack = F.U64.unpack_from
-    total = 0
-    p = 0
-    for _ in range(arr.count):  # the reader's walk checked every length against the payload
-        n = unpack(raw, p)[0]
-        p += 8 + n
-        if n > 15:
-            total += max(32, (n + 24) & ~15)
-    return total
-
-
 def _trie_nodes(arr: GGUFArray) -> int:
     """Nodes of the UGM tokenizer's byte trie over the tokens: their distinct non-empty prefixes,
     counted over the sorted tokens (each adds its length less its common prefix with the one
@@ -241,7 +222,7 @@ def _vocab_heap(gf: GGUFFile) -> tuple[int, int, int, int]:
     tokens = gf.metadata.get("tokenizer.ggml.tokens")
     if not isinstance(tokens, GGUFArray) or tokens.item_type != F.T_STRING:
         return 0, 0, 0, 0
-    long_bytes = _long_string_heap(tokens)
+    long_bytes = tokens.long_string_heap()
     merges = gf.metadata.get("tokenizer.ggml.merges")
     n_merges = merges.count if isinstance(merges, GGUFArray) else 0
     trie = _trie_nodes(tokens) if gf.metadata.get("tokenizer.ggml.model") == "t5" else 0
@@ -259,8 +240,21 @@ def _vocab_heap(gf: GGUFFile) -> tuple[int, int, int, int]:
     return tokens.count, heap, meta, returned
 
 
+# model_facts per open file and rule set: `check pair` asks for each file's facts twice (the
+# estimate, then the budget and memory checks), and each ask walks every token string of the
+# vocabulary (~30 ms of CPU for a 152k-token file: benchmarks/bench_startup.py's `check pair`)
+_FACTS: weakref.WeakKeyDictionary[GGUFFile, dict[str, ModelFacts]] = weakref.WeakKeyDictionary()
+
+
 def model_facts(gf: GGUFFile, rules: RuleSet) -> ModelFacts:
     """Shape facts of one file; missing keys fall back to llama.cpp's defaults."""
+    known = _FACTS.setdefault(gf, {})
+    if rules.id not in known:
+        known[rules.id] = _model_facts(gf, rules)
+    return known[rules.id]
+
+
+def _model_facts(gf: GGUFFile, rules: RuleSet) -> ModelFacts:
     from specreg.gguf.summary import summarize
 
     s = summarize(gf)
