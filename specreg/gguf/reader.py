@@ -194,12 +194,18 @@ class GGUFFile:
         return self._tensor_index.get(name)
 
     def string_array_layout(self, min_count: int = LAYOUT_MIN_COUNT) -> dict[int, KnownArray]:
-        """Where each long string array starts and ends, with its payload's SHA-256 and its
-        elements' heap: given back to `read_gguf(known=...)`, a later read of the same bytes jumps
-        over them instead of walking 150,000 length prefixes per array (most of a vocabulary
-        file's parse), and the memory model reads the heap instead of walking them again."""
+        """Where each long string array starts and ends, with its payload's SHA-256 and, for the
+        tokens, their heap (the memory model's; merges are counted, not measured): given back to
+        `read_gguf(known=...)`, a later read of the same bytes jumps over them instead of walking
+        150,000 length prefixes per array (most of a vocabulary file's parse), and the memory
+        model reads the heap instead of walking the tokens again."""
         return {
-            a.offset: (a.count, a.offset + a.nbytes, a.sha256(), a.long_string_heap())
+            a.offset: (
+                a.count,
+                a.offset + a.nbytes,
+                a.sha256(),
+                a.long_string_heap() if a.key == F.KEY_TOKENS else None,
+            )
             for a in self.metadata.values()
             if isinstance(a, GGUFArray) and a.item_type == F.T_STRING and a.count >= min_count
         }
