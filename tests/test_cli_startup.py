@@ -170,3 +170,28 @@ def test_dist_info_folder_names_give_the_versions_importlib_metadata_gives(name:
     except PackageNotFoundError:
         expected = None
     assert installed_version(name) == expected
+
+
+# What `check pair` and `inspect` load when they run (not only their `--help`): the start-up
+# targets (benchmarks/bench_startup.py) hold only while these stay out.
+RUN_HEAVY = ("numpy", "httpx", "huggingface_hub", "psutil", "xllamacpp", "matplotlib", "rich", "gguf")
+
+
+@pytest.mark.parametrize("argv", [["inspect", "{t}"], ["check", "pair", "{t}", "{d}"]])
+def test_inspect_and_check_pair_run_without_heavy_imports(argv: list[str], tmp_path: Path) -> None:
+    from specreg.testing import ModelSpec, write_model
+
+    t = write_model(tmp_path / "t.gguf", ModelSpec())
+    d = write_model(tmp_path / "d.gguf", ModelSpec(seed=3))
+    code = (
+        "import sys\n"
+        "from specreg.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    assert e.code in (0, None), e.code\n"
+        f"print(sorted(m for m in {RUN_HEAVY!r} if m in sys.modules))\n"
+    )
+    env = {**os.environ, "SPECREG_DB": str(tmp_path / "r.db")}
+    args = [a.format(t=t, d=d) for a in argv]
+    for _ in range(2):  # files new to the registry, then registered
+        proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout
