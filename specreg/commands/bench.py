@@ -245,7 +245,10 @@ def admitted(
     judged = choose_rules(server=opts.server)  # the rules this server's build judges by
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
-        with _registry() as reg, ProgressView() as view:
+        with (
+            _registry() as reg,
+            ProgressView(rounds=opts.repeat if opts.order == "rounds" else None, budget_s=opts.budget_s) as view,
+        ):
             runner = Runner(reg, opts, observer=view)
             runs = runner.bench(pair)
     finally:
@@ -359,6 +362,7 @@ def runs(
     if by_hardware:
         _runs_by_hardware(json_out)
         return
+    from specreg.benchmark.run_index import run_results
     from specreg.benchmark.runstore import RunStore
     from specreg.commands.views.bench import runs_table
 
@@ -366,10 +370,11 @@ def runs(
         store = RunStore(reg)
         store.reap_orphans()
         items = store.runs()
+        results = None if json_out else run_results(reg)
     if json_out:
         emit_json([r.model_dump(mode="json") for r in items])
     else:
-        runs_table(items)
+        runs_table(items, results)
 
 
 def _runs_by_hardware(json_out: bool) -> None:

@@ -30,6 +30,7 @@ check_app = typer.Typer(
     rich_markup_mode=None,
 )
 _NAME_WIDTH = 40  # model names in listings are cut here (--json has them whole)
+_SHA_AND_SOME = 12 + 1 + 8  # a squeezed model cell: its SHA-256 prefix and the name's first word or so
 
 
 def _remote_facts(target: ArtifactRecord, draft: ArtifactRecord | None) -> dict[str, Any]:
@@ -257,8 +258,9 @@ def pairs_cmd(
     print_listing(
         (
             Col("id", right=True),
-            Col("target", limit=13 + _NAME_WIDTH, squeeze=12),
-            Col("draft", limit=13 + _NAME_WIDTH, squeeze=12),
+            # a cut keeps the 12-hex SHA-256 prefix (and the name's start): what tells rows apart
+            Col("target", limit=13 + _NAME_WIDTH, squeeze=_SHA_AND_SOME),
+            Col("draft", limit=13 + _NAME_WIDTH, squeeze=_SHA_AND_SOME),
             Col("method"),
             Col("verdict"),
             Col("rule set", limit=40, stack=2),

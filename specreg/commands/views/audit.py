@@ -41,6 +41,7 @@ def _pairs_listing(report: AuditReport, hw: dict[str, str]) -> None:
             Col("draft", limit=40, squeeze=12),
             Col("result"),
             Col("failing gates", squeeze=13),
+            Col("judged", stack=1),  # the run and condition the gates judged
         ),
         (
             (
@@ -51,10 +52,18 @@ def _pairs_listing(report: AuditReport, hw: dict[str, str]) -> None:
                 _name(p.draft_name, p.draft_sha256) if p.draft_sha256 else "(self)",
                 _RESULT[p.passed],
                 ", ".join(p.failed_gates) or "-",
+                _judged(p),
             )
             for p in report.pairs
         ),
     )
+
+
+def _judged(p: PairAudit) -> str:
+    """`run 20260101-120000-ab12cd draft-simple k4 c2`: which run (and condition) the gates judged."""
+    if p.run_id is None:
+        return "no run"
+    return f"run {p.run_id}" + (f" {p.condition}" if p.condition else "")
 
 
 def _counts(report: AuditReport) -> None:
