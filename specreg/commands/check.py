@@ -100,6 +100,9 @@ def pair_cmd(
         str | None,
         typer.Option("--server", help="Judge (and --probe) for this llama-server binary (default: bundled)."),
     ] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Every check in full (a rejection folds its follow-on checks).")
+    ] = False,
 ) -> None:
     """Decide whether a target/draft pair is safe for llama.cpp speculative decoding.
 
@@ -172,7 +175,7 @@ def pair_cmd(
             | _remote_facts(done.target, done.draft)
         )
     else:
-        show_verdict(v, done.target, done.draft, done.pair_id, judged.why)
+        show_verdict(v, done.target, done.draft, done.pair_id, judged.why, verbose=verbose)
         if settings != ServeSettings() or budget is not None:
             for i, line in enumerate(_memory_lines(mem)):
                 say(line, prefix="memory  " if i == 0 else " " * 8, indent=8)
