@@ -25,12 +25,20 @@ from rich.table import Column
 from specreg.benchmark.execute import Observer
 from specreg.commands.layout import Col, Styled, pack, shorten
 from specreg.commands.output import Cell, err_console, print_listing, safe_plain, say, show_lines, width
-from specreg.text import plural
+from specreg.text import model_label, plural
 from specreg.units import mib_text
 
 if TYPE_CHECKING:
     from specreg.benchmark.run_index import RunResult
-    from specreg.schemas.bench import BenchRun, ConditionRun, ConditionSummary, RequestRow, RunInfo, WorkloadSource
+    from specreg.schemas.bench import (
+        ArtifactRef,
+        BenchRun,
+        ConditionRun,
+        ConditionSummary,
+        RequestRow,
+        RunInfo,
+        WorkloadSource,
+    )
     from specreg.servers.hardware import HardwareCell, HardwareRow
 
 MISMATCH_MARK = "\u2717"  # ✗: an output that differs from the baseline (with colour, where there is colour)
@@ -193,7 +201,7 @@ class ProgressView(Observer):
     def _say_done(self, cond: ConditionRun) -> None:
         """One line, cut to the width: status, condition, acceptance, and why it failed."""
         line = f"  {cond.status:<6}  {safe_plain(cond.spec.name)}"
-        if cond.counters is not None and cond.spec.method != "none":
+        if cond.counters is not None and cond.spec.method != "none" and not cond.failure:
             line += f"  acceptance {_pct(cond.counters.acceptance)}"
         if cond.failure:
             line += f": {safe_plain(cond.failure)}"
@@ -535,9 +543,17 @@ def _workload_source(src: WorkloadSource) -> None:
     say(f"{len(ids)}{of}{sample}: {shown}", prefix="  prompts used ", indent=4)
 
 
-def show_run(run: BenchRun) -> None:
-    """Header, the condition x stratum comparison, then each difference and failure with its log lines."""
+def _model(sha256: str, ref: ArtifactRef | None, name: str | None) -> str:
+    """`16c03fe0a65d demo-target (target.gguf, F32)`: the SHA-256 prefix with what names the file."""
+    return model_label(sha256, name=name, file=ref.path if ref else None, quant=ref.file_type if ref else None)
+
+
+def show_run(run: BenchRun, names: Mapping[str, str | None] | None = None) -> None:
+    """Header, the condition x stratum comparison, then each difference and failure with its log lines.
+
+    `names`: general.name by SHA-256 (from the registry), shown beside each SHA-256 prefix."""
     i, m = run.info, run.manifest
+    names = names or {}
     say(
         f"pair {i.pair_id}  method {i.method}",
         prefix=f"run {i.run_id}  {i.status}  ",
@@ -546,14 +562,19 @@ def show_run(run: BenchRun) -> None:
     )
     if i.status_reason:
         say(i.status_reason, prefix="  ", style="dim", indent=2)
-    head = [f"target {i.target_sha256[:12]}", f"draft {i.draft_sha256[:12] if i.draft_sha256 else 'none (self)'}"]
+    draft_ref = m.draft.artifact if m is not None else None
+    head = [
+        f"target {_model(i.target_sha256, m.target if m else None, names.get(i.target_sha256))}",
+        f"draft {_model(i.draft_sha256, draft_ref, names.get(i.draft_sha256)) if i.draft_sha256 else 'none (self)'}",
+    ]
     if m is not None:
-        ver = m.runtime.version_text.splitlines()
-        runtime = f"xllamacpp {m.runtime.xllamacpp_version}" if m.runtime.xllamacpp_version else (ver[0] if ver else "")
+        from specreg.benchmark.digest import runtime_identity
+        from specreg.servers.identity import runtime_text
+
         gpu = m.hardware.gpu
         gpus = ", ".join(d.name for d in gpu.devices) if gpu.present else f"absent ({gpu.reason})"
         head += [
-            f"runtime {m.runtime.kind} {runtime}".rstrip(),
+            f"runtime {runtime_text(runtime_identity(m))}",
             f"workload {m.request.workload}",
             f"repeat {m.observation.repeat}",
             f"concurrency {','.join(map(str, m.request.concurrency_levels or [m.request.concurrency]))}",

@@ -83,7 +83,7 @@ def _evidence(c: CheckResult, width: int) -> list[str]:
 
 
 def _artifact(role: str, rec: ArtifactRecord) -> None:
-    label = model_label(None, name=rec.name, file=(rec.paths or [None])[0], quant=rec.file_type_name)
+    label = model_label(None, name=rec.name, file=rec.paths[0] if rec.paths else None, quant=rec.file_type_name)
     say(label, prefix=f"{role:<8}{rec.sha256[:12]}  ", indent=22)
 
 
