@@ -236,9 +236,9 @@ def runs_table(runs: list[RunInfo], results: Mapping[str, RunResult] | None = No
     print_listing(
         (
             Col("run"),
-            Col("status"),
+            Col("status", stack=1),
             Col("pair", right=True),
-            Col("method", limit=32, squeeze=12, stack=1),
+            Col("method", limit=32, squeeze=12, stack=2),
             Col("result"),
             Col("best speed-up", limit=48),
             Col("target", stack=3),
