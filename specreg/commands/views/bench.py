@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from specreg.servers.hardware import HardwareCell, HardwareRow
 
 MISMATCH_MARK = "\u2717"  # ✗: an output that differs from the baseline (with colour, where there is colour)
+WARN_MARK = "!"  # a number to read with care (a warm-up that never settled)
 _STATUS = {
     "ok": "green",
     "complete": "green",
@@ -513,16 +514,16 @@ def _unexplained(run: BenchRun) -> None:
                 say(
                     f"{c.spec.name} round {w.round}: {len(w.latencies_ms)} requests never agreed within "
                     f"{w.tolerance:.0%} ({ms} ms)",
-                    prefix="warm-up not steady: ",
-                    marks=[("warm-up not steady:", "yellow")],
+                    prefix=f"{WARN_MARK} warm-up not steady: ",
+                    marks=[(f"{WARN_MARK} warm-up not steady:", "yellow")],
                     indent=4,
                 )
     for s in run.summaries:
         if s.unexplained:
             say(
                 s.unexplained_reason or "",
-                prefix=f"unexplained {s.condition} / {s.stratum}: ",
-                marks=[("unexplained", "bold red")],
+                prefix=f"{MISMATCH_MARK} unexplained {s.condition} / {s.stratum}: ",
+                marks=[(f"{MISMATCH_MARK} unexplained", "bold red")],
                 indent=4,
             )
 
