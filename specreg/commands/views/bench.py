@@ -320,8 +320,8 @@ def hardware_table(classes: list[str], rows: list[HardwareRow]) -> None:
     else:
         print_listing(
             (
-                Col("target", limit=28, squeeze=12),
-                Col("draft", limit=28, squeeze=12),
+                Col("target", limit=28, squeeze=21),  # the 12-hex SHA-256 prefix and the name's start
+                Col("draft", limit=28, squeeze=21),
                 Col("method", limit=16, squeeze=12),
                 *(Col(hw[c], right=True) for c in classes),
             ),
