@@ -117,6 +117,12 @@ def test_audit_names_the_run_it_judged(
     assert code in (0, 1), err
     _fits(out, columns)
     assert f"judged run {audit_world.run_id}" in out, out
+    # the default policy wants 3 repetitions, the world ran 2: evidence fails, and the gates that
+    # could not be judged without it are one line, not three copies of its reason
+    assert "evidence: 2 repetitions < policy minimum 3" in out, out
+    assert "equivalence, speed, memory: not judged without evidence" in out
+    assert "no evidence:" not in out
+    assert re.search(r"evidence, equivalence, speed, memory$", out, re.M)  # the gates, never cut
 
 
 def test_a_mismatch_is_marked_and_coloured(
