@@ -192,7 +192,7 @@ class _Tty(io.StringIO):
         return True
 
 
-def _progress_run(monkeypatch: pytest.MonkeyPatch, columns: int, **view_args: object) -> list[str]:
+def _progress_run(monkeypatch: pytest.MonkeyPatch, columns: int, n_rounds: int = 2, **view_args: object) -> list[str]:
     """Drive the bench progress display through a 2-round run of 3 conditions on a terminal of
     `columns`; the screen's lines as they were written (split at every CR and LF, colours removed)."""
     from datetime import datetime
@@ -213,7 +213,7 @@ def _progress_run(monkeypatch: pytest.MonkeyPatch, columns: int, **view_args: ob
     view = ProgressView(**view_args)  # type: ignore[arg-type]
     with view:
         view.run_started(info, conds, 2)
-        for rnd in range(2):
+        for rnd in range(n_rounds):
             for c in conds:
                 view.condition_started(c)
                 view.progress.refresh()
@@ -221,7 +221,7 @@ def _progress_run(monkeypatch: pytest.MonkeyPatch, columns: int, **view_args: ob
                                  repeat=rnd, started_at=datetime(2026, 1, 1), ok=True)  # fmt: skip
                 view.request_done(c, row)
                 view.progress.refresh()
-                if rnd == 1:
+                if rnd == n_rounds - 1:
                     c.status = "ok" if c.idx != 2 else "failed"
                     c.failure = "speculation did not run: 0 tokens drafted over 2 requests" if c.idx == 2 else None
                     c.counters = SpecCounters(drafted=10, accepted=4, steps=3) if c.idx == 1 else None
@@ -252,6 +252,9 @@ def test_progress_shows_round_condition_eta_and_never_runs_into_the_bar(
 
 
 def test_progress_with_a_budget_shows_what_is_left(monkeypatch: pytest.MonkeyPatch) -> None:
-    lines = _progress_run(monkeypatch, 80, rounds=2, budget_s=480.0)
+    lines = _progress_run(monkeypatch, 80, n_rounds=3, rounds=2, budget_s=480.0)
     bars = [ln for ln in lines if "━" in ln]
     assert bars and all(re.search(r"budget 0:0[78]:\d\d left", ln) for ln in bars), bars
+    extra = [ln for ln in bars if "round 3 (budget)  cond" in ln]  # a round past the plan, measured until decided
+    assert extra, bars
+    assert any(int(m.group(1)) < int(m.group(2)) for ln in extra if (m := re.search(r"(\d+)/(\d+)", ln))), extra

@@ -169,7 +169,7 @@ class ProgressView(Observer):
         if self.rounds is None:
             return f"cond {self.in_round}/{self.n_conditions}"
         if self.round > self.rounds:
-            return f"round {self.round} (budget)"
+            return f"round {self.round} (budget)  cond {self.in_round}"
         return f"round {self.round}/{self.rounds}  cond {self.in_round}/{self.n_conditions}"
 
     def condition_started(self, cond: ConditionRun) -> None:
@@ -179,6 +179,10 @@ class ProgressView(Observer):
         self.in_round += 1
         self.progress.status = f"{safe_plain(cond.spec.name)}: starting server"
         if self.task is not None:
+            if self.rounds is not None and n > self.rounds:  # --budget's round past the plan: its requests
+                task = next((t for t in self.progress.tasks if t.id == self.task), None)
+                if task is not None and task.total is not None:
+                    self.progress.update(self.task, total=task.total + max(self.per_condition // self.rounds, 1))
             self.progress.update(self.task, where=self._where())
 
     def request_done(self, cond: ConditionRun, row: RequestRow) -> None:
