@@ -375,10 +375,12 @@ def runs(
         store.reap_orphans()
         items = store.runs()
         results = None if json_out else run_results(reg)
+        shas = {s for r in items for s in (r.target_sha256, r.draft_sha256) if s} if not json_out else set()
+        names = {sha: rec.name for sha, rec in reg.get_artifacts(shas).items()}
     if json_out:
         emit_json([r.model_dump(mode="json") for r in items])
     else:
-        runs_table(items, results)
+        runs_table(items, results, names)
 
 
 def _runs_by_hardware(json_out: bool) -> None:

@@ -225,7 +225,11 @@ class ProgressView(Observer):
         show_lines([line], self.progress.console if self.started else None, stderr=True)
 
 
-def runs_table(runs: list[RunInfo], results: Mapping[str, RunResult] | None = None) -> None:
+def runs_table(
+    runs: list[RunInfo],
+    results: Mapping[str, RunResult] | None = None,
+    names: Mapping[str, str | None] | None = None,
+) -> None:
     """One aligned line per run (a thousand runs: rich's Table took a second to lay them out):
     its status, what it found (`result`, from `results`) and its fastest speculative condition.
 
@@ -238,6 +242,11 @@ def runs_table(runs: list[RunInfo], results: Mapping[str, RunResult] | None = No
         return
     hw = labels(sorted({r.hardware for r in runs if r.hardware}))
     found = results or {}
+    named = names or {}
+
+    def model(sha: str | None) -> str:
+        return "none" if sha is None else f"{sha[:12]} {named.get(sha) or ''}".rstrip()
+
     print_listing(
         (
             Col("run"),
@@ -246,8 +255,8 @@ def runs_table(runs: list[RunInfo], results: Mapping[str, RunResult] | None = No
             Col("method", limit=32, squeeze=12, stack=2),
             Col("result"),
             Col("best speed-up", limit=48),
-            Col("target", stack=3),
-            Col("draft", stack=3),
+            Col("target", limit=40, stack=3),
+            Col("draft", limit=40, stack=3),
             Col("conds", right=True, stack=2),
             Col("requests", right=True, stack=2),
             Col("started", stack=4),
@@ -262,8 +271,8 @@ def runs_table(runs: list[RunInfo], results: Mapping[str, RunResult] | None = No
                 r.method,
                 _result(r, found.get(r.run_id)),
                 _best(found.get(r.run_id)),
-                r.target_sha256[:12],
-                (r.draft_sha256 or "none")[:12],
+                model(r.target_sha256),
+                model(r.draft_sha256),
                 str(r.n_conditions),
                 str(r.n_requests),
                 r.started_at.strftime("%Y-%m-%d %H:%M:%S"),
