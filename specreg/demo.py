@@ -207,7 +207,8 @@ def run_demo(
                 if draft_name:
                     admitted.append(pair_id)
         say(
-            f"4/5 benchmarking admitted pair(s) {admitted} with the bundled llama.cpp server "
+            f"4/5 benchmarking admitted {'pair' if len(admitted) == 1 else 'pairs'} "
+            f"{', '.join(map(str, admitted))} with the bundled llama.cpp server "
             f"({REPEAT} repetitions; none, ngram-simple, ngram-mod, draft-simple)"
         )
         opts = BenchSettings(

@@ -4,6 +4,9 @@ One escaping rule for the terminal, reports, plots and error messages: control c
 (an ANSI escape, NUL, a newline that would turn one error into two), bidi overrides and
 zero-width characters (which make a name read differently from what it is) are shown as
 `\\xNN` / `\\uNNNN` instead of acting.
+
+Also the small wording rules every view shares: counts with their noun in the right number
+(`plural`), and a llama.cpp log line reduced to its message (`log_message`).
 """
 
 from __future__ import annotations
@@ -50,3 +53,47 @@ def valid_utf8(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [valid_utf8(v) for v in value]
     return value
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """`n` with its noun in the right number: '1 pair', '2 pairs', '1 token text', '0 token texts';
+    `many` for an irregular plural ('1 match', many='matches')."""
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+# llama.cpp's log prefix (common/log.cpp): an optional timestamp `M.SS.mmm.uuu`, the level letter, then
+# a module's own `tag %12.*s: ` (speculative.cpp's "spec common_specu: ", the server's "srv  load_model: ")
+_LOG_PREFIX = re.compile(r"^\s*(?:\d+\.\d{2}\.\d{3}\.\d{3}\s+)?[IWEDT] +(?:[a-z]{2,5} +[^\s:]{1,12}: +)?")
+
+
+def log_message(line: str) -> str:
+    """A llama.cpp log line as its message alone: '0.02.111.646 W spec common_specu: the target and
+    draft vocabs are not compatible' -> 'the target and draft vocabs are not compatible'. Colour
+    codes go too; a line without the prefix is returned stripped, otherwise unchanged."""
+    text = _ANSI.sub("", line).strip()
+    return _LOG_PREFIX.sub("", text, count=1).strip() or text
+
+
+def quant_text(file_type_name: str | None) -> str | None:
+    """A GGUF file type as people name the quant: 'MOSTLY_Q4_K_M' -> 'Q4_K_M', 'ALL_F32' -> 'F32'."""
+    if not file_type_name or file_type_name.startswith(("UNKNOWN", "GUESSED")):
+        return None
+    return file_type_name.removeprefix("MOSTLY_").removeprefix("ALL_")
+
+
+def model_label(
+    sha256: str | None, *, name: str | None = None, file: str | None = None, quant: str | None = None
+) -> str:
+    """A model file as a person tells it from its neighbours: the 12-hex SHA-256 prefix, then
+    general.name, the file's base name and the quant where known ('2fc5918b02d7 SmolLM2 135M
+    (smollm2.Q4_K_M.gguf)'); the quant is left out when the file name already says it.
+    Untrusted text: escape it for the output it goes to."""
+    base = file.replace("\\", "/").rsplit("/", 1)[-1] if file else None
+    q = quant_text(quant) if quant else None
+    if q and base and q.lower() in base.lower():
+        q = None
+    title = name or base
+    extra = [x for x in (base if base != title else None, q) if x]
+    head = " ".join(x for x in (sha256[:12] if sha256 else None, title) if x)
+    return f"{head} ({', '.join(extra)})" if extra else (head or "unknown model")

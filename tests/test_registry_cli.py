@@ -37,7 +37,7 @@ def test_register_list_and_reregister(tmp_path: Path) -> None:
     ]
     assert all("summary" not in r for r in rows)
     table = run("artifacts", db=db)[1]
-    for text in (_sha(t)[:12], "tiny-target", "tiny-draft", "llama", "ALL_F32", "org/tiny", "0123456789", str(t)):
+    for text in (_sha(t)[:12], "tiny-target", "tiny-draft", "llama", " F32 ", "org/tiny", "0123456789", str(t)):
         assert text in table
 
 

@@ -32,7 +32,9 @@ def _candidate(a: PairAudit, failed: list[str], o: ConditionOutcome, stratum: st
     if row is None:
         reason = "not measured in this stratum"
     elif everywhere or not here:
-        reason = "fails " + ", ".join(everywhere + ([] if here else ["equivalence or speed here"]))
+        # the gates that failed, never a list of those that might have: "fails speed (0.94x [0.80, 1.51]) here"
+        local = [] if here else [f"{o.strata_why.get(stratum) or 'equivalence or speed'} here"]
+        reason = "fails " + ", ".join(everywhere + local)
     else:
         reason = "passes every gate"
     return Candidate(

@@ -23,6 +23,7 @@ from specreg.schemas.audit import (
 from specreg.schemas.bench import ALL_STRATA
 from specreg.schemas.checks import CheckResult
 from specreg.schemas.registry import ArtifactRecord
+from specreg.text import plural
 
 _UNKNOWN = {None, "unknown", "none", "noassertion"}
 
@@ -40,7 +41,8 @@ def integrity_gate(checks: list[tuple[str, str, bool, str | None]], rehash: bool
     return GateResult(
         gate="integrity",
         passed=True,
-        message=f"{len(checks)} artifact(s) match their registered SHA-256 ({how})",
+        message=f"{plural(len(checks), 'artifact')} {'matches its' if len(checks) == 1 else 'match their'} "
+        f"registered SHA-256 ({how})",
         evidence=evidence,
     )
 
@@ -179,7 +181,7 @@ def evidence_gate(
         if not rows:
             problems.append(f"condition {cond.label} has no measurements at concurrency {concurrency}")
         elif reps < policy.evidence.min_repetitions:
-            problems.append(f"{reps} repetition(s) < policy minimum {policy.evidence.min_repetitions}")
+            problems.append(f"{plural(reps, 'repetition')} < policy minimum {policy.evidence.min_repetitions}")
     if problems:
         return GateResult(gate="evidence", passed=False, message="; ".join(problems), evidence=evidence)
     return GateResult(

@@ -206,3 +206,41 @@ def load_parts(reg: Registry, run_ids: Iterable[str], *, timings: bool = False) 
                 (rid,),
             ).fetchall()
     return out
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a run found, in one line of `specreg runs`: its fastest speculative condition over all
+    strata (with the interval), and the conditions whose outputs differ from the baseline or that failed."""
+
+    best_condition: str | None = None
+    best_speedup: float | None = None
+    best_ci95: tuple[float, float] | None = None
+    mismatched: tuple[str, ...] = ()
+    failed: tuple[str, ...] = ()
+
+
+def run_results(reg: Registry) -> dict[str, RunResult]:
+    """Every run's result from its `all` summaries (one query, no request rows read)."""
+    # one json_extract with several paths parses each summary once (a thousand runs: one pass)
+    sql = (
+        "SELECT run_id, condition, json_extract(summary_json, '$.method', '$.status', '$.speedup', "
+        "'$.speedup_ci95', '$.first_mismatch') FROM bench_summaries WHERE stratum = 'all' ORDER BY run_id, rowid"
+    )
+    found: dict[str, list[tuple[str, str, str, float | None, list[float] | None, str | None]]] = defaultdict(list)
+    for rid, cond, fields in reg.conn.execute(sql):
+        method, status, speedup, ci, mismatch = json.loads(fields)
+        found[rid].append((cond, method, status, speedup, ci, mismatch))
+    out: dict[str, RunResult] = {}
+    for rid, conds in found.items():
+        measured = [c for c in conds if c[1] != BASELINE and c[3] is not None and c[2] == "ok"]
+        best = max(measured, key=lambda c: c[3] or 0.0) if measured else None
+        ci = best[4] if best is not None else None
+        out[rid] = RunResult(
+            best_condition=best[0] if best else None,
+            best_speedup=best[3] if best else None,
+            best_ci95=(float(ci[0]), float(ci[1])) if ci else None,
+            mismatched=tuple(c[0] for c in conds if c[5]),
+            failed=tuple(c[0] for c in conds if c[2] not in ("ok", "running", "pending")),
+        )
+    return out

@@ -11,6 +11,7 @@ import typer
 from specreg.commands.layout import Col
 from specreg.commands.options import JsonOpt, LicenseOpt, RehashOpt, db_path
 from specreg.commands.output import Cell, emit_json, err_console, print_listing, safe, say
+from specreg.text import quant_text
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry
@@ -114,7 +115,7 @@ def artifacts_cmd(json_out: JsonOpt = False) -> None:
             Col("sha256"),
             Col("name", limit=40, squeeze=12),
             Col("arch", limit=16, squeeze=8),
-            Col("type", limit=12, stack=1),
+            Col("quant"),  # what tells two files of one model apart: never cut, never moved
             Col("vocab", right=True),
             Col("licence", limit=32, squeeze=10),
             Col("source", stack=2),
@@ -125,7 +126,7 @@ def artifacts_cmd(json_out: JsonOpt = False) -> None:
                 r.sha256[:12],
                 r.name or "-",
                 r.architecture or "-",
-                r.file_type_name or "-",
+                quant_text(r.file_type_name) or r.file_type_name or "-",
                 str(r.n_tokens) if r.n_tokens is not None else "-",
                 lic(r),
                 source(r),

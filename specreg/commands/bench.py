@@ -245,9 +245,14 @@ def admitted(
     judged = choose_rules(server=opts.server)  # the rules this server's build judges by
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
-        with _registry() as reg, ProgressView() as view:
+        with (
+            _registry() as reg,
+            ProgressView(rounds=opts.repeat if opts.order == "rounds" else None, budget_s=opts.budget_s) as view,
+        ):
             runner = Runner(reg, opts, observer=view)
             runs = runner.bench(pair)
+            shas = {s for r in runs for s in (r.info.target_sha256, r.info.draft_sha256) if s}
+            names = {sha: rec.name for sha, rec in reg.get_artifacts(shas).items()}
     finally:
         signal.signal(signal.SIGTERM, previous)
     if json_out:
@@ -256,7 +261,7 @@ def admitted(
         if runs:  # after the runs, so that a refusal before any server starts stays one error line
             say(judged.line(), prefix="rules: ", stderr=True)
         for r in runs:
-            show_run(r)
+            show_run(r, names)
     _warn_other_rules(runs, judged)
     for line in runner.refused:
         err_console().print(f"[bold red]error:[/] {safe(line)}")
@@ -334,12 +339,14 @@ def _bench_ray(
     raise typer.Exit(0 if ok else 1)
 
 
-def load_run(run_id: str) -> BenchRun:
-    """A stored run with its summaries as pydantic models (for `runs show`)."""
+def _load_named(run_id: str) -> tuple[BenchRun, dict[str, str | None]]:
+    """A stored run and the registry's general.name of its target and draft (shown beside their SHA-256)."""
     from specreg.benchmark.runstore import RunStore
 
     with _registry(create=False) as reg:
-        return RunStore(reg).load(run_id)
+        run = RunStore(reg).load(run_id)
+        shas = [s for s in (run.info.target_sha256, run.info.draft_sha256) if s]
+        return run, {sha: rec.name for sha, rec in reg.get_artifacts(shas).items()}
 
 
 @runs_app.callback()
@@ -359,6 +366,7 @@ def runs(
     if by_hardware:
         _runs_by_hardware(json_out)
         return
+    from specreg.benchmark.run_index import run_results
     from specreg.benchmark.runstore import RunStore
     from specreg.commands.views.bench import runs_table
 
@@ -366,10 +374,13 @@ def runs(
         store = RunStore(reg)
         store.reap_orphans()
         items = store.runs()
+        results = None if json_out else run_results(reg)
+        shas = {s for r in items for s in (r.target_sha256, r.draft_sha256) if s} if not json_out else set()
+        names = {sha: rec.name for sha, rec in reg.get_artifacts(shas).items()}
     if json_out:
         emit_json([r.model_dump(mode="json") for r in items])
     else:
-        runs_table(items)
+        runs_table(items, results, names)
 
 
 def _runs_by_hardware(json_out: bool) -> None:
@@ -398,10 +409,10 @@ def show(
     """
     from specreg.commands.views.bench import show_run
 
-    run = load_run(run_id)
+    run, names = _load_named(run_id)
     written: list[Path] = []
     if report is not None:  # the report module (audit area) draws the plots and writes atomically
         from specreg.report.write import write_run_report_for
 
         written = write_run_report_for(report, run)
-    emit_result(run, json_out, lambda: show_run(run), written)
+    emit_result(run, json_out, lambda: show_run(run, names), written)

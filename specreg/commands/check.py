@@ -30,6 +30,7 @@ check_app = typer.Typer(
     rich_markup_mode=None,
 )
 _NAME_WIDTH = 40  # model names in listings are cut here (--json has them whole)
+_SHA_AND_SOME = 12 + 1 + 8  # a squeezed model cell: its SHA-256 prefix and the name's first word or so
 
 
 def _remote_facts(target: ArtifactRecord, draft: ArtifactRecord | None) -> dict[str, Any]:
@@ -99,6 +100,9 @@ def pair_cmd(
         str | None,
         typer.Option("--server", help="Judge (and --probe) for this llama-server binary (default: bundled)."),
     ] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Every check in full (a rejection folds its follow-on checks).")
+    ] = False,
 ) -> None:
     """Decide whether a target/draft pair is safe for llama.cpp speculative decoding.
 
@@ -171,7 +175,7 @@ def pair_cmd(
             | _remote_facts(done.target, done.draft)
         )
     else:
-        show_verdict(v, done.target, done.draft, done.pair_id, judged.why)
+        show_verdict(v, done.target, done.draft, done.pair_id, judged.why, verbose=verbose)
         if settings != ServeSettings() or budget is not None:
             for i, line in enumerate(_memory_lines(mem)):
                 say(line, prefix="memory  " if i == 0 else " " * 8, indent=8)
@@ -257,8 +261,9 @@ def pairs_cmd(
     print_listing(
         (
             Col("id", right=True),
-            Col("target", limit=13 + _NAME_WIDTH, squeeze=12),
-            Col("draft", limit=13 + _NAME_WIDTH, squeeze=12),
+            # a cut keeps the 12-hex SHA-256 prefix (and the name's start): what tells rows apart
+            Col("target", limit=13 + _NAME_WIDTH, squeeze=_SHA_AND_SOME),
+            Col("draft", limit=13 + _NAME_WIDTH, squeeze=_SHA_AND_SOME),
             Col("method"),
             Col("verdict"),
             Col("rule set", limit=40, stack=2),

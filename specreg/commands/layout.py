@@ -225,6 +225,25 @@ def listing(cols: Sequence[Col], rows: Iterable[Sequence[Styled]], width: int, s
             parts.append(cell)
             pos += len(cell) + len(sep)
         lines.append((sep.join(parts).rstrip(), spans))
-        extra = [f"{cols[i].header} {row[i][0]}" for i in stacked if row[i][0] not in ("", "-")]
-        lines.extend((" " * indent + ln, []) for ln in pack(extra, width - indent))
+        extra = [(cols[i].header, row[i][0], row[i][1]) for i in stacked if row[i][0] not in ("", "-")]
+        lines.extend(_stacked(extra, width, indent))
     return lines
+
+
+def _stacked(items: list[tuple[str, str, str | None]], width: int, indent: int) -> list[Line]:
+    """(header, value, style) items beneath a row as `header value`, packed; a styled cell keeps
+    its style there (a mismatch that moved beneath its row still stands out)."""
+    packed = pack([f"{header} {value}" for header, value, _ in items], width - indent)
+    out: list[Line] = [(" " * indent + ln, []) for ln in packed]
+    at_line, at = 0, 0
+    for header, value, style in items:
+        text = f"{header} {value}"
+        while at_line < len(out):
+            found = out[at_line][0].find(text, at)
+            if found >= 0:
+                if style:  # the value, not its header
+                    out[at_line][1].append((found + len(header) + 1, found + len(text), style))
+                at = found + len(text)
+                break
+            at_line, at = at_line + 1, 0
+    return out

@@ -26,7 +26,11 @@ _made: dict[bool, tuple[TextIO, str | None, Console]] = {}
 
 
 def _console(stderr: bool) -> Console:
+    # while a progress bar is drawn, rich swaps the stream for a proxy of it: the console made for
+    # the stream itself is the one drawing the bar, and a line printed through it goes above the
+    # bar (a second console would write past the proxy, into the bar's line)
     stream = sys.stderr if stderr else sys.stdout
+    stream = getattr(stream, "rich_proxied_file", stream)
     columns = os.environ.get("COLUMNS")
     made = _made.get(stderr)
     if made is not None and made[0] is stream and made[1] == columns:

@@ -230,6 +230,8 @@ class ConditionOutcome(BaseModel):
     params: dict[str, Any] = Field(default_factory=dict)
     failed: dict[str, str] = Field(default_factory=dict)  # gate -> message, condition gates that failed
     strata: dict[str, bool] = Field(default_factory=dict)  # equivalence and speed both pass there
+    # where one fails: which, with its numbers ("speed 0.94x [0.80, 1.51]", "equivalence 3/6 equal")
+    strata_why: dict[str, str] = Field(default_factory=dict)
     # (evidence and memory hold everywhere or nowhere; equivalence and speed are judged per stratum)
     speedup: float | None = None  # over every stratum ("all")
     speedup_ci95: tuple[float, float] | None = None

@@ -16,6 +16,7 @@ from specreg.report.common import hardware_labels, hardware_matrix
 from specreg.schemas.audit import GATES, AuditReport, PairAudit, StratumDecision
 
 DETAIL_LIMIT = 50
+NO_EVIDENCE = "no evidence: "  # how audit.outcomes / audit.run word a gate that could not be judged
 FAILURES_SHOWN = 20
 _RESULT = {True: ("PASS", "green"), False: ("FAIL", "bold red")}
 
@@ -40,7 +41,8 @@ def _pairs_listing(report: AuditReport, hw: dict[str, str]) -> None:
             Col("target", limit=40, squeeze=12),
             Col("draft", limit=40, squeeze=12),
             Col("result"),
-            Col("failing gates", squeeze=13),
+            Col("failing gates", stack=1),  # never cut: beneath its row when the line is full
+            Col("judged", stack=2),  # the run and condition the gates judged
         ),
         (
             (
@@ -51,10 +53,18 @@ def _pairs_listing(report: AuditReport, hw: dict[str, str]) -> None:
                 _name(p.draft_name, p.draft_sha256) if p.draft_sha256 else "(self)",
                 _RESULT[p.passed],
                 ", ".join(p.failed_gates) or "-",
+                _judged(p),
             )
             for p in report.pairs
         ),
     )
+
+
+def _judged(p: PairAudit) -> str:
+    """`run 20260101-120000-ab12cd draft-simple k4 c2`: which run (and condition) the gates judged."""
+    if p.run_id is None:
+        return "no run"
+    return f"run {p.run_id}" + (f" {p.condition}" if p.condition else "")
 
 
 def _counts(report: AuditReport) -> None:
@@ -66,9 +76,20 @@ def _failures(pairs: list[PairAudit], limit: int | None, hw: dict[str, str]) -> 
     bad = [p for p in pairs if not p.passed]
     for p in bad[:limit]:
         where = f" on {hw[p.hardware]}" if p.hardware in hw else ""
-        for g in p.gates:
-            if not g.passed:
-                say(g.message, prefix=f"pair {p.pair_id}{where} {g.gate}: ", marks=[(f"{g.gate}:", "red")], indent=4)
+        failed = [g for g in p.gates if not g.passed]
+        # gates not judged for want of evidence only repeat the evidence gate's reason: one line for them
+        follow = [g.gate for g in failed if g.message.startswith(NO_EVIDENCE)]
+        for g in failed:
+            if g.gate in follow:
+                continue
+            say(g.message, prefix=f"pair {p.pair_id}{where} {g.gate}: ", marks=[(f"{g.gate}:", "red")], indent=4)
+        if follow:
+            say(
+                f"{', '.join(follow)}: not judged without evidence",
+                prefix=f"pair {p.pair_id}{where} ",
+                style="dim",
+                indent=4,
+            )
     if limit is not None and len(bad) > limit:
         say(f"... and {len(bad) - limit} more failing pairs: see --json or --report")
 

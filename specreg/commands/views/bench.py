@@ -5,19 +5,44 @@ Everything that came from a model, a log or a file goes through `safe()`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import time
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+from rich.console import RenderableType
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.table import Column
 
 from specreg.benchmark.execute import Observer
-from specreg.commands.layout import Col, pack
-from specreg.commands.output import Cell, err_console, print_listing, safe, safe_plain, say, show_lines, width
+from specreg.commands.layout import Col, Styled, pack, shorten
+from specreg.commands.output import Cell, err_console, print_listing, safe_plain, say, show_lines, width
+from specreg.text import model_label, plural
 from specreg.units import mib_text
 
 if TYPE_CHECKING:
-    from specreg.schemas.bench import BenchRun, ConditionRun, ConditionSummary, RequestRow, RunInfo, WorkloadSource
+    from specreg.benchmark.run_index import RunResult
+    from specreg.schemas.bench import (
+        ArtifactRef,
+        BenchRun,
+        ConditionRun,
+        ConditionSummary,
+        RequestRow,
+        RunInfo,
+        WorkloadSource,
+    )
     from specreg.servers.hardware import HardwareCell, HardwareRow
 
+MISMATCH_MARK = "\u2717"  # ✗: an output that differs from the baseline (with colour, where there is colour)
+WARN_MARK = "!"  # a number to read with care (a warm-up that never settled)
 _STATUS = {
     "ok": "green",
     "complete": "green",
@@ -29,10 +54,6 @@ _STATUS = {
     "running": "cyan",
     "pending": "dim",
 }
-
-
-def _st(status: str) -> str:
-    return f"[{_STATUS.get(status, 'white')}]{status}[/]"
 
 
 def _ms(v: float | None) -> str:
@@ -47,21 +68,71 @@ def _pct(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.1%}"
 
 
-class ProgressView(Observer):
-    """Observer drawing one progress bar per run and one line per finished condition (stderr)."""
+class _Progress(Progress):
+    """rich's progress with a status line above the bar: what runs now, cut to the width, so the
+    bar's own line (round, condition, counts, elapsed, ETA) always fits 80 columns."""
 
-    def __init__(self) -> None:
-        self.progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
+    status = ""
+
+    def get_renderables(self) -> Iterable[RenderableType]:
+        from rich.text import Text
+
+        if self.status:
+            yield Text(shorten(self.status, max(self.console.width - 1, 8)), no_wrap=True, overflow="ellipsis")
+        yield self.make_tasks_table(self.tasks)
+
+
+class _Left(ProgressColumn):
+    """`eta 0:01:23` from the pace so far; with --budget, the budget left (what the run may still take)."""
+
+    def __init__(self, view: ProgressView) -> None:
+        super().__init__(table_column=Column(no_wrap=True))
+        self.view = view
+
+    def render(self, task: Task) -> RenderableType:
+        from rich.text import Text
+
+        if self.view.budget_s is not None:
+            left = max(self.view.budget_s - (time.monotonic() - self.view.t_run), 0.0)
+            return Text(f"budget {_clock(left)} left", style="progress.remaining")
+        eta = task.time_remaining
+        return Text("eta -:--:--" if eta is None else f"eta {_clock(eta)}", style="progress.remaining")
+
+
+def _clock(seconds: float) -> str:
+    s = int(seconds)
+    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+class ProgressView(Observer):
+    """Observer drawing the run's progress (stderr): a status line (the condition now running)
+    over a bar with the round, the condition, requests done, elapsed time and ETA (the budget
+    left with --budget), and above them one line per finished condition, cut to the width.
+
+    `rounds`: the planned rounds (--repeat in round order; None: one server per condition).
+    Lines go through the progress's own console while the bar is drawn, never past it."""
+
+    def __init__(self, *, rounds: int | None = None, budget_s: float | None = None) -> None:
+        self.rounds = rounds
+        self.budget_s = budget_s
+        self.progress = _Progress(
+            TextColumn("{task.fields[where]}", table_column=Column(no_wrap=True)),
+            BarColumn(bar_width=None, table_column=Column(ratio=1)),
+            MofNCompleteColumn(table_column=Column(no_wrap=True)),
+            TimeElapsedColumn(table_column=Column(no_wrap=True)),
+            _Left(self),
             console=err_console(),
             transient=True,
+            expand=True,
         )
         self.task: TaskID | None = None
         self.per_condition = 0
+        self.n_conditions = 0
         self.done: dict[int, int] = {}  # requests finished per condition (rounds interleave them)
+        self.starts: dict[int, int] = {}  # server starts per condition: its round number in round order
+        self.in_round = 0  # conditions started in the current round
+        self.round = 0
+        self.t_run = time.monotonic()
         self.started = False
 
     def __enter__(self) -> ProgressView:
@@ -71,63 +142,96 @@ class ProgressView(Observer):
         if self.started:
             self.progress.stop()
 
+    def _say(self, text: str, **kw: Any) -> None:
+        """A paragraph above the bar (through its console while it is drawn)."""
+        say(text, out=self.progress.console if self.started else None, stderr=True, **kw)
+
     def note(self, text: str) -> None:
-        say(text, prefix="note: ", marks=[("note:", "yellow")], indent=6, stderr=True)
+        self._say(text, prefix="note: ", marks=[("note:", "yellow")], indent=6)
 
     def run_started(self, info: RunInfo, conds: list[ConditionRun], n_requests: int) -> None:
         self.per_condition = n_requests
-        self.done = {}
-        say(
-            f"pair {info.pair_id}  {info.method}  {len(conds)} conditions x {n_requests} requests",
+        self.n_conditions = len(conds)
+        self.done, self.starts, self.in_round, self.round = {}, {}, 0, 0
+        self.t_run = time.monotonic()
+        self._say(
+            f"pair {info.pair_id}  {info.method}  {plural(len(conds), 'condition')} x {plural(n_requests, 'request')}",
             prefix=f"run {info.run_id}  ",
             indent=2,
-            stderr=True,
         )
         if not self.started:
             self.progress.start()
             self.started = True
-        self.task = self.progress.add_task("starting", total=len(conds) * n_requests)
+        self.task = self.progress.add_task("", total=len(conds) * n_requests, where="")
+
+    def _where(self) -> str:
+        """`round 2/3  cond 4/10`: where the run is in its plan (rounds past the plan: --budget's)."""
+        if self.rounds is None:
+            return f"cond {self.in_round}/{self.n_conditions}"
+        if self.round > self.rounds:
+            return f"round {self.round} (budget)  cond {self.in_round}"
+        return f"round {self.round}/{self.rounds}  cond {self.in_round}/{self.n_conditions}"
 
     def condition_started(self, cond: ConditionRun) -> None:
+        n = self.starts[cond.idx] = self.starts.get(cond.idx, 0) + 1
+        if self.rounds is not None and n > self.round:  # the first condition of a new round
+            self.round, self.in_round = n, 0
+        self.in_round += 1
+        self.progress.status = f"{safe_plain(cond.spec.name)}: starting server"
         if self.task is not None:
-            self.progress.update(self.task, description=f"{safe(cond.spec.name)}: starting server")
+            if self.rounds is not None and n > self.rounds:  # --budget's round past the plan: its requests
+                task = next((t for t in self.progress.tasks if t.id == self.task), None)
+                if task is not None and task.total is not None:
+                    self.progress.update(self.task, total=task.total + max(self.per_condition // self.rounds, 1))
+            self.progress.update(self.task, where=self._where())
 
     def request_done(self, cond: ConditionRun, row: RequestRow) -> None:
         self.done[cond.idx] = self.done.get(cond.idx, 0) + 1
+        self.progress.status = safe_plain(cond.spec.name)
         if self.task is not None:
-            self.progress.update(self.task, advance=1, description=safe(cond.spec.name))
+            task = next((t for t in self.progress.tasks if t.id == self.task), None)
+            if task is not None and task.total is not None and task.completed >= task.total:
+                self.progress.update(self.task, total=task.total + 1)  # --budget's rounds past the plan
+            self.progress.update(self.task, advance=1)
 
     def condition_done(self, cond: ConditionRun) -> None:
         if cond.status == "running":
             return  # one round of several: the condition goes on in a later round
-        line = cond.spec.name
-        if cond.counters is not None and cond.spec.method != "none":
-            line += f"  acceptance {_pct(cond.counters.acceptance)}"
-        if cond.failure:
-            line += f": {cond.failure}"
-        say(
-            line,
-            prefix=f"  {cond.status}  ",
-            marks=[(cond.status, _STATUS.get(cond.status, "white"))],
-            indent=6,
-            stderr=True,
-        )
-        for ln in cond.failure_lines[:8]:
-            say(ln, prefix="      ", style="dim", indent=8, stderr=True)
+        self._say_done(cond)
         left = self.per_condition - self.done.get(cond.idx, 0)
         if self.task is not None and left > 0:  # skip the bar ahead over requests that will not run
             self.done[cond.idx] = self.per_condition
             self.progress.update(self.task, advance=left)
 
+    def _say_done(self, cond: ConditionRun) -> None:
+        """One line, cut to the width: status, condition, acceptance, and why it failed."""
+        line = f"  {cond.status:<6}  {safe_plain(cond.spec.name)}"
+        if cond.counters is not None and cond.spec.method != "none" and not cond.failure:
+            line += f"  acceptance {_pct(cond.counters.acceptance)}"
+        if cond.failure:
+            line += f": {safe_plain(cond.failure)}"
+        line = shorten(line, width(self.progress.console if self.started else None, stderr=True) - 1)
+        at = line.find(cond.status)
+        spans = [(at, at + len(cond.status), _STATUS.get(cond.status, "white"))]
+        show_lines([(line, spans)], self.progress.console if self.started else None, stderr=True)
+
     def run_done(self, run_id: str, status: str, reason: str | None) -> None:
         if self.task is not None:
             self.progress.remove_task(self.task)
             self.task = None
-        err_console().print(f"run {run_id}: {_st(status)}")
+        self.progress.status = ""
+        at = len(f"run {run_id}: ")
+        line = (f"run {run_id}: {status}", [(at, at + len(status), _STATUS.get(status, "white"))])
+        show_lines([line], self.progress.console if self.started else None, stderr=True)
 
 
-def runs_table(runs: list[RunInfo]) -> None:
-    """One aligned line per run (a thousand runs: rich's Table took a second to lay them out).
+def runs_table(
+    runs: list[RunInfo],
+    results: Mapping[str, RunResult] | None = None,
+    names: Mapping[str, str | None] | None = None,
+) -> None:
+    """One aligned line per run (a thousand runs: rich's Table took a second to lay them out):
+    its status, what it found (`result`, from `results`) and its fastest speculative condition.
 
     `hw` names the run's hardware class (legend below) and `host` where an imported run came from.
     """
@@ -137,14 +241,22 @@ def runs_table(runs: list[RunInfo]) -> None:
         err_console().print("no benchmark runs yet (specreg bench admitted)")
         return
     hw = labels(sorted({r.hardware for r in runs if r.hardware}))
+    found = results or {}
+    named = names or {}
+
+    def model(sha: str | None) -> str:
+        return "none" if sha is None else f"{sha[:12]} {named.get(sha) or ''}".rstrip()
+
     print_listing(
         (
-            Col("run", limit=64, squeeze=16),
-            Col("status"),
+            Col("run"),
+            Col("status", stack=1),
             Col("pair", right=True),
-            Col("method", limit=32, squeeze=12),
-            Col("target", stack=3),
-            Col("draft", stack=3),
+            Col("method", limit=32, squeeze=12, stack=2),
+            Col("result"),
+            Col("best speed-up", limit=48),
+            Col("target", limit=40, stack=3),
+            Col("draft", limit=40, stack=3),
             Col("conds", right=True, stack=2),
             Col("requests", right=True, stack=2),
             Col("started", stack=4),
@@ -157,8 +269,10 @@ def runs_table(runs: list[RunInfo]) -> None:
                 (r.status, _STATUS.get(r.status, "white")),
                 str(r.pair_id or "-"),
                 r.method,
-                r.target_sha256[:12],
-                (r.draft_sha256 or "none")[:12],
+                _result(r, found.get(r.run_id)),
+                _best(found.get(r.run_id)),
+                model(r.target_sha256),
+                model(r.draft_sha256),
                 str(r.n_conditions),
                 str(r.n_requests),
                 r.started_at.strftime("%Y-%m-%d %H:%M:%S"),
@@ -168,7 +282,32 @@ def runs_table(runs: list[RunInfo]) -> None:
             for r in runs
         ),
     )
+    if any(_result(r, found.get(r.run_id))[0] == "no difference" for r in runs):
+        say("no difference: the best speed-up's 95% interval contains 1.0", style="dim")
     _legend(hw)
+
+
+def _result(info: RunInfo, res: RunResult | None) -> Styled:
+    """What the run found: outputs that differ (first: a speed-up with wrong output is no speed-up),
+    else whether its fastest condition is faster, slower or not measurably different."""
+    from specreg.benchmark.statistics import difference
+
+    if info.status in ("running", "cancelled", "aborted") or res is None:
+        return ("-", None)
+    if res.mismatched:
+        return (f"{MISMATCH_MARK} outputs differ", "bold red")
+    if res.best_speedup is None:
+        return ("nothing measured", "yellow") if res.failed else ("-", None)
+    word = difference(res.best_ci95)
+    if word is None:
+        return ("no interval", "yellow")
+    return {"faster": ("faster", "green"), "slower": ("slower", "red")}.get(word, ("no difference", "yellow"))
+
+
+def _best(res: RunResult | None) -> str:
+    if res is None or res.best_speedup is None or res.best_condition is None:
+        return "-"
+    return f"{res.best_speedup:.2f}x {res.best_condition}"
 
 
 def _legend(hw: dict[str, str]) -> None:
@@ -194,8 +333,8 @@ def hardware_table(classes: list[str], rows: list[HardwareRow]) -> None:
     else:
         print_listing(
             (
-                Col("target", limit=28, squeeze=12),
-                Col("draft", limit=28, squeeze=12),
+                Col("target", limit=28, squeeze=21),  # the 12-hex SHA-256 prefix and the name's start
+                Col("draft", limit=28, squeeze=21),
                 Col("method", limit=16, squeeze=12),
                 *(Col(hw[c], right=True) for c in classes),
             ),
@@ -217,24 +356,28 @@ def _equiv(s: ConditionSummary) -> Cell:
         return "reference"
     if not s.n_compared:
         return "-"
-    return (f"{s.n_equal}/{s.n_compared}", "bold red" if s.first_mismatch else "green")
+    if s.first_mismatch:
+        return (f"{MISMATCH_MARK} {s.n_equal}/{s.n_compared}", "bold red")
+    return (f"{s.n_equal}/{s.n_compared}", "green")
 
 
+# The condition (its swept values: `draft-simple k16 c2`) and the stratum tell rows apart: never
+# shortened. On a narrow terminal the numbers move beneath their row instead, highest `stack` first.
 _COLUMNS = (
-    Col("condition", limit=24, squeeze=10),
-    Col("stratum", limit=16, squeeze=8),
+    Col("condition", limit=40),
+    Col("stratum", limit=24),
     Col("status"),
     Col("accept", right=True),
     Col("speed-up", right=True),
-    Col("E[L]", right=True, stack=6),
-    Col("predicted", right=True, stack=7),
+    Col("E[L]", right=True, stack=7),
+    Col("predicted", right=True, stack=8),
     Col("p50 ms", right=True),
-    Col("p95 ms", right=True),
-    Col("TTFT ms", right=True, stack=2),
-    Col("RSS MiB", stack=3),
-    Col("equal", stack=1),
-    Col("errors", stack=4),
-    Col("expect", stack=5),
+    Col("p95 ms", right=True, stack=1),
+    Col("TTFT ms", right=True, stack=3),
+    Col("RSS MiB", stack=4),
+    Col("equal", stack=2),
+    Col("errors", stack=5),
+    Col("expect", stack=6),
 )
 
 
@@ -265,14 +408,14 @@ def _row(s: ConditionSummary, expects: bool) -> list[Cell]:
 
 
 _TIMING_COLUMNS = (
-    Col("condition", limit=24, squeeze=10),
-    Col("stratum", limit=16, squeeze=8),
+    Col("condition", limit=40),
+    Col("stratum", limit=24),
     Col("TTFT ms", right=True),
     Col("ITL p50", right=True),
     Col("ITL p95", right=True),
     Col("TPOT ms", right=True),
-    Col("srv ms/tok", right=True),
-    Col("TPOT<srv", right=True),
+    Col("srv ms/tok", right=True, stack=2),
+    Col("TPOT<srv", right=True, stack=1),
 )
 
 TIMINGS_LEGEND = (
@@ -321,13 +464,16 @@ def _comparisons(summaries: list[ConditionSummary]) -> None:
         say(TEXT_ONLY_LEGEND, style="dim")
     for s in summaries:
         if s.first_mismatch:
+            differ = s.n_compared - s.n_equal
             say(
-                f"first output that differs from the baseline: {s.first_mismatch}",
-                prefix=f"{s.condition} / {s.stratum}: ",
+                f"{s.condition} / {s.stratum}: {plural(differ, 'output')} of {s.n_compared} "
+                f"{'differs' if differ == 1 else 'differ'} from the baseline; the first at {s.first_mismatch}",
+                prefix=f"{MISMATCH_MARK} mismatch: ",
+                marks=[(f"{MISMATCH_MARK} mismatch:", "bold red")],
                 indent=4,
             )
             if s.mismatch_context:
-                say(s.mismatch_context, prefix="    ", style="dim", indent=6)
+                say(s.mismatch_context, prefix="    ", style="yellow", indent=6)
 
 
 def _speedup(s: ConditionSummary) -> Cell:
@@ -381,16 +527,16 @@ def _unexplained(run: BenchRun) -> None:
                 say(
                     f"{c.spec.name} round {w.round}: {len(w.latencies_ms)} requests never agreed within "
                     f"{w.tolerance:.0%} ({ms} ms)",
-                    prefix="warm-up not steady: ",
-                    marks=[("warm-up not steady:", "yellow")],
+                    prefix=f"{WARN_MARK} warm-up not steady: ",
+                    marks=[(f"{WARN_MARK} warm-up not steady:", "yellow")],
                     indent=4,
                 )
     for s in run.summaries:
         if s.unexplained:
             say(
                 s.unexplained_reason or "",
-                prefix=f"unexplained {s.condition} / {s.stratum}: ",
-                marks=[("unexplained", "bold red")],
+                prefix=f"{MISMATCH_MARK} unexplained {s.condition} / {s.stratum}: ",
+                marks=[(f"{MISMATCH_MARK} unexplained", "bold red")],
                 indent=4,
             )
 
@@ -411,9 +557,17 @@ def _workload_source(src: WorkloadSource) -> None:
     say(f"{len(ids)}{of}{sample}: {shown}", prefix="  prompts used ", indent=4)
 
 
-def show_run(run: BenchRun) -> None:
-    """Header, the condition x stratum comparison, then each difference and failure with its log lines."""
+def _model(sha256: str, ref: ArtifactRef | None, name: str | None) -> str:
+    """`16c03fe0a65d demo-target (target.gguf, F32)`: the SHA-256 prefix with what names the file."""
+    return model_label(sha256, name=name, file=ref.path if ref else None, quant=ref.file_type if ref else None)
+
+
+def show_run(run: BenchRun, names: Mapping[str, str | None] | None = None) -> None:
+    """Header, the condition x stratum comparison, then each difference and failure with its log lines.
+
+    `names`: general.name by SHA-256 (from the registry), shown beside each SHA-256 prefix."""
     i, m = run.info, run.manifest
+    names = names or {}
     say(
         f"pair {i.pair_id}  method {i.method}",
         prefix=f"run {i.run_id}  {i.status}  ",
@@ -422,14 +576,19 @@ def show_run(run: BenchRun) -> None:
     )
     if i.status_reason:
         say(i.status_reason, prefix="  ", style="dim", indent=2)
-    head = [f"target {i.target_sha256[:12]}", f"draft {i.draft_sha256[:12] if i.draft_sha256 else 'none (self)'}"]
+    draft_ref = m.draft.artifact if m is not None else None
+    head = [
+        f"target {_model(i.target_sha256, m.target if m else None, names.get(i.target_sha256))}",
+        f"draft {_model(i.draft_sha256, draft_ref, names.get(i.draft_sha256)) if i.draft_sha256 else 'none (self)'}",
+    ]
     if m is not None:
-        ver = m.runtime.version_text.splitlines()
-        runtime = f"xllamacpp {m.runtime.xllamacpp_version}" if m.runtime.xllamacpp_version else (ver[0] if ver else "")
+        from specreg.benchmark.digest import runtime_identity
+        from specreg.servers.identity import runtime_text
+
         gpu = m.hardware.gpu
         gpus = ", ".join(d.name for d in gpu.devices) if gpu.present else f"absent ({gpu.reason})"
         head += [
-            f"runtime {m.runtime.kind} {runtime}".rstrip(),
+            f"runtime {runtime_text(runtime_identity(m))}",
             f"workload {m.request.workload}",
             f"repeat {m.observation.repeat}",
             f"concurrency {','.join(map(str, m.request.concurrency_levels or [m.request.concurrency]))}",
