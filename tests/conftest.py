@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,18 @@ from specreg.registry.store import Registry
 # tests, llama.cpp's vocab files and source (skip when offline), SmolLM2 as a real trained model
 # (skips when offline), the standard workloads' wheels (skip when offline), the loopback Hugging Face hub.
 pytest_plugins = ["_audit_world", "realvocab_fixture", "realmodel_fixture", "standard_workloads_fixture", "hubserver"]
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """Workers for `-n auto` (pyproject's addopts): one per core this process may use (its CPU
+    affinity, not the machine's count). A run naming test files or test ids runs in this process:
+    starting workers costs more than it saves on a few tests (run `-n 2` to force them).
+    PYTEST_XDIST_AUTO_NUM_WORKERS overrides, as in pytest-xdist itself."""
+    forced = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "")
+    if forced.isdigit():
+        return int(forced)
+    named = [a for a in config.option.file_or_dir or [] if not Path(a.split("::")[0]).is_dir()]
+    return 0 if named else len(os.sched_getaffinity(0))
 
 
 @pytest.fixture(autouse=True)
