@@ -28,6 +28,28 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return 0 if named else len(os.sched_getaffinity(0))
 
 
+# The modules that take longest (real servers, whole processes; `--durations`) start first, so that
+# no worker is left running one of them alone at the end (pyproject's addopts turn off xdist's own
+# order, most tests first, which put the one-test demo last).
+LONGEST_FIRST = (
+    "test_demo.py",
+    "test_bench_cli.py",
+    "test_hostile_server.py",
+    "test_probe.py",
+    "test_bench_server.py",
+    "test_deploy.py",
+    "test_bundles.py",
+    "test_reader_differential.py",
+    "test_digest_cache.py",
+    "test_memory_budget.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+
+
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Point SPECREG_HOME / SPECREG_DB at a fresh folder so tests never touch a real home."""
