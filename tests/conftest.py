@@ -16,6 +16,7 @@ from specreg.registry.store import Registry
 pytest_plugins = ["_audit_world", "realvocab_fixture", "realmodel_fixture", "standard_workloads_fixture", "hubserver"]
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: no error where it is not installed
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """Workers for `-n auto` (pyproject's addopts): one per core this process may use (its CPU
     affinity, not the machine's count). A run naming test files or test ids runs in this process:
