@@ -23,10 +23,14 @@ import pytest
 
 
 def _run_root(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
-    """The folder all workers of this run share; None when not under xdist."""
-    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+    """The folder all workers of this run share; None when not under xdist. Named for the run's
+    id: with `--basetemp DIR`, DIR outlives the run, and another run must not read its worlds."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if os.environ.get("PYTEST_XDIST_WORKER") is None or not run:
         return None
-    return tmp_path_factory.getbasetemp().parent  # .../pytest-N/popen-gwK -> .../pytest-N
+    root = tmp_path_factory.getbasetemp().parent / f"shared-{run}"  # beside .../popen-gwK
+    root.mkdir(exist_ok=True)
+    return root
 
 
 @contextmanager
