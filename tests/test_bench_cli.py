@@ -147,7 +147,18 @@ def test_rejected_pair_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def _start_long_bench(home: Path, pid: int) -> subprocess.Popen[str]:
+    """The bench as a terminal's foreground job: SIGINT not ignored. A shell starts a background
+    job (`pytest &`) with SIGINT ignored, and an ignored signal stays ignored across exec, so
+    the child would run all 400 repeats; a caught one is reset to the default there."""
     wl = workload(home, ITEMS[:1])
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        return _popen_long_bench(home, pid, wl)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _popen_long_bench(home: Path, pid: int, wl: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [
             *SPECREG,

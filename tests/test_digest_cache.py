@@ -4,6 +4,7 @@ stale (a write to any of a run's rows drops them), damaged or foreign entries re
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -21,10 +22,24 @@ from specreg.schemas.audit import AuditReport, Policy
 POLICY = Policy.model_validate({"licence": {"require_revision": False}})
 
 
+@pytest.fixture(scope="module")
+def filled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """200 artifacts, 100 pairs, 20 runs: rows written directly, no digest kept; filled once."""
+    folder = tmp_path_factory.mktemp("digest-cache")
+    with Registry(folder / "r.db", show_progress=False) as r:
+        fill(r, folder, 0.02)
+    return folder / "r.db"
+
+
 @pytest.fixture
-def reg(tmp_path: Path):  # type: ignore[no-untyped-def]
+def reg(filled: Path, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A copy of `filled` for each test (sqlite backup: the test may change every row)."""
+    src, dst = sqlite3.connect(filled), sqlite3.connect(tmp_path / "r.db")
+    with dst:
+        src.backup(dst)
+    src.close()
+    dst.close()
     with Registry(tmp_path / "r.db", show_progress=False) as r:
-        fill(r, tmp_path, 0.02)  # 200 artifacts, 100 pairs, 20 runs: rows written directly, no digest kept
         yield r
 
 
@@ -127,7 +142,6 @@ def test_a_registry_that_cannot_be_written_still_audits(tmp_path: Path) -> None:
 
 def test_a_busy_registry_is_audited_at_once_without_keeping(reg: Registry) -> None:
     """Another writer holds the lock (an import, say): the audit does not queue behind it for a cache."""
-    import sqlite3
     import time
 
     other = sqlite3.connect(reg.path, isolation_level=None)

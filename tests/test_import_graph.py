@@ -8,6 +8,7 @@ Imports under `if TYPE_CHECKING:` are for annotations only and are not counted.
 from __future__ import annotations
 
 import ast
+from functools import cache
 from pathlib import Path
 
 import specreg
@@ -81,12 +82,20 @@ def _imports(tree: ast.AST, package: str) -> set[str]:
     return out
 
 
+@cache
+def _parsed(path: Path) -> ast.Module:
+    """Each source file parsed once for all the tests here (read only)."""
+    return ast.parse(path.read_text("utf-8"))
+
+
+@cache
 def _graph() -> dict[str, set[str]]:
+    """Module -> the specreg modules it imports; built once for the tests here (read only)."""
     files = {_module(p): p for p in ROOT.rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for mod, path in files.items():
         package = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
-        graph[mod] = {m for m in _imports(ast.parse(path.read_text("utf-8")), package) if m in files and m != mod}
+        graph[mod] = {m for m in _imports(_parsed(path), package) if m in files and m != mod}
     return graph
 
 
@@ -176,7 +185,7 @@ def test_each_public_constant_is_declared_once() -> None:
         rel = path.relative_to(ROOT)
         if rel.parts[0] == "testing":
             continue
-        for node in ast.parse(path.read_text("utf-8")).body:
+        for node in _parsed(path).body:
             targets = (
                 node.targets
                 if isinstance(node, ast.Assign)
@@ -198,7 +207,7 @@ def test_the_store_imports_no_network_library() -> None:
     """registry/ is the SQLite file only: looking facts up (hub, HTTP) belongs to sources/."""
     bad = []
     for path in (ROOT / "registry").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        for node in ast.walk(_parsed(path)):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             if isinstance(node, ast.ImportFrom) and node.module:
                 names = [node.module]

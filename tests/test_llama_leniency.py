@@ -14,7 +14,14 @@ from _registry_helpers import cli, model
 
 
 def _warnings(stderr: str) -> list[str]:
-    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    """One entry per warning: a line longer than $COLUMNS continues on lines indented by 2 (how
+    long the test's folder name is decides whether it wraps)."""
+    lines: list[str] = []
+    for ln in stderr.splitlines():
+        if ln.startswith("  ") and lines and ln.strip():
+            lines[-1] += " " + ln.strip()
+        elif ln.strip():
+            lines.append(ln)
     assert all(ln.startswith("warning: ") for ln in lines), stderr
     return lines
 

