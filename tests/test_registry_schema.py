@@ -160,6 +160,12 @@ SCHEMA: dict[str, list[str]] = {
         "server_tpot_ms",
         "first_diff_char",
         "diff_context",
+        # m014: the sampler and seed of each request
+        "seed",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
     ],
     "bench_summaries": [
         "run_id",
