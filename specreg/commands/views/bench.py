@@ -12,6 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from specreg.benchmark.execute import Observer
 from specreg.commands.layout import Col, pack
 from specreg.commands.output import Cell, err_console, print_listing, safe, safe_plain, say, show_lines, width
+from specreg.commands.views.sampling import show_samplers
 from specreg.units import mib_text
 
 if TYPE_CHECKING:
@@ -433,7 +434,8 @@ def show_run(run: BenchRun) -> None:
             f"workload {m.request.workload}",
             f"repeat {m.observation.repeat}",
             f"concurrency {','.join(map(str, m.request.concurrency_levels or [m.request.concurrency]))}",
-            f"seed {m.request.seed}",
+            f"seed {m.request.seed}" + (" + repetition" if m.request.seeds else ""),
+            *([f"temperature {','.join(f'{t:g}' for t in m.request.temperatures)}"] if m.request.temperatures else []),
             *([f"order {m.observation.order}"] if m.observation.order else []),
             f"cpu {m.hardware.cpu_model or '?'}",
             f"gpu {gpus}",
@@ -448,6 +450,7 @@ def show_run(run: BenchRun) -> None:
     print_listing(cols, rows)
     _legend_no_difference(run.summaries)
     _decisions(run)
+    show_samplers(run)
     show_lines([""])
     print_listing(_TIMING_COLUMNS, [_timing_row(s) for s in run.summaries if s.n_ok])
     say(TIMINGS_LEGEND, style="dim")
