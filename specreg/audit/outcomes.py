@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specreg.audit import gates
-from specreg.audit.sampling import quality_gate
+from specreg.audit.production_sampler import quality_gate
 from specreg.schemas.audit import (
     CONDITION_GATES,
     ConditionDigest,

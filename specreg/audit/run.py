@@ -13,7 +13,7 @@ from specreg.audit import gates
 from specreg.audit.decisions import decide
 from specreg.audit.deploy import try_server_argv
 from specreg.audit.outcomes import judge, judge_all, pair_conditions
-from specreg.audit.sampling import at_sampler, bench_hint, measured, policy_sampler
+from specreg.audit.production_sampler import at_sampler, bench_hint, measured, policy_sampler
 from specreg.benchmark.digest import hardware_identity, load_digest, load_digests, runtime_identity
 from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
 from specreg.benchmark.run_index import RunHead, RunIndex, runs_for_pair
