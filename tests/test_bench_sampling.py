@@ -307,3 +307,26 @@ def test_deploy_argv_reads_the_condition_sampler_before_the_run_default() -> Non
     argv = server_argv(cmd)
     assert argv[argv.index("--temp") + 1] == "0.7" and argv[argv.index("--min-p") + 1] == "0.05"
     assert argv[argv.index("--spec-draft-sampling") + 1] == "probabilistic"
+
+
+def test_a_bundle_carries_each_request_sampler_and_seed(sampled: SimpleNamespace, tmp_path: Path) -> None:
+    from specreg.benchmark.runstore import RunStore
+    from specreg.exchange.bundle import export_bundle, import_bundles
+
+    rid = sampled.run.info.run_id
+    with Registry(sampled.db, show_progress=False) as reg:
+        export_bundle(reg, tmp_path / "b.zip", run_ids=[rid])
+    with Registry(tmp_path / "other.db", show_progress=False) as reg:
+        import_bundles(reg, [tmp_path / "b.zip"])
+        again = RunStore(reg).load(rid)
+    key = [(r.condition, r.prompt_id, r.repeat, r.seed, r.temperature) for r in sampled.run.requests]
+    assert sorted(key) == sorted((r.condition, r.prompt_id, r.repeat, r.seed, r.temperature) for r in again.requests)
+    assert {c.spec.name: c.spec.draft_sampling for c in again.conditions}["draft-simple T0.7 probabilistic"]
+
+
+def test_the_run_report_gives_each_sampled_condition_at_its_sampler(sampled: SimpleNamespace, tmp_path: Path) -> None:
+    code, _, err = specreg("runs", "show", sampled.run.info.run_id, "--report", str(tmp_path / "r.md"), db=sampled.db)
+    assert code == 0, err
+    text = (tmp_path / "r.md").read_text()
+    assert "draft-simple T0.7 probabilistic at T0.7, probabilistic draft: acceptance" in text
+    assert "distribution check p =" in text
