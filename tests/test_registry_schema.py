@@ -160,7 +160,7 @@ SCHEMA: dict[str, list[str]] = {
         "server_tpot_ms",
         "first_diff_char",
         "diff_context",
-        # m014: the sampler and seed of each request
+        # m015: the sampler and seed of each request (m014 is h/busy's condition load)
         "seed",
         "temperature",
         "top_p",

@@ -496,7 +496,7 @@ def m013_bench_request_records(db: sqlite3.Connection) -> None:
 
 
 @migrations()
-def m014_bench_request_sampler(db: sqlite3.Connection) -> None:
+def m015_bench_request_sampler(db: sqlite3.Connection) -> None:
     """The sampler each request was made with and its seed (a sampled run's repetitions each have
     their own, recorded so the run can be made again). Older rows: NULL (greedy, the run's seed)."""
     for col, kind in (
