@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from specreg.schemas.bench import ConditionSpec, ConditionSummary, RequestRow, RunManifest, RuntimeInfo
 from specreg.schemas.bench_settings import BenchSettings
-from specreg.schemas.methods import BASELINE, MODEL_DRAFTED
+from specreg.schemas.methods import BASELINE
 from specreg.schemas.sampling import Sampler
 
 if TYPE_CHECKING:
@@ -327,7 +327,3 @@ def sampled_checks(
     s.dist_p, s.dist_n, s.dist_note = t.p, t.prompts, t.note
     s.dist_flagged = None if t.p is None else t.p < DIST_ALPHA
 
-
-def is_draft_sampled(spec: ConditionSpec) -> bool:
-    """Whether --spec-draft-sampling means anything for this condition (a model draft, T > 0)."""
-    return spec.method in MODEL_DRAFTED and spec.temperature > 0
