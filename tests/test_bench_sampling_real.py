@@ -90,7 +90,9 @@ def test_smollm2_measured_at_two_temperatures_and_deployed_at_the_policy_sampler
     sampled = prefixes(r for r in rows if r.condition == "none T0.7")
     assert (distribution_test(prefixes(r for r in rows if r.condition == "none T0"), sampled).p or 1) < 0.01
     for name, s in whole.items():  # the numbers the report quotes (pytest -s shows them)
-        print(f"{name}: acceptance {s.acceptance} speed-up {s.speedup} {s.speedup_ci95} dist_p {s.dist_p}")
+        expect = f"expect {s.n_expect_checked - s.n_expect_failed}/{s.n_expect_checked}"
+        base = f"vs {s.n_base_expect_checked - s.n_base_expect_failed}/{s.n_base_expect_checked}"
+        print(f"{name}: acceptance {s.acceptance} speed-up {s.speedup} {s.speedup_ci95} {expect} {base} p {s.dist_p}")
     code, out, err = specreg("deploy", str(pair), "--policy", str(pol), "--json", db=db)
     plan = json.loads(out)
     assert code == 0 and plan["deployable"], (plan["failed_gates"], err)
