@@ -233,6 +233,9 @@ def test_policy_sampling_table() -> None:
     p = parse_policy("[sampling]\ntemperature = 0.7\ntop_p = 0.9\n")
     assert p.sampling.temperature == 0.7 and p.sampling.top_p == 0.9 and p.sampling.top_k is None
     assert parse_policy("").sampling.greedy
+    # at temperature 0 the argmax is the argmax: a greedy run with --top-p is greedy evidence
+    assert Sampler(top_p=0.9).key == Sampler().key != Sampler(temperature=0.7).key
+    assert Sampler(temperature=0.7, top_p=0.9).key != Sampler(temperature=0.7).key
     with pytest.raises(PolicyError, match=r"unknown key 'sampling\.temp'"):
         parse_policy("[sampling]\ntemp = 0.7\n", "p.toml")
 

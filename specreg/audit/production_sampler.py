@@ -32,9 +32,9 @@ def measured(man: RunManifest | None) -> list[Sampler]:
 
 def at_sampler(run: RunDigest, sampler: Sampler) -> RunDigest:
     """The run as if it held only the conditions measured at `sampler` (baselines included)."""
-    if all(c.sampler == sampler for c in run.conditions):
+    if all(c.sampler.key == sampler.key for c in run.conditions):
         return run
-    conds = [c for c in run.conditions if c.sampler == sampler]
+    conds = [c for c in run.conditions if c.sampler.key == sampler.key]
     labels = {c.label for c in conds}
     return run.model_copy(update={"conditions": conds, "strata": [r for r in run.strata if r.condition in labels]})
 

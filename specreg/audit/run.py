@@ -191,8 +191,8 @@ def select_run(heads: Iterable[RunHead], policy: Policy) -> tuple[RunHead | None
             skipped.append(f"{info.run_id} hardware {hardware}")
         elif policy.speed.concurrency is not None and policy.speed.concurrency not in levels:
             skipped.append(f"{info.run_id} concurrency {','.join(map(str, levels))}")
-        elif sampler not in (got := measured(man)):
-            shown = ", ".join(s.label for s in got) or "none recorded"
+        elif sampler.key not in {s.key for s in measured(man)}:
+            shown = ", ".join(s.label for s in measured(man)) or "none recorded"
             skipped.append(f"{info.run_id} sampler {shown}, not the policy's {sampler.label}")
         else:
             wanted = [f"runtime ~ {ev.runtime!r}"] if ev.runtime else []

@@ -129,7 +129,7 @@ def plan(
     levels = [concurrency] if isinstance(concurrency, int) else list(concurrency or [1])
     samplers = list(samplers or [GREEDY])
     modes = list(draft_sampling or [])
-    if modes and not any(m in MODEL_DRAFTED for m in wanted):
+    if modes and methods and not any(m in MODEL_DRAFTED for m in wanted):  # asked for, not only defaulted
         raise UsageError("--draft-sampling is for draft methods, and none is among the methods run")
     by_length, by_level = len(lengths) > 1, len(levels) > 1
     by_sampler, by_mode = len(samplers) > 1, len(modes) > 1

@@ -326,4 +326,3 @@ def sampled_checks(
     t = distribution_test(prefixes(base_rows), prefixes(rows), seed=seed ^ salt)
     s.dist_p, s.dist_n, s.dist_note = t.p, t.prompts, t.note
     s.dist_flagged = None if t.p is None else t.p < DIST_ALPHA
-

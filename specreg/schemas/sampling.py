@@ -34,6 +34,14 @@ class Sampler(BaseModel):
         return self.temperature == 0.0
 
     @property
+    def key(self) -> tuple[float, float | None, int | None, float | None]:
+        """What makes two samplers the same evidence: at temperature 0 only that (the argmax is
+        the argmax whatever top-p, top-k or min-p keep), else every field."""
+        if self.greedy:
+            return (0.0, None, None, None)
+        return (self.temperature, self.top_p, self.top_k, self.min_p)
+
+    @property
     def label(self) -> str:
         """`T0`, `T0.7`, `T0.7 p0.9 k40 m0.05`: how tables and messages name it."""
         parts = [f"T{self.temperature:g}"]
