@@ -333,3 +333,36 @@ def test_the_run_report_gives_each_sampled_condition_at_its_sampler(sampled: Sim
     text = (tmp_path / "r.md").read_text()
     assert "draft-simple T0.7 probabilistic at T0.7, probabilistic draft: acceptance" in text
     assert "distribution check p =" in text
+
+
+def test_sampled_gate_fails_on_worse_expect_a_flagged_distribution_or_no_check() -> None:
+    from specreg.audit.production_sampler import quality_gate
+    from specreg.schemas.audit import ConditionDigest, Policy, RunDigest, StratumRow
+
+    cond = ConditionDigest(label="ds", spec_type="draft-simple", temperature=0.7)
+
+    def gate(**row: object) -> tuple[bool, str]:
+        base = {"condition": "ds", "stratum": "chat", "temperature": 0.7, "dist_p": 0.5, "dist_n": 3}
+        run = RunDigest(run_id="r", status="complete", conditions=[cond], strata=[StratumRow(**(base | row))])
+        g = quality_gate(run, cond, Policy(), 1)
+        assert g.gate == "equivalence"
+        return g.passed, g.message
+
+    assert gate()[0]
+    assert gate(expect_diff=-0.05, expect_diff_ci95=(-0.3, 0.2))[0]  # within the tolerance, not beyond chance
+    ok, why = gate(expect_diff=-0.3, expect_diff_ci95=(-0.5, -0.1))
+    assert not ok and "expect pass rate -30%" in why
+    ok, why = gate(expect_diff=-0.08, expect_diff_ci95=(-0.15, -0.01))
+    assert not ok and "below 0" in why  # lower beyond chance even inside the tolerance
+    ok, why = gate(dist_p=0.001)
+    assert not ok and "differ from the baseline's in distribution" in why
+    ok, why = gate(dist_p=None, dist_note="no prompt has outputs on both sides")
+    assert not ok and "no distribution check" in why
+    ok, _ = gate(dist_p=0.02)  # above the policy's alpha (0.01)
+    assert ok
+    strict = Policy.model_validate({"quality": {"distribution_alpha": 0.05}})
+    run = RunDigest(
+        run_id="r", status="complete", conditions=[cond],
+        strata=[StratumRow(condition="ds", stratum="chat", temperature=0.7, dist_p=0.02)],
+    )  # fmt: skip
+    assert not quality_gate(run, cond, strict, 1).passed
