@@ -366,3 +366,18 @@ def test_sampled_gate_fails_on_worse_expect_a_flagged_distribution_or_no_check()
         strata=[StratumRow(condition="ds", stratum="chat", temperature=0.7, dist_p=0.02)],
     )  # fmt: skip
     assert not quality_gate(run, cond, strict, 1).passed
+
+
+def test_a_sampler_flag_the_server_lacks_is_refused_in_one_line(tmp_path: Path) -> None:
+    from specreg.benchmark.sampling import unsupported
+    from specreg.servers.launcher import ServerCommand, bundled_command
+
+    wanted = BenchSettings(temperature=[0, 0.7], min_p=0.05, draft_sampling=["probabilistic"])
+    assert unsupported(bundled_command(), wanted) is None  # the bundled build takes every one
+    old = tmp_path / "llama-server"
+    old.write_text("#!/bin/sh\necho '--temp N   temperature'\necho '--top-p N  top-p sampling'\n")
+    old.chmod(0o755)
+    why = unsupported(ServerCommand("external", (str(old),), str(old)), wanted)
+    assert why is not None and "\n" not in why
+    assert "does not take --min-p, --spec-draft-sampling" in why
+    assert unsupported(ServerCommand("external", (str(old),), str(old)), BenchSettings()) is None  # greedy: no ask
