@@ -381,3 +381,16 @@ def test_a_sampler_flag_the_server_lacks_is_refused_in_one_line(tmp_path: Path) 
     assert why is not None and "\n" not in why
     assert "does not take --min-p, --spec-draft-sampling" in why
     assert unsupported(ServerCommand("external", (str(old),), str(old)), BenchSettings()) is None  # greedy: no ask
+
+
+def test_bench_cli_sampling_flags_errors_are_one_line(tmp_path: Path) -> None:
+    for args, said in (
+        (["--temperature", "0,x"], "--temperature '0,x': expected numbers separated by commas"),
+        (["--temperature", "nan"], "--temperature 'nan': expected numbers"),
+        (["--temperature", "7"], "--temperature: every temperature must be between 0 and 5"),
+        (["--draft-sampling", "maybe"], "--draft-sampling:"),
+        (["--min-p", "2"], "--min-p:"),
+    ):
+        code, _, err = specreg("bench", "admitted", *args, db=tmp_path / "r.db")
+        assert code == 2 and said in err and "Traceback" not in err, (args, err)
+        assert len(err.strip().splitlines()) <= 2, err
