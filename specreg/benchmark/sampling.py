@@ -208,10 +208,11 @@ def distribution_test(
     between positions, needs no large-sample approximation, and has an exact level: when both
     sides draw from the same distribution, (1 + #{permuted >= observed}) / (1 + B) is a valid
     p-value, so the false-alarm rate is at most alpha. (Conditions share each repetition's seed,
-    which makes the two sides more alike, not less: the first token, sampled before any draft,
-    is the same on both; the test only gets more conservative.) Marginal distributions per
-    position are what speculative decoding must keep (it keeps the joint one), so comparing
-    positions, not whole prefixes as one category, keeps categories dense.
+    which ties the two sides together: the first token, sampled before any draft, is the same
+    on both; ties make the two sides more alike, so the test errs towards not flagging.)
+    Marginal distributions per position are what speculative decoding must keep (it keeps the
+    joint one), so comparing positions, not whole prefixes as one category, keeps categories
+    dense.
 
     A/A simulation (the design of tests/test_bench_sampling.py, which runs 200 of them; here
     2,000 runs of 6 prompts x 8 outputs per side, each prompt's per-position distribution drawn
