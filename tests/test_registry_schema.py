@@ -160,6 +160,12 @@ SCHEMA: dict[str, list[str]] = {
         "server_tpot_ms",
         "first_diff_char",
         "diff_context",
+        # m015: the sampler and seed of each request (m014 is h/busy's condition load)
+        "seed",
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
     ],
     "bench_summaries": [
         "run_id",

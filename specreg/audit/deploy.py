@@ -3,8 +3,9 @@
 Built from the server argv the benchmark recorded (what was measured), read back through the
 bundled server's own flag parser and written out for the real program: `llama-server` (or the
 user's binary), never specreg's wrapper, without the benchmark's loopback host, temporary port
-and log level. Sampling defaults are pinned as the requests were made (greedy, the run's seed),
-because the equivalence and speed gates only vouch for those. Pure: no I/O.
+and log level. Sampling defaults are pinned as the requests were made (the condition's sampler,
+which the audit chose to be the policy's `[sampling]`; greedy for runs that recorded none, and
+the run's seed), because the quality and speed gates only vouch for those. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -90,6 +91,8 @@ def server_argv(
         argv += ["--spec-draft-n-max", str(ns.draft_n_max)]
     if ns.draft_n_min is not None:
         argv += ["--spec-draft-n-min", str(ns.draft_n_min)]
+    if ns.draft_sampling is not None:
+        argv += ["--spec-draft-sampling", ns.draft_sampling]
     for flag, dest in _NGRAM_DESTS:
         value = getattr(ns, dest)
         if value is not None:
@@ -103,14 +106,18 @@ def server_argv(
         argv += ["-ngld", str(ns.ngld)]
     if ns.seed is not None:
         argv += ["--seed", str(ns.seed)]
-    temp = request.temperature if request else (ns.temp if ns.temp is not None else 0.0)
+    # the condition's own sampler flags first (a sampled condition records them), else the run's
+    temp = ns.temp if ns.temp is not None else (request.temperature if request else 0.0)
     argv += ["--temp", f"{temp:g}"]
-    top_k = request.top_k if request else ns.top_k
-    top_p = request.top_p if request else ns.top_p
+    top_k = ns.top_k if ns.top_k is not None else (request.top_k if request else None)
+    top_p = ns.top_p if ns.top_p is not None else (request.top_p if request else None)
+    min_p = ns.min_p if ns.min_p is not None else (request.min_p if request else None)
     if top_k is not None:
         argv += ["--top-k", str(top_k)]
     if top_p is not None:
         argv += ["--top-p", f"{top_p:g}"]
+    if min_p is not None:
+        argv += ["--min-p", f"{min_p:g}"]
     if ns.metrics:
         argv.append("--metrics")  # measured with it; llama.cpp's /metrics shows acceptance in production
     if port is not None:
@@ -266,6 +273,7 @@ def plan_deploy(
     cond = next((c for c in run.conditions if chosen and c.label == chosen.condition), None) if run else None
     if cond is not None:
         out.condition, out.draft_n_max = cond.label, cond.draft_n_max
+        out.sampler, out.draft_sampling = cond.sampler.label, cond.draft_sampling
     if failed or cond is None or not cond.command:
         out.failed_gates = failed or [_failed("evidence", "no recorded server command for the condition")]
         return out

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specreg.audit import gates
+from specreg.audit.production_sampler import quality_gate
 from specreg.schemas.audit import (
     CONDITION_GATES,
     ConditionDigest,
@@ -44,6 +45,8 @@ class Judged:
             concurrency=self.cond.concurrency,
             draft_n_max=self.cond.draft_n_max,
             params=dict(self.cond.params),
+            temperature=self.cond.temperature,
+            draft_sampling=self.cond.draft_sampling,
             failed={g.gate: g.message for g in self.results if not g.passed},
             strata=strata,
             strata_why={s: _stratum_why(eq, sp, s) for s, ok in strata.items() if not ok},
@@ -83,7 +86,7 @@ def judge(run: RunDigest, cond: ConditionDigest, policy: Policy, how: str, conc:
     evidence = gates.evidence_gate(run, cond, policy, level, how)
     if evidence.passed:
         rest = [
-            gates.equivalence_gate(run, cond, policy, level),
+            quality_gate(run, cond, policy, level),  # exact at temperature 0, sampled checks above
             gates.speed_gate(run, cond, policy, level),
             gates.memory_gate(run, cond, policy.memory),
         ]

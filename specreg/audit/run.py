@@ -13,6 +13,7 @@ from specreg.audit import gates
 from specreg.audit.decisions import decide
 from specreg.audit.deploy import try_server_argv
 from specreg.audit.outcomes import judge, judge_all, pair_conditions
+from specreg.audit.production_sampler import at_sampler, bench_hint, measured, policy_sampler
 from specreg.benchmark.digest import hardware_identity, load_digest, load_digests, runtime_identity
 from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
 from specreg.benchmark.run_index import RunHead, RunIndex, runs_for_pair
@@ -65,7 +66,10 @@ class _Facts:
         """`select_run` for the pair (a re-checked stale pair keeps its target, draft and method, so its runs)."""
         key = (pair.target_sha256, pair.draft_sha256, pair.method)
         if key not in self.chosen:
-            self.chosen[key] = select_run(runs_for(self.reg, pair), policy)
+            head, how = select_run(runs_for(self.reg, pair), policy)
+            if head is None and "sampler" in how:
+                how += f"; measure it: {bench_hint(pair.id, policy_sampler(policy))}"
+            self.chosen[key] = head, how
         return self.chosen[key]
 
     def record(self, sha: str) -> ArtifactRecord:
@@ -172,6 +176,7 @@ def select_run(heads: Iterable[RunHead], policy: Policy) -> tuple[RunHead | None
     older success is no longer evidence (the evidence gate then fails on that run).
     """
     ev, skipped = policy.evidence, []
+    sampler = policy_sampler(policy)
     for head in heads:
         info, man = head
         # each identity only when the policy asks for it: the newest run of thousands of pairs otherwise
@@ -186,6 +191,9 @@ def select_run(heads: Iterable[RunHead], policy: Policy) -> tuple[RunHead | None
             skipped.append(f"{info.run_id} hardware {hardware}")
         elif policy.speed.concurrency is not None and policy.speed.concurrency not in levels:
             skipped.append(f"{info.run_id} concurrency {','.join(map(str, levels))}")
+        elif sampler.key not in {s.key for s in measured(man)}:
+            shown = ", ".join(s.label for s in measured(man)) or "none recorded"
+            skipped.append(f"{info.run_id} sampler {shown}, not the policy's {sampler.label}")
         else:
             wanted = [f"runtime ~ {ev.runtime!r}"] if ev.runtime else []
             wanted += [f"hardware ~ {ev.hardware!r}"] if ev.hardware else []
@@ -234,7 +242,7 @@ def audit_pair(
         why = f"{NOT_BENCHMARKABLE}: {lacking}"
         results += [GateResult(gate="evidence", passed=False, message=why), licence]
         return _pair_audit(pair, results, not_benchmarkable=lacking), None
-    run = facts.digest(head) if head else None
+    run = at_sampler(facts.digest(head), policy_sampler(policy)) if head else None  # the policy's sampler only
     if run is not None and run.target_name is None:
         run.target_name = facts.record(pair.target_sha256).name
     conc = _concurrency(run, policy)

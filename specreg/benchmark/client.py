@@ -181,11 +181,14 @@ class LlamaClient:
         max_tokens: int,
         seed: int,
         temperature: float = 0.0,
+        sampling: dict[str, float | int] | None = None,
         cache_prompt: bool = False,
         timeout_s: float | None = None,
     ) -> Completion:
-        """Stream one request (`/completion` for a prompt, `/v1/chat/completions` for messages)."""
-        common = {"temperature": temperature, "seed": seed, "stream": True, "cache_prompt": cache_prompt}
+        """Stream one request (`/completion` for a prompt, `/v1/chat/completions` for messages);
+        `sampling` (temperature, top_p, top_k, min_p: schemas/sampling.py) overrides `temperature`."""
+        common = {"temperature": temperature, **(sampling or {}), "seed": seed, "stream": True}
+        common["cache_prompt"] = cache_prompt
         if item.prompt is not None:
             path = "/completion"
             body: dict[str, Any] = {"prompt": item.prompt, "n_predict": max_tokens, **common}
@@ -201,14 +204,21 @@ class LlamaClient:
         return self._stream(path, body, timeout_s or self.timeout_s, chat=item.prompt is None)
 
     def record_ids(
-        self, prompt: str, *, max_tokens: int, seed: int, temperature: float = 0.0, timeout_s: float | None = None
+        self,
+        prompt: str,
+        *,
+        max_tokens: int,
+        seed: int,
+        temperature: float = 0.0,
+        sampling: dict[str, float | int] | None = None,
+        timeout_s: float | None = None,
     ) -> Completion:
         """The same `/completion` without streaming and with `return_tokens`: the server's answer
         then holds every generated id (`slot.generated_tokens`, kept before the UTF-8 check that
         holds text back), with the text and the token count. Not timed: a record, not a measurement."""
         body = {
             "prompt": prompt, "n_predict": max_tokens, "temperature": temperature, "seed": seed,
-            "stream": False, "cache_prompt": False, "return_tokens": True,
+            "stream": False, "cache_prompt": False, "return_tokens": True, **(sampling or {}),
         }  # fmt: skip
         out = Completion()
         timeout_s = timeout_s or self.timeout_s

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from specreg.benchmark import sequential, statistics, stepcost
+from specreg.benchmark.sampling import arm, sampled_checks
 from specreg.schemas.bench import ALL_STRATA, ConditionRun, ConditionSummary, RequestRow, Stat
 from specreg.schemas.methods import BASELINE, MODEL_DRAFTED
 from specreg.text import plural
@@ -142,6 +143,11 @@ def _group(cond: ConditionRun, stratum: str, rows: list[RequestRow], reports_dra
         draft_n_max=spec.draft_n_max,
         draft_n_min=spec.draft_n_min,
         params=dict(spec.params),
+        temperature=spec.temperature,
+        top_p=spec.top_p,
+        top_k=spec.top_k,
+        min_p=spec.min_p,
+        draft_sampling=spec.draft_sampling,
     )
     s.n_requests, s.n_ok = len(rows), len(ok)
     s.n_errors = sum(1 for r in rows if not r.ok and not r.timed_out)
@@ -186,10 +192,10 @@ def summarize(
     by_cond: dict[int, list[RequestRow]] = {}
     for r in rows:
         by_cond.setdefault(r.condition_idx, []).append(r)
-    bases = {c.spec.concurrency: c for c in reversed(conditions) if c.spec.method == BASELINE}
+    bases = {arm(c.spec): c for c in reversed(conditions) if c.spec.method == BASELINE}
     out: list[ConditionSummary] = []
     for cond in conditions:
-        base = bases.get(cond.spec.concurrency)
+        base = bases.get(arm(cond.spec))
         mine = by_cond.get(cond.idx, [])
         theirs = by_cond.get(base.idx, []) if base is not None else []
         step = _StepInputs.of(cond, mine, theirs, stats)
@@ -203,6 +209,8 @@ def summarize(
             _speed(s, cond, base, group, base_group, stats)
             if s.speedup is not None and cond is not base:
                 _consistency(s, cond, group, base_group, step)
+            if cond.status == "ok" and base is not None and base.status == "ok":
+                sampled_checks(s, group, base_group, seed=stats.seed, label=f"{s.condition}|{stratum}")
             out.append(s)
     return out
 
@@ -256,7 +264,8 @@ def _speed(
         s.speedup_note = f"condition {cond.status}: {cond.failure or 'no reason recorded'}"
         return
     if base is None:
-        s.speedup_note = f"no baseline at concurrency {cond.spec.concurrency}"
+        at = "" if cond.spec.sampler.greedy else f" and {cond.spec.sampler.label}"
+        s.speedup_note = f"no baseline at concurrency {cond.spec.concurrency}{at}"
         return
     if base.status != "ok":
         s.speedup_note = f"baseline {base.status}: {base.failure or 'no reason recorded'}"

@@ -14,6 +14,7 @@ from specreg.errors import UsageError
 from specreg.schemas.bench import ConditionSpec, ScheduleSlot
 from specreg.schemas.bench_settings import Order
 from specreg.schemas.methods import BASELINE, DEFAULT_NGRAM_METHODS, DRAFT_METHODS, MODEL_DRAFTED, SELF_METHODS
+from specreg.schemas.sampling import GREEDY, DraftSampling, Sampler
 from specreg.servers.bundled_server import NGRAM_FLAGS
 
 # flag prefix -> the n-gram method it configures, longest first (map-k4v before map-k)
@@ -59,13 +60,27 @@ def parse_ngram_options(values: list[str]) -> dict[str, int]:
     return out
 
 
-def condition_name(method: str, draft_n_max: int | None, concurrency: int, *, by_length: bool, by_level: bool) -> str:
-    """`draft-simple`, or with a sweep the swept values: `draft-simple k8`, `none c4`, `draft-simple k8 c4`."""
+def condition_name(
+    method: str,
+    draft_n_max: int | None,
+    concurrency: int,
+    *,
+    by_length: bool,
+    by_level: bool,
+    temperature: float | None = None,
+    draft_sampling: DraftSampling | None = None,
+) -> str:
+    """`draft-simple`, or with a sweep the swept values: `draft-simple k8`, `none c4`, `draft-simple k8 c4`,
+    `draft-simple T0.7`, `draft-simple T0.7 probabilistic` (temperature / draft sampling when swept)."""
     parts = [method]
     if by_length and draft_n_max is not None:
         parts.append(f"k{draft_n_max}")
     if by_level:
         parts.append(f"c{concurrency}")
+    if temperature is not None:
+        parts.append(f"T{temperature:g}")
+    if draft_sampling is not None:
+        parts.append(draft_sampling)
     return " ".join(parts)
 
 
@@ -79,11 +94,17 @@ def plan(
     draft_n_min: int | None = None,
     ngram: dict[str, int] | None = None,
     concurrency: list[int] | int | None = None,
+    samplers: list[Sampler] | None = None,
+    draft_sampling: list[DraftSampling] | None = None,
 ) -> list[ConditionSpec]:
     """The conditions for one admitted pair, baselines first; unknown/unadmitted methods refused.
 
     A list of draft lengths gives one condition per length for the methods that use one; a list
-    of concurrency levels gives every condition, the baseline included, once per level.
+    of concurrency levels or samplers (temperatures) gives every condition, the baseline included,
+    once per level / sampler. Draft sampling modes multiply the model-drafted methods at
+    temperature > 0 only: at 0 both modes verify the same way (llama.cpp rejects only when
+    the request samples), so greedy runs measure one condition, recorded with the mode asked for
+    when only one was.
     """
     available = [BASELINE, *DEFAULT_NGRAM_METHODS]
     if pair_method not in available:
@@ -106,27 +127,47 @@ def plan(
         [draft_n_max] if isinstance(draft_n_max, int) else list(draft_n_max) if draft_n_max else [None]
     )
     levels = [concurrency] if isinstance(concurrency, int) else list(concurrency or [1])
+    samplers = list(samplers or [GREEDY])
+    modes = list(draft_sampling or [])
+    if modes and methods and not any(m in MODEL_DRAFTED for m in wanted):  # asked for, not only defaulted
+        raise UsageError("--draft-sampling is for draft methods, and none is among the methods run")
     by_length, by_level = len(lengths) > 1, len(levels) > 1
+    by_sampler, by_mode = len(samplers) > 1, len(modes) > 1
     out: list[ConditionSpec] = []
     for method in wanted:
         uses_draft_len = method in MODEL_DRAFTED  # --spec-draft-n-max: draft models and MTP heads
         needs_file = method in DRAFT_METHODS
         if needs_file and not draft_path:
             raise UsageError(f"{method} needs a draft model file, and this pair has none")
-        for level in levels:
-            for k in lengths if uses_draft_len else [None]:
-                out.append(
-                    ConditionSpec(
-                        name=condition_name(method, k, level, by_length=by_length, by_level=by_level),
-                        method=method,
-                        draft_path=draft_path if needs_file else None,
-                        draft_sha256=draft_sha256 if needs_file else None,
-                        draft_n_max=k,
-                        draft_n_min=draft_n_min if uses_draft_len else None,
-                        params={f: v for f, v in ngram.items() if ngram_method(f) == method},
-                        concurrency=level,
-                    )
-                )
+        for sampler in samplers:
+            method_modes: list[DraftSampling | None] = [None]
+            if uses_draft_len and modes:
+                method_modes = list(modes) if not sampler.greedy else [modes[0] if len(modes) == 1 else None]
+            for level in levels:
+                for k in lengths if uses_draft_len else [None]:
+                    for mode in method_modes:
+                        name = condition_name(
+                            method, k, level, by_length=by_length, by_level=by_level,
+                            temperature=sampler.temperature if by_sampler else None,
+                            draft_sampling=mode if by_mode else None,
+                        )  # fmt: skip
+                        out.append(
+                            ConditionSpec(
+                                name=name,
+                                method=method,
+                                draft_path=draft_path if needs_file else None,
+                                draft_sha256=draft_sha256 if needs_file else None,
+                                draft_n_max=k,
+                                draft_n_min=draft_n_min if uses_draft_len else None,
+                                params={f: v for f, v in ngram.items() if ngram_method(f) == method},
+                                concurrency=level,
+                                temperature=sampler.temperature,
+                                top_p=sampler.top_p,
+                                top_k=sampler.top_k,
+                                min_p=sampler.min_p,
+                                draft_sampling=mode,
+                            )
+                        )
     return out
 
 
@@ -138,7 +179,14 @@ def schedule(specs: list[ConditionSpec], repeat: int, order: Order, seed: int) -
     (a cold page cache, a busy neighbour, heat) spreads over every condition instead of hitting
     whichever ran first. Round 0 starts with the baselines: their outputs are the reference the
     other conditions' outputs are compared with.
+
+    Greedy conditions all run before sampled ones (temperature > 0): the greedy stage proves
+    output equivalence, and a sampled condition runs only where its greedy one kept it.
     """
+    greedy = [s for s in specs if s.temperature == 0]
+    if greedy and len(greedy) < len(specs):
+        sampled = [s for s in specs if s.temperature != 0]
+        return schedule(greedy, repeat, order, seed) + schedule(sampled, repeat, order, seed + 1)
     if order == "blocked":
         return [ScheduleSlot(round=0, condition=s.name, repeats=list(range(repeat))) for s in specs]
     rng = random.Random(seed)
@@ -166,8 +214,18 @@ def server_args(cond: ConditionSpec, target_path: str, opts: ServerOptions) -> l
         args += ["--spec-draft-n-max", str(cond.draft_n_max)]
     if cond.draft_n_min is not None:
         args += ["--spec-draft-n-min", str(cond.draft_n_min)]
+    if cond.draft_sampling is not None:
+        args += ["--spec-draft-sampling", cond.draft_sampling]
     for flag, value in sorted(cond.params.items()):
         args += [flag, str(value)]
+    if cond.sampler != GREEDY:  # the server's defaults = the requests' sampler, as deploy pins them
+        args += ["--temp", f"{cond.temperature:g}"]
+        if cond.top_p is not None:
+            args += ["--top-p", f"{cond.top_p:g}"]
+        if cond.top_k is not None:
+            args += ["--top-k", str(cond.top_k)]
+        if cond.min_p is not None:
+            args += ["--min-p", f"{cond.min_p:g}"]
     args += ["-c", str(opts.ctx_size), "-np", str(opts.parallel), "--seed", str(opts.seed), "--metrics"]
     if opts.threads is not None:
         args += ["-t", str(opts.threads)]

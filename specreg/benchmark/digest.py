@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from specreg.benchmark import digest_cache
 from specreg.benchmark.condition_summary import percentile
 from specreg.benchmark.run_index import Failing, RequestTiming, RunHead, heads_of, load_parts
+from specreg.benchmark.sampling import arm
 from specreg.errors import SpecregError
 from specreg.schemas.audit import ConditionDigest, RunDigest, StratumRow
 from specreg.schemas.bench import ALL_STRATA, BenchRun, ConditionRun, ConditionSummary, RunManifest
@@ -81,6 +82,11 @@ def _condition(c: ConditionRun, base: ConditionRun | None, conc: int) -> Conditi
         extra_vram_mib=None if c is base or peak_vram is None or base_vram is None else peak_vram - base_vram,
         acceptance=counters.acceptance if counters else None,
         acceptance_by_position=by_pos,
+        temperature=c.spec.temperature,
+        top_p=c.spec.top_p,
+        top_k=c.spec.top_k,
+        min_p=c.spec.min_p,
+        draft_sampling=c.spec.draft_sampling,
     )
 
 
@@ -100,7 +106,8 @@ def build_digest(
     info, man = head
     conc = man.request.concurrency if man else 1
     levels = {c.idx: _concurrency_of(c, conc) for c in conditions}
-    bases = {levels[c.idx]: c for c in reversed(conditions) if c.spec.method == BASELINE}
+    arms = {c.idx: (levels[c.idx], arm(c.spec)[1]) for c in conditions}  # same concurrency and sampler
+    bases = {arms[c.idx]: c for c in reversed(conditions) if c.spec.method == BASELINE}
     every = sorted({p for ps in prompts.values() for p in ps})
     by_stratum = {st: sorted(ps) for st, ps in prompts.items()}  # once per stratum, not per summary
     rows: list[StratumRow] = []
@@ -155,6 +162,17 @@ def build_digest(
                 first_mismatch=None if is_base or not s.first_mismatch else _mismatch(s),
                 failed_prompts=[] if is_base else failed,
                 prompts=ids,
+                temperature=s.temperature,
+                draft_sampling=s.draft_sampling,
+                expect_checked=s.n_expect_checked,
+                expect_failed=s.n_expect_failed,
+                base_expect_checked=s.n_base_expect_checked,
+                base_expect_failed=s.n_base_expect_failed,
+                expect_diff=s.expect_diff,
+                expect_diff_ci95=s.expect_diff_ci95,
+                dist_p=s.dist_p,
+                dist_n=s.dist_n,
+                dist_note=s.dist_note,
             )
         )
     total_vram = None
@@ -172,7 +190,7 @@ def build_digest(
         target_sha256=info.target_sha256,
         workload=man.request.workload if man else None,
         repetitions=man.observation.repeat if man else 0,
-        conditions=[_condition(c, bases.get(levels[c.idx]), levels[c.idx]) for c in conditions],
+        conditions=[_condition(c, bases.get(arms[c.idx]), levels[c.idx]) for c in conditions],
         strata=rows,
     )
 
@@ -180,7 +198,7 @@ def build_digest(
 def _ratios(rows: Iterable[RequestTiming], conditions: list[ConditionRun], default_conc: int) -> Ratios:
     """Per-request speed-ups: the baseline's total ms (same prompt, repetition, concurrency) / this one's."""
     rows = list(rows)
-    level = {c.spec.name: _concurrency_of(c, default_conc) for c in conditions}
+    level = {c.spec.name: (_concurrency_of(c, default_conc), arm(c.spec)[1]) for c in conditions}
     baselines = {c.spec.name for c in conditions if c.spec.method == BASELINE}
     base = {(level.get(c), p, rep): ms for c, _, p, rep, ok, ms in rows if c in baselines and ok and ms}
     out: Ratios = defaultdict(list)

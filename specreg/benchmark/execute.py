@@ -29,6 +29,7 @@ from specreg.benchmark.client import Completion, LlamaClient
 from specreg.benchmark.condition_summary import compare_outputs
 from specreg.benchmark.conditions import ServerOptions, server_args
 from specreg.benchmark.runstore import RunStore
+from specreg.benchmark.sampling import arm
 from specreg.benchmark.warmup import warm_up
 from specreg.benchmark.workloads import Workload, content_sha256
 from specreg.errors import ServerError, ServerStartError
@@ -36,6 +37,7 @@ from specreg.registry.db import now
 from specreg.schemas.bench import ConditionRun, IdsSource, PromptInfo, RequestRow, RunInfo, WorkloadItem
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.methods import BASELINE
+from specreg.schemas.sampling import Sampler, repetition_seed
 from specreg.servers.launcher import ServerCommand, ServerProcess, launch
 from specreg.servers.memory import GpuProbe, MemorySampler, higher_peak
 from specreg.servers.memory_predict import predict_rss
@@ -73,12 +75,13 @@ class RunContext:
     workload: Workload
     started: float = field(default_factory=time.monotonic)
     rows: list[RequestRow] = field(default_factory=list)
-    baseline: dict[tuple[int, str, int], RequestRow] = field(default_factory=dict)  # (concurrency, prompt, rep)
+    # (arm: concurrency and sampler, prompt, rep) -> the baseline's row
+    baseline: dict[tuple[tuple[int, Sampler], str, int], RequestRow] = field(default_factory=dict)
     prompts_stored: bool = False
     items: dict[str, WorkloadItem] = field(default_factory=dict)
     row_ids: dict[tuple[int, str, int], int] = field(default_factory=dict)  # (condition, prompt, rep) -> row id
     positions: dict[tuple[int, str, int], list[int]] = field(default_factory=dict)  # the stream's id positions
-    concurrency: dict[int, int] = field(default_factory=dict)  # condition idx -> requests in flight
+    concurrency: dict[int, tuple[int, Sampler]] = field(default_factory=dict)  # condition idx -> its arm
 
     def __post_init__(self) -> None:
         self.items = {i.id: i for i in self.workload.items}
@@ -289,13 +292,17 @@ def _one(ctx: RunContext, cond: ConditionRun, client: LlamaClient, item: Workloa
     if ctx.expired():
         return None
     started = now()
+    seed = repetition_seed(o.seed, rep)
     c = client.complete(
         item,
         max_tokens=o.max_tokens or item.max_tokens,
-        seed=o.seed,
+        seed=seed,
+        sampling=cond.spec.sampler.request_fields(),
         timeout_s=min(o.request_timeout_s, max(0.5, ctx.remaining())),
     )
     row = _row(cond, item, rep, started, c)
+    sp = cond.spec
+    row.seed, row.temperature, row.top_p, row.top_k, row.min_p = seed, sp.temperature, sp.top_p, sp.top_k, sp.min_p
     ctx.positions[_key(row)] = c.id_positions
     return row
 
@@ -358,11 +365,11 @@ def _record(ctx: RunContext, cond: ConditionRun, row: RequestRow) -> None:
     item = ctx.items[row.prompt_id]
     if row.ok and item.expect is not None:
         row.expect_ok, row.expect_detail = expect_mod.check(item.expect, row.output_text or "")
-    conc = ctx.concurrency[cond.idx] = cond.spec.concurrency
+    conc = ctx.concurrency[cond.idx] = arm(cond.spec)
     if cond.spec.method == BASELINE:
         if row.ok:
             ctx.baseline[(conc, row.prompt_id, row.repeat)] = row
-    elif row.ok:
+    elif row.ok and cond.spec.sampler.greedy:  # sampled output is judged by benchmark/sampling.py
         _compare(ctx, conc, row)
     ctx.row_ids[_key(row)] = ctx.store.add_request(ctx.run_id, row)
     ctx.rows.append(row)
@@ -373,7 +380,7 @@ def _key(row: RequestRow) -> tuple[int, str, int]:
     return (row.condition_idx, row.prompt_id, row.repeat)
 
 
-def _compare(ctx: RunContext, conc: int, row: RequestRow) -> bool:
+def _compare(ctx: RunContext, conc: tuple[int, Sampler], row: RequestRow) -> bool:
     """Compare a speculative row with its baseline; whether anything about it changed."""
     # the same prompt and repetition at the same concurrency; greedy output is deterministic,
     # so any measured baseline repetition of the prompt stands in when that one is not there yet
@@ -403,7 +410,8 @@ def _complete_ids(ctx: RunContext, cond: ConditionRun, client: LlamaClient, rows
         rec = client.record_ids(
             item.prompt,
             max_tokens=o.max_tokens or item.max_tokens,
-            seed=o.seed,
+            seed=row.seed if row.seed is not None else o.seed,
+            sampling=cond.spec.sampler.request_fields(),
             timeout_s=min(o.request_timeout_s, max(0.5, ctx.remaining())),
         )
         problem = _replay_problem(row, ctx.positions.get(_key(row), []), rec)
@@ -415,7 +423,7 @@ def _complete_ids(ctx: RunContext, cond: ConditionRun, client: LlamaClient, rows
                 f"{cond.spec.name} {row.prompt_id}#{row.repeat}: the stream left token ids out and the "
                 f"replay that asks for every id was not used ({problem}); compared by text only"
             )
-    conc = cond.spec.concurrency
+    conc = arm(cond.spec)
     changed = {_key(r): r for r in done}
     if cond.spec.method == BASELINE:
         prompts = {r.prompt_id for r in done}
@@ -423,15 +431,15 @@ def _complete_ids(ctx: RunContext, cond: ConditionRun, client: LlamaClient, rows
             mine = r.ok and r.matches_baseline is not None and r.prompt_id in prompts and _conc(ctx, r) == conc
             if mine and _compare(ctx, conc, r):
                 changed[_key(r)] = r
-    else:
+    elif cond.spec.sampler.greedy:
         for r in done:
             _compare(ctx, conc, r)
     for key, r in changed.items():
         ctx.store.update_request_output(ctx.row_ids[key], r)
 
 
-def _conc(ctx: RunContext, row: RequestRow) -> int:
-    return ctx.concurrency.get(row.condition_idx, 1)
+def _conc(ctx: RunContext, row: RequestRow) -> tuple[int, Sampler]:
+    return ctx.concurrency.get(row.condition_idx, (1, Sampler()))
 
 
 def _replay_problem(row: RequestRow, positions: list[int], rec: Completion) -> str | None:
@@ -454,9 +462,10 @@ def _replay_problem(row: RequestRow, positions: list[int], rec: Completion) -> s
     return None if bad is None else f"its token {bad} differs from the stream's"
 
 
-def _any_baseline(ctx: RunContext, conc: int, prompt_id: str) -> RequestRow | None:
-    """A baseline row of the prompt, at this concurrency if there is one (first measured first)."""
-    rows = [(c != conc, b) for (c, p, _), b in ctx.baseline.items() if p == prompt_id]
+def _any_baseline(ctx: RunContext, conc: tuple[int, Sampler], prompt_id: str) -> RequestRow | None:
+    """A greedy baseline row of the prompt, at this concurrency if there is one (first measured
+    first); never a sampled one, whose output depends on its seed."""
+    rows = [(c != conc, b) for (c, p, _), b in ctx.baseline.items() if p == prompt_id and c[1].greedy]
     return min(rows, key=lambda cb: cb[0])[1] if rows else None
 
 

@@ -23,8 +23,9 @@ from specreg.benchmark.digest import keep_digests
 from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
 from specreg.benchmark.execute import Observer, RunContext, finish_condition, run_condition
 from specreg.benchmark.runstore import RunStore
+from specreg.benchmark.sampling import arm, greedy_problem, greedy_twin, stored_greedy, unsupported
 from specreg.benchmark.workloads import Workload, load_workload
-from specreg.errors import ArtifactChanged, NotAdmitted, SpecregError
+from specreg.errors import ArtifactChanged, NotAdmitted, SpecregError, UsageError
 from specreg.registry.db import now
 from specreg.registry.hashing import sha256_file
 from specreg.schemas.bench import (
@@ -169,6 +170,10 @@ class Runner:
                     f"pair {p.id} ({p.method}) is measured in pair {by.id}'s run (same target, same conditions)"
                 )
         self.runtime()  # a broken server binary fails once, here
+        lacking = unsupported(self.cmd, self.opts)
+        if lacking is not None:
+            hint = "measure at a sampler this server takes, or give --server a newer llama-server"
+            raise UsageError(lacking, hint=hint)
         runs = []
         for p, specs in plans:
             try:
@@ -191,6 +196,8 @@ class Runner:
             draft_n_min=self.opts.draft_n_min,
             ngram=self.opts.ngram,
             concurrency=self.opts.concurrency,
+            samplers=self.opts.samplers(),
+            draft_sampling=self.opts.draft_sampling,
         )
 
     def bench_pair(self, pair: PairRecord, specs: list[cond_mod.ConditionSpec] | None = None) -> BenchRun:
@@ -262,6 +269,11 @@ class Runner:
                 c = by_name[slot.condition]
                 if c.status not in ("pending", "running"):
                     continue  # failed in an earlier round: its later rounds are not run
+                if c.status == "pending" and (why := self._sampled_stage(c, conds, ctx, pair)) is not None:
+                    c.status, c.failure, c.finished_at = "skipped", why, now()
+                    self.store.save_condition(run_id, c)
+                    self.observer.note(f"{c.spec.name}: {why}")
+                    continue
                 if ctx.expired():
                     why = f"run deadline of {self.opts.run_timeout_s:g}s exceeded"
                     c.status, c.failure = ("skipped", why) if c.status == "pending" else ("failed", why)
@@ -299,6 +311,32 @@ class Runner:
             self.observer.run_done(run_id, status, reason)
         return self.store.load(run_id)
 
+    def _sampled_stage(
+        self, c: ConditionRun, conds: list[ConditionRun], ctx: RunContext, pair: PairRecord
+    ) -> str | None:
+        """Why a sampled condition may not run (None: it may). PROTOCOL's stages in order: a
+        speculative condition is measured at temperature > 0 only once its greedy stage kept
+        output equivalence, in this run (its greedy twin, which the schedule ran first) or in a
+        stored run of the same pair, runtime and prompts."""
+        spec = c.spec
+        if spec.temperature == 0 or spec.method == BASELINE:
+            return None
+        twin = greedy_twin(spec, (x.spec for x in conds))
+        if twin is not None:
+            tc = next(x for x in conds if x.spec.name == twin.name)
+            problem = greedy_problem(tc.status, tc.failure, [r for r in ctx.rows if r.condition_idx == tc.idx])
+            return None if problem is None else f"sampled stage refused: {problem} ({twin.name})"
+        found = stored_greedy(
+            self.reg.conn, spec, pair.target_sha256, pair.draft_sha256, self.runtime(), self.workload.sha256
+        )
+        if found is not None:
+            self.observer.note(f"{spec.name}: greedy stage kept output equivalence in run {found}")
+            return None
+        return (
+            "sampled stage refused: no greedy stage of this condition kept output equivalence (none in this "
+            "run, none stored for this pair, runtime and prompts); add --temperature 0 to measure it first"
+        )
+
     def _until_decided(self, ctx: RunContext, conds: list[ConditionRun], started: float) -> None:
         """`--budget`: more rounds after the planned ones, each the baselines and every condition
         still undecided against `--min-speedup` (benchmark/sequential.py: looking after every round
@@ -307,7 +345,7 @@ class Runner:
         Then every condition still running is judged on all its rows, as after a planned run."""
         o = self.opts
         budget = o.budget_s or 0.0
-        bases = {c.spec.concurrency: c for c in conds if c.spec.method == BASELINE}
+        bases = {arm(c.spec): c for c in conds if c.spec.method == BASELINE}
         rng = random.Random(o.seed)
         round_no, last_round = o.repeat, 0.0
 
@@ -320,7 +358,7 @@ class Runner:
                 for c in conds
                 if c.spec.method != BASELINE
                 and c.status == "running"
-                and (base := bases.get(c.spec.concurrency)) is not None
+                and (base := bases.get(arm(c.spec))) is not None
                 and base.status == "running"
                 and speed_decision(rows(base), rows(c), o.min_speedup).decision == "undecided"
             ]
@@ -328,7 +366,7 @@ class Runner:
             if not undecided or spent + last_round > budget or ctx.expired():
                 break
             t0 = time.monotonic()
-            todo = list({id(c): c for c in [bases[c.spec.concurrency] for c in undecided] + undecided}.values())
+            todo = list({id(c): c for c in [bases[arm(c.spec)] for c in undecided] + undecided}.values())
             rng.shuffle(todo)
             for c in todo:
                 if c.status == "running":
@@ -366,6 +404,13 @@ class Runner:
                 workload_sha256=self.workload.sha256,
                 workload_source=self.workload.source,
                 seed=o.seed,
+                temperature=o.temperature[0],
+                temperatures=list(o.temperature),
+                top_p=o.top_p,
+                top_k=o.top_k,
+                min_p=o.min_p,
+                draft_sampling=list(o.draft_sampling or []),
+                seeds="repetition r: (seed + r) mod 2^32 - 1, the same for every condition",
                 max_tokens_override=o.max_tokens,
                 concurrency=o.concurrency[0],
                 concurrency_levels=list(o.concurrency),

@@ -66,6 +66,11 @@ _REQ_COLS = [
     "server_tpot_ms",
     "first_diff_char",
     "diff_context",
+    "seed",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
 ]
 # what a replay of the ids (benchmark/execute.py) changes on a stored row
 _OUTPUT_COLS = ["ids_source", "matches_baseline", "first_diff", "diff_unit", "first_diff_char", "diff_context"]

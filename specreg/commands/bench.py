@@ -72,6 +72,25 @@ def _ints(values: list[str] | None, flag: str) -> list[int] | None:
         raise UsageError(f"{flag} {shown!r}: expected whole numbers separated by commas, e.g. 1,4,8") from None
 
 
+def _floats(values: list[str] | None, flag: str) -> list[float] | None:
+    """`--temperature 0,0.7 --temperature 1` -> [0.0, 0.7, 1.0]; anything else is a one-line usage error."""
+    import math
+
+    from specreg.errors import UsageError
+
+    items = _split(values)
+    if items is None:
+        return None
+    try:
+        out = [float(v) for v in items]
+    except ValueError:
+        out = []
+    if not out or not all(math.isfinite(v) for v in out):
+        shown = ",".join(values or [])
+        raise UsageError(f"{flag} {shown!r}: expected numbers separated by commas, e.g. 0,0.7")
+    return out
+
+
 def _sigterm(_sig: int, _frame: FrameType | None) -> None:
     raise KeyboardInterrupt  # stop like Ctrl-C: servers stopped, run saved as cancelled
 
@@ -138,8 +157,36 @@ def admitted(
         ),
     ] = None,
     seed: Annotated[
-        int, typer.Option("--seed", help="Sampling seed (greedy, temperature 0); also seeds the order and intervals.")
+        int,
+        typer.Option(
+            "--seed", help="Sampling seed: repetition r uses seed + r (recorded); also seeds the order and intervals."
+        ),
     ] = 42,
+    temperature: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--temperature",
+            metavar="T[,T]",
+            help="Sampling temperature (default 0, greedy); a list such as 0,0.7 measures each, greedy first.",
+        ),
+    ] = None,
+    top_p: Annotated[
+        float | None, typer.Option("--top-p", help="top-p of every request (default: the server's).")
+    ] = None,
+    top_k: Annotated[
+        int | None, typer.Option("--top-k", help="top-k of every request (default: the server's).")
+    ] = None,
+    min_p: Annotated[
+        float | None, typer.Option("--min-p", help="min-p of every request (default: the server's).")
+    ] = None,
+    draft_sampling: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--draft-sampling",
+            metavar="greedy|probabilistic",
+            help="--spec-draft-sampling for draft methods at temperature > 0; greedy,probabilistic measures both.",
+        ),
+    ] = None,
     warmup: Annotated[
         int,
         typer.Option("--warmup", help="Most warm-up requests per server start (stops when two agree within 10%)."),
@@ -201,6 +248,7 @@ def admitted(
 
     Example: specreg bench admitted --pair 1 --workload repetitive --concurrency 1,4 --draft-max 4,8
     Example: specreg bench admitted --pair 1 --workload mt-bench --sample 2 --repeat 3
+    Example: specreg bench admitted --pair 1 --temperature 0,0.7 --draft-sampling greedy,probabilistic
     """
     from specreg.benchmark.conditions import parse_ngram_options
     from specreg.benchmark.runner import Runner
@@ -229,6 +277,11 @@ def admitted(
         run_timeout_s=run_timeout,
         budget_s=_duration(budget),
         min_speedup=min_speedup,
+        temperature=_floats(temperature, "--temperature") or [0.0],
+        top_p=top_p,
+        top_k=top_k,
+        min_p=min_p,
+        draft_sampling=_split(draft_sampling),
     )
     if executor not in ("local", "ray"):
         from specreg.errors import UsageError

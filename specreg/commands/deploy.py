@@ -122,6 +122,9 @@ def _show(plan: DeployCommand, policy_source: str) -> None:
             block("keep serving without speculation (the measured baseline):", wrap_command(plan.rollback_argv, cols))
         return
     say("deployable", prefix=head, style="green")
+    if plan.sampler:
+        mode = f", draft sampling {plan.draft_sampling}" if plan.draft_sampling else ""
+        evidence.append(f"sampler: {plan.sampler}{mode} (measured there, pinned below)")
     show_lines([safe_plain(line) for line in evidence])
     say(_speedup(plan))
     for note in plan.notes:

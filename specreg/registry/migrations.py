@@ -493,3 +493,17 @@ def m013_bench_request_records(db: sqlite3.Connection) -> None:
         ("diff_context", "TEXT"),
     ):
         db.execute(f"ALTER TABLE bench_requests ADD COLUMN {col} {kind}")
+
+
+@migrations()
+def m015_bench_request_sampler(db: sqlite3.Connection) -> None:
+    """The sampler each request was made with and its seed (a sampled run's repetitions each have
+    their own, recorded so the run can be made again). Older rows: NULL (greedy, the run's seed)."""
+    for col, kind in (
+        ("seed", "INTEGER"),
+        ("temperature", "REAL"),
+        ("top_p", "REAL"),
+        ("top_k", "INTEGER"),
+        ("min_p", "REAL"),
+    ):
+        db.execute(f"ALTER TABLE bench_requests ADD COLUMN {col} {kind}")

@@ -174,12 +174,33 @@ TIMINGS_NOTE = (
 
 
 def comparison_notes(run: RunDigest) -> list[str]:
-    """Each condition x stratum whose output differs from the baseline: where, with context."""
+    """Each condition x stratum whose output differs from the baseline: where, with context; then
+    each sampled condition's numbers at its sampler (`sampler_notes`)."""
     return [
         f"{r.condition} / {r.stratum}: first output that differs from the baseline: {r.first_mismatch}"
         for r in run.strata
         if r.first_mismatch
-    ]
+    ] + sampler_notes(run)
+
+
+def sampler_notes(run: RunDigest) -> list[str]:
+    """Acceptance and speed-up per sampler, with the sampled checks at temperature > 0 (none for
+    a greedy-only run): speed-ups compare only at the same sampler."""
+    if all(c.temperature == 0 for c in run.conditions):
+        return []
+    out = []
+    for r in run.strata:
+        if r.stratum != "all" or r.temperature == 0 or r.speedup_note == "reference":
+            continue
+        mode = f", {r.draft_sampling} draft" if r.draft_sampling else ""
+        text = f"{r.condition} at T{r.temperature:g}{mode}: acceptance {pct(r.acceptance)}, speed-up {speedup_cell(r)}"
+        if r.expect_checked:
+            base = f"{r.base_expect_checked - r.base_expect_failed}/{r.base_expect_checked}"
+            text += f", expect {r.expect_checked - r.expect_failed}/{r.expect_checked} vs baseline {base}"
+        if r.dist_p is not None:
+            text += f", distribution check p = {r.dist_p:.2g} over {r.dist_n} prompts"
+        out.append(text)
+    return out
 
 
 CONDITION_HEADERS = (

@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from specreg.schemas.bench import ConditionStatus, Difference, RunStatus
 from specreg.schemas.bench_settings import DEFAULT_REPEAT
+from specreg.schemas.sampling import DraftSampling, Sampler
 
 # The gates, declared once, in the order the audit runs them and every report shows them.
 GateName = Literal[
@@ -59,6 +60,19 @@ class QualityPolicy(_Strict):
 
     require_equivalence: bool = True
     required_prompts: list[str] = Field(default_factory=list)  # empty: every prompt of the run
+    # the sampled stage (temperature > 0, benchmark/sampling.py): the condition's `expect` pass
+    # rate may be lower than the baseline's by at most this, and never lower beyond chance
+    expect_tolerance: float = Field(default=0.10, ge=0, le=1)
+    # the distribution check's level: a condition whose outputs' first tokens differ from the
+    # baseline's with p below this fails (its false-alarm rate when nothing changed)
+    distribution_alpha: float = Field(default=0.01, gt=0, lt=1)
+
+
+class SamplingPolicy(Sampler):
+    """The sampler production uses (default greedy): the audit takes evidence measured at it and
+    `deploy` pins it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class MemoryPolicy(_Strict):
@@ -102,6 +116,7 @@ class Policy(_Strict):
     memory: MemoryPolicy = Field(default_factory=MemoryPolicy)
     licence: LicencePolicy = Field(default_factory=LicencePolicy)
     template: TemplatePolicy = Field(default_factory=TemplatePolicy)
+    sampling: SamplingPolicy = Field(default_factory=SamplingPolicy)
 
 
 # ---- run digests: what reports and gates read from a benchmark run ------------------------
@@ -147,6 +162,18 @@ class StratumRow(BaseModel):
     first_mismatch: str | None = None  # "prompt#rep @ token 7, char 12: <context>"
     prompts: list[str] = Field(default_factory=list)  # prompt ids measured in this stratum
     failed_prompts: list[str] = Field(default_factory=list)  # prompt ids that broke equivalence
+    # the sampler (greedy unless measured otherwise) and the sampled stage's checks (T > 0)
+    temperature: float = 0.0
+    draft_sampling: DraftSampling | None = None
+    expect_checked: int = 0  # this condition's `expect` checks at this sampler
+    expect_failed: int = 0
+    base_expect_checked: int = 0  # the baseline's, same prompts and sampler
+    base_expect_failed: int = 0
+    expect_diff: float | None = None  # pass rate, condition - baseline
+    expect_diff_ci95: tuple[float, float] | None = None
+    dist_p: float | None = None  # the distribution check's p-value (benchmark/sampling.py)
+    dist_n: int = 0
+    dist_note: str | None = None
 
 
 class ConditionDigest(BaseModel):
@@ -170,10 +197,20 @@ class ConditionDigest(BaseModel):
     extra_vram_mib: float | None = None
     acceptance: float | None = None
     acceptance_by_position: list[float | None] = Field(default_factory=list)
+    # the sampler its requests were made with (greedy for runs before it was recorded)
+    temperature: float = 0.0
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    draft_sampling: DraftSampling | None = None
 
     @property
     def is_baseline(self) -> bool:
         return self.spec_type == "none"
+
+    @property
+    def sampler(self) -> Sampler:
+        return Sampler(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, min_p=self.min_p)
 
 
 class RunDigest(BaseModel):
@@ -228,6 +265,8 @@ class ConditionOutcome(BaseModel):
     concurrency: int = 1
     draft_n_max: int | None = None
     params: dict[str, Any] = Field(default_factory=dict)
+    temperature: float = 0.0  # the sampler it was measured at (the policy's)
+    draft_sampling: DraftSampling | None = None
     failed: dict[str, str] = Field(default_factory=dict)  # gate -> message, condition gates that failed
     strata: dict[str, bool] = Field(default_factory=dict)  # equivalence and speed both pass there
     # where one fails: which, with its numbers ("speed 0.94x [0.80, 1.51]", "equivalence 3/6 equal")
@@ -355,6 +394,8 @@ class DeployCommand(BaseModel):
     stratum: str | None = None  # None: the whole workload
     concurrency: int | None = None
     draft_n_max: int | None = None  # the deployed draft length (None: the build's default, or no draft)
+    sampler: str | None = None  # the sampler pinned (the policy's, as measured): "T0.7 p0.9"
+    draft_sampling: DraftSampling | None = None  # the --spec-draft-sampling mode that won (None: default)
     argv: list[str] | None = None  # None when refused
     rollback_argv: list[str] | None = None  # the baseline (no speculation), also given when refused
     sha256: dict[str, str] = Field(default_factory=dict)  # each model path in argv -> its SHA-256

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validat
 from specreg.schemas.bench_settings import BenchSettings, Order
 from specreg.schemas.checks import CheckResult
 from specreg.schemas.registry import LicenceRecord
+from specreg.schemas.sampling import DraftSampling, Sampler
 
 RunStatus = Literal["running", "complete", "incomplete", "cancelled", "aborted", "failed"]
 ConditionStatus = Literal["pending", "running", "ok", "failed", "cancelled", "aborted", "skipped"]
@@ -97,6 +98,17 @@ class ConditionSpec(BaseModel):
     draft_n_min: int | None = None
     params: dict[str, int] = Field(default_factory=dict)  # llama-server flag -> value
     concurrency: int = 1  # requests in flight = server slots (-np)
+    # the sampler every request of this condition is made with (schemas/sampling.py); older
+    # runs: greedy. A speed-up is against the baseline at the same concurrency and sampler.
+    temperature: float = 0.0
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    draft_sampling: DraftSampling | None = None  # --spec-draft-sampling (None: the build's default)
+
+    @property
+    def sampler(self) -> Sampler:
+        return Sampler(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, min_p=self.min_p)
 
 
 class SpecCounters(BaseModel):
@@ -229,6 +241,13 @@ class RequestRow(BaseModel):
     diff_context: str | None = None  # a few tokens / characters either side of the first difference
     expect_ok: bool | None = None
     expect_detail: str | None = None
+    # the sampler the request was made with and its seed (repetition seeds: schemas/sampling.py);
+    # None: rows stored before specreg recorded them (greedy, the run's seed)
+    seed: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
 
     @property
     def ids_complete(self) -> bool:
@@ -337,10 +356,14 @@ class RequestSettings(BaseModel):
     workload: str
     workload_sha256: str
     workload_source: WorkloadSource | None = None  # standard workloads (mt-bench, humaneval, sharegpt)
-    temperature: float = 0.0
-    seed: int
+    temperature: float = 0.0  # the lowest measured (every one: `temperatures`)
+    seed: int  # repetition r's requests use seed + r (schemas/sampling.py repetition_seed)
     top_k: int | None = None
     top_p: float | None = None
+    min_p: float | None = None
+    temperatures: list[float] = Field(default_factory=list)
+    draft_sampling: list[DraftSampling] = Field(default_factory=list)  # --draft-sampling as given
+    seeds: str | None = None  # how each repetition's seed is derived (None: one seed for all)
     max_tokens_override: int | None = None
     concurrency: int = 1  # the lowest level measured (every level: `concurrency_levels`)
     concurrency_levels: list[int] = Field(default_factory=list)
@@ -462,6 +485,27 @@ class ConditionSummary(BaseModel):
     mismatch_context: str | None = None  # the first mismatch's tokens and characters either side
     n_expect_checked: int = 0
     n_expect_failed: int = 0
+    # the sampler (every condition's own; a speed-up is against the baseline at the same one)
+    temperature: float = 0.0
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    draft_sampling: DraftSampling | None = None
+    # the sampled stage (temperature > 0, benchmark/sampling.py): the baseline's expect checks on the
+    # same prompts, the pass-rate difference (condition - baseline) with its 95% interval, and the
+    # distribution check of the first generated tokens against the baseline's
+    n_base_expect_checked: int = 0
+    n_base_expect_failed: int = 0
+    expect_diff: float | None = None
+    expect_diff_ci95: tuple[float, float] | None = None
+    dist_p: float | None = None  # permutation p-value; None: not run (greedy, baseline, no samples)
+    dist_n: int = 0  # prompts with outputs on both sides
+    dist_flagged: bool | None = None  # p below the check's alpha: the outputs differ beyond chance
+    dist_note: str | None = None
+
+    @property
+    def sampler(self) -> Sampler:
+        return Sampler(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, min_p=self.min_p)
 
 
 class RunInfo(BaseModel):

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from specreg.schemas.sampling import MAX_TEMPERATURE, DraftSampling, Sampler
+
 Order = Literal["rounds", "blocked"]
 # Repetitions of every prompt: `bench admitted` runs this many by default and the default policy
 # asks for as many, so the README's `check pair && bench admitted && audit` can pass.
@@ -58,6 +60,18 @@ class BenchSettings(BaseModel):
     # decided against `min_speedup` (benchmark/sequential.py), or this many seconds have passed
     budget_s: float | None = Field(default=None, gt=0, json_schema_extra=_flag("--budget"))
     min_speedup: float = Field(default=1.05, gt=0, json_schema_extra=_flag("--min-speedup"))
+    # the sampler (schemas/sampling.py): a list of temperatures is a sweep like `draft_n_max`;
+    # top_p / top_k / min_p hold for every temperature (None: the server's default)
+    temperature: list[float] = Field(
+        default_factory=lambda: [0.0], min_length=1, json_schema_extra=_flag("--temperature")
+    )
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0, json_schema_extra=_flag("--top-p"))
+    top_k: int | None = Field(default=None, ge=0, json_schema_extra=_flag("--top-k"))
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0, json_schema_extra=_flag("--min-p"))
+    # --spec-draft-sampling for draft methods at temperature > 0 (None: the build's default)
+    draft_sampling: list[DraftSampling] | None = Field(
+        default=None, min_length=1, json_schema_extra=_flag("--draft-sampling")
+    )
 
     @field_validator("concurrency", "draft_n_max", mode="before")
     @classmethod
@@ -77,6 +91,32 @@ class BenchSettings(BaseModel):
         if v is not None and any(k < 0 for k in v):
             raise ValueError("every draft length must be >= 0")
         return None if v is None else sorted(set(v))
+
+    @field_validator("temperature", mode="before")
+    @classmethod
+    def _temperatures_listed(cls, v: object) -> object:
+        return [v] if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+
+    @field_validator("temperature")
+    @classmethod
+    def _temperatures(cls, v: list[float]) -> list[float]:
+        if any(not 0.0 <= t <= MAX_TEMPERATURE for t in v):
+            raise ValueError(f"every temperature must be between 0 and {MAX_TEMPERATURE:g}")
+        return sorted(set(v))
+
+    @field_validator("draft_sampling", mode="before")
+    @classmethod
+    def _modes_listed(cls, v: object) -> object:
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("draft_sampling")
+    @classmethod
+    def _modes(cls, v: list[DraftSampling] | None) -> list[DraftSampling] | None:
+        return None if v is None else list(dict.fromkeys(v))
+
+    def samplers(self) -> list[Sampler]:
+        """One sampler per temperature, greedy first: the stages in the protocol's order."""
+        return [Sampler(temperature=t, top_p=self.top_p, top_k=self.top_k, min_p=self.min_p) for t in self.temperature]
 
     @classmethod
     def from_options(cls, **values: Any) -> BenchSettings:

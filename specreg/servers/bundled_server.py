@@ -74,6 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temp", "--temperature", type=float, dest="temp", default=None)
     p.add_argument("--top-k", type=int, dest="top_k", default=None)
     p.add_argument("--top-p", type=float, dest="top_p", default=None)
+    p.add_argument("--min-p", type=float, dest="min_p", default=None)
+    # common/arg.cpp: greedy drafts the argmax; probabilistic samples the draft and the target
+    # verifies by rejection (common_speculative_params.draft.probabilistic, temperature > 0 only)
+    p.add_argument("--spec-draft-sampling", choices=("greedy", "probabilistic"), dest="draft_sampling", default=None)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--metrics", action="store_true", help="expose /metrics")
@@ -122,6 +126,8 @@ def build_params(ns: argparse.Namespace) -> Any:
         params.sampling.top_k = ns.top_k
     if ns.top_p is not None:
         params.sampling.top_p = ns.top_p
+    if ns.min_p is not None:
+        params.sampling.min_p = ns.min_p
     if ns.verbosity is not None:
         params.verbosity = ns.verbosity
     for attr in ("cache_type_k", "cache_type_v"):
@@ -152,6 +158,10 @@ def build_params(ns: argparse.Namespace) -> Any:
         spec.draft.n_max = ns.draft_n_max
     if ns.draft_n_min is not None:
         spec.draft.n_min = ns.draft_n_min
+    if ns.draft_sampling is not None:
+        if not hasattr(spec.draft, "probabilistic"):
+            raise ValueError("--spec-draft-sampling: this xllamacpp build has no probabilistic drafting")
+        spec.draft.probabilistic = ns.draft_sampling == "probabilistic"
     for flag, (attr, minimum) in NGRAM_FLAGS.items():
         value = getattr(ns, ngram_dest(flag))
         if value is None:

@@ -25,6 +25,7 @@ from rich.table import Column
 from specreg.benchmark.execute import Observer
 from specreg.commands.layout import Col, Styled, pack, shorten
 from specreg.commands.output import Cell, err_console, print_listing, safe_plain, say, show_lines, width
+from specreg.commands.views.sampling import show_samplers
 from specreg.text import model_label, plural
 from specreg.units import mib_text
 
@@ -592,7 +593,8 @@ def show_run(run: BenchRun, names: Mapping[str, str | None] | None = None) -> No
             f"workload {m.request.workload}",
             f"repeat {m.observation.repeat}",
             f"concurrency {','.join(map(str, m.request.concurrency_levels or [m.request.concurrency]))}",
-            f"seed {m.request.seed}",
+            f"seed {m.request.seed}" + (" + repetition" if m.request.seeds else ""),
+            *([f"temperature {','.join(f'{t:g}' for t in m.request.temperatures)}"] if m.request.temperatures else []),
             *([f"order {m.observation.order}"] if m.observation.order else []),
             f"cpu {m.hardware.cpu_model or '?'}",
             f"gpu {gpus}",
@@ -607,6 +609,7 @@ def show_run(run: BenchRun, names: Mapping[str, str | None] | None = None) -> No
     print_listing(cols, rows)
     _legend_no_difference(run.summaries)
     _decisions(run)
+    show_samplers(run)
     show_lines([""])
     print_listing(_TIMING_COLUMNS, [_timing_row(s) for s in run.summaries if s.n_ok])
     say(TIMINGS_LEGEND, style="dim")
