@@ -4,6 +4,9 @@ One escaping rule for the terminal, reports, plots and error messages: control c
 (an ANSI escape, NUL, a newline that would turn one error into two), bidi overrides and
 zero-width characters (which make a name read differently from what it is) are shown as
 `\\xNN` / `\\uNNNN` instead of acting.
+
+Also the small wording rules every view shares: counts with their noun in the right number
+(`plural`), and a llama.cpp log line reduced to its message (`log_message`).
 """
 
 from __future__ import annotations
@@ -50,3 +53,23 @@ def valid_utf8(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [valid_utf8(v) for v in value]
     return value
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """`n` with its noun in the right number: '1 pair', '2 pairs', '1 token text', '0 token texts';
+    `many` for an irregular plural ('1 match', many='matches')."""
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+# llama.cpp's log prefix (common/log.cpp): an optional timestamp `M.SS.mmm.uuu`, the level letter, then
+# a module's own `tag %12.*s: ` (speculative.cpp's "spec common_specu: ", the server's "srv  load_model: ")
+_LOG_PREFIX = re.compile(r"^\s*(?:\d+\.\d{2}\.\d{3}\.\d{3}\s+)?[IWEDT] +(?:[a-z]{2,5} +[^\s:]{1,12}: +)?")
+
+
+def log_message(line: str) -> str:
+    """A llama.cpp log line as its message alone: '0.02.111.646 W spec common_specu: the target and
+    draft vocabs are not compatible' -> 'the target and draft vocabs are not compatible'. Colour
+    codes go too; a line without the prefix is returned stripped, otherwise unchanged."""
+    text = _ANSI.sub("", line).strip()
+    return _LOG_PREFIX.sub("", text, count=1).strip() or text

@@ -2,6 +2,7 @@
 
 Sizes reach users from many places (a budget, a draft's weights, a server's peak RSS, a table
 column); one set of helpers keeps "92.1 MiB" from reading "96.6 MB" or "0.09 GiB" elsewhere.
+Ratios likewise: a draft-size ratio of 2.5533 reads "2.6x" in the terminal and in every report.
 """
 
 from __future__ import annotations
@@ -43,3 +44,23 @@ def parse_duration(text: str) -> float:
     if not m or float(m.group(1)) <= 0:
         raise ValueError(f"{text!r}: expected a duration such as 8m, 90s or 1.5h")
     return float(m.group(1)) * _DURATION_UNITS[m.group(2) or ""]
+
+
+def sig_text(value: float, digits: int = 2) -> str:
+    """`value` to `digits` significant figures, never in exponent form: 2.5533 -> 2.6, 0.0345 -> 0.035,
+    85.27 -> 85, 1234 -> 1,200 (trailing zeros kept where they are significant: 1.0, 0.50)."""
+    import math
+
+    if value == 0 or not math.isfinite(value):
+        return f"{value:.{max(digits - 1, 0)}f}" if value == 0 else str(value)
+    exp = math.floor(math.log10(abs(value)))
+    places = digits - 1 - exp
+    rounded = round(value, places)
+    if rounded and math.floor(math.log10(abs(rounded))) > exp:  # 9.96 -> 10: one place fewer
+        places -= 1
+    return f"{rounded:,.{max(places, 0)}f}"
+
+
+def ratio_text(value: float | None, *, digits: int = 2, none: str = "-") -> str:
+    """A ratio (a speed-up, a size ratio) as '2.6x' to two significant figures; `none` when unknown."""
+    return none if value is None else f"{sig_text(value, digits)}x"

@@ -34,6 +34,33 @@ def build_of(version_text: str | None) -> int | None:
     return int(m.group(1)) if m else None
 
 
+_COMMIT = re.compile(r"\bversion:\s*\d+\s*\(([0-9a-f]{6,40})\)")
+
+
+def runtime_text(identity: str | None) -> str:
+    """A run's runtime identity (`benchmark.digest.runtime_identity`: kind + `--version` text) as
+    people read it: 'bundled xllamacpp 2026.10.11549 (llama.cpp build 11549)', 'external
+    llama.cpp build 11434 (abc1234)'. The raw text says `version: 0 (unknown)` for the bundled
+    server (its wheel has no git) and spans lines; this names the build it actually is."""
+    if not identity:
+        return "unknown runtime"
+    words = identity.split(None, 1)
+    kind = words[0] if words and words[0] in ("bundled", "external") else ""
+    build = build_of(identity)
+    xl = re.search(r"\bxllamacpp\s+(\d+\.\d+\.\d+)\b", identity)
+    commit = _COMMIT.search(identity)
+    parts = [kind] if kind else []
+    if xl:
+        parts.append(f"xllamacpp {xl.group(1)}")
+    if build is not None:
+        b = f"llama.cpp build {build}" + (f", {commit.group(1)}" if commit and commit.group(1) != "unknown" else "")
+        parts.append(f"({b})" if xl else b.replace(", ", " (", 1) + (")" if commit else ""))
+    if len(parts) <= (1 if kind else 0):  # nothing recognised: the first line as it was written
+        rest = (words[1] if kind and len(words) > 1 else identity).strip().splitlines()
+        parts.append(rest[0].strip() if rest else "version unknown")
+    return " ".join(parts)
+
+
 def bundled_version() -> str | None:
     """The installed xllamacpp release, from package metadata (importing it would load llama.cpp)."""
     from importlib.metadata import PackageNotFoundError, version

@@ -1,0 +1,64 @@
+"""Every HTML report as a person sees it: headless Chromium (Debian's `chromium`) at 390 and 1280 px.
+
+The run, the sweep and the audit come from the shared real runs (`_audit_world`); the demo's
+report is looked at in test_demo.py, where the demo already ran. Each page must not scroll
+sideways (wide tables scroll inside their own box), must show its decision in the first screen,
+must load nothing but itself, and must draw its plots at a readable scale. Screenshots land in
+the test's tmp dir (the path is in any failure message). `.ci/run` installs chromium
+(tools/ensure_chromium.sh); without it these tests are skipped with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from _audit_world import LENIENT, AuditWorld, specreg
+from _browser import Browser, check_page, chromium
+
+from specreg.audit.run import run_audit
+from specreg.benchmark.digest import digest_run
+from specreg.registry.store import Registry
+from specreg.report.write import write_audit_report, write_run_report
+
+pytestmark = pytest.mark.skipif(chromium() is None, reason="chromium not installed (tools/ensure_chromium.sh)")
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    with Browser(tmp_path_factory.mktemp("browser")) as b:
+        yield b
+
+
+def test_audit_report_in_a_browser(audit_world: AuditWorld, browser: Browser, tmp_path: Path) -> None:
+    with Registry(audit_world.db, show_progress=False) as reg:
+        ids = [audit_world.pairs[k] for k in ("draft-simple", "ngram-simple", "ngram-mod")]
+        report = run_audit(reg, LENIENT, "lenient.toml", pair_ids=ids)
+        page = tmp_path / "audit.html"
+        write_audit_report(page, report)
+    looks = check_page(browser, page, tmp_path, "audit")
+    decision = looks[0].metrics["decisionText"]
+    assert ("PASS" if report.passed else "FAIL") in decision
+    for p in report.pairs:
+        assert f"pair {p.pair_id}" in decision
+        for gate in p.failed_gates:
+            assert gate in decision  # the gates that failed, by name, with their numbers beside them
+
+
+def test_run_report_in_a_browser(audit_world: AuditWorld, browser: Browser, tmp_path: Path) -> None:
+    page = tmp_path / "run.html"
+    code, _, err = specreg("runs", "show", audit_world.run_id, "--report", str(page), db=audit_world.db)
+    assert code == 0, err
+    looks = check_page(browser, page, tmp_path, "run")
+    assert "failed" in looks[0].metrics["decisionText"]  # the ngram-mod condition that drafted nothing
+
+
+def test_sweep_report_in_a_browser(sweep_world: SimpleNamespace, browser: Browser, tmp_path: Path) -> None:
+    run = digest_run(sweep_world.run)
+    page = tmp_path / "sweep.html"
+    write_run_report(page, run)
+    looks = check_page(browser, page, tmp_path, "sweep")
+    text = looks[1].metrics["decisionText"]
+    assert "k2" in text and "k4" in text and "c1" in text and "c2" in text  # every swept condition, told apart
