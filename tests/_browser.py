@@ -11,6 +11,7 @@ of the first screen (plus the whole page) as PNG files.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import select
@@ -31,8 +32,9 @@ _MEASURE = r"""
   const wide = [];
   for (const el of document.body.querySelectorAll('*')) {
     const r = el.getBoundingClientRect();
-    if (r.right > vw + 1 && !el.closest('.scroll')) wide.push(el.tagName.toLowerCase() + (el.id ? '#' + el.id : '')
-      + (el.className && typeof el.className === 'string' ? '.' + el.className.split(' ')[0] : '') + ' ' + Math.round(r.right));
+    const cls = el.className && typeof el.className === 'string' ? '.' + el.className.split(' ')[0] : '';
+    if (r.right > vw + 1 && !el.closest('.scroll'))
+      wide.push(el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') + cls + ' ' + Math.round(r.right));
   }
   const d = document.getElementById('decision');
   const plots = [...document.querySelectorAll('figure svg')].map(s => {
@@ -115,7 +117,7 @@ class Browser:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             close_fds=False,  # only the inheritable fds 0-4 pass (Python's own fds are not inheritable)
-            preexec_fn=fds,  # noqa: PLW1509 - single-threaded here: a test
+            preexec_fn=fds,  # a test is single-threaded here
         )
         os.close(to_chrome_r)
         os.close(from_chrome_w)
@@ -124,10 +126,8 @@ class Browser:
         self._events: list[dict[str, Any]] = []
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError, RuntimeError, TimeoutError):
             self.send("Browser.close")
-        except (OSError, RuntimeError, TimeoutError):
-            pass
         try:
             self._proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -213,9 +213,7 @@ class Browser:
             shot = self.send("Page.captureScreenshot", session, format="png", captureBeyondViewport=True)
             full.write_bytes(base64.b64decode(shot["data"]))
             events = [e for e in self._events if e.get("sessionId") == session]
-            requests = [
-                e["params"]["request"]["url"] for e in events if e.get("method") == "Network.requestWillBeSent"
-            ]
+            requests = [e["params"]["request"]["url"] for e in events if e.get("method") == "Network.requestWillBeSent"]
             failed = [e["params"].get("errorText", "") for e in events if e.get("method") == "Network.loadingFailed"]
             return Look(width, height, metrics, requests, first, full, failed)
         finally:

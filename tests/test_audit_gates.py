@@ -191,7 +191,7 @@ def test_evidence_must_match_policy_runtime(audit_world: AuditWorld) -> None:
     assert _audit(audit_world.db, audit_world.pairs["draft-simple"], policy).passed
     policy.evidence.min_repetitions = 3
     report = _audit(audit_world.db, audit_world.pairs["draft-simple"], policy)
-    assert "2 repetition(s) < policy minimum 3" in report.pairs[0].gate("evidence").message  # type: ignore[union-attr]
+    assert "2 repetitions < policy minimum 3" in report.pairs[0].gate("evidence").message  # type: ignore[union-attr]
 
 
 def test_required_prompt_must_be_measured(audit_world: AuditWorld) -> None:

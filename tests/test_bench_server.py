@@ -98,7 +98,7 @@ def test_small_noise_draft_partial_acceptance_same_output(proof: SimpleNamespace
 def test_ngram_that_drafts_nothing_fails_instead_of_zero_acceptance(proof: SimpleNamespace) -> None:
     for name in ("ngram-simple", "ngram-mod"):
         c = _cond(proof.same, name)
-        assert c.status == "failed" and c.failure == "speculation did not run: 0 tokens drafted over 3 request(s)"
+        assert c.status == "failed" and c.failure == "speculation did not run: 0 tokens drafted over 3 requests"
         assert c.counters is not None and c.counters.drafted == 0 and c.counters.acceptance is None
         s = _all(proof.same, name)
         assert s.acceptance is None and s.n_ok == 3  # rows kept, acceptance undefined

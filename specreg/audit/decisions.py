@@ -26,13 +26,23 @@ from specreg.schemas.audit import (
 from specreg.schemas.bench import ALL_STRATA
 
 
+def _message(a: PairAudit, o: ConditionOutcome, gate: str) -> str:
+    """Why `gate` failed: the condition's own message, else the pair's (licence, integrity, ...)."""
+    if gate in o.failed:
+        return o.failed[gate]
+    g = next((g for g in a.gates if g.gate == gate), None)
+    return g.message if g else "failed"
+
+
 def _candidate(a: PairAudit, failed: list[str], o: ConditionOutcome, stratum: str, row: StratumRow | None) -> Candidate:
     everywhere = failed + [g for g in WHOLE_CONDITION_GATES if g in o.failed]
     here = o.strata.get(stratum, False)
     if row is None:
         reason = "not measured in this stratum"
     elif everywhere or not here:
-        reason = "fails " + ", ".join(everywhere + ([] if here else ["equivalence or speed here"]))
+        whole = [f"{g}: {_message(a, o, g)}" for g in everywhere]
+        local = [] if here else [f"here: {o.why_not.get(stratum) or 'equivalence or speed not measured'}"]
+        reason = "fails " + "; ".join(whole + local)
     else:
         reason = "passes every gate"
     return Candidate(

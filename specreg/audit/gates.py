@@ -23,6 +23,7 @@ from specreg.schemas.audit import (
 from specreg.schemas.bench import ALL_STRATA
 from specreg.schemas.checks import CheckResult
 from specreg.schemas.registry import ArtifactRecord
+from specreg.text import plural
 
 _UNKNOWN = {None, "unknown", "none", "noassertion"}
 
@@ -40,7 +41,7 @@ def integrity_gate(checks: list[tuple[str, str, bool, str | None]], rehash: bool
     return GateResult(
         gate="integrity",
         passed=True,
-        message=f"{len(checks)} artifact(s) match their registered SHA-256 ({how})",
+        message=f"{plural(len(checks), 'artifact')} match their registered SHA-256 ({how})",
         evidence=evidence,
     )
 
@@ -179,7 +180,7 @@ def evidence_gate(
         if not rows:
             problems.append(f"condition {cond.label} has no measurements at concurrency {concurrency}")
         elif reps < policy.evidence.min_repetitions:
-            problems.append(f"{reps} repetition(s) < policy minimum {policy.evidence.min_repetitions}")
+            problems.append(f"{plural(reps, 'repetition')} < policy minimum {policy.evidence.min_repetitions}")
     if problems:
         return GateResult(gate="evidence", passed=False, message="; ".join(problems), evidence=evidence)
     return GateResult(
@@ -322,6 +323,7 @@ def speed_gate(run: RunDigest, cond: ConditionDigest, policy: Policy, conc: int)
             "baseline_p95_ms": base.p95_total_ms if base else None,
             "errors": row.errors,
             "timeouts": row.timeouts,
+            "problems": why,
         }
         if why:
             notes.append(f"{row.stratum}: {', '.join(why)}")

@@ -46,9 +46,26 @@ class Judged:
             params=dict(self.cond.params),
             failed={g.gate: g.message for g in self.results if not g.passed},
             strata=strata,
+            why_not=why_not(eq, sp),
             speedup=self.whole.speedup if self.whole else None,
             speedup_ci95=self.whole.speedup_ci95 if self.whole else None,
         )
+
+
+def why_not(eq: GateResult, sp: GateResult) -> dict[str, str]:
+    """Per stratum where equivalence or speed fails: which, with its numbers ("equivalence 3/6;
+    speed-up 0.93x [0.88, 0.97]: low end 0.88 < 1.05"), so a decision never says "equivalence or speed"."""
+    counts = eq.evidence.get("equivalent/compared") or {}
+    out: dict[str, str] = {}
+    for s in {*eq.strata, *sp.strata}:
+        parts = [] if eq.strata.get(s, False) else [f"equivalence {counts.get(s, 'not measured')}"]
+        if not sp.strata.get(s, False):
+            ev = sp.evidence.get(s)
+            problems = ev.get("problems") if isinstance(ev, dict) else None
+            parts += list(problems or ["speed not measured"])
+        if parts:
+            out[s] = "; ".join(parts)
+    return out
 
 
 def pair_conditions(run: RunDigest | None, pair: PairRecord) -> list[ConditionDigest]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from specreg.benchmark import sequential, statistics, stepcost
 from specreg.schemas.bench import ALL_STRATA, ConditionRun, ConditionSummary, RequestRow, Stat
 from specreg.schemas.methods import BASELINE, MODEL_DRAFTED
+from specreg.text import plural
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -273,7 +274,7 @@ def _speed(
     s.speedup_ci95 = statistics.bootstrap_ci(base_ms, cond_ms, seed=stats.seed, label=label, resamples=stats.resamples)
     s.difference = statistics.difference(s.speedup_ci95)
     if s.speedup_ci95 is None:
-        s.speedup_note = f"no interval from {s.n_paired} request pair(s)"
+        s.speedup_note = f"no interval from {plural(s.n_paired, 'request pair')}"
     d = speed_decision(base_rows, rows, stats.min_speedup)
     s.decision, s.decision_ci, s.decision_min_speedup = d.decision, d.interval, stats.min_speedup
 

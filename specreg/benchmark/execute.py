@@ -41,6 +41,7 @@ from specreg.servers.memory import GpuProbe, MemorySampler, higher_peak
 from specreg.servers.memory_predict import predict_rss
 from specreg.servers.metrics import add_counters, parse_metrics, spec_counters, spec_only
 from specreg.servers.serverlog import error_lines, head_text, last_lines, refusal_lines, speculation_lines, tail_text
+from specreg.text import plural
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -257,12 +258,12 @@ def _requests(ctx: RunContext, cond: ConditionRun, server: ServerProcess, client
                     _fail(
                         cond,
                         f"server exited (code {server.proc.returncode}) during the run after {n} "
-                        f"request(s): {row.error}",
+                        f"{'request' if n == 1 else 'requests'}: {row.error}",
                         _errors(server.log_path),
                     )
                     return
         if skipped:
-            _fail(cond, f"run deadline of {o.run_timeout_s:g}s exceeded; {skipped} request(s) not run")
+            _fail(cond, f"run deadline of {o.run_timeout_s:g}s exceeded; {plural(skipped, 'request')} not run")
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
 
@@ -491,6 +492,6 @@ def _judge(cond: ConditionRun, log_path: Path, rows: list[RequestRow]) -> None:
         drafted = cond.counters.drafted if cond.counters else sum(r.draft_n or 0 for r in ok_rows)
         if not drafted:
             spec_lines = speculation_lines(head_text(log_path))
-            _fail(cond, f"speculation did not run: 0 tokens drafted over {len(ok_rows)} request(s)", spec_lines)
+            _fail(cond, f"speculation did not run: 0 tokens drafted over {plural(len(ok_rows), 'request')}", spec_lines)
             return
     cond.status = "ok"

@@ -24,6 +24,7 @@ from specreg.schemas.methods import MODEL_DRAFTED
 from specreg.servers.launcher import ServerCommand, ServerProcess, bundled_command, external_command, launch
 from specreg.servers.metrics import parse_metrics, spec_counters
 from specreg.servers.serverlog import abort_lines, head_text, last_lines, refusal_lines, tail_text
+from specreg.text import log_message
 
 ProbeStatus = Literal["drafted", "not_drafted", "inconclusive", "refused", "load_failed", "crashed", "failed"]
 FAILED: frozenset[str] = frozenset({"not_drafted", "refused", "load_failed", "crashed", "failed"})
@@ -108,7 +109,7 @@ def probe(
         text = head_text(log_path)
         lines = list(dict.fromkeys(refusal_lines(text) or abort_lines(text) or exc.lines))
         status: ProbeStatus = "crashed" if "exit code -" in exc.message else "load_failed"  # killed by a signal
-        message = f"{exc.message}; {lines[0].strip()}" if status == "crashed" and lines else exc.message
+        message = f"{exc.message}; {log_message(lines[0])}" if status == "crashed" and lines else exc.message
         seconds = round(time.monotonic() - t0, 2)
         return ProbeResult(status=status, lines=lines[-12:], message=message, seconds=seconds, **common)
     try:
@@ -119,12 +120,12 @@ def probe(
         proc.stop()
     refused = refusal_lines(head_text(log_path))
     if refused and status != "drafted":
-        status, message = "refused", "the server dropped speculation: " + refused[0].strip()
+        status, message = "refused", "the server dropped speculation: " + log_message(refused[0])
     lines = refused
     if status in FAILED and not lines:  # quote why, else the last lines
         lines = list(dict.fromkeys(abort_lines(head_text(log_path)))) or last_lines(tail_text(log_path, 20), 8)
         if status == "crashed" and lines:
-            message += f"; {lines[0].strip()}"
+            message += f"; {log_message(lines[0])}"
     return ProbeResult(
         status=status,
         drafted=drafted,

@@ -8,12 +8,15 @@ speed-up that is not measurably real, a changed output or an unknown licence fai
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from specreg.schemas.bench import ConditionStatus, Difference, RunStatus
 from specreg.schemas.bench_settings import DEFAULT_REPEAT
+
+if TYPE_CHECKING:
+    from specreg.schemas.registry import ArtifactRecord
 
 # The gates, declared once, in the order the audit runs them and every report shows them.
 GateName = Literal[
@@ -170,10 +173,41 @@ class ConditionDigest(BaseModel):
     extra_vram_mib: float | None = None
     acceptance: float | None = None
     acceptance_by_position: list[float | None] = Field(default_factory=list)
+    drafts: int | None = None  # verification steps that drafted (llama.cpp's spec_decode_num_drafts)
+    drafted_tokens: int | None = None
+    warmup_notes: list[str] = Field(default_factory=list)  # server starts whose warm-up never settled
 
     @property
     def is_baseline(self) -> bool:
         return self.spec_type == "none"
+
+
+class ModelName(BaseModel):
+    """What tells a model file apart beside its SHA-256 prefix: general.name, file name, quant."""
+
+    name: str | None = None
+    file: str | None = None
+    quant: str | None = None  # the file type without llama.cpp's MOSTLY_ prefix: Q4_K_M, F16
+
+    @classmethod
+    def of(cls, record: ArtifactRecord) -> ModelName:
+        path = record.paths[0] if record.paths else None
+        quant = record.file_type_name.removeprefix("MOSTLY_").removeprefix("ALL_") if record.file_type_name else None
+        return cls(name=record.name, file=path.rsplit("/", 1)[-1] if path else None, quant=quant)
+
+    def label(self, sha256: str | None) -> str:
+        """`audit-target (target.gguf, F16) 2fc5918b02d7`: the name, file and quant, then the prefix."""
+        extra = ", ".join(x for x in (self.file, self.quant) if x)
+        words = [self.name or "", f"({extra})" if extra else "", sha256[:12] if sha256 else ""]
+        return " ".join(w for w in words if w) or "–"
+
+
+def model_label(sha256: str | None, models: dict[str, ModelName], fallback: str | None = None) -> str:
+    """A model as every report names it: general.name, file and quant beside the 12-hex prefix."""
+    if not sha256:
+        return fallback or "–"
+    known = models.get(sha256)
+    return known.label(sha256) if known else (f"{fallback} {sha256[:12]}" if fallback else sha256[:12])
 
 
 class RunDigest(BaseModel):
@@ -192,6 +226,7 @@ class RunDigest(BaseModel):
     repetitions: int = 0
     conditions: list[ConditionDigest] = Field(default_factory=list)
     strata: list[StratumRow] = Field(default_factory=list)
+    models: dict[str, ModelName] = Field(default_factory=dict)  # sha256 -> names, filled for reports
 
     def baseline(self, concurrency: int | None = None) -> ConditionDigest | None:
         """The baseline condition (at this concurrency, when given)."""
@@ -229,6 +264,7 @@ class ConditionOutcome(BaseModel):
     draft_n_max: int | None = None
     params: dict[str, Any] = Field(default_factory=dict)
     failed: dict[str, str] = Field(default_factory=dict)  # gate -> message, condition gates that failed
+    why_not: dict[str, str] = Field(default_factory=dict)  # stratum -> why equivalence or speed fails there
     strata: dict[str, bool] = Field(default_factory=dict)  # equivalence and speed both pass there
     # (evidence and memory hold everywhere or nowhere; equivalence and speed are judged per stratum)
     speedup: float | None = None  # over every stratum ("all")
@@ -335,6 +371,7 @@ class AuditReport(BaseModel):
     runs: list[RunDigest] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     hardware_classes: list[str] = Field(default_factory=list)  # audited one by one when there are several
+    models: dict[str, ModelName] = Field(default_factory=dict)  # sha256 -> names of every model audited
 
 
 # ---- the deploy command ----------------------------------------------------------------------

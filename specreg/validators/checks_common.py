@@ -11,7 +11,7 @@ from math import prod
 
 from specreg.schemas.checks import CheckResult
 from specreg.schemas.gguf import TensorInfo
-from specreg.units import size_text
+from specreg.units import ratio_text, size_text
 from specreg.validators.ruleset import RuleSet
 from specreg.validators.side import Side, result
 
@@ -134,7 +134,8 @@ def draft_size(t: Side, d: Side, rules: RuleSet) -> CheckResult:
     per_token = f"{size_text(dv)} vs {size_text(tv)} per token"
     if dv >= tv:
         if ratio >= _SWAP_RATIO:
-            msg = f"draft reads {ratio:.0f}x the target's weight bytes ({per_token}): did you swap target and draft?"
+            reads = ratio_text(ratio)
+            msg = f"draft reads {reads} the target's weight bytes ({per_token}): did you swap target and draft?"
         else:
             msg = f"draft is not smaller than the target ({per_token}): no speed-up possible"
         return result("draft.size", "warn", msg, **ev)

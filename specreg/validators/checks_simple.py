@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 
 from specreg.schemas.checks import CheckResult
+from specreg.text import plural
 from specreg.validators.effective import c_text
 from specreg.validators.ruleset import RuleSet
 from specreg.validators.side import Side, clip, first_diffs, result
@@ -128,7 +129,7 @@ def runtime_rule(t: Side, d: Side, rules: RuleSet) -> list[CheckResult]:
             result(
                 "vocab.tokens",
                 "error",
-                f"{count} token texts differ from id {start} on; first: id {f0['id']} "
+                f"{plural(count, 'token text')} differ from id {start} on; first: id {f0['id']} "
                 f"target {clip(str(f0['target']), 40)!r}, draft {clip(str(f0['draft']), 40)!r}",
                 **ev_t,
                 first=first,
@@ -185,7 +186,7 @@ def advisories(t: Side, d: Side, rules: RuleSet) -> list[CheckResult]:
             result(
                 "vocab.tokens_head",
                 "warn",
-                f"{count} of the first {start} token texts differ (llama.cpp does not compare them)",
+                f"{count} of the first {plural(start, 'token text')} differ (llama.cpp does not compare them)",
                 n_differ=count,
                 first=_token_evidence(t, d, ids),
             )
@@ -342,7 +343,7 @@ def tokenizer_identity(code: str, t: Side, d: Side, rules: RuleSet) -> CheckResu
             problems.append(f"{key} {getattr(tv, key)} vs {getattr(dv, key)}")
     ids, count = _texts_differ(t, d, 0, min(tv.n_tokens, dv.n_tokens), rules)
     if count:
-        problems.append(f"{count} token texts differ")
+        problems.append(f"{plural(count, 'token text')} differ")
         ev["n_differ"] = count
         ev["first"] = _token_evidence(t, d, ids)
     if problems:
