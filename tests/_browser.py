@@ -29,16 +29,19 @@ SCREENS = {390: 844, 1280: 800}  # a phone (iPhone 12-14) and a laptop: width ->
 _MEASURE = r"""
 (() => {
   const vw = window.innerWidth, doc = document.documentElement;
-  const wide = [];
+  const wide = [], cut = [];  // cut: drawn past its plot's edge (clipped away)
   for (const el of document.body.querySelectorAll('*')) {
     const r = el.getBoundingClientRect();
     const cls = el.className && typeof el.className === 'string' ? '.' + el.className.split(' ')[0] : '';
-    if (r.right > vw + 1 && !el.closest('.scroll'))
+    const svg = el.closest('svg'), box = svg ? svg.getBoundingClientRect() : null;
+    if (box && r.width && r.right > box.right + 2) cut.push(el.tagName.toLowerCase() + (el.id ? '#' + el.id : ''));
+    if (!svg && r.right > vw + 1 && !el.closest('.scroll'))
       wide.push(el.tagName.toLowerCase() + (el.id ? '#' + el.id : '') + cls + ' ' + Math.round(r.right));
   }
   const d = document.getElementById('decision');
   const plots = [...document.querySelectorAll('figure svg')].map(s => {
-    const r = s.getBoundingClientRect(); return [Math.round(r.width), Math.round(r.height)];
+    const r = s.getBoundingClientRect(), pt = parseFloat(s.getAttribute('width'));
+    return [Math.round(r.width), Math.round(r.height), r.width / (pt * 4 / 3)];  // drawn at this scale
   });
   const small = [...document.querySelectorAll('body *')].filter(el => el.children.length === 0
       && el.textContent.trim() && el.getBoundingClientRect().width > 0
@@ -46,7 +49,7 @@ _MEASURE = r"""
   const pres = [...document.querySelectorAll('pre')].map(p => getComputedStyle(p).wordBreak);
   return JSON.stringify({
     innerWidth: vw, scrollWidth: doc.scrollWidth, bodyScrollWidth: document.body.scrollWidth,
-    wide: wide.slice(0, 10), decisionBottom: d ? d.getBoundingClientRect().bottom : null,
+    wide: wide.slice(0, 10), cut: cut.slice(0, 10), decisionBottom: d ? d.getBoundingClientRect().bottom : null,
     decisionText: d ? d.innerText : null, plots, small, pres,
     scrollBoxes: [...document.querySelectorAll('.scroll')].map(b => [b.clientWidth, b.scrollWidth]),
   });
@@ -229,6 +232,7 @@ def check_page(browser: Browser, page: Path, shots: Path, name: str, plots: int 
         where = f"{name} at {width} px (screenshot {look.full_page})"
         assert m["innerWidth"] == width, (where, m["innerWidth"])  # no zoom-out to fit a too-wide page
         assert m["scrollWidth"] <= width and not m["wide"], (where, m["scrollWidth"], m["wide"])
+        assert not m["cut"], (where, "plot text cut at its edge", m["cut"])
         assert m["decisionBottom"] is not None, (where, "no #decision")
         assert 0 < m["decisionBottom"] <= look.height, (where, "decision below the first screen", m["decisionBottom"])
         assert not look.external, (where, look.external)
@@ -237,7 +241,9 @@ def check_page(browser: Browser, page: Path, shots: Path, name: str, plots: int 
         assert not m["small"], (where, "text under 11 px", m["small"])
         if plots is not None:
             assert len(m["plots"]) == plots, (where, m["plots"])
-        assert all(w > 100 and h > 50 for w, h in m["plots"]), (where, m["plots"])
-        assert all(w <= width for w, _ in m["plots"]), (where, m["plots"])
+        assert all(w > 100 and h > 50 for w, h, _ in m["plots"]), (where, m["plots"])
+        assert all(w <= width for w, _, _ in m["plots"]), (where, m["plots"])
+        # 11-point labels (9-10 pt ticks and legends) stay >= ~8 px: a plot is never shrunk below 0.6
+        assert all(scale >= 0.6 for _, _, scale in m["plots"]), (where, "plot text too small", m["plots"])
         looks.append(look)
     return looks

@@ -19,9 +19,8 @@ from _audit_world import LENIENT, AuditWorld, specreg
 from _browser import Browser, check_page, chromium
 
 from specreg.audit.run import run_audit
-from specreg.benchmark.digest import digest_run
 from specreg.registry.store import Registry
-from specreg.report.write import write_audit_report, write_run_report
+from specreg.report.write import write_audit_report
 
 pytestmark = pytest.mark.skipif(chromium() is None, reason="chromium not installed (tools/ensure_chromium.sh)")
 
@@ -56,9 +55,15 @@ def test_run_report_in_a_browser(audit_world: AuditWorld, browser: Browser, tmp_
 
 
 def test_sweep_report_in_a_browser(sweep_world: SimpleNamespace, browser: Browser, tmp_path: Path) -> None:
-    run = digest_run(sweep_world.run)
     page = tmp_path / "sweep.html"
-    write_run_report(page, run)
-    looks = check_page(browser, page, tmp_path, "sweep")
+    code, _, err = specreg("runs", "show", sweep_world.run.info.run_id, "--report", str(page), db=sweep_world.db)
+    assert code == 0, err
+    looks = check_page(
+        browser, page, tmp_path, "sweep", plots=5
+    )  # acceptance, speed-up, by concurrency and length, memory
     text = looks[1].metrics["decisionText"]
-    assert "k2" in text and "k4" in text and "c1" in text and "c2" in text  # every swept condition, told apart
+    for label in ("draft-simple k2 c1", "draft-simple k4 c1", "draft-simple k2 c2", "draft-simple k4 c2"):
+        assert label in text  # every swept condition, told apart
+    assert "ngram-mod c1: failed" in text
+    target = sweep_world.run.info.target_sha256[:12]
+    assert f"(t.gguf, F32) {target}" in page.read_text("utf-8")  # the file and quant beside the SHA-256 prefix

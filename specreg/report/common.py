@@ -235,6 +235,18 @@ def comparison_notes(run: RunDigest) -> list[str]:
     ]
 
 
+def warning_summary(run: RunDigest) -> str | None:
+    """The warnings in one line for the decision (the measurements list each)."""
+    unsteady = [c.label for c in run.conditions if c.warmup_notes]
+    unexplained = sorted({r.condition for r in run.strata if r.unexplained})
+    parts = []
+    if unsteady:
+        parts.append(f"warm-up not steady: {', '.join(unsteady)}")
+    if unexplained:
+        parts.append(f"unexplained speed-up: {', '.join(unexplained)}")
+    return "; ".join(parts) + " (see the measurements)" if parts else None
+
+
 def warning_notes(run: RunDigest) -> list[str]:
     """What may have skewed the numbers: warm-ups that never settled, unexplained speed-ups."""
     out = [f"warm-up not steady: {c.label} {n}" for c in run.conditions for n in c.warmup_notes]
@@ -260,9 +272,10 @@ def run_summary(run: RunDigest) -> list[tuple[str, bool | None]]:
             continue
         diff = [r for r in run.strata if r.condition == c.label and mismatched(r)]
         eq = f"; outputs differ in {', '.join(r.stratum for r in diff)}" if diff else ""
-        out.append(
-            (f"{c.label}: {interval_text(whole.speedup, whole.speedup_ci95)}{eq}", None if diff else whole.speedup > 1)
-        )
+        ci = whole.speedup_ci95
+        # good: faster beyond doubt; bad: outputs differ, or slower beyond doubt; else no mark
+        good = False if diff or (ci and ci[1] < 1) else (True if ci and ci[0] > 1 else None)
+        out.append((f"{c.label}: {interval_text(whole.speedup, ci)}{eq}", good))
     return out
 
 

@@ -28,7 +28,7 @@ h1{font-size:1.45rem;margin:.6rem 0 .4rem}h2{font-size:1.2rem;margin:1.4rem 0 .4
 #decision p{margin:.2rem 0}#decision ul{margin:.2rem 0;padding-left:1.1rem}#decision li{margin:.15rem 0}
 #decision li.pass,#decision li.fail,#decision li.warn{background:none}
 #decision li.fail::marker{content:"✗ ";color:#c62828}#decision li.pass::marker{content:"✓ ";color:#2e7d32}
-#decision li.warn::marker{content:"! ";color:#a15c00}
+#decision li.warn::marker{content:"! ";color:#a15c00}#decision li.na::marker{content:"· "}
 .scroll{overflow-x:auto;max-width:100%;margin:.4rem 0 1rem}
 table{border-collapse:collapse;font-size:.85rem}
 th,td{border:1px solid #ccc;padding:.25rem .45rem;text-align:left;vertical-align:top}
@@ -174,8 +174,8 @@ def _page(title: str, body: str) -> str:
     )
 
 
-def _li(text: str, ok: bool | None) -> str:
-    cls = "warn" if ok is None else ("pass" if ok else "fail")
+def _li(text: str, ok: bool | None, neutral: str = "warn") -> str:
+    cls = neutral if ok is None else ("pass" if ok else "fail")
     return f'<li class="{cls}">{e(text)}</li>'
 
 
@@ -183,12 +183,14 @@ def run_decision(run: RunDigest) -> str:
     """What the run found, first: each speculative condition's speed-up, or why it has none."""
     summary = common.run_summary(run)
     bad = any(ok is False for _, ok in summary)
-    items = "".join(_li(t, ok) for t, ok in summary) or "<li>no speculative condition</li>"
-    warn = [f'<li class="warn">{e(n)}</li>' for n in common.warning_notes(run)[:3]]
+    items = "".join(_li(t, ok, "na") for t, ok in summary) or "<li>no speculative condition</li>"
+    warning = common.warning_summary(run)
+    warn = f'<li class="warn">{e(warning)}</li>' if warning else ""
     cls = "fail" if bad or run.status != "completed" else "pass"
     return (
         f'<section id="decision" class="{cls}"><p><b>{e(run.status)}</b>: speed-up over every stratum '
-        f"vs --spec-type none (95% interval)</p><ul>{items}{''.join(warn)}</ul></section>"
+        f"vs --spec-type none (95% interval; ✓ faster, ✗ slower or failed, beyond doubt)</p>"
+        f"<ul>{items}{warn}</ul></section>"
     )
 
 

@@ -27,7 +27,7 @@ PALETTE = ("#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#b
 _METHOD_ORDER = tuple(m.value for m in Method)
 _STYLES = ("-", "--", ":", "-.")
 _MARKERS = ("o", "s", "^", "D", "v", "P")
-FONT = 10  # points; the figures are ~540 px wide, so text stays >= ~7 px on a 390 px phone
+FONT = 11  # points; the figures are ~540 px wide, so text stays >= ~7 px on a 390 px phone
 
 
 def method_colour(method: str) -> str:
@@ -109,10 +109,22 @@ def acceptance_plot(run: RunDigest) -> str | None:
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("draft position (positions some draft reached)")
     ax.set_ylabel("accepted / drafts")
-    ax.set_title("Acceptance by draft position", fontsize=FONT + 1)
+    _title(fig, "Acceptance by draft position")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=FONT - 1, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=1, frameon=False)
+    _legend(fig, ax, ncol=1 if len(series) > 2 else 2)
     return _svg(fig)
+
+
+def _title(fig: Figure, text: str) -> None:
+    """The title over the whole figure, from its left edge (an axes title can run off the figure)."""
+    fig.suptitle(text, x=0.01, ha="left", fontsize=FONT + 1)
+
+
+def _legend(fig: Figure, ax: Any, ncol: int = 2) -> None:
+    """The legend under the plot, outside it (never on the data), in the figure's own layout."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncol=ncol, frameon=False, fontsize=FONT - 1)
 
 
 def _log_limits(values: list[float]) -> tuple[float, float]:
@@ -125,8 +137,8 @@ def _log_limits(values: list[float]) -> tuple[float, float]:
 def _ratio_axis(axis: Any) -> None:
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-    axis.set_major_locator(LogLocator(base=2.0, numticks=12))
-    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}x"))
+    axis.set_major_locator(LogLocator(base=2.0, numticks=7))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}x" if v >= 1 else f"1/{1 / v:g}x"))
     axis.set_minor_formatter(NullFormatter())
 
 
@@ -170,7 +182,7 @@ def speedup_figure(run: RunDigest, concurrency: int | None = None, min_speedup: 
         method = _method(run, r.condition)
         colour = method_colour(method)
         if r.speedup is None:
-            ax.text(1.0, y, "failed", ha="center", va="center", fontsize=FONT - 1, color="#555555")
+            ax.text(lo * 1.04, y, "failed: no speed-up", ha="left", va="center", fontsize=FONT - 1, color="#555555")
             continue
         first = method not in labelled
         labelled.add(method)
@@ -199,12 +211,11 @@ def speedup_figure(run: RunDigest, concurrency: int | None = None, min_speedup: 
     _ratio_axis(ax.xaxis)
     ax.set_yticks(range(len(order)), [_label(f"{c} · {s}", 34) for c, s in order], fontsize=FONT - 1)
     ax.set_ylim(len(order) - 0.5, -0.5)
-    ax.set_xlabel("speed-up vs --spec-type none (log; ◇ predicted)")
+    ax.set_xlabel("speed-up vs no speculation (log scale)")
     levels = sorted({r.concurrency for r in rows})
-    ax.set_title(f"Speed-up, 95% interval (concurrency {', '.join(map(str, levels))})", fontsize=FONT + 1, loc="left")
+    _title(fig, f"Speed-up, 95% interval (concurrency {', '.join(map(str, levels))})")
     ax.grid(axis="x", alpha=0.3, which="both")
-    ax.legend(fontsize=FONT - 1, loc="upper center", bbox_to_anchor=(0.5, -0.12 - 1.0 / max(4, len(order))),
-              ncol=3, frameon=False)  # fmt: skip
+    _legend(fig, ax, ncol=3)
     return fig
 
 
@@ -233,39 +244,42 @@ def _sweep_plot(
     ax = fig.add_subplot()
     ax.set_yscale("log")
     ax.set_ylim(lo, hi)
+    values = sorted({x for pts in series.values() for x, _ in pts})
+    at = {v: i for i, v in enumerate(values)}  # evenly spaced: 1, 2, 8 read as levels, not distances
+    step = 0.5 / max(1, len(series))  # series side by side at one value, so whiskers never overlap
     seen: dict[str, int] = {}
-    for name, pts in sorted(series.items()):
+    for n, (name, pts) in enumerate(sorted(series.items())):
         pts.sort(key=lambda p: p[0])
         method = _method(run, pts[0][1].condition)
         k = seen[method] = seen.get(method, -1) + 1
         colour, marker = method_colour(method), _MARKERS[k % len(_MARKERS)]
-        xs = [x for x, _ in pts]
+        dx = (n - (len(series) - 1) / 2) * step
+        xs = [at[x] + dx for x, _ in pts]
         ys = [float(r.speedup or 0.0) for _, r in pts]
         ax.plot(xs, ys, marker=marker, linestyle=_STYLES[k % len(_STYLES)], color=colour, label=_label(name))
-        for x, r in pts:
+        for px, (_, r) in zip(xs, pts, strict=True):
             if r.speedup_ci95:
                 a, b = r.speedup_ci95
-                ax.plot([x, x], [_clipped(a, lo, hi), _clipped(b, lo, hi)], color=colour, linewidth=1.2)
+                ax.plot([px, px], [_clipped(a, lo, hi), _clipped(b, lo, hi)], color=colour, linewidth=1.2)
                 if a < lo:
-                    ax.plot([x], [lo], marker="v", color=colour, markersize=7, clip_on=False)
+                    ax.plot([px], [lo], marker="v", color=colour, markersize=7, clip_on=False)
                 if b > hi:
-                    ax.plot([x], [hi], marker="^", color=colour, markersize=7, clip_on=False)
-        pred = [(x, r.predicted_speedup) for x, r in pts if r.predicted_speedup]
+                    ax.plot([px], [hi], marker="^", color=colour, markersize=7, clip_on=False)
+        pred = [(px, r.predicted_speedup) for px, (_, r) in zip(xs, pts, strict=True) if r.predicted_speedup]
         if pred:
-            ax.plot([x for x, _ in pred], [_clipped(v, lo, hi) for _, v in pred], marker="D", markerfacecolor="none",
+            ax.plot([px for px, _ in pred], [_clipped(v, lo, hi) for _, v in pred], marker="D", markerfacecolor="none",
                     linestyle=":", color=colour, label=_label(f"{name} predicted"))  # fmt: skip
     ax.axhline(1.0, color="black", linewidth=0.8)
     if min_speedup:
         ax.axhline(min_speedup, color="#cc3311", linestyle="--", linewidth=1, label=f"policy minimum {min_speedup:g}x")
-    from matplotlib.ticker import FixedLocator
-
-    ax.xaxis.set_major_locator(FixedLocator(sorted({x for pts in series.values() for x, _ in pts})))
+    ax.set_xticks(range(len(values)), [str(v) for v in values])
+    ax.set_xlim(-0.5, len(values) - 0.5)
     _ratio_axis(ax.yaxis)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("speed-up (log)")
-    ax.set_title(title, fontsize=FONT + 1, loc="left")
+    _title(fig, title)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=FONT - 1, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
+    _legend(fig, ax, ncol=2)
     return _svg(fig)
 
 
@@ -316,7 +330,7 @@ def memory_plot(run: RunDigest) -> str | None:
     ax.invert_yaxis()
     ax.set_xlabel("MiB" + (" (hatched: peak VRAM)" if gpu else ""))
     ax.margins(x=0.15)
-    ax.set_title("Peak server RAM per condition", fontsize=FONT + 1, loc="left")
+    _title(fig, "Peak server RAM per condition")
     return _svg(fig)
 
 
