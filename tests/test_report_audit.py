@@ -40,7 +40,7 @@ def test_html_report_is_self_contained_with_plots(report: AuditReport, tmp_path:
     text = out.read_text("utf-8")
     _assert_self_contained(text)
     assert text.count("<svg") == 3  # acceptance by position, speed-up per stratum, peak memory
-    for title in ("Acceptance by draft position", "Speed-up per stratum", "Peak memory per condition"):
+    for title in ("Acceptance by draft position", "Speed-up per stratum and condition", "Peak memory per condition"):
         assert title in text
     ids = re.findall(r'\bid="([^"]+)"', text)
     assert len(ids) == len(set(ids)), "inlined SVG ids must not collide"

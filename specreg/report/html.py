@@ -93,7 +93,7 @@ _TITLES = {
         "reached (llama.cpp counts drafts, not drafts per position; later positions are left out, never drawn as 0).",
     ),
     "speedup": (
-        "Speed-up per condition and stratum",
+        "Speed-up per stratum and condition",
         "Median with its 95% interval on a log axis centred on 1x; an arrowhead marks a whisker cut at "
         "the frame; ◇ the speed-up predicted from acceptance and the measured step cost.",
     ),
