@@ -34,15 +34,28 @@ def _message(a: PairAudit, o: ConditionOutcome, gate: str) -> str:
     return g.message if g else "failed"
 
 
+def _fails(a: PairAudit, o: ConditionOutcome, everywhere: list[str], here: str | None) -> str:
+    """Which gates fail, with their numbers. Gates that fail only because evidence did ("no
+    evidence: ...") are named in one clause; the stratum's own failure follows as "here: ..."."""
+    evidence = _message(a, o, "evidence") if "evidence" in everywhere else None
+    follow = [g for g in everywhere if evidence and g != "evidence" and _message(a, o, g).startswith("no evidence")]
+    parts = [f"{g}: {_message(a, o, g)}" for g in everywhere if g not in follow]
+    if follow:
+        parts.append(f"{', '.join(follow)} follow from evidence")
+    if here:
+        parts.append(f"here: {here}")
+    elif not evidence and not everywhere:
+        parts.append("here: equivalence and speed not judged")
+    return "fails " + "; ".join(parts)
+
+
 def _candidate(a: PairAudit, failed: list[str], o: ConditionOutcome, stratum: str, row: StratumRow | None) -> Candidate:
     everywhere = failed + [g for g in WHOLE_CONDITION_GATES if g in o.failed]
     here = o.strata.get(stratum, False)
     if row is None:
         reason = "not measured in this stratum"
     elif everywhere or not here:
-        whole = [f"{g}: {_message(a, o, g)}" for g in everywhere]
-        local = [] if here else [f"here: {o.why_not.get(stratum) or 'equivalence or speed not measured'}"]
-        reason = "fails " + "; ".join(whole + local)
+        reason = _fails(a, o, everywhere, None if here else o.why_not.get(stratum))
     else:
         reason = "passes every gate"
     return Candidate(

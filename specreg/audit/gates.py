@@ -23,6 +23,7 @@ from specreg.schemas.audit import (
 from specreg.schemas.bench import ALL_STRATA
 from specreg.schemas.checks import CheckResult
 from specreg.schemas.registry import ArtifactRecord
+from specreg.servers.identity import runtime_text
 from specreg.text import plural
 
 _UNKNOWN = {None, "unknown", "none", "noassertion"}
@@ -187,7 +188,7 @@ def evidence_gate(
         gate="evidence",
         passed=True,
         evidence=evidence,
-        message=f"run {run.run_id} ({how}; runtime {run.runtime}; hardware {run.hardware})",
+        message=f"run {run.run_id} ({how}; runtime {runtime_text(run.runtime)}; hardware {run.hardware})",
     )
 
 

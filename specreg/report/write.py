@@ -50,6 +50,9 @@ def write_audit_report(path: str | Path, report: AuditReport) -> list[Path]:
     from specreg.report import html, markdown, plots
 
     p, kind = check_report_path(path)
+    if report.models:  # each run's section names its models as the audit does
+        runs = [r if r.models else r.model_copy(update={"models": report.models}) for r in report.runs]
+        report = report.model_copy(update={"runs": runs})
     drawn = {r.run_id: plots.run_plots(r, None, report.policy.speed.min_speedup) for r in report.runs}
     files = {f"{markdown.slug(run_id)}-{name}": svg for run_id, svgs in drawn.items() for name, svg in svgs.items()}
     return _write(
