@@ -186,7 +186,7 @@ def run_decision(run: RunDigest) -> str:
     items = "".join(_li(t, ok, "na") for t, ok in summary) or "<li>no speculative condition</li>"
     warning = common.warning_summary(run)
     warn = f'<li class="warn">{e(warning)}</li>' if warning else ""
-    cls = "fail" if bad or run.status != "completed" else "pass"
+    cls = "fail" if bad or run.status != "complete" else "pass"
     return (
         f'<section id="decision" class="{cls}"><p><b>{e(run.status)}</b>: speed-up over every stratum '
         f"vs --spec-type none (95% interval; ✓ faster, ✗ slower or failed, beyond doubt)</p>"

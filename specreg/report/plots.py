@@ -83,6 +83,12 @@ def positions_drafted(c: ConditionDigest) -> int:
 def acceptance_plot(run: RunDigest) -> str | None:
     """Share of drafts accepted at each draft position, per speculative condition, over the
     positions drafted (None: nothing drafted)."""
+    fig = acceptance_figure(run)
+    return None if fig is None else _svg(fig)
+
+
+def acceptance_figure(run: RunDigest) -> Figure | None:
+    """The acceptance figure itself (see `positions_drafted` for which positions are drawn)."""
     series = [(c, positions_drafted(c)) for c in run.conditions if not c.is_baseline and c.drafts]
     series = [(c, n) for c, n in series if n]
     if not series:
@@ -112,7 +118,7 @@ def acceptance_plot(run: RunDigest) -> str | None:
     _title(fig, "Acceptance by draft position")
     ax.grid(alpha=0.3)
     _legend(fig, ax, ncol=1 if len(series) > 2 else 2)
-    return _svg(fig)
+    return fig
 
 
 def _title(fig: Figure, text: str) -> None:
