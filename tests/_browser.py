@@ -46,7 +46,8 @@ _MEASURE = r"""
   const small = [...document.querySelectorAll('body *')].filter(el => el.children.length === 0
       && el.textContent.trim() && el.getBoundingClientRect().width > 0
       && parseFloat(getComputedStyle(el).fontSize) < 11).map(el => el.tagName.toLowerCase()).slice(0, 5);
-  const pres = [...document.querySelectorAll('pre')].map(p => getComputedStyle(p).wordBreak);
+  const pres = [...document.querySelectorAll('pre')].map(p => getComputedStyle(p).wordBreak + ' '
+    + getComputedStyle(p).whiteSpace);
   return JSON.stringify({
     innerWidth: vw, scrollWidth: doc.scrollWidth, bodyScrollWidth: document.body.scrollWidth,
     wide: wide.slice(0, 10), cut: cut.slice(0, 10), decisionBottom: d ? d.getBoundingClientRect().bottom : null,
@@ -237,7 +238,11 @@ def check_page(browser: Browser, page: Path, shots: Path, name: str, plots: int 
         assert 0 < m["decisionBottom"] <= look.height, (where, "decision below the first screen", m["decisionBottom"])
         assert not look.external, (where, look.external)
         assert not look.failed, (where, look.failed)
-        assert "break-all" not in m["pres"], (where, m["pres"])
+        assert all(p == "normal pre" for p in m["pres"]), (
+            where,
+            "commands wrap only at their continuations",
+            m["pres"],
+        )
         assert not m["small"], (where, "text under 11 px", m["small"])
         if plots is not None:
             assert len(m["plots"]) == plots, (where, m["plots"])

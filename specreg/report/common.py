@@ -290,8 +290,9 @@ def run_meta(run: RunDigest) -> str:
 
 CONDITION_HEADERS = (
     "condition",
-    "spec type",
     "status",
+    "spec type",
+    "draft",
     "peak RAM MiB",
     "predicted RAM MiB (error)",
     "extra RAM MiB",
@@ -316,9 +317,10 @@ def condition_cells(run: RunDigest) -> list[list[str]]:
         status = c.status if not c.failure else f"{c.status}: {c.failure}"
         rows.append(
             [
-                c.label + (f" ← {model_label(c.draft_sha256, run.models)}" if c.draft_sha256 else ""),
-                c.spec_type,
+                c.label,
                 status,
+                c.spec_type,
+                model_label(c.draft_sha256, run.models) if c.draft_sha256 else "–",
                 num(c.peak_ram_mib, ".0f"),
                 predicted(c.predicted_ram_mib, c.peak_ram_mib),
                 num(c.extra_ram_mib, "+.0f"),

@@ -36,8 +36,7 @@ th{background:#f3f3f3;white-space:nowrap}
 td.key{white-space:nowrap;font-weight:600}
 td.why{min-width:18rem}
 td.fail,li.fail{background:#fbe0de}td.warn{background:#fff1c2}
-pre{background:#f6f6f6;padding:.6rem;overflow-x:auto;white-space:pre-wrap;word-break:normal;
-overflow-wrap:normal;font-size:.8rem;line-height:1.35}
+pre{background:#f6f6f6;padding:.6rem;overflow-x:auto;white-space:pre;font-size:.75rem;line-height:1.35}
 code{overflow-wrap:anywhere}
 .notes li{margin:.2rem 0}.notes li.fail,.notes li.warn{padding:.15rem .4rem;list-style:none}
 .notes li.fail::before{content:"✗ ";color:#c62828;font-weight:700}
@@ -50,9 +49,10 @@ nav{font-size:.9rem}nav a{margin-right:.6rem}
 """
 
 # Commands are laid out the way the terminal shows them: at most this many columns, broken only
-# between words with ` \` continuations (still one shell command when pasted). A word wider than
-# a phone's screen scrolls inside its own box, never the page.
-COMMAND_WIDTH = 60
+# between words with ` \` continuations (still one shell command when pasted), and never again by
+# the browser (`white-space: pre`: a soft wrap would break after any hyphen, `--met|rics`). 44
+# columns of .75rem monospace fit a 390 px phone; a longer word scrolls inside its own box.
+COMMAND_WIDTH = 44
 
 
 # Control characters (ESC of an ANSI sequence, NUL, ...) are shown as \\xNN, as on the terminal:
@@ -158,7 +158,11 @@ def run_tables(run: RunDigest, heading: bool = True) -> str:
         _table(common.STRATUM_HEADERS, [common.stratum_cells(r) for r in run.strata], keys=2, classes=marks),
         f'<p class="muted">{e(common.TIMINGS_NOTE)}</p>',
         "<h3>Conditions</h3>",
-        _table(common.CONDITION_HEADERS[:-1], [c[:-1] for c in common.condition_cells(run)]),
+        _table(
+            common.CONDITION_HEADERS[:-1],
+            [c[:-1] for c in common.condition_cells(run)],
+            classes=[{1: "fail"} if c.status != "ok" else {} for c in run.conditions],
+        ),
         "<h3>Server commands</h3>",
     ]
     for c in run.conditions:
