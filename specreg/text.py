@@ -73,3 +73,27 @@ def log_message(line: str) -> str:
     codes go too; a line without the prefix is returned stripped, otherwise unchanged."""
     text = _ANSI.sub("", line).strip()
     return _LOG_PREFIX.sub("", text, count=1).strip() or text
+
+
+def quant_text(file_type_name: str | None) -> str | None:
+    """A GGUF file type as people name the quant: 'MOSTLY_Q4_K_M' -> 'Q4_K_M', 'ALL_F32' -> 'F32'."""
+    if not file_type_name or file_type_name.startswith(("UNKNOWN", "GUESSED")):
+        return None
+    return file_type_name.removeprefix("MOSTLY_").removeprefix("ALL_")
+
+
+def model_label(
+    sha256: str | None, *, name: str | None = None, file: str | None = None, quant: str | None = None
+) -> str:
+    """A model file as a person tells it from its neighbours: the 12-hex SHA-256 prefix, then
+    general.name, the file's base name and the quant where known ('2fc5918b02d7 SmolLM2 135M
+    (smollm2.Q4_K_M.gguf)'); the quant is left out when the file name already says it.
+    Untrusted text: escape it for the output it goes to."""
+    base = file.replace("\\", "/").rsplit("/", 1)[-1] if file else None
+    q = quant_text(quant) if quant else None
+    if q and base and q.lower() in base.lower():
+        q = None
+    title = name or base
+    extra = [x for x in (base if base != title else None, q) if x]
+    head = " ".join(x for x in (sha256[:12] if sha256 else None, title) if x)
+    return f"{head} ({', '.join(extra)})" if extra else (head or "unknown model")

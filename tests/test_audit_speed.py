@@ -62,9 +62,9 @@ def test_the_interval_low_end_must_reach_the_minimum() -> None:
 
 
 def test_a_median_without_an_interval_or_a_failed_condition_fails() -> None:
-    run, cond = _run(speedup=1.5, speedup_ci95=None, speedup_note="no interval from 1 request pair(s)")
+    run, cond = _run(speedup=1.5, speedup_ci95=None, speedup_note="no interval from 1 request pair")
     g = speed_gate(run, cond, _policy(1.0), 1)
-    assert not g.passed and "has no interval (no interval from 1 request pair(s))" in g.message
+    assert not g.passed and "has no interval (no interval from 1 request pair)" in g.message
     run, cond = _run(status="failed", speedup=None, speedup_note="condition failed: speculation did not run")
     g = speed_gate(run, cond, _policy(0.0), 1)
     assert not g.passed and "no speed-up (condition failed: speculation did not run)" in g.message

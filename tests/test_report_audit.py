@@ -77,8 +77,8 @@ def _assert_the_right_words(text: str, report: AuditReport) -> None:
     assert "\\x0a" not in text and "version: 0 (unknown)" not in text
     assert f"bundled xllamacpp {bundled_version()} (llama.cpp build" in text
     for sha in {p.target_sha256 for p in report.pairs}:
-        assert f"(target.gguf, F32) {sha[:12]}" in text
-        assert not re.search(rf"(?<!F32\) ){sha[:12]}(?![0-9a-f])", text)  # never a bare prefix
+        assert f"{sha[:12]} audit-target (target.gguf, F32)" in text
+        assert not re.search(rf"{sha[:12]}(?![0-9a-f]| audit-target \(target\.gguf, F32\))", text)  # never bare
     assert "equivalence or speed" not in text and "licence, equivalence" not in text
     mod = next(p for p in report.pairs if p.method == "ngram-mod")  # failed: speculation did not run
     assert "fails evidence: condition ngram-mod failed: speculation did not run: 0 tokens drafted over " in text

@@ -66,4 +66,6 @@ def test_sweep_report_in_a_browser(sweep_world: SimpleNamespace, browser: Browse
         assert label in text  # every swept condition, told apart
     assert "ngram-mod c1: failed" in text
     target = sweep_world.run.info.target_sha256[:12]
-    assert f"(t.gguf, F32) {target}" in page.read_text("utf-8")  # the file and quant beside the SHA-256 prefix
+    assert f"{target} specreg-tiny (t.gguf, F32)" in page.read_text(
+        "utf-8"
+    )  # the file and quant beside the SHA-256 prefix

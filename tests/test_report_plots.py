@@ -110,6 +110,6 @@ def test_html_marks_mismatches_and_warnings_and_names_models() -> None:
     assert '<li class="warn">warm-up not steady: ngram-mod round 1: 3 warm-up requests' in page
     decision = page[page.index('id="decision"') : page.index("</section>")]
     assert "outputs differ in all" in decision and "warm-up not steady: ngram-mod" in decision
-    assert "gemma (gemma-270m.gguf, Q4_K_M) 2fc5918b02d7" in page
+    assert "2fc5918b02d7 gemma (gemma-270m.gguf, Q4_K_M)" in page
     assert "bundled xllamacpp 2026.10.11549 (llama.cpp build 11549)" in page
     assert "version: 0" not in page and "\\x0a" not in page

@@ -26,36 +26,16 @@ from specreg.schemas.audit import (
 from specreg.schemas.bench import ALL_STRATA
 
 
-def _message(a: PairAudit, o: ConditionOutcome, gate: str) -> str:
-    """Why `gate` failed: the condition's own message, else the pair's (licence, integrity, ...)."""
-    if gate in o.failed:
-        return o.failed[gate]
-    g = next((g for g in a.gates if g.gate == gate), None)
-    return g.message if g else "failed"
-
-
-def _fails(a: PairAudit, o: ConditionOutcome, everywhere: list[str], here: str | None) -> str:
-    """Which gates fail, with their numbers. Gates that fail only because evidence did ("no
-    evidence: ...") are named in one clause; the stratum's own failure follows as "here: ..."."""
-    evidence = _message(a, o, "evidence") if "evidence" in everywhere else None
-    follow = [g for g in everywhere if evidence and g != "evidence" and _message(a, o, g).startswith("no evidence")]
-    parts = [f"{g}: {_message(a, o, g)}" for g in everywhere if g not in follow]
-    if follow:
-        parts.append(f"{', '.join(follow)} follow from evidence")
-    if here:
-        parts.append(f"here: {here}")
-    elif not evidence and not everywhere:
-        parts.append("here: equivalence and speed not judged")
-    return "fails " + "; ".join(parts)
-
-
 def _candidate(a: PairAudit, failed: list[str], o: ConditionOutcome, stratum: str, row: StratumRow | None) -> Candidate:
     everywhere = failed + [g for g in WHOLE_CONDITION_GATES if g in o.failed]
-    here = o.strata.get(stratum, False)
+    # without evidence, equivalence and speed were never judged: name only the gates that failed
+    here = o.strata.get(stratum, "evidence" in everywhere)
     if row is None:
         reason = "not measured in this stratum"
     elif everywhere or not here:
-        reason = _fails(a, o, everywhere, None if here else o.why_not.get(stratum))
+        # the gates that failed, never a list of those that might have: "fails speed (0.94x [0.80, 1.51]) here"
+        local = [] if here else [f"{o.strata_why.get(stratum) or 'equivalence or speed'} here"]
+        reason = "fails " + ", ".join(everywhere + local)
     else:
         reason = "passes every gate"
     return Candidate(

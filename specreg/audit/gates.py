@@ -42,7 +42,8 @@ def integrity_gate(checks: list[tuple[str, str, bool, str | None]], rehash: bool
     return GateResult(
         gate="integrity",
         passed=True,
-        message=f"{plural(len(checks), 'artifact')} match their registered SHA-256 ({how})",
+        message=f"{plural(len(checks), 'artifact')} {'matches its' if len(checks) == 1 else 'match their'} "
+        f"registered SHA-256 ({how})",
         evidence=evidence,
     )
 
@@ -324,7 +325,6 @@ def speed_gate(run: RunDigest, cond: ConditionDigest, policy: Policy, conc: int)
             "baseline_p95_ms": base.p95_total_ms if base else None,
             "errors": row.errors,
             "timeouts": row.timeouts,
-            "problems": why,
         }
         if why:
             notes.append(f"{row.stratum}: {', '.join(why)}")

@@ -46,26 +46,28 @@ class Judged:
             params=dict(self.cond.params),
             failed={g.gate: g.message for g in self.results if not g.passed},
             strata=strata,
-            why_not=why_not(eq, sp),
+            strata_why={s: _stratum_why(eq, sp, s) for s, ok in strata.items() if not ok},
             speedup=self.whole.speedup if self.whole else None,
             speedup_ci95=self.whole.speedup_ci95 if self.whole else None,
         )
 
 
-def why_not(eq: GateResult, sp: GateResult) -> dict[str, str]:
-    """Per stratum where equivalence or speed fails: which, with its numbers ("equivalence 3/6;
-    speed-up 0.93x [0.88, 0.97]: low end 0.88 < 1.05"), so a decision never says "equivalence or speed"."""
-    counts = eq.evidence.get("equivalent/compared") or {}
-    out: dict[str, str] = {}
-    for s in {*eq.strata, *sp.strata}:
-        parts = [] if eq.strata.get(s, False) else [f"equivalence {counts.get(s, 'not measured')}"]
-        if not sp.strata.get(s, False):
-            ev = sp.evidence.get(s)
-            problems = ev.get("problems") if isinstance(ev, dict) else None
-            parts += list(problems or ["speed not measured"])
-        if parts:
-            out[s] = "; ".join(parts)
-    return out
+def _stratum_why(eq: GateResult, sp: GateResult, stratum: str) -> str:
+    """Which of equivalence and speed fail in `stratum`, each with its numbers."""
+    from specreg.benchmark.statistics import interval_text
+
+    parts: list[str] = []
+    if not eq.strata.get(stratum, False):
+        counts = eq.evidence.get("equivalent/compared")
+        count = counts.get(stratum) if isinstance(counts, dict) else None
+        parts.append(f"equivalence ({count} equal)" if count else "equivalence")
+    if not sp.strata.get(stratum, False):
+        ev = sp.evidence.get(stratum)
+        speedup = ev.get("speedup") if isinstance(ev, dict) else None
+        ci = ev.get("speedup_ci95") if isinstance(ev, dict) else None
+        numbers = interval_text(speedup, (ci[0], ci[1]) if ci else None) if speedup is not None else "not measured"
+        parts.append(f"speed ({numbers})")
+    return ", ".join(parts) or "equivalence or speed"
 
 
 def pair_conditions(run: RunDigest | None, pair: PairRecord) -> list[ConditionDigest]:

@@ -257,8 +257,8 @@ def _requests(ctx: RunContext, cond: ConditionRun, server: ServerProcess, client
                     n = sum(1 for r in ctx.rows if r.condition_idx == cond.idx)
                     _fail(
                         cond,
-                        f"server exited (code {server.proc.returncode}) during the run after {n} "
-                        f"{'request' if n == 1 else 'requests'}: {row.error}",
+                        f"server exited (code {server.proc.returncode}) during the run after "
+                        f"{plural(n, 'request')}: {row.error}",
                         _errors(server.log_path),
                     )
                     return

@@ -335,16 +335,6 @@ def _bench_ray(
     raise typer.Exit(0 if ok else 1)
 
 
-def _model_names(run: BenchRun) -> dict[str, ModelName]:
-    """Name, file and quant of the run's models, for the report to print beside each SHA-256."""
-    from specreg.schemas.audit import ModelName
-
-    shas = {run.info.target_sha256, run.info.draft_sha256, *(c.spec.draft_sha256 for c in run.conditions)}
-    with _registry(create=False) as reg:
-        found = reg.get_artifacts(s for s in shas if s)
-    return {sha: ModelName.of(rec) for sha, rec in found.items()}
-
-
 def load_run(run_id: str) -> BenchRun:
     """A stored run with its summaries as pydantic models (for `runs show`)."""
     from specreg.benchmark.runstore import RunStore
@@ -416,3 +406,13 @@ def show(
 
         written = write_run_report_for(report, run, _model_names(run))
     emit_result(run, json_out, lambda: show_run(run), written)
+
+
+def _model_names(run: BenchRun) -> dict[str, ModelName]:
+    """Name, file and quant of the run's models, for the report to print beside each SHA-256."""
+    from specreg.schemas.audit import ModelName
+
+    shas = {run.info.target_sha256, run.info.draft_sha256, *(c.spec.draft_sha256 for c in run.conditions)}
+    with _registry(create=False) as reg:
+        found = reg.get_artifacts(s for s in shas if s)
+    return {sha: ModelName.of(rec) for sha, rec in found.items()}

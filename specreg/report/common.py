@@ -13,7 +13,7 @@ from specreg.schemas.audit import (
     RunDigest,
     StratumDecision,
     StratumRow,
-    model_label,
+    named,
 )
 from specreg.servers.identity import runtime_text
 from specreg.text import escape_control, plural
@@ -49,7 +49,7 @@ def decision_cells(
         interval_text(d.speedup, d.speedup_ci95) if d.speedup is not None else "–",
         "–" if d.draft_n_max is None else str(d.draft_n_max),
         *([hw.get(d.hardware or "", "–")] if hw else []),
-        model_label(d.target_sha256, models or {}, d.target_name),
+        named(d.target_sha256, models or {}, d.target_name),
         d.run_id or "–",
         "; ".join(f"pair {c.pair_id} {c.condition}: {c.reason}" for c in d.candidates) or "no candidates",
     ]
@@ -128,8 +128,8 @@ def short(sha: str | None) -> str:
 
 
 def pair_title(p: PairAudit, models: dict[str, ModelName] | None = None) -> str:
-    target = model_label(p.target_sha256, models or {}, p.target_name)
-    draft = model_label(p.draft_sha256, models or {}, p.draft_name) if p.draft_sha256 else "(self)"
+    target = named(p.target_sha256, models or {}, p.target_name)
+    draft = named(p.draft_sha256, models or {}, p.draft_name) if p.draft_sha256 else "(self)"
     return f"pair {p.pair_id}: {p.method} {target} ← {draft}"
 
 
@@ -281,7 +281,7 @@ def run_summary(run: RunDigest) -> list[tuple[str, bool | None]]:
 
 def run_meta(run: RunDigest) -> str:
     """The run's target, workload, runtime and hardware in one sentence."""
-    target = model_label(run.target_sha256, run.models, run.target_name)
+    target = named(run.target_sha256, run.models, run.target_name)
     return (
         f"Target {target}, workload {run.workload or '–'}, runtime {runtime_text(run.runtime)}, "
         f"hardware {run.hardware or '–'}, {plural(run.repetitions, 'repetition')}."
@@ -320,7 +320,7 @@ def condition_cells(run: RunDigest) -> list[list[str]]:
                 c.label,
                 status,
                 c.spec_type,
-                model_label(c.draft_sha256, run.models) if c.draft_sha256 else "–",
+                named(c.draft_sha256, run.models) if c.draft_sha256 else "–",
                 num(c.peak_ram_mib, ".0f"),
                 predicted(c.predicted_ram_mib, c.peak_ram_mib),
                 num(c.extra_ram_mib, "+.0f"),

@@ -12,7 +12,7 @@ from datetime import datetime
 from specreg.audit.deploy import wrap_command
 from specreg.report import common
 from specreg.report.plots import inline_svg
-from specreg.schemas.audit import GATES, AuditReport, RunDigest, model_label
+from specreg.schemas.audit import GATES, AuditReport, RunDigest, named
 from specreg.text import escape_control
 
 _CSS = """
@@ -272,14 +272,14 @@ def render_audit(report: AuditReport, plots: dict[str, dict[str, str]]) -> str:
     parts.append('<h2 id="verdict">Verdict</h2>')
     rows = []
     for p in report.pairs:
-        draft = model_label(p.draft_sha256, models, p.draft_name) if p.draft_sha256 else "(self)"
+        draft = named(p.draft_sha256, models, p.draft_name) if p.draft_sha256 else "(self)"
         rows.append(
             [
                 e(p.pair_id),
                 _cell("PASS" if p.passed else "FAIL", p.passed),
                 e(p.method),
                 *[_cell(t, ok) for t, ok in common.gate_cells(p)],
-                e(model_label(p.target_sha256, models, p.target_name)),
+                e(named(p.target_sha256, models, p.target_name)),
                 e(draft),
             ]
         )

@@ -14,7 +14,7 @@ import re
 from datetime import datetime
 
 from specreg.report import common
-from specreg.schemas.audit import GATES, AuditReport, RunDigest, model_label
+from specreg.schemas.audit import GATES, AuditReport, RunDigest, named
 from specreg.text import escape_control
 
 _MD_PUNCT = re.compile(r"([\\`*_\[\]|~])")  # `[`..`]` kill links and images; the rest, emphasis and cells
@@ -117,8 +117,8 @@ def render_audit(report: AuditReport, plots: dict[str, dict[str, str]], image_pr
             [
                 str(p.pair_id),
                 p.method,
-                model_label(p.target_sha256, report.models, p.target_name),
-                model_label(p.draft_sha256, report.models, p.draft_name) if p.draft_sha256 else "(self)",
+                named(p.target_sha256, report.models, p.target_name),
+                named(p.draft_sha256, report.models, p.draft_name) if p.draft_sha256 else "(self)",
                 *[t for t, _ in common.gate_cells(p)],
                 "PASS" if p.passed else "FAIL",
             ]

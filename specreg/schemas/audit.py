@@ -187,27 +187,27 @@ class ModelName(BaseModel):
 
     name: str | None = None
     file: str | None = None
-    quant: str | None = None  # the file type without llama.cpp's MOSTLY_ prefix: Q4_K_M, F16
+    quant: str | None = None  # as people name it: Q4_K_M, F32 (text.quant_text)
 
     @classmethod
     def of(cls, record: ArtifactRecord) -> ModelName:
+        from specreg.text import quant_text
+
         path = record.paths[0] if record.paths else None
-        quant = record.file_type_name.removeprefix("MOSTLY_").removeprefix("ALL_") if record.file_type_name else None
-        return cls(name=record.name, file=path.rsplit("/", 1)[-1] if path else None, quant=quant)
-
-    def label(self, sha256: str | None) -> str:
-        """`audit-target (target.gguf, F16) 2fc5918b02d7`: the name, file and quant, then the prefix."""
-        extra = ", ".join(x for x in (self.file, self.quant) if x)
-        words = [self.name or "", f"({extra})" if extra else "", sha256[:12] if sha256 else ""]
-        return " ".join(w for w in words if w) or "–"
+        return cls(
+            name=record.name, file=path.rsplit("/", 1)[-1] if path else None, quant=quant_text(record.file_type_name)
+        )
 
 
-def model_label(sha256: str | None, models: dict[str, ModelName], fallback: str | None = None) -> str:
-    """A model as every report names it: general.name, file and quant beside the 12-hex prefix."""
+def named(sha256: str | None, models: dict[str, ModelName], name: str | None = None) -> str:
+    """A model as every report names it (text.model_label): the 12-hex SHA-256 prefix with
+    general.name, file and quant from `models`, else with `name` alone."""
+    from specreg.text import model_label
+
     if not sha256:
-        return fallback or "–"
-    known = models.get(sha256)
-    return known.label(sha256) if known else (f"{fallback} {sha256[:12]}" if fallback else sha256[:12])
+        return name or "–"
+    m = models.get(sha256)
+    return model_label(sha256, name=m.name, file=m.file, quant=m.quant) if m else model_label(sha256, name=name)
 
 
 class RunDigest(BaseModel):
@@ -264,8 +264,9 @@ class ConditionOutcome(BaseModel):
     draft_n_max: int | None = None
     params: dict[str, Any] = Field(default_factory=dict)
     failed: dict[str, str] = Field(default_factory=dict)  # gate -> message, condition gates that failed
-    why_not: dict[str, str] = Field(default_factory=dict)  # stratum -> why equivalence or speed fails there
     strata: dict[str, bool] = Field(default_factory=dict)  # equivalence and speed both pass there
+    # where one fails: which, with its numbers ("speed 0.94x [0.80, 1.51]", "equivalence 3/6 equal")
+    strata_why: dict[str, str] = Field(default_factory=dict)
     # (evidence and memory hold everywhere or nowhere; equivalence and speed are judged per stratum)
     speedup: float | None = None  # over every stratum ("all")
     speedup_ci95: tuple[float, float] | None = None

@@ -134,8 +134,10 @@ def draft_size(t: Side, d: Side, rules: RuleSet) -> CheckResult:
     per_token = f"{size_text(dv)} vs {size_text(tv)} per token"
     if dv >= tv:
         if ratio >= _SWAP_RATIO:
-            reads = ratio_text(ratio)
-            msg = f"draft reads {reads} the target's weight bytes ({per_token}): did you swap target and draft?"
+            msg = (
+                f"draft reads {ratio_text(ratio)} the target's weight bytes ({per_token}): "
+                "did you swap target and draft?"
+            )
         else:
             msg = f"draft is not smaller than the target ({per_token}): no speed-up possible"
         return result("draft.size", "warn", msg, **ev)

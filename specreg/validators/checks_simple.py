@@ -129,7 +129,8 @@ def runtime_rule(t: Side, d: Side, rules: RuleSet) -> list[CheckResult]:
             result(
                 "vocab.tokens",
                 "error",
-                f"{plural(count, 'token text')} differ from id {start} on; first: id {f0['id']} "
+                f"{plural(count, 'token text')} differ{'s' if count == 1 else ''} from id {start} on; "
+                f"first: id {f0['id']} "
                 f"target {clip(str(f0['target']), 40)!r}, draft {clip(str(f0['draft']), 40)!r}",
                 **ev_t,
                 first=first,
@@ -186,7 +187,8 @@ def advisories(t: Side, d: Side, rules: RuleSet) -> list[CheckResult]:
             result(
                 "vocab.tokens_head",
                 "warn",
-                f"{count} of the first {plural(start, 'token text')} differ (llama.cpp does not compare them)",
+                f"{count} of the first {start} token texts differ{'s' if count == 1 else ''} "
+                "(llama.cpp does not compare them)",
                 n_differ=count,
                 first=_token_evidence(t, d, ids),
             )
@@ -343,7 +345,7 @@ def tokenizer_identity(code: str, t: Side, d: Side, rules: RuleSet) -> CheckResu
             problems.append(f"{key} {getattr(tv, key)} vs {getattr(dv, key)}")
     ids, count = _texts_differ(t, d, 0, min(tv.n_tokens, dv.n_tokens), rules)
     if count:
-        problems.append(f"{plural(count, 'token text')} differ")
+        problems.append(f"{plural(count, 'token text')} differ{'s' if count == 1 else ''}")
         ev["n_differ"] = count
         ev["first"] = _token_evidence(t, d, ids)
     if problems:
