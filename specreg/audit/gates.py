@@ -23,7 +23,6 @@ from specreg.schemas.audit import (
 from specreg.schemas.bench import ALL_STRATA
 from specreg.schemas.checks import CheckResult
 from specreg.schemas.registry import ArtifactRecord
-from specreg.servers.identity import runtime_text
 from specreg.text import plural
 
 _UNKNOWN = {None, "unknown", "none", "noassertion"}
@@ -150,6 +149,8 @@ def evidence_gate(
 
     An `incomplete` run (some other condition failed) still counts for the conditions that ran.
     """
+    from specreg.servers.identity import runtime_text  # the runtime as people read it, on one line
+
     if run is None:
         return GateResult(gate="evidence", passed=False, message=f"no usable benchmark run ({how})")
     evidence = {
