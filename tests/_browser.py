@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import json
 import os
 import select
@@ -94,9 +95,12 @@ class Browser:
         to_chrome_r, self._to_chrome = os.pipe()
         self._from_chrome, from_chrome_w = os.pipe()
 
-        def fds() -> None:  # the pipe's ends as fd 3 and 4 in the child (dup2 makes them inheritable)
-            os.dup2(to_chrome_r, 3)
-            os.dup2(from_chrome_w, 4)
+        def fds() -> None:
+            """The pipe's ends as fd 3 and 4 in the child. Copied above 10 first: a pipe end may
+            itself be fd 3 or 4, and dup2 onto itself would leave it close-on-exec."""
+            high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (to_chrome_r, from_chrome_w)]
+            os.dup2(high[0], 3)  # dup2 makes them inheritable
+            os.dup2(high[1], 4)
 
         args = [
             exe,
@@ -119,7 +123,7 @@ class Browser:
             args,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL if not os.environ.get("SPECREG_CHROMIUM_LOG") else None,
             close_fds=False,  # only the inheritable fds 0-4 pass (Python's own fds are not inheritable)
             preexec_fn=fds,  # a test is single-threaded here
         )
