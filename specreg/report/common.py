@@ -363,9 +363,8 @@ def hardware_matrix(report: AuditReport) -> tuple[list[str], list[list[str]]]:
     headers = ["pair", "method", "target", "draft", *(labels[c] for c in classes)]
     rows = []
     for pid, p in first.items():
-        draft = (p.draft_name or short(p.draft_sha256)) if p.draft_sha256 else "(self)"
+        draft = named(p.draft_sha256, report.models, p.draft_name) if p.draft_sha256 else "(self)"
+        target = named(p.target_sha256, report.models, p.target_name)
         by = cells.get(pid, {})
-        rows.append(
-            [str(pid), p.method, p.target_name or short(p.target_sha256), draft, *(by.get(c, "–") for c in classes)]
-        )
+        rows.append([str(pid), p.method, target, draft, *(by.get(c, "–") for c in classes)])
     return headers, rows
