@@ -90,7 +90,8 @@ def render_run(run: RunDigest, plots: dict[str, str], image_prefix: str) -> str:
     """A single benchmark run (`specreg runs show RUN --report x.md`)."""
     lines = run_plots(run, plots, image_prefix)
     lines[0] = "# specreg " + lines[0].removeprefix("## ").replace("Run ", "run ", 1)
-    summary = [f"- {'✗ ' if ok is False else ''}{esc(t)}" for t, ok in common.run_summary(run)]
+    marks = {True: "✓ ", False: "✗ ", None: ""}  # faster / slower or failed, beyond doubt
+    summary = [f"- {marks[ok]}{esc(t)}" for t, ok in common.run_summary(run)]
     lines[1:1] = ["", "Speed-up over every stratum vs --spec-type none (95% interval):", "", *summary]
     lines += run_tables(run, heading=False)
     return "\n".join(lines) + "\n"
