@@ -86,8 +86,9 @@ def test_speedup_axis_is_log_centred_on_1x_and_clips_a_wide_whisker() -> None:
     assert ax.get_xscale() == "log" and abs(lo * hi - 1) < 1e-9 and hi < 4  # not stretched to 85
     arrows = [ln for ln in ax.lines if ln.get_marker() == ">"]
     assert len(arrows) == 1 and arrows[0].get_xdata()[0] == hi  # the cut whisker, marked at the edge
-    predicted = [ln for ln in ax.lines if ln.get_marker() == "D"]
+    predicted = [ln for ln in ax.lines if ln.get_marker() == "D" and len(ln.get_xdata())]
     assert sorted(float(ln.get_xdata()[0]) for ln in predicted) == [1.1, 1.2]  # beside the measured
+    assert [ln.get_label() for ln in ax.lines if ln.get_label() == "predicted"] == ["predicted"]  # one key
 
 
 def test_one_colour_per_method_in_every_plot() -> None:

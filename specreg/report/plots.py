@@ -208,9 +208,10 @@ def speedup_figure(run: RunDigest, concurrency: int | None = None, min_speedup: 
                 markerfacecolor="none",
                 markeredgecolor=colour,
                 markersize=6,
-                label="predicted" if "predicted" not in labelled else None,
             )
             labelled.add("predicted")
+    if "predicted" in labelled:  # one grey key for every method's open diamond
+        ax.plot([], [], "D", markerfacecolor="none", markeredgecolor="#555555", linestyle="none", label="predicted")
     ax.axvline(1.0, color="black", linewidth=0.8)
     if min_speedup:
         ax.axvline(min_speedup, color="#cc3311", linestyle="--", linewidth=1, label=f"policy minimum {min_speedup:g}x")
