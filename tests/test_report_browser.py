@@ -69,3 +69,27 @@ def test_sweep_report_in_a_browser(sweep_world: SimpleNamespace, browser: Browse
     assert f"{target} specreg-tiny (t.gguf, F32)" in page.read_text(
         "utf-8"
     )  # the file and quant beside the SHA-256 prefix
+
+
+def test_the_browser_check_sees_what_it_must_refuse(browser: Browser, tmp_path: Path) -> None:
+    """The harness itself: a page that loads a remote image, scrolls sideways, hides its decision
+    below the first screen, breaks commands anywhere and shrinks its plot is caught on each count."""
+    page = tmp_path / "bad.html"
+    page.write_text(
+        '<!DOCTYPE html><html><head><meta name="viewport" content="width=device-width, initial-scale=1">'
+        "<style>pre{word-break:break-all}</style></head><body>"
+        '<img src="http://127.0.0.1:9/x.png" alt="">'
+        '<div style="width:2000px">wide</div><div style="height:3000px"></div>'
+        '<section id="decision">late</section><pre>llama-server --metrics</pre>'
+        '<figure><svg width="2000pt" height="300pt" viewBox="0 0 2000 300" style="width:100%">'
+        '<text x="1990" y="50" font-size="40">cut</text></svg></figure></body></html>'
+    )
+    look = browser.look(page, 390, tmp_path, "bad")
+    m = look.metrics
+    assert look.external == ["http://127.0.0.1:9/x.png"]
+    assert m["innerWidth"] > 390 or m["scrollWidth"] > 390 or m["wide"]  # sideways: zoomed out or wider
+    assert m["decisionBottom"] > look.height
+    assert m["pres"] == ["break-all pre"]
+    assert m["plots"] and m["plots"][0][2] < 0.6  # drawn far below its own size
+    assert m["cut"]  # text drawn past the plot's edge
+    assert look.screenshot.stat().st_size > 0 and look.full_page.stat().st_size > 0
