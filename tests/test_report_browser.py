@@ -44,6 +44,16 @@ def test_audit_report_in_a_browser(audit_world: AuditWorld, browser: Browser, tm
         assert f"pair {p.pair_id}" in decision
         for gate in p.failed_gates:
             assert gate in decision  # the gates that failed, by name, with their numbers beside them
+    # a registry's worth of pairs and decisions: the decision still fits the first screen
+    many = report.model_copy(
+        update={
+            "pairs": [p.model_copy(update={"pair_id": 100 + i}) for i in range(8) for p in report.pairs],
+            "decisions": report.decisions * 10,
+        }
+    )
+    write_audit_report(page, many)
+    decision = check_page(browser, page, tmp_path, "audit-many")[0].metrics["decisionText"]
+    assert "more fail (" in decision and "more in the decisions per stratum" in decision
 
 
 def test_run_report_in_a_browser(audit_world: AuditWorld, browser: Browser, tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ from datetime import datetime
 from specreg.audit.deploy import wrap_command
 from specreg.report import common
 from specreg.report.plots import inline_svg
-from specreg.schemas.audit import GATES, AuditReport, RunDigest, named
+from specreg.schemas.audit import GATES, AuditReport, PairAudit, RunDigest, named
 from specreg.text import escape_control
 
 _CSS = """
@@ -219,6 +219,16 @@ def _cell(text: str, ok: bool | None) -> str:
 
 # The decision's first screen quotes each failed gate this far; the Pairs section has it whole.
 DECISION_GATE_CHARS = 110
+DECISION_PAIRS = 3  # pairs listed one by one in the decision, failing first (the rest in one line)
+DECISION_DEPLOY = 3  # decisions per stratum in the decision (all in their table)
+
+
+def _ids(what: str, pairs: list[PairAudit]) -> str:
+    """'3 more fail (4, 7, 9)' for the decision's summary line ('' for none)."""
+    if not pairs:
+        return ""
+    ids = ", ".join(str(p.pair_id) for p in pairs[:12]) + (", …" if len(pairs) > 12 else "")
+    return f"{len(pairs)} {what} ({ids})"
 
 
 def audit_decision(report: AuditReport) -> str:
@@ -230,19 +240,29 @@ def audit_decision(report: AuditReport) -> str:
         f"<b>{word}</b>: {n_pass} of {common.plural(len(report.pairs), 'pair')} "
         f"{'passes' if n_pass == 1 else 'pass'} every gate."
     )
+    failing = [p for p in report.pairs if not p.passed]
+    shown = failing[:DECISION_PAIRS]  # the reasons first: the pairs that fail, then those that pass
+    shown += [p for p in report.pairs if p.passed][: max(0, DECISION_PAIRS - len(shown))]
     items = []
-    for p in report.pairs:
+    for p in sorted(shown, key=lambda p: report.pairs.index(p)):
         name = f"pair {p.pair_id} {p.method}"
         if p.passed:
             judged = f" on {p.condition}: {common.interval_text(p.speedup, p.speedup_ci95)}" if p.condition else ""
             items.append(_li(f"{name}: passes{judged}", True))
         else:
             items.append(_li(f"{name}: {common.failed_text(p, DECISION_GATE_CHARS)}", False))
+    rest = [p for p in report.pairs if p not in shown]
+    if rest:  # the first screen holds the decision: the others in one line, each in the verdict table
+        parts = [_ids("more pass", [p for p in rest if p.passed]), _ids("more fail", [p for p in rest if not p.passed])]
+        items.append(_li("; ".join(x for x in parts if x) + ": see the verdict table", all(p.passed for p in rest)))
     deploy = [
         f"{d.stratum} (c{d.concurrency}) → {d.choice}"
-        + (f" {common.interval_text(d.speedup, d.speedup_ci95)}" if d.speedup is not None else "")
-        for d in report.decisions
+        + (f" {d.speedup:.2f}x" if d.speedup is not None else "")
+        + (f" [{d.speedup_ci95[0]:.2f}, {d.speedup_ci95[1]:.2f}]" if d.speedup_ci95 else "")
+        for d in report.decisions[:DECISION_DEPLOY]
     ]
+    if len(report.decisions) > len(deploy):
+        deploy.append(f"{len(report.decisions) - len(deploy)} more in the decisions per stratum")
     cls = "pass" if report.passed else "fail"
     return (
         f'<section id="decision" class="{cls}"><p>{lead}</p><ul>{"".join(items)}</ul>'
