@@ -10,10 +10,11 @@ import html
 from datetime import datetime
 
 from specreg.audit.deploy import wrap_command
+from specreg.benchmark.statistics import interval_text
 from specreg.report import common
 from specreg.report.plots import inline_svg
 from specreg.schemas.audit import GATES, AuditReport, PairAudit, RunDigest, named
-from specreg.text import escape_control
+from specreg.text import escape_control, plural
 
 _CSS = """
 *{box-sizing:border-box}
@@ -237,7 +238,7 @@ def audit_decision(report: AuditReport) -> str:
     word = common.verdict_word(report)
     n_pass = sum(p.passed for p in report.pairs)
     lead = (
-        f"<b>{word}</b>: {n_pass} of {common.plural(len(report.pairs), 'pair')} "
+        f"<b>{word}</b>: {n_pass} of {plural(len(report.pairs), 'pair')} "
         f"{'passes' if n_pass == 1 else 'pass'} every gate."
     )
     failing = [p for p in report.pairs if not p.passed]
@@ -247,7 +248,7 @@ def audit_decision(report: AuditReport) -> str:
     for p in sorted(shown, key=lambda p: report.pairs.index(p)):
         name = f"pair {p.pair_id} {p.method}"
         if p.passed:
-            judged = f" on {p.condition}: {common.interval_text(p.speedup, p.speedup_ci95)}" if p.condition else ""
+            judged = f" on {p.condition}: {interval_text(p.speedup, p.speedup_ci95)}" if p.condition else ""
             items.append(_li(f"{name}: passes{judged}", True))
         else:
             items.append(_li(f"{name}: {common.failed_text(p, DECISION_GATE_CHARS)}", False))
