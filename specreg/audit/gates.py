@@ -326,6 +326,7 @@ def speed_gate(run: RunDigest, cond: ConditionDigest, policy: Policy, conc: int)
             "baseline_p95_ms": base.p95_total_ms if base else None,
             "errors": row.errors,
             "timeouts": row.timeouts,
+            "problems": why,  # why this stratum fails (empty: it passes), for the decisions' reasons
         }
         if why:
             notes.append(f"{row.stratum}: {', '.join(why)}")
