@@ -80,3 +80,20 @@ def test_unexplained_fails_with_its_reason() -> None:
     )
     g = speed_gate(run, cond, _policy(1.05), 1)
     assert not g.passed and "unexplained: acceptance 10.0% gives at most 1.40" in g.message
+
+
+def test_a_stratum_that_fails_on_p95_says_so_not_only_its_speedup() -> None:
+    """The decision's reason names what failed: a 2.8x speed-up whose p95 is over the limit must
+    not read as if 2.8x were too slow (seen on the real SmolLM2 demo)."""
+    from specreg.audit.gates import equivalence_gate
+    from specreg.audit.outcomes import _stratum_why
+
+    run, cond = _run(speedup=2.77, speedup_ci95=(2.01, 3.58), p95_total_ms=196.3, compared=4, equivalent=4)
+    sp = speed_gate(run, cond, _policy(1.05), 1)
+    eq = equivalence_gate(run, cond, _policy(1.05), 1)
+    assert not sp.passed and eq.passed
+    why = _stratum_why(eq, sp, "chat")
+    assert why.startswith("speed (2.77x [2.01, 3.58]") and "p95 196.3 ms > limit 110.0 ms" in why, why
+    run, cond = _run(speedup=1.12, speedup_ci95=(0.97, 1.31), compared=4, equivalent=4)
+    why = _stratum_why(equivalence_gate(run, cond, _policy(1.05), 1), speed_gate(run, cond, _policy(1.05), 1), "chat")
+    assert why == "speed (speed-up 1.12x [0.97, 1.31] no measurable difference: low end 0.97 < 1.05)", why

@@ -118,8 +118,17 @@ def test_failed_condition_has_a_null_speedup_in_json_tables_and_plots(sweep: Sim
     ax = fig.axes[0]
     drawn = [r for r in digest.strata if r.concurrency == 1 and r.speedup is not None and r.condition != "none c1"]
     failed = [r for r in digest.strata if r.concurrency == 1 and r.speedup is None]
-    assert len(ax.patches) == len(drawn)  # one bar per measured speed-up, none for the failed condition
-    assert failed and [t.get_text() for t in ax.texts].count("failed") == len(failed)
+    dots = [ln for ln in ax.lines if ln.get_marker() == "o"]
+    assert len(dots) == len(drawn)  # one dot per measured speed-up, none for the failed condition
+    assert failed and [t.get_text() for t in ax.texts].count("failed: no speed-up") == len(failed)
+    assert ax.get_xscale() == "log"
+    lo, hi = ax.get_xlim()
+    assert abs(lo * hi - 1) < 1e-9  # centred on 1x
+    every = speedup_figure(digest)  # every concurrency when none is named
+    assert every is not None
+    assert len([ln for ln in every.axes[0].lines if ln.get_marker() == "o"]) == len(
+        [r for r in digest.strata if r.speedup is not None and not r.condition.startswith("none")]
+    )
 
 
 def test_audit_decides_per_stratum_and_concurrency_naming_the_draft_length(sweep: SimpleNamespace) -> None:

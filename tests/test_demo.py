@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from _audit_world import specreg
+from _browser import Browser, check_page, chromium
 
 from specreg.audit.policy import load_policy
 from specreg.audit.run import run_audit
@@ -29,6 +30,21 @@ CHECKS = {
 # change, and the draft pair's run is checked by the demo itself (it stops when that run broke).
 FIXED_GATES = {"integrity", "verdict", "licence"}
 DRAFT_PAIR_GATES = FIXED_GATES | {"evidence", "rollback"}
+
+
+SCREENSHOT = Path(__file__).parent.parent / "docs" / "report.png"  # the README's picture of the report
+
+
+def look_at_demo_report(report: Path, tmp_path: Path) -> None:
+    """The demo's report in headless Chromium at 390 and 1280 px (tests/_browser.py); with
+    SPECREG_SCREENSHOT=1 the laptop's first screen becomes docs/report.png."""
+    if chromium() is None:
+        pytest.skip("chromium not installed (tools/ensure_chromium.sh); the demo itself passed")
+    with Browser(tmp_path) as browser:
+        looks = check_page(browser, report, tmp_path / "screenshots", "demo", plots=3)
+    assert re.search(r"\b(PASS|FAIL)\b: \d of \d pairs", looks[0].metrics["decisionText"])
+    if os.environ.get("SPECREG_SCREENSHOT") == "1":
+        SCREENSHOT.write_bytes(looks[1].screenshot.read_bytes())
 
 
 def _checked(out: str) -> dict[str, tuple[int, str, str]]:
@@ -88,6 +104,7 @@ def test_demo_end_to_end_then_again(tmp_path: Path) -> None:
     assert "\naudit verdict: " in out and "(tiny random models may well be slower with speculation)" in out
     html = report.read_text("utf-8")
     assert html.count("<svg") == 3 and "<script" not in html
+    look_at_demo_report(report, tmp_path)
     assert (folder / "registry.db").is_file() and (folder / "policy.toml").is_file()
     assert any((folder / "runs").iterdir())  # server logs stay in DIR
 

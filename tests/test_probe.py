@@ -52,6 +52,11 @@ def test_rejected_pair_the_runtime_refuses_agrees(tmp_path: Path) -> None:
     assert checks["probe.runtime"]["evidence"]["status"] == "refused"
     assert any("vocabs are not compatible" in ln for ln in checks["probe.runtime"]["evidence"]["lines"])
     assert "probe.agreement" not in checks
+    # llama.cpp's message without its log prefix ("0.00.025.663 E spec common_specu: ")
+    assert (
+        checks["probe.runtime"]["message"]
+        == "the server dropped speculation: the target and draft vocabs are not compatible"
+    )
 
 
 def test_aborts_and_load_failures_are_caught_from_the_log(tmp_path: Path) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -40,7 +42,7 @@ def test_html_report_is_self_contained_with_plots(report: AuditReport, tmp_path:
     text = out.read_text("utf-8")
     _assert_self_contained(text)
     assert text.count("<svg") == 3  # acceptance by position, speed-up per stratum, peak memory
-    for title in ("Acceptance by draft position", "Speed-up per stratum", "Peak memory per condition"):
+    for title in ("Acceptance by draft position", "Speed-up per stratum and condition", "Peak memory per condition"):
         assert title in text
     ids = re.findall(r'\bid="([^"]+)"', text)
     assert len(ids) == len(set(ids)), "inlined SVG ids must not collide"
@@ -64,6 +66,39 @@ def test_markdown_report_writes_svgs_beside_it(report: AuditReport, tmp_path: Pa
     assert "```sh" in text and "--spec-type none" in text
     again = write_audit_report(out, report)
     assert [p.read_bytes() for p in again[1:]] == [p.read_bytes() for p in written[1:]]  # deterministic
+    _assert_the_right_words(text, report)
+
+
+def _assert_the_right_words(text: str, report: AuditReport) -> None:
+    """Issue 25 item 3 in a report's text: the real runtime version on one line, names beside
+    every SHA-256 prefix, failed gates named with their numbers, plurals."""
+    from specreg.servers.identity import bundled_version
+
+    assert "\\x0a" not in text and "version: 0 (unknown)" not in text
+    assert f"bundled xllamacpp {bundled_version()} (llama.cpp build" in text
+    for sha in {p.target_sha256 for p in report.pairs}:
+        assert f"{sha[:12]} audit-target (target.gguf, F32)" in text
+        assert not re.search(rf"{sha[:12]}(?![0-9a-f]| audit-target \(target\.gguf, F32\))", text)  # never bare
+    assert "equivalence or speed" not in text and "licence, equivalence" not in text
+    mod = next(p for p in report.pairs if p.method == "ngram-mod")  # failed: speculation did not run
+    assert "fails evidence: condition ngram-mod failed: speculation did not run: 0 tokens drafted over " in text
+    assert "equivalence, speed, memory follow from evidence" in text and not mod.passed
+    assert "(s)" not in re.sub(r"GPU\(s\)", "", text)
+
+
+def test_html_report_words(report: AuditReport, tmp_path: Path) -> None:
+    text = write_audit_report(tmp_path / "a.html", report)[0].read_text("utf-8")
+    _assert_the_right_words(text, report)
+    assert "break-all" not in text and text.index('id="decision"') < text.index('id="verdict"')
+    blocks = [html.unescape(b) for b in re.findall(r"<pre>(.*?)</pre>", text, re.S)]
+    servers = [b for b in blocks if "--spec-type" in b]
+    assert servers and all("sha256sum -c" in b for b in blocks if b not in servers)  # the rest: file checks
+    for block in blocks:  # laid out as the terminal does: whole words, ` \` continuations
+        rows = block.split("\n")
+        assert all(r.endswith(" \\") for r in rows[:-1]), rows
+        assert len(shlex.split(block.replace(" \\\n", " "))) >= 2
+    for block in servers:  # at most 44 columns (a phone's width) unless one word is wider
+        assert all(len(r) <= 44 or len(shlex.split(r.rstrip(" \\"))) <= 2 for r in block.split("\n")), block
 
 
 def test_report_path_is_checked_first(report: AuditReport, tmp_path: Path) -> None:
@@ -122,7 +157,8 @@ def test_control_characters_never_reach_a_report_file(report: AuditReport, tmp_p
     evil = "x\x1b[2J\x07\x00y"
     pairs = [p.model_copy(update={"target_name": evil}) for p in report.pairs]
     runs = [r.model_copy(update={"target_name": evil}) for r in report.runs]
-    hostile = report.model_copy(update={"pairs": pairs, "runs": runs})
+    models = {sha: m.model_copy(update={"name": evil, "file": evil}) for sha, m in report.models.items()}
+    hostile = report.model_copy(update={"pairs": pairs, "runs": runs, "models": models})
     html_text = write_audit_report(tmp_path / "a.html", hostile)[0].read_text("utf-8")
     md_text = write_audit_report(tmp_path / "a.md", hostile)[0].read_text("utf-8")
     for text in (html_text, md_text):

@@ -28,7 +28,8 @@ from specreg.schemas.bench import ALL_STRATA
 
 def _candidate(a: PairAudit, failed: list[str], o: ConditionOutcome, stratum: str, row: StratumRow | None) -> Candidate:
     everywhere = failed + [g for g in WHOLE_CONDITION_GATES if g in o.failed]
-    here = o.strata.get(stratum, False)
+    # without evidence, equivalence and speed were never judged: name only the gates that failed
+    here = o.strata.get(stratum, "evidence" in everywhere)
     if row is None:
         reason = "not measured in this stratum"
     elif everywhere or not here:

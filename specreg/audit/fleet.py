@@ -107,6 +107,7 @@ def _audit_by_hardware(
             "decisions": [d for part in parts for d in part.decisions],
             "runs": list(runs.values()),
             "notes": notes,
+            "models": {k: v for part in parts for k, v in part.models.items()},
             "hardware_classes": classes,
         }
     )

@@ -149,6 +149,8 @@ def evidence_gate(
 
     An `incomplete` run (some other condition failed) still counts for the conditions that ran.
     """
+    from specreg.servers.identity import runtime_text  # the runtime as people read it, on one line
+
     if run is None:
         return GateResult(gate="evidence", passed=False, message=f"no usable benchmark run ({how})")
     evidence = {
@@ -188,7 +190,7 @@ def evidence_gate(
         gate="evidence",
         passed=True,
         evidence=evidence,
-        message=f"run {run.run_id} ({how}; runtime {run.runtime}; hardware {run.hardware})",
+        message=f"run {run.run_id} ({how}; runtime {runtime_text(run.runtime)}; hardware {run.hardware})",
     )
 
 
@@ -324,6 +326,7 @@ def speed_gate(run: RunDigest, cond: ConditionDigest, policy: Policy, conc: int)
             "baseline_p95_ms": base.p95_total_ms if base else None,
             "errors": row.errors,
             "timeouts": row.timeouts,
+            "problems": why,  # why this stratum fails (empty: it passes), for the decisions' reasons
         }
         if why:
             notes.append(f"{row.stratum}: {', '.join(why)}")

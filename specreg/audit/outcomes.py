@@ -69,7 +69,11 @@ def _stratum_why(eq: GateResult, sp: GateResult, stratum: str) -> str:
         speedup = ev.get("speedup") if isinstance(ev, dict) else None
         ci = ev.get("speedup_ci95") if isinstance(ev, dict) else None
         numbers = interval_text(speedup, (ci[0], ci[1]) if ci else None) if speedup is not None else "not measured"
-        parts.append(f"speed ({numbers})")
+        # what failed, not only the speed-up: "speed (2.77x [2.01, 3.58]; p95 19629.6 ms > limit 2042.8 ms ...)"
+        problems = [str(p) for p in (ev.get("problems") or [] if isinstance(ev, dict) else [])]
+        if not any(p.startswith(("speed-up", "no speed-up")) for p in problems):
+            problems.insert(0, numbers)
+        parts.append(f"speed ({'; '.join(problems)})")
     return ", ".join(parts) or "equivalence or speed"
 
 

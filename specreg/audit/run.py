@@ -26,6 +26,7 @@ from specreg.schemas.audit import (
     AuditReport,
     ConditionDigest,
     GateResult,
+    ModelName,
     PairAudit,
     Policy,
     RunDigest,
@@ -76,6 +77,18 @@ class _Facts:
         if sha not in self.records:
             self.records[sha] = self.reg.get_artifact(sha)
         return self.records[sha]
+
+    def names(self, audits: Iterable[PairAudit], runs: Iterable[RunDigest]) -> dict[str, ModelName]:
+        """Name, file and quant of every model the audit mentions (reports print them beside the SHA)."""
+        shas = {s for a in audits for s in (a.target_sha256, a.draft_sha256) if s}
+        shas |= {s for r in runs for s in (r.target_sha256, *(c.draft_sha256 for c in r.conditions)) if s}
+        out = {}
+        for sha in sorted(shas):
+            try:
+                out[sha] = ModelName.of(self.record(sha))
+            except SpecregError:  # a run's model no longer registered: the prefix alone
+                continue
+        return out
 
     def runtime_rules(self, runtime: str | None) -> ChosenRules:
         """The rule set a run's runtime (its identity line) needs: its build's, else the nearest."""
@@ -427,4 +440,5 @@ def _run_audit(
         decisions=decide(audits, runs),
         runs=list(runs.values()),
         notes=notes,
+        models=facts.names(audits, runs.values()),
     )

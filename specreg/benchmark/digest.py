@@ -82,6 +82,14 @@ def _condition(c: ConditionRun, base: ConditionRun | None, conc: int) -> Conditi
         extra_vram_mib=None if c is base or peak_vram is None or base_vram is None else peak_vram - base_vram,
         acceptance=counters.acceptance if counters else None,
         acceptance_by_position=by_pos,
+        drafts=counters.steps if counters else None,
+        drafted_tokens=counters.drafted if counters else None,
+        warmup_notes=[
+            f"round {w.round}: {len(w.latencies_ms)} warm-up requests never agreed within {w.tolerance:.0%} "
+            f"({', '.join(f'{x:.0f}' for x in w.latencies_ms)} ms)"
+            for w in c.warmup
+            if w.steady is False
+        ],
         temperature=c.spec.temperature,
         top_p=c.spec.top_p,
         top_k=c.spec.top_k,

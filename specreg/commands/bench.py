@@ -18,6 +18,7 @@ from specreg.commands.output import emit_json, emit_result, err_console, safe, s
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry
+    from specreg.schemas.audit import ModelName
     from specreg.schemas.bench import BenchRun
     from specreg.schemas.bench_settings import BenchSettings
     from specreg.servers.identity import ChosenRules
@@ -467,5 +468,15 @@ def show(
     if report is not None:  # the report module (audit area) draws the plots and writes atomically
         from specreg.report.write import write_run_report_for
 
-        written = write_run_report_for(report, run)
+        written = write_run_report_for(report, run, _model_names(run))
     emit_result(run, json_out, lambda: show_run(run, names), written)
+
+
+def _model_names(run: BenchRun) -> dict[str, ModelName]:
+    """Name, file and quant of the run's models, for the report to print beside each SHA-256."""
+    from specreg.schemas.audit import ModelName
+
+    shas = {run.info.target_sha256, run.info.draft_sha256, *(c.spec.draft_sha256 for c in run.conditions)}
+    with _registry(create=False) as reg:
+        found = reg.get_artifacts(s for s in shas if s)
+    return {sha: ModelName.of(rec) for sha, rec in found.items()}

@@ -5,7 +5,18 @@ from __future__ import annotations
 import shlex
 
 from specreg.benchmark.statistics import interval_text
-from specreg.schemas.audit import GATES, AuditReport, PairAudit, RunDigest, StratumDecision, StratumRow
+from specreg.schemas.audit import (
+    GATES,
+    AuditReport,
+    ModelName,
+    PairAudit,
+    RunDigest,
+    StratumDecision,
+    StratumRow,
+    named,
+)
+from specreg.servers.identity import runtime_text
+from specreg.text import escape_control, plural
 
 
 def num(value: float | None, fmt: str = ".2f", none: str = "–") -> str:
@@ -26,65 +37,99 @@ def speedup_cell(row: StratumRow) -> str:
     return interval_text(row.speedup, row.speedup_ci95) + (" UNEXPLAINED" if row.unexplained else "")
 
 
-def decision_cells(d: StratumDecision, hw: dict[str, str] | None = None) -> list[str]:
-    """A decision row: target, (hardware,) stratum, concurrency, choice, draft length, speed-up, run, why."""
+def decision_cells(
+    d: StratumDecision, hw: dict[str, str] | None = None, models: dict[str, ModelName] | None = None
+) -> list[str]:
+    """A decision row, what decides first: stratum, concurrency, choice, speed-up, draft length,
+    then (hardware,) target, run, why."""
     return [
-        d.target_name or short(d.target_sha256),
-        *([hw.get(d.hardware or "", "–")] if hw else []),
         d.stratum,
         str(d.concurrency),
         d.choice,
-        "–" if d.draft_n_max is None else str(d.draft_n_max),
         interval_text(d.speedup, d.speedup_ci95) if d.speedup is not None else "–",
+        "–" if d.draft_n_max is None else str(d.draft_n_max),
+        *([hw.get(d.hardware or "", "–")] if hw else []),
+        named(d.target_sha256, models or {}, d.target_name),
         d.run_id or "–",
         "; ".join(f"pair {c.pair_id} {c.condition}: {c.reason}" for c in d.candidates) or "no candidates",
     ]
 
 
-DECISION_HEADERS = ("target", "stratum", "conc.", "deploy", "draft max", "speed-up [95% CI]", "run", "why")
+DECISION_HEADERS = ("stratum", "conc.", "deploy", "speed-up [95% CI]", "draft max", "target", "run", "why")
 
 
 def decision_headers(hw: dict[str, str] | None = None) -> list[str]:
     """The decision table's headers, with a hardware column when several classes were audited."""
-    return [DECISION_HEADERS[0], *(["hardware"] if hw else []), *DECISION_HEADERS[1:]]
+    return [*DECISION_HEADERS[:5], *(["hardware"] if hw else []), *DECISION_HEADERS[5:]]
 
 
-def command(argv: list[str] | None) -> str:
-    return shlex.join(argv) if argv else "(not recorded)"
+def command(argv: list[str] | None, width: int | None = None) -> str:
+    """A command as one shell line, or laid out in lines of `width` columns with ` \\` continuations."""
+    if not argv:
+        return "(not recorded)"
+    if width is None:
+        return shlex.join(argv)
+    from specreg.audit.deploy import wrap_command
+
+    return "\n".join(wrap_command(argv, width, indent=""))
+
+
+def try_server_argv(argv: list[str] | None) -> list[str] | None:
+    """A recorded server command as llama-server's own argv (no specreg wrapper, no benchmark port)."""
+    from specreg.audit.deploy import try_server_argv as server_argv
+
+    return server_argv(argv, None) or argv
 
 
 def server_command(argv: list[str] | None) -> str:
-    """A recorded server command as llama-server's own argv (no specreg wrapper, no benchmark port)."""
-    from specreg.audit.deploy import try_server_argv
-
-    return command(try_server_argv(argv, None) or argv)
+    return command(try_server_argv(argv))
 
 
-def pair_commands(p: PairAudit) -> list[tuple[str, str]]:
-    """(caption, shell text) for a pair: what `specreg deploy` prints, or the rollback and what was measured."""
-    from specreg.audit.deploy import pinned_sha256, verify_command
+def pair_commands(p: PairAudit, width: int | None = None) -> list[tuple[str, str]]:
+    """(caption, shell text) for a pair: what `specreg deploy` prints, or the rollback and what was
+    measured; laid out at `width` columns when given."""
+    from specreg.audit.deploy import pinned_sha256, verify_command, verify_lines
 
     out: list[tuple[str, str]] = []
     if p.passed and p.speculative_command:
         sha = pinned_sha256(p.speculative_command, p.target_sha256, p.draft_sha256)
-        out.append(("Check the model files (SHA-256 pinned by the registry):", verify_command(sha)))
-        out.append((f"Deploy (as specreg deploy {p.pair_id} prints it):", command(p.speculative_command)))
-    out.append(("Rollback (no speculation, the measured baseline):", command(p.rollback_command)))
+        verify = "\n".join(verify_lines(sha, indent="")) if width else verify_command(sha)
+        out.append(("Check the model files (SHA-256 pinned by the registry):", verify))
+        out.append((f"Deploy (as specreg deploy {p.pair_id} prints it):", command(p.speculative_command, width)))
+    out.append(("Rollback (no speculation, the measured baseline):", command(p.rollback_command, width)))
     if not p.passed and p.speculative_command:
-        failed = ", ".join(p.failed_gates)
         out.append(
-            (f"Measured speculative condition (not deployable: fails {failed}):", command(p.speculative_command))
+            (
+                f"Measured speculative condition (not deployable: {failed_text(p)}):",
+                command(p.speculative_command, width),
+            )
         )
     return out
+
+
+def failed_text(p: PairAudit, limit: int | None = None) -> str:
+    """The gates that failed, each with its numbers ('fails speed: chat: speed-up 0.93x [...]');
+    gates that failed only because evidence did are named in one clause, not repeated."""
+    failed = [g for g in p.gates if not g.passed]
+    if not failed:
+        return "passes every gate"
+    evidence = p.gate("evidence")
+    follow = f"no evidence: {evidence.message}" if evidence and not evidence.passed else None
+    own = [g for g in failed if g.message != follow]
+    parts = [f"{g.gate}: {escape_control(g.message, limit=limit)}" for g in own]
+    derived = [g.gate for g in failed if g.message == follow]
+    if derived:
+        parts.append(f"{', '.join(derived)} follow from evidence")
+    return "fails " + "; ".join(parts)
 
 
 def short(sha: str | None) -> str:
     return sha[:12] if sha else "–"
 
 
-def pair_title(p: PairAudit) -> str:
-    target = p.target_name or short(p.target_sha256)
-    draft = p.draft_name or short(p.draft_sha256) if p.draft_sha256 else "(self)"
+def pair_title(p: PairAudit, models: dict[str, ModelName] | None = None) -> str:
+    target = named(p.target_sha256, models or {}, p.target_name)
+    draft = named(p.draft_sha256, models or {}, p.draft_name) if p.draft_sha256 else "(self)"
     return f"pair {p.pair_id}: {p.method} {target} ← {draft}"
 
 
@@ -110,10 +155,15 @@ def gate_cells(p: PairAudit) -> list[tuple[str, bool | None]]:
     return out
 
 
-STRATUM_HEADERS = (
+STRATUM_HEADERS = (  # what decides first: the row's name, its speed-up, whether outputs matched
     "condition",
     "stratum",
+    "speed-up [95% CI]",
+    "predicted",
+    "equivalent",
     "conc.",
+    "acceptance",
+    "E[L]",
     "n",
     "reps",
     "median ms",
@@ -122,21 +172,22 @@ STRATUM_HEADERS = (
     "TPOT ms",
     "ITL p50/p95 ms",
     "server ms/tok",
-    "acceptance",
-    "E[L]",
-    "predicted",
-    "speed-up [95% CI]",
     "errors",
     "timeouts",
-    "equivalent",
 )
+EQUIVALENT_COLUMN = STRATUM_HEADERS.index("equivalent")
 
 
 def stratum_cells(r: StratumRow) -> list[str]:
     return [
         r.condition,
         r.stratum,
+        speedup_cell(r),
+        num(r.predicted_speedup),
+        f"{r.equivalent}/{r.compared}" + (f" ({r.compared_text_only} text only)" if r.compared_text_only else ""),
         str(r.concurrency),
+        pct(r.acceptance),
+        num(r.expected_accepted_length),
         str(r.n_requests),
         str(r.n_repetitions),
         num(r.median_total_ms, ".1f"),
@@ -145,14 +196,14 @@ def stratum_cells(r: StratumRow) -> list[str]:
         tpot_cell(r),
         f"{num(r.p50_itl_ms)} / {num(r.p95_itl_ms)}",
         num(r.median_server_tpot_ms),
-        pct(r.acceptance),
-        num(r.expected_accepted_length),
-        num(r.predicted_speedup),
-        speedup_cell(r),
         str(r.errors),
         str(r.timeouts),
-        f"{r.equivalent}/{r.compared}" + (f" ({r.compared_text_only} text only)" if r.compared_text_only else ""),
     ]
+
+
+def mismatched(r: StratumRow) -> bool:
+    """Greedy outputs that differ from the baseline (what a reader must not miss)."""
+    return r.compared > 0 and r.equivalent < r.compared
 
 
 def tpot_cell(r: StratumRow) -> str:
@@ -174,13 +225,14 @@ TIMINGS_NOTE = (
 
 
 def comparison_notes(run: RunDigest) -> list[str]:
-    """Each condition x stratum whose output differs from the baseline: where, with context; then
-    each sampled condition's numbers at its sampler (`sampler_notes`)."""
+    """Each condition x stratum whose output differs from the baseline: how many, where first (the
+    token), with context."""
     return [
-        f"{r.condition} / {r.stratum}: first output that differs from the baseline: {r.first_mismatch}"
+        f"{r.condition} / {r.stratum}: {r.compared - r.equivalent} of {plural(r.compared, 'output')} differ "
+        f"from the baseline; first: {r.first_mismatch or 'not recorded'}"
         for r in run.strata
-        if r.first_mismatch
-    ] + sampler_notes(run)
+        if mismatched(r) or r.first_mismatch
+    ]
 
 
 def sampler_notes(run: RunDigest) -> list[str]:
@@ -203,10 +255,64 @@ def sampler_notes(run: RunDigest) -> list[str]:
     return out
 
 
+def warning_summary(run: RunDigest) -> str | None:
+    """The warnings in one line for the decision (the measurements list each)."""
+    unsteady = [c.label for c in run.conditions if c.warmup_notes]
+    unexplained = sorted({r.condition for r in run.strata if r.unexplained})
+    parts = []
+    if unsteady:
+        parts.append(f"warm-up not steady: {', '.join(unsteady)}")
+    if unexplained:
+        parts.append(f"unexplained speed-up: {', '.join(unexplained)}")
+    return "; ".join(parts) + " (see the measurements)" if parts else None
+
+
+def warning_notes(run: RunDigest) -> list[str]:
+    """What may have skewed the numbers: warm-ups that never settled, unexplained speed-ups."""
+    out = [f"warm-up not steady: {c.label} {n}" for c in run.conditions for n in c.warmup_notes]
+    out += [
+        f"unexplained {r.condition} / {r.stratum}: {r.unexplained_reason or 'faster than acceptance allows'}"
+        for r in run.strata
+        if r.unexplained
+    ]
+    return out
+
+
+def run_summary(run: RunDigest) -> list[tuple[str, bool | None]]:
+    """A run's result in a few lines (text, good?): each speculative condition over every
+    stratum with its speed-up, or why it has none."""
+    out: list[tuple[str, bool | None]] = []
+    for c in run.conditions:
+        if c.is_baseline:
+            continue
+        whole = next((r for r in run.strata if r.condition == c.label and r.stratum == "all"), None)
+        if c.status != "ok" or whole is None or whole.speedup is None:
+            why = c.failure or (whole.speedup_note if whole else None) or c.status
+            out.append((f"{c.label}: {c.status} — {why}", False))
+            continue
+        diff = [r for r in run.strata if r.condition == c.label and mismatched(r)]
+        eq = f"; outputs differ in {', '.join(r.stratum for r in diff)}" if diff else ""
+        ci = whole.speedup_ci95
+        # good: faster beyond doubt; bad: outputs differ, or slower beyond doubt; else no mark
+        good = False if diff or (ci and ci[1] < 1) else (True if ci and ci[0] > 1 else None)
+        out.append((f"{c.label}: {interval_text(whole.speedup, ci)}{eq}", good))
+    return out
+
+
+def run_meta(run: RunDigest) -> str:
+    """The run's target, workload, runtime and hardware in one sentence."""
+    target = named(run.target_sha256, run.models, run.target_name)
+    return (
+        f"Target {target}, workload {run.workload or '–'}, runtime {runtime_text(run.runtime)}, "
+        f"hardware {run.hardware or '–'}, {plural(run.repetitions, 'repetition')}."
+    )
+
+
 CONDITION_HEADERS = (
     "condition",
-    "spec type",
     "status",
+    "spec type",
+    "draft",
     "peak RAM MiB",
     "predicted RAM MiB (error)",
     "extra RAM MiB",
@@ -232,8 +338,9 @@ def condition_cells(run: RunDigest) -> list[list[str]]:
         rows.append(
             [
                 c.label,
-                c.spec_type,
                 status,
+                c.spec_type,
+                named(c.draft_sha256, run.models) if c.draft_sha256 else "–",
                 num(c.peak_ram_mib, ".0f"),
                 predicted(c.predicted_ram_mib, c.peak_ram_mib),
                 num(c.extra_ram_mib, "+.0f"),
@@ -276,9 +383,8 @@ def hardware_matrix(report: AuditReport) -> tuple[list[str], list[list[str]]]:
     headers = ["pair", "method", "target", "draft", *(labels[c] for c in classes)]
     rows = []
     for pid, p in first.items():
-        draft = (p.draft_name or short(p.draft_sha256)) if p.draft_sha256 else "(self)"
+        draft = named(p.draft_sha256, report.models, p.draft_name) if p.draft_sha256 else "(self)"
+        target = named(p.target_sha256, report.models, p.target_name)
         by = cells.get(pid, {})
-        rows.append(
-            [str(pid), p.method, p.target_name or short(p.target_sha256), draft, *(by.get(c, "–") for c in classes)]
-        )
+        rows.append([str(pid), p.method, target, draft, *(by.get(c, "–") for c in classes)])
     return headers, rows

@@ -14,7 +14,7 @@ import re
 from datetime import datetime
 
 from specreg.report import common
-from specreg.schemas.audit import GATES, AuditReport, RunDigest
+from specreg.schemas.audit import GATES, AuditReport, RunDigest, named
 from specreg.text import escape_control
 
 _MD_PUNCT = re.compile(r"([\\`*_\[\]|~])")  # `[`..`]` kill links and images; the rest, emphasis and cells
@@ -65,12 +65,7 @@ def _images(plots: dict[str, str], prefix: str) -> list[str]:
 def run_plots(run: RunDigest, plot_names: dict[str, str], image_prefix: str) -> list[str]:
     """A run's heading, manifest line and plot images."""
     out = [f"## Run {esc(run.run_id)} — {esc(run.status)}", ""]
-    out.append(
-        f"Target {esc(run.target_name or common.short(run.target_sha256))} "
-        f"({code(common.short(run.target_sha256))}), workload {esc(run.workload or '–')}, "
-        f"runtime {esc(run.runtime or '–')}, hardware {esc(run.hardware or '–')}, "
-        f"{run.repetitions} repetition(s)."
-    )
+    out.append(esc(common.run_meta(run)))
     return [*out, "", *_images(plot_names, image_prefix)]
 
 
@@ -84,9 +79,11 @@ def run_tables(run: RunDigest, heading: bool = True) -> list[str]:
     out += ["", "### Per stratum", ""]
     out += _table(common.STRATUM_HEADERS, [common.stratum_cells(r) for r in run.strata])
     out += ["", esc(common.TIMINGS_NOTE)]
-    notes = common.comparison_notes(run)
+    notes = [f"- **differs**: {esc(n)}" for n in common.comparison_notes(run)]
+    notes += [f"- **warning**: {esc(n)}" for n in common.warning_notes(run)]
+    notes += [f"- {esc(n)}" for n in common.sampler_notes(run)]
     if notes:
-        out += ["", *(f"- {esc(n)}" for n in notes)]
+        out += ["", *notes]
     return [*out, ""]
 
 
@@ -94,6 +91,9 @@ def render_run(run: RunDigest, plots: dict[str, str], image_prefix: str) -> str:
     """A single benchmark run (`specreg runs show RUN --report x.md`)."""
     lines = run_plots(run, plots, image_prefix)
     lines[0] = "# specreg " + lines[0].removeprefix("## ").replace("Run ", "run ", 1)
+    marks = {True: "✓ ", False: "✗ ", None: ""}  # faster / slower or failed, beyond doubt
+    summary = [f"- {marks[ok]}{esc(t)}" for t, ok in common.run_summary(run)]
+    lines[1:1] = ["", "Speed-up over every stratum vs --spec-type none (95% interval):", "", *summary]
     lines += run_tables(run, heading=False)
     return "\n".join(lines) + "\n"
 
@@ -108,6 +108,9 @@ def render_audit(report: AuditReport, plots: dict[str, dict[str, str]], image_pr
         f"integrity by {'full re-hash' if report.rehash else 'stat cache (--trust-stat-cache)'}.",
         "",
     ]
+    for p in report.pairs:
+        why = "passes every gate" if p.passed else common.failed_text(p)
+        lines.append(f"- {'✓' if p.passed else '✗'} pair {p.pair_id} {esc(p.method)}: {esc(why)}")
     lines += [f"- {esc(n)}" for n in report.notes]
     lines += ["", "## Verdict", ""]
     rows = []
@@ -116,8 +119,8 @@ def render_audit(report: AuditReport, plots: dict[str, dict[str, str]], image_pr
             [
                 str(p.pair_id),
                 p.method,
-                p.target_name or common.short(p.target_sha256),
-                (p.draft_name or common.short(p.draft_sha256)) if p.draft_sha256 else "(self)",
+                named(p.target_sha256, report.models, p.target_name),
+                named(p.draft_sha256, report.models, p.draft_name) if p.draft_sha256 else "(self)",
                 *[t for t, _ in common.gate_cells(p)],
                 "PASS" if p.passed else "FAIL",
             ]
@@ -130,13 +133,15 @@ def render_audit(report: AuditReport, plots: dict[str, dict[str, str]], image_pr
         lines += _table(*common.hardware_matrix(report))
     hw = common.hardware_labels(report) if len(report.hardware_classes) > 1 else {}
     lines += ["", "## Decisions per stratum", ""]
-    lines += _table(common.decision_headers(hw), [common.decision_cells(d, hw) for d in report.decisions])
+    lines += _table(
+        common.decision_headers(hw), [common.decision_cells(d, hw, report.models) for d in report.decisions]
+    )
     lines.append("")
     for run in report.runs:
         lines += run_plots(run, plots.get(run.run_id, {}), f"{image_prefix}{slug(run.run_id)}-")
     lines += ["", "## Pairs", ""]
     for p in report.pairs:
-        lines += [f"### {esc(common.pair_title(p))} — {'PASS' if p.passed else 'FAIL'}", ""]
+        lines += [f"### {esc(common.pair_title(p, report.models))} — {'PASS' if p.passed else 'FAIL'}", ""]
         judged = common.judged_line(p)
         lines += [esc(judged), ""] if judged else []
         lines += [f"- **{g.gate}**: {'pass' if g.passed else 'FAIL'} — {esc(g.message)}" for g in p.gates]

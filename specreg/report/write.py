@@ -7,7 +7,7 @@ from pathlib import Path
 
 from specreg.atomic import write_atomic
 from specreg.errors import UsageError
-from specreg.schemas.audit import AuditReport, RunDigest
+from specreg.schemas.audit import AuditReport, ModelName, RunDigest
 from specreg.schemas.bench import BenchRun
 
 SUFFIXES = {".md": "markdown", ".markdown": "markdown", ".html": "html", ".htm": "html"}
@@ -50,8 +50,10 @@ def write_audit_report(path: str | Path, report: AuditReport) -> list[Path]:
     from specreg.report import html, markdown, plots
 
     p, kind = check_report_path(path)
-    conc = report.policy.speed.concurrency
-    drawn = {r.run_id: plots.run_plots(r, conc, report.policy.speed.min_speedup) for r in report.runs}
+    if report.models:  # each run's section names its models as the audit does
+        runs = [r if r.models else r.model_copy(update={"models": report.models}) for r in report.runs]
+        report = report.model_copy(update={"runs": runs})
+    drawn = {r.run_id: plots.run_plots(r, None, report.policy.speed.min_speedup) for r in report.runs}
     files = {f"{markdown.slug(run_id)}-{name}": svg for run_id, svgs in drawn.items() for name, svg in svgs.items()}
     return _write(
         p,
@@ -73,9 +75,11 @@ def write_run_report(path: str | Path, run: RunDigest) -> list[Path]:
     )
 
 
-def write_run_report_for(path: str | Path, run: BenchRun) -> list[Path]:
-    """`specreg runs show RUN --report PATH`: digest a loaded run and write its report."""
+def write_run_report_for(path: str | Path, run: BenchRun, models: dict[str, ModelName] | None = None) -> list[Path]:
+    """`specreg runs show RUN --report PATH`: digest a loaded run and write its report (`models`:
+    the registry's names for its SHA-256s)."""
     from specreg.benchmark.digest import digest_run
 
     check_report_path(path)
-    return write_run_report(path, digest_run(run))
+    digest = digest_run(run)
+    return write_run_report(path, digest.model_copy(update={"models": models}) if models else digest)

@@ -8,13 +8,16 @@ speed-up that is not measurably real, a changed output or an unknown licence fai
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from specreg.schemas.bench import ConditionStatus, Difference, RunStatus
 from specreg.schemas.bench_settings import DEFAULT_REPEAT
 from specreg.schemas.sampling import DraftSampling, Sampler
+
+if TYPE_CHECKING:
+    from specreg.schemas.registry import ArtifactRecord
 
 # The gates, declared once, in the order the audit runs them and every report shows them.
 GateName = Literal[
@@ -197,6 +200,9 @@ class ConditionDigest(BaseModel):
     extra_vram_mib: float | None = None
     acceptance: float | None = None
     acceptance_by_position: list[float | None] = Field(default_factory=list)
+    drafts: int | None = None  # verification steps that drafted (llama.cpp's spec_decode_num_drafts)
+    drafted_tokens: int | None = None
+    warmup_notes: list[str] = Field(default_factory=list)  # server starts whose warm-up never settled
     # the sampler its requests were made with (greedy for runs before it was recorded)
     temperature: float = 0.0
     top_p: float | None = None
@@ -211,6 +217,34 @@ class ConditionDigest(BaseModel):
     @property
     def sampler(self) -> Sampler:
         return Sampler(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, min_p=self.min_p)
+
+
+class ModelName(BaseModel):
+    """What tells a model file apart beside its SHA-256 prefix: general.name, file name, quant."""
+
+    name: str | None = None
+    file: str | None = None
+    quant: str | None = None  # as people name it: Q4_K_M, F32 (text.quant_text)
+
+    @classmethod
+    def of(cls, record: ArtifactRecord) -> ModelName:
+        from specreg.text import quant_text
+
+        path = record.paths[0] if record.paths else None
+        return cls(
+            name=record.name, file=path.rsplit("/", 1)[-1] if path else None, quant=quant_text(record.file_type_name)
+        )
+
+
+def named(sha256: str | None, models: dict[str, ModelName], name: str | None = None) -> str:
+    """A model as every report names it (text.model_label): the 12-hex SHA-256 prefix with
+    general.name, file and quant from `models`, else with `name` alone."""
+    from specreg.text import model_label
+
+    if not sha256:
+        return name or "–"
+    m = models.get(sha256)
+    return model_label(sha256, name=m.name, file=m.file, quant=m.quant) if m else model_label(sha256, name=name)
 
 
 class RunDigest(BaseModel):
@@ -229,6 +263,7 @@ class RunDigest(BaseModel):
     repetitions: int = 0
     conditions: list[ConditionDigest] = Field(default_factory=list)
     strata: list[StratumRow] = Field(default_factory=list)
+    models: dict[str, ModelName] = Field(default_factory=dict)  # sha256 -> names, filled for reports
 
     def baseline(self, concurrency: int | None = None) -> ConditionDigest | None:
         """The baseline condition (at this concurrency, when given)."""
@@ -376,6 +411,7 @@ class AuditReport(BaseModel):
     runs: list[RunDigest] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     hardware_classes: list[str] = Field(default_factory=list)  # audited one by one when there are several
+    models: dict[str, ModelName] = Field(default_factory=dict)  # sha256 -> names of every model audited
 
 
 # ---- the deploy command ----------------------------------------------------------------------
