@@ -23,6 +23,9 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     monkeypatch.setenv("SPECREG_DB", str(home / "registry.db"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(home / "hf"))
+    # this machine is shared: others' load would set aside every round of runs not about it;
+    # the tests of contention (test_bench_contention.py) pass --busy-share themselves
+    monkeypatch.setenv("SPECREG_BUSY_SHARE", "off")
     return home
 
 

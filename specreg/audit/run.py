@@ -408,6 +408,9 @@ def _run_audit(
         if run is not None:
             runs[run.run_id] = run
     _judge_unchecked(facts, audits, runs, policy)
+    for r in runs.values():  # the evidence's timings leave these rounds out: say so, and why
+        if r.set_aside:
+            notes.append(f"run {r.run_id}: " + "; ".join(r.set_aside))
     return AuditReport(
         created_at=now(),
         policy=policy,

@@ -493,3 +493,10 @@ def m013_bench_request_records(db: sqlite3.Connection) -> None:
         ("diff_context", "TEXT"),
     ):
         db.execute(f"ALTER TABLE bench_requests ADD COLUMN {col} {kind}")
+
+
+@migrations()
+def m014_bench_condition_load(db: sqlite3.Connection) -> None:
+    """How busy the machine was during each of a condition's slots (others' CPU, steal, load) and
+    whether that set the slot aside (benchmark/contention.py). Older rows: NULL (nothing known)."""
+    db.execute("ALTER TABLE bench_conditions ADD COLUMN load_json TEXT")

@@ -87,7 +87,7 @@ def run_tables(run: RunDigest, heading: bool = True) -> str:
         _table(common.STRATUM_HEADERS, [common.stratum_cells(r) for r in run.strata]),
         f"<p>{e(common.TIMINGS_NOTE)}</p>",
     ]
-    notes = common.comparison_notes(run)
+    notes = common.set_aside_notes(run) + common.comparison_notes(run)
     if notes:
         parts.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
     return "\n".join(parts)

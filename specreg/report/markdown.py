@@ -84,7 +84,7 @@ def run_tables(run: RunDigest, heading: bool = True) -> list[str]:
     out += ["", "### Per stratum", ""]
     out += _table(common.STRATUM_HEADERS, [common.stratum_cells(r) for r in run.strata])
     out += ["", esc(common.TIMINGS_NOTE)]
-    notes = common.comparison_notes(run)
+    notes = common.set_aside_notes(run) + common.comparison_notes(run)
     if notes:
         out += ["", *(f"- {esc(n)}" for n in notes)]
     return [*out, ""]

@@ -192,6 +192,7 @@ class RunDigest(BaseModel):
     repetitions: int = 0
     conditions: list[ConditionDigest] = Field(default_factory=list)
     strata: list[StratumRow] = Field(default_factory=list)
+    set_aside: list[str] = Field(default_factory=list)  # rounds run under contention (benchmark/contention.py)
 
     def baseline(self, concurrency: int | None = None) -> ConditionDigest | None:
         """The baseline condition (at this concurrency, when given)."""

@@ -371,6 +371,29 @@ def _decisions(run: BenchRun) -> None:
     say("; ".join(parts), prefix=f"decided against {bar:g}x ({how}): ", indent=4)
 
 
+def _set_aside(run: BenchRun) -> None:
+    """How busy the machine was, and the rounds that set aside (benchmark/contention.py)."""
+    from specreg.benchmark.contention import run_notes
+
+    loads = [x for c in run.conditions for x in c.load]
+    notes = run_notes(run.summaries)
+    if notes:
+        say(notes[0], prefix="busy: ", marks=[("busy:", "yellow")], indent=4)
+        for line in notes[1:]:
+            say(line, prefix="  ", indent=6)
+    elif loads:
+        worst = max(loads, key=lambda x: x.others_cores + x.steal_cores)
+        share = run.manifest.settings.busy_share if run.manifest and run.manifest.settings else None
+        off = " (--busy-share off)" if share == 0 else ""
+        say(
+            f"others used at most {worst.others_cores + worst.steal_cores:.2f} of {worst.cores} cores in a "
+            f"round; none set aside{off}",
+            prefix="machine load: ",
+            style="dim",
+            indent=4,
+        )
+
+
 def _unexplained(run: BenchRun) -> None:
     """Speed-ups that acceptance cannot account for, each with why (the audit fails them), and
     warm-ups that never settled (their condition's numbers may still include a cold start)."""
@@ -448,6 +471,7 @@ def show_run(run: BenchRun) -> None:
     print_listing(cols, rows)
     _legend_no_difference(run.summaries)
     _decisions(run)
+    _set_aside(run)
     show_lines([""])
     print_listing(_TIMING_COLUMNS, [_timing_row(s) for s in run.summaries if s.n_ok])
     say(TIMINGS_LEGEND, style="dim")
