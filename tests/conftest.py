@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from specreg.registry.store import Registry
+
+# This machine is shared: others' load would set aside every round of the runs not about it
+# (benchmark/contention.py), session fixtures' included, so it is off for the whole session and
+# its children; the contention tests (test_bench_contention.py) pass --busy-share themselves.
+os.environ["SPECREG_BUSY_SHARE"] = "off"
 
 # Fixture modules (tests/ is on sys.path): one real benchmark run shared by the audit and report
 # tests, llama.cpp's vocab files and source (skip when offline), SmolLM2 as a real trained model
@@ -23,9 +29,6 @@ def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     monkeypatch.setenv("SPECREG_DB", str(home / "registry.db"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", str(home / "hf"))
-    # this machine is shared: others' load would set aside every round of runs not about it;
-    # the tests of contention (test_bench_contention.py) pass --busy-share themselves
-    monkeypatch.setenv("SPECREG_BUSY_SHARE", "off")
     return home
 
 

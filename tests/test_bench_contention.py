@@ -225,7 +225,7 @@ def test_a_busy_neighbour_sets_its_round_aside_and_the_budget_measures_again(tmp
     shown = cli("runs", "show", run.info.run_id, db=db)
     assert shown.returncode in (0, 1), shown.stderr
     text = " ".join(shown.stdout.split())
-    assert "set aside: " in text and "condition round" in text and "draft-simple round 0: other processes used" in text
+    assert "busy: " in text and "set aside (machine busy)" in text and "draft-simple round 0: other processes used" in text
     data = json.loads(cli("runs", "show", run.info.run_id, "--json", db=db).stdout)
     js = next(s for s in data["summaries"] if s["condition"] == "draft-simple" and s["stratum"] == "all")
     assert js["n_set_aside"] == whole.n_set_aside and js["set_aside"] == whole.set_aside
