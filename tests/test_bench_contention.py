@@ -43,9 +43,9 @@ def _cond(idx: int, method: str, loads: list[RoundLoad]) -> ConditionRun:
 
 def _rows(idx: int, name: str, ms: dict[int, list[float]]) -> list[RequestRow]:
     """Rows of one condition: round -> total ms per prompt."""
+    common = {"condition_idx": idx, "condition": name, "stratum": "s", "started_at": T0, "ok": True}
     return [
-        RequestRow(condition_idx=idx, condition=name, prompt_id=p, stratum="s", repeat=rnd, started_at=T0, ok=True,
-                   total_ms=t, output_tokens=16, output_text="x")  # fmt: skip
+        RequestRow(**common, prompt_id=p, repeat=rnd, total_ms=t, output_tokens=16, output_text="x")
         for rnd, times in ms.items()
         for p, t in zip(PROMPTS, times, strict=True)
     ]
@@ -111,9 +111,7 @@ def test_busy_rounds_are_kept_out_of_the_speed_up_and_the_decision() -> None:
         "round 4: request p1 took 0.80 s, 4x its median 0.20 s in the other rounds",
         "round 5: its baseline's round: other processes used 1.40 of 2 cores",
     ]
-    kept = speed_decision(
-        contention.kept_rows(rows[:24], aside, 1), contention.kept_rows(rows[24:], aside, 0), 1.05
-    )
+    kept = speed_decision(contention.kept_rows(rows[:24], aside, 1), contention.kept_rows(rows[24:], aside, 0), 1.05)
     assert whole.decision == kept.decision and whole.decision_ci == kept.interval and kept.n == 8
     # without setting aside, the same rows say 1.5x: what a busy machine would have decided on
     off = summarize([_cond(0, "none", []), _cond(1, "ngram-mod", [])], rows, StatSettings(set_aside=False))
@@ -225,7 +223,8 @@ def test_a_busy_neighbour_sets_its_round_aside_and_the_budget_measures_again(tmp
     shown = cli("runs", "show", run.info.run_id, db=db)
     assert shown.returncode in (0, 1), shown.stderr
     text = " ".join(shown.stdout.split())
-    assert "busy: " in text and "set aside (machine busy)" in text and "draft-simple round 0: other processes used" in text
+    assert "busy: " in text and "set aside (machine busy)" in text
+    assert "draft-simple round 0: other processes used" in text
     data = json.loads(cli("runs", "show", run.info.run_id, "--json", db=db).stdout)
     js = next(s for s in data["summaries"] if s["condition"] == "draft-simple" and s["stratum"] == "all")
     assert js["n_set_aside"] == whole.n_set_aside and js["set_aside"] == whole.set_aside
