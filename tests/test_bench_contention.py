@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from specreg.schemas.bench import ConditionRun, ConditionSpec, RequestRow, Round
 from specreg.schemas.bench_settings import BenchSettings
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
+BURN = "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end:\n    pass\n"  # bounded
 PROMPTS = ("p0", "p1", "p2", "p3")
 
 
@@ -138,6 +140,33 @@ def test_every_round_set_aside_leaves_no_speed_up_and_says_why() -> None:
     assert whole.speedup_note == "every round ran under contention (set aside)"
 
 
+def test_the_probe_counts_the_servers_time_as_ours_and_the_rest_as_others() -> None:
+    """A process in the probe's pid list (as the server is) is ours; the same process outside it
+    is a neighbour. Judged on the split of CPU time the kernel reports, not on wall time."""
+    import psutil
+
+    burner = subprocess.Popen([sys.executable, "-c", BURN])
+    try:
+        proc = psutil.Process(burner.pid)
+        for pids in ([burner.pid], []):
+            t0 = sum(proc.cpu_times()[:2])
+            probe = contention.LoadProbe(lambda pids=pids: pids, 0, [0]).start()
+            deadline = time.monotonic() + 0.6
+            while time.monotonic() < deadline:
+                pass  # our own thread burns too: ours either way
+            load = probe.stop()
+            burned = (sum(proc.cpu_times()[:2]) - t0) / load.wall_s
+            assert burned > 0.05, burned  # it ran (on a shared machine: its share)
+            if pids:
+                assert load.ours_cores >= burned - 0.05, (load, burned)
+            else:
+                assert load.others_cores >= burned - 0.05, (load, burned)
+                assert load.ours_cores > 0.02, load  # this thread's loop
+    finally:
+        burner.kill()
+        burner.wait()
+
+
 def test_a_bad_busy_share_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     from _cli_helpers import run_specreg
 
@@ -152,8 +181,6 @@ def test_a_bad_busy_share_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # -- one real run with a CPU-burning neighbour ---------------------------------------------------
-
-BURN = "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end:\n    pass\n"  # bounded
 
 
 class _Neighbour(Observer):
@@ -186,7 +213,7 @@ def test_a_busy_neighbour_sets_its_round_aside_and_the_budget_measures_again(tmp
     target, draft = model(home, "t.gguf"), model(home, "d.gguf", name="tiny-draft")
     wl = workload(home, ITEMS[:2])
     opts = BenchSettings(workload=str(wl), repeat=1, ctx_size=512, threads=1, methods=["draft-simple"],
-                         budget_s=15.0, min_speedup=100.0, busy_share=0.25, warmup=1)  # fmt: skip
+                         budget_s=20.0, min_speedup=100.0, busy_share=0.25, warmup=1)  # fmt: skip
     neighbour = _Neighbour()
     with Registry(db, show_progress=False) as reg:
         pid = admit(reg, target, draft)
