@@ -137,7 +137,7 @@ def test_every_round_set_aside_leaves_no_speed_up_and_says_why() -> None:
     sums = summarize([base, cond], _rows(0, "none", ms) + _rows(1, "ngram-mod", ms))
     whole = next(s for s in sums if s.condition == "ngram-mod" and s.stratum == "all")
     assert whole.speedup is None and whole.decision is None
-    assert whole.speedup_note == "every round ran under contention (set aside)"
+    assert whole.speedup_note == "every round ran under contention and was set aside"
 
 
 def test_the_probe_counts_the_servers_time_as_ours_and_the_rest_as_others() -> None:

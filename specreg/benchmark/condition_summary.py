@@ -283,7 +283,7 @@ def _speed(
     s.n_paired = len(base_ms)
     s.speedup = statistics.paired_speedup(base_ms, cond_ms)
     if s.speedup is None:
-        busy = "every round ran under contention (set aside)"
+        busy = "every round ran under contention and was set aside"
         s.speedup_note = busy if s.n_set_aside else "no request pair measured in both conditions"
         return
     label = f"{s.condition}|{s.stratum}|{cond.spec.concurrency}"
