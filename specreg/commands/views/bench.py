@@ -62,6 +62,7 @@ class ProgressView(Observer):
         self.task: TaskID | None = None
         self.per_condition = 0
         self.done: dict[int, int] = {}  # requests finished per condition (rounds interleave them)
+        self.loads_told: dict[int, int] = {}  # slot loads already told per condition (busy ones noted)
         self.started = False
 
     def __enter__(self) -> ProgressView:
@@ -98,6 +99,10 @@ class ProgressView(Observer):
             self.progress.update(self.task, advance=1, description=safe(cond.spec.name))
 
     def condition_done(self, cond: ConditionRun) -> None:
+        for load in cond.load[self.loads_told.get(cond.idx, 0) :]:  # this slot's (once each)
+            if load.busy:
+                self.note(f"{cond.spec.name} round {load.round} set aside: {load.busy}")
+        self.loads_told[cond.idx] = len(cond.load)
         if cond.status == "running":
             return  # one round of several: the condition goes on in a later round
         line = cond.spec.name
