@@ -269,3 +269,18 @@ def test_a_busy_neighbour_sets_its_round_aside_and_the_budget_measures_again(tmp
     moved = json.loads(cli("runs", "show", run.info.run_id, "--json", db=other).stdout)
     assert [c["load"] for c in moved["conditions"]] == [c["load"] for c in data["conditions"]]
     assert moved["summaries"] == data["summaries"]
+
+
+def test_bench_notes_a_round_set_aside_as_it_happens(capsys: pytest.CaptureFixture[str]) -> None:
+    from specreg.commands.views.bench import ProgressView
+
+    view = ProgressView()
+    cond = _cond(1, "ngram-mod", [_load(0, 0.02)])
+    cond.status = "running"
+    view.condition_done(cond)
+    cond.load.append(_load(1, 1.5))
+    view.condition_done(cond)
+    view.condition_done(cond)  # a later call with no new slot tells nothing again
+    err = " ".join(capsys.readouterr().err.split())
+    assert err.count("set aside") == 1
+    assert "note: ngram-mod round 1 set aside: other processes used 1.50 of 2 cores" in err
