@@ -73,6 +73,7 @@ import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from statistics import median  # the stdlib's (specreg.benchmark.statistics is the intervals)
 from typing import TYPE_CHECKING
 
 from specreg.schemas.bench import ALL_STRATA, RoundLoad
@@ -86,6 +87,7 @@ SPREAD_FACTOR = 3.0  # a request this many times its prompt's median (other repe
 SPREAD_MIN_MS = 100.0  # ... and at least this much slower
 
 Slot = tuple[int, int]  # (condition idx, repetition): the unit a set-aside round removes
+PARTNER = "its baseline's round: "  # a reason line that is the paired baseline's, not the condition's own
 
 
 def busy_threshold(cores: int, share: float = DEFAULT_BUSY_SHARE) -> float | None:
@@ -196,12 +198,6 @@ class LoadProbe:
         return load
 
 
-def _median(xs: list[float]) -> float:
-    s = sorted(xs)
-    n = len(s)
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
-
-
 def spread_outliers(rows: Iterable[RequestRow]) -> dict[Slot, str]:
     """Slots holding a request far outside its prompt's spread in its condition (why, per slot)."""
     groups: dict[tuple[int, str], list[RequestRow]] = defaultdict(list)
@@ -214,7 +210,7 @@ def spread_outliers(rows: Iterable[RequestRow]) -> dict[Slot, str]:
             others = [float(o.total_ms or 0.0) for o in rs if o.repeat != r.repeat]
             if not others:
                 continue
-            med, ms = _median(others), float(r.total_ms or 0.0)
+            med, ms = median(others), float(r.total_ms or 0.0)
             if ms > SPREAD_FACTOR * med and ms - med > SPREAD_MIN_MS:
                 out.setdefault(
                     (r.condition_idx, r.repeat),
@@ -257,7 +253,7 @@ def reasons(cond: ConditionRun, partner: ConditionRun | None, aside: dict[Slot, 
         if own is not None:
             out.append(f"round {rep}: {own}")
         elif partner is not None:
-            out.append(f"round {rep}: its baseline's round: {aside[(partner.idx, rep)]}")
+            out.append(f"round {rep}: {PARTNER}{aside[(partner.idx, rep)]}")
     return out
 
 
@@ -270,7 +266,7 @@ def run_notes(summaries: Iterable[ConditionSummary]) -> list[str]:
         for s in summaries
         if s.stratum == ALL_STRATA
         for line in s.set_aside
-        if ": its baseline's round: " not in line
+        if not line.split(": ", 1)[-1].startswith(PARTNER)
     ]
     if not own:
         return []
