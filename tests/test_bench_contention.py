@@ -167,6 +167,16 @@ def test_the_probe_counts_the_servers_time_as_ours_and_the_rest_as_others() -> N
         burner.wait()
 
 
+def test_busy_share_values_and_its_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    from specreg.schemas.bench_settings import default_busy_share, parse_busy_share
+
+    assert parse_busy_share("off") == 0.0 and parse_busy_share(" 0.3 ") == 0.3 and parse_busy_share("1") == 1.0
+    monkeypatch.delenv("SPECREG_BUSY_SHARE")
+    assert default_busy_share() == 0.25 and BenchSettings().busy_share == 0.25
+    monkeypatch.setenv("SPECREG_BUSY_SHARE", "OFF")
+    assert BenchSettings().busy_share == 0.0 and BenchSettings(busy_share=0.5).busy_share == 0.5
+
+
 def test_a_bad_busy_share_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     from _cli_helpers import run_specreg
 
