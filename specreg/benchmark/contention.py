@@ -35,36 +35,29 @@ on every run, and the load average lags a minute behind the slot besides). What 
 is CPU time on processes that are not ours, which `/proc/stat` (every process's time, and steal)
 minus psutil's times of this process and the server's process tree gives exactly, per slot.
 
-The threshold, and the numbers behind it (measured here, a 2-core VM, with
-`benchmarks/bench_contention.py`: tiny generated models on the bundled llama.cpp server, runs
-with no burner, one and two started after the first round; CPU from /proc/stat and psutil):
-- **Quiet.** A quiet slot's "others" is the machine's background plus the probe's counting
-  error. The background here - kernel threads, init, the tool back-ends - used 0.02-0.03 cores
-  (psutil, per process over 20 s, beside everyone else's work). The counting error is a few
-  10 ms ticks over a window of at least ~1 s (a slot's server start, warm-up and requests
-  measured 0.9-14 s), so at most ~0.05 cores. A quiet slot therefore reads below ~0.1 core.
-  (No quiet moment came while this was built: the machine was shared by several agents'
-  builds and tests, and a watcher sampling every 18 s from 02:09 UTC saw the others at 1.9-2.05
-  of the 2 cores throughout, so this floor is composed from those two measured parts, not read
-  from a whole quiet run.)
-- **Our own load.** A run's own server and client are runnable through every request, so its
-  load average is at least ~2 here on its own, and it was 7-9.5 during these runs: `load >
-  cores` would fire on every run, quiet or not. Ours measured 0.3-0.6 cores per slot while the
-  others took the rest.
-- **Busy.** Every slot of four runs taken on the shared machine (two of them with one or two
-  burners started after the first round) read others 1.38-1.74 cores; the test with a burner
-  per core started before the first slot reads it above 0.5 every time. A single burner beside
-  the server on a quiet 2-core machine gets, under CFS's equal shares, at least 2/3 of a core
-  while the server's 2 threads run and a whole core between requests (derived from the
-  scheduler's rule, not measured: no quiet window).
-So 0.25 of the cores (0.5 of 2) sits several times above a quiet slot's reading and below one
-burner's share: a neighbour taking a quarter of the machine is contention, whatever the
-machine. `BUSY_MIN_CORES` keeps a 1-core machine from calling a stray quarter-core busy.
-The spread rule: in three of four tiny-model runs on the shared machine a request took 4-29x
-its prompt's median in the other rounds (1.3-2.0 s against 0.05-0.35 s), and the rule marked
-those slots; a greedy request on a quiet server repeats its work (warm-up settles within 10%),
-so 3x is far outside, and the 100 ms floor keeps a scheduler hiccup on a 20 ms request from
-counting.
+The threshold, and the numbers behind it (measured here, a 2-core VM shared with other agents,
+with `benchmarks/bench_contention.py`: tiny generated models on the bundled llama.cpp server,
+3 rounds each of the baseline and draft-simple, no burner, then one, then two started after the
+first round; CPU from /proc/stat and psutil):
+- **Quiet** (03:01 UTC, when the others' work paused: the machine used 0.014 cores in the 5 s
+  before): others 0.00-0.10 cores in each of 6 slots (slots of 0.20-0.28 s: the 0.10 is one
+  10 ms tick in a 0.2 s window), ours 1.21-1.48, steal 0, and the 1-minute load 1.89 - a
+  quiet run's own server and client keep the load near the 2 cores, so `load > cores` would
+  fire on every run. The same request varied by at most 1.30x from its prompt's median.
+- **One burner** from round 1 on: others 0.95-1.39 cores in each of its 4 slots (round 0,
+  before it: 0.00); the scheduler gives it its share beside the server's threads.
+- **Two burners**: others 1.06-1.20 in the burned slots. That run's round 0, before its burners,
+  also read 0.86-0.88 with walls 4x the quiet ones: another agent's burst, set aside as it
+  should be.
+- **Shared** (before and after, the same 2 cores under several agents' builds and tests, 02:09
+  to 03:00): 1.38-1.74 cores in every slot of four runs; the machine-wide others stayed at
+  1.9-2.05 cores; a request took up to 29x its prompt's median (1.56 s against 0.05 s).
+So 0.25 of the cores (0.5 of 2) sits 5x above the highest quiet slot and below the least a
+single burner took: a neighbour taking a quarter of the machine is contention, whatever the
+machine. `BUSY_MIN_CORES` keeps a 1-core machine from calling a stray quarter-core busy. The
+spread rule: quiet, the same request stayed within 1.30x; on the shared machine three of four
+tiny-model runs had a request 4-29x its prompt's median, and the rule marked those slots. 3x
+is far outside, and the 100 ms floor keeps a scheduler hiccup on a 14 ms request from counting.
 """
 
 from __future__ import annotations
