@@ -10,6 +10,11 @@ import pytest
 
 from specreg.registry.store import Registry
 
+# This machine is shared: others' load would set aside every round of the runs not about it
+# (benchmark/contention.py), session fixtures' included, so it is off for the whole session and
+# its children; the contention tests (test_bench_contention.py) pass --busy-share themselves.
+os.environ["SPECREG_BUSY_SHARE"] = "off"
+
 # Fixture modules (tests/ is on sys.path): one real benchmark run shared by the audit and report
 # tests, llama.cpp's vocab files and source (skip when offline), SmolLM2 as a real trained model
 # (skips when offline), the standard workloads' wheels (skip when offline), the loopback Hugging Face hub.

@@ -111,6 +111,7 @@ SCHEMA: dict[str, list[str]] = {
         "started_at",
         "finished_at",
         "warmup_json",  # m006
+        "load_json",  # m014: each slot's load, and whether it was set aside
     ],
     "bench_prompts": [
         "run_id",

@@ -429,6 +429,11 @@ def _run_audit(
         if run is not None:
             runs[run.run_id] = run
     _judge_unchecked(facts, audits, runs, policy)
+    for r in runs.values():  # the evidence's timings leave these rounds out: say so, and why
+        if r.set_aside:
+            head, *why = r.set_aside
+            more = f"; +{len(why) - 3} more (specreg runs show {r.run_id})" if len(why) > 3 else ""
+            notes.append(f"run {r.run_id}: {head}; " + "; ".join(why[:3]) + more)
     return AuditReport(
         created_at=now(),
         policy=policy,

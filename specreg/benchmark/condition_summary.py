@@ -7,7 +7,9 @@ that did not run to the end (failed, cancelled, ...) has no speed-up at all, onl
 Acceptance for a whole condition comes from the `/metrics` deltas; per stratum from the
 requests' own `timings` (a request without draft counts drafted nothing: llama.cpp leaves them
 out at 0), so E[L], tokens per step and the predicted speed-up are each stratum's own; acceptance
-is None when nothing was drafted, never 0.
+is None when nothing was drafted, never 0. Rounds that ran under contention (a busy machine:
+`contention.set_aside`) are counted but left out of every timing: medians, the speed-up, its
+interval, the decision and the step costs.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from specreg.benchmark import sequential, statistics, stepcost
+from specreg.benchmark import contention, sequential, statistics, stepcost
 from specreg.benchmark.sampling import arm, sampled_checks
 from specreg.schemas.bench import ALL_STRATA, ConditionRun, ConditionSummary, RequestRow, Stat
 from specreg.schemas.methods import BASELINE, MODEL_DRAFTED
@@ -129,10 +131,15 @@ class StatSettings:
     resamples: int = 2000
     default_draft_length: int | None = None  # the build's --spec-draft-n-max
     min_speedup: float = 1.05  # what `decision` decides against (the default policy's minimum)
+    set_aside: bool = True  # leave contended rounds out of timings (`--busy-share 0`: keep them)
 
 
-def _group(cond: ConditionRun, stratum: str, rows: list[RequestRow], reports_drafts: bool) -> ConditionSummary:
+def _group(
+    cond: ConditionRun, stratum: str, rows: list[RequestRow], reports_drafts: bool, timed: list[RequestRow]
+) -> ConditionSummary:
+    """Counts and equivalence over every row; timings over `timed` (the rows not set aside)."""
     ok = [r for r in rows if r.ok]
+    ok_timed = [r for r in timed if r.ok]
     spec = cond.spec
     s = ConditionSummary(
         condition=spec.name,
@@ -153,18 +160,20 @@ def _group(cond: ConditionRun, stratum: str, rows: list[RequestRow], reports_dra
     s.n_errors = sum(1 for r in rows if not r.ok and not r.timed_out)
     s.n_timeouts = sum(1 for r in rows if r.timed_out)
     # a client TPOT below the server's own per-token time is no decode speed: counted, not shown
-    flagged = [r for r in ok if r.tpot_below_server]
+    flagged = [r for r in ok_timed if r.tpot_below_server]
     s.total_ms, s.ttft_ms, s.tpot_ms = (
-        stat(r.total_ms for r in ok),
-        stat(r.ttft_ms for r in ok),
-        stat(r.tpot_ms for r in ok if not r.tpot_below_server),
+        stat(r.total_ms for r in ok_timed),
+        stat(r.ttft_ms for r in ok_timed),
+        stat(r.tpot_ms for r in ok_timed if not r.tpot_below_server),
     )
-    s.itl_ms = stat(x for r in ok for x in r.itl_ms)
-    s.server_tpot_ms = stat(r.server_tpot_ms for r in ok)
+    s.itl_ms = stat(x for r in ok_timed for x in r.itl_ms)
+    s.server_tpot_ms = stat(r.server_tpot_ms for r in ok_timed)
     s.n_tpot_flagged = len(flagged)
+    s.n_set_aside = len(rows) - len(timed)
     s.output_tokens = sum(r.output_tokens or 0 for r in ok)
-    decode_s = sum((r.predicted_ms or 0.0) for r in ok if r.output_tokens) / 1000.0
-    s.decode_tps = s.output_tokens / decode_s if decode_s > 0 else None
+    timed_tokens = sum(r.output_tokens or 0 for r in ok_timed)
+    decode_s = sum((r.predicted_ms or 0.0) for r in ok_timed if r.output_tokens) / 1000.0
+    s.decode_tps = timed_tokens / decode_s if decode_s > 0 else None
     if cond.spec.method != BASELINE:
         if reports_drafts:  # this server reports per-request draft counts, leaving them out at 0
             s.drafted = sum(r.draft_n or 0 for r in ok)
@@ -193,24 +202,31 @@ def summarize(
     for r in rows:
         by_cond.setdefault(r.condition_idx, []).append(r)
     bases = {arm(c.spec): c for c in reversed(conditions) if c.spec.method == BASELINE}
+    aside = contention.set_aside(conditions, rows, spread=stats.set_aside)
     out: list[ConditionSummary] = []
     for cond in conditions:
         base = bases.get(arm(cond.spec))
+        partner = base if base is not None and base is not cond else None
         mine = by_cond.get(cond.idx, [])
-        theirs = by_cond.get(base.idx, []) if base is not None else []
-        step = _StepInputs.of(cond, mine, theirs, stats)
-        groups = [(ALL_STRATA, mine, theirs)] + [
-            (st, [r for r in mine if r.stratum == st], [r for r in theirs if r.stratum == st]) for st in strata
-        ]
-        for stratum, group, base_group in groups:
-            s = _group(cond, stratum, group, step.reports_drafts)
+        kept = contention.kept_rows(mine, aside, partner.idx if partner else None)
+        theirs = contention.kept_rows(by_cond.get(base.idx, []) if base else [], aside, cond.idx)
+        why = contention.reasons(cond, partner, aside)
+        step = _StepInputs.of(cond, kept, theirs, stats)
+        groups = [(ALL_STRATA, mine, kept, theirs)] + [
+            (st, [r for r in mine if r.stratum == st], [r for r in kept if r.stratum == st],
+             [r for r in theirs if r.stratum == st])
+            for st in strata
+        ]  # fmt: skip
+        for stratum, group, timed, base_group in groups:
+            s = _group(cond, stratum, group, step.reports_drafts, timed)
             if stratum == ALL_STRATA:
                 _whole_condition(s, cond, base)
-            _speed(s, cond, base, group, base_group, stats)
+                s.set_aside = why
+            _speed(s, cond, base, timed, base_group, stats)
             if s.speedup is not None and cond is not base:
-                _consistency(s, cond, group, base_group, step)
+                _consistency(s, cond, timed, base_group, step)
             if cond.status == "ok" and base is not None and base.status == "ok":
-                sampled_checks(s, group, base_group, seed=stats.seed, label=f"{s.condition}|{stratum}")
+                sampled_checks(s, timed, base_group, seed=stats.seed, label=f"{s.condition}|{stratum}")
             out.append(s)
     return out
 
@@ -277,7 +293,8 @@ def _speed(
     s.n_paired = len(base_ms)
     s.speedup = statistics.paired_speedup(base_ms, cond_ms)
     if s.speedup is None:
-        s.speedup_note = "no request pair measured in both conditions"
+        busy = "every round ran under contention and was set aside"
+        s.speedup_note = busy if s.n_set_aside else "no request pair measured in both conditions"
         return
     label = f"{s.condition}|{s.stratum}|{cond.spec.concurrency}"
     s.speedup_ci95 = statistics.bootstrap_ci(base_ms, cond_ms, seed=stats.seed, label=label, resamples=stats.resamples)

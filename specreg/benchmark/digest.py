@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from specreg.benchmark import digest_cache
+from specreg.benchmark import contention, digest_cache
 from specreg.benchmark.condition_summary import percentile
 from specreg.benchmark.run_index import Failing, RequestTiming, RunHead, heads_of, load_parts
 from specreg.benchmark.sampling import arm
@@ -200,6 +200,7 @@ def build_digest(
         repetitions=man.observation.repeat if man else 0,
         conditions=[_condition(c, bases.get(arms[c.idx]), levels[c.idx]) for c in conditions],
         strata=rows,
+        set_aside=contention.run_notes(summaries),
     )
 
 

@@ -34,6 +34,7 @@ _SOURCES = (
     "specreg.benchmark.runstore",
     "specreg.servers.hardware",
     "specreg.benchmark.condition_summary",
+    "specreg.benchmark.contention",
     "specreg.schemas.audit",
     "specreg.schemas.bench",
     "specreg.schemas.bench_settings",

@@ -28,6 +28,7 @@ from specreg.benchmark import expect as expect_mod
 from specreg.benchmark.client import Completion, LlamaClient
 from specreg.benchmark.condition_summary import compare_outputs
 from specreg.benchmark.conditions import ServerOptions, server_args
+from specreg.benchmark.contention import LoadProbe
 from specreg.benchmark.runstore import RunStore
 from specreg.benchmark.sampling import arm
 from specreg.benchmark.warmup import warm_up
@@ -143,6 +144,10 @@ def run_condition(
             cond.server_pid = pid
             ctx.store.save_condition(ctx.run_id, cond, server_started=started)
 
+        # the slot's load is watched from the server's start: its requests alone can be 40 ms
+        probe = LoadProbe(
+            lambda: server.pids() if server is not None else [], round_no or 0, reps, o.busy_share
+        ).start()
         try:
             server = launch(
                 ctx.cmd,
@@ -158,7 +163,7 @@ def run_condition(
         ctx.store.save_condition(ctx.run_id, cond, server_started=server.create_time)
         conc = cond.spec.concurrency
         with LlamaClient(server.base_url, timeout_s=o.request_timeout_s, max_connections=conc + 2) as client:
-            _measure(ctx, cond, server, client, reps, round_no or 0)
+            _measure(ctx, cond, server, client, reps, round_no or 0, probe)
     except ServerError as exc:
         if server is not None and not server.alive():
             server.settle_log()
@@ -201,7 +206,13 @@ def finish_condition(ctx: RunContext, cond: ConditionRun) -> None:
 
 
 def _measure(
-    ctx: RunContext, cond: ConditionRun, server: ServerProcess, client: LlamaClient, reps: list[int], round_no: int
+    ctx: RunContext,
+    cond: ConditionRun,
+    server: ServerProcess,
+    client: LlamaClient,
+    reps: list[int],
+    round_no: int,
+    probe: LoadProbe,
 ) -> None:
     o = ctx.opts
     if not ctx.prompts_stored:
@@ -218,6 +229,7 @@ def _measure(
     first_row = len(ctx.rows)
     with sampler:
         _requests(ctx, cond, server, client, reps)
+    cond.load.append(probe.stop())  # was the machine busy from the server's start to here
     cond.memory = higher_peak(cond.memory, sampler.result())
     cond.memory.predicted_rss_bytes = predict_rss(
         cond.spec, ctx.target_path, ctx_size=o.ctx_size, slots=cond.spec.concurrency, gpu_layers=o.gpu_layers,

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specreg.benchmark import conditions as cond_mod
+from specreg.benchmark import contention
 from specreg.benchmark.condition_summary import StatSettings, speed_decision, summarize
 from specreg.benchmark.digest import keep_digests
 from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
@@ -302,6 +303,7 @@ class Runner:
             stats = StatSettings(
                 seed=self.opts.seed,
                 min_speedup=self.opts.min_speedup,
+                set_aside=self.opts.busy_share > 0,
                 resamples=self.opts.bootstrap_resamples,
                 default_draft_length=self.runtime().spec_defaults.get("--spec-draft-n-max"),
             )
@@ -342,6 +344,8 @@ class Runner:
         still undecided against `--min-speedup` (benchmark/sequential.py: looking after every round
         keeps the decision's error rate), in a seeded order, until each is decided or the budget is
         spent. A round that the last one's length says would end past the budget is not started.
+        Rounds that ran under contention are left out of the decision (`contention.set_aside`), so
+        their conditions stay undecided and are measured again while the budget lasts.
         Then every condition still running is judged on all its rows, as after a planned run."""
         o = self.opts
         budget = o.budget_s or 0.0
@@ -353,6 +357,7 @@ class Runner:
             return [r for r in ctx.rows if r.condition_idx == c.idx]
 
         while True:
+            aside = contention.set_aside(conds, ctx.rows, spread=o.busy_share > 0)
             undecided = [
                 c
                 for c in conds
@@ -360,7 +365,12 @@ class Runner:
                 and c.status == "running"
                 and (base := bases.get(arm(c.spec))) is not None
                 and base.status == "running"
-                and speed_decision(rows(base), rows(c), o.min_speedup).decision == "undecided"
+                and speed_decision(
+                    contention.kept_rows(rows(base), aside, c.idx),
+                    contention.kept_rows(rows(c), aside, base.idx),
+                    o.min_speedup,
+                ).decision
+                == "undecided"
             ]
             spent = time.monotonic() - started
             if not undecided or spent + last_round > budget or ctx.expired():

@@ -22,6 +22,7 @@ from specreg.schemas.bench import (
     MemoryObservation,
     PromptInfo,
     RequestRow,
+    RoundLoad,
     RunInfo,
     RunManifest,
     RunStatus,
@@ -157,9 +158,9 @@ class RunStore:
             db.execute(
                 "INSERT INTO bench_conditions (run_id, idx, name, method, status, failure, failure_lines_json, "
                 "spec_json, argv_json, port, server_pid, server_started, log_path, log_tail, "
-                "metrics_before_json, metrics_after_json, counters_json, memory_json, warmup_json, started_at, "
-                "finished_at) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (run_id, idx) DO UPDATE SET "
+                "metrics_before_json, metrics_after_json, counters_json, memory_json, warmup_json, load_json, "
+                "started_at, finished_at) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?) ON CONFLICT (run_id, idx) DO UPDATE SET "
                 "status = excluded.status, failure = excluded.failure, "
                 "failure_lines_json = excluded.failure_lines_json, argv_json = excluded.argv_json, "
                 "port = excluded.port, server_pid = excluded.server_pid, "
@@ -168,7 +169,7 @@ class RunStore:
                 "metrics_before_json = excluded.metrics_before_json, "
                 "metrics_after_json = excluded.metrics_after_json, counters_json = excluded.counters_json, "
                 "memory_json = excluded.memory_json, warmup_json = excluded.warmup_json, "
-                "started_at = excluded.started_at, "
+                "load_json = excluded.load_json, started_at = excluded.started_at, "
                 "finished_at = excluded.finished_at",
                 (
                     run_id,
@@ -190,6 +191,7 @@ class RunStore:
                     _dump(c.counters),
                     _dump(c.memory),
                     json.dumps([w.model_dump(mode="json") for w in c.warmup]),
+                    json.dumps([x.model_dump(mode="json") for x in c.load]) if c.load else None,
                     iso(c.started_at),
                     iso(c.finished_at),
                 ),
@@ -393,6 +395,7 @@ def _condition(c: sqlite3.Row) -> ConditionRun:
         counters=SpecCounters.model_validate_json(c["counters_json"]) if c["counters_json"] else None,
         memory=MemoryObservation.model_validate_json(c["memory_json"]) if c["memory_json"] else None,
         warmup=[WarmupRecord.model_validate(w) for w in json.loads(c["warmup_json"] or "[]")],
+        load=[RoundLoad.model_validate(x) for x in json.loads(c["load_json"] or "[]")],
         started_at=c["started_at"],
         finished_at=c["finished_at"],
     )

@@ -220,6 +220,15 @@ def admitted(
     min_speedup: Annotated[
         float, typer.Option("--min-speedup", help="What --budget decides against (the default policy's).")
     ] = 1.05,
+    busy_share: Annotated[
+        str | None,
+        typer.Option(
+            "--busy-share",
+            metavar="SHARE|off",
+            help="Set aside rounds in which other processes used this share of the cores (or a request ran "
+            "3x its usual time); --budget measures them again [0.25, or $SPECREG_BUSY_SHARE].",
+        ),
+    ] = None,
     executor: Annotated[
         str, typer.Option("--executor", help="local (this machine) or ray (one task per pair on a Ray cluster).")
     ] = "local",
@@ -254,7 +263,7 @@ def admitted(
     from specreg.benchmark.conditions import parse_ngram_options
     from specreg.benchmark.runner import Runner
     from specreg.commands.views.bench import ProgressView, show_run
-    from specreg.schemas.bench_settings import BenchSettings
+    from specreg.schemas.bench_settings import BenchSettings, parse_busy_share
 
     opts = BenchSettings.from_options(
         methods=_split(methods),
@@ -283,6 +292,7 @@ def admitted(
         top_k=top_k,
         min_p=min_p,
         draft_sampling=_split(draft_sampling),
+        **({"busy_share": parse_busy_share(busy_share)} if busy_share is not None else {}),
     )
     if executor not in ("local", "ray"):
         from specreg.errors import UsageError

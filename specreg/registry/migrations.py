@@ -496,6 +496,13 @@ def m013_bench_request_records(db: sqlite3.Connection) -> None:
 
 
 @migrations()
+def m014_bench_condition_load(db: sqlite3.Connection) -> None:
+    """How busy the machine was during each of a condition's slots (others' CPU, steal, load) and
+    whether that set the slot aside (benchmark/contention.py). Older rows: NULL (nothing known)."""
+    db.execute("ALTER TABLE bench_conditions ADD COLUMN load_json TEXT")
+
+
+@migrations()
 def m015_bench_request_sampler(db: sqlite3.Connection) -> None:
     """The sampler each request was made with and its seed (a sampled run's repetitions each have
     their own, recorded so the run can be made again). Older rows: NULL (greedy, the run's seed)."""

@@ -224,6 +224,11 @@ TIMINGS_NOTE = (
 )
 
 
+def set_aside_notes(run: RunDigest) -> list[str]:
+    """The rounds a busy machine set aside (benchmark/contention.py), headline first."""
+    return list(run.set_aside)
+
+
 def comparison_notes(run: RunDigest) -> list[str]:
     """Each condition x stratum whose output differs from the baseline: how many, where first (the
     token), with context."""

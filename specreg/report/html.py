@@ -137,6 +137,7 @@ def _notes(run: RunDigest) -> str:
     """Outputs that differ from the baseline (first differing token) and warnings, marked."""
     items = [f'<li class="fail">{e(n)}</li>' for n in common.comparison_notes(run)]
     items += [f'<li class="warn">{e(n)}</li>' for n in common.warning_notes(run)]
+    items += [f'<li class="warn">{e(n)}</li>' for n in common.set_aside_notes(run)]
     items += [f"<li>{e(n)}</li>" for n in common.sampler_notes(run)]
     return f'<ul class="notes">{"".join(items)}</ul>' if items else ""
 

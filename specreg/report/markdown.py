@@ -81,6 +81,7 @@ def run_tables(run: RunDigest, heading: bool = True) -> list[str]:
     out += ["", esc(common.TIMINGS_NOTE)]
     notes = [f"- **differs**: {esc(n)}" for n in common.comparison_notes(run)]
     notes += [f"- **warning**: {esc(n)}" for n in common.warning_notes(run)]
+    notes += [f"- **set aside**: {esc(n)}" for n in common.set_aside_notes(run)]
     notes += [f"- {esc(n)}" for n in common.sampler_notes(run)]
     if notes:
         out += ["", *notes]

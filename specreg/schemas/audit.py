@@ -264,6 +264,7 @@ class RunDigest(BaseModel):
     conditions: list[ConditionDigest] = Field(default_factory=list)
     strata: list[StratumRow] = Field(default_factory=list)
     models: dict[str, ModelName] = Field(default_factory=dict)  # sha256 -> names, filled for reports
+    set_aside: list[str] = Field(default_factory=list)  # rounds run under contention (benchmark/contention.py)
 
     def baseline(self, concurrency: int | None = None) -> ConditionDigest | None:
         """The baseline condition (at this concurrency, when given)."""

@@ -170,6 +170,23 @@ class WarmupRecord(BaseModel):
     tolerance: float = 0.10
 
 
+class RoundLoad(BaseModel):
+    """How busy the machine was while one slot of a condition measured its requests (after its
+    warm-up): CPU time per wall second, in cores, of this specreg and its server (ours) and of
+    every other process (others), the hypervisor's steal, and the 1-minute load at the end.
+    `busy` says why the slot ran under contention (benchmark/contention.py), else None."""
+
+    round: int
+    repeats: list[int] = Field(default_factory=list)
+    wall_s: float
+    cores: int
+    ours_cores: float
+    others_cores: float
+    steal_cores: float = 0.0
+    load1: float | None = None
+    busy: str | None = None
+
+
 class ConditionRun(BaseModel):
     """What happened to one condition: the server(s), logs, counters and memory.
 
@@ -192,6 +209,7 @@ class ConditionRun(BaseModel):
     counters: SpecCounters | None = None
     memory: MemoryObservation | None = None
     warmup: list[WarmupRecord] = Field(default_factory=list)
+    load: list[RoundLoad] = Field(default_factory=list)  # one per slot measured
     started_at: datetime | None = None
     finished_at: datetime | None = None
 
@@ -459,6 +477,10 @@ class ConditionSummary(BaseModel):
     decision: Literal["faster", "not faster", "undecided"] | None = None
     decision_ci: tuple[float, float] | None = None
     decision_min_speedup: float | None = None
+    # rounds whose timings were left out of the speed-up, its interval and the decision because
+    # they ran under contention (benchmark/contention.py): requests set aside and, per round, why
+    n_set_aside: int = 0
+    set_aside: list[str] = Field(default_factory=list)
     # consistency with acceptance, from this group's own requests (benchmark/stepcost.py): E[L]
     # tokens per step that carried a draft, tokens per target step over all steps, the speed-up
     # the step-cost model predicts, and "unexplained" when the interval's low end is above what

@@ -7,6 +7,7 @@ that names the flag.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -17,6 +18,34 @@ Order = Literal["rounds", "blocked"]
 # Repetitions of every prompt: `bench admitted` runs this many by default and the default policy
 # asks for as many, so the README's `check pair && bench admitted && audit` can pass.
 DEFAULT_REPEAT = 3
+
+
+# A slot is set aside when other processes take this share of the logical cores while it runs
+# (benchmark/contention.py says why 0.25, with the numbers measured). SPECREG_BUSY_SHARE sets the
+# default for every run (0 or off: set nothing aside), e.g. on a machine that is always shared.
+DEFAULT_BUSY_SHARE = 0.25
+BUSY_SHARE_ENV = "SPECREG_BUSY_SHARE"
+
+
+def parse_busy_share(text: str, source: str = "--busy-share") -> float:
+    """A share of the cores in [0, 1] ("off": 0); a bad value is one UsageError line."""
+    from specreg.errors import UsageError
+
+    t = text.strip().lower()
+    if t == "off":
+        return 0.0
+    try:
+        v = float(t)
+    except ValueError:
+        v = -1.0
+    if not 0.0 <= v <= 1.0:
+        raise UsageError(f"{source} {text!r}: expected a share of the cores between 0 and 1, or off")
+    return v
+
+
+def default_busy_share() -> float:
+    env = os.environ.get(BUSY_SHARE_ENV)
+    return DEFAULT_BUSY_SHARE if env is None else parse_busy_share(env, BUSY_SHARE_ENV)
 
 
 def _flag(name: str) -> dict[str, Any]:
@@ -72,6 +101,9 @@ class BenchSettings(BaseModel):
     draft_sampling: list[DraftSampling] | None = Field(
         default=None, min_length=1, json_schema_extra=_flag("--draft-sampling")
     )
+    # a busy machine: slots whose other processes took this share of the cores, or holding a
+    # request far outside its prompt's spread, are set aside (benchmark/contention.py); 0: none
+    busy_share: float = Field(default_factory=default_busy_share, ge=0, le=1, json_schema_extra=_flag("--busy-share"))
 
     @field_validator("concurrency", "draft_n_max", mode="before")
     @classmethod

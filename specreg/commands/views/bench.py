@@ -134,6 +134,7 @@ class ProgressView(Observer):
         self.in_round = 0  # conditions started in the current round
         self.round = 0
         self.t_run = time.monotonic()
+        self.loads_told: dict[int, int] = {}  # slot loads already told per condition (busy ones noted)
         self.started = False
 
     def __enter__(self) -> ProgressView:
@@ -196,6 +197,10 @@ class ProgressView(Observer):
             self.progress.update(self.task, advance=1)
 
     def condition_done(self, cond: ConditionRun) -> None:
+        for load in cond.load[self.loads_told.get(cond.idx, 0) :]:  # this slot's (once each)
+            if load.busy:
+                self.note(f"{cond.spec.name} round {load.round} set aside: {load.busy}")
+        self.loads_told[cond.idx] = len(cond.load)
         if cond.status == "running":
             return  # one round of several: the condition goes on in a later round
         self._say_done(cond)
@@ -518,6 +523,29 @@ def _decisions(run: BenchRun) -> None:
     say("; ".join(parts), prefix=f"decided against {bar:g}x ({how}): ", indent=4)
 
 
+def _set_aside(run: BenchRun) -> None:
+    """How busy the machine was, and the rounds that set aside (benchmark/contention.py)."""
+    from specreg.benchmark.contention import run_notes
+
+    loads = [x for c in run.conditions for x in c.load]
+    notes = run_notes(run.summaries)
+    if notes:
+        say(notes[0], prefix="busy: ", marks=[("busy:", "yellow")], indent=4)
+        for line in notes[1:]:
+            say(line, prefix="  ", indent=6)
+    elif loads:
+        worst = max(loads, key=lambda x: x.others_cores + x.steal_cores)
+        share = run.manifest.settings.busy_share if run.manifest and run.manifest.settings else None
+        off = " (--busy-share off)" if share == 0 else ""
+        say(
+            f"others used at most {worst.others_cores + worst.steal_cores:.2f} of {worst.cores} cores in a "
+            f"round; none set aside{off}",
+            prefix="machine load: ",
+            style="dim",
+            indent=4,
+        )
+
+
 def _unexplained(run: BenchRun) -> None:
     """Speed-ups that acceptance cannot account for, each with why (the audit fails them), and
     warm-ups that never settled (their condition's numbers may still include a cold start)."""
@@ -610,6 +638,7 @@ def show_run(run: BenchRun, names: Mapping[str, str | None] | None = None) -> No
     _legend_no_difference(run.summaries)
     _decisions(run)
     show_samplers(run)
+    _set_aside(run)
     show_lines([""])
     print_listing(_TIMING_COLUMNS, [_timing_row(s) for s in run.summaries if s.n_ok])
     say(TIMINGS_LEGEND, style="dim")
