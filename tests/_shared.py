@@ -28,7 +28,9 @@ def _run_root(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
     run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
     if os.environ.get("PYTEST_XDIST_WORKER") is None or not run:
         return None
-    root = tmp_path_factory.getbasetemp().parent / f"shared-{run}"  # beside .../popen-gwK
+    # beside .../popen-gwK; 8 hex digits of the id: its paths appear in 80-column output (a deploy
+    # command's model paths), and a path is one word no view may break
+    root = tmp_path_factory.getbasetemp().parent / f"shared-{run[:8]}"
     root.mkdir(exist_ok=True)
     return root
 
