@@ -172,6 +172,14 @@ def admitted(
     min_speedup: Annotated[
         float, typer.Option("--min-speedup", help="What --budget decides against (the default policy's).")
     ] = 1.05,
+    tune: Annotated[
+        bool,
+        typer.Option(
+            "--tune",
+            help="Choose --spec-draft-n-max: a first pass at --draft-max (default 16) predicts every length "
+            "1..32, then the best and its neighbours are measured until decided (needs --budget).",
+        ),
+    ] = False,
     executor: Annotated[
         str, typer.Option("--executor", help="local (this machine) or ray (one task per pair on a Ray cluster).")
     ] = "local",
@@ -201,6 +209,7 @@ def admitted(
 
     Example: specreg bench admitted --pair 1 --workload repetitive --concurrency 1,4 --draft-max 4,8
     Example: specreg bench admitted --pair 1 --workload mt-bench --sample 2 --repeat 3
+    Example: specreg bench admitted --pair 1 --workload mt-bench --sample 2 --tune --budget 8m
     """
     from specreg.benchmark.conditions import parse_ngram_options
     from specreg.benchmark.runner import Runner
@@ -229,6 +238,7 @@ def admitted(
         run_timeout_s=run_timeout,
         budget_s=_duration(budget),
         min_speedup=min_speedup,
+        tune=tune,
     )
     if executor not in ("local", "ray"):
         from specreg.errors import UsageError

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 Order = Literal["rounds", "blocked"]
 # Repetitions of every prompt: `bench admitted` runs this many by default and the default policy
@@ -58,6 +58,17 @@ class BenchSettings(BaseModel):
     # decided against `min_speedup` (benchmark/sequential.py), or this many seconds have passed
     budget_s: float | None = Field(default=None, gt=0, json_schema_extra=_flag("--budget"))
     min_speedup: float = Field(default=1.05, gt=0, json_schema_extra=_flag("--min-speedup"))
+    # --tune: a short first pass at one generous draft length, then the draft lengths its
+    # acceptance profile predicts best, measured head to head until decided (benchmark/tune.py)
+    tune: bool = Field(default=False, json_schema_extra=_flag("--tune"))
+
+    @model_validator(mode="after")
+    def _tuning(self) -> BenchSettings:
+        if self.tune and self.budget_s is None:
+            raise ValueError("needs --budget DURATION: it measures the candidates until the best is decided")
+        if self.tune and self.draft_n_max is not None and len(self.draft_n_max) > 1:
+            raise ValueError("takes one --draft-max, the first pass's draft length (the candidates are chosen)")
+        return self
 
     @field_validator("concurrency", "draft_n_max", mode="before")
     @classmethod

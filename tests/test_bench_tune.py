@@ -1,0 +1,143 @@
+"""`bench admitted --tune`: a first pass predicts every draft length, the best and its neighbours
+are measured head to head, and `deploy` prints the measured choice (benchmark/tune.py).
+
+The predictor is checked against what real runs measured on two model families: the tiny
+generated models here (the shared sweep's draft lengths 2 and 4, and a tune run), SmolLM2 in the
+slow test at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from _audit_world import specreg
+from _bench_helpers import ITEMS, NOISE, admit, workload
+from _registry_helpers import model
+
+from specreg.benchmark import tune
+from specreg.benchmark.stepcost import verify_cost
+from specreg.registry.store import Registry
+from specreg.schemas.bench import ALL_STRATA, SpecCounters
+
+POLICY = """
+[evidence]
+min_repetitions = 1
+[speed]
+min_speedup = 0.0
+p95_tolerance_pct = 10000
+[memory]
+max_extra_ram_pct = 1000
+"""
+
+
+def _profile(surv: tuple[float, ...], f: float = 1.0, r: float = 0.1, t_p: float | None = None) -> tune.Profile:
+    return tune.Profile(surv, "per-position", f, 10.0, t_p, r)
+
+
+def test_the_prediction_at_the_first_pass_length_is_the_step_cost_of_the_pass() -> None:
+    """T = 1 + f * sum S(j), cost = (1 - f) + f v + (f k + 1) r: by hand for k = 2 and 4."""
+    p = _profile((0.9, 0.5, 0.2, 0.1), f=0.8, r=0.1, t_p=2.0)
+    v4 = verify_cost(4, 10.0, 2.0)  # max(1, 5 * 2 / 10) = 1
+    assert p.predict(4) == pytest.approx((1 + 0.8 * 1.7) / (0.2 + 0.8 * v4 + (0.8 * 4 + 1) * 0.1))
+    assert p.predict(2) == pytest.approx((1 + 0.8 * 1.4) / (0.2 + 0.8 + (0.8 * 2 + 1) * 0.1))
+    costly = _profile((0.9, 0.5, 0.2, 0.1), t_p=8.0)  # a wide verify step costs several decodes
+    assert costly.predict(4) == pytest.approx((1 + 1.7) / (verify_cost(4, 10.0, 8.0) + 5 * 0.1))
+
+
+def test_the_curve_goes_on_past_the_first_pass_at_its_own_ratio() -> None:
+    flat = _profile((1.0,) * 8, r=0.0)
+    assert flat.accepted(16) == pytest.approx(16.0)  # all accepted: it goes on accepting
+    decay = _profile(tuple(0.8**j for j in range(1, 9)), r=0.0)
+    assert decay.accepted(12) == pytest.approx(sum(0.8**j for j in range(1, 13)))
+    dead = _profile((0.5, 0.0, 0.0, 0.0), r=0.0)
+    assert dead.accepted(30) == pytest.approx(0.5)
+
+
+def test_a_draft_that_costs_more_than_it_wins_predicts_the_shortest_length() -> None:
+    cheap = tune.curve(_profile(tuple(0.95**j for j in range(1, 17)), r=0.02))
+    dear = tune.curve(_profile(tuple(0.3**j for j in range(1, 17)), r=0.5))
+    assert max(cheap, key=lambda k: cheap[k]) > 8  # long drafts pay when nearly all are accepted
+    assert max(dear, key=lambda k: dear[k]) == 1
+    assert dear[1] < 1.0  # and even then the draft model is a loss
+
+
+def test_the_ladder_is_three_lengths_around_the_best() -> None:
+    assert tune.ladder(1) == [1, 2, 4] and tune.ladder(2) == [1, 2, 4]
+    assert tune.ladder(8) == [4, 8, 16] and tune.ladder(12) == [6, 12, 24]
+    assert tune.ladder(20) == [10, 20, 32] and tune.ladder(32) == [8, 16, 32]
+    assert all(len(tune.ladder(k)) == 3 for k in tune.LENGTHS)
+
+
+def test_server_positions_are_bounded_by_the_draft_length_run() -> None:
+    c = SpecCounters(drafted=40, accepted=12, steps=10, per_position={0: 8, 1: 4, 10**9: 7})
+    assert tune.survival_from_counters(c, 4) == (0.8, 0.4, 0.0, 0.0)
+    assert tune.survival_from_counters(SpecCounters(drafted=0, accepted=0, steps=0), 4) == ()
+
+
+def test_the_first_pass_profile_predicts_the_other_measured_length(sweep_world: SimpleNamespace) -> None:
+    """Tiny models (the shared sweep): the k4 condition's profile, priced as tune prices it,
+    gives at k4 the step-cost prediction its own summary holds, and predicts k2's decode
+    speed-up within the spread of what k2 measured (its own step-cost prediction)."""
+    run = sweep_world.run
+    by = {c.spec.name: c for c in run.conditions}
+    k4, k2, base = by["draft-simple k4 c1"], by["draft-simple k2 c1"], by["none c1"]
+    rows = {c.idx: [r for r in run.requests if r.condition_idx == c.idx] for c in (k4, k2, base)}
+    prof = tune.fit_profile(rows[k4.idx], rows[base.idx], 4, k4.counters)
+    assert prof is not None and prof.source == "per-position"
+    whole = {s.condition: s for s in run.summaries if s.stratum == ALL_STRATA}
+    own4 = whole["draft-simple k4 c1"].predicted_speedup
+    assert own4 is not None and prof.predict(4) == pytest.approx(own4, rel=0.15)
+    own2 = whole["draft-simple k2 c1"].predicted_speedup
+    assert own2 is not None and prof.predict(2) == pytest.approx(own2, rel=0.35)
+
+
+def test_tune_needs_a_budget_and_one_first_pass_length(capsys: pytest.CaptureFixture[str]) -> None:
+    db = Path(os.environ["SPECREG_DB"])
+    code, _, err = specreg("bench", "admitted", "--tune", db=db)
+    assert code == 2 and "--tune: needs --budget DURATION" in err
+    code, _, err = specreg("bench", "admitted", "--tune", "--budget", "1m", "--draft-max", "4,8", db=db)
+    assert code == 2 and "--tune: takes one --draft-max" in err
+
+
+def test_tune_measures_three_lengths_stores_predictions_and_deploy_prints_the_choice(tmp_path: Path) -> None:
+    """A real --tune run on tiny models: a first pass at k8, predictions for 1..32, at least three
+    candidate lengths measured with a prediction each, a decision for every condition, and
+    `deploy` pinning the measured choice's --spec-draft-n-max."""
+    home = Path(os.environ["SPECREG_HOME"])
+    db = Path(os.environ["SPECREG_DB"])
+    target, draft = model(home, "t.gguf"), model(home, "d.gguf", noise=NOISE, name="noisy")
+    with Registry(db, show_progress=False) as reg:
+        pid = admit(reg, target, draft)
+    wl = workload(home, ITEMS[:2])
+    code, out, err = specreg("bench", "admitted", "--pair", str(pid), "--workload", str(wl), "--methods",
+                             "draft-simple", "--tune", "--draft-max", "8", "--budget", "20s", "--repeat", "1",
+                             "--threads", "1", "--ctx-size", "512", "--json", db=db)  # fmt: skip
+    assert code in (0, 1), err
+    assert "tune draft-simple k8: predicted best --spec-draft-n-max" in err
+    (run,) = json.loads(out)
+    whole = {s["condition"]: s for s in run["summaries"] if s["stratum"] == "all"}
+    first = whole["draft-simple k8"]["tune"]
+    assert first["curve"] and sorted(map(int, first["curve"])) == list(range(1, 33))
+    cands = {s["tune"]["draft_max"]: s for s in whole.values() if s["tune"] and s["tune"]["role"] == "candidate"}
+    assert len(cands) >= 3, sorted(cands)
+    for k, s in cands.items():
+        assert s["draft_n_max"] == k and s["condition"] == f"draft-simple k{k}"
+        assert s["tune"]["predicted_speedup"] == pytest.approx(first["curve"][str(k)])
+        assert s["tune"]["predicted_decode_speedup"] is not None
+    measured = [s for s in cands.values() if s["speedup"] is not None]
+    assert len(measured) >= 3 and all(s["decision"] is not None for s in whole.values() if s["method"] != "none")
+    chosen = [s for s in cands.values() if s["tune"]["chosen"]]
+    assert len(chosen) == 1 and chosen[0]["speedup"] == max(s["speedup"] for s in measured)
+    per_stratum = [s for s in run["summaries"] if s["stratum"] != "all" and s["tune"] is not None]
+    assert {s["stratum"] for s in per_stratum} == {"repetitive", "chat"}
+    assert all(s["tune"]["predicted_speedup"] is not None for s in per_stratum if s["tune"]["role"] == "candidate")
+    policy = tmp_path / "policy.toml"
+    policy.write_text(POLICY)
+    code, text, err = specreg("deploy", str(pid), "--policy", str(policy), db=db)
+    assert code == 0, (text, err)
+    k = chosen[0]["tune"]["draft_max"]
+    assert f"--spec-draft-n-max {k}" in " ".join(text.split())
