@@ -237,6 +237,49 @@ def memory_plot(run: RunDigest) -> str | None:
     return _svg(fig)
 
 
+def tune_plot(run: RunDigest) -> str | None:
+    """`--tune`: the speed-up its first pass predicted for every draft length (a line per
+    concurrency, end to end), and what each measured length gave (points with their 95%
+    interval), over all strata; the chosen length ringed (None: not a tuned run)."""
+    rows = [r for r in run.strata if r.stratum == ALL_STRATA and r.tune is not None]
+    if not rows:
+        return None
+    fig = _figure(7, 3.8)
+    ax = fig.add_subplot()
+    for i, conc in enumerate(sorted({r.concurrency for r in rows})):
+        color = PALETTE[i % len(PALETTE)]
+        mine = sorted((r for r in rows if r.concurrency == conc), key=lambda r: r.tune.draft_max if r.tune else 0)
+        curve = next((r.tune.curve for r in mine if r.tune and r.tune.curve), {})
+        if curve:
+            xs = sorted(curve)
+            ax.plot(xs, [curve[k] for k in xs], color=color, linewidth=1.2, label=f"predicted c{conc}")
+        measured = [r for r in mine if r.speedup is not None]
+        if measured:
+            lo, hi = _whiskers(measured)
+            ax.errorbar(
+                [r.tune.draft_max for r in measured if r.tune],
+                [float(r.speedup or 0.0) for r in measured],
+                yerr=[lo, hi],
+                fmt="o",
+                capsize=3,
+                color=color,
+                label=f"measured c{conc}",
+            )
+        for r in measured:
+            if r.tune and r.tune.chosen:
+                ax.plot([r.tune.draft_max], [float(r.speedup or 0.0)], "o", markersize=12, fillstyle="none", color=color)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("draft length (--spec-draft-n-max)")
+    ax.set_ylabel("speed-up vs --spec-type none")
+    ax.set_title("--tune: predicted and measured speed-up by draft length (ringed: chosen)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return _svg(fig)
+
+
 def run_plots(run: RunDigest, concurrency: int | None = None, min_speedup: float | None = None) -> dict[str, str]:
     """Every plot that has data for this run: {name: svg text}."""
     out: dict[str, str | None] = {
@@ -245,6 +288,7 @@ def run_plots(run: RunDigest, concurrency: int | None = None, min_speedup: float
         "concurrency": concurrency_plot(run, min_speedup),
         "draft-length": draft_length_plot(run, min_speedup),
         "memory": memory_plot(run),
+        "tune": tune_plot(run),
     }
     return {k: v for k, v in out.items() if v is not None}
 
