@@ -52,6 +52,7 @@ def _plots(plots: dict[str, str], prefix: str) -> str:
         "concurrency": "Speed-up by concurrency",
         "draft-length": "Speed-up by draft length",
         "memory": "Peak memory per condition",
+        "tune": "Predicted and measured speed-up by draft length (--tune)",
     }
     figs = "".join(
         f'<figure aria-label="{e(titles.get(n, n))}">{inline_svg(svg, f"{prefix}{n}")}</figure>'

@@ -267,7 +267,9 @@ def tune_plot(run: RunDigest) -> str | None:
             )
         for r in measured:
             if r.tune and r.tune.chosen:
-                ax.plot([r.tune.draft_max], [float(r.speedup or 0.0)], "o", markersize=12, fillstyle="none", color=color)
+                ax.plot(
+                    [r.tune.draft_max], [float(r.speedup or 0.0)], "o", markersize=12, fillstyle="none", color=color
+                )
     ax.axhline(1.0, color="black", linewidth=0.8)
     from matplotlib.ticker import MaxNLocator
 

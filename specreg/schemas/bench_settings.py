@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 Order = Literal["rounds", "blocked"]
 # Repetitions of every prompt: `bench admitted` runs this many by default and the default policy
@@ -62,13 +62,15 @@ class BenchSettings(BaseModel):
     # acceptance profile predicts best, measured head to head until decided (benchmark/tune.py)
     tune: bool = Field(default=False, json_schema_extra=_flag("--tune"))
 
-    @model_validator(mode="after")
-    def _tuning(self) -> BenchSettings:
-        if self.tune and self.budget_s is None:
+    @field_validator("tune")
+    @classmethod
+    def _tuning(cls, v: bool, info: ValidationInfo) -> bool:  # declared after what it reads
+        lengths = info.data.get("draft_n_max")
+        if v and info.data.get("budget_s") is None:
             raise ValueError("needs --budget DURATION: it measures the candidates until the best is decided")
-        if self.tune and self.draft_n_max is not None and len(self.draft_n_max) > 1:
+        if v and lengths is not None and len(lengths) > 1:
             raise ValueError("takes one --draft-max, the first pass's draft length (the candidates are chosen)")
-        return self
+        return v
 
     @field_validator("concurrency", "draft_n_max", mode="before")
     @classmethod
