@@ -255,7 +255,7 @@ class Runner:
             gpu=self.gpu,
             workload=self.workload,
         )
-        self.observer.run_started(info, conds, len(self.workload.items) * self.opts.repeat)
+        self.observer.run_started(info, conds, len(self.workload.items) * planned)
         status: RunStatus = "failed"
         reason: str | None = "runner error"
         by_name = {c.spec.name: c for c in conds}
