@@ -11,8 +11,11 @@ Wall times are what a user waits; on a shared machine they move with the load, s
 average and the CPU seconds of the runs (servers included) are printed beside them.
 
 Usage: python benchmarks/bench_tune.py [--workload mt-bench] [--sample 2] [--grid 2,4,8,16]
-       [--repeat 3] [--budget 8m] [--max-tokens N] [--threads N] [--quick] [--dir DIR]
-`--quick`: --sample 1 --max-tokens 64 --repeat 2 --budget 4m (a reduced variant for busy machines).
+       [--repeat 3] [--tune-repeat 1] [--budget 8m] [--max-tokens N] [--threads N] [--warmup N]
+       [--quick] [--dir DIR]
+The grid runs `--repeat` rounds (3: what the default policy asks for); `--tune` stops when its
+best is decided, after at least `--tune-repeat` rounds per candidate, or when `--budget` ends.
+`--quick`: --sample 1 --max-tokens 32 --warmup 2 --budget 3m (a reduced variant for busy machines).
 """
 
 from __future__ import annotations
@@ -75,15 +78,17 @@ def main() -> int:
     ap.add_argument("--workload", default="mt-bench")
     ap.add_argument("--sample", type=int, default=2)
     ap.add_argument("--grid", default="2,4,8,16")
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=3, help="the grid's rounds (the default policy's minimum)")
+    ap.add_argument("--tune-repeat", type=int, default=1, help="--tune's floor of rounds per candidate")
+    ap.add_argument("--warmup", type=int, default=None)
     ap.add_argument("--budget", default="8m")
     ap.add_argument("--max-tokens", type=int, default=None)
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--quick", action="store_true", help="--sample 1 --max-tokens 64 --repeat 2 --budget 4m")
+    ap.add_argument("--quick", action="store_true", help="--sample 1 --max-tokens 32 --warmup 2 --budget 3m")
     ap.add_argument("--dir", type=Path, default=None, help="keep registry, logs and reports here")
     args = ap.parse_args()
     if args.quick:
-        args.sample, args.max_tokens, args.repeat, args.budget = 1, args.max_tokens or 64, 2, "4m"
+        args.sample, args.max_tokens, args.warmup, args.budget = 1, args.max_tokens or 32, 2, "3m"
 
     t0 = time.monotonic()
     target, draft = realmodel.ensure_model("f32"), realmodel.ensure_model("q4_1")
@@ -100,14 +105,19 @@ def main() -> int:
     print(f"model: {realmodel.PACKAGE} {realmodel.VERSION}, F32 target <- Q4_1 draft (draft-simple), pair {pid}")
     print(f"machine: {os.cpu_count()} logical CPUs, load average {load0[0]:.2f} / {load0[2]:.2f} (1 / 15 min) at start")
     common = ["--pair", pid, "--workload", args.workload, "--sample", str(args.sample), "--methods", "draft-simple"]
-    common += ["--repeat", str(args.repeat)]
     common += ["--max-tokens", str(args.max_tokens)] if args.max_tokens else []
     common += ["--threads", str(args.threads)] if args.threads else []
-    print(f"flags: {' '.join(common)}")
+    common += ["--warmup", str(args.warmup)] if args.warmup is not None else []
+    print(
+        f"flags: {' '.join(common)}; grid --repeat {args.repeat}; "
+        f"tune --repeat {args.tune_repeat} --budget {args.budget}"
+    )
 
-    grid, grid_wall, grid_cpu = timed(*common, "--draft-max", args.grid, db=db)
+    grid, grid_wall, grid_cpu = timed(*common, "--draft-max", args.grid, "--repeat", str(args.repeat), db=db)
     load1 = os.getloadavg()
-    tuned, tune_wall, tune_cpu = timed(*common, "--tune", "--budget", args.budget, db=db)
+    tuned, tune_wall, tune_cpu = timed(
+        *common, "--tune", "--budget", args.budget, "--repeat", str(args.tune_repeat), db=db
+    )
     load2 = os.getloadavg()
 
     g = _whole(grid)

@@ -180,7 +180,7 @@ def test_tune_on_smollm2_predicts_each_candidate_and_deploy_answers(
     pid = str(json.loads(out)["pair_id"])
     code, out, err = specreg("bench", "admitted", "--pair", pid, "--workload", "repetitive", "--methods",
                              "draft-simple", "--tune", "--budget", "3m", "--repeat", "2", "--max-tokens", "48",
-                             "--threads", "1", "--ctx-size", "1024", "--json", db=db)  # fmt: skip
+                             "--threads", "1", "--ctx-size", "1024", "--warmup", "2", "--json", db=db)  # fmt: skip
     assert code in (0, 1), err
     (run,) = json.loads(out)
     whole = {s["condition"]: s for s in run["summaries"] if s["stratum"] == "all"}
