@@ -100,7 +100,8 @@ def main() -> int:
     verdict = json.loads(sh("check", "pair", str(target), str(draft), "--json", db=db, ok=(0, 1)).stdout)
     if not verdict["admitted"]:
         sys.exit("the SmolLM2 pair was not admitted: " + json.dumps(verdict)[:500])
-    pid = str(verdict["pair_id"])
+    pairs = json.loads(sh("pairs", "--json", db=db).stdout)
+    pid = str(max(int(p["id"]) for p in pairs if p["draft_sha256"] == verdict["draft_sha256"]))
     load0 = os.getloadavg()
     print(f"model: {realmodel.PACKAGE} {realmodel.VERSION}, F32 target <- Q4_1 draft (draft-simple), pair {pid}")
     print(f"machine: {os.cpu_count()} logical CPUs, load average {load0[0]:.2f} / {load0[2]:.2f} (1 / 15 min) at start")

@@ -177,7 +177,8 @@ def test_tune_on_smollm2_predicts_each_candidate_and_deploy_answers(
         assert code == 0, err
     code, out, err = specreg("check", "pair", str(target), str(draft), "--json", db=db)
     assert code == 0, err
-    pid = str(json.loads(out)["pair_id"])
+    code, out, err = specreg("pairs", "--json", db=db)
+    pid = str(max(int(p["id"]) for p in json.loads(out) if p["method"] == "draft-simple"))
     code, out, err = specreg("bench", "admitted", "--pair", pid, "--workload", "repetitive", "--methods",
                              "draft-simple", "--tune", "--budget", "3m", "--repeat", "2", "--max-tokens", "48",
                              "--threads", "1", "--ctx-size", "1024", "--warmup", "2", "--json", db=db)  # fmt: skip
