@@ -265,6 +265,8 @@ class Tuner:
     def settled(self, conc: int, conds: list[ConditionRun], rows: list[RequestRow]) -> bool:
         """The best is decided at this level (see the module docstring), or nothing is left to run."""
         lv = self.levels[conc]
+        if any(c.status == "skipped" for c in lv.candidates):
+            return False  # the budget ended before a candidate ran: nothing was decided about it
         running = [c for c in lv.candidates if c.status in ("running", "ok")]  # ok: judged at the end
         if not running:
             return True
