@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -22,7 +23,8 @@ from _registry_helpers import model
 from specreg.benchmark import tune
 from specreg.benchmark.stepcost import verify_cost
 from specreg.registry.store import Registry
-from specreg.schemas.bench import ALL_STRATA, SpecCounters
+from specreg.schemas.bench import ALL_STRATA, ConditionRun, ConditionSpec, RequestRow, SpecCounters
+from specreg.schemas.bench_settings import BenchSettings
 
 POLICY = """
 [evidence]
@@ -77,6 +79,52 @@ def test_server_positions_are_bounded_by_the_draft_length_run() -> None:
     c = SpecCounters(drafted=40, accepted=12, steps=10, per_position={0: 8, 1: 4, 10**9: 7})
     assert tune.survival_from_counters(c, 4) == (0.8, 0.4, 0.0, 0.0)
     assert tune.survival_from_counters(SpecCounters(drafted=0, accepted=0, steps=0), 4) == ()
+
+
+def _rows(idx: int, ms: list[float], rounds: range) -> list[RequestRow]:
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    return [
+        RequestRow(condition_idx=idx, condition=f"c{idx}", prompt_id=f"p{i}", stratum="chat", repeat=r,
+                   started_at=at, ok=True, total_ms=m * (1 + 0.02 * ((i + r) % 3)))
+        for r in rounds
+        for i, m in enumerate(ms)
+    ]  # fmt: skip
+
+
+def _tuner(
+    cands_ms: list[float], rounds: int, repeat: int = 1
+) -> tuple[tune.Tuner, list[ConditionRun], list[RequestRow]]:
+    """A tuning at concurrency 1 whose baseline takes 100 ms a request and whose candidates take
+    `cands_ms` (8 prompts a round, a little spread), `rounds` rounds each."""
+    spec = ConditionSpec(name="none", method="none")
+    conds = [ConditionRun(idx=0, spec=spec, status="running")]
+    for i, _ in enumerate(cands_ms, start=1):
+        s = ConditionSpec(name=f"draft-simple k{2**i}", method="draft-simple", draft_n_max=2**i)
+        conds.append(ConditionRun(idx=i, spec=s, status="running"))
+    rows = _rows(0, [100.0] * 8, range(rounds))
+    for i, ms in enumerate(cands_ms, start=1):
+        rows += _rows(i, [ms] * 8, range(rounds))
+    t = tune.Tuner(BenchSettings(tune=True, budget_s=60, repeat=repeat))
+    t.levels[1] = tune._Level(conds[1], {}, conds[1:])
+    return t, conds, rows
+
+
+def test_the_best_is_decided_when_every_other_length_is_ruled_out_against_it() -> None:
+    """Clear winner (50 ms against 80 and 95): decided once the sequence separates them; equal
+    candidates (60, 60, 61) never are, so the budget decides; the --repeat floor holds first."""
+    t, conds, rows = _tuner([80.0, 50.0, 95.0], rounds=1)
+    assert not t.settled(1, conds, rows)  # 8 pairs: too few for an anytime-valid separation
+    t, conds, rows = _tuner([80.0, 50.0, 95.0], rounds=6)
+    assert t.settled(1, conds, rows) and t.select(conds, [], rows) == []
+    assert tune.best_measured(conds[1:], [r for r in rows if r.condition_idx == 0], rows) is conds[2]
+    t, conds, rows = _tuner([60.0, 60.0, 61.0], rounds=12)
+    assert not t.settled(1, conds, rows)
+    assert t.select(conds, [], rows) == conds[1:]  # every candidate goes on
+    t, conds, rows = _tuner([80.0, 50.0, 95.0], rounds=6, repeat=8)
+    assert not t.settled(1, conds, rows)  # below the floor of rounds
+    t, conds, rows = _tuner([80.0, 50.0, 95.0], rounds=6)
+    conds[3].status = "skipped"  # the budget ended before it ran: nothing is decided about it
+    assert not t.settled(1, conds, rows)
 
 
 def test_the_first_pass_profile_predicts_the_other_measured_length(sweep_world: SimpleNamespace) -> None:
