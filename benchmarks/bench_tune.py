@@ -15,7 +15,7 @@ Usage: python benchmarks/bench_tune.py [--workload mt-bench] [--sample 2] [--gri
        [--quick] [--dir DIR]
 The grid runs `--repeat` rounds (3: what the default policy asks for); `--tune` stops when its
 best is decided, after at least `--tune-repeat` rounds per candidate, or when `--budget` ends.
-`--quick`: --sample 1 --max-tokens 32 --warmup 2 --budget 3m (a reduced variant for busy machines).
+`--quick`: --sample 1 --max-tokens 32 --warmup 2 --budget 6m (a reduced variant for busy machines).
 """
 
 from __future__ import annotations
@@ -81,14 +81,15 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3, help="the grid's rounds (the default policy's minimum)")
     ap.add_argument("--tune-repeat", type=int, default=1, help="--tune's floor of rounds per candidate")
     ap.add_argument("--warmup", type=int, default=None)
-    ap.add_argument("--budget", default="8m")
+    ap.add_argument("--budget", default=None, help="--tune's budget [8m; --quick: 6m]")
     ap.add_argument("--max-tokens", type=int, default=None)
     ap.add_argument("--threads", type=int, default=None)
-    ap.add_argument("--quick", action="store_true", help="--sample 1 --max-tokens 32 --warmup 2 --budget 3m")
+    ap.add_argument("--quick", action="store_true", help="--sample 1 --max-tokens 32 --warmup 2 --budget 6m")
     ap.add_argument("--dir", type=Path, default=None, help="keep registry, logs and reports here")
     args = ap.parse_args()
     if args.quick:
-        args.sample, args.max_tokens, args.warmup, args.budget = 1, args.max_tokens or 32, 2, "3m"
+        args.sample, args.max_tokens, args.warmup = 1, args.max_tokens or 32, 2
+    args.budget = args.budget or ("6m" if args.quick else "8m")
 
     t0 = time.monotonic()
     target, draft = realmodel.ensure_model("f32"), realmodel.ensure_model("q4_1")
