@@ -160,6 +160,15 @@ def test_tune_needs_a_budget_and_one_first_pass_length(capsys: pytest.CaptureFix
     assert code == 2 and "--tune: takes one --draft-max" in err
 
 
+def test_tune_refuses_a_pair_without_a_draft_length_before_any_server_starts() -> None:
+    home, db = Path(os.environ["SPECREG_HOME"]), Path(os.environ["SPECREG_DB"])
+    with Registry(db, show_progress=False) as reg:
+        pid = admit(reg, model(home, "t.gguf"), None, "ngram-mod")
+    code, _, err = specreg("bench", "admitted", "--pair", str(pid), "--tune", "--budget", "1m", db=db)
+    assert code == 2 and f"--tune tunes --spec-draft-n-max, which no condition of pair {pid} uses" in err
+    assert not (home / "runs").exists()
+
+
 def test_tune_measures_three_lengths_stores_predictions_and_deploy_prints_the_choice(tmp_path: Path) -> None:
     """A real --tune run on tiny models: a first pass at k8, predictions for 1..32, at least three
     candidate lengths measured with a prediction each, a decision for every condition, and

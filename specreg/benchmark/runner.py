@@ -164,6 +164,8 @@ class Runner:
         for line in self.skipped:
             self.observer.note(f"{line}; skipped")
         plans = [(p, self._plan(p)) for p in pairs]  # refuse bad --methods before any server starts
+        if self.opts.tune:
+            tune.check_tunable([(p.id, specs) for p, specs in plans])
         if not pair_ids:
             plans, covered = drop_covered(plans)
             for p, by in covered:
@@ -194,7 +196,7 @@ class Runner:
             ngram=self.opts.ngram,
             concurrency=self.opts.concurrency,
         )
-        return tune.name_lengths(specs, len(self.opts.concurrency), pair.id) if self.opts.tune else specs
+        return tune.name_lengths(specs, len(self.opts.concurrency)) if self.opts.tune else specs
 
     def bench_pair(self, pair: PairRecord, specs: list[cond_mod.ConditionSpec] | None = None) -> BenchRun:
         """One run: verify files, write the manifest, run each condition, summarise."""

@@ -172,15 +172,8 @@ def first_pass_lengths(opts: BenchSettings) -> list[int]:
     return [opts.draft_n_max[0]] if opts.draft_n_max else [FIRST_PASS_LENGTH]
 
 
-def name_lengths(specs: list[ConditionSpec], levels: int, pair_id: int) -> list[ConditionSpec]:
-    """The first pass named as a sweep (`draft-simple k16`), as its candidates will be; a pair
-    without a draft length to tune is refused before any server starts."""
-    if not any(s.method in MODEL_DRAFTED for s in specs):
-        methods = ", ".join(sorted(m.value for m in MODEL_DRAFTED))
-        raise UsageError(
-            f"--tune tunes --spec-draft-n-max, which pair {pair_id}'s conditions do not use",
-            hint=f"tune a pair whose method is one of: {methods}",
-        )
+def name_lengths(specs: list[ConditionSpec], levels: int) -> list[ConditionSpec]:
+    """The first pass named as a sweep (`draft-simple k16`), as its candidates will be."""
     return [
         s.model_copy(
             update={"name": condition_name(s.method, s.draft_n_max, s.concurrency, by_length=True, by_level=levels > 1)}
@@ -189,6 +182,18 @@ def name_lengths(specs: list[ConditionSpec], levels: int, pair_id: int) -> list[
         else s
         for s in specs
     ]
+
+
+def check_tunable(plans: list[tuple[int, list[ConditionSpec]]]) -> None:
+    """Refuse `--tune` before any server starts when no pair has a draft length to tune (an
+    n-gram pair among draft pairs is measured as usual)."""
+    if not any(s.method in MODEL_DRAFTED for _, specs in plans for s in specs):
+        methods = ", ".join(sorted(m.value for m in MODEL_DRAFTED))
+        pairs = ", ".join(str(pid) for pid, _ in plans)
+        raise UsageError(
+            f"--tune tunes --spec-draft-n-max, which no condition of pair {pairs} uses",
+            hint=f"tune a pair whose method is one of: {methods}",
+        )
 
 
 @dataclass
