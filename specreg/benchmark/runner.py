@@ -224,7 +224,7 @@ class Runner:
         run_dir.mkdir(parents=True, exist_ok=True)
         tuner = self._tuner = tune.Tuner(self.opts) if self.opts.tune else None
         planned = 1 if tuner else self.opts.repeat  # --tune: a short first pass, then the candidates
-        order = cond_mod.schedule(specs, planned, self.opts.order, self.opts.seed)
+        order = cond_mod.schedule(tune.first_pass(specs) if tuner else specs, planned, self.opts.order, self.opts.seed)
         manifest = self._manifest(pair, target, target_path, draft, draft_path, order)
         info = RunInfo(
             run_id=run_id,

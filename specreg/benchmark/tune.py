@@ -184,6 +184,13 @@ def name_lengths(specs: list[ConditionSpec], levels: int) -> list[ConditionSpec]
     ]
 
 
+def first_pass(specs: list[ConditionSpec]) -> list[ConditionSpec]:
+    """What the first pass runs: the baselines and the draft method at its first-pass length.
+    The other methods (n-gram) join the decision rounds, so they do not lengthen the pass the
+    candidates wait for."""
+    return [s for s in specs if s.method == BASELINE or s.method in MODEL_DRAFTED]
+
+
 def check_tunable(plans: list[tuple[int, list[ConditionSpec]]]) -> None:
     """Refuse `--tune` before any server starts when no pair has a draft length to tune (an
     n-gram pair among draft pairs is measured as usual)."""
@@ -213,6 +220,7 @@ class Tuner:
     def __init__(self, opts: BenchSettings) -> None:
         self.opts = opts
         self.levels: dict[int, _Level] = {}
+        self.deferred: list[ConditionRun] = []  # left out of the first pass (first_pass)
 
     def _rows(self, rows: list[RequestRow], c: ConditionRun) -> list[RequestRow]:
         return [r for r in rows if r.condition_idx == c.idx]
@@ -221,6 +229,11 @@ class Tuner:
         """Predict from each first pass and append its candidates to `conds` (running, so the
         decision rounds take them), stored; returns one line per level for the user."""
         rows = ctx.rows
+        for c in conds:  # the methods the first pass left out: measured from the next round on
+            if c.status == "pending":
+                c.status, c.started_at = "running", now()
+                self.deferred.append(c)
+                ctx.store.save_condition(ctx.run_id, c)
         bases = {c.spec.concurrency: c for c in conds if c.spec.method == BASELINE}
         notes = []
         levels = len({c.spec.concurrency for c in conds})
@@ -307,12 +320,12 @@ class Tuner:
         return out
 
     def close(self, ctx: RunContext) -> None:
-        """A candidate the budget never reached is skipped with why, not judged on no rows."""
-        for lv in self.levels.values():
-            for c in lv.candidates:
-                if c.status == "running" and not self._rows(ctx.rows, c):
-                    c.status, c.failure, c.finished_at = "skipped", SKIPPED, now()
-                    ctx.store.save_condition(ctx.run_id, c)
+        """A candidate (or a method left out of the first pass) the budget never reached is
+        skipped with why, not judged on no rows."""
+        for c in [*self.deferred, *(c for lv in self.levels.values() for c in lv.candidates)]:
+            if c.status == "running" and not self._rows(ctx.rows, c):
+                c.status, c.failure, c.finished_at = "skipped", SKIPPED, now()
+                ctx.store.save_condition(ctx.run_id, c)
 
     def annotate(self, summaries: list[ConditionSummary], conds: list[ConditionRun], rows: list[RequestRow]) -> None:
         """Each first pass's and candidate's summary gets its prediction (`tune`), per stratum."""
