@@ -158,6 +158,7 @@ def build_digest(
                 accepted=s.accepted,
                 expected_accepted_length=s.expected_accepted_length,
                 predicted_speedup=s.predicted_speedup,
+                tune=s.tune,
                 unexplained=s.unexplained,
                 unexplained_reason=s.unexplained_reason,
                 speedup_p5=percentile(spread, 5),

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specreg.benchmark import conditions as cond_mod
-from specreg.benchmark import contention
+from specreg.benchmark import contention, tune
 from specreg.benchmark.condition_summary import StatSettings, speed_decision, summarize
 from specreg.benchmark.digest import keep_digests
 from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
@@ -77,6 +77,7 @@ class Runner:
         self._runtime: RuntimeInfo | None = None
         self.refused: list[str] = []  # pairs of the last bench() that could not start, with why
         self.skipped: list[str] = []  # admitted pairs of the last bench() that cannot be benchmarked
+        self._tuner: tune.Tuner | None = None  # --tune: the pair being run's tuning
 
     def runtime(self) -> RuntimeInfo:
         if self._runtime is None:
@@ -164,6 +165,8 @@ class Runner:
         for line in self.skipped:
             self.observer.note(f"{line}; skipped")
         plans = [(p, self._plan(p)) for p in pairs]  # refuse bad --methods before any server starts
+        if self.opts.tune:
+            tune.check_tunable([(p.id, specs) for p, specs in plans])
         if not pair_ids:
             plans, covered = drop_covered(plans)
             for p, by in covered:
@@ -188,18 +191,19 @@ class Runner:
         return runs
 
     def _plan(self, pair: PairRecord) -> list[cond_mod.ConditionSpec]:
-        return cond_mod.plan(
+        specs = cond_mod.plan(
             pair.method,
             draft_path="(draft)" if pair.draft_sha256 else None,
             draft_sha256=pair.draft_sha256,
             methods=self.opts.methods,
-            draft_n_max=self.opts.draft_n_max,
+            draft_n_max=tune.first_pass_lengths(self.opts) if self.opts.tune else self.opts.draft_n_max,
             draft_n_min=self.opts.draft_n_min,
             ngram=self.opts.ngram,
             concurrency=self.opts.concurrency,
             samplers=self.opts.samplers(),
             draft_sampling=self.opts.draft_sampling,
         )
+        return tune.name_lengths(specs, len(self.opts.concurrency)) if self.opts.tune else specs
 
     def bench_pair(self, pair: PairRecord, specs: list[cond_mod.ConditionSpec] | None = None) -> BenchRun:
         """One run: verify files, write the manifest, run each condition, summarise."""
@@ -225,7 +229,9 @@ class Runner:
         run_id = new_run_id()
         run_dir = self.reg.path.parent / "runs" / run_id  # logs live beside the registry that records the run
         run_dir.mkdir(parents=True, exist_ok=True)
-        order = cond_mod.schedule(specs, self.opts.repeat, self.opts.order, self.opts.seed)
+        tuner = self._tuner = tune.Tuner(self.opts) if self.opts.tune else None
+        planned = 1 if tuner else self.opts.repeat  # --tune: a short first pass, then the candidates
+        order = cond_mod.schedule(tune.first_pass(specs) if tuner else specs, planned, self.opts.order, self.opts.seed)
         manifest = self._manifest(pair, target, target_path, draft, draft_path, order)
         info = RunInfo(
             run_id=run_id,
@@ -258,7 +264,7 @@ class Runner:
             gpu=self.gpu,
             workload=self.workload,
         )
-        self.observer.run_started(info, conds, len(self.workload.items) * self.opts.repeat)
+        self.observer.run_started(info, conds, len(self.workload.items) * planned)
         status: RunStatus = "failed"
         reason: str | None = "runner error"
         by_name = {c.spec.name: c for c in conds}
@@ -284,6 +290,9 @@ class Runner:
                 run_condition(
                     ctx, c, slot.repeats, round_no=round_no, last=i == last[c.spec.name] and not until_decided
                 )
+            if tuner is not None:
+                for note in tuner.add_candidates(ctx, conds):
+                    self.observer.note(f"tune {note}")
             if until_decided:
                 self._until_decided(ctx, conds, t_start)
             failed = [c for c in conds if c.status != "ok"]
@@ -307,7 +316,10 @@ class Runner:
                 resamples=self.opts.bootstrap_resamples,
                 default_draft_length=self.runtime().spec_defaults.get("--spec-draft-n-max"),
             )
-            self.store.set_summaries(run_id, target.sha256, info.draft_sha256, summarize(conds, ctx.rows, stats))
+            summaries = summarize(conds, ctx.rows, stats)
+            if tuner is not None:
+                tuner.annotate(summaries, conds, ctx.rows)
+            self.store.set_summaries(run_id, target.sha256, info.draft_sha256, summaries)
             self.store.finish(run_id, status, reason)
             keep_digests(self.store.reg, [run_id])  # what the audit reads, built once while the rows are hot
             self.observer.run_done(run_id, status, reason)
@@ -372,6 +384,8 @@ class Runner:
                 ).decision
                 == "undecided"
             ]
+            if self._tuner is not None:  # --tune: its candidates run until the best is decided
+                undecided = self._tuner.select(conds, undecided, contention.kept_rows(ctx.rows, aside))
             spent = time.monotonic() - started
             if not undecided or spent + last_round > budget or ctx.expired():
                 break
@@ -383,6 +397,8 @@ class Runner:
                     run_condition(ctx, c, [round_no], round_no=round_no, last=False)
             last_round = time.monotonic() - t0
             round_no += 1
+        if self._tuner is not None:
+            self._tuner.close(ctx)
         for c in conds:
             finish_condition(ctx, c)
 

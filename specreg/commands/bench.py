@@ -229,6 +229,14 @@ def admitted(
             "3x its usual time); --budget measures them again [0.25, or $SPECREG_BUSY_SHARE].",
         ),
     ] = None,
+    tune: Annotated[
+        bool,
+        typer.Option(
+            "--tune",
+            help="Choose --spec-draft-n-max: a first pass at --draft-max (default 16) predicts every length "
+            "1..32, then the best and its neighbours are measured until decided (needs --budget).",
+        ),
+    ] = False,
     executor: Annotated[
         str, typer.Option("--executor", help="local (this machine) or ray (one task per pair on a Ray cluster).")
     ] = "local",
@@ -259,6 +267,7 @@ def admitted(
     Example: specreg bench admitted --pair 1 --workload repetitive --concurrency 1,4 --draft-max 4,8
     Example: specreg bench admitted --pair 1 --workload mt-bench --sample 2 --repeat 3
     Example: specreg bench admitted --pair 1 --temperature 0,0.7 --draft-sampling greedy,probabilistic
+    Example: specreg bench admitted --pair 1 --workload mt-bench --sample 2 --tune --budget 8m
     """
     from specreg.benchmark.conditions import parse_ngram_options
     from specreg.benchmark.runner import Runner
@@ -293,6 +302,7 @@ def admitted(
         min_p=min_p,
         draft_sampling=_split(draft_sampling),
         **({"busy_share": parse_busy_share(busy_share)} if busy_share is not None else {}),
+        tune=tune,
     )
     if executor not in ("local", "ray"):
         from specreg.errors import UsageError

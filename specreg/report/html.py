@@ -100,6 +100,11 @@ _TITLES = {
     ),
     "concurrency": ("Speed-up by concurrency", "Every stratum together; dotted: predicted."),
     "draft-length": ("Speed-up by draft length", "Every stratum together; dotted: predicted."),
+    "tune": (
+        "Predicted and measured speed-up by draft length (--tune)",
+        "Line: the first pass's prediction for every --spec-draft-n-max; points: the lengths measured, "
+        "with their 95% intervals; ringed: the length chosen.",
+    ),
     "memory": ("Peak memory per condition", "Peak server RAM, in each method's colour."),
 }
 

@@ -57,6 +57,7 @@ def _images(plots: dict[str, str], prefix: str) -> list[str]:
         "concurrency": "Speed-up by concurrency",
         "draft-length": "Speed-up by draft length",
         "memory": "Peak memory per condition",
+        "tune": "Predicted and measured speed-up by draft length (--tune)",
     }
     # <...> keeps a file name with spaces or parentheses one link target (CommonMark)
     return [f"![{titles.get(name, name)}](<{esc(prefix)}{name}.svg>)\n" for name in plots]

@@ -341,6 +341,58 @@ def memory_plot(run: RunDigest) -> str | None:
     return _svg(fig)
 
 
+def tune_plot(run: RunDigest) -> str | None:
+    """`--tune`: the speed-up its first pass predicted for every draft length (a line per
+    concurrency, end to end), and what each measured length gave (points with their 95%
+    interval, clipped at the frame and marked there as in the speed-up plot), over all strata, on
+    the same log axis centred on 1x, in the method's colour; the chosen length ringed (None: not
+    a tuned run)."""
+    rows = [r for r in run.strata if r.stratum == ALL_STRATA and r.tune is not None]
+    if not rows:
+        return None
+    values = [v for r in rows for v in (r.speedup, *(r.tune.curve.values() if r.tune else ())) if v]
+    lo, hi = _log_limits(values)
+    fig = _figure(5.4, 3.4)
+    ax = fig.add_subplot()
+    ax.set_yscale("log")
+    ax.set_ylim(lo, hi)
+    for i, conc in enumerate(sorted({r.concurrency for r in rows})):
+        mine = sorted((r for r in rows if r.concurrency == conc), key=lambda r: r.tune.draft_max if r.tune else 0)
+        colour = method_colour(_method(run, mine[0].condition))
+        marker, style = _MARKERS[i % len(_MARKERS)], _STYLES[i % len(_STYLES)]
+        curve = next((r.tune.curve for r in mine if r.tune and r.tune.curve), {})
+        if curve:
+            xs = sorted(curve)
+            ys = [_clipped(curve[k], lo, hi) for k in xs]
+            ax.plot(xs, ys, color=colour, linewidth=1.2, linestyle=style, label=f"predicted c{conc}")
+        for r in mine:
+            if r.speedup is None or r.tune is None:
+                continue
+            x, y = r.tune.draft_max, _clipped(r.speedup, lo, hi)
+            if r.speedup_ci95:
+                a, b = r.speedup_ci95
+                ax.plot([x, x], [_clipped(a, lo, hi), _clipped(b, lo, hi)], color=colour, linewidth=1.4)
+                if a < lo:
+                    ax.plot([x], [lo], marker="v", color=colour, markersize=7, clip_on=False)
+                if b > hi:
+                    ax.plot([x], [hi], marker="^", color=colour, markersize=7, clip_on=False)
+            ax.plot([x], [y], marker=marker, color=colour, linestyle="none")
+            if r.tune.chosen:
+                ax.plot([x], [y], "o", markersize=12, fillstyle="none", color=colour)
+        ax.plot([], [], marker=marker, color=colour, linestyle="none", label=f"measured c{conc}")
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    _ratio_axis(ax.yaxis)
+    ax.set_xlabel("draft length (--spec-draft-n-max)")
+    ax.set_ylabel("speed-up vs --spec-type none")
+    _title(fig, "--tune: predicted and measured speed-up (ringed: chosen)")
+    ax.grid(alpha=0.3)
+    _legend(fig, ax)
+    return _svg(fig)
+
+
 def run_plots(run: RunDigest, concurrency: int | None = None, min_speedup: float | None = None) -> dict[str, str]:
     """Every plot that has data for this run: {name: svg text}."""
     out: dict[str, str | None] = {
@@ -349,6 +401,7 @@ def run_plots(run: RunDigest, concurrency: int | None = None, min_speedup: float
         "concurrency": concurrency_plot(run, min_speedup),
         "draft-length": draft_length_plot(run, min_speedup),
         "memory": memory_plot(run),
+        "tune": tune_plot(run),
     }
     return {k: v for k, v in out.items() if v is not None}
 

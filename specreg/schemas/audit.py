@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from specreg.schemas.bench import ConditionStatus, Difference, RunStatus
+from specreg.schemas.bench import ConditionStatus, Difference, RunStatus, TuneEstimate
 from specreg.schemas.bench_settings import DEFAULT_REPEAT
 from specreg.schemas.sampling import DraftSampling, Sampler
 
@@ -153,6 +153,7 @@ class StratumRow(BaseModel):
     accepted: int | None = None
     expected_accepted_length: float | None = None  # E[L]: tokens per step that drafted (this stratum's)
     predicted_speedup: float | None = None  # tokens per target step / step cost (benchmark/stepcost.py)
+    tune: TuneEstimate | None = None  # --tune: this draft length's prediction before it was measured
     unexplained: bool | None = None  # the interval's low end above tokens per target step
     unexplained_reason: str | None = None
     speedup_p5: float | None = None  # spread of per-request ratios (reports only)

@@ -436,6 +436,22 @@ class Stat(BaseModel):
     p95: float | None = None
 
 
+class TuneEstimate(BaseModel):
+    """`--tune`'s prediction for one condition's draft length (benchmark/tune.py), made from the
+    first pass's acceptance profile before the candidate was measured; the measurement is the
+    summary's own speed-up."""
+
+    draft_max: int  # --spec-draft-n-max
+    predicted_speedup: float | None = None  # end to end, what the measured speed-up compares with
+    predicted_decode_speedup: float | None = None  # the decode phase alone, as stepcost.py prices it
+    role: Literal["first pass", "candidate"]  # candidate: measured head to head (the first pass can be one)
+    profile: Literal["per-position", "geometric"]  # the acceptance curve the prediction used
+    first_pass: str  # the condition whose profile it came from
+    curve: dict[int, float] = Field(default_factory=dict)  # first pass only: end to end, every k in 1..32
+    chosen: bool = False  # the candidate with the highest measured speed-up (per concurrency)
+    decided: bool = False  # every other candidate was ruled out against the chosen one
+
+
 class ConditionSummary(BaseModel):
     """One condition over one stratum (or `all`): the comparison table's row."""
 
@@ -494,6 +510,7 @@ class ConditionSummary(BaseModel):
     draft_cost: float | None = None  # one draft-model decode, in baseline decode steps (0: n-gram)
     step_cost: float | None = None  # the mean target step (verify + drafting), in baseline decode steps
     predicted_speedup: float | None = None  # tokens_per_step / step_cost (decode phase)
+    tune: TuneEstimate | None = None  # --tune: this draft length's prediction before it was measured
     unexplained: bool | None = None
     unexplained_reason: str | None = None
     peak_rss_bytes: int | None = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from specreg.schemas.sampling import MAX_TEMPERATURE, DraftSampling, Sampler
 
@@ -104,6 +104,21 @@ class BenchSettings(BaseModel):
     # a busy machine: slots whose other processes took this share of the cores, or holding a
     # request far outside its prompt's spread, are set aside (benchmark/contention.py); 0: none
     busy_share: float = Field(default_factory=default_busy_share, ge=0, le=1, json_schema_extra=_flag("--busy-share"))
+    # --tune: a short first pass at one generous draft length, then the draft lengths its
+    # acceptance profile predicts best, measured head to head until decided (benchmark/tune.py)
+    tune: bool = Field(default=False, json_schema_extra=_flag("--tune"))
+
+    @field_validator("tune")
+    @classmethod
+    def _tuning(cls, v: bool, info: ValidationInfo) -> bool:  # declared after what it reads
+        lengths = info.data.get("draft_n_max")
+        if v and info.data.get("budget_s") is None:
+            raise ValueError("needs --budget DURATION: it measures the candidates until the best is decided")
+        if v and lengths is not None and len(lengths) > 1:
+            raise ValueError("takes one --draft-max, the first pass's draft length (the candidates are chosen)")
+        if v and (len(info.data.get("temperature") or [0.0]) > 1 or len(info.data.get("draft_sampling") or []) > 1):
+            raise ValueError("tunes at one sampler: give one --temperature and one --draft-sampling")
+        return v
 
     @field_validator("concurrency", "draft_n_max", mode="before")
     @classmethod

@@ -546,6 +546,36 @@ def _set_aside(run: BenchRun) -> None:
         )
 
 
+def _tuning(run: BenchRun) -> None:
+    """`--tune`: each measured draft length's prediction (made before it ran) beside what it
+    measured, over all strata, and the choice (benchmark/tune.py)."""
+    from specreg.benchmark.statistics import interval_text
+
+    tuned = [s for s in run.summaries if s.stratum == "all" and s.tune is not None]
+    for conc in sorted({s.concurrency or 1 for s in tuned}):
+        mine = sorted((s for s in tuned if (s.concurrency or 1) == conc), key=lambda s: s.draft_n_max or 0)
+        first = next((s for s in mine if s.tune and s.tune.curve), None)
+        if first is None or first.tune is None:
+            continue
+        curve = first.tune.curve
+        best = max(curve, key=lambda k: (round(curve[k], 6), -k)) if curve else None
+        parts = [
+            f"k{s.tune.draft_max} predicted {s.tune.predicted_speedup or 0:.2f}x measured "
+            + interval_text(s.speedup, s.speedup_ci95)
+            for s in mine
+            if s.tune and s.tune.role == "candidate"
+        ]
+        chosen = next((s for s in mine if s.tune and s.tune.chosen), None)
+        if chosen is not None and chosen.tune is not None:
+            how = "decided" if chosen.tune.decided else "the budget ended before the best was decided"
+            parts.append(f"chosen k{chosen.tune.draft_max} ({how})")
+        say(
+            "; ".join(parts),
+            prefix=f"tuned at c{conc} from {first.condition} ({first.tune.profile} profile, best predicted k{best}): ",
+            indent=4,
+        )
+
+
 def _unexplained(run: BenchRun) -> None:
     """Speed-ups that acceptance cannot account for, each with why (the audit fails them), and
     warm-ups that never settled (their condition's numbers may still include a cold start)."""
@@ -639,6 +669,7 @@ def show_run(run: BenchRun, names: Mapping[str, str | None] | None = None) -> No
     _decisions(run)
     show_samplers(run)
     _set_aside(run)
+    _tuning(run)
     show_lines([""])
     print_listing(_TIMING_COLUMNS, [_timing_row(s) for s in run.summaries if s.n_ok])
     say(TIMINGS_LEGEND, style="dim")

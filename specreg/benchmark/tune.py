@@ -1,0 +1,372 @@
+"""`bench admitted --tune`: the draft length a draft method should run at, predicted, then measured.
+
+A user should not guess `--spec-draft-n-max`: too short leaves accepted tokens undrafted, too
+long pays the draft model and the wider verify step for tokens that are rejected. The run
+already measures what decides it, so tuning is three steps in one run:
+
+1. **First pass.** One round at a generous draft length K (`--draft-max`, default
+   `FIRST_PASS_LENGTH` = 16) beside the baseline and the other methods.
+2. **Predict** the speed-up of every k in 1..32 from that pass, with stepcost.py's step prices:
+   the acceptance profile S(j), the share of drafting steps whose j-th drafted token was accepted
+   (the server's per-position counters for the whole condition; per stratum, where only the
+   requests' own totals exist, the geometric curve S(j) = alpha^j of the stratum's acceptance),
+   the share f of target steps that drafted, the draft model's decode cost r fitted on the pass,
+   and the verify cost v(k) = max(1, (k+1) t_p / t_d). Per target step, k yields
+   T(k) = 1 + f * sum_{j<=k} S(j) tokens and costs (1 - f) + f v(k) + (f k + 1) r baseline
+   decodes, so the prediction is T(k) / cost(k); at k = K it is stepcost's own prediction for
+   the pass. Past K the curve goes on at the ratio of its second half (S(K) / S(K/2))^(1/(K-K/2)).
+3. **Measure** the predicted best k* and its neighbours on a doubling ladder (k*/2, k*, 2 k*,
+   clipped to 1..32: always three lengths) head to head, in the `--budget` rounds, until the best
+   is decided: the leader (highest measured speed-up) is decided against `--min-speedup`
+   (sequential.py) and every other candidate is ruled out against it (its anytime-valid speed-up
+   over the leader lies wholly below `MARGIN`, so it is at most 5% faster), after at least
+   `--repeat` rounds each; or the budget ends. The audit then chooses among the measured
+   conditions as always, so `deploy` prints the measured `--spec-draft-n-max`, never a guess.
+
+The prediction is the decode phase's (as stepcost's): the measured speed-up is end to end, so
+with long prompts it sits below. Ranking the candidates needs only the shape, which the prompt
+phase (the same for every k) does not change.
+
+Not tuned: `--spec-draft-p-min`. Predicting its effect needs the draft's per-token confidence,
+which neither `/metrics` nor the response timings report, so a p-min could only be guessed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from specreg.benchmark import statistics, stepcost
+from specreg.benchmark.condition_summary import _paired, speed_decision
+from specreg.benchmark.conditions import condition_name
+from specreg.benchmark.execute import RunContext
+from specreg.errors import UsageError
+from specreg.registry.db import now
+from specreg.schemas.bench import (
+    ALL_STRATA,
+    ConditionRun,
+    ConditionSpec,
+    ConditionSummary,
+    RequestRow,
+    SpecCounters,
+    TuneEstimate,
+)
+from specreg.schemas.bench_settings import BenchSettings
+from specreg.schemas.methods import BASELINE, MODEL_DRAFTED
+
+FIRST_PASS_LENGTH = 16  # generous: SmolLM2 on repetitive text still gains from 8 to 16 (issue 24)
+LENGTHS = range(1, 33)  # the candidates predicted: --spec-draft-n-max 1..32
+MARGIN = 1.05  # a candidate is ruled out when it is decided at most this much faster than the leader
+SKIPPED = "the --budget was spent before --tune measured it"
+
+ProfileSource = Literal["per-position", "geometric"]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What one group of the first pass says about every draft length."""
+
+    survival: tuple[float, ...]  # S(1..K): share of drafting steps whose j-th drafted token was accepted
+    source: ProfileSource
+    draft_share: float  # f: target steps that carried a draft, per target step
+    decode_ms: float  # t_d, the baseline's
+    prompt_ms: float | None  # t_p, the baseline's (None: v = 1, its lower bound)
+    draft_cost: float  # r, one draft-model decode in baseline decodes
+    # end to end, over the units both ran: the baseline's total and decode time, and the first
+    # pass's time outside its decode (prompt, drafting set-up, HTTP), which no k changes
+    base_total_ms: float = 0.0
+    base_decode_ms: float = 0.0
+    other_ms: float = 0.0
+
+    def accepted(self, k: int) -> float:
+        """sum_{j<=k} S(j), the curve continued past its end at its second half's ratio."""
+        s = self.survival
+        head = sum(s[:k])
+        if k <= len(s) or not s or s[-1] <= 0:
+            return head
+        half = len(s) // 2
+        ref = s[half - 1] if half >= 1 else 1.0
+        span = len(s) - half
+        q = min(1.0, (s[-1] / ref) ** (1.0 / span)) if ref > 0 and span > 0 else 0.0
+        extra = k - len(s)
+        tail = s[-1] * (q * extra if q >= 1.0 else q * (1.0 - q**extra) / (1.0 - q))
+        return head + tail
+
+    def predict(self, k: int) -> float | None:
+        """T(k) / cost(k): the decode speed-up at draft length k."""
+        f, r = self.draft_share, self.draft_cost
+        v = stepcost.verify_cost(k, self.decode_ms, self.prompt_ms) if self.prompt_ms is not None else 1.0
+        cost = (1.0 - f) + f * v + (f * k + 1.0) * r
+        return (1.0 + f * self.accepted(k)) / cost if cost > 0 else None
+
+    def predict_end_to_end(self, k: int) -> float | None:
+        """The decode prediction carried to what is measured, the whole request: the baseline's
+        total over the first pass's time outside decode plus the baseline's decode sped up."""
+        p = self.predict(k)
+        if p is None or p <= 0 or self.base_total_ms <= 0:
+            return None
+        return self.base_total_ms / (self.other_ms + self.base_decode_ms / p)
+
+
+def survival_from_counters(counters: SpecCounters, length: int) -> tuple[float, ...]:
+    """S(j) from the per-position counters (positions counted from the first one the server
+    names), bounded by the draft length the pass ran at, never by the server's labels."""
+    if not counters.steps or not counters.per_position:
+        return ()
+    first = min(counters.per_position)
+    return tuple(
+        min(1.0, counters.per_position.get(first + j, 0) / counters.steps) for j in range(max(0, min(length, 64)))
+    )
+
+
+def fit_profile(
+    rows: list[RequestRow], base_rows: list[RequestRow], length: int, counters: SpecCounters | None
+) -> Profile | None:
+    """The profile of one group (the whole condition when `counters` is given, else a stratum);
+    None when nothing can be priced (no baseline decode time, nothing drafted)."""
+    t_d, t_p = stepcost.decode_ms_per_token(base_rows), stepcost.prompt_ms_per_token(base_rows)
+    k_mean = counters.drafted / counters.steps if counters is not None and counters.steps else float(length)
+    c = stepcost.counts(rows, k_mean)
+    d = c.drafting_steps
+    if not t_d or not c.target_steps or not c.drafted or d is None:
+        return None
+    r = stepcost.fitted_draft_cost(rows, base_rows, k_mean)
+    surv = survival_from_counters(counters, length) if counters is not None else ()
+    source: ProfileSource = "per-position"
+    if not any(surv):
+        alpha = statistics.alpha_from_rate(c.accepted / c.drafted, k_mean)
+        surv, source = tuple(alpha**j for j in LENGTHS), "geometric"
+    base = {(r.prompt_id, r.repeat): r for r in base_rows if r.ok and r.total_ms and r.predicted_ms is not None}
+    pairs = [(base[k], r) for r in rows if r.ok and r.total_ms and (k := (r.prompt_id, r.repeat)) in base]
+    return Profile(
+        surv,
+        source,
+        min(1.0, d / c.target_steps),
+        t_d,
+        t_p,
+        r or 0.0,
+        base_total_ms=sum(b.total_ms or 0.0 for b, _ in pairs),
+        base_decode_ms=sum(b.predicted_ms or 0.0 for b, _ in pairs),
+        other_ms=sum(max(0.0, (m.total_ms or 0.0) - (m.predicted_ms or 0.0)) for _, m in pairs),
+    )
+
+
+def curve(profile: Profile, *, end_to_end: bool = False) -> dict[int, float]:
+    """Every candidate's predicted speed-up (the decode phase's, or carried to the whole request)."""
+    at = profile.predict_end_to_end if end_to_end else profile.predict
+    return {k: p for k in LENGTHS if (p := at(k)) is not None}
+
+
+def ladder(best: int) -> list[int]:
+    """The predicted best and its neighbours on a doubling ladder, three lengths within 1..32."""
+    lo, hi = LENGTHS[0], LENGTHS[-1]
+    if best <= 2:
+        return [1, 2, 4]
+    if best >= hi:
+        return [hi // 4, hi // 2, hi]
+    return sorted({max(lo, round(best / 2)), best, min(hi, best * 2)})
+
+
+def first_pass_lengths(opts: BenchSettings) -> list[int]:
+    return [opts.draft_n_max[0]] if opts.draft_n_max else [FIRST_PASS_LENGTH]
+
+
+def name_lengths(specs: list[ConditionSpec], levels: int) -> list[ConditionSpec]:
+    """The first pass named as a sweep (`draft-simple k16`), as its candidates will be."""
+    return [
+        s.model_copy(
+            update={"name": condition_name(s.method, s.draft_n_max, s.concurrency, by_length=True, by_level=levels > 1)}
+        )
+        if s.method in MODEL_DRAFTED
+        else s
+        for s in specs
+    ]
+
+
+def first_pass(specs: list[ConditionSpec]) -> list[ConditionSpec]:
+    """What the first pass runs: the baselines and the draft method at its first-pass length.
+    The other methods (n-gram) join the decision rounds, so they do not lengthen the pass the
+    candidates wait for."""
+    return [s for s in specs if s.method == BASELINE or s.method in MODEL_DRAFTED]
+
+
+def check_tunable(plans: list[tuple[int, list[ConditionSpec]]]) -> None:
+    """Refuse `--tune` before any server starts when no pair has a draft length to tune (an
+    n-gram pair among draft pairs is measured as usual)."""
+    if not any(s.method in MODEL_DRAFTED for _, specs in plans for s in specs):
+        methods = ", ".join(sorted(m.value for m in MODEL_DRAFTED))
+        pairs = ", ".join(str(pid) for pid, _ in plans)
+        raise UsageError(
+            f"--tune tunes --spec-draft-n-max, which no condition of pair {pairs} uses",
+            hint=f"tune a pair whose method is one of: {methods}",
+        )
+
+
+@dataclass
+class _Level:
+    """One concurrency level's tuning: its first pass, predictions and candidates."""
+
+    first: ConditionRun
+    predictions: dict[str, Profile]  # stratum -> its profile
+    candidates: list[ConditionRun]
+
+
+class Tuner:
+    """The tuning of one run: predicts after the first pass, adds the candidates, keeps them in
+    the `--budget` rounds until the best is decided, and writes what it predicted into the
+    summaries."""
+
+    def __init__(self, opts: BenchSettings) -> None:
+        self.opts = opts
+        self.levels: dict[int, _Level] = {}
+        self.deferred: list[ConditionRun] = []  # left out of the first pass (first_pass)
+
+    def _rows(self, rows: list[RequestRow], c: ConditionRun) -> list[RequestRow]:
+        return [r for r in rows if r.condition_idx == c.idx]
+
+    def add_candidates(self, ctx: RunContext, conds: list[ConditionRun]) -> list[str]:
+        """Predict from each first pass and append its candidates to `conds` (running, so the
+        decision rounds take them), stored; returns one line per level for the user."""
+        rows = ctx.rows
+        for c in conds:  # the methods the first pass left out: measured from the next round on
+            if c.status == "pending":
+                c.status, c.started_at = "running", now()
+                self.deferred.append(c)
+                ctx.store.save_condition(ctx.run_id, c)
+        bases = {c.spec.concurrency: c for c in conds if c.spec.method == BASELINE}
+        notes = []
+        levels = len({c.spec.concurrency for c in conds})
+        for first in [c for c in conds if c.spec.method in MODEL_DRAFTED and c.spec.draft_n_max]:
+            base = bases.get(first.spec.concurrency)
+            k0 = first.spec.draft_n_max or FIRST_PASS_LENGTH
+            if base is None or base.status != "running" or first.status != "running":
+                notes.append(f"{first.spec.name}: no first pass to predict from ({first.failure or 'baseline failed'})")
+                continue
+            mine, theirs = self._rows(rows, first), self._rows(rows, base)
+            predictions: dict[str, Profile] = {}
+            for stratum in [ALL_STRATA, *dict.fromkeys(r.stratum for r in mine)]:
+                whole = stratum == ALL_STRATA
+                g = mine if whole else [r for r in mine if r.stratum == stratum]
+                bg = theirs if whole else [r for r in theirs if r.stratum == stratum]
+                prof = fit_profile(g, bg, k0, first.counters if whole else None)
+                if prof is not None:
+                    predictions[stratum] = prof
+            whole_curve = curve(predictions[ALL_STRATA]) if ALL_STRATA in predictions else {}
+            if not whole_curve:
+                notes.append(f"{first.spec.name}: nothing drafted in the first pass, so nothing to predict from")
+                continue
+            best = max(whole_curve, key=lambda k: (round(whole_curve[k], 6), -k))
+            cands = []
+            for k in ladder(best):
+                if k == k0:
+                    cands.append(first)
+                    continue
+                name = condition_name(first.spec.method, k, first.spec.concurrency, by_length=True, by_level=levels > 1)
+                spec = first.spec.model_copy(update={"name": name, "draft_n_max": k})
+                c = ConditionRun(idx=len(conds), spec=spec, status="running", started_at=now())
+                conds.append(c)
+                cands.append(c)
+                ctx.store.save_condition(ctx.run_id, c)
+            self.levels[first.spec.concurrency] = _Level(first, predictions, cands)
+            e2e = curve(predictions[ALL_STRATA], end_to_end=True)
+            shown = ", ".join(f"k{c.spec.draft_n_max} {e2e.get(c.spec.draft_n_max or 0, math.nan):.2f}x" for c in cands)
+            notes.append(
+                f"{first.spec.name}: predicted best --spec-draft-n-max {best} ({whole_curve[best]:.2f}x decode); "
+                f"measuring {shown} (end to end) head to head"
+            )
+        return notes
+
+    def _tuned(self) -> set[int]:
+        return {c.idx for lv in self.levels.values() for c in [lv.first, *lv.candidates]}
+
+    def settled(self, conc: int, conds: list[ConditionRun], rows: list[RequestRow]) -> bool:
+        """The best is decided at this level (see the module docstring), or nothing is left to run."""
+        lv = self.levels[conc]
+        if any(c.status == "skipped" for c in lv.candidates):
+            return False  # the budget ended before a candidate ran: nothing was decided about it
+        running = [c for c in lv.candidates if c.status in ("running", "ok")]  # ok: judged at the end
+        if not running:
+            return True
+        base = next((c for c in conds if c.spec.method == BASELINE and c.spec.concurrency == conc), None)
+        if base is None:
+            return True
+        rounds = min(len({r.repeat for r in self._rows(rows, c)}) for c in running)
+        if rounds < self.opts.repeat:
+            return False
+        base_rows = self._rows(rows, base)
+        leader = best_measured(running, base_rows, rows)
+        if leader is None or speed_decision(base_rows, self._rows(rows, leader), self.opts.min_speedup).decision == (
+            "undecided"
+        ):
+            return False
+        lead_rows = self._rows(rows, leader)
+        return all(
+            speed_decision(lead_rows, self._rows(rows, c), MARGIN).decision == "not faster"
+            for c in running
+            if c is not leader
+        )
+
+    def select(
+        self, conds: list[ConditionRun], undecided: list[ConditionRun], rows: list[RequestRow]
+    ) -> list[ConditionRun]:
+        """The conditions of the next decision round: the undecided ones outside the tuning, and
+        every running candidate of a level whose best is not decided yet."""
+        tuned = self._tuned()
+        out = [c for c in undecided if c.idx not in tuned]
+        for conc, lv in self.levels.items():
+            if not self.settled(conc, conds, rows):
+                out += [c for c in lv.candidates if c.status == "running"]
+        return out
+
+    def close(self, ctx: RunContext) -> None:
+        """A candidate (or a method left out of the first pass) the budget never reached is
+        skipped with why, not judged on no rows."""
+        for c in [*self.deferred, *(c for lv in self.levels.values() for c in lv.candidates)]:
+            if c.status == "running" and not self._rows(ctx.rows, c):
+                c.status, c.failure, c.finished_at = "skipped", SKIPPED, now()
+                ctx.store.save_condition(ctx.run_id, c)
+
+    def annotate(self, summaries: list[ConditionSummary], conds: list[ConditionRun], rows: list[RequestRow]) -> None:
+        """Each first pass's and candidate's summary gets its prediction (`tune`), per stratum."""
+        by_name = {c.spec.name: c for c in conds}
+        for conc, lv in self.levels.items():
+            base = next((c for c in conds if c.spec.method == BASELINE and c.spec.concurrency == conc), None)
+            done = [c for c in lv.candidates if c.status == "ok"]
+            chosen = best_measured(done, self._rows(rows, base), rows) if base is not None else None
+            decided = self.settled(conc, conds, rows) and chosen is not None
+            members = {c.idx for c in [lv.first, *lv.candidates]}
+            for s in summaries:
+                c = by_name.get(s.condition)
+                if c is None or c.idx not in members or c.spec.draft_n_max is None:
+                    continue
+                prof = lv.predictions.get(s.stratum)
+                if prof is None:
+                    continue
+                k = c.spec.draft_n_max
+                predicted = curve(prof, end_to_end=True)
+                s.tune = TuneEstimate(
+                    draft_max=k,
+                    predicted_speedup=predicted.get(k),
+                    predicted_decode_speedup=prof.predict(k),
+                    role="candidate" if c in lv.candidates else "first pass",
+                    profile=prof.source,
+                    first_pass=lv.first.spec.name,
+                    curve=dict(predicted) if c is lv.first else {},  # the first pass may be a candidate too
+                    chosen=c is chosen,
+                    decided=decided,
+                )
+
+
+def best_measured(
+    cands: list[ConditionRun], base_rows: list[RequestRow], rows: list[RequestRow]
+) -> ConditionRun | None:
+    """The candidate with the highest measured speed-up over the baseline (median paired ratio);
+    on a tie the shorter draft."""
+    scored = []
+    for c in cands:
+        b, m = _paired(base_rows, [r for r in rows if r.condition_idx == c.idx])
+        s = statistics.paired_speedup(b, m)
+        if s is not None:
+            scored.append((s, -(c.spec.draft_n_max or 0), c.idx, c))
+    return max(scored, key=lambda t: t[:3])[3] if scored else None
