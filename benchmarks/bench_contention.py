@@ -23,12 +23,12 @@ from pathlib import Path
 
 import psutil
 
-from specreg.benchmark.contention import busy_threshold
 from specreg.benchmark.execute import Observer
 from specreg.benchmark.runner import Runner
 from specreg.registry.store import Registry
 from specreg.schemas.bench import ConditionRun
 from specreg.schemas.bench_settings import BenchSettings
+from specreg.servers.load import busy_threshold
 from specreg.sources.checking import check_and_record
 from specreg.testing.factory import ModelSpec, write_model
 from specreg.validators.ruleset import load_rule_set

@@ -26,6 +26,7 @@ from specreg.benchmark.runner import Runner
 from specreg.registry.store import Registry
 from specreg.schemas.bench import ConditionRun, ConditionSpec, RequestRow, RoundLoad
 from specreg.schemas.bench_settings import BenchSettings
+from specreg.servers import load as server_load
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 BURN = "import time\nend = time.monotonic() + 60\nwhile time.monotonic() < end:\n    pass\n"  # bounded
@@ -34,7 +35,7 @@ PROMPTS = ("p0", "p1", "p2", "p3")
 
 def _load(rnd: int, others: float, cores: int = 2, share: float = 0.25) -> RoundLoad:
     load = RoundLoad(round=rnd, repeats=[rnd], wall_s=1.0, cores=cores, ours_cores=1.2, others_cores=others)
-    load.busy = contention.judge(load, share)
+    load.busy = server_load.judge(load, share)
     return load
 
 
@@ -71,14 +72,14 @@ def test_a_quiet_run_sets_nothing_aside() -> None:
 
 
 def test_the_threshold_separates_quiet_from_a_neighbour() -> None:
-    assert contention.busy_threshold(2) == 0.5 and contention.busy_threshold(16) == 4.0
-    assert contention.busy_threshold(1) == 0.5  # never below half a core
+    assert server_load.busy_threshold(2) == 0.5 and server_load.busy_threshold(16) == 4.0
+    assert server_load.busy_threshold(1) == 0.5  # never below half a core
     assert all(_load(0, o).busy is None for o in QUIET_OTHERS)
     busy = _load(0, 0.86)  # the least a neighbour took here (one burner: 0.95-1.39)
     assert busy.busy == "other processes used 0.86 of 2 cores"
     assert _load(0, 0.5).busy is not None and _load(0, 0.49).busy is None
     stolen = RoundLoad(round=0, wall_s=1, cores=2, ours_cores=1, others_cores=0.3, steal_cores=0.3)
-    assert contention.judge(stolen) == "other processes used 0.30 of 2 cores, 0.30 stolen"
+    assert server_load.judge(stolen) == "other processes used 0.30 of 2 cores, 0.30 stolen"
     assert _load(0, 1.9, share=0.0).busy is None  # --busy-share off
     assert _load(0, 3.9, cores=16).busy is None and _load(0, 4.0, cores=16).busy is not None
 
@@ -151,7 +152,7 @@ def test_the_probe_counts_the_servers_time_as_ours_and_the_rest_as_others() -> N
         proc = psutil.Process(burner.pid)
         for pids in ([burner.pid], []):
             t0 = sum(proc.cpu_times()[:2])
-            probe = contention.LoadProbe(lambda pids=pids: pids, 0, [0]).start()
+            probe = server_load.LoadProbe(lambda pids=pids: pids, 0, [0]).start()
             deadline = time.monotonic() + 0.6
             while time.monotonic() < deadline:
                 pass  # our own thread burns too: ours either way
@@ -237,7 +238,7 @@ def test_a_busy_neighbour_sets_its_round_aside_and_the_budget_measures_again(tmp
     for c in conds.values():  # round 0 ran beside the burners: marked, with what they took
         first = c.load[0]
         assert first.round == 0 and first.busy is not None, first
-        assert first.others_cores >= contention.busy_threshold(first.cores), first
+        assert first.others_cores >= server_load.busy_threshold(first.cores), first
     # measured again while the budget lasted: the run did not stop at its one planned round,
     # although against 100x one clean round decides at once
     assert len(conds["draft-simple"].load) >= 2 and len(conds["none"].load) >= 2

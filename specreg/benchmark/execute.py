@@ -28,7 +28,6 @@ from specreg.benchmark import expect as expect_mod
 from specreg.benchmark.client import Completion, LlamaClient
 from specreg.benchmark.condition_summary import compare_outputs
 from specreg.benchmark.conditions import ServerOptions, server_args
-from specreg.benchmark.contention import LoadProbe
 from specreg.benchmark.runstore import RunStore
 from specreg.benchmark.sampling import arm
 from specreg.benchmark.warmup import warm_up
@@ -40,6 +39,7 @@ from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.methods import BASELINE
 from specreg.schemas.sampling import Sampler, repetition_seed
 from specreg.servers.launcher import ServerCommand, ServerProcess, launch
+from specreg.servers.load import LoadProbe
 from specreg.servers.memory import GpuProbe, MemorySampler, higher_peak
 from specreg.servers.memory_predict import predict_rss
 from specreg.servers.metrics import add_counters, parse_metrics, spec_counters, spec_only
