@@ -355,7 +355,11 @@ class Runner:
         """`--budget`: more rounds after the planned ones, each the baselines and every condition
         still undecided against `--min-speedup` (benchmark/sequential.py: looking after every round
         keeps the decision's error rate), in a seeded order, until each is decided or the budget is
-        spent. A round that the last one's length says would end past the budget is not started.
+        spent. A round that would end past the budget is not started: its length is estimated as
+        its slots (one condition's round each) times the mean slot so far, so a round of six
+        conditions after a first pass of two is not priced as the shorter one was (on SmolLM2,
+        mt-bench, `--tune --budget 8m`: the first decision round, priced at the 2-slot first
+        pass's length, started at 4 min and ended at 13 min 46 s).
         Rounds that ran under contention are left out of the decision (`contention.set_aside`), so
         their conditions stay undecided and are measured again while the budget lasts.
         Then every condition still running is judged on all its rows, as after a planned run."""
@@ -363,7 +367,7 @@ class Runner:
         budget = o.budget_s or 0.0
         bases = {arm(c.spec): c for c in conds if c.spec.method == BASELINE}
         rng = random.Random(o.seed)
-        round_no, last_round = o.repeat, 0.0
+        round_no = o.repeat
 
         def rows(c: ConditionRun) -> list[RequestRow]:
             return [r for r in ctx.rows if r.condition_idx == c.idx]
@@ -387,15 +391,14 @@ class Runner:
             if self._tuner is not None:  # --tune: its candidates run until the best is decided
                 undecided = self._tuner.select(conds, undecided, contention.kept_rows(ctx.rows, aside))
             spent = time.monotonic() - started
-            if not undecided or spent + last_round > budget or ctx.expired():
-                break
-            t0 = time.monotonic()
             todo = list({id(c): c for c in [bases[arm(c.spec)] for c in undecided] + undecided}.values())
+            slots = len({(r.condition_idx, r.repeat) for r in ctx.rows}) or 1
+            if not undecided or spent + spent / slots * len(todo) > budget or ctx.expired():
+                break
             rng.shuffle(todo)
             for c in todo:
                 if c.status == "running":
                     run_condition(ctx, c, [round_no], round_no=round_no, last=False)
-            last_round = time.monotonic() - t0
             round_no += 1
         if self._tuner is not None:
             self._tuner.close(ctx)
