@@ -56,7 +56,9 @@ def test_hashing_together_is_hashing_one_by_one(reg: Registry, tmp_path: Path, m
     together = reg.verify_artifacts(recs, rehash=True)
     assert together == one_by_one and list(together) == list(one_by_one)
     assert reg.hash_count == registered + 10
-    assert len(hashed_on) > 2  # the pool's threads did hash
+    # the pool's threads did hash (how many of the 4 get a file is the scheduler's: on a loaded
+    # machine one fast thread can take all 5)
+    assert hashed_on - {threading.current_thread().name}
     assert statements == {threading.current_thread().name}  # SQLite never left this thread
     assert [ok for ok, _ in together.values()] == [True, False, False, False, True, False]
     problems = [p or "" for _, p in together.values()]
