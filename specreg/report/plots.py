@@ -152,6 +152,21 @@ def _clipped(value: float, lo: float, hi: float) -> float:
     return min(max(value, lo), hi)
 
 
+def _vertical_whisker(
+    ax: Any, x: float, ci: tuple[float, float] | None, lo: float, hi: float, colour: str, width: float
+) -> None:
+    """A 95% interval drawn upright at `x` on a log axis [lo, hi]: cut at the frame, with an
+    arrowhead where it leaves it (one wide interval never flattens the rest)."""
+    if not ci:
+        return
+    a, b = ci
+    ax.plot([x, x], [_clipped(a, lo, hi), _clipped(b, lo, hi)], color=colour, linewidth=width)
+    if a < lo:
+        ax.plot([x], [lo], marker="v", color=colour, markersize=7, clip_on=False)
+    if b > hi:
+        ax.plot([x], [hi], marker="^", color=colour, markersize=7, clip_on=False)
+
+
 def speedup_plot(run: RunDigest, concurrency: int | None = None, min_speedup: float | None = None) -> str | None:
     """Speed-up per condition and stratum, 95% interval whiskers, predicted beside (None: no data)."""
     fig = speedup_figure(run, concurrency, min_speedup)
@@ -265,13 +280,7 @@ def _sweep_plot(
         ys = [float(r.speedup or 0.0) for _, r in pts]
         ax.plot(xs, ys, marker=marker, linestyle=_STYLES[k % len(_STYLES)], color=colour, label=_label(name))
         for px, (_, r) in zip(xs, pts, strict=True):
-            if r.speedup_ci95:
-                a, b = r.speedup_ci95
-                ax.plot([px, px], [_clipped(a, lo, hi), _clipped(b, lo, hi)], color=colour, linewidth=1.2)
-                if a < lo:
-                    ax.plot([px], [lo], marker="v", color=colour, markersize=7, clip_on=False)
-                if b > hi:
-                    ax.plot([px], [hi], marker="^", color=colour, markersize=7, clip_on=False)
+            _vertical_whisker(ax, px, r.speedup_ci95, lo, hi, colour, 1.2)
         pred = [(px, r.predicted_speedup) for px, (_, r) in zip(xs, pts, strict=True) if r.predicted_speedup]
         if pred:
             ax.plot([px for px, _ in pred], [_clipped(v, lo, hi) for _, v in pred], marker="D", markerfacecolor="none",
@@ -369,13 +378,7 @@ def tune_plot(run: RunDigest) -> str | None:
             if r.speedup is None or r.tune is None:
                 continue
             x, y = r.tune.draft_max, _clipped(r.speedup, lo, hi)
-            if r.speedup_ci95:
-                a, b = r.speedup_ci95
-                ax.plot([x, x], [_clipped(a, lo, hi), _clipped(b, lo, hi)], color=colour, linewidth=1.4)
-                if a < lo:
-                    ax.plot([x], [lo], marker="v", color=colour, markersize=7, clip_on=False)
-                if b > hi:
-                    ax.plot([x], [hi], marker="^", color=colour, markersize=7, clip_on=False)
+            _vertical_whisker(ax, x, r.speedup_ci95, lo, hi, colour, 1.4)
             ax.plot([x], [y], marker=marker, color=colour, linestyle="none")
             if r.tune.chosen:
                 ax.plot([x], [y], "o", markersize=12, fillstyle="none", color=colour)
