@@ -203,3 +203,80 @@ def test_a_hub_target_is_read_by_range_requests(online: FakeHub, tmp_path: Path)
     assert rc == 0, err
     rep = json.loads(out)
     assert [Path(r["draft"]).stem for r in rep["rows"] if r["draft"]] == ["close"]
+
+
+@pytest.mark.slow
+def test_bench_halves_the_field_and_the_ranking_then_puts_the_fastest_first(tmp_path: Path) -> None:
+    """Real servers on tiny models: a draft that always agrees at an eighth of the target's depth,
+    one whose head loops another way (never agrees), and a full-depth copy (agrees, costs as much
+    as the target). The n-gram methods find nothing to copy in this short prompt: they fail (no
+    drafts is a failure) and lose their places."""
+    from _bench_helpers import workload
+
+    from specreg.testing.factory import CYCLER
+
+    folder = tmp_path / "m"
+    target = write_model(tmp_path / "t.gguf", CYCLER.but(n_layer=8, name="Cyc-1B"))
+    _models(folder, {
+        "fast": CYCLER.but(n_layer=1, name="Cyc-100M"),
+        "other": CYCLER.but(n_layer=1, head_seed=8, name="Cyc-100M-other"),  # another cycle: rejects
+        "deep": CYCLER.but(n_layer=8, noise=0.01, name="Cyc-1B-copy"),
+    })  # fmt: skip
+    wl = workload(tmp_path, [{"id": "r", "stratum": "repetitive", "max_tokens": 48, "prompt": "a b c a b c"}])
+    rc, out, err = drafts(str(target), "--dir", str(folder), "--bench", "4", "--budget", "150s", "--workload", str(wl),
+                          "--json")  # fmt: skip
+    assert rc in (0, 1), err
+    rep = json.loads(out)
+    b = rep["bench"]
+    assert len(b["rounds"][0]["measured"]) == 4 and len(b["rounds"][0]["kept"]) == 2  # halved
+    assert b["winner"] in b["rounds"][-1]["kept"]
+    assert (b["deploy_command"] is None) == (b["why_not"] is not None)
+    # every run is stored as `bench admitted` stores it
+    listed = run_specreg(["runs", "--json"])
+    stored = {r["run_id"] for r in json.loads(listed.stdout)}
+    assert {rid for r in b["rounds"] for rid in r["run_ids"]} <= stored
+    # now the registry has runs: the ranking's top measured row is the one measured fastest
+    rc, out, _ = drafts(str(target), "--dir", str(folder), "--json")
+    rows = [r for r in json.loads(out)["rows"] if r["prediction"]["measured_speedup"] is not None]
+    assert len(rows) >= 2
+    fastest = max(rows, key=lambda r: r["prediction"]["measured_speedup"])
+    assert rows[0] is fastest or rows[0]["draft"] == fastest["draft"], [
+        (r["draft"], r["prediction"]["speedup"], r["prediction"]["measured_speedup"]) for r in rows
+    ]
+    assert Path(rows[0]["draft"]).stem == "fast"
+    assert json.loads(out)["error"]["n_pairs"] >= 2
+
+
+def test_the_real_smollm2_pair_and_its_cross_pairs_with_other_real_families(
+    real_model: Callable[[str], Path], real_vocab: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """SmolLM2-135M-Instruct Q8_0 as the target: its Q4_1 is admitted and ranked; llama.cpp's real
+    vocab files of other families, and tiny models built on their tokenizers, are rejected by the
+    vocab rules; the other way round, SmolLM2 is no draft for a llama-spm target, while a tiny
+    llama-spm model is."""
+    folder = tmp_path / "m"
+    folder.mkdir()
+    q8, q4 = real_model("q8_0"), real_model("q4_1")
+    (folder / q4.name).symlink_to(q4)
+    families = ("llama-spm", "qwen2", "gpt-2")
+    for name in families:
+        (folder / f"vocab-{name}.gguf").symlink_to(real_vocab(name))
+    spm = real_vocab("llama-spm")
+    write_model(folder / "tiny-spm.gguf", ModelSpec(tokenizer_from=str(spm), name="TinySpm-10M"))
+    rc, out, err = drafts(str(q8), "--dir", str(folder), "--json")
+    assert rc == 0, err
+    rep = json.loads(out)
+    drafted = [r for r in rep["rows"] if r["draft"]]
+    assert [Path(r["draft"]).name for r in drafted] == [q4.name]
+    assert drafted[0]["quant"] == "MOSTLY_Q4_1" and drafted[0]["prediction"]["source"] == "prior"
+    rejected = {Path(r["draft"]).stem: r["reason_code"] for r in rep["rejected"]}
+    assert set(rejected) == {*(f"vocab-{n}" for n in families), "tiny-spm"}
+    assert all(code.startswith(("vocab.", "file.")) for code in rejected.values()), rejected
+    # the other way round: a llama-spm target
+    spm_target = write_model(tmp_path / "spm-target.gguf", ModelSpec(tokenizer_from=str(spm), name="TinySpm-1B"))
+    rc, out, _ = drafts(str(spm_target), "--dir", str(folder), "--json")
+    rep = json.loads(out)
+    assert [Path(r["draft"]).stem for r in rep["rows"] if r["draft"]] == ["tiny-spm"]
+    why = {Path(r["draft"]).name: r["reason_code"] for r in rep["rejected"]}
+    assert why[q4.name].startswith("vocab.")
+    assert why["vocab-llama-spm.gguf"] == "admitted, not benchmarkable"  # check pair admits it; nothing to draft with

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from specreg.audit.draft_prediction import Book, build_book, predict
 from specreg.audit.gates import licence_gate
+from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, VOCAB_ONLY_CODES
 from specreg.errors import SpecregError, UsageError
 from specreg.registry.artifacts import HEX
 from specreg.registry.db import now
@@ -99,6 +100,8 @@ def _row_for(found: cand.Found, target: GGUFFile, reg: Registry, rules: RuleSet,
     method = detect_method(gf, rules)
     checks = check_pair(target, gf, method, rule_set=rules, scans=reg.template_scans)
     bad = _first_error(checks)
+    # admitted by `check pair` but with no weights to draft with: no candidate (bench would refuse it)
+    hollow = next((c for c in checks if c.code in VOCAB_ONLY_CODES and c.severity != "pass"), None)
     s = summarize(gf)
     allowed, note = _licence(found.record, found.licence, found, policy)
     local = found.where != "hub" and not (found.record is not None and not found.record.paths)
@@ -107,8 +110,10 @@ def _row_for(found: cand.Found, target: GGUFFile, reg: Registry, rules: RuleSet,
         repo=found.repo, revision=found.revision, quant=s.file_type_name, size_bytes=found.size or s.file_size,
         bytes_per_token=_bytes_per_token(gf), parameters=s.parameter_count or None,
         licence=found.licence, licence_allowed=allowed, licence_note=note,
-        admitted=bad is None, reason=f"{bad.code}: {bad.message}" if bad else None,
-        reason_code=bad.code if bad else None, warnings=sum(1 for c in checks if c.severity == "warn"),
+        admitted=bad is None and hollow is None,
+        reason=f"{bad.code}: {bad.message}" if bad else f"{NOT_BENCHMARKABLE}: {hollow.message}" if hollow else None,
+        reason_code=bad.code if bad else NOT_BENCHMARKABLE if hollow else None,
+        warnings=sum(1 for c in checks if c.severity == "warn"),
         local=local,
     )  # fmt: skip
 
