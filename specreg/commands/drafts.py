@@ -67,8 +67,6 @@ def drafts_cmd(
     --bench N --budget D measures the top N candidates on this machine by successive halving
     (each round halves the field; every run is stored as `bench admitted` stores it), then
     audits the winner and prints its deploy command, or says why none qualifies.
-
-    Example: specreg drafts target.gguf --dir ~/models --hub --bench 4 --budget 20m
     """
     from specreg.audit.drafts import Search, check_limits, find_drafts
     from specreg.audit.policy import load_policy
