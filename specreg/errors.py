@@ -125,6 +125,10 @@ class BundleError(SpecregError):
     """A result bundle is malformed, truncated, tampered with, too new, or conflicts with the registry."""
 
 
+class SignatureError(SpecregError):
+    """A key, an envelope or a model signature is missing, malformed, altered or not trusted."""
+
+
 class RemoteError(SpecregError):
     """A remote GGUF could not be read by HTTP range requests (unreachable, refused, no Range support)."""
 
