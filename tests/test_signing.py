@@ -22,7 +22,7 @@ from _signing_helpers import ecdsa_key, ed25519_key, statement
 
 from specreg.exchange.bundle_format import HEADER
 from specreg.exchange.dsse import public_key
-from specreg.exchange.signing import PREDICATE_TYPE, envelope_name
+from specreg.exchange.signing import BUNDLE_PREDICATE, envelope_name
 
 
 @pytest.fixture
@@ -94,7 +94,7 @@ def test_export_sign_writes_an_in_toto_statement_over_runs_and_artifacts(
     env = m[envelope_name(kid)]
     assert envelope_name(kid) not in {x["name"] for x in header["members"]}  # outside the manifest it signs
     st = statement(env)
-    assert st["_type"] == "https://in-toto.io/Statement/v1" and st["predicateType"] == PREDICATE_TYPE
+    assert st["_type"] == "https://in-toto.io/Statement/v1" and st["predicateType"] == BUNDLE_PREDICATE
     subjects = {s["name"]: s["digest"]["sha256"] for s in st["subject"]}
     rid = audit_world.run_id
     assert subjects[f"runs/{rid}"] == header["runs"][0]["digest"]
@@ -186,7 +186,7 @@ def test_an_envelope_made_by_the_reference_libraries_is_accepted(
         "bundle": {"digest": header["digest"]},
         "signer": {"keyid": signer.public_key.keyid, "public_key": pub.read_text()},
     }
-    st = Statement([subject], PREDICATE_TYPE, predicate)
+    st = Statement([subject], BUNDLE_PREDICATE, predicate)
     st.validate()
     payload = json.dumps(json_format.MessageToDict(st.pb)).encode()
     env = Envelope(payload=payload, payload_type="application/vnd.in-toto+json", signatures={})
@@ -413,3 +413,15 @@ def test_an_unsigned_bundle_needs_no_extra(source: Path, tmp_path: Path, monkeyp
     assert specreg("export", "--all", "-o", str(bundle), db=source)[0] == 0
     monkeypatch.setitem(sys.modules, "securesystemslib", None)
     assert specreg("import", str(bundle), db=tmp_path / "d.db")[0] == 0
+
+
+def test_the_example_fleet_policy_requires_signed_evidence_and_the_local_one_does_not() -> None:
+    from specreg.audit.policy import example_policy_text, load_policy, parse_policy
+
+    root = Path(__file__).resolve().parents[1]
+    fleet, _ = load_policy(root / "examples" / "fleet-policy.toml")
+    assert fleet.trust.require_signed_evidence is True and fleet.trust.require_model_signature is False
+    local = parse_policy(example_policy_text())
+    assert local.trust.require_signed_evidence is False and local.trust.signers == {}
+    # otherwise the same policy: only the name, the trust table and comments differ
+    assert fleet.model_dump(exclude={"name", "trust"}) == local.model_dump(exclude={"name", "trust"})

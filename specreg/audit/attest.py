@@ -20,7 +20,7 @@ from specreg.schemas.audit import AuditReport
 if TYPE_CHECKING:
     from securesystemslib.signer import Signer
 
-PREDICATE_TYPE = "https://specreg.dev/attestation/audit/v1"
+AUDIT_PREDICATE = "https://specreg.dev/attestation/audit/v1"
 
 
 def audit_statement(report: AuditReport, signer: Signer) -> dict[str, Any]:
@@ -28,7 +28,7 @@ def audit_statement(report: AuditReport, signer: Signer) -> dict[str, Any]:
     return {
         "_type": STATEMENT_TYPE,
         "subject": [{"name": f"models/{s}", "digest": {"sha256": s}} for s in shas],
-        "predicateType": PREDICATE_TYPE,
+        "predicateType": AUDIT_PREDICATE,
         "predicate": {
             "audit": report.model_dump(mode="json"),
             "signer": {"keyid": key_id(signer), "public_key": public_pem(signer), "host": socket.gethostname()},
@@ -45,8 +45,8 @@ def sign_audit(report: AuditReport, signer: Signer) -> bytes:
 
 def open_audit(data: bytes, where: str) -> tuple[str, dict[str, Any]]:
     """(key id, audit record) of a signed audit envelope whose signature verifies; SignatureError otherwise."""
-    opened = open_envelope(data, where, PREDICATE_TYPE)
+    opened = open_envelope(data, where, AUDIT_PREDICATE)
     return opened.key_id, opened.statement["predicate"]["audit"]
 
 
-__all__ = ["PREDICATE_TYPE", "open_audit", "sign_audit"]
+__all__ = ["AUDIT_PREDICATE", "open_audit", "sign_audit"]

@@ -83,7 +83,7 @@ def export_cmd(
             res = export_bundle(reg, output, run_ids=run or [], pair_ids=pair or [], everything=all_)
             kid = None
         else:
-            from specreg.exchange.signing import export_signed
+            from specreg.exchange.bundle_signer import export_signed
 
             res, kid = export_signed(reg, output, signer, run_ids=run or [], pair_ids=pair or [], everything=all_)
     h = res.header

@@ -28,8 +28,8 @@ def sign_cmd(
 
     Example: specreg sign host-a.zip --key ~/.config/specreg/host-a.pem
     """
+    from specreg.exchange.bundle_signer import sign_bundle
     from specreg.exchange.dsse import load_signer
-    from specreg.exchange.signing import sign_bundle
 
     signer = load_signer(key)
     path, kid = sign_bundle(bundle, signer)

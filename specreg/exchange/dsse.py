@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specreg.errors import SignatureError
+from specreg.errors import SIGNING_EXTRA, SignatureError
 from specreg.paths import read_regular
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ PAYLOAD_TYPE = "application/vnd.in-toto+json"
 MAX_KEY_BYTES = 64 << 10  # a PEM key or certificate is a few hundred bytes
 MAX_ENVELOPE_BYTES = 16 << 20  # ~4,000 runs' subjects and predicate entries; 100 MB is refused unread
 KEY_ID = re.compile(r"[0-9a-f]{64}")
-EXTRA = "signing needs the optional extra: pip install 'specreg[signing]'"
+EXTRA = f"signing needs the optional extra: {SIGNING_EXTRA}"
 
 
 def need_extra() -> None:

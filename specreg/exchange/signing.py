@@ -1,4 +1,4 @@
-"""Signed evidence: an in-toto Statement v1 over a bundle's runs and artifacts, in a DSSE envelope.
+"""Signed evidence: verifying the in-toto statements (DSSE envelopes) a bundle carries, and recording them.
 
 Bundle digests prove a bundle is whole, not who measured it. A signature adds who: the holder
 of a key attests "these runs, with these digests, measured on this hardware with this runtime,
@@ -7,7 +7,8 @@ digest), each artifact (`artifacts/<sha256>`) and the artifact and pair record m
 SHA-256; its predicate names the runs, hardware, runtime build, rule sets and the bundle digest.
 
 The envelope lives in the bundle as `signatures/<key id>.intoto.json`, outside the manifest it
-signs (so `specreg sign` adds one to a finished bundle and several keys can co-sign). `import`
+signs (so `specreg sign` adds one to a finished bundle and several keys can co-sign; the signing
+side is exchange/bundle_signer.py). `import`
 checks every envelope before it writes: the signature against the key the statement carries,
 every subject against this bundle (an envelope copied from another bundle, or naming a run this
 one lacks, is refused), and - with a policy - the key against `[trust] signers`. What verified is
@@ -20,156 +21,26 @@ signer with a busy machine or a bad workload still measures badly (docs/security
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import os
-import shutil
 import sqlite3
-import tempfile
-import zipfile
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from specreg import __version__
 from specreg.errors import BundleError, SignatureError
-from specreg.exchange.bundle_format import Bundle, open_bundle
-from specreg.exchange.dsse import STATEMENT_TYPE, key_id, open_envelope, public_pem, sign_statement
+from specreg.exchange.bundle_format import Bundle
+from specreg.exchange.dsse import open_envelope
 
-if TYPE_CHECKING:
-    from securesystemslib.signer import Signer
+BUNDLE_PREDICATE = "https://specreg.dev/attestation/bench-evidence/v1"
+RECORD_MEMBERS = ("artifacts.jsonl", "pairs.jsonl")
 
-    from specreg.exchange.bundle import ExportResult
-    from specreg.registry.store import Registry
 
-PREDICATE_TYPE = "https://specreg.dev/attestation/bench-evidence/v1"
-_RECORD_MEMBERS = ("artifacts.jsonl", "pairs.jsonl")
+def artifact_shas(bundle: Bundle) -> set[str]:
+    """The SHA-256 of every artifact record the bundle carries."""
+    return {a["sha256"] for a in bundle.records("artifacts.jsonl") if isinstance(a.get("sha256"), str)}
 
 
 def envelope_name(kid: str) -> str:
     return f"signatures/{kid}.intoto.json"
-
-
-def _run_facts(bundle: Bundle, run_id: str) -> dict[str, Any]:
-    """Runtime, method, models and rule set of one bundled run, read best-effort from its run.json
-    (the run's digest, a subject, already covers every byte of it)."""
-    from specreg.benchmark.digest import runtime_identity
-    from specreg.exchange.bundle_format import run_member
-    from specreg.schemas.bench import RunManifest
-
-    recs = bundle.records(run_member(run_id, "run.json"))
-    rec = recs[0] if recs else {}
-    runtime = None
-    with contextlib.suppress(ValueError):  # an older or foreign manifest: unnamed, the digest still binds it
-        runtime = runtime_identity(RunManifest.model_validate(rec.get("manifest")))
-    pair = rec.get("pair")
-    pair = pair if isinstance(pair, dict) else {}
-    return {
-        "runtime": runtime,
-        "method": rec.get("method"),
-        "target_sha256": rec.get("target_sha256"),
-        "draft_sha256": rec.get("draft_sha256"),
-        "rule_set": pair.get("rule_set"),
-        "status": rec.get("status"),
-    }
-
-
-def _artifact_shas(bundle: Bundle) -> set[str]:
-    return {a["sha256"] for a in bundle.records("artifacts.jsonl") if isinstance(a.get("sha256"), str)}
-
-
-def statement_for(bundle: Bundle, signer: Signer) -> dict[str, Any]:
-    """The in-toto Statement v1 a signature over `bundle` makes (see the module docstring)."""
-    from specreg.exchange.bundle import this_host
-
-    h = bundle.header
-    subjects: list[dict[str, Any]] = [{"name": f"runs/{r.run_id}", "digest": {"sha256": r.digest}} for r in h.runs]
-    subjects += [{"name": f"artifacts/{s}", "digest": {"sha256": s}} for s in sorted(_artifact_shas(bundle))]
-    members = {m.name: m.sha256 for m in h.members}
-    subjects += [{"name": f"bundle/{n}", "digest": {"sha256": members[n]}} for n in _RECORD_MEMBERS if n in members]
-    runs = []
-    for r in h.runs:
-        facts = _run_facts(bundle, r.run_id)
-        runs.append(
-            {
-                "run_id": r.run_id,
-                "digest": r.digest,
-                "measured_on": r.origin.host,
-                "specreg_version": r.origin.specreg_version,
-                "hardware": r.hardware,
-                **facts,
-            }
-        )
-    rule_sets = sorted(
-        {str(p.get("rule_set")) for p in bundle.records("pairs.jsonl") if p.get("rule_set")}
-        | {str(r["rule_set"]) for r in runs if r.get("rule_set")}
-    )
-    return {
-        "_type": STATEMENT_TYPE,
-        "subject": subjects,
-        "predicateType": PREDICATE_TYPE,
-        "predicate": {
-            "bundle": {"digest": h.digest, "created_at": h.created_at, "origin": h.origin.model_dump(mode="json")},
-            "runs": runs,
-            "rule_sets": rule_sets,
-            "signer": {"keyid": key_id(signer), "public_key": public_pem(signer), "host": this_host().host},
-            "signed_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "specreg_version": __version__,
-        },
-    }
-
-
-def sign_bundle(src: str | Path, signer: Signer, dest: str | Path | None = None) -> tuple[Path, str]:
-    """Verify the bundle at `src`, then write it with one more envelope (this key's, replacing an
-    older one by the same key) to `dest` (default: `src` itself, atomically). Returns (path, key id)."""
-    from specreg.registry.migrations import migrations
-
-    bundle = open_bundle(src, migrations.names())  # never sign what does not verify
-    kid = key_id(signer)
-    envelope = sign_statement(statement_for(bundle, signer), signer)
-    out = Path(dest) if dest is not None else Path(src)
-    name = envelope_name(kid)
-    fd, tmp_name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        if name in bundle.envelopes:  # re-signing with the same key: a zip cannot drop a member in place
-            with zipfile.ZipFile(src) as old, zipfile.ZipFile(tmp, "w") as new:
-                for info in old.infolist():
-                    if info.filename != name:
-                        new.writestr(info, old.read(info))
-        else:
-            shutil.copyfile(src, tmp)
-        with zipfile.ZipFile(tmp, "a") as zf:
-            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = 0o644 << 16
-            zf.writestr(info, envelope)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return out, kid
-
-
-def export_signed(reg: Registry, path: str | Path, signer: Signer, **what: Any) -> tuple[ExportResult, str]:
-    """`export --sign`: the bundle written beside `path`, signed into `path` (an unsigned copy
-    never sits at `path`). Returns the export result and the key id."""
-    from specreg.exchange.bundle import export_bundle
-
-    out = Path(path)
-    fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".unsigned")
-    os.close(fd)
-    try:
-        res = export_bundle(reg, name, **what)
-        _, kid = sign_bundle(name, signer, out)
-    finally:
-        Path(name).unlink(missing_ok=True)
-    res.path = out
-    return res, kid
 
 
 @dataclass(frozen=True)
@@ -195,7 +66,7 @@ def _check_subjects(bundle: Bundle, name: str, statement: dict[str, Any]) -> lis
     if not isinstance(subjects, list) or not subjects:
         raise _refuse(bundle, name, "the statement has no subjects")
     runs = {r.run_id: r.digest for r in bundle.header.runs}
-    shas = _artifact_shas(bundle)
+    shas = artifact_shas(bundle)
     members = {m.name: m.sha256 for m in bundle.header.members}
     signed: list[tuple[str, str]] = []
     for s in subjects:
@@ -232,7 +103,7 @@ def verify_bundle(bundle: Bundle, trusted: dict[str, str] | None = None, require
     out: list[Attestation] = []
     for name, data in sorted(bundle.envelopes.items()):
         try:
-            opened = open_envelope(data, name, PREDICATE_TYPE)
+            opened = open_envelope(data, name, BUNDLE_PREDICATE)
         except SignatureError as exc:
             raise BundleError(f"{bundle.path}: {exc}; nothing was imported", hint=exc.hint) from None
         if name != envelope_name(opened.key_id):
@@ -296,13 +167,10 @@ def attestations_by_run(conn: sqlite3.Connection) -> dict[str, list[RunSigner]]:
 
 
 __all__ = [
-    "PREDICATE_TYPE",
+    "BUNDLE_PREDICATE",
     "Attestation",
     "RunSigner",
     "attestations_by_run",
-    "export_signed",
     "record_attestations",
-    "sign_bundle",
-    "statement_for",
     "verify_bundle",
 ]

@@ -20,13 +20,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from specreg.errors import SignatureError
+from specreg.errors import SIGNING_EXTRA, SignatureError
 from specreg.paths import read_regular
 
 PROVENANCE_KEY = "model_signature"
 MAX_SIGNATURE_BYTES = 4 << 20  # a Sigstore bundle of one file's manifest is a few KB
 MAX_PEM_BYTES = 256 << 10
-EXTRA = "model signatures need the optional extra: pip install 'specreg[signing]'"
+NEEDS_EXTRA = f"model signatures need the optional extra: {SIGNING_EXTRA}"
 
 
 def signature_identity(extra: dict[str, Any], sha256: str) -> str | None:
@@ -125,7 +125,7 @@ def verify_model(model: str | Path, trust_pem: str | Path, signature: str | Path
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes, serialization
     except ImportError:
-        raise SignatureError(EXTRA) from None
+        raise SignatureError(NEEDS_EXTRA) from None
     path = Path(model)
     sig = find_signature(path, Path(signature) if signature is not None else None)
     pem = _read(Path(trust_pem), MAX_PEM_BYTES, "key or certificate")

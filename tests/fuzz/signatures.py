@@ -34,8 +34,9 @@ class Signed:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         from _signing_helpers import ca_and_leaf, ecdsa_key, ed25519_key
 
+        from specreg.exchange.bundle_signer import sign_bundle
         from specreg.exchange.dsse import key_id, load_signer
-        from specreg.exchange.signing import envelope_name, sign_bundle
+        from specreg.exchange.signing import envelope_name
 
         work.mkdir(parents=True, exist_ok=True)
         self.work, self.dest = work, dest
