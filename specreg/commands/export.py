@@ -51,8 +51,6 @@ def export_cmd(
     A bundle holds no model bytes: artifact records (SHA-256, size, licence, provenance),
     verdicts with their rule set, and runs (manifest, every request row, summaries, server logs),
     each member with its SHA-256. `specreg import` merges it into another registry.
-
-    Example: specreg export --all -o host-a.zip; specreg export --format cyclonedx 3 -o bom.json
     """
     from specreg.errors import UsageError
 
@@ -161,8 +159,6 @@ def import_cmd(
     tampered, truncated or too-new bundle is refused. Every signature a bundle carries is
     verified and who signed which run is recorded. Importing twice changes nothing; a run id
     this registry holds with different content is refused, naming both digests.
-
-    Example: specreg import host-a.zip host-b.zip && specreg runs && specreg audit
     """
     from specreg.exchange.bundle import import_bundles
     from specreg.registry.store import Registry

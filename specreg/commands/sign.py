@@ -24,9 +24,7 @@ def sign_cmd(
     The bundle is verified first (a damaged one is never signed); the envelope is added as
     signatures/KEYID.intoto.json (the same key signing again replaces its own). Several keys
     may co-sign. `specreg import` verifies every signature; the audit's policy names whom it trusts.
-    Needs the extra: pip install 'specreg[signing]'.
-
-    Example: specreg sign host-a.zip --key ~/.config/specreg/host-a.pem
+    Needs the extra: pip install 'specreg[signing]'; making a key: docs/security.md.
     """
     from specreg.exchange.bundle_signer import sign_bundle
     from specreg.exchange.dsse import load_signer
