@@ -106,3 +106,19 @@ def test_the_benchmark_and_demo_examples_work_from_the_demo_state(demo_folder: P
     for _, example in ALL:
         if example not in NETWORK and example.startswith(SLOW_COMMANDS):
             _run(demo_folder, example)
+
+
+def test_latest_names_the_run_started_last_and_says_so_when_there_is_none(tmp_path: Path, demo_folder: Path) -> None:
+    """`runs show latest` (the examples' run id): the newest run, or one line when there is none."""
+    from specreg.registry.store import Registry
+
+    Registry(tmp_path / "empty.db", show_progress=False).close()
+    out = run_specreg(["--db", str(tmp_path / "empty.db"), "runs", "show", "latest"], env={**os.environ}, cwd=tmp_path)
+    assert out.returncode == 2 and "no benchmark runs yet" in out.stderr, out.stderr
+    db = str(demo_folder / "specreg-demo" / "registry.db")
+    listed = run_specreg(["--db", db, "runs", "--json"], env={**os.environ}, cwd=tmp_path)
+    import json
+
+    newest = max(json.loads(listed.stdout), key=lambda r: (r["started_at"], r["run_id"]))["run_id"]
+    shown = run_specreg(["--db", db, "runs", "show", "latest", "--json"], env={**os.environ}, cwd=tmp_path)
+    assert shown.returncode in (0, 1) and json.loads(shown.stdout)["info"]["run_id"] == newest
