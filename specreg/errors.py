@@ -125,6 +125,13 @@ class BundleError(SpecregError):
     """A result bundle is malformed, truncated, tampered with, too new, or conflicts with the registry."""
 
 
+SIGNING_EXTRA = "pip install 'specreg[signing]'"  # what signing and model signatures need
+
+
+class SignatureError(SpecregError):
+    """A key, an envelope or a model signature is missing, malformed, altered or not trusted."""
+
+
 class RemoteError(SpecregError):
     """A remote GGUF could not be read by HTTP range requests (unreachable, refused, no Range support)."""
 

@@ -1,11 +1,12 @@
 """One oracle over every untrusted input (tests/fuzz/oracle.py): the fixed corpus of each surface.
 
-GGUF files with hostile counts, damaged bundles, policies, workloads, llama-server answers,
-range reads and hub replies: each ends in a verdict or one `error:` line, within the time and
-the 2 GiB address space, with the registry unchanged where the command failed, and nothing
-llama.cpp's loader refuses admitted. The cases run in two child processes side by side (the
-address-space limit is theirs; the CLI runs in-process there). The long pass over random cases of the same
-surfaces is `pytest -m fuzz` (tests/fuzz/run_long.py); README "Fuzzing" says how to run it.
+GGUF files with hostile counts, damaged bundles, policies, workloads, llama-server answers, range
+reads, hub replies, and damaged signatures (bundle envelopes, model signatures): each ends in a
+verdict or one `error:` line, within the time and the 2 GiB address space, with the registry
+unchanged where the command failed, and nothing llama.cpp's loader refuses admitted. The cases run
+in two child processes side by side (the address-space limit is theirs; the CLI runs in-process
+there). The long pass over random cases of the same surfaces is `pytest -m fuzz`
+(tests/fuzz/run_long.py); README "Fuzzing" says how to run it.
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ def test_every_surface_corpus_holds_the_oracle(tmp_path: Path) -> None:
     assert blocks.code == 1 and "structure.hparams" in blocks.stdout, blocks.stdout[-500:]
     assert by_id["gguf:deepseek2-heads-9223372036854775807-UINT64:0"].code == 1
     assert all(by_id[f"bundle:{n}"].code == 2 for n in ("flip-manifest-deflate", "flip-manifest-crc", "cut-half"))
+    # signatures: the pristine ones verify, every damaged or misplaced one is refused (one line, registry kept)
+    signed = {o.id.split(":", 1)[1]: o for o in outcomes if o.id.startswith("signature:")}
+    good = {"seed", "seed-policy", "model-seed"}
+    assert all(signed[n].code == 0 for n in good), {n: signed[n].stderr for n in good}
+    assert all(o.code == 2 for n, o in signed.items() if n not in good), {n: o.code for n, o in signed.items()}
 
 
 @pytest.mark.fuzz

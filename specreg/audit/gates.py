@@ -28,21 +28,39 @@ from specreg.text import plural
 _UNKNOWN = {None, "unknown", "none", "noassertion"}
 
 
-def integrity_gate(checks: list[tuple[str, str, bool, str | None]], rehash: bool) -> GateResult:
-    """checks: (role, sha256, ok, problem) per artifact, from Registry.verify_artifact."""
+def integrity_gate(
+    checks: list[tuple[str, str, bool, str | None]],
+    rehash: bool,
+    signers: dict[str, str | None] | None = None,
+    require_signature: bool = False,
+) -> GateResult:
+    """checks: (role, sha256, ok, problem) per artifact, from Registry.verify_artifact; `signers`:
+    role -> who signed that file (a verified OpenSSF model signature), which `require_signature`
+    (policy `[trust] require_model_signature`) wants for every file."""
+    signers = signers or {}
     bad = [f"{role} {sha[:12]}: {problem or 'changed'}" for role, sha, ok, problem in checks if not ok]
+    if require_signature:
+        bad += [
+            f"{role} {sha[:12]}: no verified model signature (register --verify-signature PEM)"
+            for role, sha, _, _ in checks
+            if not signers.get(role)
+        ]
     how = "full re-hash" if rehash else "stat cache, --trust-stat-cache (re-hash when the stat changed)"
     evidence = {
         "method": how,
-        "artifacts": {role: {"sha256": sha, "ok": ok, "problem": problem} for role, sha, ok, problem in checks},
+        "artifacts": {
+            role: {"sha256": sha, "ok": ok, "problem": problem, "signed_by": signers.get(role)}
+            for role, sha, ok, problem in checks
+        },
     }
     if bad:
         return GateResult(gate="integrity", passed=False, message="; ".join(bad), evidence=evidence)
+    signed = [f"{role} signed by {signers[role]}" for role, _, _, _ in checks if signers.get(role)]
     return GateResult(
         gate="integrity",
         passed=True,
         message=f"{plural(len(checks), 'artifact')} {'matches its' if len(checks) == 1 else 'match their'} "
-        f"registered SHA-256 ({how})",
+        f"registered SHA-256 ({how})" + (f"; {', '.join(signed)}" if signed else ""),
         evidence=evidence,
     )
 

@@ -14,6 +14,7 @@ from specreg.audit.decisions import decide
 from specreg.audit.deploy import try_server_argv
 from specreg.audit.outcomes import judge, judge_all, pair_conditions
 from specreg.audit.production_sampler import at_sampler, bench_hint, measured, policy_sampler
+from specreg.audit.trust import EvidenceTrust
 from specreg.benchmark.digest import hardware_identity, load_digest, load_digests, runtime_identity
 from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
 from specreg.benchmark.run_index import RunHead, RunIndex, runs_for_pair
@@ -37,6 +38,7 @@ from specreg.schemas.checks import CheckResult
 from specreg.schemas.methods import SELF_METHODS
 from specreg.schemas.registry import ArtifactRecord, PairRecord
 from specreg.servers.identity import ChosenRules
+from specreg.sources.model_signature import signature_identity
 
 RunsFor = Callable[[Registry, PairRecord], list[RunHead]]
 _GATE_ORDER = {g: i for i, g in enumerate(GATES)}
@@ -57,6 +59,7 @@ class _Facts:
         self.scans: dict[str, list[CheckResult] | str] = {}
         # the evidence run of a (target, draft, method) under this audit's policy and runs: chosen once
         self.chosen: dict[tuple[str, str | None, str], tuple[RunHead | None, str]] = {}
+        self.trust: EvidenceTrust | None = None  # who vouches for imported runs (set per audit)
 
     def digest(self, head: RunHead) -> RunDigest:
         if head.info.run_id not in self.digests:
@@ -67,7 +70,8 @@ class _Facts:
         """`select_run` for the pair (a re-checked stale pair keeps its target, draft and method, so its runs)."""
         key = (pair.target_sha256, pair.draft_sha256, pair.method)
         if key not in self.chosen:
-            head, how = select_run(runs_for(self.reg, pair), policy)
+            refuse = self.trust.refusal if self.trust is not None else None
+            head, how = select_run(runs_for(self.reg, pair), policy, refuse)
             if head is None and "sampler" in how:
                 how += f"; measure it: {bench_hint(pair.id, policy_sampler(policy))}"
             self.chosen[key] = head, how
@@ -182,11 +186,14 @@ def _matches(value: str | None, wanted: str | None) -> bool:
     return wanted is None or (value is not None and wanted.casefold() in value.casefold())
 
 
-def select_run(heads: Iterable[RunHead], policy: Policy) -> tuple[RunHead | None, str]:
+def select_run(
+    heads: Iterable[RunHead], policy: Policy, refuse: Callable[[str], str | None] | None = None
+) -> tuple[RunHead | None, str]:
     """The newest finished run matching the policy's runtime/hardware/concurrency, and why.
 
     An incomplete or failed run is not skipped: when the newest run on a pair failed, an
-    older success is no longer evidence (the evidence gate then fails on that run).
+    older success is no longer evidence (the evidence gate then fails on that run). A run
+    `refuse` names a reason for (audit/trust.py: no trusted signer) is no evidence at all.
     """
     ev, skipped = policy.evidence, []
     sampler = policy_sampler(policy)
@@ -198,6 +205,8 @@ def select_run(heads: Iterable[RunHead], policy: Policy) -> tuple[RunHead | None
         levels = (man.request.concurrency_levels or [man.request.concurrency]) if man else []
         if info.status in _NOT_EVIDENCE:
             skipped.append(f"{info.run_id} {info.status}")
+        elif refuse is not None and refuse(info.run_id):
+            skipped.append(f"{info.run_id} unsigned or signed by no [trust] signer")
         elif ev.runtime and not _matches(runtime, ev.runtime):
             skipped.append(f"{info.run_id} runtime {runtime}")
         elif ev.hardware and not _matches(hardware, ev.hardware):
@@ -244,7 +253,8 @@ def audit_pair(
     """All eight gates for one pair (evidence, equivalence, speed, memory on its best condition)."""
     roles = [("target", pair.target_sha256)] + ([("draft", pair.draft_sha256)] if pair.draft_sha256 else [])
     checks = [(role, sha, *facts.verify(sha)) for role, sha in roles]
-    results = [gates.integrity_gate(checks, facts.rehash)]
+    signers = {role: signature_identity(facts.record(sha).provenance.extra, sha) for role, sha in roles}
+    results = [gates.integrity_gate(checks, facts.rehash, signers, policy.trust.require_model_signature)]
     verdict, pair = _verdict(facts, pair, all(ok for _, _, ok, _ in checks))
     results.append(verdict)
     results.append(_template(facts, pair, policy))
@@ -400,6 +410,8 @@ def _run_audit(
     elif pairs is None:
         pairs = [reg.get_pair(i) for i in pair_ids or []]
     facts = facts or _Facts(reg, rehash, spread)
+    if facts.trust is None:
+        facts.trust = EvidenceTrust(reg, policy, policy_source)
     facts.chosen = {}  # chosen from `runs_for`: a shared `facts` meets other runs (another class) here
     if len(pairs) > 20:  # a few list queries instead of several lookups per pair
         shas = {p.target_sha256 for p in pairs} | {p.draft_sha256 for p in pairs if p.draft_sha256}
@@ -429,6 +441,9 @@ def _run_audit(
         if run is not None:
             runs[run.run_id] = run
     _judge_unchecked(facts, audits, runs, policy)
+    for r in runs.values():
+        r.attested_by = facts.trust.describe(r.run_id)
+    notes += facts.trust.refused.values()
     for r in runs.values():  # the evidence's timings leave these rounds out: say so, and why
         if r.set_aside:
             head, *why = r.set_aside

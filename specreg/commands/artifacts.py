@@ -18,6 +18,27 @@ if TYPE_CHECKING:
     from specreg.schemas.registry import ArtifactRecord
 
 
+def _verify_signature(f: Path, pem: Path, signature: Path | None) -> dict[str, object]:
+    from specreg.sources.model_signature import PROVENANCE_KEY, verify_model
+
+    return {PROVENANCE_KEY: verify_model(f, pem, signature)}
+
+
+def _signed_as_registered(rec: ArtifactRecord) -> str:
+    """Who signed the bytes the registry hashed: the signature was verified over these (a file
+    replaced in between keeps its record, which then names no signer, and this says so)."""
+    from specreg.errors import SignatureError
+    from specreg.sources.model_signature import signature_identity
+
+    who = signature_identity(rec.provenance.extra, rec.sha256)
+    if who is None:
+        raise SignatureError(
+            f"{rec.sha256[:12]}: the file changed between its signature check and its registration; "
+            "its record names no signer"
+        )
+    return who
+
+
 def _open_registry(*, create: bool = True) -> Registry:
     """Imported late: commands that never open the registry do not pay for it."""
     from specreg.registry.store import Registry
@@ -34,6 +55,18 @@ def register_cmd(
     verify: Annotated[
         bool, typer.Option("--verify", help="Check the SHA-256 against the hub's for --repo/--revision (online).")
     ] = False,
+    verify_signature: Annotated[
+        Path | None,
+        typer.Option(
+            "--verify-signature",
+            metavar="PEM",
+            help="Verify the file's OpenSSF model signature (FILE.sig or model.sig beside it) with this "
+            "public key or CA certificate, offline, and record who signed it (extra: specreg[signing]).",
+        ),
+    ] = None,
+    signature: Annotated[
+        Path | None, typer.Option("--signature", metavar="FILE", help="The model signature (Sigstore bundle).")
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Register GGUF files by SHA-256 (idempotent; the same bytes at a new path add the path).
@@ -42,19 +75,29 @@ def register_cmd(
     licence. --verify also checks it against the hub. Each file is registered on its own: one that
     fails is reported and the rest go on (exit 2 at the end, naming the failed files).
     """
-    from specreg.errors import SpecregError
+    from specreg.errors import SpecregError, UsageError
     from specreg.sources import provenance
 
+    if signature is not None and verify_signature is None:
+        raise UsageError("--signature FILE goes with --verify-signature PEM (the key or CA that checks it)")
+    if signature is not None and len(files) > 1:
+        raise UsageError("--signature FILE names one file's signature: register one file with it")
     records: list[ArtifactRecord] = []
     failed: list[str] = []
     with _open_registry() as reg:
         for f in files:  # each file is its own registration: one bad file does not stop the rest
             before = reg.hash_count
             try:
+                signed = _verify_signature(f, verify_signature, signature) if verify_signature else None
                 if verify:  # sources/provenance.py: hub LFS SHA-256 at the pinned commit, then register
                     rec = provenance.verify(reg, f, repo=repo, revision=revision, license=license)
+                    if signed is not None:
+                        rec = provenance.register(reg, f, extra=signed)
                 else:
-                    rec = provenance.register(reg, f, license=license, repo=repo, revision=revision, rehash=rehash)
+                    rec = provenance.register(
+                        reg, f, license=license, repo=repo, revision=revision, rehash=rehash, extra=signed
+                    )
+                signer = _signed_as_registered(rec) if signed is not None else None
             except SpecregError as exc:
                 if len(files) == 1:
                     raise
@@ -65,6 +108,8 @@ def register_cmd(
             if not json_out:
                 how = "hashed" if reg.hash_count > before else "known, not re-hashed"
                 say(f"{os.path.abspath(f)} ({how})", prefix=f"{rec.sha256[:12]}  ", indent=14)
+                if signer is not None:
+                    say(f"model signature verified: signed by {signer}", prefix=" " * 14, indent=14)
             if rec.licence.conflict:
                 said = ", ".join(f"{s.source}: {s.value}" for s in rec.licence.sources if s.value)
                 err_console().print(

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from specreg.commands.options import JsonOpt, PairOpt, ReportOpt, db_path
 from specreg.commands.output import emit_result
 from specreg.errors import EXIT_REJECTED, UsageError
+
+if TYPE_CHECKING:
+    from securesystemslib.signer import Signer
 
 
 def audit_cmd(
@@ -32,6 +35,18 @@ def audit_cmd(
     fmt: Annotated[
         str, typer.Option("--format", help="text, json, or sarif (SARIF 2.1.0: one result per failed gate).")
     ] = "text",
+    sign: Annotated[
+        Path | None,
+        typer.Option(
+            "--sign",
+            metavar="KEY",
+            help="Sign the audit result with this PEM private key into --attestation FILE (extra: specreg[signing]).",
+        ),
+    ] = None,
+    attestation: Annotated[
+        Path | None,
+        typer.Option("--attestation", metavar="FILE", help="Where --sign writes the signed result (DSSE, JSON)."),
+    ] = None,
 ) -> None:
     """Check every deployment gate for pairs; exit 0 all pass, 1 any fails, 2 undecided.
 
@@ -43,6 +58,15 @@ def audit_cmd(
         raise UsageError("give --rehash or --trust-stat-cache, not both")
     if fmt not in ("text", "json", "sarif"):
         raise UsageError(f"--format {fmt!r}: choose text, json or sarif")
+    if (sign is None) != (attestation is None):
+        raise UsageError("--sign KEY and --attestation FILE go together (the key, and where the signed result goes)")
+    if attestation is not None and not attestation.parent.is_dir():
+        raise UsageError(f"--attestation {attestation}: folder {attestation.parent} does not exist")
+    signer = None
+    if sign is not None:  # a bad key fails before the audit runs
+        from specreg.exchange.dsse import load_signer
+
+        signer = load_signer(sign)
     # The result of 5,000 pairs is ~10^5 small acyclic objects: with the cyclic GC running, each
     # collection walks them all again, and re-enabling it while they are alive costs one more
     # full walk. So the GC stays off until the result has been printed and freed.
@@ -50,11 +74,19 @@ def audit_cmd(
 
     with paused_gc():
         # the integrity gate re-hashes by default: a stat can be made to look unchanged, bytes cannot
-        code = _audit(pair, policy, not trust_stat_cache, report, "json" if json_out else fmt)
+        code = _audit(pair, policy, not trust_stat_cache, report, "json" if json_out else fmt, signer, attestation)
     raise typer.Exit(code)
 
 
-def _audit(pair: list[int] | None, policy: Path | None, rehash: bool, report: Path | None, fmt: str) -> int:
+def _audit(
+    pair: list[int] | None,
+    policy: Path | None,
+    rehash: bool,
+    report: Path | None,
+    fmt: str,
+    signer: Signer | None = None,
+    attestation: Path | None = None,
+) -> int:
     """Run, write and print the audit; returns the exit code (the result dies with this frame)."""
     from specreg.audit.policy import load_policy
 
@@ -75,6 +107,12 @@ def _audit(pair: list[int] | None, policy: Path | None, rehash: bool, report: Pa
             shas = {p.target_sha256 for p in result.pairs} | {p.draft_sha256 for p in result.pairs if p.draft_sha256}
             paths = {sha: rec.paths[0] for sha, rec in reg.get_artifacts(shas).items() if rec.paths}
     written: list[Path] = []
+    if signer is not None and attestation is not None:
+        from specreg.atomic import write_atomic
+        from specreg.audit.attest import sign_audit
+
+        write_atomic(attestation, sign_audit(result, signer))
+        written.append(attestation)
     if report is not None:
         from specreg.report.write import write_audit_report
 

@@ -87,12 +87,15 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "specreg export --run latest -o last-run.zip",
         f"specreg export --format cyclonedx 1 -o pair1.cdx.json --policy {_POLICY}",
     ),
+    "sign": ("specreg sign this-host.zip --key host-a.pem",),
     "import": ("specreg import this-host.zip last-run.zip",),
     "demo": ("specreg demo", "specreg demo --dir other-demo", "specreg demo --real"),
 }
-# need the Hugging Face hub or the package index (and minutes): parsed by the tests, not run
+# need the Hugging Face hub or the package index (and minutes), or what only the user can make
+# (`sign`: the signing extra and a key of one's own, docs/security.md): parsed by the tests, not run
 NETWORK = frozenset(
     {
+        EXAMPLES["sign"][0],
         EXAMPLES["inspect"][2],
         EXAMPLES["fetch"][0],
         EXAMPLES["workloads fetch"][0],

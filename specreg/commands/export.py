@@ -36,6 +36,14 @@ def export_cmd(
     policy: Annotated[
         Path | None, typer.Option("--policy", help="With --format cyclonedx: the audit policy (TOML).")
     ] = None,
+    sign: Annotated[
+        Path | None,
+        typer.Option(
+            "--sign",
+            metavar="KEY",
+            help="Sign the bundle with this PEM private key (Ed25519/ECDSA; extra: specreg[signing]).",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Export results: a bundle of runs, pairs and artifact records, or a CycloneDX ML-BOM of one pair.
@@ -49,6 +57,8 @@ def export_cmd(
     if fmt not in _FORMATS:
         raise UsageError(f"--format {fmt!r}: choose one of {', '.join(_FORMATS)}")
     if fmt == "cyclonedx":
+        if sign is not None:
+            raise UsageError("--sign signs a bundle (the ML-BOM is not signed by specreg)")
         _cyclonedx(pair_arg, run, pair, all_, output, policy)
         return
     if policy is not None:
@@ -61,11 +71,30 @@ def export_cmd(
     from specreg.registry.store import Registry
 
     check_export_request(run or [], pair or [], all_, output)
+    signer = None
+    if sign is not None:  # a bad key fails before anything is read or written
+        from specreg.exchange.dsse import load_signer
+
+        signer = load_signer(sign)
     with Registry(db_path(), show_progress=False, create=False) as reg:
-        res = export_bundle(reg, output, run_ids=run or [], pair_ids=pair or [], everything=all_)
+        if signer is None:
+            res = export_bundle(reg, output, run_ids=run or [], pair_ids=pair or [], everything=all_)
+            kid = None
+        else:
+            from specreg.exchange.bundle_signer import export_signed
+
+            res, kid = export_signed(reg, output, signer, run_ids=run or [], pair_ids=pair or [], everything=all_)
     h = res.header
     if json_out:
-        emit_json({"path": str(res.path), "digest": h.digest, "counts": h.counts, "runs": [r.run_id for r in h.runs]})
+        emit_json(
+            {
+                "path": str(res.path),
+                "digest": h.digest,
+                "counts": h.counts,
+                "runs": [r.run_id for r in h.runs],
+                "signed_by": kid,
+            }
+        )
         return
     c = h.counts
     console().print(f"wrote {safe(res.path)}", soft_wrap=True)
@@ -75,6 +104,8 @@ def export_cmd(
     )
     console().print(f"  {_n(c.get('runs', 0), 'run')} ({_n(c.get('requests', 0), 'request row')})")
     console().print(f"  digest {h.digest}")
+    if kid is not None:
+        console().print(f"  signed by key {kid}")
 
 
 def _cyclonedx(
@@ -114,19 +145,33 @@ def _cyclonedx(
 
 def import_cmd(
     files: Annotated[list[Path], typer.Argument(metavar="FILE", help="Bundles written by `specreg export`.")],
+    policy: Annotated[
+        Path | None,
+        typer.Option(
+            "--policy", help="Accept only signatures by its [trust] signers (and, if it says so, no unsigned run)."
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Merge result bundles into this registry: all of them, or nothing.
 
     Every member is checked against the bundle's SHA-256 list before anything is written; a
-    tampered, truncated or too-new bundle is refused. Importing twice changes nothing; a run id
+    tampered, truncated or too-new bundle is refused. Every signature a bundle carries is
+    verified and who signed which run is recorded. Importing twice changes nothing; a run id
     this registry holds with different content is refused, naming both digests.
     """
     from specreg.exchange.bundle import import_bundles
     from specreg.registry.store import Registry
 
+    trust = None
+    if policy is not None:
+        from specreg.audit.policy import load_policy
+        from specreg.audit.trust import trusted_keys
+
+        pol, source = load_policy(policy)
+        trust = (trusted_keys(pol, source), pol.trust.require_signed_evidence)
     with Registry(db_path(), show_progress=False) as reg:
-        res = import_bundles(reg, files)
+        res = import_bundles(reg, files, trust)
     if json_out:
         emit_json(
             {
@@ -137,6 +182,7 @@ def import_cmd(
                 "runs": res.runs,
                 "already_present": res.present,
                 "requests": res.requests,
+                "signed": res.signed,
             }
         )
         return
@@ -148,6 +194,8 @@ def import_cmd(
     )
     if res.present:
         console().print(f"  already here, unchanged: {_n(len(res.present), 'run')} with the same content")
+    if res.signed:
+        console().print(f"  signatures verified: {_n(res.signed, 'run attestation')} recorded")
 
 
 def _n(count: int, noun: str) -> str:

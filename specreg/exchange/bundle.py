@@ -44,6 +44,8 @@ from specreg.servers.hardware import run_hardware
 if TYPE_CHECKING:
     from specreg.registry.store import Registry
 
+Trust = tuple[dict[str, str], bool]  # (key id -> signer name, require_signed_evidence)
+
 
 def this_host() -> Origin:
     return Origin(host=socket.gethostname() or "unknown", specreg_version=__version__)
@@ -192,6 +194,7 @@ class ImportResult:
     runs: list[str] = field(default_factory=list)
     present: list[str] = field(default_factory=list)
     requests: int = 0
+    signed: int = 0  # (run, key) attestations verified and recorded
 
 
 def _stage_logs(bundle: Bundle, entry: RunEntry, staged: list[Path]) -> tuple[dict[str, Path], Path | None]:
@@ -213,10 +216,14 @@ def _stage_logs(bundle: Bundle, entry: RunEntry, staged: list[Path]) -> tuple[di
 _RECORD_SHAPE = (TypeError, AttributeError, KeyError, ValueError, OverflowError, RecursionError)
 
 
-def import_bundles(reg: Registry, paths: Iterable[str | Path]) -> ImportResult:
-    """Verify every bundle, then merge them all in one write transaction (or nothing at all)."""
+def import_bundles(reg: Registry, paths: Iterable[str | Path], trust: Trust | None = None) -> ImportResult:
+    """Verify every bundle and its signatures, then merge them all in one write transaction (or
+    nothing at all). `trust`: the policy's signers (exchange/signing.verify_bundle)."""
+    from specreg.exchange.signing import record_attestations, verify_bundle
+
     known = migrations.names()
     bundles = [open_bundle(p, known) for p in paths]
+    attested = [verify_bundle(b, *(trust or (None, False))) for b in bundles]
     result = ImportResult()
     staged: list[Path] = []
     current = None
@@ -232,6 +239,9 @@ def import_bundles(reg: Registry, paths: Iterable[str | Path]) -> ImportResult:
                 result.verdicts += new_verdicts
                 for entry in b.header.runs:
                     _import_run(reg, b, entry, result, staged)
+            for att in attested:
+                record_attestations(conn, att, now_iso())
+                result.signed += len(att)
             keep_digests(reg, result.runs)  # what the audit reads, built once as the runs arrive
     except BaseException as exc:
         for p in staged:

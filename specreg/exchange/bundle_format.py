@@ -8,7 +8,8 @@ each member is compressed on its own, and Python, `unzip` and every object store
 Integrity, not authenticity: each member's SHA-256 is in the manifest, and the manifest's own
 digest covers all of it (format, schema, origin, run digests, member list). A changed, missing,
 extra or truncated member, or an edited manifest, is refused before anything is written. Whoever
-can rewrite the whole file can forge it; sign bundles outside specreg where that matters.
+can rewrite the whole file can forge it: authenticity is what the signatures add (exchange/signing.py),
+DSSE envelopes stored as `signatures/<key id>.intoto.json`, outside the manifest they sign.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from specreg.errors import BundleError
+from specreg.exchange.dsse import MAX_ENVELOPE_BYTES
 from specreg.exchange.portable import canonical
 
 FORMAT: Literal["specreg-bundle"] = "specreg-bundle"
@@ -36,6 +38,8 @@ RUN_PARTS = ("run.json", "conditions.jsonl", "prompts.jsonl", "requests.jsonl", 
 LOG_IDX = re.compile(r"[0-9]{1,6}")  # a condition's index: ASCII digits only (int() takes other scripts' too)
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 MAX_MANIFEST_BYTES = 64 << 20
+SIGNATURE = re.compile(r"signatures/[0-9a-f]{64}\.intoto\.json")  # one envelope per key (exchange/signing.py)
+MAX_SIGNATURES = 64
 MAX_TOTAL_BYTES = 16 << 30  # what one import may decompress (a million request rows is ~0.5 GB)
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed member times: the same records give the same bytes
 # what zipfile raises on a damaged archive or member: a bad CRC or header (BadZipFile), a broken
@@ -150,8 +154,11 @@ def new_header(origin: Origin, migrations: list[str]) -> BundleHeader:
 class Bundle:
     """A bundle whose every byte was checked against its manifest; members are held in memory."""
 
-    def __init__(self, path: Path, header: BundleHeader, data: dict[str, bytes]) -> None:
+    def __init__(
+        self, path: Path, header: BundleHeader, data: dict[str, bytes], envelopes: dict[str, bytes] | None = None
+    ) -> None:
         self.path, self.header, self._data = path, header, data
+        self.envelopes = envelopes or {}  # signature member -> its bytes (unverified: exchange/signing.py)
 
     def read(self, name: str) -> bytes:
         return self._data.get(name, b"")
@@ -248,7 +255,10 @@ def open_bundle(path: str | Path, known_migrations: list[str]) -> Bundle:
             raise _refuse(p, "a member name occurs twice")
         header = _header(p, zf, known_migrations)
         listed = {m.name: m for m in header.members}
-        extra = sorted(set(names) - set(listed) - {HEADER})
+        if any(n.startswith("signatures/") for n in listed):  # a signature signs the manifest: never in it
+            raise _refuse(p, "the manifest lists a signature as a member")
+        signed = sorted(n for n in names if SIGNATURE.fullmatch(n))
+        extra = sorted(set(names) - set(listed) - {HEADER} - set(signed))
         missing = sorted(set(listed) - set(names))
         if extra:
             raise _refuse(p, f"member {extra[0]} is not in the manifest")
@@ -256,6 +266,9 @@ def open_bundle(path: str | Path, known_migrations: list[str]) -> Bundle:
             raise _refuse(p, f"member {missing[0]} is missing (truncated or altered)")
         if sum(m.size for m in header.members) > MAX_TOTAL_BYTES:
             raise _refuse(p, "members add up to more than an import may read")
+        if len(signed) > MAX_SIGNATURES:
+            raise _refuse(p, f"{len(signed)} signatures, more than {MAX_SIGNATURES}")
+        envelopes = {n: _bounded(p, zf, n, MAX_ENVELOPE_BYTES) for n in signed}
         data: dict[str, bytes] = {}
         for m in header.members:
             info = zf.getinfo(m.name)
@@ -282,4 +295,19 @@ def open_bundle(path: str | Path, known_migrations: list[str]) -> Bundle:
         for idx, member in run.logs.items():
             if not LOG_IDX.fullmatch(idx) or member not in data or not member.startswith(f"runs/{run.run_id}/logs/"):
                 raise _refuse(p, f"run {run.run_id}: log member {member[:80]!r} is missing or misplaced")
-    return Bundle(p, header, data)
+    return Bundle(p, header, data, envelopes)
+
+
+def _bounded(path: Path, zf: zipfile.ZipFile, name: str, limit: int) -> bytes:
+    """One member read no further than `limit` bytes, whatever its zip entry claims."""
+    info = zf.getinfo(name)
+    if info.file_size > limit:
+        raise _refuse(path, f"{name} is {info.file_size} bytes, more than a signature can be")
+    try:
+        with zf.open(info) as f:
+            blob = f.read(limit + 1)
+    except _ZIP_DAMAGE as exc:
+        raise _refuse(path, f"{name} cannot be read ({_damage(exc)})") from None
+    if len(blob) > limit:
+        raise _refuse(path, f"{name} is more than {limit >> 20} MiB, more than a signature can be")
+    return blob

@@ -102,7 +102,9 @@ migrations = MigrationSet("specreg")
 # Migrations of tables that only this registry keeps for itself (caches of what it computed from
 # its own rows). A bundle never carries them, so its schema does not name them: a bundle from a
 # specreg that added one is not "newer" to a specreg that has not (exchange/bundle.py).
-LOCAL_ONLY = frozenset({"m010_template_scans", "m012_run_digests"})
+# Who vouched for an imported run (m021) is this registry's record of the envelopes it verified;
+# the envelopes themselves travel, not the table.
+LOCAL_ONLY = frozenset({"m010_template_scans", "m012_run_digests", "m021_run_attestations"})
 
 
 def bundle_schema() -> list[str]:
@@ -521,3 +523,25 @@ def m018_bench_request_triage(db: sqlite3.Connection) -> None:
     """A mismatched row's triage: the baseline's top candidates at its first differing token and
     whether that was a near tie or a confident divergence (schemas/triage.py). Older rows: NULL."""
     db.execute("ALTER TABLE bench_requests ADD COLUMN triage_json TEXT")
+
+
+@migrations()
+def m021_run_attestations(db: sqlite3.Connection) -> None:
+    """Who vouched for an imported run (exchange/signing.py): per verified DSSE envelope and run,
+    the run's digest as signed, the signing key's id, the policy's name for it when the import
+    had a policy, the bundle and the envelope's SHA-256. Runs nobody signed have no row."""
+    db.execute(
+        """
+        CREATE TABLE run_attestations (
+            run_id TEXT NOT NULL REFERENCES bench_runs (run_id),
+            run_digest TEXT NOT NULL CHECK (length(run_digest) = 64),
+            key_id TEXT NOT NULL CHECK (length(key_id) = 64),
+            signer TEXT,
+            bundle_digest TEXT NOT NULL CHECK (length(bundle_digest) = 64),
+            envelope_sha256 TEXT NOT NULL CHECK (length(envelope_sha256) = 64),
+            signed_at TEXT,
+            imported_at TEXT NOT NULL,
+            PRIMARY KEY (run_id, run_digest, key_id, bundle_digest)
+        )
+        """
+    )

@@ -316,6 +316,7 @@ def run_meta(run: RunDigest) -> str:
     return (
         f"Target {target}, workload {run.workload or '–'}, runtime {runtime_text(run.runtime)}, "
         f"hardware {run.hardware or '–'}, {plural(run.repetitions, 'repetition')}."
+        + (f" Evidence: {run.attested_by}." if run.attested_by else "")
     )
 
 

@@ -23,6 +23,7 @@ from packageurl import PackageURL
 from specreg import __version__
 from specreg.schemas.audit import AuditReport, PairAudit
 from specreg.schemas.registry import ArtifactRecord
+from specreg.sources.model_signature import PROVENANCE_KEY, signature_identity
 from specreg.text import escape_control
 
 try:  # cyclonedx-python-lib 11.x moved it here (the old location warns)
@@ -35,6 +36,12 @@ NS = "specreg"
 
 def _props(pairs: list[tuple[str, object]]) -> list[Property]:
     return [Property(name=f"{NS}:{k}", value=escape_control(v)) for k, v in pairs if v is not None and v != ""]
+
+
+def _signed(rec: ArtifactRecord) -> dict[str, object]:
+    """The OpenSSF model signature verified at registration, when it covers these bytes."""
+    sig = rec.provenance.extra.get(PROVENANCE_KEY)
+    return sig if isinstance(sig, dict) and signature_identity(rec.provenance.extra, rec.sha256) else {}
 
 
 def _model(rec: ArtifactRecord, role: str) -> Component:
@@ -70,6 +77,8 @@ def _model(rec: ArtifactRecord, role: str) -> Component:
                 ("quantization", rec.file_type_name),
                 ("provenance", f"{prov.repo}@{prov.revision}" if prov.repo else None),
                 ("provenance.source", prov.source),
+                ("model_signature.identity", signature_identity(prov.extra, rec.sha256)),
+                ("model_signature.method", _signed(rec).get("method")),
                 ("licence.source", rec.licence.effective_source),
                 ("licence.conflict", "true" if rec.licence.conflict else None),
                 ("tokenizer.model", tok.model if tok else None),

@@ -116,6 +116,20 @@ class TemplatePolicy(_Strict):
     block: list[BlockingSeverity] = Field(default_factory=lambda: list(_BLOCK_DEFAULT))
 
 
+class TrustPolicy(_Strict):
+    """Whom the audit believes about evidence from other machines, and about model files.
+
+    `signers`: a name for each trusted key, as a PEM public key file (relative to the policy's
+    folder) or a key id (exchange/dsse.py). With `require_signed_evidence`, a run measured
+    elsewhere counts only when a named signer signed it; with `require_model_signature`, the
+    integrity gate wants a verified OpenSSF model signature on every file (register --verify-signature).
+    """
+
+    signers: dict[str, str] = Field(default_factory=dict)
+    require_signed_evidence: bool = False
+    require_model_signature: bool = False
+
+
 class Policy(_Strict):
     """A deployment policy as written in TOML; `Policy()` is the safe built-in default."""
 
@@ -127,6 +141,7 @@ class Policy(_Strict):
     licence: LicencePolicy = Field(default_factory=LicencePolicy)
     template: TemplatePolicy = Field(default_factory=TemplatePolicy)
     sampling: SamplingPolicy = Field(default_factory=SamplingPolicy)
+    trust: TrustPolicy = Field(default_factory=TrustPolicy)
 
 
 # ---- run digests: what reports and gates read from a benchmark run ------------------------
@@ -284,6 +299,8 @@ class RunDigest(BaseModel):
     strata: list[StratumRow] = Field(default_factory=list)
     models: dict[str, ModelName] = Field(default_factory=dict)  # sha256 -> names, filled for reports
     set_aside: list[str] = Field(default_factory=list)  # rounds run under contention (benchmark/contention.py)
+    # who vouches for this run (audit/trust.py): measured here, or its signer; filled by the audit
+    attested_by: str | None = None
 
     def baseline(self, concurrency: int | None = None) -> ConditionDigest | None:
         """The baseline condition (at this concurrency, when given)."""

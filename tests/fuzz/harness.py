@@ -13,11 +13,11 @@ import zipfile
 from functools import cache
 from pathlib import Path
 
-from fuzz import bundles, gguf_counts, remote, texts
+from fuzz import bundles, gguf_counts, remote, signatures, texts
 from fuzz.oracle import Case
 
 CORPUS = Path(__file__).parent / "corpus"
-SURFACES = ("gguf", "bundle", "policy", "workload", "server", "range", "hub")
+SURFACES = ("gguf", "bundle", "policy", "workload", "server", "range", "hub", "signature")
 
 
 def _recipes(surface: str) -> list[tuple[str, dict]]:
@@ -40,6 +40,7 @@ class World:
         work.mkdir(parents=True, exist_ok=True)
         self._bundle: tuple[bytes, Path] | None = None
         self._gguf: Path | None = None
+        self._signed: signatures.Signed | None = None
 
     def bundle(self) -> tuple[bytes, Path]:
         if self._bundle is None:
@@ -53,6 +54,13 @@ class World:
 
             self._gguf = write_model(self.work / "remote.gguf", ModelSpec())
         return self._gguf
+
+    def signed(self) -> signatures.Signed:
+        """The seed bundle signed, its key and policy, and a signed GGUF (the signature surface)."""
+        if self._signed is None:
+            seed, dest = self.bundle()
+            self._signed = signatures.Signed(self.work / "signed", seed, dest, self.gguf())
+        return self._signed
 
     def empty_db(self) -> Path:
         return self.bundle()[1]  # holds one artifact, no admitted pair: nothing to audit or bench
@@ -107,6 +115,7 @@ def corpus_cases(world: World) -> list[Case]:
     g = str(world.gguf())
     out += [Case(id=f"range:{n}", call="remote:range_read", args=[r["lie"], g]) for n, r in _recipes("range")]
     out += [Case(id=f"hub:{n}", call="remote:hub", args=[r["edit"], g]) for n, r in _recipes("hub")]
+    out += signatures.cases(world.signed(), _recipes("signature"), w / "signature", world.empty_db())
     return out
 
 
@@ -147,4 +156,10 @@ def random_cases(surface: str, world: World, rng: random.Random, n: int, *, ever
         return lies + mutated
     if surface == "hub":
         return [Case(id=f"hub:{e}", call="remote:hub", args=[e, g]) for e in remote.HUB_EDITS]
+    if surface == "signature":
+        picked = [
+            (f"{k}-{i}", {"kind": k, "at": rng.random()})
+            for i, k in enumerate(rng.choice(signatures.RANDOM_KINDS) for _ in range(max(1, n // 2)))
+        ]
+        return signatures.cases(world.signed(), picked, w, world.empty_db())
     raise ValueError(surface)

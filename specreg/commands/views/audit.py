@@ -215,6 +215,18 @@ def _rollbacks(report: AuditReport) -> None:
             show_lines(["  " + ln for ln in command_lines(words, width() - 2, indent=4)])
 
 
+def _attested(report: AuditReport) -> None:
+    """Who vouches for each run the audit rests on, once any came from another machine."""
+    from specreg.audit.trust import LOCAL
+
+    if all(r.attested_by in (None, LOCAL) for r in report.runs):
+        return
+    for r in report.runs[:FAILURES_SHOWN]:
+        say(r.attested_by or "-", prefix=f"evidence run {r.run_id}: ", indent=6)
+    if len(report.runs) > FAILURES_SHOWN:
+        say(f"... and {len(report.runs) - FAILURES_SHOWN} more runs (--json names every signer)", indent=4)
+
+
 def print_audit(report: AuditReport) -> None:
     """The verdict (one line per pair, or counts), each failure's reason, the decisions, the rollback commands."""
     detail = len(report.pairs) <= DETAIL_LIMIT
@@ -227,6 +239,7 @@ def print_audit(report: AuditReport) -> None:
     for note in report.notes[:FAILURES_SHOWN]:
         say(note, prefix="note: ", marks=[("note:", "dim")], indent=6)
     _failures(report.pairs, None if detail else FAILURES_SHOWN, hw)
+    _attested(report)
     _hardware(report, detail, hw)
     _decisions(report, detail, hw)
     _unchecked(report)
