@@ -135,6 +135,9 @@ def _measure(c: Condition, folder: Path, items: list[WorkloadItem], gpu: GpuProb
             for it in items:
                 prompt = client.input_tokens(it)
                 done = client.complete(it, max_tokens=it.max_tokens, seed=42)
+                if not done.ok:  # refused (longer than a slot's context): it leaves nothing held
+                    print(f"  {c.model} / {it.id}: {done.error}")
+                    continue
                 total = prompt + max(0, (done.output_tokens or 0) - 1)  # the last token is never decoded
                 served.append(Served(it.id, prompt, total, it.messages is not None))
     finally:

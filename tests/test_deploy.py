@@ -224,7 +224,12 @@ def test_unit_argv_building() -> None:
                 "-ngl", "-1", "--seed", "7", "--metrics", "--host", "127.0.0.1", "--port", "41234"]  # fmt: skip
     argv = server_argv(external, program="/opt/llama/bin/llama-server")
     assert argv == ["/opt/llama/bin/llama-server", "-m", "/m/t.gguf", "--spec-type", "none", "-c", "512", "-np", "2",
+                    "--ctx-checkpoints", "32", "--cache-ram", "8192",
                     "-ngl", "-1", "--seed", "7", "--temp", "0", "--metrics"]  # fmt: skip
+    # what the memory prediction assumed is pinned: llama.cpp's defaults, or what the run recorded
+    pinned = server_argv([*external, "--cache-ram", "512", "--ctx-checkpoints", "4", "--swa-full"])
+    assert pinned[pinned.index("--cache-ram") + 1] == "512" and pinned[pinned.index("--ctx-checkpoints") + 1] == "4"
+    assert "--swa-full" in pinned
     with pytest.raises(SpecregError, match="unknown flags --spec-synth-rates"):
         server_argv([*external, "--spec-synth-rates", "1"])
     lines = wrap_command(argv, 40)

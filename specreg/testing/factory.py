@@ -113,7 +113,8 @@ def sliding_window_spec(arch: str = "gemma3", n_layer: int = 6, window: int = 64
     """A tiny model llama.cpp serves with a sliding-window (iSWA) cache: gemma2 (every 2nd layer
     windowed, output tied to the embeddings) or gemma3 (5 of every 6), with the extra norms their
     loaders require (post-attention and post-FFN, gemma3's Q/K norms) and the window as the
-    UINT32 llama.cpp reads. gemma2 has no output tensor of its own, so no looping head."""
+    UINT32 llama.cpp reads, trained for 4096 tokens (standard workloads' prompts fit a slot).
+    gemma2 has no output tensor of its own, so no looping head."""
     if arch not in ("gemma2", "gemma3"):
         raise ValueError(f"no sliding-window layout for {arch!r}")
     e, head = base.n_embd, base.n_embd // base.n_head
@@ -125,6 +126,7 @@ def sliding_window_spec(arch: str = "gemma3", n_layer: int = 6, window: int = 64
     spec = base.but(
         architecture=arch,
         n_layer=n_layer,
+        n_ctx=max(base.n_ctx, 4096),  # the server caps a slot's context at the trained one
         extra_tensors=base.extra_tensors + tuple(norms),
         kv_overrides=base.kv_overrides + ((f"{arch}.attention.sliding_window", window, "UINT32", None),),
     )

@@ -59,8 +59,10 @@ def _cache_state(f: ModelFacts, s: ServeSettings, n: int, swa: bool) -> int:
     layers = sum(1 for il in range(f.n_layer) if bool(f.swa[il]) == swa)
     _, streams = cells(s)
     head = 4 + 4 * streams  # n_stream, then a cell count per stream
-    if n <= 0 or not layers:
+    if n <= 0:
         return head
+    # a cache with no layers of its kind (a draft whose every layer is windowed) still writes
+    # its cells' positions and sequences
     return int(head + STREAM_HEADER + layers * LAYER_HEADER + n * (CELL_META + _layers_bytes(f, s, swa)))
 
 
