@@ -158,7 +158,9 @@ def _workloads(names: list[str], requests: int, max_tokens: int) -> dict[str, li
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--models", default="tiny,spm,gemma4,gemma2-swa,gemma3-swa,smollm2", help="comma-separated families")
+    ap.add_argument(
+        "--models", default="tiny,spm,gemma4,gemma2-swa,gemma3-swa,smollm2", help="comma-separated families"
+    )
     ap.add_argument("--workloads", default="mt-bench,humaneval,sharegpt", help="comma-separated standard sets")
     ap.add_argument("--requests", type=int, default=8, help="prompts served per workload (the first N)")
     ap.add_argument("--max-tokens", type=int, default=128, help="new tokens per request at most")
@@ -220,7 +222,10 @@ def main() -> None:
     print(f"resident + {BUDGET_MARGIN:.0%} below the measured peak: " + (", ".join(short) if short else "none"))
     under = [f"{r[0]} / {r[1]} / {r[2]}" for r in rows if r[5] < r[3]]
     print("total below the measured peak (a budget would pass it): " + (", ".join(under) if under else "none"))
-    print(f"reference: peak RSS of the bundled server's process tree measured in this run; load {load0:.1f} -> {load1:.1f}")
+    print(
+        "reference: peak RSS of the bundled server's process tree measured in this run; "
+        f"load {load0:.1f} -> {load1:.1f}"
+    )
 
 
 if __name__ == "__main__":

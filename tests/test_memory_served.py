@@ -84,7 +84,9 @@ def test_the_replayed_prompt_cache_and_checkpoints_match_the_servers_log(tmp_pat
     assert len(logged) == len(served)
     # the server's figure leaves out the entries' copies of their tokens (4 bytes each)
     held = [sum(r.total_tokens for r in served[:i]) * 4 for i in range(len(served))]
-    assert [round((x - h) / MIB, 3) for x, h in zip(growth.trace, held, strict=True)] == pytest.approx(logged, abs=0.002)
+    assert [round((x - h) / MIB, 3) for x, h in zip(growth.trace, held, strict=True)] == pytest.approx(
+        logged, abs=0.002
+    )
     assert growth.checkpoints == len(made) and growth.checkpoints >= len(served)
     # no checkpoints with --swa-full, and none on a model without a window
     assert served_growth(t, d, ServeSettings(swa_full=True), served).checkpoints == 0
@@ -165,7 +167,9 @@ def test_check_pair_names_the_serving_lines_with_their_flags(tmp_path: Path) -> 
     assert out.returncode == 0, out.stderr
     text = " ".join(out.stdout.split())
     assert "prompt cache up to 8,192.0 MiB as prompts are served (--cache-ram 8192 (llama.cpp's default)" in text
-    assert "context checkpoints up to 32 x" in text and "(--ctx-checkpoints 32 (default), -np; --swa-full: none)" in text
+    assert (
+        "context checkpoints up to 32 x" in text and "(--ctx-checkpoints 32 (default), -np; --swa-full: none)" in text
+    )
     assert "of which prompt cache 8.0 GiB (--cache-ram 8192)" in text
     off = cli(*args, "--cache-ram", "0", "--ctx-checkpoints", "0", "--budget", "1GiB", db=db)
     assert off.returncode == 0 and "prompt cache off (--cache-ram 0)" in " ".join(off.stdout.split())

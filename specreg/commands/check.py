@@ -69,7 +69,7 @@ def _memory_lines(m: MemoryEstimate) -> list[str]:
 def served_lines(m: MemoryEstimate) -> list[str]:
     """What a serving server adds over time, each with the flags that change it (in the total)."""
     from specreg.schemas.memory import DEFAULT_CACHE_RAM_MIB, DEFAULT_CTX_CHECKPOINTS
-    
+
     def mib(n: int) -> str:
         return mib_text(n, grouped=True)
 
@@ -130,7 +130,9 @@ def pair_cmd(
     ] = None,
     ctx_checkpoints: Annotated[
         int | None,
-        typer.Option("--ctx-checkpoints", min=0, help="Memory estimate: --ctx-checkpoints per slot (default llama.cpp's)."),
+        typer.Option(
+            "--ctx-checkpoints", min=0, help="Memory estimate: --ctx-checkpoints per slot (default llama.cpp's)."
+        ),
     ] = None,
     swa_full: Annotated[bool, typer.Option("--swa-full", help="Memory estimate: --swa-full.")] = False,
     probe: Annotated[
@@ -178,9 +180,11 @@ def pair_cmd(
     settings = ServeSettings(
         ctx_size=ctx_size, slots=slots, cache_type_k=type_name(cache_type_k), cache_type_v=type_name(cache_type_v),
         gpu_layers=parse_layers(gpu_layers), swa_full=swa_full,
-        **({"cache_ram_mib": cache_ram} if cache_ram is not None else {}),
-        **({"ctx_checkpoints": ctx_checkpoints} if ctx_checkpoints is not None else {}),
     )  # fmt: skip
+    if cache_ram is not None:
+        settings.cache_ram_mib = cache_ram
+    if ctx_checkpoints is not None:
+        settings.ctx_checkpoints = ctx_checkpoints
     limit = resolve_budget(budget, bool(settings.gpu_layers))
     estimates: list[MemoryEstimate] = []
 

@@ -109,7 +109,11 @@ class ModelSpec:
 # m-gram), and a draft of the same head is always accepted: the memory of real speculation on a
 # tiny model.
 CYCLER = ModelSpec(head_seed=7, block_scale=0.01, cycle=64)
-def sliding_window_spec(arch: str = "gemma3", n_layer: int = 6, window: int = 64, base: ModelSpec = CYCLER) -> ModelSpec:
+
+
+def sliding_window_spec(
+    arch: str = "gemma3", n_layer: int = 6, window: int = 64, base: ModelSpec = CYCLER
+) -> ModelSpec:
     """A tiny model llama.cpp serves with a sliding-window (iSWA) cache: gemma2 (every 2nd layer
     windowed, output tied to the embeddings) or gemma3 (5 of every 6), with the extra norms their
     loaders require (post-attention and post-FFN, gemma3's Q/K norms) and the window as the
@@ -128,10 +132,10 @@ def sliding_window_spec(arch: str = "gemma3", n_layer: int = 6, window: int = 64
         n_layer=n_layer,
         n_ctx=max(base.n_ctx, 4096),  # the server caps a slot's context at the trained one
         extra_tensors=base.extra_tensors + tuple(norms),
-        kv_overrides=base.kv_overrides + ((f"{arch}.attention.sliding_window", window, "UINT32", None),),
+        kv_overrides=(*base.kv_overrides, (f"{arch}.attention.sliding_window", window, "UINT32", None)),
     )
     if arch == "gemma2":
-        spec = spec.but(drop_tensors=spec.drop_tensors + ("output.weight",), cycle=0, head_seed=None)
+        spec = spec.but(drop_tensors=(*spec.drop_tensors, "output.weight"), cycle=0, head_seed=None)
     return spec
 
 
