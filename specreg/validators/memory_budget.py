@@ -35,7 +35,6 @@ import re
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from specreg.errors import UsageError
 from specreg.gguf import format as F
@@ -44,10 +43,10 @@ from specreg.gguf.reader import GGUFArray, GGUFFile
 from specreg.schemas.checks import CheckResult
 from specreg.schemas.memory import MemoryEstimate, ServeSettings
 from specreg.units import MIB, size_text
+from specreg.validators.kv_cells import cells, type_size
+from specreg.validators.kv_cells import pad as _pad
+from specreg.validators.memory_served import Served, cache_bound, served_growth
 from specreg.validators.ruleset import RuleSet
-
-if TYPE_CHECKING:
-    from specreg.validators.memory_served import Served
 
 # The bundled server (Python + xllamacpp + llama.cpp's runtime, OpenMP pool, slot and prompt-cache
 # bookkeeping) with nothing loaded, and each further llama context (the draft's): measured on the
@@ -97,23 +96,8 @@ MMAP_THRESHOLD = 32 << 20  # glibc's largest mmap threshold: a freed block below
 # a budget must hold the estimate plus the tolerance it is checked to (benchmarks/bench_memory.py:
 # within 5% of the measured peak RSS on every model and condition)
 BUDGET_MARGIN = 0.05
-KV_PAD = 256  # llama.cpp pads each stream's cells (and the SWA cache) to 256
-_TYPE_IDS = {name: tid for tid, (name, _, _) in F.GGML_TYPES.items()}
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)B?\s*$", re.I)
-
-
-def _pad(n: int, to: int = KV_PAD) -> int:
-    return -(-n // to) * to
-
-
-def type_size(cache_type: str) -> tuple[int, int]:
-    """(block size, bytes per block) of a -ctk/-ctv type; UsageError for anything else."""
-    name = cache_type.lower()
-    if name not in F.KV_CACHE_TYPES:
-        raise UsageError(f"unknown cache type {cache_type!r}; choose one of {', '.join(F.KV_CACHE_TYPES)}")
-    _, block, size = F.GGML_TYPES[_TYPE_IDS[name.upper()]]
-    return block, size
 
 
 def type_name(cache_type: str) -> str:
@@ -312,13 +296,6 @@ def _model_facts(gf: GGUFFile, rules: RuleSet) -> ModelFacts:
     )
 
 
-def cells(settings: ServeSettings) -> tuple[int, int]:
-    """(cells per stream, streams): llama.cpp splits -c over -np slots unless the cache is unified."""
-    if settings.kv_unified:
-        return _pad(settings.ctx_size), 1
-    return _pad(max(1, settings.ctx_size // settings.slots)), settings.slots
-
-
 def _row_bytes(n: int, cache_type: str) -> float:
     block, size = type_size(cache_type)
     return n * size / block
@@ -433,8 +410,6 @@ def _estimate(t: ModelFacts, d: ModelFacts | None, settings: ServeSettings) -> M
     weights = t.weights + (d.weights if d is not None else 0)
     outputs = output_bytes(t, settings) + (output_bytes(d, settings, draft=True) if d is not None else 0)
     vocab = t.vocab_heap + (d.vocab_heap if d is not None else 0)
-    from specreg.validators.memory_served import cache_bound
-
     prompt_cache, checkpoints, one_checkpoint = cache_bound(t, d, settings)
     total = overhead + method + weights + t_kv + d_kv + compute + outputs + vocab + prompt_cache + checkpoints
     vram = _offload(t, settings, t_kv) + (_offload(d, settings, d_kv) if d is not None else 0)
@@ -497,8 +472,6 @@ def resident_bytes(
     tokenizer all resident (read each token, cleared at start, zero-filled, built at load); of the
     compute buffer (one buffer, reused by every batch) what the widest batch reaches - the prompt's,
     or the verification of the longest draft such a request allows, with one logit row per token."""
-    from specreg.validators.memory_served import served_growth
-
     t = model_facts(target, rules)
     d = model_facts(draft, rules) if draft is not None else None
     est = _estimate(t, d, settings)

@@ -26,10 +26,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from specreg.schemas.memory import ServeSettings
 from specreg.units import MIB
-from specreg.validators.memory_budget import ModelFacts, cells, type_size
+from specreg.validators.kv_cells import cells, type_size
+
+if TYPE_CHECKING:
+    from specreg.validators.memory_budget import ModelFacts
 
 CELL_META = 12  # pos, n_seq_id, seq_id per cell (llama_kv_cache::state_write_meta)
 LAYER_HEADER = 2 * (4 + 8)  # K and V: type and row size
