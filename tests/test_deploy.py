@@ -108,6 +108,10 @@ def test_argv_round_trips_through_the_bundled_parser_to_what_was_measured(
         ours, deployed = build_parser(), vars(build_parser().parse_args(plan["argv"][1:]))
         recorded = vars(ours.parse_args(recorded_flags(measured.argv)))
         benchmark_only = {"host", "port", "temp", "top_k", "top_p", "verbosity"}
+        # the serving limits the memory prediction assumed: pinned at the build's defaults when unset
+        assert (deployed["cache_ram"], deployed["ctx_checkpoints"]) == (8192, 32)
+        assert (recorded["cache_ram"], recorded["ctx_checkpoints"]) == (None, None)
+        benchmark_only |= {"cache_ram", "ctx_checkpoints"}
         assert {k: v for k, v in deployed.items() if k not in benchmark_only} == {
             k: v for k, v in recorded.items() if k not in benchmark_only
         }
