@@ -35,6 +35,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("artifacts", "artifacts:artifacts_cmd", "List registered artifacts."),
     ("check", "check:check_app", "Admit or reject a target/draft pair (check pair)."),
     ("pairs", "check:pairs_cmd", "List checked pairs with their verdicts (--recheck: under other rules)."),
+    ("drafts", "drafts:drafts_cmd", "Which draft for this target? Every candidate judged and ranked (--bench)."),
     ("rules", "rules:rules_app", "List the rule sets per llama.cpp build, or diff two."),
     ("workloads", "workloads:workloads_app", "List the built-in and standard workloads, or fetch one."),
     ("bench", "bench:bench_app", "Benchmark admitted pairs on a real llama.cpp server."),

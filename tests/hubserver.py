@@ -100,6 +100,8 @@ class FakeRepo:
     redirect_to: str | None = None  # the CDN redirects every download there (e.g. another scheme)
     info_edit: Callable[[dict], object] | None = None  # rewrites model_info's answer (the fuzzer's lies);
     # returning bytes sends those bytes as the body instead
+    tags: list[str] = field(default_factory=list)  # model_info's and the search's `tags` (e.g. gguf, base_model:X)
+    card_license: str | None = None  # model_info's cardData.license
 
     def resolve(self, rev: str) -> str | None:
         if rev in self.refs:
@@ -225,6 +227,8 @@ def _handler(hub: FakeHub, *, cdn: bool) -> type[BaseHTTPRequestHandler]:
                 return self._cdn_get(parts, head=head)
             if parts[:2] == ["api", "models"] and len(parts) >= 4:
                 return self._model_info(parts[2:], parse_qs(url.query), head=head)
+            if parts == ["api", "models"]:
+                return self._search(parse_qs(url.query), head=head)
             if len(parts) >= 5 and parts[2] == "resolve":
                 return self._resolve("/".join(parts[:2]), parts[3], "/".join(parts[4:]), head=head)
             self._error(404, "NotFound", "no such route", head=head)
@@ -261,12 +265,27 @@ def _handler(hub: FakeHub, *, cdn: bool) -> type[BaseHTTPRequestHandler]:
                 "private": False,
                 "gated": "manual" if repo.gated else False,
                 "disabled": False,
-                "tags": [],
+                "tags": list(repo.tags),
                 "siblings": siblings,
             }
+            if repo.card_license is not None:
+                body["cardData"] = {"license": repo.card_license}
             edited = repo.info_edit(body) if repo.info_edit is not None else None
             raw = edited if isinstance(edited, bytes) else json.dumps(body).encode()
             self._send(200, {"Content-Type": "application/json"}, raw, head=head)
+
+        # --- /api/models?search=...&filter=...&limit=... (list_models) ----------------------
+        def _search(self, query: dict[str, list[str]], *, head: bool) -> None:
+            """Repos whose id holds `search` (case-insensitive) and whose tags hold every `filter`."""
+            words = [w.lower() for w in query.get("search", [])]
+            wanted = set(query.get("filter", []))
+            limit = int(query.get("limit", ["1000"])[0])
+            found = [
+                {"id": r.repo_id, "modelId": r.repo_id, "tags": list(r.tags), "private": False}
+                for r in sorted(hub.repos.values(), key=lambda r: r.repo_id)
+                if all(w in r.repo_id.lower() for w in words) and wanted <= set(r.tags)
+            ]
+            self._send(200, {"Content-Type": "application/json"}, json.dumps(found[:limit]).encode(), head=head)
 
         # --- /{repo}/resolve/{rev}/{file} ---------------------------------------------------
         def _resolve(self, repo_id: str, rev: str, filename: str, *, head: bool) -> None:

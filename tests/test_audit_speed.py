@@ -97,3 +97,49 @@ def test_a_stratum_that_fails_on_p95_says_so_not_only_its_speedup() -> None:
     run, cond = _run(speedup=1.12, speedup_ci95=(0.97, 1.31), compared=4, equivalent=4)
     why = _stratum_why(equivalence_gate(run, cond, _policy(1.05), 1), speed_gate(run, cond, _policy(1.05), 1), "chat")
     assert why == "speed (speed-up 1.12x [0.97, 1.31] no measurable difference: low end 0.97 < 1.05)", why
+
+
+def test_a_run_measured_until_decided_is_judged_on_its_anytime_valid_interval() -> None:
+    """After a stop that depended on the data (`--budget`), the bootstrap interval is not valid:
+    the gate reads the anytime-valid one, either way round."""
+    row = dict(speedup=1.3, speedup_ci95=(1.2, 1.4), difference="faster", decision_ci=(0.98, 1.7))
+    run, cond = _run(**row, decision="undecided")
+    assert speed_gate(run, cond, _policy(1.05), 1).passed  # a fixed design: the bootstrap interval
+    run.until_decided = True
+    g = speed_gate(run, cond, _policy(1.05), 1)
+    assert not g.passed and "anytime-valid interval [0.98, 1.70] (undecided): low end 0.98 < 1.05" in g.message
+    run, cond = _run(speedup=1.3, speedup_ci95=(0.9, 1.4), decision="faster", decision_ci=(1.08, 1.6))
+    run.until_decided = True
+    g = speed_gate(run, cond, _policy(1.05), 1)
+    assert g.passed and "anytime-valid 95% interval >= 1.05" in g.message and "chat 1.30x [1.08, 1.60]" in g.message
+    assert g.evidence["chat"]["judged_on"] == "anytime-valid interval"  # type: ignore[index]
+    assert not speed_gate(run, cond, _policy(1.10), 1).passed  # the policy's own minimum, not the run's
+
+
+def _evidence(reps: int, decision_ci: tuple[float, float] | None, min_speedup: float = 1.05) -> tuple[bool, str]:
+    from specreg.audit.gates import evidence_gate
+
+    base = ConditionDigest(label="none", spec_type="none")
+    cond = ConditionDigest(label="k8", spec_type="draft-simple")
+    rows = [
+        StratumRow(condition=c, stratum=st, n_repetitions=reps, decision_ci=decision_ci if c == "k8" else None)
+        for c in ("none", "k8")
+        for st in ("all", "chat")
+    ]
+    run = RunDigest(run_id="r", status="complete", until_decided=True, conditions=[base, cond], strata=rows)
+    policy = Policy.model_validate({"speed": {"min_speedup": min_speedup}, "evidence": {"min_repetitions": 3}})
+    g = evidence_gate(run, cond, policy, 1, "newest")
+    return g.passed, g.message
+
+
+def test_a_decided_condition_meets_the_repetition_minimum() -> None:
+    """The issue's refusal ("1 repetition < policy minimum 3" for a one-round budgeted result):
+    a decision that holds however few rounds it rests on is the evidence; undecided is not."""
+    ok, msg = _evidence(1, (1.2, 1.9))
+    assert ok and "the anytime-valid decision over 1 round (faster: anytime-valid interval [1.20, 1.90] >= 1.05)" in msg
+    ok, msg = _evidence(1, (0.5, 0.9))  # decided "not faster": evidence for not deploying it
+    assert ok and "(not faster: anytime-valid interval [0.50, 0.90] < 1.05)" in msg
+    ok, msg = _evidence(1, (0.9, 1.4))
+    assert not ok and "1 repetition < policy minimum 3, and the anytime-valid decision is not made" in msg
+    assert not _evidence(2, None)[0]  # no decision on record (an older run): the minimum holds
+    assert _evidence(3, None)[0]

@@ -1,6 +1,6 @@
 """The house rule: imports point one way along the pipeline, and no module imports itself in a loop.
 
-schemas <- gguf <- validators <- registry <- sources <- servers <- benchmark <- exchange / audit <- report
+schemas <- gguf <- validators <- registry <- sources <- servers <- benchmark / equivalence <- exchange / audit <- report
 <- commands <- cli.
 Imports under `if TYPE_CHECKING:` are for annotations only and are not counted.
 """
@@ -32,6 +32,7 @@ RANKS = {
     "sources": 5,  # where bytes come from: local files, hub, HF cache, range reads, provenance
     "servers": 6,  # starting and watching llama.cpp servers
     "benchmark": 7,
+    "equivalence": 7,  # why a greedy output differs (mismatch triage): runs inside a benchmark run
     "exchange": 8,  # bundles, other machines, Ray
     "audit": 8,
     "report": 9,

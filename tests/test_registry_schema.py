@@ -167,6 +167,7 @@ SCHEMA: dict[str, list[str]] = {
         "top_p",
         "top_k",
         "min_p",
+        "triage_json",
     ],
     "bench_summaries": [
         "run_id",

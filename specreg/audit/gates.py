@@ -180,18 +180,42 @@ def evidence_gate(
         rows = [r for r in run.rows(cond.label) if r.concurrency == concurrency]
         reps = min((r.n_repetitions for r in rows), default=0)
         evidence["repetitions"] = reps
+        decided = _decided(rows, policy.speed.min_speedup)
+        if decided:
+            evidence["decided"] = decided
         if not rows:
             problems.append(f"condition {cond.label} has no measurements at concurrency {concurrency}")
+        elif reps < policy.evidence.min_repetitions and not decided:
+            problems.append(
+                f"{plural(reps, 'repetition')} < policy minimum {policy.evidence.min_repetitions}, "
+                "and the anytime-valid decision is not made (undecided)"
+            )
         elif reps < policy.evidence.min_repetitions:
-            problems.append(f"{plural(reps, 'repetition')} < policy minimum {policy.evidence.min_repetitions}")
+            evidence["minimum_met_by"] = f"the anytime-valid decision over {plural(reps, 'round')} ({decided})"
     if problems:
         return GateResult(gate="evidence", passed=False, message="; ".join(problems), evidence=evidence)
+    met = f"; {evidence['minimum_met_by']}" if "minimum_met_by" in evidence else ""
     return GateResult(
         gate="evidence",
         passed=True,
         evidence=evidence,
-        message=f"run {run.run_id} ({how}; runtime {runtime_text(run.runtime)}; hardware {run.hardware})",
+        message=f"run {run.run_id} ({how}; runtime {runtime_text(run.runtime)}; hardware {run.hardware}){met}",
     )
+
+
+def _decided(rows: list[StratumRow], min_speedup: float) -> str | None:
+    """The anytime-valid decision of a condition's `all` row against the policy's minimum speed-up,
+    when it is decided ("faster" or "not faster"): it holds however few rounds it rests on, so it
+    meets the policy's minimum repetitions (which guards fixed-size intervals from one noisy run)."""
+    row = next((r for r in rows if r.stratum == ALL_STRATA), None)
+    ci = row.decision_ci if row is not None else None
+    if ci is None:
+        return None
+    if ci[0] >= min_speedup:
+        return f"faster: anytime-valid interval [{ci[0]:.2f}, {ci[1]:.2f}] >= {min_speedup}"
+    if ci[1] < min_speedup:
+        return f"not faster: anytime-valid interval [{ci[0]:.2f}, {ci[1]:.2f}] < {min_speedup}"
+    return None
 
 
 def other_rules_gate(
@@ -235,16 +259,24 @@ def equivalence_gate(run: RunDigest, cond: ConditionDigest, policy: Policy, conc
     notes: list[str] = []
     counts: dict[str, str] = {}
     pairs = _pairs(run, cond, conc)
+    triaged: dict[str, dict[str, str]] = {}
+    reported: list[str] = []
     for row, _ in pairs:
-        failed = [p for p in row.failed_prompts if not q.required_prompts or p in q.required_prompts]
+        changed = [p for p in row.failed_prompts if not q.required_prompts or p in q.required_prompts]
+        ties = [p for p in changed if (t := row.triage.get(p)) is not None and t.kind(q.near_tie_margin) == "near tie"]
+        failed = [p for p in changed if p not in ties] if q.near_ties == "report" else changed
         ok = not q.require_equivalence or (not failed and row.compared > 0)
         strata[row.stratum] = ok
         text_only = f" ({row.compared_text_only} by text only)" if row.compared_text_only else ""
         counts[row.stratum] = f"{row.equivalent}/{row.compared}{text_only}"
+        triaged[row.stratum] = {p: _triage_text(row, p, q.near_tie_margin) for p in changed}
         if failed:
-            notes.append(f"{row.stratum}: output changed on {', '.join(failed[:5])}")
+            why = "; ".join(f"{p}: {triaged[row.stratum][p]}" for p in failed[:3])
+            notes.append(f"{row.stratum}: output changed on {', '.join(failed[:5])} ({why})")
         elif row.compared == 0 and q.require_equivalence:
             notes.append(f"{row.stratum}: no output could be compared")
+        if ties and q.near_ties == "report":
+            reported += [f"{row.stratum}: {p}: {triaged[row.stratum][p]}" for p in ties[:3]]
     measured = {p for row, _ in pairs for p in row.prompts} if q.required_prompts else set()
     absent = [p for p in q.required_prompts if p not in measured]
     if absent and q.require_equivalence:
@@ -261,20 +293,45 @@ def equivalence_gate(run: RunDigest, cond: ConditionDigest, policy: Policy, conc
             else "outputs equivalent: " + ", ".join(f"{s} {c}" for s, c in counts.items())
         )
     )
+    if reported:  # near ties the policy reports instead of failing: named, whatever the outcome
+        msg += f'; near ties reported, not failed (quality.near_ties = "report"): {"; ".join(reported)}'
     return GateResult(
         gate="equivalence",
         passed=passed,
         message=msg,
         strata=strata,
-        evidence={"equivalent/compared": counts, "required_prompts": q.required_prompts},
+        evidence={
+            "equivalent/compared": counts,
+            "required_prompts": q.required_prompts,
+            "near_ties": q.near_ties,
+            "near_tie_margin": q.near_tie_margin,
+            "triage": {st: t for st, t in triaged.items() if t},
+        },
     )
 
 
-def _speed_problems(row: StratumRow, base: StratumRow, sp: SpeedPolicy) -> list[str]:
-    """Why one stratum fails the speed gate (empty: it passes)."""
+def _triage_text(row: StratumRow, prompt: str, margin: float) -> str:
+    """Why one prompt's output changed, as its triage judges it against `margin`."""
+    t = row.triage.get(prompt)
+    return t.text(margin) if t is not None else "not triaged (no baseline probabilities on record)"
+
+
+def _speed_problems(row: StratumRow, base: StratumRow, sp: SpeedPolicy, until_decided: bool) -> list[str]:
+    """Why one stratum fails the speed gate (empty: it passes). A run measured until decided
+    (`--budget`) is judged on its anytime-valid interval, the only one valid after a stop that
+    depended on the data; a run of a fixed number of repetitions on its bootstrap interval."""
     why: list[str] = []
     if row.speedup is None:
         why.append(f"no speed-up ({row.speedup_note or 'not measured'})")
+    elif until_decided:
+        ci = row.decision_ci
+        if ci is None:
+            why.append(f"speed-up {row.speedup:.2f}x has no anytime-valid interval (measured until decided)")
+        elif ci[0] < sp.min_speedup:
+            why.append(
+                f"anytime-valid interval [{ci[0]:.2f}, {ci[1]:.2f}] ({row.decision or 'no decision'}): "
+                f"low end {ci[0]:.2f} < {sp.min_speedup}"
+            )
     elif row.speedup_ci95 is None:
         why.append(f"speed-up {row.speedup:.2f}x has no interval ({row.speedup_note or 'too few requests'})")
     elif row.speedup_ci95[0] < sp.min_speedup:
@@ -310,13 +367,17 @@ def speed_gate(run: RunDigest, cond: ConditionDigest, policy: Policy, conc: int)
     evidence: dict[str, object] = {}
     rows: dict[str, StratumRow] = {}
     for row, base in _pairs(run, cond, conc):
-        why = ["no baseline measurement"] if base is None else _speed_problems(row, base, sp)
+        why = ["no baseline measurement"] if base is None else _speed_problems(row, base, sp, run.until_decided)
         strata[row.stratum], rows[row.stratum] = not why, row
         evidence[row.stratum] = {
             "speedup": row.speedup,
             "speedup_ci95": list(row.speedup_ci95) if row.speedup_ci95 else None,
             "difference": row.difference,
             "n_paired": row.n_paired,
+            "decision": row.decision,
+            "decision_ci": list(row.decision_ci) if row.decision_ci else None,
+            "decision_min_speedup": row.decision_min_speedup,
+            "judged_on": "anytime-valid interval" if run.until_decided else "bootstrap interval",
             "expected_accepted_length": row.expected_accepted_length,
             "predicted_speedup": row.predicted_speedup,
             "unexplained": row.unexplained,
@@ -336,11 +397,14 @@ def speed_gate(run: RunDigest, cond: ConditionDigest, policy: Policy, conc: int)
     if not strata:
         notes.append("no measurements")
     if passed:
-        shown = ", ".join(
-            f"{s} {interval_text(rows[s].speedup, rows[s].speedup_ci95)}"
-            for s in (sp.required_strata or sorted(strata))
-        )
-        msg = f"95% interval >= {sp.min_speedup} at concurrency {conc}: {shown}"
+        names = sp.required_strata or sorted(strata)
+        if run.until_decided:
+            shown = ", ".join(f"{s} {interval_text(rows[s].speedup, rows[s].decision_ci)}" for s in names)
+            msg = f"anytime-valid 95% interval >= {sp.min_speedup} at concurrency {conc} (measured until decided)"
+        else:
+            shown = ", ".join(f"{s} {interval_text(rows[s].speedup, rows[s].speedup_ci95)}" for s in names)
+            msg = f"95% interval >= {sp.min_speedup} at concurrency {conc}"
+        msg += f": {shown}"
         if notes:
             msg += f" (not required: {'; '.join(notes)})"
     else:

@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 
 from specreg.errors import ServerError
-from specreg.schemas.bench import WorkloadItem
+from specreg.schemas.bench import MAX_OUTPUT_TOKENS, WorkloadItem
 
 _FINISH = {"limit": "length", "eos": "stop", "word": "stop"}  # /completion stop_type -> OpenAI names
 # One SSE line is one JSON event: a token or two, or the final event with timings and settings
@@ -48,6 +48,16 @@ class _Malformed(ValueError):
     """An event whose fields have the wrong JSON types or impossible values."""
 
 
+@dataclass(frozen=True)
+class TokenProbs:
+    """One generated token of a `completion_probabilities` answer: its id and log-probability and
+    the top candidates at its position as (id, text, log-probability)."""
+
+    id: int
+    logprob: float
+    top: list[tuple[int, str, float]]
+
+
 @dataclass
 class Completion:
     """One streamed request as the client saw it."""
@@ -66,6 +76,9 @@ class Completion:
     timings: dict[str, Any] = field(default_factory=dict)
     tokens_seen: int = 0  # tokens the events so far stood for
     first_text: int | None = None  # index in `arrivals` of the event with the first text
+    # `record_ids(n_probs=...)`: per generated token, the server's top candidates before sampling
+    # (the softmax over every logit, llama.cpp `get_token_probabilities`), best first
+    probs: list[TokenProbs] = field(default_factory=list)
 
     @property
     def ids_complete(self) -> bool:
@@ -151,6 +164,14 @@ class LlamaClient:
         except _Malformed as exc:
             raise ServerError(f"/tokenize: unexpected answer ({exc})") from None
 
+    def detokenize(self, ids: list[int]) -> str:
+        """The text of token ids as the server's own vocabulary spells it."""
+        data = self._json("POST", "/detokenize", {"tokens": ids})
+        content = data.get("content") if isinstance(data, dict) else None
+        if not isinstance(content, str):
+            raise ServerError(f"/detokenize: unexpected answer {str(data)[:200]!r}")
+        return content
+
     def apply_template(self, messages: list[dict[str, str]]) -> str:
         """The prompt text the chat template makes of `messages`."""
         data = self._json("POST", "/apply-template", {"messages": messages})
@@ -212,14 +233,18 @@ class LlamaClient:
         temperature: float = 0.0,
         sampling: dict[str, float | int] | None = None,
         timeout_s: float | None = None,
+        n_probs: int = 0,
     ) -> Completion:
         """The same `/completion` without streaming and with `return_tokens`: the server's answer
         then holds every generated id (`slot.generated_tokens`, kept before the UTF-8 check that
-        holds text back), with the text and the token count. Not timed: a record, not a measurement."""
+        holds text back), with the text and the token count. Not timed: a record, not a measurement.
+        `n_probs` > 0 also asks for each token's top candidates (`Completion.probs`)."""
         body = {
             "prompt": prompt, "n_predict": max_tokens, "temperature": temperature, "seed": seed,
             "stream": False, "cache_prompt": False, "return_tokens": True, **(sampling or {}),
         }  # fmt: skip
+        if n_probs > 0:  # pre-sampling log-probabilities ("logprob", "top_logprobs"): server-task.cpp
+            body |= {"n_probs": n_probs, "post_sampling_probs": False}
         out = Completion()
         timeout_s = timeout_s or self.timeout_s
         t0 = time.perf_counter()
@@ -252,6 +277,8 @@ class LlamaClient:
             n = ev.get("tokens_predicted", out.timings.get("predicted_n"))
             out.output_tokens = _count(n, "tokens_predicted") if n is not None else None
             out.finish_reason = _FINISH.get(str(ev.get("stop_type")), str(ev.get("stop_type"))[:40])
+            if "n_probs" in body:
+                out.probs = _probabilities(ev.get("completion_probabilities"), int(body["n_probs"]))
         except (_Malformed, TypeError, ValueError, OverflowError, RecursionError) as exc:
             why = "nested too deep" if isinstance(exc, RecursionError) else exc  # past the parser's depth
             out.error = f"malformed answer from server ({why})"[:300]
@@ -376,6 +403,32 @@ def _count(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < _MAX_INT:
         raise _Malformed(f"{what} is {str(value)[:40]!r}, not a count")
     return value
+
+
+def _logprob(value: object, what: str) -> float:
+    """A log-probability: a finite number <= 0 (llama.cpp writes the lowest float for p = 0)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not -1e39 < value <= 1e-6:
+        raise _Malformed(f"{what} is {str(value)[:40]!r}, not a log-probability")
+    return min(float(value), 0.0)
+
+
+def _probabilities(value: object, n_probs: int) -> list[TokenProbs]:
+    """`completion_probabilities` (one entry per generated token: id, token, logprob, top_logprobs
+    of id, token, logprob), each list no longer than the server was asked for."""
+    if not isinstance(value, list):
+        raise _Malformed(f"completion_probabilities is a {type(value).__name__}, not a list")
+    out: list[TokenProbs] = []
+    for entry in value[:MAX_OUTPUT_TOKENS]:
+        if not isinstance(entry, dict) or not isinstance(entry.get("top_logprobs"), list):
+            raise _Malformed("a completion_probabilities entry has no top_logprobs list")
+        top = []
+        for t in entry["top_logprobs"][:n_probs]:
+            if not isinstance(t, dict):
+                raise _Malformed("a top_logprobs entry is not an object")
+            tid, text = _count(t.get("id"), "a token id"), _text(t.get("token"), "token")
+            top.append((tid, text, _logprob(t.get("logprob"), "logprob")))
+        out.append(TokenProbs(_count(entry.get("id"), "a token id"), _logprob(entry.get("logprob"), "logprob"), top))
+    return out
 
 
 def _timings(value: object) -> dict[str, Any]:

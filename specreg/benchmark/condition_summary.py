@@ -187,6 +187,10 @@ def _group(
         if bad is not None:
             s.first_mismatch = f"{bad.prompt_id}#{bad.repeat} @ {mismatch_at(bad)}"
             s.mismatch_context = bad.diff_context
+            s.mismatch_triage = bad.triage
+        differ = [r for r in compared if not r.matches_baseline]
+        s.n_near_ties = sum(1 for r in differ if r.triage is not None and r.triage.kind() == "near tie")
+        s.n_divergences = len(differ) - s.n_near_ties
     checked = [r for r in rows if r.expect_ok is not None]
     s.n_expect_checked, s.n_expect_failed = len(checked), sum(1 for r in checked if not r.expect_ok)
     return s

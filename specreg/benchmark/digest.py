@@ -20,6 +20,7 @@ from specreg.errors import SpecregError
 from specreg.schemas.audit import ConditionDigest, RunDigest, StratumRow
 from specreg.schemas.bench import ALL_STRATA, BenchRun, ConditionRun, ConditionSummary, RunManifest
 from specreg.schemas.methods import BASELINE
+from specreg.schemas.triage import Triage, worst
 from specreg.servers.hardware import hardware_class
 from specreg.units import to_mib
 
@@ -123,11 +124,12 @@ def build_digest(
         ids = every if s.stratum == ALL_STRATA else by_stratum.get(s.stratum, [])
         is_base = s.method == BASELINE
         spread = ratios.get((s.condition, s.stratum), []) if ratios else []
-        failed = (
-            sorted({p for c, st, p in failing if c == s.condition and (s.stratum == ALL_STRATA or st == s.stratum)})
-            if failing
-            else []
-        )
+        mine = [(p, ts) for (c, st, p), ts in failing.items() if c == s.condition and s.stratum in (ALL_STRATA, st)]
+        failed = sorted({p for p, _ in mine})
+        triages: dict[str, list[Triage | None]] = {}
+        for p, ts in mine:
+            triages.setdefault(p, []).extend(ts)
+        triage = {p: t for p, ts in triages.items() if (t := worst(ts)) is not None}
         # greedy runs compare outputs with the baseline; sampled runs only have their `expect` checks
         compared = s.n_compared or s.n_expect_checked
         passed = compared if not failed else (s.n_equal if s.n_compared else compared - s.n_expect_failed)
@@ -154,6 +156,9 @@ def build_digest(
                 difference=s.difference,
                 speedup_note=s.speedup_note,
                 n_paired=s.n_paired,
+                decision=s.decision,
+                decision_ci=s.decision_ci,
+                decision_min_speedup=s.decision_min_speedup,
                 drafted=s.drafted,
                 accepted=s.accepted,
                 expected_accepted_length=s.expected_accepted_length,
@@ -170,6 +175,7 @@ def build_digest(
                 compared_text_only=0 if is_base else s.n_text_only,
                 first_mismatch=None if is_base or not s.first_mismatch else _mismatch(s),
                 failed_prompts=[] if is_base else failed,
+                triage={} if is_base else triage,
                 prompts=ids,
                 temperature=s.temperature,
                 draft_sampling=s.draft_sampling,
@@ -199,6 +205,7 @@ def build_digest(
         target_sha256=info.target_sha256,
         workload=man.request.workload if man else None,
         repetitions=man.observation.repeat if man else 0,
+        until_decided=bool(man and man.settings and man.settings.budget_s is not None),
         conditions=[_condition(c, bases.get(arms[c.idx]), levels[c.idx]) for c in conditions],
         strata=rows,
         set_aside=contention.run_notes(summaries),
@@ -230,7 +237,11 @@ def digest_run(run: BenchRun) -> RunDigest:
     prompts: dict[str, list[str]] = defaultdict(list)
     for p in run.prompts:
         prompts[p.stratum].append(p.id)
-    failing = {(r.condition, r.stratum, r.prompt_id) for r in run.requests if _changed(r.matches_baseline, r.expect_ok)}
+    failing: Failing = {}
+    for r in run.requests:
+        if _changed(r.matches_baseline, r.expect_ok):
+            triage = r.triage if r.matches_baseline is False else None
+            failing.setdefault((r.condition, r.stratum, r.prompt_id), []).append(triage)
     conc = run.manifest.request.concurrency if run.manifest else 1
     timings = ((r.condition, r.stratum, r.prompt_id, r.repeat, r.ok, r.total_ms) for r in run.requests)
     ratios = _ratios(timings, run.conditions, conc)

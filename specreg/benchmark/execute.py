@@ -105,6 +105,15 @@ def _log_name(cond: ConditionRun, round_no: int | None) -> str:
     return f"{cond.idx:02d}-{name}" + (f"-r{round_no}" if round_no is not None else "") + ".log"
 
 
+def condition_args(ctx: RunContext, cond: ConditionRun) -> list[str]:
+    """The server arguments of a condition in this run (every slot's, and the triage's restart)."""
+    o = ctx.opts
+    opts = ServerOptions(
+        ctx_size=o.ctx_size, parallel=cond.spec.concurrency, threads=o.threads, gpu_layers=o.gpu_layers, seed=o.seed
+    )
+    return server_args(cond.spec, ctx.target_path, opts)
+
+
 def run_condition(
     ctx: RunContext,
     cond: ConditionRun,
@@ -124,17 +133,7 @@ def run_condition(
     if cond.status == "pending":
         cond.status, cond.started_at = "running", now()
     cond.log_path = str(log_path)
-    args = server_args(
-        cond.spec,
-        ctx.target_path,
-        ServerOptions(
-            ctx_size=o.ctx_size,
-            parallel=cond.spec.concurrency,
-            threads=o.threads,
-            gpu_layers=o.gpu_layers,
-            seed=o.seed,
-        ),
-    )
+    args = condition_args(ctx, cond)
     cond.argv = ctx.cmd.argv(args)
     ctx.store.save_condition(ctx.run_id, cond)
     ctx.observer.condition_started(cond)
@@ -396,7 +395,7 @@ def _record(ctx: RunContext, cond: ConditionRun, row: RequestRow) -> None:
         if row.ok:
             ctx.baseline[(conc, row.prompt_id, row.repeat)] = row
     elif row.ok and cond.spec.sampler.greedy:  # sampled output is judged by benchmark/sampling.py
-        _compare(ctx, conc, row)
+        compare_with_baseline(ctx, conc, row)
     ctx.row_ids[_key(row)] = ctx.store.add_request(ctx.run_id, row)
     ctx.rows.append(row)
     ctx.observer.request_done(cond, row)
@@ -406,11 +405,9 @@ def _key(row: RequestRow) -> tuple[int, str, int]:
     return (row.condition_idx, row.prompt_id, row.repeat)
 
 
-def _compare(ctx: RunContext, conc: tuple[int, Sampler], row: RequestRow) -> bool:
+def compare_with_baseline(ctx: RunContext, conc: tuple[int, Sampler], row: RequestRow) -> bool:
     """Compare a speculative row with its baseline; whether anything about it changed."""
-    # the same prompt and repetition at the same concurrency; greedy output is deterministic,
-    # so any measured baseline repetition of the prompt stands in when that one is not there yet
-    base = ctx.baseline.get((conc, row.prompt_id, row.repeat)) or _any_baseline(ctx, conc, row.prompt_id)
+    base = baseline_row(ctx, conc, row)
     if base is None:
         return False
     c = compare_outputs(base, row)
@@ -422,7 +419,9 @@ def _compare(ctx: RunContext, conc: tuple[int, Sampler], row: RequestRow) -> boo
 
 def _complete_ids(ctx: RunContext, cond: ConditionRun, client: LlamaClient, rows: list[RequestRow]) -> None:
     """Give every row of this slot whose stream left out ids (text held back across tokens) the
-    full list: the same request again, not streamed, with `return_tokens`. Run after the slot's
+    full list: the same request again, not streamed, with `return_tokens`; a greedy speculative
+    chat row (its stream names no ids) too when the triage may need them (`_chat_needs_ids`),
+    through the template as the server applies it (`/apply-template`). Run after the slot's
     measurements and counters, so it changes neither. Its ids are kept only when its text and
     token count are the stream's and it agrees with every id the stream carried; else the row
     stays "incomplete" and is compared by text alone. Then comparisons that involve these rows
@@ -431,10 +430,20 @@ def _complete_ids(ctx: RunContext, cond: ConditionRun, client: LlamaClient, rows
     done: list[RequestRow] = []
     for row in rows:
         item = ctx.items[row.prompt_id]
-        if not row.ok or row.ids_source != "incomplete" or item.prompt is None or ctx.expired():
+        if not row.ok or ctx.expired():
+            continue
+        if row.ids_source == "incomplete" and item.prompt is not None:
+            prompt = item.prompt
+        elif row.ids_source == "none" and _chat_needs_ids(ctx, cond, row):
+            try:  # the template applied by the server itself, never rendered here
+                prompt = client.apply_template([m.model_dump() for m in item.messages or []])
+            except ServerError as exc:
+                ctx.observer.note(f"{cond.spec.name} {row.prompt_id}#{row.repeat}: no token ids ({exc.message})")
+                continue
+        else:
             continue
         rec = client.record_ids(
-            item.prompt,
+            prompt,
             max_tokens=o.max_tokens or item.max_tokens,
             seed=row.seed if row.seed is not None else o.seed,
             sampling=cond.spec.sampler.request_fields(),
@@ -455,13 +464,30 @@ def _complete_ids(ctx: RunContext, cond: ConditionRun, client: LlamaClient, rows
         prompts = {r.prompt_id for r in done}
         for r in ctx.rows:
             mine = r.ok and r.matches_baseline is not None and r.prompt_id in prompts and _conc(ctx, r) == conc
-            if mine and _compare(ctx, conc, r):
+            if mine and compare_with_baseline(ctx, conc, r):
                 changed[_key(r)] = r
     elif cond.spec.sampler.greedy:
         for r in done:
-            _compare(ctx, conc, r)
+            compare_with_baseline(ctx, conc, r)
     for key, r in changed.items():
         ctx.store.update_request_output(ctx.row_ids[key], r)
+
+
+def _chat_needs_ids(ctx: RunContext, cond: ConditionRun, row: RequestRow) -> bool:
+    """A greedy speculative chat row needs its ids (for the mismatch triage) when its text differs
+    from the baseline's, or when no baseline row of its prompt is measured yet; a baseline chat
+    row gets its ids from the triage itself, only when some row differs from it."""
+    if cond.spec.method == BASELINE or not cond.spec.sampler.greedy:
+        return False
+    base = baseline_row(ctx, arm(cond.spec), row)
+    return base is None or base.output_text != row.output_text
+
+
+def baseline_row(ctx: RunContext, conc: tuple[int, Sampler], row: RequestRow) -> RequestRow | None:
+    """The baseline row a speculative row is compared with: the same prompt and repetition at the
+    same arm; greedy output is deterministic, so any measured baseline repetition of the prompt
+    stands in when that one is not there yet."""
+    return ctx.baseline.get((conc, row.prompt_id, row.repeat)) or _any_baseline(ctx, conc, row.prompt_id)
 
 
 def _conc(ctx: RunContext, row: RequestRow) -> tuple[int, Sampler]:
@@ -479,13 +505,20 @@ def _replay_problem(row: RequestRow, positions: list[int], rec: Completion) -> s
         return "the server returned no token ids (no return_tokens in this build?)"
     if rec.output_tokens != row.output_tokens or len(ids) != row.output_tokens:
         return f"{len(ids)} ids and {rec.output_tokens} tokens for the stream's {row.output_tokens}"
-    text, streamed = rec.text, row.output_text or ""
-    if not (text == streamed or (text.startswith(streamed) and set(text[len(streamed) :]) <= {"\ufffd"})):
+    if not same_text(rec.text, row.output_text or ""):
         return "its text differs from the stream's"
+    if row.ids_source == "none":  # a chat stream names no ids: its text and token count are the check
+        return None
     if stream is None or len(positions) != len(stream):
         return "the stream's ids have no positions"
     bad = next((p for p, t in zip(positions, stream, strict=True) if p >= len(ids) or ids[p] != t), None)
     return None if bad is None else f"its token {bad} differs from the stream's"
+
+
+def same_text(replayed: str, measured: str) -> bool:
+    """A replay's text is the measured one's (a trailing incomplete UTF-8 sequence the stream
+    never released shows as U+FFFD in the replay)."""
+    return replayed == measured or (replayed.startswith(measured) and set(replayed[len(measured) :]) <= {"\ufffd"})
 
 
 def _any_baseline(ctx: RunContext, conc: tuple[int, Sampler], prompt_id: str) -> RequestRow | None:

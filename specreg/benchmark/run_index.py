@@ -28,11 +28,13 @@ from specreg.schemas.bench import (
 )
 from specreg.schemas.methods import BASELINE
 from specreg.schemas.registry import PairRecord
+from specreg.schemas.triage import Triage
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry
 
-Failing = set[tuple[str, str, str]]  # (condition, stratum, prompt id) whose output changed
+# (condition, stratum, prompt id) whose output changed -> its mismatched rows' triages (None: not triaged)
+Failing = dict[tuple[str, str, str], list[Triage | None]]
 RequestTiming = tuple[str, str, str, int, bool, float | None]  # condition, stratum, prompt, repeat, ok, total ms
 
 
@@ -50,8 +52,16 @@ class RunParts:
     conditions: list[ConditionRun] = field(default_factory=list)
     summaries: list[ConditionSummary] = field(default_factory=list)
     prompts: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))  # stratum -> prompt ids
-    failing: Failing = field(default_factory=set)
+    failing: Failing = field(default_factory=dict)
     timings: list[RequestTiming] | None = None  # only when asked for (per-request spread)
+
+
+def triage_of(matches: bool | int | None, triage_json: str | None) -> Triage | None:
+    """A failing row's triage: only a greedy mismatch (matches_baseline false) has one; an `expect`
+    failure, or a row never triaged, has none."""
+    if matches is None or matches or not triage_json:
+        return None
+    return Triage.model_validate_json(triage_json)
 
 
 def mismatch(s: ConditionSummary) -> bool:
@@ -194,11 +204,12 @@ def load_parts(reg: Registry, run_ids: Iterable[str], *, timings: bool = False) 
         out[rid].prompts[stratum].append(pid)
     mismatched = sorted(rid for rid, parts in out.items() if any(mismatch(s) for s in parts.summaries))
     if mismatched:
-        for rid, *key in reg.conn.execute(
-            f"SELECT run_id, condition, stratum, prompt_id FROM bench_requests WHERE {_IN_RUNS} {_MISMATCH}",
+        for rid, cond, stratum, pid, matches, triage in reg.conn.execute(
+            "SELECT run_id, condition, stratum, prompt_id, matches_baseline, triage_json "
+            f"FROM bench_requests WHERE {_IN_RUNS} {_MISMATCH}",
             (json.dumps(mismatched),),
         ):
-            out[rid].failing.add((key[0], key[1], key[2]))
+            out[rid].failing.setdefault((cond, stratum, pid), []).append(triage_of(matches, triage))
     if timings:  # reports only: every request row of the run, one run at a time
         for rid in wanted:
             out[rid].timings = reg.conn.execute(

@@ -26,6 +26,7 @@ from specreg.benchmark.execute import Observer, RunContext, finish_condition, ru
 from specreg.benchmark.runstore import RunStore
 from specreg.benchmark.sampling import arm, greedy_problem, greedy_twin, stored_greedy, unsupported
 from specreg.benchmark.workloads import Workload, load_workload
+from specreg.equivalence import triage
 from specreg.errors import ArtifactChanged, NotAdmitted, SpecregError, UsageError
 from specreg.registry.db import now
 from specreg.registry.hashing import sha256_file
@@ -295,6 +296,7 @@ class Runner:
                     self.observer.note(f"tune {note}")
             if until_decided:
                 self._until_decided(ctx, conds, t_start)
+            triage.triage_run(ctx, conds)  # mismatches: near tie or divergence (not a measurement)
             failed = [c for c in conds if c.status != "ok"]
             status = "incomplete" if failed else "complete"
             reason = "; ".join(f"{c.spec.name}: {c.failure}" for c in failed) or None

@@ -29,6 +29,7 @@ from specreg.schemas.bench import (
     SpecCounters,
     WarmupRecord,
 )
+from specreg.schemas.triage import Triage
 from specreg.servers.hardware import hardware_class
 
 if TYPE_CHECKING:
@@ -203,19 +204,20 @@ class RunStore:
         """Insert one request row; returns its row id (what `update_request_output` takes)."""
         values = [getattr(row, c) for c in _REQ_COLS]
         values[_REQ_COLS.index("started_at")] = iso(row.started_at)
-        cols = ", ".join(["run_id", *_REQ_COLS, "output_ids_json", "arrivals_json"])
-        marks = ",".join("?" * (len(_REQ_COLS) + 3))
+        cols = ", ".join(["run_id", *_REQ_COLS, "output_ids_json", "arrivals_json", "triage_json"])
+        marks = ",".join("?" * (len(_REQ_COLS) + 4))
         with self.reg.write() as db:
             cur = db.execute(
                 f"INSERT INTO bench_requests ({cols}) VALUES ({marks})",
-                (run_id, *values, _ids(row.output_ids), _arrivals(row.arrivals)),
+                (run_id, *values, _ids(row.output_ids), _arrivals(row.arrivals), _dump(row.triage)),
             )
             return int(cur.lastrowid or 0)
 
     def update_request_output(self, row_id: int, row: RequestRow) -> None:
-        """A stored row's ids (completed by a replay) and its comparison with the baseline."""
-        sets = ", ".join(f"{c} = ?" for c in ["output_ids_json", *_OUTPUT_COLS])
-        values = [_ids(row.output_ids), *(getattr(row, c) for c in _OUTPUT_COLS)]
+        """A stored row's ids (completed by a replay), its comparison with the baseline and its
+        mismatch triage."""
+        sets = ", ".join(f"{c} = ?" for c in ["output_ids_json", "triage_json", *_OUTPUT_COLS])
+        values = [_ids(row.output_ids), _dump(row.triage), *(getattr(row, c) for c in _OUTPUT_COLS)]
         with self.reg.write() as db:
             db.execute(f"UPDATE bench_requests SET {sets} WHERE id = ?", (*values, row_id))
 
@@ -418,6 +420,7 @@ def _request(q: sqlite3.Row) -> RequestRow:
         data[b] = None if data[b] is None else bool(data[b])
     data["output_ids"] = json.loads(q["output_ids_json"]) if q["output_ids_json"] else None
     data["arrivals"] = json.loads(q["arrivals_json"]) if q["arrivals_json"] else None
+    data["triage"] = Triage.model_validate_json(q["triage_json"]) if q["triage_json"] else None
     return RequestRow.model_validate(data)
 
 

@@ -49,6 +49,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         f"specreg check pair {_T} {_D} --strict --format sarif",
     ),
     "pairs": ("specreg pairs", "specreg pairs --admitted --json", "specreg pairs --recheck --runtime llama.cpp-b11434"),
+    "drafts": (
+        f"specreg drafts {_T} --dir specreg-demo/models --all",
+        f"specreg drafts {_T} --dir specreg-demo/models --json",
+    ),
     "rules": ("specreg rules list", "specreg rules diff llama.cpp-b11434 llama.cpp-b11549"),
     "rules list": ("specreg rules list", "specreg rules list --json"),
     "rules diff": ("specreg rules diff llama.cpp-b11434 llama.cpp-b11549",),

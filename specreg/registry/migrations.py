@@ -514,3 +514,10 @@ def m015_bench_request_sampler(db: sqlite3.Connection) -> None:
         ("min_p", "REAL"),
     ):
         db.execute(f"ALTER TABLE bench_requests ADD COLUMN {col} {kind}")
+
+
+@migrations()
+def m018_bench_request_triage(db: sqlite3.Connection) -> None:
+    """A mismatched row's triage: the baseline's top candidates at its first differing token and
+    whether that was a near tie or a confident divergence (schemas/triage.py). Older rows: NULL."""
+    db.execute("ALTER TABLE bench_requests ADD COLUMN triage_json TEXT")

@@ -231,13 +231,19 @@ def set_aside_notes(run: RunDigest) -> list[str]:
 
 def comparison_notes(run: RunDigest) -> list[str]:
     """Each condition x stratum whose output differs from the baseline: how many, where first (the
-    token), with context."""
+    token), with context, and each changed prompt's triage (near tie or divergence, at the
+    default margin; the audit judges with its policy's)."""
     return [
         f"{r.condition} / {r.stratum}: {r.compared - r.equivalent} of {plural(r.compared, 'output')} differ "
-        f"from the baseline; first: {r.first_mismatch or 'not recorded'}"
+        f"from the baseline; first: {r.first_mismatch or 'not recorded'}{_triages(r)}"
         for r in run.strata
         if mismatched(r) or r.first_mismatch
     ]
+
+
+def _triages(r: StratumRow) -> str:
+    shown = [f"{p}: {r.triage[p].text() if p in r.triage else 'not triaged'}" for p in r.failed_prompts[:5]]
+    return f"; triage: {'; '.join(shown)}" if shown else ""
 
 
 def sampler_notes(run: RunDigest) -> list[str]:

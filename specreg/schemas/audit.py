@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from specreg.schemas.bench import ConditionStatus, Difference, RunStatus, TuneEstimate
 from specreg.schemas.bench_settings import DEFAULT_REPEAT
 from specreg.schemas.sampling import DraftSampling, Sampler
+from specreg.schemas.triage import NEAR_TIE_MARGIN, Triage
 
 if TYPE_CHECKING:
     from specreg.schemas.registry import ArtifactRecord
@@ -69,6 +70,12 @@ class QualityPolicy(_Strict):
     # the distribution check's level: a condition whose outputs' first tokens differ from the
     # baseline's with p below this fails (its false-alarm rate when nothing changed)
     distribution_alpha: float = Field(default=0.01, gt=0, lt=1)
+    # a greedy mismatch whose first differing token was a near tie on the baseline (its two tokens'
+    # log-probabilities within `near_tie_margin` nats: the numerical effect of batched
+    # verification, schemas/triage.py) is reported and does not fail ("report") or fails like any
+    # other ("fail"); a confident divergence, or a mismatch that could not be triaged, always fails
+    near_ties: Literal["report", "fail"] = "report"
+    near_tie_margin: float = Field(default=NEAR_TIE_MARGIN, ge=0, le=2)
 
 
 class SamplingPolicy(Sampler):
@@ -149,6 +156,11 @@ class StratumRow(BaseModel):
     difference: Difference | None = None  # "no measurable difference" when the interval holds 1.0
     speedup_note: str | None = None
     n_paired: int = 0
+    # the anytime-valid decision (benchmark/sequential.py) and its interval, which holds however
+    # many rounds were looked at: what a run measured until decided (`--budget`) is gated on
+    decision: Literal["faster", "not faster", "undecided"] | None = None
+    decision_ci: tuple[float, float] | None = None
+    decision_min_speedup: float | None = None
     drafted: int | None = None
     accepted: int | None = None
     expected_accepted_length: float | None = None  # E[L]: tokens per step that drafted (this stratum's)
@@ -164,6 +176,9 @@ class StratumRow(BaseModel):
     compared: int = 0  # requests that could be compared
     compared_text_only: int = 0  # of those, compared by text alone (a side's token ids incomplete)
     first_mismatch: str | None = None  # "prompt#rep @ token 7, char 12: <context>"
+    # per prompt in failed_prompts, the most severe triage of its mismatched rows (schemas/triage.py;
+    # absent: some row of it was not triaged), judged against the policy's margin by the gate
+    triage: dict[str, Triage] = Field(default_factory=dict)
     prompts: list[str] = Field(default_factory=list)  # prompt ids measured in this stratum
     failed_prompts: list[str] = Field(default_factory=list)  # prompt ids that broke equivalence
     # the sampler (greedy unless measured otherwise) and the sampled stage's checks (T > 0)
@@ -262,6 +277,9 @@ class RunDigest(BaseModel):
     target_name: str | None = None
     workload: str | None = None
     repetitions: int = 0
+    # measured until decided (`--budget`): rounds were added while the decision was undecided, so
+    # only the anytime-valid interval is valid at the end (a bootstrap interval is not, after such a stop)
+    until_decided: bool = False
     conditions: list[ConditionDigest] = Field(default_factory=list)
     strata: list[StratumRow] = Field(default_factory=list)
     models: dict[str, ModelName] = Field(default_factory=dict)  # sha256 -> names, filled for reports

@@ -17,6 +17,7 @@ from specreg.schemas.bench_settings import BenchSettings, Order
 from specreg.schemas.checks import CheckResult
 from specreg.schemas.registry import LicenceRecord
 from specreg.schemas.sampling import DraftSampling, Sampler
+from specreg.schemas.triage import Triage
 
 RunStatus = Literal["running", "complete", "incomplete", "cancelled", "aborted", "failed"]
 ConditionStatus = Literal["pending", "running", "ok", "failed", "cancelled", "aborted", "skipped"]
@@ -245,7 +246,9 @@ class RequestRow(BaseModel):
     # where output_ids came from: "stream" (the stream carried every id), "replay" (it did not; a
     # non-streamed return_tokens request to the same server, matching the streamed text and every
     # id the stream did carry), "incomplete" (neither: compared by text only), "none" (a chat
-    # request: its stream names no ids). None: rows stored before specreg recorded it.
+    # request: its stream names no ids; a chat row whose text differs from the baseline's gets them
+    # by a replay: the template applied by the server, then return_tokens, kept when its text and
+    # token count are the stream's). None: rows stored before specreg recorded it.
     ids_source: IdsSource | None = None
     stream_ids_n: int | None = None  # ids the stream itself carried (of output_tokens)
     # client arrivals from the first event with text on: (ms since the request was sent, tokens)
@@ -257,6 +260,9 @@ class RequestRow(BaseModel):
     diff_unit: Literal["token", "char"] | None = None  # "char": compared by text only
     first_diff_char: int | None = None  # the first differing character (None: the texts are equal)
     diff_context: str | None = None  # a few tokens / characters either side of the first difference
+    # a mismatch's first differing token judged on the baseline's top candidates there (near tie
+    # or divergence: schemas/triage.py); None: equal, not greedy, or not triaged
+    triage: Triage | None = None
     expect_ok: bool | None = None
     expect_detail: str | None = None
     # the sampler the request was made with and its seed (repetition seeds: schemas/sampling.py);
@@ -522,6 +528,11 @@ class ConditionSummary(BaseModel):
     n_text_only: int = 0  # of n_compared, compared by text alone (a side's ids incomplete, or chat)
     first_mismatch: str | None = None  # "prompt_id#repeat @ token 7, char 12"
     mismatch_context: str | None = None  # the first mismatch's tokens and characters either side
+    mismatch_triage: Triage | None = None  # the first mismatch's triage (None: not triaged)
+    # mismatches by triage at the run's margin (schemas/triage.py): near ties, and the rest
+    # (confident divergences, unclassified, untriaged), which always fail equivalence
+    n_near_ties: int = 0
+    n_divergences: int = 0
     n_expect_checked: int = 0
     n_expect_failed: int = 0
     # the sampler (every condition's own; a speed-up is against the baseline at the same one)

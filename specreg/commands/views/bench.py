@@ -480,6 +480,18 @@ def _comparisons(summaries: list[ConditionSummary]) -> None:
             )
             if s.mismatch_context:
                 say(s.mismatch_context, prefix="    ", style="yellow", indent=6)
+            say(_triage_line(s), prefix="    triage: ", style="yellow", indent=6)
+
+
+def _triage_line(s: ConditionSummary) -> str:
+    """The first mismatch's triage and how the condition's mismatches divide (schemas/triage.py)."""
+    first = s.mismatch_triage.text() if s.mismatch_triage else "not triaged (no baseline probabilities on record)"
+    ties = plural(s.n_near_ties, "near tie")
+    rest = plural(s.n_divergences, "divergence")
+    return (
+        f"{first}. Of the mismatches: {ties} (reported, not failed, by the default policy), {rest} or "
+        "untriaged (fail equivalence)"
+    )
 
 
 def _speedup(s: ConditionSummary) -> Cell:

@@ -1,0 +1,238 @@
+"""`specreg drafts TARGET`: every draft (and self-drafting method) for a target, judged and ranked.
+
+The question users bring: "I serve this target; which draft should I use?". The candidates come
+from sources/candidates.py (registry, HF cache, --dir folders, the hub by range reads); each is
+judged by `validators.check_pair` - the very checks `check pair` runs - for the method its
+architecture serves (draft-simple; EAGLE-3 / DFlash heads, whose recorded target the checks
+compare), under the rule set of the server that will run it; the target alone is judged for MTP
+(if it has next-n heads) and the n-gram methods. Admitted rows are ranked by the speed-up
+audit/draft_prediction.py predicts, with the licence as the policy's licence gate sees it.
+Nothing is recorded here but the target (as `check pair` records it); `--bench` records what
+it measures (audit/draft_bench.py).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from specreg.audit.draft_prediction import Book, build_book, predict
+from specreg.audit.gates import licence_gate
+from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, VOCAB_ONLY_CODES
+from specreg.errors import SpecregError, UsageError
+from specreg.registry.artifacts import HEX
+from specreg.registry.db import now
+from specreg.schemas.drafts import DraftReport, DraftRow
+from specreg.schemas.methods import DEFAULT_NGRAM_METHODS, MODEL_DRAFTED, SELF_METHODS, Method
+from specreg.schemas.registry import ArtifactRecord, LicenceRecord, Provenance
+from specreg.sources import candidates as cand
+
+if TYPE_CHECKING:
+    from specreg.gguf.reader import GGUFFile
+    from specreg.registry.store import Registry
+    from specreg.schemas.audit import Policy
+    from specreg.schemas.checks import CheckResult
+    from specreg.validators.ruleset import RuleSet
+
+Progress = Callable[[str, int, int], None]  # (stage, done, total)
+
+
+@dataclass(frozen=True)
+class Search:
+    """Where to look and under which rules and policy."""
+
+    rules: RuleSet
+    rules_why: str
+    policy: Policy
+    policy_source: str
+    dirs: tuple[Path, ...] = ()
+    hub: bool = False
+    limit: int = 20
+    cache: bool = True
+
+
+def resolve_target(reg: Registry, arg: str) -> tuple[ArtifactRecord, GGUFFile, str]:
+    """TARGET as a path, pair id (its target), SHA-256 prefix, URL or ORG/REPO[:FILE] on the hub."""
+    from specreg.sources.checking import open_artifact
+
+    ref = arg
+    if arg.isdigit() and not os.path.exists(arg) and (len(arg) < 6 or not HEX.fullmatch(arg)):
+        ref = reg.get_pair(int(arg)).target_sha256
+    elif (hub_ref := cand.hub_target_ref(arg)) is not None:
+        ref = hub_ref
+    rec, gf = open_artifact(reg, ref)
+    return rec, gf, ref
+
+
+def _first_error(checks: list[CheckResult]) -> CheckResult | None:
+    return next((c for c in checks if c.severity == "error"), None)
+
+
+def _licence(
+    rec: ArtifactRecord | None, value: str | None, found: cand.Found | None, policy: Policy
+) -> tuple[bool, str]:
+    """The policy's licence gate on this one file (a record made up for files not registered)."""
+    if rec is None:
+        rec = ArtifactRecord(
+            sha256="0" * 64, size=0, licence=LicenceRecord(effective=value, effective_source="gguf" if value else None),
+            provenance=Provenance(repo=found.repo if found else None, revision=found.revision if found else None),
+            registered_at=now(), updated_at=now(),
+        )  # fmt: skip
+    g = licence_gate([("draft", rec)], policy.licence)
+    return g.passed, g.message
+
+
+def _bytes_per_token(gf: GGUFFile) -> int:
+    """Weights one decode of the draft reads: every tensor but the embedding table (one row of it)."""
+    return sum(t.n_bytes for t in gf.tensors if not t.name.startswith("token_embd"))
+
+
+def _row_for(found: cand.Found, target: GGUFFile, reg: Registry, rules: RuleSet, policy: Policy) -> DraftRow:
+    from specreg.gguf.summary import summarize
+    from specreg.validators.pair import check_pair, detect_method
+
+    gf = found.file
+    assert gf is not None
+    method = detect_method(gf, rules)
+    checks = check_pair(target, gf, method, rule_set=rules, scans=reg.template_scans)
+    bad = _first_error(checks)
+    # admitted by `check pair` but with no weights to draft with: no candidate (bench would refuse it)
+    hollow = next((c for c in checks if c.code in VOCAB_ONLY_CODES and c.severity != "pass"), None)
+    s = summarize(gf)
+    allowed, note = _licence(found.record, found.licence, found, policy)
+    local = found.where != "hub" and not (found.record is not None and not found.record.paths)
+    return DraftRow(
+        method=method, draft=found.label, where=found.where, ref=found.ref, sha256=found.sha256,
+        repo=found.repo, revision=found.revision, quant=s.file_type_name, size_bytes=found.size or s.file_size,
+        bytes_per_token=_bytes_per_token(gf), parameters=s.parameter_count or None,
+        licence=found.licence, licence_allowed=allowed, licence_note=note,
+        admitted=bad is None and hollow is None,
+        reason=f"{bad.code}: {bad.message}" if bad else f"{NOT_BENCHMARKABLE}: {hollow.message}" if hollow else None,
+        reason_code=bad.code if bad else NOT_BENCHMARKABLE if hollow else None,
+        warnings=sum(1 for c in checks if c.severity == "warn"),
+        local=local,
+    )  # fmt: skip
+
+
+def _self_rows(
+    t_rec: ArtifactRecord, target: GGUFFile, book: Book, reg: Registry, rules: RuleSet, policy: Policy
+) -> list[DraftRow]:
+    """The target alone: MTP when it has next-n heads, the n-gram methods (those `bench` runs by
+    default and any other this target has runs of)."""
+    from specreg.gguf.summary import summarize
+    from specreg.validators.pair import check_pair
+
+    s = summarize(target)
+    methods: list[Method] = [Method.DRAFT_MTP] if s.speculative.nextn_predict_layers else []
+    measured = {m.method for m in book.measured.values() if m.target == t_rec.sha256}
+    methods += [
+        m
+        for m in Method
+        if m in SELF_METHODS and m != Method.DRAFT_MTP and (m in DEFAULT_NGRAM_METHODS or m in measured)
+    ]
+    allowed, note = _licence(t_rec, None, None, policy)
+    rows = []
+    for m in methods:
+        checks = check_pair(target, None, m, rule_set=rules, scans=reg.template_scans)
+        bad = _first_error(checks)
+        rows.append(
+            DraftRow(
+                method=m,
+                where="target",
+                sha256=None,
+                quant=s.file_type_name,
+                licence=t_rec.licence.effective,
+                licence_allowed=allowed,
+                licence_note=note,
+                admitted=bad is None,
+                reason=f"{bad.code}: {bad.message}" if bad else None,
+                reason_code=bad.code if bad else None,
+                warnings=sum(1 for c in checks if c.severity == "warn"),
+                local=bool(t_rec.paths),
+                bytes_per_token=0 if m != Method.DRAFT_MTP else None,
+            )
+        )
+    return rows
+
+
+def rank_key(row: DraftRow) -> tuple[float, int, int]:
+    """Highest predicted speed-up first; then what can run here, then the smaller draft."""
+    p = row.prediction.speedup if row.prediction else 0.0
+    return (-round(p, 4), 0 if row.local else 1, row.size_bytes or 0)
+
+
+def find_drafts(reg: Registry, target_arg: str, search: Search, progress: Progress | None = None) -> DraftReport:
+    """Gather, judge, predict and rank (module docstring); one line per candidate that failed."""
+    from specreg.gguf.summary import summarize
+    from specreg.sources.hub import HubSettings
+
+    def tell(stage: str, done: int, total: int) -> None:
+        if progress is not None:
+            progress(stage, done, total)
+
+    t_rec, t_file, _ = resolve_target(reg, target_arg)
+    t_sum = summarize(t_file)
+    settings = HubSettings.from_env()
+    got = cand.Gathered()
+    cand.from_registry(reg, t_sum, t_rec.sha256, search.rules, got)
+    known = {os.path.realpath(p) for f in got.found if f.record is not None for p in f.record.paths}
+    known |= {os.path.realpath(p) for p in t_rec.paths}
+    if search.dirs:
+        cand.from_dirs(search.dirs, known, got)
+    if search.cache:
+        cand.from_hf_cache(settings, known, got)
+    local = [f for f in got.found if f.file is None]
+    for i, f in enumerate(local):
+        cand.open_local(f, reg)
+        tell("reading local headers", i + 1, len(local))
+    if search.hub:
+        terms = cand.family_terms(t_file, t_rec.provenance.repo)
+        shas = {t_rec.sha256} | {f.sha256 for f in got.found if f.sha256}
+        cand.from_hub(settings, terms, search.limit, got, exclude=shas, exclude_repo=None,
+                      progress=lambda d, n: tell("reading hub headers", d, n))  # fmt: skip
+    book = build_book(reg)
+    rows: list[DraftRow] = []
+    failures = list(got.failures)
+    seen: set[str] = set()
+    opened = [f for f in got.found if f.file is not None]
+    for i, f in enumerate(opened):
+        if f.sha256 is not None and (f.sha256 == t_rec.sha256 or f.sha256 in seen):
+            continue
+        if f.sha256:
+            seen.add(f.sha256)
+        try:
+            rows.append(_row_for(f, t_file, reg, search.rules, search.policy))
+        except SpecregError as exc:
+            failures.append(f"{f.label}: {exc.message}")
+        tell("checking", i + 1, len(opened))
+    failures += [f"{f.label}: {f.problem}" for f in got.found if f.problem]
+    rows += _self_rows(t_rec, t_file, book, reg, search.rules, search.policy)
+    for row in rows:
+        if not row.admitted:
+            continue
+        d_sum = None
+        if row.method in MODEL_DRAFTED and row.method != Method.DRAFT_MTP:
+            f = next(x for x in opened if x.ref == row.ref)
+            d_sum = f.summary
+        row.prediction = predict(book, row.method, t_sum, d_sum, t_rec.sha256, row.sha256)
+    admitted = sorted((r for r in rows if r.admitted), key=rank_key)
+    rejected = [r for r in rows if not r.admitted]
+    by_reason = Counter(r.reason_code or "?" for r in rejected)
+    if got.other_tokenizer:
+        by_reason["other tokenizer (not opened)"] = got.other_tokenizer
+    return DraftReport(
+        target=target_arg, target_sha256=t_rec.sha256, target_name=t_rec.name, rule_set=search.rules.id,
+        rule_set_chosen_by=search.rules_why, policy=search.policy_source, rows=admitted, rejected=rejected,
+        rejected_by_reason=dict(by_reason.most_common()), other_tokenizer=got.other_tokenizer,
+        failures=failures, notes=got.notes, searched_repos=got.searched_repos,
+        hub_bytes_fetched=sum(f.bytes_fetched for f in got.found), prior=book.prior, error=book.error,
+    )  # fmt: skip
+
+
+def check_limits(limit: int) -> None:
+    if not 1 <= limit <= cand.MAX_LIMIT:
+        raise UsageError(f"--limit {limit}: choose 1 to {cand.MAX_LIMIT} repos")

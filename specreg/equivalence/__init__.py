@@ -1,0 +1,1 @@
+"""Output equivalence beyond the comparison: why a greedy output differs from the baseline's."""
