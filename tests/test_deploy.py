@@ -108,6 +108,10 @@ def test_argv_round_trips_through_the_bundled_parser_to_what_was_measured(
         ours, deployed = build_parser(), vars(build_parser().parse_args(plan["argv"][1:]))
         recorded = vars(ours.parse_args(recorded_flags(measured.argv)))
         benchmark_only = {"host", "port", "temp", "top_k", "top_p", "verbosity"}
+        # the serving limits the memory prediction assumed: pinned at the build's defaults when unset
+        assert (deployed["cache_ram"], deployed["ctx_checkpoints"]) == (8192, 32)
+        assert (recorded["cache_ram"], recorded["ctx_checkpoints"]) == (None, None)
+        benchmark_only |= {"cache_ram", "ctx_checkpoints"}
         assert {k: v for k, v in deployed.items() if k not in benchmark_only} == {
             k: v for k, v in recorded.items() if k not in benchmark_only
         }
@@ -224,7 +228,12 @@ def test_unit_argv_building() -> None:
                 "-ngl", "-1", "--seed", "7", "--metrics", "--host", "127.0.0.1", "--port", "41234"]  # fmt: skip
     argv = server_argv(external, program="/opt/llama/bin/llama-server")
     assert argv == ["/opt/llama/bin/llama-server", "-m", "/m/t.gguf", "--spec-type", "none", "-c", "512", "-np", "2",
+                    "--ctx-checkpoints", "32", "--cache-ram", "8192",
                     "-ngl", "-1", "--seed", "7", "--temp", "0", "--metrics"]  # fmt: skip
+    # what the memory prediction assumed is pinned: llama.cpp's defaults, or what the run recorded
+    pinned = server_argv([*external, "--cache-ram", "512", "--ctx-checkpoints", "4", "--swa-full"])
+    assert pinned[pinned.index("--cache-ram") + 1] == "512" and pinned[pinned.index("--ctx-checkpoints") + 1] == "4"
+    assert "--swa-full" in pinned
     with pytest.raises(SpecregError, match="unknown flags --spec-synth-rates"):
         server_argv([*external, "--spec-synth-rates", "1"])
     lines = wrap_command(argv, 40)

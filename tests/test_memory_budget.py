@@ -123,7 +123,9 @@ def test_gpu_layers_split_weights_kv_and_compute(tmp_path: Path) -> None:
     cpu = estimate(gf, None, ServeSettings(), RULES)
     assert cpu.vram_bytes == 0 and cpu.host_bytes == cpu.total_bytes
     every = estimate(gf, None, ServeSettings(gpu_layers=-1), RULES)
-    host_only = every.overhead_bytes + every.output_bytes + every.vocab_bytes  # output buffers: host memory
+    # output buffers, the prompt cache and checkpoints: host memory
+    host_only = every.overhead_bytes + every.output_bytes + every.vocab_bytes + every.prompt_cache_bytes
+    host_only += every.checkpoint_bytes
     assert every.vram_bytes == every.total_bytes - host_only - (
         sum(t.n_bytes for t in gf.tensors if not t.name.startswith(("blk.", "output.")))
     )
@@ -174,14 +176,17 @@ def test_check_pair_reports_memory_and_fails_a_budget(tmp_path: Path) -> None:
         "vocab_bytes",
         "overhead_bytes",
         "method_bytes",
+        "prompt_cache_bytes",
+        "checkpoint_bytes",
     )
     assert mem["total_bytes"] == sum(mem[k] for k in parts)
+    assert mem["prompt_cache_bytes"] == 8192 * MIB and mem["checkpoint_bytes"] == 0  # llama.cpp's default, no SWA
     small = cli(*args, "--budget", "40MiB", db=db)
     assert small.returncode == 1
     check = next(c for c in json.loads(small.stdout)["checks"] if c["code"] == "memory.budget")
     assert check["severity"] == "error" and "more than the budget of 40.0 MiB" in check["message"]
     assert check["evidence"]["needed_bytes"] == mem["total_bytes"] and check["evidence"]["budget_bytes"] == 40 * MIB
-    roomy = cli(*args, "--budget", "auto", db=db)  # the host's RAM holds 60 MiB
+    roomy = cli(*args, "--budget", "auto", "--cache-ram", "0", db=db)  # the host RAM holds 60 MiB, no prompt cache
     assert roomy.returncode == 0, roomy.stderr
     human = cli(*args[:-1], db=db)
     assert "memory  -c 8192 -np 2 -ctk f16 -ctv f16: weights 0.5 + draft 0.5, KV 4.0," in human.stdout

@@ -5,7 +5,10 @@ bundled server's own flag parser and written out for the real program: `llama-se
 user's binary), never specreg's wrapper, without the benchmark's loopback host, temporary port
 and log level. Sampling defaults are pinned as the requests were made (the condition's sampler,
 which the audit chose to be the policy's `[sampling]`; greedy for runs that recorded none, and
-the run's seed), because the quality and speed gates only vouch for those. Pure: no I/O.
+the run's seed), because the quality and speed gates only vouch for those. The prompt cache's
+limit and the context checkpoints per slot are pinned as the memory prediction assumed them
+(--cache-ram, --ctx-checkpoints: the run's, else llama.cpp's defaults of the audited build), so
+a build with other defaults cannot grow past the audited figure. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from specreg.schemas.audit import (
     PairAudit,
 )
 from specreg.schemas.bench import ALL_STRATA, RequestSettings
+from specreg.schemas.memory import DEFAULT_CACHE_RAM_MIB, DEFAULT_CTX_CHECKPOINTS
 from specreg.servers.bundled_server import NGRAM_FLAGS, build_parser, ngram_dest
 
 PROGRAM = "llama-server"
@@ -98,6 +102,13 @@ def server_argv(
         if value is not None:
             argv += [flag, str(value)]
     argv += ["-c", str(ns.ctx_size), "-np", str(ns.parallel)]
+    # what the memory prediction assumed the server keeps over time, pinned: a later build's
+    # defaults cannot grow production past the audited figure (validators/memory_served.py)
+    cache_ram = DEFAULT_CACHE_RAM_MIB if ns.cache_ram is None else ns.cache_ram
+    checkpoints = DEFAULT_CTX_CHECKPOINTS if ns.ctx_checkpoints is None else ns.ctx_checkpoints
+    argv += ["--ctx-checkpoints", str(checkpoints), "--cache-ram", str(cache_ram)]
+    if ns.swa_full:
+        argv.append("--swa-full")
     if ns.threads is not None:
         argv += ["-t", str(ns.threads)]
     if ns.ngl is not None:

@@ -447,28 +447,54 @@ def _within(extra: float | None, total: float | None, abs_mib: float | None, pct
 
 
 def memory_gate(run: RunDigest, cond: ConditionDigest, policy: MemoryPolicy) -> GateResult:
-    """Extra peak RAM/VRAM over the baseline within the policy's absolute and % margins."""
+    """Extra peak RAM/VRAM over the baseline within the policy's absolute and % margins. The RAM of
+    a condition and of its baseline is the larger of the measured peak and the prediction (a
+    short run may not reach what its workload grows to); a measured peak over its prediction by
+    more than the prediction's margin is flagged in the message."""
+    from specreg.validators.memory_budget import exceeded_text, prediction_exceeded
+
+    base = run.baseline(cond.concurrency)
+    ram = _larger(cond.peak_ram_mib, cond.predicted_ram_mib)
+    extra_ram = cond.extra_ram_mib
+    if base is not None and base is not cond and ram is not None:
+        base_ram = _larger(base.peak_ram_mib, base.predicted_ram_mib)
+        extra_ram = None if base_ram is None else ram - base_ram
+    over = prediction_exceeded(cond.peak_ram_mib, cond.predicted_ram_mib)
     evidence = {
-        "extra_ram_mib": cond.extra_ram_mib,
+        "extra_ram_mib": extra_ram,
         "extra_vram_mib": cond.extra_vram_mib,
         "peak_ram_mib": cond.peak_ram_mib,
+        "predicted_ram_mib": cond.predicted_ram_mib,
+        "gated_ram_mib": ram,
+        "prediction_exceeded": over,
         "peak_vram_mib": cond.peak_vram_mib,
         "total_ram_mib": run.total_ram_mib,
         "total_vram_mib": run.total_vram_mib,
     }
-    problems = _within(cond.extra_ram_mib, run.total_ram_mib, policy.max_extra_ram_mib, policy.max_extra_ram_pct, "RAM")
+    flag = ""
+    if over is not None and cond.peak_ram_mib and cond.predicted_ram_mib:
+        flag = "; " + exceeded_text("RAM", cond.peak_ram_mib, cond.predicted_ram_mib, over)
+    problems = _within(extra_ram, run.total_ram_mib, policy.max_extra_ram_mib, policy.max_extra_ram_pct, "RAM")
     gpu = run.total_vram_mib is not None or cond.peak_vram_mib is not None
     if gpu:
         problems += _within(
             cond.extra_vram_mib, run.total_vram_mib, policy.max_extra_vram_mib, policy.max_extra_vram_pct, "VRAM"
         )
     if problems:
-        return GateResult(gate="memory", passed=False, message="; ".join(problems), evidence=evidence)
-    ram = "n/a" if cond.extra_ram_mib is None else f"{cond.extra_ram_mib:+.0f} MiB"
+        return GateResult(gate="memory", passed=False, message="; ".join(problems) + flag, evidence=evidence)
+    ram_text = "n/a" if extra_ram is None else f"{extra_ram:+.0f} MiB"
     vram = f"{cond.extra_vram_mib:+.0f} MiB" if gpu and cond.extra_vram_mib is not None else "no GPU recorded"
     return GateResult(
-        gate="memory", passed=True, evidence=evidence, message=f"extra RAM {ram}, VRAM {vram}: within margin"
+        gate="memory",
+        passed=True,
+        evidence=evidence,
+        message=f"extra RAM {ram_text}, VRAM {vram}: within margin{flag}",
     )
+
+
+def _larger(measured: float | None, predicted: float | None) -> float | None:
+    known = [x for x in (measured, predicted) if x is not None]
+    return max(known) if known else None
 
 
 def rollback_gate(

@@ -30,7 +30,7 @@ from specreg.benchmark.condition_summary import compare_outputs
 from specreg.benchmark.conditions import ServerOptions, server_args
 from specreg.benchmark.runstore import RunStore
 from specreg.benchmark.sampling import arm
-from specreg.benchmark.warmup import warm_up
+from specreg.benchmark.warmup import WARMUP_TOKENS, warm_up
 from specreg.benchmark.workloads import Workload, content_sha256
 from specreg.errors import ServerError, ServerStartError
 from specreg.registry.db import now
@@ -41,7 +41,7 @@ from specreg.schemas.sampling import Sampler, repetition_seed
 from specreg.servers.launcher import ServerCommand, ServerProcess, launch
 from specreg.servers.load import LoadProbe
 from specreg.servers.memory import GpuProbe, MemorySampler, higher_peak
-from specreg.servers.memory_predict import predict_rss
+from specreg.servers.memory_predict import predict_rss, served_requests
 from specreg.servers.metrics import add_counters, parse_metrics, spec_counters, spec_only
 from specreg.servers.serverlog import error_lines, head_text, last_lines, refusal_lines, speculation_lines, tail_text
 from specreg.text import plural
@@ -79,6 +79,7 @@ class RunContext:
     # (arm: concurrency and sampler, prompt, rep) -> the baseline's row
     baseline: dict[tuple[tuple[int, Sampler], str, int], RequestRow] = field(default_factory=dict)
     prompts_stored: bool = False
+    input_tokens: dict[str, int | None] = field(default_factory=dict)  # prompt id -> tokens on the server
     items: dict[str, WorkloadItem] = field(default_factory=dict)
     row_ids: dict[tuple[int, str, int], int] = field(default_factory=dict)  # (condition, prompt, rep) -> row id
     positions: dict[tuple[int, str, int], list[int]] = field(default_factory=dict)  # the stream's id positions
@@ -215,10 +216,16 @@ def _measure(
 ) -> None:
     o = ctx.opts
     if not ctx.prompts_stored:
-        ctx.store.add_prompts(ctx.run_id, [_prompt_info(client, it, o.max_tokens) for it in ctx.workload.items])
+        infos = [_prompt_info(client, it, o.max_tokens) for it in ctx.workload.items]
+        ctx.store.add_prompts(ctx.run_id, infos)
+        ctx.input_tokens = {p.id: p.input_tokens for p in infos}
         ctx.prompts_stored = True
+    warmed: list[tuple[str, int]] = []
     if o.warmup:
         cond.warmup.append(warm_up(client, ctx.workload.items[0], o, round_no, ctx.remaining))
+        first = ctx.workload.items[0]
+        n_warm = min(WARMUP_TOKENS, o.max_tokens or first.max_tokens)
+        warmed = [(first.id, n_warm)] * len(cond.warmup[-1].latencies_ms)
     if not server.alive():
         server.settle_log()
         _fail(cond, f"server exited (code {server.proc.returncode}) during warm-up", _errors(server.log_path))
@@ -229,11 +236,18 @@ def _measure(
     with sampler:
         _requests(ctx, cond, server, client, reps)
     cond.load.append(probe.stop())  # was the machine busy from the server's start to here
+    old = cond.memory.predicted_rss_bytes if cond.memory else None
     cond.memory = higher_peak(cond.memory, sampler.result())
-    cond.memory.predicted_rss_bytes = predict_rss(
+    mine = [r for r in ctx.rows[first_row:] if r.condition_idx == cond.idx]
+    chat = {it.id for it in ctx.workload.items if it.messages is not None}
+    predicted = predict_rss(
         cond.spec, ctx.target_path, ctx_size=o.ctx_size, slots=cond.spec.concurrency, gpu_layers=o.gpu_layers,
         items=ctx.workload.items, max_tokens=o.max_tokens,
+        served=served_requests(mine, ctx.input_tokens, chat, warmed),
     )  # fmt: skip
+    # a condition started more than once (rounds) keeps the higher peak, and the higher prediction
+    known = [x for x in (old, predicted) if x is not None]
+    cond.memory.predicted_rss_bytes = max(known) if known else None
     if server.alive() and cond.status == "running":
         after = parse_metrics(client.metrics_text())
         cond.metrics_before, cond.metrics_after = spec_only(before), spec_only(after)

@@ -61,6 +61,35 @@ def _memory_lines(m: MemoryEstimate) -> list[str]:
     ]
     if m.draft_weights_bytes:
         lines.append(f"draft KV {mib(m.draft_kv_bytes)} MiB (its own cache of the same cells), in the total")
+    lines += served_lines(m)
+    return lines
+
+
+def served_lines(m: MemoryEstimate) -> list[str]:
+    """What a serving server adds over time, each with the flags that change it (in the total)."""
+    from specreg.schemas.memory import DEFAULT_CACHE_RAM_MIB, DEFAULT_CTX_CHECKPOINTS
+
+    def mib(n: int) -> str:
+        return mib_text(n, grouped=True)
+
+    default = " (llama.cpp's default)" if m.cache_ram_mib == DEFAULT_CACHE_RAM_MIB else ""
+    if m.cache_ram_mib == 0:
+        lines = ["prompt cache off (--cache-ram 0)"]
+    elif m.cache_ram_mib < 0:
+        lines = [f"prompt cache up to {mib(m.prompt_cache_bytes)} MiB (--cache-ram -1: -c tokens), in the total"]
+    else:
+        lines = [
+            f"prompt cache up to {mib(m.prompt_cache_bytes)} MiB as prompts are served "
+            f"(--cache-ram {m.cache_ram_mib}{default}; lower it or 0 for off), in the total"
+        ]
+    if m.checkpoint_bytes:
+        per = " per slot" if m.slots > 1 else ""
+        dflt = " (default)" if m.ctx_checkpoints == DEFAULT_CTX_CHECKPOINTS else ""
+        lines.append(
+            f"context checkpoints up to {m.ctx_checkpoints} x {mib(m.checkpoint_each_bytes)} MiB{per} = "
+            f"{mib(m.checkpoint_bytes)} MiB (--ctx-checkpoints {m.ctx_checkpoints}{dflt}, -np; "
+            "--swa-full: none), in the total"
+        )
     return lines
 
 
@@ -92,6 +121,19 @@ def pair_cmd(
     budget: Annotated[
         str | None, typer.Option("--budget", help="Fail if the estimate exceeds this (24GiB; auto: detected memory).")
     ] = None,
+    cache_ram: Annotated[
+        int | None,
+        typer.Option(
+            "--cache-ram", min=-1, help="Memory estimate: --cache-ram MiB (-1 no limit, 0 off; default llama.cpp's)."
+        ),
+    ] = None,
+    ctx_checkpoints: Annotated[
+        int | None,
+        typer.Option(
+            "--ctx-checkpoints", min=0, help="Memory estimate: --ctx-checkpoints per slot (default llama.cpp's)."
+        ),
+    ] = None,
+    swa_full: Annotated[bool, typer.Option("--swa-full", help="Memory estimate: --swa-full.")] = False,
     probe: Annotated[
         bool, typer.Option("--probe", help="Also load the pair on a server for one request: did it draft?")
     ] = False,
@@ -134,8 +176,12 @@ def pair_cmd(
         warn([judged.warning])
     settings = ServeSettings(
         ctx_size=ctx_size, slots=slots, cache_type_k=type_name(cache_type_k), cache_type_v=type_name(cache_type_v),
-        gpu_layers=parse_layers(gpu_layers),
+        gpu_layers=parse_layers(gpu_layers), swa_full=swa_full,
     )  # fmt: skip
+    if cache_ram is not None:
+        settings.cache_ram_mib = cache_ram
+    if ctx_checkpoints is not None:
+        settings.ctx_checkpoints = ctx_checkpoints
     limit = resolve_budget(budget, bool(settings.gpu_layers))
     estimates: list[MemoryEstimate] = []
 

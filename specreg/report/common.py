@@ -335,12 +335,16 @@ CONDITION_HEADERS = (
 
 
 def predicted(pred: float | None, measured: float | None) -> str:
-    """The metadata estimate with its error against the measured peak: '36 (+2%)'."""
+    """The metadata estimate with its error against the measured peak: '36 (+2%)'; a measured
+    peak over the prediction by more than its margin is marked: '636 (-8%) UNDER'."""
+    from specreg.validators.memory_budget import prediction_exceeded
+
     if pred is None:
         return "–"
     if not measured:
         return f"{pred:.0f}"
-    return f"{pred:.0f} ({(pred - measured) / measured:+.0%})"
+    flag = " UNDER" if prediction_exceeded(measured, pred) is not None else ""
+    return f"{pred:.0f} ({(pred - measured) / measured:+.0%}){flag}"
 
 
 def condition_cells(run: RunDigest) -> list[list[str]]:

@@ -6,9 +6,18 @@ from pydantic import Field
 
 from specreg.schemas.base import BaseModel
 
+# llama.cpp's defaults for what a serving server keeps over time (common/common.h of the bundled
+# build, xllamacpp 2026.10.11549; tests/test_memory_served.py pins them against the wheel): the
+# host prompt cache's size limit (--cache-ram, MiB; -1 no size limit, 0 off) and the context
+# checkpoints kept per slot (--ctx-checkpoints). `specreg deploy` pins both, so a production
+# server holds what the prediction assumed whatever a later build defaults to.
+DEFAULT_CACHE_RAM_MIB = 8192
+DEFAULT_CTX_CHECKPOINTS = 32
+
 
 class ServeSettings(BaseModel):
-    """The server flags the memory depends on (llama-server's -c, -np, -ctk, -ctv, -ngl, -ub)."""
+    """The server flags the memory depends on (llama-server's -c, -np, -ctk, -ctv, -ngl, -ub,
+    --cache-ram, --ctx-checkpoints, --swa-full)."""
 
     ctx_size: int = Field(default=4096, ge=1)  # -c: total context over all slots
     slots: int = Field(default=1, ge=1)  # -np
@@ -18,6 +27,9 @@ class ServeSettings(BaseModel):
     n_ubatch: int = Field(default=512, ge=1)  # -ub
     kv_unified: bool = False  # --kv-unified
     method: str | None = None  # --spec-type: some methods keep state of their own (ngram-mod's table)
+    cache_ram_mib: int = Field(default=DEFAULT_CACHE_RAM_MIB, ge=-1)  # --cache-ram
+    ctx_checkpoints: int = Field(default=DEFAULT_CTX_CHECKPOINTS, ge=0)  # --ctx-checkpoints
+    swa_full: bool = False  # --swa-full: a full-size SWA cache, no checkpoints
 
 
 class MemoryEstimate(BaseModel):
@@ -39,6 +51,14 @@ class MemoryEstimate(BaseModel):
     draft_vocab_bytes: int = 0
     overhead_bytes: int  # the server process itself (runtime, threads, libraries)
     method_bytes: int = 0  # the speculative method's own state (ngram-mod: a 4 Mi-entry table)
+    # what a serving server adds over time, at most (validators.memory_served): the host prompt
+    # cache (--cache-ram's limit, or -c tokens' state without one) and the context checkpoints
+    # each slot keeps of its sliding-window / recurrent state (--ctx-checkpoints per slot)
+    prompt_cache_bytes: int = 0
+    checkpoint_bytes: int = 0
+    cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB
+    ctx_checkpoints: int = DEFAULT_CTX_CHECKPOINTS
+    checkpoint_each_bytes: int = 0  # one checkpoint at its largest (target + draft)
     total_bytes: int
     vram_bytes: int = 0  # the part offloaded with -ngl (0: CPU only)
     host_bytes: int = 0  # the rest

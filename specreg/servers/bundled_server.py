@@ -66,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-np", "--parallel", type=int, default=1)
     p.add_argument("-ctk", "--cache-type-k", dest="cache_type_k", choices=KV_CACHE_TYPES, default=None)
     p.add_argument("-ctv", "--cache-type-v", dest="cache_type_v", choices=KV_CACHE_TYPES, default=None)
+    # what a serving server holds over time (validators/memory_served.py); None: the build's default
+    p.add_argument("--cache-ram", "-cram", type=int, dest="cache_ram", default=None, help="prompt cache MiB (-1, 0)")
+    p.add_argument("--ctx-checkpoints", "-ctxcp", type=int, dest="ctx_checkpoints", default=None)
+    p.add_argument("--swa-full", action="store_true", dest="swa_full")
     p.add_argument("-t", "--threads", type=int, default=None)
     p.add_argument("-ngl", "--gpu-layers", "--n-gpu-layers", dest="ngl", default=None)
     p.add_argument("-ngld", "--spec-draft-ngl", dest="ngld", default=None)
@@ -115,6 +119,15 @@ def build_params(ns: argparse.Namespace) -> Any:
     params.endpoint_metrics = bool(ns.metrics)
     params.n_ctx = ns.ctx_size
     params.n_parallel = ns.parallel
+    if ns.cache_ram is not None:
+        if ns.cache_ram < -1:
+            raise ValueError(f"--cache-ram: expected -1 (no limit), 0 (off) or MiB, got {ns.cache_ram}")
+        params.cache_ram_mib = ns.cache_ram
+    if ns.ctx_checkpoints is not None:
+        if ns.ctx_checkpoints < 0:
+            raise ValueError(f"--ctx-checkpoints: expected 0 or more, got {ns.ctx_checkpoints}")
+        params.n_ctx_checkpoints = ns.ctx_checkpoints
+    params.swa_full = bool(ns.swa_full)
     if ns.threads is not None:
         params.cpuparams.n_threads = ns.threads
         params.cpuparams_batch.n_threads = ns.threads

@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING
 
 from specreg.errors import SpecregError, UsageError
 from specreg.schemas.memory import ServeSettings
+from specreg.validators.memory_served import Served
 
 if TYPE_CHECKING:
     from specreg.gguf.reader import GGUFFile
-    from specreg.schemas.bench import ConditionSpec, WorkloadItem
+    from specreg.schemas.bench import ConditionSpec, RequestRow, WorkloadItem
 
 
 def parse_layers(value: str | int | None) -> int | None:
@@ -51,25 +52,33 @@ def predict_rss(
     max_tokens: int | None,
     cache_type_k: str = "f16",
     cache_type_v: str = "f16",
+    served: Sequence[Served] | None = None,
+    settings: ServeSettings | None = None,
 ) -> int | None:
-    """Predicted peak RSS of one condition's server: its files, flags and the workload's longest request.
+    """Predicted peak RSS of one condition's server: its files, flags, the workload's longest
+    request and what its requests leave held (the prompt cache, the checkpoints).
 
     Prompt length: the target vocabulary's greedy longest-match count (`_greedy_tokens`), at most
-    the prompt's UTF-8 bytes (+2 specials); it only sizes the small part of the compute buffer a
-    request touches (the budget's total always counts a full micro-batch).
+    the prompt's UTF-8 bytes (+2 specials); it sizes the part of the compute buffer a request
+    touches. `served`: the requests as the server counted them, in the order they took slots
+    (a benchmark knows them: `served_requests`); without it each item once, its prompt counted
+    as above and its output at max_tokens. `settings` (for the flags beyond the arguments, e.g.
+    --cache-ram) is completed with the arguments.
     """
     from specreg.gguf.reader import open_gguf
     from specreg.validators.memory_budget import resident_bytes
     from specreg.validators.ruleset import load_rule_set
 
     try:
-        settings = ServeSettings(
-            ctx_size=ctx_size,
-            slots=slots,
-            gpu_layers=parse_layers(gpu_layers),
-            method=spec.method,
-            cache_type_k=cache_type_k,
-            cache_type_v=cache_type_v,
+        settings = (settings or ServeSettings()).model_copy(
+            update={
+                "ctx_size": ctx_size,
+                "slots": slots,
+                "gpu_layers": parse_layers(gpu_layers),
+                "method": spec.method,
+                "cache_type_k": cache_type_k,
+                "cache_type_v": cache_type_v,
+            }
         )
     except UsageError:
         return None
@@ -84,7 +93,14 @@ def predict_rss(
             for it in items
         ]
         tokens = max(sizes, default=0) + 2
-        return resident_bytes(target, draft, settings, load_rule_set(), tokens, tokens + new, new)
+        if served is None:
+            served = [
+                Served(it.id, n + 2, n + 2 + max(0, (max_tokens or it.max_tokens) - 1), it.messages is not None)
+                for it, n in zip(items, sizes, strict=True)
+            ]
+        else:
+            tokens = max([tokens, *(r.prompt_tokens for r in served)])
+        return resident_bytes(target, draft, settings, load_rule_set(), tokens, tokens + new, new, served)
     except SpecregError:
         return None
 
@@ -140,3 +156,23 @@ def detect_budget(gpu: bool) -> tuple[int, str]:
     import psutil
 
     return int(psutil.virtual_memory().total), "detected: host RAM"
+
+
+def served_requests(
+    rows: Sequence[RequestRow],
+    input_tokens: dict[str, int | None],
+    chat: set[str],
+    warmup: Sequence[tuple[str, int]] = (),
+) -> list[Served] | None:
+    """The requests one server start served, in the order they finished (the order slots were
+    freed and taken again), as the prompt cache saw them: each prompt's tokens on this server
+    and its output less the last token (sampled, never decoded into the cache). `warmup`:
+    (prompt id, output tokens) of the warm-up requests sent first; `chat`: the ids sent as chat
+    messages. None when a prompt's token count is unknown."""
+    out = []
+    for pid, n_out in [*warmup, *((r.prompt_id, r.output_tokens or 0) for r in rows)]:
+        n = input_tokens.get(pid)
+        if n is None:
+            return None
+        out.append(Served(pid, n, n + max(0, n_out - 1), pid in chat))
+    return out

@@ -109,6 +109,36 @@ class ModelSpec:
 # m-gram), and a draft of the same head is always accepted: the memory of real speculation on a
 # tiny model.
 CYCLER = ModelSpec(head_seed=7, block_scale=0.01, cycle=64)
+
+
+def sliding_window_spec(
+    arch: str = "gemma3", n_layer: int = 6, window: int = 64, base: ModelSpec = CYCLER
+) -> ModelSpec:
+    """A tiny model llama.cpp serves with a sliding-window (iSWA) cache: gemma2 (every 2nd layer
+    windowed, output tied to the embeddings) or gemma3 (5 of every 6), with the extra norms their
+    loaders require (post-attention and post-FFN, gemma3's Q/K norms) and the window as the
+    UINT32 llama.cpp reads, trained for 4096 tokens (standard workloads' prompts fit a slot).
+    gemma2 has no output tensor of its own, so no looping head."""
+    if arch not in ("gemma2", "gemma3"):
+        raise ValueError(f"no sliding-window layout for {arch!r}")
+    e, head = base.n_embd, base.n_embd // base.n_head
+    norms: list[tuple[str, tuple[int, ...]]] = []
+    for i in range(n_layer):
+        norms += [(f"blk.{i}.post_attention_norm.weight", (e,)), (f"blk.{i}.post_ffw_norm.weight", (e,))]
+        if arch == "gemma3":
+            norms += [(f"blk.{i}.attn_q_norm.weight", (head,)), (f"blk.{i}.attn_k_norm.weight", (head,))]
+    spec = base.but(
+        architecture=arch,
+        n_layer=n_layer,
+        n_ctx=max(base.n_ctx, 4096),  # the server caps a slot's context at the trained one
+        extra_tensors=base.extra_tensors + tuple(norms),
+        kv_overrides=(*base.kv_overrides, (f"{arch}.attention.sliding_window", window, "UINT32", None)),
+    )
+    if arch == "gemma2":
+        spec = spec.but(drop_tensors=(*spec.drop_tensors, "output.weight"), cycle=0, head_seed=None)
+    return spec
+
+
 # A passage longer than ngram-simple's 48-token m-gram: a real model given it three times over
 # goes on repeating it, so the n-gram methods draft in full on a real model too.
 LOOP_TEXT = (

@@ -22,14 +22,18 @@ sizes it logs (tests/test_memory_budget.py) and against measured peak RSS
   19 ggml-vocab-*.gguf files (32k-262k tokens, SPM, BPE, WPM, UGM) within 4 MiB;
 - the server process itself: a constant measured for the bundled server.
 - the speculative method's own state where llama.cpp allocates it up front (ngram-mod's table).
-Recurrent (SSM) state, an MTP head's own context and the host prompt cache (--cache-ram, filled
-as prompts are cached) are not modelled; notes say so.
+- what serving adds over time (memory_served.py): the host prompt cache (--cache-ram) and the
+  context checkpoints of a sliding-window cache (--ctx-checkpoints, --swa-full), as bounds in
+  the total and, for a known workload, as what its requests leave (resident_bytes).
+Recurrent (SSM) state and its checkpoints, and an MTP head's own context, are not modelled;
+notes say so.
 """
 
 from __future__ import annotations
 
 import re
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specreg.errors import UsageError
@@ -39,6 +43,9 @@ from specreg.gguf.reader import GGUFArray, GGUFFile
 from specreg.schemas.checks import CheckResult
 from specreg.schemas.memory import MemoryEstimate, ServeSettings
 from specreg.units import MIB, size_text
+from specreg.validators.kv_cells import cells, type_size
+from specreg.validators.kv_cells import pad as _pad
+from specreg.validators.memory_served import Served, cache_bound, served_growth
 from specreg.validators.ruleset import RuleSet
 
 # The bundled server (Python + xllamacpp + llama.cpp's runtime, OpenMP pool, slot and prompt-cache
@@ -89,23 +96,8 @@ MMAP_THRESHOLD = 32 << 20  # glibc's largest mmap threshold: a freed block below
 # a budget must hold the estimate plus the tolerance it is checked to (benchmarks/bench_memory.py:
 # within 5% of the measured peak RSS on every model and condition)
 BUDGET_MARGIN = 0.05
-KV_PAD = 256  # llama.cpp pads each stream's cells (and the SWA cache) to 256
-_TYPE_IDS = {name: tid for tid, (name, _, _) in F.GGML_TYPES.items()}
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)B?\s*$", re.I)
-
-
-def _pad(n: int, to: int = KV_PAD) -> int:
-    return -(-n // to) * to
-
-
-def type_size(cache_type: str) -> tuple[int, int]:
-    """(block size, bytes per block) of a -ctk/-ctv type; UsageError for anything else."""
-    name = cache_type.lower()
-    if name not in F.KV_CACHE_TYPES:
-        raise UsageError(f"unknown cache type {cache_type!r}; choose one of {', '.join(F.KV_CACHE_TYPES)}")
-    _, block, size = F.GGML_TYPES[_TYPE_IDS[name.upper()]]
-    return block, size
 
 
 def type_name(cache_type: str) -> str:
@@ -304,13 +296,6 @@ def _model_facts(gf: GGUFFile, rules: RuleSet) -> ModelFacts:
     )
 
 
-def cells(settings: ServeSettings) -> tuple[int, int]:
-    """(cells per stream, streams): llama.cpp splits -c over -np slots unless the cache is unified."""
-    if settings.kv_unified:
-        return _pad(settings.ctx_size), 1
-    return _pad(max(1, settings.ctx_size // settings.slots)), settings.slots
-
-
 def _row_bytes(n: int, cache_type: str) -> float:
     block, size = type_size(cache_type)
     return n * size / block
@@ -323,7 +308,7 @@ def kv_bytes(f: ModelFacts, s: ServeSettings) -> tuple[int, int, int | None]:
     swa_cells = None
     if any(f.swa):
         window = f.n_swa * (streams if s.kv_unified else 1) + s.n_ubatch
-        swa_cells = _pad(min(per_stream, window)) * streams
+        swa_cells = (per_stream if s.swa_full else _pad(min(per_stream, window))) * streams
     total = 0.0
     for il in range(f.n_layer):
         n = swa_cells if f.swa[il] and swa_cells is not None else full
@@ -383,6 +368,9 @@ def compute_bytes(
     # attention block (7 n_embd), whichever is wider; within 15% of the logged size on all of them
     activations = t * 4 * max(int(3.5 * f.n_ff + 2.5 * f.n_embd), 7 * f.n_embd)
     mask = n_kv * t * 2  # flash attention's f16 KQ mask
+    if any(f.swa):  # an iSWA model has a second mask, over its sliding-window cache's cells
+        swa_stream = per_stream if s.swa_full else _pad(min(per_stream, f.n_swa + s.n_ubatch))
+        mask += min(swa_stream, n_kv) * t * 2
     # the logits of every output the batch asks for (f32, n_vocab each): a verification batch of
     # the target holds 1 + a full draft per slot (graph_reserve sizes for min(-ub, that))
     if outputs is None:
@@ -422,7 +410,8 @@ def _estimate(t: ModelFacts, d: ModelFacts | None, settings: ServeSettings) -> M
     weights = t.weights + (d.weights if d is not None else 0)
     outputs = output_bytes(t, settings) + (output_bytes(d, settings, draft=True) if d is not None else 0)
     vocab = t.vocab_heap + (d.vocab_heap if d is not None else 0)
-    total = overhead + method + weights + t_kv + d_kv + compute + outputs + vocab
+    prompt_cache, checkpoints, one_checkpoint = cache_bound(t, d, settings)
+    total = overhead + method + weights + t_kv + d_kv + compute + outputs + vocab + prompt_cache + checkpoints
     vram = _offload(t, settings, t_kv) + (_offload(d, settings, d_kv) if d is not None else 0)
     if vram:
         vram += compute  # with any layer offloaded, the compute buffers live on the GPU
@@ -432,11 +421,10 @@ def _estimate(t: ModelFacts, d: ModelFacts | None, settings: ServeSettings) -> M
     for role, f in (("target", t), ("draft", d)):
         if f is not None and f.recurrent:
             notes.append(f"{role} has recurrent (SSM) layers: their state is not counted")
-        if f is not None and any(f.swa):
-            notes.append(
-                f"{role}: {sum(f.swa)} of {f.n_layer} layers use a {f.n_swa}-token sliding window; the server's "
-                "context checkpoints of that cache (up to 32 per slot, made as prompts are processed) are not counted"
-            )
+    if settings.cache_ram_mib < 0:
+        notes.append("--cache-ram -1: the prompt cache has no size limit, only -c tokens (counted)")
+    if t.recurrent and settings.ctx_checkpoints:
+        notes.append("the context checkpoints of the target's recurrent state are not counted")
     return MemoryEstimate(
         ctx_size=settings.ctx_size,
         slots=settings.slots,
@@ -454,6 +442,11 @@ def _estimate(t: ModelFacts, d: ModelFacts | None, settings: ServeSettings) -> M
         draft_vocab_bytes=d.vocab_heap if d is not None else 0,
         overhead_bytes=overhead,
         method_bytes=method,
+        prompt_cache_bytes=prompt_cache,
+        checkpoint_bytes=checkpoints,
+        cache_ram_mib=settings.cache_ram_mib,
+        ctx_checkpoints=settings.ctx_checkpoints,
+        checkpoint_each_bytes=one_checkpoint,
         total_bytes=total,
         vram_bytes=vram,
         host_bytes=total - vram,
@@ -471,9 +464,11 @@ def resident_bytes(
     tokens: int,
     kv_used: int,
     new_tokens: int | None = None,
+    served: Sequence[Served] = (),
 ) -> int:
     """Peak RSS to expect on CPU when the longest prompt has `tokens` tokens, a request fills at
-    most `kv_used` cells and asks for at most `new_tokens`: weights, KV, output buffers and the
+    most `kv_used` cells and asks for at most `new_tokens`, after serving `served` (the prompt
+    cache and checkpoints they leave: memory_served.served_growth): weights, KV, output buffers and the
     tokenizer all resident (read each token, cleared at start, zero-filled, built at load); of the
     compute buffer (one buffer, reused by every batch) what the widest batch reaches - the prompt's,
     or the verification of the longest draft such a request allows, with one logit row per token."""
@@ -490,7 +485,9 @@ def resident_bytes(
     outputs = output_bytes(t, settings, new_tokens=new_tokens)
     if d is not None:
         outputs += output_bytes(d, settings, draft=True)
-    full = est.total_bytes - est.compute_bytes - est.output_bytes - est.vram_bytes + touched + outputs
+    grown = served_growth(t, d, settings, served).peak_bytes
+    fixed = est.total_bytes - est.prompt_cache_bytes - est.checkpoint_bytes
+    full = fixed - est.compute_bytes - est.output_bytes - est.vram_bytes + touched + outputs + grown
     # the metadata freed after a load: what glibc returned is refilled by anything allocated later
     # before the peak rises (the peak is the load's or the end state's, whichever is higher);
     # what it kept serves a method's table (ngram-mod's 16 MiB) and the draft's own metadata copy
@@ -520,6 +517,24 @@ def head_dim_check(target: GGUFFile, draft: GGUFFile | None, settings: ServeSett
     return problems
 
 
+def prediction_exceeded(measured: float | None, predicted: float | None) -> float | None:
+    """How far a measured peak is over its prediction (a fraction), when by more than the margin
+    every estimate is held to (BUDGET_MARGIN); None when within it or either is unknown. `runs
+    show`, the report and the audit flag such a condition."""
+    if not measured or not predicted:
+        return None
+    over = (measured - predicted) / predicted
+    return over if over > BUDGET_MARGIN else None
+
+
+def exceeded_text(name: str, measured_mib: float, predicted_mib: float, over: float) -> str:
+    """The one line that flags a condition whose measured peak passed its prediction's margin."""
+    return (
+        f"{name}: measured peak {measured_mib:,.1f} MiB is {over:.1%} over the predicted "
+        f"{predicted_mib:,.1f} MiB (more than the {BUDGET_MARGIN:.0%} margin)"
+    )
+
+
 def budget_check(est: MemoryEstimate, budget: int, source: str) -> CheckResult:
     """`memory.budget`: the estimate, plus the prediction's tolerance, against a budget (VRAM when
     layers are offloaded, else host): a server that may exceed the budget never passes."""
@@ -530,6 +545,12 @@ def budget_check(est: MemoryEstimate, budget: int, source: str) -> CheckResult:
     ev = {"budget_bytes": budget, "needed_bytes": need, "margin_bytes": margin, "budget_source": source, "on": where}
     ev |= est.model_dump(include={"ctx_size", "slots", "cache_type_k", "cache_type_v", "gpu_layers", "total_bytes"})
     needs = f"needs {size_text(need)} on the {where} (+{BUDGET_MARGIN:.0%}: {size_text(need + margin)})"
+    if not gpu and (est.prompt_cache_bytes or est.checkpoint_bytes):
+        ev |= est.model_dump(include={"prompt_cache_bytes", "checkpoint_bytes", "cache_ram_mib", "ctx_checkpoints"})
+        parts = [f"prompt cache {size_text(est.prompt_cache_bytes)} (--cache-ram {est.cache_ram_mib})"]
+        if est.checkpoint_bytes:
+            parts.append(f"checkpoints {size_text(est.checkpoint_bytes)} (--ctx-checkpoints {est.ctx_checkpoints})")
+        needs += ", of which " + " and ".join(parts)
     if need + margin > budget:
         msg = f"{needs}, more than the budget of {size_text(budget)} ({source})"
         return CheckResult(code="memory.budget", severity="error", message=msg, evidence=ev)

@@ -27,7 +27,7 @@ from specreg.commands.layout import Col, Styled, pack, shorten
 from specreg.commands.output import Cell, err_console, print_listing, safe_plain, say, show_lines, width
 from specreg.commands.views.sampling import show_samplers
 from specreg.text import model_label, plural
-from specreg.units import mib_text
+from specreg.units import MIB, mib_text
 
 if TYPE_CHECKING:
     from specreg.benchmark.run_index import RunResult
@@ -633,6 +633,21 @@ def _model(sha256: str, ref: ArtifactRef | None, name: str | None) -> str:
     return model_label(sha256, name=name, file=ref.path if ref else None, quant=ref.file_type if ref else None)
 
 
+def _memory_flags(run: BenchRun) -> None:
+    """Each condition whose measured peak RSS passed its prediction's margin (the audit's memory
+    gate then counts the measured peak, the larger)."""
+    from specreg.validators.memory_budget import exceeded_text, prediction_exceeded
+
+    for c in run.conditions:
+        mem = c.memory
+        if mem is None or not mem.peak_rss_bytes or not mem.predicted_rss_bytes:
+            continue
+        over = prediction_exceeded(mem.peak_rss_bytes, mem.predicted_rss_bytes)
+        if over is not None:
+            line = exceeded_text(c.spec.name, mem.peak_rss_bytes / MIB, mem.predicted_rss_bytes / MIB, over)
+            say(line, prefix="memory: ", marks=[("memory:", "yellow")], indent=4)
+
+
 def show_run(run: BenchRun, names: Mapping[str, str | None] | None = None) -> None:
     """Header, the condition x stratum comparison, then each difference and failure with its log lines.
 
@@ -681,6 +696,7 @@ def show_run(run: BenchRun, names: Mapping[str, str | None] | None = None) -> No
     _decisions(run)
     show_samplers(run)
     _set_aside(run)
+    _memory_flags(run)
     _tuning(run)
     show_lines([""])
     print_listing(_TIMING_COLUMNS, [_timing_row(s) for s in run.summaries if s.n_ok])

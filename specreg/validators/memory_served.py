@@ -1,0 +1,249 @@
+"""What a serving llama-server holds over time beyond its load: the host prompt cache and the
+context checkpoints, as functions of the requests it has served.
+
+Mirrors the bundled build's server (xllamacpp 2026.10.11549, tools/server/server-context.cpp
+and server-task.cpp; llama-kv-cache*.cpp for the state sizes):
+- a slot's state (llama_state_seq_get_size_ext): per stream a cell count, per cell its position
+  and sequence (12 bytes), per layer a K and a V header and one row per cell; a sliding-window
+  cache writes only its unmasked cells (the last n_swa), after the full-attention cache;
+- the prompt cache (--cache-ram, default 8192 MiB): when a task takes a slot chosen by LRU, the
+  slot's tokens (prompt and output) are saved with their state, the target's and the draft's,
+  and their checkpoints, unless a cached entry already holds them; an entry the new prompt
+  continues (>= 25% of it kept) is restored into the slot and dropped from the cache; the
+  oldest entries go when the size limit would be passed (no size limit: -c tokens); with
+  --cache-idle-slots (default on) idle slots are saved too when a task starts, which a
+  benchmark (as many slots as requests in flight) never has;
+- context checkpoints (--ctx-checkpoints, default 32 per slot) of what cannot be rolled back:
+  made when the target has sliding-window layers (not with --swa-full) or recurrent ones,
+  before the batch that ends 4 tokens short of the prompt's end and before the one ending
+  4 + -ub short (server-context.cpp's checkpoint_offsets), each holding the target's partial
+  state (its sliding-window cache) and the draft's (all of a plain cache: llama_kv_cache
+  ignores the partial flag); they move with the slot's tokens into the prompt cache.
+All of it is std::vector<uint8_t> resized (zero-filled), so resident while held.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from specreg.schemas.memory import ServeSettings
+from specreg.units import MIB
+from specreg.validators.kv_cells import cells, type_size
+
+if TYPE_CHECKING:
+    from specreg.validators.memory_budget import ModelFacts
+
+CELL_META = 12  # pos, n_seq_id, seq_id per cell (llama_kv_cache::state_write_meta)
+LAYER_HEADER = 2 * (4 + 8)  # K and V: type and row size
+STREAM_HEADER = 16  # v_trans, n_layer, n_rot_k, n_rot_v
+TOKEN_BYTES = 4  # the cached entry's copy of its tokens (llama_token)
+CHECKPOINT_OFFSETS = (4,)  # + -ub: the checkpoints made before the prompt's last batches
+KEEP_MIN = 0.25  # server_prompt_cache::load: an entry is restored only if this share of it is kept
+
+
+def _row(n: int, cache_type: str) -> float:
+    block, size = type_size(cache_type)
+    return n * size / block
+
+
+def _layers_bytes(f: ModelFacts, s: ServeSettings, swa: bool) -> float:
+    """Bytes per cell over the layers of one cache (the sliding-window ones or the others)."""
+    total = 0.0
+    for il in range(f.n_layer):
+        if bool(f.swa[il]) != swa:
+            continue
+        kv = f.heads_kv[il] if il < len(f.heads_kv) else f.heads_kv[-1]
+        total += _row(kv * f.head_k, s.cache_type_k) + _row(kv * f.head_v, s.cache_type_v)
+    return total
+
+
+def _cache_state(f: ModelFacts, s: ServeSettings, n: int, swa: bool) -> int:
+    layers = sum(1 for il in range(f.n_layer) if bool(f.swa[il]) == swa)
+    _, streams = cells(s)
+    head = 4 + 4 * streams  # n_stream, then a cell count per stream
+    if n <= 0:
+        return head
+    # a cache with no layers of its kind (a draft whose every layer is windowed) still writes
+    # its cells' positions and sequences
+    return int(head + STREAM_HEADER + layers * LAYER_HEADER + n * (CELL_META + _layers_bytes(f, s, swa)))
+
+
+def _split(f: ModelFacts, s: ServeSettings) -> bool:
+    """Does llama.cpp build a separate sliding-window cache (iSWA) for this model?"""
+    return any(f.swa) and not s.swa_full
+
+
+def state_bytes(f: ModelFacts, s: ServeSettings, n_tokens: int) -> int:
+    """One slot's full state with `n_tokens` cells (what the prompt cache copies)."""
+    if not _split(f, s):
+        return _all_layers_state(f, s, n_tokens)
+    return _cache_state(f, s, n_tokens, swa=False) + _cache_state(f, s, min(n_tokens, f.n_swa), swa=True)
+
+
+def _all_layers_state(f: ModelFacts, s: ServeSettings, n: int) -> int:
+    _, streams = cells(s)
+    head = 4 + 4 * streams
+    if n <= 0 or not f.n_layer:
+        return head
+    per_cell = _layers_bytes(f, s, swa=False) + _layers_bytes(f, s, swa=True)
+    return int(head + STREAM_HEADER + f.n_layer * LAYER_HEADER + n * (CELL_META + per_cell))
+
+
+def partial_bytes(f: ModelFacts, s: ServeSettings, n_tokens: int) -> int:
+    """The part a checkpoint holds (LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY): the sliding-window cache
+    of an iSWA model, all of a plain cache (its state_write ignores the flag)."""
+    if _split(f, s):
+        return _cache_state(f, s, min(n_tokens, f.n_swa), swa=True)
+    return _all_layers_state(f, s, n_tokens)
+
+
+def checkpoints_apply(t: ModelFacts, s: ServeSettings) -> bool:
+    """Does the server make context checkpoints for this target? (n_swa > 0 without --swa-full;
+    recurrent state, whose checkpoints are not sized here: see the estimate's notes)."""
+    return s.ctx_checkpoints > 0 and _split(t, s)
+
+
+def checkpoint_positions(prompt_tokens: int, n_ubatch: int, n_batch: int = 2048, chat: bool = False) -> list[int]:
+    """Tokens already in the cache when each of a fresh prompt's checkpoints is made: before the
+    batch that ends 4 + -ub short of the end (when another batch came before it) and before the
+    last one, 4 short (server-context.cpp: checkpoint_offsets, pos_min >= 0); a chat request's
+    batches also break at its last user message, where one more is made (the template's tokens
+    before it are not known without rendering it: counted as 1, the least)."""
+    out = [1] if chat and prompt_tokens > 5 else []
+    for offset in (4 + n_ubatch, 4):
+        at = prompt_tokens - min(n_batch, offset)
+        if at > 0 and at not in out:
+            out.append(at)
+    return sorted(out)
+
+
+def checkpoint_bytes(t: ModelFacts, d: ModelFacts | None, s: ServeSettings, at: int) -> int:
+    """One checkpoint with `at` tokens in the slot: the target's partial state and the draft's."""
+    return partial_bytes(t, s, at) + (partial_bytes(d, s, at) if d is not None else 0)
+
+
+@dataclass(frozen=True)
+class Served:
+    """One request as the server saw it: which prompt (same key, same tokens), its prompt tokens,
+    and the tokens its slot held at the end (prompt + output)."""
+
+    key: str
+    prompt_tokens: int
+    total_tokens: int
+    chat: bool = False  # /v1/chat/completions: the server knows where the user's message starts
+
+
+@dataclass
+class _Entry:
+    key: str
+    tokens: int
+    state: int
+    checkpoints: list[int] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return self.state + sum(self.checkpoints)
+
+
+@dataclass
+class Growth:
+    """What the serving added at its peak (bytes), and the parts of that peak."""
+
+    peak_bytes: int = 0
+    prompt_cache_bytes: int = 0  # held by the prompt cache at the peak
+    checkpoint_bytes: int = 0  # held by the slots' checkpoints at the peak
+    entries: int = 0  # prompts in the cache at the peak
+    checkpoints: int = 0  # checkpoints made over the workload
+    trace: list[int] = field(default_factory=list)  # the cache's size after each request's update
+
+
+def served_growth(t: ModelFacts, d: ModelFacts | None, s: ServeSettings, requests: Sequence[Served]) -> Growth:
+    """Replay the server's prompt cache and checkpoints over `requests`, in the order they took
+    slots (request i takes slot i mod -np: with -np requests in flight, the one a finished request
+    frees); the peak of what they hold together."""
+    n_slots = max(1, s.slots)
+    slots: list[_Entry | None] = [None] * n_slots
+    cache: list[_Entry] = []
+    limit = s.cache_ram_mib * MIB if s.cache_ram_mib > 0 else 0
+    limit_tokens = s.ctx_size
+    ckpt_on = checkpoints_apply(t, s)
+    out = Growth()
+
+    def state(n: int) -> int:
+        return state_bytes(t, s, n) + (state_bytes(d, s, n) if d is not None else 0) + TOKEN_BYTES * n
+
+    def cache_size() -> int:
+        return sum(e.size for e in cache)
+
+    def save(e: _Entry | None) -> None:
+        if e is None or e.tokens <= 0:
+            return
+        if any(c.key == e.key and c.tokens >= e.tokens for c in cache):
+            return  # server_prompt_cache::alloc: already in the cache
+        if limit and e.size > limit:
+            return
+        cache[:] = [c for c in cache if not (c.key == e.key and c.tokens <= e.tokens)]
+        while limit and cache and cache_size() + e.size > limit:
+            cache.pop(0)
+        cache.append(_Entry(e.key, e.tokens, e.state, list(e.checkpoints)))
+
+    def update() -> None:
+        while limit and cache and cache_size() > limit:
+            cache.pop(0)
+        per_token = max(1.0, cache_size() / max(1, sum(c.tokens for c in cache)))
+        cap = max(limit_tokens, int(limit / per_token)) if limit else limit_tokens
+        while limit_tokens and cache and sum(c.tokens for c in cache) > cap:
+            cache.pop(0)
+
+    def held() -> tuple[int, int]:
+        return cache_size(), sum(sum(e.checkpoints) for e in slots if e is not None)
+
+    for i, r in enumerate(requests):
+        k = i % n_slots
+        slot = slots[k]
+        restored: _Entry | None = None
+        if s.cache_ram_mib != 0:
+            if slot is not None and slot.key == r.key:
+                # picked by prompt similarity: a slot about to lose half its tokens is copied first
+                if r.prompt_tokens / max(1, slot.tokens) < 0.5:
+                    save(slot)
+            else:  # picked as the least recently used: saved, then the best cached entry restored
+                save(slot)
+                best = [c for c in cache if c.key == r.key and r.prompt_tokens / max(1, c.tokens) >= KEEP_MIN]
+                if best:
+                    restored = best[0]
+                    cache.remove(restored)
+            update()
+        kept = restored if restored is not None else (slot if slot is not None and slot.key == r.key else None)
+        ckpts = list(kept.checkpoints) if kept is not None else []
+        if ckpt_on and kept is None:
+            for at in checkpoint_positions(r.prompt_tokens, s.n_ubatch, chat=r.chat):
+                ckpts.append(checkpoint_bytes(t, d, s, at))
+                out.checkpoints += 1
+            ckpts = ckpts[-s.ctx_checkpoints :]
+        slots[k] = _Entry(r.key, r.total_tokens, state(r.total_tokens), ckpts)
+        c, ck = held()
+        out.trace.append(c)
+        if c + ck > out.peak_bytes:
+            out.peak_bytes, out.prompt_cache_bytes, out.checkpoint_bytes, out.entries = c + ck, c, ck, len(cache)
+    return out
+
+
+def cache_bound(t: ModelFacts, d: ModelFacts | None, s: ServeSettings) -> tuple[int, int, int]:
+    """(prompt cache, slots' checkpoints, one checkpoint) at most, whatever is served: the cache
+    up to --cache-ram (without a size limit, -c tokens of state and their checkpoints); each slot
+    up to --ctx-checkpoints checkpoints of its largest partial state."""
+    per_stream, _ = cells(s)
+    one = checkpoint_bytes(t, d, s, per_stream) if checkpoints_apply(t, s) else 0
+    slots_ckpt = s.slots * s.ctx_checkpoints * one
+    if s.cache_ram_mib == 0:
+        cache = 0
+    elif s.cache_ram_mib > 0:
+        cache = s.cache_ram_mib * MIB
+    else:
+        n = s.ctx_size
+        cache = state_bytes(t, s, n) + (state_bytes(d, s, n) if d is not None else 0) + TOKEN_BYTES * n
+        cache += s.ctx_checkpoints * one
+    return cache, slots_ckpt, one
