@@ -19,6 +19,7 @@ from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
 from specreg.benchmark.run_index import RunHead, RunIndex, runs_for_pair
 from specreg.errors import SpecregError
 from specreg.registry.db import now, paused_gc
+from specreg.registry.evidence import not_checked_here, trusted
 from specreg.registry.store import Registry
 from specreg.schemas.audit import (
     GATES,
@@ -145,6 +146,11 @@ def _recheck(reg: Registry, pair: PairRecord) -> PairRecord:
 
 
 def _verdict(facts: _Facts, pair: PairRecord, files_ok: bool) -> tuple[GateResult, PairRecord]:
+    elsewhere = not_checked_here(pair)
+    if elsewhere is not None and not trusted(pair.elsewhere):  # the hook for signed evidence
+        return GateResult(gate="verdict", passed=False, message=elsewhere, evidence={"rule_set": pair.rule_set}), pair
+    if not pair.checked_here:
+        return GateResult(gate="verdict", passed=False, message="not checked on this machine"), pair
     current = facts.current_rule_set(pair.rule_set)
     if current is None:
         return gates.verdict_gate(pair.admitted, pair.rule_set, "(unknown runtime)", None, []), pair
