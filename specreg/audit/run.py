@@ -17,7 +17,7 @@ from specreg.audit.production_sampler import at_sampler, bench_hint, measured, p
 from specreg.benchmark.digest import hardware_identity, load_digest, load_digests, runtime_identity
 from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
 from specreg.benchmark.run_index import RunHead, RunIndex, runs_for_pair
-from specreg.errors import SpecregError
+from specreg.errors import RunUnreadable, SpecregError
 from specreg.registry.db import now, paused_gc
 from specreg.registry.evidence import not_checked_here, trusted
 from specreg.registry.store import Registry
@@ -261,7 +261,14 @@ def audit_pair(
         why = f"{NOT_BENCHMARKABLE}: {lacking}"
         results += [GateResult(gate="evidence", passed=False, message=why), licence]
         return _pair_audit(pair, results, not_benchmarkable=lacking), None
-    run = at_sampler(facts.digest(head), policy_sampler(policy)) if head else None  # the policy's sampler only
+    try:
+        run = at_sampler(facts.digest(head), policy_sampler(policy)) if head else None  # the policy's sampler only
+    except RunUnreadable as exc:  # a damaged stored record: this run's one named failure, the others still judged
+        why = f"no evidence: {exc.message}"
+        results += [GateResult(gate="evidence", passed=False, message=exc.message)]
+        results += [GateResult(gate=g, passed=False, message=why) for g in (*PER_STRATUM_GATES, "memory")]
+        results.append(licence)
+        return _pair_audit(pair, results, run_id=head.info.run_id if head else None), None
     if run is not None and run.target_name is None:
         run.target_name = facts.record(pair.target_sha256).name
     conc = _concurrency(run, policy)

@@ -22,7 +22,7 @@ from specreg import __version__
 from specreg.benchmark.digest import keep_digests
 from specreg.benchmark.rederive import check_summaries
 from specreg.benchmark.runstore import RunStore
-from specreg.errors import BundleError, UsageError
+from specreg.errors import BundleError, RunUnreadable, UsageError
 from specreg.exchange.bundle_format import (
     RUN_PARTS,
     Bundle,
@@ -304,7 +304,10 @@ def _import_run(reg: Registry, b: Bundle, entry: RunEntry, result: ImportResult,
     result.requests += insert_run(conn, entry.run_id, parts, logs, run_dir)
     # derived numbers are derived here: the run's summaries drawn again from its rows, with the code
     # that wrote them, before anything reads them (the rows are in this transaction, not committed)
-    why = check_summaries(RunStore(reg).load(entry.run_id))
+    try:
+        why = check_summaries(RunStore(reg).load(entry.run_id))
+    except RunUnreadable as exc:
+        raise BundleError(f"{b.path}: {exc.message}; nothing was imported") from None
     if why is not None:
         raise BundleError(
             f"{b.path}: run {entry.run_id}: its summaries are not what its request rows give ({why}); "

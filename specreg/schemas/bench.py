@@ -18,6 +18,14 @@ from specreg.schemas.checks import CheckResult
 from specreg.schemas.registry import LicenceRecord
 from specreg.schemas.sampling import DraftSampling, Sampler
 
+
+class Measured(BaseModel):
+    """A model of measured or derived numbers: NaN and infinity are refused when one is read
+    (a stored or imported record holding one is a record that cannot be read, not a number)."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+
 RunStatus = Literal["running", "complete", "incomplete", "cancelled", "aborted", "failed"]
 ConditionStatus = Literal["pending", "running", "ok", "failed", "cancelled", "aborted", "skipped"]
 Difference = Literal["faster", "slower", "no measurable difference"]
@@ -111,7 +119,7 @@ class ConditionSpec(BaseModel):
         return Sampler(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, min_p=self.min_p)
 
 
-class SpecCounters(BaseModel):
+class SpecCounters(Measured):
     """`llamacpp:spec_decode_*` deltas over one condition."""
 
     drafted: int
@@ -161,7 +169,7 @@ class MemoryObservation(BaseModel):
     predicted_rss_bytes: int | None = None  # from GGUF metadata (validators.memory_budget), for the error
 
 
-class WarmupRecord(BaseModel):
+class WarmupRecord(Measured):
     """The warm-up of one server start: latencies of the uncounted requests, and whether they settled."""
 
     round: int = 0
@@ -170,7 +178,7 @@ class WarmupRecord(BaseModel):
     tolerance: float = 0.10
 
 
-class RoundLoad(BaseModel):
+class RoundLoad(Measured):
     """How busy the machine was while one slot of a condition measured its requests (after its
     warm-up): CPU time per wall second, in cores, of this specreg and its server (ours) and of
     every other process (others), the hypervisor's steal, and the 1-minute load at the end.
@@ -217,7 +225,7 @@ class ConditionRun(BaseModel):
 # ---- requests --------------------------------------------------------------------------------
 
 
-class RequestRow(BaseModel):
+class RequestRow(Measured):
     """One measured request (warm-up requests are not stored)."""
 
     condition_idx: int
@@ -429,14 +437,14 @@ class RunManifest(BaseModel):
 # ---- results ---------------------------------------------------------------------------------
 
 
-class Stat(BaseModel):
+class Stat(Measured):
     """Median and p95 of one quantity over the successful requests."""
 
     p50: float | None = None
     p95: float | None = None
 
 
-class TuneEstimate(BaseModel):
+class TuneEstimate(Measured):
     """`--tune`'s prediction for one condition's draft length (benchmark/tune.py), made from the
     first pass's acceptance profile before the candidate was measured; the measurement is the
     summary's own speed-up."""
@@ -452,7 +460,7 @@ class TuneEstimate(BaseModel):
     decided: bool = False  # every other candidate was ruled out against the chosen one
 
 
-class ConditionSummary(BaseModel):
+class ConditionSummary(Measured):
     """One condition over one stratum (or `all`): the comparison table's row."""
 
     condition: str
