@@ -370,6 +370,7 @@ class WorkloadSource(BaseModel):
     wheel_sha256: str
     data_file: str
     data_sha256: str
+    index_sha256: str | None = None  # sharegpt: the derived index it read, pinned like the data file
     sample: int | None = None  # prompts per stratum, None: every prompt that fits
     filter: str | None = None  # how prompts were filtered (sharegpt: by length for the context)
     available: int = 0  # prompts that passed the filter, before sampling
