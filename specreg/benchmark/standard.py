@@ -113,7 +113,10 @@ def _sha256_file(path: Path) -> str:
         st = os.fstat(f.fileno())
         key = (path, st.st_size, st.st_mtime_ns)
         if key not in _hashed:
-            _hashed[key] = hashlib.file_digest(f, "sha256").hexdigest()
+            h = hashlib.sha256()
+            while chunk := f.read(1 << 22):
+                h.update(chunk)
+            _hashed[key] = h.hexdigest()
     return _hashed[key]
 
 

@@ -124,16 +124,21 @@ def pair_records(conn: sqlite3.Connection, pair_ids: Iterable[int]) -> Iterator[
         "WHERE pair_id IN (SELECT value FROM json_each(?))",
         (ids,),
     ):
-        rec = {"admitted": bool(admitted), "strict": bool(strict), "checks": json.loads(checks), "created_at": created}
-        verdicts.setdefault(pid, []).append((created, vid, rec))
+        mine = {"admitted": bool(admitted), "strict": bool(strict), "checks": json.loads(checks), "created_at": created}
+        verdicts.setdefault(pid, []).append((created, vid, mine))
     for pid, admitted, strict, checks, created, host, version, vid in conn.execute(
         "SELECT pair_id, admitted, strict, checks_json, created_at, host, specreg_version, id FROM imported_verdicts "
         "WHERE pair_id IN (SELECT value FROM json_each(?))",
         (ids,),
     ):
-        rec = {"admitted": bool(admitted), "strict": bool(strict), "checks": json.loads(checks), "created_at": created}
-        rec["origin"] = {"host": host, "specreg_version": version}
-        verdicts.setdefault(pid, []).append((created, (1 << 62) + vid, rec))
+        theirs = {
+            "admitted": bool(admitted),
+            "strict": bool(strict),
+            "checks": json.loads(checks),
+            "created_at": created,
+        }
+        theirs["origin"] = {"host": host, "specreg_version": version}
+        verdicts.setdefault(pid, []).append((created, (1 << 62) + vid, theirs))
     rows = conn.execute(
         "SELECT id, target_sha256, draft_sha256, method, rule_set FROM pairs "
         "WHERE id IN (SELECT value FROM json_each(?))",
