@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 
 from specreg import __version__
 from specreg.benchmark.digest import keep_digests
-from specreg.benchmark.rederive import check_summaries
 from specreg.benchmark.runstore import RunStore
 from specreg.errors import BundleError, RunUnreadable, UsageError
 from specreg.exchange.bundle_format import (
@@ -38,6 +37,7 @@ from specreg.exchange.bundle_format import (
 )
 from specreg.exchange.bundle_runs import insert_run, local_digest, run_logs, run_parts
 from specreg.exchange.portable import artifact_records, merge_artifacts, merge_pairs, pair_records
+from specreg.exchange.rederive import check_summaries
 from specreg.paths import data_dir
 from specreg.registry.db import now_iso
 from specreg.registry.migrations import bundle_schema, migrations
