@@ -43,8 +43,6 @@ def export_cmd(
     A bundle holds no model bytes: artifact records (SHA-256, size, licence, provenance),
     verdicts with their rule set, and runs (manifest, every request row, summaries, server logs),
     each member with its SHA-256. `specreg import` merges it into another registry.
-
-    Example: specreg export --all -o host-a.zip; specreg export --format cyclonedx 3 -o bom.json
     """
     from specreg.errors import UsageError
 
@@ -125,8 +123,6 @@ def import_cmd(
     this registry holds with different content is refused, naming both digests. A bundle's
     verdicts are kept as evidence about the machine that made them: a pair is admitted here only
     by checks made here (run at once when its files are registered here).
-
-    Example: specreg import host-a.zip host-b.zip && specreg runs && specreg audit
     """
     from specreg.exchange.bundle import import_bundles
     from specreg.registry.store import Registry
