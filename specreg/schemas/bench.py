@@ -119,7 +119,7 @@ class ConditionSpec(BaseModel):
         return Sampler(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, min_p=self.min_p)
 
 
-class SpecCounters(Measured):
+class SpecCounters(BaseModel):
     """`llamacpp:spec_decode_*` deltas over one condition."""
 
     drafted: int
@@ -169,7 +169,7 @@ class MemoryObservation(BaseModel):
     predicted_rss_bytes: int | None = None  # from GGUF metadata (validators.memory_budget), for the error
 
 
-class WarmupRecord(Measured):
+class WarmupRecord(BaseModel):
     """The warm-up of one server start: latencies of the uncounted requests, and whether they settled."""
 
     round: int = 0
@@ -178,7 +178,7 @@ class WarmupRecord(Measured):
     tolerance: float = 0.10
 
 
-class RoundLoad(Measured):
+class RoundLoad(BaseModel):
     """How busy the machine was while one slot of a condition measured its requests (after its
     warm-up): CPU time per wall second, in cores, of this specreg and its server (ours) and of
     every other process (others), the hypervisor's steal, and the 1-minute load at the end.
@@ -225,7 +225,7 @@ class ConditionRun(BaseModel):
 # ---- requests --------------------------------------------------------------------------------
 
 
-class RequestRow(Measured):
+class RequestRow(BaseModel):
     """One measured request (warm-up requests are not stored)."""
 
     condition_idx: int
