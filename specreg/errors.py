@@ -117,6 +117,23 @@ class RunNotFound(SpecregError):
     """No benchmark run has this id (or prefix)."""
 
 
+class RunUnreadable(SpecregError):
+    """A stored run holds a record that cannot be read (a value of another shape, a NaN): one
+    named failure for that run, never a traceback for every pair."""
+
+
+def first_error(exc: BaseException) -> str:
+    """A validation error's first complaint (where and what), or the exception's text, on one short line."""
+    errors = getattr(exc, "errors", None)
+    try:
+        first = errors()[0] if callable(errors) else None
+        text = f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}" if first else str(exc)
+    except (TypeError, KeyError, IndexError):
+        text = str(exc)
+    text = " ".join(text.split()) or type(exc).__name__
+    return text if len(text) <= 120 else text[:120] + "..."
+
+
 class VocabUnavailable(SpecregError):
     """llama.cpp's vocab files are not on disk and could not be fetched (offline, no PyPI)."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import BinaryIO
 
 
 def data_dir() -> Path:
@@ -40,10 +41,16 @@ def registry_path(explicit: str | Path | None = None) -> Path:
     return Path(override) if override else default_db_path()
 
 
-def read_regular(path: str | Path, limit: int) -> bytes:
-    """The bytes of a regular file of at most `limit` bytes. A FIFO is opened without blocking
-    and refused, a device (/dev/zero) is refused before any read, and a file over the limit is
-    refused after reading at most `limit` + 1 bytes. Raises OSError, or ValueError saying why."""
+def _too_large(limit: int) -> str:
+    return f"larger than {limit >> 20} MiB" if limit >= 1 << 20 else f"larger than {limit} bytes"
+
+
+def open_regular(path: str | Path, limit: int) -> BinaryIO:
+    """A regular file of at most `limit` bytes, opened for reading: the one check every path from
+    outside passes before it is read (bundles, workloads, policies, cached wheels and indexes).
+    A FIFO is opened without blocking and refused, a device (/dev/zero) or a folder is refused
+    before any read, a symlink is judged by what it points at, and a file over the limit by its
+    size. Raises OSError, or ValueError saying why."""
     import stat
 
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
@@ -51,15 +58,20 @@ def read_regular(path: str | Path, limit: int) -> bytes:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise ValueError("is a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file")
-        parts, got = [], 0
-        while got <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - got))
-            if not chunk:
-                break
-            parts.append(chunk)
-            got += len(chunk)
-        if got > limit:
-            raise ValueError(f"larger than {limit >> 20} MiB" if limit >= 1 << 20 else f"larger than {limit} bytes")
-        return b"".join(parts)
-    finally:
+        if st.st_size > limit:
+            raise ValueError(_too_large(limit))
+        return os.fdopen(fd, "rb")
+    except BaseException:
         os.close(fd)
+        raise
+
+
+def read_regular(path: str | Path, limit: int) -> bytes:
+    """The bytes of a regular file of at most `limit` bytes (`open_regular`), reading at most
+    `limit` + 1 bytes whatever its size says (a file growing meanwhile). Raises OSError, or
+    ValueError saying why."""
+    with open_regular(path, limit) as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(_too_large(limit))
+    return data

@@ -81,3 +81,31 @@ def edit_run(data: dict[str, bytes], run_id: str, change: Callable[[dict], None]
     rec = json.loads(data[name])
     change(rec)
     data[name] = json.dumps(rec, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+
+
+def slowed(bundle: Path, dst: Path, run_id: str, condition: str, factor: float, work: Path) -> Path:
+    """The bundle with one condition's requests `factor` times slower and its summaries drawn again
+    from those rows with specreg's own code: what a slower box measures and writes (an import
+    draws the summaries again and refuses any that its rows do not give)."""
+    from specreg.benchmark.condition_summary import StatSettings, stat_settings, summarize
+    from specreg.benchmark.runstore import RunStore
+    from specreg.exchange.bundle import export_bundle, import_bundles
+    from specreg.registry.store import Registry
+
+    work.mkdir(parents=True, exist_ok=True)
+    with Registry(work / "slowed.db", show_progress=False) as reg:
+        import_bundles(reg, [bundle])
+        with reg.write():
+            reg.conn.execute(
+                "UPDATE bench_requests SET total_ms = total_ms * ? WHERE run_id = ? AND condition = ?",
+                (factor, run_id, condition),
+            )
+        store = RunStore(reg)
+        run = store.load(run_id)
+        m = run.manifest
+        stats = stat_settings(m.settings, m.runtime.spec_defaults) if m is not None and m.settings else StatSettings()
+        store.set_summaries(
+            run_id, run.info.target_sha256, run.info.draft_sha256, summarize(run.conditions, run.requests, stats)
+        )
+        export_bundle(reg, dst, run_ids=[run_id])
+    return dst

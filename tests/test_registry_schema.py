@@ -71,6 +71,19 @@ SCHEMA: dict[str, list[str]] = {
         "strict_admitted",
     ],
     "verdicts": ["id", "pair_id", "admitted", "strict", "checks_json", "created_at"],
+    # m016: verdicts that came in a bundle, evidence about another machine (registry/evidence.py)
+    "imported_verdicts": [
+        "id",
+        "pair_id",
+        "admitted",
+        "strict",
+        "checks_json",
+        "created_at",
+        "host",
+        "specreg_version",
+        "bundle_digest",
+        "imported_at",
+    ],
     # benchmark (m003, specreg/benchmark)
     "bench_runs": [
         "run_id",
@@ -228,6 +241,7 @@ REGISTRY_INDEXES = {
     "idx_pairs_admitted",
     "idx_pairs_draft",
     "idx_verdicts_pair",
+    "idx_imported_verdicts_pair",
 }
 
 

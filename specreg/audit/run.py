@@ -18,8 +18,9 @@ from specreg.audit.trust import EvidenceTrust
 from specreg.benchmark.digest import hardware_identity, load_digest, load_digests, runtime_identity
 from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
 from specreg.benchmark.run_index import RunHead, RunIndex, runs_for_pair
-from specreg.errors import SpecregError
+from specreg.errors import RunUnreadable, SpecregError
 from specreg.registry.db import now, paused_gc
+from specreg.registry.evidence import not_checked_here, trusted
 from specreg.registry.store import Registry
 from specreg.schemas.audit import (
     GATES,
@@ -149,6 +150,11 @@ def _recheck(reg: Registry, pair: PairRecord) -> PairRecord:
 
 
 def _verdict(facts: _Facts, pair: PairRecord, files_ok: bool) -> tuple[GateResult, PairRecord]:
+    elsewhere = not_checked_here(pair)
+    if elsewhere is not None and not trusted(pair.elsewhere):  # the hook for signed evidence
+        return GateResult(gate="verdict", passed=False, message=elsewhere, evidence={"rule_set": pair.rule_set}), pair
+    if not pair.checked_here:
+        return GateResult(gate="verdict", passed=False, message="not checked on this machine"), pair
     current = facts.current_rule_set(pair.rule_set)
     if current is None:
         return gates.verdict_gate(pair.admitted, pair.rule_set, "(unknown runtime)", None, []), pair
@@ -265,7 +271,14 @@ def audit_pair(
         why = f"{NOT_BENCHMARKABLE}: {lacking}"
         results += [GateResult(gate="evidence", passed=False, message=why), licence]
         return _pair_audit(pair, results, not_benchmarkable=lacking), None
-    run = at_sampler(facts.digest(head), policy_sampler(policy)) if head else None  # the policy's sampler only
+    try:
+        run = at_sampler(facts.digest(head), policy_sampler(policy)) if head else None  # the policy's sampler only
+    except RunUnreadable as exc:  # a damaged stored record: this run's one named failure, the others still judged
+        why = f"no evidence: {exc.message}"
+        results += [GateResult(gate="evidence", passed=False, message=exc.message)]
+        results += [GateResult(gate=g, passed=False, message=why) for g in (*PER_STRATUM_GATES, "memory")]
+        results.append(licence)
+        return _pair_audit(pair, results, run_id=head.info.run_id if head else None), None
     if run is not None and run.target_name is None:
         run.target_name = facts.record(pair.target_sha256).name
     conc = _concurrency(run, policy)

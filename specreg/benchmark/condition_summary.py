@@ -15,12 +15,13 @@ interval, the decision and the step costs.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from specreg.benchmark import contention, sequential, statistics, stepcost
 from specreg.benchmark.sampling import arm, sampled_checks
 from specreg.schemas.bench import ALL_STRATA, ConditionRun, ConditionSummary, RequestRow, Stat
+from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.methods import BASELINE, MODEL_DRAFTED
 from specreg.text import plural
 
@@ -132,6 +133,18 @@ class StatSettings:
     default_draft_length: int | None = None  # the build's --spec-draft-n-max
     min_speedup: float = 1.05  # what `decision` decides against (the default policy's minimum)
     set_aside: bool = True  # leave contended rounds out of timings (`--busy-share 0`: keep them)
+
+
+def stat_settings(settings: BenchSettings, spec_defaults: Mapping[str, int]) -> StatSettings:
+    """How a run's summaries are drawn, from its settings and its build's defaults: what the
+    runner used, and what an import recomputes a bundled run's summaries with."""
+    return StatSettings(
+        seed=settings.seed,
+        min_speedup=settings.min_speedup,
+        set_aside=settings.busy_share > 0,
+        resamples=settings.bootstrap_resamples,
+        default_draft_length=spec_defaults.get("--spec-draft-n-max"),
+    )
 
 
 def _group(

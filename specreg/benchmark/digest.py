@@ -16,7 +16,7 @@ from specreg.benchmark import contention, digest_cache
 from specreg.benchmark.condition_summary import percentile
 from specreg.benchmark.run_index import Failing, RequestTiming, RunHead, heads_of, load_parts
 from specreg.benchmark.sampling import arm
-from specreg.errors import SpecregError
+from specreg.errors import RunUnreadable, SpecregError, first_error
 from specreg.schemas.audit import ConditionDigest, RunDigest, StratumRow
 from specreg.schemas.bench import ALL_STRATA, BenchRun, ConditionRun, ConditionSummary, RunManifest
 from specreg.schemas.methods import BASELINE
@@ -249,8 +249,17 @@ def digest_run(run: BenchRun) -> RunDigest:
 
 
 def load_digest(reg: Registry, head: RunHead, *, spread: bool = True) -> RunDigest:
-    """Digest one run from the bench tables; request rows are read only when needed."""
-    return load_digests(reg, [head], spread=spread)[head.info.run_id]
+    """Digest one run from the bench tables; request rows are read only when needed. A run whose
+    stored records cannot be read raises RunUnreadable naming it and the first bad field."""
+    rid = head.info.run_id
+    found = load_digests(reg, [head], spread=spread)
+    if rid in found:
+        return found[rid]
+    try:
+        build_digests(reg, [head], spread=spread, skip_unreadable=False)
+    except ValueError as exc:
+        raise RunUnreadable(f"run {rid}: a stored record cannot be read ({first_error(exc)})") from None
+    raise RunUnreadable(f"run {rid}: its stored records cannot be read")
 
 
 def load_digests(reg: Registry, heads: Iterable[RunHead], *, spread: bool = True) -> dict[str, RunDigest]:
@@ -267,21 +276,39 @@ def load_digests(reg: Registry, heads: Iterable[RunHead], *, spread: bool = True
         except SpecregError:  # locked, full or read-only: the digests are right anyway, just not kept
             pass
     out.update(built)
-    return {h.info.run_id: out[h.info.run_id] for h in heads}
+    return {h.info.run_id: out[h.info.run_id] for h in heads if h.info.run_id in out}
 
 
-def build_digests(reg: Registry, heads: Iterable[RunHead], *, spread: bool = True) -> dict[str, RunDigest]:
-    """Digests built from the bench tables, read once for all of these runs (no cache)."""
+def build_digests(
+    reg: Registry, heads: Iterable[RunHead], *, spread: bool = True, skip_unreadable: bool = True
+) -> dict[str, RunDigest]:
+    """Digests built from the bench tables, read once for all of these runs (no cache). A run
+    whose stored records cannot be read is left out (`skip_unreadable`), the others still built:
+    one damaged run is that run's failure (`load_digest` names it), not every pair's."""
     heads = list(heads)
-    parts = load_parts(reg, (h.info.run_id for h in heads), timings=spread)
-    out: dict[str, RunDigest] = {}
+    try:
+        parts = load_parts(reg, (h.info.run_id for h in heads), timings=spread)
+    except ValueError:
+        if not skip_unreadable or len(heads) == 1:
+            if skip_unreadable:
+                return {}
+            raise
+        out: dict[str, RunDigest] = {}
+        for head in heads:  # one at a time: the damaged run alone is left out
+            out.update(build_digests(reg, [head], spread=spread))
+        return out
+    out = {}
     for head in heads:
         p = parts[head.info.run_id]
-        ratios = None
-        if p.timings is not None:
-            conc = head.manifest.request.concurrency if head.manifest else 1
-            ratios = _ratios(p.timings, p.conditions, conc)
-        out[head.info.run_id] = build_digest(head, p.conditions, p.summaries, p.prompts, p.failing, ratios)
+        try:
+            ratios = None
+            if p.timings is not None:
+                conc = head.manifest.request.concurrency if head.manifest else 1
+                ratios = _ratios(p.timings, p.conditions, conc)
+            out[head.info.run_id] = build_digest(head, p.conditions, p.summaries, p.prompts, p.failing, ratios)
+        except ValueError:
+            if not skip_unreadable:
+                raise
     return out
 
 

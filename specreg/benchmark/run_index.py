@@ -9,6 +9,7 @@ over a thousand runs never reads a million request rows.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -231,16 +232,25 @@ class RunResult:
     failed: tuple[str, ...] = ()
 
 
+def _finite(x: object) -> bool:
+    return x is None or (isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x))
+
+
 def run_results(reg: Registry) -> dict[str, RunResult]:
     """Every run's result from its `all` summaries (one query, no request rows read)."""
     # one json_extract with several paths parses each summary once (a thousand runs: one pass)
     sql = (
         "SELECT run_id, condition, json_extract(summary_json, '$.method', '$.status', '$.speedup', "
-        "'$.speedup_ci95', '$.first_mismatch') FROM bench_summaries WHERE stratum = 'all' ORDER BY run_id, rowid"
-    )
+        "'$.speedup_ci95', '$.first_mismatch') FROM bench_summaries WHERE stratum = 'all' AND json_valid(summary_json) "
+        "ORDER BY run_id, rowid"
+    )  # a summary that is not JSON (a NaN written into it) gives no result: `runs show` names it
     found: dict[str, list[tuple[str, str, str, float | None, list[float] | None, str | None]]] = defaultdict(list)
     for rid, cond, fields in reg.conn.execute(sql):
         method, status, speedup, ci, mismatch = json.loads(fields)
+        if not _finite(speedup) or not (
+            ci is None or (isinstance(ci, list) and len(ci) == 2 and all(map(_finite, ci)))
+        ):
+            speedup, ci = None, None  # never a number no statistic can be
         found[rid].append((cond, method, status, speedup, ci, mismatch))
     out: dict[str, RunResult] = {}
     for rid, conds in found.items():

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from specreg.benchmark import conditions as cond_mod
 from specreg.benchmark import contention, tune
-from specreg.benchmark.condition_summary import StatSettings, speed_decision, summarize
+from specreg.benchmark.condition_summary import speed_decision, stat_settings, summarize
 from specreg.benchmark.digest import keep_digests
 from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
 from specreg.benchmark.execute import Observer, RunContext, finish_condition, run_condition
@@ -29,6 +29,7 @@ from specreg.benchmark.workloads import Workload, load_workload
 from specreg.equivalence import triage
 from specreg.errors import ArtifactChanged, NotAdmitted, SpecregError, UsageError
 from specreg.registry.db import now
+from specreg.registry.evidence import not_checked_here, trusted
 from specreg.registry.hashing import sha256_file
 from specreg.schemas.bench import (
     ArtifactRef,
@@ -124,6 +125,9 @@ class Runner:
                     f"pair {pid} has never been checked (not in the registry)",
                     hint="run `specreg check pair TARGET [DRAFT]` first; `specreg pairs` lists them",
                 ) from None
+            elsewhere = not_checked_here(pair)
+            if elsewhere is not None and not trusted(pair.elsewhere):
+                raise NotAdmitted(f"pair {pid} ({pair.method}) is not benchmarked: {elsewhere}")
             if not pair.admitted:
                 why = "; ".join(f"{c.code}: {c.message}" for c in pair.checks if c.severity == "error")
                 raise NotAdmitted(f"pair {pid} ({pair.method}) was rejected, not benchmarked: {why or 'not admitted'}")
@@ -311,14 +315,7 @@ class Runner:
                 if c.status in ("pending", "running"):
                     c.status = "cancelled" if status == "cancelled" else "aborted"
                     self.store.save_condition(run_id, c)
-            stats = StatSettings(
-                seed=self.opts.seed,
-                min_speedup=self.opts.min_speedup,
-                set_aside=self.opts.busy_share > 0,
-                resamples=self.opts.bootstrap_resamples,
-                default_draft_length=self.runtime().spec_defaults.get("--spec-draft-n-max"),
-            )
-            summaries = summarize(conds, ctx.rows, stats)
+            summaries = summarize(conds, ctx.rows, stat_settings(self.opts, self.runtime().spec_defaults))
             if tuner is not None:
                 tuner.annotate(summaries, conds, ctx.rows)
             self.store.set_summaries(run_id, target.sha256, info.draft_sha256, summaries)

@@ -11,7 +11,7 @@ import json
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
-from specreg.errors import RunNotFound
+from specreg.errors import RunNotFound, RunUnreadable, first_error
 from specreg.registry.db import iso, now, rows
 from specreg.schemas.bench import (
     BenchRun,
@@ -309,8 +309,18 @@ class RunStore:
         return str(found[0]["run_id"])
 
     def load(self, run_id: str) -> BenchRun:
-        """The whole run as pydantic models (what `runs show` and reports are built from)."""
+        """The whole run as pydantic models (what `runs show` and reports are built from); a
+        stored record that cannot be read (another shape, a NaN) raises RunUnreadable naming it."""
         rid = self.resolve(run_id)
+        try:
+            return self._load(rid)
+        except ValueError as exc:  # pydantic's ValidationError, a damaged JSON column
+            raise RunUnreadable(
+                f"run {rid}: a stored record cannot be read ({first_error(exc)})",
+                hint="its rows were changed after specreg wrote them; measure it again (specreg bench admitted)",
+            ) from None
+
+    def _load(self, rid: str) -> BenchRun:
         r = rows(
             self.reg.conn,
             f"{_RUN_SELECT} WHERE r.run_id = ?",

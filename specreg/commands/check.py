@@ -283,6 +283,7 @@ def pairs_cmd(
             d["stale"] = stale[p.rule_set]
             d["other_rules"] = other[p.rule_set]
             d["benchmarkable"] = p.admitted and lacking.get(p.id) is None
+            d["checked_here"] = p.checked_here
             out.append(d)
         emit_json(out)
         return
@@ -354,7 +355,11 @@ def _recheck(judged: ChosenRules, json_out: bool) -> None:
 
 
 def _verdict_text(p: PairRecord, verdicts: dict[tuple[bool, bool], tuple[str, str]]) -> tuple[str, str]:
-    """The standing verdict, and the latest strict one beside a normal verdict."""
+    """The standing verdict, and the latest strict one beside a normal verdict; a pair only
+    another machine judged: what it said, and that nothing here did."""
+    if not p.checked_here:
+        said = "admitted" if p.elsewhere is not None and p.elsewhere.admitted else "rejected"
+        return f"{said} elsewhere, not checked here", "yellow"
     text, style = verdicts[(p.admitted, p.strict)]
     if p.strict_admitted is not None and not p.strict:
         text += f"; strict: {'admitted' if p.strict_admitted else 'rejected'}"

@@ -158,7 +158,9 @@ def import_cmd(
     Every member is checked against the bundle's SHA-256 list before anything is written; a
     tampered, truncated or too-new bundle is refused. Every signature a bundle carries is
     verified and who signed which run is recorded. Importing twice changes nothing; a run id
-    this registry holds with different content is refused, naming both digests.
+    this registry holds with different content is refused, naming both digests. A bundle's
+    verdicts are kept as evidence about the machine that made them: a pair is admitted here only
+    by checks made here (run at once when its files are registered here).
     """
     from specreg.exchange.bundle import import_bundles
     from specreg.registry.store import Registry
@@ -183,6 +185,8 @@ def import_cmd(
                 "already_present": res.present,
                 "requests": res.requests,
                 "signed": res.signed,
+                "checked_here": res.checked_here,
+                "not_checked_here": [{"pair": pid, "why": why} for pid, why in sorted(res.not_checked.items())],
             }
         )
         return
@@ -190,8 +194,18 @@ def import_cmd(
         console().print(f"verified {safe(path)} (digest {digest[:16]})", soft_wrap=True)
     console().print(f"imported {_n(len(res.runs), 'run')} ({_n(res.requests, 'request row')})")
     console().print(
-        f"  new: {_n(res.artifacts, 'artifact record')}, {_n(res.pairs, 'pair')}, {_n(res.verdicts, 'verdict')}"
+        f"  new: {_n(res.artifacts, 'artifact record')}, {_n(res.pairs, 'pair')}, "
+        f"{_n(res.verdicts, 'verdict')} from elsewhere (evidence, not verdicts here)"
     )
+    if res.checked_here:
+        ids = ", ".join(map(str, res.checked_here))
+        console().print(f"  checked here from the registered files: {_n(len(res.checked_here), 'pair')} ({ids})")
+    if res.not_checked:
+        ids = ", ".join(map(str, sorted(res.not_checked)))
+        console().print(
+            f"  not checked here: {_n(len(res.not_checked), 'pair')} ({ids}); not admitted here until "
+            "`specreg check pair` runs on their files"
+        )
     if res.present:
         console().print(f"  already here, unchanged: {_n(len(res.present), 'run')} with the same content")
     if res.signed:

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 
 from specreg import __version__
 from specreg.benchmark.digest import keep_digests
-from specreg.errors import BundleError, UsageError
+from specreg.benchmark.runstore import RunStore
+from specreg.errors import BundleError, RunUnreadable, UsageError
 from specreg.exchange.bundle_format import (
     RUN_PARTS,
     Bundle,
@@ -36,6 +37,7 @@ from specreg.exchange.bundle_format import (
 )
 from specreg.exchange.bundle_runs import insert_run, local_digest, run_logs, run_parts
 from specreg.exchange.portable import artifact_records, merge_artifacts, merge_pairs, pair_records
+from specreg.exchange.rederive import check_summaries
 from specreg.paths import data_dir
 from specreg.registry.db import now_iso
 from specreg.registry.migrations import bundle_schema, migrations
@@ -190,11 +192,13 @@ class ImportResult:
     bundles: list[tuple[str, str]] = field(default_factory=list)  # (path, bundle digest)
     artifacts: int = 0
     pairs: int = 0
-    verdicts: int = 0
+    verdicts: int = 0  # imported verdicts: evidence about the machine that made them
     runs: list[str] = field(default_factory=list)
     present: list[str] = field(default_factory=list)
     requests: int = 0
     signed: int = 0  # (run, key) attestations verified and recorded
+    checked_here: list[int] = field(default_factory=list)  # pairs checked on this machine after the import
+    not_checked: dict[int, str] = field(default_factory=dict)  # pair id -> why it could not be checked here
 
 
 def _stage_logs(bundle: Bundle, entry: RunEntry, staged: list[Path]) -> tuple[dict[str, Path], Path | None]:
@@ -213,7 +217,7 @@ def _stage_logs(bundle: Bundle, entry: RunEntry, staged: list[Path]) -> tuple[di
 
 # what merging a record of the wrong shape raises (a string where an object belongs, an integer
 # past SQLite's 64 bits, a key missing, JSON nested past the recursion limit)
-_RECORD_SHAPE = (TypeError, AttributeError, KeyError, ValueError, OverflowError, RecursionError)
+_RECORD_SHAPE = (TypeError, AttributeError, LookupError, ValueError, ArithmeticError, RecursionError)
 
 
 def import_bundles(reg: Registry, paths: Iterable[str | Path], trust: Trust | None = None) -> ImportResult:
@@ -226,6 +230,7 @@ def import_bundles(reg: Registry, paths: Iterable[str | Path], trust: Trust | No
     attested = [verify_bundle(b, *(trust or (None, False))) for b in bundles]
     result = ImportResult()
     staged: list[Path] = []
+    unchecked: set[int] = set()
     current = None
     try:
         with reg.write():
@@ -234,9 +239,11 @@ def import_bundles(reg: Registry, paths: Iterable[str | Path], trust: Trust | No
                 current = b
                 result.bundles.append((str(b.path), b.header.digest))
                 result.artifacts += merge_artifacts(conn, b.records("artifacts.jsonl"))
-                new_pairs, new_verdicts = merge_pairs(conn, b.records("pairs.jsonl"))
-                result.pairs += new_pairs
-                result.verdicts += new_verdicts
+                origin = (b.header.origin.host, b.header.origin.specreg_version)
+                merged = merge_pairs(conn, b.records("pairs.jsonl"), origin, b.header.digest)
+                result.pairs += merged.pairs
+                result.verdicts += merged.verdicts
+                unchecked.update(merged.unchecked)
                 for entry in b.header.runs:
                     _import_run(reg, b, entry, result, staged)
             for att in attested:
@@ -256,7 +263,36 @@ def import_bundles(reg: Registry, paths: Iterable[str | Path], trust: Trust | No
                 f"{current.path}: a record does not have the shape specreg writes ({why}); nothing was imported"
             ) from None
         raise
+    check_here(reg, sorted(unchecked), result)
     return result
+
+
+def check_here(reg: Registry, pair_ids: list[int], result: ImportResult) -> None:
+    """Check each pair this machine has no verdict of its own for, from its registered files
+    (their SHA-256 checked, headers only: cheap), under the current revision of its rule set,
+    and record that verdict: the one it stands on here. A pair whose files are not here stays
+    "not checked here" (registry/evidence.py), whatever the bundle said about it."""
+    from specreg.errors import SpecregError
+    from specreg.sources.checking import check_and_record
+    from specreg.validators.ruleset import load_rule_set
+
+    for pid in pair_ids:
+        pair = reg.get_pair(pid)
+        if pair.checked_here:
+            continue
+        shas = [s for s in (pair.target_sha256, pair.draft_sha256) if s]
+        have = reg.get_artifacts(shas)
+        if not all(s in have and have[s].paths for s in shas):
+            result.not_checked[pid] = "its files are not registered here"
+            continue
+        try:
+            rules = load_rule_set(pair.rule_set.rsplit("/r", 1)[0])
+            strict = pair.strict
+            check_and_record(reg, pair.target_sha256, pair.draft_sha256, pair.method, rule_set=rules, strict=strict)
+        except SpecregError as exc:
+            result.not_checked[pid] = exc.message
+            continue
+        result.checked_here.append(pid)
 
 
 def _import_run(reg: Registry, b: Bundle, entry: RunEntry, result: ImportResult, staged: list[Path]) -> None:
@@ -276,6 +312,17 @@ def _import_run(reg: Registry, b: Bundle, entry: RunEntry, result: ImportResult,
         raise BundleError(f"{b.path}: run {entry.run_id}: run.json must hold one record; nothing was imported")
     logs, run_dir = _stage_logs(b, entry, staged)
     result.requests += insert_run(conn, entry.run_id, parts, logs, run_dir)
+    # derived numbers are derived here: the run's summaries drawn again from its rows, with the code
+    # that wrote them, before anything reads them (the rows are in this transaction, not committed)
+    try:
+        why = check_summaries(RunStore(reg).load(entry.run_id))
+    except RunUnreadable as exc:
+        raise BundleError(f"{b.path}: {exc.message}; nothing was imported") from None
+    if why is not None:
+        raise BundleError(
+            f"{b.path}: run {entry.run_id}: its summaries are not what its request rows give ({why}); "
+            "nothing was imported"
+        )
     conn.execute(
         "INSERT INTO run_origins (run_id, host, specreg_version, run_digest, bundle_digest, bundle_created_at, "
         "imported_at) VALUES (?,?,?,?,?,?,?)",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import tempfile
@@ -30,6 +31,7 @@ from pydantic import BaseModel, Field, ValidationError
 from specreg.errors import BundleError
 from specreg.exchange.dsse import MAX_ENVELOPE_BYTES
 from specreg.exchange.portable import canonical
+from specreg.paths import open_regular
 
 FORMAT: Literal["specreg-bundle"] = "specreg-bundle"
 FORMAT_VERSION = 1
@@ -41,6 +43,7 @@ MAX_MANIFEST_BYTES = 64 << 20
 SIGNATURE = re.compile(r"signatures/[0-9a-f]{64}\.intoto\.json")  # one envelope per key (exchange/signing.py)
 MAX_SIGNATURES = 64
 MAX_TOTAL_BYTES = 16 << 30  # what one import may decompress (a million request rows is ~0.5 GB)
+MAX_BUNDLE_BYTES = 16 << 30  # the bundle file itself (compressed)
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed member times: the same records give the same bytes
 # what zipfile raises on a damaged archive or member: a bad CRC or header (BadZipFile), a broken
 # deflate stream (zlib.error, which is no OSError), a cut file (EOFError), an unknown compression
@@ -169,7 +172,7 @@ class Bundle:
         if not data:
             return []
         try:  # one parse of all lines as an array: JSON text holds no raw newline inside a value
-            values = json.loads(b"[" + data.replace(b"\n", b",") + b"]")
+            values = strict_json(b"[" + data.replace(b"\n", b",") + b"]")
         except RecursionError:
             raise BundleError(f"{self.path}: {name} is nested too deeply; nothing was imported") from None
         except ValueError as exc:
@@ -177,6 +180,23 @@ class Bundle:
         if not all(isinstance(v, dict) for v in values):
             raise BundleError(f"{self.path}: {name} holds a line that is not a JSON object; nothing was imported")
         return values
+
+
+def _not_json(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999: Python reads it as infinity
+        raise ValueError(f"number {text[:40]} is out of range")
+    return value
+
+
+def strict_json(data: bytes | str) -> Any:
+    """JSON as the standard defines it: NaN, Infinity and numbers past a double's range are
+    refused, not read as floats no statistic can hold (every number in a bundle is finite)."""
+    return json.loads(data, parse_constant=_not_json, parse_float=_finite)
 
 
 def _damage(exc: BaseException) -> str:
@@ -241,15 +261,20 @@ def open_bundle(path: str | Path, known_migrations: list[str]) -> Bundle:
     """Read and verify a whole bundle: structure, manifest digest, every member's size and SHA-256,
     every run's digest. Anything wrong raises BundleError naming it; nothing is written here."""
     p = Path(path)
-    try:
-        zf = zipfile.ZipFile(p)
+    try:  # a regular file of bounded size before anything reads it: /dev/zero, a FIFO are refused here
+        fh = open_regular(p, MAX_BUNDLE_BYTES)
     except FileNotFoundError:
         raise BundleError(f"{p}: no such file") from None
-    except IsADirectoryError:
-        raise BundleError(f"{p}: is a directory, not a bundle") from None
+    except ValueError as exc:
+        raise _refuse(p, f"{exc}, not a bundle") from None
+    except OSError as exc:
+        raise _refuse(p, f"cannot be read ({_damage(exc)})") from None
+    try:
+        zf = zipfile.ZipFile(fh)
     except _ZIP_DAMAGE as exc:
+        fh.close()
         raise _refuse(p, f"not a readable bundle, or truncated ({_damage(exc)})") from None
-    with zf:
+    with fh, zf:
         names = [i.filename for i in zf.infolist()]
         if len(names) != len(set(names)):
             raise _refuse(p, "a member name occurs twice")

@@ -4,14 +4,18 @@ A record is a table row as plain JSON: local row ids and paths are left out (the
 stay on the machine that has them), `*_json` columns travel parsed under their name without the
 suffix, and null values are dropped, so a column added by a later migration reads the same as
 one that was never there. Merging is keyed by content, never by local ids: artifacts by SHA-256,
-pairs by (target, draft, method, rule set), verdicts by what they say and when.
+pairs by (target, draft, method, rule set), verdicts by what they say, when and who said it. An
+imported verdict is evidence about the machine that made it (table imported_verdicts), never
+this machine's verdict: a pair is admitted here only by checks made here.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from specreg.errors import BundleError
@@ -110,17 +114,31 @@ def pair_key(target: str, draft: str | None, method: str, rule_set: str) -> Pair
 
 
 def pair_records(conn: sqlite3.Connection, pair_ids: Iterable[int]) -> Iterator[dict[str, Any]]:
-    """Each pair's identity with every verdict recorded for it (oldest first), sorted by identity."""
+    """Each pair's identity with every verdict recorded for it (oldest first), sorted by identity:
+    the verdicts made here without an `origin` (the bundle's own), those imported from elsewhere
+    with the origin they came with (so a re-export never passes another machine's word as ours)."""
     ids = json.dumps(sorted(set(pair_ids)))
-    verdicts: dict[int, list[dict[str, Any]]] = {}
-    for pid, admitted, strict, checks, created in conn.execute(
-        "SELECT pair_id, admitted, strict, checks_json, created_at FROM verdicts "
-        "WHERE pair_id IN (SELECT value FROM json_each(?)) ORDER BY created_at, id",
+    verdicts: dict[int, list[tuple[str, int, dict[str, Any]]]] = {}
+    for pid, admitted, strict, checks, created, vid in conn.execute(
+        "SELECT pair_id, admitted, strict, checks_json, created_at, id FROM verdicts "
+        "WHERE pair_id IN (SELECT value FROM json_each(?))",
         (ids,),
     ):
-        verdicts.setdefault(pid, []).append(
-            {"admitted": bool(admitted), "strict": bool(strict), "checks": json.loads(checks), "created_at": created}
-        )
+        mine = {"admitted": bool(admitted), "strict": bool(strict), "checks": json.loads(checks), "created_at": created}
+        verdicts.setdefault(pid, []).append((created, vid, mine))
+    for pid, admitted, strict, checks, created, host, version, vid in conn.execute(
+        "SELECT pair_id, admitted, strict, checks_json, created_at, host, specreg_version, id FROM imported_verdicts "
+        "WHERE pair_id IN (SELECT value FROM json_each(?))",
+        (ids,),
+    ):
+        theirs = {
+            "admitted": bool(admitted),
+            "strict": bool(strict),
+            "checks": json.loads(checks),
+            "created_at": created,
+        }
+        theirs["origin"] = {"host": host, "specreg_version": version}
+        verdicts.setdefault(pid, []).append((created, (1 << 62) + vid, theirs))
     rows = conn.execute(
         "SELECT id, target_sha256, draft_sha256, method, rule_set FROM pairs "
         "WHERE id IN (SELECT value FROM json_each(?))",
@@ -130,7 +148,7 @@ def pair_records(conn: sqlite3.Connection, pair_ids: Iterable[int]) -> Iterator[
         rec: dict[str, Any] = {"target_sha256": target, "method": method, "rule_set": rule_set}
         if draft is not None:
             rec["draft_sha256"] = draft
-        rec["verdicts"] = verdicts.get(pid, [])
+        rec["verdicts"] = [v for _, _, v in sorted(verdicts.get(pid, []), key=lambda x: (x[0], x[1]))]
         yield rec
 
 
@@ -157,19 +175,102 @@ def find_pair(conn: sqlite3.Connection, ident: Mapping[str, Any]) -> int | None:
     return None if row is None else int(row[0])
 
 
-def merge_pairs(conn: sqlite3.Connection, records: Iterable[Mapping[str, Any]]) -> tuple[int, int]:
-    """Add unknown pairs and the verdicts this registry has not recorded yet; the latest verdict
-    (by time) stays the pair's current one. Returns (new pairs, new verdicts). Inside a transaction."""
+@dataclass(frozen=True)
+class PairsMerged:
+    """What merging a bundle's pairs added: pairs new here, imported verdicts new here, and the
+    pairs this machine has not checked itself (no verdict of its own: to be checked here)."""
+
+    pairs: int
+    verdicts: int
+    unchecked: list[int]
+
+
+_SHA = re.compile(r"[0-9a-f]{64}")
+_MAX_TEXT = 200  # a host name, a specreg version
+
+
+def _refuse_pair(rec: Mapping[str, Any], why: str) -> BundleError:
+    sha = rec.get("target_sha256")
+    what = f"{sha[:12]} ({str(rec.get('method'))[:40]})" if isinstance(sha, str) else "record"
+    return BundleError(f"bundle pair {what}: {why}; nothing was imported")
+
+
+def _check_pair_record(rec: Mapping[str, Any]) -> None:
+    """A pair's identity as specreg writes it: SHA-256s, a method and a rule set this specreg knows."""
+    from specreg.schemas.methods import Method
+    from specreg.validators.ruleset import current_rule_set_id
+
+    for field in ("target_sha256", "method", "rule_set"):
+        if not isinstance(rec.get(field), str):
+            raise BundleError(f"bundle pair record without {field}; nothing was imported")
+    draft = rec.get("draft_sha256")
+    draft_ok = draft is None or (isinstance(draft, str) and _SHA.fullmatch(draft))
+    if not _SHA.fullmatch(rec["target_sha256"]) or not draft_ok:
+        raise _refuse_pair(rec, "a SHA-256 is not 64 hex digits")
+    if rec["method"] not in {m.value for m in Method}:
+        raise _refuse_pair(rec, f"unknown method {rec['method'][:40]!r}")
+    if current_rule_set_id(rec["rule_set"]) is None or not re.fullmatch(r"[^/]+/r[0-9]+", rec["rule_set"]):
+        raise _refuse_pair(rec, f"unknown rule set {rec['rule_set'][:60]!r}")
+
+
+def imported_verdict(rec: Mapping[str, Any], v: object, origin: tuple[str, str]) -> dict[str, Any]:
+    """One bundled verdict checked as evidence worth keeping: a verdict with its own checks (at
+    least one, each of the shape specreg writes), an outcome those checks give (admitted iff no
+    error), a real ISO 8601 time and who made it. Anything else is refused: a verdict is only
+    evidence when it says what it rests on."""
+    from datetime import datetime
+
+    from specreg.registry.pairs import load_checks
+
+    if not isinstance(v, dict):
+        raise _refuse_pair(rec, "a verdict is not an object")
+    admitted, strict, created = v.get("admitted"), v.get("strict", False), v.get("created_at")
+    if not isinstance(admitted, bool) or not isinstance(strict, bool):
+        raise _refuse_pair(rec, "a verdict's admitted or strict is not true or false")
+    raw = v.get("checks")
+    checks = load_checks(json.dumps(raw)) if isinstance(raw, list) and raw else None
+    if not checks:
+        raise _refuse_pair(rec, "a verdict carries no checks (or checks of another shape)")
+    if admitted == any(c.severity == "error" for c in checks):
+        raise _refuse_pair(rec, "a verdict's outcome is not what its checks give")
+    try:
+        if not isinstance(created, str) or len(created) > 40:
+            raise ValueError
+        datetime.fromisoformat(created)
+    except ValueError:
+        raise _refuse_pair(rec, f"a verdict's created_at {str(created)[:40]!r} is not an ISO 8601 time") from None
+    who = v.get("origin", {"host": origin[0], "specreg_version": origin[1]})
+    host, version = (who.get("host"), who.get("specreg_version")) if isinstance(who, dict) else (None, None)
+    if not all(isinstance(x, str) and 0 < len(x) <= _MAX_TEXT for x in (host, version)):
+        raise _refuse_pair(rec, "a verdict's origin is not a host and a specreg version")
+    return {
+        "admitted": admitted,
+        "strict": strict,
+        "checks": [c.model_dump(mode="json") for c in checks],
+        "created_at": created,
+        "host": host,
+        "specreg_version": version,
+    }
+
+
+def merge_pairs(
+    conn: sqlite3.Connection, records: Iterable[Mapping[str, Any]], origin: tuple[str, str], bundle_digest: str
+) -> PairsMerged:
+    """Add unknown pairs and, as evidence about the machine that made them, the verdicts this
+    registry has not recorded yet (`origin`: the bundle's host and specreg version, for verdicts
+    that name none). Nothing here changes a pair's standing verdict: that is made of this
+    machine's own checks alone (registry/evidence.py). Inside the caller's transaction."""
     new_pairs = new_verdicts = 0
+    unchecked: list[int] = []
     for rec in records:
-        for field in ("target_sha256", "method", "rule_set"):
-            if not isinstance(rec.get(field), str):
-                raise BundleError(f"bundle pair record without {field}")
+        _check_pair_record(rec)
+        verdicts = rec.get("verdicts")
+        if not isinstance(verdicts, list) or not verdicts:
+            raise _refuse_pair(rec, "verdicts is not a non-empty list of objects")
+        found = [imported_verdict(rec, v, origin) for v in verdicts]  # every one checked before any write
         stamp = now_iso()
         pid = find_pair(conn, rec)
         if pid is None:
-            if not rec.get("verdicts"):
-                raise BundleError(f"bundle pair {rec['target_sha256'][:12]} ({rec['method']}) carries no verdict")
             cur = conn.execute(
                 "INSERT INTO pairs (target_sha256, draft_sha256, method, rule_set, admitted, strict, n_verdicts, "
                 "created_at, updated_at) VALUES (?,?,?,?,0,0,0,?,?)",
@@ -177,39 +278,40 @@ def merge_pairs(conn: sqlite3.Connection, records: Iterable[Mapping[str, Any]]) 
             )
             pid = int(cur.lastrowid or 0)
             new_pairs += 1
-        known = {
+        mine = {
             (bool(a), bool(s), canonical(json.loads(c)), t)
             for a, s, c, t in conn.execute(
                 "SELECT admitted, strict, checks_json, created_at FROM verdicts WHERE pair_id = ?", (pid,)
             )
         }
-        added = 0
-        verdicts = rec.get("verdicts") or []
-        if not isinstance(verdicts, list) or not all(isinstance(v, dict) for v in verdicts):
-            what = f"bundle pair {rec['target_sha256'][:12]} ({rec['method']})"
-            raise BundleError(f"{what}: verdicts is not a list of objects; nothing was imported")
-        for v in verdicts:
-            key = (bool(v.get("admitted")), bool(v.get("strict")), canonical(v.get("checks", [])), v.get("created_at"))
-            if key in known:
-                continue
-            if not isinstance(key[3], str):
-                raise BundleError(f"bundle verdict of pair {rec['target_sha256'][:12]} has no created_at")
-            conn.execute(
-                "INSERT INTO verdicts (pair_id, admitted, strict, checks_json, created_at) VALUES (?,?,?,?,?)",
-                (pid, int(key[0]), int(key[1]), json.dumps(v.get("checks", [])), key[3]),
-            )
-            known.add(key)
-            added += 1
-        if added:
-            new_verdicts += added
-            latest = conn.execute(
-                "SELECT id, admitted, strict, created_at FROM verdicts WHERE pair_id = ? "
-                "ORDER BY created_at DESC, id DESC LIMIT 1",
+        known = {
+            (bool(a), bool(s), canonical(json.loads(c)), t, h)
+            for a, s, c, t, h in conn.execute(
+                "SELECT admitted, strict, checks_json, created_at, host FROM imported_verdicts WHERE pair_id = ?",
                 (pid,),
-            ).fetchone()
-            conn.execute(
-                "UPDATE pairs SET admitted = ?, strict = ?, latest_verdict_id = ?, n_verdicts = "
-                "(SELECT count(*) FROM verdicts WHERE pair_id = ?), updated_at = ? WHERE id = ?",
-                (latest[1], latest[2], latest[0], pid, stamp, pid),
             )
-    return new_pairs, new_verdicts
+        }
+        for v in found:
+            key = (v["admitted"], v["strict"], canonical(v["checks"]), v["created_at"])
+            if key in mine or (*key, v["host"]) in known:  # our own verdict coming back, or one we hold
+                continue
+            conn.execute(
+                "INSERT INTO imported_verdicts (pair_id, admitted, strict, checks_json, created_at, host, "
+                "specreg_version, bundle_digest, imported_at) VALUES (?,?,?,?,?,?,?,?,?)",
+                (
+                    pid,
+                    int(v["admitted"]),
+                    int(v["strict"]),
+                    json.dumps(v["checks"]),
+                    v["created_at"],
+                    v["host"],
+                    v["specreg_version"],
+                    bundle_digest,
+                    stamp,
+                ),
+            )
+            known.add((*key, v["host"]))
+            new_verdicts += 1
+        if not mine:
+            unchecked.append(pid)
+    return PairsMerged(new_pairs, new_verdicts, sorted(set(unchecked)))

@@ -3,12 +3,15 @@
 The node needs no registry of its own: it starts an empty one in a temporary folder, enters the
 driver's artifact records and the pair's verdicts, finds each model (the driver's path, else the
 hub file at the pinned commit), hashes it and refuses a SHA-256 that differs from the driver's
-before anything is measured. Then it runs the ordinary bench and returns the run as a bundle.
+before anything is measured. The driver's verdicts are evidence about the driver: the node checks
+the pair itself from the files it found (exchange/bundle.check_here) and benchmarks it only if
+its own checks admit it. Then it runs the ordinary bench and returns the run as a bundle.
 Nothing here imports an executor: `ray_executor` ships `run_task` to Ray; any other engine could.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import tempfile
@@ -116,8 +119,10 @@ def run_task(task_json: str) -> str:
 
 
 def _bench(task: RemoteTask, tmp: Path) -> bytes:
+    from specreg import __version__
     from specreg.benchmark.runner import Runner
-    from specreg.exchange.bundle import export_bundle
+    from specreg.errors import NotAdmitted
+    from specreg.exchange.bundle import ImportResult, check_here, export_bundle
     from specreg.exchange.portable import find_pair, merge_artifacts, merge_pairs
     from specreg.registry.store import Registry
     from specreg.schemas.bench_settings import BenchSettings
@@ -132,8 +137,13 @@ def _bench(task: RemoteTask, tmp: Path) -> bytes:
             merge_artifacts(reg.conn, task.artifacts)
         for rec in task.artifacts:
             _locate(reg, rec["sha256"], rec, task.paths.get(rec["sha256"], []))
-        with reg.write():
-            merge_pairs(reg.conn, [task.pair])
+        with reg.write():  # the driver's verdicts are evidence; the node checks the pair itself
+            digest = hashlib.sha256(task.model_dump_json().encode()).hexdigest()
+            merged = merge_pairs(reg.conn, [task.pair], ("ray driver", __version__), digest)
+        done = ImportResult()
+        check_here(reg, merged.unchecked, done)
+        if done.not_checked:
+            raise NotAdmitted(f"the pair could not be checked on this node: {'; '.join(done.not_checked.values())}")
         pair_id = find_pair(reg.conn, task.pair)
         runner = Runner(reg, BenchSettings.model_validate(options))
         runs = runner.bench([pair_id] if pair_id is not None else [])

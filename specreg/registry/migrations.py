@@ -519,6 +519,32 @@ def m015_bench_request_sampler(db: sqlite3.Connection) -> None:
 
 
 @migrations()
+def m016_imported_verdicts(db: sqlite3.Connection) -> None:
+    """Verdicts that came in a result bundle: evidence about another machine, kept apart from the
+    verdicts made here (registry/evidence.py). A pair's standing verdict (`latest_verdict_id`,
+    `admitted`) is made of this machine's own checks only; an imported one records who made it
+    (host, specreg version), when, the bundle it came in and when it arrived. Verdicts imported
+    before this migration are in `verdicts` and cannot be told apart any more."""
+    db.execute(
+        """
+        CREATE TABLE imported_verdicts (
+            id INTEGER PRIMARY KEY,
+            pair_id INTEGER NOT NULL REFERENCES pairs (id),
+            admitted INTEGER NOT NULL,
+            strict INTEGER NOT NULL DEFAULT 0,
+            checks_json TEXT NOT NULL,
+            created_at TEXT NOT NULL,
+            host TEXT NOT NULL,
+            specreg_version TEXT NOT NULL,
+            bundle_digest TEXT NOT NULL CHECK (length(bundle_digest) = 64),
+            imported_at TEXT NOT NULL
+        )
+        """
+    )
+    db.execute("CREATE INDEX idx_imported_verdicts_pair ON imported_verdicts (pair_id, created_at, id)")
+
+
+@migrations()
 def m018_bench_request_triage(db: sqlite3.Connection) -> None:
     """A mismatched row's triage: the baseline's top candidates at its first differing token and
     whether that was a near tie or a confident divergence (schemas/triage.py). Older rows: NULL."""

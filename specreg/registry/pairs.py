@@ -16,7 +16,7 @@ from pydantic import ConfigDict, TypeAdapter
 from specreg.errors import ArtifactNotFound, PairNotFound
 from specreg.registry.db import Database, now_iso, paused_gc, records_in_batches
 from specreg.schemas.checks import CheckResult, PairVerdict
-from specreg.schemas.registry import PairRecord
+from specreg.schemas.registry import Elsewhere, PairRecord
 
 _CHECKS = TypeAdapter(list[CheckResult], config=ConfigDict(defer_build=True))  # built when first read
 
@@ -24,10 +24,20 @@ _FROM = (
     "FROM pairs p {join} LEFT JOIN artifacts t ON t.sha256 = p.target_sha256 "
     "LEFT JOIN artifacts d ON d.sha256 = p.draft_sha256 "
 )
+# The latest verdict another machine made on the pair (m016: imported, never standing here).
+_ELSEWHERE = (
+    "(SELECT json_object('host', iv.host, 'specreg_version', iv.specreg_version, 'admitted', "
+    "json(CASE WHEN iv.admitted THEN 'true' ELSE 'false' END), 'created_at', iv.created_at, "
+    "'n', (SELECT count(*) FROM imported_verdicts c WHERE c.pair_id = p.id)) "
+    "FROM imported_verdicts iv WHERE iv.pair_id = p.id ORDER BY iv.created_at DESC, iv.id DESC LIMIT 1)"
+)
 _PAIR_SELECT = (
     "SELECT p.id, p.target_sha256, p.draft_sha256, p.method, p.rule_set, {admitted} AS admitted, "
     "{strict} AS strict, {verdict} AS verdict_id, p.strict_admitted, p.strict_verdict_id, p.n_verdicts, "
-    "p.created_at, p.updated_at, {checks} t.name AS target_name, d.name AS draft_name " + _FROM
+    "p.created_at, p.updated_at, {checks} t.name AS target_name, d.name AS draft_name, "
+    + _ELSEWHERE
+    + " AS elsewhere "
+    + _FROM
 )
 # The same row as one JSON object (PairRecord's fields) for db.records_in_batches. The stored
 # checks are spliced in as they are stored, for the same parser `load_checks` uses: nothing
@@ -39,10 +49,14 @@ _PAIR_JSON = (
     "'rule_set', p.rule_set, 'admitted', {admitted}, 'strict', {strict}, 'verdict_id', {verdict}, "
     "'strict_admitted', p.strict_admitted, 'strict_verdict_id', p.strict_verdict_id, "
     "'n_verdicts', p.n_verdicts, 'target_name', t.name, 'draft_name', d.name, "
-    "'created_at', p.created_at, 'updated_at', p.updated_at), 2) AS BLOB) " + _FROM
+    "'created_at', p.created_at, 'updated_at', p.updated_at, 'elsewhere', json("
+    + _ELSEWHERE
+    + ")), 2) AS BLOB) "
+    + _FROM
 )
 _STORED_CHECKS = (
-    "CASE WHEN typeof(v.checks_json) = 'text' AND json_valid(v.checks_json) THEN v.checks_json ELSE 'null' END"
+    "CASE WHEN v.id IS NULL THEN '[]' "  # no verdict made here (imported ones only): nothing checked
+    "WHEN typeof(v.checks_json) = 'text' AND json_valid(v.checks_json) THEN v.checks_json ELSE 'null' END"
 )
 # The standing verdict (latest normal, else latest strict), or the latest strict one.
 _VIEWS = {
@@ -71,8 +85,9 @@ def unreadable(verdict_id: object) -> CheckResult:
 
 
 def _pair(row: sqlite3.Row, with_checks: bool) -> PairRecord:
-    checks = load_checks(row["checks_json"]) if with_checks else []
-    admitted = bool(row["admitted"])
+    here = row["verdict_id"] is not None
+    checks = load_checks(row["checks_json"]) if with_checks and here else []
+    admitted = bool(row["admitted"]) and here
     if checks is None:  # never treat an admission we cannot read back as one
         checks, admitted = [unreadable(row["verdict_id"])], False
     strict_admitted = row["strict_admitted"]
@@ -93,12 +108,24 @@ def _pair(row: sqlite3.Row, with_checks: bool) -> PairRecord:
         draft_name=row["draft_name"],
         created_at=row["created_at"],
         updated_at=row["updated_at"],
+        elsewhere=_elsewhere(row["elsewhere"]),
     )
+
+
+def _elsewhere(raw: str | None) -> Elsewhere | None:
+    """The latest imported verdict's summary, or None (none imported, or a record that cannot be
+    read: evidence from elsewhere is never needed to judge anything here)."""
+    if raw is None:
+        return None
+    try:
+        return Elsewhere.model_validate_json(raw)
+    except ValueError:
+        return None
 
 
 def _select(with_checks: bool, strict: bool = False, *, as_json: bool = False) -> str:
     view = _VIEWS[strict]
-    join = f"JOIN verdicts v ON v.id = {view['verdict']}" if with_checks else ""
+    join = f"LEFT JOIN verdicts v ON v.id = {view['verdict']}" if with_checks else ""
     if as_json:
         return _PAIR_JSON.format(checks=_STORED_CHECKS if with_checks else "'[]'", join=join, **view)
     return _PAIR_SELECT.format(checks="v.checks_json," if with_checks else "", join=join, **view)

@@ -19,6 +19,14 @@ from specreg.schemas.registry import LicenceRecord
 from specreg.schemas.sampling import DraftSampling, Sampler
 from specreg.schemas.triage import Triage
 
+
+class Measured(BaseModel):
+    """A model of measured or derived numbers: NaN and infinity are refused when one is read
+    (a stored or imported record holding one is a record that cannot be read, not a number)."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+
 RunStatus = Literal["running", "complete", "incomplete", "cancelled", "aborted", "failed"]
 ConditionStatus = Literal["pending", "running", "ok", "failed", "cancelled", "aborted", "skipped"]
 Difference = Literal["faster", "slower", "no measurable difference"]
@@ -368,6 +376,7 @@ class WorkloadSource(BaseModel):
     wheel_sha256: str
     data_file: str
     data_sha256: str
+    index_sha256: str | None = None  # sharegpt: the derived index it read, pinned like the data file
     sample: int | None = None  # prompts per stratum, None: every prompt that fits
     filter: str | None = None  # how prompts were filtered (sharegpt: by length for the context)
     available: int = 0  # prompts that passed the filter, before sampling
@@ -435,14 +444,14 @@ class RunManifest(BaseModel):
 # ---- results ---------------------------------------------------------------------------------
 
 
-class Stat(BaseModel):
+class Stat(Measured):
     """Median and p95 of one quantity over the successful requests."""
 
     p50: float | None = None
     p95: float | None = None
 
 
-class TuneEstimate(BaseModel):
+class TuneEstimate(Measured):
     """`--tune`'s prediction for one condition's draft length (benchmark/tune.py), made from the
     first pass's acceptance profile before the candidate was measured; the measurement is the
     summary's own speed-up."""
@@ -458,7 +467,7 @@ class TuneEstimate(BaseModel):
     decided: bool = False  # every other candidate was ruled out against the chosen one
 
 
-class ConditionSummary(BaseModel):
+class ConditionSummary(Measured):
     """One condition over one stratum (or `all`): the comparison table's row."""
 
     condition: str

@@ -69,6 +69,17 @@ class ArtifactRecord(BaseModel):
     updated_at: datetime
 
 
+class Elsewhere(BaseModel):
+    """The latest verdict another machine made on a pair (imported in a bundle): evidence about
+    that machine, never this machine's admission (registry/evidence.py)."""
+
+    host: str
+    specreg_version: str
+    admitted: bool
+    created_at: str
+    n: int = 1  # imported verdicts on record for the pair
+
+
 class PairRecord(BaseModel):
     """A (target, draft, method, rule set) pair with the verdict it stands on.
 
@@ -86,7 +97,7 @@ class PairRecord(BaseModel):
     admitted: bool
     strict: bool = False
     checks: list[CheckResult] = Field(default_factory=list)
-    verdict_id: int
+    verdict_id: int | None = None  # None: no verdict made on this machine yet (only imported ones)
     strict_admitted: bool | None = None
     strict_verdict_id: int | None = None
     n_verdicts: int = 1
@@ -94,3 +105,9 @@ class PairRecord(BaseModel):
     draft_name: str | None = None
     created_at: datetime
     updated_at: datetime
+    elsewhere: Elsewhere | None = None  # the latest imported verdict, if any
+
+    @property
+    def checked_here(self) -> bool:
+        """Whether this machine's own checks made the verdict the pair stands on."""
+        return self.verdict_id is not None

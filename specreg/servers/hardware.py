@@ -9,6 +9,7 @@ varies between runs on the same machine (load, free memory, clocks). It is also 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -71,7 +72,8 @@ def by_hardware(reg: Registry) -> tuple[list[str], list[HardwareRow]]:
         "SELECT r.run_id, r.status, r.method, r.target_sha256, r.draft_sha256, t.name, d.name, o.host, "
         "json_extract(r.manifest_json, '$.hardware'), "
         "(SELECT json_extract(s.summary_json, '$.speedup') FROM bench_summaries s WHERE s.run_id = r.run_id "
-        "AND s.stratum = 'all' AND json_extract(s.summary_json, '$.method') = r.method LIMIT 1) "
+        "AND s.stratum = 'all' AND json_valid(s.summary_json) AND json_extract(s.summary_json, '$.method') = r.method "
+        "LIMIT 1) "
         "FROM bench_runs r LEFT JOIN artifacts t ON t.sha256 = r.target_sha256 "
         "LEFT JOIN artifacts d ON d.sha256 = r.draft_sha256 LEFT JOIN run_origins o ON o.run_id = r.run_id "
         "WHERE r.status NOT IN ('running', 'cancelled', 'aborted') ORDER BY r.started_at, r.run_id"
@@ -84,5 +86,7 @@ def by_hardware(reg: Registry) -> tuple[list[str], list[HardwareRow]]:
             continue
         classes.add(cls)
         row = rows.setdefault((target, draft, method), HardwareRow(target, tname, draft, dname, method))
+        if not isinstance(speedup, int | float) or not math.isfinite(speedup):
+            speedup = None  # a summary another shape than specreg writes gives no number, never NaN
         row.cells[cls] = HardwareCell(rid, status, host, speedup)  # ordered by time: the newest wins
     return sorted(classes), sorted(rows.values(), key=lambda r: (r.target_name or "", r.target_sha256, r.method))

@@ -1,0 +1,62 @@
+"""A run's summaries derived again from its own rows: what an import checks before it keeps them.
+
+A bundle's summaries (medians, intervals, speed-ups, decisions, acceptance) are numbers derived
+from its request rows; whoever wrote the bundle could have written any. `check_summaries` draws
+them again with the code that wrote them (`condition_summary.summarize`, the run's settings and
+its build's defaults from the manifest) and names the first that differs beyond rounding. A
+`--tune` prediction is made before its candidate ran, from the runner's state, and cannot be
+drawn again from the rows; it is kept as stored (its numbers are finite: bundle JSON is strict).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from specreg.benchmark.condition_summary import StatSettings, stat_settings, summarize
+from specreg.schemas.bench import BenchRun
+
+REL_TOL = 1e-9  # rounding: the same code on another machine's floats (libm, summation order)
+ABS_TOL = 1e-9
+
+
+def _differs(a: Any, b: Any, where: str) -> str | None:
+    if isinstance(a, bool) or isinstance(b, bool) or not isinstance(a, int | float) or not isinstance(b, int | float):
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in sorted(set(a) | set(b)):
+                found = _differs(a.get(k), b.get(k), f"{where}.{k}")
+                if found:
+                    return found
+            return None
+        if isinstance(a, list) and isinstance(b, list):
+            if len(a) != len(b):
+                return f"{where}: {len(b)} values stored, {len(a)} derived"
+            for i, (x, y) in enumerate(zip(a, b, strict=True)):
+                found = _differs(x, y, f"{where}[{i}]")
+                if found:
+                    return found
+            return None
+        return None if a == b else f"{where}: stored {str(b)[:40]!r}, derived {str(a)[:40]!r}"
+    if math.isclose(float(a), float(b), rel_tol=REL_TOL, abs_tol=ABS_TOL):
+        return None
+    return f"{where}: stored {b!r}, derived {a!r}"
+
+
+def check_summaries(run: BenchRun) -> str | None:
+    """None when the stored summaries are the ones the run's rows give; else the first difference."""
+    m = run.manifest
+    stats = stat_settings(m.settings, m.runtime.spec_defaults) if m is not None and m.settings else StatSettings()
+    derived = summarize(run.conditions, run.requests, stats)
+    stored = run.summaries
+    keys = [(s.condition, s.stratum) for s in stored]
+    if keys != [(s.condition, s.stratum) for s in derived]:
+        return f"not one summary per condition and stratum ({len(stored)} stored, {len(derived)} derived)"
+    for d, s in zip(derived, stored, strict=True):
+        d.tune = s.tune
+        found = _differs(d.model_dump(mode="json"), s.model_dump(mode="json"), f"{s.condition}/{s.stratum}")
+        if found:
+            return found
+    return None
+
+
+__all__ = ["check_summaries"]
