@@ -39,7 +39,7 @@ from specreg.servers.launcher import bundled_command, launch
 from specreg.servers.memory import GpuProbe, MemorySampler
 from specreg.servers.memory_predict import predict_rss
 from specreg.testing import ModelSpec, write_model
-from specreg.testing.factory import CYCLER, LOOP_TEXT, SMALL_NOISE
+from specreg.testing.modelspec import CYCLER, LOOP_TEXT, SMALL_NOISE
 from specreg.validators.memory_budget import estimate, model_facts
 from specreg.validators.ruleset import load_rule_set
 

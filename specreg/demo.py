@@ -20,7 +20,7 @@ from specreg.schemas.bench import BenchRun
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.methods import DEFAULT_NGRAM_METHODS
 from specreg.testing import ModelSpec, write_model
-from specreg.testing.factory import SMALL_NOISE
+from specreg.testing.modelspec import SMALL_NOISE
 
 DEFAULT_DIR = Path("specreg-demo")
 REAL_DRAFT = "draft-q4_1"  # the real pair's draft, by its registry-independent name
