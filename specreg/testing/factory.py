@@ -45,6 +45,32 @@ def _cycle_head(spec: ModelSpec, embd: np.ndarray, out: np.ndarray) -> None:
     out[ids[0]] = 3 * (u + r[-1])
 
 
+def _table_head(spec: ModelSpec, embd: np.ndarray, out: np.ndarray) -> None:
+    """Rewrite token_embd / output in place so that greedy decoding follows `spec.next_tokens`.
+
+    As `_cycle_head`: each listed token gets an embedding of its own (r_t), every other token
+    shares one direction u (plus a little noise); the output row of a successor is 3 times the sum
+    of its predecessors' directions (the first pair's next also gets 3 u)."""
+    n_vocab, e = embd.shape
+    table = dict(spec.next_tokens)
+    if any(not (0 <= t < n_vocab and 0 <= n < n_vocab) for t, n in table.items()):
+        raise ValueError(f"next_tokens names a token outside the vocabulary (0..{n_vocab - 1})")
+    rng = np.random.default_rng(spec.seed + 103)
+    scale = spec.weight_scale / np.sqrt(e)
+    ids = np.array(sorted(table))
+    u = rng.standard_normal((e,)).astype(np.float32) * scale
+    rest = np.ones(n_vocab, dtype=bool)
+    rest[ids] = False
+    embd[rest] = u + 0.1 * rng.standard_normal((int(rest.sum()), e)).astype(np.float32) * scale
+    embd[ids] = rng.standard_normal((len(ids), e)).astype(np.float32) * scale
+    successors = {n for n in table.values()}
+    for s in successors:
+        out[s] = 0.0
+    for t, n in table.items():
+        out[n] += 3 * embd[t]
+    out[spec.next_tokens[0][1]] += 3 * u
+
+
 def _shapes(spec: ModelSpec, n_vocab: int) -> dict[str, tuple[int, ...]]:
     """Every tensor's numpy shape (rows, columns), in file order."""
     e, ff = spec.n_embd, spec.n_ff
@@ -102,6 +128,8 @@ def _weights(spec: ModelSpec, n_vocab: int) -> dict[str, np.ndarray]:
         out[name] = w.astype(np.float32)
     if spec.cycle:
         _cycle_head(spec, out["token_embd.weight"], out["output.weight"])
+    if spec.next_tokens:
+        _table_head(spec, out["token_embd.weight"], out["output.weight"])
     return out
 
 

@@ -30,6 +30,10 @@ class ModelSpec:
     # middle of the vocabulary, each of those by the next, the last by the first again (with
     # blocks scaled to nearly nothing: see CYCLER)
     cycle: int = 0
+    # (token, next) pairs: a head under which greedy decoding follows this table - each listed
+    # token is followed by its next, every other token by the first pair's next (with blocks
+    # scaled to nearly nothing). Loops of chosen tokens: the demo's target (specreg/demo.py)
+    next_tokens: tuple[tuple[int, int], ...] = ()
     file_type: str = "f32"  # "f32" or "f16" (2-D weights; norms stay f32)
     # shape
     architecture: str = "llama"
