@@ -32,19 +32,14 @@ FIXED_GATES = {"integrity", "verdict", "licence"}
 DRAFT_PAIR_GATES = FIXED_GATES | {"evidence", "rollback"}
 
 
-SCREENSHOT = Path(__file__).parent.parent / "docs" / "report.png"  # the README's picture of the report
-
-
 def look_at_demo_report(report: Path, tmp_path: Path) -> None:
-    """The demo's report in headless Chromium at 390 and 1280 px (tests/_browser.py); with
-    SPECREG_SCREENSHOT=1 the laptop's first screen becomes docs/report.png."""
+    """The demo's report in headless Chromium at 390 and 1280 px (tests/_browser.py); the README's
+    picture of it is tools/render_demo_picture.py's."""
     if chromium() is None:
         pytest.skip("chromium not installed (tools/ensure_chromium.sh); the demo itself passed")
     with Browser(tmp_path) as browser:
         looks = check_page(browser, report, tmp_path / "screenshots", "demo", plots=3)
     assert re.search(r"\b(PASS|FAIL)\b: \d of \d pairs", looks[0].metrics["decisionText"])
-    if os.environ.get("SPECREG_SCREENSHOT") == "1":
-        SCREENSHOT.write_bytes(looks[1].screenshot.read_bytes())
 
 
 def _checked(out: str) -> dict[str, tuple[int, str, str]]:
