@@ -67,7 +67,7 @@ def demo_cmd(
         out.print()
         if o.deployed:
             say(
-                f"{o.choice} (pair {o.pair_id}), speed-up {interval_text(o.speedup, o.speedup_ci95)}",
+                f"{o.choice}, speed-up {interval_text(o.speedup, o.speedup_ci95)}",
                 prefix=f"DEPLOY for {o.stratum}: ",
                 marks=[("DEPLOY", "green")],
                 indent=4,
