@@ -30,7 +30,7 @@ from specreg.schemas.bench import ConditionRun
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.servers.load import busy_threshold
 from specreg.sources.checking import check_and_record
-from specreg.testing.factory import ModelSpec, write_model
+from specreg.testing import ModelSpec, write_model
 from specreg.validators.ruleset import load_rule_set
 
 BURN = "import time\nend = time.monotonic() + 600\nwhile time.monotonic() < end:\n    pass\n"

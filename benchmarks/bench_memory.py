@@ -46,7 +46,8 @@ from specreg.servers.launcher import bundled_command, launch
 from specreg.servers.memory import GpuProbe, MemorySampler
 from specreg.servers.memory_predict import predict_rss
 from specreg.testing import ModelSpec, write_model
-from specreg.testing.factory import CYCLER, SMALL_NOISE, sliding_window_spec
+from specreg.testing.factory import sliding_window_spec
+from specreg.testing.modelspec import CYCLER, SMALL_NOISE
 from specreg.validators.memory_budget import BUDGET_MARGIN, estimate, model_facts
 from specreg.validators.memory_served import Served
 from specreg.validators.ruleset import load_rule_set

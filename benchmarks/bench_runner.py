@@ -27,7 +27,7 @@ from specreg.benchmark.workloads import load_workload
 from specreg.schemas.bench import WorkloadItem
 from specreg.servers.launcher import bundled_command, launch
 from specreg.testing import ModelSpec, write_model
-from specreg.testing.factory import SMALL_NOISE
+from specreg.testing.modelspec import SMALL_NOISE
 
 
 def _bare(port: int, item: WorkloadItem, max_tokens: int) -> tuple[float, dict[str, float]]:

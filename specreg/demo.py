@@ -1,12 +1,14 @@
 """`specreg demo`: the whole pipeline on tiny generated models, in one folder, in about a minute.
 
 Everything here calls the same core functions the commands use (registry, validators, runner,
-audit, reports); nothing is simulated. Tiny random models may or may not be faster with
-speculation: the audit's verdict is whatever the measured numbers say.
+audit, reports); nothing is simulated. The models are built (see TARGET) so that one stratum
+has something for speculation to win and the other has not; whether it wins on this machine is
+measured, and the audit's verdict is whatever the measured numbers say.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import time
@@ -20,32 +22,76 @@ from specreg.schemas.bench import BenchRun
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.methods import DEFAULT_NGRAM_METHODS
 from specreg.testing import ModelSpec, write_model
-from specreg.testing.factory import SMALL_NOISE
 
 DEFAULT_DIR = Path("specreg-demo")
 REAL_DRAFT = "draft-q4_1"  # the real pair's draft, by its registry-independent name
 DEMO_LICENCE = "apache-2.0"
-TARGET = ModelSpec(name="demo-target", license=DEMO_LICENCE)
+# The demo's target is built so that speculation's two regimes both show on any machine: its
+# blocks are scaled to nearly nothing (they cost the compute of a real model of this shape, but
+# decide nothing) and its head follows a table (specreg.testing's `next_tokens`): the letters
+# a..z loop, and the word pieces loop in a second, longer circle the punctuation leads into.
+# A prompt that already holds the alphabet is continued with text that is in the prompt (the
+# repetitive stratum: what n-gram lookup copies); a question is answered with words that are
+# nowhere in it (the chat stratum: nothing to copy).
+_LETTERS = [3 + b for b in range(ord("a"), ord("z") + 1)]  # byte tokens (SPM: <0x61>..<0x7A>)
+_WORDS = list(range(259, 259 + 128))  # the factory vocabulary's word pieces ("\u2581the", ...)
+
+
+def _loop(ids: list[int]) -> list[tuple[int, int]]:
+    return [(a, ids[(i + 1) % len(ids)]) for i, a in enumerate(ids)]
+
+
+NEXT_TOKENS = (
+    (3 + ord("?"), _WORDS[0]),  # the first pair: every unlisted token is followed by its next as well
+    (3 + ord(":"), _WORDS[64]),
+    *_loop(_LETTERS),
+    *_loop(_WORDS),
+)
+TARGET = ModelSpec(
+    name="demo-target",
+    license=DEMO_LICENCE,
+    n_embd=256,
+    n_layer=8,
+    n_ff=512,
+    n_head=8,
+    n_head_kv=8,
+    file_type="f32",  # ggml's f16 batches were no cheaper per token than its f32 ones here
+    head_seed=7,
+    block_scale=0.01,
+    next_tokens=NEXT_TOKENS,
+)
+# A draft a 16th of the target's size that learned the alphabet loop but not the words: right on
+# the repetitive prompts, wrong on every chat token (where it guesses "b")
+DRAFT = ModelSpec(
+    name="demo-draft",
+    license=DEMO_LICENCE,
+    n_embd=64,
+    n_layer=1,
+    n_ff=128,
+    head_seed=7,
+    block_scale=0.01,
+    next_tokens=tuple(_loop(_LETTERS)),
+)
 # (file, spec, method, what it shows)
 DRAFTS: tuple[tuple[str, ModelSpec, str, str], ...] = (
     (
         "draft.gguf",
-        TARGET.but(name="demo-draft", noise=SMALL_NOISE),
+        DRAFT,
         "draft-simple",
-        "the target's weights with small noise: same tokenizer, partial acceptance",
+        "a small draft that knows the alphabet but not the words: right on one stratum only",
     ),
     (
         "near-miss.gguf",
-        TARGET.but(name="demo-near-miss", noise=SMALL_NOISE, token_edits=((300, "\u2581swapped"),)),
+        DRAFT.but(name="demo-near-miss", token_edits=((300, "\u2581swapped"),)),
         "draft-simple",
         "one token text changed (id 300): llama.cpp refuses to speculate with it",
     ),
     (
         "eagle3-wrong-target.gguf",
-        TARGET.but(
+        DRAFT.but(
             name="demo-eagle3",
             architecture="eagle3",
-            n_layer=1,
+            next_tokens=(),
             eagle3_target_layers=(0, 1, 2),
             eagle3_target_hidden_size=TARGET.n_embd * 2,
         ),
@@ -53,17 +99,21 @@ DRAFTS: tuple[tuple[str, ModelSpec, str, str], ...] = (
         "an EAGLE-3 head trained for a wider target: the server would abort",
     ),
 )
+_ABC = "abcdefghijklmnopqrstuvwxyz"
 WORKLOAD = (
     "\n".join(
-        [
-            '{"id": "code-rename", "stratum": "repetitive", "max_tokens": 48, "prompt": "def add(x):\\n    x = x + 1\\n'
-            '    return x\\n\\ndef add(x):\\n    x = x + 1\\n    return x\\n\\ndef add("}',
-            '{"id": "yaml-list", "stratum": "repetitive", "max_tokens": 48, "prompt": "name: a\\nkey: b\\nname: a\\n'
-            'key: b\\nname: a\\nkey:"}',
-            '{"id": "chat-what", "stratum": "chat", "max_tokens": 48, '
-            '"prompt": "Question: what is a draft model?\\nAnswer:"}',
-            '{"id": "chat-why", "stratum": "chat", "max_tokens": 48, "prompt": "Why test a server before production?"}',
-        ]
+        json.dumps(item)
+        for item in (
+            {"id": "alphabet", "stratum": "repetitive", "max_tokens": 128, "prompt": _ABC + _ABC[:4]},
+            {"id": "alphabet-2", "stratum": "repetitive", "max_tokens": 128, "prompt": _ABC[10:] + _ABC + _ABC[:15]},
+            {
+                "id": "chat-what",
+                "stratum": "chat",
+                "max_tokens": 48,
+                "prompt": "Question: what is a draft model?\nAnswer:",
+            },
+            {"id": "chat-why", "stratum": "chat", "max_tokens": 48, "prompt": "Why test a server before production?"},
+        )
     )
     + "\n"
 )
@@ -72,10 +122,10 @@ REPEAT = 3
 # than a demo can afford; short windows let them draft on the tiny models' repetitive output.
 NGRAM = {
     "--spec-ngram-simple-size-n": 3,
-    "--spec-ngram-simple-size-m": 8,
+    "--spec-ngram-simple-size-m": 16,
     "--spec-ngram-mod-n-match": 4,
     "--spec-ngram-mod-n-min": 2,
-    "--spec-ngram-mod-n-max": 8,
+    "--spec-ngram-mod-n-max": 16,
 }
 
 
@@ -90,7 +140,51 @@ class DemoResult:
     verdicts: list[tuple[str, str, bool, int, list[str]]] = field(default_factory=list)
     run_ids: list[str] = field(default_factory=list)
     audit: AuditReport | None = None
+    strata: list[StratumOutcome] = field(default_factory=list)
     seconds: float = 0.0
+
+
+@dataclass
+class StratumOutcome:
+    """One workload stratum's end of the story: the pinned command the audit vouches for, or the
+    refusal with every candidate's reason."""
+
+    stratum: str
+    choice: str  # the method deployed, or "none"
+    pair_id: int | None = None
+    speedup: float | None = None
+    speedup_ci95: tuple[float, float] | None = None
+    argv: list[str] | None = None  # the llama-server command (deployed strata only)
+    reasons: list[str] = field(default_factory=list)  # why each candidate was not chosen (refused strata)
+
+    @property
+    def deployed(self) -> bool:
+        return self.argv is not None
+
+
+def outcomes(report: AuditReport) -> list[StratumOutcome]:
+    """Per stratum (concurrency 1): `deploy PAIR --stratum S`'s command, or why nothing deploys."""
+    from specreg.audit.deploy import plan_deploy
+
+    out = []
+    for d in sorted(report.decisions, key=lambda d: d.stratum):
+        o = StratumOutcome(d.stratum, d.choice, d.pair_id, d.speedup, d.speedup_ci95)
+        if d.pair_id is not None:
+            plan = plan_deploy(report, d.pair_id, stratum=d.stratum, concurrency=d.concurrency)
+            o.argv = plan.argv if plan.deployable else None
+            o.reasons = [f"{g.gate}: {g.message}" for g in plan.failed_gates]
+        if o.argv is None:
+            method = {p.pair_id: p.method for p in report.pairs}
+            o.reasons += [f"pair {c.pair_id} {method.get(c.pair_id, c.condition)}: {c.reason}" for c in d.candidates]
+        out.append(o)
+    return out
+
+
+def _relative(report: AuditReport, folder: Path) -> AuditReport:
+    """The report with every path under the demo's folder written relative to it (where the report
+    lies): the page reads the same wherever the demo ran, and its commands work from that folder."""
+    prefix = json.dumps(str(folder) + os.sep)[1:-1]
+    return AuditReport.model_validate_json(report.model_dump_json().replace(prefix, ""))
 
 
 def _write_if_changed(path: Path, spec: ModelSpec) -> Path:
@@ -217,6 +311,7 @@ def run_demo(
             ctx_size=1024 if real else 512,
             threads=None if real else 1,  # the real model: every core, as a deployment would
             ngram=NGRAM,
+            warmup=2,
             start_timeout_s=60,
             request_timeout_s=60,
             run_timeout_s=1800 if real else 300,
@@ -233,6 +328,7 @@ def run_demo(
         say(f"5/5 auditing with {policy_path}")
         policy, source = load_policy(policy_path)
         result.audit = run_audit(reg, policy, source, pair_ids=audited)
-    write_audit_report(result.report, result.audit)
+    result.strata = outcomes(result.audit)
+    write_audit_report(result.report, _relative(result.audit, folder))
     result.seconds = time.monotonic() - t0
     return result

@@ -32,7 +32,7 @@ from specreg.demo import WORKLOAD
 from specreg.registry.store import Registry
 from specreg.schemas.audit import Policy
 from specreg.sources.provenance import register
-from specreg.testing.factory import SMALL_NOISE
+from specreg.testing.modelspec import SMALL_NOISE
 
 HOSTILE = "<script>alert(1)</script> | $x$"  # a draft name: must stay inert in tables, HTML and plots
 # The demo's workload. ngram-simple looks up 1-grams: with the demo's 3-grams the repetitive prompts'

@@ -10,7 +10,7 @@ from typing import Any
 from specreg.registry.store import Registry
 from specreg.schemas.checks import CheckResult, PairVerdict
 from specreg.sources.checking import check_and_record
-from specreg.testing.factory import SMALL_NOISE
+from specreg.testing.modelspec import SMALL_NOISE
 from specreg.validators.ruleset import load_rule_set
 
 RULES = load_rule_set()

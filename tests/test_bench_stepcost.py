@@ -2,7 +2,7 @@
 
 Pure formulas with hand-computed numbers first, then `summarize` on rows shaped like llama.cpp's
 (a request that drafted nothing carries no `draft_n`), then one real run on the bundled server:
-ngram-simple with the demo's 3-grams drafts in the chat stratum and nothing in the repetitive
+ngram-simple with 3-grams drafts in the chat stratum and nothing in the repetitive
 one, and a draft model of the target's own size.
 """
 
@@ -173,11 +173,27 @@ def test_a_stratum_that_drafted_nothing_yet_ran_faster_is_unexplained_the_honest
 
 # -- a real run ----------------------------------------------------------------------------------
 
+# the tiny random models' workload (the demo's before it had models built to win): these random
+# weights loop on the chat prompts and never on the repetitive ones
+WORKLOAD = (
+    "\n".join(
+        [
+            '{"id": "code-rename", "stratum": "repetitive", "max_tokens": 48, "prompt": "def add(x):\\n    x = x + 1\\n'
+            '    return x\\n\\ndef add(x):\\n    x = x + 1\\n    return x\\n\\ndef add("}',
+            '{"id": "yaml-list", "stratum": "repetitive", "max_tokens": 48, "prompt": "name: a\\nkey: b\\nname: a\\n'
+            'key: b\\nname: a\\nkey:"}',
+            '{"id": "chat-what", "stratum": "chat", "max_tokens": 48, '
+            '"prompt": "Question: what is a draft model?\\nAnswer:"}',
+            '{"id": "chat-why", "stratum": "chat", "max_tokens": 48, "prompt": "Why test a server before production?"}',
+        ]
+    )
+    + "\n"
+)
+
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
     from specreg.benchmark.runner import Runner
-    from specreg.demo import NGRAM, WORKLOAD
     from specreg.registry.store import Registry
     from specreg.schemas.bench_settings import BenchSettings
 
@@ -191,7 +207,10 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
             opts = BenchSettings(
                 workload=str(d / "wl.jsonl"),
                 methods=["ngram-simple", "draft-simple"],
-                ngram={k: v for k, v in NGRAM.items() if "simple" in k},  # 3-grams: repetitive outputs repeat none
+                ngram={
+                    "--spec-ngram-simple-size-n": 3,
+                    "--spec-ngram-simple-size-m": 8,
+                },  # repetitive outputs repeat none
                 repeat=2,
                 threads=1,
                 ctx_size=512,

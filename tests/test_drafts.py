@@ -213,7 +213,7 @@ def test_bench_halves_the_field_and_the_ranking_then_puts_the_fastest_first(tmp_
     drafts is a failure) and lose their places."""
     from _bench_helpers import workload
 
-    from specreg.testing.factory import CYCLER
+    from specreg.testing.modelspec import CYCLER
 
     folder = tmp_path / "m"
     target = write_model(tmp_path / "t.gguf", CYCLER.but(n_layer=8, name="Cyc-1B"))

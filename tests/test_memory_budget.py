@@ -18,7 +18,7 @@ from specreg.schemas.bench import WorkloadItem
 from specreg.schemas.memory import ServeSettings
 from specreg.servers.launcher import bundled_command, launch
 from specreg.testing import write_model
-from specreg.testing.factory import CYCLER, LOOP_TEXT
+from specreg.testing.modelspec import CYCLER, LOOP_TEXT
 from specreg.validators.memory_budget import (
     estimate,
     head_dim_check,

@@ -18,7 +18,8 @@ from specreg.servers.launcher import bundled_command, launch
 from specreg.servers.memory import GpuProbe, MemorySampler
 from specreg.servers.memory_predict import predict_rss
 from specreg.testing import write_model
-from specreg.testing.factory import CYCLER, sliding_window_spec
+from specreg.testing.factory import sliding_window_spec
+from specreg.testing.modelspec import CYCLER
 from specreg.validators.memory_budget import (
     BUDGET_MARGIN,
     estimate,

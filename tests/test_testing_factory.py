@@ -13,7 +13,7 @@ from pathlib import Path
 import gguf
 
 from specreg.testing import ModelSpec, write_model
-from specreg.testing.factory import SMALL_NOISE
+from specreg.testing.modelspec import SMALL_NOISE
 
 
 def _sha(p: Path) -> str:

@@ -58,16 +58,35 @@ def demo_cmd(
             if not g.passed:  # one line per stratum: a gate's reasons are joined with "; "
                 for part in g.message.split("; "):
                     say(part, prefix=f"    {g.gate}: ", indent=8)
+    from specreg.audit.deploy import wrap_command
     from specreg.benchmark.statistics import interval_text
+    from specreg.commands.output import safe_plain, show_lines, width
 
-    for d in audit.decisions:
-        sp = "" if d.speedup is None else f" (speed-up {interval_text(d.speedup, d.speedup_ci95)})"
-        say(f"{d.choice}{sp}", prefix=f"deploy for {d.stratum}: ", indent=4)
+    cols = max(40, min(width(), 120))
+    for o in result.strata:  # the end of the story: what deploys where, and what is refused and why
+        out.print()
+        if o.deployed:
+            say(
+                f"{o.choice}, speed-up {interval_text(o.speedup, o.speedup_ci95)}",
+                prefix=f"DEPLOY for {o.stratum}: ",
+                marks=[("DEPLOY", "green")],
+                indent=4,
+            )
+            show_lines(["    " + safe_plain(line) for line in wrap_command(o.argv or [], cols - 4)])
+        else:
+            say(
+                "no speculation (the baseline keeps serving)",
+                prefix=f"REFUSED for {o.stratum}: ",
+                marks=[("REFUSED", "red")],
+                indent=4,
+            )
+            for why in o.reasons:
+                say(why, prefix="    ", indent=8)
     word = "PASS" if audit.passed else "FAIL"
     why = (
         "a real trained pair, measured on this machine"
         if real
-        else "tiny random models may well be slower with speculation"
+        else "tiny models built so that one stratum can win and one cannot"
     )
     out.print()
     say(
@@ -86,10 +105,11 @@ def demo_cmd(
         prefix=f"done in {result.seconds:.1f} s; try: ",
         indent=4,
     )
-    passing = [p.pair_id for p in audit.pairs if p.passed and p.method == "draft-simple"]
-    if passing:
-        say(
-            f"specreg --db {result.db} deploy {passing[0]} --policy {result.folder / 'policy.toml'}",
-            prefix="the pinned command: ",
-            indent=4,
-        )
+    for o in result.strata:
+        if o.deployed:
+            say(
+                f"specreg --db {result.db} deploy {o.pair_id} --stratum {o.stratum} "
+                f"--policy {result.folder / 'policy.toml'}",
+                prefix=f"the pinned command for {o.stratum}, with its checks: ",
+                indent=4,
+            )

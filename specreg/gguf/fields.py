@@ -8,23 +8,45 @@ id): a warning on the file, and the effective values follow llama.cpp.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Protocol
 
+from specreg.errors import GGUFError
 from specreg.gguf import format as F
 
-if TYPE_CHECKING:
-    from specreg.gguf.reader import GGUFFile
+
+class _Array(Protocol):
+    """What the lookups need of a metadata array (reader.GGUFArray is one)."""
+
+    @property
+    def count(self) -> int: ...
+
+    def to_list(self) -> list: ...
+
+
+class KeyValues(Protocol):
+    """What the lookups need of an open file (reader.GGUFFile is one): described here rather than
+    imported, so the reader can call `check_tokenizer` at open without the two importing each other."""
+
+    metadata: Mapping[str, object]
+    value_types: dict[str, int]
+    warnings: list[str]
+
+    def error(self, problem: str, key: str | None = None, offset: int | None = None) -> GGUFError: ...
+
+    def typed_array(self, key: str, allowed: tuple[int, ...]) -> _Array | None: ...
+
 
 _INT32 = int(F.VT.INT32)
 _FLOAT32 = int(F.VT.FLOAT32)
 _BOOL = int(F.VT.BOOL)
 
 
-def _type_name(gf: GGUFFile, key: str) -> str:
+def _type_name(gf: KeyValues, key: str) -> str:
     return F.VALUE_TYPE_NAMES.get(gf.value_types[key], "?")
 
 
-def get_str(gf: GGUFFile, key: str) -> str | None:
+def get_str(gf: KeyValues, key: str) -> str | None:
     """A string value, None when absent; any other type is an error naming the key."""
     if key not in gf.metadata:
         return None
@@ -33,7 +55,7 @@ def get_str(gf: GGUFFile, key: str) -> str | None:
     return gf.metadata[key]  # type: ignore[return-value]
 
 
-def get_int(gf: GGUFFile, key: str) -> int | None:
+def get_int(gf: KeyValues, key: str) -> int | None:
     """An integer value of any integer width, None when absent."""
     if key not in gf.metadata:
         return None
@@ -42,7 +64,7 @@ def get_int(gf: GGUFFile, key: str) -> int | None:
     return gf.metadata[key]  # type: ignore[return-value]
 
 
-def get_bool(gf: GGUFFile, key: str) -> bool | None:
+def get_bool(gf: KeyValues, key: str) -> bool | None:
     if key not in gf.metadata:
         return None
     if gf.value_types[key] != _BOOL:
@@ -50,7 +72,7 @@ def get_bool(gf: GGUFFile, key: str) -> bool | None:
     return bool(gf.metadata[key])
 
 
-def get_int_or_max(gf: GGUFFile, key: str) -> int | None:
+def get_int_or_max(gf: KeyValues, key: str) -> int | None:
     """An integer, or the largest entry of a per-layer integer array (llama.cpp's get_key_or_arr)."""
     if gf.value_types.get(key) == F.T_ARRAY:
         values = get_int_list(gf, key)
@@ -58,13 +80,13 @@ def get_int_or_max(gf: GGUFFile, key: str) -> int | None:
     return get_int(gf, key)
 
 
-def get_int_list(gf: GGUFFile, key: str) -> list[int] | None:
+def get_int_list(gf: KeyValues, key: str) -> list[int] | None:
     """An array of integers (e.g. target layer ids), None when absent."""
     arr = gf.typed_array(key, tuple(sorted(F.INTEGER_TYPES)))
     return None if arr is None else arr.to_list()
 
 
-def check_tokenizer(gf: GGUFFile) -> None:
+def check_tokenizer(gf: KeyValues) -> None:
     """llama.cpp's vocabulary preconditions, checked once at open (cheap: counts and ids only)."""
     tokens = gf.typed_array(F.KEY_TOKENS, (F.T_STRING,))
     n_tokens = 0 if tokens is None else tokens.count

@@ -7,108 +7,18 @@ independently seeded perturbation so a draft can agree with its target often but
 
 from __future__ import annotations
 
-import dataclasses
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import gguf
 import numpy as np
 
+from specreg.testing.modelspec import CYCLER, ModelSpec
 from specreg.testing.vocab import build_vocab
-
-SMALL_NOISE = 0.05  # partial acceptance against the same-seed target (measured: ~30-70%)
 
 _F16 = gguf.GGMLQuantizationType.F16
 _F32 = gguf.GGMLQuantizationType.F32
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """Everything that distinguishes one tiny test model from another."""
-
-    # weights
-    seed: int = 0
-    noise: float = 0.0
-    noise_seed: int = 1
-    weight_scale: float = 0.5
-    # A "really faster" pair: blocks scaled down to nearly nothing make the next token a function
-    # of the current one, and a head (embeddings, output) from its own seed is the same for any
-    # depth, so a 1-layer draft predicts what an 8-layer target does at an eighth of the cost.
-    block_scale: float = 1.0  # multiplies every 2-D block weight
-    head_seed: int | None = None  # token_embd / output from this seed instead of the base stream
-    # > 0: a head that loops - every token is followed by the first of `cycle` tokens in the
-    # middle of the vocabulary, each of those by the next, the last by the first again (with
-    # blocks scaled to nearly nothing: see CYCLER)
-    cycle: int = 0
-    file_type: str = "f32"  # "f32" or "f16" (2-D weights; norms stay f32)
-    # shape
-    architecture: str = "llama"
-    n_embd: int = 64
-    n_layer: int = 2
-    n_head: int = 4
-    n_head_kv: int = 4
-    n_ff: int = 128
-    n_ctx: int = 512
-    vocab_only: bool = False
-    # vocabulary
-    vocab_type: str = "llama"  # tokenizer.ggml.model: "llama" (SPM) or "gpt2" (BPE)
-    # a real tokenizer: every tokenizer.* key copied from this GGUF (e.g. llama.cpp's
-    # models/ggml-vocab-*.gguf); the vocabulary fields below are then ignored
-    tokenizer_from: str | None = None
-    pre: str | None = None  # tokenizer.ggml.pre
-    n_words: int = 160  # word pieces after the 256 byte tokens
-    extra_tokens: int = 0  # appended tokens ("<extra_N>", type USER_DEFINED)
-    pad_tokens: int = 0  # appended padding tokens ("[PAD_N]", type UNUSED)
-    token_edits: tuple[tuple[int, str], ...] = ()  # (id, new text)
-    token_type_edits: tuple[tuple[int, int], ...] = ()  # (id, new type)
-    merge_edits: tuple[tuple[int, str], ...] = ()  # (index, new "left right" merge), BPE only
-    # special tokens; None leaves the key out of the file
-    bos_id: int | None = 1
-    eos_id: int | None = 2
-    unk_id: int | None = 0
-    pad_id: int | None = None
-    eot_id: int | None = None
-    eom_id: int | None = None
-    add_bos: bool | None = True
-    add_eos: bool | None = False
-    chat_template: str | None = None
-    # identity, licence, provenance
-    name: str | None = "specreg-tiny"
-    license: str | None = "apache-2.0"
-    license_name: str | None = None
-    license_link: str | None = None
-    base_model: str | None = None  # general.base_model.0.name
-    base_model_repo_url: str | None = None
-    repo_url: str | None = None
-    # speculative metadata
-    eagle3_target_layers: tuple[int, ...] | None = None
-    eagle3_target_hidden_size: int | None = None
-    d2t: tuple[int, ...] | None = None  # EAGLE-3 draft-to-target id offsets
-    dflash_block_size: int | None = None
-    dflash_target_layers: tuple[int, ...] | None = None
-    dflash_target_hidden_size: int | None = None
-    nextn_predict_layers: int = 0  # MTP heads: extra blocks with blk.N.nextn.* tensors
-    extra_kv: tuple[tuple[str, object], ...] = ()
-    # (key, value, GGUF type name, array item type name or None): replaces a key the factory writes,
-    # in place and with the stated type (hostile counts: block_count as UINT64 2^32+1, INT32 -1)
-    kv_overrides: tuple[tuple[str, object, str, str | None], ...] = ()
-    # tensors added or reshaped (name, numpy shape), e.g. a DSpark head ("markov_w1.weight") or a
-    # reduced-vocab EAGLE-3 output ("output.weight", (n_draft_vocab, n_embd)); and tensors left out
-    extra_tensors: tuple[tuple[str, tuple[int, ...]], ...] = ()
-    drop_tensors: tuple[str, ...] = ()
-
-    def but(self, **changes: object) -> ModelSpec:
-        """This spec with some fields changed (the one-rule-broken variants)."""
-        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
-
-
-# Tiny weights whose output loops with a period of 64 tokens whatever the prompt: near-zero blocks
-# under a head that maps every token to the next of the cycle. Every n-gram method then drafts in
-# full (ngram-simple copies at most one period, so the period must be at least its 48-token
-# m-gram), and a draft of the same head is always accepted: the memory of real speculation on a
-# tiny model.
-CYCLER = ModelSpec(head_seed=7, block_scale=0.01, cycle=64)
+_PLAIN = ModelSpec()  # write_model's default: the plain tiny model
 
 
 def sliding_window_spec(
@@ -139,15 +49,6 @@ def sliding_window_spec(
     return spec
 
 
-# A passage longer than ngram-simple's 48-token m-gram: a real model given it three times over
-# goes on repeating it, so the n-gram methods draft in full on a real model too.
-LOOP_TEXT = (
-    "The small draft model proposes a few tokens, the target model checks all of them in one "
-    "batch and keeps the ones it agrees with, then the draft starts again from the first token "
-    "the target rejected, so the output is exactly what the target alone would have written. "
-)
-
-
 def _cycle_head(spec: ModelSpec, embd: np.ndarray, out: np.ndarray) -> None:
     """Rewrite token_embd / output in place so that greedy decoding loops through `spec.cycle` ids.
 
@@ -170,6 +71,32 @@ def _cycle_head(spec: ModelSpec, embd: np.ndarray, out: np.ndarray) -> None:
     embd[ids] = r
     out[ids[1:]] = 3 * r[:-1]
     out[ids[0]] = 3 * (u + r[-1])
+
+
+def _table_head(spec: ModelSpec, embd: np.ndarray, out: np.ndarray) -> None:
+    """Rewrite token_embd / output in place so that greedy decoding follows `spec.next_tokens`.
+
+    As `_cycle_head`: each listed token gets an embedding of its own (r_t), every other token
+    shares one direction u (plus a little noise); the output row of a successor is 3 times the sum
+    of its predecessors' directions (the first pair's next also gets 3 u)."""
+    n_vocab, e = embd.shape
+    table = dict(spec.next_tokens)
+    if any(not (0 <= t < n_vocab and 0 <= n < n_vocab) for t, n in table.items()):
+        raise ValueError(f"next_tokens names a token outside the vocabulary (0..{n_vocab - 1})")
+    rng = np.random.default_rng(spec.seed + 103)
+    scale = spec.weight_scale / np.sqrt(e)
+    ids = np.array(sorted(table))
+    u = rng.standard_normal((e,)).astype(np.float32) * scale
+    rest = np.ones(n_vocab, dtype=bool)
+    rest[ids] = False
+    embd[rest] = u + 0.1 * rng.standard_normal((int(rest.sum()), e)).astype(np.float32) * scale
+    embd[ids] = rng.standard_normal((len(ids), e)).astype(np.float32) * scale
+    successors = {n for n in table.values()}
+    for s in successors:
+        out[s] = 0.0
+    for t, n in table.items():
+        out[n] += 3 * embd[t]
+    out[spec.next_tokens[0][1]] += 3 * u
 
 
 def _shapes(spec: ModelSpec, n_vocab: int) -> dict[str, tuple[int, ...]]:
@@ -229,6 +156,8 @@ def _weights(spec: ModelSpec, n_vocab: int) -> dict[str, np.ndarray]:
         out[name] = w.astype(np.float32)
     if spec.cycle:
         _cycle_head(spec, out["token_embd.weight"], out["output.weight"])
+    if spec.next_tokens:
+        _table_head(spec, out["token_embd.weight"], out["output.weight"])
     return out
 
 
@@ -367,7 +296,7 @@ def _add_tokenizer(w: gguf.GGUFWriter, spec: ModelSpec) -> int:
     return len(vocab.texts)
 
 
-def write_model(path: str | Path, spec: ModelSpec = ModelSpec(), *, data: bool = True) -> Path:
+def write_model(path: str | Path, spec: ModelSpec = _PLAIN, *, data: bool = True) -> Path:
     """Write the model described by `spec` to `path` (same spec, same bytes).
 
     `data=False`: the header only, then the file is extended to its full size without writing

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import gguf
 
-if TYPE_CHECKING:
-    from specreg.testing.factory import ModelSpec
+from specreg.testing.modelspec import ModelSpec
 
 _T = gguf.TokenType
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from specreg.errors import UsageError
 from specreg.gguf import format as F
 from specreg.schemas.memory import ServeSettings
@@ -30,3 +32,26 @@ def cells(settings: ServeSettings) -> tuple[int, int]:
     if settings.kv_unified:
         return pad(settings.ctx_size), 1
     return pad(max(1, settings.ctx_size // settings.slots)), settings.slots
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """One file's shape as the memory needs it."""
+
+    arch: str | None
+    n_layer: int  # main layers (MTP heads excluded: they run in their own context)
+    n_embd: int
+    n_ff: int
+    heads_kv: list[int]
+    head_k: int
+    head_v: int
+    swa: list[bool]
+    n_swa: int
+    weights: int
+    layer_weights: dict[int, int]
+    output_weights: int
+    recurrent: bool
+    n_vocab: int = 0
+    vocab_heap: int = 0  # the tokenizer's heap at load, metadata copy included (vocab_heap_bytes)
+    vocab_meta: int = 0  # of that, the GGUF metadata's copy, freed when the load ends
+    vocab_returned: int = 0  # of that, what the allocator gives back to the system

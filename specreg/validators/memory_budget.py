@@ -34,7 +34,6 @@ from __future__ import annotations
 import re
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from specreg.errors import UsageError
 from specreg.gguf import format as F
@@ -43,7 +42,7 @@ from specreg.gguf.reader import GGUFArray, GGUFFile
 from specreg.schemas.checks import CheckResult
 from specreg.schemas.memory import MemoryEstimate, ServeSettings
 from specreg.units import MIB, size_text
-from specreg.validators.kv_cells import cells, type_size
+from specreg.validators.kv_cells import ModelFacts, cells, type_size
 from specreg.validators.kv_cells import pad as _pad
 from specreg.validators.memory_served import Served, cache_bound, served_growth
 from specreg.validators.ruleset import RuleSet
@@ -114,29 +113,6 @@ def parse_size(text: str) -> int:
     value, unit, binary = float(m.group(1)), m.group(2).upper(), m.group(3)
     base = 1024 if binary or not text.strip().upper().endswith("B") else 1000
     return int(value * base ** "_KMGT".index(unit)) if unit else int(value)
-
-
-@dataclass(frozen=True)
-class ModelFacts:
-    """One file's shape as the memory needs it."""
-
-    arch: str | None
-    n_layer: int  # main layers (MTP heads excluded: they run in their own context)
-    n_embd: int
-    n_ff: int
-    heads_kv: list[int]
-    head_k: int
-    head_v: int
-    swa: list[bool]
-    n_swa: int
-    weights: int
-    layer_weights: dict[int, int]
-    output_weights: int
-    recurrent: bool
-    n_vocab: int = 0
-    vocab_heap: int = 0  # the tokenizer's heap at load, metadata copy included (vocab_heap_bytes)
-    vocab_meta: int = 0  # of that, the GGUF metadata's copy, freed when the load ends
-    vocab_returned: int = 0  # of that, what the allocator gives back to the system
 
 
 def _per_layer(gf: GGUFFile, key: str, n: int, default: int) -> list[int]:

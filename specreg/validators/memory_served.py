@@ -33,7 +33,7 @@ from specreg.units import MIB
 from specreg.validators.kv_cells import cells, type_size
 
 if TYPE_CHECKING:
-    from specreg.validators.memory_budget import ModelFacts
+    from specreg.validators.kv_cells import ModelFacts
 
 CELL_META = 12  # pos, n_seq_id, seq_id per cell (llama_kv_cache::state_write_meta)
 LAYER_HEADER = 2 * (4 + 8)  # K and V: type and row size
