@@ -100,6 +100,8 @@ def server_argv(
     argv += ["-c", str(ns.ctx_size), "-np", str(ns.parallel)]
     if ns.threads is not None:
         argv += ["-t", str(ns.threads)]
+    if ns.threads_batch is not None:
+        argv += ["-tb", str(ns.threads_batch)]
     if ns.ngl is not None:
         argv += ["-ngl", str(ns.ngl)]
     if ns.ngld is not None:

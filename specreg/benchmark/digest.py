@@ -232,7 +232,7 @@ def digest_run(run: BenchRun) -> RunDigest:
         prompts[p.stratum].append(p.id)
     failing = {(r.condition, r.stratum, r.prompt_id) for r in run.requests if _changed(r.matches_baseline, r.expect_ok)}
     conc = run.manifest.request.concurrency if run.manifest else 1
-    timings = ((r.condition, r.stratum, r.prompt_id, r.repeat, r.ok, r.total_ms) for r in run.requests)
+    timings = ((r.condition, r.stratum, r.prompt_id, r.repeat, r.ok, r.timed_ms) for r in run.requests)
     ratios = _ratios(timings, run.conditions, conc)
     return build_digest(RunHead(run.info, run.manifest), run.conditions, run.summaries, prompts, failing, ratios)
 

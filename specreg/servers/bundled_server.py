@@ -67,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-ctk", "--cache-type-k", dest="cache_type_k", choices=KV_CACHE_TYPES, default=None)
     p.add_argument("-ctv", "--cache-type-v", dest="cache_type_v", choices=KV_CACHE_TYPES, default=None)
     p.add_argument("-t", "--threads", type=int, default=None)
+    p.add_argument("-tb", "--threads-batch", type=int, dest="threads_batch", default=None)
     p.add_argument("-ngl", "--gpu-layers", "--n-gpu-layers", dest="ngl", default=None)
     p.add_argument("-ngld", "--spec-draft-ngl", dest="ngld", default=None)
     p.add_argument("-s", "--seed", type=int, default=None)
@@ -118,6 +119,8 @@ def build_params(ns: argparse.Namespace) -> Any:
     if ns.threads is not None:
         params.cpuparams.n_threads = ns.threads
         params.cpuparams_batch.n_threads = ns.threads
+    if ns.threads_batch is not None:  # llama-server's -tb: prompt batches (default: -t)
+        params.cpuparams_batch.n_threads = ns.threads_batch
     if ns.seed is not None:
         params.sampling.seed = ns.seed
     if ns.temp is not None:
