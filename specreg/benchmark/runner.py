@@ -451,7 +451,11 @@ class Runner:
                 undecided = self._tuner.select(conds, undecided, kept)
             spent = time.monotonic() - started
             left = budget - spent
-            undecided = [c for c in undecided if c.idx not in given_up]
+            undecided = [
+                c
+                for c in undecided
+                if c.idx not in given_up or len({r.repeat for r in ctx.rows if r.condition_idx == c.idx}) < o.repeat
+            ]
             undecided = self._plan_budget(ctx, conds, undecided, bases, pair_ms, spent, left, given_up)
             todo_set = {id(c): c for c in [bases[arm(c.spec)] for c in undecided] + undecided}
             todo = [c for c in order if id(c) in todo_set]
@@ -502,6 +506,11 @@ class Runner:
         leaders = self._tuner.leaders(conds, ctx.rows) if self._tuner is not None else {}
         out: list[ConditionRun] = []
         verdicts: dict[int, budget_mod.Need] = {}
+        told: set[int] = set()
+
+        def rounds_of(c: ConditionRun) -> int:
+            return len({r.repeat for r in ctx.rows if r.condition_idx == c.idx})
+
         for c in undecided:
             lv = tuned.get(c.idx)
             who = leaders.get(lv, c) if lv is not None else c
@@ -521,7 +530,7 @@ class Runner:
                         if xs:
                             m = sum(xs) / len(xs)
                             pool += [x - m + centre for x in xs]
-                done = len({r.repeat for r in ctx.rows if r.condition_idx == who.idx})
+                done = rounds_of(who)
                 members = [x.idx for x in conds if lv is not None and tuned.get(x.idx) == lv] or [who.idx]
                 base = bases[arm(who.spec)]
                 n = budget_mod.need(
@@ -537,27 +546,27 @@ class Runner:
                 )
                 verdicts[who.idx] = n
                 self.observer.note("plan " + n.line(left))
-            if n.fits(left) or n.rounds == 0:
+            below_floor = rounds_of(c) < o.repeat  # the policy's repetitions: evidence, not nothing
+            if n.fits(left) or n.rounds == 0 or below_floor:
                 out.append(c)
-            elif c.idx not in given_up:
+            if not (n.fits(left) or n.rounds == 0) and c.idx not in given_up:
                 need = (
                     f"--budget {budget_mod.budget_for(spent, n.seconds)} would"
                     if n.seconds
                     else f"no budget of up to {budget_mod.HORIZON} more rounds would"
                 )
                 given_up[c.idx] = need
-                if who is c:
+                further = f"measured only up to --repeat {o.repeat}" if below_floor else "not measured further"
+                if lv is None:
                     self.observer.note(
-                        f"budget: {c.spec.name} cannot be decided in the budget left ({need}); not measured further"
+                        f"budget: {c.spec.name} cannot be decided in the budget left ({need}); {further}"
                     )
-        for lv in {tuned[c.idx] for c in undecided if c.idx in tuned}:
-            lead = leaders.get(lv)
-            v = verdicts.get(lead.idx) if lead is not None else None
-            if lead is not None and v is not None and not (v.fits(left) or v.rounds == 0):
-                self.observer.note(
-                    f"budget: the tuning's leader {lead.spec.name} cannot be decided in the budget left "
-                    f"({given_up.get(lead.idx, 'more rounds than it has')}); its candidates are not measured further"
-                )
+                elif lv is not None and lv not in told:
+                    told.add(lv)
+                    self.observer.note(
+                        f"budget: the tuning's leader {who.spec.name} cannot be decided in the budget left ({need}); "
+                        f"its candidates are {further}"
+                    )
         return out
 
     def _manifest(
