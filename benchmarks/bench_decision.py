@@ -24,7 +24,7 @@ The machine's load (os.getloadavg) is printed beside every figure: on a shared m
 times move with it; the ratios are measured against a baseline in the same run.
 
 Usage: python benchmarks/bench_decision.py [--sims 400] [--rounds 10] [--skip-tiny] [--real]
-       [--budget 8m] [--dir DIR]
+       [--budget 8m] [--busy-share off] [--dir DIR]
 """
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ def tiny(rounds: int, folder: Path) -> None:
           f"against {bar}x; ngram-mod never drafts (a real A/A)")  # fmt: skip
     print("   spread: per-request log ratio, client clock -> server clock (same requests); old: client clock,")
     print("   clip log 8, alpha 0.05; new: server clock, adaptive clip, alpha 0.02 (a look after every round)")
-    for label, extra in (("new", []), ("--no-pin", ["--no-pin"]), ("--shuffle", ["--shuffle"]), ("new again", [])):
+    for label, extra in (("new", []), ("--no-pin", ["--no-pin"]), ("--shuffle", ["--shuffle"])):
         before = load()
         t0 = time.monotonic()
         proc = sh("bench", "admitted", *common, *extra, db=db, ok=(0, 1))
@@ -228,7 +228,7 @@ def tiny(rounds: int, folder: Path) -> None:
 # -- 3. SmolLM2 ---------------------------------------------------------------------------------
 
 
-def real(budget: str, folder: Path) -> None:
+def real(budget: str, folder: Path, busy_share: str | None) -> None:
     from specreg.testing import realmodel
 
     db = folder / "real.db"
@@ -238,6 +238,7 @@ def real(budget: str, folder: Path) -> None:
     sh("check", "pair", str(target), str(draft), "--json", db=db, ok=(0, 1))
     pid = str(max(int(p["id"]) for p in json.loads(sh("pairs", "--json", db=db).stdout) if p["draft_sha256"]))
     args = ["bench", "admitted", "--pair", pid, "--workload", "mt-bench", "--sample", "2", "--tune", "--budget", budget]
+    args += ["--busy-share", busy_share] if busy_share else []
     print(f"\n3. SmolLM2-135M-Instruct F32 <- Q4_1 (draft-simple): specreg {' '.join(args)}")
     print(f"   before: {load()}")
     t0 = time.monotonic()
@@ -275,6 +276,7 @@ def main() -> int:
     ap.add_argument("--skip-tiny", action="store_true")
     ap.add_argument("--real", action="store_true", help="also the SmolLM2 --tune run (minutes)")
     ap.add_argument("--budget", default="8m")
+    ap.add_argument("--busy-share", default=None, help="the SmolLM2 run's --busy-share (a shared machine: off)")
     ap.add_argument("--dir", type=Path, default=None)
     args = ap.parse_args()
     folder = args.dir or Path(tempfile.mkdtemp(prefix="specreg-bench-decision-"))
@@ -285,7 +287,7 @@ def main() -> int:
     if not args.skip_tiny:
         tiny(args.rounds, folder)
     if args.real:
-        real(args.budget, folder)
+        real(args.budget, folder, args.busy_share)
     return 0
 
 
