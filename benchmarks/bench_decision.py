@@ -44,7 +44,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from specreg.benchmark import sequential
+from specreg.decision import sequential
 
 SPECREG = [sys.executable, "-m", "specreg.cli"]
 OLD_ALPHA = 0.05  # before issue 32
@@ -98,7 +98,11 @@ def _sim(seed: int, speedup: float, bar: float, new: bool, rounds: int = 20) -> 
 def simulate(n: int) -> None:
     print(f"1. simulation: {n} seeded runs each, 8 prompts a round, at most 20 rounds ({load()})")
     print(f"   {'case':<22} {'method':<5} {'faster':>7} {'not':>5} {'undec.':>6} {'median rounds':>14}")
-    for label, speedup, bar in (("A/A vs 1.0x", 1.0, 1.0), ("1.15x vs 1.05x", 1.15, 1.05), ("1.3x vs 1.05x", 1.3, 1.05)):
+    for label, speedup, bar in (
+        ("A/A vs 1.0x", 1.0, 1.0),
+        ("1.15x vs 1.05x", 1.15, 1.05),
+        ("1.3x vs 1.05x", 1.3, 1.05),
+    ):
         for new in (False, True):
             res = [_sim(s, speedup, bar, new) for s in range(n)]
             count = {k: sum(1 for d, _ in res if d == k) for k in ("faster", "not faster", "undecided")}
@@ -292,4 +296,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:  # run as a script, benchmarks/ is sys.path[0]; as `python -m benchmarks.bench_decision`, the root is
+        from _perf import run_main
+    except ImportError:
+        from benchmarks._perf import run_main
+    sys.exit(run_main(main, "decision"))

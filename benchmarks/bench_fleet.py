@@ -228,4 +228,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:  # run as a script, benchmarks/ is sys.path[0]; as `python -m benchmarks.bench_fleet`, the root is
+        from _perf import run_main
+    except ImportError:
+        from benchmarks._perf import run_main
+    sys.exit(run_main(main, "fleet"))

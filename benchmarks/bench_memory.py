@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,4 +181,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:  # run as a script, benchmarks/ is sys.path[0]; as `python -m benchmarks.bench_memory`, the root is
+        from _perf import run_main
+    except ImportError:
+        from benchmarks._perf import run_main
+    sys.exit(run_main(main, "memory"))

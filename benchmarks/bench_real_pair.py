@@ -154,4 +154,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:  # run as a script, benchmarks/ is sys.path[0]; as `python -m benchmarks.bench_real_pair`, the root is
+        from _perf import run_main
+    except ImportError:
+        from benchmarks._perf import run_main
+    sys.exit(run_main(main, "real_pair"))

@@ -215,4 +215,8 @@ def report(cases: list[Case], files: list[Path], repeat: int) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:  # run as a script, benchmarks/ is sys.path[0]; as `python -m benchmarks.bench_startup`, the root is
+        from _perf import run_main
+    except ImportError:
+        from benchmarks._perf import run_main
+    sys.exit(run_main(main, "startup"))

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
+from specreg.commands.examples import epilog
 from specreg.commands.options import DB_KEY, DbOpt, HelpCommand
 from specreg.errors import EXIT_UNDECIDED, SpecregError
 
@@ -69,8 +70,8 @@ def _new_app() -> typer.Typer:
         cls=_PipelineOrder,
         help="Decide which speculative-decoding setups for llama.cpp are safe and worth deploying.\n\n"
         "The registry (and the servers' logs beside it) lives in $SPECREG_HOME, default "
-        "~/.local/share/specreg; --db or $SPECREG_DB names another registry file.\n\n"
-        "Example: specreg check pair target.gguf draft.gguf && specreg bench admitted && specreg audit",
+        "~/.local/share/specreg; --db or $SPECREG_DB names another registry file.",
+        epilog=epilog(""),
         no_args_is_help=True,
         rich_markup_mode=None,
         pretty_exceptions_enable=False,
@@ -122,9 +123,10 @@ def build(names: Iterable[str] | None = None) -> typer.Typer:
         if isinstance(target, typer.Typer):
             for sub in target.registered_commands:  # subcommands too get the house help format
                 sub.cls = HelpCommand
-            app.add_typer(target, name=name, short_help=summary)
+                sub.epilog = epilog(f"{name} {sub.name}")
+            app.add_typer(target, name=name, short_help=summary, epilog=epilog(name))
         else:
-            app.command(name, cls=HelpCommand, short_help=summary)(target)
+            app.command(name, cls=HelpCommand, short_help=summary, epilog=epilog(name))(target)
     return app
 
 

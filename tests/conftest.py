@@ -40,6 +40,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 LONGEST_FIRST = (
     "test_demo.py",
     "test_bench_cli.py",
+    "test_help_examples.py",
     "test_hostile_server.py",
     "test_probe.py",
     "test_bench_server.py",

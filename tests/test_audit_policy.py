@@ -43,11 +43,9 @@ def test_example_policy_parses_and_mentions_every_key() -> None:
     assert (ROOT / "examples" / "policy.toml").read_text("utf-8") == text
     policy = parse_policy(text, "policy.example.toml")
     assert policy.name == "example"
-    docs = (ROOT / "README.md").read_text("utf-8")  # the README is assembled from the areas' sections
-    for key in _keys(Policy):
+    for key in _keys(Policy):  # docs/policy.md's table of every key: tests/test_docs.py
         leaf = key.rsplit(".", 1)[-1]
         assert leaf in text, f"example policy does not mention {key}"
-        assert f"`{key}`" in docs, f"README.md does not document {key}"
 
 
 @pytest.mark.parametrize(

@@ -290,8 +290,8 @@ def test_sampled_stage_refused_without_a_greedy_stage(tmp_path: Path, monkeypatc
     assert by["draft-simple"].status == "skipped" and not by["draft-simple"].argv
     assert "no greedy stage" in (by["draft-simple"].failure or "")
     base = by["none"]
-    assert base.status == "skipped" and not base.argv and "every condition it is the baseline of" in (
-        base.failure or ""
+    assert (
+        base.status == "skipped" and not base.argv and "every condition it is the baseline of" in (base.failure or "")
     )
     assert not run.requests
     assert run.info.status == "incomplete"

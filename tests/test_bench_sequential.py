@@ -1,4 +1,4 @@
-"""The anytime-valid decision (benchmark/sequential.py) on simulated timings with the real run's
+"""The anytime-valid decision (decision/sequential.py) on simulated timings with the real run's
 troubles: drift across and within rounds, outliers, a look after every round, and stopping as soon
 as it is decided. A/A must almost never say `faster`; a true 1.3x must mostly say it."""
 
@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from specreg.benchmark import sequential
+from specreg.decision import sequential
 
 PROMPTS = 8
 MAX_ROUNDS = 20  # a budget of 20 rounds

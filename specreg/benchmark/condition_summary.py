@@ -18,8 +18,9 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from specreg.benchmark import contention, sequential, statistics, stepcost
+from specreg.benchmark import contention, statistics, stepcost
 from specreg.benchmark.sampling import arm, sampled_checks
+from specreg.decision import sequential
 from specreg.schemas.bench import ALL_STRATA, ConditionRun, ConditionSummary, RequestRow, Stat
 from specreg.schemas.methods import BASELINE, MODEL_DRAFTED
 from specreg.text import plural

@@ -172,10 +172,10 @@ def plan(
     return out
 
 
-T = TypeVar("T")
+_T = TypeVar("_T")
 
 
-def balanced_order(names: list[T], round_no: int) -> list[T]:
+def balanced_order(names: list[_T], round_no: int) -> list[_T]:
     """Round `round_no`'s order of `names` (the run's seeded order): every odd round the reverse
     of the round before, and rotated by one every two rounds - ABBA BAAB for two conditions. A
     drift that is linear over two rounds (a warming machine, a neighbour winding down) puts

@@ -18,9 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specreg.benchmark import budget as budget_mod
 from specreg.benchmark import conditions as cond_mod
-from specreg.benchmark import contention, sequential, tune
+from specreg.benchmark import contention, tune
 from specreg.benchmark.condition_summary import StatSettings, paired_ms, summarize
 from specreg.benchmark.digest import keep_digests
 from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
@@ -28,6 +27,8 @@ from specreg.benchmark.execute import Observer, RunContext, finish_condition, ru
 from specreg.benchmark.runstore import RunStore
 from specreg.benchmark.sampling import arm, greedy_problem, greedy_twin, stored_greedy, unsupported
 from specreg.benchmark.workloads import Workload, load_workload
+from specreg.decision import budget as budget_mod
+from specreg.decision import sequential
 from specreg.errors import ArtifactChanged, NotAdmitted, SpecregError, UsageError
 from specreg.registry.db import now
 from specreg.registry.hashing import sha256_file
@@ -403,7 +404,7 @@ class Runner:
 
     def _until_decided(self, ctx: RunContext, conds: list[ConditionRun], started: float, planned: int) -> None:
         """`--budget`: more rounds after the planned ones, each the baselines and every condition
-        still undecided against `--min-speedup` (benchmark/sequential.py: looking after every round
+        still undecided against `--min-speedup` (decision/sequential.py: looking after every round
         keeps the decision's error rate), in the balanced order, until each is decided or the
         budget is spent. After every round each undecided condition is planned (budget.py): about
         how many more rounds it needs and what they cost, told to the user; a condition that

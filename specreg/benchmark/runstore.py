@@ -76,6 +76,8 @@ _REQ_COLS = [
 # what a replay of the ids (benchmark/execute.py) changes on a stored row
 _OUTPUT_COLS = ["ids_source", "matches_baseline", "first_diff", "diff_unit", "first_diff_char", "diff_context"]
 
+LATEST = "latest"  # `runs show latest`, `export --run latest`: the run started last
+
 
 def _dump(model: Any) -> str | None:
     return None if model is None else model.model_dump_json()
@@ -283,6 +285,13 @@ class RunStore:
         return [run_info(r) for r in found]
 
     def resolve(self, run_id: str) -> str:
+        """The full id of `run_id`: an id, a unique prefix, or `latest` (the run started last;
+        ids start with a date, so no prefix is ever the word)."""
+        if run_id == LATEST:
+            last = rows(self.reg.conn, "SELECT run_id FROM bench_runs ORDER BY started_at DESC, run_id DESC LIMIT 1")
+            if not last:
+                raise RunNotFound("no benchmark runs yet", hint="specreg bench admitted")
+            return str(last[0]["run_id"])
         found = rows(
             self.reg.conn,
             "SELECT run_id FROM bench_runs WHERE run_id LIKE ? ESCAPE '\\' ORDER BY run_id",

@@ -41,8 +41,6 @@ def register_cmd(
     A file in the Hugging Face cache is recorded with its repo, commit, filename and model-card
     licence. --verify also checks it against the hub. Each file is registered on its own: one that
     fails is reported and the rest go on (exit 2 at the end, naming the failed files).
-
-    Example: specreg register models/target-q4.gguf --license apache-2.0 --repo org/model --revision 3f2a9c1
     """
     from specreg.errors import SpecregError
     from specreg.sources import provenance
@@ -84,10 +82,7 @@ def register_cmd(
 
 
 def artifacts_cmd(json_out: JsonOpt = False) -> None:
-    """List registered artifacts (JSON leaves out the GGUF summaries; see `specreg inspect`).
-
-    Example: specreg artifacts --json
-    """
+    """List registered artifacts (JSON leaves out the GGUF summaries; see `specreg inspect`)."""
     with _open_registry(create=False) as reg:
         recs = reg.artifacts(with_summary=False)
     if json_out:

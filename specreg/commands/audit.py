@@ -36,8 +36,6 @@ def audit_cmd(
     """Check every deployment gate for pairs; exit 0 all pass, 1 any fails, 2 undecided.
 
     Gates: integrity, verdict, template, evidence, equivalence, speed, memory, licence, rollback.
-
-    Example: specreg audit --all --policy examples/policy.toml --report audit.html
     """
     if pair and all_:
         raise UsageError("give --pair ID or --all, not both")

@@ -24,12 +24,11 @@ if TYPE_CHECKING:
     from specreg.servers.identity import ChosenRules
 
 bench_app = typer.Typer(
-    help="Benchmark admitted pairs on a real llama.cpp server.\n\nExample: specreg bench admitted --pair 3 --repeat 3",
+    help="Benchmark admitted pairs on a real llama.cpp server.",
     no_args_is_help=True,
 )
 runs_app = typer.Typer(
-    help="List benchmark runs, or show one (`runs show RUN_ID`).\n\n"
-    "Example: specreg runs show 20260101-120000 --report run.html",
+    help="List benchmark runs, or show one (`runs show RUN_ID`).",
     invoke_without_command=True,
 )
 
@@ -282,11 +281,6 @@ def admitted(
     (vocab-only files) are listed and skipped. Each run is stored (manifest, every request,
     summaries with speed-up intervals, server logs); exit 0 when every condition ran, 1 when one
     failed (e.g. the draft was refused or drafted nothing), 2 on errors.
-
-    Example: specreg bench admitted --pair 1 --workload repetitive --concurrency 1,4 --draft-max 4,8
-    Example: specreg bench admitted --pair 1 --workload mt-bench --sample 2 --repeat 3
-    Example: specreg bench admitted --pair 1 --temperature 0,0.7 --draft-sampling greedy,probabilistic
-    Example: specreg bench admitted --pair 1 --workload mt-bench --sample 2 --tune --budget 8m
     """
     from specreg.benchmark.conditions import parse_ngram_options
     from specreg.benchmark.runner import Runner
@@ -452,10 +446,7 @@ def runs(
     ] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """List benchmark runs (oldest first) with their status, hardware class and origin host.
-
-    Example: specreg runs --json; specreg runs --by-hardware
-    """
+    """List benchmark runs (oldest first) with their status, hardware class and origin host."""
     if ctx.invoked_subcommand is not None:
         return
     if by_hardware:
@@ -498,10 +489,7 @@ def show(
     json_out: JsonOpt = False,
     report: ReportOpt = None,
 ) -> None:
-    """Show one run: condition x stratum table (acceptance, speed-up, p50/p95, TTFT, memory, equivalence, errors).
-
-    Example: specreg runs show 20260101-120000-ab12cd --report run.html
-    """
+    """Show one run: condition x stratum table (acceptance, speed-up, p50/p95, TTFT, memory, equivalence, errors)."""
     from specreg.commands.views.bench import show_run
 
     run, names = _load_named(run_id)

@@ -24,8 +24,7 @@ if TYPE_CHECKING:
     from specreg.servers.identity import ChosenRules
 
 check_app = typer.Typer(
-    help="Check speculative-decoding setups before they are deployed.\n\n"
-    "Example: specreg check pair target.gguf draft.gguf --json",
+    help="Check speculative-decoding setups before they are deployed.",
     no_args_is_help=True,
     rich_markup_mode=None,
 )
@@ -113,8 +112,6 @@ def pair_cmd(
 
     TARGET and DRAFT may also be https:// URLs or hf://ORG/REPO/FILE.gguf[@REV]: only their
     headers are read (HTTP range requests) and they are recorded as metadata only.
-
-    Example: specreg check pair target.gguf draft.gguf --method draft-simple --format sarif
     """
     from specreg.commands._probe import run_probe
     from specreg.commands.output import say
@@ -209,8 +206,6 @@ def pairs_cmd(
     stored summaries where no change concerns its files (else its files are read again);
     nothing is recorded. It lists each verdict that would change and the checks that change
     it; exit 1 when an admitted pair would be rejected.
-
-    Example: specreg pairs --admitted; specreg pairs --recheck --runtime llama.cpp-b11549
     """
     from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
     from specreg.commands.output import say

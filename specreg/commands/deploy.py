@@ -37,8 +37,6 @@ def deploy_cmd(
     The command is the measured condition, model SHA-256s with a verify line, and the
     rollback command without speculation. Exit 0 with the command, 1 when the audit fails
     (the failing gates are listed), 2 when it cannot decide.
-
-    Example: specreg deploy 3 --stratum repetitive --port 8080
     """
     if port is not None and not 1 <= port <= 65535:
         raise UsageError("--port must be between 1 and 65535")

@@ -43,8 +43,6 @@ def export_cmd(
     A bundle holds no model bytes: artifact records (SHA-256, size, licence, provenance),
     verdicts with their rule set, and runs (manifest, every request row, summaries, server logs),
     each member with its SHA-256. `specreg import` merges it into another registry.
-
-    Example: specreg export --all -o host-a.zip; specreg export --format cyclonedx 3 -o bom.json
     """
     from specreg.errors import UsageError
 
@@ -123,8 +121,6 @@ def import_cmd(
     Every member is checked against the bundle's SHA-256 list before anything is written; a
     tampered, truncated or too-new bundle is refused. Importing twice changes nothing; a run id
     this registry holds with different content is refused, naming both digests.
-
-    Example: specreg import host-a.zip host-b.zip && specreg runs && specreg audit
     """
     from specreg.exchange.bundle import import_bundles
     from specreg.registry.store import Registry

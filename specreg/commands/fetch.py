@@ -45,8 +45,6 @@ def fetch_cmd(
     The revision is resolved to a commit hash once; the file and the model card are fetched at
     that commit into the Hugging Face cache. A SHA-256 mismatch removes the download and
     registers nothing.
-
-    Example: specreg fetch Qwen/Qwen2.5-0.5B-Instruct-GGUF qwen2.5-0.5b-instruct-q8_0.gguf --revision main
     """
     from specreg.registry.store import Registry
     from specreg.sources.provenance import fetch

@@ -152,7 +152,6 @@ def inspect_cmd(
 
     The SHA-256 is shown when the registry knows the file by its stat (no hashing), or with --hash.
     A URL is read by HTTP range requests: the header only, nothing downloaded or registered.
-    Example: specreg inspect models/target-q4.gguf --json
     """
     from specreg.gguf.reader import open_gguf
     from specreg.gguf.summary import summarize

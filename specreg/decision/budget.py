@@ -18,7 +18,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specreg.benchmark import sequential
+from specreg.decision import sequential
 
 HORIZON = 40  # rounds looked ahead: past this, "not within any budget worth asking for"
 

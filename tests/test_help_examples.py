@@ -1,0 +1,108 @@
+"""Every `--help` ends with examples that work as written from the state `specreg demo` leaves.
+
+The examples live in specreg/commands/examples.py, in pipeline order. Each is parsed against its
+command (a misspelt option or a missing argument fails here), and run, in order, in the folder
+where the demo ran with SPECREG_DB=specreg-demo/registry.db, as the preamble tells the user: it
+must give an answer (exit 0, or 1 for a verdict that says no), never a usage error or a crash.
+The examples that benchmark or run the demo again take tens of seconds and run with `-m slow`;
+the ones that need the hub or the package index (`examples.NETWORK`) are parsed only.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from _cli_helpers import run_specreg
+from typer.testing import CliRunner
+
+from specreg import cli
+from specreg.commands.examples import EXAMPLES, NETWORK, PREAMBLE
+
+ALL = [(command, example) for command, examples in EXAMPLES.items() for example in examples]
+SLOW_COMMANDS = ("specreg bench ", "specreg demo")
+
+
+def _paths() -> list[str]:
+    out = [""]
+    for name, ref, _ in cli.COMMANDS:
+        target = cli.load(ref)
+        out.append(name)
+        if isinstance(target, typer.Typer):
+            out += [f"{name} {sub.name}" for sub in target.registered_commands]
+    return out
+
+
+def test_every_command_has_examples_in_pipeline_order() -> None:
+    assert list(EXAMPLES) == _paths(), "examples.EXAMPLES must name every command, in cli.COMMANDS order"
+    for command, examples in EXAMPLES.items():
+        assert examples, command
+        for example in examples:
+            assert command == "" or (example + " ").startswith(f"specreg {command} "), example
+    assert {e for _, e in ALL} >= NETWORK
+
+
+def _parse(words: list[str]) -> Any:
+    """The command `words` names, with its arguments parsed as click would before running it."""
+    cmd: Any = typer.main.get_command(cli.app)
+    ctx = cmd.make_context("specreg", list(words))
+    while hasattr(cmd, "resolve_command"):
+        protected = ctx._protected_args if hasattr(ctx, "_protected_args") else ctx.protected_args
+        rest = [*protected, *ctx.args]
+        if not rest:
+            break
+        name, sub, args = cmd.resolve_command(ctx, rest)
+        ctx = sub.make_context(name, args, parent=ctx)
+        cmd = sub
+    return cmd
+
+
+@pytest.mark.parametrize(("command", "example"), ALL, ids=[e for _, e in ALL])
+def test_every_example_parses_against_its_command(command: str, example: str) -> None:
+    words = shlex.split(example)
+    assert words[0] == "specreg"
+    parsed = _parse(words[1:])
+    # a command that runs (a group only where it runs without a subcommand: `runs`, `workloads`)
+    assert not hasattr(parsed, "resolve_command") or parsed.name in ("runs", "workloads"), parsed.name
+    help_out = CliRunner().invoke(cli.app, [*command.split(), "--help"], env={"COLUMNS": "80"}).output
+    assert PREAMBLE.split(",")[0] in help_out, f"{command}: --help has no examples"
+    assert words[-1] in help_out, f"{command}: the example is not in --help"
+    assert max(len(line) for line in help_out.splitlines()) <= 80, f"{command}: --help wider than 80 columns"
+
+
+@pytest.fixture(scope="module")
+def demo_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("examples")
+    env = {**os.environ, "COLUMNS": "80", "SPECREG_BUSY_SHARE": "off"}
+    env.pop("SPECREG_DB", None)
+    out = run_specreg(["demo"], env=env, cwd=folder, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return folder
+
+
+def _run(folder: Path, example: str) -> None:
+    env = {**os.environ, "COLUMNS": "80", "SPECREG_BUSY_SHARE": "off", "SPECREG_DB": "specreg-demo/registry.db"}
+    out = run_specreg(shlex.split(example)[1:], env=env, cwd=folder, timeout=600)
+    assert out.returncode in (0, 1), f"{example}: exit {out.returncode}\n{out.stderr[-2000:]}"
+    assert "Traceback" not in out.stderr and "Usage:" not in out.stderr, out.stderr
+    assert out.stdout.strip(), f"{example}: printed nothing"
+
+
+def test_the_quick_examples_work_from_the_demo_state(demo_folder: Path) -> None:
+    """In pipeline order (export before import), every example that is neither slow nor online."""
+    for _, example in ALL:
+        if example in NETWORK or example.startswith(SLOW_COMMANDS):
+            continue
+        _run(demo_folder, example)
+    assert (demo_folder / "this-host.zip").is_file() and (demo_folder / "run.html").is_file()
+
+
+@pytest.mark.slow
+def test_the_benchmark_and_demo_examples_work_from_the_demo_state(demo_folder: Path) -> None:
+    for _, example in ALL:
+        if example not in NETWORK and example.startswith(SLOW_COMMANDS):
+            _run(demo_folder, example)
