@@ -188,7 +188,7 @@ def test_tune_measures_three_lengths_stores_predictions_and_deploy_prints_the_ch
         pid = admit(reg, target, draft)
     wl = workload(home, ITEMS[:2])
     code, out, err = specreg("bench", "admitted", "--pair", str(pid), "--workload", str(wl), "--methods",
-                             "draft-simple,ngram-mod", "--tune", "--draft-max", "8", "--budget", "20s", "--repeat", "2",
+                             "draft-simple,ngram-mod", "--tune", "--draft-max", "8", "--budget", "30s", "--repeat", "2",
                              "--threads", "1", "--ctx-size", "512", "--json", db=db)  # fmt: skip
     assert code in (0, 1), err
     assert "tune draft-simple k8: predicted best --spec-draft-n-max" in err
