@@ -277,7 +277,8 @@ def test_deploy_refuses_without_evidence_at_the_policy_sampler_and_names_the_com
 
 def test_sampled_stage_refused_without_a_greedy_stage(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Only T0.7 asked, no greedy run stored for the pair: the sampled condition is refused with
-    why, the baseline still runs (and no server starts for the refused condition)."""
+    why, and its baseline stops too (issue 32: nothing run for nothing): no server starts for
+    either."""
     from specreg.benchmark.runner import Runner
 
     monkeypatch.setenv("SPECREG_HOME", str(tmp_path / "home"))
@@ -286,9 +287,13 @@ def test_sampled_stage_refused_without_a_greedy_stage(tmp_path: Path, monkeypatc
         pid = admit(reg, target, draft)
         run = Runner(reg, _settings(tmp_path, temperature=[0.7], repeat=1, warmup=0)).bench([pid])[0]
     by = {c.spec.name: c for c in run.conditions}
-    assert by["none"].status == "ok"
     assert by["draft-simple"].status == "skipped" and not by["draft-simple"].argv
     assert "no greedy stage" in (by["draft-simple"].failure or "")
+    base = by["none"]
+    assert (
+        base.status == "skipped" and not base.argv and "every condition it is the baseline of" in (base.failure or "")
+    )
+    assert not run.requests
     assert run.info.status == "incomplete"
 
 
@@ -300,8 +305,10 @@ def test_a_stored_greedy_run_opens_the_sampled_stage(sampled: SimpleNamespace, t
         m = sampled.run.manifest
         assert m is not None
         args = (reg.conn, spec, sampled.run.info.target_sha256, sampled.run.info.draft_sha256, m.runtime)
-        assert stored_greedy(*args, m.request.workload_sha256) == sampled.run.info.run_id
-        assert stored_greedy(*args, "another workload") is None  # other prompts: no greedy stage
+        assert stored_greedy(*args, m.request.workload_sha256).run_id == sampled.run.info.run_id
+        other = stored_greedy(*args, "another workload")  # other prompts: no greedy stage, and why
+        assert other.run_id is None and other.near == sampled.run.info.run_id
+        assert other.why is not None and other.why.startswith("it ran other prompts")
 
 
 def test_deploy_argv_reads_the_condition_sampler_before_the_run_default() -> None:

@@ -1,4 +1,4 @@
-"""The anytime-valid decision (benchmark/sequential.py) on simulated timings with the real run's
+"""The anytime-valid decision (decision/sequential.py) on simulated timings with the real run's
 troubles: drift across and within rounds, outliers, a look after every round, and stopping as soon
 as it is decided. A/A must almost never say `faster`; a true 1.3x must mostly say it."""
 
@@ -8,18 +8,26 @@ import itertools
 import math
 import random
 
-from specreg.benchmark import sequential
+import pytest
+
+from specreg.decision import sequential
 
 PROMPTS = 8
 MAX_ROUNDS = 20  # a budget of 20 rounds
 
 
-def _round(rng: random.Random, prompts: list[float], speedup: float, drift: float) -> tuple[list[float], list[float]]:
+def _round(
+    rng: random.Random, prompts: list[float], speedup: float, drift: float, r: int | None = None
+) -> tuple[list[float], list[float]]:
     """One round: the baseline and the condition each run every prompt once, in a random order
-    inside the round (a slope of 3% per slot), under the round's drift and per-request noise, and
-    1 request in 25 is an outlier 2-6x slower (a page fault storm, a neighbour's burst)."""
+    inside the round (a slope of 3% per slot; `r`: round r of the balanced order the runner uses,
+    ABBA), under the round's drift and per-request noise, and 1 request in 25 is an outlier 2-6x
+    slower (a page fault storm, a neighbour's burst)."""
     order = ["base", "cond"]
-    rng.shuffle(order)
+    if r is None:
+        rng.shuffle(order)
+    elif r % 2:
+        order.reverse()
     base, cond = [], []
     for p in prompts:
         for name in order:
@@ -29,23 +37,72 @@ def _round(rng: random.Random, prompts: list[float], speedup: float, drift: floa
     return base, cond
 
 
-def _run(seed: int, speedup: float, min_speedup: float) -> tuple[str, int]:
+def _run(
+    seed: int, speedup: float, min_speedup: float, *, balanced: bool = True, scale: sequential.Scale = "adaptive"
+) -> tuple[str, int]:
     rng = random.Random(seed)
     prompts = [rng.uniform(50, 400) for _ in range(PROMPTS)]
-    seq = sequential.SpeedSequence()
+    seq = sequential.SpeedSequence(scale=scale)
     drift = 1.0
     for r in range(1, MAX_ROUNDS + 1):
         drift *= math.exp(rng.gauss(0, 0.08))
-        d = seq.add(*_round(rng, prompts, speedup, drift)).decision(min_speedup)
+        d = seq.add(*_round(rng, prompts, speedup, drift, r if balanced else None)).decision(min_speedup)
         if d.decision != "undecided":
             return d.decision, r
     return "undecided", MAX_ROUNDS
 
 
 def test_a_over_a_is_almost_never_decided_faster() -> None:
+    """At most 1% false `faster` (issue 32) in the balanced order the runner uses, at most 2.5%
+    (alpha / 2, the one-sided share) in a shuffled one, whose slot slope lands on either side."""
     outcomes = [_run(seed, 1.0, 1.0)[0] for seed in range(200)]
     faster = outcomes.count("faster")
-    assert faster <= 0.05 * len(outcomes), (faster, outcomes.count("not faster"))
+    assert faster <= 0.01 * len(outcomes), (faster, outcomes.count("not faster"))
+    shuffled = [_run(seed, 1.0, 1.0, balanced=False)[0] for seed in range(200)]
+    assert shuffled.count("faster") <= 0.025 * len(shuffled), shuffled.count("faster")
+
+
+def test_the_adaptive_clip_decides_a_modest_speed_up_sooner_than_the_fixed_one() -> None:
+    """A true 1.15x against 1.05x: the clip sized to the spread decides most runs, the fixed
+    +-log 8 clip (before issue 32) half of them, later."""
+    adaptive = [_run(seed, 1.15, 1.05) for seed in range(60)]
+    fixed = [_run(seed, 1.15, 1.05, scale="fixed") for seed in range(60)]
+    won = [r for d, r in adaptive if d == "faster"]
+    old = [r for d, r in fixed if d == "faster"]
+    assert len(won) >= 0.85 * len(adaptive) and len(won) > len(old), (len(won), len(old))
+    assert sorted(won)[len(won) // 2] < sorted(old)[len(old) // 2] if old else True
+    assert not any(d == "not faster" for d, _ in adaptive)
+
+
+def test_the_clip_is_sized_from_the_observations_before_only() -> None:
+    """Predictable: the clip for the next observation is three robust spreads of those before,
+    within [FLOOR, log 8], and the widest clip until WARM observations were seen."""
+    seq = sequential.SpeedSequence()
+    assert seq.clip() == pytest.approx(math.log(8))
+    xs = [0.1, 0.2, 0.15, 0.12, 0.18, 5.0]
+    seq.add_logs(xs[:3])
+    assert seq.clip() == pytest.approx(math.log(8))  # fewer than WARM seen
+    seq.add_logs(xs[3:5])
+    assert seq.clip() == pytest.approx(sequential.SCALE * sequential.robust_spread(xs[:5]))
+    seq.add_logs(xs[5:])  # an outlier moves the robust spread little
+    assert seq.clip() < 0.3
+    flat = sequential.SpeedSequence().add_logs([0.0] * 10)
+    assert flat.clip() == pytest.approx(sequential.FLOOR)
+
+
+def test_the_projection_tells_how_many_rounds_a_condition_needs() -> None:
+    """After one round a clear 1.3x needs few more rounds against 1.05x, an A/A against 1.0x is
+    not decidable within the horizon, and a decided one needs none."""
+    rng = random.Random(3)
+    prompts = [rng.uniform(50, 400) for _ in range(PROMPTS)]
+    b, c = _round(rng, prompts, 1.3, 1.0, 0)
+    more = sequential.rounds_to_decide(b, c, 1.05, per_round=PROMPTS, max_rounds=20)
+    assert more is not None and 1 <= more <= 4, more
+    b2, c2 = _round(rng, prompts, 1.0, 1.0, 0)
+    aa = sequential.rounds_to_decide([*b2, *b2], [*c2, *b2], 1.0, per_round=PROMPTS, max_rounds=10)
+    assert aa is None or aa > 3
+    many_b, many_c = [*b, *b, *b, *b], [*c, *c, *c, *c]
+    assert sequential.rounds_to_decide(many_b, many_c, 1.05, per_round=PROMPTS, max_rounds=20) == 0
 
 
 def test_a_true_thirty_percent_speed_up_is_decided_faster() -> None:

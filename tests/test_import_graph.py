@@ -33,6 +33,7 @@ RANKS = {
     "registry": 4,  # the SQLite store only
     "sources": 5,  # where bytes come from: local files, hub, HF cache, range reads, provenance
     "servers": 6,  # starting and watching llama.cpp servers
+    "decision": 6,  # the anytime-valid decision and the budget plan: arithmetic on timings
     "benchmark": 7,
     "equivalence": 7,  # why a greedy output differs (mismatch triage): runs inside a benchmark run
     "exchange": 8,  # bundles, other machines, Ray

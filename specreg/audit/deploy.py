@@ -111,6 +111,8 @@ def server_argv(
         argv.append("--swa-full")
     if ns.threads is not None:
         argv += ["-t", str(ns.threads)]
+    if ns.threads_batch is not None:
+        argv += ["-tb", str(ns.threads_batch)]
     if ns.ngl is not None:
         argv += ["-ngl", str(ns.ngl)]
     if ns.ngld is not None:

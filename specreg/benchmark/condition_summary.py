@@ -18,8 +18,9 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from specreg.benchmark import contention, sequential, statistics, stepcost
+from specreg.benchmark import contention, statistics, stepcost
 from specreg.benchmark.sampling import arm, sampled_checks
+from specreg.decision import sequential
 from specreg.schemas.bench import ALL_STRATA, ConditionRun, ConditionSummary, RequestRow, Stat
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.methods import BASELINE, MODEL_DRAFTED
@@ -277,9 +278,10 @@ class _StepInputs:
 
 
 def _paired(base_rows: list[RequestRow], rows: list[RequestRow]) -> tuple[list[float], list[float]]:
-    """Total ms of the units both ran successfully: (prompt, repetition), in a stable order."""
-    base = {(r.prompt_id, r.repeat): r.total_ms for r in base_rows if r.ok and r.total_ms is not None}
-    mine = {(r.prompt_id, r.repeat): r.total_ms for r in rows if r.ok and r.total_ms is not None}
+    """Times (`RequestRow.timed_ms`: the server's own) of the units both ran successfully:
+    (prompt, repetition), in a stable order."""
+    base = {(r.prompt_id, r.repeat): r.timed_ms for r in base_rows if r.ok and r.timed_ms is not None}
+    mine = {(r.prompt_id, r.repeat): r.timed_ms for r in rows if r.ok and r.timed_ms is not None}
     keys = sorted(base.keys() & mine.keys())
     return [float(base[k] or 0.0) for k in keys], [float(mine[k] or 0.0) for k in keys]
 
@@ -292,7 +294,10 @@ def _speed(
     base_rows: list[RequestRow],
     stats: StatSettings,
 ) -> None:
-    """Speed-up and its interval; a condition that did not finish gets none, only the reason."""
+    """Speed-up and its interval; a condition that did not finish gets none, only the reason. Its
+    decision is never left empty: `undecided` with the reason unless measured pairs decide it."""
+    if cond is not base:
+        s.decision, s.decision_min_speedup = "undecided", stats.min_speedup
     if cond.status != "ok":
         s.speedup_note = f"condition {cond.status}: {cond.failure or 'no reason recorded'}"
         return
@@ -322,13 +327,18 @@ def _speed(
     s.decision, s.decision_ci, s.decision_min_speedup = d.decision, d.interval, stats.min_speedup
 
 
-def speed_decision(base_rows: list[RequestRow], rows: list[RequestRow], min_speedup: float) -> sequential.SpeedDecision:
-    """The anytime-valid decision on the units both ran, in the order they were measured (round by
-    round: the sequence a look after every round sees grow, as the method requires)."""
-    base = {(r.repeat, r.prompt_id): r.total_ms for r in base_rows if r.ok and r.total_ms}
-    mine = {(r.repeat, r.prompt_id): r.total_ms for r in rows if r.ok and r.total_ms}
+def paired_ms(base_rows: list[RequestRow], rows: list[RequestRow]) -> tuple[list[float], list[float]]:
+    """The units both ran, in the order they were measured (round by round: the sequence a look
+    after every round sees grow, as the anytime-valid method requires)."""
+    base = {(r.repeat, r.prompt_id): r.timed_ms for r in base_rows if r.ok and r.timed_ms}
+    mine = {(r.repeat, r.prompt_id): r.timed_ms for r in rows if r.ok and r.timed_ms}
     keys = sorted(base.keys() & mine.keys())
-    return sequential.decide([float(base[k] or 0) for k in keys], [float(mine[k] or 0) for k in keys], min_speedup)
+    return [float(base[k] or 0) for k in keys], [float(mine[k] or 0) for k in keys]
+
+
+def speed_decision(base_rows: list[RequestRow], rows: list[RequestRow], min_speedup: float) -> sequential.SpeedDecision:
+    """The anytime-valid decision on the units both ran (`paired_ms`)."""
+    return sequential.decide(*paired_ms(base_rows, rows), min_speedup)
 
 
 def _consistency(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import TypeVar
 
 from specreg.errors import UsageError
 from specreg.schemas.bench import ConditionSpec, ScheduleSlot
@@ -31,7 +32,7 @@ class ServerOptions:
 
     ctx_size: int = 4096
     parallel: int = 1
-    threads: int | None = None
+    threads: int | None = None  # -t and -tb (prompt batches run on the same cores as decode)
     gpu_layers: str | None = None
     seed: int = 42
 
@@ -171,7 +172,25 @@ def plan(
     return out
 
 
-def schedule(specs: list[ConditionSpec], repeat: int, order: Order, seed: int) -> list[ScheduleSlot]:
+_T = TypeVar("_T")
+
+
+def balanced_order(names: list[_T], round_no: int) -> list[_T]:
+    """Round `round_no`'s order of `names` (the run's seeded order): every odd round the reverse
+    of the round before, and rotated by one every two rounds - ABBA BAAB for two conditions. A
+    drift that is linear over two rounds (a warming machine, a neighbour winding down) puts
+    every condition at the same mean position in each pair of rounds, so it cancels in their
+    ratios instead of landing on whichever a shuffle put late (issue 32)."""
+    if not names:
+        return []
+    k = (round_no // 2) % len(names)
+    rotated = names[k:] + names[:k]
+    return rotated[::-1] if round_no % 2 else rotated
+
+
+def schedule(
+    specs: list[ConditionSpec], repeat: int, order: Order, seed: int, *, balance: bool = False
+) -> list[ScheduleSlot]:
     """The run's order of server starts.
 
     blocked: each condition once, every repetition in one server, baselines first. rounds: one
@@ -182,15 +201,20 @@ def schedule(specs: list[ConditionSpec], repeat: int, order: Order, seed: int) -
 
     Greedy conditions all run before sampled ones (temperature > 0): the greedy stage proves
     output equivalence, and a sampled condition runs only where its greedy one kept it.
+    `balance`: rounds after the first follow `balanced_order` of the first round's seeded order
+    instead of a fresh shuffle each.
     """
     greedy = [s for s in specs if s.temperature == 0]
     if greedy and len(greedy) < len(specs):
         sampled = [s for s in specs if s.temperature != 0]
-        return schedule(greedy, repeat, order, seed) + schedule(sampled, repeat, order, seed + 1)
+        return schedule(greedy, repeat, order, seed, balance=balance) + schedule(
+            sampled, repeat, order, seed + 1, balance=balance
+        )
     if order == "blocked":
         return [ScheduleSlot(round=0, condition=s.name, repeats=list(range(repeat))) for s in specs]
     rng = random.Random(seed)
     out: list[ScheduleSlot] = []
+    first: list[str] = []
     for r in range(repeat):
         names = [s.name for s in specs]
         if r == 0:
@@ -198,7 +222,9 @@ def schedule(specs: list[ConditionSpec], repeat: int, order: Order, seed: int) -
             rest = [n for n in names if n not in bases]
             rng.shuffle(bases)
             rng.shuffle(rest)
-            names = bases + rest
+            names = first = bases + rest
+        elif balance:
+            names = balanced_order(first, r)
         else:
             rng.shuffle(names)
         out += [ScheduleSlot(round=r, condition=n, repeats=[r]) for n in names]
@@ -228,7 +254,7 @@ def server_args(cond: ConditionSpec, target_path: str, opts: ServerOptions) -> l
             args += ["--min-p", f"{cond.min_p:g}"]
     args += ["-c", str(opts.ctx_size), "-np", str(opts.parallel), "--seed", str(opts.seed), "--metrics"]
     if opts.threads is not None:
-        args += ["-t", str(opts.threads)]
+        args += ["-t", str(opts.threads), "-tb", str(opts.threads)]
     if opts.gpu_layers is not None:
         args += ["-ngl", opts.gpu_layers]
     return args

@@ -15,7 +15,10 @@ and, when it is a baseline's, for every condition paired with it - when
 2. **a request ran far outside its prompt's spread**: slower than `SPREAD_FACTOR` times the
    median of the same prompt's other repetitions in the same condition, and by more than
    `SPREAD_MIN_MS` (the same greedy request on the same server does the same work each time;
-   only something outside it makes it 36x slower, as the issue's 108.9 s against ~3 s was).
+   only something outside it makes it 36x slower, as the issue's 108.9 s against ~3 s was); or
+3. **a request's two clocks disagree** (`clock_disagreement`): timings rest on the server's own
+   clock (`RequestRow.timed_ms`, issue 32), and the client's wall clock around the same request
+   read more than `CLOCK_SHARE` and `CLOCK_MIN_MS` above it.
 
 `bench --budget` measures the set-aside rounds again while the budget lasts (benchmark/runner.py
 asks `kept_rows` for what its decision may rest on); without a budget they stay out, and a
@@ -74,6 +77,8 @@ if TYPE_CHECKING:
 
 SPREAD_FACTOR = 3.0  # a request this many times its prompt's median (other repetitions) ran far outside
 SPREAD_MIN_MS = 100.0  # ... and at least this much slower
+CLOCK_SHARE = 0.5  # the client's clock this much above the server's (see clock_disagreement) ...
+CLOCK_MIN_MS = 250.0  # ... and at least this much: the two clocks disagree
 
 Slot = tuple[int, int]  # (condition idx, repetition): the unit a set-aside round removes
 PARTNER = "its baseline's round: "  # a reason line that is the paired baseline's, not the condition's own
@@ -83,15 +88,15 @@ def spread_outliers(rows: Iterable[RequestRow]) -> dict[Slot, str]:
     """Slots holding a request far outside its prompt's spread in its condition (why, per slot)."""
     groups: dict[tuple[int, str], list[RequestRow]] = defaultdict(list)
     for r in rows:
-        if r.ok and r.total_ms:
+        if r.ok and r.timed_ms:
             groups[(r.condition_idx, r.prompt_id)].append(r)
     out: dict[Slot, str] = {}
     for rs in groups.values():
         for r in rs:
-            others = [float(o.total_ms or 0.0) for o in rs if o.repeat != r.repeat]
+            others = [float(o.timed_ms or 0.0) for o in rs if o.repeat != r.repeat]
             if not others:
                 continue
-            med, ms = median(others), float(r.total_ms or 0.0)
+            med, ms = median(others), float(r.timed_ms or 0.0)
             if ms > SPREAD_FACTOR * med and ms - med > SPREAD_MIN_MS:
                 out.setdefault(
                     (r.condition_idx, r.repeat),
@@ -99,6 +104,24 @@ def spread_outliers(rows: Iterable[RequestRow]) -> dict[Slot, str]:
                     f"{med / 1000:.2f} s in the other rounds",
                 )
     return out
+
+
+def clock_disagreement(r: RequestRow) -> str | None:
+    """Why a request's two clocks disagree (None: they agree, or there is one clock). The
+    server's own time is what speed-ups rest on; the client's wall clock around the same request
+    is its cross-check: it is the server's time plus the HTTP stream, a few ms. A client that
+    took more than `CLOCK_SHARE` longer than the server, and `CLOCK_MIN_MS` more, waited for
+    something the server's clock did not see (its own thread starved on a loaded machine, a
+    stalled connection), and the slot's figures are not trusted either way."""
+    server, client = r.server_ms, r.total_ms
+    if not r.ok or server is None or client is None or server <= 0:
+        return None
+    if client > server * (1 + CLOCK_SHARE) and client - server > CLOCK_MIN_MS:
+        return (
+            f"request {r.prompt_id}: the client's clock read {client / 1000:.2f} s, the server's "
+            f"{server / 1000:.2f} s (beyond {CLOCK_SHARE:.0%} and {CLOCK_MIN_MS:g} ms)"
+        )
+    return None
 
 
 def set_aside(conditions: Iterable[ConditionRun], rows: Iterable[RequestRow], spread: bool = True) -> dict[Slot, str]:
@@ -110,8 +133,13 @@ def set_aside(conditions: Iterable[ConditionRun], rows: Iterable[RequestRow], sp
             if load.busy:
                 for rep in load.repeats:
                     out.setdefault((c.idx, rep), load.busy)
+    rows = list(rows)
     for slot, why in spread_outliers(rows).items() if spread else ():
         out.setdefault(slot, why)
+    for r in rows if spread else ():
+        clocks = clock_disagreement(r)
+        if clocks is not None:
+            out.setdefault((r.condition_idx, r.repeat), clocks)
     return out
 
 

@@ -243,7 +243,7 @@ def digest_run(run: BenchRun) -> RunDigest:
             triage = r.triage if r.matches_baseline is False else None
             failing.setdefault((r.condition, r.stratum, r.prompt_id), []).append(triage)
     conc = run.manifest.request.concurrency if run.manifest else 1
-    timings = ((r.condition, r.stratum, r.prompt_id, r.repeat, r.ok, r.total_ms) for r in run.requests)
+    timings = ((r.condition, r.stratum, r.prompt_id, r.repeat, r.ok, r.timed_ms) for r in run.requests)
     ratios = _ratios(timings, run.conditions, conc)
     return build_digest(RunHead(run.info, run.manifest), run.conditions, run.summaries, prompts, failing, ratios)
 

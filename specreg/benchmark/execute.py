@@ -43,6 +43,7 @@ from specreg.servers.load import LoadProbe
 from specreg.servers.memory import GpuProbe, MemorySampler, higher_peak
 from specreg.servers.memory_predict import predict_rss, served_requests
 from specreg.servers.metrics import add_counters, parse_metrics, spec_counters, spec_only
+from specreg.servers.pinning import Pinning
 from specreg.servers.serverlog import error_lines, head_text, last_lines, refusal_lines, speculation_lines, tail_text
 from specreg.text import plural
 
@@ -84,6 +85,8 @@ class RunContext:
     row_ids: dict[tuple[int, str, int], int] = field(default_factory=dict)  # (condition, prompt, rep) -> row id
     positions: dict[tuple[int, str, int], list[int]] = field(default_factory=dict)  # the stream's id positions
     concurrency: dict[int, tuple[int, Sampler]] = field(default_factory=dict)  # condition idx -> its arm
+    pinning: Pinning = field(default_factory=lambda: Pinning(None, None))  # the servers' threads and cores
+    slot_s: dict[int, list[float]] = field(default_factory=dict)  # condition idx -> each slot's wall seconds
 
     def __post_init__(self) -> None:
         self.items = {i.id: i for i in self.workload.items}
@@ -109,7 +112,11 @@ def condition_args(ctx: RunContext, cond: ConditionRun) -> list[str]:
     """The server arguments of a condition in this run (every slot's, and the triage's restart)."""
     o = ctx.opts
     opts = ServerOptions(
-        ctx_size=o.ctx_size, parallel=cond.spec.concurrency, threads=o.threads, gpu_layers=o.gpu_layers, seed=o.seed
+        ctx_size=o.ctx_size,
+        parallel=cond.spec.concurrency,
+        threads=ctx.pinning.threads,
+        gpu_layers=o.gpu_layers,
+        seed=o.seed,
     )
     return server_args(cond.spec, ctx.target_path, opts)
 
@@ -138,6 +145,7 @@ def run_condition(
     ctx.store.save_condition(ctx.run_id, cond)
     ctx.observer.condition_started(cond)
     server: ServerProcess | None = None
+    t_slot = time.monotonic()
     try:
 
         def spawned(pid: int, started: float) -> None:
@@ -155,6 +163,7 @@ def run_condition(
                 log_path,
                 start_timeout_s=max(1.0, min(o.start_timeout_s, ctx.remaining())),
                 on_spawn=spawned,
+                cpus=set(ctx.pinning.cpus) if ctx.pinning.cpus else None,
             )
         except ServerStartError as exc:
             _fail(cond, exc.message, exc.lines)
@@ -181,6 +190,7 @@ def run_condition(
     finally:
         if server is not None:
             server.stop()
+        ctx.slot_s.setdefault(cond.idx, []).append(time.monotonic() - t_slot)
         cond.log_tail = tail_text(log_path, 40)
         if cond.status == "running":
             refused = refusal_lines(head_text(log_path))

@@ -31,6 +31,12 @@ from specreg.schemas.methods import BASELINE
 from specreg.schemas.registry import PairRecord
 from specreg.schemas.triage import Triage
 
+# `RequestRow.timed_ms` in SQL: the server's own time, the client's total where there is none
+TIMED_MS = (
+    "CASE WHEN prompt_ms IS NOT NULL AND predicted_ms IS NOT NULL AND prompt_ms + predicted_ms > 0 "
+    "THEN prompt_ms + predicted_ms ELSE total_ms END"
+)
+
 if TYPE_CHECKING:
     from specreg.registry.store import Registry
 
@@ -214,7 +220,7 @@ def load_parts(reg: Registry, run_ids: Iterable[str], *, timings: bool = False) 
     if timings:  # reports only: every request row of the run, one run at a time
         for rid in wanted:
             out[rid].timings = reg.conn.execute(
-                "SELECT condition, stratum, prompt_id, repeat, ok, total_ms FROM bench_requests WHERE run_id = ?",
+                f"SELECT condition, stratum, prompt_id, repeat, ok, {TIMED_MS} FROM bench_requests WHERE run_id = ?",
                 (rid,),
             ).fetchall()
     return out

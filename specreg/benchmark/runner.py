@@ -14,18 +14,21 @@ import os
 import random
 import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specreg.benchmark import conditions as cond_mod
 from specreg.benchmark import contention, tune
-from specreg.benchmark.condition_summary import speed_decision, stat_settings, summarize
+from specreg.benchmark.condition_summary import paired_ms, stat_settings, summarize
 from specreg.benchmark.digest import keep_digests
 from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
 from specreg.benchmark.execute import Observer, RunContext, finish_condition, run_condition
 from specreg.benchmark.runstore import RunStore
 from specreg.benchmark.sampling import arm, greedy_problem, greedy_twin, stored_greedy, unsupported
 from specreg.benchmark.workloads import Workload, load_workload
+from specreg.decision import budget as budget_mod
+from specreg.decision import sequential
 from specreg.equivalence import triage
 from specreg.errors import ArtifactChanged, NotAdmitted, SpecregError, UsageError
 from specreg.registry.db import now
@@ -50,11 +53,13 @@ from specreg.schemas.methods import BASELINE
 from specreg.schemas.registry import ArtifactRecord, PairRecord
 from specreg.servers.launcher import ServerCommand, bundled_command, external_command
 from specreg.servers.memory import GpuProbe
+from specreg.servers.pinning import Pinning, server_pinning
 from specreg.servers.runtime import hardware_info, runtime_info
 from specreg.sources.range_reads import metadata_only
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry
+    from specreg.schemas.sampling import Sampler
 
 __all__ = ["BenchSettings", "Observer", "Runner"]
 
@@ -80,6 +85,8 @@ class Runner:
         self.refused: list[str] = []  # pairs of the last bench() that could not start, with why
         self.skipped: list[str] = []  # admitted pairs of the last bench() that cannot be benchmarked
         self._tuner: tune.Tuner | None = None  # --tune: the pair being run's tuning
+        self._pinning = Pinning(None, None)
+        self._told_greedy: set[int] = set()  # conditions whose stored greedy run was named
 
     def runtime(self) -> RuntimeInfo:
         if self._runtime is None:
@@ -236,8 +243,15 @@ class Runner:
         run_dir.mkdir(parents=True, exist_ok=True)
         tuner = self._tuner = tune.Tuner(self.opts) if self.opts.tune else None
         planned = 1 if tuner else self.opts.repeat  # --tune: a short first pass, then the candidates
-        order = cond_mod.schedule(tune.first_pass(specs) if tuner else specs, planned, self.opts.order, self.opts.seed)
-        manifest = self._manifest(pair, target, target_path, draft, draft_path, order)
+        order = cond_mod.schedule(
+            tune.first_pass(specs) if tuner else specs,
+            planned,
+            self.opts.order,
+            self.opts.seed,
+            balance=self.opts.balance,
+        )
+        self._pinning = server_pinning(self.opts.threads, self.opts.pin)
+        manifest = self._manifest(pair, target, target_path, draft, draft_path, order, planned)
         info = RunInfo(
             run_id=run_id,
             pair_id=pair.id,
@@ -268,6 +282,7 @@ class Runner:
             observer=self.observer,
             gpu=self.gpu,
             workload=self.workload,
+            pinning=self._pinning,
         )
         self.observer.run_started(info, conds, len(self.workload.items) * planned)
         status: RunStatus = "failed"
@@ -281,6 +296,8 @@ class Runner:
                 c = by_name[slot.condition]
                 if c.status not in ("pending", "running"):
                     continue  # failed in an earlier round: its later rounds are not run
+                if until_decided and slot.round > 0 and time.monotonic() - t_start > (self.opts.budget_s or 0.0):
+                    break  # the budget ended inside the planned rounds: what ran is judged as it is
                 if c.status == "pending" and (why := self._sampled_stage(c, conds, ctx, pair)) is not None:
                     c.status, c.failure, c.finished_at = "skipped", why, now()
                     self.store.save_condition(run_id, c)
@@ -295,11 +312,30 @@ class Runner:
                 run_condition(
                     ctx, c, slot.repeats, round_no=round_no, last=i == last[c.spec.name] and not until_decided
                 )
-            if tuner is not None:
-                for note in tuner.add_candidates(ctx, conds):
+            aside = contention.set_aside(conds, ctx.rows, spread=self.opts.busy_share > 0)
+            busy = every_round_set_aside(conds, ctx.rows, aside)
+            if busy is not None and until_decided and not ctx.expired():  # once more: a burst may have passed
+                self.observer.note(f"every round so far was set aside as contended ({busy}): measuring it once more")
+                again = cond_mod.balanced_order([by_name[s.condition] for s in order if s.round == 0], 1)
+                for c in again:
+                    if c.status == "running":
+                        run_condition(ctx, c, [planned], round_no=planned, last=False)
+                planned += 1
+                aside = contention.set_aside(conds, ctx.rows, spread=self.opts.busy_share > 0)
+                busy = every_round_set_aside(conds, ctx.rows, aside)
+            if busy is not None:
+                self.observer.note(busy_line(busy, self.opts.busy_share))
+            elif tuner is not None:
+                for note in tuner.add_candidates(ctx, conds, contention.kept_rows(ctx.rows, aside)):
                     self.observer.note(f"tune {note}")
             if until_decided:
-                self._until_decided(ctx, conds, t_start)
+                if busy is None:
+                    self._until_decided(ctx, conds, t_start, planned)
+                else:  # nothing to decide on: the budget is not spent measuring a busy machine again
+                    if tuner is not None:
+                        tuner.close(ctx)
+                    for c in conds:
+                        finish_condition(ctx, c)
             triage.triage_run(ctx, conds)  # mismatches: near tie or divergence (not a measurement)
             failed = [c for c in conds if c.status != "ok"]
             status = "incomplete" if failed else "complete"
@@ -332,7 +368,15 @@ class Runner:
         output equivalence, in this run (its greedy twin, which the schedule ran first) or in a
         stored run of the same pair, runtime and prompts."""
         spec = c.spec
-        if spec.temperature == 0 or spec.method == BASELINE:
+        if spec.temperature == 0:
+            return None
+        if spec.method == BASELINE:  # its conditions all refused: the baseline would run for nothing
+            partners = [
+                x for x in conds if x is not c and arm(x.spec) == arm(spec) and x.status in ("pending", "running")
+            ]
+            refused = [why for x in partners if (why := self._sampled_stage(x, conds, ctx, pair)) is not None]
+            if partners and len(refused) == len(partners):
+                return f"not run: every condition it is the baseline of was refused ({refused[0]})"
             return None
         twin = greedy_twin(spec, (x.spec for x in conds))
         if twin is not None:
@@ -342,37 +386,58 @@ class Runner:
         found = stored_greedy(
             self.reg.conn, spec, pair.target_sha256, pair.draft_sha256, self.runtime(), self.workload.sha256
         )
-        if found is not None:
-            self.observer.note(f"{spec.name}: greedy stage kept output equivalence in run {found}")
+        if found.run_id is not None:
+            if c.idx not in self._told_greedy:
+                self._told_greedy.add(c.idx)
+                self.observer.note(f"{spec.name}: greedy stage kept output equivalence in run {found.run_id}")
             return None
+        if found.near is not None:
+            return (
+                f"sampled stage refused: stored run {found.near} measured its greedy stage, but {found.why}; "
+                "add --temperature 0 to measure it again in this run"
+            )
         return (
             "sampled stage refused: no greedy stage of this condition kept output equivalence (none in this "
             "run, none stored for this pair, runtime and prompts); add --temperature 0 to measure it first"
         )
 
-    def _until_decided(self, ctx: RunContext, conds: list[ConditionRun], started: float) -> None:
+    def _until_decided(self, ctx: RunContext, conds: list[ConditionRun], started: float, planned: int) -> None:
         """`--budget`: more rounds after the planned ones, each the baselines and every condition
-        still undecided against `--min-speedup` (benchmark/sequential.py: looking after every round
-        keeps the decision's error rate), in a seeded order, until each is decided or the budget is
-        spent. A round that would end past the budget is not started: its length is estimated as
-        its slots (one condition's round each) times the mean slot so far, so a round of six
-        conditions after a first pass of two is not priced as the shorter one was (on SmolLM2,
-        mt-bench, `--tune --budget 8m`: the first decision round, priced at the 2-slot first
-        pass's length, started at 4 min and ended at 13 min 46 s).
+        still undecided against `--min-speedup` (decision/sequential.py: looking after every round
+        keeps the decision's error rate), in the balanced order, until each is decided or the
+        budget is spent. After every round each undecided condition is planned (budget.py): about
+        how many more rounds it needs and what they cost, told to the user; a condition that
+        cannot be decided within the budget left is not measured for nothing, and the run says
+        which budget would decide it. A round that would end past the budget is not started:
+        its length is each of its conditions' mean slot so far (a round of six conditions after
+        a first pass of two is not priced as the shorter one was: on SmolLM2, mt-bench,
+        `--tune --budget 8m`, the first decision round, priced at the 2-slot first pass's
+        length, started at 4 min and ended at 13 min 46 s).
         Rounds that ran under contention are left out of the decision (`contention.set_aside`), so
         their conditions stay undecided and are measured again while the budget lasts.
         Then every condition still running is judged on all its rows, as after a planned run."""
         o = self.opts
         budget = o.budget_s or 0.0
         bases = {arm(c.spec): c for c in conds if c.spec.method == BASELINE}
+        order = list(conds)
         rng = random.Random(o.seed)
-        round_no = o.repeat
+        rng.shuffle(order)  # the seeded order the balanced rounds turn
+        round_no = planned
+        given_up: dict[int, str] = {}  # condition idx -> why it is not measured further
 
         def rows(c: ConditionRun) -> list[RequestRow]:
             return [r for r in ctx.rows if r.condition_idx == c.idx]
 
         while True:
             aside = contention.set_aside(conds, ctx.rows, spread=o.busy_share > 0)
+            kept = contention.kept_rows(ctx.rows, aside)
+
+            def pair_ms(c: ConditionRun, aside: dict[contention.Slot, str] = aside) -> tuple[list[float], list[float]]:
+                base = bases[arm(c.spec)]
+                return paired_ms(
+                    contention.kept_rows(rows(base), aside, c.idx), contention.kept_rows(rows(c), aside, base.idx)
+                )
+
             undecided = [
                 c
                 for c in conds
@@ -380,29 +445,129 @@ class Runner:
                 and c.status == "running"
                 and (base := bases.get(arm(c.spec))) is not None
                 and base.status == "running"
-                and speed_decision(
-                    contention.kept_rows(rows(base), aside, c.idx),
-                    contention.kept_rows(rows(c), aside, base.idx),
-                    o.min_speedup,
-                ).decision
-                == "undecided"
+                and sequential.decide(*pair_ms(c), o.min_speedup).decision == "undecided"
             ]
             if self._tuner is not None:  # --tune: its candidates run until the best is decided
-                undecided = self._tuner.select(conds, undecided, contention.kept_rows(ctx.rows, aside))
+                undecided = self._tuner.select(conds, undecided, kept)
             spent = time.monotonic() - started
-            todo = list({id(c): c for c in [bases[arm(c.spec)] for c in undecided] + undecided}.values())
-            slots = len({(r.condition_idx, r.repeat) for r in ctx.rows}) or 1
-            if not undecided or spent + spent / slots * len(todo) > budget or ctx.expired():
+            left = budget - spent
+            undecided = [
+                c
+                for c in undecided
+                if c.idx not in given_up or len({r.repeat for r in ctx.rows if r.condition_idx == c.idx}) < o.repeat
+            ]
+            undecided = self._plan_budget(ctx, conds, undecided, bases, pair_ms, spent, left, given_up)
+            todo_set = {id(c): c for c in [bases[arm(c.spec)] for c in undecided] + undecided}
+            todo = [c for c in order if id(c) in todo_set]
+            if o.balance:
+                todo = cond_mod.balanced_order(todo, round_no - planned)
+            else:
+                rng.shuffle(todo)
+            round_s = budget_mod.round_seconds(ctx.slot_s, [c.idx for c in todo])
+            if not undecided or spent + round_s > budget or ctx.expired():
+                if undecided and not ctx.expired():
+                    self.observer.note(
+                        f"budget: {budget_mod.minutes(max(left, 0.0))} left, a round of "
+                        f"{', '.join(c.spec.name for c in undecided)} takes about {budget_mod.minutes(round_s)}: "
+                        f"stopped; --budget {budget_mod.budget_for(spent, round_s)} would run it"
+                    )
                 break
-            rng.shuffle(todo)
             for c in todo:
                 if c.status == "running":
                     run_condition(ctx, c, [round_no], round_no=round_no, last=False)
+            took = budget_mod.minutes(time.monotonic() - started)
+            names = ", ".join(c.spec.name for c in todo)
+            self.observer.note(f"round {round_no + 1} done: {names}; {took} of the {budget_mod.minutes(budget)} budget")
             round_no += 1
         if self._tuner is not None:
             self._tuner.close(ctx)
         for c in conds:
             finish_condition(ctx, c)
+
+    def _plan_budget(
+        self,
+        ctx: RunContext,
+        conds: list[ConditionRun],
+        undecided: list[ConditionRun],
+        bases: dict[tuple[int, Sampler], ConditionRun],
+        pair_ms: Callable[[ConditionRun], tuple[list[float], list[float]]],
+        spent: float,
+        left: float,
+        given_up: dict[int, str],
+    ) -> list[ConditionRun]:
+        """The undecided conditions the budget left can still decide (budget.py), each told with
+        its projection once it has kept pairs; those it cannot are given up with the budget that
+        would decide them. A condition with no kept pair yet has nothing to project: it runs. With
+        --tune, a level's candidates are planned by their leader (the best measured): they stand
+        or fall with it."""
+        o = self.opts
+        prompts = len(self.workload.items)
+        tuned = self._tuner.level_of(conds) if self._tuner is not None else {}
+        leaders = self._tuner.leaders(conds, ctx.rows) if self._tuner is not None else {}
+        out: list[ConditionRun] = []
+        verdicts: dict[int, budget_mod.Need] = {}
+        told: set[int] = set()
+
+        def rounds_of(c: ConditionRun) -> int:
+            return len({r.repeat for r in ctx.rows if r.condition_idx == c.idx})
+
+        for c in undecided:
+            lv = tuned.get(c.idx)
+            who = leaders.get(lv, c) if lv is not None else c
+            if who.idx in verdicts:
+                n = verdicts[who.idx]
+            else:
+                base_ms, cond_ms = pair_ms(who)
+                if not base_ms:
+                    out.append(c)
+                    continue
+                pool: list[float] = []
+                if lv is not None:  # neighbour lengths: their spread, re-centred on the leader's mean
+                    own = sequential.log_ratios(base_ms, cond_ms)
+                    centre = sum(own) / len(own) if own else 0.0
+                    for other in (x for x in conds if tuned.get(x.idx) == lv and x is not who):
+                        xs = sequential.log_ratios(*pair_ms(other))
+                        if xs:
+                            m = sum(xs) / len(xs)
+                            pool += [x - m + centre for x in xs]
+                done = rounds_of(who)
+                members = [x.idx for x in conds if lv is not None and tuned.get(x.idx) == lv] or [who.idx]
+                base = bases[arm(who.spec)]
+                n = budget_mod.need(
+                    who.spec.name + (" (the tuning's leader)" if lv is not None else ""),
+                    base_ms,
+                    cond_ms,
+                    o.min_speedup,
+                    per_round=max(1, min(prompts, len(base_ms))),
+                    round_s=budget_mod.round_seconds(ctx.slot_s, [base.idx, *members]),
+                    at_least=max(0, o.repeat - done) if lv is not None else 0,
+                    pool=pool,
+                    seed=o.seed,
+                )
+                verdicts[who.idx] = n
+                self.observer.note("plan " + n.line(left))
+            below_floor = rounds_of(c) < o.repeat  # the policy's repetitions: evidence, not nothing
+            if n.fits(left) or n.rounds == 0 or below_floor:
+                out.append(c)
+            if not (n.fits(left) or n.rounds == 0) and c.idx not in given_up:
+                need = (
+                    f"--budget {budget_mod.budget_for(spent, n.seconds)} would"
+                    if n.seconds
+                    else f"no budget of up to {budget_mod.HORIZON} more rounds would"
+                )
+                given_up[c.idx] = need
+                further = f"measured only up to --repeat {o.repeat}" if below_floor else "not measured further"
+                if lv is None:
+                    self.observer.note(
+                        f"budget: {c.spec.name} cannot be decided in the budget left ({need}); {further}"
+                    )
+                elif lv is not None and lv not in told:
+                    told.add(lv)
+                    self.observer.note(
+                        f"budget: the tuning's leader {who.spec.name} cannot be decided in the budget left ({need}); "
+                        f"its candidates are {further}"
+                    )
+        return out
 
     def _manifest(
         self,
@@ -412,6 +577,7 @@ class Runner:
         draft: ArtifactRecord | None,
         draft_path: str | None,
         order: list[ScheduleSlot],
+        planned: int,
     ) -> RunManifest:
         o = self.opts
         return RunManifest(
@@ -446,17 +612,39 @@ class Runner:
             observation=ObservationSettings(
                 warmup_requests=o.warmup,
                 warmup_tolerance=o.warmup_tolerance,
-                repeat=o.repeat,
+                repeat=planned,  # the planned rounds (--tune: its first pass); `runs show` counts those measured
                 order=o.order,
                 schedule=order,
                 start_timeout_s=o.start_timeout_s,
                 request_timeout_s=o.request_timeout_s,
                 run_timeout_s=o.run_timeout_s,
-                threads=o.threads,
+                threads=self._pinning.threads,
+                server_cpus=list(self._pinning.cpus) if self._pinning.cpus else None,
                 ctx_size=o.ctx_size,
             ),
             settings=o,
         )
+
+
+def every_round_set_aside(
+    conds: list[ConditionRun], rows: list[RequestRow], aside: dict[contention.Slot, str]
+) -> str | None:
+    """The first reason, when every slot measured so far was set aside (None: some were kept):
+    then there is nothing to price a draft length from or decide on (issue 32: a busy machine's
+    first pass priced every length from set-aside rounds, a flat curve of 0.19x "slow-downs")."""
+    measured = {(r.condition_idx, r.repeat) for r in rows}
+    if not measured or any(slot not in aside for slot in measured):
+        return None
+    return aside[min(measured)]
+
+
+def busy_line(why: str, busy_share: float) -> str:
+    """One line for a run whose every round was set aside, with the ways forward."""
+    return (
+        f"every round so far was set aside as contended ({why}): nothing measured to decide on, so the "
+        f"budget is not spent; wait for a quieter machine, raise --busy-share (now {busy_share:g}), or "
+        "--busy-share off (contended timings then count: a neighbour's load lands on whichever condition it hit)"
+    )
 
 
 def drop_covered(

@@ -77,36 +77,60 @@ def _runtime_key(rt: RuntimeInfo) -> tuple[str, str, str | None, str | None]:
     return (rt.kind, rt.version_text, rt.xllamacpp_version, rt.sha256)
 
 
+@dataclass(frozen=True)
+class StoredGreedy:
+    """What the stored runs say about a sampled condition's greedy stage: the run that kept
+    output equivalence (`run_id`), else the newest run that measured the greedy twin and why it
+    does not qualify (`near`, `why`), so a refusal names it instead of saying none is stored."""
+
+    run_id: str | None = None
+    near: str | None = None
+    why: str | None = None
+
+
 def stored_greedy(
     conn: sqlite3.Connection, spec: ConditionSpec, target: str, draft: str | None, runtime: RuntimeInfo, workload: str
-) -> str | None:
+) -> StoredGreedy:
     """A stored run of the same pair, runtime and prompts whose greedy twin of `spec` kept output
-    equivalence: its run id (None: there is none). Newest first; summaries only, no request rows."""
+    equivalence (newest first; summaries only, no request rows), or the newest that did not, with why."""
 
     runs = conn.execute(
         "SELECT run_id, manifest_json FROM bench_runs WHERE target_sha256 = ? AND draft_sha256 IS ? "
         "AND status IN ('complete', 'incomplete') AND manifest_json IS NOT NULL ORDER BY started_at DESC",
         (target, draft),
     ).fetchall()
+    near: StoredGreedy | None = None
     for run_id, manifest_json in runs:
         man = RunManifest.model_validate_json(manifest_json)
-        if _runtime_key(man.runtime) != _runtime_key(runtime) or man.request.workload_sha256 != workload:
-            continue
+        other = None
+        if _runtime_key(man.runtime) != _runtime_key(runtime):
+            other = f"it ran on another runtime ({man.runtime.version_text})"
+        elif man.request.workload_sha256 != workload:
+            other = f"it ran other prompts (workload {man.request.workload})"
         for (summary_json,) in conn.execute(
             "SELECT summary_json FROM bench_summaries WHERE run_id = ? AND stratum = 'all'", (run_id,)
         ):
             s = ConditionSummary.model_validate(json.loads(summary_json))
-            if (
+            if not (
                 s.temperature == 0
                 and s.method == spec.method
                 and s.draft_n_max == spec.draft_n_max
                 and s.params == spec.params
-                and s.status == "ok"
-                and s.n_compared > 0
-                and s.n_equal == s.n_compared
             ):
-                return str(run_id)
-    return None
+                continue
+            why = other
+            if why is None and s.status != "ok":
+                why = f"its greedy {s.condition} {s.status}"
+            elif why is None and not s.n_compared:
+                why = f"its greedy {s.condition} compared no output with the baseline"
+            elif why is None and s.n_equal != s.n_compared:
+                bad = s.n_compared - s.n_equal
+                why = f"its greedy {s.condition} changed the output in {bad} of {s.n_compared} rows"
+            if why is None:
+                return StoredGreedy(run_id=str(run_id))
+            if near is None:
+                near = StoredGreedy(near=str(run_id), why=why)
+    return near or StoredGreedy()
 
 
 def unsupported(cmd: ServerCommand, opts: BenchSettings) -> str | None:

@@ -57,6 +57,7 @@ from specreg.schemas.methods import BASELINE, MODEL_DRAFTED
 
 FIRST_PASS_LENGTH = 16  # generous: SmolLM2 on repetitive text still gains from 8 to 16 (issue 24)
 LENGTHS = range(1, 33)  # the candidates predicted: --spec-draft-n-max 1..32
+REUSE = 1.25  # a ladder length this close to the first pass's is measured at the first pass's
 MARGIN = 1.05  # a candidate is ruled out when it is decided at most this much faster than the leader
 SKIPPED = "the --budget was spent before --tune measured it"
 
@@ -137,8 +138,8 @@ def fit_profile(
     if not any(surv):
         alpha = statistics.alpha_from_rate(c.accepted / c.drafted, k_mean)
         surv, source = tuple(alpha**j for j in LENGTHS), "geometric"
-    base = {(r.prompt_id, r.repeat): r for r in base_rows if r.ok and r.total_ms and r.predicted_ms is not None}
-    pairs = [(base[k], r) for r in rows if r.ok and r.total_ms and (k := (r.prompt_id, r.repeat)) in base]
+    base = {(r.prompt_id, r.repeat): r for r in base_rows if r.ok and r.timed_ms and r.predicted_ms is not None}
+    pairs = [(base[k], r) for r in rows if r.ok and r.timed_ms and (k := (r.prompt_id, r.repeat)) in base]
     return Profile(
         surv,
         source,
@@ -146,9 +147,9 @@ def fit_profile(
         t_d,
         t_p,
         r or 0.0,
-        base_total_ms=sum(b.total_ms or 0.0 for b, _ in pairs),
+        base_total_ms=sum(b.timed_ms or 0.0 for b, _ in pairs),
         base_decode_ms=sum(b.predicted_ms or 0.0 for b, _ in pairs),
-        other_ms=sum(max(0.0, (m.total_ms or 0.0) - (m.predicted_ms or 0.0)) for _, m in pairs),
+        other_ms=sum(max(0.0, (m.timed_ms or 0.0) - (m.predicted_ms or 0.0)) for _, m in pairs),
     )
 
 
@@ -166,6 +167,18 @@ def ladder(best: int) -> list[int]:
     if best >= hi:
         return [hi // 4, hi // 2, hi]
     return sorted({max(lo, round(best / 2)), best, min(hi, best * 2)})
+
+
+def reuse_first_pass(lengths: list[int], first: int, within: float = REUSE) -> list[int]:
+    """The ladder with the member nearest the first pass's length replaced by that length, when
+    it is within a factor `within` of it: the first pass's round then counts as a round of that
+    candidate instead of being measured again (issue 32: nothing measured is thrown away)."""
+    if first in lengths:
+        return lengths
+    near = min(lengths, key=lambda k: abs(math.log(k / first)) if k > 0 and first > 0 else math.inf)
+    if near > 0 and first > 0 and max(near / first, first / near) <= within:
+        return sorted({first if k == near else k for k in lengths})
+    return lengths
 
 
 def first_pass_lengths(opts: BenchSettings) -> list[int]:
@@ -225,10 +238,10 @@ class Tuner:
     def _rows(self, rows: list[RequestRow], c: ConditionRun) -> list[RequestRow]:
         return [r for r in rows if r.condition_idx == c.idx]
 
-    def add_candidates(self, ctx: RunContext, conds: list[ConditionRun]) -> list[str]:
+    def add_candidates(self, ctx: RunContext, conds: list[ConditionRun], rows: list[RequestRow]) -> list[str]:
         """Predict from each first pass and append its candidates to `conds` (running, so the
-        decision rounds take them), stored; returns one line per level for the user."""
-        rows = ctx.rows
+        decision rounds take them), stored; returns one line per level for the user. `rows`: the
+        rows kept (not set aside as contended): a prediction rests on nothing else."""
         for c in conds:  # the methods the first pass left out: measured from the next round on
             if c.status == "pending":
                 c.status, c.started_at = "running", now()
@@ -258,7 +271,7 @@ class Tuner:
                 continue
             best = max(whole_curve, key=lambda k: (round(whole_curve[k], 6), -k))
             cands = []
-            for k in ladder(best):
+            for k in reuse_first_pass(ladder(best), k0):
                 if k == k0:
                     cands.append(first)
                     continue
@@ -276,6 +289,21 @@ class Tuner:
                 f"measuring {shown} (end to end) head to head"
             )
         return notes
+
+    def level_of(self, conds: list[ConditionRun]) -> dict[int, int]:
+        """Condition idx -> its tuning level (concurrency), for the candidates of every level."""
+        return {c.idx: conc for conc, lv in self.levels.items() for c in lv.candidates}
+
+    def leaders(self, conds: list[ConditionRun], rows: list[RequestRow]) -> dict[int, ConditionRun]:
+        """Each level's leader so far: its best measured running candidate."""
+        out = {}
+        for conc, lv in self.levels.items():
+            base = next((c for c in conds if c.spec.method == BASELINE and c.spec.concurrency == conc), None)
+            running = [c for c in lv.candidates if c.status == "running"]
+            lead = best_measured(running, self._rows(rows, base), rows) if base is not None else None
+            if lead is not None:
+                out[conc] = lead
+        return out
 
     def _tuned(self) -> set[int]:
         return {c.idx for lv in self.levels.values() for c in [lv.first, *lv.candidates]}

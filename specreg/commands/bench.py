@@ -199,7 +199,26 @@ def admitted(
             help="rounds: one repetition per round, conditions in a seeded random order; blocked: one server each.",
         ),
     ] = "rounds",
-    threads: Annotated[int | None, typer.Option("--threads", help="Server threads (-t).")] = None,
+    threads: Annotated[
+        int | None,
+        typer.Option("--threads", help="Server threads (-t and -tb; with --pin: the cores but one)."),
+    ] = None,
+    pin: Annotated[
+        bool,
+        typer.Option(
+            "--pin/--no-pin",
+            help="Bind the server to all cores but one and leave that one to the client, so they do not "
+            "compete (on 2+ cores; --no-pin: the build's threads on every core).",
+        ),
+    ] = True,
+    shuffle: Annotated[
+        bool,
+        typer.Option(
+            "--shuffle",
+            help="Rounds in a fresh seeded shuffle each, instead of the balanced order (each round the "
+            "reverse of the one before: ABBA), which cancels slow drift.",
+        ),
+    ] = False,
     ctx_size: Annotated[int, typer.Option("--ctx-size", help="Server context size (-c).")] = 4096,
     gpu_layers: Annotated[str | None, typer.Option("--gpu-layers", help="-ngl: a number, auto or all.")] = None,
     start_timeout: Annotated[
@@ -297,6 +316,8 @@ def admitted(
         draft_sampling=_split(draft_sampling),
         **({"busy_share": parse_busy_share(busy_share)} if busy_share is not None else {}),
         tune=tune,
+        pin=pin,
+        balance=not shuffle,
     )
     if executor not in ("local", "ray"):
         from specreg.errors import UsageError

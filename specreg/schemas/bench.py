@@ -291,6 +291,23 @@ class RequestRow(BaseModel):
         return self.ids_source in (None, "stream", "replay")
 
     @property
+    def server_ms(self) -> float | None:
+        """The server's own time for the request (timings.prompt_ms + predicted_ms: prompt
+        processing and decode, as llama.cpp clocks them), None when it sent no timings."""
+        if self.prompt_ms is None or self.predicted_ms is None:
+            return None
+        return self.prompt_ms + self.predicted_ms
+
+    @property
+    def timed_ms(self) -> float | None:
+        """The request's time as speed-ups and decisions use it: the server's own (issue 32: the
+        client's wall clock adds the HTTP stream and whatever the client's thread waited for, a
+        noise that is the client's, not the server's), the client's total when the server sent
+        no timings. The client's total stays the cross-check (`contention.clock_disagreement`)."""
+        server = self.server_ms
+        return server if server is not None and server > 0 else self.total_ms
+
+    @property
     def tpot_below_server(self) -> bool:
         """A client TPOT faster than the server generated the tokens: not a decode speed (tokens
         that reached the client together, a first event the client saw late)."""
@@ -426,6 +443,7 @@ class ObservationSettings(BaseModel):
     run_timeout_s: float
     client_clock: str = "time.perf_counter (monotonic)"
     threads: int | None = None
+    server_cpus: list[int] | None = None  # the cores the servers were bound to (servers/pinning.py)
     ctx_size: int
 
 
@@ -503,7 +521,7 @@ class ConditionSummary(Measured):
     n_paired: int = 0
     difference: Difference | None = None
     speedup_note: str | None = None
-    # the anytime-valid decision against `decision_min_speedup` (benchmark/sequential.py): its
+    # the anytime-valid decision against `decision_min_speedup` (decision/sequential.py): its
     # interval holds however many rounds were looked at, so `--budget` may stop when it is decided
     decision: Literal["faster", "not faster", "undecided"] | None = None
     decision_ci: tuple[float, float] | None = None

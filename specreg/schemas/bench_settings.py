@@ -86,7 +86,7 @@ class BenchSettings(BaseModel):
     request_timeout_s: float = Field(default=120.0, gt=0, json_schema_extra=_flag("--request-timeout"))
     run_timeout_s: float = Field(default=3600.0, gt=0, json_schema_extra=_flag("--run-timeout"))
     # measure until decided: rounds go on after `repeat` until every condition's speed-up is
-    # decided against `min_speedup` (benchmark/sequential.py), or this many seconds have passed
+    # decided against `min_speedup` (decision/sequential.py), or this many seconds have passed
     budget_s: float | None = Field(default=None, gt=0, json_schema_extra=_flag("--budget"))
     min_speedup: float = Field(default=1.05, gt=0, json_schema_extra=_flag("--min-speedup"))
     # the sampler (schemas/sampling.py): a list of temperatures is a sweep like `draft_n_max`;
@@ -107,6 +107,12 @@ class BenchSettings(BaseModel):
     # --tune: a short first pass at one generous draft length, then the draft lengths its
     # acceptance profile predicts best, measured head to head until decided (benchmark/tune.py)
     tune: bool = Field(default=False, json_schema_extra=_flag("--tune"))
+    # the server on all cores but one, the client on that one (servers/pinning.py); False: the
+    # build's threads on every core (before issue 32)
+    pin: bool = Field(default=True, json_schema_extra=_flag("--pin"))
+    # rounds in a balanced order (each round the reverse of the one before, rotated every two:
+    # ABBA for two conditions, conditions.balanced_order); False: a seeded shuffle per round
+    balance: bool = Field(default=True, json_schema_extra=_flag("--shuffle"))
 
     @field_validator("tune")
     @classmethod

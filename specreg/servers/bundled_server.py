@@ -71,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ctx-checkpoints", "-ctxcp", type=int, dest="ctx_checkpoints", default=None)
     p.add_argument("--swa-full", action="store_true", dest="swa_full")
     p.add_argument("-t", "--threads", type=int, default=None)
+    p.add_argument("-tb", "--threads-batch", type=int, dest="threads_batch", default=None)
     p.add_argument("-ngl", "--gpu-layers", "--n-gpu-layers", dest="ngl", default=None)
     p.add_argument("-ngld", "--spec-draft-ngl", dest="ngld", default=None)
     p.add_argument("-s", "--seed", type=int, default=None)
@@ -131,6 +132,8 @@ def build_params(ns: argparse.Namespace) -> Any:
     if ns.threads is not None:
         params.cpuparams.n_threads = ns.threads
         params.cpuparams_batch.n_threads = ns.threads
+    if ns.threads_batch is not None:  # llama-server's -tb: prompt batches (default: -t)
+        params.cpuparams_batch.n_threads = ns.threads_batch
     if ns.seed is not None:
         params.sampling.seed = ns.seed
     if ns.temp is not None:

@@ -232,13 +232,16 @@ def launch(
     ports: Iterator[int] | None = None,
     max_attempts: int = 3,
     on_spawn: Callable[[int, float], None] | None = None,
+    cpus: set[int] | None = None,
 ) -> ServerProcess:
     """Start a server with `args` (+ host/port) and wait until `/health` says ok.
 
     `on_spawn(pid, start_time)` is called as soon as each child exists. A port that turns out to
     be taken (bind failure in the log, or a healthy answer from a process that is not our child)
     is retried on another port. Anything else that keeps the server from becoming healthy raises
-    ServerStartError with the log's last lines.
+    ServerStartError with the log's last lines. `cpus`: the cores the server may run on, set
+    as soon as it exists (before it has loaded a model or started a thread, so every thread it
+    starts inherits them); a machine that refuses is left as it is.
     """
     ports = ports or free_ports()
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -268,6 +271,9 @@ def launch(
             ) from exc
         finally:
             os.close(write_fd)
+        if cpus:
+            with contextlib.suppress(OSError, AttributeError):  # not Linux, or the cores are not ours to give
+                os.sched_setaffinity(proc.pid, cpus)
         pump = LogPump(read_fd, log_path)
         try:
             created = psutil.Process(proc.pid).create_time()

@@ -136,6 +136,8 @@ class ProgressView(Observer):
         self.t_run = time.monotonic()
         self.loads_told: dict[int, int] = {}  # slot loads already told per condition (busy ones noted)
         self.started = False
+        self.slot_t0: dict[int, float] = {}  # when each condition's current slot started
+        self.slot_n0: dict[int, int] = {}  # its requests done before that slot
 
     def __enter__(self) -> ProgressView:
         return self  # the bar starts with the first run: an early error prints no empty bar line
@@ -176,6 +178,7 @@ class ProgressView(Observer):
 
     def condition_started(self, cond: ConditionRun) -> None:
         n = self.starts[cond.idx] = self.starts.get(cond.idx, 0) + 1
+        self.slot_t0[cond.idx], self.slot_n0[cond.idx] = time.monotonic(), self.done.get(cond.idx, 0)
         if self.rounds is not None and n > self.round:  # the first condition of a new round
             self.round, self.in_round = n, 0
         self.in_round += 1
@@ -201,6 +204,14 @@ class ProgressView(Observer):
             if load.busy:
                 self.note(f"{cond.spec.name} round {load.round} set aside: {load.busy}")
         self.loads_told[cond.idx] = len(cond.load)
+        if not self.progress.console.is_terminal:  # no bar is drawn: a line per slot (CI logs, nohup)
+            took = time.monotonic() - self.slot_t0.get(cond.idx, time.monotonic())
+            n = self.done.get(cond.idx, 0) - self.slot_n0.get(cond.idx, 0)
+            where = f"round {self.starts.get(cond.idx, 1)}" if self.rounds is not None else "slot"
+            self._say(
+                f"{where} {safe_plain(cond.spec.name)}: {plural(n, 'request')} in {took:.0f} s, "
+                f"{time.monotonic() - self.t_run:.0f} s into the run"
+            )
         if cond.status == "running":
             return  # one round of several: the condition goes on in a later round
         self._say_done(cond)
@@ -519,6 +530,20 @@ PREDICTED_LEGEND = (
 )
 
 
+def _rounds_text(run: BenchRun) -> str:
+    """`rounds 4 (planned 1, then until decided)`: what was measured, not only what was planned
+    (issue 32: a one-round run's header said `repeat 3`)."""
+    m = run.manifest
+    planned = m.observation.repeat if m is not None else 0
+    measured = len({r.repeat for r in run.requests})
+    if not run.requests:
+        return f"repeat {planned}"
+    budget = m.settings.budget_s if m is not None and m.settings is not None else None
+    if measured == planned and not budget:
+        return f"repeat {planned}"
+    return f"rounds {measured} (planned {planned}" + (", then until decided)" if budget else ")")
+
+
 def _decisions(run: BenchRun) -> None:
     """Each condition's anytime-valid decision against the minimum speed-up (what `--budget` runs
     until), with the interval it was made on."""
@@ -676,7 +701,7 @@ def show_run(run: BenchRun, names: Mapping[str, str | None] | None = None) -> No
         head += [
             f"runtime {runtime_text(runtime_identity(m))}",
             f"workload {m.request.workload}",
-            f"repeat {m.observation.repeat}",
+            _rounds_text(run),
             f"concurrency {','.join(map(str, m.request.concurrency_levels or [m.request.concurrency]))}",
             f"seed {m.request.seed}" + (" + repetition" if m.request.seeds else ""),
             *([f"temperature {','.join(f'{t:g}' for t in m.request.temperatures)}"] if m.request.temperatures else []),
