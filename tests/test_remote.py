@@ -126,7 +126,9 @@ def test_server_failures_are_one_line(online: FakeHub, repo: str, knob: str, val
     setattr(online.repos[REPO], knob, value)
     before = online.bytes_sent
     assert_one_line_error(run_cli("inspect", f"hf://{REPO}/big.gguf"), needle)
-    assert online.bytes_sent - before < 4 << 20  # no range support: the client hangs up, no 500 MB download
+    # no range support: the client hangs up, no 500 MB download (what the kernel buffers before it
+    # does - a few 1 MiB chunks - depends on scheduling: seen 4 MiB under load)
+    assert online.bytes_sent - before < 16 << 20
 
 
 def test_missing_file_offline_and_timeouts(
