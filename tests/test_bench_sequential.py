@@ -10,6 +10,7 @@ import random
 
 import pytest
 
+from benchmarks.bench_decision import _sim_round
 from specreg.decision import sequential
 
 PROMPTS = 8
@@ -23,18 +24,7 @@ def _round(
     inside the round (a slope of 3% per slot; `r`: round r of the balanced order the runner uses,
     ABBA), under the round's drift and per-request noise, and 1 request in 25 is an outlier 2-6x
     slower (a page fault storm, a neighbour's burst)."""
-    order = ["base", "cond"]
-    if r is None:
-        rng.shuffle(order)
-    elif r % 2:
-        order.reverse()
-    base, cond = [], []
-    for p in prompts:
-        for name in order:
-            slot = 1 + 0.03 * order.index(name)
-            t = p * drift * slot * math.exp(rng.gauss(0, 0.1)) * (rng.uniform(2, 6) if rng.random() < 0.04 else 1)
-            (base if name == "base" else cond).append(t if name == "base" else t / speedup)
-    return base, cond
+    return _sim_round(rng, prompts, speedup, drift, r or 0, balanced=r is not None)  # the benchmark's model
 
 
 def _run(

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specreg.errors import SIGNING_EXTRA, SignatureError
-from specreg.paths import read_regular
+from specreg.sources.model_signature import read_signing_input
 
 if TYPE_CHECKING:
     from securesystemslib.signer import Signer, SSlibKey
@@ -46,13 +46,7 @@ def need_extra() -> None:
 
 
 def _pem(path: str | Path, what: str) -> bytes:
-    try:
-        return read_regular(path, MAX_KEY_BYTES)
-    except FileNotFoundError:
-        raise SignatureError(f"{path}: {what} not found") from None
-    except (OSError, ValueError) as exc:
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-        raise SignatureError(f"{path}: cannot read {what}: {why}") from None
+    return read_signing_input(path, MAX_KEY_BYTES, what)
 
 
 def _supported(key: Any, path: str | Path) -> None:

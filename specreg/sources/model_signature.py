@@ -52,7 +52,8 @@ def find_signature(model: Path, given: Path | None) -> Path:
     )
 
 
-def _read(path: Path, limit: int, what: str) -> bytes:
+def read_signing_input(path: str | Path, limit: int, what: str) -> bytes:
+    """A key, certificate or signature file: a regular file of at most `limit` bytes, or one line."""
     try:
         return read_regular(path, limit)
     except FileNotFoundError:
@@ -128,8 +129,8 @@ def verify_model(model: str | Path, trust_pem: str | Path, signature: str | Path
         raise SignatureError(NEEDS_EXTRA) from None
     path = Path(model)
     sig = find_signature(path, Path(signature) if signature is not None else None)
-    pem = _read(Path(trust_pem), MAX_PEM_BYTES, "key or certificate")
-    material, statement = _bundle_parts(sig, _read(sig, MAX_SIGNATURE_BYTES, "model signature"))
+    pem = read_signing_input(Path(trust_pem), MAX_PEM_BYTES, "key or certificate")
+    material, statement = _bundle_parts(sig, read_signing_input(sig, MAX_SIGNATURE_BYTES, "model signature"))
     config = model_signing.verifying.Config()
     record: dict[str, Any] = {"signature": str(sig.resolve())}
     if b"-----BEGIN CERTIFICATE-----" in pem:
