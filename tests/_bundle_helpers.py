@@ -109,3 +109,12 @@ def slowed(bundle: Path, dst: Path, run_id: str, condition: str, factor: float, 
         )
         export_bundle(reg, dst, run_ids=[run_id])
     return dst
+
+
+def db_rows(db: Path, sql: str) -> list[tuple]:
+    """The rows a query returns from a registry file, read by a connection of its own."""
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import socket
-import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from _audit_world import AuditWorld, specreg
+from _bundle_helpers import db_rows as _rows
 from _bundle_helpers import dump, edit_run, members, rename_run, rewrite, slowed, write_members
 
 from specreg import __version__
@@ -38,14 +38,6 @@ def bundle(source: Path, tmp_path: Path) -> Path:
     assert code == 0, err
     assert "1 run (" in out
     return tmp_path / "all.zip"
-
-
-def _rows(db: Path, sql: str) -> list[tuple]:
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute(sql).fetchall()
-    finally:
-        conn.close()
 
 
 def test_round_trip_keeps_every_record(audit_world: AuditWorld, source: Path, bundle: Path, tmp_path: Path) -> None:

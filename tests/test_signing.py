@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import base64
 import json
-import sqlite3
 import zipfile
 from pathlib import Path
 
 import pytest
 from _audit_world import AuditWorld, specreg
+from _bundle_helpers import db_rows as _rows
 from _bundle_helpers import dump, members, rename_run, rewrite
 from _signing_helpers import ecdsa_key, ed25519_key, statement
 
@@ -47,14 +47,6 @@ def _signed(source: Path, tmp_path: Path, key: Path, name: str = "signed.zip") -
     assert code == 0, err
     assert "signed by key" in stdout
     return out
-
-
-def _rows(db: Path, sql: str) -> list[tuple]:
-    conn = sqlite3.connect(db)
-    try:
-        return conn.execute(sql).fetchall()
-    finally:
-        conn.close()
 
 
 def _with(bundle: Path, dest: Path, name: str, data: bytes | None) -> Path:
