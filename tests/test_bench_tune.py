@@ -208,8 +208,9 @@ def test_tune_measures_three_lengths_stores_predictions_and_deploy_prints_the_ch
     assert len(measured) >= 3 and all(
         s["decision"] is not None for s in whole.values() if s["method"] != "none" and s["status"] == "ok"
     )  # a failed condition (ngram-mod drafts nothing on these models) has its failure instead
-    chosen = [s for s in cands.values() if s["tune"]["chosen"]]
-    assert len(chosen) == 1 and chosen[0]["speedup"] == max(s["speedup"] for s in measured)
+    tuned = [s for s in whole.values() if s["tune"] and s["speedup"] is not None]
+    chosen = [s for s in tuned if s["tune"]["chosen"]]
+    assert len(chosen) == 1 and chosen[0]["speedup"] == max(s["speedup"] for s in tuned)
     per_stratum = [s for s in run["summaries"] if s["stratum"] != "all" and s["tune"] is not None]
     assert {s["stratum"] for s in per_stratum} == {"repetitive", "chat"}
     assert all(s["tune"]["predicted_speedup"] is not None for s in per_stratum if s["tune"]["role"] == "candidate")
@@ -217,9 +218,11 @@ def test_tune_measures_three_lengths_stores_predictions_and_deploy_prints_the_ch
     policy.write_text(POLICY)
     code, text, err = specreg("deploy", str(pid), "--policy", str(policy), db=db)
     assert code == 0, (text, err)
-    # the audit ranks the measured lengths by its gates, then the interval's low end: a measured one
+    # the audit ranks the measured lengths by its gates, then the interval's low end: a measured one,
+    # and the first pass counts as measured (its rounds are kept, issue 32), so k8 may win too
     pinned = int(" ".join(text.split()).split("--spec-draft-n-max ", 1)[1].split()[0])
-    assert pinned in {s["draft_n_max"] for s in measured}, (pinned, sorted(cands))
+    lengths = {s["draft_n_max"] for s in whole.values() if s["method"] == "draft-simple" and s["speedup"] is not None}
+    assert 8 in lengths and pinned in lengths, (pinned, sorted(lengths))
     k = chosen[0]["tune"]["draft_max"]
     code, out, err = specreg("runs", "show", run["info"]["run_id"], "--json", db=db)
     rounds: dict[str, set[int]] = {}

@@ -360,7 +360,9 @@ class Tuner:
         by_name = {c.spec.name: c for c in conds}
         for conc, lv in self.levels.items():
             base = next((c for c in conds if c.spec.method == BASELINE and c.spec.concurrency == conc), None)
-            done = [c for c in lv.candidates if c.status == "ok"]
+            # the first pass is a measured length too (its rounds are kept), so it may be the best
+            measured = {c.idx: c for c in [lv.first, *lv.candidates] if c.status == "ok"}
+            done = list(measured.values())
             chosen = best_measured(done, self._rows(rows, base), rows) if base is not None else None
             decided = self.settled(conc, conds, rows) and chosen is not None
             members = {c.idx for c in [lv.first, *lv.candidates]}
