@@ -64,3 +64,19 @@ def sig_text(value: float, digits: int = 2) -> str:
 def ratio_text(value: float | None, *, digits: int = 2, none: str = "-") -> str:
     """A ratio (a speed-up, a size ratio) as '2.6x' to two significant figures; `none` when unknown."""
     return none if value is None else f"{sig_text(value, digits)}x"
+
+
+def apart_text(a: float, b: float, *, places: int = 2, most: int = 6) -> tuple[str, str]:
+    """`a` and `b` with the fewest decimal places (at least `places`) at which they print
+    differently, so that a comparison shown between them reads true: 1.0493 < 1.05 printed at two
+    places was "1.05 < 1.05" (issue 32). Equal values (or ones apart only past `most` places)
+    print at `places`. `b` (the bar a policy sets) loses its trailing zeros: 1.05, not 1.050."""
+
+    def bar(text: str) -> str:
+        return text.rstrip("0").rstrip(".") if "." in text else text
+
+    for p in range(places, most + 1):
+        x, y = f"{a:.{p}f}", f"{b:.{p}f}"
+        if x != y:
+            return x, bar(y)
+    return f"{a:.{places}f}", bar(f"{b:.{places}f}")

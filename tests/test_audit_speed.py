@@ -143,3 +143,15 @@ def test_a_decided_condition_meets_the_repetition_minimum() -> None:
     assert not ok and "1 repetition < policy minimum 3, and the anytime-valid decision is not made" in msg
     assert not _evidence(2, None)[0]  # no decision on record (an older run): the minimum holds
     assert _evidence(3, None)[0]
+
+
+def test_the_low_end_is_shown_with_the_digits_that_make_its_comparison_true() -> None:
+    """A low end of 1.0493 against 1.05 printed "low end 1.05 < 1.05" (issue 32): the wording
+    takes the places the comparison needs, for either interval."""
+    run, cond = _run(speedup=1.2, speedup_ci95=(1.0493, 1.3), difference="no measurable difference")
+    g = speed_gate(run, cond, _policy(1.05), 1)
+    assert not g.passed and "low end 1.049 < 1.05" in g.message, g.message
+    run, cond = _run(speedup=1.2, speedup_ci95=(1.1, 1.3), decision="undecided", decision_ci=(1.0496, 1.4))
+    run.until_decided = True
+    g = speed_gate(run, cond, _policy(1.05), 1)
+    assert not g.passed and "low end 1.0496 < 1.05" in g.message, g.message

@@ -107,7 +107,9 @@ def test_argv_round_trips_through_the_bundled_parser_to_what_was_measured(
         assert WRAPPER in measured.argv  # what the benchmark ran: specreg's wrapper on a loopback port
         ours, deployed = build_parser(), vars(build_parser().parse_args(plan["argv"][1:]))
         recorded = vars(ours.parse_args(recorded_flags(measured.argv)))
-        benchmark_only = {"host", "port", "temp", "top_k", "top_p", "verbosity"}
+        # and the measuring machine's threads: production's host chooses its own (issue 32)
+        benchmark_only = {"host", "port", "temp", "top_k", "top_p", "verbosity", "threads", "threads_batch"}
+        assert deployed["threads"] is None and deployed["threads_batch"] is None
         # the serving limits the memory prediction assumed: pinned at the build's defaults when unset
         assert (deployed["cache_ram"], deployed["ctx_checkpoints"]) == (8192, 32)
         assert (recorded["cache_ram"], recorded["ctx_checkpoints"]) == (None, None)
@@ -234,6 +236,9 @@ def test_unit_argv_building() -> None:
     pinned = server_argv([*external, "--cache-ram", "512", "--ctx-checkpoints", "4", "--swa-full"])
     assert pinned[pinned.index("--cache-ram") + 1] == "512" and pinned[pinned.index("--ctx-checkpoints") + 1] == "4"
     assert "--swa-full" in pinned
+    # the bench host's threads (`--pin` on 2 cores: -t 1 -tb 1) are not the production host's
+    threaded = server_argv([*external, "-t", "1", "-tb", "1"])
+    assert not {"-t", "-tb", "--threads", "--threads-batch"} & set(threaded), threaded
     with pytest.raises(SpecregError, match="unknown flags --spec-synth-rates"):
         server_argv([*external, "--spec-synth-rates", "1"])
     lines = wrap_command(argv, 40)

@@ -109,10 +109,10 @@ def server_argv(
     argv += ["--ctx-checkpoints", str(checkpoints), "--cache-ram", str(cache_ram)]
     if ns.swa_full:
         argv.append("--swa-full")
-    if ns.threads is not None:
-        argv += ["-t", str(ns.threads)]
-    if ns.threads_batch is not None:
-        argv += ["-tb", str(ns.threads_batch)]
+    # no -t/-tb: the threads a run gave its servers are the measuring machine's (on 2 cores,
+    # `--pin` leaves the server 1), not the production host's; llama-server's default there
+    # (its physical cores, llama.cpp's cpu_get_num_math) is what the target host's cores allow
+    # (issue 32: a bench host's `-t 1 -tb 1` was pinned into the production command)
     if ns.ngl is not None:
         argv += ["-ngl", str(ns.ngl)]
     if ns.ngld is not None:

@@ -24,6 +24,7 @@ from specreg.schemas.bench import ALL_STRATA
 from specreg.schemas.checks import CheckResult
 from specreg.schemas.registry import ArtifactRecord
 from specreg.text import plural
+from specreg.units import apart_text
 
 _UNKNOWN = {None, "unknown", "none", "noassertion"}
 
@@ -230,9 +231,11 @@ def _decided(rows: list[StratumRow], min_speedup: float) -> str | None:
     if ci is None:
         return None
     if ci[0] >= min_speedup:
-        return f"faster: anytime-valid interval [{ci[0]:.2f}, {ci[1]:.2f}] >= {min_speedup}"
+        low, bar = apart_text(ci[0], min_speedup)
+        return f"faster: anytime-valid interval [{low}, {ci[1]:.2f}] >= {bar}"
     if ci[1] < min_speedup:
-        return f"not faster: anytime-valid interval [{ci[0]:.2f}, {ci[1]:.2f}] < {min_speedup}"
+        high, bar = apart_text(ci[1], min_speedup)
+        return f"not faster: anytime-valid interval [{ci[0]:.2f}, {high}] < {bar}"
     return None
 
 
@@ -346,17 +349,16 @@ def _speed_problems(row: StratumRow, base: StratumRow, sp: SpeedPolicy, until_de
         if ci is None:
             why.append(f"speed-up {row.speedup:.2f}x has no anytime-valid interval (measured until decided)")
         elif ci[0] < sp.min_speedup:
+            low, bar = apart_text(ci[0], sp.min_speedup)
             why.append(
                 f"anytime-valid interval [{ci[0]:.2f}, {ci[1]:.2f}] ({row.decision or 'no decision'}): "
-                f"low end {ci[0]:.2f} < {sp.min_speedup}"
+                f"low end {low} < {bar}"
             )
     elif row.speedup_ci95 is None:
         why.append(f"speed-up {row.speedup:.2f}x has no interval ({row.speedup_note or 'too few requests'})")
     elif row.speedup_ci95[0] < sp.min_speedup:
-        why.append(
-            f"speed-up {interval_text(row.speedup, row.speedup_ci95)}: "
-            f"low end {row.speedup_ci95[0]:.2f} < {sp.min_speedup}"
-        )
+        low, bar = apart_text(row.speedup_ci95[0], sp.min_speedup)
+        why.append(f"speed-up {interval_text(row.speedup, row.speedup_ci95)}: low end {low} < {bar}")
     if row.drafted == 0 or row.accepted == 0:
         why.append("0 draft tokens accepted: speculation cannot have made it faster")
     if row.unexplained:
