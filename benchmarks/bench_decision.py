@@ -23,8 +23,17 @@ is sized to the spread of the log ratios (sequential.py) at alpha 0.02. This pri
 The machine's load (os.getloadavg) is printed beside every figure: on a shared machine the wall
 times move with it; the ratios are measured against a baseline in the same run.
 
+4. **Pinning** (`--pinning`): SmolLM2 k16 against the baseline with `--pin` and `--no-pin`,
+   alternated, each ratio against its own run's baseline: what taking a core from the server
+   costs draft-simple beside the baseline (pinning.py chose its default from it).
+5. **Grid comparison** (`--grid`: tiny models; `--grid-real`: SmolLM2, mt-bench `--sample 2`):
+   `--tune --budget` against `--draft-max 2,4,8,16 --repeat 3`, each length's speed-up against
+   the baseline of its run, and the two runs' wall times (the target: the tuned length at least
+   as fast as the grid's best, in under half the grid's time).
+
 Usage: python benchmarks/bench_decision.py [--sims 400] [--rounds 10] [--skip-tiny] [--real]
-       [--budget 8m] [--busy-share off] [--dir DIR]
+       [--budget 8m] [--busy-share off] [--pinning] [--grid | --grid-real] [--grid-budget B]
+       [--dir DIR]
 """
 
 from __future__ import annotations
@@ -176,6 +185,11 @@ def _rows(db: Path, run_id: str) -> list[dict[str, Any]]:
     return list(full["requests"])
 
 
+def _x(value: float | None) -> str:
+    """A speed-up, or "-" for a condition never measured (not "0.00x")."""
+    return "-" if value is None else f"{value:.2f}x"
+
+
 def _ci(iv: Any) -> str:
     return f"[{iv[0]:.2f}, {iv[1]:.2f}]" if iv else "-"
 
@@ -233,14 +247,8 @@ def tiny(rounds: int, folder: Path) -> None:
 
 
 def real(budget: str, folder: Path, busy_share: str | None) -> None:
-    from specreg.testing import realmodel
-
     db = folder / "real.db"
-    target, draft = realmodel.ensure_model("f32"), realmodel.ensure_model("q4_1")
-    for path in (target, draft):
-        sh("register", str(path), "--license", realmodel.LICENCE, db=db)
-    sh("check", "pair", str(target), str(draft), "--json", db=db, ok=(0, 1))
-    pid = str(max(int(p["id"]) for p in json.loads(sh("pairs", "--json", db=db).stdout) if p["draft_sha256"]))
+    pid = _smollm2_pair(db)
     args = ["bench", "admitted", "--pair", pid, "--workload", "mt-bench", "--sample", "2", "--tune", "--budget", budget]
     args += ["--busy-share", busy_share] if busy_share else []
     print(f"\n3. SmolLM2-135M-Instruct F32 <- Q4_1 (draft-simple): specreg {' '.join(args)}")
@@ -262,7 +270,7 @@ def real(budget: str, folder: Path, busy_share: str | None) -> None:
             continue
         tuned = s.get("tune") or {}
         print(
-            f"   {s['condition']:<18} speed-up {s.get('speedup') or 0:.2f}x  decision {s.get('decision')} "
+            f"   {s['condition']:<18} speed-up {_x(s.get('speedup'))}  decision {s.get('decision') or '-'} "
             f"{_ci(s.get('decision_ci'))}{'  <- chosen' if tuned.get('chosen') else ''}"
         )
     conds = sorted(c for c in rounds if c != "none")
@@ -271,6 +279,115 @@ def real(budget: str, folder: Path, busy_share: str | None) -> None:
     print(f"   specreg deploy {pid}: exit {dep.returncode}")
     for line in (dep.stdout + dep.stderr).strip().splitlines()[:8]:
         print(f"   | {line[:110]}")
+
+
+GRID = (2, 4, 8, 16)
+
+
+def _tiny_pair(folder: Path, db: Path) -> tuple[str, Path]:
+    from specreg.testing.factory import ModelSpec, write_model
+
+    target = write_model(folder / "target.gguf", ModelSpec(n_layer=16, **FAST_PAIR))  # type: ignore[arg-type]
+    draft = write_model(folder / "draft.gguf", ModelSpec(n_layer=1, name="small-draft", **FAST_PAIR))  # type: ignore[arg-type]
+    wl = folder / "tiny.jsonl"
+    wl.write_text("".join(json.dumps(i) + "\n" for i in ITEMS))
+    sh("check", "pair", str(target), str(draft), db=db)
+    return str(max(int(p["id"]) for p in json.loads(sh("pairs", "--json", db=db).stdout))), wl
+
+
+def _timed(db: Path, args: list[str]) -> tuple[dict[str, Any], float, str, str]:
+    before = load()
+    t0 = time.monotonic()
+    proc = sh(*args, "--json", db=db, ok=(0, 1), timeout=7200)
+    (run,) = json.loads(proc.stdout)
+    return run, time.monotonic() - t0, before, load()
+
+
+def grid(folder: Path, on_real: bool, budget: str, repeat: int) -> None:
+    """The tuned length against a grid: `--tune --budget` on the draft method alone, and the same
+    pair measured at every length of `GRID` for `repeat` rounds; each speed-up against the baseline
+    of its own run. The target (issue 32): the tuned length measures at least as fast as the
+    grid's best, in less than half the grid's time."""
+    db = folder / ("grid-real.db" if on_real else "grid-tiny.db")
+    if on_real:
+        pid, wl = _smollm2_pair(db), "mt-bench"
+        extra = ["--sample", "2"]
+    else:
+        (folder / "grid").mkdir(exist_ok=True)
+        pid, wl_path = _tiny_pair(folder / "grid", db)
+        wl, extra = str(wl_path), ["--ctx-size", "1024", "--warmup", "2"]
+    common = ["bench", "admitted", "--pair", pid, "--workload", wl, "--methods", "draft-simple", *extra]
+    print(f"\n5. grid comparison on {'SmolLM2 (mt-bench --sample 2)' if on_real else 'the tiny models'}: "
+          f"--tune --budget {budget} against --draft-max {','.join(map(str, GRID))} --repeat {repeat}")  # fmt: skip
+    tuned, t_tune, b1, a1 = _timed(db, [*common, "--tune", "--budget", budget])
+    grid_run, t_grid, b2, a2 = _timed(db, [*common, "--draft-max", ",".join(map(str, GRID)), "--repeat", str(repeat)])
+
+    def lengths(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        return {s["condition"]: s for s in run["summaries"] if s["stratum"] == "all" and s["method"] != "none"}
+
+    print(f"   {'run':<6} {'condition':<18} {'speed-up':>9} {'interval':>14} {'decision':>11}")
+    chosen = None
+    for name, s in sorted(lengths(tuned).items(), key=lambda t: t[1].get("draft_n_max") or 0):
+        mark = ""
+        if (s.get("tune") or {}).get("chosen"):
+            chosen, mark = s, "  <- tuned"
+        iv = s.get("decision_ci") or s.get("speedup_ci95")
+        print(f"   {'tune':<6} {name:<18} {_x(s.get('speedup')):>9} {_ci(iv):>14} {s.get('decision') or '-':>11}{mark}")
+    grid_rows = lengths(grid_run)
+    best = max((s for s in grid_rows.values() if s.get("speedup")), key=lambda s: s["speedup"], default=None)
+    for name, s in sorted(grid_rows.items(), key=lambda t: t[1].get("draft_n_max") or 0):
+        mark = "  <- grid best" if s is best else ""
+        print(f"   {'grid':<6} {name:<18} {_x(s.get('speedup')):>9} {_ci(s.get('speedup_ci95')):>14} {'-':>11}{mark}")
+    print(f"   tune: {t_tune:.0f} s ({b1} before, {a1} after); grid: {t_grid:.0f} s ({b2} before, {a2} after)")
+    if chosen is None or best is None or not chosen.get("speedup"):
+        print("   no tuned length measured, or no grid length: nothing to compare")
+        return
+    ok_speed = chosen["speedup"] >= best["speedup"]
+    ok_time = t_tune < t_grid / 2
+    print(f"   tuned {chosen['condition']} {_x(chosen['speedup'])} vs grid best {best['condition']} "
+          f"{_x(best['speedup'])}: {'at least as fast' if ok_speed else 'slower'}; time {t_tune / t_grid:.0%} of the "
+          f"grid's ({'under' if ok_time else 'not under'} half)")  # fmt: skip
+
+
+def _smollm2_pair(db: Path) -> str:
+    from specreg.testing import realmodel
+
+    target, draft = realmodel.ensure_model("f32"), realmodel.ensure_model("q4_1")
+    for path in (target, draft):
+        sh("register", str(path), "--license", realmodel.LICENCE, db=db)
+    sh("check", "pair", str(target), str(draft), "--json", db=db, ok=(0, 1))
+    return str(max(int(p["id"]) for p in json.loads(sh("pairs", "--json", db=db).stdout) if p["draft_sha256"]))
+
+
+def pinning(folder: Path, sample: int, repeat: int, max_tokens: int) -> None:
+    """Does `--pin` (on 2 cores: the server gets 1 thread) cost draft-simple more than the
+    baseline? The same fixed-length condition (k16) against the baseline, pinned and not, in
+    runs alternated pin / no-pin / pin / no-pin; each ratio against the baseline of its own run."""
+    db = folder / "pin.db"
+    pid = _smollm2_pair(db)
+    common = ["bench", "admitted", "--pair", pid, "--workload", "mt-bench", "--sample", str(sample), "--methods",
+              "draft-simple", "--draft-max", "16", "--repeat", str(repeat), "--max-tokens", str(max_tokens),
+              "--busy-share", "off", "--json"]  # fmt: skip
+    print(f"\n4. --pin on SmolLM2 k16 (mt-bench, --sample {sample}, --repeat {repeat}, --max-tokens {max_tokens}), "
+          f"{os.cpu_count()} CPUs")  # fmt: skip
+    got: dict[str, list[float]] = {"--pin": [], "--no-pin": []}
+    for flag in ("--pin", "--no-pin", "--pin", "--no-pin"):
+        before = load()
+        proc = sh(*common, flag, db=db, ok=(0, 1), timeout=3600)
+        (run,) = json.loads(proc.stdout)
+        rows = _rows(db, run["info"]["run_id"])
+        pairs = _by_round(rows, "draft-simple", "none", "server")
+        xs = sequential.log_ratios([b for r in pairs for b in r[0]], [c for r in pairs for c in r[1]])
+        ratio = math.exp(statistics.median(xs)) if xs else math.nan
+        base_ms = statistics.median([r["predicted_ms"] / max(1, r.get("output_tokens") or 1) for r in rows
+                                     if r["condition"] == "none" and r["ok"] and r.get("predicted_ms")])  # fmt: skip
+        threads = run["manifest"]["observation"].get("threads")
+        got[flag].append(ratio)
+        print(f"   {flag:<9} -t {threads}: k16 {ratio:.2f}x the baseline of its run (median of {len(xs)} paired "
+              f"requests); baseline {base_ms:.1f} ms/token; {before} before, {load()} after")  # fmt: skip
+    pin, free = statistics.mean(got["--pin"]), statistics.mean(got["--no-pin"])
+    print(f"   mean k16 ratio: --pin {pin:.2f}x, --no-pin {free:.2f}x: pinning costs draft-simple "
+          f"{(1 - pin / free):.0%} more than the baseline")  # fmt: skip
 
 
 def main() -> int:
@@ -282,6 +399,14 @@ def main() -> int:
     ap.add_argument("--budget", default="8m")
     ap.add_argument("--busy-share", default=None, help="the SmolLM2 run's --busy-share (a shared machine: off)")
     ap.add_argument("--dir", type=Path, default=None)
+    ap.add_argument("--pinning", action="store_true", help="also --pin against --no-pin on SmolLM2 (minutes)")
+    ap.add_argument("--pin-sample", type=int, default=1)
+    ap.add_argument("--pin-repeat", type=int, default=2)
+    ap.add_argument("--pin-max-tokens", type=int, default=128)
+    ap.add_argument("--grid", action="store_true", help="the tuned length against a 2,4,8,16 grid (tiny models)")
+    ap.add_argument("--grid-real", action="store_true", help="the grid comparison on SmolLM2 instead (minutes)")
+    ap.add_argument("--grid-budget", default=None, help="--tune's budget there (default: 30s; --grid-real: --budget)")
+    ap.add_argument("--grid-repeat", type=int, default=3)
     args = ap.parse_args()
     folder = args.dir or Path(tempfile.mkdtemp(prefix="specreg-bench-decision-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -292,6 +417,10 @@ def main() -> int:
         tiny(args.rounds, folder)
     if args.real:
         real(args.budget, folder, args.busy_share)
+    if args.pinning:
+        pinning(folder, args.pin_sample, args.pin_repeat, args.pin_max_tokens)
+    if args.grid or args.grid_real:
+        grid(folder, args.grid_real, args.grid_budget or (args.budget if args.grid_real else "30s"), args.grid_repeat)
     return 0
 
 

@@ -131,3 +131,35 @@ def test_a_run_ends_within_one_round_of_its_budget(capsys: pytest.CaptureFixture
 def test_a_bad_budget_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _main(capsys, "bench", "admitted", "--budget", "soon")
     assert code == 2 and "--budget 'soon': expected a duration such as 8m, 90s or 1.5h" in err
+
+
+def test_a_round_the_budget_has_no_room_for_is_measured_in_part(capsys: pytest.CaptureFixture[str]) -> None:
+    """Twelve prompts a round and rounds until a 10 s budget ends: a round that does not fit is
+    measured in part (the same first prompts of the baseline and the condition, so every one of
+    its requests is a pair) instead of not at all, and the run still ends within one slot of its
+    budget. Whether the last round is cut short depends on how the machine times it; when it is,
+    its pairs are whole."""
+    pid, home = _pair()
+    items = [{**it, "id": f"{it['id']}-{i}", "max_tokens": 24} for i in range(4) for it in ITEMS[:3]]
+    wl = workload(home, items)
+    budget = 10.0
+    args = ["--threads", "1", "--ctx-size", "512", "--repeat", "1", "--warmup", "1", "--json"]
+    code, out, err = _main(capsys, "bench", "admitted", "--pair", str(pid), "--workload", str(wl), "--methods",
+                           "ngram-simple", "--budget", f"{budget:g}s", "--min-speedup", "0.9", *args)  # fmt: skip
+    assert code in (0, 1), err
+    (run,) = json.loads(out)
+    db = Path(os.environ["SPECREG_DB"])
+    assert _wall_s(run) <= budget + _longest_round_s(db) + 2.0, (_wall_s(run), _longest_round_s(db))
+    flat = " ".join(err.split())
+    if "prompts" in flat and "measuring " in flat:
+        part = int(flat.split("measuring ", 1)[1].split()[0])
+        assert 1 <= part < len(items) and f"of its {len(items)} prompts" in flat, flat
+        rows = db_rows(db, "SELECT condition_idx, repeat, prompt_id FROM bench_requests")
+        last = max(r["repeat"] for r in rows)
+        ids = {}
+        for r in rows:
+            if r["repeat"] == last:
+                ids.setdefault(r["condition_idx"], set()).add(r["prompt_id"])
+        assert len(ids) == 2 and all(len(v) == part for v in ids.values()), ids
+        first, second = ids.values()
+        assert first == second  # pairs: the same prompts on both sides

@@ -205,9 +205,12 @@ def test_tune_measures_three_lengths_stores_predictions_and_deploy_prints_the_ch
         assert s["tune"]["predicted_speedup"] == pytest.approx(first["curve"][str(k)])
         assert s["tune"]["predicted_decode_speedup"] is not None
     measured = [s for s in cands.values() if s["speedup"] is not None]
-    assert len(measured) >= 3 and all(
+    # the leader (the predicted best) is measured first; the other lengths with what is left,
+    # unless the plan said the leader cannot be decided (then its level stops)
+    gave_up = "the tuning's leader" in err and "cannot be decided" in err
+    assert (len(measured) >= 3 or gave_up) and all(
         s["decision"] is not None for s in whole.values() if s["method"] != "none" and s["status"] == "ok"
-    )  # a failed condition (ngram-mod drafts nothing on these models) has its failure instead
+    ), err  # a failed condition (ngram-mod drafts nothing on these models) has its failure instead
     tuned = [s for s in whole.values() if s["tune"] and s["speedup"] is not None]
     chosen = [s for s in tuned if s["tune"]["chosen"]]
     assert len(chosen) == 1 and chosen[0]["speedup"] == max(s["speedup"] for s in tuned)
@@ -229,6 +232,12 @@ def test_tune_measures_three_lengths_stores_predictions_and_deploy_prints_the_ch
     for r in json.loads(out)["requests"]:
         rounds.setdefault(r["condition"], set()).add(r["repeat"])
     assert 0 in rounds["none"] and 0 in rounds["draft-simple k8"]  # the first pass
+    best = int(err.split("predicted best --spec-draft-n-max ", 1)[1].split()[0])
+    if f"draft-simple k{best}" in rounds and best != 8:  # the budget went to the leader first
+        lead = min(rounds[f"draft-simple k{best}"])
+        skip = (f"draft-simple k{best}", "draft-simple k8")
+        others = [min(v) for c, v in rounds.items() if c.startswith("draft-simple k") and c not in skip]
+        assert lead == 1 and all(m > lead for m in others), rounds
     mod = next(c for c in run["conditions"] if c["spec"]["name"] == "ngram-mod")
     assert 0 not in rounds.get("ngram-mod", set())  # left out of the first pass, measured after it
     assert rounds.get("ngram-mod") or (mod["status"] == "skipped" and "--budget" in mod["failure"])

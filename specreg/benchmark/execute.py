@@ -128,11 +128,13 @@ def run_condition(
     *,
     round_no: int | None = None,
     last: bool = True,
+    prompts: int | None = None,
 ) -> None:
     """One server start of a condition, measuring `repeats` (default: every repetition).
 
     After its `last` slot the condition is judged (ok / failed); a failure ends it at once.
-    Never loses stored rows.
+    `prompts`: only the first this many of `partial_order(workload)` (a `--budget` slot that
+    the budget left has room for part of; default: every prompt). Never loses stored rows.
     """
     o = ctx.opts
     reps = list(range(o.repeat)) if repeats is None else list(repeats)
@@ -172,7 +174,7 @@ def run_condition(
         ctx.store.save_condition(ctx.run_id, cond, server_started=server.create_time)
         conc = cond.spec.concurrency
         with LlamaClient(server.base_url, timeout_s=o.request_timeout_s, max_connections=conc + 2) as client:
-            _measure(ctx, cond, server, client, reps, round_no or 0, probe)
+            _measure(ctx, cond, server, client, reps, round_no or 0, probe, prompts)
     except ServerError as exc:
         if server is not None and not server.alive():
             server.settle_log()
@@ -223,6 +225,7 @@ def _measure(
     reps: list[int],
     round_no: int,
     probe: LoadProbe,
+    prompts: int | None = None,
 ) -> None:
     o = ctx.opts
     if not ctx.prompts_stored:
@@ -244,7 +247,7 @@ def _measure(
     sampler = MemorySampler(server.pids, ctx.gpu)
     first_row = len(ctx.rows)
     with sampler:
-        _requests(ctx, cond, server, client, reps)
+        _requests(ctx, cond, server, client, reps, prompts)
     cond.load.append(probe.stop())  # was the machine busy from the server's start to here
     old = cond.memory.predicted_rss_bytes if cond.memory else None
     cond.memory = higher_peak(cond.memory, sampler.result())
@@ -266,10 +269,30 @@ def _measure(
         _complete_ids(ctx, cond, client, [r for r in ctx.rows[first_row:] if r.condition_idx == cond.idx])
 
 
-def _requests(ctx: RunContext, cond: ConditionRun, server: ServerProcess, client: LlamaClient, reps: list[int]) -> None:
+def partial_order(items: Sequence[WorkloadItem]) -> list[WorkloadItem]:
+    """The prompts in the order a part of a slot takes them: one of each stratum in turn (the
+    workload's order within a stratum), so a slot cut short by the budget still spans the strata."""
+    by: dict[str, list[WorkloadItem]] = {}
+    for it in items:
+        by.setdefault(it.stratum, []).append(it)
+    out: list[WorkloadItem] = []
+    for i in range(max((len(v) for v in by.values()), default=0)):
+        out += [v[i] for v in by.values() if i < len(v)]
+    return out
+
+
+def _requests(
+    ctx: RunContext,
+    cond: ConditionRun,
+    server: ServerProcess,
+    client: LlamaClient,
+    reps: list[int],
+    prompts: int | None = None,
+) -> None:
     o = ctx.opts
     conc = cond.spec.concurrency
-    tasks = [(rep, it) for rep in reps for it in ctx.workload.items]
+    items = ctx.workload.items if prompts is None else partial_order(ctx.workload.items)[: max(0, prompts)]
+    tasks = [(rep, it) for rep in reps for it in items]
     pool = ThreadPoolExecutor(max_workers=conc, thread_name_prefix="specreg-req")
     pending: set[Future[RequestRow | None]] = set()
     it = iter(tasks)

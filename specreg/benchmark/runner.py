@@ -402,17 +402,24 @@ class Runner:
         )
 
     def _until_decided(self, ctx: RunContext, conds: list[ConditionRun], started: float, planned: int) -> None:
-        """`--budget`: more rounds after the planned ones, each the baselines and every condition
-        still undecided against `--min-speedup` (decision/sequential.py: looking after every round
-        keeps the decision's error rate), in the balanced order, until each is decided or the
-        budget is spent. After every round each undecided condition is planned (budget.py): about
-        how many more rounds it needs and what they cost, told to the user; a condition that
-        cannot be decided within the budget left is not measured for nothing, and the run says
-        which budget would decide it. A round that would end past the budget is not started:
-        its length is each of its conditions' mean slot so far (a round of six conditions after
-        a first pass of two is not priced as the shorter one was: on SmolLM2, mt-bench,
-        `--tune --budget 8m`, the first decision round, priced at the 2-slot first pass's
-        length, started at 4 min and ended at 13 min 46 s).
+        """`--budget`: more rounds after the planned ones until each condition is decided
+        against `--min-speedup` (decision/sequential.py: a look after every pair keeps the
+        decision's error rate), or the budget is spent.
+
+        Where the budget goes: with `--tune`, first to the decision that matters, the tuned
+        length (the leader: `Tuner.leaders`) against its baseline, in rounds of those two only;
+        once the leader is decided (or the plan says it cannot be), the other candidates and the
+        other methods with what is left (issue 32: spent in whole rounds of every condition, an
+        8-minute SmolLM2 run stopped after the first pass, its one round of five conditions
+        priced at 13 min, and the tuned length was never decided). Without `--tune`, every
+        undecided condition and its baseline. After every round each undecided condition is
+        planned (budget.py): about how many more paired requests it needs and what they cost,
+        told to the user; a condition that cannot be decided within the budget left is not
+        measured for nothing, and the run says which budget would decide it. A round that does
+        not fit in what is left is measured in part: the same first prompts
+        (`execute.partial_order`, one of each stratum in turn) of each of its conditions, as many
+        as fit, so a run ends at most about one paired request past its budget instead of
+        stopping a round early; none fit: it stops, naming the budget that would run the round.
         Rounds that ran under contention are left out of the decision (`contention.set_aside`), so
         their conditions stay undecided and are measured again while the budget lasts.
         Then every condition still running is judged on all its rows, as after a planned run."""
@@ -423,6 +430,7 @@ class Runner:
         rng = random.Random(o.seed)
         rng.shuffle(order)  # the seeded order the balanced rounds turn
         round_no = planned
+        prompts = len(self.workload.items)
         given_up: dict[int, str] = {}  # condition idx -> why it is not measured further
 
         def rows(c: ConditionRun) -> list[RequestRow]:
@@ -438,17 +446,21 @@ class Runner:
                     contention.kept_rows(rows(base), aside, c.idx), contention.kept_rows(rows(c), aside, base.idx)
                 )
 
-            undecided = [
-                c
-                for c in conds
-                if c.spec.method != BASELINE
-                and c.status == "running"
-                and (base := bases.get(arm(c.spec))) is not None
-                and base.status == "running"
-                and sequential.decide(*pair_ms(c), o.min_speedup).decision == "undecided"
-            ]
+            def open_(c: ConditionRun) -> bool:
+                base = bases.get(arm(c.spec))
+                return (
+                    c.spec.method != BASELINE
+                    and c.status == "running"
+                    and base is not None
+                    and base.status == "running"
+                    and sequential.decide(*pair_ms(c), o.min_speedup).decision == "undecided"
+                )
+
+            undecided = [c for c in conds if open_(c)]
+            leads: list[ConditionRun] = []
             if self._tuner is not None:  # --tune: its candidates run until the best is decided
                 undecided = self._tuner.select(conds, undecided, kept)
+                leads = [c for c in self._tuner.leaders(conds, kept).values() if open_(c)]
             spent = time.monotonic() - started
             left = budget - spent
             undecided = [
@@ -456,25 +468,44 @@ class Runner:
                 for c in undecided
                 if c.idx not in given_up or len({r.repeat for r in ctx.rows if r.condition_idx == c.idx}) < o.repeat
             ]
-            undecided = self._plan_budget(ctx, conds, undecided, bases, pair_ms, spent, left, given_up)
-            todo_set = {id(c): c for c in [bases[arm(c.spec)] for c in undecided] + undecided}
+            # the leaders first; the rest once no leader is left to decide (or none can be)
+            picked = self._plan_budget(ctx, conds, [c for c in leads if c.idx not in given_up], bases, pair_ms,
+                                       spent, left, given_up, lead=True)  # fmt: skip
+            if not picked:  # a level whose leader cannot be decided stands with it: not measured further
+                dropped = self._tuner.level_of(conds) if self._tuner is not None else {}
+                out_levels = {dropped[c.idx] for c in leads if c.idx in given_up}
+                rest = [c for c in undecided if dropped.get(c.idx) not in out_levels]
+                picked = self._plan_budget(ctx, conds, rest, bases, pair_ms, spent, left, given_up)
+            todo_set = {id(c): c for c in [bases[arm(c.spec)] for c in picked] + picked}
             todo = [c for c in order if id(c) in todo_set]
             if o.balance:
                 todo = cond_mod.balanced_order(todo, round_no - planned)
             else:
                 rng.shuffle(todo)
-            round_s = budget_mod.round_seconds(ctx.slot_s, [c.idx for c in todo])
-            if not undecided or spent + round_s > budget or ctx.expired():
-                if undecided and not ctx.expired():
+            known = budget_mod.costs(ctx.slot_s, self._request_s(ctx))
+            first = self._first_pass_of()
+            cost = budget_mod.Cost(0.0, 0.0)
+            for c in todo:
+                cost = cost + budget_mod.cost_of(known, c.idx, first.get(c.idx))
+            round_s = cost.seconds(prompts, prompts)
+            part = prompts if spent + round_s <= budget else cost.fits(left, prompts)
+            if not picked or not part or ctx.expired():
+                if picked and not ctx.expired():
                     self.observer.note(
                         f"budget: {budget_mod.minutes(max(left, 0.0))} left, a round of "
-                        f"{', '.join(c.spec.name for c in undecided)} takes about {budget_mod.minutes(round_s)}: "
+                        f"{', '.join(c.spec.name for c in picked)} takes about {budget_mod.minutes(round_s)}: "
                         f"stopped; --budget {budget_mod.budget_for(spent, round_s)} would run it"
                     )
                 break
+            if part < prompts:
+                self.observer.note(
+                    f"budget: {budget_mod.minutes(max(left, 0.0))} left, a round takes about "
+                    f"{budget_mod.minutes(round_s)}: measuring {part} of its {prompts} prompts"
+                )
             for c in todo:
                 if c.status == "running":
-                    run_condition(ctx, c, [round_no], round_no=round_no, last=False)
+                    run_condition(ctx, c, [round_no], round_no=round_no, last=False,
+                                  prompts=None if part >= prompts else part)  # fmt: skip
             took = budget_mod.minutes(time.monotonic() - started)
             names = ", ".join(c.spec.name for c in todo)
             self.observer.note(f"round {round_no + 1} done: {names}; {took} of the {budget_mod.minutes(budget)} budget")
@@ -483,6 +514,20 @@ class Runner:
             self._tuner.close(ctx)
         for c in conds:
             finish_condition(ctx, c)
+
+    def _request_s(self, ctx: RunContext) -> dict[int, list[float]]:
+        """Each condition's requests' client wall seconds (what a slot spends on them)."""
+        out: dict[int, list[float]] = {}
+        for r in ctx.rows:
+            if r.total_ms:
+                out.setdefault(r.condition_idx, []).append(r.total_ms / 1000)
+        return out
+
+    def _first_pass_of(self) -> dict[int, int]:
+        """A `--tune` candidate's idx -> its first pass's (what it is priced at before it ran)."""
+        if self._tuner is None:
+            return {}
+        return {c.idx: lv.first.idx for lv in self._tuner.levels.values() for c in lv.candidates}
 
     def _plan_budget(
         self,
@@ -494,16 +539,21 @@ class Runner:
         spent: float,
         left: float,
         given_up: dict[int, str],
+        *,
+        lead: bool = False,
     ) -> list[ConditionRun]:
         """The undecided conditions the budget left can still decide (budget.py), each told with
-        its projection once it has kept pairs; those it cannot are given up with the budget that
-        would decide them. A condition with no kept pair yet has nothing to project: it runs. With
-        --tune, a level's candidates are planned by their leader (the best measured): they stand
-        or fall with it."""
+        its projection; those it cannot are given up with the budget that would decide them. A
+        condition with no kept pair yet has nothing to project: it runs - except a `--tune`
+        leader, projected from its first pass re-centred on its prediction. With --tune, a
+        level's candidates are planned by their leader (the best measured): they stand or fall
+        with it. `lead`: these are the leaders, planned at the cost of them and their baselines."""
         o = self.opts
         prompts = len(self.workload.items)
         tuned = self._tuner.level_of(conds) if self._tuner is not None else {}
         leaders = self._tuner.leaders(conds, ctx.rows) if self._tuner is not None else {}
+        known = budget_mod.costs(ctx.slot_s, self._request_s(ctx))
+        first_of = self._first_pass_of()
         out: list[ConditionRun] = []
         verdicts: dict[int, budget_mod.Need] = {}
         told: set[int] = set()
@@ -518,11 +568,20 @@ class Runner:
                 n = verdicts[who.idx]
             else:
                 base_ms, cond_ms = pair_ms(who)
+                fresh = False
+                if not base_ms and lv is not None and self._tuner is not None:
+                    level = self._tuner.levels[lv]
+                    base_ms, cond_ms = pair_ms(level.first)
+                    k0, k = level.first.spec.draft_n_max or 0, who.spec.draft_n_max or 0
+                    p0, pk = level.predicted(k0), level.predicted(k)
+                    if p0 and pk:  # the first pass as it would have measured at the leader's length
+                        cond_ms = [m * p0 / pk for m in cond_ms]
+                    fresh = True
                 if not base_ms:
                     out.append(c)
                     continue
                 pool: list[float] = []
-                if lv is not None:  # neighbour lengths: their spread, re-centred on the leader's mean
+                if lv is not None and not fresh:  # neighbour lengths: their spread, re-centred on the leader's mean
                     own = sequential.log_ratios(base_ms, cond_ms)
                     centre = sum(own) / len(own) if own else 0.0
                     for other in (x for x in conds if tuned.get(x.idx) == lv and x is not who):
@@ -533,23 +592,28 @@ class Runner:
                 done = rounds_of(who)
                 members = [x.idx for x in conds if lv is not None and tuned.get(x.idx) == lv] or [who.idx]
                 base = bases[arm(who.spec)]
+                cost = budget_mod.cost_of(known, base.idx)
+                for idx in [who.idx] if lead or lv is None else members:
+                    cost = cost + budget_mod.cost_of(known, idx, first_of.get(idx))
                 n = budget_mod.need(
                     who.spec.name + (" (the tuning's leader)" if lv is not None else ""),
                     base_ms,
                     cond_ms,
                     o.min_speedup,
-                    per_round=max(1, min(prompts, len(base_ms))),
-                    round_s=budget_mod.round_seconds(ctx.slot_s, [base.idx, *members]),
-                    at_least=max(0, o.repeat - done) if lv is not None else 0,
+                    per_round=max(1, prompts),
+                    cost=cost,
+                    at_least=max(0, o.repeat - done) * prompts if lv is not None and not lead else 0,
                     pool=pool,
                     seed=o.seed,
+                    fresh=fresh,
                 )
                 verdicts[who.idx] = n
                 self.observer.note("plan " + n.line(left))
-            below_floor = rounds_of(c) < o.repeat  # the policy's repetitions: evidence, not nothing
-            if n.fits(left) or n.rounds == 0 or below_floor:
+            below_floor = rounds_of(c) < o.repeat and not lead  # the policy's repetitions: evidence, not nothing
+            decided = n.pairs == 0
+            if n.fits(left) or decided or below_floor:
                 out.append(c)
-            if not (n.fits(left) or n.rounds == 0) and c.idx not in given_up:
+            if not (n.fits(left) or decided) and c.idx not in given_up:
                 need = (
                     f"--budget {budget_mod.budget_for(spent, n.seconds)} would"
                     if n.seconds
@@ -561,11 +625,11 @@ class Runner:
                     self.observer.note(
                         f"budget: {c.spec.name} cannot be decided in the budget left ({need}); {further}"
                     )
-                elif lv is not None and lv not in told:
+                elif lv not in told:
                     told.add(lv)
                     self.observer.note(
                         f"budget: the tuning's leader {who.spec.name} cannot be decided in the budget left ({need}); "
-                        f"its candidates are {further}"
+                        f"its candidates are {further if not lead else 'not measured further'}"
                     )
         return out
 

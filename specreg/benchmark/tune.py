@@ -223,6 +223,12 @@ class _Level:
     first: ConditionRun
     predictions: dict[str, Profile]  # stratum -> its profile
     candidates: list[ConditionRun]
+    best: int = 0  # the predicted best length: the leader until a candidate is measured
+
+    def predicted(self, k: int) -> float | None:
+        """The end-to-end prediction for length k (the whole workload's profile)."""
+        prof = self.predictions.get(ALL_STRATA)
+        return prof.predict_end_to_end(k) if prof is not None else None
 
 
 class Tuner:
@@ -281,7 +287,7 @@ class Tuner:
                 conds.append(c)
                 cands.append(c)
                 ctx.store.save_condition(ctx.run_id, c)
-            self.levels[first.spec.concurrency] = _Level(first, predictions, cands)
+            self.levels[first.spec.concurrency] = _Level(first, predictions, cands, best)
             e2e = curve(predictions[ALL_STRATA], end_to_end=True)
             shown = ", ".join(f"k{c.spec.draft_n_max} {e2e.get(c.spec.draft_n_max or 0, math.nan):.2f}x" for c in cands)
             notes.append(
@@ -295,12 +301,16 @@ class Tuner:
         return {c.idx: conc for conc, lv in self.levels.items() for c in lv.candidates}
 
     def leaders(self, conds: list[ConditionRun], rows: list[RequestRow]) -> dict[int, ConditionRun]:
-        """Each level's leader so far: its best measured running candidate."""
+        """Each level's leader so far: its best measured running candidate, or, before any is
+        measured, the predicted best (the tuned length: the decision that matters, measured
+        against the baseline first)."""
         out = {}
         for conc, lv in self.levels.items():
             base = next((c for c in conds if c.spec.method == BASELINE and c.spec.concurrency == conc), None)
             running = [c for c in lv.candidates if c.status == "running"]
             lead = best_measured(running, self._rows(rows, base), rows) if base is not None else None
+            if lead is None and running and lv.best > 0:  # the length nearest the prediction (reuse_first_pass)
+                lead = min(running, key=lambda c: abs(math.log((c.spec.draft_n_max or 1) / lv.best)))
             if lead is not None:
                 out[conc] = lead
         return out

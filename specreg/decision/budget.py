@@ -3,10 +3,12 @@
 A run measured until decided used to add rounds while the budget lasted and end with whatever
 was decided: on SmolLM2 (`--tune --budget 8m`) every condition was still `undecided` at 13 min
 46 s, and nothing said in advance that 8 minutes could not decide it (issue 32). Here, after
-every round, each undecided condition's kept pairs are projected forward
-(`sequential.rounds_to_decide`: future rounds drawn from the log ratios measured so far, fed to
-the same confidence sequence the decision uses), priced at its own slot and its baseline's, and
-told to the user ("k9: about 5 more rounds, 6 min; budget left 5 min"). Conditions whose
+every round, each undecided condition's kept pairs are projected forward pair by pair
+(`sequential.rounds_to_decide`: future pairs drawn from the log ratios measured so far, fed to
+the same confidence sequence the decision uses), priced at its own and its baseline's cost per
+slot and per request (`costs`), and told to the user ("k4: about 12 more paired requests (1
+round), 3 min; budget left 4 min"). A `--tune` leader not measured yet is projected from the
+first pass, re-centred on the leader's prediction. Conditions whose
 projection fits what is left are measured; those that cannot be decided within it are not
 measured for nothing, and the run says what budget would decide them. A projection is a plan,
 never a decision: the decision is only ever made on what was measured.
@@ -24,26 +26,80 @@ HORIZON = 40  # rounds looked ahead: past this, "not within any budget worth ask
 
 
 @dataclass(frozen=True)
+class Cost:
+    """What measuring costs: a slot's fixed part (server start, warm-up, stop) and each request,
+    in seconds; summed over the conditions a decision needs (a condition and its baseline)."""
+
+    slot_s: float
+    request_s: float
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(self.slot_s + other.slot_s, self.request_s + other.request_s)
+
+    def seconds(self, pairs: int, per_round: int) -> float:
+        """`pairs` more paired requests, in slots of at most `per_round` requests each."""
+        return math.ceil(pairs / max(1, per_round)) * self.slot_s + pairs * self.request_s
+
+    def fits(self, left_s: float, per_round: int) -> int:
+        """How many requests of one more slot each (of at most `per_round`) fit in `left_s`."""
+        if self.request_s <= 0:
+            return per_round if left_s >= self.slot_s else 0
+        return max(0, min(per_round, math.floor((left_s - self.slot_s) / self.request_s)))
+
+
+def costs(slot_s: dict[int, list[float]], request_s: dict[int, list[float]]) -> dict[int, Cost]:
+    """Each measured condition's cost: its mean request (the client's wall time) and its slots'
+    time beyond their requests; a condition not measured yet is priced by `cost_of`."""
+    out = {}
+    for idx, slots in slot_s.items():
+        reqs = request_s.get(idx, [])
+        per = sum(reqs) / len(reqs) if reqs else 0.0
+        out[idx] = Cost(max(0.0, (sum(slots) - sum(reqs)) / len(slots)) if slots else 0.0, per)
+    return out
+
+
+def cost_of(known: dict[int, Cost], idx: int, like: int | None = None) -> Cost:
+    """A condition's cost: its own, else that of `like` (the `--tune` first pass for a candidate
+    not measured yet), else the mean of every condition measured."""
+    if idx in known:
+        return known[idx]
+    if like is not None and like in known:
+        return known[like]
+    if not known:
+        return Cost(0.0, 0.0)
+    n = len(known)
+    return Cost(sum(c.slot_s for c in known.values()) / n, sum(c.request_s for c in known.values()) / n)
+
+
+@dataclass(frozen=True)
 class Need:
-    """One condition's projection: more rounds (None: not within `HORIZON`), and their seconds."""
+    """One condition's projection: more paired requests (None: not within `HORIZON` rounds) in
+    slots of `per_round`, and their seconds."""
 
     name: str
-    rounds: int | None
+    pairs: int | None
     seconds: float | None
+    per_round: int = 1
+
+    @property
+    def rounds(self) -> int | None:
+        return None if self.pairs is None else math.ceil(self.pairs / max(1, self.per_round))
 
     def line(self, left_s: float) -> str:
-        if self.rounds is None:
+        if self.pairs is None:
             return (
                 f"{self.name}: not decidable within {HORIZON} more rounds (its measured speed-up is "
                 f"within its spread of the bar); budget left {minutes(left_s)}"
             )
-        if self.rounds == 0:
+        if self.pairs == 0:
             return f"{self.name}: decided"
-        rounds = f"{self.rounds} more round" + ("s" if self.rounds != 1 else "")
-        return f"{self.name}: about {rounds}, {minutes(self.seconds or 0.0)}; budget left {minutes(left_s)}"
+        rounds = self.rounds or 0
+        pairs = f"{self.pairs} more paired request" + ("s" if self.pairs != 1 else "")
+        slots = f"{rounds} round" + ("s" if rounds != 1 else "")
+        return f"{self.name}: about {pairs} ({slots}), {minutes(self.seconds or 0.0)}; budget left {minutes(left_s)}"
 
     def fits(self, left_s: float) -> bool:
-        return self.rounds is not None and (self.seconds or 0.0) <= left_s
+        return self.pairs is not None and (self.seconds or 0.0) <= left_s
 
 
 def minutes(seconds: float) -> str:
@@ -60,22 +116,32 @@ def need(
     min_speedup: float,
     *,
     per_round: int,
-    round_s: float,
+    cost: Cost,
     at_least: int = 0,
     pool: Sequence[float] = (),
     seed: int = 0,
+    fresh: bool = False,
 ) -> Need:
-    """The projection of one condition: `round_s` is what one more round of it costs (its slot
-    and its baseline's); `at_least` the rounds the policy still asks for whatever the decision;
-    `pool` the log ratios of its neighbours (other draft lengths of the same tuning, re-centred
-    on this one's), which sharpen the spread the projection draws from."""
+    """The projection of one condition, pair by pair (the decision may stop after any completed
+    pair, sequential.py): `cost` is what measuring it and its baseline costs (budget.costs),
+    `per_round` the prompts of a full slot; `at_least` the pairs the policy still asks for
+    whatever the decision; `pool` the log ratios of its neighbours (other draft lengths of the
+    same tuning, re-centred on this one's), which sharpen the spread the projection draws from;
+    `fresh`: it measured nothing yet, and `base_ms`/`cond_ms` stand in for it."""
     more = sequential.rounds_to_decide(
-        base_ms, cond_ms, min_speedup, per_round=per_round, max_rounds=HORIZON, seed=seed, pool=pool
+        base_ms,
+        cond_ms,
+        min_speedup,
+        per_round=1,
+        max_rounds=HORIZON * max(1, per_round),
+        seed=seed,
+        pool=pool,
+        fresh=fresh,
     )
     if more is None:
-        return Need(name, None, None)
+        return Need(name, None, None, per_round)
     more = max(more, at_least)
-    return Need(name, more, more * round_s)
+    return Need(name, more, cost.seconds(more, per_round), per_round)
 
 
 def round_seconds(slot_s: dict[int, list[float]], idxs: Sequence[int]) -> float:

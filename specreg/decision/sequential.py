@@ -40,6 +40,26 @@ Which one, and why:
   lies above t, `not faster` when it lies below, `undecided` otherwise. Under "not faster"
   (true centre <= t) deciding `faster` needs the interval to miss the truth: probability <= alpha.
 
+Why stopping after any pair, and measuring the `--tune` leader first, keep it valid (issue 32:
+the runner measures the tuned length against its baseline before the other conditions, and a
+round the budget has no room for in part, so a decision may rest on a part of a round):
+- Each condition has its own sequence, fed its paired log ratios in the order the pairs were
+  completed. The wealth of the true centre is a nonnegative supermartingale in that order
+  whatever decides *when* the next pair comes: the runner's choices (which condition to
+  measure next, how many prompts of a round, when to stop) depend only on what was measured
+  before, so they are stopping times and a predictable selection, and Ville's inequality holds
+  at every one of them. Not measuring a condition for a while only pauses its sequence.
+- A pair is one prompt at one repetition seed on both sides; a part of a round takes the same
+  first prompts (one of each stratum in turn) on both, so every observation is a whole pair.
+  Within a pair, which side ran first follows the balanced order (`conditions.balanced_order`),
+  so a drift lands on each side equally often across rounds - the symmetry the clipped
+  deviations assume. A partial round is shorter, so less drift falls inside it, not more.
+- Which candidate is the leader is chosen from the data (the best measured). Its own
+  sequence still holds at any stopping time; the chance that *some* candidate's interval
+  misses its truth is at most alpha times the number of candidates (three at one level), a
+  bound the `--tune` decision inherits (it is made on the leader and on each candidate's
+  interval against it).
+
 Measured on simulated timings (the generator of `tests/test_bench_sequential.py`: 8 prompts a
 round, drift across rounds (log-normal steps, sd 0.08) and within them (3% a slot), 10% noise,
 1 request in 25 an outlier 2-6x slower; a look after every round, stopping when decided, at most
@@ -198,6 +218,7 @@ def rounds_to_decide(
     paths: int = 7,
     seed: int = 0,
     pool: Sequence[float] = (),
+    fresh: bool = False,
 ) -> int | None:
     """About how many more rounds of `per_round` pairs this condition needs to be decided, if it
     goes on as measured: future rounds are drawn (with replacement) from the log ratios measured
@@ -205,10 +226,13 @@ def rounds_to_decide(
     took (0: decided already; None: not within `max_rounds` on most paths - the measured speed-up
     is within its noise of the bar). A plan, not a decision: the decision is only ever made on
     what is measured. `pool`: more log ratios with the same spread (neighbour draft lengths,
-    re-centred on this condition's mean) to draw the future rounds from."""
+    re-centred on this condition's mean) to draw the future rounds from. `fresh`: the condition
+    has measured nothing yet; `base_ms`/`cond_ms` stand in for it (the `--tune` first pass,
+    re-centred on the length's prediction), so its sequence starts empty and they are only drawn
+    from."""
     xs = log_ratios(base_ms, cond_ms)
-    seq = SpeedSequence().add_logs(xs)
-    if seq.decision(min_speedup).decision != "undecided":
+    seq = SpeedSequence() if fresh else SpeedSequence().add_logs(xs)
+    if not fresh and seq.decision(min_speedup).decision != "undecided":
         return 0
     if len(xs) < 2 or per_round < 1:
         return None

@@ -1,0 +1,52 @@
+"""The budget plan's arithmetic (decision/budget.py) and a part-slot's prompts: pure functions."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from specreg.benchmark.execute import partial_order
+from specreg.decision import budget
+from specreg.schemas.bench import WorkloadItem
+
+
+def test_a_cost_prices_pairs_in_slots_and_says_how_many_requests_fit() -> None:
+    cost = budget.Cost(10.0, 2.0) + budget.Cost(5.0, 1.0)  # a condition and its baseline
+    assert cost == budget.Cost(15.0, 3.0)
+    assert cost.seconds(16, 16) == pytest.approx(15 + 48)  # one full slot each
+    assert cost.seconds(17, 16) == pytest.approx(30 + 51)  # a second slot's start
+    assert cost.fits(63.0, 16) == 16 and cost.fits(45.0, 16) == 10  # (45 - 15) / 3
+    assert cost.fits(14.0, 16) == 0  # not even the servers' start fits
+    assert budget.Cost(1.0, 0.0).fits(2.0, 8) == 8
+
+
+def test_costs_split_a_slot_into_its_start_and_its_requests() -> None:
+    known = budget.costs({0: [12.0, 14.0], 1: [30.0]}, {0: [1.0] * 16, 1: [2.0] * 10})
+    assert known[0] == budget.Cost(5.0, 1.0)  # (26 - 16) / 2 slots; 16 s over 16 requests
+    assert known[1] == budget.Cost(10.0, 2.0)
+    assert budget.cost_of(known, 7, like=1) == known[1]  # a candidate not run: priced as its first pass
+    assert budget.cost_of(known, 7) == budget.Cost(7.5, 1.5)
+    assert budget.cost_of({}, 0) == budget.Cost(0.0, 0.0)
+
+
+def test_a_fresh_leader_is_projected_from_its_stand_in_without_counting_it() -> None:
+    """A clear 0.6x first pass decides itself `not faster`; as a stand-in for a length not run
+    yet it only shapes the projection, which then needs pairs of its own."""
+    rng = random.Random(1)
+    base = [rng.uniform(100, 400) for _ in range(16)]
+    cond = [b / 0.6 * rng.uniform(0.95, 1.05) for b in base]
+    cost = budget.Cost(10.0, 1.0)
+    own = budget.need("k16", base, cond, 1.05, per_round=16, cost=cost)
+    assert own.pairs == 0 and own.line(60.0) == "k16: decided"
+    fresh = budget.need("k4", base, cond, 1.05, per_round=16, cost=cost, fresh=True)
+    assert fresh.pairs is not None and 1 <= fresh.pairs <= 16, fresh
+    assert fresh.seconds == pytest.approx(cost.seconds(fresh.pairs, 16))
+    assert "more paired request" in fresh.line(60.0) and "(1 round)" in fresh.line(60.0)
+
+
+def test_a_part_slot_takes_one_prompt_of_each_stratum_in_turn() -> None:
+    items = [
+        WorkloadItem(id=f"{s}-{i}", stratum=s, prompt="p", max_tokens=4) for s in ("a", "b", "c") for i in range(2)
+    ]
+    assert [i.id for i in partial_order(items)] == ["a-0", "b-0", "c-0", "a-1", "b-1", "c-1"]
