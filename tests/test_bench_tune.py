@@ -194,6 +194,7 @@ def test_tune_measures_three_lengths_stores_predictions_and_deploy_prints_the_ch
                              "--threads", "1", "--ctx-size", "512", "--json", db=db)  # fmt: skip
     assert code in (0, 1), err
     assert "tune draft-simple k8: predicted best --spec-draft-n-max" in err
+    bench_err = err
     (run,) = json.loads(out)
     whole = {s["condition"]: s for s in run["summaries"] if s["stratum"] == "all"}
     first = whole["draft-simple k8"]["tune"]
@@ -232,7 +233,7 @@ def test_tune_measures_three_lengths_stores_predictions_and_deploy_prints_the_ch
     for r in json.loads(out)["requests"]:
         rounds.setdefault(r["condition"], set()).add(r["repeat"])
     assert 0 in rounds["none"] and 0 in rounds["draft-simple k8"]  # the first pass
-    best = int(err.split("predicted best --spec-draft-n-max ", 1)[1].split()[0])
+    best = int(" ".join(bench_err.split()).split("predicted best --spec-draft-n-max ", 1)[1].split()[0])
     if f"draft-simple k{best}" in rounds and best != 8:  # the budget went to the leader first
         lead = min(rounds[f"draft-simple k{best}"])
         skip = (f"draft-simple k{best}", "draft-simple k8")
