@@ -208,7 +208,8 @@ def admitted(
         typer.Option(
             "--pin/--no-pin",
             help="Bind the server to all cores but one and leave that one to the client, so they do not "
-            "compete (on 2+ cores; --no-pin: the build's threads on every core).",
+            "compete (on 4+ cores: on fewer, one thread would cost a draft method more than the baseline; "
+            "--no-pin: the build's threads on every core).",
         ),
     ] = True,
     shuffle: Annotated[

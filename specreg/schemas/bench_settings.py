@@ -107,7 +107,7 @@ class BenchSettings(BaseModel):
     # --tune: a short first pass at one generous draft length, then the draft lengths its
     # acceptance profile predicts best, measured head to head until decided (benchmark/tune.py)
     tune: bool = Field(default=False, json_schema_extra=_flag("--tune"))
-    # the server on all cores but one, the client on that one (servers/pinning.py); False: the
+    # the server on all cores but one, the client on that one, on 4+ cores (servers/pinning.py); False: the
     # build's threads on every core (before issue 32)
     pin: bool = Field(default=True, json_schema_extra=_flag("--pin"))
     # rounds in a balanced order (each round the reverse of the one before, rotated every two:
