@@ -260,7 +260,7 @@ def real(budget: str, folder: Path, busy_share: str | None) -> None:
     notes = [ln for ln in proc.stderr.splitlines() if "plan " in ln or "budget" in ln or "tune " in ln]
     print(f"   wall {wall:.0f} s ({wall / 60:.1f} min) against a budget of {budget}; status {run['info']['status']}; "
           f"after: {load()}")  # fmt: skip
-    for line in notes[-12:]:
+    for line in [*notes[:8], *(["..."] if len(notes) > 16 else []), *notes[max(8, len(notes) - 8) :]]:
         print(f"   | {line.strip()[:110]}")
     rows = _rows(db, run["info"]["run_id"])
     rounds = {c: len({r["repeat"] for r in rows if r["condition"] == c}) for c in {r["condition"] for r in rows}}

@@ -64,6 +64,9 @@ if TYPE_CHECKING:
 __all__ = ["BenchSettings", "Observer", "Runner"]
 
 
+PART_MARGIN = 1.1  # what a round measured in part is priced at, over its estimate
+
+
 def new_run_id() -> str:
     return now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(3)
 
@@ -488,7 +491,9 @@ class Runner:
             for c in todo:
                 cost = cost + budget_mod.cost_of(known, c.idx, first.get(c.idx))
             round_s = cost.seconds(prompts, prompts)
-            part = prompts if spent + round_s <= budget else cost.fits(left, prompts)
+            # a part-round is priced 10% dearer: under load its servers' starts vary most (on a
+            # shared 2-core machine a one-prompt round after 40 s left ended 30 s past the budget)
+            part = prompts if spent + round_s <= budget else cost.fits(left / PART_MARGIN, prompts)
             if not picked or not part or ctx.expired():
                 if picked and not ctx.expired():
                     self.observer.note(
@@ -627,10 +632,16 @@ class Runner:
                     )
                 elif lv not in told:
                     told.add(lv)
-                    self.observer.note(
-                        f"budget: the tuning's leader {who.spec.name} cannot be decided in the budget left ({need}); "
-                        f"its candidates are {further if not lead else 'not measured further'}"
-                    )
+                    if sequential.decide(*pair_ms(who), o.min_speedup).decision != "undecided":
+                        self.observer.note(  # the leader is decided: its neighbours are what is left
+                            f"budget: the tuning's leader {who.spec.name} is decided; its other lengths cannot be "
+                            f"measured to --repeat {o.repeat} in the budget left ({need}); {further}"
+                        )
+                    else:
+                        self.observer.note(
+                            f"budget: the tuning's leader {who.spec.name} cannot be decided in the budget left "
+                            f"({need}); its candidates are {further if not lead else 'not measured further'}"
+                        )
         return out
 
     def _manifest(
