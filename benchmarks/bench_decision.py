@@ -303,7 +303,7 @@ def _timed(db: Path, args: list[str]) -> tuple[dict[str, Any], float, str, str]:
     return run, time.monotonic() - t0, before, load()
 
 
-def grid(folder: Path, on_real: bool, budget: str, repeat: int) -> None:
+def grid(folder: Path, on_real: bool, budget: str, repeat: int, busy_share: str | None) -> None:
     """The tuned length against a grid: `--tune --budget` on the draft method alone, and the same
     pair measured at every length of `GRID` for `repeat` rounds; each speed-up against the baseline
     of its own run. The target (issue 32): the tuned length measures at least as fast as the
@@ -315,7 +315,10 @@ def grid(folder: Path, on_real: bool, budget: str, repeat: int) -> None:
     else:
         (folder / "grid").mkdir(exist_ok=True)
         pid, wl_path = _tiny_pair(folder / "grid", db)
-        wl, extra = str(wl_path), ["--ctx-size", "1024", "--warmup", "2"]
+        # one server thread, as the tests run them: on a shared 2-core machine the build's threads
+        # spin against the neighbours (a 32-token request of the tiny target took 15 s)
+        wl, extra = str(wl_path), ["--ctx-size", "1024", "--warmup", "2", "--threads", "1"]
+    extra += ["--busy-share", busy_share] if busy_share else []
     common = ["bench", "admitted", "--pair", pid, "--workload", wl, "--methods", "draft-simple", *extra]
     print(f"\n5. grid comparison on {'SmolLM2 (mt-bench --sample 2)' if on_real else 'the tiny models'}: "
           f"--tune --budget {budget} against --draft-max {','.join(map(str, GRID))} --repeat {repeat}")  # fmt: skip
@@ -397,7 +400,7 @@ def main() -> int:
     ap.add_argument("--skip-tiny", action="store_true")
     ap.add_argument("--real", action="store_true", help="also the SmolLM2 --tune run (minutes)")
     ap.add_argument("--budget", default="8m")
-    ap.add_argument("--busy-share", default=None, help="the SmolLM2 run's --busy-share (a shared machine: off)")
+    ap.add_argument("--busy-share", default=None, help="--busy-share of the SmolLM2 and grid runs (shared: off)")
     ap.add_argument("--dir", type=Path, default=None)
     ap.add_argument("--pinning", action="store_true", help="also --pin against --no-pin on SmolLM2 (minutes)")
     ap.add_argument("--pin-sample", type=int, default=1)
@@ -420,7 +423,8 @@ def main() -> int:
     if args.pinning:
         pinning(folder, args.pin_sample, args.pin_repeat, args.pin_max_tokens)
     if args.grid or args.grid_real:
-        grid(folder, args.grid_real, args.grid_budget or (args.budget if args.grid_real else "30s"), args.grid_repeat)
+        budget = args.grid_budget or (args.budget if args.grid_real else "30s")
+        grid(folder, args.grid_real, budget, args.grid_repeat, args.busy_share)
     return 0
 
 
