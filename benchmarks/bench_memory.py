@@ -137,8 +137,9 @@ def _measure(c: Condition, folder: Path, items: list[WorkloadItem], gpu: GpuProb
             for it in items:
                 prompt = client.input_tokens(it)
                 done = client.complete(it, max_tokens=it.max_tokens, seed=42)
-                if not done.ok:  # refused (longer than a slot's context): it leaves nothing held
-                    print(f"  {c.model} / {it.id}: {done.error}")
+                if not done.ok:  # refused (longer than a slot's context): tokenized, nothing decoded
+                    print(f"  {c.model} / {it.id}: refused, {prompt} tokens ({(done.error or '')[:40]})")
+                    served.append(Served(it.id, prompt, prompt, it.messages is not None, refused=True))
                     continue
                 total = prompt + max(0, (done.output_tokens or 0) - 1)  # the last token is never decoded
                 served.append(Served(it.id, prompt, total, it.messages is not None))
@@ -183,7 +184,7 @@ def main() -> None:
                 spec = ConditionSpec(name=c.label, method=c.method, draft_path=c.draft)
                 resident = predict_rss(
                     spec, c.target, ctx_size=settings.ctx_size, slots=settings.slots, gpu_layers=None, items=items,
-                    max_tokens=None, served=served, settings=settings,
+                    max_tokens=None, served=served, settings=settings, in_flight=1,
                 )  # fmt: skip
                 files = [open_gguf(c.target), open_gguf(c.draft) if c.draft else None]
                 total = estimate(files[0], files[1], settings, rules).total_bytes

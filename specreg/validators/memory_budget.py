@@ -22,9 +22,10 @@ sizes it logs (tests/test_memory_budget.py) and against measured peak RSS
   19 ggml-vocab-*.gguf files (32k-262k tokens, SPM, BPE, WPM, UGM) within 4 MiB;
 - the server process itself: a constant measured for the bundled server.
 - the speculative method's own state where llama.cpp allocates it up front (ngram-mod's table).
-- what serving adds over time (memory_served.py): the host prompt cache (--cache-ram) and the
-  context checkpoints of a sliding-window cache (--ctx-checkpoints, --swa-full), as bounds in
-  the total and, for a known workload, as what its requests leave (resident_bytes).
+- what serving adds over time (memory_served.py): the host prompt cache (--cache-ram, idle slots
+  saved with --cache-idle-slots), the context checkpoints of a sliding-window cache
+  (--ctx-checkpoints, --swa-full) and the HTTP threads' tokenizer work (--threads-http), as
+  bounds in the total and, for a known workload, as what its requests leave (resident_bytes).
 Recurrent (SSM) state and its checkpoints, and an MTP head's own context, are not modelled;
 notes say so.
 """
@@ -44,7 +45,14 @@ from specreg.schemas.memory import MemoryEstimate, ServeSettings
 from specreg.units import MIB, size_text
 from specreg.validators.kv_cells import ModelFacts, cells, type_size
 from specreg.validators.kv_cells import pad as _pad
-from specreg.validators.memory_served import Served, cache_bound, served_growth
+from specreg.validators.memory_served import (
+    Served,
+    cache_bound,
+    http_bound,
+    http_bytes,
+    http_threads,
+    served_growth,
+)
 from specreg.validators.ruleset import RuleSet
 
 # The bundled server (Python + xllamacpp + llama.cpp's runtime, OpenMP pool, slot and prompt-cache
@@ -269,6 +277,7 @@ def _model_facts(gf: GGUFFile, rules: RuleSet) -> ModelFacts:
         vocab_heap=vocab_heap,
         vocab_meta=vocab_meta,
         vocab_returned=vocab_returned,
+        tokenizer=str(gf.metadata.get("tokenizer.ggml.model")) if "tokenizer.ggml.model" in gf.metadata else None,
     )
 
 
@@ -387,7 +396,8 @@ def _estimate(t: ModelFacts, d: ModelFacts | None, settings: ServeSettings) -> M
     outputs = output_bytes(t, settings) + (output_bytes(d, settings, draft=True) if d is not None else 0)
     vocab = t.vocab_heap + (d.vocab_heap if d is not None else 0)
     prompt_cache, checkpoints, one_checkpoint = cache_bound(t, d, settings)
-    total = overhead + method + weights + t_kv + d_kv + compute + outputs + vocab + prompt_cache + checkpoints
+    http = http_bound(t, settings)
+    total = overhead + method + weights + t_kv + d_kv + compute + outputs + vocab + prompt_cache + checkpoints + http
     vram = _offload(t, settings, t_kv) + (_offload(d, settings, d_kv) if d is not None else 0)
     if vram:
         vram += compute  # with any layer offloaded, the compute buffers live on the GPU
@@ -423,6 +433,8 @@ def _estimate(t: ModelFacts, d: ModelFacts | None, settings: ServeSettings) -> M
         cache_ram_mib=settings.cache_ram_mib,
         ctx_checkpoints=settings.ctx_checkpoints,
         checkpoint_each_bytes=one_checkpoint,
+        http_bytes=http,
+        http_threads=http_threads(settings),
         total_bytes=total,
         vram_bytes=vram,
         host_bytes=total - vram,
@@ -441,10 +453,13 @@ def resident_bytes(
     kv_used: int,
     new_tokens: int | None = None,
     served: Sequence[Served] = (),
+    in_flight: int | None = None,
 ) -> int:
     """Peak RSS to expect on CPU when the longest prompt has `tokens` tokens, a request fills at
-    most `kv_used` cells and asks for at most `new_tokens`, after serving `served` (the prompt
-    cache and checkpoints they leave: memory_served.served_growth): weights, KV, output buffers and the
+    most `kv_used` cells and asks for at most `new_tokens`, after serving `served` with `in_flight`
+    at a time (default -np; the prompt cache and checkpoints they leave: memory_served.served_growth,
+    the HTTP threads' work: http_bytes); `tokens` 0: nothing decoded (every request refused).
+    Weights, KV, output buffers and the
     tokenizer all resident (read each token, cleared at start, zero-filled, built at load); of the
     compute buffer (one buffer, reused by every batch) what the widest batch reaches - the prompt's,
     or the verification of the longest draft such a request allows, with one logit row per token."""
@@ -452,17 +467,19 @@ def resident_bytes(
     d = model_facts(draft, rules) if draft is not None else None
     est = _estimate(t, d, settings)
     verify = n_outputs(settings, new_tokens)
-    touched = max(
-        compute_bytes(t, settings, tokens, kv_used, outputs=settings.slots),
-        compute_bytes(t, settings, verify, kv_used, outputs=verify),
-    )
-    if d is not None:
-        touched += compute_bytes(d, settings, tokens, kv_used, draft=True)
+    touched = 0
+    if tokens > 0:
+        touched = max(
+            compute_bytes(t, settings, tokens, kv_used, outputs=settings.slots),
+            compute_bytes(t, settings, verify, kv_used, outputs=verify),
+        )
+        if d is not None:
+            touched += compute_bytes(d, settings, tokens, kv_used, draft=True)
     outputs = output_bytes(t, settings, new_tokens=new_tokens)
     if d is not None:
         outputs += output_bytes(d, settings, draft=True)
-    grown = served_growth(t, d, settings, served).peak_bytes
-    fixed = est.total_bytes - est.prompt_cache_bytes - est.checkpoint_bytes
+    grown = served_growth(t, d, settings, served, in_flight).peak_bytes + http_bytes(t, settings, served)
+    fixed = est.total_bytes - est.prompt_cache_bytes - est.checkpoint_bytes - est.http_bytes
     full = fixed - est.compute_bytes - est.output_bytes - est.vram_bytes + touched + outputs + grown
     # the metadata freed after a load: what glibc returned is refilled by anything allocated later
     # before the peak rises (the peak is the load's or the end state's, whichever is higher);
