@@ -47,6 +47,7 @@ class MemoryEstimate(BaseModel):
     kv_bytes: int  # target + draft KV caches
     target_kv_bytes: int = 0
     draft_kv_bytes: int = 0
+    recurrent_bytes: int = 0  # recurrent (SSM) state of every context: a row per slot (mamba, mamba2)
     compute_bytes: int  # compute buffers of every context (worst case: a full micro-batch at full context)
     output_bytes: int = 0  # output buffers of every context (logits of as many outputs as a batch may ask)
     vocab_bytes: int = 0  # the tokenizers' heap (target + draft: each context loads its own)

@@ -98,8 +98,17 @@ def _split(f: ModelFacts, s: ServeSettings) -> bool:
     return any(f.swa) and not s.swa_full
 
 
+def _recurrent_state(f: ModelFacts, s: ServeSettings) -> int:
+    """One slot's recurrent state as written (llama_memory_recurrent::state_write): its one cell
+    and the R and S rows of every layer, whatever the tokens."""
+    _, streams = cells(s)
+    return 4 + 4 * streams + STREAM_HEADER + f.n_layer * LAYER_HEADER + CELL_META + f.recurrent_state
+
+
 def state_bytes(f: ModelFacts, s: ServeSettings, n_tokens: int) -> int:
     """One slot's full state with `n_tokens` cells (what the prompt cache copies)."""
+    if f.recurrent_state:
+        return _recurrent_state(f, s)
     if not _split(f, s):
         return _all_layers_state(f, s, n_tokens)
     return _cache_state(f, s, n_tokens, swa=False) + _cache_state(f, s, min(n_tokens, f.n_swa), swa=True)
@@ -117,15 +126,17 @@ def _all_layers_state(f: ModelFacts, s: ServeSettings, n: int) -> int:
 def partial_bytes(f: ModelFacts, s: ServeSettings, n_tokens: int) -> int:
     """The part a checkpoint holds (LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY): the sliding-window cache
     of an iSWA model, all of a plain cache (its state_write ignores the flag)."""
+    if f.recurrent_state:
+        return _recurrent_state(f, s)
     if _split(f, s):
         return _cache_state(f, s, min(n_tokens, f.n_swa), swa=True)
     return _all_layers_state(f, s, n_tokens)
 
 
 def checkpoints_apply(t: ModelFacts, s: ServeSettings) -> bool:
-    """Does the server make context checkpoints for this target? (n_swa > 0 without --swa-full;
-    recurrent state, whose checkpoints are not sized here: see the estimate's notes)."""
-    return s.ctx_checkpoints > 0 and _split(t, s)
+    """Does the server make context checkpoints for this target? (n_swa > 0 without --swa-full, or
+    a recurrent state; one of a layout not sized has none counted: see the estimate's notes)."""
+    return s.ctx_checkpoints > 0 and (_split(t, s) or t.recurrent_state > 0)
 
 
 def checkpoint_positions(prompt_tokens: int, n_ubatch: int, n_batch: int = 2048, chat: bool = False) -> list[int]:
