@@ -90,8 +90,8 @@ def served_lines(m: MemoryEstimate) -> list[str]:
         dflt = " (default)" if m.ctx_checkpoints == DEFAULT_CTX_CHECKPOINTS else ""
         lines.append(
             f"context checkpoints up to {m.ctx_checkpoints} x {mib(m.checkpoint_each_bytes)} MiB{per} = "
-            f"{mib(m.checkpoint_bytes)} MiB (--ctx-checkpoints {m.ctx_checkpoints}{dflt}, -np; "
-            "--swa-full: none), in the total"
+            f"{mib(m.checkpoint_bytes)} MiB (--ctx-checkpoints {m.ctx_checkpoints}{dflt}, -np"
+            f"{'; --swa-full: none' if m.swa_cells is not None else ''}), in the total"
         )
     if m.http_bytes:
         lines.append(
