@@ -201,8 +201,9 @@ def test_deploy_pins_what_the_prediction_assumed() -> None:
     argv = server_argv(recorded)
     assert argv[argv.index("--cache-ram") + 1] == str(DEFAULT_CACHE_RAM_MIB)
     assert argv[argv.index("--ctx-checkpoints") + 1] == str(DEFAULT_CTX_CHECKPOINTS)
-    argv = server_argv([*recorded, "--cache-ram", "0"])
-    assert argv[argv.index("--cache-ram") + 1] == "0"
+    assert argv[argv.index("--threads-http") + 1] == "5"  # -np + 4: no more than any prediction counted
+    argv = server_argv([*recorded, "--cache-ram", "0", "--threads-http", "7"])
+    assert argv[argv.index("--cache-ram") + 1] == "0" and argv[argv.index("--threads-http") + 1] == "7"
 
 
 def _cache_states(log: Path) -> list[tuple[int, float]]:
