@@ -295,3 +295,25 @@ def test_prediction_within_5_percent_on_a_recurrent_family(tmp_path: Path, metho
     draft = write_model(tmp_path / "d.gguf", recurrent_spec(n_layer=1))
     _within(target, draft if method == "draft-simple" else None, method, CHATS + ITEMS, tmp_path)
     _within(target, None, "none", ITEMS, tmp_path / "np4", "-c", "16384", "-np", "4")
+
+
+def test_a_benchmarks_refused_rows_are_replayed_as_refused() -> None:
+    """bench's stored prediction: a row with an error and no token (not a time-out) was refused
+    before its first batch; a timed-out one occupied its slot and is replayed as served."""
+    from datetime import UTC, datetime
+
+    from specreg.schemas.bench import RequestRow
+    from specreg.servers.memory_predict import served_requests
+
+    def row(pid: str, ok: bool, out: int | None, timed_out: bool = False) -> RequestRow:
+        now = datetime.now(UTC)
+        return RequestRow(
+            condition_idx=0, condition="c", prompt_id=pid, stratum="s", repeat=0, started_at=now, ok=ok,
+            output_tokens=out, timed_out=timed_out, error=None if ok else "HTTP 400",
+        )  # fmt: skip
+
+    rows = [row("a", True, 8), row("b", False, None), row("c", False, None, timed_out=True)]
+    served = served_requests(rows, {"a": 10, "b": 900, "c": 20}, set())
+    assert served is not None
+    got = [(r.key, r.refused, r.total_tokens) for r in served]
+    assert got == [("a", False, 17), ("b", True, 900), ("c", False, 20)]
