@@ -17,7 +17,11 @@ rounds, 128 tokens, a shared 2-core machine): `--pin` (-t 1) 0.68x at load 2.5-4
 load); on a quiet machine an earlier run measured 0.66x pinned against 1.21x unpinned. Either
 way the pinned ratio describes a one-thread server no production host runs, so on a machine
 of 2-3 cores the server keeps every core (the client's share of a core is the smaller error),
-and from 4 cores on it gives the client one and keeps at least 3.
+and from 4 cores on it gives the client one and keeps at least 3. The price, on a machine
+shared with other work: the build's threads wait for each other at every step, so an unpinned
+server slows far more than a one-thread one (the same SmolLM2 baseline decoded at 380-580
+ms/token at load 4-6.4, against 30 ms/token pinned at load 2.5-4.3); `--threads 1` restores
+the pinned count there.
 """
 
 from __future__ import annotations
