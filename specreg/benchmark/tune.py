@@ -35,12 +35,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from specreg.benchmark import statistics, stepcost
 from specreg.benchmark.condition_summary import _paired, speed_decision
 from specreg.benchmark.conditions import condition_name
-from specreg.benchmark.execute import RunContext
 from specreg.errors import UsageError
 from specreg.registry.db import now
 from specreg.schemas.bench import (
@@ -54,6 +53,9 @@ from specreg.schemas.bench import (
 )
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.methods import BASELINE, MODEL_DRAFTED
+
+if TYPE_CHECKING:
+    from specreg.benchmark.execute import RunContext
 
 FIRST_PASS_LENGTH = 16  # generous: SmolLM2 on repetitive text still gains from 8 to 16 (issue 24)
 LENGTHS = range(1, 33)  # the candidates predicted: --spec-draft-n-max 1..32
