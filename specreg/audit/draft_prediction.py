@@ -394,8 +394,13 @@ def measure_error(book: Book) -> ErrorStat:
         if ratio is None:
             continue
         ratios.append(ratio)
+        lo, hi = pred.speedup_range
+        own = book.measured[p.key].speedup
+        ci = own[1] if own else None
         pairs.append({"target": p.key[0], "draft": p.key[1], "method": p.key[2], "predicted": round(pred.speedup, 3),
-                      "measured": round(p.speedup, 3), "source": pred.source, "ratio": round(ratio, 3)})  # fmt: skip
+                      "predicted_range": (round(lo, 3), round(hi, 3)), "measured": round(p.speedup, 3),
+                      "measured_ci95": ci, "in_range": lo <= p.speedup <= hi, "source": pred.source,
+                      "ratio": round(ratio, 3)})  # fmt: skip
     if not ratios:
         return ErrorStat(n_pairs=0)
     xs = sorted(ratios)
