@@ -19,9 +19,10 @@ alpha (per drafted token) comes from the best evidence there is, in this order:
 The draft cost r, where no run measured it: r = offset + draft/target weight bytes (a decode
 reads every weight once), the offset the median of (measured r - bytes ratio) over this
 target's other measured pairs when the registry has any run of it (the fixed part of a decode
-is the target's and its machine's), else over every measured pair (0 without any). alpha and r then go through tune.py's step-cost curve (geometric
-acceptance S(j) = alpha^j, every step drafting, verify cost at its lower bound 1) and the best
-draft length k is taken: the speed-up a `--tune` run would start from.
+is the target's and its machine's), else over every measured pair (0 without any). alpha and
+r then go through tune.py's step-cost curve (geometric acceptance S(j) = alpha^j, every step
+drafting, verify cost at its lower bound 1) and the best draft length k is taken: the
+speed-up a `--tune` run would start from.
 
 The error is measured, not assumed: every pair with runs is predicted as if it had none (its
 family's other pairs, else the prior refitted without it) and measured / predicted is kept; its
