@@ -217,6 +217,8 @@ def error_part(db: Path, families: dict[str, str] | None = None, load: dict[str,
             f"  {pair[:21]:21} {fam[:7]:7} {p['predicted']:4.2f} [{lo:.2f},{hi:.2f}] {p['measured']:4.2f} {mci:11} "
             f"{p['ratio']:5.2f} {'yes' if p['in_range'] else 'no':3} {load.get(fam, os.getloadavg()[0]):4.1f}"
         )
+    if not load:
+        print("  (load: now, not as the runs were measured: --db names runs measured elsewhere)")
     if sources:
         print("  predicted from: " + ", ".join(f"{k} {v}" for k, v in sources.items()))
     if e.n_pairs:

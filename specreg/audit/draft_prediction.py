@@ -374,7 +374,11 @@ def predict(
     )
     if fam is not None:
         alpha, r_fam, n = fam
-        lo_a = hi_a = alpha
+        # the range: the prior's residual spread over the n pairs it rests on (a family pair of
+        # another size is moved along the prior's slope, so it is as uncertain as the prior,
+        # less so the more pairs agree); a point range put no measured pair inside it
+        half = prior.sigma / math.sqrt(n)
+        lo_a, hi_a = sigmoid(logit(alpha) - half), sigmoid(logit(alpha) + half)
         r = r_fam if r_fam is not None else r_prior
         source, evidence = "same families", f"{n} pair{'s' if n != 1 else ''} of the same families"
     else:
