@@ -1,7 +1,7 @@
 """`specreg drafts`: its time over a registry of 1,000 artifacts and a hub of 50 repos, and how
 far its predictions are from what was measured.
 
-    python benchmarks/bench_drafts.py [--artifacts 1000] [--repos 50] [--measure] [--db FILE]
+    python benchmarks/bench_drafts.py [--artifacts 1000] [--repos 50] [--measure] [--db FILE] [--no-timing]
 
 1. Registry: 1,000 registered tiny GGUF files (100 of the target's tokenizer family, 900 of
    others: another tokenizer type, or too many tokens for llama.cpp's draft-simple rule), mtimes
@@ -12,8 +12,11 @@ far its predictions are from what was measured.
    read by range requests. Timed against `specreg inspect hf://...` (one remote header) in the
    same run. Target: under 10 s.
 3. Predicted vs measured: for every pair of a registry with runs (`--db FILE`, or `--measure`:
-   three tiny pairs measured here by `drafts --bench`), the out-of-sample prediction (the pair
-   predicted without its own runs) beside its measured speed-up.
+   measured here by `drafts --bench 8` on one registry: the tiny factory families - llama-like,
+   gemma3- and gemma2-like sliding-window - each a target with a one-layer draft and a
+   full-depth copy, then the real SmolLM2-135M Q8_0 target with its Q4_1), the out-of-sample
+   prediction (the pair predicted without its own runs) with its range, beside its measured
+   speed-up and interval, whether it fell in the range, and the load average as it was measured.
 """
 
 from __future__ import annotations
@@ -115,45 +118,122 @@ def hub_part(root: Path, n: int, env: dict[str, str]) -> None:
     )
 
 
-def measure_part(root: Path, env: dict[str, str]) -> Path:
-    """Three tiny pairs measured by `drafts --bench` on the real bundled server."""
-    folder = root / "pairs"
+def _family_pairs(root: Path) -> list[tuple[str, Path, Path, str, str]]:
+    """(family, target, draft folder, workload, budget) of every family measured: the tiny
+    factory families (llama-like looping heads, and the gemma3/gemma2-like sliding-window ones),
+    and the real SmolLM2-135M pair (Q8_0 target, Q4_1 draft) when the real-model fetcher has it."""
+    from specreg.errors import SpecregError
+    from specreg.testing.factory import sliding_window_spec
+
+    tiny = root / "tiny.jsonl"
+    tiny.write_text(json.dumps({"id": "r", "stratum": "repetitive", "max_tokens": 48, "prompt": "a b c a b c"}) + "\n")
+    out = []
+    for fam, base in (
+        ("llama", CYCLER.but(n_layer=8, name="Cyc-1B")),
+        ("gemma3", sliding_window_spec("gemma3", n_layer=6).but(name="Gem3-1B")),
+        ("gemma2", sliding_window_spec("gemma2", n_layer=6).but(name="Gem2-1B")),
+    ):
+        folder = root / f"pairs-{fam.split()[0]}"
+        folder.mkdir()
+        target = write_model(root / f"{fam.split()[0]}-target.gguf", base)
+        small = base.but(n_layer=1, name=(base.name or "").replace("1B", "100M"))
+        if base.architecture == "gemma3":  # its per-layer norms follow n_layer
+            small = sliding_window_spec("gemma3", n_layer=1).but(name="Gem3-100M")
+        elif base.architecture == "gemma2":
+            small = sliding_window_spec("gemma2", n_layer=2).but(name="Gem2-200M")
+        key = fam.split()[0]
+        write_model(folder / f"{key}-small.gguf", small)
+        write_model(folder / f"{key}-copy.gguf", base.but(noise=0.01, name=(base.name or "").replace("1B", "1B-copy")))
+        out.append((fam, target, folder, str(tiny), "120s"))
+    try:
+        from specreg.testing import realmodel
+
+        q8, q4 = realmodel.ensure_model("q8_0", timeout=300), realmodel.ensure_model("q4_1", timeout=300)
+    except SpecregError as exc:
+        print(f"SmolLM2 pair not measured: {exc.message}")
+        return out
+    folder = root / "pairs-smollm2"
     folder.mkdir()
-    target = write_model(root / "cyc-target.gguf", CYCLER.but(n_layer=8, name="Cyc-1B"))
-    write_model(folder / "fast.gguf", CYCLER.but(n_layer=1, name="Cyc-100M"))
-    write_model(folder / "other.gguf", CYCLER.but(n_layer=1, head_seed=8, name="Cyc-100M-other"))
-    write_model(folder / "deep.gguf", CYCLER.but(n_layer=8, noise=0.01, name="Cyc-1B-copy"))
-    wl = root / "wl.jsonl"
-    wl.write_text(json.dumps({"id": "r", "stratum": "repetitive", "max_tokens": 48, "prompt": "a b c a b c"}) + "\n")
-    args = ["drafts", str(target), "--dir", str(folder), "--bench", "4", "--budget", "150s", "--workload", str(wl)]
-    subprocess.run([*CLI, *args], env=dict(env, SPECREG_BUSY_SHARE="off"), timeout=900, check=False)
-    return Path(env["SPECREG_DB"])
+    (folder / q4.name).symlink_to(q4)
+    out.append(("smollm2", q8, folder, "repetitive", "180s"))
+    return out
 
 
-def error_part(db: Path) -> None:
+def measure_part(root: Path, env: dict[str, str]) -> tuple[Path, dict[str, str], dict[str, float]]:
+    """Every family's pairs measured by `drafts --bench` on the real bundled server; the load
+    average (1 min) at the end of each family's measurement, for the table."""
+    families: dict[str, str] = {}
+    load: dict[str, float] = {}
+    for fam, target, folder, wl, budget in _family_pairs(root):
+        # every candidate in round 1 (the drafts of other families in the registry too): each
+        # measured pair is a row of the error table, not only the winner
+        args = ["drafts", str(target), "--dir", str(folder), "--bench", "8", "--budget", budget, "--workload", wl]
+        t0 = time.perf_counter()
+        proc = subprocess.run([*CLI, *args], env=dict(env, SPECREG_BUSY_SHARE="off"), timeout=1200, check=False,
+                              capture_output=True, text=True)  # fmt: skip
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
+        print(f"measured {fam}: {time.perf_counter() - t0:.0f} s, load {os.getloadavg()[0]:.2f}; " + " | ".join(tail))
+        from specreg.gguf.reader import open_gguf
+        from specreg.registry.hashing import sha256_file
+
+        families[sha256_file(target)] = fam
+        load[fam] = os.getloadavg()[0]
+        del open_gguf
+    return Path(env["SPECREG_DB"]), families, load
+
+
+def error_part(db: Path, families: dict[str, str] | None = None, load: dict[str, float] | None = None) -> None:
+    """The prediction's error on every measured model-drafted pair: each pair predicted as if it
+    had no runs (its family's other pairs, else the prior refitted without it), its range the
+    acceptance range before the error widens it, beside its measured speed-up and interval."""
     from specreg.audit.draft_prediction import build_book
     from specreg.registry.store import Registry
 
     with Registry(db, show_progress=False, create=False) as reg:
         book = build_book(reg)
     e = book.error
-    print(f"predicted vs measured speed-up, {e.n_pairs} measured pair(s), each predicted without its own runs:")
-    print(f"  {'target':12} {'draft':12} {'method':13} {'from':13} {'predicted':>9} {'measured':>8} {'ratio':>6}")
+    families, load = families or {}, load or {}
+
+    def name(sha: object) -> str:
+        s = book.summaries.get(str(sha)) if sha else None
+        return (s.name or str(sha)[:8]) if s else "-"
+
+    print(f"predicted vs measured speed-up, {e.n_pairs} measured pair(s), each predicted without its own runs")
+    print(f"(prior: {book.prior.how}; a={book.prior.a:.2f} b={book.prior.b:.2f} c={book.prior.c:.2f}, "
+          f"sigma {book.prior.sigma:.2f} logits; step-cost offset {book.prior.draft_cost_offset:.2f}):")  # fmt: skip
+    print(f"  {'pair (target / draft)':21} {'family':7} {'predicted [range]':16} {'measured [CI]':16} "
+          f"{'ratio':>5} {'in':3} {'load':>4}")  # fmt: skip
+    sources: dict[str, int] = {}
     for p in e.pairs:
+        ts = book.summaries.get(str(p["target"]))
+        fam = families.get(str(p["target"])) or (ts.architecture if ts else None) or "?"
+        rng = p["predicted_range"]
+        lo, hi = rng if isinstance(rng, (list, tuple)) else (0.0, 0.0)
+        ci = p.get("measured_ci95")
+        mci = f"[{ci[0]:.2f},{ci[1]:.2f}]" if isinstance(ci, (list, tuple)) else "[-]"
+        pair = f"{name(p['target'])} / {name(p['draft'])}"
+        sources[str(p["source"])] = sources.get(str(p["source"]), 0) + 1
         print(
-            f"  {str(p['target'])[:12]} {str(p['draft'] or '-')[:12]} {p['method']!s:13} {p['source']!s:13} "
-            f"{p['predicted']:>8.2f}x {p['measured']:>7.2f}x {p['ratio']:>6.2f}"
+            f"  {pair[:21]:21} {fam[:7]:7} {p['predicted']:4.2f} [{lo:.2f},{hi:.2f}] {p['measured']:4.2f} {mci:11} "
+            f"{p['ratio']:5.2f} {'yes' if p['in_range'] else 'no':3} {load.get(fam, os.getloadavg()[0]):4.1f}"
         )
+    if not load:
+        print("  (load: now, not as the runs were measured: --db names runs measured elsewhere)")
+    if sources:
+        print("  predicted from: " + ", ".join(f"{k} {v}" for k, v in sources.items()))
     if e.n_pairs:
-        print(f"  measured / predicted: {e.low:.2f} to {e.high:.2f}, median {e.median:.2f}")
+        inside = sum(1 for p in e.pairs if p["in_range"])
+        print(f"  measured / predicted: {e.low:.2f} to {e.high:.2f}, median {e.median:.2f}; "
+              f"measured inside the predicted range on {inside} of {e.n_pairs}")  # fmt: skip
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--artifacts", type=int, default=1000)
     ap.add_argument("--repos", type=int, default=50)
-    ap.add_argument("--measure", action="store_true", help="measure three tiny pairs here (real server, ~3 min)")
-    ap.add_argument("--db", type=Path, help="a registry with runs, for the predicted-vs-measured table")
+    ap.add_argument("--measure", action="store_true", help="measure each family's pairs here (real server, ~10 min)")
+    ap.add_argument("--db", type=Path, help="a registry with runs for the table (with --measure: measured into, kept)")
+    ap.add_argument("--no-timing", action="store_true", help="skip the registry and hub timings")
     a = ap.parse_args()
     print(f"machine: {os.cpu_count()} logical CPUs, load average {os.getloadavg()[0]:.2f} at start")
     with tempfile.TemporaryDirectory() as d:
@@ -166,13 +246,16 @@ def main() -> None:
             HF_HOME=str(root / "hf"),
             COLUMNS="80",
         )
-        registry_part(root, a.artifacts, env)
-        hub_part(root, a.repos, dict(env, SPECREG_DB=str(root / "hub.db")))
+        if not a.no_timing:
+            registry_part(root, a.artifacts, env)
+            hub_part(root, a.repos, dict(env, SPECREG_DB=str(root / "hub.db")))
         db = a.db
-        if db is None and a.measure:
-            db = measure_part(root, dict(env, SPECREG_DB=str(root / "measured.db")))
+        families: dict[str, str] = {}
+        load: dict[str, float] = {}
+        if a.measure:  # into --db FILE when given (kept), else a scratch registry
+            db, families, load = measure_part(root, dict(env, SPECREG_DB=str(db or root / "measured.db")))
         if db is not None:
-            error_part(db)
+            error_part(db, families, load)
     print(f"load average at the end: {os.getloadavg()[0]:.2f} (1 min), {os.getloadavg()[2]:.2f} (15 min)")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -231,6 +232,11 @@ def test_bench_halves_the_field_and_the_ranking_then_puts_the_fastest_first(tmp_
     assert len(b["rounds"][0]["measured"]) == 4 and len(b["rounds"][0]["kept"]) == 2  # halved
     assert b["winner"] in b["rounds"][-1]["kept"]
     assert (b["deploy_command"] is None) == (b["why_not"] is not None)
+    # the halving kept the final round's share: the winner's run meets the policy's minimum
+    # repetitions, or its anytime-valid decision (a --budget run) meets it in their place
+    assert b["repetitions"] is not None, b
+    assert b["repetitions"] >= 3 or "anytime-valid" in (b["minimum_met_by"] or ""), b
+    assert "policy minimum" not in (b["verdict"] or ""), b["verdict"]
     # every run is stored as `bench admitted` stores it
     listed = run_specreg(["runs", "--json"])
     stored = {r["run_id"] for r in json.loads(listed.stdout)}
@@ -280,3 +286,32 @@ def test_the_real_smollm2_pair_and_its_cross_pairs_with_other_real_families(
     why = {Path(r["draft"]).name: r["reason_code"] for r in rep["rejected"]}
     assert why[q4.name].startswith("vocab.")
     assert why["vocab-llama-spm.gguf"] == "admitted, not benchmarkable"  # check pair admits it; nothing to draft with
+
+
+def test_bench_keeps_the_final_round_and_says_which_budget_would_decide(tmp_path: Path) -> None:
+    """Real servers on tiny models, a budget round 1 alone spends: the final round (the policy's
+    minimum repetitions for the leader) cannot fit, so it is not run - a winner with fewer
+    repetitions would be refused by the audit - and the run says which --budget would hold it."""
+    from _bench_helpers import workload
+
+    from specreg.testing.modelspec import CYCLER
+
+    folder = tmp_path / "m"
+    target = write_model(tmp_path / "t.gguf", CYCLER.but(n_layer=4, name="Cyc-1B"))
+    _models(folder, {"fast": CYCLER.but(n_layer=1, name="Cyc-100M"), "deep": CYCLER.but(n_layer=4, noise=0.01)})
+    wl = workload(tmp_path, [{"id": "r", "stratum": "repetitive", "max_tokens": 16, "prompt": "a b c a b c"}])
+    rc, out, err = drafts(str(target), "--dir", str(folder), "--bench", "2", "--budget", "1s", "--workload", str(wl),
+                          "--json")  # fmt: skip
+    assert rc == 1, err
+    b = json.loads(out)["bench"]
+    assert len(b["rounds"]) == 1 and len(b["rounds"][0]["measured"]) == 2  # round 1 ran, the final did not
+    assert b["winner"] is None and b["deploy_command"] is None
+    why = b["why_not"]
+    assert "the final round of" in why and "repetitions" in why, why
+    m = re.search(r"--budget (\d+)m would decide it", why)
+    assert m is not None and int(m.group(1)) >= 1, why
+    # the run costs it was planned from are the runs' own: each stored, one repetition each
+    listed = run_specreg(["runs", "--json"])
+    assert {b["rounds"][0]["run_ids"][0], b["rounds"][0]["run_ids"][1]} <= {
+        r["run_id"] for r in json.loads(listed.stdout)
+    }

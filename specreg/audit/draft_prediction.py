@@ -6,7 +6,9 @@ alpha (per drafted token) comes from the best evidence there is, in this order:
 1. **this pair**: runs of exactly this (target, draft, method) in the registry (alpha and the
    draft's decode cost r as those runs measured them, bench_summaries' `all` stratum);
 2. **same families**: runs of other pairs whose target and draft are of the same families as
-   these (family: the name without size or variant words, and the token list's SHA-256);
+   these (family: the name without size or variant words, and the token list's SHA-256), each
+   moved to this candidate's size (its logit(alpha) along the prior's slope b, its r as its
+   cost offset plus this candidate's bytes ratio): a family's name carries no size;
 3. **prior**: logit(alpha) = a + b*log10(draft/target parameters) + c*[token lists differ].
    Its stated default passes through alpha 0.60 at a 1:100 draft and 0.95 at 1:1 (the same
    weights at another quant), c = -1 (a second tokenizer that llama.cpp admits still splits
@@ -15,10 +17,12 @@ alpha (per drafted token) comes from the best evidence there is, in this order:
    as PRIOR_WEIGHT pairs, so a registry with runs soon outweighs it.
 
 The draft cost r, where no run measured it: r = offset + draft/target weight bytes (a decode
-reads every weight once), the offset the median of (measured r - bytes ratio) over measured
-pairs (0 without any). alpha and r then go through tune.py's step-cost curve (geometric
-acceptance S(j) = alpha^j, every step drafting, verify cost at its lower bound 1) and the best
-draft length k is taken: the speed-up a `--tune` run would start from.
+reads every weight once), the offset the median of (measured r - bytes ratio) over this
+target's other measured pairs when the registry has any run of it (the fixed part of a decode
+is the target's and its machine's), else over every measured pair (0 without any). alpha and
+r then go through tune.py's step-cost curve (geometric acceptance S(j) = alpha^j, every step
+drafting, verify cost at its lower bound 1) and the best draft length k is taken: the
+speed-up a `--tune` run would start from.
 
 The error is measured, not assumed: every pair with runs is predicted as if it had none (its
 family's other pairs, else the prior refitted without it) and measured / predicted is kept; its
@@ -34,7 +38,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from specreg.benchmark import tune
+from specreg.benchmark import tune_curve as tune
 from specreg.schemas.drafts import ErrorStat, Prediction, PriorFit
 from specreg.schemas.methods import BASELINE, MODEL_DRAFTED
 
@@ -268,26 +272,56 @@ def build_book(reg: Registry) -> Book:
 
 
 def _family_alpha(
-    book: Book, target: str | None, draft: str | None, method: str, skip: object = None
+    book: Book,
+    target: str | None,
+    draft: str | None,
+    method: str,
+    at: tuple[float, float],
+    prior: PriorFit,
+    skip: object = None,
 ) -> tuple[float, float | None, int] | None:
-    """(alpha, r, pairs) over other measured pairs of the same target and draft families."""
+    """(alpha, r, pairs) over other measured pairs of the same target and draft families, each
+    moved to this candidate's size: its logit(alpha) along the prior's slope b by the difference
+    in log10 size ratio, its r as its cost offset plus this candidate's weight-bytes ratio
+    (`at`: this candidate's log10 size ratio and bytes ratio). A family's name carries no size
+    (Cyc-100M and Cyc-1B-copy are one family): taking a one-layer draft's alpha and measured r
+    for a full-size copy, and the other way round, made the tiny pairs' measured / predicted
+    0.41 and 2.17."""
     tf, df = book.families(target), book.families(draft)
     if tf == (None, None):
         return None
-    alphas, costs, n = [], [], 0
-    for key, m in book.measured.items():
-        if key == skip or m.method != method or m.alpha is None or (m.target, m.draft) == (target, draft):
+    log_ratio, br = at
+    alphas, offs = [], []
+    for p in book.points:
+        t, d, m = p.key
+        if p.key == skip or m != method or (t, d) == (target, draft):
             continue
-        if book.families(m.target) != tf or (draft is not None and book.families(m.draft) != df):
+        if book.families(t) != tf or (draft is not None and book.families(d) != df):
             continue
-        alphas.append(m.alpha)
-        if m.draft_cost is not None:
-            costs.append(m.draft_cost)
-        n += 1
+        alphas.append(sigmoid(logit(p.alpha) + prior.b * (log_ratio - p.log_ratio)))
+        if p.cost_offset is not None:
+            offs.append(p.cost_offset)
     if not alphas:
         return None
-    costs.sort()
-    return sum(alphas) / len(alphas), costs[len(costs) // 2] if costs else None, n
+    offs.sort()
+    return sum(alphas) / len(alphas), max(0.0, offs[len(offs) // 2]) + br if offs else None, len(alphas)
+
+
+def step_cost(book: Book, target_sha: str | None, br: float, prior: PriorFit, skip: object = None) -> float:
+    """A draft decode's cost r in target decodes where no run of this pair measured it: offset +
+    draft/target weight bytes. The offset is this target's own (the median over its other
+    measured pairs) when the registry has any run of it, else the prior's over every pair: a
+    decode's fixed cost (the server's per-step work, kernel launches) is the target's and its
+    machine's, not the draft's, and one global offset mixes a tiny target, where it is most of
+    a decode, with a real one, where weight reads are."""
+    offs = sorted(
+        p.cost_offset
+        for p in book.points
+        if p.key[0] == target_sha and p.key != skip and p.cost_offset is not None and p.key[2] != "draft-mtp"
+    )
+    if offs:
+        return max(0.0, offs[len(offs) // 2]) + br
+    return prior.draft_cost_offset + br
 
 
 def _prior_alpha(prior: PriorFit, log_ratio: float, differs: float) -> tuple[float, float, float]:
@@ -324,7 +358,7 @@ def predict(
     prior = prior or book.prior
     key = (target_sha or "", draft_sha if method != "draft-mtp" else None, method)
     log_ratio, differs, br = _ratios(target, draft, method)
-    r_prior = prior.draft_cost_offset + br
+    r_prior = step_cost(book, target_sha, br, prior, skip)
     own = book.measured.get(key) if key != skip else None
     if own is not None and own.alpha is not None:
         alpha, r = own.alpha, own.draft_cost if own.draft_cost is not None else r_prior
@@ -335,10 +369,16 @@ def predict(
         return Prediction(source="this pair", evidence=f"{n} run{'s' if n != 1 else ''} of this pair", alpha=alpha,
                           alpha_range=(alpha, alpha), draft_cost=r, draft_length=k, speedup=x, speedup_range=rng,
                           measured_speedup=sp[0] if sp else None, measured_ci95=sp[1] if sp else None)  # fmt: skip
-    fam = _family_alpha(book, target_sha, draft_sha if method != "draft-mtp" else None, method, skip)
+    fam = _family_alpha(
+        book, target_sha, draft_sha if method != "draft-mtp" else None, method, (log_ratio, br), prior, skip
+    )
     if fam is not None:
         alpha, r_fam, n = fam
-        lo_a = hi_a = alpha
+        # the range: the prior's residual spread over the n pairs it rests on (a family pair of
+        # another size is moved along the prior's slope, so it is as uncertain as the prior,
+        # less so the more pairs agree); a point range put no measured pair inside it
+        half = prior.sigma / math.sqrt(n)
+        lo_a, hi_a = sigmoid(logit(alpha) - half), sigmoid(logit(alpha) + half)
         r = r_fam if r_fam is not None else r_prior
         source, evidence = "same families", f"{n} pair{'s' if n != 1 else ''} of the same families"
     else:
@@ -394,8 +434,13 @@ def measure_error(book: Book) -> ErrorStat:
         if ratio is None:
             continue
         ratios.append(ratio)
+        lo, hi = pred.speedup_range
+        own = book.measured[p.key].speedup
+        ci = own[1] if own else None
         pairs.append({"target": p.key[0], "draft": p.key[1], "method": p.key[2], "predicted": round(pred.speedup, 3),
-                      "measured": round(p.speedup, 3), "source": pred.source, "ratio": round(ratio, 3)})  # fmt: skip
+                      "predicted_range": (round(lo, 3), round(hi, 3)), "measured": round(p.speedup, 3),
+                      "measured_ci95": ci, "in_range": lo <= p.speedup <= hi, "source": pred.source,
+                      "ratio": round(ratio, 3)})  # fmt: skip
     if not ratios:
         return ErrorStat(n_pairs=0)
     xs = sorted(ratios)

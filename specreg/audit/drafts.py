@@ -102,7 +102,7 @@ def _row_for(found: cand.Found, target: GGUFFile, reg: Registry, rules: RuleSet,
     bad = _first_error(checks)
     # admitted by `check pair` but with no weights to draft with: no candidate (bench would refuse it)
     hollow = next((c for c in checks if c.code in VOCAB_ONLY_CODES and c.severity != "pass"), None)
-    s = summarize(gf)
+    s = summarize(gf, shared=True)
     allowed, note = _licence(found.record, found.licence, found, policy)
     local = found.where != "hub" and not (found.record is not None and not found.record.paths)
     return DraftRow(
@@ -126,7 +126,7 @@ def _self_rows(
     from specreg.gguf.summary import summarize
     from specreg.validators.pair import check_pair
 
-    s = summarize(target)
+    s = summarize(target, shared=True)
     methods: list[Method] = [Method.DRAFT_MTP] if s.speculative.nextn_predict_layers else []
     measured = {m.method for m in book.measured.values() if m.target == t_rec.sha256}
     methods += [

@@ -44,8 +44,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from specreg.schemas.bench import RequestRow
+if TYPE_CHECKING:
+    from specreg.schemas.bench import RequestRow
 
 
 @dataclass(frozen=True)

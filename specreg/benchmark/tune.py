@@ -35,12 +35,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING
 
 from specreg.benchmark import statistics, stepcost
 from specreg.benchmark.condition_summary import _paired, speed_decision
 from specreg.benchmark.conditions import condition_name
-from specreg.benchmark.execute import RunContext
+from specreg.benchmark.tune_curve import LENGTHS, Profile, ProfileSource, curve
 from specreg.errors import UsageError
 from specreg.registry.db import now
 from specreg.schemas.bench import (
@@ -55,59 +55,13 @@ from specreg.schemas.bench import (
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.methods import BASELINE, MODEL_DRAFTED
 
+if TYPE_CHECKING:
+    from specreg.benchmark.execute import RunContext
+
 FIRST_PASS_LENGTH = 16  # generous: SmolLM2 on repetitive text still gains from 8 to 16 (issue 24)
-LENGTHS = range(1, 33)  # the candidates predicted: --spec-draft-n-max 1..32
 REUSE = 1.25  # a ladder length this close to the first pass's is measured at the first pass's
 MARGIN = 1.05  # a candidate is ruled out when it is decided at most this much faster than the leader
 SKIPPED = "the --budget was spent before --tune measured it"
-
-ProfileSource = Literal["per-position", "geometric"]
-
-
-@dataclass(frozen=True)
-class Profile:
-    """What one group of the first pass says about every draft length."""
-
-    survival: tuple[float, ...]  # S(1..K): share of drafting steps whose j-th drafted token was accepted
-    source: ProfileSource
-    draft_share: float  # f: target steps that carried a draft, per target step
-    decode_ms: float  # t_d, the baseline's
-    prompt_ms: float | None  # t_p, the baseline's (None: v = 1, its lower bound)
-    draft_cost: float  # r, one draft-model decode in baseline decodes
-    # end to end, over the units both ran: the baseline's total and decode time, and the first
-    # pass's time outside its decode (prompt, drafting set-up, HTTP), which no k changes
-    base_total_ms: float = 0.0
-    base_decode_ms: float = 0.0
-    other_ms: float = 0.0
-
-    def accepted(self, k: int) -> float:
-        """sum_{j<=k} S(j), the curve continued past its end at its second half's ratio."""
-        s = self.survival
-        head = sum(s[:k])
-        if k <= len(s) or not s or s[-1] <= 0:
-            return head
-        half = len(s) // 2
-        ref = s[half - 1] if half >= 1 else 1.0
-        span = len(s) - half
-        q = min(1.0, (s[-1] / ref) ** (1.0 / span)) if ref > 0 and span > 0 else 0.0
-        extra = k - len(s)
-        tail = s[-1] * (q * extra if q >= 1.0 else q * (1.0 - q**extra) / (1.0 - q))
-        return head + tail
-
-    def predict(self, k: int) -> float | None:
-        """T(k) / cost(k): the decode speed-up at draft length k."""
-        f, r = self.draft_share, self.draft_cost
-        v = stepcost.verify_cost(k, self.decode_ms, self.prompt_ms) if self.prompt_ms is not None else 1.0
-        cost = (1.0 - f) + f * v + (f * k + 1.0) * r
-        return (1.0 + f * self.accepted(k)) / cost if cost > 0 else None
-
-    def predict_end_to_end(self, k: int) -> float | None:
-        """The decode prediction carried to what is measured, the whole request: the baseline's
-        total over the first pass's time outside decode plus the baseline's decode sped up."""
-        p = self.predict(k)
-        if p is None or p <= 0 or self.base_total_ms <= 0:
-            return None
-        return self.base_total_ms / (self.other_ms + self.base_decode_ms / p)
 
 
 def survival_from_counters(counters: SpecCounters, length: int) -> tuple[float, ...]:
@@ -151,12 +105,6 @@ def fit_profile(
         base_decode_ms=sum(b.predicted_ms or 0.0 for b, _ in pairs),
         other_ms=sum(max(0.0, (m.timed_ms or 0.0) - (m.predicted_ms or 0.0)) for _, m in pairs),
     )
-
-
-def curve(profile: Profile, *, end_to_end: bool = False) -> dict[int, float]:
-    """Every candidate's predicted speed-up (the decode phase's, or carried to the whole request)."""
-    at = profile.predict_end_to_end if end_to_end else profile.predict
-    return {k: p for k in LENGTHS if (p := at(k)) is not None}
 
 
 def ladder(best: int) -> list[int]:

@@ -98,6 +98,8 @@ class BenchOutcome(BaseModel):
     verdict: str | None = None
     deploy_command: str | None = None
     why_not: str | None = None
+    repetitions: int | None = None  # the winner's audited run, as the evidence gate counted them
+    minimum_met_by: str | None = None  # set when fewer than the policy's minimum: its anytime-valid decision
     left_out: list[str] = Field(default_factory=list)  # candidates not measurable here, with why
 
 

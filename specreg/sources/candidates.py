@@ -67,7 +67,7 @@ class Found:
         from specreg.gguf.summary import summarize
 
         if self.file is not None:
-            return summarize(self.file)
+            return summarize(self.file, shared=True)
         return self.record.summary if self.record is not None else None
 
 
@@ -246,7 +246,7 @@ def open_local(found: Found, reg: Registry) -> None:
 def summary_licence(gf: GGUFFile) -> str | None:
     from specreg.gguf.summary import summarize
 
-    return summarize(gf).license.license
+    return summarize(gf, shared=True).license.license
 
 
 # -- the hub ---------------------------------------------------------------------------------------

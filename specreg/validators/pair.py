@@ -31,7 +31,7 @@ def detect_method(draft: GGUFFile | None, rule_set: RuleSet) -> Method:
             "--method auto needs a DRAFT to choose from",
             hint="pass --method draft-mtp or an n-gram method (e.g. ngram-simple) to check the target alone",
         )
-    arch = summarize(draft).architecture
+    arch = summarize(draft, shared=True).architecture
     if arch == rule_set.eagle3.architecture:
         return Method.DRAFT_EAGLE3
     if arch == rule_set.dflash.architecture:

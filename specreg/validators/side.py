@@ -7,7 +7,7 @@ summary is built once per file (the reader copies it on every call).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import compress
 from typing import Any
 
@@ -31,8 +31,8 @@ class Side:
 
     @classmethod
     def of(cls, role: str, file: GGUFFile, rules: RuleSet) -> Side:
-        summary = summarize(file)
-        summary.sha256 = summary.sha256 or file.sha256
+        shared = summarize(file, shared=True)  # a shallow copy: a Side only reads, but fills sha256
+        summary = replace(shared, sha256=shared.sha256 or file.sha256)
         return cls(role, file, summary, effective_vocab(summary, rules))
 
     @property

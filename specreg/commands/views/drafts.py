@@ -183,6 +183,9 @@ def _show_bench(report: DraftReport) -> None:
         say(f"{measured}; kept {', '.join(r.kept) or 'none'}", prefix=f"round {r.round} ", indent=8)
     for line in b.left_out:
         say(line, prefix="not run ", indent=8)
+    if b.winner and b.repetitions is not None:
+        say(f"{b.repetitions} repetition(s)" + (f"; {b.minimum_met_by}" if b.minimum_met_by else ""),
+            prefix="evidence", indent=8)  # fmt: skip
     if b.deploy_command:
         say(f"{b.winner}: {b.verdict}", prefix="winner  ", indent=8)
         say(b.deploy_command, prefix="deploy  ", indent=8)
