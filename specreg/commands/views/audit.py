@@ -12,7 +12,7 @@ from collections import Counter
 
 from specreg.commands.layout import Col, command_lines
 from specreg.commands.output import print_listing, safe_plain, say, show_lines, width
-from specreg.report.common import hardware_labels, hardware_matrix
+from specreg.report.common import hardware_labels, hardware_matrix, headline
 from specreg.schemas.audit import GATES, AuditReport, PairAudit, StratumDecision
 
 DETAIL_LIMIT = 50
@@ -27,9 +27,7 @@ def _name(name: str | None, sha256: str | None) -> str:
 
 def _headline(report: AuditReport) -> None:
     word, style = _RESULT[report.passed]
-    n_pass = sum(p.passed for p in report.pairs)
-    counts = f"{len(report.pairs)} pairs, {n_pass} pass, {len(report.pairs) - n_pass} fail"
-    say(f"{counts} (policy: {report.policy_source})", prefix=f"audit: {word}  ", marks=[(word, style)], indent=2)
+    say(f"{headline(report)} (policy: {report.policy_source})", prefix=f"audit: {word}  ", marks=[(word, style)], indent=2)
 
 
 def _pairs_listing(report: AuditReport, hw: dict[str, str]) -> None:
