@@ -247,7 +247,7 @@ def _real_models(
     draft. `step` shows the fetch's steps (specreg.commands.fetch_progress); None: silently."""
     from specreg.testing import realmodel
 
-    kw = {} if step is None else {"step": step}
+    step = step or realmodel.silent
 
     if realmodel.cached("q4_1") is None:
         say(
@@ -255,8 +255,8 @@ def _real_models(
         )
     else:
         say(f"1/5 using SmolLM2-135M-Instruct ({realmodel.LICENCE}) from {realmodel.model_dir()}")
-    draft = realmodel.ensure_model("q4_1", **kw)  # the source first: the F32 target is derived from it
-    models = {"target": realmodel.ensure_model("f32", **kw), REAL_DRAFT: draft}
+    draft = realmodel.ensure_model("q4_1", step=step)  # the source first: the F32 target is derived from it
+    models = {"target": realmodel.ensure_model("f32", step=step), REAL_DRAFT: draft}
     todo: list[tuple[str | None, str, str]] = [
         (REAL_DRAFT, "draft-simple", "the same model quantized to Q4_1: a fifth of the bytes per token")
     ]

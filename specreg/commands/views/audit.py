@@ -27,7 +27,8 @@ def _name(name: str | None, sha256: str | None) -> str:
 
 def _headline(report: AuditReport) -> None:
     word, style = _RESULT[report.passed]
-    say(f"{headline(report)} (policy: {report.policy_source})", prefix=f"audit: {word}  ", marks=[(word, style)], indent=2)
+    text = f"{headline(report)} (policy: {report.policy_source})"
+    say(text, prefix=f"audit: {word}  ", marks=[(word, style)], indent=2)
 
 
 def _pairs_listing(report: AuditReport, hw: dict[str, str]) -> None:
