@@ -70,7 +70,13 @@ def _parser() -> argparse.ArgumentParser:
 # The flags whose values are model paths: in a fleet's audit every pair's command differs only in
 # them, so they are parsed as placeholders (one parse per shape of command, not one per pair:
 # `audit --all` of 5,000 pairs parsed 2,400 distinct commands) and the paths put back after.
-_PATH_FLAGS = {"-m": "model", "--model": "model", "-md": "draft", "--spec-draft-model": "draft", "--model-draft": "draft"}
+_PATH_FLAGS = {
+    "-m": "model",
+    "--model": "model",
+    "-md": "draft",
+    "--spec-draft-model": "draft",
+    "--model-draft": "draft",
+}
 
 
 def _parse(flags: list[str]) -> argparse.Namespace:
