@@ -20,10 +20,11 @@ once with `specreg workloads fetch NAME`, skipped when not cached), the first --
 of each, at most --max-tokens new tokens each. Families: the factory's tiny model; tiny weights
 under llama.cpp's own tokenizers (llama-spm 32k, qwen2 152k, gemma-4 262k); two tiny
 sliding-window families llama.cpp serves with an iSWA cache and context checkpoints (gemma2:
-every 2nd layer windowed; gemma3: 5 of 6; a 64-token window, so prompts pass it); and the real
+every 2nd layer windowed; gemma3: 5 of 6; a 64-token window, so prompts pass it); a tiny mamba
+(recurrent state and its context checkpoints, no KV cache); and the real
 SmolLM2-135M pair (F16 target, Q4_1 draft) when the cache has it or --fetch is given.
 
-Usage: python benchmarks/bench_memory.py [--models tiny,spm,qwen2,gemma4,gemma2-swa,gemma3-swa,smollm2]
+Usage: python benchmarks/bench_memory.py [--models tiny,spm,qwen2,gemma4,gemma2-swa,gemma3-swa,mamba,smollm2]
        [--workloads mt-bench,humaneval,sharegpt] [--requests N] [--max-tokens N] [--fetch]
 """
 
@@ -46,7 +47,7 @@ from specreg.servers.launcher import bundled_command, launch
 from specreg.servers.memory import GpuProbe, MemorySampler
 from specreg.servers.memory_predict import predict_rss
 from specreg.testing import ModelSpec, write_model
-from specreg.testing.factory import sliding_window_spec
+from specreg.testing.factory import recurrent_spec, sliding_window_spec
 from specreg.testing.modelspec import CYCLER, SMALL_NOISE
 from specreg.validators.memory_budget import BUDGET_MARGIN, estimate, model_facts
 from specreg.validators.memory_served import Served
@@ -92,6 +93,11 @@ def _conditions(folder: Path, models: list[str], fetch: bool) -> list[Condition]
             draft = str(write_model(folder / f"{name}-draft.gguf", sliding_window_spec(arch, n_layer=2, base=CYCLER)))
             out += _family(f"{arch} SWA", target, draft, ("none", "ngram-simple", "draft-simple"))
             out.append(Condition(f"{arch} SWA", "--swa-full", target, None, "none", ["-c", str(CTX), "--swa-full"]))
+    if "mamba" in models:  # recurrent: a state per slot and its context checkpoints, no KV cache
+        target = str(write_model(folder / "mamba.gguf", recurrent_spec(n_layer=4)))  # f32: ssm_conv / ssm_scan
+        draft = str(write_model(folder / "mamba-draft.gguf", recurrent_spec(n_layer=1)))
+        out += _family("mamba", target, draft, ("none", "ngram-simple", "draft-simple"))
+        out.append(Condition("mamba", "-c 16384 -np 4", target, None, "none", ["-c", "16384", "-np", "4"]))
     vocab_models = [m for m in models if m in VOCABS]
     if vocab_models:
         from specreg.testing.realvocab import ensure_vocab_files
@@ -137,8 +143,9 @@ def _measure(c: Condition, folder: Path, items: list[WorkloadItem], gpu: GpuProb
             for it in items:
                 prompt = client.input_tokens(it)
                 done = client.complete(it, max_tokens=it.max_tokens, seed=42)
-                if not done.ok:  # refused (longer than a slot's context): it leaves nothing held
-                    print(f"  {c.model} / {it.id}: {done.error}")
+                if not done.ok:  # refused (longer than a slot's context): tokenized, nothing decoded
+                    print(f"  {c.model} / {it.id}: refused, {prompt} tokens ({(done.error or '')[:40]})")
+                    served.append(Served(it.id, prompt, prompt, it.messages is not None, refused=True))
                     continue
                 total = prompt + max(0, (done.output_tokens or 0) - 1)  # the last token is never decoded
                 served.append(Served(it.id, prompt, total, it.messages is not None))
@@ -161,7 +168,7 @@ def _workloads(names: list[str], requests: int, max_tokens: int) -> dict[str, li
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument(
-        "--models", default="tiny,spm,gemma4,gemma2-swa,gemma3-swa,smollm2", help="comma-separated families"
+        "--models", default="tiny,spm,gemma4,gemma2-swa,gemma3-swa,mamba,smollm2", help="comma-separated families"
     )
     ap.add_argument("--workloads", default="mt-bench,humaneval,sharegpt", help="comma-separated standard sets")
     ap.add_argument("--requests", type=int, default=8, help="prompts served per workload (the first N)")
@@ -183,7 +190,7 @@ def main() -> None:
                 spec = ConditionSpec(name=c.label, method=c.method, draft_path=c.draft)
                 resident = predict_rss(
                     spec, c.target, ctx_size=settings.ctx_size, slots=settings.slots, gpu_layers=None, items=items,
-                    max_tokens=None, served=served, settings=settings,
+                    max_tokens=None, served=served, settings=settings, in_flight=1,
                 )  # fmt: skip
                 files = [open_gguf(c.target), open_gguf(c.draft) if c.draft else None]
                 total = estimate(files[0], files[1], settings, rules).total_bytes

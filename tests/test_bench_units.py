@@ -373,7 +373,11 @@ def test_bundled_flags_become_common_params() -> None:
     assert p.endpoint_metrics is True and p.n_gpu_layers == -2 and p.hostnames == ["127.0.0.1"]
     none = bundled_server.build_params(bundled_server.build_parser().parse_args(["-m", "t", "--spec-type", "none"]))
     assert list(none.speculative.types) == [enum.COMMON_SPECULATIVE_TYPE_NONE]
+    assert none.n_threads_http == -1  # the build's default: max(-np + 4, CPUs - 1)
+    http = bundled_server.build_parser().parse_args(["-m", "t", "--threads-http", "7"])
+    assert bundled_server.build_params(http).n_threads_http == 7
     for bad in (
+        ["-m", "t", "--threads-http", "0"],
         ["-m", "t", "--spec-type", "bogus"],
         ["-m", "t", "--spec-ngram-mod-n-match", "0"],
         ["-m", "t", "-ngl", "lots"],

@@ -111,7 +111,8 @@ def test_argv_round_trips_through_the_bundled_parser_to_what_was_measured(
         # the serving limits the memory prediction assumed: pinned at the build's defaults when unset
         assert (deployed["cache_ram"], deployed["ctx_checkpoints"]) == (8192, 32)
         assert (recorded["cache_ram"], recorded["ctx_checkpoints"]) == (None, None)
-        benchmark_only |= {"cache_ram", "ctx_checkpoints"}
+        assert (deployed["threads_http"], recorded["threads_http"]) == (deployed["parallel"] + 4, None)
+        benchmark_only |= {"cache_ram", "ctx_checkpoints", "threads_http"}
         assert {k: v for k, v in deployed.items() if k not in benchmark_only} == {
             k: v for k, v in recorded.items() if k not in benchmark_only
         }
@@ -228,7 +229,7 @@ def test_unit_argv_building() -> None:
                 "-ngl", "-1", "--seed", "7", "--metrics", "--host", "127.0.0.1", "--port", "41234"]  # fmt: skip
     argv = server_argv(external, program="/opt/llama/bin/llama-server")
     assert argv == ["/opt/llama/bin/llama-server", "-m", "/m/t.gguf", "--spec-type", "none", "-c", "512", "-np", "2",
-                    "--ctx-checkpoints", "32", "--cache-ram", "8192",
+                    "--ctx-checkpoints", "32", "--cache-ram", "8192", "--threads-http", "6",
                     "-ngl", "-1", "--seed", "7", "--temp", "0", "--metrics"]  # fmt: skip
     # what the memory prediction assumed is pinned: llama.cpp's defaults, or what the run recorded
     pinned = server_argv([*external, "--cache-ram", "512", "--ctx-checkpoints", "4", "--swa-full"])

@@ -123,9 +123,9 @@ def test_gpu_layers_split_weights_kv_and_compute(tmp_path: Path) -> None:
     cpu = estimate(gf, None, ServeSettings(), RULES)
     assert cpu.vram_bytes == 0 and cpu.host_bytes == cpu.total_bytes
     every = estimate(gf, None, ServeSettings(gpu_layers=-1), RULES)
-    # output buffers, the prompt cache and checkpoints: host memory
+    # output buffers, the prompt cache, checkpoints and the HTTP threads: host memory
     host_only = every.overhead_bytes + every.output_bytes + every.vocab_bytes + every.prompt_cache_bytes
-    host_only += every.checkpoint_bytes
+    host_only += every.checkpoint_bytes + every.http_bytes
     assert every.vram_bytes == every.total_bytes - host_only - (
         sum(t.n_bytes for t in gf.tensors if not t.name.startswith(("blk.", "output.")))
     )
@@ -178,6 +178,8 @@ def test_check_pair_reports_memory_and_fails_a_budget(tmp_path: Path) -> None:
         "method_bytes",
         "prompt_cache_bytes",
         "checkpoint_bytes",
+        "http_bytes",
+        "recurrent_bytes",
     )
     assert mem["total_bytes"] == sum(mem[k] for k in parts)
     assert mem["prompt_cache_bytes"] == 8192 * MIB and mem["checkpoint_bytes"] == 0  # llama.cpp's default, no SWA

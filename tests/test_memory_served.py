@@ -1,5 +1,6 @@
-"""What a serving server holds over time: the prompt cache and context checkpoints, replayed from the
-requests, against what the bundled server logs it holds and the peak RSS it reaches."""
+"""What a serving server holds over time: the prompt cache (idle slots included), context checkpoints
+(sliding-window and recurrent), the HTTP threads, replayed from the requests, against what the
+bundled server logs it holds and the peak RSS it reaches."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from specreg.schemas.memory import DEFAULT_CACHE_RAM_MIB, DEFAULT_CTX_CHECKPOINT
 from specreg.servers.launcher import bundled_command, launch
 from specreg.servers.memory import GpuProbe, MemorySampler
 from specreg.servers.memory_predict import predict_rss
-from specreg.testing import write_model
-from specreg.testing.factory import sliding_window_spec
+from specreg.testing import ModelSpec, write_model
+from specreg.testing.factory import recurrent_spec, sliding_window_spec
 from specreg.testing.modelspec import CYCLER
 from specreg.validators.memory_budget import (
     BUDGET_MARGIN,
@@ -27,7 +28,14 @@ from specreg.validators.memory_budget import (
     model_facts,
     prediction_exceeded,
 )
-from specreg.validators.memory_served import Served, checkpoint_positions, served_growth
+from specreg.validators.memory_served import (
+    Served,
+    checkpoint_positions,
+    http_threads,
+    partial_bytes,
+    served_growth,
+    state_bytes,
+)
 
 MIB = 1 << 20
 WORDS = "The cat and the dog walked to the old mill by the river and talked about the weather. "
@@ -53,6 +61,8 @@ def test_the_defaults_assumed_are_the_bundled_builds() -> None:
 def _serve(
     target: Path, draft: Path | None, method: str, items: list[WorkloadItem], log: Path, *flags: str
 ) -> tuple[int, list[Served]]:
+    """Serve `items` one after another (a later -c in `flags` wins); a request the server refuses
+    (longer than a slot's context) is kept as refused."""
     argv = ["-m", str(target), *(["-md", str(draft)] if draft else []), "--spec-type", method, "-c", "4096", *flags]
     server = launch(bundled_command(), argv, log, start_timeout_s=120)
     served = []
@@ -62,7 +72,10 @@ def _serve(
             for it in items:
                 n = client.input_tokens(it)
                 done = client.complete(it, max_tokens=it.max_tokens, seed=42)
-                assert done.ok, done.error
+                if not done.ok:
+                    assert "exceeds the available context size" in (done.error or ""), done.error
+                    served.append(Served(it.id, n, n, it.messages is not None, refused=True))
+                    continue
                 served.append(Served(it.id, n, n + max(0, (done.output_tokens or 0) - 1), it.messages is not None))
     finally:
         server.stop()
@@ -111,17 +124,21 @@ def test_the_cache_limit_and_off_switch_bound_the_growth(tmp_path: Path) -> None
 
 
 def _within(target: Path, draft: Path | None, method: str, items: list[WorkloadItem], tmp: Path, *flags: str) -> None:
+    """Served one at a time, the prediction is within the margin of the measured peak."""
     peak, served = _serve(target, draft, method, items, tmp / f"{method}.log", *flags)
+    ctx = int(flags[flags.index("-c") + 1]) if "-c" in flags else 4096
+    slots = int(flags[flags.index("-np") + 1]) if "-np" in flags else 1
     settings = ServeSettings(swa_full="--swa-full" in flags)
     spec = ConditionSpec(name=method, method=method, draft_path=str(draft) if draft else None)
     predicted = predict_rss(
-        spec, str(target), ctx_size=4096, slots=1, gpu_layers=None, items=items, max_tokens=None, served=served,
-        settings=settings,
+        spec, str(target), ctx_size=ctx, slots=slots, gpu_layers=None, items=items, max_tokens=None,
+        served=served, settings=settings, in_flight=1,
     )  # fmt: skip
     assert predicted is not None
     what = (target.name, method, flags, round(predicted / MIB, 1), round(peak / MIB, 1))
     assert abs(predicted - peak) <= BUDGET_MARGIN * peak, what
     assert prediction_exceeded(peak, predicted) is None, what
+    settings = settings.model_copy(update={"ctx_size": ctx, "slots": slots})
     total = estimate(open_gguf(target), open_gguf(draft) if draft else None, settings, RULES).total_bytes
     assert total >= peak, what
 
@@ -184,5 +201,119 @@ def test_deploy_pins_what_the_prediction_assumed() -> None:
     argv = server_argv(recorded)
     assert argv[argv.index("--cache-ram") + 1] == str(DEFAULT_CACHE_RAM_MIB)
     assert argv[argv.index("--ctx-checkpoints") + 1] == str(DEFAULT_CTX_CHECKPOINTS)
-    argv = server_argv([*recorded, "--cache-ram", "0"])
-    assert argv[argv.index("--cache-ram") + 1] == "0"
+    assert argv[argv.index("--threads-http") + 1] == "5"  # -np + 4: no more than any prediction counted
+    argv = server_argv([*recorded, "--cache-ram", "0", "--threads-http", "7"])
+    assert argv[argv.index("--cache-ram") + 1] == "0" and argv[argv.index("--threads-http") + 1] == "7"
+
+
+def _cache_states(log: Path) -> list[tuple[int, float]]:
+    text = log.read_text(errors="replace")
+    return [(int(n), float(x)) for n, x in re.findall(r"cache state: (\d+) prompts, ([\d.]+) MiB", text)]
+
+
+def test_idle_slots_are_saved_when_fewer_requests_are_in_flight_than_slots(tmp_path: Path) -> None:
+    """-np 4, one request at a time: once a task has its slot the server saves every idle slot
+    (--cache-idle-slots, on by default), so the cache holds the earlier prompts although no slot
+    was ever taken over (the -5% miss of bench_memory's `-c 16384 -np 4`); the replay with one
+    request in flight ends where the server's log does."""
+    target = write_model(tmp_path / "t.gguf", ModelSpec(n_ctx=4096))
+    log = tmp_path / "s.log"
+    _, served = _serve(target, None, "none", ITEMS, log, "-c", "16384", "-np", "4", "-lv", "4")
+    states = _cache_states(log)
+    t = model_facts(open_gguf(target), RULES)
+    settings = ServeSettings(ctx_size=16384, slots=4)
+    growth = served_growth(t, None, settings, served, in_flight=1)
+    tokens = sum(r.total_tokens for r in served[:-1]) * 4  # the entries' token copies, not in the log
+    assert states[-1][0] == growth.entries == len(served) - 1
+    assert round((growth.trace[-1] - tokens) / MIB, 3) == pytest.approx(states[-1][1], abs=0.002)
+    assert served_growth(t, None, settings, served).peak_bytes == 0  # 4 in flight: none idle, none saved
+    off = served_growth(t, None, settings.model_copy(update={"cache_idle_slots": False}), served, in_flight=1)
+    assert off.peak_bytes == 0
+
+
+def test_the_slots_idle_serving_and_http_threads_hold_what_is_predicted(tmp_path: Path) -> None:
+    """The whole prediction for -c 16384 -np 4 served one request at a time is within 5% of the
+    measured peak RSS, and the server runs as many HTTP threads as counted."""
+    target = write_model(tmp_path / "t.gguf", ModelSpec(n_ctx=4096))
+    _within(target, None, "none", CHATS + ITEMS, tmp_path, "-c", "16384", "-np", "4", "-lv", "4")
+    threads = re.findall(r"using (\d+) threads for HTTP server", (tmp_path / "none.log").read_text(errors="replace"))
+    assert threads and int(threads[-1]) == http_threads(ServeSettings(slots=4))
+
+
+def test_a_refused_prompt_decodes_nothing_but_is_tokenized(tmp_path: Path) -> None:
+    """A prompt longer than a slot's context (the factory's 512) is refused before its first batch:
+    the prediction counts no compute for it (the +6% miss of bench_memory's humaneval draft-simple,
+    every prompt refused), only the HTTP threads that tokenized it."""
+    long = [WorkloadItem(id=f"l{i}", stratum="s", prompt=f"{i} " + WORDS * 40, max_tokens=16) for i in range(3)]
+    target = write_model(tmp_path / "t.gguf", CYCLER)
+    draft = write_model(tmp_path / "d.gguf", CYCLER.but(n_layer=1))
+    _within(target, draft, "draft-simple", long, tmp_path)
+    text = (tmp_path / "draft-simple.log").read_text(errors="replace")
+    assert "exceeds the available context size" in text
+
+
+def test_a_recurrent_models_state_and_checkpoints_match_the_servers_log(tmp_path: Path) -> None:
+    """A tiny mamba (every layer recurrent): no KV cache, a recurrent state per slot of the size the
+    server allocates, context checkpoints of one slot's state, the prompt cache as logged."""
+    target = write_model(tmp_path / "m.gguf", recurrent_spec(n_layer=4))
+    log = tmp_path / "m.log"
+    _, served = _serve(target, None, "none", ITEMS + CHATS[:1], log, "-lv", "4")  # distinct prompts
+    text = log.read_text(errors="replace")
+    t = model_facts(open_gguf(target), RULES)
+    settings = ServeSettings()
+    est = estimate(open_gguf(target), None, settings, RULES)
+    rs = [float(x) for x in re.findall(r"RS buffer size =\s+([\d.]+) MiB", text)]
+    assert rs and round(est.recurrent_bytes / MIB, 2) == pytest.approx(rs[0], abs=0.005)
+    assert est.kv_bytes == 0 and "KV buffer size" not in text
+    assert not any("not counted" in n for n in est.notes)
+    made = [float(x) for x in re.findall(r"created context checkpoint .*size = ([\d.]+) MiB", text)]
+    assert made and all(x == pytest.approx(partial_bytes(t, settings, 100) / MIB, abs=0.001) for x in made)
+    saved = [float(x) for x in re.findall(r"saving prompt with length \d+, total state size = ([\d.]+) MiB", text)]
+    assert saved and all(x == pytest.approx(state_bytes(t, settings, 100) / MIB, abs=0.001) for x in saved)
+    growth = served_growth(t, None, settings, served)
+    assert growth.checkpoints == len(made)
+    tokens = [sum(r.total_tokens for r in served[:i]) * 4 for i in range(len(served))]
+    logged = [x for _, x in _cache_states(log)]
+    assert [round((x - h) / MIB, 3) for x, h in zip(growth.trace, tokens, strict=True)] == pytest.approx(
+        logged, abs=0.002
+    )
+
+
+def test_a_recurrent_layout_not_sized_is_said_to_be_not_counted(tmp_path: Path) -> None:
+    """A file with an SSM state but not of the mamba family (a hybrid's keys on a llama file):
+    the estimate says its recurrent state and checkpoints are not counted, never silently 0."""
+    spec = CYCLER.but(kv_overrides=(("llama.ssm.state_size", 16, "UINT32", None),))
+    est = estimate(open_gguf(write_model(tmp_path / "h.gguf", spec)), None, ServeSettings(), RULES)
+    assert any("recurrent (SSM) layers of a layout not sized (llama)" in n for n in est.notes)
+    assert any("checkpoints of the target's recurrent state are not counted" in n for n in est.notes)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["none", "draft-simple"])
+def test_prediction_within_5_percent_on_a_recurrent_family(tmp_path: Path, method: str) -> None:
+    target = write_model(tmp_path / "m.gguf", recurrent_spec(n_layer=4))
+    draft = write_model(tmp_path / "d.gguf", recurrent_spec(n_layer=1))
+    _within(target, draft if method == "draft-simple" else None, method, CHATS + ITEMS, tmp_path)
+    _within(target, None, "none", ITEMS, tmp_path / "np4", "-c", "16384", "-np", "4")
+
+
+def test_a_benchmarks_refused_rows_are_replayed_as_refused() -> None:
+    """bench's stored prediction: a row with an error and no token (not a time-out) was refused
+    before its first batch; a timed-out one occupied its slot and is replayed as served."""
+    from datetime import UTC, datetime
+
+    from specreg.schemas.bench import RequestRow
+    from specreg.servers.memory_predict import served_requests
+
+    def row(pid: str, ok: bool, out: int | None, timed_out: bool = False) -> RequestRow:
+        now = datetime.now(UTC)
+        return RequestRow(
+            condition_idx=0, condition="c", prompt_id=pid, stratum="s", repeat=0, started_at=now, ok=ok,
+            output_tokens=out, timed_out=timed_out, error=None if ok else "HTTP 400",
+        )  # fmt: skip
+
+    rows = [row("a", True, 8), row("b", False, None), row("c", False, None, timed_out=True)]
+    served = served_requests(rows, {"a": 10, "b": 900, "c": 20}, set())
+    assert served is not None
+    got = [(r.key, r.refused, r.total_tokens) for r in served]
+    assert got == [("a", False, 17), ("b", True, 900), ("c", False, 20)]

@@ -8,7 +8,10 @@ which the audit chose to be the policy's `[sampling]`; greedy for runs that reco
 the run's seed), because the quality and speed gates only vouch for those. The prompt cache's
 limit and the context checkpoints per slot are pinned as the memory prediction assumed them
 (--cache-ram, --ctx-checkpoints: the run's, else llama.cpp's defaults of the audited build), so
-a build with other defaults cannot grow past the audited figure. Pure: no I/O.
+a build with other defaults cannot grow past the audited figure; so are the HTTP threads (each
+holds its prompts' tokenizing: --threads-http, the run's, else -np + 4, the fewest the audited
+figure counted on any machine, where the default max(-np + 4, CPUs - 1) grows with the CPUs).
+Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -132,6 +135,8 @@ def server_argv(
     cache_ram = DEFAULT_CACHE_RAM_MIB if ns.cache_ram is None else ns.cache_ram
     checkpoints = DEFAULT_CTX_CHECKPOINTS if ns.ctx_checkpoints is None else ns.ctx_checkpoints
     argv += ["--ctx-checkpoints", str(checkpoints), "--cache-ram", str(cache_ram)]
+    threads_http = ns.parallel + 4 if ns.threads_http is None else ns.threads_http
+    argv += ["--threads-http", str(threads_http)]
     if ns.swa_full:
         argv.append("--swa-full")
     if ns.threads is not None:

@@ -53,9 +53,12 @@ def _memory_lines(m: MemoryEstimate) -> list[str]:
 
     draft = f" + draft {mib(m.draft_weights_bytes)}" if m.draft_weights_bytes else ""
     gpu = f", GPU {mib(m.vram_bytes)}" if m.vram_bytes else ""
+    kv = f"KV {mib(m.kv_bytes - m.draft_kv_bytes)}"
+    if m.recurrent_bytes:
+        kv += f", recurrent state {mib(m.recurrent_bytes)}"
     lines = [
         f"-c {m.ctx_size} -np {m.slots} -ctk {m.cache_type_k} -ctv {m.cache_type_v}: "
-        f"weights {mib(m.target_weights_bytes)}{draft}, KV {mib(m.kv_bytes - m.draft_kv_bytes)}, "
+        f"weights {mib(m.target_weights_bytes)}{draft}, {kv}, "
         f"compute {mib(m.compute_bytes)}, outputs {mib(m.output_bytes)}, tokenizer {mib(m.vocab_bytes)}, "
         f"server {mib(m.overhead_bytes + m.method_bytes)} = {mib(m.total_bytes)} MiB{gpu}"
     ]
@@ -87,8 +90,13 @@ def served_lines(m: MemoryEstimate) -> list[str]:
         dflt = " (default)" if m.ctx_checkpoints == DEFAULT_CTX_CHECKPOINTS else ""
         lines.append(
             f"context checkpoints up to {m.ctx_checkpoints} x {mib(m.checkpoint_each_bytes)} MiB{per} = "
-            f"{mib(m.checkpoint_bytes)} MiB (--ctx-checkpoints {m.ctx_checkpoints}{dflt}, -np; "
-            "--swa-full: none), in the total"
+            f"{mib(m.checkpoint_bytes)} MiB (--ctx-checkpoints {m.ctx_checkpoints}{dflt}, -np"
+            f"{'; --swa-full: none' if m.swa_cells is not None else ''}), in the total"
+        )
+    if m.http_bytes:
+        lines.append(
+            f"HTTP threads up to {m.http_threads} x the tokenizing of a slot-long prompt = "
+            f"{mib(m.http_bytes)} MiB (--threads-http), in the total"
         )
     return lines
 

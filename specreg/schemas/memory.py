@@ -30,6 +30,8 @@ class ServeSettings(BaseModel):
     cache_ram_mib: int = Field(default=DEFAULT_CACHE_RAM_MIB, ge=-1)  # --cache-ram
     ctx_checkpoints: int = Field(default=DEFAULT_CTX_CHECKPOINTS, ge=0)  # --ctx-checkpoints
     swa_full: bool = False  # --swa-full: a full-size SWA cache, no checkpoints
+    cache_idle_slots: bool = True  # --cache-idle-slots (llama.cpp's default): idle slots saved to the cache
+    http_threads: int | None = Field(default=None, ge=1)  # --threads-http (None: max(-np + 4, CPUs - 1))
 
 
 class MemoryEstimate(BaseModel):
@@ -45,6 +47,7 @@ class MemoryEstimate(BaseModel):
     kv_bytes: int  # target + draft KV caches
     target_kv_bytes: int = 0
     draft_kv_bytes: int = 0
+    recurrent_bytes: int = 0  # recurrent (SSM) state of every context: a row per slot (mamba, mamba2)
     compute_bytes: int  # compute buffers of every context (worst case: a full micro-batch at full context)
     output_bytes: int = 0  # output buffers of every context (logits of as many outputs as a batch may ask)
     vocab_bytes: int = 0  # the tokenizers' heap (target + draft: each context loads its own)
@@ -59,6 +62,10 @@ class MemoryEstimate(BaseModel):
     cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB
     ctx_checkpoints: int = DEFAULT_CTX_CHECKPOINTS
     checkpoint_each_bytes: int = 0  # one checkpoint at its largest (target + draft)
+    # the HTTP worker threads' arenas (each tokenizes the prompts it receives) and the code first
+    # run when serving, at most: every thread with a prompt as long as a slot's context
+    http_bytes: int = 0
+    http_threads: int = 0
     total_bytes: int
     vram_bytes: int = 0  # the part offloaded with -ngl (0: CPU only)
     host_bytes: int = 0  # the rest

@@ -70,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-ram", "-cram", type=int, dest="cache_ram", default=None, help="prompt cache MiB (-1, 0)")
     p.add_argument("--ctx-checkpoints", "-ctxcp", type=int, dest="ctx_checkpoints", default=None)
     p.add_argument("--swa-full", action="store_true", dest="swa_full")
+    # HTTP workers, each tokenizing in an arena of its own (default: max(-np + 4, CPUs - 1))
+    p.add_argument("--threads-http", type=int, dest="threads_http", default=None)
     p.add_argument("-t", "--threads", type=int, default=None)
     p.add_argument("-tb", "--threads-batch", type=int, dest="threads_batch", default=None)
     p.add_argument("-ngl", "--gpu-layers", "--n-gpu-layers", dest="ngl", default=None)
@@ -129,6 +131,10 @@ def build_params(ns: argparse.Namespace) -> Any:
             raise ValueError(f"--ctx-checkpoints: expected 0 or more, got {ns.ctx_checkpoints}")
         params.n_ctx_checkpoints = ns.ctx_checkpoints
     params.swa_full = bool(ns.swa_full)
+    if ns.threads_http is not None:
+        if ns.threads_http < 1:
+            raise ValueError(f"--threads-http: expected 1 or more, got {ns.threads_http}")
+        params.n_threads_http = ns.threads_http
     if ns.threads is not None:
         params.cpuparams.n_threads = ns.threads
         params.cpuparams_batch.n_threads = ns.threads

@@ -7,6 +7,7 @@ report shows the error); it never fails a benchmark: a file it cannot read gives
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from specreg.errors import SpecregError, UsageError
@@ -54,6 +55,7 @@ def predict_rss(
     cache_type_v: str = "f16",
     served: Sequence[Served] | None = None,
     settings: ServeSettings | None = None,
+    in_flight: int | None = None,
 ) -> int | None:
     """Predicted peak RSS of one condition's server: its files, flags, the workload's longest
     request and what its requests leave held (the prompt cache, the checkpoints).
@@ -62,8 +64,10 @@ def predict_rss(
     the prompt's UTF-8 bytes (+2 specials); it sizes the part of the compute buffer a request
     touches. `served`: the requests as the server counted them, in the order they took slots
     (a benchmark knows them: `served_requests`); without it each item once, its prompt counted
-    as above and its output at max_tokens. `settings` (for the flags beyond the arguments, e.g.
-    --cache-ram) is completed with the arguments.
+    as above and its output at max_tokens. Only requests the server decoded touch the compute
+    buffer (one it refused, longer than a slot's context, is only tokenized). `settings` (for
+    the flags beyond the arguments, e.g. --cache-ram) is completed with the arguments;
+    `in_flight`: requests the client keeps in flight (default: -np).
     """
     from specreg.gguf.reader import open_gguf
     from specreg.validators.memory_budget import resident_bytes
@@ -92,17 +96,31 @@ def predict_rss(
             count(it.prompt) if it.prompt is not None else sum(count(m.content) + 16 for m in it.messages or [])
             for it in items
         ]
-        tokens = max(sizes, default=0) + 2
+        texts = {it.id: text_bytes(it) for it in items}
         if served is None:
+            tokens = max(sizes, default=0) + 2
             served = [
                 Served(it.id, n + 2, n + 2 + max(0, (max_tokens or it.max_tokens) - 1), it.messages is not None)
                 for it, n in zip(items, sizes, strict=True)
             ]
         else:
-            tokens = max([tokens, *(r.prompt_tokens for r in served)])
-        return resident_bytes(target, draft, settings, load_rule_set(), tokens, tokens + new, new, served)
+            tokens = max((r.prompt_tokens for r in served if not r.refused), default=0)
+        served = [r if r.text_bytes else replace(r, text_bytes=texts.get(r.key, 0)) for r in served]
+        rules = load_rule_set()
+        return resident_bytes(target, draft, settings, rules, tokens, tokens + new, new, served, in_flight)
     except SpecregError:
         return None
+
+
+CHAT_MESSAGE_BYTES = 32  # a chat message's role markers in the text the template renders
+
+
+def text_bytes(item: WorkloadItem) -> int:
+    """UTF-8 bytes of the text the server tokenizes for an item (a chat: its messages' contents
+    and role markers)."""
+    if item.prompt is not None:
+        return len(item.prompt.encode("utf-8", "surrogatepass"))
+    return sum(len(m.content.encode("utf-8", "surrogatepass")) + CHAT_MESSAGE_BYTES for m in item.messages or [])
 
 
 _MAX_PIECE = 32  # longest token text tried (characters)
@@ -168,11 +186,13 @@ def served_requests(
     freed and taken again), as the prompt cache saw them: each prompt's tokens on this server
     and its output less the last token (sampled, never decoded into the cache). `warmup`:
     (prompt id, output tokens) of the warm-up requests sent first; `chat`: the ids sent as chat
-    messages. None when a prompt's token count is unknown."""
+    messages. None when a prompt's token count is unknown. A request answered with an error and
+    no token (not a time-out) was refused before its first batch: `refused`."""
     out = []
-    for pid, n_out in [*warmup, *((r.prompt_id, r.output_tokens or 0) for r in rows)]:
+    rows_in = [(r.prompt_id, r.output_tokens or 0, not r.ok and not r.timed_out and not r.output_tokens) for r in rows]
+    for pid, n_out, refused in [*((p, n, False) for p, n in warmup), *rows_in]:
         n = input_tokens.get(pid)
         if n is None:
             return None
-        out.append(Served(pid, n, n + max(0, n_out - 1), pid in chat))
+        out.append(Served(pid, n, n + max(0, n_out - 1), pid in chat, refused=refused))
     return out

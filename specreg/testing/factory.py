@@ -49,6 +49,42 @@ def sliding_window_spec(
     return spec
 
 
+def recurrent_spec(n_layer: int = 2, d_state: int = 16, d_conv: int = 4, base: ModelSpec = CYCLER) -> ModelSpec:
+    """A tiny mamba model (every layer recurrent, no attention) the bundled llama.cpp serves with a
+    recurrent state and context checkpoints of it: the tensors and ssm.* keys llama_model_mamba
+    loads (src/models/mamba.cpp: d_inner 2 n_embd, a time-step rank of n_embd / 8), the attention
+    and FFN tensors left out (the loader refuses a tensor it does not take)."""
+    e = base.n_embd
+    d_inner, dt_rank = 2 * e, max(1, e // 8)
+    drop = [
+        f"blk.{i}.{name}.weight"
+        for i in range(n_layer)
+        for name in ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")
+    ]
+    extra: list[tuple[str, tuple[int, ...]]] = []
+    for i in range(n_layer):  # numpy shapes: (ne1, ne0) of llama.cpp's {ne0, ne1}
+        extra += [
+            (f"blk.{i}.ssm_in.weight", (2 * d_inner, e)),
+            (f"blk.{i}.ssm_conv1d.weight", (d_inner, d_conv)),
+            (f"blk.{i}.ssm_conv1d.bias", (d_inner,)),
+            (f"blk.{i}.ssm_x.weight", (dt_rank + 2 * d_state, d_inner)),
+            (f"blk.{i}.ssm_dt.weight", (d_inner, dt_rank)),
+            (f"blk.{i}.ssm_dt.bias", (d_inner,)),
+            (f"blk.{i}.ssm_a", (d_inner, d_state)),
+            (f"blk.{i}.ssm_d", (d_inner,)),
+            (f"blk.{i}.ssm_out.weight", (e, d_inner)),
+        ]
+    keys = {"conv_kernel": d_conv, "inner_size": d_inner, "state_size": d_state, "time_step_rank": dt_rank}
+    return base.but(
+        architecture="mamba",
+        n_layer=n_layer,
+        n_ctx=max(base.n_ctx, 4096),
+        extra_tensors=base.extra_tensors + tuple(extra),
+        drop_tensors=(*base.drop_tensors, *drop),
+        kv_overrides=(*base.kv_overrides, *((f"mamba.ssm.{k}", v, "UINT32", None) for k, v in keys.items())),
+    )
+
+
 def _cycle_head(spec: ModelSpec, embd: np.ndarray, out: np.ndarray) -> None:
     """Rewrite token_embd / output in place so that greedy decoding loops through `spec.cycle` ids.
 

@@ -55,3 +55,7 @@ class ModelFacts:
     vocab_heap: int = 0  # the tokenizer's heap at load, metadata copy included (vocab_heap_bytes)
     vocab_meta: int = 0  # of that, the GGUF metadata's copy, freed when the load ends
     vocab_returned: int = 0  # of that, what the allocator gives back to the system
+    tokenizer: str | None = None  # tokenizer.ggml.model (llama: SPM, gpt2: BPE, ...)
+    # one sequence's recurrent state over every layer, bytes (mamba / mamba2: all layers recurrent,
+    # no KV cache); 0: none, or a recurrent / hybrid layout not sized (`recurrent` says which)
+    recurrent_state: int = 0

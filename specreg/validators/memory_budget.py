@@ -22,11 +22,17 @@ sizes it logs (tests/test_memory_budget.py) and against measured peak RSS
   19 ggml-vocab-*.gguf files (32k-262k tokens, SPM, BPE, WPM, UGM) within 4 MiB;
 - the server process itself: a constant measured for the bundled server.
 - the speculative method's own state where llama.cpp allocates it up front (ngram-mod's table).
-- what serving adds over time (memory_served.py): the host prompt cache (--cache-ram) and the
-  context checkpoints of a sliding-window cache (--ctx-checkpoints, --swa-full), as bounds in
-  the total and, for a known workload, as what its requests leave (resident_bytes).
-Recurrent (SSM) state and its checkpoints, and an MTP head's own context, are not modelled;
-notes say so.
+- what serving adds over time (memory_served.py): the host prompt cache (--cache-ram, idle slots
+  saved with --cache-idle-slots), the context checkpoints of a sliding-window cache
+  (--ctx-checkpoints, --swa-full) and the HTTP threads' tokenizer work (--threads-http), as
+  bounds in the total and, for a known workload, as what its requests leave (resident_bytes).
+- recurrent state (llama-memory-recurrent.cpp, mamba / mamba2, every layer recurrent, no KV
+  cache): per layer n_embd_r + n_embd_s f32 per slot (llama-hparams.cpp: (d_conv - 1) x
+  (d_inner + 2 n_group d_state) and d_state x d_inner), cleared at load; its context
+  checkpoints hold one slot's state each (memory_served.py).
+Other recurrent and hybrid layouts (RWKV, Jamba, Granite/Nemotron hybrids, ...), the per-draft
+rollback checkpoints speculative decoding makes on a recurrent target, and an MTP head's own
+context are not modelled; notes say so.
 """
 
 from __future__ import annotations
@@ -44,7 +50,14 @@ from specreg.schemas.memory import MemoryEstimate, ServeSettings
 from specreg.units import MIB, size_text
 from specreg.validators.kv_cells import ModelFacts, cells, type_size
 from specreg.validators.kv_cells import pad as _pad
-from specreg.validators.memory_served import Served, cache_bound, served_growth
+from specreg.validators.memory_served import (
+    Served,
+    cache_bound,
+    http_bound,
+    http_bytes,
+    http_threads,
+    served_growth,
+)
 from specreg.validators.ruleset import RuleSet
 
 # The bundled server (Python + xllamacpp + llama.cpp's runtime, OpenMP pool, slot and prompt-cache
@@ -91,6 +104,8 @@ VOCAB_RETURNED = 16  # per token and per merge: the metadata copy glibc gives ba
 # of the fitted heap per token and merge, the share a draft's vocabulary costs again (measured:
 # draft-simple over the draft file alone, 32k SPM and 262k gemma-4 vocabularies)
 DRAFT_VOCAB_SHARE = 0.85
+# architectures whose every layer is recurrent with a mamba state (llm_arch_is_recurrent): no KV
+RECURRENT_ARCHS = ("mamba", "mamba2")
 MMAP_THRESHOLD = 32 << 20  # glibc's largest mmap threshold: a freed block below it stays resident
 # a budget must hold the estimate plus the tolerance it is checked to (benchmarks/bench_memory.py:
 # within 5% of the measured peak RSS on every model and condition)
@@ -244,6 +259,14 @@ def _model_facts(gf: GGUFFile, rules: RuleSet) -> ModelFacts:
     experts = get_int(gf, f"{arch}.expert_used_count") or 0
     ff = max(ff, (get_int(gf, f"{arch}.expert_feed_forward_length") or 0) * max(1, experts))
     n_swa = get_int(gf, f"{arch}.attention.sliding_window") or 0
+    d_state = get_int(gf, f"{arch}.ssm.state_size")
+    recurrent_state = 0
+    if d_state is not None and arch in RECURRENT_ARCHS:  # llm_arch_is_recurrent, mamba family
+        d_inner = get_int(gf, f"{arch}.ssm.inner_size") or 0
+        d_conv = get_int(gf, f"{arch}.ssm.conv_kernel") or 0
+        groups = get_int(gf, f"{arch}.ssm.group_count") or 0
+        n_r = max(0, d_conv - 1) * (d_inner + 2 * groups * d_state)
+        recurrent_state = n_all * (n_r + d_state * d_inner) * 4  # f32 rows (GGML_TYPE_F32 R and S)
     layer_weights: dict[int, int] = {}
     for t in gf.tensors:
         m = _BLOCK.match(t.name)
@@ -264,11 +287,13 @@ def _model_facts(gf: GGUFFile, rules: RuleSet) -> ModelFacts:
         weights=sum(t.n_bytes for t in gf.tensors),
         layer_weights=layer_weights,
         output_weights=output.n_bytes if output is not None else 0,
-        recurrent=get_int(gf, f"{arch}.ssm.state_size") is not None,
+        recurrent=d_state is not None,
+        recurrent_state=recurrent_state,
         n_vocab=n_vocab,
         vocab_heap=vocab_heap,
         vocab_meta=vocab_meta,
         vocab_returned=vocab_returned,
+        tokenizer=str(gf.metadata.get("tokenizer.ggml.model")) if "tokenizer.ggml.model" in gf.metadata else None,
     )
 
 
@@ -278,9 +303,12 @@ def _row_bytes(n: int, cache_type: str) -> float:
 
 
 def kv_bytes(f: ModelFacts, s: ServeSettings) -> tuple[int, int, int | None]:
-    """(bytes, cells of a full layer, cells of a SWA layer or None): K and V over every main layer."""
+    """(bytes, cells of a full layer, cells of a SWA layer or None): K and V over every main layer
+    (none for a recurrent model: recurrent_bytes)."""
     per_stream, streams = cells(s)
     full = per_stream * streams
+    if f.recurrent_state:
+        return 0, full, None
     swa_cells = None
     if any(f.swa):
         window = f.n_swa * (streams if s.kv_unified else 1) + s.n_ubatch
@@ -291,6 +319,11 @@ def kv_bytes(f: ModelFacts, s: ServeSettings) -> tuple[int, int, int | None]:
         kv = f.heads_kv[il] if il < len(f.heads_kv) else f.heads_kv[-1]
         total += n * (_row_bytes(kv * f.head_k, s.cache_type_k) + _row_bytes(kv * f.head_v, s.cache_type_v))
     return int(total), full, swa_cells
+
+
+def recurrent_bytes(f: ModelFacts, s: ServeSettings) -> int:
+    """The recurrent state buffer (llama_memory_recurrent: max(1, n_seq_max) rows, n_rs_seq 0)."""
+    return f.recurrent_state * max(1, s.slots)
 
 
 def n_outputs(s: ServeSettings, new_tokens: int | None = None) -> int:
@@ -343,7 +376,7 @@ def compute_bytes(
     # sizes over 9 shapes (n_embd 64..512, n_ff 128..1024): the FFN (3.5 n_ff + 2.5 n_embd) or the
     # attention block (7 n_embd), whichever is wider; within 15% of the logged size on all of them
     activations = t * 4 * max(int(3.5 * f.n_ff + 2.5 * f.n_embd), 7 * f.n_embd)
-    mask = n_kv * t * 2  # flash attention's f16 KQ mask
+    mask = 0 if f.recurrent_state else n_kv * t * 2  # flash attention's f16 KQ mask (none: recurrent)
     if any(f.swa):  # an iSWA model has a second mask, over its sliding-window cache's cells
         swa_stream = per_stream if s.swa_full else _pad(min(per_stream, f.n_swa + s.n_ubatch))
         mask += min(swa_stream, n_kv) * t * 2
@@ -380,6 +413,7 @@ def _estimate(t: ModelFacts, d: ModelFacts | None, settings: ServeSettings) -> M
         type_size(ct)
     t_kv, full, swa = kv_bytes(t, settings)
     d_kv = kv_bytes(d, settings)[0] if d is not None else 0
+    recurrent = recurrent_bytes(t, settings) + (recurrent_bytes(d, settings) if d is not None else 0)
     compute = compute_bytes(t, settings) + (compute_bytes(d, settings, draft=True) if d is not None else 0)
     overhead = PROCESS_OVERHEAD + (CONTEXT_OVERHEAD if d is not None else 0)
     method = METHOD_STATE.get(settings.method or "", 0)
@@ -387,7 +421,9 @@ def _estimate(t: ModelFacts, d: ModelFacts | None, settings: ServeSettings) -> M
     outputs = output_bytes(t, settings) + (output_bytes(d, settings, draft=True) if d is not None else 0)
     vocab = t.vocab_heap + (d.vocab_heap if d is not None else 0)
     prompt_cache, checkpoints, one_checkpoint = cache_bound(t, d, settings)
-    total = overhead + method + weights + t_kv + d_kv + compute + outputs + vocab + prompt_cache + checkpoints
+    http = http_bound(t, settings)
+    total = overhead + method + weights + t_kv + d_kv + recurrent + compute + outputs + vocab
+    total += prompt_cache + checkpoints + http
     vram = _offload(t, settings, t_kv) + (_offload(d, settings, d_kv) if d is not None else 0)
     if vram:
         vram += compute  # with any layer offloaded, the compute buffers live on the GPU
@@ -395,11 +431,15 @@ def _estimate(t: ModelFacts, d: ModelFacts | None, settings: ServeSettings) -> M
     if settings.method == "draft-mtp":
         notes.append("the MTP heads' own context (KV and compute of the next-n layers) is not counted")
     for role, f in (("target", t), ("draft", d)):
-        if f is not None and f.recurrent:
-            notes.append(f"{role} has recurrent (SSM) layers: their state is not counted")
+        if f is not None and f.recurrent and not f.recurrent_state:
+            notes.append(
+                f"{role} has recurrent (SSM) layers of a layout not sized ({f.arch}): their state is not counted"
+            )
+    if t.recurrent and d is not None:
+        notes.append("the rollback checkpoints speculative decoding makes on a recurrent target are not counted")
     if settings.cache_ram_mib < 0:
         notes.append("--cache-ram -1: the prompt cache has no size limit, only -c tokens (counted)")
-    if t.recurrent and settings.ctx_checkpoints:
+    if t.recurrent and not t.recurrent_state and settings.ctx_checkpoints:
         notes.append("the context checkpoints of the target's recurrent state are not counted")
     return MemoryEstimate(
         ctx_size=settings.ctx_size,
@@ -412,6 +452,7 @@ def _estimate(t: ModelFacts, d: ModelFacts | None, settings: ServeSettings) -> M
         kv_bytes=t_kv + d_kv,
         target_kv_bytes=t_kv,
         draft_kv_bytes=d_kv,
+        recurrent_bytes=recurrent,
         compute_bytes=compute,
         output_bytes=outputs,
         vocab_bytes=vocab,
@@ -423,6 +464,8 @@ def _estimate(t: ModelFacts, d: ModelFacts | None, settings: ServeSettings) -> M
         cache_ram_mib=settings.cache_ram_mib,
         ctx_checkpoints=settings.ctx_checkpoints,
         checkpoint_each_bytes=one_checkpoint,
+        http_bytes=http,
+        http_threads=http_threads(settings),
         total_bytes=total,
         vram_bytes=vram,
         host_bytes=total - vram,
@@ -441,10 +484,13 @@ def resident_bytes(
     kv_used: int,
     new_tokens: int | None = None,
     served: Sequence[Served] = (),
+    in_flight: int | None = None,
 ) -> int:
     """Peak RSS to expect on CPU when the longest prompt has `tokens` tokens, a request fills at
-    most `kv_used` cells and asks for at most `new_tokens`, after serving `served` (the prompt
-    cache and checkpoints they leave: memory_served.served_growth): weights, KV, output buffers and the
+    most `kv_used` cells and asks for at most `new_tokens`, after serving `served` with `in_flight`
+    at a time (default -np; the prompt cache and checkpoints they leave: memory_served.served_growth,
+    the HTTP threads' work: http_bytes); `tokens` 0: nothing decoded (every request refused).
+    Weights, KV, output buffers and the
     tokenizer all resident (read each token, cleared at start, zero-filled, built at load); of the
     compute buffer (one buffer, reused by every batch) what the widest batch reaches - the prompt's,
     or the verification of the longest draft such a request allows, with one logit row per token."""
@@ -452,17 +498,19 @@ def resident_bytes(
     d = model_facts(draft, rules) if draft is not None else None
     est = _estimate(t, d, settings)
     verify = n_outputs(settings, new_tokens)
-    touched = max(
-        compute_bytes(t, settings, tokens, kv_used, outputs=settings.slots),
-        compute_bytes(t, settings, verify, kv_used, outputs=verify),
-    )
-    if d is not None:
-        touched += compute_bytes(d, settings, tokens, kv_used, draft=True)
+    touched = 0
+    if tokens > 0:
+        touched = max(
+            compute_bytes(t, settings, tokens, kv_used, outputs=settings.slots),
+            compute_bytes(t, settings, verify, kv_used, outputs=verify),
+        )
+        if d is not None:
+            touched += compute_bytes(d, settings, tokens, kv_used, draft=True)
     outputs = output_bytes(t, settings, new_tokens=new_tokens)
     if d is not None:
         outputs += output_bytes(d, settings, draft=True)
-    grown = served_growth(t, d, settings, served).peak_bytes
-    fixed = est.total_bytes - est.prompt_cache_bytes - est.checkpoint_bytes
+    grown = served_growth(t, d, settings, served, in_flight).peak_bytes + http_bytes(t, settings, served)
+    fixed = est.total_bytes - est.prompt_cache_bytes - est.checkpoint_bytes - est.http_bytes
     full = fixed - est.compute_bytes - est.output_bytes - est.vram_bytes + touched + outputs + grown
     # the metadata freed after a load: what glibc returned is refilled by anything allocated later
     # before the peak rises (the peak is the load's or the end state's, whichever is higher);

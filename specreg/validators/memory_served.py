@@ -11,19 +11,34 @@ and server-task.cpp; llama-kv-cache*.cpp for the state sizes):
   and their checkpoints, unless a cached entry already holds them; an entry the new prompt
   continues (>= 25% of it kept) is restored into the slot and dropped from the cache; the
   oldest entries go when the size limit would be passed (no size limit: -c tokens); with
-  --cache-idle-slots (default on) idle slots are saved too when a task starts, which a
-  benchmark (as many slots as requests in flight) never has;
+  --cache-idle-slots (default on) every idle slot is saved too once a task has taken its slot
+  (server-context.cpp process_single_task: prompt_save for each slot not processing, cleared
+  after with --kv-unified), which matters when fewer requests are in flight than -np slots
+  (a benchmark with as many slots as requests in flight has none idle);
 - context checkpoints (--ctx-checkpoints, default 32 per slot) of what cannot be rolled back:
   made when the target has sliding-window layers (not with --swa-full) or recurrent ones,
   before the batch that ends 4 tokens short of the prompt's end and before the one ending
   4 + -ub short (server-context.cpp's checkpoint_offsets), each holding the target's partial
   state (its sliding-window cache) and the draft's (all of a plain cache: llama_kv_cache
   ignores the partial flag); they move with the slot's tokens into the prompt cache.
+- a request the server refuses before its first batch (its prompt as long as the slot's context:
+  server-context.cpp update_slots, exceed_context_size_error) still takes a slot, by LRU, so
+  that slot is saved and the best cached entry restored into it (get_available_slot), and the
+  idle slots are saved; it decodes nothing and leaves no state of its own;
+- the HTTP worker threads (server-http.cpp: max(-np + 4, CPUs - 1) of them, --threads-http):
+  each tokenizes the prompts it receives (the tokenizer runs in the HTTP thread), in its own
+  glibc arena, which keeps its high-water mark (the mmap and trim thresholds are raised by then:
+  freed chunks stay). Measured per thread on the bundled server: a base plus a share per byte of
+  the longest prompt's text (llm_tokenizer_spm's symbol and bigram per character, the text's
+  copies), 64 bytes a byte for SPM and 40 for BPE (the factory's SPM model and SmolLM2's BPE,
+  prompts of 200 to 64,000 bytes, within 8%); and the server's code first run when serving
+  (its pages of libllama / the server, 128 KiB).
 All of it is std::vector<uint8_t> resized (zero-filled), so resident while held.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -41,6 +56,14 @@ STREAM_HEADER = 16  # v_trans, n_layer, n_rot_k, n_rot_v
 TOKEN_BYTES = 4  # the cached entry's copy of its tokens (llama_token)
 CHECKPOINT_OFFSETS = (4,)  # + -ub: the checkpoints made before the prompt's last batches
 KEEP_MIN = 0.25  # server_prompt_cache::load: an entry is restored only if this share of it is kept
+# an HTTP worker thread's arena: its base and bytes per byte of the longest prompt text it
+# tokenized, by tokenizer.ggml.model (measured, see the module docstring; others: SPM's, the larger)
+HTTP_THREAD_BASE = 112 << 10
+HTTP_PER_TEXT_BYTE = {"llama": 64, "gpt2": 40}
+HTTP_PER_TEXT_BYTE_OTHER = 64
+HTTP_CALLS_PER_REQUEST = 3  # a client's calls around one completion (tokenize, template, completion)
+SERVE_CODE_BYTES = 128 << 10  # code pages first touched when serving (RssFile growth, measured)
+BOUND_TEXT_PER_TOKEN = 4  # a prompt's text per token where unknown, and in the bound
 
 
 def _row(n: int, cache_type: str) -> float:
@@ -75,8 +98,17 @@ def _split(f: ModelFacts, s: ServeSettings) -> bool:
     return any(f.swa) and not s.swa_full
 
 
+def _recurrent_state(f: ModelFacts, s: ServeSettings) -> int:
+    """One slot's recurrent state as written (llama_memory_recurrent::state_write): its one cell
+    and the R and S rows of every layer, whatever the tokens."""
+    _, streams = cells(s)
+    return 4 + 4 * streams + STREAM_HEADER + f.n_layer * LAYER_HEADER + CELL_META + f.recurrent_state
+
+
 def state_bytes(f: ModelFacts, s: ServeSettings, n_tokens: int) -> int:
     """One slot's full state with `n_tokens` cells (what the prompt cache copies)."""
+    if f.recurrent_state:
+        return _recurrent_state(f, s)
     if not _split(f, s):
         return _all_layers_state(f, s, n_tokens)
     return _cache_state(f, s, n_tokens, swa=False) + _cache_state(f, s, min(n_tokens, f.n_swa), swa=True)
@@ -94,15 +126,17 @@ def _all_layers_state(f: ModelFacts, s: ServeSettings, n: int) -> int:
 def partial_bytes(f: ModelFacts, s: ServeSettings, n_tokens: int) -> int:
     """The part a checkpoint holds (LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY): the sliding-window cache
     of an iSWA model, all of a plain cache (its state_write ignores the flag)."""
+    if f.recurrent_state:
+        return _recurrent_state(f, s)
     if _split(f, s):
         return _cache_state(f, s, min(n_tokens, f.n_swa), swa=True)
     return _all_layers_state(f, s, n_tokens)
 
 
 def checkpoints_apply(t: ModelFacts, s: ServeSettings) -> bool:
-    """Does the server make context checkpoints for this target? (n_swa > 0 without --swa-full;
-    recurrent state, whose checkpoints are not sized here: see the estimate's notes)."""
-    return s.ctx_checkpoints > 0 and _split(t, s)
+    """Does the server make context checkpoints for this target? (n_swa > 0 without --swa-full, or
+    a recurrent state; one of a layout not sized has none counted: see the estimate's notes)."""
+    return s.ctx_checkpoints > 0 and (_split(t, s) or t.recurrent_state > 0)
 
 
 def checkpoint_positions(prompt_tokens: int, n_ubatch: int, n_batch: int = 2048, chat: bool = False) -> list[int]:
@@ -133,6 +167,8 @@ class Served:
     prompt_tokens: int
     total_tokens: int
     chat: bool = False  # /v1/chat/completions: the server knows where the user's message starts
+    text_bytes: int = 0  # the prompt's text as sent (UTF-8 bytes; 0: unknown, taken from its tokens)
+    refused: bool = False  # answered with an error before its first batch (longer than a slot's context)
 
 
 @dataclass
@@ -159,16 +195,21 @@ class Growth:
     trace: list[int] = field(default_factory=list)  # the cache's size after each request's update
 
 
-def served_growth(t: ModelFacts, d: ModelFacts | None, s: ServeSettings, requests: Sequence[Served]) -> Growth:
+def served_growth(
+    t: ModelFacts, d: ModelFacts | None, s: ServeSettings, requests: Sequence[Served], in_flight: int | None = None
+) -> Growth:
     """Replay the server's prompt cache and checkpoints over `requests`, in the order they took
-    slots (request i takes slot i mod -np: with -np requests in flight, the one a finished request
-    frees); the peak of what they hold together."""
+    slots (request i takes slot i mod -np: the least recently used, or the one a finished request
+    frees); the peak of what they hold together. `in_flight`: requests the client keeps in flight
+    (default -np); with fewer, the other slots are idle when a task starts and --cache-idle-slots
+    saves them."""
     n_slots = max(1, s.slots)
     slots: list[_Entry | None] = [None] * n_slots
     cache: list[_Entry] = []
     limit = s.cache_ram_mib * MIB if s.cache_ram_mib > 0 else 0
     limit_tokens = s.ctx_size
     ckpt_on = checkpoints_apply(t, s)
+    busy = max(1, min(n_slots, in_flight or n_slots))
     out = Growth()
 
     def state(n: int) -> int:
@@ -200,6 +241,24 @@ def served_growth(t: ModelFacts, d: ModelFacts | None, s: ServeSettings, request
     def held() -> tuple[int, int]:
         return cache_size(), sum(sum(e.checkpoints) for e in slots if e is not None)
 
+    def record() -> None:
+        c, ck = held()
+        out.trace.append(c)
+        if c + ck > out.peak_bytes:
+            out.peak_bytes, out.prompt_cache_bytes, out.checkpoint_bytes, out.entries = c + ck, c, ck, len(cache)
+
+    def save_idle(k: int) -> None:
+        """--cache-idle-slots: once a task has its slot, every slot not processing is saved."""
+        if s.cache_ram_mib == 0 or not s.cache_idle_slots or busy >= n_slots:
+            return
+        running = {(k - j) % n_slots for j in range(busy)}  # this task's and those still in flight
+        for j in range(n_slots):
+            if j not in running:
+                save(slots[j])
+                update()
+                if s.kv_unified:
+                    slots[j] = None  # [TAG_IDLE_SLOT_CLEAR]: a unified cache's room is freed
+
     for i, r in enumerate(requests):
         k = i % n_slots
         slot = slots[k]
@@ -216,6 +275,12 @@ def served_growth(t: ModelFacts, d: ModelFacts | None, s: ServeSettings, request
                     restored = best[0]
                     cache.remove(restored)
             update()
+        if r.refused:  # nothing decoded: the slot keeps what was restored (LRU saved and cleared it)
+            if slot is None or slot.key != r.key or s.cache_ram_mib == 0:
+                slots[k] = restored if s.cache_ram_mib != 0 else slot
+            save_idle(k)
+            record()
+            continue
         kept = restored if restored is not None else (slot if slot is not None and slot.key == r.key else None)
         ckpts = list(kept.checkpoints) if kept is not None else []
         if ckpt_on and kept is None:
@@ -224,10 +289,8 @@ def served_growth(t: ModelFacts, d: ModelFacts | None, s: ServeSettings, request
                 out.checkpoints += 1
             ckpts = ckpts[-s.ctx_checkpoints :]
         slots[k] = _Entry(r.key, r.total_tokens, state(r.total_tokens), ckpts)
-        c, ck = held()
-        out.trace.append(c)
-        if c + ck > out.peak_bytes:
-            out.peak_bytes, out.prompt_cache_bytes, out.checkpoint_bytes, out.entries = c + ck, c, ck, len(cache)
+        save_idle(k)
+        record()
     return out
 
 
@@ -247,3 +310,35 @@ def cache_bound(t: ModelFacts, d: ModelFacts | None, s: ServeSettings) -> tuple[
         cache = state_bytes(t, s, n) + (state_bytes(d, s, n) if d is not None else 0) + TOKEN_BYTES * n
         cache += s.ctx_checkpoints * one
     return cache, slots_ckpt, one
+
+
+def http_threads(s: ServeSettings) -> int:
+    """The server's HTTP worker threads: --threads-http, else max(-np + 4, CPUs - 1)
+    (server-http.cpp; std::thread::hardware_concurrency: the online CPUs of this machine)."""
+    if s.http_threads:
+        return s.http_threads
+    return max(s.slots + 4, (os.cpu_count() or 1) - 1)
+
+
+def _per_text_byte(f: ModelFacts) -> int:
+    return HTTP_PER_TEXT_BYTE.get(f.tokenizer or "", HTTP_PER_TEXT_BYTE_OTHER)
+
+
+def http_bytes(t: ModelFacts, s: ServeSettings, requests: Sequence[Served]) -> int:
+    """What the HTTP threads and the serving code hold after `requests` (refused ones too: a prompt
+    is tokenized before it is refused): the threads a client's calls reach (httplib's pool wakes
+    its workers in turn), each holding the longest prompt's tokenizer work."""
+    if not requests:
+        return 0
+    longest = max(r.text_bytes or BOUND_TEXT_PER_TOKEN * r.prompt_tokens for r in requests)
+    threads = min(http_threads(s), HTTP_CALLS_PER_REQUEST * len(requests))
+    return SERVE_CODE_BYTES + threads * (HTTP_THREAD_BASE + _per_text_byte(t) * longest)
+
+
+def http_bound(t: ModelFacts, s: ServeSettings) -> int:
+    """`http_bytes` at most, whatever is served: every HTTP thread with a prompt as long as a slot's
+    context (BOUND_TEXT_PER_TOKEN bytes a token; a longer text is refused, but only after it was
+    tokenized: the bound is for prompts a slot can hold)."""
+    per_stream, _ = cells(s)
+    longest = BOUND_TEXT_PER_TOKEN * per_stream
+    return SERVE_CODE_BYTES + http_threads(s) * (HTTP_THREAD_BASE + _per_text_byte(t) * longest)
