@@ -73,4 +73,4 @@ def test_terminal_audit_prints_the_headline(audit_world: AuditWorld, report: Aud
     args = [x for i in ids for x in ("--pair", i)]
     _, out, _ = specreg("audit", *args, "--policy", str(audit_world.policy_file(tmp_path)), db=audit_world.db)
     flat = re.sub(r"\s+", " ", out)
-    assert f"{common.headline(report)} (policy:" in flat, out
+    assert f"audit: {common.headline_word(report)} {common.headline(report)} (policy:" in flat, out

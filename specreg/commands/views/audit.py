@@ -12,7 +12,7 @@ from collections import Counter
 
 from specreg.commands.layout import Col, command_lines
 from specreg.commands.output import print_listing, safe_plain, say, show_lines, width
-from specreg.report.common import hardware_labels, hardware_matrix, headline
+from specreg.report.common import hardware_labels, hardware_matrix, headline, headline_word
 from specreg.schemas.audit import GATES, AuditReport, PairAudit, StratumDecision
 
 DETAIL_LIMIT = 50
@@ -25,8 +25,14 @@ def _name(name: str | None, sha256: str | None) -> str:
     return name or (sha256 or "")[:12]
 
 
+_HEADLINE_STYLE = {"PASS": "green", "PARTIAL": "bold yellow", "FAIL": "bold red"}
+
+
 def _headline(report: AuditReport) -> None:
-    word, style = _RESULT[report.passed]
+    """PASS, PARTIAL (no pair passes everywhere, some stratum deploys) or FAIL, and what deploys
+    where: the words of the HTML page's headline (report.common.headline)."""
+    word = headline_word(report)
+    style = _HEADLINE_STYLE[word]
     text = f"{headline(report)} (policy: {report.policy_source})"
     say(text, prefix=f"audit: {word}  ", marks=[(word, style)], indent=2)
 
