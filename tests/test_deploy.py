@@ -317,3 +317,28 @@ def test_a_better_pair_for_the_stratum_is_named(audit_world: AuditWorld, tmp_pat
             _, plan, _ = _deploy(audit_world, tmp_path, str(pid), "--stratum", d["stratum"])
             named = any(f"(pair {d['pair_id']})" in n for n in plan["notes"])
             assert named == (d["pair_id"] != pid), (d, pid, plan["notes"])
+
+
+def test_recorded_commands_are_parsed_once_per_shape_never_differently() -> None:
+    """A fleet's commands differ in their model paths only: one parse for all of them, and the
+    argv each gets is the one a parse of its own command gives (paths, repeated flags, odd values)."""
+    from specreg.audit import deploy
+
+    def plain(cmd: list[str]) -> list[str]:
+        ns = deploy._parser().parse_known_args(cmd[1:])[0]
+        return [ns.model, ns.draft, ns.spec_type]
+
+    tail = ["--spec-type", "draft-simple", "-c", "4096", "-np", "1", "--temp", "0"]
+    cmds = [["llama-server", "-m", f"/m/t{i}.gguf", "-md", f"/m/d{i}.gguf", *tail] for i in range(50)]
+    cmds += [
+        ["llama-server", "-m", "/a.gguf", "-m", "/b.gguf", *tail],  # the last -m wins, as in argparse
+        ["llama-server", "--model", "/x y.gguf", "--model-draft", "/d.gguf", *tail],
+        ["llama-server", "-m", "/t.gguf", "--spec-draft-model", "/d2.gguf", *tail],
+    ]
+    deploy._parse_once.cache_clear()
+    for cmd in cmds:
+        argv = deploy.server_argv(cmd)
+        ns = deploy._parse(deploy.recorded_flags(cmd))
+        assert [ns.model, ns.draft, ns.spec_type] == plain(cmd)
+        assert argv[argv.index("-m") + 1] == plain(cmd)[0]
+    assert deploy._parse_once.cache_info().currsize <= 6  # not one per pair

@@ -172,3 +172,16 @@ def test_a_small_file_is_hashed_while_it_is_parsed_with_the_same_result(model: P
     cut.write_bytes(model.read_bytes()[:4000])  # the magic is there, the header is not
     with pytest.raises(GGUFError):
         snapshot.take(cut, cached=None, hash_fd=hash_fd)
+
+
+def test_the_walk_itself_sums_the_tokens_heap(tmp_path: Path) -> None:
+    """A file read for the first time: the heap comes from the walk over the lengths (one pass,
+    walk.skip_strings_heap), the same number the gguf package's lengths give, never a second walk."""
+    long_texts = tuple((300 + i, "y" * n) for i, n in enumerate((1, 15, 16, 33, 64, 500)))
+    model = write_model(tmp_path / "m.gguf", ModelSpec(vocab_type="gpt2", pre="qwen2", token_edits=long_texts))
+    f = open_gguf(model)
+    tokens = f.metadata["tokenizer.ggml.tokens"]
+    assert isinstance(tokens, GGUFArray)
+    assert f._array_heap == {tokens.offset: _heap_by_hand(model)}  # before anyone asked: the walk's
+    merges = f.metadata.get("tokenizer.ggml.merges")
+    assert merges is None or merges.offset not in f._array_heap  # only the tokens are summed

@@ -41,7 +41,12 @@ def demo_cmd(
         lead = len(text) - len(text.lstrip(" "))
         say(text.strip(), prefix=" " * lead, indent=lead + 4)
 
-    result = run_demo(folder, db or root_db, say=line, real=real)
+    step = None
+    if real:
+        from specreg.commands.fetch_progress import fetch_steps
+
+        step = fetch_steps()
+    result = run_demo(folder, db or root_db, say=line, real=real, fetch_step=step)
     audit = result.audit
     assert audit is not None
     out.print()

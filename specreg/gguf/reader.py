@@ -170,6 +170,7 @@ class GGUFFile:
         self._array_sha: dict[int, str] = {start: sha for start, _, sha, _ in header.skipped}  # array offset -> SHA-256
         # array offset -> GGUFArray.long_string_heap, as the layout of an earlier read said
         self._array_heap: dict[int, int] = {start: heap for start, _, _, heap in header.skipped if heap is not None}
+        self._array_heap |= header.string_heaps  # summed by the walk itself (walk.skip_strings_heap)
         self.jumped = len(header.skipped)  # string arrays read_gguf(known=...) jumped over (each proven)
         self._summary: GGUFSummary | None = None
         self.sha256: str | None = None  # set by whoever hashed the bytes (the registry); checks compare it

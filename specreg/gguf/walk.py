@@ -56,6 +56,7 @@ class Header:
     value_types: dict[str, int] = field(default_factory=dict)
     kv_offsets: dict[str, int] = field(default_factory=dict)
     string_spans: dict[str, tuple[int, int]] = field(default_factory=dict)  # raw bytes of string values
+    string_heaps: dict[int, int] = field(default_factory=dict)  # tokens array start -> its std::string heap
     tensors: list[RawTensor] = field(default_factory=list)
     alignment: int = F.DEFAULT_ALIGNMENT
     data_offset: int = 0
@@ -107,6 +108,27 @@ def skip_strings(buf: Buffer, p: int, count: int) -> tuple[int, int]:
     return p, done
 
 
+def skip_strings_heap(buf: Buffer, p: int, count: int) -> tuple[int, int, int]:
+    """skip_strings for the tokens array, also summing the heap its elements take as std::string
+    (GGUFArray.long_string_heap's rule): one walk instead of two over 150,000+ lengths, so a file
+    new to the registry is not walked again by the memory model (`check pair` of two files new
+    to the registry: benchmarks/bench_startup.py). Returns (offset, strings skipped, heap of those)."""
+    unpack = F.U64.unpack_from
+    done = heap = 0
+    g = p
+    try:
+        for _ in range(count):
+            g = p
+            n = unpack(buf, p)[0]
+            p += 8 + n
+            if n > 15:  # (n + 24) & ~15 >= 32 for every such n
+                heap += (n + 24) & ~15
+            done += 1
+    except (struct.error, OverflowError):
+        return g, done, heap
+    return p, done, heap
+
+
 class Walker:
     """A cursor over the header window that raises GGUFError naming the field and offset."""
 
@@ -155,18 +177,25 @@ class Walker:
         except UnicodeDecodeError as exc:
             raise self.err("name is not valid UTF-8", what, start + exc.start) from None
 
-    def strings_end(self, count: int, what: str) -> int:
+    def strings_end(self, count: int, what: str, heaps: dict[int, int] | None = None) -> int:
         """Skip `count` strings, growing the window as needed; on any violation walk again
-        element by element so the error names the bad one."""
+        element by element so the error names the bad one. With `heaps`, the array's
+        std::string heap is stored there under its start (skip_strings_heap)."""
         start = p = self.pos
-        i = 0
+        i = heap = 0
         while True:
-            p, done = skip_strings(self.buf, p, count - i)
+            if heaps is None:
+                p, done = skip_strings(self.buf, p, count - i)
+            else:
+                p, done, more = skip_strings_heap(self.buf, p, count - i)
+                heap += more
             i += done
             if i == count:
                 if p <= self.size and p - start - 8 * count <= F.MAX_STRING_LENGTH:
                     self.win.ensure(p, what)
                     self.buf = self.win.buf
+                    if heaps is not None:
+                        heaps[start] = heap
                     return p
                 break  # out of bounds, or some string may exceed 1 GiB: let the slow walk say which
             if p >= self.size or not self.win.grow(what):
@@ -236,7 +265,7 @@ class Walker:
             h.kv_offsets[key] = at
             h.value_types[key] = vtype
             if vtype == F.T_ARRAY:
-                h.values[key] = self.array(label)
+                h.values[key] = self.array(label, h.string_heaps if key == F.KEY_TOKENS else None)
             elif vtype == F.T_STRING:
                 start, n = self.string_span(label)
                 h.string_spans[key] = (start, n)
@@ -247,8 +276,8 @@ class Walker:
             else:
                 raise self.err(f"invalid value type {vtype}", label, vtype_at)
 
-    def array(self, what: str) -> ArrayRef:
-        """An array value's header and bounds; `what` names it in errors."""
+    def array(self, what: str, heaps: dict[int, int] | None = None) -> ArrayRef:
+        """An array value's header and bounds; `what` names it in errors; `heaps`: see strings_end."""
         type_at = self.pos
         item_type = self.unpack(F.U32, "array element type", what)
         count = self.unpack(F.U64, "array count", what)
@@ -268,7 +297,7 @@ class Walker:
             self.skipped.append((start, end, hint[2], hint[3]))
         elif item_type == F.T_STRING:
             self.need(count * 8, f"array of {count} strings", what)
-            end = self.strings_end(count, what)
+            end = self.strings_end(count, what, heaps)
         else:
             nbytes = count * F.SCALAR_SIZES[item_type]
             self.need(nbytes, f"array of {count} {F.VALUE_TYPE_NAMES[item_type]}", what)

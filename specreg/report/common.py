@@ -372,6 +372,49 @@ def verdict_word(report: AuditReport) -> str:
     return "PASS" if report.passed else "FAIL"
 
 
+def deploying_pairs(report: AuditReport) -> dict[str, set[int]]:
+    """Per measured stratum, the pairs `deploy PAIR --stratum S` would pin: those with a condition
+    passing every gate there (an eligible candidate of that stratum's decision, any concurrency).
+
+    A pair that fails the whole workload (one stratum too slow) still deploys where it wins, so
+    the overall verdict alone would tell a reader that nothing works when one stratum does."""
+    out: dict[str, set[int]] = {}
+    for d in report.decisions:
+        mine = out.setdefault(d.stratum, set())
+        mine.update(c.pair_id for c in d.candidates if c.eligible)
+    return out
+
+
+def headline_word(report: AuditReport) -> str:
+    """PASS (some pair passes every gate), PARTIAL (none does, but a stratum deploys) or FAIL."""
+    if report.passed:
+        return "PASS"
+    return "PARTIAL" if any(deploying_pairs(report).values()) else "FAIL"
+
+
+def strata_headline(report: AuditReport) -> str:
+    """'1 of 3 pairs deploys for repetitive; chat refused': what deploys per stratum ('' if no
+    stratum was measured). Strata deploying come first, most pairs first; refused ones after."""
+    per = deploying_pairs(report)
+    total = len(report.pairs)
+    wins = sorted(((s, len(ids)) for s, ids in per.items() if ids), key=lambda x: (-x[1], x[0]))
+    refused = sorted(s for s, ids in per.items() if not ids)
+    parts = [f"{n} of {plural(total, 'pair')} {'deploys' if n == 1 else 'deploy'} for {s}" for s, n in wins]
+    if refused:
+        parts.append(f"{', '.join(refused)} refused")
+    return "; ".join(parts)
+
+
+def headline(report: AuditReport) -> str:
+    """The audit in one sentence, true per stratum: the whole-workload count, then what deploys
+    where ('FAIL overall, 0 of 3 pairs pass every gate; 1 of 3 pairs deploys for repetitive; chat
+    refused'). Shared by the HTML page, the Markdown report and the terminal."""
+    n_pass = sum(p.passed for p in report.pairs)
+    overall = f"{n_pass} of {plural(len(report.pairs), 'pair')} {'passes' if n_pass == 1 else 'pass'} every gate"
+    strata = strata_headline(report)
+    return overall + (f"; {strata}" if strata else "")
+
+
 def hardware_labels(report: AuditReport) -> dict[str, str]:
     """H1, H2, ... for the audit's hardware classes (sorted), the same in every view."""
     return {c: f"H{i}" for i, c in enumerate(sorted(report.hardware_classes), start=1)}

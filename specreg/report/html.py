@@ -14,7 +14,7 @@ from specreg.benchmark.statistics import interval_text
 from specreg.report import common
 from specreg.report.plots import inline_svg
 from specreg.schemas.audit import GATES, AuditReport, PairAudit, RunDigest, named
-from specreg.text import escape_control, plural
+from specreg.text import escape_control
 
 _CSS = """
 *{box-sizing:border-box}
@@ -23,9 +23,9 @@ color:#222;padding:.5rem 1rem 2rem;line-height:1.4;font-size:16px;overflow-wrap:
 h1{font-size:1.45rem;margin:.6rem 0 .4rem}h2{font-size:1.2rem;margin:1.4rem 0 .4rem}h3{font-size:1.05rem}
 .badge{font-size:.8em;padding:.05em .45em;border-radius:.3em;color:#fff;vertical-align:middle}
 .pass{background:#e3f4e1}.fail{background:#fbe0de}.warn{background:#fff1c2}.na{color:#666}
-.badge.pass{background:#2e7d32}.badge.fail{background:#c62828}
+.badge.pass{background:#2e7d32}.badge.fail{background:#c62828}.badge.warn{background:#a15c00}
 #decision{border-left:.35rem solid #888;padding:.4rem .8rem;margin:.4rem 0 .8rem;background:#fafafa}
-#decision.pass{border-color:#2e7d32}#decision.fail{border-color:#c62828}
+#decision.pass{border-color:#2e7d32}#decision.fail{border-color:#c62828}#decision.warn{border-color:#a15c00}
 #decision p{margin:.2rem 0}#decision ul{margin:.2rem 0;padding-left:1.1rem}#decision li{margin:.15rem 0}
 #decision li.pass,#decision li.fail,#decision li.warn{background:none}
 #decision li.fail::marker{content:"✗ ";color:#c62828}#decision li.pass::marker{content:"✓ ";color:#2e7d32}
@@ -239,15 +239,14 @@ def _ids(what: str, pairs: list[PairAudit]) -> str:
     return f"{len(pairs)} {what} ({ids})"
 
 
+_HEADLINE_CLASS = {"PASS": "pass", "PARTIAL": "warn", "FAIL": "fail"}
+
+
 def audit_decision(report: AuditReport) -> str:
     """The verdict and its reasons: each pair passing, or the gates it failed with their numbers;
     then what to deploy per stratum."""
-    word = common.verdict_word(report)
-    n_pass = sum(p.passed for p in report.pairs)
-    lead = (
-        f"<b>{word}</b>: {n_pass} of {plural(len(report.pairs), 'pair')} "
-        f"{'passes' if n_pass == 1 else 'pass'} every gate."
-    )
+    word = common.headline_word(report)
+    lead = f"<b>{word}</b>: {e(common.headline(report))}."
     failing = [p for p in report.pairs if not p.passed]
     shown = failing[:DECISION_PAIRS]  # the reasons first: the pairs that fail, then those that pass
     shown += [p for p in report.pairs if p.passed][: max(0, DECISION_PAIRS - len(shown))]
@@ -271,7 +270,7 @@ def audit_decision(report: AuditReport) -> str:
     ]
     if len(report.decisions) > len(deploy):
         deploy.append(f"{len(report.decisions) - len(deploy)} more in the decisions per stratum")
-    cls = "pass" if report.passed else "fail"
+    cls = _HEADLINE_CLASS[word]
     return (
         f'<section id="decision" class="{cls}"><p>{lead}</p><ul>{"".join(items)}</ul>'
         + (f"<p><b>Deploy</b>: {e('; '.join(deploy))}</p>" if deploy else "")
@@ -282,8 +281,8 @@ def audit_decision(report: AuditReport) -> str:
 def render_audit(report: AuditReport, plots: dict[str, dict[str, str]]) -> str:
     """The audit: decision first, then verdict table, per-stratum decisions, plots, gates with
     evidence, rollback, runs."""
-    word = common.verdict_word(report)
-    cls = "pass" if report.passed else "fail"
+    word = common.headline_word(report)
+    cls = _HEADLINE_CLASS[word]
     when = report.created_at.strftime("%Y-%m-%d %H:%M:%S %Z") if isinstance(report.created_at, datetime) else ""
     models = report.models
     parts = [

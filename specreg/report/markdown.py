@@ -104,7 +104,9 @@ def render_audit(report: AuditReport, plots: dict[str, dict[str, str]], image_pr
     """The audit: verdict table, decisions per stratum, gates with evidence, rollback, runs."""
     when = report.created_at.strftime("%Y-%m-%d %H:%M:%S %Z") if isinstance(report.created_at, datetime) else ""
     lines = [
-        f"# specreg audit — {common.verdict_word(report)}",
+        f"# specreg audit — {common.headline_word(report)}",
+        "",
+        f"**{esc(common.headline(report))}.**",
         "",
         f"{when}; policy: {esc(report.policy_source)}; rule set {esc(report.rule_set or '–')}; "
         f"integrity by {'full re-hash' if report.rehash else 'stat cache (--trust-stat-cache)'}.",

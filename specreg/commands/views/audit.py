@@ -12,7 +12,7 @@ from collections import Counter
 
 from specreg.commands.layout import Col, command_lines
 from specreg.commands.output import print_listing, safe_plain, say, show_lines, width
-from specreg.report.common import hardware_labels, hardware_matrix
+from specreg.report.common import hardware_labels, hardware_matrix, headline, headline_word
 from specreg.schemas.audit import GATES, AuditReport, PairAudit, StratumDecision
 
 DETAIL_LIMIT = 50
@@ -25,11 +25,16 @@ def _name(name: str | None, sha256: str | None) -> str:
     return name or (sha256 or "")[:12]
 
 
+_HEADLINE_STYLE = {"PASS": "green", "PARTIAL": "bold yellow", "FAIL": "bold red"}
+
+
 def _headline(report: AuditReport) -> None:
-    word, style = _RESULT[report.passed]
-    n_pass = sum(p.passed for p in report.pairs)
-    counts = f"{len(report.pairs)} pairs, {n_pass} pass, {len(report.pairs) - n_pass} fail"
-    say(f"{counts} (policy: {report.policy_source})", prefix=f"audit: {word}  ", marks=[(word, style)], indent=2)
+    """PASS, PARTIAL (no pair passes everywhere, some stratum deploys) or FAIL, and what deploys
+    where: the words of the HTML page's headline (report.common.headline)."""
+    word = headline_word(report)
+    style = _HEADLINE_STYLE[word]
+    text = f"{headline(report)} (policy: {report.policy_source})"
+    say(text, prefix=f"audit: {word}  ", marks=[(word, style)], indent=2)
 
 
 def _pairs_listing(report: AuditReport, hw: dict[str, str]) -> None:
