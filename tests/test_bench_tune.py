@@ -292,3 +292,15 @@ def test_tune_on_smollm2_predicts_each_candidate_and_deploy_answers(
         assert k in {s["draft_n_max"] for s in whole.values() if s["speedup"]}
     else:
         assert code == 1 and "not deployable, the audit fails" in flat, flat
+
+
+def test_the_tuned_choice_is_a_decided_length_before_a_faster_looking_undecided_one() -> None:
+    """k2 at 60 ms over six rounds is decided faster against a 100 ms baseline; k4 at 50 ms on one
+    round is not decided: the choice is k2, though k4's median is higher. Without the decided
+    one, the undecided length is chosen over one decided not faster."""
+    t, conds, rows = _tuner([60.0, 50.0, 150.0], rounds=6)
+    rows = [r for r in rows if r.condition_idx != 2 or r.repeat == 0]
+    base = [r for r in rows if r.condition_idx == 0]
+    assert tune.best_measured(conds[1:], base, rows) is conds[2]  # by the median alone
+    assert t._chosen(conds[1:], base, rows) is conds[1]
+    assert t._chosen([conds[2], conds[3]], base, rows) is conds[2]
