@@ -137,6 +137,8 @@ def run_main(main: Callable[[], int | None], name: str, *, path: Path = PERFORMA
         try:
             rv = main()
         except SystemExit as exc:  # a script that exits on its own: its code decides as a return would
+            if isinstance(exc.code, str):  # SystemExit("why"): the why is the script's last word
+                print(exc.code, file=sys.stderr)
             rv = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     code = int(rv or 0)
     if write and code == 0:

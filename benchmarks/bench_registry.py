@@ -123,6 +123,13 @@ def fill(reg: Registry, root: Path, scale: float) -> dict[str, int]:
         [{"code": f"vocab.check{i}", "severity": "pass", "message": "ok " * 10, "evidence": {}} for i in range(12)]
         + [{"code": "template.scan", "severity": "pass", "message": "chat template: nothing unsafe", "evidence": {}}]
     )
+    # a rejected pair's verdict carries the error that rejects it (import refuses one that does not)
+    rejected = json.dumps(
+        [
+            *json.loads(checks)[:-1],
+            {"code": "vocab.type", "severity": "error", "message": "vocab types differ", "evidence": {}},
+        ]
+    )
     pairs = [(shas[i % n_targets], shas[n_targets + i], "draft-simple", int(i % 5 != 4)) for i in range(n_draft_pairs)]
     pairs += [(shas[t], None, "ngram-simple", 1) for t in range(n_targets)]
     with reg.write() as db:
@@ -133,7 +140,7 @@ def fill(reg: Registry, root: Path, scale: float) -> dict[str, int]:
         )
         db.executemany(
             "INSERT INTO verdicts (id, pair_id, admitted, strict, checks_json, created_at) VALUES (?,?,?,0,?,?)",
-            [(i + 1, i + 1, a, checks, stamp) for i, (_, _, _, a) in enumerate(pairs)],
+            [(i + 1, i + 1, a, checks if a else rejected, stamp) for i, (_, _, _, a) in enumerate(pairs)],
         )
     template = _manifest_template(root)
     rng = random.Random(0)
