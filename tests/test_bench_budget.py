@@ -108,24 +108,32 @@ def test_a_budget_that_cannot_decide_says_so_at_once(capsys: pytest.CaptureFixtu
     assert whole["ngram-mod"]["decision"] == "undecided"  # failed, yet never an empty decision
 
 
+def _budget_run(
+    capsys: pytest.CaptureFixture[str], items: list, budget: float, *, repeat: int, min_speedup: float
+) -> tuple[dict, str, Path]:
+    """One ngram-simple `bench admitted --budget` run on a new pair: its JSON record, stderr, the registry."""
+    pid, home = _pair()
+    wl = workload(home, items)
+    args = ["--threads", "1", "--ctx-size", "512", "--repeat", str(repeat), "--warmup", "1", "--json"]
+    code, out, err = _main(capsys, "bench", "admitted", "--pair", str(pid), "--workload", str(wl), "--methods",
+                           "ngram-simple", "--budget", f"{budget:g}s", "--min-speedup", f"{min_speedup:g}",
+                           *args)  # fmt: skip
+    assert code in (0, 1), err
+    (run,) = json.loads(out)
+    return run, err, Path(os.environ["SPECREG_DB"])
+
+
 def test_a_run_ends_within_one_round_of_its_budget(capsys: pytest.CaptureFixture[str]) -> None:
     """Forty planned rounds and a 4 s budget: the rounds stop once the budget is spent, and the
     run ends at most one round's length past it (issue 32: a run past its budget by more than a
     round is a bug). The header counts the rounds measured, not the forty planned."""
-    pid, home = _pair()
-    wl = workload(home, ITEMS[:2])
     budget = 4.0
-    args = ["--threads", "1", "--ctx-size", "512", "--repeat", "40", "--warmup", "1", "--json"]
-    code, out, err = _main(capsys, "bench", "admitted", "--pair", str(pid), "--workload", str(wl), "--methods",
-                           "ngram-simple", "--budget", f"{budget:g}s", "--min-speedup", "1.0", *args)  # fmt: skip
-    assert code in (0, 1), err
-    (run,) = json.loads(out)
-    db = Path(os.environ["SPECREG_DB"])
+    run, _, db = _budget_run(capsys, list(ITEMS[:2]), budget, repeat=40, min_speedup=1.0)
     measured = db_rows(db, "SELECT DISTINCT repeat FROM bench_requests")
     assert 1 <= len(measured) < 40
     assert _wall_s(run) <= budget + _longest_round_s(db) + 2.0, (_wall_s(run), _longest_round_s(db))
     code, text, _ = _main(capsys, "runs", "show", run["info"]["run_id"])
-    assert f"rounds {len(measured)} (planned 40, then until decided)" in text
+    assert code == 0 and f"rounds {len(measured)} (planned 40, then until decided)" in text
 
 
 def test_a_bad_budget_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -139,16 +147,9 @@ def test_a_round_the_budget_has_no_room_for_is_measured_in_part(capsys: pytest.C
     its requests is a pair) instead of not at all, and the run still ends within one slot of its
     budget. Whether the last round is cut short depends on how the machine times it; when it is,
     its pairs are whole."""
-    pid, home = _pair()
     items = [{**it, "id": f"{it['id']}-{i}", "max_tokens": 24} for i in range(4) for it in ITEMS[:3]]
-    wl = workload(home, items)
     budget = 10.0
-    args = ["--threads", "1", "--ctx-size", "512", "--repeat", "1", "--warmup", "1", "--json"]
-    code, out, err = _main(capsys, "bench", "admitted", "--pair", str(pid), "--workload", str(wl), "--methods",
-                           "ngram-simple", "--budget", f"{budget:g}s", "--min-speedup", "0.9", *args)  # fmt: skip
-    assert code in (0, 1), err
-    (run,) = json.loads(out)
-    db = Path(os.environ["SPECREG_DB"])
+    run, err, db = _budget_run(capsys, items, budget, repeat=1, min_speedup=0.9)
     assert _wall_s(run) <= budget + _longest_round_s(db) + 2.0, (_wall_s(run), _longest_round_s(db))
     flat = " ".join(err.split())
     if "prompts" in flat and "measuring " in flat:
