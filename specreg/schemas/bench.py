@@ -238,10 +238,11 @@ class RequestRow(BaseModel):
     ok: bool
     error: str | None = None
     timed_out: bool = False
-    ttft_ms: float | None = None
-    total_ms: float | None = None
-    tpot_ms: float | None = None
-    output_tokens: int | None = None
+    # the client's clocks are monotonic: a negative time is not a measurement (a forged row's)
+    ttft_ms: float | None = Field(default=None, ge=0)
+    total_ms: float | None = Field(default=None, ge=0)
+    tpot_ms: float | None = Field(default=None, ge=0)
+    output_tokens: int | None = Field(default=None, ge=0)
     finish_reason: str | None = None
     prompt_n: int | None = None  # prompt tokens the server processed (timings.prompt_n)
     prompt_ms: float | None = None
