@@ -6,8 +6,9 @@ condition's flags (llama.cpp's defaults otherwise: --cache-ram 8192, --ctx-check
 serves the workload's prompts once, one after another, as `bench` sends them, and its process
 tree's peak RSS is taken (the benchmark's own MemorySampler: sampled RSS and the kernel's
 high-water mark). Three estimates, from GGUF metadata, the flags and the requests as served
-(each prompt's tokens on the server, its output's length), are compared with that measured peak
-(the reference, measured in the same run):
+(each prompt's tokens on the server, its output's length, the tokens the server drafted for it:
+its timings' draft_n, which sizes the verification batches' logits), are compared with that
+measured peak (the reference, measured in the same run):
 - specreg resident: what `bench` stores per condition (`predicted_rss_bytes`): the load, the
   buffers the requests touch, and the prompt cache and context checkpoints they leave held;
   within 5% of the measured peak is the target, and never below it once the 5% is added;
@@ -17,7 +18,7 @@ high-water mark). Three estimates, from GGUF metadata, the flags and the request
 
 Workloads: mt-bench, humaneval and a sharegpt sample (specreg/benchmark/standard.py; fetched
 once with `specreg workloads fetch NAME`, skipped when not cached), the first --requests prompts
-of each, at most --max-tokens new tokens each. Families: the factory's tiny model; tiny weights
+of each, at most --max-tokens new tokens each. Families (all by default): the factory's tiny model; tiny weights
 under llama.cpp's own tokenizers (llama-spm 32k, qwen2 152k, gemma-4 262k); two tiny
 sliding-window families llama.cpp serves with an iSWA cache and context checkpoints (gemma2:
 every 2nd layer windowed; gemma3: 5 of 6; a 64-token window, so prompts pass it); a tiny mamba
@@ -56,6 +57,8 @@ from specreg.validators.ruleset import load_rule_set
 MIB = 1 << 20
 ANCHOR_OVERHEAD = 600 * 1000 * 1000  # modelinfo-cli: a fixed 600 MB on top of weights and KV
 VOCABS = {"spm": "llama-spm", "qwen2": "qwen2", "gemma4": "gemma-4"}
+# every family of the test data (the default: a rerun covers them all)
+FAMILIES = ("tiny", *VOCABS, "gemma2-swa", "gemma3-swa", "mamba", "smollm2")
 METHODS = ("none", "ngram-simple", "ngram-mod", "draft-simple")
 CTX = 4096
 
@@ -148,7 +151,7 @@ def _measure(c: Condition, folder: Path, items: list[WorkloadItem], gpu: GpuProb
                     served.append(Served(it.id, prompt, prompt, it.messages is not None, refused=True))
                     continue
                 total = prompt + max(0, (done.output_tokens or 0) - 1)  # the last token is never decoded
-                served.append(Served(it.id, prompt, total, it.messages is not None))
+                served.append(Served(it.id, prompt, total, it.messages is not None, drafted=done.drafted))
     finally:
         server.stop()
     return sampler.peak_rss, served
@@ -167,14 +170,15 @@ def _workloads(names: list[str], requests: int, max_tokens: int) -> dict[str, li
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument(
-        "--models", default="tiny,spm,gemma4,gemma2-swa,gemma3-swa,mamba,smollm2", help="comma-separated families"
-    )
+    ap.add_argument("--models", default=",".join(FAMILIES), help="comma-separated families (default: all)")
     ap.add_argument("--workloads", default="mt-bench,humaneval,sharegpt", help="comma-separated standard sets")
     ap.add_argument("--requests", type=int, default=8, help="prompts served per workload (the first N)")
     ap.add_argument("--max-tokens", type=int, default=128, help="new tokens per request at most")
     ap.add_argument("--fetch", action="store_true", help="download the SmolLM2 pair if the cache lacks it")
     args = ap.parse_args()
+    unknown = sorted(set(args.models.split(",")) - set(FAMILIES))
+    if unknown:
+        raise SystemExit(f"--models: unknown {', '.join(unknown)} (families: {', '.join(FAMILIES)})")
     rules = load_rule_set()
     workloads = _workloads(args.workloads.split(","), args.requests, args.max_tokens)
     gpu = GpuProbe()

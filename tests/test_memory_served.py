@@ -76,7 +76,8 @@ def _serve(
                     assert "exceeds the available context size" in (done.error or ""), done.error
                     served.append(Served(it.id, n, n, it.messages is not None, refused=True))
                     continue
-                served.append(Served(it.id, n, n + max(0, (done.output_tokens or 0) - 1), it.messages is not None))
+                total = n + max(0, (done.output_tokens or 0) - 1)
+                served.append(Served(it.id, n, total, it.messages is not None, drafted=done.drafted))
     finally:
         server.stop()
         gpu.close()

@@ -87,6 +87,15 @@ class Completion:
         return self.token_ids is not None and n is not None and self.id_positions == list(range(n))
 
     @property
+    def drafted(self) -> int | None:
+        """Tokens the server drafted for this request: timings.draft_n, which it leaves out when
+        0 (server-common.cpp); None without the timings (no answer, or one cut short)."""
+        v = self.timings.get("draft_n")
+        if isinstance(v, (int, float)):
+            return int(v)
+        return 0 if "predicted_n" in self.timings else None
+
+    @property
     def tpot_ms(self) -> float | None:
         """Time per output token after the first text: (last arrival - TTFT) / tokens that arrived
         after the first text event (that event may have brought several)."""

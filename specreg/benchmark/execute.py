@@ -233,12 +233,12 @@ def _measure(
         ctx.store.add_prompts(ctx.run_id, infos)
         ctx.input_tokens = {p.id: p.input_tokens for p in infos}
         ctx.prompts_stored = True
-    warmed: list[tuple[str, int]] = []
+    warmed: list[tuple[str, int, int | None]] = []
     if o.warmup:
         cond.warmup.append(warm_up(client, ctx.workload.items[0], o, round_no, ctx.remaining))
         first = ctx.workload.items[0]
         n_warm = min(WARMUP_TOKENS, o.max_tokens or first.max_tokens)
-        warmed = [(first.id, n_warm)] * len(cond.warmup[-1].latencies_ms)
+        warmed = [(first.id, n_warm, d) for d in cond.warmup[-1].drafted]  # one per warm-up request
     if not server.alive():
         server.settle_log()
         _fail(cond, f"server exited (code {server.proc.returncode}) during warm-up", _errors(server.log_path))

@@ -31,6 +31,7 @@ def warm_up(
         if not c.ok or c.total_ms is None:
             break  # a dead server shows up right after
         rec.latencies_ms.append(round(c.total_ms, 3))
+        rec.drafted.append(c.drafted)
         if len(rec.latencies_ms) >= 2:
             a, b = rec.latencies_ms[-2:]
             rec.steady = abs(a - b) <= o.warmup_tolerance * max(a, b)

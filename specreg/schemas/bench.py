@@ -175,6 +175,9 @@ class WarmupRecord(BaseModel):
 
     round: int = 0
     latencies_ms: list[float] = Field(default_factory=list)
+    # per request, the tokens the server drafted (its memory prediction sizes the verification
+    # batches from them); empty in older records, None where not known
+    drafted: list[int | None] = Field(default_factory=list)
     steady: bool | None = None  # two in a row within the tolerance; None: fewer than 2 allowed
     tolerance: float = 0.10
 

@@ -27,6 +27,9 @@ class ServeSettings(BaseModel):
     n_ubatch: int = Field(default=512, ge=1)  # -ub
     kv_unified: bool = False  # --kv-unified
     method: str | None = None  # --spec-type: some methods keep state of their own (ngram-mod's table)
+    # --spec-draft-n-max (a model-drafted method's longest draft; None: llama.cpp's default, 3):
+    # the target's verification batch, and so its output buffer, holds 1 + that many logits per slot
+    draft_n_max: int | None = Field(default=None, ge=0)
     cache_ram_mib: int = Field(default=DEFAULT_CACHE_RAM_MIB, ge=-1)  # --cache-ram
     ctx_checkpoints: int = Field(default=DEFAULT_CTX_CHECKPOINTS, ge=0)  # --ctx-checkpoints
     swa_full: bool = False  # --swa-full: a full-size SWA cache, no checkpoints

@@ -62,10 +62,11 @@ def predict_rss(
 
     Prompt length: the target vocabulary's greedy longest-match count (`_greedy_tokens`), at most
     the prompt's UTF-8 bytes (+2 specials); it sizes the part of the compute buffer a request
-    touches. `served`: the requests as the server counted them, in the order they took slots
-    (a benchmark knows them: `served_requests`); without it each item once, its prompt counted
-    as above and its output at max_tokens. Only requests the server decoded touch the compute
-    buffer (one it refused, longer than a slot's context, is only tokenized). `settings` (for
+    touches. `served`: the requests as the server counted them, in the order they took slots,
+    with the tokens each drafted (a benchmark knows them: `served_requests`); without it each
+    item once, its prompt counted as above, its output at max_tokens and every step drafting as
+    much as the method allows. Only requests the server decoded touch the compute buffer (one
+    it refused, longer than a slot's context, is only tokenized). `settings` (for
     the flags beyond the arguments, e.g. --cache-ram) is completed with the arguments;
     `in_flight`: requests the client keeps in flight (default: -np).
     """
@@ -80,6 +81,7 @@ def predict_rss(
                 "slots": slots,
                 "gpu_layers": parse_layers(gpu_layers),
                 "method": spec.method,
+                "draft_n_max": spec.draft_n_max,
                 "cache_type_k": cache_type_k,
                 "cache_type_v": cache_type_v,
             }
@@ -180,19 +182,31 @@ def served_requests(
     rows: Sequence[RequestRow],
     input_tokens: dict[str, int | None],
     chat: set[str],
-    warmup: Sequence[tuple[str, int]] = (),
+    warmup: Sequence[tuple[str, int, int | None]] = (),
 ) -> list[Served] | None:
     """The requests one server start served, in the order they finished (the order slots were
-    freed and taken again), as the prompt cache saw them: each prompt's tokens on this server
-    and its output less the last token (sampled, never decoded into the cache). `warmup`:
-    (prompt id, output tokens) of the warm-up requests sent first; `chat`: the ids sent as chat
-    messages. None when a prompt's token count is unknown. A request answered with an error and
-    no token (not a time-out) was refused before its first batch: `refused`."""
+    freed and taken again), as the prompt cache saw them: each prompt's tokens on this server,
+    its output less the last token (sampled, never decoded into the cache) and the tokens it
+    drafted. `warmup`: (prompt id, output tokens, drafted) of the warm-up requests sent first;
+    `chat`: the ids sent as chat messages. None when a prompt's token count is unknown. A
+    request answered with an error and no token (not a time-out) was refused before its first
+    batch: `refused`."""
     out = []
-    rows_in = [(r.prompt_id, r.output_tokens or 0, not r.ok and not r.timed_out and not r.output_tokens) for r in rows]
-    for pid, n_out, refused in [*((p, n, False) for p, n in warmup), *rows_in]:
+    rows_in = [
+        (r.prompt_id, r.output_tokens or 0, row_drafted(r), not r.ok and not r.timed_out and not r.output_tokens)
+        for r in rows
+    ]
+    for pid, n_out, drafted, refused in [*((p, n, d, False) for p, n, d in warmup), *rows_in]:
         n = input_tokens.get(pid)
         if n is None:
             return None
-        out.append(Served(pid, n, n + max(0, n_out - 1), pid in chat, refused=refused))
+        out.append(Served(pid, n, n + max(0, n_out - 1), pid in chat, refused=refused, drafted=drafted))
     return out
+
+
+def row_drafted(r: RequestRow) -> int | None:
+    """A stored request's drafted tokens (client.Completion.drafted: draft_n, left out by the
+    server when 0; the row's prompt_n says the timings came)."""
+    if r.draft_n is not None:
+        return r.draft_n
+    return 0 if r.prompt_n is not None else None

@@ -47,6 +47,7 @@ from specreg.gguf.fields import get_int, get_int_list
 from specreg.gguf.reader import GGUFArray, GGUFFile
 from specreg.schemas.checks import CheckResult
 from specreg.schemas.memory import MemoryEstimate, ServeSettings
+from specreg.schemas.methods import MODEL_DRAFTED
 from specreg.units import MIB, size_text
 from specreg.validators.kv_cells import ModelFacts, cells, type_size
 from specreg.validators.kv_cells import pad as _pad
@@ -326,26 +327,64 @@ def recurrent_bytes(f: ModelFacts, s: ServeSettings) -> int:
     return f.recurrent_state * max(1, s.slots)
 
 
-def n_outputs(s: ServeSettings, new_tokens: int | None = None) -> int:
+def draft_limit(s: ServeSettings) -> int:
+    """The longest draft the method makes (common_speculative_n_max): --spec-draft-n-max for a
+    model-drafted method, else the method's default."""
+    if s.draft_n_max is not None and s.method in MODEL_DRAFTED:
+        return s.draft_n_max
+    return DRAFT_TOKENS.get(s.method or "", 0)
+
+
+def longest_draft(served: Sequence[Served]) -> int | None:
+    """The longest draft one verification step of these requests can have held: a request's
+    drafts over all its steps (timings.draft_n), at most; None when a decoded request's drafts
+    are not known (its steps are then taken as long as the method allows)."""
+    decoded = [r for r in served if not r.refused]
+    if not decoded or any(r.drafted is None for r in decoded):
+        return None
+    return max(r.drafted or 0 for r in decoded)
+
+
+def _busy(s: ServeSettings, in_flight: int | None) -> int:
+    """Slots one batch can hold together: every slot, or as many as the client keeps in flight."""
+    return s.slots if in_flight is None else max(1, min(s.slots, in_flight))
+
+
+def n_outputs(
+    s: ServeSettings, new_tokens: int | None = None, drafted: int | None = None, in_flight: int | None = None
+) -> int:
     """Outputs (logit rows) one batch of the target may ask for: the server's limit
     (server_output_limits: slots x (1 + the method's longest draft), at most -b). With
     `new_tokens`, what a request of that many new tokens can reach: the server drafts at most
-    the request's remaining tokens less one (server-context.cpp get_n_draft_max)."""
-    draft = DRAFT_TOKENS.get(s.method or "", 0)
+    the request's remaining tokens less one (server-context.cpp get_n_draft_max); with
+    `drafted` (`longest_draft`), what the requests served did draft; with `in_flight`, as many
+    slots as were in one batch."""
+    draft = draft_limit(s)
     if new_tokens is not None:
         draft = min(draft, max(0, new_tokens - 1))
-    return min(N_BATCH, s.slots * (1 + draft))
+    if drafted is not None:
+        draft = min(draft, drafted)
+    return min(N_BATCH, _busy(s, in_flight) * (1 + draft))
 
 
-def output_bytes(f: ModelFacts, s: ServeSettings, draft: bool = False, new_tokens: int | None = None) -> int:
+def output_bytes(
+    f: ModelFacts,
+    s: ServeSettings,
+    draft: bool = False,
+    new_tokens: int | None = None,
+    drafted: int | None = None,
+    in_flight: int | None = None,
+) -> int:
     """The context's output buffer (zero-filled when reserved, so all of it resident): n_vocab
-    floats per output for as many outputs as a batch may have; the draft context keeps one output
-    per slot and its backend sampler's arrays beside the logits."""
+    floats per output, reserved for one output per slot (llama_context: output_reserve(n_seq_max))
+    and grown when a batch asks for more (`n_outputs`: a verification batch); the draft context
+    keeps one output per slot and its backend sampler's arrays beside the logits."""
     if draft:
         return f.n_vocab * s.slots * (4 + SAMPLING_PER_ENTRY) + s.slots * 4
-    rows = max(n_outputs(s, new_tokens), s.slots)
+    rows = max(n_outputs(s, new_tokens, drafted, in_flight), s.slots)
     shortest = MIN_DRAFT.get(s.method or "", 0)
-    grown_from = s.slots * (1 + shortest) if shortest and rows > s.slots * (1 + shortest) else 0
+    smaller = min(N_BATCH, _busy(s, in_flight) * (1 + shortest))
+    grown_from = smaller if shortest and rows > smaller else 0
     if new_tokens is not None and f.n_vocab * grown_from * 4 >= _mmap_threshold(f, s):
         grown_from = 0  # a block that large was mapped on its own and is unmapped when freed
     return f.n_vocab * (rows + grown_from) * 4
@@ -497,16 +536,17 @@ def resident_bytes(
     t = model_facts(target, rules)
     d = model_facts(draft, rules) if draft is not None else None
     est = _estimate(t, d, settings)
-    verify = n_outputs(settings, new_tokens)
+    drafted = longest_draft(served)
+    verify = n_outputs(settings, new_tokens, drafted, in_flight)
     touched = 0
     if tokens > 0:
         touched = max(
-            compute_bytes(t, settings, tokens, kv_used, outputs=settings.slots),
+            compute_bytes(t, settings, tokens, kv_used, outputs=_busy(settings, in_flight)),
             compute_bytes(t, settings, verify, kv_used, outputs=verify),
         )
         if d is not None:
             touched += compute_bytes(d, settings, tokens, kv_used, draft=True)
-    outputs = output_bytes(t, settings, new_tokens=new_tokens)
+    outputs = output_bytes(t, settings, new_tokens=new_tokens, drafted=drafted, in_flight=in_flight)
     if d is not None:
         outputs += output_bytes(d, settings, draft=True)
     grown = served_growth(t, d, settings, served, in_flight).peak_bytes + http_bytes(t, settings, served)

@@ -93,9 +93,17 @@ def _cache_state(f: ModelFacts, s: ServeSettings, n: int, swa: bool) -> int:
     return int(head + STREAM_HEADER + layers * LAYER_HEADER + n * (CELL_META + _layers_bytes(f, s, swa)))
 
 
+def _iswa(f: ModelFacts) -> bool:
+    """Does llama.cpp build a separate sliding-window cache (iSWA) for this model? It does with
+    --swa-full too (llama-kv-cache-iswa.cpp: the window cache is then as large as the other), and
+    that cache's state still writes only its unmasked cells."""
+    return any(f.swa)
+
+
 def _split(f: ModelFacts, s: ServeSettings) -> bool:
-    """Does llama.cpp build a separate sliding-window cache (iSWA) for this model?"""
-    return any(f.swa) and not s.swa_full
+    """Does the server treat the model as windowed (checkpoints)? Not with --swa-full
+    (server-context.cpp: n_swa 0 "to simulate a non-SWA model")."""
+    return _iswa(f) and not s.swa_full
 
 
 def _recurrent_state(f: ModelFacts, s: ServeSettings) -> int:
@@ -109,7 +117,7 @@ def state_bytes(f: ModelFacts, s: ServeSettings, n_tokens: int) -> int:
     """One slot's full state with `n_tokens` cells (what the prompt cache copies)."""
     if f.recurrent_state:
         return _recurrent_state(f, s)
-    if not _split(f, s):
+    if not _iswa(f):
         return _all_layers_state(f, s, n_tokens)
     return _cache_state(f, s, n_tokens, swa=False) + _cache_state(f, s, min(n_tokens, f.n_swa), swa=True)
 
@@ -128,7 +136,7 @@ def partial_bytes(f: ModelFacts, s: ServeSettings, n_tokens: int) -> int:
     of an iSWA model, all of a plain cache (its state_write ignores the flag)."""
     if f.recurrent_state:
         return _recurrent_state(f, s)
-    if _split(f, s):
+    if _iswa(f):
         return _cache_state(f, s, min(n_tokens, f.n_swa), swa=True)
     return _all_layers_state(f, s, n_tokens)
 
@@ -169,6 +177,9 @@ class Served:
     chat: bool = False  # /v1/chat/completions: the server knows where the user's message starts
     text_bytes: int = 0  # the prompt's text as sent (UTF-8 bytes; 0: unknown, taken from its tokens)
     refused: bool = False  # answered with an error before its first batch (longer than a slot's context)
+    # tokens the server drafted for it over all its steps (timings.draft_n, absent when 0);
+    # None: not known (a step's draft is then taken as long as the method allows)
+    drafted: int | None = None
 
 
 @dataclass
@@ -312,12 +323,26 @@ def cache_bound(t: ModelFacts, d: ModelFacts | None, s: ServeSettings) -> tuple[
     return cache, slots_ckpt, one
 
 
+def online_cpus() -> int:
+    """What std::thread::hardware_concurrency() gives the server: libstdc++ (the system's, which
+    the bundled build links) asks glibc's get_nprocs(), the machine's online CPUs, whatever the
+    process is pinned to (glibc 2.36, pinned to one of two CPUs: 2; tests/test_memory_served.py
+    calls it pinned). sysconf(_SC_NPROCESSORS_ONLN) is that count; os.sched_getaffinity(0) is
+    the pinned set, which the server does not use, and os.cpu_count() may be overridden
+    (PYTHON_CPU_COUNT from Python 3.13)."""
+    try:
+        n = os.sysconf("SC_NPROCESSORS_ONLN")
+    except (ValueError, OSError):
+        n = os.cpu_count() or 1
+    return max(1, n)
+
+
 def http_threads(s: ServeSettings) -> int:
     """The server's HTTP worker threads: --threads-http, else max(-np + 4, CPUs - 1)
-    (server-http.cpp; std::thread::hardware_concurrency: the online CPUs of this machine)."""
+    (server-http.cpp, from std::thread::hardware_concurrency: `online_cpus`)."""
     if s.http_threads:
         return s.http_threads
-    return max(s.slots + 4, (os.cpu_count() or 1) - 1)
+    return max(s.slots + 4, online_cpus() - 1)
 
 
 def _per_text_byte(f: ModelFacts) -> int:
