@@ -12,7 +12,8 @@ sizes it logs (tests/test_memory_budget.py) and against measured peak RSS
 - compute buffer per context: a micro-batch of activations (max(3.5 n_ff + 2.5 n_embd, 7 n_embd)
   floats per token) plus flash attention's f16 mask (cells per stream x micro-batch);
 - the output buffer of each context (llama-context.cpp output_reserve: n_vocab floats per output,
-  zero-filled, as many outputs as the server's limit: 1 + the method's longest draft per slot,
+  zero-filled, as many outputs as the server's limit: 1 + the method's longest draft per slot
+  (for a known workload, 1 + the longest its requests drafted: resident_bytes),
   plus the smaller buffer it grew from where a method's drafts are never short (ngram-mod);
   the draft context's also holds its backend sampler's probabilities and candidates) and the
   logits those outputs take in the compute buffer;
@@ -532,7 +533,8 @@ def resident_bytes(
     Weights, KV, output buffers and the
     tokenizer all resident (read each token, cleared at start, zero-filled, built at load); of the
     compute buffer (one buffer, reused by every batch) what the widest batch reaches - the prompt's,
-    or the verification of the longest draft such a request allows, with one logit row per token."""
+    or the verification of the longest draft such a request allows (at most what the requests
+    drafted, when `served` says: `longest_draft`), with one logit row per token."""
     t = model_facts(target, rules)
     d = model_facts(draft, rules) if draft is not None else None
     est = _estimate(t, d, settings)

@@ -5,7 +5,8 @@ Mirrors the bundled build's server (xllamacpp 2026.10.11549, tools/server/server
 and server-task.cpp; llama-kv-cache*.cpp for the state sizes):
 - a slot's state (llama_state_seq_get_size_ext): per stream a cell count, per cell its position
   and sequence (12 bytes), per layer a K and a V header and one row per cell; a sliding-window
-  cache writes only its unmasked cells (the last n_swa), after the full-attention cache;
+  cache writes only its unmasked cells (the last n_swa), after the full-attention cache, with
+  --swa-full too (the window cache is kept, full-size);
 - the prompt cache (--cache-ram, default 8192 MiB): when a task takes a slot chosen by LRU, the
   slot's tokens (prompt and output) are saved with their state, the target's and the draft's,
   and their checkpoints, unless a cached entry already holds them; an entry the new prompt
