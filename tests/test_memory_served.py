@@ -250,6 +250,31 @@ def test_the_http_pool_follows_the_online_cpus_not_the_pinned_set() -> None:
     assert http_threads(ServeSettings(slots=1)) == max(5, hardware - 1)
 
 
+@pytest.mark.slow
+def test_bench_memory_measures_every_family_by_default(tmp_path: Path, real_vocab) -> None:
+    """A rerun without --models covers every family of the test data: each gives conditions (the
+    SmolLM2 pair where cached)."""
+    from benchmarks import bench_memory
+
+    real_vocab("llama-spm")  # the vocabulary files fetched (or the test skipped offline)
+    built = {c.model for c in bench_memory._conditions(tmp_path, list(bench_memory.FAMILIES), fetch=False)}
+    families = [f for f in bench_memory.FAMILIES if f != "smollm2"]
+    assert len(built - {"SmolLM2-135M"}) == len(families) == 7, built
+
+
+def test_bench_memory_refuses_a_family_it_does_not_know() -> None:
+    """Not skipped silently: a rerun asked for it would report fewer families than it was asked."""
+    from benchmarks import bench_memory
+
+    script = Path(bench_memory.__file__)
+    done = subprocess.run(
+        [sys.executable, str(script), "--models", "tiny,qwen3"], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1 and done.stderr.strip().splitlines() == [
+        "--models: unknown qwen3 (families: " + ", ".join(bench_memory.FAMILIES) + ")"
+    ]
+
+
 def test_under_predictions_are_flagged_with_the_margin() -> None:
     assert prediction_exceeded(689.6, 636.5) == pytest.approx(0.0834, abs=1e-3)  # the issue's baseline
     assert prediction_exceeded(660.0, 636.5) is None  # within 5%
