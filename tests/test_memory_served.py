@@ -137,8 +137,9 @@ def _within(
     peak, served = _serve(target, draft, method, items, tmp / f"{method}.log", *flags)
     ctx = int(flags[flags.index("-c") + 1]) if "-c" in flags else 4096
     slots = int(flags[flags.index("-np") + 1]) if "-np" in flags else 1
+    k = int(flags[flags.index("--spec-draft-n-max") + 1]) if "--spec-draft-n-max" in flags else None
     settings = ServeSettings(swa_full="--swa-full" in flags)
-    spec = ConditionSpec(name=method, method=method, draft_path=str(draft) if draft else None)
+    spec = ConditionSpec(name=method, method=method, draft_path=str(draft) if draft else None, draft_n_max=k)
     predicted = predict_rss(
         spec, str(target), ctx_size=ctx, slots=slots, gpu_layers=None, items=items, max_tokens=None,
         served=served, settings=settings, in_flight=1,
@@ -147,7 +148,7 @@ def _within(
     what = (target.name, method, flags, round(predicted / MIB, 1), round(peak / MIB, 1))
     assert abs(predicted - peak) <= BUDGET_MARGIN * peak, what
     assert prediction_exceeded(peak, predicted) is None, what
-    settings = settings.model_copy(update={"ctx_size": ctx, "slots": slots})
+    settings = settings.model_copy(update={"ctx_size": ctx, "slots": slots, "method": method, "draft_n_max": k})
     total = estimate(open_gguf(target), open_gguf(draft) if draft else None, settings, RULES).total_bytes
     assert total >= peak, what
     return served
@@ -210,6 +211,15 @@ def test_the_prediction_follows_what_a_workload_drafted_per_real_vocabulary(
 ) -> None:
     target, draft = _vocab_pair(tmp_path, real_vocab(vocab), method)
     _within(target, draft, method, DRAFTING, tmp_path)
+
+
+@pytest.mark.slow
+def test_a_longer_draft_length_is_predicted_with_its_verification_rows(tmp_path: Path, real_vocab) -> None:
+    """draft-simple at --spec-draft-n-max 32 on gemma-4's 262k vocabulary: every verification
+    batch holds 33 logit rows (1 MiB each), not the default draft's 4 (-8.7% under when the
+    length was not passed to the prediction)."""
+    target, draft = _vocab_pair(tmp_path, real_vocab("gemma-4"), "draft-simple")
+    _within(target, draft, "draft-simple", DRAFTING, tmp_path, "--spec-draft-n-max", "32")
 
 
 def test_a_full_size_window_cache_still_saves_only_the_window(tmp_path: Path) -> None:
