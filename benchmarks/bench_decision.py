@@ -28,8 +28,10 @@ times move with it; the ratios are measured against a baseline in the same run.
    costs draft-simple beside the baseline (pinning.py chose its default from it).
 5. **Grid comparison** (`--grid`: tiny models; `--grid-real`: SmolLM2, mt-bench `--sample 2`):
    `--tune --budget` against `--draft-max 2,4,8,16 --repeat 3`, each length's speed-up against
-   the baseline of its run, and the two runs' wall times (the target: the tuned length at least
-   as fast as the grid's best, in under half the grid's time).
+   the baseline of its run, the two runs' wall times (the target: the tuned length at least
+   as fast as the grid's best, in under half the grid's time), and where each run's time went:
+   its slots by phase (the first pass, deciding the leader, the other lengths, the other
+   methods), each split into server start, warm-up, requests and what follows them.
 
 Usage: python benchmarks/bench_decision.py [--sims 400] [--rounds 10] [--skip-tiny] [--real]
        [--budget 8m] [--busy-share off] [--pinning] [--grid | --grid-real] [--grid-budget B]
@@ -342,6 +344,9 @@ def grid(folder: Path, on_real: bool, budget: str, repeat: int, busy_share: str 
         mark = "  <- grid best" if s is best else ""
         print(f"   {'grid':<6} {name:<18} {_x(s.get('speedup')):>9} {_ci(s.get('speedup_ci95')):>14} {'-':>11}{mark}")
     print(f"   tune: {t_tune:.0f} s ({b1} before, {a1} after); grid: {t_grid:.0f} s ({b2} before, {a2} after)")
+    for label, run, wall in (("tune", tuned, t_tune), ("grid", grid_run, t_grid)):
+        for line in phase_lines(run, wall):
+            print(f"   {label} {line}")
     if chosen is None or best is None or not chosen.get("speedup"):
         print("   no tuned length measured, or no grid length: nothing to compare")
         return
@@ -350,6 +355,30 @@ def grid(folder: Path, on_real: bool, budget: str, repeat: int, busy_share: str 
     print(f"   tuned {chosen['condition']} {_x(chosen['speedup'])} vs grid best {best['condition']} "
           f"{_x(best['speedup'])}: {'at least as fast' if ok_speed else 'slower'}; time {t_tune / t_grid:.0%} of the "
           f"grid's ({'under' if ok_time else 'not under'} half)")  # fmt: skip
+
+
+def phase_lines(run: dict[str, Any], wall_s: float) -> list[str]:
+    """Where a run's time went, by why its slots ran (RoundLoad.phase): slots, seconds, and their
+    parts (server start, warm-up, requests, after: counters, id replays, stop); the rest of the
+    wall time is outside the slots (the CLI's start, the check of the files, planning, summaries)."""
+    parts = ("start_s", "warmup_s", "requests_s", "after_s")
+    by: dict[str, list[dict[str, Any]]] = {}
+    for c in run["conditions"]:
+        for slot in c.get("load") or []:
+            by.setdefault(slot.get("phase") or "?", []).append(slot)
+    out, inside = [], 0.0
+    for phase in ("planned", "first pass", "leader", "lengths", "methods", "?"):
+        slots = by.get(phase)
+        if not slots:
+            continue
+        sums = [sum(x.get(p) or 0.0 for x in slots) for p in parts]
+        inside += sum(sums)
+        out.append(
+            f"{phase + ':':<11} {len(slots):>2} slots {sum(sums):5.1f} s (start {sums[0]:.1f}, warm-up "
+            f"{sums[1]:.1f}, requests {sums[2]:.1f}, after {sums[3]:.1f})"
+        )
+    out.append(f"{'outside:':<11}          {max(0.0, wall_s - inside):5.1f} s (CLI start, checks, planning, summaries)")
+    return out
 
 
 def _smollm2_pair(db: Path) -> str:

@@ -47,6 +47,7 @@ from specreg.schemas.bench import (
     RunStatus,
     RuntimeInfo,
     ScheduleSlot,
+    SlotPhase,
 )
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.methods import BASELINE
@@ -65,6 +66,9 @@ __all__ = ["BenchSettings", "Observer", "Runner"]
 
 
 PART_MARGIN = 1.1  # what a round measured in part is priced at, over its estimate
+# the most rounds one server start measures while deciding the leader (its plan's rounds, at most
+# this many): on tiny models a slot's start, warm-up and stop were ~0.9 s of ~2 s
+MAX_BATCH = 3
 
 
 def new_run_id() -> str:
@@ -90,6 +94,7 @@ class Runner:
         self._tuner: tune.Tuner | None = None  # --tune: the pair being run's tuning
         self._pinning = Pinning(None, None)
         self._told_greedy: set[int] = set()  # conditions whose stored greedy run was named
+        self._needs: dict[int, budget_mod.Need] = {}  # condition idx -> its last projection (`_plan_budget`)
 
     def runtime(self) -> RuntimeInfo:
         if self._runtime is None:
@@ -286,6 +291,7 @@ class Runner:
             gpu=self.gpu,
             workload=self.workload,
             pinning=self._pinning,
+            phase="first pass" if tuner else "planned",
         )
         self.observer.run_started(info, conds, len(self.workload.items) * planned)
         status: RunStatus = "failed"
@@ -479,8 +485,19 @@ class Runner:
                 out_levels = {dropped[c.idx] for c in leads if c.idx in given_up}
                 rest = [c for c in undecided if dropped.get(c.idx) not in out_levels]
                 picked = self._plan_budget(ctx, conds, rest, bases, pair_ms, spent, left, given_up)
-            todo_set = {id(c): c for c in [bases[arm(c.spec)] for c in picked] + picked}
+            free = free_rounds(picked, bases, ctx.rows, kept)
+            deciding = bool(picked) and all(c in leads for c in picked)
+            # deciding the leader (or a contender), its plan's rounds go in one server start each
+            planned_rounds = [self._needs[c.idx].rounds or 1 for c in picked if c.idx in self._needs]
+            batch = max(1, min([MAX_BATCH, *planned_rounds])) if deciding and planned_rounds else 1
+            todo_set = {id(c): c for c in [bases[arm(c.spec)] for c in picked if c.idx not in free] + picked}
             todo = [c for c in order if id(c) in todo_set]
+            fresh = list(range(round_no, round_no + batch))
+            reps = {c.idx: free[c.idx][:batch] if c.idx in free else fresh for c in todo}
+            leaders = {lv.lead.idx for lv in self._tuner.levels.values() if lv.lead} if self._tuner else set()
+            tuned = self._tuner.level_of(conds) | {lv.first.idx: k for k, lv in self._tuner.levels.items()} if (
+                self._tuner is not None
+            ) else {}  # fmt: skip
             if o.balance:
                 todo = cond_mod.balanced_order(todo, round_no - planned)
             else:
@@ -491,6 +508,10 @@ class Runner:
             for c in todo:
                 cost = cost + budget_mod.cost_of(known, c.idx, first.get(c.idx))
             round_s = cost.seconds(prompts, prompts)
+            while batch > 1 and spent + cost.seconds(prompts * batch, prompts * batch) > budget:
+                batch -= 1  # the budget has no room for them all in one start: fewer rounds
+                fresh = fresh[:batch]
+                reps = {i: r[:batch] for i, r in reps.items()}
             # a part-round is priced 10% dearer: under load its servers' starts vary most (on a
             # shared 2-core machine a one-prompt round after 40 s left ended 30 s past the budget)
             part = prompts if spent + round_s <= budget else cost.fits(left / PART_MARGIN, prompts)
@@ -509,14 +530,25 @@ class Runner:
                 )
             for c in todo:
                 if c.status == "running":
-                    run_condition(ctx, c, [round_no], round_no=round_no, last=False,
+                    ctx.phase = _phase(c, picked, leaders, set(tuned))
+                    run_condition(ctx, c, reps[c.idx], round_no=reps[c.idx][0], last=False,
                                   prompts=None if part >= prompts else part)  # fmt: skip
             took = budget_mod.minutes(time.monotonic() - started)
-            names = ", ".join(c.spec.name for c in todo)
-            self.observer.note(f"round {round_no + 1} done: {names}; {took} of the {budget_mod.minutes(budget)} budget")
-            round_no += 1
+            names = ", ".join(
+                c.spec.name + (f" (paired with its baseline's {_rounds_named(reps[c.idx])})" if c.idx in free else "")
+                for c in todo
+            )
+            new_round = any(c.idx not in free for c in todo)
+            what = _rounds_named(fresh) if new_round else "rounds its baseline ran"
+            self.observer.note(f"{what} done: {names}; {took} of the {budget_mod.minutes(budget)} budget")
+            round_no += len(fresh) if new_round else 0
         if self._tuner is not None:
             self._tuner.close(ctx)
+            kept = contention.kept_rows(ctx.rows, contention.set_aside(conds, ctx.rows, spread=o.busy_share > 0))
+            for conc in self._tuner.levels:
+                st = self._tuner.standing(conc, conds, kept)
+                k = f"k{st.choice.spec.draft_n_max}" if st.choice is not None else "no length"
+                self.observer.note(f"tune: {k} {'chosen' if st.decided else 'leads, undecided'}: {st.why}")
         for c in conds:
             finish_condition(ctx, c)
 
@@ -613,6 +645,7 @@ class Runner:
                     fresh=fresh,
                 )
                 verdicts[who.idx] = n
+                self._needs[who.idx] = n
                 self.observer.note("plan " + n.line(left))
             below_floor = rounds_of(c) < o.repeat and not lead  # the policy's repetitions: evidence, not nothing
             decided = n.pairs == 0
@@ -699,6 +732,44 @@ class Runner:
             ),
             settings=o,
         )
+
+
+def free_rounds(
+    picked: list[ConditionRun],
+    bases: dict[tuple[int, Sampler], ConditionRun],
+    rows: list[RequestRow],
+    kept: list[RequestRow],
+) -> dict[int, list[int]]:
+    """Condition idx -> the repetitions its baseline measured (and kept) that it has not, after
+    its own last: its next slot pairs with those rounds instead of starting the baseline again
+    (issue 32: a `--tune` length first measured after the first pass, or a method the first
+    pass left out, pairs with the baseline's rounds so far). In order, so its pairs are measured
+    in the order the sequence takes them (`paired_ms`: by repetition)."""
+    out = {}
+    for c in picked:
+        base = bases.get(arm(c.spec))
+        if base is None or base is c:
+            continue
+        have = {r.repeat for r in rows if r.condition_idx == c.idx}
+        free = [r for r in sorted({r.repeat for r in kept if r.condition_idx == base.idx}) if r > max(have, default=-1)]
+        if free:
+            out[c.idx] = free
+    return out
+
+
+def _phase(c: ConditionRun, picked: list[ConditionRun], leaders: set[int], tuned: set[int]) -> SlotPhase:
+    """Why a `--budget` slot runs (a baseline's: for the conditions it is paired with)."""
+    idxs = {x.idx for x in picked} if c.spec.method == BASELINE else {c.idx}
+    return "leader" if idxs & leaders else "lengths" if idxs & tuned else "methods"
+
+
+def _rounds_named(reps: list[int]) -> str:
+    """`round 3`, `rounds 3-5` (repetitions counted from 1, as the progress lines count them)."""
+    if len(reps) == 1:
+        return f"round {reps[0] + 1}"
+    return f"rounds {reps[0] + 1}-{reps[-1] + 1}" if reps == list(range(reps[0], reps[-1] + 1)) else (
+        "rounds " + ", ".join(str(r + 1) for r in reps)
+    )  # fmt: skip
 
 
 def every_round_set_aside(

@@ -179,6 +179,11 @@ class WarmupRecord(BaseModel):
     tolerance: float = 0.10
 
 
+# why a slot ran: the planned rounds; with --tune its first pass, the rounds that decide the
+# tuning's leader, the other lengths after it, and the other methods (also a run's --budget rounds)
+SlotPhase = Literal["planned", "first pass", "leader", "lengths", "methods"]
+
+
 class RoundLoad(BaseModel):
     """How busy the machine was while one slot of a condition measured its requests (after its
     warm-up): CPU time per wall second, in cores, of this specreg and its server (ours) and of
@@ -194,6 +199,14 @@ class RoundLoad(BaseModel):
     steal_cores: float = 0.0
     load1: float | None = None
     busy: str | None = None
+    # where the slot's wall time went (issue 32: a --tune run's time by phase), seconds: starting
+    # the server until it answered, warming it up, the measured requests, and after them
+    # (counters, id replays, stopping the server); `phase`: why the runner ran it (PHASES)
+    start_s: float | None = None
+    warmup_s: float | None = None
+    requests_s: float | None = None
+    after_s: float | None = None
+    phase: SlotPhase | None = None
 
 
 class ConditionRun(BaseModel):
@@ -482,8 +495,9 @@ class TuneEstimate(Measured):
     profile: Literal["per-position", "geometric"]  # the acceptance curve the prediction used
     first_pass: str  # the condition whose profile it came from
     curve: dict[int, float] = Field(default_factory=dict)  # first pass only: end to end, every k in 1..32
-    chosen: bool = False  # the candidate with the highest measured speed-up (per concurrency)
-    decided: bool = False  # every other candidate was ruled out against the chosen one
+    chosen: bool = False  # the tuned length (per concurrency): a decided one first (tune.Tuner.standing)
+    decided: bool = False  # the chosen length is decided and no other measured or predicted can beat it
+    why: str | None = None  # the chosen length only: why it was chosen, in words
 
 
 class ConditionSummary(Measured):
