@@ -35,9 +35,11 @@ from specreg.registry.db import now
 from specreg.registry.evidence import not_checked_here, trusted
 from specreg.registry.hashing import sha256_file
 from specreg.schemas.bench import (
+    ALL_STRATA,
     ArtifactRef,
     BenchRun,
     ConditionRun,
+    ConditionSummary,
     DraftInfo,
     ObservationSettings,
     RequestRow,
@@ -361,6 +363,8 @@ class Runner:
                     c.status = "cancelled" if status == "cancelled" else "aborted"
                     self.store.save_condition(run_id, c)
             summaries = summarize(conds, ctx.rows, stat_settings(self.opts, self.runtime().spec_defaults))
+            if until_decided:
+                self._project_undecided(summaries, ctx, conds, time.monotonic() - t_start)
             if tuner is not None:
                 tuner.annotate(summaries, conds, ctx.rows)
             self.store.set_summaries(run_id, target.sha256, info.draft_sha256, summaries)
@@ -551,6 +555,45 @@ class Runner:
                 self.observer.note(f"tune: {k} {'chosen' if st.decided else 'leads, undecided'}: {st.why}")
         for c in conds:
             finish_condition(ctx, c)
+
+    def _project_undecided(
+        self, summaries: list[ConditionSummary], ctx: RunContext, conds: list[ConditionRun], spent: float
+    ) -> None:
+        """Each condition and stratum left undecided by a `--budget` run gets about how many more
+        rounds would decide it and the budget that would have (budget.py, on its kept pairs; a
+        stratum's pairs come with whole rounds of its condition, priced whole), so `runs show`,
+        the report and the audit say what would decide it instead of printing its interval."""
+        o = self.opts
+        aside = contention.set_aside(conds, ctx.rows, spread=o.busy_share > 0)
+        by_name = {c.spec.name: c for c in conds}
+        bases = {arm(c.spec): c for c in conds if c.spec.method == BASELINE}
+        known = budget_mod.costs(ctx.slot_s, self._request_s(ctx))
+        prompts = len(self.workload.items)
+        per_stratum: dict[str, int] = {}
+        for it in self.workload.items:
+            per_stratum[it.stratum] = per_stratum.get(it.stratum, 0) + 1
+        for s in summaries:
+            c = by_name.get(s.condition)
+            base = bases.get(arm(c.spec)) if c is not None else None
+            if s.decision != "undecided" or c is None or base is None or c is base:
+                continue
+
+            def mine(idx: int, partner: int, stratum: str = s.stratum) -> list[RequestRow]:
+                rows = [r for r in ctx.rows if r.condition_idx == idx and stratum in (ALL_STRATA, r.stratum)]
+                return contention.kept_rows(rows, aside, partner)
+
+            base_ms, cond_ms = paired_ms(mine(base.idx, c.idx), mine(c.idx, base.idx))
+            n = per_stratum.get(s.stratum, prompts) if s.stratum != ALL_STRATA else prompts
+            if len(base_ms) < 2:
+                continue
+            more = sequential.rounds_to_decide(
+                base_ms, cond_ms, s.decision_min_speedup or o.min_speedup, per_round=n,
+                max_rounds=budget_mod.HORIZON, seed=o.seed,
+            )  # fmt: skip
+            cost = budget_mod.cost_of(known, base.idx) + budget_mod.cost_of(known, c.idx)
+            s.decision_more_rounds = budget_mod.HORIZON + 1 if more is None else more
+            if more:
+                s.decision_budget = budget_mod.budget_for(spent, more * cost.seconds(prompts, prompts))
 
     def _request_s(self, ctx: RunContext) -> dict[int, list[float]]:
         """Each condition's requests' client wall seconds (what a slot spends on them)."""

@@ -197,9 +197,9 @@ class _Level:
 
 
 class Tuner:
-    """The tuning of one run: predicts after the first pass, adds the candidates, keeps them in
-    the `--budget` rounds until the best is decided, and writes what it predicted into the
-    summaries."""
+    """The tuning of one run: predicts after the first pass, adds the candidates, picks the
+    length the `--budget` rounds decide next (`standing`), and writes what it predicted and
+    what it chose into the summaries."""
 
     def __init__(self, opts: BenchSettings) -> None:
         self.opts = opts
@@ -258,7 +258,8 @@ class Tuner:
             shown = ", ".join(f"k{c.spec.draft_n_max} {e2e.get(c.spec.draft_n_max or 0, math.nan):.2f}x" for c in cands)
             notes.append(
                 f"{first.spec.name}: predicted best --spec-draft-n-max {best} ({whole_curve[best]:.2f}x decode); "
-                f"measuring {shown} (end to end) head to head"
+                f"candidates {shown} (end to end); k{lead.spec.draft_n_max} is decided first, the others "
+                "measured only while one could beat the decided length"
             )
         return notes
 

@@ -152,6 +152,19 @@ def round_seconds(slot_s: dict[int, list[float]], idxs: Sequence[int]) -> float:
     return sum((sum(slot_s[i]) / len(slot_s[i])) if slot_s.get(i) else mean_all for i in idxs)
 
 
+def undecided_text(rounds: int, more_rounds: int | None, budget: str | None) -> str:
+    """How an undecided condition or stratum reads (`more_rounds` past `HORIZON`: not decidable
+    within it): how much it rests on and what would decide it, never its interval, which at a
+    few pairs spans the whole clip ([0.13, 8.00]) and read like a verdict on its speed (issue 32)."""
+    done = f"undecided after {rounds} round" + ("s" if rounds != 1 else "")
+    if more_rounds is None:  # not projected (too few pairs, or a run of fixed rounds)
+        return done
+    if more_rounds > HORIZON:
+        return f"{done} (not decidable within {HORIZON} more rounds: its speed-up is within its spread of the bar)"
+    would = f"; --budget {budget} would" if budget else ""
+    return f"{done} (needs about {more_rounds} more{would})"
+
+
 def budget_for(spent_s: float, seconds: float) -> str:
     """The `--budget` that would have decided it: what was spent plus what is needed, rounded up
     to the minute."""

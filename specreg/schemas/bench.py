@@ -541,6 +541,10 @@ class ConditionSummary(Measured):
     decision: Literal["faster", "not faster", "undecided"] | None = None
     decision_ci: tuple[float, float] | None = None
     decision_min_speedup: float | None = None
+    # undecided at the end of a `--budget` run: about how many more rounds would decide it (None:
+    # not within budget.HORIZON more, or not projected) and the --budget that would have
+    decision_more_rounds: int | None = None
+    decision_budget: str | None = None
     # rounds whose timings were left out of the speed-up, its interval and the decision because
     # they ran under contention (benchmark/contention.py): requests set aside and, per round, why
     n_set_aside: int = 0

@@ -550,9 +550,19 @@ def _decisions(run: BenchRun) -> None:
     decided = [s for s in run.summaries if s.stratum == "all" and s.decision is not None]
     if not decided:
         return
+    from specreg.decision.budget import undecided_text
+
     bar = decided[0].decision_min_speedup or 0.0
+    rounds: dict[str, set[int]] = {}
+    for r in run.requests:
+        rounds.setdefault(r.condition, set()).add(r.repeat)
     parts = [
-        f"{s.condition} {s.decision}" + (f" [{s.decision_ci[0]:.2f}, {s.decision_ci[1]:.2f}]" if s.decision_ci else "")
+        f"{s.condition} "
+        + (
+            undecided_text(len(rounds.get(s.condition, ())), s.decision_more_rounds, s.decision_budget)
+            if s.decision == "undecided"
+            else f"{s.decision}" + (f" [{s.decision_ci[0]:.2f}, {s.decision_ci[1]:.2f}]" if s.decision_ci else "")
+        )
         for s in decided
     ]
     budget = run.manifest.settings.budget_s if run.manifest and run.manifest.settings else None
@@ -604,8 +614,11 @@ def _tuning(run: BenchRun) -> None:
         ]
         chosen = next((s for s in mine if s.tune and s.tune.chosen), None)
         if chosen is not None and chosen.tune is not None:
-            how = "decided" if chosen.tune.decided else "the budget ended before the best was decided"
-            parts.append(f"chosen k{chosen.tune.draft_max} ({how})")
+            how = chosen.tune.why or (
+                "decided" if chosen.tune.decided else "the budget ended before the best was decided"
+            )
+            word = "chosen" if chosen.tune.decided or chosen.decision != "undecided" else "leading, undecided"
+            parts.append(f"{word} k{chosen.tune.draft_max} ({how})")
         say(
             "; ".join(parts),
             prefix=f"tuned at c{conc} from {first.condition} ({first.tune.profile} profile, best predicted k{best}): ",
