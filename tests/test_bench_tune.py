@@ -370,3 +370,40 @@ def test_tune_on_smollm2_predicts_each_candidate_and_deploy_answers(
         assert k in {s["draft_n_max"] for s in whole.values() if s["speedup"]}
     else:
         assert code == 1 and "not deployable, the audit fails" in flat, flat
+
+
+@pytest.mark.slow  # a --tune run on real servers: ~15 s on 2 cores
+def test_a_draft_slower_at_every_length_is_decided_not_faster_and_deploy_says_so() -> None:
+    """SmolLM2's path on tiny models: a draft four times the target's depth with ~50% acceptance
+    is slower at every length, so the leader is decided `not faster` and no length is measured or
+    predicted to reach --min-speedup. The tuned length is that decided leader (not a length
+    ahead of it on a round), the tuning is decided and says why, the run ends well inside its
+    budget (a ceiling, not a target), and `deploy` refuses for the speed-up, not for missing
+    evidence. `--busy-share off`: a shared machine setting every round aside would test the
+    busy path instead."""
+    home, db = Path(os.environ["SPECREG_HOME"]), Path(os.environ["SPECREG_DB"])
+    target, draft = model(home, "t.gguf"), model(home, "d.gguf", noise=NOISE, name="deep", n_layer=8)
+    with Registry(db, show_progress=False) as reg:
+        pid = admit(reg, target, draft)
+    wl = workload(home, ITEMS[:2])
+    budget = 60.0
+    code, out, err = specreg("bench", "admitted", "--pair", str(pid), "--workload", str(wl), "--methods",
+                             "draft-simple", "--tune", "--draft-max", "8", "--budget", f"{budget:g}s", "--threads",
+                             "1", "--ctx-size", "512", "--busy-share", "off", "--json", db=db)  # fmt: skip
+    assert code in (0, 1), err
+    (run,) = json.loads(out)
+    whole = {s["condition"]: s for s in run["summaries"] if s["stratum"] == "all" and s["tune"]}
+    (chosen,) = [s for s in whole.values() if s["tune"]["chosen"]]
+    assert chosen["decision"] == "not faster" and chosen["tune"]["decided"], (chosen, err)
+    assert "not faster at any length tried" in chosen["tune"]["why"], chosen["tune"]["why"]
+    assert all(s["speedup"] is None or s["speedup"] < 1.05 for s in whole.values()), whole
+    flat = " ".join(err.split())
+    assert f"tune: k{chosen['tune']['draft_max']} chosen: " in flat, flat
+    started = datetime.fromisoformat(run["info"]["started_at"])
+    assert (datetime.fromisoformat(run["info"]["finished_at"]) - started).total_seconds() < budget
+    code, text, err = specreg("deploy", str(pid), db=db)
+    flat = " ".join((text + err).split())
+    assert code == 1 and "not deployable" in flat, flat
+    # the refusal leads with the decision; a stratum (one prompt here) may be too few pairs alone
+    assert "speed: over every stratum together not faster: anytime-valid interval [" in flat, flat
+    assert "repetition < policy minimum" not in flat and "[0.13, 8.00]" not in flat, flat

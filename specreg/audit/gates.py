@@ -446,6 +446,11 @@ def speed_gate(run: RunDigest, cond: ConditionDigest, policy: Policy, conc: int)
             msg += f" (not required: {'; '.join(notes)})"
     else:
         msg = "; ".join(notes)
+        whole = _decided([r for r in run.rows(cond.label) if r.concurrency == conc], sp.min_speedup)
+        if run.until_decided and whole is not None and whole.startswith("not faster"):
+            # the decision that answers the question, before the strata that on their own are
+            # too few pairs to decide (SmolLM2: every stratum undecided, the whole 0.79x not faster)
+            msg = f"over every stratum together {whole}; per stratum: {msg}"
     return GateResult(gate="speed", passed=passed, message=msg, strata=strata, evidence=evidence)
 
 
