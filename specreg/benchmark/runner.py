@@ -445,6 +445,7 @@ class Runner:
         round_no = planned
         prompts = len(self.workload.items)
         given_up: dict[int, str] = {}  # condition idx -> why it is not measured further
+        self._needs = {}  # this run's projections (a condition idx is the run's own)
 
         def rows(c: ConditionRun) -> list[RequestRow]:
             return [r for r in ctx.rows if r.condition_idx == c.idx]
@@ -676,7 +677,7 @@ class Runner:
                 for idx in [who.idx] if lead or lv is None else members:
                     cost = cost + budget_mod.cost_of(known, idx, first_of.get(idx))
                 n = budget_mod.need(
-                    who.spec.name + (" (the tuning's leader)" if lv is not None else ""),
+                    who.spec.name + (f" ({self._role(lv, who)})" if lv is not None else ""),
                     base_ms,
                     cond_ms,
                     o.min_speedup,
@@ -708,17 +709,26 @@ class Runner:
                     )
                 elif lv not in told:
                     told.add(lv)
+                    role = self._role(lv, who)
                     if sequential.decide(*pair_ms(who), o.min_speedup).decision != "undecided":
                         self.observer.note(  # the leader is decided: its neighbours are what is left
-                            f"budget: the tuning's leader {who.spec.name} is decided; its other lengths cannot be "
+                            f"budget: {role} {who.spec.name} is decided; its other lengths cannot be "
                             f"measured to --repeat {o.repeat} in the budget left ({need}); {further}"
                         )
                     else:
                         self.observer.note(
-                            f"budget: the tuning's leader {who.spec.name} cannot be decided in the budget left "
+                            f"budget: {role} {who.spec.name} cannot be decided in the budget left "
                             f"({need}); its candidates are {further if not lead else 'not measured further'}"
                         )
         return out
+
+    def _role(self, level: int, who: ConditionRun) -> str:
+        """What a `--tune` length is to its level, for the plan's lines."""
+        lv = self._tuner.levels.get(level) if self._tuner is not None else None
+        lead = lv.lead if lv is not None else None
+        return (
+            "the tuning's leader" if lead is None or lead.idx == who.idx else "a length that may beat the decided one"
+        )
 
     def _manifest(
         self,
