@@ -95,6 +95,7 @@ class RunContext:
     concurrency: dict[int, tuple[int, Sampler]] = field(default_factory=dict)  # condition idx -> its arm
     pinning: Pinning = field(default_factory=lambda: Pinning(None, None))  # the servers' threads and cores
     slot_s: dict[int, list[float]] = field(default_factory=dict)  # condition idx -> each slot's wall seconds
+    replay_s: dict[int, list[float]] = field(default_factory=dict)  # ... and the part its id replays took
     phase: SlotPhase = "planned"  # why the next slots run (the runner sets it), recorded with each
     marks: dict[str, float] = field(default_factory=dict)  # the slot running: when each of its parts began
     # (condition idx, prompt, max tokens, seed or None when greedy) -> its last id replay (`_complete_ids`)
@@ -208,6 +209,7 @@ def run_condition(
             server.stop()
         t_end = time.monotonic()
         ctx.slot_s.setdefault(cond.idx, []).append(t_end - t_slot)
+        ctx.replay_s.setdefault(cond.idx, []).append(ctx.marks.get("replay_s", 0.0))
         if len(cond.load) > slots_before:  # the slot measured: where its time went
             cond.load[-1] = cond.load[-1].model_copy(update=slot_times(ctx.marks, t_end) | {"phase": ctx.phase})
         cond.log_tail = tail_text(log_path, 40)
@@ -296,7 +298,9 @@ def _measure(
         cond.metrics_before, cond.metrics_after = spec_only(before), spec_only(after)
         cond.counters = add_counters(cond.counters, spec_counters(before, after))
     if server.alive():  # after the counters: the replays are not part of the measurement
+        t_replay = time.monotonic()
         _complete_ids(ctx, cond, client, [r for r in ctx.rows[first_row:] if r.condition_idx == cond.idx])
+        ctx.marks["replay_s"] = time.monotonic() - t_replay
 
 
 def partial_order(items: Sequence[WorkloadItem]) -> list[WorkloadItem]:

@@ -507,7 +507,7 @@ class Runner:
                 todo = cond_mod.balanced_order(todo, round_no - planned)
             else:
                 rng.shuffle(todo)
-            known = budget_mod.costs(ctx.slot_s, self._request_s(ctx))
+            known = budget_mod.costs(ctx.slot_s, self._request_s(ctx), ctx.replay_s)
             first = self._first_pass_of()
             cost = budget_mod.Cost(0.0, 0.0)
             for c in todo:
@@ -568,7 +568,7 @@ class Runner:
         aside = contention.set_aside(conds, ctx.rows, spread=o.busy_share > 0)
         by_name = {c.spec.name: c for c in conds}
         bases = {arm(c.spec): c for c in conds if c.spec.method == BASELINE}
-        known = budget_mod.costs(ctx.slot_s, self._request_s(ctx))
+        known = budget_mod.costs(ctx.slot_s, self._request_s(ctx), ctx.replay_s)
         prompts = len(self.workload.items)
         per_stratum: dict[str, int] = {}
         for it in self.workload.items:
@@ -633,7 +633,7 @@ class Runner:
         prompts = len(self.workload.items)
         tuned = self._tuner.level_of(conds) if self._tuner is not None else {}
         leaders = self._tuner.leaders(conds, ctx.rows) if self._tuner is not None else {}
-        known = budget_mod.costs(ctx.slot_s, self._request_s(ctx))
+        known = budget_mod.costs(ctx.slot_s, self._request_s(ctx), ctx.replay_s)
         first_of = self._first_pass_of()
         out: list[ConditionRun] = []
         verdicts: dict[int, budget_mod.Need] = {}
