@@ -365,8 +365,11 @@ class Runner:
             summaries = summarize(conds, ctx.rows, stat_settings(self.opts, self.runtime().spec_defaults))
             if until_decided:
                 self._project_undecided(summaries, ctx, conds, time.monotonic() - t_start)
-            if tuner is not None:
-                tuner.annotate(summaries, conds, ctx.rows)
+            if tuner is not None:  # on the rows the summaries rest on (not set aside)
+                kept = contention.kept_rows(
+                    ctx.rows, contention.set_aside(conds, ctx.rows, spread=self.opts.busy_share > 0)
+                )
+                tuner.annotate(summaries, conds, kept)
             self.store.set_summaries(run_id, target.sha256, info.draft_sha256, summaries)
             self.store.finish(run_id, status, reason)
             keep_digests(self.store.reg, [run_id])  # what the audit reads, built once while the rows are hot

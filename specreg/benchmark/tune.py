@@ -421,7 +421,7 @@ def standing(
             continue
         d = (decisions or {}).get(c.spec.name) or speed_decision(base_rows, mine, min_speedup).decision
         measured[c.idx] = _Length(c, d, point, len({r.repeat for r in mine}))
-    lead = lv.lead if lv.lead is not None and lv.lead.status == "running" else None
+    lead = lv.lead if lv.lead is not None and any(c is lv.lead for c in alive) else None
     decided = [x for x in measured.values() if x.decision in ("faster", "not faster")]
     if not decided:
         if lead is None:  # the predicted best failed or was never added: the best measured goes first
@@ -464,7 +464,7 @@ def standing(
     scored.sort(key=lambda t: -t[0])
     verdict = f"k{best.k} is decided {best.decision} ({best.speedup:.2f}x on {_rounds_text(best.rounds)})"
     if beaten:
-        why = f"{verdict}; not chosen, though they may be faster: {'; '.join(beaten)}"
+        why = f"{verdict}; may be faster, but not decided, so not chosen: {'; '.join(beaten)}"
     elif faster:
         why = f"{verdict}, and no other length measured or predicted can beat it"
     else:
