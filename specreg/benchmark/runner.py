@@ -59,6 +59,7 @@ from specreg.servers.memory import GpuProbe
 from specreg.servers.pinning import Pinning, server_pinning
 from specreg.servers.runtime import hardware_info, runtime_info
 from specreg.sources.range_reads import metadata_only
+from specreg.text import rounds_named
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry
@@ -495,14 +496,17 @@ class Runner:
                 picked = self._plan_budget(ctx, conds, rest, bases, pair_ms, spent, left, given_up)
             free = free_rounds(picked, bases, ctx.rows, kept)
             deciding = bool(picked) and all(c in leads for c in picked)
-            # deciding the leader (or a contender), its plan's rounds go in one server start each
+            # deciding the leader (or a contender), its plan's rounds go in one server start each;
+            # a contender not measured yet is screened first: one round, which often rules it out
             planned_rounds = [self._needs[c.idx].rounds or 1 for c in picked if c.idx in self._needs]
-            batch = max(1, min([MAX_BATCH, *planned_rounds])) if deciding and planned_rounds else 1
+            lead_idx = {lv.lead.idx for lv in self._tuner.levels.values() if lv.lead} if self._tuner else set()
+            unseen = any(c.idx not in lead_idx and not rows(c) for c in picked)
+            batch = max(1, min([MAX_BATCH, *planned_rounds])) if deciding and planned_rounds and not unseen else 1
             todo_set = {id(c): c for c in [bases[arm(c.spec)] for c in picked if c.idx not in free] + picked}
             todo = [c for c in order if id(c) in todo_set]
             fresh = list(range(round_no, round_no + batch))
             reps = {c.idx: free[c.idx][:batch] if c.idx in free else fresh for c in todo}
-            leaders = {lv.lead.idx for lv in self._tuner.levels.values() if lv.lead} if self._tuner else set()
+            leaders = lead_idx
             tuned = self._tuner.level_of(conds) | {lv.first.idx: k for k, lv in self._tuner.levels.items()} if (
                 self._tuner is not None
             ) else {}  # fmt: skip
@@ -543,11 +547,11 @@ class Runner:
                                   prompts=None if part >= prompts else part)  # fmt: skip
             took = budget_mod.minutes(time.monotonic() - started)
             names = ", ".join(
-                c.spec.name + (f" (paired with its baseline's {_rounds_named(reps[c.idx])})" if c.idx in free else "")
+                c.spec.name + (f" (paired with its baseline's {rounds_named(reps[c.idx])})" if c.idx in free else "")
                 for c in todo
             )
             new_round = any(c.idx not in free for c in todo)
-            what = _rounds_named(fresh) if new_round else "rounds its baseline ran"
+            what = rounds_named(fresh) if new_round else "rounds its baseline ran"
             self.observer.note(f"{what} done: {names}; {took} of the {budget_mod.minutes(budget)} budget")
             round_no += len(fresh) if new_round else 0
         if self._tuner is not None:
@@ -817,15 +821,6 @@ def _phase(c: ConditionRun, picked: list[ConditionRun], leaders: set[int], tuned
     """Why a `--budget` slot runs (a baseline's: for the conditions it is paired with)."""
     idxs = {x.idx for x in picked} if c.spec.method == BASELINE else {c.idx}
     return "leader" if idxs & leaders else "lengths" if idxs & tuned else "methods"
-
-
-def _rounds_named(reps: list[int]) -> str:
-    """`round 3`, `rounds 3-5` (repetitions counted from 1, as the progress lines count them)."""
-    if len(reps) == 1:
-        return f"round {reps[0] + 1}"
-    return f"rounds {reps[0] + 1}-{reps[-1] + 1}" if reps == list(range(reps[0], reps[-1] + 1)) else (
-        "rounds " + ", ".join(str(r + 1) for r in reps)
-    )  # fmt: skip
 
 
 def every_round_set_aside(

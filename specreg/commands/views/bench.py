@@ -26,7 +26,7 @@ from specreg.benchmark.execute import Observer
 from specreg.commands.layout import Col, Styled, pack, shorten
 from specreg.commands.output import Cell, err_console, print_listing, safe_plain, say, show_lines, width
 from specreg.commands.views.sampling import show_samplers
-from specreg.text import model_label, plural
+from specreg.text import model_label, plural, rounds_named
 from specreg.units import MIB, mib_text
 
 if TYPE_CHECKING:
@@ -200,14 +200,18 @@ class ProgressView(Observer):
             self.progress.update(self.task, advance=1)
 
     def condition_done(self, cond: ConditionRun) -> None:
-        for load in cond.load[self.loads_told.get(cond.idx, 0) :]:  # this slot's (once each)
+        told = self.loads_told.get(cond.idx, 0)
+        for load in cond.load[told:]:  # this slot's (once each)
             if load.busy:
                 self.note(f"{cond.spec.name} round {load.round} set aside: {load.busy}")
         self.loads_told[cond.idx] = len(cond.load)
         if not self.progress.console.is_terminal:  # no bar is drawn: a line per slot (CI logs, nohup)
             took = time.monotonic() - self.slot_t0.get(cond.idx, time.monotonic())
             n = self.done.get(cond.idx, 0) - self.slot_n0.get(cond.idx, 0)
-            where = f"round {self.starts.get(cond.idx, 1)}" if self.rounds is not None else "slot"
+            reps = cond.load[-1].repeats if len(cond.load) > told else []  # a `--budget` slot may measure several
+            where = rounds_named(reps) if reps and self.rounds is not None else (
+                f"round {self.starts.get(cond.idx, 1)}" if self.rounds is not None else "slot"
+            )  # fmt: skip
             self._say(
                 f"{where} {safe_plain(cond.spec.name)}: {plural(n, 'request')} in {took:.0f} s, "
                 f"{time.monotonic() - self.t_run:.0f} s into the run"
