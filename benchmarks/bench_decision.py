@@ -259,7 +259,7 @@ def real(budget: str, folder: Path, busy_share: str | None) -> None:
     proc = sh(*args, "--json", db=db, ok=(0, 1), timeout=7200)
     wall = time.monotonic() - t0
     (run,) = json.loads(proc.stdout)
-    notes = [ln for ln in proc.stderr.splitlines() if "plan " in ln or "budget" in ln or "tune " in ln]
+    notes = [ln for ln in proc.stderr.splitlines() if "plan " in ln or "budget" in ln or "tune" in ln]
     print(f"   wall {wall:.0f} s ({wall / 60:.1f} min) against a budget of {budget}; status {run['info']['status']}; "
           f"after: {load()}")  # fmt: skip
     for line in [*notes[:8], *(["..."] if len(notes) > 16 else []), *notes[max(8, len(notes) - 8) :]]:
@@ -272,9 +272,11 @@ def real(budget: str, folder: Path, busy_share: str | None) -> None:
             continue
         tuned = s.get("tune") or {}
         print(
-            f"   {s['condition']:<18} speed-up {_x(s.get('speedup'))}  decision {s.get('decision') or '-'} "
-            f"{_ci(s.get('decision_ci'))}{'  <- chosen' if tuned.get('chosen') else ''}"
+            f"   {s['condition']:<18} speed-up {_x(s.get('speedup'))}  decision {_decision(s, rounds)}"
+            f"{'  <- chosen' if tuned.get('chosen') else ''}"
         )
+        if tuned.get("chosen") and tuned.get("why"):
+            print(f"   {'':<18} why: {tuned['why']}")
     conds = sorted(c for c in rounds if c != "none")
     _report("SmolLM2", rows, conds, 1.05)
     dep = sh("deploy", pid, db=db, ok=(0, 1))
@@ -284,6 +286,16 @@ def real(budget: str, folder: Path, busy_share: str | None) -> None:
 
 
 GRID = (2, 4, 8, 16)
+
+
+def _decision(s: dict[str, Any], rounds: dict[str, int]) -> str:
+    """A summary's decision as `runs show` words it: decided with its interval, undecided with
+    what would decide it."""
+    from specreg.decision.budget import undecided_text
+
+    if s.get("decision") == "undecided":
+        return undecided_text(rounds.get(s["condition"], 0), s.get("decision_more_rounds"), s.get("decision_budget"))
+    return f"{s.get('decision') or '-'} {_ci(s.get('decision_ci'))}"
 
 
 def _tiny_pair(folder: Path, db: Path) -> tuple[str, Path]:
@@ -335,7 +347,8 @@ def grid(folder: Path, on_real: bool, budget: str, repeat: int, busy_share: str 
     for name, s in sorted(lengths(tuned).items(), key=lambda t: t[1].get("draft_n_max") or 0):
         mark = ""
         if (s.get("tune") or {}).get("chosen"):
-            chosen, mark = s, "  <- tuned"
+            chosen = s
+            mark = "  <- tuned" if s.get("decision") != "undecided" else "  <- leads, undecided (no length decided)"
         iv = s.get("decision_ci") or s.get("speedup_ci95")
         print(f"   {'tune':<6} {name:<18} {_x(s.get('speedup')):>9} {_ci(iv):>14} {s.get('decision') or '-':>11}{mark}")
     grid_rows = lengths(grid_run)
@@ -344,6 +357,8 @@ def grid(folder: Path, on_real: bool, budget: str, repeat: int, busy_share: str 
         mark = "  <- grid best" if s is best else ""
         print(f"   {'grid':<6} {name:<18} {_x(s.get('speedup')):>9} {_ci(s.get('speedup_ci95')):>14} {'-':>11}{mark}")
     print(f"   tune: {t_tune:.0f} s ({b1} before, {a1} after); grid: {t_grid:.0f} s ({b2} before, {a2} after)")
+    if chosen is not None and chosen["tune"].get("why"):
+        print(f"   tune's choice: {chosen['tune']['why']}")
     for label, run, wall in (("tune", tuned, t_tune), ("grid", grid_run, t_grid)):
         for line in phase_lines(run, wall):
             print(f"   {label} {line}")
