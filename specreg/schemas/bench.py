@@ -491,7 +491,7 @@ class TuneEstimate(Measured):
     draft_max: int  # --spec-draft-n-max
     predicted_speedup: float | None = None  # end to end, what the measured speed-up compares with
     predicted_decode_speedup: float | None = None  # the decode phase alone, as stepcost.py prices it
-    role: Literal["first pass", "candidate"]  # candidate: measured head to head (the first pass can be one)
+    role: Literal["first pass", "candidate"]  # candidate: on the ladder (the first pass can be one)
     profile: Literal["per-position", "geometric"]  # the acceptance curve the prediction used
     first_pass: str  # the condition whose profile it came from
     curve: dict[int, float] = Field(default_factory=dict)  # first pass only: end to end, every k in 1..32
