@@ -598,6 +598,8 @@ class Runner:
                 base_ms, cond_ms, s.decision_min_speedup or o.min_speedup, per_round=n,
                 max_rounds=budget_mod.HORIZON, seed=o.seed,
             )  # fmt: skip
+            if more == 0:  # decided on these pairs after all: nothing to project
+                continue
             cost = budget_mod.cost_of(known, base.idx) + budget_mod.cost_of(known, c.idx)
             s.decision_more_rounds = budget_mod.HORIZON + 1 if more is None else more
             if more:
