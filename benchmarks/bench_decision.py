@@ -367,8 +367,12 @@ def grid(folder: Path, on_real: bool, budget: str, repeat: int, busy_share: str 
         return
     ok_speed = chosen["speedup"] >= best["speedup"]
     ok_time = t_tune < t_grid / 2
+    same = chosen.get("draft_n_max") == best.get("draft_n_max")
+    how = "at least as fast" if ok_speed else "slower"
+    if same and not ok_speed:  # one length in two runs: what differs is the runs, not the choice
+        how = f"slower in its run, the grid's best length itself (grid interval {_ci(best.get('speedup_ci95'))})"
     print(f"   tuned {chosen['condition']} {_x(chosen['speedup'])} vs grid best {best['condition']} "
-          f"{_x(best['speedup'])}: {'at least as fast' if ok_speed else 'slower'}; time {t_tune / t_grid:.0%} of the "
+          f"{_x(best['speedup'])}: {how}; time {t_tune / t_grid:.0%} of the "
           f"grid's ({'under' if ok_time else 'not under'} half)")  # fmt: skip
 
 
