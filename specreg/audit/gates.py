@@ -350,7 +350,8 @@ def _not_decided_faster(row: StratumRow, ci: tuple[float, float], bar: float) ->
     same_bar = row.decision_min_speedup is not None and abs(row.decision_min_speedup - bar) < 1e-9
     if row.decision == "undecided" or row.decision is None:
         more, budget = (row.decision_more_rounds, row.decision_budget) if same_bar else (None, None)
-        return f"{undecided_text(row.n_repetitions, more, budget)} against {bar:g}x"
+        rounds = row.n_repetitions or (1 if row.n_paired else 0)  # a part of a round is a round begun
+        return f"{undecided_text(rounds, more, budget)} against {bar:g}x"
     low, bar_text = apart_text(ci[0], bar)  # decided against another bar than the policy's
     return (
         f"{row.decision} against {row.decision_min_speedup or 0:g}x, undecided against {bar:g}x "

@@ -168,6 +168,8 @@ def undecided_text(rounds: int, more_rounds: int | None, budget: str | None) -> 
     """How an undecided condition or stratum reads (`more_rounds` past `HORIZON`: not decidable
     within it): how much it rests on and what would decide it, never its interval, which at a
     few pairs spans the whole clip ([0.13, 8.00]) and read like a verdict on its speed (issue 32)."""
+    if rounds <= 0:
+        return "undecided: not measured"
     done = f"undecided after {rounds} round" + ("s" if rounds != 1 else "")
     if more_rounds is None:  # not projected (too few pairs, or a run of fixed rounds)
         return done
