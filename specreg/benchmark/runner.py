@@ -602,8 +602,11 @@ class Runner:
                 continue
             cost = budget_mod.cost_of(known, base.idx) + budget_mod.cost_of(known, c.idx)
             s.decision_more_rounds = budget_mod.HORIZON + 1 if more is None else more
-            if more:
-                s.decision_budget = budget_mod.budget_for(spent, more * cost.seconds(prompts, prompts))
+            needed = more * cost.seconds(prompts, prompts) if more else 0.0
+            # within the run's own budget, it was left undecided by choice (a length that cannot
+            # beat the tuned one): how many rounds, but no budget to ask for
+            if needed and spent + needed > (o.budget_s or 0.0):
+                s.decision_budget = budget_mod.budget_for(spent, needed)
 
     def _request_s(self, ctx: RunContext) -> dict[int, list[float]]:
         """Each condition's requests' client wall seconds (what a slot spends on them)."""
