@@ -28,8 +28,10 @@ times move with it; the ratios are measured against a baseline in the same run.
    costs draft-simple beside the baseline (pinning.py chose its default from it).
 5. **Grid comparison** (`--grid`: tiny models; `--grid-real`: SmolLM2, mt-bench `--sample 2`):
    `--tune --budget` against `--draft-max 2,4,8,16 --repeat 3`, each length's speed-up against
-   the baseline of its run, and the two runs' wall times (the target: the tuned length at least
-   as fast as the grid's best, in under half the grid's time).
+   the baseline of its run, the two runs' wall times (the target: the tuned length at least
+   as fast as the grid's best, in under half the grid's time), and where each run's time went:
+   its slots by phase (the first pass, deciding the leader, the other lengths, the other
+   methods), each split into server start, warm-up, requests and what follows them.
 
 Usage: python benchmarks/bench_decision.py [--sims 400] [--rounds 10] [--skip-tiny] [--real]
        [--budget 8m] [--busy-share off] [--pinning] [--grid | --grid-real] [--grid-budget B]
@@ -257,7 +259,7 @@ def real(budget: str, folder: Path, busy_share: str | None) -> None:
     proc = sh(*args, "--json", db=db, ok=(0, 1), timeout=7200)
     wall = time.monotonic() - t0
     (run,) = json.loads(proc.stdout)
-    notes = [ln for ln in proc.stderr.splitlines() if "plan " in ln or "budget" in ln or "tune " in ln]
+    notes = [ln for ln in proc.stderr.splitlines() if "plan " in ln or "budget" in ln or "tune" in ln]
     print(f"   wall {wall:.0f} s ({wall / 60:.1f} min) against a budget of {budget}; status {run['info']['status']}; "
           f"after: {load()}")  # fmt: skip
     for line in [*notes[:8], *(["..."] if len(notes) > 16 else []), *notes[max(8, len(notes) - 8) :]]:
@@ -270,9 +272,11 @@ def real(budget: str, folder: Path, busy_share: str | None) -> None:
             continue
         tuned = s.get("tune") or {}
         print(
-            f"   {s['condition']:<18} speed-up {_x(s.get('speedup'))}  decision {s.get('decision') or '-'} "
-            f"{_ci(s.get('decision_ci'))}{'  <- chosen' if tuned.get('chosen') else ''}"
+            f"   {s['condition']:<18} speed-up {_x(s.get('speedup'))}  decision {_decision(s, rounds)}"
+            f"{'  <- chosen' if tuned.get('chosen') else ''}"
         )
+        if tuned.get("chosen") and tuned.get("why"):
+            print(f"   {'':<18} why: {tuned['why']}")
     conds = sorted(c for c in rounds if c != "none")
     _report("SmolLM2", rows, conds, 1.05)
     dep = sh("deploy", pid, db=db, ok=(0, 1))
@@ -282,6 +286,16 @@ def real(budget: str, folder: Path, busy_share: str | None) -> None:
 
 
 GRID = (2, 4, 8, 16)
+
+
+def _decision(s: dict[str, Any], rounds: dict[str, int]) -> str:
+    """A summary's decision as `runs show` words it: decided with its interval, undecided with
+    what would decide it."""
+    from specreg.decision.budget import undecided_text
+
+    if s.get("decision") == "undecided":
+        return undecided_text(rounds.get(s["condition"], 0), s.get("decision_more_rounds"), s.get("decision_budget"))
+    return f"{s.get('decision') or '-'} {_ci(s.get('decision_ci'))}"
 
 
 def _tiny_pair(folder: Path, db: Path) -> tuple[str, Path]:
@@ -333,7 +347,8 @@ def grid(folder: Path, on_real: bool, budget: str, repeat: int, busy_share: str 
     for name, s in sorted(lengths(tuned).items(), key=lambda t: t[1].get("draft_n_max") or 0):
         mark = ""
         if (s.get("tune") or {}).get("chosen"):
-            chosen, mark = s, "  <- tuned"
+            chosen = s
+            mark = "  <- tuned" if s.get("decision") != "undecided" else "  <- leads, undecided (no length decided)"
         iv = s.get("decision_ci") or s.get("speedup_ci95")
         print(f"   {'tune':<6} {name:<18} {_x(s.get('speedup')):>9} {_ci(iv):>14} {s.get('decision') or '-':>11}{mark}")
     grid_rows = lengths(grid_run)
@@ -342,14 +357,47 @@ def grid(folder: Path, on_real: bool, budget: str, repeat: int, busy_share: str 
         mark = "  <- grid best" if s is best else ""
         print(f"   {'grid':<6} {name:<18} {_x(s.get('speedup')):>9} {_ci(s.get('speedup_ci95')):>14} {'-':>11}{mark}")
     print(f"   tune: {t_tune:.0f} s ({b1} before, {a1} after); grid: {t_grid:.0f} s ({b2} before, {a2} after)")
+    if chosen is not None and chosen["tune"].get("why"):
+        print(f"   tune's choice: {chosen['tune']['why']}")
+    for label, run, wall in (("tune", tuned, t_tune), ("grid", grid_run, t_grid)):
+        for line in phase_lines(run, wall):
+            print(f"   {label} {line}")
     if chosen is None or best is None or not chosen.get("speedup"):
         print("   no tuned length measured, or no grid length: nothing to compare")
         return
     ok_speed = chosen["speedup"] >= best["speedup"]
     ok_time = t_tune < t_grid / 2
+    same = chosen.get("draft_n_max") == best.get("draft_n_max")
+    how = "at least as fast" if ok_speed else "slower"
+    if same and not ok_speed:  # one length in two runs: what differs is the runs, not the choice
+        how = f"slower in its run, the grid's best length itself (grid interval {_ci(best.get('speedup_ci95'))})"
     print(f"   tuned {chosen['condition']} {_x(chosen['speedup'])} vs grid best {best['condition']} "
-          f"{_x(best['speedup'])}: {'at least as fast' if ok_speed else 'slower'}; time {t_tune / t_grid:.0%} of the "
+          f"{_x(best['speedup'])}: {how}; time {t_tune / t_grid:.0%} of the "
           f"grid's ({'under' if ok_time else 'not under'} half)")  # fmt: skip
+
+
+def phase_lines(run: dict[str, Any], wall_s: float) -> list[str]:
+    """Where a run's time went, by why its slots ran (RoundLoad.phase): slots, seconds, and their
+    parts (server start, warm-up, requests, after: counters, id replays, stop); the rest of the
+    wall time is outside the slots (the CLI's start, the check of the files, planning, summaries)."""
+    parts = ("start_s", "warmup_s", "requests_s", "after_s")
+    by: dict[str, list[dict[str, Any]]] = {}
+    for c in run["conditions"]:
+        for slot in c.get("load") or []:
+            by.setdefault(slot.get("phase") or "?", []).append(slot)
+    out, inside = [], 0.0
+    for phase in ("planned", "first pass", "leader", "lengths", "methods", "?"):
+        slots = by.get(phase)
+        if not slots:
+            continue
+        sums = [sum(x.get(p) or 0.0 for x in slots) for p in parts]
+        inside += sum(sums)
+        out.append(
+            f"{phase + ':':<11} {len(slots):>2} slots {sum(sums):5.1f} s (start {sums[0]:.1f}, warm-up "
+            f"{sums[1]:.1f}, requests {sums[2]:.1f}, after {sums[3]:.1f})"
+        )
+    out.append(f"{'outside:':<11}          {max(0.0, wall_s - inside):5.1f} s (CLI start, checks, planning, summaries)")
+    return out
 
 
 def _smollm2_pair(db: Path) -> str:

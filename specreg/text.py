@@ -6,7 +6,8 @@ zero-width characters (which make a name read differently from what it is) are s
 `\\xNN` / `\\uNNNN` instead of acting.
 
 Also the small wording rules every view shares: counts with their noun in the right number
-(`plural`), and a llama.cpp log line reduced to its message (`log_message`).
+(`plural`), rounds named as people count them (`rounds_named`), and a llama.cpp log line
+reduced to its message (`log_message`).
 """
 
 from __future__ import annotations
@@ -97,3 +98,12 @@ def model_label(
     extra = [x for x in (base if base != title else None, q) if x]
     head = " ".join(x for x in (sha256[:12] if sha256 else None, title) if x)
     return f"{head} ({', '.join(extra)})" if extra else (head or "unknown model")
+
+
+def rounds_named(reps: list[int]) -> str:
+    """`round 3`, `rounds 3-5`, `rounds 1, 3` for repetitions 2, 2..4, 0 and 2 (people count from 1)."""
+    if len(reps) == 1:
+        return f"round {reps[0] + 1}"
+    if reps == list(range(reps[0], reps[-1] + 1)):
+        return f"rounds {reps[0] + 1}-{reps[-1] + 1}"
+    return "rounds " + ", ".join(str(r + 1) for r in reps)

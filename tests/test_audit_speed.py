@@ -107,7 +107,22 @@ def test_a_run_measured_until_decided_is_judged_on_its_anytime_valid_interval() 
     assert speed_gate(run, cond, _policy(1.05), 1).passed  # a fixed design: the bootstrap interval
     run.until_decided = True
     g = speed_gate(run, cond, _policy(1.05), 1)
-    assert not g.passed and "anytime-valid interval [0.98, 1.70] (undecided): low end 0.98 < 1.05" in g.message
+    # undecided reads as how much it rests on and what would decide it, never as an interval that
+    # looks like a verdict on its speed (issue 32: "[0.13, 8.00] (undecided): low end 0.13 < 1.05")
+    assert not g.passed and "chat: undecided: not measured against 1.05x" in g.message, g.message
+    assert "[0.98" not in g.message
+    run, cond = _run(**row, decision="undecided", decision_min_speedup=1.05, n_repetitions=2,
+                     decision_more_rounds=3, decision_budget="11m")  # fmt: skip
+    run.until_decided = True
+    g = speed_gate(run, cond, _policy(1.05), 1)
+    assert "chat: undecided after 2 rounds (needs about 3 more; --budget 11m would) against 1.05x" in g.message
+    assert "projected" not in g.message and "0.98" not in g.message
+    run, cond = _run(**row, decision="undecided", decision_min_speedup=1.0, n_repetitions=2, decision_more_rounds=3)
+    run.until_decided = True  # projected against the run's 1.0x, judged against the policy's 1.05x
+    assert "undecided after 2 rounds against 1.05x" in speed_gate(run, cond, _policy(1.05), 1).message
+    run, cond = _run(speedup=0.8, decision="not faster", decision_min_speedup=1.05, decision_ci=(0.66, 0.92))
+    run.until_decided = True
+    assert "not faster: anytime-valid interval [0.66, 0.92] < 1.05" in speed_gate(run, cond, _policy(1.05), 1).message
     run, cond = _run(speedup=1.3, speedup_ci95=(0.9, 1.4), decision="faster", decision_ci=(1.08, 1.6))
     run.until_decided = True
     g = speed_gate(run, cond, _policy(1.05), 1)
@@ -140,7 +155,7 @@ def test_a_decided_condition_meets_the_repetition_minimum() -> None:
     ok, msg = _evidence(1, (0.5, 0.9))  # decided "not faster": evidence for not deploying it
     assert ok and "(not faster: anytime-valid interval [0.50, 0.90] < 1.05)" in msg
     ok, msg = _evidence(1, (0.9, 1.4))
-    assert not ok and "1 repetition < policy minimum 3, and the anytime-valid decision is not made" in msg
+    assert not ok and "1 repetition < policy minimum 3, and the anytime-valid decision is not made: undecided" in msg
     assert not _evidence(2, None)[0]  # no decision on record (an older run): the minimum holds
     assert _evidence(3, None)[0]
 
@@ -151,7 +166,9 @@ def test_the_low_end_is_shown_with_the_digits_that_make_its_comparison_true() ->
     run, cond = _run(speedup=1.2, speedup_ci95=(1.0493, 1.3), difference="no measurable difference")
     g = speed_gate(run, cond, _policy(1.05), 1)
     assert not g.passed and "low end 1.049 < 1.05" in g.message, g.message
-    run, cond = _run(speedup=1.2, speedup_ci95=(1.1, 1.3), decision="undecided", decision_ci=(1.0496, 1.4))
-    run.until_decided = True
+    run, cond = _run(speedup=1.2, speedup_ci95=(1.1, 1.3), decision="faster", decision_min_speedup=1.0,
+                     decision_ci=(1.0496, 1.4))  # fmt: skip
+    run.until_decided = True  # decided against the run's 1.0x, not against the policy's 1.05x
     g = speed_gate(run, cond, _policy(1.05), 1)
-    assert not g.passed and "low end 1.0496 < 1.05" in g.message, g.message
+    assert not g.passed and "faster against 1x, undecided against 1.05x" in g.message, g.message
+    assert "[1.0496, 1.40]" in g.message, g.message

@@ -106,6 +106,19 @@ def test_a_budget_that_cannot_decide_says_so_at_once(capsys: pytest.CaptureFixtu
     assert mod["status"] == "failed" and "draft" in (mod["failure"] or "")
     whole = {s["condition"]: s for s in run["summaries"] if s["stratum"] == "all"}
     assert whole["ngram-mod"]["decision"] == "undecided"  # failed, yet never an empty decision
+    # what would decide it, projected on its kept pairs (an A/A against 1.0x: beyond the horizon,
+    # or some rounds and the --budget that would run them), as runs show words it
+    more = whole["ngram-mod"]["decision_more_rounds"]
+    assert more is not None and more > 0, whole["ngram-mod"]
+    code, text, _ = _main(capsys, "runs", "show", run["info"]["run_id"])
+    flat = " ".join(text.split())
+    assert f"ngram-mod undecided after {n['ngram-mod']} round" in flat and "[0.13, 8.00]" not in flat, flat
+    if more > 40:
+        assert "(not decidable within 40 more rounds" in flat, flat
+    elif whole["ngram-mod"]["decision_budget"] is not None:  # past this run's budget: the one that would
+        assert f"(needs about {more} more; --budget {whole['ngram-mod']['decision_budget']} would)" in flat, flat
+    else:  # it fitted in this run's budget: left undecided by choice, no budget to ask for
+        assert f"(needs about {more} more)" in flat, flat
 
 
 def _budget_run(

@@ -30,6 +30,20 @@ def test_costs_split_a_slot_into_its_start_and_its_requests() -> None:
     assert budget.cost_of({}, 0) == budget.Cost(0.0, 0.0)
 
 
+def test_a_slot_is_priced_without_the_id_replays_its_later_slots_reuse() -> None:
+    """Issue 32: a tiny model's first slot spent ~1.2 s of ~3.3 s replaying rows whose stream held
+    text back; later slots of that condition reuse the replays, so its further slots are priced
+    without them, while a length not run yet, priced like it, pays them once."""
+    known = budget.costs({0: [12.0, 6.0]}, {0: [1.0] * 8}, {0: [4.0, 0.0]})
+    assert known[0].slot_s == pytest.approx(3.0) and known[0].replay_s == 4.0  # (18 - 8 - 4) / 2 slots
+    assert budget.cost_of(known, 0) == budget.Cost(3.0, 1.0)  # measured: nothing to replay again
+    fresh = budget.cost_of(known, 5, like=0)
+    assert fresh == budget.Cost(3.0, 1.0, once_s=4.0)
+    assert fresh.seconds(8, 4) == pytest.approx(4 + 2 * 3 + 8) and fresh.seconds(0, 4) == 0.0
+    assert fresh.fits(10.0, 8) == 3  # (10 - 3 - 4) / 1
+    assert (fresh + budget.cost_of(known, 0)).once_s == 4.0  # with its baseline: paid once
+
+
 def test_a_fresh_leader_is_projected_from_its_stand_in_without_counting_it() -> None:
     """A clear 0.6x first pass decides itself `not faster`; as a stand-in for a length not run
     yet it only shapes the projection, which then needs pairs of its own."""

@@ -159,6 +159,8 @@ def build_digest(
                 decision=s.decision,
                 decision_ci=s.decision_ci,
                 decision_min_speedup=s.decision_min_speedup,
+                decision_more_rounds=s.decision_more_rounds,
+                decision_budget=s.decision_budget,
                 drafted=s.drafted,
                 accepted=s.accepted,
                 expected_accepted_length=s.expected_accepted_length,

@@ -35,9 +35,11 @@ from specreg.registry.db import now
 from specreg.registry.evidence import not_checked_here, trusted
 from specreg.registry.hashing import sha256_file
 from specreg.schemas.bench import (
+    ALL_STRATA,
     ArtifactRef,
     BenchRun,
     ConditionRun,
+    ConditionSummary,
     DraftInfo,
     ObservationSettings,
     RequestRow,
@@ -47,6 +49,7 @@ from specreg.schemas.bench import (
     RunStatus,
     RuntimeInfo,
     ScheduleSlot,
+    SlotPhase,
 )
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.methods import BASELINE
@@ -56,6 +59,7 @@ from specreg.servers.memory import GpuProbe
 from specreg.servers.pinning import Pinning, server_pinning
 from specreg.servers.runtime import hardware_info, runtime_info
 from specreg.sources.range_reads import metadata_only
+from specreg.text import rounds_named
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry
@@ -65,6 +69,9 @@ __all__ = ["BenchSettings", "Observer", "Runner"]
 
 
 PART_MARGIN = 1.1  # what a round measured in part is priced at, over its estimate
+# the most rounds one server start measures while deciding the leader (its plan's rounds, at most
+# this many): on tiny models a slot's start, warm-up and stop were ~0.9 s of ~2 s
+MAX_BATCH = 3
 
 
 def new_run_id() -> str:
@@ -90,6 +97,7 @@ class Runner:
         self._tuner: tune.Tuner | None = None  # --tune: the pair being run's tuning
         self._pinning = Pinning(None, None)
         self._told_greedy: set[int] = set()  # conditions whose stored greedy run was named
+        self._needs: dict[int, budget_mod.Need] = {}  # condition idx -> its last projection (`_plan_budget`)
 
     def runtime(self) -> RuntimeInfo:
         if self._runtime is None:
@@ -286,6 +294,7 @@ class Runner:
             gpu=self.gpu,
             workload=self.workload,
             pinning=self._pinning,
+            phase="first pass" if tuner else "planned",
         )
         self.observer.run_started(info, conds, len(self.workload.items) * planned)
         status: RunStatus = "failed"
@@ -355,8 +364,13 @@ class Runner:
                     c.status = "cancelled" if status == "cancelled" else "aborted"
                     self.store.save_condition(run_id, c)
             summaries = summarize(conds, ctx.rows, stat_settings(self.opts, self.runtime().spec_defaults))
-            if tuner is not None:
-                tuner.annotate(summaries, conds, ctx.rows)
+            if until_decided:
+                self._project_undecided(summaries, ctx, conds, time.monotonic() - t_start)
+            if tuner is not None:  # on the rows the summaries rest on (not set aside)
+                kept = contention.kept_rows(
+                    ctx.rows, contention.set_aside(conds, ctx.rows, spread=self.opts.busy_share > 0)
+                )
+                tuner.annotate(summaries, conds, kept)
             self.store.set_summaries(run_id, target.sha256, info.draft_sha256, summaries)
             self.store.finish(run_id, status, reason)
             keep_digests(self.store.reg, [run_id])  # what the audit reads, built once while the rows are hot
@@ -435,6 +449,7 @@ class Runner:
         round_no = planned
         prompts = len(self.workload.items)
         given_up: dict[int, str] = {}  # condition idx -> why it is not measured further
+        self._needs = {}  # this run's projections (a condition idx is the run's own)
 
         def rows(c: ConditionRun) -> list[RequestRow]:
             return [r for r in ctx.rows if r.condition_idx == c.idx]
@@ -479,18 +494,36 @@ class Runner:
                 out_levels = {dropped[c.idx] for c in leads if c.idx in given_up}
                 rest = [c for c in undecided if dropped.get(c.idx) not in out_levels]
                 picked = self._plan_budget(ctx, conds, rest, bases, pair_ms, spent, left, given_up)
-            todo_set = {id(c): c for c in [bases[arm(c.spec)] for c in picked] + picked}
+            free = free_rounds(picked, bases, ctx.rows, kept)
+            deciding = bool(picked) and all(c in leads for c in picked)
+            # deciding the leader (or a contender), its plan's rounds go in one server start each;
+            # a contender not measured yet is screened first: one round, which often rules it out
+            planned_rounds = [self._needs[c.idx].rounds or 1 for c in picked if c.idx in self._needs]
+            lead_idx = {lv.lead.idx for lv in self._tuner.levels.values() if lv.lead} if self._tuner else set()
+            unseen = any(c.idx not in lead_idx and not rows(c) for c in picked)
+            batch = max(1, min([MAX_BATCH, *planned_rounds])) if deciding and planned_rounds and not unseen else 1
+            todo_set = {id(c): c for c in [bases[arm(c.spec)] for c in picked if c.idx not in free] + picked}
             todo = [c for c in order if id(c) in todo_set]
+            fresh = list(range(round_no, round_no + batch))
+            reps = {c.idx: free[c.idx][:batch] if c.idx in free else fresh for c in todo}
+            leaders = lead_idx
+            tuned = self._tuner.level_of(conds) | {lv.first.idx: k for k, lv in self._tuner.levels.items()} if (
+                self._tuner is not None
+            ) else {}  # fmt: skip
             if o.balance:
                 todo = cond_mod.balanced_order(todo, round_no - planned)
             else:
                 rng.shuffle(todo)
-            known = budget_mod.costs(ctx.slot_s, self._request_s(ctx))
+            known = budget_mod.costs(ctx.slot_s, self._request_s(ctx), ctx.replay_s)
             first = self._first_pass_of()
             cost = budget_mod.Cost(0.0, 0.0)
             for c in todo:
                 cost = cost + budget_mod.cost_of(known, c.idx, first.get(c.idx))
             round_s = cost.seconds(prompts, prompts)
+            while batch > 1 and spent + cost.seconds(prompts * batch, prompts * batch) > budget:
+                batch -= 1  # the budget has no room for them all in one start: fewer rounds
+                fresh = fresh[:batch]
+                reps = {i: r[:batch] for i, r in reps.items()}
             # a part-round is priced 10% dearer: under load its servers' starts vary most (on a
             # shared 2-core machine a one-prompt round after 40 s left ended 30 s past the budget)
             part = prompts if spent + round_s <= budget else cost.fits(left / PART_MARGIN, prompts)
@@ -509,16 +542,71 @@ class Runner:
                 )
             for c in todo:
                 if c.status == "running":
-                    run_condition(ctx, c, [round_no], round_no=round_no, last=False,
+                    ctx.phase = _phase(c, picked, leaders, set(tuned))
+                    run_condition(ctx, c, reps[c.idx], round_no=reps[c.idx][0], last=False,
                                   prompts=None if part >= prompts else part)  # fmt: skip
             took = budget_mod.minutes(time.monotonic() - started)
-            names = ", ".join(c.spec.name for c in todo)
-            self.observer.note(f"round {round_no + 1} done: {names}; {took} of the {budget_mod.minutes(budget)} budget")
-            round_no += 1
+            names = ", ".join(
+                c.spec.name + (f" (paired with its baseline's {rounds_named(reps[c.idx])})" if c.idx in free else "")
+                for c in todo
+            )
+            new_round = any(c.idx not in free for c in todo)
+            what = rounds_named(fresh) if new_round else "rounds its baseline ran"
+            self.observer.note(f"{what} done: {names}; {took} of the {budget_mod.minutes(budget)} budget")
+            round_no += len(fresh) if new_round else 0
         if self._tuner is not None:
             self._tuner.close(ctx)
+            kept = contention.kept_rows(ctx.rows, contention.set_aside(conds, ctx.rows, spread=o.busy_share > 0))
+            for conc in self._tuner.levels:
+                st = self._tuner.standing(conc, conds, kept)
+                k = f"k{st.choice.spec.draft_n_max}" if st.choice is not None else "no length"
+                self.observer.note(f"tune: {k} {'chosen' if st.decided else 'leads, undecided'}: {st.why}")
         for c in conds:
             finish_condition(ctx, c)
+
+    def _project_undecided(
+        self, summaries: list[ConditionSummary], ctx: RunContext, conds: list[ConditionRun], spent: float
+    ) -> None:
+        """Each condition and stratum left undecided by a `--budget` run gets about how many more
+        rounds would decide it and the budget that would have (budget.py, on its kept pairs; a
+        stratum's pairs come with whole rounds of its condition, priced whole), so `runs show`,
+        the report and the audit say what would decide it instead of printing its interval."""
+        o = self.opts
+        aside = contention.set_aside(conds, ctx.rows, spread=o.busy_share > 0)
+        by_name = {c.spec.name: c for c in conds}
+        bases = {arm(c.spec): c for c in conds if c.spec.method == BASELINE}
+        known = budget_mod.costs(ctx.slot_s, self._request_s(ctx), ctx.replay_s)
+        prompts = len(self.workload.items)
+        per_stratum: dict[str, int] = {}
+        for it in self.workload.items:
+            per_stratum[it.stratum] = per_stratum.get(it.stratum, 0) + 1
+        for s in summaries:
+            c = by_name.get(s.condition)
+            base = bases.get(arm(c.spec)) if c is not None else None
+            if s.decision != "undecided" or c is None or base is None or c is base:
+                continue
+
+            def mine(idx: int, partner: int, stratum: str = s.stratum) -> list[RequestRow]:
+                rows = [r for r in ctx.rows if r.condition_idx == idx and stratum in (ALL_STRATA, r.stratum)]
+                return contention.kept_rows(rows, aside, partner)
+
+            base_ms, cond_ms = paired_ms(mine(base.idx, c.idx), mine(c.idx, base.idx))
+            n = per_stratum.get(s.stratum, prompts) if s.stratum != ALL_STRATA else prompts
+            if len(base_ms) < 2:
+                continue
+            more = sequential.rounds_to_decide(
+                base_ms, cond_ms, s.decision_min_speedup or o.min_speedup, per_round=n,
+                max_rounds=budget_mod.HORIZON, seed=o.seed,
+            )  # fmt: skip
+            if more == 0:  # decided on these pairs after all: nothing to project
+                continue
+            cost = budget_mod.cost_of(known, base.idx) + budget_mod.cost_of(known, c.idx)
+            s.decision_more_rounds = budget_mod.HORIZON + 1 if more is None else more
+            needed = more * cost.seconds(prompts, prompts) if more else 0.0
+            # within the run's own budget, it was left undecided by choice (a length that cannot
+            # beat the tuned one): how many rounds, but no budget to ask for
+            if needed and spent + needed > (o.budget_s or 0.0):
+                s.decision_budget = budget_mod.budget_for(spent, needed)
 
     def _request_s(self, ctx: RunContext) -> dict[int, list[float]]:
         """Each condition's requests' client wall seconds (what a slot spends on them)."""
@@ -557,7 +645,7 @@ class Runner:
         prompts = len(self.workload.items)
         tuned = self._tuner.level_of(conds) if self._tuner is not None else {}
         leaders = self._tuner.leaders(conds, ctx.rows) if self._tuner is not None else {}
-        known = budget_mod.costs(ctx.slot_s, self._request_s(ctx))
+        known = budget_mod.costs(ctx.slot_s, self._request_s(ctx), ctx.replay_s)
         first_of = self._first_pass_of()
         out: list[ConditionRun] = []
         verdicts: dict[int, budget_mod.Need] = {}
@@ -601,7 +689,7 @@ class Runner:
                 for idx in [who.idx] if lead or lv is None else members:
                     cost = cost + budget_mod.cost_of(known, idx, first_of.get(idx))
                 n = budget_mod.need(
-                    who.spec.name + (" (the tuning's leader)" if lv is not None else ""),
+                    who.spec.name + (f" ({self._role(lv, who)})" if lv is not None else ""),
                     base_ms,
                     cond_ms,
                     o.min_speedup,
@@ -613,6 +701,7 @@ class Runner:
                     fresh=fresh,
                 )
                 verdicts[who.idx] = n
+                self._needs[who.idx] = n
                 self.observer.note("plan " + n.line(left))
             below_floor = rounds_of(c) < o.repeat and not lead  # the policy's repetitions: evidence, not nothing
             decided = n.pairs == 0
@@ -632,17 +721,26 @@ class Runner:
                     )
                 elif lv not in told:
                     told.add(lv)
+                    role = self._role(lv, who)
                     if sequential.decide(*pair_ms(who), o.min_speedup).decision != "undecided":
                         self.observer.note(  # the leader is decided: its neighbours are what is left
-                            f"budget: the tuning's leader {who.spec.name} is decided; its other lengths cannot be "
+                            f"budget: {role} {who.spec.name} is decided; its other lengths cannot be "
                             f"measured to --repeat {o.repeat} in the budget left ({need}); {further}"
                         )
                     else:
                         self.observer.note(
-                            f"budget: the tuning's leader {who.spec.name} cannot be decided in the budget left "
+                            f"budget: {role} {who.spec.name} cannot be decided in the budget left "
                             f"({need}); its candidates are {further if not lead else 'not measured further'}"
                         )
         return out
+
+    def _role(self, level: int, who: ConditionRun) -> str:
+        """What a `--tune` length is to its level, for the plan's lines."""
+        lv = self._tuner.levels.get(level) if self._tuner is not None else None
+        lead = lv.lead if lv is not None else None
+        return (
+            "the tuning's leader" if lead is None or lead.idx == who.idx else "a length that may beat the decided one"
+        )
 
     def _manifest(
         self,
@@ -699,6 +797,35 @@ class Runner:
             ),
             settings=o,
         )
+
+
+def free_rounds(
+    picked: list[ConditionRun],
+    bases: dict[tuple[int, Sampler], ConditionRun],
+    rows: list[RequestRow],
+    kept: list[RequestRow],
+) -> dict[int, list[int]]:
+    """Condition idx -> the repetitions its baseline measured (and kept) that it has not, after
+    its own last: its next slot pairs with those rounds instead of starting the baseline again
+    (issue 32: a `--tune` length first measured after the first pass, or a method the first
+    pass left out, pairs with the baseline's rounds so far). In order, so its pairs are measured
+    in the order the sequence takes them (`paired_ms`: by repetition)."""
+    out = {}
+    for c in picked:
+        base = bases.get(arm(c.spec))
+        if base is None or base is c:
+            continue
+        have = {r.repeat for r in rows if r.condition_idx == c.idx}
+        free = [r for r in sorted({r.repeat for r in kept if r.condition_idx == base.idx}) if r > max(have, default=-1)]
+        if free:
+            out[c.idx] = free
+    return out
+
+
+def _phase(c: ConditionRun, picked: list[ConditionRun], leaders: set[int], tuned: set[int]) -> SlotPhase:
+    """Why a `--budget` slot runs (a baseline's: for the conditions it is paired with)."""
+    idxs = {x.idx for x in picked} if c.spec.method == BASELINE else {c.idx}
+    return "leader" if idxs & leaders else "lengths" if idxs & tuned else "methods"
 
 
 def every_round_set_aside(

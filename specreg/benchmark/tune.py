@@ -16,12 +16,26 @@ already measures what decides it, so tuning is three steps in one run:
    decodes, so the prediction is T(k) / cost(k); at k = K it is stepcost's own prediction for
    the pass. Past K the curve goes on at the ratio of its second half (S(K) / S(K/2))^(1/(K-K/2)).
 3. **Measure** the predicted best k* and its neighbours on a doubling ladder (k*/2, k*, 2 k*,
-   clipped to 1..32: always three lengths) head to head, in the `--budget` rounds, until the best
-   is decided: the leader (highest measured speed-up) is decided against `--min-speedup`
-   (sequential.py) and every other candidate is ruled out against it (its anytime-valid speed-up
-   over the leader lies wholly below `MARGIN`, so it is at most 5% faster), after at least
-   `--repeat` rounds each; or the budget ends. The audit then chooses among the measured
-   conditions as always, so `deploy` prints the measured `--spec-draft-n-max`, never a guess.
+   clipped to 1..32: always three lengths), in the `--budget` rounds. The budget goes to the
+   **leader** first, the predicted best, until it is decided against `--min-speedup`
+   (sequential.py). The tuned length is a decided one (`Tuner.standing`): the best decided
+   `faster`, else the best decided `not faster`; a length that looks faster on fewer rounds is
+   no choice until it is decided itself (seen on a quiet machine: k26 at 1.61x on one round,
+   undecided, "chosen" over k16 decided faster at 1.57x; on SmolLM2 k8 at 0.96x on one round
+   over k4 decided not faster). Once a length is decided, the others are measured only while
+   one could still beat it - a **contender**: measured above it (or, when it is `not faster`,
+   at or above `--min-speedup`) and not decided, or not measured yet and predicted, `SLACK`
+   higher, to do so - and the budget goes to deciding the best contender before the other
+   methods. A contender that stays undecided when the budget ends is named, never chosen. With
+   no contender the tuning is decided and stops spending: a budget is a ceiling. A length's
+   first round pairs with a round its baseline already ran (the runner's `reuse`), so it costs
+   one server start, not two. The audit then chooses among the measured conditions as always,
+   so `deploy` prints the measured `--spec-draft-n-max`, never a guess.
+
+Why the server is started once per length: llama.cpp (this build, b11549) takes the draft
+length only from its command line; its request fields `speculative.n_max` / `n_min` are compiled
+out (`#if 0` in tools/server/server-schema.cpp: "we disable speculative parameter adjustments
+for now"), so a request cannot change it. On the tiny models a start is ~0.2 s of a ~3 s slot.
 
 The prediction is the decode phase's (as stepcost's): the measured speed-up is end to end, so
 with long prompts it sits below. Ranking the candidates needs only the shape, which the prompt
@@ -61,6 +75,8 @@ if TYPE_CHECKING:
 FIRST_PASS_LENGTH = 16  # generous: SmolLM2 on repetitive text still gains from 8 to 16 (issue 24)
 REUSE = 1.25  # a ladder length this close to the first pass's is measured at the first pass's
 MARGIN = 1.05  # a candidate is ruled out when it is decided at most this much faster than the leader
+SLACK = 1.2  # a length not measured yet may beat the choice when its prediction, this much higher, does
+# (the end-to-end predictions were seen 20-35% off on tiny models and SmolLM2: tests/test_bench_tune.py)
 SKIPPED = "the --budget was spent before --tune measured it"
 
 
@@ -171,7 +187,8 @@ class _Level:
     first: ConditionRun
     predictions: dict[str, Profile]  # stratum -> its profile
     candidates: list[ConditionRun]
-    best: int = 0  # the predicted best length: the leader until a candidate is measured
+    best: int = 0  # the predicted best length
+    lead: ConditionRun | None = None  # its candidate (the first pass's, when that is near): decided first
 
     def predicted(self, k: int) -> float | None:
         """The end-to-end prediction for length k (the whole workload's profile)."""
@@ -180,9 +197,9 @@ class _Level:
 
 
 class Tuner:
-    """The tuning of one run: predicts after the first pass, adds the candidates, keeps them in
-    the `--budget` rounds until the best is decided, and writes what it predicted into the
-    summaries."""
+    """The tuning of one run: predicts after the first pass, adds the candidates, picks the
+    length the `--budget` rounds decide next (`standing`), and writes what it predicted and
+    what it chose into the summaries."""
 
     def __init__(self, opts: BenchSettings) -> None:
         self.opts = opts
@@ -235,12 +252,14 @@ class Tuner:
                 conds.append(c)
                 cands.append(c)
                 ctx.store.save_condition(ctx.run_id, c)
-            self.levels[first.spec.concurrency] = _Level(first, predictions, cands, best)
+            lead = min(cands, key=lambda c: abs(math.log((c.spec.draft_n_max or 1) / best)))
+            self.levels[first.spec.concurrency] = _Level(first, predictions, cands, best, lead)
             e2e = curve(predictions[ALL_STRATA], end_to_end=True)
             shown = ", ".join(f"k{c.spec.draft_n_max} {e2e.get(c.spec.draft_n_max or 0, math.nan):.2f}x" for c in cands)
             notes.append(
                 f"{first.spec.name}: predicted best --spec-draft-n-max {best} ({whole_curve[best]:.2f}x decode); "
-                f"measuring {shown} (end to end) head to head"
+                f"candidates {shown} (end to end); k{lead.spec.draft_n_max} is decided first, the others "
+                "measured only while one could beat the decided length"
             )
         return notes
 
@@ -248,66 +267,43 @@ class Tuner:
         """Condition idx -> its tuning level (concurrency), for the candidates of every level."""
         return {c.idx: conc for conc, lv in self.levels.items() for c in lv.candidates}
 
-    def leaders(self, conds: list[ConditionRun], rows: list[RequestRow]) -> dict[int, ConditionRun]:
-        """Each level's leader so far: its best measured running candidate, or, before any is
-        measured, the predicted best (the tuned length: the decision that matters, measured
-        against the baseline first)."""
-        out = {}
-        for conc, lv in self.levels.items():
-            base = next((c for c in conds if c.spec.method == BASELINE and c.spec.concurrency == conc), None)
-            running = [c for c in lv.candidates if c.status == "running"]
-            lead = best_measured(running, self._rows(rows, base), rows) if base is not None else None
-            if lead is None and running and lv.best > 0:  # the length nearest the prediction (reuse_first_pass)
-                lead = min(running, key=lambda c: abs(math.log((c.spec.draft_n_max or 1) / lv.best)))
-            if lead is not None:
-                out[conc] = lead
-        return out
+    def _base(self, conds: list[ConditionRun], conc: int) -> ConditionRun | None:
+        return next((c for c in conds if c.spec.method == BASELINE and c.spec.concurrency == conc), None)
 
-    def _chosen(
-        self, cands: list[ConditionRun], base_rows: list[RequestRow], rows: list[RequestRow]
-    ) -> ConditionRun | None:
-        return _chosen_among(cands, base_rows, rows, self.opts.min_speedup)
+    def standing(self, conc: int, conds: list[ConditionRun], rows: list[RequestRow]) -> Standing:
+        """Where the tuning of one level stands on `rows` (see the module docstring, step 3)."""
+        lv, base = self.levels[conc], self._base(conds, conc)
+        return standing(lv, self._rows(rows, base) if base is not None else [], rows, self.opts.min_speedup)
+
+    def leaders(self, conds: list[ConditionRun], rows: list[RequestRow]) -> dict[int, ConditionRun]:
+        """Each level's length to decide next: before any is decided, the predicted best (the
+        leader); then the best contender; with none, the choice itself (decided: nothing to run)."""
+        out = {}
+        for conc in self.levels:
+            st = self.standing(conc, conds, rows)
+            nxt = st.next
+            if nxt is not None:
+                out[conc] = nxt
+        return out
 
     def _tuned(self) -> set[int]:
         return {c.idx for lv in self.levels.values() for c in [lv.first, *lv.candidates]}
 
     def settled(self, conc: int, conds: list[ConditionRun], rows: list[RequestRow]) -> bool:
-        """The best is decided at this level (see the module docstring), or nothing is left to run."""
-        lv = self.levels[conc]
-        if any(c.status == "skipped" for c in lv.candidates):
-            return False  # the budget ended before a candidate ran: nothing was decided about it
-        running = [c for c in lv.candidates if c.status in ("running", "ok")]  # ok: judged at the end
-        if not running:
-            return True
-        base = next((c for c in conds if c.spec.method == BASELINE and c.spec.concurrency == conc), None)
-        if base is None:
-            return True
-        rounds = min(len({r.repeat for r in self._rows(rows, c)}) for c in running)
-        if rounds < self.opts.repeat:
-            return False
-        base_rows = self._rows(rows, base)
-        leader = best_measured(running, base_rows, rows)
-        if leader is None or speed_decision(base_rows, self._rows(rows, leader), self.opts.min_speedup).decision == (
-            "undecided"
-        ):
-            return False
-        lead_rows = self._rows(rows, leader)
-        return all(
-            speed_decision(lead_rows, self._rows(rows, c), MARGIN).decision == "not faster"
-            for c in running
-            if c is not leader
-        )
+        """The tuning of this level is decided: its choice is, and no contender is left to run."""
+        return self.standing(conc, conds, rows).settled
 
     def select(
         self, conds: list[ConditionRun], undecided: list[ConditionRun], rows: list[RequestRow]
     ) -> list[ConditionRun]:
         """The conditions of the next decision round: the undecided ones outside the tuning, and
-        every running candidate of a level whose best is not decided yet."""
+        each unsettled level's length to decide next (its leader, then its best contender)."""
         tuned = self._tuned()
         out = [c for c in undecided if c.idx not in tuned]
-        for conc, lv in self.levels.items():
-            if not self.settled(conc, conds, rows):
-                out += [c for c in lv.candidates if c.status == "running"]
+        for conc in self.levels:
+            st = self.standing(conc, conds, rows)
+            if not st.settled and st.next is not None and st.next.status == "running":
+                out.append(st.next)
         return out
 
     def close(self, ctx: RunContext) -> None:
@@ -324,10 +320,9 @@ class Tuner:
         for conc, lv in self.levels.items():
             base = next((c for c in conds if c.spec.method == BASELINE and c.spec.concurrency == conc), None)
             # the first pass is a measured length too (its rounds are kept), so it may be the best
-            measured = {c.idx: c for c in [lv.first, *lv.candidates] if c.status == "ok"}
-            done = list(measured.values())
-            chosen = self._chosen(done, self._rows(rows, base), rows) if base is not None else None
-            decided = self.settled(conc, conds, rows) and chosen is not None
+            base_rows = self._rows(rows, base) if base is not None else []
+            st = standing(lv, base_rows, rows, self.opts.min_speedup, decisions=_decisions(summaries, conc))
+            chosen = st.choice
             members = {c.idx for c in [lv.first, *lv.candidates]}
             for s in summaries:
                 c = by_name.get(s.condition)
@@ -347,28 +342,137 @@ class Tuner:
                     first_pass=lv.first.spec.name,
                     curve=dict(predicted) if c is lv.first else {},  # the first pass may be a candidate too
                     chosen=c is chosen,
-                    decided=decided,
+                    decided=st.settled,
+                    why=st.why if c is chosen and s.stratum == ALL_STRATA else None,
                 )
 
 
-_CLASS = {"faster": 2, "undecided": 1, "not faster": 0}
+@dataclass(frozen=True)
+class _Length:
+    """One measured length of a tuning: its condition, decision and point speed-up."""
+
+    cond: ConditionRun
+    decision: str
+    speedup: float
+    rounds: int
+
+    @property
+    def k(self) -> int:
+        return self.cond.spec.draft_n_max or 0
 
 
-def _chosen_among(
-    cands: list[ConditionRun], base_rows: list[RequestRow], rows: list[RequestRow], min_speedup: float
-) -> ConditionRun | None:
-    """The tuned choice: a length decided faster beats an undecided one, which beats one decided
-    not faster; the median only orders lengths of one class. (Seen on a quiet machine: k26
-    "chosen" at 1.61x on a few part-round pairs, undecided, over k16 decided faster at 1.57x.)"""
-    by_class: dict[int, list[ConditionRun]] = {}
-    for c in cands:
-        d = speed_decision(base_rows, [r for r in rows if r.condition_idx == c.idx], min_speedup).decision
-        by_class.setdefault(_CLASS.get(d, 1), []).append(c)
-    for cls in sorted(by_class, reverse=True):
-        best = best_measured(by_class[cls], base_rows, rows)
-        if best is not None:
-            return best
-    return None
+@dataclass(frozen=True)
+class Standing:
+    """A level's tuning on the rows so far: its choice (a decided length; None while none is),
+    what could still beat it, and why, in words."""
+
+    choice: ConditionRun | None  # undecided (`decided` False): the leader as measured, for the record
+    decided: bool  # the choice is decided
+    contenders: list[ConditionRun]  # best first; the choice is not one
+    lead: ConditionRun | None  # the predicted best, decided first
+    why: str
+
+    @property
+    def settled(self) -> bool:
+        return self.decided and not self.contenders
+
+    @property
+    def next(self) -> ConditionRun | None:
+        """The length to decide next: the leader until a length is decided, then the best contender."""
+        if not self.decided:
+            return self.lead
+        return self.contenders[0] if self.contenders else self.choice
+
+
+def _decisions(summaries: list[ConditionSummary], conc: int) -> dict[str, str]:
+    """Each condition's decision as its summary states it (the whole workload's row)."""
+    return {
+        s.condition: s.decision
+        for s in summaries
+        if s.stratum == ALL_STRATA and (s.concurrency or 1) == conc and s.decision is not None
+    }
+
+
+def _rounds_text(n: int) -> str:
+    return f"{n} round" + ("s" if n != 1 else "")
+
+
+def standing(
+    lv: _Level,
+    base_rows: list[RequestRow],
+    rows: list[RequestRow],
+    min_speedup: float,
+    decisions: dict[str, str] | None = None,
+) -> Standing:
+    """The tuned choice and its contenders (module docstring, step 3). A decided length comes
+    before any undecided one, `faster` before `not faster`, the higher speed-up within a class;
+    an undecided length is a contender while it could beat the choice: measured above it (above
+    `--min-speedup` when the choice is `not faster`), or not measured and predicted so with
+    `SLACK`; one decided at most `MARGIN` faster than the choice is ruled out. `decisions`: the
+    summaries' own (at the end of a run, so that the choice is what the tables show)."""
+    members = list({c.idx: c for c in [lv.first, *lv.candidates]}.values())
+    alive = [c for c in members if c.status in ("running", "ok", "skipped")]
+    measured: dict[int, _Length] = {}
+    for c in alive:
+        mine = [r for r in rows if r.condition_idx == c.idx]
+        b, m = _paired(base_rows, mine)
+        point = statistics.paired_speedup(b, m)
+        if point is None:
+            continue
+        d = (decisions or {}).get(c.spec.name) or speed_decision(base_rows, mine, min_speedup).decision
+        measured[c.idx] = _Length(c, d, point, len({r.repeat for r in mine}))
+    lead = lv.lead if lv.lead is not None and any(c is lv.lead for c in alive) else None
+    decided = [x for x in measured.values() if x.decision in ("faster", "not faster")]
+    if not decided:
+        if lead is None:  # the predicted best failed or was never added: the best measured goes first
+            lead = best_measured([c for c in alive if c.status == "running"], base_rows, rows)
+        shown = ", ".join(f"k{x.k} {x.speedup:.2f}x on {_rounds_text(x.rounds)}" for x in measured.values())
+        pick = lead if lead is not None and lead.idx in measured else None
+        pick = pick or best_measured([x.cond for x in measured.values()], base_rows, rows)
+        return Standing(pick, False, [], lead, f"no length is decided ({shown or 'none measured'})")
+    best = max(decided, key=lambda x: (x.decision == "faster", x.speedup, -x.k))
+    faster = best.decision == "faster"
+    pred0 = lv.predicted(best.k)
+    scored: list[tuple[float, ConditionRun]] = []
+    beaten: list[str] = []
+    if lead is not None and lead is not best.cond and lead.idx not in measured:
+        scored.append((math.inf, lead))  # the predicted best is measured whatever was decided before it
+        beaten.append(f"k{lead.spec.draft_n_max}, the predicted best, is not measured")
+    for c in alive:
+        if c is best.cond or any(c is x for _, x in scored):
+            continue
+        x = measured.get(c.idx)
+        if x is not None:
+            if x.decision != "undecided":
+                continue  # weighed in the choice already
+            ahead = x.speedup > best.speedup if faster else x.speedup >= min_speedup
+            out = speed_decision(
+                [r for r in rows if r.condition_idx == best.cond.idx], [r for r in rows if r.condition_idx == c.idx],
+                MARGIN,
+            ).decision == "not faster"  # fmt: skip
+            if ahead and not out:
+                scored.append((x.speedup, c))
+                beaten.append(f"k{x.k} {x.speedup:.2f}x on {_rounds_text(x.rounds)} is undecided")
+            continue
+        pk = lv.predicted(c.spec.draft_n_max or 0)
+        if pk is None or not pred0:
+            continue
+        could = best.speedup * pk / pred0 * SLACK  # its prediction, calibrated on the choice's measurement
+        if (could > best.speedup if faster else could >= min_speedup) and c.status != "ok":
+            scored.append((could, c))
+            beaten.append(f"k{c.spec.draft_n_max} predicted up to {could:.2f}x is not measured")
+    scored.sort(key=lambda t: -t[0])
+    verdict = f"k{best.k} is decided {best.decision} ({best.speedup:.2f}x on {_rounds_text(best.rounds)})"
+    if beaten:
+        why = f"{verdict}; may be faster, but not decided, so not chosen: {'; '.join(beaten)}"
+    elif faster:
+        why = f"{verdict}, and no other length measured or predicted can beat it"
+    else:
+        why = (
+            f"{verdict}, and no other length is measured or predicted to reach {min_speedup:g}x: "
+            f"{best.cond.spec.method} is not faster at any length tried"
+        )
+    return Standing(best.cond, True, [c for _, c in scored], lead, why)
 
 
 def best_measured(

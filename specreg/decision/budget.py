@@ -32,29 +32,41 @@ class Cost:
 
     slot_s: float
     request_s: float
+    once_s: float = 0.0  # paid by the next slot only: a condition's first id replays (execute.py)
+    replay_s: float = 0.0  # a measured condition's first slot's replays: what `once_s` of one priced like it is
 
     def __add__(self, other: Cost) -> Cost:
-        return Cost(self.slot_s + other.slot_s, self.request_s + other.request_s)
+        return Cost(self.slot_s + other.slot_s, self.request_s + other.request_s, self.once_s + other.once_s)
 
     def seconds(self, pairs: int, per_round: int) -> float:
         """`pairs` more paired requests, in slots of at most `per_round` requests each."""
-        return math.ceil(pairs / max(1, per_round)) * self.slot_s + pairs * self.request_s
+        if pairs <= 0:
+            return 0.0
+        return self.once_s + math.ceil(pairs / max(1, per_round)) * self.slot_s + pairs * self.request_s
 
     def fits(self, left_s: float, per_round: int) -> int:
         """How many requests of one more slot each (of at most `per_round`) fit in `left_s`."""
+        fixed = self.slot_s + self.once_s
         if self.request_s <= 0:
-            return per_round if left_s >= self.slot_s else 0
-        return max(0, min(per_round, math.floor((left_s - self.slot_s) / self.request_s)))
+            return per_round if left_s >= fixed else 0
+        return max(0, min(per_round, math.floor((left_s - fixed) / self.request_s)))
 
 
-def costs(slot_s: dict[int, list[float]], request_s: dict[int, list[float]]) -> dict[int, Cost]:
+def costs(
+    slot_s: dict[int, list[float]], request_s: dict[int, list[float]], replay_s: dict[int, list[float]] | None = None
+) -> dict[int, Cost]:
     """Each measured condition's cost: its mean request (the client's wall time) and its slots'
-    time beyond their requests; a condition not measured yet is priced by `cost_of`."""
+    time beyond their requests, less their id replays (`replay_s`, per slot): its later slots
+    reuse them (on a tiny model the first slot's replays were ~1.2 s of ~3.3 s, and priced into
+    every later slot they made the plan give up on a leader the budget could decide). A
+    condition not measured yet is priced by `cost_of`."""
     out = {}
     for idx, slots in slot_s.items():
         reqs = request_s.get(idx, [])
+        replays = (replay_s or {}).get(idx, [])
         per = sum(reqs) / len(reqs) if reqs else 0.0
-        out[idx] = Cost(max(0.0, (sum(slots) - sum(reqs)) / len(slots)) if slots else 0.0, per)
+        over = max(0.0, (sum(slots) - sum(reqs) - sum(replays)) / len(slots)) if slots else 0.0
+        out[idx] = Cost(over, per, replay_s=replays[0] if replays else 0.0)
     return out
 
 
@@ -62,9 +74,9 @@ def cost_of(known: dict[int, Cost], idx: int, like: int | None = None) -> Cost:
     """A condition's cost: its own, else that of `like` (the `--tune` first pass for a candidate
     not measured yet), else the mean of every condition measured."""
     if idx in known:
-        return known[idx]
-    if like is not None and like in known:
-        return known[like]
+        return Cost(known[idx].slot_s, known[idx].request_s)
+    if like is not None and like in known:  # its first slot replays as the one it is priced like did
+        return Cost(known[like].slot_s, known[like].request_s, once_s=known[like].replay_s)
     if not known:
         return Cost(0.0, 0.0)
     n = len(known)
@@ -150,6 +162,21 @@ def round_seconds(slot_s: dict[int, list[float]], idxs: Sequence[int]) -> float:
     every = [x for xs in slot_s.values() for x in xs]
     mean_all = sum(every) / len(every) if every else 0.0
     return sum((sum(slot_s[i]) / len(slot_s[i])) if slot_s.get(i) else mean_all for i in idxs)
+
+
+def undecided_text(rounds: int, more_rounds: int | None, budget: str | None) -> str:
+    """How an undecided condition or stratum reads (`more_rounds` past `HORIZON`: not decidable
+    within it): how much it rests on and what would decide it, never its interval, which at a
+    few pairs spans the whole clip ([0.13, 8.00]) and read like a verdict on its speed (issue 32)."""
+    if rounds <= 0:
+        return "undecided: not measured"
+    done = f"undecided after {rounds} round" + ("s" if rounds != 1 else "")
+    if more_rounds is None:  # not projected (too few pairs, or a run of fixed rounds)
+        return done
+    if more_rounds > HORIZON:
+        return f"{done} (not decidable within {HORIZON} more rounds: its speed-up is within its spread of the bar)"
+    would = f"; --budget {budget} would" if budget else ""
+    return f"{done} (needs about {more_rounds} more{would})"
 
 
 def budget_for(spent_s: float, seconds: float) -> str:

@@ -176,6 +176,10 @@ class StratumRow(BaseModel):
     decision: Literal["faster", "not faster", "undecided"] | None = None
     decision_ci: tuple[float, float] | None = None
     decision_min_speedup: float | None = None
+    # undecided at the end of a `--budget` run: about how many more rounds would decide it (None:
+    # not within budget.HORIZON more, or not projected) and the --budget that would have
+    decision_more_rounds: int | None = None
+    decision_budget: str | None = None
     drafted: int | None = None
     accepted: int | None = None
     expected_accepted_length: float | None = None  # E[L]: tokens per step that drafted (this stratum's)

@@ -182,6 +182,11 @@ class WarmupRecord(BaseModel):
     tolerance: float = 0.10
 
 
+# why a slot ran: the planned rounds; with --tune its first pass, the rounds that decide the
+# tuning's leader, the other lengths after it, and the other methods (also a run's --budget rounds)
+SlotPhase = Literal["planned", "first pass", "leader", "lengths", "methods"]
+
+
 class RoundLoad(BaseModel):
     """How busy the machine was while one slot of a condition measured its requests (after its
     warm-up): CPU time per wall second, in cores, of this specreg and its server (ours) and of
@@ -197,6 +202,14 @@ class RoundLoad(BaseModel):
     steal_cores: float = 0.0
     load1: float | None = None
     busy: str | None = None
+    # where the slot's wall time went (issue 32: a --tune run's time by phase), seconds: starting
+    # the server until it answered, warming it up, the measured requests, and after them
+    # (counters, id replays, stopping the server); `phase`: why the runner ran it (PHASES)
+    start_s: float | None = None
+    warmup_s: float | None = None
+    requests_s: float | None = None
+    after_s: float | None = None
+    phase: SlotPhase | None = None
 
 
 class ConditionRun(BaseModel):
@@ -481,12 +494,13 @@ class TuneEstimate(Measured):
     draft_max: int  # --spec-draft-n-max
     predicted_speedup: float | None = None  # end to end, what the measured speed-up compares with
     predicted_decode_speedup: float | None = None  # the decode phase alone, as stepcost.py prices it
-    role: Literal["first pass", "candidate"]  # candidate: measured head to head (the first pass can be one)
+    role: Literal["first pass", "candidate"]  # candidate: on the ladder (the first pass can be one)
     profile: Literal["per-position", "geometric"]  # the acceptance curve the prediction used
     first_pass: str  # the condition whose profile it came from
     curve: dict[int, float] = Field(default_factory=dict)  # first pass only: end to end, every k in 1..32
-    chosen: bool = False  # the candidate with the highest measured speed-up (per concurrency)
-    decided: bool = False  # every other candidate was ruled out against the chosen one
+    chosen: bool = False  # the tuned length (per concurrency): a decided one first (tune.Tuner.standing)
+    decided: bool = False  # the chosen length is decided and no other measured or predicted can beat it
+    why: str | None = None  # the chosen length only: why it was chosen, in words
 
 
 class ConditionSummary(Measured):
@@ -530,6 +544,10 @@ class ConditionSummary(Measured):
     decision: Literal["faster", "not faster", "undecided"] | None = None
     decision_ci: tuple[float, float] | None = None
     decision_min_speedup: float | None = None
+    # undecided at the end of a `--budget` run: about how many more rounds would decide it (None:
+    # not within budget.HORIZON more, or not projected) and the --budget that would have
+    decision_more_rounds: int | None = None
+    decision_budget: str | None = None
     # rounds whose timings were left out of the speed-up, its interval and the decision because
     # they ran under contention (benchmark/contention.py): requests set aside and, per round, why
     n_set_aside: int = 0

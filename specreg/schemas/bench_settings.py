@@ -105,7 +105,7 @@ class BenchSettings(BaseModel):
     # request far outside its prompt's spread, are set aside (benchmark/contention.py); 0: none
     busy_share: float = Field(default_factory=default_busy_share, ge=0, le=1, json_schema_extra=_flag("--busy-share"))
     # --tune: a short first pass at one generous draft length, then the draft lengths its
-    # acceptance profile predicts best, measured head to head until decided (benchmark/tune.py)
+    # acceptance profile predicts best, decided first, its neighbours while they could beat it (benchmark/tune.py)
     tune: bool = Field(default=False, json_schema_extra=_flag("--tune"))
     # the server on all cores but one, the client on that one, on 4+ cores (servers/pinning.py); False: the
     # build's threads on every core (before issue 32)

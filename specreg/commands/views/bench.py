@@ -26,7 +26,7 @@ from specreg.benchmark.execute import Observer
 from specreg.commands.layout import Col, Styled, pack, shorten
 from specreg.commands.output import Cell, err_console, print_listing, safe_plain, say, show_lines, width
 from specreg.commands.views.sampling import show_samplers
-from specreg.text import model_label, plural
+from specreg.text import model_label, plural, rounds_named
 from specreg.units import MIB, mib_text
 
 if TYPE_CHECKING:
@@ -200,14 +200,18 @@ class ProgressView(Observer):
             self.progress.update(self.task, advance=1)
 
     def condition_done(self, cond: ConditionRun) -> None:
-        for load in cond.load[self.loads_told.get(cond.idx, 0) :]:  # this slot's (once each)
+        told = self.loads_told.get(cond.idx, 0)
+        for load in cond.load[told:]:  # this slot's (once each)
             if load.busy:
                 self.note(f"{cond.spec.name} round {load.round} set aside: {load.busy}")
         self.loads_told[cond.idx] = len(cond.load)
         if not self.progress.console.is_terminal:  # no bar is drawn: a line per slot (CI logs, nohup)
             took = time.monotonic() - self.slot_t0.get(cond.idx, time.monotonic())
             n = self.done.get(cond.idx, 0) - self.slot_n0.get(cond.idx, 0)
-            where = f"round {self.starts.get(cond.idx, 1)}" if self.rounds is not None else "slot"
+            reps = cond.load[-1].repeats if len(cond.load) > told else []  # a `--budget` slot may measure several
+            where = rounds_named(reps) if reps and self.rounds is not None else (
+                f"round {self.starts.get(cond.idx, 1)}" if self.rounds is not None else "slot"
+            )  # fmt: skip
             self._say(
                 f"{where} {safe_plain(cond.spec.name)}: {plural(n, 'request')} in {took:.0f} s, "
                 f"{time.monotonic() - self.t_run:.0f} s into the run"
@@ -550,9 +554,19 @@ def _decisions(run: BenchRun) -> None:
     decided = [s for s in run.summaries if s.stratum == "all" and s.decision is not None]
     if not decided:
         return
+    from specreg.decision.budget import undecided_text
+
     bar = decided[0].decision_min_speedup or 0.0
+    rounds: dict[str, set[int]] = {}
+    for r in run.requests:
+        rounds.setdefault(r.condition, set()).add(r.repeat)
     parts = [
-        f"{s.condition} {s.decision}" + (f" [{s.decision_ci[0]:.2f}, {s.decision_ci[1]:.2f}]" if s.decision_ci else "")
+        f"{s.condition} "
+        + (
+            undecided_text(len(rounds.get(s.condition, ())), s.decision_more_rounds, s.decision_budget)
+            if s.decision == "undecided"
+            else f"{s.decision}" + (f" [{s.decision_ci[0]:.2f}, {s.decision_ci[1]:.2f}]" if s.decision_ci else "")
+        )
         for s in decided
     ]
     budget = run.manifest.settings.budget_s if run.manifest and run.manifest.settings else None
@@ -604,8 +618,11 @@ def _tuning(run: BenchRun) -> None:
         ]
         chosen = next((s for s in mine if s.tune and s.tune.chosen), None)
         if chosen is not None and chosen.tune is not None:
-            how = "decided" if chosen.tune.decided else "the budget ended before the best was decided"
-            parts.append(f"chosen k{chosen.tune.draft_max} ({how})")
+            how = chosen.tune.why or (
+                "decided" if chosen.tune.decided else "the budget ended before the best was decided"
+            )
+            word = "chosen" if chosen.tune.decided or chosen.decision != "undecided" else "leading, undecided"
+            parts.append(f"{word} k{chosen.tune.draft_max} ({how})")
         say(
             "; ".join(parts),
             prefix=f"tuned at c{conc} from {first.condition} ({first.tune.profile} profile, best predicted k{best}): ",
