@@ -146,6 +146,34 @@ def test_the_console_script_runs_short_commands_without_the_cycle_collector(tmp_
     assert cli.LONG_RUNNING.issubset(cli.NAMES)
 
 
+def test_the_console_script_leaves_pydantic_plugin_lookup_out_unless_asked_for(tmp_path: Path) -> None:
+    """entry.py turns pydantic's plugins off and stands in for its loader: `importlib.metadata`
+    (and `email`) stay out of `check pair`; a PYDANTIC_DISABLE_PLUGINS of the user's own keeps
+    pydantic's loader, which looks plugins up as it always does."""
+    from specreg.testing import ModelSpec, write_model
+
+    t = write_model(tmp_path / "t.gguf", ModelSpec())
+    d = write_model(tmp_path / "d.gguf", ModelSpec(seed=3))
+    code = (
+        "import atexit, sys\n"
+        "mods = ('importlib.metadata', 'email')\n"
+        "atexit.register(lambda: print('LOADED', sorted(m for m in mods if m in sys.modules),"
+        " type(sys.modules['pydantic.plugin._loader'].get_plugins()).__name__))\n"
+        "from specreg.entry import main\n"
+        "sys.argv = ['specreg', *sys.argv[1:]]\n"
+        "main()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    env["SPECREG_DB"] = str(tmp_path / "r.db")
+    for own, expected in ((None, "LOADED [] tuple"), ("", "LOADED ['email', 'importlib.metadata'] dict_values")):
+        run_env = env if own is None else {**env, "PYDANTIC_DISABLE_PLUGINS": own}
+        proc = subprocess.run(
+            [sys.executable, "-c", code, "check", "pair", str(t), str(d)], capture_output=True, text=True, env=run_env
+        )
+        assert proc.returncode in (0, 1), proc.stderr
+        assert proc.stdout.strip().splitlines()[-1] == expected, proc.stdout
+
+
 def test_long_running_commands_turn_the_collector_back_on() -> None:
     import gc
 
