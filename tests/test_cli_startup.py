@@ -57,10 +57,26 @@ def test_a_command_imports_only_its_own_stage(name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "argv", [[], ["--help"], ["--db", "x.db"], ["no-such-command"], ["--bogus", "pairs"], ["--version", "--help"]]
+    "argv",
+    [
+        [],
+        ["--help"],
+        ["--db", "x.db"],
+        ["no-such-command"],
+        ["--bogus", "pairs"],
+        ["--version", "--help"],
+        ["chek"],
+        ["--db", "x.db", "--help"],
+    ],
 )
-def test_root_options_and_unknown_words_get_the_whole_app(argv: list[str]) -> None:
-    assert cli.startup(argv) is cli.app
+def test_root_options_and_unknown_words_get_the_index_which_answers_as_the_whole_app(argv: list[str]) -> None:
+    index = cli.startup(argv)
+    assert index is cli.index_app() and index is not cli.app
+    runner = CliRunner()
+    for width in ("40", "80", "140"):
+        got, full = (runner.invoke(app, argv, env={"COLUMNS": width}) for app in (index, cli.app))
+        assert (got.exit_code, got.output) == (full.exit_code, full.output), (argv, width)
+        assert type(got.exception) is type(full.exception) and str(got.exception) == str(full.exception)
 
 
 def test_the_version_builds_no_command() -> None:
