@@ -5,10 +5,11 @@
    class), then gives each run one of 20 hardware classes (host h = run number mod 20) and
    times them again (reference B: the same rows, 20 classes, no bundles).
 2. Exports one bundle per host (its 50 runs = 50,000 request rows, their pairs and artifacts).
-3. A central registry that has the model files (artifacts and paths, nothing else) imports the
-   20 bundles one by one: time per bundle in this process, and `specreg import` of one bundle
-   in a fresh process (interpreter start included). Reference: the same bundle's request rows
-   inserted by a bare sqlite3 executemany into an empty table of the same shape (the floor).
+3. A central registry that has the model files and has checked the pairs (artifacts, paths,
+   pairs and verdicts; no runs) imports the 20 bundles one by one: time per bundle in this
+   process, and `specreg import` of one bundle in a fresh process (interpreter start included).
+   Reference: the same bundle's request rows inserted by a bare sqlite3 executemany into an
+   empty table of the same shape (the floor).
 4. Times `runs`, `pairs`, `audit --all` on the merged registry in fresh processes. The first
    audit of the source registry is timed on its own: it builds and keeps every run's digest
    (an import keeps them as the runs arrive, so the merged registry starts with them).
@@ -80,13 +81,15 @@ def spread_over_hosts(db: Path) -> dict[int, list[str]]:
 
 
 def central_from(source: Path, dest: Path) -> None:
-    """A registry with the model files registered (as on a machine that has them) and nothing else."""
+    """A registry with the model files registered and the pairs checked (as on a machine that has
+    the files: an imported verdict is evidence about its host, never this machine's admission, so
+    without its own verdicts the central registry would have no admitted pair to audit), no runs."""
     Registry(dest, show_progress=False).close()
     conn = sqlite3.connect(dest)
     with conn:
         conn.execute("ATTACH DATABASE ? AS src", (str(source),))
-        conn.execute("INSERT INTO artifacts SELECT * FROM src.artifacts")
-        conn.execute("INSERT INTO artifact_paths SELECT * FROM src.artifact_paths")
+        for table in ("artifacts", "artifact_paths", "pairs", "verdicts"):
+            conn.execute(f"INSERT INTO {table} SELECT * FROM src.{table}")
     conn.execute("DETACH DATABASE src")
     conn.close()
 

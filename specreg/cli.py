@@ -134,8 +134,26 @@ def build(names: Iterable[str] | None = None) -> typer.Typer:
 
 @cache
 def whole_app() -> typer.Typer:
-    """Every command: what root `--help`, an unknown word or a root option is answered with."""
+    """Every command, built (`specreg.cli.app`: the docs, the tests and embedders use it)."""
     return build()
+
+
+def _unbuilt() -> None:
+    """Stands in for a command in `index_app`: never run (a run gets its own app, `startup`)."""
+
+
+@cache
+def index_app() -> typer.Typer:
+    """Every command listed, none built: what root `--help`, an unknown word or a root option is
+    answered with. The listing needs each command's name and summary line only; building the
+    commands (importing their modules, turning every signature's annotations into click
+    parameters: about half of `specreg --help` in benchmarks/bench_startup.py) says no more.
+    A test compares its answers with the whole app's."""
+    app = _new_app()
+    app.callback()(_root)
+    for name, _, summary in COMMANDS:
+        app.command(name, short_help=summary, add_help_option=False)(_unbuilt)
+    return app
 
 
 def __getattr__(name: str) -> Any:
@@ -167,8 +185,8 @@ def startup(argv: list[str]) -> typer.Typer:
     1. Only the command being run is imported and built: each command module pulls in its own
        stage (registry, benchmark, audit), and typer turns every registered command into a
        click command (evaluating each signature's annotations) before it runs one; `--version`
-       builds none. An unknown word or another root option gets the whole app, which names
-       the choices.
+       builds none. Root `--help`, an unknown word or another root option gets the index (every
+       command listed, none built), which names the choices.
     2. An ending process skips the interpreter's last hunt for reference cycles: it walks every
        object still alive (pydantic's schemas, typer's, rich's), ~50 ms of every command. Frozen
        objects are skipped; atexit handlers and weakref finalizers still run.
@@ -183,7 +201,7 @@ def startup(argv: list[str]) -> typer.Typer:
     if name is None and "--version" in argv and "--help" not in argv:
         return build([])  # the version needs no command at all
     if name is None or name not in NAMES:
-        return whole_app()
+        return index_app()
     return build([name])
 
 

@@ -13,18 +13,36 @@ Pydantic looks for plugins when it builds the first model's validator: `importli
 is imported and every installed distribution's entry points are read (~10 ms of CPU before
 `check pair` has read a byte, in a venv of a few hundred packages). specreg defines its models
 for itself and uses no pydantic plugin, so the console script says so; a user who wants one
-sets PYDANTIC_DISABLE_PLUGINS (even to an empty value) and the setting is theirs.
+sets PYDANTIC_DISABLE_PLUGINS (even to an empty value) and the setting is theirs. With every
+plugin off, pydantic's loader module is not even imported: it imports `importlib.metadata` (and
+with it `email`, `zipfile`, `csv`, `socket`: ~10 ms of `check pair`) only to look up entry points
+it is told not to look up. Its one function, `get_plugins`, answers () under that setting, and so
+does the stand-in put in its place here (`_no_plugin_loader`).
 """
 
 from __future__ import annotations
 
 import gc
 import os
+import sys
+import types
+
+_LOADER = "pydantic.plugin._loader"  # the one module pydantic looks its plugins up in
+
+
+def _no_plugin_loader() -> None:
+    """Stand in for pydantic's plugin loader while every plugin is off (see the module's docstring)."""
+    if os.environ.get("PYDANTIC_DISABLE_PLUGINS") != "__all__" or _LOADER in sys.modules:
+        return
+    loader = types.ModuleType(_LOADER, "specreg's stand-in: PYDANTIC_DISABLE_PLUGINS=__all__, no plugin is loaded")
+    loader.get_plugins = tuple  # type: ignore[attr-defined]  # () like pydantic's under that setting
+    sys.modules[_LOADER] = loader
 
 
 def main() -> None:
     gc.disable()
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    _no_plugin_loader()
     from specreg.cli import main as run
 
     run()

@@ -57,10 +57,26 @@ def test_a_command_imports_only_its_own_stage(name: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "argv", [[], ["--help"], ["--db", "x.db"], ["no-such-command"], ["--bogus", "pairs"], ["--version", "--help"]]
+    "argv",
+    [
+        [],
+        ["--help"],
+        ["--db", "x.db"],
+        ["no-such-command"],
+        ["--bogus", "pairs"],
+        ["--version", "--help"],
+        ["chek"],
+        ["--db", "x.db", "--help"],
+    ],
 )
-def test_root_options_and_unknown_words_get_the_whole_app(argv: list[str]) -> None:
-    assert cli.startup(argv) is cli.app
+def test_root_options_and_unknown_words_get_the_index_which_answers_as_the_whole_app(argv: list[str]) -> None:
+    index = cli.startup(argv)
+    assert index is cli.index_app() and index is not cli.app
+    runner = CliRunner()
+    for width in ("40", "80", "140"):
+        got, full = (runner.invoke(app, argv, env={"COLUMNS": width}) for app in (index, cli.app))
+        assert (got.exit_code, got.output) == (full.exit_code, full.output), (argv, width)
+        assert type(got.exception) is type(full.exception) and str(got.exception) == str(full.exception)
 
 
 def test_the_version_builds_no_command() -> None:
@@ -144,6 +160,34 @@ def test_the_console_script_runs_short_commands_without_the_cycle_collector(tmp_
         assert proc.returncode == 0, proc.stderr
         assert f"GC {enabled}" in proc.stdout, (argv, proc.stdout)
     assert cli.LONG_RUNNING.issubset(cli.NAMES)
+
+
+def test_the_console_script_leaves_pydantic_plugin_lookup_out_unless_asked_for(tmp_path: Path) -> None:
+    """entry.py turns pydantic's plugins off and stands in for its loader: `importlib.metadata`
+    (and `email`) stay out of `check pair`; a PYDANTIC_DISABLE_PLUGINS of the user's own keeps
+    pydantic's loader, which looks plugins up as it always does."""
+    from specreg.testing import ModelSpec, write_model
+
+    t = write_model(tmp_path / "t.gguf", ModelSpec())
+    d = write_model(tmp_path / "d.gguf", ModelSpec(seed=3))
+    code = (
+        "import atexit, sys\n"
+        "mods = ('importlib.metadata', 'email')\n"
+        "atexit.register(lambda: print('LOADED', sorted(m for m in mods if m in sys.modules),"
+        " type(sys.modules['pydantic.plugin._loader'].get_plugins()).__name__))\n"
+        "from specreg.entry import main\n"
+        "sys.argv = ['specreg', *sys.argv[1:]]\n"
+        "main()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
+    env["SPECREG_DB"] = str(tmp_path / "r.db")
+    for own, expected in ((None, "LOADED [] tuple"), ("", "LOADED ['email', 'importlib.metadata'] dict_values")):
+        run_env = env if own is None else {**env, "PYDANTIC_DISABLE_PLUGINS": own}
+        proc = subprocess.run(
+            [sys.executable, "-c", code, "check", "pair", str(t), str(d)], capture_output=True, text=True, env=run_env
+        )
+        assert proc.returncode in (0, 1), proc.stderr
+        assert proc.stdout.strip().splitlines()[-1] == expected, proc.stdout
 
 
 def test_long_running_commands_turn_the_collector_back_on() -> None:

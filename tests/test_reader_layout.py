@@ -185,3 +185,64 @@ def test_the_walk_itself_sums_the_tokens_heap(tmp_path: Path) -> None:
     assert f._array_heap == {tokens.offset: _heap_by_hand(model)}  # before anyone asked: the walk's
     merges = f.metadata.get("tokenizer.ggml.merges")
     assert merges is None or merges.offset not in f._array_heap  # only the tokens are summed
+
+
+def _draft(tmp_path: Path, name: str, **spec: object) -> Path:
+    return write_model(tmp_path / name, ModelSpec(vocab_type="gpt2", bos_id=None, unk_id=None, **spec))  # type: ignore[arg-type]
+
+
+def test_a_draft_with_the_targets_vocabulary_is_hashed_against_it_not_walked(model: Path, tmp_path: Path) -> None:
+    target = open_gguf(model)
+    twins = target.twin_arrays(min_count=1)
+    assert set(twins) >= {"tokenizer.ggml.tokens", "tokenizer.ggml.merges"}
+    draft = _draft(tmp_path, "d.gguf", pre="qwen35")  # one byte longer before the arrays: other offsets
+    with FileSource(draft) as source:
+        got = read_gguf(source, twins=twins)
+    full = open_gguf(draft)
+    assert got.twinned == len(twins) and full.twinned == 0 and got.jumped == 0
+    _same(got, full)
+    tokens = got.metadata["tokenizer.ggml.tokens"]
+    assert isinstance(tokens, GGUFArray) and tokens.long_string_heap() == _heap_by_hand(draft)
+    assert got.string_array_layout(min_count=1) == full.string_array_layout(min_count=1)
+
+
+def test_a_draft_whose_arrays_differ_from_the_twins_is_walked(model: Path, tmp_path: Path) -> None:
+    twins = open_gguf(model).twin_arrays(min_count=1)
+    draft = _draft(tmp_path, "d.gguf", pre="qwen2", token_edits=((300, "changed"),))
+    with FileSource(draft) as source:
+        got = read_gguf(source, twins=twins)
+    assert got.twinned == len(twins) - 1  # the tokens differ (walked), the merges are the target's
+    _same(got, open_gguf(draft))
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        lambda c, n, h, b: (c + 1, n, h, b),  # another count
+        lambda c, n, h, b: (c, n + 10**12, h, b),  # past the end of the file
+        lambda c, n, h, b: (c, n - 1, h, b),  # another length (the hash cannot match)
+        lambda c, n, h, b: (c, n, "0" * 64, 10**9),  # a wrong hash: its heap is not believed either
+    ],
+)
+def test_a_wrong_twin_costs_a_walk_never_a_different_read(
+    model: Path, spoil: Callable[[int, int, str, int | None], KnownArray]
+) -> None:
+    twins = {k: spoil(*v) for k, v in open_gguf(model).twin_arrays(min_count=1).items()}
+    with FileSource(model) as source:
+        got = read_gguf(source, twins=twins)
+    assert got.twinned == 0
+    _same(got, open_gguf(model))
+    tokens = got.metadata["tokenizer.ggml.tokens"]
+    assert isinstance(tokens, GGUFArray) and tokens.long_string_heap() == _heap_by_hand(model)
+
+
+def test_check_pair_of_two_new_files_walks_the_targets_vocabulary_only(
+    real_vocab: Callable[[str], Path], tmp_path: Path
+) -> None:
+    from specreg.sources.checking import open_artifact
+
+    with Registry(tmp_path / "r.db", show_progress=False) as reg:
+        _, target = open_artifact(reg, real_vocab("qwen2"))
+        _, draft = open_artifact(reg, real_vocab("qwen35"), target)  # the same vocabulary, another pre-tokenizer
+        assert target.twinned == 0 and draft.twinned == 2
+        _same(draft, open_gguf(real_vocab("qwen35")))

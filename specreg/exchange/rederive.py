@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from specreg.benchmark.condition_summary import StatSettings, stat_settings, summarize
-from specreg.schemas.bench import BenchRun
+from specreg.schemas.bench import BenchRun, ConditionSummary
 
 REL_TOL = 1e-9  # rounding: the same code on another machine's floats (libm, summation order)
 ABS_TOL = 1e-9
@@ -42,11 +42,17 @@ def _differs(a: Any, b: Any, where: str) -> str | None:
     return f"{where}: stored {b!r}, derived {a!r}"
 
 
-def check_summaries(run: BenchRun) -> str | None:
-    """None when the stored summaries are the ones the run's rows give; else the first difference."""
+def derived_summaries(run: BenchRun) -> list[ConditionSummary]:
+    """The summaries the run's rows give, drawn as the runner draws them (its settings and its
+    build's defaults from the manifest): what an import expects to find stored."""
     m = run.manifest
     stats = stat_settings(m.settings, m.runtime.spec_defaults) if m is not None and m.settings else StatSettings()
-    derived = summarize(run.conditions, run.requests, stats)
+    return summarize(run.conditions, run.requests, stats)
+
+
+def check_summaries(run: BenchRun) -> str | None:
+    """None when the stored summaries are the ones the run's rows give; else the first difference."""
+    derived = derived_summaries(run)
     stored = run.summaries
     keys = [(s.condition, s.stratum) for s in stored]
     if keys != [(s.condition, s.stratum) for s in derived]:
@@ -59,4 +65,4 @@ def check_summaries(run: BenchRun) -> str | None:
     return None
 
 
-__all__ = ["check_summaries"]
+__all__ = ["check_summaries", "derived_summaries"]

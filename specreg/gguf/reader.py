@@ -19,7 +19,7 @@ from specreg.errors import GGUFError
 from specreg.gguf import format as F
 from specreg.gguf.fields import check_tokenizer
 from specreg.gguf.source import FIRST_READ, MAX_HEADER_BYTES, READ_STEP, ByteSource, FileSource, HeaderWindow
-from specreg.gguf.walk import ArrayRef, Header, KnownArray, Walker, printable
+from specreg.gguf.walk import ArrayRef, Header, KnownArray, TwinArray, Walker, printable
 from specreg.schemas.gguf import GGUFSummary, TensorInfo
 
 LAYOUT_MIN_COUNT = 4096  # string arrays shorter than this are walked faster than looked up
@@ -168,10 +168,12 @@ class GGUFFile:
         self._tensor_index = {t.name: t for t in self.tensors}
         self._cache: dict[str, object] = {}
         self._array_sha: dict[int, str] = {start: sha for start, _, sha, _ in header.skipped}  # array offset -> SHA-256
+        self._array_sha |= header.array_sha  # hashed by the walk itself (arrays matched to a twin's)
         # array offset -> GGUFArray.long_string_heap, as the layout of an earlier read said
         self._array_heap: dict[int, int] = {start: heap for start, _, _, heap in header.skipped if heap is not None}
         self._array_heap |= header.string_heaps  # summed by the walk itself (walk.skip_strings_heap)
         self.jumped = len(header.skipped)  # string arrays read_gguf(known=...) jumped over (each proven)
+        self.twinned = len(header.array_sha)  # string arrays read_gguf(twins=...) matched to a twin's (hashed)
         self._summary: GGUFSummary | None = None
         self.sha256: str | None = None  # set by whoever hashed the bytes (the registry); checks compare it
         self._merges_checked = False
@@ -207,6 +209,16 @@ class GGUFFile:
                 a.sha256(),
                 a.long_string_heap() if a.key == F.KEY_TOKENS else None,
             )
+            for a in self.metadata.values()
+            if isinstance(a, GGUFArray) and a.item_type == F.T_STRING and a.count >= min_count
+        }
+
+    def twin_arrays(self, min_count: int = LAYOUT_MIN_COUNT) -> dict[str, TwinArray]:
+        """The long string arrays by key, (count, payload bytes, SHA-256, heap): given to the read
+        of the pair's other file (`read_gguf(twins=...)`), whose arrays of the same vocabulary are
+        then hashed once each instead of walked (`check pair` of two files new to the registry)."""
+        return {
+            a.key: (a.count, a.nbytes, a.sha256(), a.long_string_heap() if a.key == F.KEY_TOKENS else None)
             for a in self.metadata.values()
             if isinstance(a, GGUFArray) and a.item_type == F.T_STRING and a.count >= min_count
         }
@@ -299,20 +311,23 @@ def read_gguf(
     step: int = READ_STEP,
     reopen: Callable[[], ByteSource] | None = None,
     known: Mapping[int, KnownArray] | None = None,
+    twins: Mapping[str, TwinArray] | None = None,
 ) -> GGUFFile:
     """Walk the header of any byte source (a local file, a range-read remote file); GGUFError on any defect.
 
     `known`: `string_array_layout()` of an earlier read of this file. A string array found at a
     known start with the known count is jumped over to its known end, and kept only if its
     payload hashes to the known SHA-256 (the bytes the earlier read walked, length by length);
-    any mismatch reads the whole header again without `known`.
+    any mismatch reads the whole header again without `known`. `twins`: `twin_arrays()` of
+    another file (a pair's target, for its draft); a string array under the same key with the
+    same count, length and SHA-256 is not walked (any difference: walked as usual).
 
     `cap`, `first` and `step` bound the header window (a remote source may want larger reads);
     `reopen` gives a fresh source for tensor reads later (default: the local file at `source.path`)."""
     if source.size == 0:
         raise GGUFError(source.path, "not a GGUF file: the file is empty", field="magic", offset=0)
     window = HeaderWindow(source, cap=cap, first=first, step=step)
-    walker = Walker(window, known)
+    walker = Walker(window, known, twins)
     try:
         header = walker.header()
     except GGUFError:
@@ -323,7 +338,7 @@ def read_gguf(
     if header is None or any(
         hashlib.sha256(memoryview(window.buf)[start:end]).hexdigest() != sha for start, end, sha, _ in header.skipped
     ):
-        return read_gguf(source, cap=cap, first=first, step=step, reopen=reopen)
+        return read_gguf(source, cap=cap, first=first, step=step, reopen=reopen, twins=twins)
     buf = window.trim(header.header_end)  # keep the window itself: no second copy of a header of many MiB
     name = source.path if isinstance(source.path, Path) else str(source.path)  # a URL stays a URL
     gf = GGUFFile(name, source.size, header, buf, reopen)

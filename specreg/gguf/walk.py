@@ -9,6 +9,7 @@ string arrays are walked once to find their end.
 
 from __future__ import annotations
 
+import hashlib
 import mmap
 import struct
 from collections.abc import Mapping
@@ -45,6 +46,10 @@ class RawTensor:
 # the heap its elements take as std::string, or None where that read did not say: see
 # GGUFArray.long_string_heap). In `known` the first is the count; in Header.skipped the start.
 KnownArray = tuple[int, int, str, int | None]
+# A long string array of another file read before, by key: (count, payload bytes, SHA-256 of the
+# payload, heap as in KnownArray). A pair's draft shares its target's vocabulary: its arrays are
+# checked against the target's by one hash each instead of walked length by length.
+TwinArray = tuple[int, int, str, int | None]
 
 
 @dataclass
@@ -63,6 +68,7 @@ class Header:
     header_end: int = 0
     warnings: list[str] = field(default_factory=list)  # accepted oddities llama.cpp also accepts
     skipped: list[KnownArray] = field(default_factory=list)  # (start, end, sha256, heap) taken from `known`
+    array_sha: dict[int, str] = field(default_factory=dict)  # array start -> SHA-256, for arrays matched to a twin
 
 
 Buffer = bytes | bytearray | memoryview | mmap.mmap
@@ -132,9 +138,15 @@ def skip_strings_heap(buf: Buffer, p: int, count: int) -> tuple[int, int, int]:
 class Walker:
     """A cursor over the header window that raises GGUFError naming the field and offset."""
 
-    def __init__(self, window: HeaderWindow, known: Mapping[int, KnownArray] | None = None) -> None:
+    def __init__(
+        self,
+        window: HeaderWindow,
+        known: Mapping[int, KnownArray] | None = None,
+        twins: Mapping[str, TwinArray] | None = None,
+    ) -> None:
         self.win = window
         self.known = known or {}  # string arrays seen before: start -> (count, end, sha256 of the payload, heap)
+        self.twins = twins or {}  # another file's string arrays: key -> (count, nbytes, sha256, heap)
         self.skipped: list[KnownArray] = []
         self.path = window.source.path
         self.buf = window.buf  # re-read after every growth (a resize may replace it)
@@ -265,7 +277,7 @@ class Walker:
             h.kv_offsets[key] = at
             h.value_types[key] = vtype
             if vtype == F.T_ARRAY:
-                h.values[key] = self.array(label, h.string_heaps if key == F.KEY_TOKENS else None)
+                h.values[key] = self.array(label, h.string_heaps if key == F.KEY_TOKENS else None, key, h)
             elif vtype == F.T_STRING:
                 start, n = self.string_span(label)
                 h.string_spans[key] = (start, n)
@@ -276,8 +288,11 @@ class Walker:
             else:
                 raise self.err(f"invalid value type {vtype}", label, vtype_at)
 
-    def array(self, what: str, heaps: dict[int, int] | None = None) -> ArrayRef:
-        """An array value's header and bounds; `what` names it in errors; `heaps`: see strings_end."""
+    def array(
+        self, what: str, heaps: dict[int, int] | None = None, key: str | None = None, h: Header | None = None
+    ) -> ArrayRef:
+        """An array value's header and bounds; `what` names it in errors; `heaps`: see strings_end;
+        `key` and `h`: where a twin's array (`twins`) is looked up and its SHA-256 kept."""
         type_at = self.pos
         item_type = self.unpack(F.U32, "array element type", what)
         count = self.unpack(F.U64, "array count", what)
@@ -295,6 +310,8 @@ class Walker:
             self.buf = self.win.buf
             end = hint[1]
             self.skipped.append((start, end, hint[2], hint[3]))
+        elif item_type == F.T_STRING and (twin_end := self.twin_end(key, count, start, what, heaps, h)) is not None:
+            end = twin_end
         elif item_type == F.T_STRING:
             self.need(count * 8, f"array of {count} strings", what)
             end = self.strings_end(count, what, heaps)
@@ -304,6 +321,30 @@ class Walker:
             end = start + nbytes
         self.pos = end
         return ArrayRef(item_type, count, start, end - start)
+
+    def twin_end(
+        self, key: str | None, count: int, start: int, what: str, heaps: dict[int, int] | None, h: Header | None
+    ) -> int | None:
+        """The end of the string array at `start` when its payload is its twin's, byte for byte
+        (the same count, length and SHA-256): the twin's walk checked those very bytes, so this
+        walk would find what it found. None (walk it) for any difference, or where the twin's
+        length would run past the file or the header window's cap: the walk says what is wrong."""
+        twin = self.twins.get(key) if key is not None else None
+        if twin is None or twin[0] != count:
+            return None
+        end = start + twin[1]
+        if twin[1] < 8 * count or end > min(self.size, self.win.cap):
+            return None
+        self.win.ensure(end, what)
+        self.buf = self.win.buf
+        sha = hashlib.sha256(memoryview(self.buf)[start:end]).hexdigest()
+        if sha != twin[2]:
+            return None
+        if h is not None:
+            h.array_sha[start] = sha
+        if heaps is not None and twin[3] is not None:
+            heaps[start] = twin[3]
+        return end
 
     def alignment(self, h: Header) -> None:
         if F.KEY_ALIGNMENT not in h.values:

@@ -12,7 +12,7 @@ import os
 import re
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -27,6 +27,7 @@ from specreg.schemas.gguf import GGUFSummary, summary_from_json, summary_to_json
 from specreg.schemas.registry import ArtifactRecord, LicenceRecord, LicenceSource, Provenance
 
 if TYPE_CHECKING:
+    from specreg.gguf.walk import TwinArray
     from specreg.registry.snapshot import Snapshot
 
 MIN_PREFIX = 6
@@ -255,14 +256,18 @@ class ArtifactStore:
 
         return summarize(apath)
 
-    def snapshot(self, path: str | Path, *, rehash: bool = False) -> Snapshot:
+    def snapshot(
+        self, path: str | Path, *, rehash: bool = False, twins: Mapping[str, TwinArray] | None = None
+    ) -> Snapshot:
         """Open the file once, parse and hash that descriptor (the stat cache may vouch for the
-        hash of exactly this stat unless `rehash`): what a verdict about these bytes needs."""
+        hash of exactly this stat unless `rehash`): what a verdict about these bytes needs.
+        `twins`: the pair's other file's arrays (snapshot.take)."""
         return snapshot.take(
             path,
             cached=None if rehash else self.cached_sha,
             hash_fd=lambda p, fd: self.hash(Path(p), fd),
             layout=lambda sha: statcache.layout_of(self.db, sha),
+            twins=twins,
         )
 
     def _read(self, apath: str, key: hashing.StatKey) -> tuple[GGUFSummary, str, int, str]:

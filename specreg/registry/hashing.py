@@ -13,7 +13,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,6 +149,8 @@ def sha256_files(
     big = [i for i, size in enumerate(sizes) if size >= POOL_MIN_SIZE]
     if len(big) < 2 or HASH_WORKERS < 2:
         return [one(i, progress) for i in range(len(paths))]
+    from concurrent.futures import ThreadPoolExecutor  # (and logging): only for two or more large files
+
     done: dict[int, Hashed | OSError] = {}
     pool = ThreadPoolExecutor(min(HASH_WORKERS, len(big)), thread_name_prefix="sha256")
     try:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,7 +23,7 @@ from specreg.registry.hashing import StatKey
 if TYPE_CHECKING:
     from specreg.gguf.reader import GGUFFile
     from specreg.gguf.source import FileSource
-    from specreg.gguf.walk import KnownArray
+    from specreg.gguf.walk import KnownArray, TwinArray
 
 CacheLookup = Callable[[str, StatKey], "tuple[str, int] | None"]  # (path, key) -> (sha256, hashed_at_ns)
 HashFd = Callable[[str, int], "tuple[str, StatKey, int]"]  # (path, fd) -> (sha256, key, hashed_at_ns)
@@ -44,12 +44,18 @@ class Snapshot:
 
 
 def take(
-    path: str | os.PathLike[str], *, cached: CacheLookup | None, hash_fd: HashFd, layout: LayoutLookup | None = None
+    path: str | os.PathLike[str],
+    *,
+    cached: CacheLookup | None,
+    hash_fd: HashFd,
+    layout: LayoutLookup | None = None,
+    twins: Mapping[str, TwinArray] | None = None,
 ) -> Snapshot:
     """Open `path` once, parse and hash that descriptor; SpecregError if the file changed meanwhile.
 
     `layout`: where the long string arrays of the bytes the stat cache vouches for lie
-    (statcache.layout_of); the reader jumps over them and proves each jump by its SHA-256."""
+    (statcache.layout_of); the reader jumps over them and proves each jump by its SHA-256.
+    `twins`: another file's arrays (GGUFFile.twin_arrays; see read_gguf)."""
     from specreg.gguf.reader import read_gguf
     from specreg.gguf.source import FileSource
 
@@ -74,7 +80,7 @@ def take(
         hashing = _Hashing(hash_fd, apath, fd) if overlap else None
         try:
             # tensor data (EAGLE-3's d2t) is read later by reopening: only if it is still this file
-            gf = read_gguf(FileSource(apath, fd=fd), reopen=lambda: _same_file(apath, key), known=known)
+            gf = read_gguf(FileSource(apath, fd=fd), reopen=lambda: _same_file(apath, key), known=known, twins=twins)
         finally:
             if hashing is not None:
                 hashing.join()  # the descriptor is closed below: never under a running hash

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, SkipValidation
 
@@ -12,6 +12,14 @@ from specreg.schemas.checks import CheckResult, Method
 from specreg.schemas.gguf import GGUFSummary
 
 LicenceSourceKind = Literal["user", "model_card", "gguf"]
+
+if TYPE_CHECKING:
+    _Summary = GGUFSummary | None
+else:
+    # Pydantic would build a schema for the whole summary (a tree of dataclasses, ~8 ms of the
+    # first `check pair`) only to skip its validation; nothing serializes a record's summary
+    # through pydantic (gguf.as_dict does), so at run time the field is declared as anything.
+    _Summary = Any
 
 # Highest first: what a person states on the command line beats the model card, which beats
 # the (often copied, often stale) `general.license` inside the GGUF file.
@@ -62,7 +70,7 @@ class ArtifactRecord(BaseModel):
     file_type_name: str | None = None
     n_tokens: int | None = None
     # validated where it is made: read from the file by the reader, or from JSON by summary_from_json
-    summary: SkipValidation[GGUFSummary | None] = None
+    summary: SkipValidation[_Summary] = None
     licence: LicenceRecord = Field(default_factory=LicenceRecord)
     provenance: Provenance = Field(default_factory=Provenance)
     registered_at: datetime

@@ -40,11 +40,12 @@ class Checked:
     warnings: tuple[str, ...] = ()  # "path: what llama.cpp tolerates" from either file (untrusted text)
 
 
-def open_artifact(reg: Registry, ref: str | Path) -> tuple[ArtifactRecord, GGUFFile]:
+def open_artifact(reg: Registry, ref: str | Path, twin: GGUFFile | None = None) -> tuple[ArtifactRecord, GGUFFile]:
     """A file (registered with its local facts on the way) or the SHA-256 (prefix) of a registered
     artifact, with the bytes it names opened for checking. The header checked and the SHA-256
     recorded come from one open descriptor (snapshot.py): a file replaced between hashing and
-    parsing can no longer put a verdict under the SHA-256 of bytes nobody checked."""
+    parsing can no longer put a verdict under the SHA-256 of bytes nobody checked. `twin`: the
+    pair's other file, opened already: a local file's arrays equal to its are not walked again."""
     from specreg.sources.provenance import register
     from specreg.sources.range_reads import REMOTE_KEY, is_remote, metadata_only, open_remote, record_remote
 
@@ -54,8 +55,9 @@ def open_artifact(reg: Registry, ref: str | Path) -> tuple[ArtifactRecord, GGUFF
         rec = record_remote(reg, gf, remote)
         gf.sha256 = rec.sha256
         return rec, gf
+    twins = twin.twin_arrays() if twin is not None else None
     if os.path.exists(arg):
-        snap = reg.artifacts_store.snapshot(arg)
+        snap = reg.artifacts_store.snapshot(arg, twins=twins)
         rec, gf = register(reg, arg, snap=snap), snap.file
         gf.sha256 = rec.sha256  # what the checks compare (a byte-identical draft is named as such)
         return rec, gf
@@ -69,7 +71,7 @@ def open_artifact(reg: Registry, ref: str | Path) -> tuple[ArtifactRecord, GGUFF
         gf = open_remote(rec.provenance.extra[REMOTE_KEY]["url"])[0]
         gf.sha256 = rec.sha256
         return rec, gf
-    snap = reg.artifacts_store.snapshot(reg.locate(rec.sha256))
+    snap = reg.artifacts_store.snapshot(reg.locate(rec.sha256), twins=twins)
     if snap.sha256 != rec.sha256:
         raise ArtifactChanged(snap.path, rec.sha256, snap.sha256)
     snap.file.sha256 = rec.sha256
@@ -96,7 +98,7 @@ def check_and_record(
     if method == "auto" and draft is None:
         detect_method(None, rule_set)  # raises the "pass --method" hint before anything is registered
     t_rec, t_file = open_artifact(reg, target)
-    d_rec, d_file = open_artifact(reg, draft) if draft is not None else (None, None)
+    d_rec, d_file = open_artifact(reg, draft, t_file) if draft is not None else (None, None)
     if method == "auto":
         method = detect_method(d_file, rule_set)
     checks = check_pair(t_file, d_file, method, rule_set=rule_set, strict=strict, scans=reg.template_scans)

@@ -10,7 +10,6 @@ them and the CLI always does what its environment says. Every hub failure leaves
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 from collections.abc import Iterator
@@ -292,6 +291,8 @@ def check_repo_id(repo_id: str) -> None:
 @contextmanager
 def hub_errors(settings: HubSettings, repo_id: str, revision: str | None, filename: str | None) -> Iterator[None]:
     """Turn whatever huggingface_hub or the network raises into one HubError line with a hint."""
+    import logging
+
     import httpx2
     from huggingface_hub import errors as hf
 

@@ -13,8 +13,9 @@ import hashlib
 import importlib.util
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Final, Protocol
 
@@ -49,17 +50,41 @@ _INTERNAL_ATTRS: Final = frozenset(
 # jinja2 globals whose internals lead to Python's globals; a chat template never needs them.
 _GADGET_GLOBALS: Final = frozenset({"lipsum", "cycler", "joiner", "namespace"})
 _NO_LEGIT_USE: Final = frozenset({"lipsum"})  # referenced at all: there is no chat use for it
-_DUNDER = re.compile(r"__\w+__")
-_IDENT = re.compile(r"[A-Za-z_]\w*")
+
+
+class _Pattern:
+    """A rule's regular expression, compiled on its first use: a `check pair` whose template was
+    scanned before (the registry keeps scans) imports this module for a kept scan's shape only,
+    and compiling the rules' patterns was most of that import."""
+
+    def __init__(self, pattern: str, flags: int = 0) -> None:
+        self._source = (pattern, flags)
+
+    @cached_property
+    def rx(self) -> re.Pattern[str]:
+        return re.compile(*self._source)
+
+    def fullmatch(self, text: str) -> re.Match[str] | None:
+        return self.rx.fullmatch(text)
+
+    def search(self, text: str) -> re.Match[str] | None:
+        return self.rx.search(text)
+
+    def finditer(self, text: str) -> Iterator[re.Match[str]]:
+        return self.rx.finditer(text)
+
+
+_DUNDER = _Pattern(r"__\w+__")
+_IDENT = _Pattern(r"[A-Za-z_]\w*")
 # an escaped backslash (group 1 empty) is consumed first, so "\\\\x5f" is not read as an escape
-_ESCAPE = re.compile(r"\\(?:\\|(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|N\{[^}]*\}|[0-7]{1,3}))")
+_ESCAPE = _Pattern(r"\\(?:\\|(x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|N\{[^}]*\}|[0-7]{1,3}))")
 
 _URL_CHARS = "[^\\s'\"<>{}|\\\\^`\u00ad\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff\U000e0000-\U000e007f]"
-_URL = re.compile(rf"\b(?:https?|ftp|file)://{_URL_CHARS}+|\bwww\.[A-Za-z0-9-]+\.[A-Za-z]{{2,}}{_URL_CHARS}*", re.I)
-_EMAIL = re.compile(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")
+_URL = _Pattern(rf"\b(?:https?|ftp|file)://{_URL_CHARS}+|\bwww\.[A-Za-z0-9-]+\.[A-Za-z]{{2,}}{_URL_CHARS}*", re.I)
+_EMAIL = _Pattern(r"\b[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}\b")
 # Phrases that address the model against its user or its instructions; a default system prompt
 # ("You are a helpful assistant", tool-use rules) does not match.
-_INSTRUCTION = re.compile(
+_INSTRUCTION = _Pattern(
     r"\b(?:ignore|disregard|forget|override)\s+(?:all\s+|any\s+|the\s+|your\s+)*"
     r"(?:previous|prior|above|earlier|preceding|original|system)\s+(?:instructions?|prompts?|messages?|rules?)"
     r"|\b(?:do\s+not|don'?t|never)\s+(?:reveal|disclose|mention|tell\s+(?:the\s+user|anyone)\s+about)\s+"
@@ -71,7 +96,7 @@ _INSTRUCTION = re.compile(
 )
 # Characters that hide or reorder text: zero-width, bidi controls, word joiners, BOM, soft hyphen,
 # Mongolian vowel separator, Unicode tag characters (ASCII smuggling), C0/C1 controls but tab/CR/LF.
-_INVISIBLE = re.compile(
+_INVISIBLE = _Pattern(
     "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
     "\U000e0000-\U000e007f]+"
 )
