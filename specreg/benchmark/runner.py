@@ -659,9 +659,17 @@ class Runner:
                 base_ms, cond_ms = stratum_ms(ctx.rows, aside, base.idx, choice.idx, stratum)
                 if sequential.decide(base_ms, cond_ms, o.min_speedup).decision != "undecided":
                     continue
-                if len(base_ms) < 2:  # nothing to project yet: a round of it first
-                    strata.add(stratum)
-                    picked.append(choice)
+                if len(base_ms) < 2:  # nothing to project yet: a round of it first, once
+                    tried = {r.repeat for r in ctx.rows if r.condition_idx == choice.idx and r.stratum == stratum}
+                    if len(tried) < 2:
+                        strata.add(stratum)
+                        picked.append(choice)
+                    elif (choice.idx, stratum) not in told:
+                        told.add((choice.idx, stratum))
+                        self.observer.note(
+                            f"budget: {stratum} ({choice.spec.name}): fewer than 2 paired requests after "
+                            f"{len(tried)} rounds (its requests failed or were set aside); not measured further"
+                        )
                     continue
                 need = budget_mod.need(
                     f"{stratum} ({choice.spec.name})", base_ms, cond_ms, o.min_speedup,
