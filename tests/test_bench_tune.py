@@ -407,6 +407,9 @@ def test_a_draft_slower_at_every_length_is_decided_not_faster_and_deploy_says_so
     assert f"tune: k{chosen['tune']['draft_max']} chosen: " in flat, flat
     started = datetime.fromisoformat(run["info"]["started_at"])
     assert (datetime.fromisoformat(run["info"]["finished_at"]) - started).total_seconds() < budget
+    # nothing spent on its strata: the whole workload's `not faster` is the refusal already
+    phases = {x.get("phase") for c in run["conditions"] for x in c["load"]}
+    assert "strata" not in phases and "budget: repetitive" not in flat, (phases, flat)
     code, text, err = specreg("deploy", str(pid), db=db)
     flat = " ".join((text + err).split())
     assert code == 1 and "not deployable" in flat, flat
