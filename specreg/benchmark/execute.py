@@ -97,6 +97,7 @@ class RunContext:
     slot_s: dict[int, list[float]] = field(default_factory=dict)  # condition idx -> each slot's wall seconds
     replay_s: dict[int, list[float]] = field(default_factory=dict)  # ... and the part its id replays took
     phase: SlotPhase = "planned"  # why the next slots run (the runner sets it), recorded with each
+    strata: frozenset[str] | None = None  # the next slots measure only these strata's prompts (None: all)
     marks: dict[str, float] = field(default_factory=dict)  # the slot running: when each of its parts began
     # (condition idx, prompt, max tokens, seed or None when greedy) -> its last id replay (`_complete_ids`)
     replays: dict[tuple[int, str, int, int | None], Completion] = field(default_factory=dict)
@@ -325,7 +326,8 @@ def _requests(
 ) -> None:
     o = ctx.opts
     conc = cond.spec.concurrency
-    items = ctx.workload.items if prompts is None else partial_order(ctx.workload.items)[: max(0, prompts)]
+    items = [it for it in ctx.workload.items if ctx.strata is None or it.stratum in ctx.strata]
+    items = items if prompts is None else partial_order(items)[: max(0, prompts)]
     tasks = [(rep, it) for rep in reps for it in items]
     pool = ThreadPoolExecutor(max_workers=conc, thread_name_prefix="specreg-req")
     pending: set[Future[RequestRow | None]] = set()

@@ -447,8 +447,8 @@ class Runner:
         rng = random.Random(o.seed)
         rng.shuffle(order)  # the seeded order the balanced rounds turn
         round_no = planned
-        prompts = len(self.workload.items)
         given_up: dict[int, str] = {}  # condition idx -> why it is not measured further
+        told_strata: set[tuple[int, str]] = set()  # (condition idx, stratum) the budget cannot decide, told
         self._needs = {}  # this run's projections (a condition idx is the run's own)
 
         def rows(c: ConditionRun) -> list[RequestRow]:
@@ -494,6 +494,14 @@ class Runner:
                 out_levels = {dropped[c.idx] for c in leads if c.idx in given_up}
                 rest = [c for c in undecided if dropped.get(c.idx) not in out_levels]
                 picked = self._plan_budget(ctx, conds, rest, bases, pair_ms, spent, left, given_up)
+            if self._tuner is not None:  # the time to the tuned choice: before any strata rounds
+                for conc in self._tuner.levels:
+                    if conc not in self._tuner.settled_s and self._tuner.settled(conc, conds, kept):
+                        self._tuner.settled_s[conc] = spent
+            strata: frozenset[str] | None = None
+            if not picked and self._tuner is not None and not ctx.expired():
+                picked, strata = self._strata_plan(ctx, conds, aside, bases, pair_ms, spent, left, told_strata)
+            ctx.strata = strata
             free = free_rounds(picked, bases, ctx.rows, kept)
             deciding = bool(picked) and all(c in leads for c in picked)
             # deciding the leader (or a contender), its plan's rounds go in one server start each;
@@ -519,14 +527,15 @@ class Runner:
             cost = budget_mod.Cost(0.0, 0.0)
             for c in todo:
                 cost = cost + budget_mod.cost_of(known, c.idx, first.get(c.idx))
-            round_s = cost.seconds(prompts, prompts)
-            while batch > 1 and spent + cost.seconds(prompts * batch, prompts * batch) > budget:
+            n_now = sum(1 for it in self.workload.items if strata is None or it.stratum in strata)
+            round_s = cost.seconds(n_now, n_now)
+            while batch > 1 and spent + cost.seconds(n_now * batch, n_now * batch) > budget:
                 batch -= 1  # the budget has no room for them all in one start: fewer rounds
                 fresh = fresh[:batch]
                 reps = {i: r[:batch] for i, r in reps.items()}
             # a part-round is priced 10% dearer: under load its servers' starts vary most (on a
             # shared 2-core machine a one-prompt round after 40 s left ended 30 s past the budget)
-            part = prompts if spent + round_s <= budget else cost.fits(left / PART_MARGIN, prompts)
+            part = n_now if spent + round_s <= budget else cost.fits(left / PART_MARGIN, n_now)
             if not picked or not part or ctx.expired():
                 if picked and not ctx.expired():
                     self.observer.note(
@@ -535,16 +544,17 @@ class Runner:
                         f"stopped; --budget {budget_mod.budget_for(spent, round_s)} would run it"
                     )
                 break
-            if part < prompts:
+            if part < n_now:
                 self.observer.note(
                     f"budget: {budget_mod.minutes(max(left, 0.0))} left, a round takes about "
-                    f"{budget_mod.minutes(round_s)}: measuring {part} of its {prompts} prompts"
+                    f"{budget_mod.minutes(round_s)}: measuring {part} of its {n_now} prompts"
                 )
             for c in todo:
                 if c.status == "running":
-                    ctx.phase = _phase(c, picked, leaders, set(tuned))
+                    ctx.phase = "strata" if strata is not None else _phase(c, picked, leaders, set(tuned))
                     run_condition(ctx, c, reps[c.idx], round_no=reps[c.idx][0], last=False,
-                                  prompts=None if part >= prompts else part)  # fmt: skip
+                                  prompts=None if part >= n_now else part)  # fmt: skip
+            ctx.strata = None
             took = budget_mod.minutes(time.monotonic() - started)
             names = ", ".join(
                 c.spec.name + (f" (paired with its baseline's {rounds_named(reps[c.idx])})" if c.idx in free else "")
@@ -552,8 +562,10 @@ class Runner:
             )
             new_round = any(c.idx not in free for c in todo)
             what = rounds_named(fresh) if new_round else "rounds its baseline ran"
+            what += f" of {', '.join(sorted(strata))}" if strata is not None else ""
             self.observer.note(f"{what} done: {names}; {took} of the {budget_mod.minutes(budget)} budget")
             round_no += len(fresh) if new_round else 0
+        ctx.strata = None
         if self._tuner is not None:
             self._tuner.close(ctx)
             kept = contention.kept_rows(ctx.rows, contention.set_aside(conds, ctx.rows, spread=o.busy_share > 0))
@@ -586,11 +598,7 @@ class Runner:
             if s.decision != "undecided" or c is None or base is None or c is base:
                 continue
 
-            def mine(idx: int, partner: int, stratum: str = s.stratum) -> list[RequestRow]:
-                rows = [r for r in ctx.rows if r.condition_idx == idx and stratum in (ALL_STRATA, r.stratum)]
-                return contention.kept_rows(rows, aside, partner)
-
-            base_ms, cond_ms = paired_ms(mine(base.idx, c.idx), mine(c.idx, base.idx))
+            base_ms, cond_ms = stratum_ms(ctx.rows, aside, base.idx, c.idx, s.stratum)
             n = per_stratum.get(s.stratum, prompts) if s.stratum != ALL_STRATA else prompts
             if len(base_ms) < 2:
                 continue
@@ -607,6 +615,82 @@ class Runner:
             # beat the tuned one): how many rounds, but no budget to ask for
             if needed and spent + needed > (o.budget_s or 0.0):
                 s.decision_budget = budget_mod.budget_for(spent, needed)
+
+    def _strata_plan(
+        self,
+        ctx: RunContext,
+        conds: list[ConditionRun],
+        aside: dict[contention.Slot, str],
+        bases: dict[tuple[int, Sampler], ConditionRun],
+        pair_ms: Callable[[ConditionRun], tuple[list[float], list[float]]],
+        spent: float,
+        left: float,
+        told: set[tuple[int, str]],
+    ) -> tuple[list[ConditionRun], frozenset[str] | None]:
+        """Once the tuning is settled and nothing else is left to measure, the budget left goes
+        to the chosen length's strata still undecided: the audit gates per stratum, and a length
+        decided `faster` over the whole workload was refused for "repetitive: undecided after 3
+        rounds" (issue 32). Each such stratum is planned as a condition is (budget.need, on its
+        own kept pairs, its prompts a round); those that fit are measured (their prompts only,
+        with the baseline), those that cannot are named with the budget that would decide them.
+        A choice decided `not faster` gets none: its refusal is for speed already. Returns the
+        conditions to measure and their strata (None: nothing to measure)."""
+        o = self.opts
+        assert self._tuner is not None
+        known = budget_mod.costs(ctx.slot_s, self._request_s(ctx), ctx.replay_s)
+        per_stratum: dict[str, int] = {}
+        for it in self.workload.items:
+            per_stratum[it.stratum] = per_stratum.get(it.stratum, 0) + 1
+        kept = contention.kept_rows(ctx.rows, aside)
+        picked: list[ConditionRun] = []
+        strata: set[str] = set()
+        for conc in self._tuner.levels:
+            st = self._tuner.standing(conc, conds, kept)
+            choice = st.choice
+            if not st.settled or choice is None or choice.status != "running":
+                continue
+            base = bases.get(arm(choice.spec))
+            if base is None or base.status != "running":
+                continue
+            if sequential.decide(*pair_ms(choice), o.min_speedup).decision != "faster":
+                continue  # not faster (or not decided): no stratum of it can be deployed for speed
+            cost = budget_mod.cost_of(known, base.idx) + budget_mod.cost_of(known, choice.idx)
+            for stratum, n in per_stratum.items():
+                base_ms, cond_ms = stratum_ms(ctx.rows, aside, base.idx, choice.idx, stratum)
+                if sequential.decide(base_ms, cond_ms, o.min_speedup).decision != "undecided":
+                    continue
+                if len(base_ms) < 2:  # nothing to project yet: a round of it first, once
+                    tried = {r.repeat for r in ctx.rows if r.condition_idx == choice.idx and r.stratum == stratum}
+                    if len(tried) < 2:
+                        strata.add(stratum)
+                        picked.append(choice)
+                    elif (choice.idx, stratum) not in told:
+                        told.add((choice.idx, stratum))
+                        self.observer.note(
+                            f"budget: {stratum} ({choice.spec.name}): fewer than 2 paired requests after "
+                            f"{len(tried)} rounds (its requests failed or were set aside); not measured further"
+                        )
+                    continue
+                need = budget_mod.need(
+                    f"{stratum} ({choice.spec.name})", base_ms, cond_ms, o.min_speedup,
+                    per_round=n, cost=cost, seed=o.seed,
+                )  # fmt: skip
+                if need.pairs == 0:
+                    continue
+                if need.fits(left):
+                    self.observer.note("plan " + need.line(left))
+                    strata.add(stratum)
+                    picked.append(choice)
+                elif (choice.idx, stratum) not in told:
+                    told.add((choice.idx, stratum))
+                    would = (
+                        f"--budget {budget_mod.budget_for(spent, need.seconds)} would"
+                        if need.seconds
+                        else f"no budget of up to {budget_mod.HORIZON} more rounds would"
+                    )
+                    self.observer.note(f"budget: {need.line(left)}: {would}; not measured further")
+        picked = list({c.idx: c for c in picked}.values())
+        return picked, frozenset(strata) if picked else None
 
     def _request_s(self, ctx: RunContext) -> dict[int, list[float]]:
         """Each condition's requests' client wall seconds (what a slot spends on them)."""
@@ -820,6 +904,19 @@ def free_rounds(
         if free:
             out[c.idx] = free
     return out
+
+
+def stratum_ms(
+    rows: list[RequestRow], aside: dict[contention.Slot, str], base: int, idx: int, stratum: str
+) -> tuple[list[float], list[float]]:
+    """A condition's kept pairs with its baseline in one stratum (`all`: every stratum)."""
+
+    def mine(i: int, partner: int) -> list[RequestRow]:
+        return contention.kept_rows(
+            [r for r in rows if r.condition_idx == i and stratum in (ALL_STRATA, r.stratum)], aside, partner
+        )
+
+    return paired_ms(mine(base, idx), mine(idx, base))
 
 
 def _phase(c: ConditionRun, picked: list[ConditionRun], leaders: set[int], tuned: set[int]) -> SlotPhase:

@@ -205,6 +205,9 @@ class Tuner:
         self.opts = opts
         self.levels: dict[int, _Level] = {}
         self.deferred: list[ConditionRun] = []  # left out of the first pass (first_pass)
+        # level -> seconds into the run at which its tuning was first seen settled (the runner's
+        # mark after a round): the time to the tuned choice, before its strata's rounds
+        self.settled_s: dict[int, float] = {}
 
     def _rows(self, rows: list[RequestRow], c: ConditionRun) -> list[RequestRow]:
         return [r for r in rows if r.condition_idx == c.idx]
@@ -344,6 +347,7 @@ class Tuner:
                     chosen=c is chosen,
                     decided=st.settled,
                     why=st.why if c is chosen and s.stratum == ALL_STRATA else None,
+                    settled_s=self.settled_s.get(conc) if c is chosen and s.stratum == ALL_STRATA else None,
                 )
 
 

@@ -183,8 +183,9 @@ class WarmupRecord(BaseModel):
 
 
 # why a slot ran: the planned rounds; with --tune its first pass, the rounds that decide the
-# tuning's leader, the other lengths after it, and the other methods (also a run's --budget rounds)
-SlotPhase = Literal["planned", "first pass", "leader", "lengths", "methods"]
+# tuning's leader, the other lengths after it, and the other methods (also a run's --budget rounds);
+# once the tuning is settled, the chosen length's strata still undecided (and their baseline)
+SlotPhase = Literal["planned", "first pass", "leader", "lengths", "methods", "strata"]
 
 
 class RoundLoad(BaseModel):
@@ -501,6 +502,9 @@ class TuneEstimate(Measured):
     chosen: bool = False  # the tuned length (per concurrency): a decided one first (tune.Tuner.standing)
     decided: bool = False  # the chosen length is decided and no other measured or predicted can beat it
     why: str | None = None  # the chosen length only: why it was chosen, in words
+    # the chosen length only: seconds into the run (from its first slot) at which the tuning was
+    # settled, before any rounds spent on its strata (what a grid of lengths is compared with)
+    settled_s: float | None = None
 
 
 class ConditionSummary(Measured):
