@@ -349,7 +349,10 @@ def grid(folder: Path, on_real: bool, budget: str, repeat: int, busy_share: str 
         if (s.get("tune") or {}).get("chosen"):
             chosen = s
             mark = "  <- tuned" if s.get("decision") != "undecided" else "  <- leads, undecided (no length decided)"
-        iv = s.get("decision_ci") or s.get("speedup_ci95")
+        # an undecided length's anytime-valid interval is the whole clip after a round or two: the
+        # bootstrap interval says more about where it stands
+        decided = s.get("decision") in ("faster", "not faster")
+        iv = (s.get("decision_ci") if decided else None) or s.get("speedup_ci95")
         print(f"   {'tune':<6} {name:<18} {_x(s.get('speedup')):>9} {_ci(iv):>14} {s.get('decision') or '-':>11}{mark}")
     grid_rows = lengths(grid_run)
     best = max((s for s in grid_rows.values() if s.get("speedup")), key=lambda s: s["speedup"], default=None)

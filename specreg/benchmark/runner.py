@@ -349,7 +349,8 @@ class Runner:
                     for c in conds:
                         finish_condition(ctx, c)
             triage.triage_run(ctx, conds)  # mismatches: near tie or divergence (not a measurement)
-            failed = [c for c in conds if c.status != "ok"]
+            ruled_out = tuner.ruled_out if tuner is not None else set()
+            failed = [c for c in conds if c.status != "ok" and c.idx not in ruled_out]
             status = "incomplete" if failed else "complete"
             reason = "; ".join(f"{c.spec.name}: {c.failure}" for c in failed) or None
         except KeyboardInterrupt:
@@ -567,8 +568,8 @@ class Runner:
             round_no += len(fresh) if new_round else 0
         ctx.strata = None
         if self._tuner is not None:
-            self._tuner.close(ctx)
             kept = contention.kept_rows(ctx.rows, contention.set_aside(conds, ctx.rows, spread=o.busy_share > 0))
+            self._tuner.close(ctx, conds, kept)
             for conc in self._tuner.levels:
                 st = self._tuner.standing(conc, conds, kept)
                 k = f"k{st.choice.spec.draft_n_max}" if st.choice is not None else "no length"

@@ -77,7 +77,8 @@ REUSE = 1.25  # a ladder length this close to the first pass's is measured at th
 MARGIN = 1.05  # a candidate is ruled out when it is decided at most this much faster than the leader
 SLACK = 1.2  # a length not measured yet may beat the choice when its prediction, this much higher, does
 # (the end-to-end predictions were seen 20-35% off on tiny models and SmolLM2: tests/test_bench_tune.py)
-SKIPPED = "the --budget was spent before --tune measured it"
+SKIPPED = "not measured: the --budget left could not decide it"  # a contender: the run is incomplete
+RULED_OUT = "not measured: --tune ruled it out (it could not beat the decided length)"
 
 
 def survival_from_counters(counters: SpecCounters, length: int) -> tuple[float, ...]:
@@ -205,6 +206,7 @@ class Tuner:
         self.opts = opts
         self.levels: dict[int, _Level] = {}
         self.deferred: list[ConditionRun] = []  # left out of the first pass (first_pass)
+        self.ruled_out: set[int] = set()  # candidates `close` found no longer worth measuring
         # level -> seconds into the run at which its tuning was first seen settled (the runner's
         # mark after a round): the time to the tuned choice, before its strata's rounds
         self.settled_s: dict[int, float] = {}
@@ -309,12 +311,25 @@ class Tuner:
                 out.append(st.next)
         return out
 
-    def close(self, ctx: RunContext) -> None:
+    def close(
+        self, ctx: RunContext, conds: list[ConditionRun] | None = None, rows: list[RequestRow] | None = None
+    ) -> None:
         """A candidate (or a method left out of the first pass) the budget never reached is
-        skipped with why, not judged on no rows."""
+        skipped with why, not judged on no rows. With the run's conditions and kept rows, a
+        length the settled tuning no longer counts as a contender is ruled out rather than
+        skipped: nothing was left undone, so it does not make the run incomplete."""
+        done: set[int] = set()  # the candidates of levels whose choice is decided, less their contenders
+        if conds is not None and rows is not None:
+            for conc, lv in self.levels.items():
+                st = self.standing(conc, conds, rows)
+                if st.decided:
+                    done |= {c.idx for c in lv.candidates} - {c.idx for c in st.contenders}
         for c in [*self.deferred, *(c for lv in self.levels.values() for c in lv.candidates)]:
             if c.status == "running" and not self._rows(ctx.rows, c):
-                c.status, c.failure, c.finished_at = "skipped", SKIPPED, now()
+                out = c.idx in done and c not in self.deferred
+                c.status, c.failure, c.finished_at = "skipped", RULED_OUT if out else SKIPPED, now()
+                if out:
+                    self.ruled_out.add(c.idx)
                 ctx.store.save_condition(ctx.run_id, c)
 
     def annotate(self, summaries: list[ConditionSummary], conds: list[ConditionRun], rows: list[RequestRow]) -> None:
