@@ -56,16 +56,11 @@ from pathlib import Path
 from typing import Any
 
 from specreg.decision import sequential
+from specreg.testing.modelspec import FAST_ITEMS
 
 SPECREG = [sys.executable, "-m", "specreg.cli"]
 OLD_ALPHA = 0.05  # before issue 32
-FAST_PAIR = {"n_embd": 384, "n_ff": 1536, "n_ctx": 1024, "block_scale": 0.02, "head_seed": 7}
-ITEMS = [
-    {"id": "rep-1", "stratum": "repetitive", "max_tokens": 32, "prompt": "a b c a b c a b c"},
-    {"id": "rep-2", "stratum": "repetitive", "max_tokens": 32, "prompt": "key: value\nkey: value\nkey:"},
-    {"id": "chat-1", "stratum": "chat", "max_tokens": 32, "prompt": "Why test a server before production?"},
-    {"id": "chat-2", "stratum": "chat", "max_tokens": 32, "prompt": "Question: what is a draft model?\nAnswer:"},
-]
+ITEMS = FAST_ITEMS  # specreg.testing.modelspec: the tests of --tune use them too
 
 
 def load() -> str:
@@ -218,11 +213,12 @@ def _report(label: str, rows: list[dict[str, Any]], conds: list[str], bar: float
 
 
 def tiny(rounds: int, folder: Path) -> None:
-    from specreg.testing.factory import ModelSpec, write_model
+    from specreg.testing.factory import write_model
+    from specreg.testing.modelspec import FAST_DRAFT, FAST_TARGET
 
     db = folder / "tiny.db"
-    target = write_model(folder / "target.gguf", ModelSpec(n_layer=16, **FAST_PAIR))  # type: ignore[arg-type]
-    draft = write_model(folder / "draft.gguf", ModelSpec(n_layer=1, name="small-draft", **FAST_PAIR))  # type: ignore[arg-type]
+    target = write_model(folder / "target.gguf", FAST_TARGET)
+    draft = write_model(folder / "draft.gguf", FAST_DRAFT)
     wl = folder / "tiny.jsonl"
     wl.write_text("".join(json.dumps(i) + "\n" for i in ITEMS))
     sh("check", "pair", str(target), str(draft), db=db)
@@ -299,10 +295,11 @@ def _decision(s: dict[str, Any], rounds: dict[str, int]) -> str:
 
 
 def _tiny_pair(folder: Path, db: Path) -> tuple[str, Path]:
-    from specreg.testing.factory import ModelSpec, write_model
+    from specreg.testing.factory import write_model
+    from specreg.testing.modelspec import FAST_DRAFT, FAST_TARGET
 
-    target = write_model(folder / "target.gguf", ModelSpec(n_layer=16, **FAST_PAIR))  # type: ignore[arg-type]
-    draft = write_model(folder / "draft.gguf", ModelSpec(n_layer=1, name="small-draft", **FAST_PAIR))  # type: ignore[arg-type]
+    target = write_model(folder / "target.gguf", FAST_TARGET)
+    draft = write_model(folder / "draft.gguf", FAST_DRAFT)
     wl = folder / "tiny.jsonl"
     wl.write_text("".join(json.dumps(i) + "\n" for i in ITEMS))
     sh("check", "pair", str(target), str(draft), db=db)

@@ -27,6 +27,7 @@ from specreg.benchmark.stepcost import verify_cost
 from specreg.registry.store import Registry
 from specreg.schemas.bench import ALL_STRATA, ConditionRun, ConditionSpec, RequestRow, SpecCounters
 from specreg.schemas.bench_settings import BenchSettings
+from specreg.testing.modelspec import FAST_ITEMS, FAST_PAIR
 
 POLICY = """
 [evidence]
@@ -425,13 +426,9 @@ def test_a_draft_slower_at_every_length_is_decided_not_faster_and_deploy_says_so
     assert "repetition < policy minimum" not in flat and "[0.13, 8.00]" not in flat, flat
 
 
-# bench_decision.py's tiny pair: a 16-layer target and a 1-layer draft of the same weights
-FAST_PAIR = {"n_embd": 384, "n_ff": 1536, "n_ctx": 1024, "block_scale": 0.02, "head_seed": 7}
+# bench_decision.py's tiny pair and its two strata, and a third (A/A) stratum
 STRATA_ITEMS = [
-    {"id": "rep-1", "stratum": "repetitive", "max_tokens": 32, "prompt": "a b c a b c a b c"},
-    {"id": "rep-2", "stratum": "repetitive", "max_tokens": 32, "prompt": "key: value\nkey: value\nkey:"},
-    {"id": "chat-1", "stratum": "chat", "max_tokens": 32, "prompt": "Why test a server before production?"},
-    {"id": "chat-2", "stratum": "chat", "max_tokens": 32, "prompt": "Question: what is a draft model?\nAnswer:"},
+    *FAST_ITEMS,
     # three tokens: too short for drafting to matter, an A/A against 1.0x that no budget decides
     {"id": "short-1", "stratum": "structured", "max_tokens": 3, "prompt": "Return JSON:"},
 ]
@@ -516,4 +513,7 @@ def test_a_settled_tuning_spends_the_budget_left_on_its_strata_and_deploy_answer
     if per["structured"]["decision"] == "undecided":  # refused for what would decide it
         code, text, err = specreg("deploy", str(pid), "--stratum", "structured", "--policy", str(policy), db=db)
         refused = " ".join((text + err).split())
-        assert code == 1 and "structured: undecided after" in refused, refused
+        # after one round its pairs may be too few for the evidence gate, which then says the
+        # decision is not made; after more, the speed gate names the stratum
+        assert code == 1 and "not deployable" in refused, refused
+        assert "structured: undecided after" in refused or "decision is not made: undecided after" in refused, refused

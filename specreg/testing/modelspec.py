@@ -102,6 +102,19 @@ class ModelSpec:
 # m-gram), and a draft of the same head is always accepted: the memory of real speculation on a
 # tiny model.
 CYCLER = ModelSpec(head_seed=7, block_scale=0.01, cycle=64)
+# A pair on which a draft model wins on 2 cores (benchmarks/bench_decision.py, tests of --tune and
+# its strata): a 16-layer target and a 1-layer draft of the same weights, wide enough that a
+# verification batch costs little more than one token.
+FAST_PAIR = {"n_embd": 384, "n_ff": 1536, "n_ctx": 1024, "block_scale": 0.02, "head_seed": 7}
+FAST_TARGET = ModelSpec(n_layer=16, **FAST_PAIR)  # type: ignore[arg-type]
+FAST_DRAFT = ModelSpec(n_layer=1, name="small-draft", **FAST_PAIR)  # type: ignore[arg-type]
+# Two strata for that pair: prompts the models repeat (drafting wins most) and plain questions.
+FAST_ITEMS = [
+    {"id": "rep-1", "stratum": "repetitive", "max_tokens": 32, "prompt": "a b c a b c a b c"},
+    {"id": "rep-2", "stratum": "repetitive", "max_tokens": 32, "prompt": "key: value\nkey: value\nkey:"},
+    {"id": "chat-1", "stratum": "chat", "max_tokens": 32, "prompt": "Why test a server before production?"},
+    {"id": "chat-2", "stratum": "chat", "max_tokens": 32, "prompt": "Question: what is a draft model?\nAnswer:"},
+]
 # A passage longer than ngram-simple's 48-token m-gram: a real model given it three times over
 # goes on repeating it, so the n-gram methods draft in full on a real model too.
 LOOP_TEXT = (
