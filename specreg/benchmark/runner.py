@@ -790,9 +790,13 @@ class Runner:
                 self.observer.note("plan " + n.line(left))
             below_floor = rounds_of(c) < o.repeat and not lead  # the policy's repetitions: evidence, not nothing
             decided = n.pairs == 0
-            if n.fits(left) or decided or below_floor:
+            # a leader with no round of its own is planned from the first pass at another length:
+            # a guess (2 noisy pairs once read "not decidable" at a predicted 0.58x), so it gets
+            # one round of its own before the plan may give it up
+            screen = lead and lv is not None and rounds_of(who) == 0
+            if n.fits(left) or decided or below_floor or screen:
                 out.append(c)
-            if not (n.fits(left) or decided) and c.idx not in given_up:
+            if not (n.fits(left) or decided or screen) and c.idx not in given_up:
                 need = (
                     f"--budget {budget_mod.budget_for(spent, n.seconds)} would"
                     if n.seconds
