@@ -162,14 +162,18 @@ def test_the_console_script_runs_short_commands_without_the_cycle_collector(tmp_
     assert cli.LONG_RUNNING.issubset(cli.NAMES)
 
 
+def _pair_files(folder: Path) -> tuple[Path, Path]:
+    """A tiny target and a draft that differs from it only in its weights: a pair `check pair` admits."""
+    from specreg.testing import ModelSpec, write_model
+
+    return write_model(folder / "t.gguf", ModelSpec()), write_model(folder / "d.gguf", ModelSpec(seed=3))
+
+
 def test_the_console_script_leaves_pydantic_plugin_lookup_out_unless_asked_for(tmp_path: Path) -> None:
     """entry.py turns pydantic's plugins off and stands in for its loader: `importlib.metadata`
     (and `email`) stay out of `check pair`; a PYDANTIC_DISABLE_PLUGINS of the user's own keeps
     pydantic's loader, which looks plugins up as it always does."""
-    from specreg.testing import ModelSpec, write_model
-
-    t = write_model(tmp_path / "t.gguf", ModelSpec())
-    d = write_model(tmp_path / "d.gguf", ModelSpec(seed=3))
+    t, d = _pair_files(tmp_path)
     code = (
         "import atexit, sys\n"
         "mods = ('importlib.metadata', 'email')\n"
@@ -223,10 +227,7 @@ RUN_HEAVY = ("numpy", "httpx", "huggingface_hub", "psutil", "xllamacpp", "matplo
 
 @pytest.mark.parametrize("argv", [["inspect", "{t}"], ["check", "pair", "{t}", "{d}"]])
 def test_inspect_and_check_pair_run_without_heavy_imports(argv: list[str], tmp_path: Path) -> None:
-    from specreg.testing import ModelSpec, write_model
-
-    t = write_model(tmp_path / "t.gguf", ModelSpec())
-    d = write_model(tmp_path / "d.gguf", ModelSpec(seed=3))
+    t, d = _pair_files(tmp_path)
     code = (
         "import sys\n"
         "from specreg.cli import main\n"
