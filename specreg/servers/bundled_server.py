@@ -13,10 +13,13 @@ import argparse
 import signal
 import sys
 import threading
+import time
 from typing import Any
 
 from specreg.gguf.format import KV_CACHE_TYPES
 from specreg.schemas.methods import BASELINE, SPEC_TYPES
+
+_LOG_DRAIN_S = 0.3  # time for llama.cpp's log thread to write its last lines before a failed start returns
 
 # flag -> (attribute path under params.speculative, minimum value); names as in common/arg.cpp
 NGRAM_FLAGS: dict[str, tuple[str, int]] = {
@@ -201,7 +204,11 @@ def serve(params: Any) -> int:
 
     try:
         server = x.Server(params)
-    except RuntimeError as exc:  # model load failure, port taken: llama.cpp logged the cause already
+    except RuntimeError as exc:  # model load failure, port taken: llama.cpp logged the cause
+        # llama.cpp's log is written by a worker thread (common/log.cpp); seen in CI under load,
+        # its last lines (the loader's reason: "tensor 'token_embd.weight' has wrong shape") were
+        # missing from the log when this process returned at once, leaving only the line below
+        time.sleep(_LOG_DRAIN_S)
         print(f"specreg-llama-server: server failed to start: {exc}", file=sys.stderr, flush=True)
         return 1
     # llama.cpp's server installs its own SIGINT/SIGTERM handlers while starting; ours go last
