@@ -498,3 +498,23 @@ def test_self_speculation_pairs_covered_by_a_draft_run_are_not_run_twice() -> No
     )
     assert [p.id for p, _ in kept] == [1, 3, 4]
     assert [(p.id, by.id) for p, by in covered] == [(2, 1)]
+
+
+def test_llama_log_drain_uses_the_builds_own_flush() -> None:
+    """The installed xllamacpp exports common_log_flush: a failed start drains llama.cpp's log
+    queue itself instead of waiting and hoping (the fallback wait is for other builds)."""
+    import ctypes
+    import sys
+    import time
+
+    import xllamacpp as x
+
+    so = sys.modules[x.Server.__module__].__file__
+    lib = ctypes.CDLL(so)
+    assert hasattr(lib, bundled_server._LOG_MAIN) and hasattr(lib, bundled_server._LOG_FLUSH)
+    t0 = time.monotonic()
+    bundled_server.drain_llama_log(so)
+    assert time.monotonic() - t0 < bundled_server._LOG_DRAIN_S  # flushed, not the fallback wait
+    t0 = time.monotonic()
+    bundled_server.drain_llama_log("/nonexistent.so")
+    assert time.monotonic() - t0 >= bundled_server._LOG_DRAIN_S

@@ -19,7 +19,9 @@ from typing import Any
 from specreg.gguf.format import KV_CACHE_TYPES
 from specreg.schemas.methods import BASELINE, SPEC_TYPES
 
-_LOG_DRAIN_S = 0.3  # time for llama.cpp's log thread to write its last lines before a failed start returns
+_LOG_DRAIN_S = 0.3  # the fallback wait for llama.cpp's log thread when its flush is not exported
+# common/log.cpp, mangled (C++ linkage); exported by the xllamacpp .so this package pins
+_LOG_MAIN, _LOG_FLUSH = "_Z15common_log_mainv", "_Z16common_log_flushP10common_log"
 
 # flag -> (attribute path under params.speculative, minimum value); names as in common/arg.cpp
 NGRAM_FLAGS: dict[str, tuple[str, int]] = {
@@ -198,17 +200,37 @@ def build_params(ns: argparse.Namespace) -> Any:
     return params
 
 
+def drain_llama_log(module_file: str | None) -> None:
+    """Write out what llama.cpp's log worker still holds before this process says why it stops.
+
+    llama.cpp logs through a queue that a worker thread writes (common/log.cpp), and its logger
+    is leaked on purpose (never destroyed, "logs may be lost if not flushed before the program
+    exits", ggml-org/llama.cpp#22142): a process that returns right after a failed start loses
+    the loader's reason ("tensor 'token_embd.weight' has wrong shape"). Seen in CI under load,
+    3 tests in two runs. `common_log_flush` (pause: the worker writes up to an end marker and is
+    joined; resume) is the drain itself; a build that does not export it gets a short wait."""
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL(module_file or "")
+        main_log, flush = getattr(lib, _LOG_MAIN), getattr(lib, _LOG_FLUSH)
+    except (OSError, AttributeError):
+        time.sleep(_LOG_DRAIN_S)
+        return
+    main_log.restype = ctypes.c_void_p
+    flush.argtypes = [ctypes.c_void_p]
+    flush(main_log())
+
+
 def serve(params: Any) -> int:
     """Start the server and block until SIGTERM/SIGINT; the llama.cpp log goes to stderr."""
     import xllamacpp as x
 
+    so = getattr(sys.modules.get(x.Server.__module__), "__file__", None)
     try:
         server = x.Server(params)
     except RuntimeError as exc:  # model load failure, port taken: llama.cpp logged the cause
-        # llama.cpp's log is written by a worker thread (common/log.cpp); seen in CI under load,
-        # its last lines (the loader's reason: "tensor 'token_embd.weight' has wrong shape") were
-        # missing from the log when this process returned at once, leaving only the line below
-        time.sleep(_LOG_DRAIN_S)
+        drain_llama_log(so)
         print(f"specreg-llama-server: server failed to start: {exc}", file=sys.stderr, flush=True)
         return 1
     # llama.cpp's server installs its own SIGINT/SIGTERM handlers while starting; ours go last
@@ -219,6 +241,7 @@ def serve(params: Any) -> int:
     while not stop.wait(0.5):
         pass
     del server  # ~Server joins llama.cpp's loop before the process exits
+    drain_llama_log(so)
     return 0
 
 
