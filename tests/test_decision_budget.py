@@ -64,3 +64,17 @@ def test_a_part_slot_takes_one_prompt_of_each_stratum_in_turn() -> None:
         WorkloadItem(id=f"{s}-{i}", stratum=s, prompt="p", max_tokens=4) for s in ("a", "b", "c") for i in range(2)
     ]
     assert [i.id for i in partial_order(items)] == ["a-0", "b-0", "c-0", "a-1", "b-1", "c-1"]
+
+
+def test_durations_read_as_a_person_plans_them() -> None:
+    assert [budget.minutes(s) for s in (-3, 50, 89.4, 90, 150, 180, 599, 600, 750)] == [
+        "0 s",
+        "50 s",
+        "89 s",
+        "1.5 min",
+        "2.5 min",
+        "3 min",
+        "10 min",
+        "10 min",
+        "12 min",
+    ]

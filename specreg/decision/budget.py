@@ -115,9 +115,11 @@ class Need:
 
 
 def minutes(seconds: float) -> str:
-    """`6 min`, `50 s`: what a person plans with."""
+    """`50 s`, `1.5 min`, `12 min`: what a person plans with (a 90 s budget read "2 min")."""
     if seconds < 90:
         return f"{max(0.0, seconds):.0f} s"
+    if seconds < 600:
+        return f"{seconds / 60:.1f}".removesuffix(".0") + " min"
     return f"{seconds / 60:.0f} min"
 
 
