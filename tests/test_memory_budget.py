@@ -196,6 +196,10 @@ def test_check_pair_reports_memory_and_fails_a_budget(tmp_path: Path) -> None:
     assert mem["kv_bytes"] == mem["target_kv_bytes"] + mem["draft_kv_bytes"]
     bad = cli(*args, "--budget", "forty", db=db)
     assert bad.returncode == 2 and "expected a size like 24GiB" in bad.stderr
+    # --draft-max: the target verifies 1 + 16 tokens a step (llama.cpp's default: 3), each with logits
+    long = json.loads(cli(*args, "--draft-max", "16", db=db).stdout)["memory"]
+    assert long["output_bytes"] > mem["output_bytes"] and long["total_bytes"] > mem["total_bytes"]
+    assert json.loads(cli(*args, "--draft-max", "3", db=db).stdout)["memory"] == mem
 
 
 def test_benchmark_conditions_store_a_prediction_within_15_percent(audit_world: AuditWorld) -> None:

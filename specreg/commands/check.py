@@ -142,6 +142,12 @@ def pair_cmd(
         ),
     ] = None,
     swa_full: Annotated[bool, typer.Option("--swa-full", help="Memory estimate: --swa-full.")] = False,
+    draft_max: Annotated[
+        int | None,
+        typer.Option(
+            "--draft-max", min=0, help="Memory estimate: --spec-draft-n-max for draft methods (default the build's)."
+        ),
+    ] = None,
     probe: Annotated[
         bool, typer.Option("--probe", help="Also load the pair on a server for one request: did it draft?")
     ] = False,
@@ -184,7 +190,7 @@ def pair_cmd(
         warn([judged.warning])
     settings = ServeSettings(
         ctx_size=ctx_size, slots=slots, cache_type_k=type_name(cache_type_k), cache_type_v=type_name(cache_type_v),
-        gpu_layers=parse_layers(gpu_layers), swa_full=swa_full,
+        gpu_layers=parse_layers(gpu_layers), swa_full=swa_full, draft_n_max=draft_max,
     )  # fmt: skip
     if cache_ram is not None:
         settings.cache_ram_mib = cache_ram
