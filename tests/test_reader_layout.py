@@ -187,6 +187,29 @@ def test_the_walk_itself_sums_the_tokens_heap(tmp_path: Path) -> None:
     assert merges is None or merges.offset not in f._array_heap  # only the tokens are summed
 
 
+def test_the_heap_walk_stops_and_resumes_where_the_plain_walk_does() -> None:
+    """walk.skip_strings_heap (unrolled in groups of eight) over a buffer cut at every length:
+    the offset and count it stops at are skip_strings', the heap is exactly that of the strings
+    it skipped, and resuming from there over the whole buffer gives the whole array's heap."""
+    import struct
+
+    from specreg.gguf.walk import skip_strings, skip_strings_heap
+
+    lengths = [0, 1, 15, 16, 17, 31, 32, 33, 100, 3, 40, 15, 16, 250, 2, 7, 64, 9, 1000, 5, 0]
+    buf = b"".join(struct.pack("<Q", n) + b"x" * n for n in lengths)
+
+    def heap(ns: list[int]) -> int:
+        return sum((n + 24) & ~15 for n in ns if n > 15)
+
+    for cut in range(len(buf) + 1):
+        part = buf[:cut]
+        p, done, h = skip_strings_heap(part, 0, len(lengths))
+        assert (p, done) == skip_strings(part, 0, len(lengths)), cut
+        assert p == sum(8 + n for n in lengths[:done]) and h == heap(lengths[:done]), cut
+        q, more, h2 = skip_strings_heap(buf, p, len(lengths) - done)
+        assert (q, done + more, h + h2) == (len(buf), len(lengths), heap(lengths)), cut
+
+
 def _draft(tmp_path: Path, name: str, **spec: object) -> Path:
     return write_model(tmp_path / name, ModelSpec(vocab_type="gpt2", bos_id=None, unk_id=None, **spec))  # type: ignore[arg-type]
 

@@ -118,20 +118,58 @@ def skip_strings_heap(buf: Buffer, p: int, count: int) -> tuple[int, int, int]:
     """skip_strings for the tokens array, also summing the heap its elements take as std::string
     (GGUFArray.long_string_heap's rule): one walk instead of two over 150,000+ lengths, so a file
     new to the registry is not walked again by the memory model (`check pair` of two files new
-    to the registry: benchmarks/bench_startup.py). Returns (offset, strings skipped, heap of those)."""
+    to the registry: benchmarks/bench_startup.py). Returns (offset, strings skipped, heap of those).
+    Unrolled eight times like skip_strings, stopping at the start of the group that ran past
+    `buf` with that group's heap left out (callgrind, qwen2's 151,936 tokens: 240M instructions
+    one element a turn, 176M eight)."""
     unpack = F.U64.unpack_from
     done = heap = 0
-    g = p
+    g, g_heap = p, 0
     try:
-        for _ in range(count):
-            g = p
+        for _ in range(count >> 3):
+            g, g_heap = p, heap
             n = unpack(buf, p)[0]
             p += 8 + n
             if n > 15:  # (n + 24) & ~15 >= 32 for every such n
                 heap += (n + 24) & ~15
+            n = unpack(buf, p)[0]
+            p += 8 + n
+            if n > 15:
+                heap += (n + 24) & ~15
+            n = unpack(buf, p)[0]
+            p += 8 + n
+            if n > 15:
+                heap += (n + 24) & ~15
+            n = unpack(buf, p)[0]
+            p += 8 + n
+            if n > 15:
+                heap += (n + 24) & ~15
+            n = unpack(buf, p)[0]
+            p += 8 + n
+            if n > 15:
+                heap += (n + 24) & ~15
+            n = unpack(buf, p)[0]
+            p += 8 + n
+            if n > 15:
+                heap += (n + 24) & ~15
+            n = unpack(buf, p)[0]
+            p += 8 + n
+            if n > 15:
+                heap += (n + 24) & ~15
+            n = unpack(buf, p)[0]
+            p += 8 + n
+            if n > 15:
+                heap += (n + 24) & ~15
+            done += 8
+        for _ in range(count & 7):
+            g, g_heap = p, heap
+            n = unpack(buf, p)[0]
+            p += 8 + n
+            if n > 15:
+                heap += (n + 24) & ~15
             done += 1
     except (struct.error, OverflowError):
-        return g, done, heap
+        return g, done, g_heap
     return p, done, heap
 
 
