@@ -27,6 +27,7 @@ from specreg.schemas.audit import (
     PER_STRATUM_GATES,
     AuditReport,
     ConditionDigest,
+    ConditionOutcome,
     GateResult,
     ModelName,
     PairAudit,
@@ -61,6 +62,7 @@ class _Facts:
         # the evidence run of a (target, draft, method) under this audit's policy and runs: chosen once
         self.chosen: dict[tuple[str, str | None, str], tuple[RunHead | None, str]] = {}
         self.trust: EvidenceTrust | None = None  # who vouches for imported runs (set per audit)
+        self._self_checked: set[tuple[str, str]] | None = None
 
     def digest(self, head: RunHead) -> RunDigest:
         if head.info.run_id not in self.digests:
@@ -126,6 +128,29 @@ class _Facts:
             except SpecregError as exc:
                 self.scans[sha] = f"the target cannot be read: {exc}"
         return self.scans[sha]
+
+    def prefetch(self, pairs: list[PairRecord]) -> None:
+        """Records and integrity of every artifact of these pairs, in one batch: one query, one
+        round of hashing and one write of refreshed stats for all those not seen yet (a fleet
+        audit prefetches every class's pairs at once instead of once per class)."""
+        shas = {p.target_sha256 for p in pairs} | {p.draft_sha256 for p in pairs if p.draft_sha256}
+        todo = shas - self.records.keys()
+        if todo:
+            new = self.reg.get_artifacts(todo)
+            self.records.update(new)
+            self.verify_many(new.values())
+
+    def self_checked(self) -> set[tuple[str, str]]:
+        """(target, method) of every self-speculation pair checked, admitted or not: read once per
+        audit (a re-check records a verdict for a pair it had, so it adds none)."""
+        if self._self_checked is None:
+            self._self_checked = {
+                (t, m)
+                for t, m in self.reg.conn.execute(
+                    "SELECT DISTINCT target_sha256, method FROM pairs WHERE draft_sha256 IS NULL"
+                )
+            }
+        return self._self_checked
 
     def verify_many(self, recs: Iterable[ArtifactRecord]) -> None:
         """Integrity of many artifacts at once (one batch: stats first, then the hashing)."""
@@ -352,12 +377,11 @@ def _judge_unchecked(facts: _Facts, audits: list[PairAudit], runs: dict[str, Run
                 found.setdefault((a.target_sha256, c.spec_type), []).append((a, run, c))
     if not found:
         return
-    checked = {
-        (t, m)
-        for t, m in facts.reg.conn.execute(
-            "SELECT DISTINCT target_sha256, method FROM pairs WHERE draft_sha256 IS NULL"
-        )
-    }
+    checked = facts.self_checked()
+    # a run's condition judged once: the draft pair and the n-gram pair of a target share their
+    # run, and the outcome does not depend on the pair (`how` shows only in a passed evidence
+    # gate's message, which an outcome leaves out); the pairs' entries share it, read only
+    outcomes: dict[tuple[str, str], ConditionOutcome] = {}
     for (target, method), places in found.items():
         if (target, method) in checked:
             continue  # checked already: admitted, it is audited on its own; rejected, it cannot deploy
@@ -366,8 +390,10 @@ def _judge_unchecked(facts: _Facts, audits: list[PairAudit], runs: dict[str, Run
             if not _may_pass_speed(run, c, policy):
                 continue  # slower than the minimum in every stratum: nothing to suggest (and a fleet
                 # audit judges two such conditions for every draft pair's run: 0.75 s of 4.3)
-            how = f"measured in run {run.run_id} of pair {a.pair_id}"
-            outcome = judge(run, c, policy, how).outcome()
+            outcome = outcomes.get((run.run_id, c.label))
+            if outcome is None:
+                how = f"measured in run {run.run_id} of pair {a.pair_id}"
+                outcome = outcomes[run.run_id, c.label] = judge(run, c, policy, how).outcome()
             a.unchecked.append(UncheckedCondition(method=method, outcome=outcome, check_command=command))
 
 
@@ -427,9 +453,7 @@ def _run_audit(
         facts.trust = EvidenceTrust(reg, policy, policy_source)
     facts.chosen = {}  # chosen from `runs_for`: a shared `facts` meets other runs (another class) here
     if len(pairs) > 20:  # a few list queries instead of several lookups per pair
-        shas = {p.target_sha256 for p in pairs} | {p.draft_sha256 for p in pairs if p.draft_sha256}
-        new = reg.get_artifacts(shas - facts.records.keys())  # a shared `facts` has most of them already
-        facts.records.update(new)
+        facts.prefetch(pairs)  # a shared `facts` has most of them already
         if runs_for is runs_for_pair:
             runs_for = RunIndex(reg)
         if isinstance(runs_for, RunIndex):
@@ -437,7 +461,6 @@ def _run_audit(
             # (a re-checked stale pair keeps its target, draft and method, so its runs too)
             heads = [facts.evidence(p, policy, runs_for)[0] for p in pairs]
             facts.digests = load_digests(reg, {h.info.run_id: h for h in heads if h}.values(), spread=spread)
-        facts.verify_many(new.values())
     audits: list[PairAudit] = []
     runs: dict[str, RunDigest] = {}
     seen: set[int] = set()
