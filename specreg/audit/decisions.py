@@ -106,7 +106,7 @@ def decide(audits: list[PairAudit], runs: dict[str, RunDigest]) -> list[StratumD
         per_pair: list[tuple[PairAudit, list[str], list[tuple[UncheckedCondition, str]]]] = []
         for a in group:
             gmap = {g.gate: g for g in a.gates}
-            failed = [g for g in PAIR_LEVEL_GATES if not (g in gmap and gmap[g].passed)]
+            failed: list[str] = [g for g in PAIR_LEVEL_GATES if not (g in gmap and gmap[g].passed)]
             per_pair.append((a, failed, [(u, _why_unchecked(u)) for u in a.unchecked]))
         for level in levels:
             for stratum in strata:
