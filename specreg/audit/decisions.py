@@ -26,7 +26,8 @@ from specreg.schemas.audit import (
 from specreg.schemas.bench import ALL_STRATA
 
 
-def _candidate(a: PairAudit, failed: list[str], o: ConditionOutcome, stratum: str, row: StratumRow | None) -> Candidate:
+def _judged(failed: list[str], o: ConditionOutcome, stratum: str, row: StratumRow | None) -> tuple[bool, str]:
+    """Whether a condition is eligible in this stratum, and why (or why not)."""
     everywhere = failed + [g for g in WHOLE_CONDITION_GATES if g in o.failed]
     # without evidence, equivalence and speed were never judged: name only the gates that failed
     here = o.strata.get(stratum, "evidence" in everywhere)
@@ -38,27 +39,44 @@ def _candidate(a: PairAudit, failed: list[str], o: ConditionOutcome, stratum: st
         reason = "fails " + ", ".join(everywhere + local)
     else:
         reason = "passes every gate"
+    return row is not None and not everywhere and here, reason
+
+
+def _candidate(a: PairAudit, failed: list[str], o: ConditionOutcome, stratum: str, row: StratumRow | None) -> Candidate:
+    eligible, reason = _judged(failed, o, stratum, row)
     return Candidate(
         pair_id=a.pair_id,
         condition=o.condition,
         concurrency=o.concurrency,
         draft_n_max=o.draft_n_max,
-        eligible=row is not None and not everywhere and here,
+        eligible=eligible,
         reason=reason,
         speedup=row.speedup if row else None,
         speedup_ci95=row.speedup_ci95 if row else None,
     )
 
 
-def _unchecked(a: PairAudit, u: UncheckedCondition, stratum: str, row: StratumRow | None) -> Candidate:
+def _unchecked(a: PairAudit, u: UncheckedCondition, why: str, stratum: str, row: StratumRow | None) -> Candidate:
     """A condition of a method the target was not checked for: judged on the gates its run can
-    show (evidence, equivalence, speed, memory); never eligible until its `check pair` admits it."""
-    c = _candidate(a, [], u.outcome, stratum, row)  # a fresh object: set in place, not copied
-    measured_ok = c.eligible
-    why = f"{u.method} is not checked for this target: {shlex.join(u.check_command)}"
-    c.reason = f"passes every gate its run shows; {why}" if measured_ok else f"{c.reason}; {why}"
-    c.eligible, c.method, c.check_command = False, u.method, u.check_command if measured_ok else None
-    return c
+    show (evidence, equivalence, speed, memory); never eligible until its `check pair` admits it.
+    `why` names the check (`_why_unchecked`)."""
+    measured_ok, reason = _judged([], u.outcome, stratum, row)
+    return Candidate(
+        pair_id=a.pair_id,
+        condition=u.outcome.condition,
+        concurrency=u.outcome.concurrency,
+        draft_n_max=u.outcome.draft_n_max,
+        eligible=False,
+        reason=f"passes every gate its run shows; {why}" if measured_ok else f"{reason}; {why}",
+        speedup=row.speedup if row else None,
+        speedup_ci95=row.speedup_ci95 if row else None,
+        method=u.method,
+        check_command=u.check_command if measured_ok else None,
+    )
+
+
+def _why_unchecked(u: UncheckedCondition) -> str:
+    return f"{u.method} is not checked for this target: {shlex.join(u.check_command)}"
 
 
 def _rank(c: Candidate) -> tuple[float, float]:
@@ -85,23 +103,24 @@ def decide(audits: list[PairAudit], runs: dict[str, RunDigest]) -> list[StratumD
             (a.run_id, r.condition, r.stratum): r for a in group if a.run_id in runs for r in runs[a.run_id].strata
         }
         # what does not depend on the stratum, once per pair (5,000 pairs x 5 strata otherwise)
-        per_pair: list[tuple[PairAudit, list[str]]] = []
+        per_pair: list[tuple[PairAudit, list[str], list[tuple[UncheckedCondition, str]]]] = []
         for a in group:
             gmap = {g.gate: g for g in a.gates}
-            per_pair.append((a, [g for g in PAIR_LEVEL_GATES if not (g in gmap and gmap[g].passed)]))
+            failed: list[str] = [g for g in PAIR_LEVEL_GATES if not (g in gmap and gmap[g].passed)]
+            per_pair.append((a, failed, [(u, _why_unchecked(u)) for u in a.unchecked]))
         for level in levels:
             for stratum in strata:
                 cands = [
                     _candidate(a, failed, o, stratum, rows.get((a.run_id, o.condition, stratum)))
-                    for a, failed in per_pair
+                    for a, failed, _ in per_pair
                     for o in a.conditions
                     if o.concurrency == level
                 ]
                 best = _best(cands)
                 waiting = [
-                    _unchecked(a, u, stratum, rows.get((a.run_id, u.outcome.condition, stratum)))
-                    for a, _ in per_pair
-                    for u in a.unchecked
+                    _unchecked(a, u, why, stratum, rows.get((a.run_id, u.outcome.condition, stratum)))
+                    for a, _, unchecked in per_pair
+                    for u, why in unchecked
                     if u.outcome.concurrency == level
                 ]
                 cands += waiting

@@ -78,6 +78,7 @@ def _audit_by_hardware(
         pairs = [reg.get_pair(i) for i in pair_ids]
     index = RunIndex(reg)
     facts = _Facts(reg, rehash, spread)  # each artifact is verified once, not once per class
+    facts.prefetch(pairs)  # ... and all of them in one batch (one write of refreshed stats, not one per class)
     parts: list[AuditReport] = []
     measured: set[int] = set()
     views = index.partition({rid: c for rid, c in classes_of.items() if c is not None and c in classes})

@@ -27,6 +27,7 @@ from specreg.schemas.audit import (
     PER_STRATUM_GATES,
     AuditReport,
     ConditionDigest,
+    ConditionOutcome,
     GateResult,
     ModelName,
     PairAudit,
@@ -34,10 +35,11 @@ from specreg.schemas.audit import (
     RunDigest,
     UncheckedCondition,
 )
-from specreg.schemas.bench import ALL_STRATA, RunStatus
+from specreg.schemas.bench import ALL_STRATA, RequestSettings, RunStatus
 from specreg.schemas.checks import CheckResult
 from specreg.schemas.methods import SELF_METHODS
 from specreg.schemas.registry import ArtifactRecord, PairRecord
+from specreg.schemas.sampling import Sampler
 from specreg.servers.identity import ChosenRules
 from specreg.sources.model_signature import signature_identity
 
@@ -61,11 +63,42 @@ class _Facts:
         # the evidence run of a (target, draft, method) under this audit's policy and runs: chosen once
         self.chosen: dict[tuple[str, str | None, str], tuple[RunHead | None, str]] = {}
         self.trust: EvidenceTrust | None = None  # who vouches for imported runs (set per audit)
+        self._self_checked: set[tuple[str, str]] | None = None
+        self.signers: dict[str, str | None] = {}  # sha256 -> who signed that file (None: nobody verified)
+        # a run's llama-server argv as deployed, per recorded command (a target's draft and n-gram
+        # pairs share their run's baseline command)
+        self.argvs: dict[tuple[str, tuple[str, ...]], list[str] | None] = {}
+        # per audit (its policy): the production sampler, and each evidence run's digest at it
+        self.sampler: Sampler | None = None
+        self.sampled: dict[str, RunDigest] = {}
 
     def digest(self, head: RunHead) -> RunDigest:
         if head.info.run_id not in self.digests:
             self.digests[head.info.run_id] = load_digest(self.reg, head, spread=self.spread)
         return self.digests[head.info.run_id]
+
+    def at_sampler(self, head: RunHead) -> RunDigest:
+        """The evidence run's digest as if it held only the policy's sampler (`at_sampler`), once per run."""
+        rid = head.info.run_id
+        if rid not in self.sampled:
+            assert self.sampler is not None  # set by each audit
+            self.sampled[rid] = at_sampler(self.digest(head), self.sampler)
+        return self.sampled[rid]
+
+    def signer(self, sha: str) -> str | None:
+        if sha not in self.signers:
+            self.signers[sha] = signature_identity(self.record(sha).provenance.extra, sha)
+        return self.signers[sha]
+
+    def server_argv(self, run_id: str, command: list[str] | None, request: RequestSettings | None) -> list[str] | None:
+        """`try_server_argv` of a command of this run (whose manifest's `request` is given), once per command."""
+        if not command:
+            return None
+        key = (run_id, tuple(command))
+        if key not in self.argvs:
+            self.argvs[key] = try_server_argv(command, request)
+        argv = self.argvs[key]
+        return None if argv is None else list(argv)  # each pair its own list
 
     def evidence(self, pair: PairRecord, policy: Policy, runs_for: RunsFor) -> tuple[RunHead | None, str]:
         """`select_run` for the pair (a re-checked stale pair keeps its target, draft and method, so its runs)."""
@@ -126,6 +159,29 @@ class _Facts:
             except SpecregError as exc:
                 self.scans[sha] = f"the target cannot be read: {exc}"
         return self.scans[sha]
+
+    def prefetch(self, pairs: list[PairRecord]) -> None:
+        """Records and integrity of every artifact of these pairs, in one batch: one query, one
+        round of hashing and one write of refreshed stats for all those not seen yet (a fleet
+        audit prefetches every class's pairs at once instead of once per class)."""
+        shas = {p.target_sha256 for p in pairs} | {p.draft_sha256 for p in pairs if p.draft_sha256}
+        todo = shas - self.records.keys()
+        if todo:
+            new = self.reg.get_artifacts(todo)
+            self.records.update(new)
+            self.verify_many(new.values())
+
+    def self_checked(self) -> set[tuple[str, str]]:
+        """(target, method) of every self-speculation pair checked, admitted or not: read once per
+        audit (a re-check records a verdict for a pair it had, so it adds none)."""
+        if self._self_checked is None:
+            self._self_checked = {
+                (t, m)
+                for t, m in self.reg.conn.execute(
+                    "SELECT DISTINCT target_sha256, method FROM pairs WHERE draft_sha256 IS NULL"
+                )
+            }
+        return self._self_checked
 
     def verify_many(self, recs: Iterable[ArtifactRecord]) -> None:
         """Integrity of many artifacts at once (one batch: stats first, then the hashing)."""
@@ -259,7 +315,7 @@ def audit_pair(
     """All eight gates for one pair (evidence, equivalence, speed, memory on its best condition)."""
     roles = [("target", pair.target_sha256)] + ([("draft", pair.draft_sha256)] if pair.draft_sha256 else [])
     checks = [(role, sha, *facts.verify(sha)) for role, sha in roles]
-    signers = {role: signature_identity(facts.record(sha).provenance.extra, sha) for role, sha in roles}
+    signers = {role: facts.signer(sha) for role, sha in roles}
     results = [gates.integrity_gate(checks, facts.rehash, signers, policy.trust.require_model_signature)]
     verdict, pair = _verdict(facts, pair, all(ok for _, _, ok, _ in checks))
     results.append(verdict)
@@ -272,7 +328,7 @@ def audit_pair(
         results += [GateResult(gate="evidence", passed=False, message=why), licence]
         return _pair_audit(pair, results, not_benchmarkable=lacking), None
     try:
-        run = at_sampler(facts.digest(head), policy_sampler(policy)) if head else None  # the policy's sampler only
+        run = facts.at_sampler(head) if head else None  # the policy's sampler only
     except RunUnreadable as exc:  # a damaged stored record: this run's one named failure, the others still judged
         why = f"no evidence: {exc.message}"
         results += [GateResult(gate="evidence", passed=False, message=exc.message)]
@@ -296,16 +352,18 @@ def audit_pair(
     rollback, command = gates.rollback_gate(run, facts.record(pair.target_sha256).paths, conc)
     request = head.manifest.request if head and head.manifest else None
     results.append(rollback)
-    audit = _pair_audit(pair, results, run_id=run.run_id if run else None)
+    rid = run.run_id if run else None
     # what a team runs: llama-server's own argv (no wrapper, no benchmark port), as `specreg deploy` prints it
-    audit.rollback_command = try_server_argv(command, request)
-    audit.conditions = [j.outcome() for j in judged]
+    extra: dict[str, object] = {
+        "rollback_command": facts.server_argv(rid or "", command, request),
+        "conditions": [j.outcome() for j in judged],
+    }
     if best is not None:
-        audit.condition, audit.concurrency, audit.draft_n_max = best.cond.label, conc, best.cond.draft_n_max
-        audit.speculative_command = try_server_argv(best.cond.command, request)
+        extra |= {"condition": best.cond.label, "concurrency": conc, "draft_n_max": best.cond.draft_n_max}
+        extra["speculative_command"] = facts.server_argv(rid or "", best.cond.command, request)
         if best.whole is not None:
-            audit.speedup, audit.speedup_ci95 = best.whole.speedup, best.whole.speedup_ci95
-    return audit, run
+            extra |= {"speedup": best.whole.speedup, "speedup_ci95": best.whole.speedup_ci95}
+    return _pair_audit(pair, results, run_id=rid, **extra), run
 
 
 def _refuse_other_rules(facts: _Facts, pair: PairRecord, run: RunDigest, results: list[GateResult]) -> None:
@@ -352,12 +410,11 @@ def _judge_unchecked(facts: _Facts, audits: list[PairAudit], runs: dict[str, Run
                 found.setdefault((a.target_sha256, c.spec_type), []).append((a, run, c))
     if not found:
         return
-    checked = {
-        (t, m)
-        for t, m in facts.reg.conn.execute(
-            "SELECT DISTINCT target_sha256, method FROM pairs WHERE draft_sha256 IS NULL"
-        )
-    }
+    checked = facts.self_checked()
+    # a run's condition judged once: the draft pair and the n-gram pair of a target share their
+    # run, and the outcome does not depend on the pair (`how` shows only in a passed evidence
+    # gate's message, which an outcome leaves out); the pairs' entries share it, read only
+    outcomes: dict[tuple[str, str], ConditionOutcome] = {}
     for (target, method), places in found.items():
         if (target, method) in checked:
             continue  # checked already: admitted, it is audited on its own; rejected, it cannot deploy
@@ -366,8 +423,10 @@ def _judge_unchecked(facts: _Facts, audits: list[PairAudit], runs: dict[str, Run
             if not _may_pass_speed(run, c, policy):
                 continue  # slower than the minimum in every stratum: nothing to suggest (and a fleet
                 # audit judges two such conditions for every draft pair's run: 0.75 s of 4.3)
-            how = f"measured in run {run.run_id} of pair {a.pair_id}"
-            outcome = judge(run, c, policy, how).outcome()
+            outcome = outcomes.get((run.run_id, c.label))
+            if outcome is None:
+                how = f"measured in run {run.run_id} of pair {a.pair_id}"
+                outcome = outcomes[run.run_id, c.label] = judge(run, c, policy, how).outcome()
             a.unchecked.append(UncheckedCondition(method=method, outcome=outcome, check_command=command))
 
 
@@ -426,10 +485,9 @@ def _run_audit(
     if facts.trust is None:
         facts.trust = EvidenceTrust(reg, policy, policy_source)
     facts.chosen = {}  # chosen from `runs_for`: a shared `facts` meets other runs (another class) here
+    facts.sampler, facts.sampled = policy_sampler(policy), {}  # ... and may have met another policy
     if len(pairs) > 20:  # a few list queries instead of several lookups per pair
-        shas = {p.target_sha256 for p in pairs} | {p.draft_sha256 for p in pairs if p.draft_sha256}
-        new = reg.get_artifacts(shas - facts.records.keys())  # a shared `facts` has most of them already
-        facts.records.update(new)
+        facts.prefetch(pairs)  # a shared `facts` has most of them already
         if runs_for is runs_for_pair:
             runs_for = RunIndex(reg)
         if isinstance(runs_for, RunIndex):
@@ -437,7 +495,6 @@ def _run_audit(
             # (a re-checked stale pair keeps its target, draft and method, so its runs too)
             heads = [facts.evidence(p, policy, runs_for)[0] for p in pairs]
             facts.digests = load_digests(reg, {h.info.run_id: h for h in heads if h}.values(), spread=spread)
-        facts.verify_many(new.values())
     audits: list[PairAudit] = []
     runs: dict[str, RunDigest] = {}
     seen: set[int] = set()

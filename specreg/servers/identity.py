@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ def build_of(version_text: str | None) -> int | None:
 _COMMIT = re.compile(r"\bversion:\s*\d+\s*\(([0-9a-f]{6,40})\)")
 
 
+@lru_cache(maxsize=64)  # an audit names the same few runtimes in thousands of evidence gates
 def runtime_text(identity: str | None) -> str:
     """A run's runtime identity (`benchmark.digest.runtime_identity`: kind + `--version` text) as
     people read it: 'bundled xllamacpp 2026.10.11549 (llama.cpp build 11549)', 'external
