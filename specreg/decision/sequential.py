@@ -180,6 +180,7 @@ class SpeedSequence:
         self._xs: list[float] = []
         self._sorted: list[float] = []  # _xs in order: the clip's median and MAD without a sort per step
         self._total = self._sq = 0.0  # the plug-in variance of z, in units of each step's clip
+        self._cap = 0.0  # the sum of log(1 + stake): no centre's log-wealth is above it
 
     def copy(self) -> SpeedSequence:
         new = copy.copy(self)  # the floats and the settings; the arrays and lists are this one's own below
@@ -246,23 +247,30 @@ class SpeedSequence:
         else:
             np.cumsum(plus, axis=0, out=plus)
             np.cumsum(minus, axis=0, out=minus)
-        # hedged = logaddexp(plus, minus) - log 2 lies within log 2 below the larger of the two:
-        # logaddexp (~20x a log1p) only where that leaves the test open
-        top = np.maximum(plus, minus)
-        below = top < threshold - _SURE
-        open_ = np.flatnonzero((top < threshold + math.log(2) + _SURE) & ~below)
-        if open_.size:
-            p, q = plus.reshape(-1)[open_], minus.reshape(-1)[open_]
-            below.reshape(-1)[open_] = np.logaddexp(p, q) - math.log(2) < threshold
+        # no centre's wealth can reach the threshold while the stakes' own sum cannot (|z| <= 1):
+        # the rows before that need no test
+        start = 0
+        for _, _, stake in bets:
+            self._cap += math.log1p(stake)
+            start += self._cap < threshold - _SURE
         first, last = 0, m.size - 1  # the block's columns still inside
-        for row in below:
-            if row[first] and row[last]:
-                continue  # both ends still inside: the interval is as it was
-            inside = np.flatnonzero(row[first : last + 1])
-            if inside.size:  # none: the interval is left as it was (its truth is out, odds <= alpha)
-                first, last = first + int(inside[0]), first + int(inside[-1])
-                self._lo = max(self._lo, float(m[first]) - step / 2)
-                self._hi = min(self._hi, float(m[last]) + step / 2)
+        if start < len(bets):
+            # hedged = logaddexp(plus, minus) - log 2 lies within log 2 below the larger of the two:
+            # logaddexp (~20x a log1p) only where that leaves the test open
+            top = np.maximum(plus[start:], minus[start:])
+            below = top < threshold - _SURE
+            open_ = np.flatnonzero((top < threshold + math.log(2) + _SURE) & ~below)
+            if open_.size:
+                p, q = plus[start:].reshape(-1)[open_], minus[start:].reshape(-1)[open_]
+                below.reshape(-1)[open_] = np.logaddexp(p, q) - math.log(2) < threshold
+            for row in below:
+                if row[first] and row[last]:
+                    continue  # both ends still inside: the interval is as it was
+                inside = np.flatnonzero(row[first : last + 1])
+                if inside.size:  # none: the interval is left as it was (its truth is out, odds <= alpha)
+                    first, last = first + int(inside[0]), first + int(inside[-1])
+                    self._lo = max(self._lo, float(m[first]) - step / 2)
+                    self._hi = min(self._hi, float(m[last]) + step / 2)
         self._m = m[first : last + 1]
         self._log_plus, self._log_minus = plus[-1, first : last + 1], minus[-1, first : last + 1]
 
