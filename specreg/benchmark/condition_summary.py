@@ -283,8 +283,8 @@ class _StepInputs:
 def _paired(base_rows: list[RequestRow], rows: list[RequestRow]) -> tuple[list[float], list[float]]:
     """Times (`RequestRow.timed_ms`: the server's own) of the units both ran successfully:
     (prompt, repetition), in a stable order."""
-    base = {(r.prompt_id, r.repeat): r.timed_ms for r in base_rows if r.ok and r.timed_ms is not None}
-    mine = {(r.prompt_id, r.repeat): r.timed_ms for r in rows if r.ok and r.timed_ms is not None}
+    base = {(r.prompt_id, r.repeat): t for r in base_rows if r.ok and (t := r.timed_ms) is not None}
+    mine = {(r.prompt_id, r.repeat): t for r in rows if r.ok and (t := r.timed_ms) is not None}
     keys = sorted(base.keys() & mine.keys())
     return [float(base[k] or 0.0) for k in keys], [float(mine[k] or 0.0) for k in keys]
 
@@ -333,8 +333,8 @@ def _speed(
 def paired_ms(base_rows: list[RequestRow], rows: list[RequestRow]) -> tuple[list[float], list[float]]:
     """The units both ran, in the order they were measured (round by round: the sequence a look
     after every round sees grow, as the anytime-valid method requires)."""
-    base = {(r.repeat, r.prompt_id): r.timed_ms for r in base_rows if r.ok and r.timed_ms}
-    mine = {(r.repeat, r.prompt_id): r.timed_ms for r in rows if r.ok and r.timed_ms}
+    base = {(r.repeat, r.prompt_id): t for r in base_rows if r.ok and (t := r.timed_ms)}
+    mine = {(r.repeat, r.prompt_id): t for r in rows if r.ok and (t := r.timed_ms)}
     keys = sorted(base.keys() & mine.keys())
     return [float(base[k] or 0) for k in keys], [float(mine[k] or 0) for k in keys]
 

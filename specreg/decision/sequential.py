@@ -254,7 +254,7 @@ class SpeedSequence:
 
         threshold, step, m = math.log(1 / self.alpha), self._step, self._m
         x, b, lam = (np.array(col)[:, None] for col in zip(*bets, strict=True))
-        z = np.clip(x - m, -b, b) / b
+        z = np.clip((x - m) / b, -1.0, 1.0)  # clip(x - m, +-b) / b to the bit (d / b >= 1 where d >= b)
         plus, minus = np.log1p(lam * z), np.log1p(-lam * z)  # |lam z| <= 3/4: the wealth stays positive
         plus[0] += self._log_plus
         minus[0] += self._log_minus
