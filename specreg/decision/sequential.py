@@ -86,9 +86,11 @@ intersection (the same or tighter, as valid); where it empties, the last interva
 simulations above every one of the 2,400 runs decides alike at the same round, and 5,700 looks at
 random sequences give the same interval to the last bit; only an emptied interval differs
 (`intersection="grid"` keeps the old way for bundles written with it, exchange/rederive.py).
-Measured (2 shared cores, load 4-6, CPU time, a look after every 8 observations of spread 0.1):
-21-39 us an observation over 50, 17-26 over 200 and 18-23 over 500 (before: 45-71, 60-88, 89-108);
-a `rounds_to_decide` from 16 pairs 15-20 ms (before: 65); `benchmarks/bench_decision.py` prints it.
+Measured (2 cores, load 0.1-0.2, CPU time, a look after every 8 observations of spread 0.1 around
+1.1x): 17 us an observation over 50, 12.5 over 200, 17 over 500 (before: 38, 72, 81; at load 4-6
+21-39, 17-26, 18-23 against 45-71, 60-88, 89-108); a `rounds_to_decide` from 8-32 pairs 11-18 ms
+(before: 47-58). Over 50 observations the first ~10 dominate: until a wealth can reach the
+threshold every centre is still inside. `benchmarks/bench_decision.py` prints the cost.
 """
 
 from __future__ import annotations
