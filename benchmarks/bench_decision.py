@@ -9,6 +9,7 @@ is sized to the spread of the log ratios (sequential.py) at alpha 0.02. This pri
    the A/A false `faster` rate against 1.0x, and how often and after how many rounds a true
    1.15x and 1.3x are decided `faster` against 1.05x, for the old method (fixed +-log 8 clip,
    alpha 0.05, shuffled order) and the new (adaptive clip, alpha 0.02, balanced order).
+   Then the sequence's CPU cost per observation: the running slice against the whole grid.
 2. **Tiny models** (generated GGUFs, the bundled llama.cpp server): `--rounds` fixed rounds of
    the baseline, draft-simple (a 16-layer target, a 1-layer draft: really faster) and
    ngram-mod with a match length no output reaches (it never drafts: a real A/A), in three
@@ -119,6 +120,41 @@ def simulate(n: int) -> None:
                 f"{count['not faster'] / n:>5.1%} {count['undecided'] / n:>6.1%} {med:>14}"
             )
     print("   old: clip +-log 8, alpha 0.05, shuffled order; new: adaptive clip, alpha 0.02, ABBA order")
+    cost()
+
+
+def cost(runs: int = 20) -> None:
+    """CPU time per observation of the sequence: the centres still inside the running interval
+    (the slice) against every centre of the grid (as before it, but with today's clip, which no
+    longer sorts the observations at every step), on paired log ratios with a spread
+    of 0.1 around 1.1x (1 in 25 three times as far), a look after every 8; and one
+    `rounds_to_decide` (7 paths of up to 40 rounds of 8) from 16 such pairs against 1.05x."""
+    print(f"   cost of the sequence, CPU per observation ({load()}):")
+    for n in (50, 200, 500):
+        data = []
+        for seed in range(runs):
+            rng = random.Random(seed)
+            data.append([rng.gauss(0.1, 0.1) * (3 if rng.random() < 0.04 else 1) for _ in range(n)])
+        took = {}
+        ways: tuple[sequential.Intersection, ...] = ("slice", "grid")
+        for way in ways:
+            t0 = time.process_time()
+            for xs in data:
+                seq = sequential.SpeedSequence(intersection=way)
+                for k in range(0, n, 8):
+                    seq.add_logs(xs[k : k + 8]).decision(1.05)
+            took[way] = (time.process_time() - t0) / (runs * n) * 1e6
+        print(
+            f"   {n:>4} observations: {took['slice']:6.1f} us (slice), {took['grid']:6.1f} us (whole grid): "
+            f"{took['grid'] / took['slice']:.1f}x"
+        )
+    rng = random.Random(7)
+    base = [rng.uniform(100, 300) for _ in range(16)]
+    cond = [b / 1.1 * math.exp(rng.gauss(0, 0.1)) for b in base]
+    t0 = time.process_time()
+    for seed in range(runs):
+        sequential.rounds_to_decide(base, cond, 1.05, per_round=8, max_rounds=40, seed=seed)
+    print(f"   rounds_to_decide from 16 pairs: {(time.process_time() - t0) / runs * 1e3:.1f} ms CPU")
 
 
 # -- 2. tiny models -----------------------------------------------------------------------------

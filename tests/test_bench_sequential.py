@@ -122,3 +122,63 @@ def test_the_interval_holds_the_truth_and_narrows() -> None:
         widths.append(d.high - d.low)
     assert widths[-1] < widths[0] and all(a >= b for a, b in itertools.pairwise(widths))
     assert sequential.decide([], [], 1.05) == sequential.SpeedDecision("undecided", None, None, 0)
+
+
+def _noisy(seed: int, n: int, centre: float, spread: float) -> list[float]:
+    rng = random.Random(seed)
+    return [rng.gauss(centre, spread) * (3 if rng.random() < 0.04 else 1) for _ in range(n)]
+
+
+def test_the_slice_is_the_whole_grid_s_interval_fed_in_any_blocks() -> None:
+    """Betting only on the centres still inside gives the interval the whole grid gives (a centre
+    out of the interval never decides an edge on these sequences), whatever the size of the
+    blocks it is fed in: the same floats, not merely close ones."""
+    for seed in range(12):
+        xs = _noisy(seed, 120, [0.0, 0.05, 0.2][seed % 3], [0.02, 0.1, 0.3][seed % 3 - 1])
+        grid = sequential.SpeedSequence(intersection="grid")
+        whole = sequential.SpeedSequence()
+        one = sequential.SpeedSequence()
+        for k in range(0, len(xs), 8):
+            grid.add_logs(xs[k : k + 8])
+            whole.add_logs(xs[k : k + 8])
+            assert whole.interval() == grid.interval(), (seed, k)
+        for x in xs:
+            one.add_logs([x])
+        assert one.interval() == sequential.SpeedSequence().add_logs(xs).interval() == grid.interval()
+    fixed = sequential.SpeedSequence(scale="fixed").add_logs(xs)
+    assert fixed.interval() == sequential.SpeedSequence(scale="fixed", intersection="grid").add_logs(xs).interval()
+
+
+def test_where_the_truth_left_the_interval_the_slice_keeps_it_and_the_grid_collapses_it() -> None:
+    """The centre jumps from +0.5 to -0.5: the running intersection empties (a sequence that
+    has missed its truth, odds <= alpha). The slice keeps the last interval; the whole grid's hull
+    (before the slice) moved its top below its bottom, a single point. Either decides alike."""
+    rng = random.Random(1)
+    xs = [rng.gauss(0.5, 0.05) for _ in range(30)] + [rng.gauss(-0.5, 0.05) for _ in range(60)]
+    kept = sequential.SpeedSequence().add_logs(xs).interval()
+    point = sequential.SpeedSequence(intersection="grid").add_logs(xs).interval()
+    assert kept is not None and point is not None
+    assert point[0] == point[1] == kept[0] < kept[1]
+    assert sequential.decide([1.0] * 90, [math.exp(-x) for x in xs], 1.05).decision == "faster"
+
+
+def test_a_copy_goes_on_alone_and_as_if_fed_from_the_start() -> None:
+    """`rounds_to_decide` feeds copies of one sequence: each must go on from the state copied
+    (the slice, its wealth, the kept order of the observations) and leave the original alone."""
+    xs = _noisy(5, 80, 0.1, 0.1)
+    seq = sequential.SpeedSequence().add_logs(xs[:40])
+    before = (seq.interval(), seq.clip(), seq.n)
+    twin = seq.copy().add_logs(xs[40:])
+    assert (seq.interval(), seq.clip(), seq.n) == before
+    assert twin.interval() == sequential.SpeedSequence().add_logs(xs).interval()
+    assert twin.clip() == sequential.SpeedSequence().add_logs(xs).clip()
+    other = seq.copy().add_logs([-0.3] * 20)
+    assert other.interval() != twin.interval() and seq.interval() == before[0]
+
+
+def test_the_clip_s_spread_from_the_kept_order_is_robust_spread() -> None:
+    """The clip reads the MAD off the observations kept in order; the same float as sorting."""
+    rng = random.Random(11)
+    for n in [*range(1, 40), 101, 250]:
+        xs = [rng.choice([0.0, 0.05, -0.1]) if n % 3 == 0 else rng.gauss(0.1, 0.1) for _ in range(n)]
+        assert sequential._sorted_spread(sorted(xs)) == sequential.robust_spread(xs), xs

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
 import sqlite3
 import time
 from pathlib import Path
@@ -251,3 +252,58 @@ def test_a_device_or_a_fifo_is_not_a_bundle(tmp_path: Path) -> None:
         code, _, err = specreg("import", path, db=db)
         assert code == 2 and err.startswith("error:") and "not a regular file" in err and err.count("error:") == 1, err
         assert time.monotonic() - t0 < 5
+
+
+def test_a_bundle_whose_decisions_were_drawn_before_the_slice_is_kept(audit_world: AuditWorld, tmp_path: Path) -> None:
+    """Before the running intersection was cut to its slice, a decision's interval was the whole
+    grid's hull (decision/sequential.py): where its truth left the interval, that collapsed it
+    to a point the slice no longer gives. A bundle written then stores that interval; the import
+    draws it again the old way too and keeps the run. A claim neither way gives stays refused."""
+    from specreg.benchmark.runstore import RunStore
+    from specreg.exchange.rederive import check_summaries, derived_summaries
+
+    source = audit_world.copy(tmp_path / "source.db")
+    conn = sqlite3.connect(source)
+    cols = [r[1] for r in conn.execute("PRAGMA table_info(bench_requests)") if r[1] not in ("id", "repeat")]
+    with conn:  # 45 rounds of the run's two prompts, then the draft's log speed-up jumps from +0.5 to -0.5
+        for rep in range(2, 45):
+            conn.execute(
+                f"INSERT INTO bench_requests (repeat, {', '.join(cols)}) SELECT ?, {', '.join(cols)} "
+                "FROM bench_requests WHERE repeat = ?",
+                (rep, rep % 2),
+            )
+        keys = conn.execute(
+            "SELECT DISTINCT repeat, prompt_id FROM bench_requests WHERE condition = 'draft-simple' ORDER BY 1, 2"
+        ).fetchall()
+        rng = random.Random(1)
+        for i, (rep, pid) in enumerate(keys):
+            x = rng.gauss(0.5, 0.05) if i < 30 else rng.gauss(-0.5, 0.05)
+            for cond, ms in (("none", 100.0), ("draft-simple", 100.0 / math.exp(x))):
+                conn.execute(
+                    "UPDATE bench_requests SET prompt_ms = 0, predicted_ms = ?, total_ms = ? "
+                    "WHERE condition = ? AND repeat = ? AND prompt_id = ?",
+                    (ms, ms, cond, rep, pid),
+                )
+    conn.close()
+    with Registry(source, show_progress=False) as reg:
+        store = RunStore(reg)
+        run = store.load(audit_world.run_id)
+        old = derived_summaries(run, "grid")
+        whole = next(s for s in old if s.condition == "draft-simple" and s.stratum == "all")
+        assert whole.decision_ci is not None and whole.decision_ci[0] == whole.decision_ci[1]  # a point
+        now = next(s for s in derived_summaries(run) if s.condition == "draft-simple" and s.stratum == "all")
+        assert now.decision_ci != whole.decision_ci and now.decision == whole.decision
+        store.set_summaries(audit_world.run_id, run.info.target_sha256, run.info.draft_sha256, old)
+        assert check_summaries(store.load(audit_world.run_id)) is None
+    code, _, err = specreg("export", "--all", "-o", str(tmp_path / "old.zip"), db=source)
+    assert code == 0, err
+    code, out, err = specreg("import", str(tmp_path / "old.zip"), db=tmp_path / "dest.db")
+    assert code == 0 and "imported 1 run" in out, err
+
+    def _between(s: dict) -> None:
+        if s["stratum"] == "all":
+            s["decision_ci"] = [s["decision_ci"][0], s["decision_ci"][0] * 1.001]
+
+    forged = rewrite(tmp_path / "old.zip", tmp_path / "forged.zip", _edit_summaries(_between))
+    code, _, err = specreg("import", str(forged), db=tmp_path / "dest2.db")
+    assert code == 2 and "not what its request rows give" in err, err

@@ -134,6 +134,9 @@ class StatSettings:
     default_draft_length: int | None = None  # the build's --spec-draft-n-max
     min_speedup: float = 1.05  # what `decision` decides against (the default policy's minimum)
     set_aside: bool = True  # leave contended rounds out of timings (`--busy-share 0`: keep them)
+    # the decision's interval (sequential.py); "grid": as runs were decided before the slice, what
+    # an import re-derives a bundle's decisions with when they are not the slice's (exchange/rederive.py)
+    intersection: sequential.Intersection = "slice"
 
 
 def stat_settings(settings: BenchSettings, spec_defaults: Mapping[str, int]) -> StatSettings:
@@ -280,8 +283,8 @@ class _StepInputs:
 def _paired(base_rows: list[RequestRow], rows: list[RequestRow]) -> tuple[list[float], list[float]]:
     """Times (`RequestRow.timed_ms`: the server's own) of the units both ran successfully:
     (prompt, repetition), in a stable order."""
-    base = {(r.prompt_id, r.repeat): r.timed_ms for r in base_rows if r.ok and r.timed_ms is not None}
-    mine = {(r.prompt_id, r.repeat): r.timed_ms for r in rows if r.ok and r.timed_ms is not None}
+    base = {(r.prompt_id, r.repeat): t for r in base_rows if r.ok and (t := r.timed_ms) is not None}
+    mine = {(r.prompt_id, r.repeat): t for r in rows if r.ok and (t := r.timed_ms) is not None}
     keys = sorted(base.keys() & mine.keys())
     return [float(base[k] or 0.0) for k in keys], [float(mine[k] or 0.0) for k in keys]
 
@@ -323,22 +326,27 @@ def _speed(
     s.difference = statistics.difference(s.speedup_ci95)
     if s.speedup_ci95 is None:
         s.speedup_note = f"no interval from {plural(s.n_paired, 'request pair')}"
-    d = speed_decision(base_rows, rows, stats.min_speedup)
+    d = speed_decision(base_rows, rows, stats.min_speedup, stats.intersection)
     s.decision, s.decision_ci, s.decision_min_speedup = d.decision, d.interval, stats.min_speedup
 
 
 def paired_ms(base_rows: list[RequestRow], rows: list[RequestRow]) -> tuple[list[float], list[float]]:
     """The units both ran, in the order they were measured (round by round: the sequence a look
     after every round sees grow, as the anytime-valid method requires)."""
-    base = {(r.repeat, r.prompt_id): r.timed_ms for r in base_rows if r.ok and r.timed_ms}
-    mine = {(r.repeat, r.prompt_id): r.timed_ms for r in rows if r.ok and r.timed_ms}
+    base = {(r.repeat, r.prompt_id): t for r in base_rows if r.ok and (t := r.timed_ms)}
+    mine = {(r.repeat, r.prompt_id): t for r in rows if r.ok and (t := r.timed_ms)}
     keys = sorted(base.keys() & mine.keys())
     return [float(base[k] or 0) for k in keys], [float(mine[k] or 0) for k in keys]
 
 
-def speed_decision(base_rows: list[RequestRow], rows: list[RequestRow], min_speedup: float) -> sequential.SpeedDecision:
+def speed_decision(
+    base_rows: list[RequestRow],
+    rows: list[RequestRow],
+    min_speedup: float,
+    intersection: sequential.Intersection = "slice",
+) -> sequential.SpeedDecision:
     """The anytime-valid decision on the units both ran (`paired_ms`)."""
-    return sequential.decide(*paired_ms(base_rows, rows), min_speedup)
+    return sequential.decide(*paired_ms(base_rows, rows), min_speedup, intersection=intersection)
 
 
 def _consistency(

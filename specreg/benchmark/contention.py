@@ -92,11 +92,12 @@ def spread_outliers(rows: Iterable[RequestRow]) -> dict[Slot, str]:
             groups[(r.condition_idx, r.prompt_id)].append(r)
     out: dict[Slot, str] = {}
     for rs in groups.values():
-        for r in rs:
-            others = [float(o.timed_ms or 0.0) for o in rs if o.repeat != r.repeat]
+        timed = [(o.repeat, float(o.timed_ms or 0.0)) for o in rs]  # read once: a property, per pair of rows
+        for r, (_, ms) in zip(rs, timed, strict=True):
+            others = [t for rep, t in timed if rep != r.repeat]
             if not others:
                 continue
-            med, ms = median(others), float(r.timed_ms or 0.0)
+            med = median(others)
             if ms > SPREAD_FACTOR * med and ms - med > SPREAD_MIN_MS:
                 out.setdefault(
                     (r.condition_idx, r.repeat),

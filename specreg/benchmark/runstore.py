@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from specreg.errors import RunNotFound, RunUnreadable, first_error
@@ -343,10 +344,10 @@ class RunStore:
             _condition(c)
             for c in rows(self.reg.conn, "SELECT * FROM bench_conditions WHERE run_id = ? ORDER BY idx", (rid,))
         ]
-        requests = [
-            _request(q)
-            for q in rows(self.reg.conn, "SELECT * FROM bench_requests WHERE run_id = ? ORDER BY id", (rid,))
-        ]
+        # plain tuples made dicts once: a sqlite3.Row looks each name up among its columns (~40 a row)
+        cur = self.reg.conn.execute("SELECT * FROM bench_requests WHERE run_id = ? ORDER BY id", (rid,))
+        names = [d[0] for d in cur.description]
+        requests = [_request(dict(zip(names, q, strict=True))) for q in cur]
         summaries = [
             ConditionSummary.model_validate_json(s["summary_json"])
             for s in rows(
@@ -422,7 +423,7 @@ def _condition(c: sqlite3.Row) -> ConditionRun:
     )
 
 
-def _request(q: sqlite3.Row) -> RequestRow:
+def _request(q: Mapping[str, Any]) -> RequestRow:
     data = {c: q[c] for c in _REQ_COLS}
     for b in ("ok", "timed_out"):
         data[b] = bool(data[b])

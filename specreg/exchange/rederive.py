@@ -6,14 +6,22 @@ them again with the code that wrote them (`condition_summary.summarize`, the run
 its build's defaults from the manifest) and names the first that differs beyond rounding. A
 `--tune` prediction is made before its candidate ran, from the runner's state, and cannot be
 drawn again from the rows; it is kept as stored (its numbers are finite: bundle JSON is strict).
+
+Decisions were drawn with the whole grid's hull before the interval was cut to its running slice
+(decision/sequential.py): the slice's interval is the same or tighter at an edge, so
+a bundle written before can differ in a decision's interval. Such a run is drawn again with the
+old intersection and kept if that gives what it stores: either is the code that wrote a bundle,
+and neither leaves its writer a number to choose.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
 from specreg.benchmark.condition_summary import StatSettings, stat_settings, summarize
+from specreg.decision.sequential import Intersection
 from specreg.schemas.bench import BenchRun, ConditionSummary
 
 REL_TOL = 1e-9  # rounding: the same code on another machine's floats (libm, summation order)
@@ -42,17 +50,15 @@ def _differs(a: Any, b: Any, where: str) -> str | None:
     return f"{where}: stored {b!r}, derived {a!r}"
 
 
-def derived_summaries(run: BenchRun) -> list[ConditionSummary]:
+def derived_summaries(run: BenchRun, intersection: Intersection = "slice") -> list[ConditionSummary]:
     """The summaries the run's rows give, drawn as the runner draws them (its settings and its
     build's defaults from the manifest): what an import expects to find stored."""
     m = run.manifest
     stats = stat_settings(m.settings, m.runtime.spec_defaults) if m is not None and m.settings else StatSettings()
-    return summarize(run.conditions, run.requests, stats)
+    return summarize(run.conditions, run.requests, dataclasses.replace(stats, intersection=intersection))
 
 
-def check_summaries(run: BenchRun) -> str | None:
-    """None when the stored summaries are the ones the run's rows give; else the first difference."""
-    derived = derived_summaries(run)
+def _first_difference(run: BenchRun, derived: list[ConditionSummary]) -> str | None:
     stored = run.summaries
     keys = [(s.condition, s.stratum) for s in stored]
     if keys != [(s.condition, s.stratum) for s in derived]:
@@ -63,6 +69,15 @@ def check_summaries(run: BenchRun) -> str | None:
         if found:
             return found
     return None
+
+
+def check_summaries(run: BenchRun) -> str | None:
+    """None when the stored summaries are the ones the run's rows give (with the decision's
+    interval as drawn now, or as drawn before the slice); else the first difference from now's."""
+    found = _first_difference(run, derived_summaries(run))
+    if found is None or _first_difference(run, derived_summaries(run, "grid")) is None:
+        return None
+    return found
 
 
 __all__ = ["check_summaries", "derived_summaries"]
