@@ -138,7 +138,9 @@ def test_the_lexer_alone_tokenises_as_a_whole_jinja2_does() -> None:
     import subprocess
     import sys
 
-    templates = [CHAT, ISSUE_EXAMPLE, "{{ 'unterminated }} {{ x.__class__ }}", "a\r\nb{# c #}\n{%- if x -%}y{% endif %}"]
+    templates = [
+        CHAT, ISSUE_EXAMPLE, "{{ 'unterminated }} {{ x.__class__ }}", "a\r\nb{# c #}\n{%- if x -%}y{% endif %}"
+    ]  # fmt: skip
     code = (
         "import json, sys\n"
         "from specreg.validators import template_scan as ts\n"
@@ -168,7 +170,7 @@ def test_the_lexer_alone_tokenises_as_a_whole_jinja2_does() -> None:
         except TemplateSyntaxError as exc:
             whole.append(["error", exc.lineno, exc.message])
     assert alone == whole
-    assert whole[2] == ["error", 1, "unexpected char \"'\" at 3"]  # a lex error is compared too
+    assert whole[2] == ["error", 1, 'unexpected char "\'" at 3']  # a lex error is compared too
 
 
 def test_clean_and_missing_templates(tmp_path: Path) -> None:

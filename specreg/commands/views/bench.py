@@ -550,7 +550,9 @@ def _rounds_text(run: BenchRun) -> str:
 
 def _decisions(run: BenchRun) -> None:
     """Each condition's anytime-valid decision against the minimum speed-up (what `--budget` runs
-    until), with the interval it was made on."""
+    until), with the interval it was made on. A failed condition is undecided whatever its pairs
+    say (speculation that did not run is a failure, not a speed); with no projection to print,
+    it says so, or "undecided after 21 rounds" read like a budget too small."""
     decided = [s for s in run.summaries if s.stratum == "all" and s.decision is not None]
     if not decided:
         return
@@ -564,6 +566,7 @@ def _decisions(run: BenchRun) -> None:
         f"{s.condition} "
         + (
             undecided_text(len(rounds.get(s.condition, ())), s.decision_more_rounds, s.decision_budget)
+            + (" (the condition failed)" if s.status == "failed" and s.decision_more_rounds is None else "")
             if s.decision == "undecided"
             else f"{s.decision}" + (f" [{s.decision_ci[0]:.2f}, {s.decision_ci[1]:.2f}]" if s.decision_ci else "")
         )
