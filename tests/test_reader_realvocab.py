@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from specreg.errors import VocabUnavailable
-from specreg.gguf.reader import open_gguf
+from specreg.gguf.reader import GGUFArray, open_gguf
 from specreg.gguf.summary import summarize
 from specreg.testing import ModelSpec, realvocab, write_model
 
@@ -193,3 +193,28 @@ def test_memory_is_the_header_copy_and_little_else(real_vocab: Callable[[str], P
         tracemalloc.stop()
     assert f.header_size > 10 << 20
     assert peak < f.header_size + (4 << 20)
+
+
+def test_special_tokens_are_found_from_the_walks_marks(real_vocab: Callable[[str], Path]) -> None:
+    """qwen2's 151,936 tokens: the walk keeps every MARK_STEP-th offset, and `strings_at` (what
+    `inspect` decodes: special tokens past 151,000) gives from them what decoding every token
+    gives, at the edges of a step too; a read that jumped the array (a registered layout) keeps
+    no marks and walks from the start, to the same texts."""
+    from specreg.gguf.walk import MARK_STEP
+
+    path = real_vocab("qwen2")
+    gf = open_gguf(path)
+    tokens = gf.metadata["tokenizer.ggml.tokens"]
+    assert isinstance(tokens, GGUFArray)
+    texts = tokens.to_list()
+    marks = gf._array_marks[tokens.offset]
+    assert len(marks) == -(-len(texts) // MARK_STEP)  # one per step begun, the first at the start
+    assert marks[0] == tokens.offset
+    at = [0, 1, MARK_STEP - 1, MARK_STEP, MARK_STEP + 1, 5 * MARK_STEP, 151643, 151645, len(texts) - 1]
+    want = {i: texts[i] for i in at}
+    assert tokens.strings_at(at) == want
+    assert tokens.strings_at([len(texts) - 1, 3]) == {3: texts[3], len(texts) - 1: texts[-1]}
+    jumped = open_gguf(path, known=gf.string_array_layout())
+    assert jumped.jumped and not jumped._array_marks
+    again = jumped.metadata["tokenizer.ggml.tokens"]
+    assert isinstance(again, GGUFArray) and again.strings_at(at) == want

@@ -19,7 +19,7 @@ from specreg.errors import GGUFError
 from specreg.gguf import format as F
 from specreg.gguf.fields import check_tokenizer
 from specreg.gguf.source import FIRST_READ, MAX_HEADER_BYTES, READ_STEP, ByteSource, FileSource, HeaderWindow
-from specreg.gguf.walk import ArrayRef, Header, KnownArray, TwinArray, Walker, printable
+from specreg.gguf.walk import MARK_STEP, ArrayRef, Header, KnownArray, TwinArray, Walker, printable, skip_strings
 from specreg.schemas.gguf import GGUFSummary, TensorInfo
 
 LAYOUT_MIN_COUNT = 4096  # string arrays shorter than this are walked faster than looked up
@@ -91,19 +91,25 @@ class GGUFArray:
 
     def strings_at(self, indices: Iterable[int]) -> dict[int, str]:
         """Some elements of a string array, decoded without decoding the others (a few special
-        tokens out of 150,000: skipping lengths is a third of the cost of decoding every text)."""
+        tokens out of 150,000: skipping lengths is a third of the cost of decoding every text).
+        From the walk's mark below each (walk.MARK_STEP) where the walk kept them, so `inspect`
+        of a file new to the registry skips no more than a step's lengths: qwen2's special tokens
+        lie past 151,000 (benchmarks/bench_startup.py, inspect ggml-vocab-qwen2)."""
         want = {i for i in indices if 0 <= i < self.count}
         if self.item_type != F.T_STRING or not want:
             return {}
         buf = self._owner._buf
         unpack = F.U64.unpack_from
+        marks = self._owner._array_marks.get(self.offset, [self.offset])
         out: dict[int, str] = {}
         p = self.offset
         i = 0
         for target in sorted(want):  # the walk at open checked every length against the buffer
-            while i < target:
-                p += 8 + unpack(buf, p)[0]
-                i += 1
+            j = min(target // MARK_STEP, len(marks) - 1)
+            if j * MARK_STEP > i:
+                p, i = marks[j], j * MARK_STEP
+            p, done = skip_strings(buf, p, target - i)
+            i += done
             n = unpack(buf, p)[0]
             out[target] = bytes(buf[p + 8 : p + 8 + n]).decode("utf-8", "surrogateescape")
         return out
@@ -172,6 +178,7 @@ class GGUFFile:
         # array offset -> GGUFArray.long_string_heap, as the layout of an earlier read said
         self._array_heap: dict[int, int] = {start: heap for start, _, _, heap in header.skipped if heap is not None}
         self._array_heap |= header.string_heaps  # summed by the walk itself (walk.skip_strings_heap)
+        self._array_marks = header.string_marks  # array offset -> every MARK_STEP-th element's offset
         self.jumped = len(header.skipped)  # string arrays read_gguf(known=...) jumped over (each proven)
         self.twinned = len(header.array_sha)  # string arrays read_gguf(twins=...) matched to a twin's (hashed)
         self._summary: GGUFSummary | None = None

@@ -62,6 +62,7 @@ class Header:
     kv_offsets: dict[str, int] = field(default_factory=dict)
     string_spans: dict[str, tuple[int, int]] = field(default_factory=dict)  # raw bytes of string values
     string_heaps: dict[int, int] = field(default_factory=dict)  # tokens array start -> its std::string heap
+    string_marks: dict[int, list[int]] = field(default_factory=dict)  # tokens array start -> offsets (MARK_STEP)
     tensors: list[RawTensor] = field(default_factory=list)
     alignment: int = F.DEFAULT_ALIGNMENT
     data_offset: int = 0
@@ -72,6 +73,11 @@ class Header:
 
 
 Buffer = bytes | bytearray | memoryview | mmap.mmap
+
+# the walk of the tokens array keeps the offset of every MARK_STEP-th element, so a lookup of a
+# few special tokens near its end (`GGUFArray.strings_at`, what `inspect` prints) starts at the
+# mark below each instead of walking 150,000 lengths again
+MARK_STEP = 4096
 
 
 def printable(text: str, limit: int = 80) -> str:
@@ -227,17 +233,22 @@ class Walker:
         except UnicodeDecodeError as exc:
             raise self.err("name is not valid UTF-8", what, start + exc.start) from None
 
-    def strings_end(self, count: int, what: str, heaps: dict[int, int] | None = None) -> int:
+    def strings_end(
+        self, count: int, what: str, heaps: dict[int, int] | None = None, marks: dict[int, list[int]] | None = None
+    ) -> int:
         """Skip `count` strings, growing the window as needed; on any violation walk again
         element by element so the error names the bad one. With `heaps`, the array's
-        std::string heap is stored there under its start (skip_strings_heap)."""
+        std::string heap is stored there under its start (skip_strings_heap); with `marks`, the
+        offset of every MARK_STEP-th element (walked a step at a time to stop on each)."""
         start = p = self.pos
         i = heap = 0
+        offsets = [start]
         while True:
+            want = count - i if marks is None else min(count - i, MARK_STEP - i % MARK_STEP)
             if heaps is None:
-                p, done = skip_strings(self.buf, p, count - i)
+                p, done = skip_strings(self.buf, p, want)
             else:
-                p, done, more = skip_strings_heap(self.buf, p, count - i)
+                p, done, more = skip_strings_heap(self.buf, p, want)
                 heap += more
             i += done
             if i == count:
@@ -246,8 +257,13 @@ class Walker:
                     self.buf = self.win.buf
                     if heaps is not None:
                         heaps[start] = heap
+                    if marks is not None:
+                        marks[start] = offsets
                     return p
                 break  # out of bounds, or some string may exceed 1 GiB: let the slow walk say which
+            if done == want:  # a whole step: mark it and go on (its last offset is checked at the end)
+                offsets.append(p)
+                continue
             if p >= self.size or not self.win.grow(what):
                 break
             self.buf = self.win.buf
@@ -315,7 +331,10 @@ class Walker:
             h.kv_offsets[key] = at
             h.value_types[key] = vtype
             if vtype == F.T_ARRAY:
-                h.values[key] = self.array(label, h.string_heaps if key == F.KEY_TOKENS else None, key, h)
+                tokens = key == F.KEY_TOKENS
+                h.values[key] = self.array(
+                    label, h.string_heaps if tokens else None, key, h, h.string_marks if tokens else None
+                )
             elif vtype == F.T_STRING:
                 start, n = self.string_span(label)
                 h.string_spans[key] = (start, n)
@@ -327,9 +346,14 @@ class Walker:
                 raise self.err(f"invalid value type {vtype}", label, vtype_at)
 
     def array(
-        self, what: str, heaps: dict[int, int] | None = None, key: str | None = None, h: Header | None = None
+        self,
+        what: str,
+        heaps: dict[int, int] | None = None,
+        key: str | None = None,
+        h: Header | None = None,
+        marks: dict[int, list[int]] | None = None,
     ) -> ArrayRef:
-        """An array value's header and bounds; `what` names it in errors; `heaps`: see strings_end;
+        """An array value's header and bounds; `what` names it in errors; `heaps`, `marks`: see strings_end;
         `key` and `h`: where a twin's array (`twins`) is looked up and its SHA-256 kept."""
         type_at = self.pos
         item_type = self.unpack(F.U32, "array element type", what)
@@ -352,7 +376,7 @@ class Walker:
             end = twin_end
         elif item_type == F.T_STRING:
             self.need(count * 8, f"array of {count} strings", what)
-            end = self.strings_end(count, what, heaps)
+            end = self.strings_end(count, what, heaps, marks)
         else:
             nbytes = count * F.SCALAR_SIZES[item_type]
             self.need(nbytes, f"array of {count} {F.VALUE_TYPE_NAMES[item_type]}", what)
