@@ -43,6 +43,11 @@ def main() -> None:
     gc.disable()
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     _no_plugin_loader()
+    from specreg import teardown
     from specreg.cli import main as run
 
-    run()
+    teardown.arm()
+    try:
+        run()
+    except SystemExit as exc:  # cli.main always ends so: a large result kept is not freed (teardown.py)
+        teardown.end(exc.code)

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -240,3 +241,39 @@ def test_inspect_and_check_pair_run_without_heavy_imports(argv: list[str], tmp_p
         proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout
+
+
+def test_the_console_scripts_audit_ends_without_teardown_and_says_all_it_had_to(tmp_path: Path) -> None:
+    """`specreg audit` from the console script leaves its result for the process's exit
+    (specreg/teardown.py): the process ends at once after its output (no atexit handler runs:
+    the marker's), with the same bytes on stdout and the same exit code as a process that tears
+    down as usual. In-process (`cli.main`, as in these tests) nothing is kept."""
+    t, d = _pair_files(tmp_path)
+    env = {**os.environ, "SPECREG_DB": str(tmp_path / "r.db"), "COLUMNS": "80"}
+    checked = subprocess.run(
+        [sys.executable, "-m", "specreg", "check", "pair", str(t), str(d)], capture_output=True, text=True, env=env
+    )
+    assert checked.returncode == 0, checked.stderr
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print('TORN DOWN', file=sys.stderr))\n"
+        "import specreg.teardown as t\n"
+        "if sys.argv[1] == 'usual': t.arm = lambda: None\n"
+        "from specreg.entry import main\n"
+        "sys.argv = ['specreg', *sys.argv[2:]]\n"
+        "main()\n"
+    )
+    argv = ["audit", "--all", "--json"]
+    runs = {
+        how: subprocess.run([sys.executable, "-c", code, how, *argv], capture_output=True, text=True, env=env)
+        for how in ("quick", "usual")
+    }
+    quick, usual = runs["quick"], runs["usual"]
+    assert quick.returncode == usual.returncode == 1, (quick.stderr, usual.stderr)  # no run: evidence fails
+    said, usual_said = json.loads(quick.stdout), json.loads(usual.stdout)  # the whole document, each
+    assert said.pop("created_at") and usual_said.pop("created_at")  # when each ran: the one difference
+    assert said == usual_said and said["pairs"], quick.stdout[-300:]
+    assert "TORN DOWN" not in quick.stderr and "TORN DOWN" in usual.stderr
+    from specreg import teardown
+
+    assert not teardown._armed and not teardown._kept  # in-process: never armed, nothing kept

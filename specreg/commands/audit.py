@@ -98,11 +98,13 @@ def _audit(
     paths: dict[str, str] = {}
     from specreg.audit.fleet import audit_by_hardware
     from specreg.registry.store import Registry
+    from specreg.teardown import keep
 
     with Registry(db_path(), create=False) as reg:
         result = audit_by_hardware(
             reg, pol, source, pair_ids=list(pair) if pair else None, rehash=rehash, spread=report is not None
         )
+        keep(result)  # a fleet's result: the console script's exit drops it, not this frame (teardown.py)
         if fmt == "sarif":
             shas = {p.target_sha256 for p in result.pairs} | {p.draft_sha256 for p in result.pairs if p.draft_sha256}
             paths = {sha: rec.paths[0] for sha, rec in reg.get_artifacts(shas).items() if rec.paths}
