@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from _bench_helpers import ITEMS, admit, db_rows, workload
+from _bundle_helpers import rewrite
 from _registry_helpers import model
 
 from specreg.registry.store import Registry
@@ -197,3 +198,53 @@ def test_a_round_the_budget_has_no_room_for_is_measured_in_part(capsys: pytest.C
         assert len(ids) == 2 and all(len(v) == part for v in ids.values()), ids
         first, second = ids.values()
         assert first == second  # pairs: the same prompts on both sides
+
+
+def test_a_budget_runs_projection_travels_in_its_bundle(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """What would decide an undecided condition (`decision_more_rounds`, `decision_budget`) is
+    the runner's projection at the run's end, not a number its rows give: an import of the run's
+    bundle keeps it as stored instead of refusing the run (its rows still give every other
+    number, checked as ever), and the importing registry's `runs show` says the same."""
+    run, _, _ = _budget_run(capsys, list(ITEMS[:2]), 4.0, repeat=40, min_speedup=1.0)
+    projected = [s for s in run["summaries"] if s["decision_more_rounds"] is not None]
+    if not projected:
+        pytest.skip("this run decided every condition within its budget: nothing was projected")
+    run_id = run["info"]["run_id"]
+    bundle = tmp_path / "run.zip"
+    code, _, err = _main(capsys, "export", "--run", run_id, "-o", str(bundle))
+    assert code == 0, err
+    other = tmp_path / "other.db"
+    code, _, err = _main(capsys, "--db", str(other), "import", str(bundle), "--json")
+    assert code == 0, err
+    code, text, _ = _main(capsys, "--db", str(other), "runs", "show", run_id, "--json")
+    assert code == 0
+    kept = json.loads(text)
+    by_key = {(s["condition"], s["stratum"]): s for s in kept["summaries"]}
+    for s in projected:
+        mine = by_key[(s["condition"], s["stratum"])]
+        assert [mine[k] for k in _PROJECTION] == [s[k] for k in _PROJECTION]
+    # a resealed bundle whose projection is not the rows' (more rounds, or a budget where the rows
+    # give none to run) is refused like any other number, and nothing is imported
+    first = projected[0]
+    for key, value in (("decision_more_rounds", first["decision_more_rounds"] + 3), ("decision_budget", "1m")):
+        where = (first["condition"], first["stratum"]) if key == "decision_more_rounds" else None
+
+        def edit(data: dict[str, bytes], header: dict, key: str = key, value: object = value, where=where) -> None:
+            name = next(n for n in data if n.endswith("/summaries.jsonl"))
+            recs = [json.loads(line) for line in data[name].splitlines()]
+            for r in recs:
+                s = r["summary"]
+                here = (s["condition"], s["stratum"]) == where if where else s["decision_more_rounds"] is None
+                if here:  # the projected one, or one the run projected nothing for
+                    s[key] = value
+                    break
+            else:
+                raise AssertionError("no summary to forge")
+            data[name] = b"".join(json.dumps(r).encode() + b"\n" for r in recs)
+
+        forged = rewrite(bundle, tmp_path / f"forged-{key}.zip", edit)
+        code, _, err = _main(capsys, "--db", str(tmp_path / f"third-{key}.db"), "import", str(forged))
+        assert code == 2 and "not what its request rows give" in err and key in err, (key, err)
+
+
+_PROJECTION = ("decision_more_rounds", "decision_budget")

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from specreg.benchmark import conditions as cond_mod
 from specreg.benchmark import contention, tune
-from specreg.benchmark.condition_summary import paired_ms, stat_settings, summarize
+from specreg.benchmark.condition_summary import paired_ms, projected_rounds, stat_settings, stratum_ms, summarize
 from specreg.benchmark.digest import keep_digests
 from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
 from specreg.benchmark.execute import Observer, RunContext, finish_condition, run_condition
@@ -35,7 +35,6 @@ from specreg.registry.db import now
 from specreg.registry.evidence import not_checked_here, trusted
 from specreg.registry.hashing import sha256_file
 from specreg.schemas.bench import (
-    ALL_STRATA,
     ArtifactRef,
     BenchRun,
     ConditionRun,
@@ -585,33 +584,19 @@ class Runner:
         stratum's pairs come with whole rounds of its condition, priced whole), so `runs show`,
         the report and the audit say what would decide it instead of printing its interval."""
         o = self.opts
-        aside = contention.set_aside(conds, ctx.rows, spread=o.busy_share > 0)
         by_name = {c.spec.name: c for c in conds}
         bases = {arm(c.spec): c for c in conds if c.spec.method == BASELINE}
         known = budget_mod.costs(ctx.slot_s, self._request_s(ctx), ctx.replay_s)
         prompts = len(self.workload.items)
-        per_stratum: dict[str, int] = {}
-        for it in self.workload.items:
-            per_stratum[it.stratum] = per_stratum.get(it.stratum, 0) + 1
-        for s in summaries:
-            c = by_name.get(s.condition)
-            base = bases.get(arm(c.spec)) if c is not None else None
-            if s.decision != "undecided" or c is None or base is None or c is base:
-                continue
-
-            base_ms, cond_ms = stratum_ms(ctx.rows, aside, base.idx, c.idx, s.stratum)
-            n = per_stratum.get(s.stratum, prompts) if s.stratum != ALL_STRATA else prompts
-            if len(base_ms) < 2:
-                continue
-            more = sequential.rounds_to_decide(
-                base_ms, cond_ms, s.decision_min_speedup or o.min_speedup, per_round=n,
-                max_rounds=budget_mod.HORIZON, seed=o.seed,
-            )  # fmt: skip
-            if more == 0:  # decided on these pairs after all: nothing to project
-                continue
+        strata = [it.stratum for it in self.workload.items]
+        projected = projected_rounds(conds, ctx.rows, summaries, strata, o.min_speedup, o.seed, o.busy_share > 0)
+        for i, more in projected.items():
+            s = summaries[i]
+            c = by_name[s.condition]
+            base = bases[arm(c.spec)]
             cost = budget_mod.cost_of(known, base.idx) + budget_mod.cost_of(known, c.idx)
-            s.decision_more_rounds = budget_mod.HORIZON + 1 if more is None else more
-            needed = more * cost.seconds(prompts, prompts) if more else 0.0
+            s.decision_more_rounds = more
+            needed = more * cost.seconds(prompts, prompts) if more <= budget_mod.HORIZON else 0.0
             # within the run's own budget, it was left undecided by choice (a length that cannot
             # beat the tuned one): how many rounds, but no budget to ask for
             if needed and spent + needed > (o.budget_s or 0.0):
@@ -909,19 +894,6 @@ def free_rounds(
         if free:
             out[c.idx] = free
     return out
-
-
-def stratum_ms(
-    rows: list[RequestRow], aside: dict[contention.Slot, str], base: int, idx: int, stratum: str
-) -> tuple[list[float], list[float]]:
-    """A condition's kept pairs with its baseline in one stratum (`all`: every stratum)."""
-
-    def mine(i: int, partner: int) -> list[RequestRow]:
-        return contention.kept_rows(
-            [r for r in rows if r.condition_idx == i and stratum in (ALL_STRATA, r.stratum)], aside, partner
-        )
-
-    return paired_ms(mine(base, idx), mine(idx, base))
 
 
 def _phase(c: ConditionRun, picked: list[ConditionRun], leaders: set[int], tuned: set[int]) -> SlotPhase:

@@ -6,6 +6,9 @@ them again with the code that wrote them (`condition_summary.summarize`, the run
 its build's defaults from the manifest) and names the first that differs beyond rounding. A
 `--tune` prediction is made before its candidate ran, from the runner's state, and cannot be
 drawn again from the rows; it is kept as stored (its numbers are finite: bundle JSON is strict).
+A `--budget` run's projection for what it left undecided is drawn again too (the rounds,
+`condition_summary.projected_rounds`); the budget that would run them is the runner's clock and
+is kept as stored only beside such rounds (`_budget_as_stored`).
 
 Decisions were drawn with the whole grid's hull before the interval was cut to its running slice
 (decision/sequential.py): the slice's interval is the same or tighter at an edge, so
@@ -18,9 +21,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Any
 
-from specreg.benchmark.condition_summary import StatSettings, stat_settings, summarize
+from specreg.benchmark.condition_summary import StatSettings, projected_rounds, stat_settings, summarize
+from specreg.decision.budget import HORIZON
 from specreg.decision.sequential import Intersection
 from specreg.schemas.bench import BenchRun, ConditionSummary
 
@@ -55,7 +60,29 @@ def derived_summaries(run: BenchRun, intersection: Intersection = "slice") -> li
     build's defaults from the manifest): what an import expects to find stored."""
     m = run.manifest
     stats = stat_settings(m.settings, m.runtime.spec_defaults) if m is not None and m.settings else StatSettings()
-    return summarize(run.conditions, run.requests, dataclasses.replace(stats, intersection=intersection))
+    out = summarize(run.conditions, run.requests, dataclasses.replace(stats, intersection=intersection))
+    if m is not None and m.settings is not None and m.settings.budget_s is not None:  # as the runner projects
+        strata = [p.stratum for p in run.prompts]
+        found = projected_rounds(
+            run.conditions, run.requests, out, strata, m.settings.min_speedup, m.settings.seed, stats.set_aside
+        )
+        for i, more in found.items():
+            out[i].decision_more_rounds = more
+    return out
+
+
+_BUDGET = re.compile(r"[1-9][0-9]{0,5}m")  # what budget.budget_for writes: whole minutes
+
+
+def _budget_as_stored(derived: ConditionSummary, stored: ConditionSummary) -> str | None:
+    """The `--budget` that would decide an undecided condition comes from the runner's clock (what
+    its rounds cost), not from the rows: it is kept as stored where the rows give rounds to
+    project within the horizon and it reads as `budget_for` writes it; anywhere else a stored one
+    is a difference."""
+    more, budget = derived.decision_more_rounds, stored.decision_budget
+    if more is None or more > HORIZON or budget is None or not _BUDGET.fullmatch(budget):
+        return None
+    return budget
 
 
 def _first_difference(run: BenchRun, derived: list[ConditionSummary]) -> str | None:
@@ -65,6 +92,7 @@ def _first_difference(run: BenchRun, derived: list[ConditionSummary]) -> str | N
         return f"not one summary per condition and stratum ({len(stored)} stored, {len(derived)} derived)"
     for d, s in zip(derived, stored, strict=True):
         d.tune = s.tune
+        d.decision_budget = _budget_as_stored(d, s)
         found = _differs(d.model_dump(mode="json"), s.model_dump(mode="json"), f"{s.condition}/{s.stratum}")
         if found:
             return found
