@@ -74,3 +74,13 @@ def test_terminal_audit_prints_the_headline(audit_world: AuditWorld, report: Aud
     _, out, _ = specreg("audit", *args, "--policy", str(audit_world.policy_file(tmp_path)), db=audit_world.db)
     flat = re.sub(r"\s+", " ", out)
     assert f"audit: {common.headline_word(report)} {common.headline(report)} (policy:" in flat, out
+
+
+def test_a_fleets_headline_groups_every_count_alike(report: AuditReport) -> None:
+    """'2,000 of 4,600 pairs': the counts before "of" are grouped like the totals after it (a
+    fleet's audit read '2000 of 4,600 pairs pass every gate')."""
+    many = [p.model_copy(update={"pair_id": i, "passed": i < 2000}) for i, p in enumerate(report.pairs * 1534)][:4600]
+    ids = {p.pair_id for p in many[:1600]}
+    big = report.model_copy(update={"pairs": many, "decisions": []})
+    big = big.model_copy(update={"decisions": [_decision(big, "chat", ids)]})
+    assert common.headline(big) == "2,000 of 4,600 pairs pass every gate; 1,600 of 4,600 pairs deploy for chat"

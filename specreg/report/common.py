@@ -399,7 +399,7 @@ def strata_headline(report: AuditReport) -> str:
     total = len(report.pairs)
     wins = sorted(((s, len(ids)) for s, ids in per.items() if ids), key=lambda x: (-x[1], x[0]))
     refused = sorted(s for s, ids in per.items() if not ids)
-    parts = [f"{n} of {plural(total, 'pair')} {'deploys' if n == 1 else 'deploy'} for {s}" for s, n in wins]
+    parts = [f"{n:,} of {plural(total, 'pair')} {'deploys' if n == 1 else 'deploy'} for {s}" for s, n in wins]
     if refused:
         parts.append(f"{', '.join(refused)} refused")
     return "; ".join(parts)
@@ -410,7 +410,7 @@ def headline(report: AuditReport) -> str:
     where ('FAIL overall, 0 of 3 pairs pass every gate; 1 of 3 pairs deploys for repetitive; chat
     refused'). Shared by the HTML page, the Markdown report and the terminal."""
     n_pass = sum(p.passed for p in report.pairs)
-    overall = f"{n_pass} of {plural(len(report.pairs), 'pair')} {'passes' if n_pass == 1 else 'pass'} every gate"
+    overall = f"{n_pass:,} of {plural(len(report.pairs), 'pair')} {'passes' if n_pass == 1 else 'pass'} every gate"
     strata = strata_headline(report)
     return overall + (f"; {strata}" if strata else "")
 
