@@ -161,6 +161,9 @@ def main() -> None:
         ]
         env = {**os.environ, "SPECREG_HOME": str(home), "SPECREG_DB": str(home / "registry.db"), "COLUMNS": "80"}
         env.pop("SPECREG_DEBUG", None)
+        # "quiet machine, .pyc files present": a PYTHONDONTWRITEBYTECODE of the caller's (some CI
+        # images set it) would have the dev venv compile every changed module on every start
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         make = "import sys; from specreg.registry.store import Registry; Registry(sys.argv[1]).close()"
         subprocess.run([str(wheel_bin / "python"), "-c", make, str(home / "empty-template.db")], env=env, check=True)
         subprocess.run([specreg, "register", *map(str, files), str(qwen35)], env=env, check=True, capture_output=True)
