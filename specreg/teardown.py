@@ -14,6 +14,7 @@ files written atomically); nothing specreg registers with `atexit` is skipped.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import sys
 
@@ -28,9 +29,13 @@ def arm() -> None:
 
 
 def keep(obj: object) -> None:
-    """Leave `obj` for the process's exit (a no-op unless the console script armed it)."""
+    """Leave `obj` for the process's exit (a no-op unless the console script armed it). What is
+    alive now is frozen out of the cycle collector too: kept past the command's paused collector
+    (`db.paused_gc`), the next collection would walk every object of the result again (measured:
+    `audit --all` of the fleet 2.11 -> 2.29 s at best, kept but not frozen)."""
     if _armed:
         _kept.append(obj)
+        gc.freeze()
 
 
 def exit_code(code: object) -> int:
