@@ -133,7 +133,7 @@ WITHOUT = {
     "without kept run digests": (
         "import specreg.benchmark.digest_cache as d; d.get = lambda *a, **k: {}; d.put = lambda *a, **k: 0"
     ),
-    "without the exit that skips teardown": "import specreg.teardown as t; t.arm = lambda: None",
+    "without the quick exit (teardown)": "import specreg.teardown as t; t.arm = lambda: None",
 }
 
 
@@ -163,7 +163,8 @@ def main() -> None:
     print(f"source: {counts} in {time.perf_counter() - t0:.1f} s")
     env = {**os.environ, "SPECREG_DB": str(source), "SPECREG_HOME": str(root), "COLUMNS": "200"}
     wall, cpu, _, _ = _time(["audit", "--all"], env)  # its rows were written directly: no digest kept yet
-    print(f"first audit --all of it (builds and keeps the 1,000 run digests): {wall:.2f} s wall, {cpu:.2f} s CPU")
+    digests = f"builds and keeps the {counts['runs']:,} run digests"
+    print(f"first audit --all of it ({digests}): {wall:.2f} s wall, {cpu:.2f} s CPU")
     ref_a = time_commands(source, root, opts.runs)
     hosts = spread_over_hosts(source)
     ref_b = time_commands(source, root, opts.runs)
