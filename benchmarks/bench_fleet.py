@@ -150,8 +150,15 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, help="work in this folder and keep it (default: a temp dir)")
     ap.add_argument("--runs", type=int, default=3, help="timed runs per command (median shown)")
     opts = ap.parse_args()
-    root = opts.keep or Path(tempfile.mkdtemp(prefix="specreg-fleet-"))
-    root.mkdir(parents=True, exist_ok=True)
+    if opts.keep is not None:
+        opts.keep.mkdir(parents=True, exist_ok=True)
+        run(opts, opts.keep)
+        return
+    with tempfile.TemporaryDirectory(prefix="specreg-fleet-") as tmp:  # ~1 GB at full size: not left behind
+        run(opts, Path(tmp))
+
+
+def run(opts: argparse.Namespace, root: Path) -> None:
     source, central = root / "source.db", root / "central.db"
     for p in (source, central):
         for suffix in ("", "-wal", "-shm"):
