@@ -55,11 +55,11 @@ def _bare(port: int, item: WorkloadItem, max_tokens: int) -> tuple[float, dict[s
 
 
 def overhead(folder: Path, n: int) -> None:
-    target = write_model(folder / "t.gguf", ModelSpec())
+    target = write_model(folder / "t.gguf", ModelSpec(n_ctx=2048))  # the default workload's long inputs fit
     items = [i for i in load_workload("default").items if i.prompt is not None]
     server = launch(
         bundled_command(),
-        ["-m", str(target), "-c", "512", "-t", "1", "--metrics"],
+        ["-m", str(target), "-c", "2048", "-t", "1", "--metrics"],
         folder / "overhead.log",
         start_timeout_s=60,
     )
