@@ -4,9 +4,9 @@ An `audit --all` of a fleet ends holding ~10^5 small objects (its result: 4,600 
 5,000 decisions, 1,000 run digests): freeing them one by one when the command's frame unwinds
 and then tearing the interpreter down is memory the kernel takes back at once anyway
 (benchmarks/bench_fleet.py, the full fleet, quiet machine: 2.26 s with this exit, 2.49 s
-"without the quick exit": 1.10x). So a
-command hands such a result to `keep`, and the console script (`specreg.entry`), once the command
-has returned and its output is flushed, ends the process with `os._exit`. Only the console
+"without the quick exit": 1.10x). So a command hands such a result to `keep`, and the console
+script (`specreg.entry`), once the command has returned and its output is flushed, ends the
+process with `os._exit`. Only the console
 script does: called in-process (tests, embedders), `keep` holds nothing and `main()` returns or
 raises as ever. Whatever the command opened is closed by then (registries by their `with`,
 files written atomically); nothing specreg registers with `atexit` is skipped.
@@ -39,7 +39,7 @@ def keep(obj: object) -> None:
         gc.freeze()
 
 
-def exit_code(code: object) -> int:
+def _exit_code(code: object) -> int:
     """`SystemExit.code` as the process's status, the way the interpreter reads it (a message
     is printed to stderr and exits 1)."""
     if code is None:
@@ -54,7 +54,7 @@ def end(code: object) -> None:
     """Exit with `code`: at once when something was kept (its output flushed first), else as usual."""
     if not _kept:
         raise SystemExit(code)
-    status = exit_code(code)
+    status = _exit_code(code)
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe: its reader has gone
             stream.flush()
