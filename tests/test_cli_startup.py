@@ -171,26 +171,31 @@ def _pair_files(folder: Path) -> tuple[Path, Path]:
 
 
 def test_the_console_script_leaves_pydantic_plugin_lookup_out_unless_asked_for(tmp_path: Path) -> None:
-    """entry.py turns pydantic's plugins off and stands in for its loader: `importlib.metadata`
-    (and `email`) stay out of `check pair`; a PYDANTIC_DISABLE_PLUGINS of the user's own keeps
-    pydantic's loader, which looks plugins up as it always does."""
+    """`check pair` imports no pydantic at all (schemas/record.py); `--json` does (its output is
+    pydantic's), and entry.py has turned pydantic's plugins off and stands in for its loader:
+    `importlib.metadata` (and `email`) stay out. A PYDANTIC_DISABLE_PLUGINS of the user's own
+    keeps pydantic's loader, which looks plugins up as it always does."""
     t, d = _pair_files(tmp_path)
     code = (
         "import atexit, sys\n"
         "mods = ('importlib.metadata', 'email')\n"
+        "loader = lambda: sys.modules.get('pydantic.plugin._loader')\n"
         "atexit.register(lambda: print('LOADED', sorted(m for m in mods if m in sys.modules),"
-        " type(sys.modules['pydantic.plugin._loader'].get_plugins()).__name__))\n"
+        " 'pydantic' in sys.modules, loader() and type(loader().get_plugins()).__name__))\n"
         "from specreg.entry import main\n"
         "sys.argv = ['specreg', *sys.argv[1:]]\n"
         "main()\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
     env["SPECREG_DB"] = str(tmp_path / "r.db")
-    for own, expected in ((None, "LOADED [] tuple"), ("", "LOADED ['email', 'importlib.metadata'] dict_values")):
+    for own, json_out, expected in (
+        (None, [], "LOADED [] False tuple"),
+        (None, ["--json"], "LOADED [] True tuple"),
+        ("", ["--json"], "LOADED ['email', 'importlib.metadata'] True dict_values"),
+    ):
         run_env = env if own is None else {**env, "PYDANTIC_DISABLE_PLUGINS": own}
-        proc = subprocess.run(
-            [sys.executable, "-c", code, "check", "pair", str(t), str(d)], capture_output=True, text=True, env=run_env
-        )
+        argv = ["check", "pair", str(t), str(d), *json_out]
+        proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=run_env)
         assert proc.returncode in (0, 1), proc.stderr
         assert proc.stdout.strip().splitlines()[-1] == expected, proc.stdout
 
@@ -223,7 +228,7 @@ def test_dist_info_folder_names_give_the_versions_importlib_metadata_gives(name:
 
 # What `check pair` and `inspect` load when they run (not only their `--help`): the start-up
 # targets (benchmarks/bench_startup.py) hold only while these stay out.
-RUN_HEAVY = ("numpy", "httpx", "huggingface_hub", "psutil", "xllamacpp", "matplotlib", "rich", "gguf")
+RUN_HEAVY = ("pydantic", "numpy", "httpx", "huggingface_hub", "psutil", "xllamacpp", "matplotlib", "rich", "gguf")
 
 
 @pytest.mark.parametrize("argv", [["inspect", "{t}"], ["check", "pair", "{t}", "{d}"]])

@@ -124,3 +124,41 @@ def test_default_ids_outside_the_vocabulary_are_disabled() -> None:
 def test_tokenizers_llama_cpp_cannot_load(tok: dict, problem: str) -> None:
     v = effective_vocab(_summary(**tok), RULES)
     assert v.problem and problem in v.problem
+
+
+@pytest.mark.parametrize("name", known_rule_sets())
+def test_the_loader_builds_what_pydantic_validates(name: str) -> None:
+    """load_rule_set builds the shipped files without validating them (schemas.record.build):
+    each must pass pydantic's validation of the same classes and give the same rule set, the
+    pre-tokenizers' stated keys included (a null bos is stated: chatglm-bpe)."""
+    from specreg.schemas.record import adapter
+
+    data = json.loads((ruleset.RULES_DIR / f"{name}.json").read_text())
+    validated = adapter(ruleset.RuleSet).validate_python(data)
+    built = load_rule_set(name)
+    assert built == validated and built.model_dump(mode="json") == validated.model_dump(mode="json")
+    assert isinstance(built.memory.swa_patterns[next(iter(built.memory.swa_patterns))], tuple)
+    for pre, stated in data["bpe_pre_tokenizers"].items():
+        assert built.bpe_pre_tokenizers[pre].stated == frozenset(stated), pre
+    assert "bos" in built.bpe_pre_tokenizers["chatglm-bpe"].stated
+    assert built.bpe_pre_tokenizers["chatglm-bpe"].bos is None
+
+
+def test_pydantic_refuses_what_a_rule_set_does_not_define() -> None:
+    """The classes keep the files honest: an unknown key, a wrong type, each refused by the
+    validation the tests above run (and by the loader, for a key it does not know)."""
+    from pydantic import ValidationError
+
+    from specreg.schemas.record import adapter
+
+    data = json.loads((ruleset.RULES_DIR / f"{RULE_SET_DEFAULT}.json").read_text())
+    for broken in (
+        {**data, "extra_key": 1},
+        {**data, "draft_simple": {**data["draft_simple"], "max_size_difference": "x"}},
+    ):
+        with pytest.raises(ValidationError):
+            adapter(ruleset.RuleSet).validate_python(broken)
+    with pytest.raises(KeyError):
+        from specreg.schemas.record import build
+
+        build(ruleset.RuleSet, {**data, "extra_key": 1})

@@ -169,11 +169,16 @@ def emit_json(data: Any) -> None:
     """Print a pydantic model (or plain data) as JSON on stdout, nothing else."""
     from pydantic import BaseModel  # not at startup: `--help` and plain listings need no pydantic
 
+    from specreg.schemas.record import Record, adapter
+
     if isinstance(data, BaseModel):
         # = model_dump_json(indent=2), as UTF-8 bytes straight to stdout: no 40 MB str round trip
         _write_utf8(data.__pydantic_serializer__.to_json(data, indent=2))
         return
-    if isinstance(data, list) and data and isinstance(data[0], BaseModel):
+    if isinstance(data, Record):
+        _write_utf8(adapter(type(data)).dump_json(data, indent=2))
+        return
+    if isinstance(data, list) and data and isinstance(data[0], (BaseModel, Record)):
         text = json.dumps([d.model_dump(mode="json") for d in data], indent=2)
     else:
         text = json.dumps(data, indent=2, default=str)

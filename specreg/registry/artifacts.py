@@ -17,13 +17,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from pydantic import ConfigDict, TypeAdapter
-
 from specreg.errors import AmbiguousArtifact, ArtifactNotFound, SpecregError
 from specreg.registry import hashing, licence, snapshot, statcache
-from specreg.registry.db import Database, now_iso, paused_gc, read_only_error, records_in_batches
+from specreg.registry.db import Database, now_iso, paused_gc, read_only_error, records_in_batches, text
 from specreg.registry.shards import Shard, ShardStore, is_split
 from specreg.schemas.gguf import GGUFSummary, summary_from_json, summary_to_json
+from specreg.schemas.record import adapter, plain_json, stamp
 from specreg.schemas.registry import ArtifactRecord, LicenceRecord, LicenceSource, Provenance
 
 if TYPE_CHECKING:
@@ -63,7 +62,6 @@ _JSON_ROW = (
     "'file_type', file_type, 'file_type_name', file_type_name, 'n_tokens', n_tokens, 'summary', NULL, "
     "'registered_at', registered_at, 'updated_at', updated_at), 2) AS BLOB) FROM artifacts a "
 )
-_RECORDS = TypeAdapter(list[ArtifactRecord], config=ConfigDict(defer_build=True))
 
 
 def stat_or_raise(apath: str) -> hashing.StatKey:
@@ -100,22 +98,22 @@ def _record(
         sha256=row["sha256"],
         size=row["size"],
         paths=paths,
-        name=row["name"],
-        architecture=row["architecture"],
+        name=text(row["name"]),
+        architecture=text(row["architecture"]),
         file_type=row["file_type"],
-        file_type_name=row["file_type_name"],
+        file_type_name=text(row["file_type_name"]),
         n_tokens=row["n_tokens"],
         summary=summary,
-        licence=_stored(LicenceRecord.model_validate_json, row["licence_json"], LicenceRecord()),
+        licence=_stored(licence.read_record, row["licence_json"], LicenceRecord()),
         provenance=Provenance(
-            repo=row["repo"],
-            revision=row["revision"],
-            filename=row["filename"],
-            source=row["provenance_source"],
+            repo=text(row["repo"]),
+            revision=text(row["revision"]),
+            filename=text(row["filename"]),
+            source=text(row["provenance_source"]),
             extra=_stored(json.loads, row["provenance_json"] or "{}", {"unreadable": "damaged provenance record"}),
         ),
-        registered_at=row["registered_at"],
-        updated_at=row["updated_at"],
+        registered_at=stamp(row["registered_at"]),
+        updated_at=stamp(row["updated_at"]),
     )
 
 
@@ -179,7 +177,9 @@ class ArtifactStore:
         wanted = json.dumps(sorted(set(shas)))
         if not with_summary:
             with paused_gc():
-                fast = records_in_batches(self.db.conn, f"{_JSON_ROW} WHERE {IN_SHAS}", (wanted,), _RECORDS)
+                fast = records_in_batches(
+                    self.db.conn, f"{_JSON_ROW} WHERE {IN_SHAS}", (wanted,), adapter(list[ArtifactRecord])
+                )
             if fast is not None:
                 return {r.sha256: r for r in fast}
         return self.get_many_by_row(wanted, with_summary=with_summary)
@@ -350,7 +350,7 @@ class ArtifactStore:
             elif layout is not None and known["layout_json"] != layout:  # registered before m009
                 conn.execute("UPDATE artifacts SET layout_json = ? WHERE sha256 = ?", (layout, sha))
             elif news or prov.source == "hf_cache":
-                rec = LicenceRecord.model_validate_json(known["licence_json"])
+                rec = licence.read_record(known["licence_json"])
                 if license:
                     rec = licence.with_source(rec, LicenceSource(source="user", value=license))
                 if card:
@@ -409,7 +409,7 @@ class ArtifactStore:
                 rec.effective,
                 rec.effective_source,
                 int(rec.conflict),
-                rec.model_dump_json(),
+                plain_json(rec),
                 prov.repo,
                 prov.revision,
                 prov.filename,
@@ -440,7 +440,7 @@ class ArtifactStore:
                 "effective_license": rec.effective,
                 "licence_source": rec.effective_source,
                 "licence_conflict": int(rec.conflict),
-                "licence_json": rec.model_dump_json(),
+                "licence_json": plain_json(rec),
             }
         if repo or revision:
             sets |= {"provenance_source": source}
@@ -470,6 +470,6 @@ class ArtifactStore:
             row = self.db.one("SELECT licence_json FROM artifacts WHERE sha256 = ?", (sha256,))
             if row is None:
                 raise ArtifactNotFound(f"no registered artifact with sha256 {sha256}")
-            rec = licence.with_source(LicenceRecord.model_validate_json(row["licence_json"]), source)
+            rec = licence.with_source(licence.read_record(row["licence_json"]), source)
             self._update(sha256, rec, None, None, None, now_iso())
         return self.get(sha256)

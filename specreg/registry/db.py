@@ -50,6 +50,12 @@ def iso(dt: datetime | None) -> str | None:
     return dt.isoformat(timespec="microseconds") if dt else None
 
 
+def text(value: Any) -> Any:
+    """A TEXT column as str where another tool wrote a BLOB (records are dataclasses: they keep
+    what they are given, where pydantic read such bytes as text)."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
 def now_iso() -> str:
     """`now()` as a stored timestamp."""
     return now().isoformat(timespec="microseconds")

@@ -11,14 +11,12 @@ from __future__ import annotations
 import json
 import sqlite3
 
-from pydantic import ConfigDict, TypeAdapter
-
 from specreg.errors import ArtifactNotFound, PairNotFound
-from specreg.registry.db import Database, now_iso, paused_gc, records_in_batches
+from specreg.registry.db import Database, now_iso, paused_gc, records_in_batches, text
 from specreg.schemas.checks import CheckResult, PairVerdict
+from specreg.schemas.methods import Method
+from specreg.schemas.record import adapter, plain_data, stamp, timestamp
 from specreg.schemas.registry import Elsewhere, PairRecord
-
-_CHECKS = TypeAdapter(list[CheckResult], config=ConfigDict(defer_build=True))  # built when first read
 
 _FROM = (
     "FROM pairs p {join} LEFT JOIN artifacts t ON t.sha256 = p.target_sha256 "
@@ -63,14 +61,14 @@ _VIEWS = {
     False: {"admitted": "p.admitted", "strict": "p.strict", "verdict": "p.latest_verdict_id"},
     True: {"admitted": "p.strict_admitted", "strict": "1", "verdict": "p.strict_verdict_id"},
 }
-_PAIRS = TypeAdapter(list[PairRecord], config=ConfigDict(defer_build=True))
 
 
 def load_checks(raw: str | bytes | None) -> list[CheckResult] | None:
     """A stored verdict's checks, or None when the record cannot be read (a damaged or foreign
     row): one bad record is reported for its pair, never a crash for every pair."""
     try:
-        return _CHECKS.validate_json(raw or b"")
+        checks: list[CheckResult] = adapter(list[CheckResult]).validate_json(raw or b"")
+        return checks
     except ValueError:  # pydantic's ValidationError: invalid JSON, lone surrogates, wrong shape
         return None
 
@@ -93,10 +91,10 @@ def _pair(row: sqlite3.Row, with_checks: bool) -> PairRecord:
     strict_admitted = row["strict_admitted"]
     return PairRecord(
         id=row["id"],
-        target_sha256=row["target_sha256"],
-        draft_sha256=row["draft_sha256"],
-        method=row["method"],
-        rule_set=row["rule_set"],
+        target_sha256=text(row["target_sha256"]),
+        draft_sha256=text(row["draft_sha256"]),
+        method=Method(text(row["method"])),
+        rule_set=text(row["rule_set"]),
         admitted=admitted,
         strict=bool(row["strict"]),
         checks=checks,
@@ -104,10 +102,10 @@ def _pair(row: sqlite3.Row, with_checks: bool) -> PairRecord:
         strict_admitted=None if strict_admitted is None else bool(strict_admitted),
         strict_verdict_id=row["strict_verdict_id"],
         n_verdicts=row["n_verdicts"],
-        target_name=row["target_name"],
-        draft_name=row["draft_name"],
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
+        target_name=text(row["target_name"]),
+        draft_name=text(row["draft_name"]),
+        created_at=stamp(row["created_at"]),
+        updated_at=stamp(row["updated_at"]),
         elsewhere=_elsewhere(row["elsewhere"]),
     )
 
@@ -146,7 +144,7 @@ class PairStore:
     def record_verdict(self, verdict: PairVerdict) -> int:
         """Store a verdict (history is kept) and return the stable id of its pair."""
         stamp = verdict.created_at.isoformat() if verdict.created_at else now_iso()
-        checks_json = json.dumps([c.model_dump(mode="json") for c in verdict.checks])
+        checks_json = json.dumps([plain_data(c) for c in verdict.checks])
         admitted, strict = int(verdict.admitted), int(verdict.strict)
         with self.db.transaction() as conn:
             for role, sha in (("target", verdict.target_sha256), ("draft", verdict.draft_sha256)):
@@ -211,7 +209,9 @@ class PairStore:
             params = (int(admitted),)
         tail = ("WHERE " + " AND ".join(where) + " " if where else "") + "ORDER BY p.id"
         with paused_gc():
-            fast = records_in_batches(self.db.conn, _select(with_checks, strict, as_json=True) + tail, params, _PAIRS)
+            fast = records_in_batches(
+                self.db.conn, _select(with_checks, strict, as_json=True) + tail, params, adapter(list[PairRecord])
+            )
         if fast is not None:
             return fast
         return pairs_by_row(self.db.rows(_select(with_checks, strict) + tail, params), with_checks)
@@ -252,7 +252,7 @@ class PairStore:
                     rule_set=pair.rule_set,
                     strict=bool(r["strict"]),
                     checks=checks if checks is not None else [unreadable(r["id"])],
-                    created_at=r["created_at"],
+                    created_at=timestamp(r["created_at"]),
                 )
             )
         return out

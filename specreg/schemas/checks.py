@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import Field, GetCoreSchemaHandler
-from pydantic_core import core_schema
-
-from specreg.schemas.base import BaseModel
 from specreg.schemas.methods import Method
+from specreg.schemas.record import Record
 from specreg.text import valid_utf8
+
+if TYPE_CHECKING:
+    from pydantic import GetCoreSchemaHandler
+    from pydantic_core import CoreSchema
 
 Severity = Literal["pass", "info", "warn", "error"]
 
@@ -20,26 +22,38 @@ class _Utf8:
     surrogateescape): stored and printed as `\\xNN` (text.valid_utf8). Only Python input can hold
     them - JSON text with a lone surrogate or invalid UTF-8 is refused by the parser - so checks
     read back from the registry (tens of thousands in a fleet audit) skip the repair: no Python
-    call per field."""
+    call per field. `CheckResult(...)` in code repairs its arguments itself (its __init__)."""
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        from pydantic_core import core_schema
+
         schema = handler(source)
         return core_schema.json_or_python_schema(
             json_schema=schema, python_schema=core_schema.no_info_after_validator_function(valid_utf8, schema)
         )
 
 
-class CheckResult(BaseModel):
-    """One rule applied to one pair; `code` is stable and documented in the README."""
+@dataclass(init=False, kw_only=True)
+class CheckResult(Record):
+    """One rule applied to one pair; `code` is stable and documented in the docs' check list.
+
+    Its own __init__ repairs the texts (see _Utf8); pydantic's validation does not call it."""
 
     code: str
     severity: Severity
     message: Annotated[str, _Utf8]
-    evidence: Annotated[dict[str, Any], _Utf8] = Field(default_factory=dict)
+    evidence: Annotated[dict[str, Any], _Utf8] = field(default_factory=dict)
+
+    def __init__(self, *, code: str, severity: Severity, message: str, evidence: dict[str, Any] | None = None) -> None:
+        self.code = code
+        self.severity = severity
+        self.message = valid_utf8(message)
+        self.evidence = valid_utf8(evidence) if evidence else {}
 
 
-class PairVerdict(BaseModel):
+@dataclass(kw_only=True)
+class PairVerdict(Record):
     """The outcome of `check pair`, as stored in the registry."""
 
     admitted: bool

@@ -5,7 +5,7 @@ type-checked against the file's own type tags, and `specreg inspect` prints them
 and building pydantic (~50 ms, a third of an inspect) buys nothing on that path. Where a summary
 crosses a trust boundary as JSON (the registry's `summary_json`, a result bundle) it is
 validated on the way in by `summary_from_json`, through a pydantic TypeAdapter built on first
-use; pydantic models that embed a summary (`ArtifactRecord`) validate it the same way.
+use; records that embed a summary (`ArtifactRecord`) leave it to that function.
 """
 
 from __future__ import annotations

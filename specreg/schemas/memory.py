@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from dataclasses import dataclass, field
 
-from specreg.schemas.base import BaseModel
+from specreg.schemas.record import Record
 
 # llama.cpp's defaults for what a serving server keeps over time (common/common.h of the bundled
 # build, xllamacpp 2026.10.11549; tests/test_memory_served.py pins them against the wheel): the
@@ -15,29 +15,42 @@ DEFAULT_CACHE_RAM_MIB = 8192
 DEFAULT_CTX_CHECKPOINTS = 32
 
 
-class ServeSettings(BaseModel):
+@dataclass(kw_only=True)
+class ServeSettings(Record):
     """The server flags the memory depends on (llama-server's -c, -np, -ctk, -ctv, -ngl, -ub,
     --cache-ram, --ctx-checkpoints, --swa-full)."""
 
-    ctx_size: int = Field(default=4096, ge=1)  # -c: total context over all slots
-    slots: int = Field(default=1, ge=1)  # -np
+    ctx_size: int = 4096  # -c: total context over all slots
+    slots: int = 1  # -np
     cache_type_k: str = "f16"  # -ctk
     cache_type_v: str = "f16"  # -ctv
     gpu_layers: int | None = None  # -ngl: None or 0 = CPU only; -1 = all layers
-    n_ubatch: int = Field(default=512, ge=1)  # -ub
+    n_ubatch: int = 512  # -ub
     kv_unified: bool = False  # --kv-unified
     method: str | None = None  # --spec-type: some methods keep state of their own (ngram-mod's table)
     # --spec-draft-n-max (a model-drafted method's longest draft; None: llama.cpp's default, 3):
     # the target's verification batch, and so its output buffer, holds 1 + that many logits per slot
-    draft_n_max: int | None = Field(default=None, ge=0)
-    cache_ram_mib: int = Field(default=DEFAULT_CACHE_RAM_MIB, ge=-1)  # --cache-ram
-    ctx_checkpoints: int = Field(default=DEFAULT_CTX_CHECKPOINTS, ge=0)  # --ctx-checkpoints
+    draft_n_max: int | None = None
+    cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB  # --cache-ram
+    ctx_checkpoints: int = DEFAULT_CTX_CHECKPOINTS  # --ctx-checkpoints
     swa_full: bool = False  # --swa-full: a full-size SWA cache, no checkpoints
     cache_idle_slots: bool = True  # --cache-idle-slots (llama.cpp's default): idle slots saved to the cache
-    http_threads: int | None = Field(default=None, ge=1)  # --threads-http (None: max(-np + 4, CPUs - 1))
+    http_threads: int | None = None  # --threads-http (None: max(-np + 4, CPUs - 1))
+
+    def __post_init__(self) -> None:
+        for name, low in _LOWEST.items():
+            value = getattr(self, name)
+            if value is not None and value < low:
+                raise ValueError(f"{name}: {value} is below {low}")
 
 
-class MemoryEstimate(BaseModel):
+# the smallest value llama-server takes for each flag (ServeSettings checks them when made)
+_LOWEST = {"ctx_size": 1, "slots": 1, "n_ubatch": 1, "draft_n_max": 0, "cache_ram_mib": -1, "ctx_checkpoints": 0,
+           "http_threads": 1}  # fmt: skip
+
+
+@dataclass(kw_only=True)
+class MemoryEstimate(Record):
     """Bytes by purpose; `total_bytes` is what must fit (every buffer llama.cpp reserves)."""
 
     ctx_size: int
@@ -74,4 +87,4 @@ class MemoryEstimate(BaseModel):
     host_bytes: int = 0  # the rest
     kv_cells: int = 0  # cells per full-attention layer, over all slots
     swa_cells: int | None = None  # cells per sliding-window layer (None: no SWA layers)
-    notes: list[str] = Field(default_factory=list)
+    notes: list[str] = field(default_factory=list)

@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, SkipValidation
-
-from specreg.schemas.base import BaseModel
 from specreg.schemas.checks import CheckResult, Method
 from specreg.schemas.gguf import GGUFSummary
+from specreg.schemas.record import Record
 
 LicenceSourceKind = Literal["user", "model_card", "gguf"]
 
 if TYPE_CHECKING:
     _Summary = GGUFSummary | None
 else:
-    # Pydantic would build a schema for the whole summary (a tree of dataclasses, ~8 ms of the
-    # first `check pair`) only to skip its validation; nothing serializes a record's summary
-    # through pydantic (gguf.as_dict does), so at run time the field is declared as anything.
+    # Pydantic would build a schema for the whole summary (a tree of dataclasses, ~8 ms) only to
+    # skip its validation; nothing serializes a record's summary through pydantic (gguf.as_dict
+    # does), so at run time the field is declared as anything (validated where it is made: read
+    # from the file by the reader, or from JSON by summary_from_json).
     _Summary = Any
 
 # Highest first: what a person states on the command line beats the model card, which beats
@@ -26,7 +26,8 @@ else:
 LICENCE_PRECEDENCE: tuple[LicenceSourceKind, ...] = ("user", "model_card", "gguf")
 
 
-class LicenceSource(BaseModel):
+@dataclass(kw_only=True)
+class LicenceSource(Record):
     """One statement of a licence, as found in one place (untrusted text)."""
 
     source: LicenceSourceKind
@@ -35,26 +36,29 @@ class LicenceSource(BaseModel):
     link: str | None = None
 
 
-class LicenceRecord(BaseModel):
+@dataclass(kw_only=True)
+class LicenceRecord(Record):
     """Every licence statement for an artifact, the one that wins and whether they disagree."""
 
-    sources: list[LicenceSource] = Field(default_factory=list)
+    sources: list[LicenceSource] = field(default_factory=list)
     effective: str | None = None
     effective_source: LicenceSourceKind | None = None
     conflict: bool = False
 
 
-class Provenance(BaseModel):
+@dataclass(kw_only=True)
+class Provenance(Record):
     """Where the file came from: a hub repo and revision when known, and who said so."""
 
     repo: str | None = None
     revision: str | None = None
     filename: str | None = None
     source: str | None = None  # "user", "hf_cache", "hub", ... ; None when unknown
-    extra: dict[str, Any] = Field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
-class ArtifactRecord(BaseModel):
+@dataclass(kw_only=True)
+class ArtifactRecord(Record):
     """One registered GGUF file, identified by the SHA-256 of its bytes.
 
     List views (`Registry.artifacts(with_summary=False)`) leave `summary` as None so that
@@ -63,21 +67,21 @@ class ArtifactRecord(BaseModel):
 
     sha256: str
     size: int
-    paths: list[str] = Field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
     name: str | None = None
     architecture: str | None = None
     file_type: int | None = None
     file_type_name: str | None = None
     n_tokens: int | None = None
-    # validated where it is made: read from the file by the reader, or from JSON by summary_from_json
-    summary: SkipValidation[_Summary] = None
-    licence: LicenceRecord = Field(default_factory=LicenceRecord)
-    provenance: Provenance = Field(default_factory=Provenance)
+    summary: _Summary = None
+    licence: LicenceRecord = field(default_factory=LicenceRecord)
+    provenance: Provenance = field(default_factory=Provenance)
     registered_at: datetime
     updated_at: datetime
 
 
-class Elsewhere(BaseModel):
+@dataclass(kw_only=True)
+class Elsewhere(Record):
     """The latest verdict another machine made on a pair (imported in a bundle): evidence about
     that machine, never this machine's admission (registry/evidence.py)."""
 
@@ -88,7 +92,8 @@ class Elsewhere(BaseModel):
     n: int = 1  # imported verdicts on record for the pair
 
 
-class PairRecord(BaseModel):
+@dataclass(kw_only=True)
+class PairRecord(Record):
     """A (target, draft, method, rule set) pair with the verdict it stands on.
 
     The pair id is stable across re-checks; every verdict is kept (`n_verdicts`). The fields
@@ -104,7 +109,7 @@ class PairRecord(BaseModel):
     rule_set: str
     admitted: bool
     strict: bool = False
-    checks: list[CheckResult] = Field(default_factory=list)
+    checks: list[CheckResult] = field(default_factory=list)
     verdict_id: int | None = None  # None: no verdict made on this machine yet (only imported ones)
     strict_admitted: bool | None = None
     strict_verdict_id: int | None = None

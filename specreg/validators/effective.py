@@ -101,7 +101,7 @@ def effective_vocab(summary: GGUFSummary, rules: RuleSet) -> EffectiveVocab:
             pre_rules = rules.bpe_pre_tokenizers[pre]
             pre_type = pre_rules.pre_type
             for key in _SPECIAL_KEYS:
-                if key in pre_rules.model_fields_set:
+                if key in pre_rules.stated:
                     ids[key] = getattr(pre_rules, key)
             if pre_rules.add_bos is not None:
                 add_bos = pre_rules.add_bos
