@@ -34,7 +34,7 @@ def _run(args: list[str], env: dict[str, str]) -> tuple[float, float, int]:
     """(wall seconds, CPU seconds of the child, exit code); CPU time is robust to a busy machine."""
     cpu0, start = _cpu(), time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "specreg.cli", *args],
+        [sys.executable, "-m", "specreg", *args],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -106,7 +106,7 @@ def main() -> None:
         helps = []
         for _ in range(3):
             start = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "specreg.cli", "--help"], check=True, stdout=subprocess.DEVNULL)
+            subprocess.run([sys.executable, "-m", "specreg", "--help"], check=True, stdout=subprocess.DEVNULL)
             helps.append(time.perf_counter() - start)
         note = (
             "; PYTHONDONTWRITEBYTECODE is set: specreg's sources are compiled on every run"

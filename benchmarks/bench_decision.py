@@ -59,7 +59,7 @@ from typing import Any
 from specreg.decision import sequential
 from specreg.testing.modelspec import FAST_ITEMS
 
-SPECREG = [sys.executable, "-m", "specreg.cli"]
+SPECREG = [sys.executable, "-m", "specreg"]
 OLD_ALPHA = 0.05  # before issue 32
 ITEMS = FAST_ITEMS  # specreg.testing.modelspec: the tests of --tune use them too
 

@@ -36,7 +36,7 @@ from specreg.testing import ModelSpec, write_model
 from specreg.testing.factory import CYCLER
 
 TARGET = ModelSpec(name="Tiny-1B-Instruct")
-CLI = [sys.executable, "-m", "specreg.cli"]
+CLI = [sys.executable, "-m", "specreg"]
 
 
 def _timed(args: list[str], env: dict[str, str], repeat: int = 3) -> tuple[float, subprocess.CompletedProcess[str]]:

@@ -132,7 +132,7 @@ def main() -> int:
         env = {**os.environ, "SPECREG_DB": str(folder / "reg.db")}
         t = time.perf_counter()
         subprocess.run(
-            [sys.executable, "-m", "specreg.cli", "register", str(path)], env=env, check=True, capture_output=True
+            [sys.executable, "-m", "specreg", "register", str(path)], env=env, check=True, capture_output=True
         )
         print(f"`specreg register` of the unchanged file, whole process: {time.perf_counter() - t:.2f} s")
         reg.close()

@@ -28,7 +28,7 @@ from typing import Any
 
 from specreg.testing import realmodel
 
-SPECREG = [sys.executable, "-m", "specreg.cli"]
+SPECREG = [sys.executable, "-m", "specreg"]
 POLICY = """\
 name = "bench-real-pair"
 [speed]

@@ -41,7 +41,7 @@ def _spec(mb: int, **kw: object) -> ModelSpec:
 
 def _cli(*args: str, env: dict[str, str]) -> tuple[float, dict]:
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "specreg.cli", *args], capture_output=True, text=True, env=env)
+    proc = subprocess.run([sys.executable, "-m", "specreg", *args], capture_output=True, text=True, env=env)
     dt = time.perf_counter() - t0
     if proc.returncode not in (0, 1):
         raise SystemExit(f"specreg {' '.join(args)} failed: {proc.stderr.strip()}")

@@ -33,7 +33,7 @@ from typing import Any
 
 from specreg.testing import realmodel
 
-SPECREG = [sys.executable, "-m", "specreg.cli"]
+SPECREG = [sys.executable, "-m", "specreg"]
 
 
 def sh(*args: str, db: Path, ok: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess[str]:
