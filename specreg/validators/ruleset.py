@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cache
 from pathlib import Path
 
@@ -81,7 +81,7 @@ class PreTokenizerRules(_SpecialIdDefaults):
         kept: frozenset[str] | None = self.__dict__.get("_stated")
         if kept is not None:
             return kept
-        return frozenset(k for k in ("bos", "eos", "unk", "sep", "pad", "mask") if getattr(self, k) is not None)
+        return frozenset(f.name for f in fields(_SpecialIdDefaults) if getattr(self, f.name) is not None)
 
 
 @dataclass(frozen=True, kw_only=True)
