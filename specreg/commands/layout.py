@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+
+from specreg.lazyclass import dataclass
 
 ELLIPSIS = "…"
 _BREAK_AFTER = "/-_,.:=|"  # a long token (a path, a list) may wrap after these

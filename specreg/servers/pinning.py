@@ -27,7 +27,8 @@ the pinned count there.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+
+from specreg.lazyclass import dataclass
 
 MIN_CORES = 4  # one for the client, at least three for the server (on 2 cores: -t 1, see above)
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from functools import cache
 from pathlib import Path
 
 from specreg.errors import UsageError
+from specreg.lazyclass import dataclass
 from specreg.schemas.record import Record, build
 
 RULES_DIR = Path(__file__).parent / "rules"
