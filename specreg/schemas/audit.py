@@ -257,7 +257,8 @@ class ConditionDigest(BaseModel):
         return Sampler(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, min_p=self.min_p)
 
 
-class ModelName(BaseModel):
+@dataclass(kw_only=True)
+class ModelName(Record):
     """What tells a model file apart beside its SHA-256 prefix: general.name, file name, quant."""
 
     name: str | None = None
@@ -340,19 +341,20 @@ class GateResult(Record):
     strata: dict[str, bool] = field(default_factory=dict)  # per-stratum outcome where it applies
 
 
-class ConditionOutcome(BaseModel):
+@dataclass(kw_only=True)
+class ConditionOutcome(Record):
     """One measured condition of a pair (a draft length at a concurrency) under the condition gates."""
 
     condition: str
     concurrency: int = 1
     draft_n_max: int | None = None
-    params: dict[str, Any] = Field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
     temperature: float = 0.0  # the sampler it was measured at (the policy's)
     draft_sampling: DraftSampling | None = None
-    failed: dict[str, str] = Field(default_factory=dict)  # gate -> message, condition gates that failed
-    strata: dict[str, bool] = Field(default_factory=dict)  # equivalence and speed both pass there
+    failed: dict[str, str] = field(default_factory=dict)  # gate -> message, condition gates that failed
+    strata: dict[str, bool] = field(default_factory=dict)  # equivalence and speed both pass there
     # where one fails: which, with its numbers ("speed 0.94x [0.80, 1.51]", "equivalence 3/6 equal")
-    strata_why: dict[str, str] = Field(default_factory=dict)
+    strata_why: dict[str, str] = field(default_factory=dict)
     # (evidence and memory hold everywhere or nowhere; equivalence and speed are judged per stratum)
     speedup: float | None = None  # over every stratum ("all")
     speedup_ci95: tuple[float, float] | None = None
@@ -362,7 +364,8 @@ class ConditionOutcome(BaseModel):
         return not self.failed
 
 
-class UncheckedCondition(BaseModel):
+@dataclass(kw_only=True)
+class UncheckedCondition(Record):
     """A condition a pair's run measured for a method no pair of its target was checked for (an
     n-gram method in a draft pair's run): judged like the pair's own, deployable once checked."""
 
@@ -371,7 +374,8 @@ class UncheckedCondition(BaseModel):
     check_command: list[str]  # the `specreg check pair` that admits the method for this target
 
 
-class PairAudit(BaseModel):
+@dataclass(kw_only=True)
+class PairAudit(Record):
     """Every gate for one registered pair; `passed` iff every gate passed.
 
     The gates are those of the pair's best condition at the judged concurrency (`condition`,
@@ -395,10 +399,10 @@ class PairAudit(BaseModel):
     rollback_command: list[str] | None = None
     speculative_command: list[str] | None = None
     hardware: str | None = None  # the hardware class whose runs were the evidence (None: no run)
-    conditions: list[ConditionOutcome] = Field(default_factory=list)
+    conditions: list[ConditionOutcome] = field(default_factory=list)
     not_benchmarkable: str | None = None  # admitted, but a side is vocab-only: why there is no run
     # conditions of this pair's run for methods its target has no pair for (see UncheckedCondition)
-    unchecked: list[UncheckedCondition] = Field(default_factory=list)
+    unchecked: list[UncheckedCondition] = field(default_factory=list)
 
     def gate(self, name: GateName) -> GateResult | None:
         return next((g for g in self.gates if g.gate == name), None)
@@ -424,7 +428,8 @@ class Candidate(Record):
     check_command: list[str] | None = None  # ... and the command that checks it (then audit, deploy)
 
 
-class StratumDecision(BaseModel):
+@dataclass(kw_only=True)
+class StratumDecision(Record):
     """Per workload and concurrency: the passing condition with the best speed-up, or "none"."""
 
     target_sha256: str
@@ -438,7 +443,7 @@ class StratumDecision(BaseModel):
     speedup: float | None = None
     speedup_ci95: tuple[float, float] | None = None
     run_id: str | None = None
-    candidates: list[Candidate] = Field(default_factory=list)
+    candidates: list[Candidate] = field(default_factory=list)
     hardware: str | None = None  # decided for this hardware class
     # the best measured condition that passes every gate measured here and beats `choice`, but is
     # of a method no pair of this target was checked for: deployable after its check pair
