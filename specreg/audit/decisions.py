@@ -26,9 +26,13 @@ from specreg.schemas.audit import (
 from specreg.schemas.bench import ALL_STRATA
 
 
-def _judged(failed: list[str], o: ConditionOutcome, stratum: str, row: StratumRow | None) -> tuple[bool, str]:
-    """Whether a condition is eligible in this stratum, and why (or why not)."""
-    everywhere = failed + [g for g in WHOLE_CONDITION_GATES if g in o.failed]
+def _everywhere(failed: list[str], o: ConditionOutcome) -> list[str]:
+    """The gates a condition fails in every stratum (once per condition, not per stratum)."""
+    return failed + [g for g in WHOLE_CONDITION_GATES if g in o.failed]
+
+
+def _judged(everywhere: list[str], o: ConditionOutcome, stratum: str, row: StratumRow | None) -> tuple[bool, str]:
+    """Whether a condition is eligible in this stratum, and why (or why not); `everywhere`: `_everywhere`."""
     # without evidence, equivalence and speed were never judged: name only the gates that failed
     here = o.strata.get(stratum, "evidence" in everywhere)
     if row is None:
@@ -42,8 +46,10 @@ def _judged(failed: list[str], o: ConditionOutcome, stratum: str, row: StratumRo
     return row is not None and not everywhere and here, reason
 
 
-def _candidate(a: PairAudit, failed: list[str], o: ConditionOutcome, stratum: str, row: StratumRow | None) -> Candidate:
-    eligible, reason = _judged(failed, o, stratum, row)
+def _candidate(
+    a: PairAudit, everywhere: list[str], o: ConditionOutcome, stratum: str, row: StratumRow | None
+) -> Candidate:
+    eligible, reason = _judged(everywhere, o, stratum, row)
     return Candidate(
         pair_id=a.pair_id,
         condition=o.condition,
@@ -56,11 +62,13 @@ def _candidate(a: PairAudit, failed: list[str], o: ConditionOutcome, stratum: st
     )
 
 
-def _unchecked(a: PairAudit, u: UncheckedCondition, why: str, stratum: str, row: StratumRow | None) -> Candidate:
+def _unchecked(
+    a: PairAudit, u: UncheckedCondition, why: str, everywhere: list[str], stratum: str, row: StratumRow | None
+) -> Candidate:
     """A condition of a method the target was not checked for: judged on the gates its run can
     show (evidence, equivalence, speed, memory); never eligible until its `check pair` admits it.
-    `why` names the check (`_why_unchecked`)."""
-    measured_ok, reason = _judged([], u.outcome, stratum, row)
+    `why` names the check (`_why_unchecked`); `everywhere`: `_everywhere([], u.outcome)`."""
+    measured_ok, reason = _judged(everywhere, u.outcome, stratum, row)
     return Candidate(
         pair_id=a.pair_id,
         condition=u.outcome.condition,
@@ -103,24 +111,27 @@ def decide(audits: list[PairAudit], runs: dict[str, RunDigest]) -> list[StratumD
             (a.run_id, r.condition, r.stratum): r for a in group if a.run_id in runs for r in runs[a.run_id].strata
         }
         # what does not depend on the stratum, once per pair (5,000 pairs x 5 strata otherwise)
-        per_pair: list[tuple[PairAudit, list[str], list[tuple[UncheckedCondition, str]]]] = []
+        per_pair: list[
+            tuple[PairAudit, list[tuple[ConditionOutcome, list[str]]], list[tuple[UncheckedCondition, str, list[str]]]]
+        ] = []
         for a in group:
             gmap = {g.gate: g for g in a.gates}
             failed: list[str] = [g for g in PAIR_LEVEL_GATES if not (g in gmap and gmap[g].passed)]
-            per_pair.append((a, failed, [(u, _why_unchecked(u)) for u in a.unchecked]))
+            conds = [(o, _everywhere(failed, o)) for o in a.conditions]
+            per_pair.append((a, conds, [(u, _why_unchecked(u), _everywhere([], u.outcome)) for u in a.unchecked]))
         for level in levels:
             for stratum in strata:
                 cands = [
-                    _candidate(a, failed, o, stratum, rows.get((a.run_id, o.condition, stratum)))
-                    for a, failed, _ in per_pair
-                    for o in a.conditions
+                    _candidate(a, everywhere, o, stratum, rows.get((a.run_id, o.condition, stratum)))
+                    for a, conds, _ in per_pair
+                    for o, everywhere in conds
                     if o.concurrency == level
                 ]
                 best = _best(cands)
                 waiting = [
-                    _unchecked(a, u, why, stratum, rows.get((a.run_id, u.outcome.condition, stratum)))
+                    _unchecked(a, u, why, everywhere, stratum, rows.get((a.run_id, u.outcome.condition, stratum)))
                     for a, _, unchecked in per_pair
-                    for u, why in unchecked
+                    for u, why, everywhere in unchecked
                     if u.outcome.concurrency == level
                 ]
                 cands += waiting
