@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from specreg.registry.licence import read_record
 from specreg.schemas.checks import CheckResult
 from specreg.schemas.memory import ServeSettings
-from specreg.schemas.record import plain_data, plain_json
+from specreg.schemas.record import plain_json, plain_list_json
 from specreg.schemas.registry import LICENCE_PRECEDENCE, LicenceRecord, LicenceSource
 
 _text = st.none() | st.text(max_size=12)
@@ -74,9 +74,9 @@ def test_checks_are_stored_as_pydantic_would_write_them() -> None:
     plain = CheckResult(code="a", severity="warn", message="m", evidence={"n": 1, "xs": [1, "b"], "t": (1, 2)})
     odd = CheckResult(code="b", severity="info", message="m", evidence={"r": math.nan, "s": {3}})
     for c in (plain, odd):
-        assert json.dumps(plain_data(c)) == json.dumps(c.model_dump(mode="json"))
+        assert plain_list_json([c], list[CheckResult]) == json.dumps([c.model_dump(mode="json")])
         assert plain_json(c) == c.model_dump_json()
-    assert plain_data(odd)["evidence"] == {"r": None, "s": [3]}
+    assert json.loads(plain_list_json([plain, odd], list[CheckResult]))[1]["evidence"] == {"r": None, "s": [3]}
 
 
 def test_a_check_made_in_code_repairs_undecodable_text() -> None:

@@ -8,14 +8,13 @@ strictly stands on its strict verdict.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 
 from specreg.errors import ArtifactNotFound, PairNotFound
 from specreg.registry.db import Database, now_iso, paused_gc, records_in_batches, text
 from specreg.schemas.checks import CheckResult, PairVerdict
 from specreg.schemas.methods import Method
-from specreg.schemas.record import adapter, plain_data, stamp, timestamp
+from specreg.schemas.record import adapter, plain_list_json, stamp, timestamp
 from specreg.schemas.registry import Elsewhere, PairRecord
 
 _FROM = (
@@ -144,7 +143,7 @@ class PairStore:
     def record_verdict(self, verdict: PairVerdict) -> int:
         """Store a verdict (history is kept) and return the stable id of its pair."""
         stamp = verdict.created_at.isoformat() if verdict.created_at else now_iso()
-        checks_json = json.dumps([plain_data(c) for c in verdict.checks])
+        checks_json = plain_list_json(verdict.checks, list[CheckResult])
         admitted, strict = int(verdict.admitted), int(verdict.strict)
         with self.db.transaction() as conn:
             for role, sha in (("target", verdict.target_sha256), ("draft", verdict.draft_sha256)):
