@@ -44,8 +44,8 @@ def lazy_dataclass(
         out.__repr__ = _repr(tuple(f.name for f in fields if f.repr))
         out.__eq__ = _eq(_getter(tuple(f.name for f in fields if f.compare)))
         if frozen:
-            out.__setattr__ = _refuse(out, names, "assign to")
-            out.__delattr__ = _refuse(out, names, "delete")
+            out.__setattr__ = _frozen_setattr(out, names)
+            out.__delattr__ = _frozen_delattr(out, names)
             out.__hash__ = _hash(_getter(tuple(f.name for f in fields if (f.compare if f.hash is None else f.hash))))
         else:
             out.__hash__ = None  # as dataclasses: eq without frozen
@@ -136,13 +136,26 @@ def _hash(values: Callable[[Any], tuple[Any, ...]]) -> Callable[[Any], int]:
     return __hash__
 
 
-def _refuse(cls: type, names: tuple[str, ...], verb: str) -> Callable[..., None]:
-    def refuse(self: Any, name: str, *value: Any) -> None:
-        if type(self) is cls or name in names:
-            raise dataclasses.FrozenInstanceError(f"cannot {verb} field {name!r}")
-        getattr(super(cls, self), "__setattr__" if value else "__delattr__")(name, *value)
+def _frozen_setattr(cls: type[Any], names: tuple[str, ...]) -> Callable[[Any, str, Any], None]:
+    """A frozen class's `__setattr__`, as dataclasses writes it: its fields cannot be assigned."""
 
-    return refuse
+    def __setattr__(self: Any, name: str, value: Any) -> None:
+        if type(self) is cls or name in names:
+            raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+        super(cls, self).__setattr__(name, value)
+
+    return __setattr__
+
+
+def _frozen_delattr(cls: type[Any], names: tuple[str, ...]) -> Callable[[Any, str], None]:
+    """A frozen class's `__delattr__`: its fields cannot be deleted."""
+
+    def __delattr__(self: Any, name: str) -> None:
+        if type(self) is cls or name in names:
+            raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+        super(cls, self).__delattr__(name)
+
+    return __delattr__
 
 
 if TYPE_CHECKING:  # mypy checks the classes with its own dataclass plugin, as for the standard decorator
