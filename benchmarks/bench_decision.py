@@ -5,7 +5,7 @@ the server's own per-request timings instead of the client's wall clock, rounds 
 (ABBA) order, the server pinned to all cores but one, and an anytime-valid interval whose clip
 is sized to the spread of the log ratios (sequential.py) at alpha 0.02. This prints:
 
-1. **Simulation** (`--sims N` seeded runs each, the generator of tests/test_bench_sequential.py):
+1. **Simulation** (`--sims N` seeded runs each, the generator of tests/decision/test_sequential.py):
    the A/A false `faster` rate against 1.0x, and how often and after how many rounds a true
    1.15x and 1.3x are decided `faster` against 1.05x, for the old method (fixed +-log 8 clip,
    alpha 0.05, shuffled order) and the new (adaptive clip, alpha 0.02, balanced order).

@@ -178,7 +178,7 @@ def _build_sweep_world(d: Path) -> None:
 
 @pytest.fixture(scope="session")
 def sweep_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
-    """One real sweep shared by test_bench_sweep.py and test_deploy.py (read only): draft-simple at
+    """One real sweep shared by benchmark/test_sweep.py and audit/test_deploy.py (read only): draft-simple at
     draft lengths 2 and 4 and ngram-mod with a match length the outputs never reach (a real
     failed condition), each at concurrency 1 and 2 with a baseline per level; tiny models, two
     prompts, two rounds. Built once per test run, like `audit_world`. `reg` stays open for the
@@ -198,7 +198,7 @@ def specreg(*args: str, db: Path) -> tuple[int, str, str]:
     """The CLI in this process (its error mapping included): exit code, stdout, stderr.
 
     A fresh interpreter costs a second or more per call on a busy 2-core machine; the
-    subprocess tests in test_audit_policy.py / test_audit_gates.py keep the console script honest.
+    subprocess tests in audit/test_policy.py / audit/test_gates.py keep the console script honest.
     """
     import io
     from contextlib import redirect_stderr, redirect_stdout

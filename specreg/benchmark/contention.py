@@ -26,8 +26,8 @@ condition whose every round was set aside gets no speed-up, with the reason.
 
 The rows kept change as rounds come (a later round can show an earlier request far outside its
 prompt's spread), so the decision is no longer made on one growing sequence; its error rate was
-checked, not assumed, on simulated timings (`tests/test_bench_contention.py`: the drift,
-noise and outliers of test_bench_sequential.py, and a neighbour making 15% of slots 1.5-3x
+checked, not assumed, on simulated timings (`tests/benchmark/test_contention.py`: the drift,
+noise and outliers of decision/test_sequential.py, and a neighbour making 15% of slots 1.5-3x
 slower), setting aside and deciding again after every round: of 400 A/A runs of 20 rounds none
 was decided `faster` (the bound is 5%), and a true 1.3x was decided `faster` in 178 of 200.
 

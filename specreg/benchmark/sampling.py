@@ -238,7 +238,7 @@ def distribution_test(
     joint one), so comparing positions, not whole prefixes as one category, keeps categories
     dense.
 
-    A/A simulation (the design of tests/test_bench_sampling.py, which runs 200 of them; here
+    A/A simulation (the design of tests/benchmark/test_sampling.py, which runs 200 of them; here
     2,000 runs of 6 prompts x 8 outputs per side, each prompt's per-position distribution drawn
     from a Dirichlet(0.5) over 12 tokens, 500 permutations each): 1.1% flagged at alpha 0.01 and
     5.5% at 0.05 (Monte Carlo standard errors 0.2% and 0.5%). With the condition always taking

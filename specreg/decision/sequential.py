@@ -60,7 +60,7 @@ round the budget has no room for in part, so a decision may rest on a part of a 
   bound the `--tune` decision inherits (it is made on the leader and on each candidate's
   interval against it).
 
-Measured on simulated timings (the generator of `tests/test_bench_sequential.py`: 8 prompts a
+Measured on simulated timings (the generator of `tests/decision/test_sequential.py`: 8 prompts a
 round, drift across rounds (log-normal steps, sd 0.08) and within them (3% a slot), 10% noise,
 1 request in 25 an outlier 2-6x slower; a look after every round, stopping when decided, at most
 20 rounds; `benchmarks/bench_decision.py --skip-tiny`, 400 seeded runs each), against the method

@@ -100,7 +100,7 @@ def read_record(raw: str | bytes) -> LicenceRecord:
     pair` and registration, where pydantic's first validator alone costs ~40 ms. It takes what
     `LicenceRecord.model_validate_json` takes of what specreg writes and refuses the shapes it
     refuses (ValueError): wrong types, unknown source kinds, text that is not valid UTF-8
-    (tests/test_registry_licence.py checks the two agree on generated records)."""
+    (tests/registry/test_licence.py checks the two agree on generated records)."""
     if not isinstance(raw, (str, bytes)):
         raise ValueError("no licence record")
     data = json.loads(raw)

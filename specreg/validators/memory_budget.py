@@ -1,7 +1,7 @@
 """What a llama-server running a pair needs in memory, predicted from the GGUF headers alone.
 
 Mirrors llama.cpp b11434 (llama-context.cpp, llama-kv-cache*.cpp), checked against the buffer
-sizes it logs (tests/test_memory_budget.py) and against measured peak RSS
+sizes it logs (tests/validators/test_memory_budget.py) and against measured peak RSS
 (benchmarks/bench_memory.py):
 - weights: every tensor's bytes (by type), target and draft; on CPU the mmap'ed file is read
   each token, so all of it becomes resident;

@@ -204,7 +204,7 @@ _BUILD_IN_NAME = re.compile(r"-b(\d+)$")  # llama.cpp-b11549: the build a rule s
 
 def rule_set_names() -> dict[int, str]:
     """Build number -> the shipped rule set mirroring it, read from the file names (each file's
-    own `build` equals its name's: tests/test_validators_ruleset.py). Loading every rule set to
+    own `build` equals its name's: tests/validators/test_ruleset.py). Loading every rule set to
     ask its build cost `check pair` a second validation of ~9,000 lines (~25 ms of CPU in
     benchmarks/bench_startup.py's `check pair` case) for a rule set it then does not use."""
     names = {}

@@ -31,7 +31,7 @@ from specreg.servers.bundled_server import build_params, build_parser
 from specreg.servers.launcher import free_ports
 from specreg.testing import realvocab
 
-FLAGS_FILE = Path(__file__).parent / "data" / "llama-server-b11434-flags.json"
+FLAGS_FILE = Path(__file__).parents[1] / "data" / "llama-server-b11434-flags.json"
 LLAMA_SERVER: dict[str, Any] = json.loads(FLAGS_FILE.read_text())
 WRAPPER = "specreg.servers.bundled_server"
 

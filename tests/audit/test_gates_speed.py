@@ -1,7 +1,7 @@
 """The speed gate judges the interval, not the median: pure gate calls on run digests.
 
 The digests are what `benchmark.digest` builds from a run's summaries; the real-run tests
-(test_audit_gates.py, test_bench_sweep.py) show the same rules on measured numbers.
+(audit/test_gates.py, benchmark/test_sweep.py) show the same rules on measured numbers.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from specreg.errors import PolicyError
 from specreg.registry.store import Registry
 from specreg.schemas.audit import Policy
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _keys(model: type[BaseModel], prefix: str = "") -> set[str]:
@@ -43,7 +43,7 @@ def test_example_policy_parses_and_mentions_every_key() -> None:
     assert (ROOT / "examples" / "policy.toml").read_text("utf-8") == text
     policy = parse_policy(text, "policy.example.toml")
     assert policy.name == "example"
-    for key in _keys(Policy):  # docs/policy.md's table of every key: tests/test_docs.py
+    for key in _keys(Policy):  # docs/policy.md's table of every key: tests/project/test_docs.py
         leaf = key.rsplit(".", 1)[-1]
         assert leaf in text, f"example policy does not mention {key}"
 

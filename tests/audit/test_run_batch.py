@@ -3,8 +3,9 @@ auditing each pair on its own, on a small version of the registry-scale benchmar
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from _bench_helpers import changed_output
 
 from benchmarks.bench_registry import fill
 from specreg.audit.run import run_audit
@@ -14,33 +15,10 @@ from specreg.registry.store import Registry
 from specreg.schemas.audit import Policy
 
 
-def _changed_output(reg: Registry, run_id: str) -> None:
-    """One draft-simple request whose output differs from the baseline, counted in its summaries."""
-    with reg.write() as db:
-        db.execute(
-            "UPDATE bench_requests SET matches_baseline = 0 WHERE run_id = ? AND condition = 'draft-simple' "
-            "AND prompt_id = 'chat-1' AND repeat = 0",
-            (run_id,),
-        )
-        for stratum in ("all", "chat"):
-            (text,) = db.execute(
-                "SELECT summary_json FROM bench_summaries WHERE run_id = ? AND condition = "
-                "'draft-simple' AND stratum = ?",
-                (run_id, stratum),
-            ).fetchone()
-            s = json.loads(text)
-            s["n_equal"] -= 1
-            db.execute(
-                "UPDATE bench_summaries SET summary_json = ? WHERE run_id = ? AND condition = 'draft-simple' "
-                "AND stratum = ?",
-                (json.dumps(s), run_id, stratum),
-            )
-
-
 def test_batched_audit_equals_pair_by_pair(tmp_path: Path) -> None:
     with Registry(tmp_path / "r.db", show_progress=False) as reg:
         fill(reg, tmp_path, 0.03)  # 300 artifacts, 150 pairs, 30 runs
-        _changed_output(reg, "bench-000002")
+        changed_output(reg, "bench-000002")
         (tmp_path / "files" / "model-00040.gguf").unlink()  # a draft gone: its pair fails integrity
         policy = Policy.model_validate({"licence": {"require_revision": False}})
         full = run_audit(reg, policy, "test")

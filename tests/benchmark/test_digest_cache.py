@@ -8,8 +8,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from test_audit_batch import _changed_output
-from test_registry_hardening import _immutable
+from _bench_helpers import changed_output
+from _registry_helpers import immutable
 
 from benchmarks.bench_registry import fill
 from specreg.audit.run import run_audit
@@ -93,7 +93,7 @@ def test_any_write_to_a_run_drops_its_digest_and_no_other(reg: Registry, sql: st
 def test_a_changed_run_is_audited_on_its_new_rows(reg: Registry) -> None:
     first = run_audit(reg, POLICY, "test", spread=False)
     assert not any(r.failed_prompts for d in first.runs for r in d.strata)
-    _changed_output(reg, "bench-000002")  # a request now differs from the baseline (and its summaries say so)
+    changed_output(reg, "bench-000002")  # a request now differs from the baseline (and its summaries say so)
     second = run_audit(reg, POLICY, "test", spread=False)
     digest = next(d for d in second.runs if d.run_id == "bench-000002")
     assert any(r.failed_prompts == ["chat-1"] for r in digest.strata)
@@ -133,7 +133,7 @@ def test_a_registry_that_cannot_be_written_still_audits(tmp_path: Path) -> None:
         cold = run_audit(reg, POLICY, "test", spread=False)
         with reg.write() as conn:
             conn.execute("DELETE FROM run_digests")
-    with _immutable(folder), Registry(folder / "r.db", show_progress=False) as reg:
+    with immutable(folder), Registry(folder / "r.db", show_progress=False) as reg:
         assert reg.read_only
         _same(cold, run_audit(reg, POLICY, "test", spread=False))
     with Registry(folder / "r.db", show_progress=False) as reg:

@@ -1,6 +1,6 @@
 """Speed-up intervals, E[L] and the acceptance check; the settings model; the run order.
 
-Pure functions on numbers (no server): the real-server tests (test_bench_sweep.py, the audit
+Pure functions on numbers (no server): the real-server tests (benchmark/test_sweep.py, the audit
 world) show the same numbers coming out of real runs.
 """
 

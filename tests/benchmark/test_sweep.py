@@ -1,6 +1,6 @@
 """A real sweep on the bundled server: draft lengths x concurrency, decisions per stratum x concurrency.
 
-One small session-scoped run (tests/_audit_world.py `sweep_world`, shared with test_deploy.py;
+One small session-scoped run (tests/_audit_world.py `sweep_world`, shared with audit/test_deploy.py;
 tiny models, two prompts, two rounds): draft-simple at draft lengths 2 and 4, ngram-mod with a
 match length the outputs never reach (so it drafts nothing and fails: a real failed condition),
 each at concurrency 1 and 2, with a baseline per concurrency.
@@ -31,7 +31,7 @@ POLICY = Policy.model_validate(
 
 @pytest.fixture(scope="module")
 def sweep(sweep_world: SimpleNamespace) -> SimpleNamespace:
-    """The session's one sweep (tests/_audit_world.py), shared with test_deploy.py."""
+    """The session's one sweep (tests/_audit_world.py), shared with audit/test_deploy.py."""
     return sweep_world
 
 

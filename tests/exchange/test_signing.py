@@ -421,7 +421,7 @@ def test_an_unsigned_bundle_needs_no_extra(source: Path, tmp_path: Path, monkeyp
 def test_the_example_fleet_policy_requires_signed_evidence_and_the_local_one_does_not() -> None:
     from specreg.audit.policy import example_policy_text, load_policy, parse_policy
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     fleet, _ = load_policy(root / "examples" / "fleet-policy.toml")
     assert fleet.trust.require_signed_evidence is True and fleet.trust.require_model_signature is False
     local = parse_policy(example_policy_text())

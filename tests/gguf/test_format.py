@@ -23,7 +23,7 @@ WHEEL_LAGS = {"Q8_1"}
 
 
 def test_ggml_types_name_what_gguf_names() -> None:
-    """Ids and names agree with the wheel; sizes come from the runtime's source (test_ggml_types.py)
+    """Ids and names agree with the wheel; sizes come from the runtime's source (gguf/test_ggml_types.py)
     and may differ from the wheel's only where the wheel is known to lag."""
     theirs = {int(t): (t.name, blk, size) for t, (blk, size) in gguf.GGML_QUANT_SIZES.items()}
     both = set(F.GGML_TYPES) & set(theirs)

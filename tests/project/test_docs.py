@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from specreg import cli
 from specreg.schemas.audit import Policy
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 PACKAGE = ROOT / "specreg"
 # Where checks are made: the validators, the memory budget, the runtime probe (and its CLI half).

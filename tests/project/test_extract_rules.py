@@ -84,7 +84,7 @@ def test_an_unreadable_construct_fails_naming_its_line(
 
 
 def test_help_and_a_wrong_tree_are_not_tracebacks(tmp_path: Path) -> None:
-    cwd = Path(__file__).resolve().parent.parent
+    cwd = Path(__file__).resolve().parents[2]
     run = [sys.executable, "-m", "tools.extract_rules"]
     helped = subprocess.run([*run, "--help"], capture_output=True, text=True, cwd=cwd, timeout=60)
     assert helped.returncode == 0 and "llama.cpp source root" in helped.stdout

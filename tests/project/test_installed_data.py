@@ -20,7 +20,7 @@ import pytest
 
 import specreg
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 INSTALLED = Path(specreg.__file__).resolve().parent
 MANIFEST = os.environ.get("SPECREG_WHEEL_CHECK")  # JSON list of tracked paths below specreg/
 

@@ -15,7 +15,7 @@ import pytest
 
 from benchmarks import _perf
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "performance.md"
 SCRIPTS = sorted((ROOT / "benchmarks").glob("bench_*.py"))
 

@@ -1,6 +1,6 @@
 """README.md is the front door: short, current, and in step with CI and the command list.
 
-The reference lives in the documentation site (docs/, tests/test_docs.py); the README says what
+The reference lives in the documentation site (docs/, tests/project/test_docs.py); the README says what
 specreg decides, how to install it, the two commands, a walk through the pipeline, the commands
 in one table and where the rest is. A house rule caps it at 300 lines, and nothing in its prose
 may age (measured figures belong to docs/performance.md, written by the benchmark scripts).
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from specreg import cli
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text("utf-8")
 MAX_LINES = 300
 

@@ -6,7 +6,6 @@ import json
 import multiprocessing as mp
 import os
 import resource
-import shutil
 import signal
 import subprocess
 import sys
@@ -16,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from _registry_helpers import cli, model, one_line_error, run
+from _registry_helpers import cli, immutable, model, one_line_error, run
 
 from specreg.atomic import write_atomic
 from specreg.errors import RegistryError
@@ -118,25 +117,6 @@ def test_writer_killed_mid_transaction_keeps_last_commit(tmp_path: Path) -> None
         assert reg.conn.execute("SELECT count(*) FROM artifacts").fetchone()[0] == 2
 
 
-@contextmanager
-def _immutable(path: Path) -> Iterator[None]:
-    """Make a file or folder unwritable even for root (chattr +i); skip if we cannot."""
-    if os.geteuid() != 0:
-        mode = path.stat().st_mode
-        path.chmod(0o555 if path.is_dir() else 0o444)
-        try:
-            yield
-        finally:
-            path.chmod(mode)
-        return
-    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(path)]).returncode != 0:
-        pytest.skip("cannot make a path immutable here (chattr)")
-    try:
-        yield
-    finally:
-        subprocess.run(["chattr", "-i", str(path)], check=True)
-
-
 @pytest.mark.parametrize("what", ["file", "folder"])
 def test_read_only_registry_is_one_clear_line_and_nothing_changes(tmp_path: Path, what: str) -> None:
     folder = tmp_path / "regdir"
@@ -146,7 +126,7 @@ def test_read_only_registry_is_one_clear_line_and_nothing_changes(tmp_path: Path
     with Registry(db) as reg:
         reg.add_artifact(a)
     before = db.read_bytes()
-    with _immutable(db if what == "file" else folder):
+    with immutable(db if what == "file" else folder):
         line = one_line_error(cli("register", str(b), db=db))
         assert line == f"error: registry {db} is read-only; nothing was written" or (
             line.startswith(f"error: registry {db} is read-only (")
