@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 from _hostile_helpers import fake_world, measured, one_error_line, registry_readable, specreg
+from fake_llama_server import SPEW_BYTES
 
 from specreg.servers.logpump import HEAD_BYTES, TAIL_BYTES
 
@@ -100,7 +101,9 @@ def test_server_log_keeps_head_and_tail_and_says_what_was_dropped(world: tuple[P
     text = log.read_bytes()
     assert b"fake llama-server mode=spewlog" in text[:HEAD_BYTES]  # the head is kept as written
     marker = [ln for ln in text.decode("utf-8", "replace").splitlines() if ln.startswith("# specreg: log kept")]
-    assert len(marker) == 1 and int(marker[0].split()[-4]) > 10 * MB, marker  # it says how much went
+    # it says how much went: at least what the server wrote before serving, less what was kept
+    # (the server writes that much whatever the machine's speed, and more while it serves)
+    assert len(marker) == 1 and int(marker[0].split()[-4]) >= SPEW_BYTES - HEAD_BYTES - 2 * TAIL_BYTES, marker
     assert rss < 300 * MB
 
 
