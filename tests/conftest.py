@@ -40,7 +40,6 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 LONGEST_FIRST = (
     "test_demo.py",
     "commands/test_bench.py",
-    "commands/test_examples.py",
     "servers/test_hostile_server.py",
     "benchmark/test_probe.py",
     "benchmark/test_runner.py",
