@@ -154,6 +154,9 @@ def _within(
     return served
 
 
+# slow: a whole workload on a real server for one more family's 5%; the default suite replays the same
+# sliding-window prompt cache and checkpoints against the server's log (test_the_replayed_prompt_cache...)
+@pytest.mark.slow
 def test_prediction_within_5_percent_on_a_sliding_window_family_under_a_chat_workload(tmp_path: Path) -> None:
     target = write_model(tmp_path / "g3.gguf", sliding_window_spec("gemma3", base=CYCLER.but(file_type="f16")))
     _within(target, None, "none", CHATS, tmp_path)
@@ -222,6 +225,9 @@ def test_a_longer_draft_length_is_predicted_with_its_verification_rows(tmp_path:
     _within(target, draft, "draft-simple", DRAFTING, tmp_path, "--spec-draft-n-max", "32")
 
 
+# slow: a real server for --swa-full's variant of the replay that the default suite runs (whose
+# arithmetic it also runs with swa_full)
+@pytest.mark.slow
 def test_a_full_size_window_cache_still_saves_only_the_window(tmp_path: Path) -> None:
     """--swa-full: llama.cpp keeps its iSWA cache (the window's as large as the other) and a saved
     state writes only the window's unmasked cells; the replay matches the logged cache (counting
@@ -350,6 +356,9 @@ def test_idle_slots_are_saved_when_fewer_requests_are_in_flight_than_slots(tmp_p
     assert off.peak_bytes == 0
 
 
+# slow: -c 16384 -np 4 under a whole workload; the default suite checks the idle slots' cache against the
+# server's log (above) and the HTTP threads (test_the_http_pool_follows_the_online_cpus_not_the_pinned_set)
+@pytest.mark.slow
 def test_the_slots_idle_serving_and_http_threads_hold_what_is_predicted(tmp_path: Path) -> None:
     """The whole prediction for -c 16384 -np 4 served one request at a time is within 5% of the
     measured peak RSS, and the server runs as many HTTP threads as counted."""
