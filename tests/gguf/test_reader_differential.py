@@ -1,8 +1,8 @@
 """Differential test: our reader and `gguf.GGUFReader` agree on every key, value and tensor.
 
 GGUFReader is the slow, trusted reference (about 1 s for a 32k-token vocab, 7-20 s for the
-150k-260k ones), so CI compares the fixtures and the three smallest real vocab files;
-the rest run with `-m slow`. Array fingerprints are also checked against the payload bytes
+150k-260k ones), so the default suite compares the fixtures; the real vocab files run with
+`-m slow`, the two smallest (SPM and BPE with merges) first. Array fingerprints are also checked against the payload bytes
 located by GGUFReader's own field offsets.
 """
 
@@ -113,6 +113,7 @@ def test_agrees_on_the_malformed_corpus_base_file(tmp_path: Path) -> None:
     assert_agrees(p)
 
 
+@pytest.mark.slow  # the fixtures above run the same lines of the reader
 @pytest.mark.realvocab
 @pytest.mark.parametrize("name", CI_VOCABS)
 def test_agrees_on_small_real_vocab_files(real_vocab: Callable[[str], Path], name: str) -> None:
