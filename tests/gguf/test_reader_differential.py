@@ -2,8 +2,8 @@
 
 GGUFReader is the slow, trusted reference (about 1 s for a 32k-token vocab, 7-20 s for the
 150k-260k ones), so the default suite compares the fixtures; the real vocab files run with
-`-m slow`, the two smallest (SPM and BPE with merges) first. Array fingerprints are also checked against the payload bytes
-located by GGUFReader's own field offsets.
+`-m slow`, the two smallest (SPM and BPE with merges) first. Array fingerprints are also
+checked against the payload bytes located by GGUFReader's own field offsets.
 """
 
 from __future__ import annotations
