@@ -253,6 +253,8 @@ def test_bench_halves_the_field_and_the_ranking_then_puts_the_fastest_first(tmp_
     assert json.loads(out)["error"]["n_pairs"] >= 2
 
 
+@pytest.mark.slow  # SmolLM2 itself: a 98 MB download on a machine that has not fetched it
+@pytest.mark.realmodel
 def test_the_real_smollm2_pair_and_its_cross_pairs_with_other_real_families(
     real_model: Callable[[str], Path], real_vocab: Callable[[str], Path], tmp_path: Path
 ) -> None:

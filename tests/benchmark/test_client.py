@@ -190,6 +190,7 @@ REAL_ITEMS = [{"id": k, "stratum": "chat", "max_tokens": 48, "prompt": v} for k,
 
 
 @pytest.mark.slow
+@pytest.mark.realmodel
 def test_real_model_rows_hold_every_generated_id(real_model: Callable[[str], Path], tmp_path: Path) -> None:
     """SmolLM2 in Japanese, Russian and code, baseline, draft-simple and n-gram: every row of every
     condition holds exactly as many ids as the server generated, and they match the baseline's."""

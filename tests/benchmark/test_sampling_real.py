@@ -40,6 +40,7 @@ POLICY = (
 
 
 @pytest.mark.slow
+@pytest.mark.realmodel
 def test_smollm2_measured_at_two_temperatures_and_deployed_at_the_policy_sampler(
     real_model: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -335,6 +335,7 @@ def test_tune_predicts_three_lengths_stores_predictions_and_deploy_prints_the_ch
 
 
 @pytest.mark.slow
+@pytest.mark.realmodel
 def test_tune_on_smollm2_predicts_each_candidate_and_deploy_answers(
     real_model: Callable[[str], Path], tmp_path: Path
 ) -> None:

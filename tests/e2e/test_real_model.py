@@ -5,6 +5,7 @@ The fetcher's failure paths run by default; everything that needs the 98 MB mode
 
 from __future__ import annotations
 
+import hashlib
 import json
 import zipfile
 from collections.abc import Callable
@@ -57,9 +58,13 @@ def test_a_derived_file_whose_bytes_changed_is_not_trusted(tmp_path: Path, monke
     stamp["recipe"] = "derive-v0"
     path.with_name(path.name + ".json").write_text(json.dumps(stamp))
     assert realmodel.cached("f32") is None
+    stamp.update(recipe=RECIPE, sha256=hashlib.sha256(b"x" * 10).hexdigest())  # this recipe, these bytes
+    path.with_name(path.name + ".json").write_text(json.dumps(stamp))
+    assert realmodel.cached("f32") == path
 
 
 @pytest.mark.slow
+@pytest.mark.realmodel
 def test_real_variants_share_metadata_and_differ_in_bytes(real_model: Callable[[str], Path]) -> None:
     q4, f32 = summarize(real_model("q4_1")), summarize(real_model("f32"))
     assert q4.architecture == f32.architecture == "llama" and q4.parameter_count == f32.parameter_count
@@ -69,6 +74,7 @@ def test_real_variants_share_metadata_and_differ_in_bytes(real_model: Callable[[
 
 
 @pytest.mark.slow
+@pytest.mark.realmodel
 def test_real_quantized_drafts_are_named_and_sized_by_bytes(real_model: Callable[[str], Path]) -> None:
     target = open_gguf(real_model("f32"))
     for variant, low, high in (("q4_1", 0.15, 0.22), ("q8_0", 0.24, 0.30)):
@@ -84,6 +90,7 @@ def test_real_quantized_drafts_are_named_and_sized_by_bytes(real_model: Callable
 
 
 @pytest.mark.slow
+@pytest.mark.realmodel
 def test_real_pair_benchmarks_and_deploys(real_model: Callable[[str], Path], tmp_path: Path) -> None:
     """One short real run: the Q4_1 draft is accepted almost always, outputs match, deploy prints it."""
     from specreg.audit.deploy import plan_deploy

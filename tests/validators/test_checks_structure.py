@@ -178,9 +178,12 @@ def test_tiny_models_and_real_vocab_files_pass(tmp_path: Path) -> None:
         "dflash": BASE.but(architecture="dflash", dflash_block_size=4, dflash_target_layers=(0, 1)),
         "mtp": MTP,
         "bpe": BASE.but(vocab_type="gpt2", pre="qwen2"),
+        "tied output": BASE.but(drop_tensors=("output.weight",)),  # as SmolLM2: the embeddings are the head
     }
     for name, spec in specs.items():
         checks = _file_checks(write_model(tmp_path / f"{name}.gguf", spec))
         assert checks and all(c.severity == "pass" for c in checks), (name, checks)
+        if name == "tied output":
+            assert any(c.code == "structure.output" and "(tied to 'token_embd.weight')" in c.message for c in checks)
     for name, path in vocab_files().items():  # vocab-only: nothing to load, nothing reported
         assert _file_checks(path) == [], name

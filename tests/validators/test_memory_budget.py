@@ -298,6 +298,7 @@ def test_prediction_within_5_percent_per_condition_on_real_tokenizers(
 
 
 @pytest.mark.slow
+@pytest.mark.realmodel
 @pytest.mark.parametrize("method", ["none", "ngram-simple", "ngram-mod", "draft-simple", "q4_1 alone"])
 def test_prediction_within_5_percent_on_the_smollm2_pair(tmp_path: Path, real_model, method: str) -> None:
     target, draft = real_model("f16"), real_model("q4_1")

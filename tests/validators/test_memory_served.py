@@ -175,6 +175,7 @@ def test_prediction_within_5_percent_per_sliding_window_family(tmp_path: Path, a
 
 
 @pytest.mark.slow
+@pytest.mark.realmodel
 def test_prediction_within_5_percent_on_the_smollm2_pair_under_a_workload(tmp_path: Path, real_model) -> None:
     """The real pair's KV (23 KB a token) makes the prompt cache the largest thing that grows."""
     _within(real_model("f16"), real_model("q4_1"), "draft-simple", CHATS, tmp_path)
