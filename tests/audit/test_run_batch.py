@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from _bench_helpers import changed_output
 
 from benchmarks.bench_registry import fill
@@ -15,6 +16,7 @@ from specreg.registry.store import Registry
 from specreg.schemas.audit import Policy
 
 
+@pytest.mark.slow  # ~40 audits of 150 pairs; the default suite runs the same batched reads (test_fleet.py)
 def test_batched_audit_equals_pair_by_pair(tmp_path: Path) -> None:
     with Registry(tmp_path / "r.db", show_progress=False) as reg:
         fill(reg, tmp_path, 0.03)  # 300 artifacts, 150 pairs, 30 runs

@@ -195,6 +195,7 @@ def _vocab_pair(tmp: Path, vocab: Path, method: str) -> tuple[Path, Path | None]
     return target, write_model(tmp / "d.gguf", spec.but(n_layer=1)) if method.startswith("draft") else None
 
 
+@pytest.mark.slow  # a real server under a workload; its lines run in the replays above, and in CI per vocabulary below
 def test_the_prediction_follows_what_a_workload_drafted_on_a_real_spm_vocabulary(tmp_path: Path, real_vocab) -> None:
     """llama.cpp's 32k SPM tokenizer on tiny weights, ngram-simple: one request drafts nothing, one
     drafts short. Sized from the tokens each drafted (timings.draft_n), the prediction is within 5%
