@@ -38,16 +38,20 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 # no worker is left running one of them alone at the end (pyproject's addopts turn off xdist's own
 # order, most tests first, which put the one-test demo last).
 LONGEST_FIRST = (
-    "test_demo.py",
+    "test_demo.py",  # builds the shared demo (demo_world) that commands/test_examples.py reads later
     "commands/test_bench.py",
-    "servers/test_hostile_server.py",
     "benchmark/test_probe.py",
+    "servers/test_hostile_server.py",
+    "validators/test_memory_served.py",
+    "report/test_html_browser.py",
+    "test_cli_startup.py",
     "benchmark/test_runner.py",
     "audit/test_deploy.py",
     "exchange/test_bundle.py",
-    "gguf/test_reader_differential.py",
+    "benchmark/test_runner_budget.py",
+    "audit/test_drafts.py",
+    "e2e/test_fuzz_oracle.py",
     "benchmark/test_digest_cache.py",
-    "validators/test_memory_budget.py",
 )
 
 
