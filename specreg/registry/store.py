@@ -139,8 +139,22 @@ class Registry:
         rehash: bool = False,
         snap: Snapshot | None = None,
     ) -> ArtifactRecord:
-        """Register a GGUF file (idempotent). `provenance`/`card`: the caller's local facts
-        (`provenance.register` looks them up and calls this); `snap`: the bytes as already read."""
+        """Register a GGUF file (idempotent); the same bytes at a new path add that path.
+
+        Args:
+            path: the file; parsed and hashed from one open descriptor.
+            license: a licence the user states (`--license`), kept beside the file's own.
+            provenance: where the file came from (HF cache, hub), as the caller found it
+                (`sources.provenance.local_facts`); the registry never looks it up.
+            card: the licence the model card states, likewise found by the caller.
+            rehash: hash the bytes even when the stat cache vouches for them.
+            snap: the file as already opened, parsed and hashed (`snapshot`), not read again.
+
+        Raises:
+            ArtifactNotFound: when the path is not a readable regular file.
+            GGUFError: when it is not a valid GGUF file.
+            RegistryError: when the registry cannot be written.
+        """
         return self.artifacts_store.add(
             path, license=license, provenance=provenance, card=card, rehash=rehash, snap=snap
         )
