@@ -193,7 +193,7 @@ def _refuse_pair(rec: Mapping[str, Any], why: str) -> BundleError:
 
 
 def _check_pair_record(rec: Mapping[str, Any]) -> None:
-    """A pair's identity as specreg writes it: SHA-256s, a method and a rule set this specreg knows."""
+    """A pair's identity as specreg writes it: SHA-256 digests, a method and a rule set this specreg knows."""
     from specreg.schemas.methods import Method
     from specreg.validators.ruleset import current_rule_set_id
 
