@@ -185,7 +185,7 @@ class ArtifactStore:
         return self.get_many_by_row(wanted, with_summary=with_summary)
 
     def get_many_by_row(self, wanted: str, *, with_summary: bool) -> dict[str, ArtifactRecord]:
-        """`get_many` one row at a time (`wanted`: a JSON list of SHA-256s): the path that reads a
+        """`get_many` one row at a time (`wanted`: a JSON list of SHA-256 digests): the path that reads a
         damaged licence or provenance record as none stated."""
         paths: dict[str, list[str]] = {}
         for sha, path in self.db.conn.execute(
