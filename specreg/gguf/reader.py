@@ -206,7 +206,7 @@ class GGUFFile:
         """Where each long string array starts and ends, with its payload's SHA-256 and, for the
         tokens, their heap (the memory model's; merges are counted, not measured): given back to
         `read_gguf(known=...)`, a later read of the same bytes jumps over them instead of walking
-        150,000 length prefixes per array (most of a vocabulary file's parse), and the memory
+        every length prefix of each array (most of a vocabulary file's parse), and the memory
         model reads the heap instead of walking the tokens again."""
         return {
             a.offset: (
