@@ -368,10 +368,6 @@ def condition_cells(run: RunDigest) -> list[list[str]]:
     return rows
 
 
-def verdict_word(report: AuditReport) -> str:
-    return "PASS" if report.passed else "FAIL"
-
-
 def deploying_pairs(report: AuditReport) -> dict[str, set[int]]:
     """Per measured stratum, the pairs `deploy PAIR --stratum S` would pin: those with a condition
     passing every gate there (an eligible candidate of that stratum's decision, any concurrency).

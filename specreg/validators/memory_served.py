@@ -56,7 +56,6 @@ CELL_META = 12  # pos, n_seq_id, seq_id per cell (llama_kv_cache::state_write_me
 LAYER_HEADER = 2 * (4 + 8)  # K and V: type and row size
 STREAM_HEADER = 16  # v_trans, n_layer, n_rot_k, n_rot_v
 TOKEN_BYTES = 4  # the cached entry's copy of its tokens (llama_token)
-CHECKPOINT_OFFSETS = (4,)  # + -ub: the checkpoints made before the prompt's last batches
 KEEP_MIN = 0.25  # server_prompt_cache::load: an entry is restored only if this share of it is kept
 # an HTTP worker thread's arena: its base and bytes per byte of the longest prompt text it
 # tokenized, by tokenizer.ggml.model (measured, see the module docstring; others: SPM's, the larger)

@@ -329,10 +329,6 @@ class _Scanner:
         self.literal(text, 0, quoted=False)
 
 
-def _followed_by_format(toks: list[_Tok], i: int) -> bool:
-    return any(t.value == "format" for t in toks[i + 1 : i + 4])
-
-
 class ScanCache(Protocol):
     """Scans kept by the template's SHA-256 and `scanner_id()` (the registry keeps them)."""
 
