@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from specreg.errors import RegistryError
 from specreg.paths import default_db_path, registry_path
-from specreg.registry.artifacts import ArtifactSize, ArtifactStore
+from specreg.registry.artifacts import ArtifactStore
 from specreg.registry.db import BUSY_TIMEOUT_S, Database, registry_error
 from specreg.registry.integrity import Integrity, Pinned
 from specreg.registry.pairs import PairStore
@@ -188,13 +188,8 @@ class Registry:
         return self.integrity.verify([rec], rehash=rehash)[rec.sha256]
 
     def verify_artifacts(self, recs: Iterable[Pinned], *, rehash: bool = False) -> dict[str, tuple[bool, str | None]]:
-        """`verify_artifact` for many artifacts (records, or `artifact_sizes`): one query, one write
-        of refreshed stats."""
+        """`verify_artifact` for many artifacts: one query, one write of refreshed stats."""
         return self.integrity.verify(recs, rehash=rehash)
-
-    def artifact_sizes(self, shas: Iterable[str]) -> list[ArtifactSize]:
-        """SHA-256 and size of these artifacts, no records built: enough to verify them."""
-        return self.artifacts_store.sizes(shas)
 
     def locate(self, sha_or_prefix: str) -> Path:
         """A path that holds the artifact's bytes now (verified)."""
