@@ -147,7 +147,7 @@ def index_app() -> typer.Typer:
     """Every command listed, none built: what root `--help`, an unknown word or a root option is
     answered with. The listing needs each command's name and summary line only; building the
     commands (importing their modules, turning every signature's annotations into click
-    parameters: about half of `specreg --help` in benchmarks/bench_startup.py) says no more.
+    parameters, the larger part of `specreg --help`'s time) says no more.
     A test compares its answers with the whole app's."""
     app = _new_app()
     app.callback()(_root)
@@ -188,7 +188,7 @@ def startup(argv: list[str]) -> typer.Typer:
        builds none. Root `--help`, an unknown word or another root option gets the index (every
        command listed, none built), which names the choices.
     2. An ending process skips the interpreter's last hunt for reference cycles: it walks every
-       object still alive (pydantic's schemas, typer's, rich's), ~50 ms of every command. Frozen
+       object still alive (pydantic's schemas, typer's, rich's), on every command. Frozen
        objects are skipped; atexit handlers and weakref finalizers still run.
     3. The console script starts with the cycle collector off (specreg/entry.py); the commands
        that run for minutes or hold many objects (`LONG_RUNNING`) switch it back on here.

@@ -452,11 +452,25 @@ def run_audit(
     pairs: list[PairRecord] | None = None,
     facts: _Facts | None = None,
 ) -> AuditReport:
-    """Audit the given pairs (None: every admitted pair); raises when nothing can be audited.
+    """Apply every gate to the given pairs and decide per stratum.
 
-    `spread=False` leaves out the per-request speed-up spread (p5-p95), which only reports show.
-    `pairs` gives the pair records themselves (instead of ids) when the caller has them already;
-    `facts` (artifact records, integrity, digests) is shared by audits of the same registry.
+    Args:
+        reg: the registry holding the pairs, their verdicts and their runs.
+        policy: the adoption policy the gates judge by.
+        policy_source: where the policy came from, as reports name it.
+        pair_ids: the pairs to audit (None: every admitted pair).
+        rehash: hash every file again rather than trust the stat cache.
+        spread: False leaves out the per-request speed-up spread (p5-p95), which only reports
+            show.
+        runs_for: the runs that may be evidence for a pair (`audit_by_hardware` gives one
+            hardware class's).
+        pairs: the pair records themselves (instead of ids) when the caller has them already.
+        facts: per-audit caches (artifact records, integrity, digests), shared by the audits
+            of one registry.
+
+    Raises:
+        SpecregError: when no pair is given and none is admitted (nothing to audit).
+        PairNotFound: when a pair id names no pair.
     """
     with paused_gc():  # ~100k acyclic pydantic objects for 5,000 pairs: see paused_gc
         return _run_audit(reg, policy, policy_source, pair_ids, rehash, spread, runs_for, pairs, facts)

@@ -98,14 +98,28 @@ def plan(
     samplers: list[Sampler] | None = None,
     draft_sampling: list[DraftSampling] | None = None,
 ) -> list[ConditionSpec]:
-    """The conditions for one admitted pair, baselines first; unknown/unadmitted methods refused.
+    """The conditions for one admitted pair, baselines first.
 
-    A list of draft lengths gives one condition per length for the methods that use one; a list
-    of concurrency levels or samplers (temperatures) gives every condition, the baseline included,
-    once per level / sampler. Draft sampling modes multiply the model-drafted methods at
-    temperature > 0 only: at 0 both modes verify the same way (llama.cpp rejects only when
-    the request samples), so greedy runs measure one condition, recorded with the mode asked for
-    when only one was.
+    Args:
+        pair_method: the method the pair's verdict admits; the baseline and the default n-gram
+            methods are always available beside it.
+        draft_path: the draft's file, for the draft methods.
+        draft_sha256: the draft's SHA-256, recorded with its conditions.
+        methods: the methods to run (default: every available one); the baseline is added.
+        draft_n_max: a draft length, or a list of them: one condition per length for the
+            methods that use one (draft models and MTP heads).
+        draft_n_min: the server's --spec-draft-n-min.
+        ngram: n-gram flags (`--spec-ngram-*`) and their values; each must configure a method run.
+        concurrency: a level, or a list: every condition, the baseline included, once per level.
+        samplers: likewise, once per sampler (temperature); default greedy.
+        draft_sampling: draft sampling modes, which multiply the model-drafted methods at
+            temperature > 0 only: at 0 both modes verify the same way (llama.cpp rejects only
+            when the request samples), so greedy runs measure one condition, recorded with the
+            mode asked for when only one was.
+
+    Raises:
+        UsageError: for a method not available to this pair, an n-gram flag for a method not
+            run, or draft sampling modes without a draft method.
     """
     available = [BASELINE, *DEFAULT_NGRAM_METHODS]
     if pair_method not in available:
@@ -180,7 +194,7 @@ def balanced_order(names: list[_T], round_no: int) -> list[_T]:
     of the round before, and rotated by one every two rounds - ABBA BAAB for two conditions. A
     drift that is linear over two rounds (a warming machine, a neighbour winding down) puts
     every condition at the same mean position in each pair of rounds, so it cancels in their
-    ratios instead of landing on whichever a shuffle put late (issue 32)."""
+    ratios instead of landing on whichever a shuffle put late."""
     if not names:
         return []
     k = (round_no // 2) % len(names)

@@ -1,66 +1,46 @@
 """A run that knows when the machine was busy: which rounds ran under contention, set aside.
 
 A speed-up is a ratio of two timings taken minutes apart. A neighbour that loads the cores during
-one of them makes that ratio say more about the neighbour than about speculation (issue 24: a run
-taken while another job loaded the 2 cores made `deploy` print a condition as deployable that a
-quiet re-run measured at 1.28x [0.99, 1.54]). So each slot (one condition's round: a server
+one of them makes that ratio say more about the neighbour than about speculation (a run taken
+while another job loaded the cores once made `deploy` print as deployable a condition that a
+quiet re-run could not tell from the baseline). So each slot (one condition's round: a server
 start, its warm-up, its requests) is watched while its requests run, and a slot is **set aside**
 - kept out of the speed-up, its interval and the anytime-valid decision, for its own condition
 and, when it is a baseline's, for every condition paired with it - when
 
 1. **others loaded the cores**: the CPU time of every process that is not this specreg or its
    server, plus the time the hypervisor stole, per wall second of the slot, reached
-   `--busy-share` of the logical cores (default `DEFAULT_BUSY_SHARE`, 0.25; at least
+   `--busy-share` of the logical cores (default `schemas.bench_settings.DEFAULT_BUSY_SHARE`; at least
    `servers.load.BUSY_MIN_CORES`); or
 2. **a request ran far outside its prompt's spread**: slower than `SPREAD_FACTOR` times the
    median of the same prompt's other repetitions in the same condition, and by more than
    `SPREAD_MIN_MS` (the same greedy request on the same server does the same work each time;
-   only something outside it makes it 36x slower, as the issue's 108.9 s against ~3 s was); or
+   only something outside it makes it many times slower); or
 3. **a request's two clocks disagree** (`clock_disagreement`): timings rest on the server's own
-   clock (`RequestRow.timed_ms`, issue 32), and the client's wall clock around the same request
+   clock (`RequestRow.timed_ms`), and the client's wall clock around the same request
    read more than `CLOCK_SHARE` and `CLOCK_MIN_MS` above it.
 
 `bench --budget` measures the set-aside rounds again while the budget lasts (benchmark/runner.py
 asks `kept_rows` for what its decision may rest on); without a budget they stay out, and a
-condition whose every round was set aside gets no speed-up, with the reason.
-
-The rows kept change as rounds come (a later round can show an earlier request far outside its
-prompt's spread), so the decision is no longer made on one growing sequence; its error rate was
-checked, not assumed, on simulated timings (`tests/test_bench_contention.py`: the drift,
-noise and outliers of test_bench_sequential.py, and a neighbour making 15% of slots 1.5-3x
-slower), setting aside and deciding again after every round: of 400 A/A runs of 20 rounds none
-was decided `faster` (the bound is 5%), and a true 1.3x was decided `faster` in 178 of 200.
+condition whose every round was set aside gets no speed-up, with the reason. The rows kept
+change as rounds come (a later round can show an earlier request far outside its prompt's
+spread), so the decision is not made on one growing sequence; its error rate is checked on
+simulated timings instead (tests/test_bench_contention.py; docs/statistics.md).
 
 Why others' CPU time and not the load average: the benchmark itself loads the cores. Its server
-runs one thread per core through every request and the client streams the tokens, so on the
-2-core machine here a quiet run's 1-minute load is already about 2 (`load > cores` would fire
-on every run, and the load average lags a minute behind the slot besides). What a neighbour adds
-is CPU time on processes that are not ours, which `/proc/stat` (every process's time, and steal)
-minus psutil's times of this process and the server's process tree gives exactly, per slot.
+runs one thread per core through every request and the client streams the tokens, so a quiet
+run's 1-minute load is already about the number of cores (`load > cores` would fire on every
+run, and the load average lags a minute behind the slot besides). What a neighbour adds is CPU
+time on processes that are not ours, which `/proc/stat` (every process's time, and steal) minus
+psutil's times of this process and the server's process tree gives exactly, per slot.
 
-The threshold, and the numbers behind it (measured here, a 2-core VM shared with other agents,
-with `benchmarks/bench_contention.py`: tiny generated models on the bundled llama.cpp server,
-3 rounds each of the baseline and draft-simple, no burner, then one, then two started after the
-first round; CPU from /proc/stat and psutil):
-- **Quiet** (03:01 UTC, when the others' work paused: the machine used 0.014 cores in the 5 s
-  before): others 0.00-0.10 cores in each of 6 slots (slots of 0.20-0.28 s: the 0.10 is one
-  10 ms tick in a 0.2 s window), ours 1.21-1.48, steal 0, and the 1-minute load 1.89 - a
-  quiet run's own server and client keep the load near the 2 cores, so `load > cores` would
-  fire on every run. The same request varied by at most 1.30x from its prompt's median.
-- **One burner** from round 1 on: others 0.95-1.39 cores in each of its 4 slots (round 0,
-  before it: 0.00); the scheduler gives it its share beside the server's threads.
-- **Two burners**: others 1.06-1.20 in the burned slots. That run's round 0, before its burners,
-  also read 0.86-0.88 with walls 4x the quiet ones: another agent's burst, set aside as it
-  should be.
-- **Shared** (before and after, the same 2 cores under several agents' builds and tests, 02:09
-  to 03:00): 1.38-1.74 cores in every slot of four runs; the machine-wide others stayed at
-  1.9-2.05 cores; a request took up to 29x its prompt's median (1.56 s against 0.05 s).
-So 0.25 of the cores (0.5 of 2) sits 5x above the highest quiet slot and below the least a
-single burner took: a neighbour taking a quarter of the machine is contention, whatever the
-machine. `servers.load.BUSY_MIN_CORES` keeps a 1-core machine from calling a stray quarter-core busy. The
-spread rule: quiet, the same request stayed within 1.30x; on the shared machine three of four
-tiny-model runs had a request 4-29x its prompt's median, and the rule marked those slots. 3x
-is far outside, and the 100 ms floor keeps a scheduler hiccup on a 14 ms request from counting.
+The thresholds: `benchmarks/bench_contention.py` measures what the probe reads with no, one and
+two CPU-burning neighbours (the performance page). The default share sits well above what a
+quiet run's others read and below what a single burner takes: a neighbour taking a quarter of
+the machine is contention, whatever the machine, and `BUSY_MIN_CORES` keeps a 1-core machine
+from calling a stray quarter-core busy. `SPREAD_FACTOR` is far outside what the same request
+varies by on a quiet machine, and the `SPREAD_MIN_MS` floor keeps a scheduler hiccup on a short
+request from counting.
 """
 
 from __future__ import annotations

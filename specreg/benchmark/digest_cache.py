@@ -1,18 +1,14 @@
 """Run digests kept in the registry (table `run_digests`, migration m012): built once per run.
 
 A digest is a pure function of the run's stored rows and of the code that reduces them, so it
-is kept next to them: an audit of a thousand runs then validates a thousand JSON texts instead
-of re-reading 24,000 summaries and rebuilding every row. It can never be stale:
+is kept next to them: an audit of many runs then validates one JSON text per run instead of
+re-reading every summary and rebuilding every row (`benchmarks/bench_fleet.py` times `audit
+--all` on a fleet registry with and without them). It can never be stale:
 - the key includes `builder_id()`, a hash of the source of every module a digest depends on
   (and the pydantic version), so a new specreg rebuilds instead of trusting an old shape;
 - triggers (m012) delete a run's digests on any write to that run's rows in bench_runs,
   bench_conditions, bench_summaries, bench_prompts or bench_requests, whoever writes them.
 A damaged entry reads as a miss. Runs still `running` are never kept (they change).
-
-What it buys, from `benchmarks/bench_fleet.py` (the 20-host fleet: 5,000 pairs, 1,000 runs, 1M
-request rows; `audit --all` in fresh processes, the same run, a quiet machine): 4.87 s wall with
-kept digests, 6.39 s without them (1.31x). The same run measured the forked integrity child that
-used to verify files beside the audit at 1.01x (4.93 s without it), so that child was removed.
 """
 
 from __future__ import annotations
@@ -43,7 +39,7 @@ _SOURCES = (
 
 @cache
 def builder_id() -> str:
-    """Hash of the digest code's sources (read, not imported: ~1 ms) and the pydantic version."""
+    """Hash of the digest code's sources (read, not imported) and the pydantic version."""
     import pydantic
 
     from specreg import __version__

@@ -238,14 +238,10 @@ def distribution_test(
     joint one), so comparing positions, not whole prefixes as one category, keeps categories
     dense.
 
-    A/A simulation (the design of tests/test_bench_sampling.py, which runs 200 of them; here
-    2,000 runs of 6 prompts x 8 outputs per side, each prompt's per-position distribution drawn
-    from a Dirichlet(0.5) over 12 tokens, 500 permutations each): 1.1% flagged at alpha 0.01 and
-    5.5% at 0.05 (Monte Carlo standard errors 0.2% and 0.5%). With the condition always taking
-    each prompt's most likely token (a sampler built to differ) 200 of 200 are flagged. Power
-    grows with repetitions: a few prompts x three repetitions flag only gross differences, so the
-    check is no proof of equality, a tripwire for a condition that
-    changes what the model says.
+    The level and the power are checked on simulated A/A runs and on a sampler built to differ
+    (tests/test_bench_sampling.py; docs/statistics.md). Power grows with repetitions: a few
+    prompts x three repetitions flag only gross differences, so the check is no proof of
+    equality, a tripwire for a condition that changes what the model says.
     """
     import numpy as np
 

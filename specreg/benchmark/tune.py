@@ -20,9 +20,8 @@ already measures what decides it, so tuning is three steps in one run:
    **leader** first, the predicted best, until it is decided against `--min-speedup`
    (sequential.py). The tuned length is a decided one (`Tuner.standing`): the best decided
    `faster`, else the best decided `not faster`; a length that looks faster on fewer rounds is
-   no choice until it is decided itself (seen on a quiet machine: k26 at 1.61x on one round,
-   undecided, "chosen" over k16 decided faster at 1.57x; on SmolLM2 k8 at 0.96x on one round
-   over k4 decided not faster). Once a length is decided, the others are measured only while
+   no choice until it is decided itself (one round can make an undecided length look best).
+   Once a length is decided, the others are measured only while
    one could still beat it - a **contender**: measured above it (or, when it is `not faster`,
    at or above `--min-speedup`) and not decided, or not measured yet and predicted, `SLACK`
    higher, to do so - and the budget goes to deciding the best contender before the other
@@ -35,7 +34,7 @@ already measures what decides it, so tuning is three steps in one run:
 Why the server is started once per length: llama.cpp (this build, b11549) takes the draft
 length only from its command line; its request fields `speculative.n_max` / `n_min` are compiled
 out (`#if 0` in tools/server/server-schema.cpp: "we disable speculative parameter adjustments
-for now"), so a request cannot change it. On the tiny models a start is ~0.2 s of a ~3 s slot.
+for now"), so a request cannot change it.
 
 The prediction is the decode phase's (as stepcost's): the measured speed-up is end to end, so
 with long prompts it sits below. Ranking the candidates needs only the shape, which the prompt
@@ -137,7 +136,7 @@ def ladder(best: int) -> list[int]:
 def reuse_first_pass(lengths: list[int], first: int, within: float = REUSE) -> list[int]:
     """The ladder with the member nearest the first pass's length replaced by that length, when
     it is within a factor `within` of it: the first pass's round then counts as a round of that
-    candidate instead of being measured again (issue 32: nothing measured is thrown away)."""
+    candidate instead of being measured again (nothing measured is thrown away)."""
     if first in lengths:
         return lengths
     near = min(lengths, key=lambda k: abs(math.log(k / first)) if k > 0 and first > 0 else math.inf)

@@ -2,7 +2,7 @@
 
 Its own module because `specreg drafts` ranks every candidate through it and needs nothing
 else of the tuner: `tune.py` (the tuner, which measures) pulls in the run's schemas and
-statistics, a third of `drafts`' start-up over a 1,000-artifact registry. `tune.py` re-exports
+statistics, a large share of `drafts`' start-up. `tune.py` re-exports
 these names; this is their one owner.
 """
 

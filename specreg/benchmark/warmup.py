@@ -1,8 +1,8 @@
 """Warm-up: uncounted requests after a server starts, until latency settles (bounded).
 
-One warm-up request did not warm a cold server (the issue's baseline: 11.2 s, 3.7 s, then
-0.5 s), so requests repeat until two in a row agree within the tolerance, at most `warmup` of
-them; the latencies and whether they settled are recorded with the condition.
+One warm-up request does not always warm a cold server (the second can still be several times
+slower than a warm one), so requests repeat until two in a row agree within the tolerance, at
+most `warmup` of them; the latencies and whether they settled are recorded with the condition.
 """
 
 from __future__ import annotations

@@ -94,9 +94,19 @@ def _builtin_text(stratum: str) -> str:
 def load_workload(
     name_or_path: str | Path = DEFAULT, *, sample: int | None = None, seed: int = 42, ctx_tokens: int = 4096
 ) -> Workload:
-    """`default` (every built-in stratum), one stratum's name, a standard set (mt-bench, humaneval,
-    sharegpt: benchmark/standard.py) or a JSONL file path; `sample` items per stratum, seeded.
-    `ctx_tokens` is the context one server slot has (sharegpt's prompts are filtered by it)."""
+    """A workload by name or path.
+
+    Args:
+        name_or_path: `default` (every built-in stratum), one stratum's name, a standard set
+            (mt-bench, humaneval, sharegpt: benchmark/standard.py) or a JSONL file path.
+        sample: items per stratum, drawn with `seed` (None: every item).
+        seed: the draw's seed; the same seed gives the same items.
+        ctx_tokens: the context one server slot has (sharegpt's prompts are filtered by it).
+
+    Raises:
+        PolicyError: when the file or a line of it is invalid, naming `file:line` and the field.
+        WorkloadUnavailable: when a standard set is not cached and cannot be fetched (offline).
+    """
     name = str(name_or_path)
     if name in STANDARD_SETS:
         return load_standard(name, sample=sample, seed=seed, ctx_tokens=ctx_tokens)

@@ -34,7 +34,7 @@ def deploy_cmd(
 ) -> None:
     """Print the pinned llama-server command for a pair that passes the audit.
 
-    The command is the measured condition, model SHA-256s with a verify line, and the
+    The command is the measured condition, the models' SHA-256 digests with a verify line, and the
     rollback command without speculation. Exit 0 with the command, 1 when the audit fails
     (the failing gates are listed), 2 when it cannot decide.
     """

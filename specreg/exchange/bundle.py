@@ -103,8 +103,20 @@ def export_bundle(
 ) -> ExportResult:
     """Write the chosen runs (with their pairs and artifact records) or everything to `path`.
 
-    A pair brings every finished run that measured it, unless `runs_of_pairs` is False (its
-    verdicts only: e.g. a fleet splitting its pairs and its runs over different bundles).
+    Args:
+        reg: the registry to export from (one consistent read snapshot).
+        path: the bundle file to write.
+        run_ids: runs to export, with their pairs and artifact records.
+        pair_ids: pairs to export, with their verdicts.
+        everything: export every run and pair.
+        runs_of_pairs: a pair brings every finished run that measured it; False: its verdicts
+            only (e.g. a fleet splitting its pairs and its runs over different bundles).
+
+    Raises:
+        UsageError: when nothing is asked for, the folder of `path` does not exist, or a run
+            asked for is still running.
+        RunNotFound: when a run id names no run.
+        PairNotFound: when a pair id names no pair.
     """
     run_ids, pair_ids = list(run_ids), list(pair_ids)
     out = check_export_request(run_ids, pair_ids, everything, path)

@@ -21,8 +21,6 @@ from specreg.errors import BundleError
 from specreg.lazyclass import dataclass
 from specreg.registry.db import now_iso
 
-PairKey = tuple[str, str | None, str, str]  # target sha256, draft sha256, method, rule set
-
 
 def canonical(obj: Any) -> bytes:
     """The one byte form of a JSON value that bundles hash: sorted keys, no spaces, UTF-8."""
@@ -104,10 +102,6 @@ def merge_artifacts(conn: sqlite3.Connection, records: Iterable[Mapping[str, Any
 
 
 # -- pairs and verdicts -------------------------------------------------------------------------
-
-
-def pair_key(target: str, draft: str | None, method: str, rule_set: str) -> PairKey:
-    return (target, draft, method, rule_set)
 
 
 def pair_records(conn: sqlite3.Connection, pair_ids: Iterable[int]) -> Iterator[dict[str, Any]]:
@@ -193,7 +187,7 @@ def _refuse_pair(rec: Mapping[str, Any], why: str) -> BundleError:
 
 
 def _check_pair_record(rec: Mapping[str, Any]) -> None:
-    """A pair's identity as specreg writes it: SHA-256s, a method and a rule set this specreg knows."""
+    """A pair's identity as specreg writes it: SHA-256 digests, a method and a rule set this specreg knows."""
     from specreg.schemas.methods import Method
     from specreg.validators.ruleset import current_rule_set_id
 

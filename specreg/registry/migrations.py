@@ -4,7 +4,7 @@ Applied migrations are recorded in sqlite-utils' format: table `_sqlite_migratio
 migration_set "specreg", name, applied_at), so `sqlite_utils.Migrations` and `sqlite-utils`
 tooling read a registry's state as their own (tests/test_registry_schema.py holds both to it).
 specreg applies them itself, on the plain `sqlite3` connection, because importing sqlite-utils
-costs ~0.2 s (it imports numpy and click) and a first `specreg check pair` creates the registry.
+imports numpy and click, and a first `specreg check pair` creates the registry.
 `Database` runs `apply()` inside its own `BEGIN IMMEDIATE`, and `apply()` looks at what is
 pending again under that lock, so two processes opening a fresh database at once cannot both
 apply the same migration; a migration and its record commit together or not at all.
@@ -363,7 +363,7 @@ def m004_pairs_strict_verdict(db: sqlite3.Connection) -> None:
 
 @migrations()
 def m005_run_origins(db: sqlite3.Connection) -> None:
-    """Where an imported benchmark run came from (specreg/benchmark/bundle_import.py).
+    """Where an imported benchmark run came from (specreg/exchange/bundle.py).
 
     One row per run merged from a result bundle: the host and specreg version that ran it, the
     digest of its content (a later bundle with the same run id must match it) and of the bundle.

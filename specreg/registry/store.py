@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from specreg.errors import RegistryError
 from specreg.paths import default_db_path, registry_path
-from specreg.registry.artifacts import ArtifactSize, ArtifactStore
+from specreg.registry.artifacts import ArtifactStore
 from specreg.registry.db import BUSY_TIMEOUT_S, Database, registry_error
 from specreg.registry.integrity import Integrity, Pinned
 from specreg.registry.pairs import PairStore
@@ -139,8 +139,22 @@ class Registry:
         rehash: bool = False,
         snap: Snapshot | None = None,
     ) -> ArtifactRecord:
-        """Register a GGUF file (idempotent). `provenance`/`card`: the caller's local facts
-        (`provenance.register` looks them up and calls this); `snap`: the bytes as already read."""
+        """Register a GGUF file (idempotent); the same bytes at a new path add that path.
+
+        Args:
+            path: the file; parsed and hashed from one open descriptor.
+            license: a licence the user states (`--license`), kept beside the file's own.
+            provenance: where the file came from (HF cache, hub), as the caller found it
+                (`sources.provenance.local_facts`); the registry never looks it up.
+            card: the licence the model card states, likewise found by the caller.
+            rehash: hash the bytes even when the stat cache vouches for them.
+            snap: the file as already opened, parsed and hashed (`snapshot`), not read again.
+
+        Raises:
+            ArtifactNotFound: when the path is not a readable regular file.
+            GGUFError: when it is not a valid GGUF file.
+            RegistryError: when the registry cannot be written.
+        """
         return self.artifacts_store.add(
             path, license=license, provenance=provenance, card=card, rehash=rehash, snap=snap
         )
@@ -174,13 +188,8 @@ class Registry:
         return self.integrity.verify([rec], rehash=rehash)[rec.sha256]
 
     def verify_artifacts(self, recs: Iterable[Pinned], *, rehash: bool = False) -> dict[str, tuple[bool, str | None]]:
-        """`verify_artifact` for many artifacts (records, or `artifact_sizes`): one query, one write
-        of refreshed stats."""
+        """`verify_artifact` for many artifacts: one query, one write of refreshed stats."""
         return self.integrity.verify(recs, rehash=rehash)
-
-    def artifact_sizes(self, shas: Iterable[str]) -> list[ArtifactSize]:
-        """SHA-256 and size of these artifacts, no records built: enough to verify them."""
-        return self.artifacts_store.sizes(shas)
 
     def locate(self, sha_or_prefix: str) -> Path:
         """A path that holds the artifact's bytes now (verified)."""

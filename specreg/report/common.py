@@ -108,7 +108,7 @@ def pair_commands(p: PairAudit, width: int | None = None) -> list[tuple[str, str
 
 
 def failed_text(p: PairAudit, limit: int | None = None) -> str:
-    """The gates that failed, each with its numbers ('fails speed: chat: speed-up 0.93x [...]');
+    """The gates that failed, each with its numbers ('fails speed: chat: speed-up ...x [...]');
     gates that failed only because evidence did are named in one clause, not repeated."""
     failed = [g for g in p.gates if not g.passed]
     if not failed:
@@ -366,10 +366,6 @@ def condition_cells(run: RunDigest) -> list[list[str]]:
             ]
         )
     return rows
-
-
-def verdict_word(report: AuditReport) -> str:
-    return "PASS" if report.passed else "FAIL"
 
 
 def deploying_pairs(report: AuditReport) -> dict[str, set[int]]:

@@ -331,8 +331,8 @@ class RunDigest(BaseModel):
 @dataclass(kw_only=True)
 class GateResult(Record):
     """One gate for one pair: passed or not, why, and the numbers it looked at. A dataclass, like
-    `Candidate`: an audit of a fleet makes ~45,000 of them from values it computed itself, and
-    pydantic validated each one again on the way in (~0.1 s of `audit --all`)."""
+    `Candidate`: an audit of a fleet makes one per gate and pair from values it computed itself,
+    and validating each of them again on the way in would only cost time."""
 
     gate: GateName
     passed: bool
@@ -414,7 +414,7 @@ class PairAudit(Record):
 
 @dataclass(kw_only=True)
 class Candidate(Record):
-    """One pair considered for one stratum, and why it did or did not win (20,000 in a fleet's audit)."""
+    """One pair considered for one stratum, and why it did or did not win (one per pair and stratum)."""
 
     pair_id: int
     condition: str | None = None

@@ -318,7 +318,7 @@ class RequestRow(BaseModel):
 
     @property
     def timed_ms(self) -> float | None:
-        """The request's time as speed-ups and decisions use it: the server's own (issue 32: the
+        """The request's time as speed-ups and decisions use it: the server's own (the
         client's wall clock adds the HTTP stream and whatever the client's thread waited for, a
         noise that is the client's, not the server's), the client's total when the server sent
         no timings. The client's total stays the cross-check (`contention.clock_disagreement`)."""

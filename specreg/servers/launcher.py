@@ -237,12 +237,25 @@ def launch(
 ) -> ServerProcess:
     """Start a server with `args` (+ host/port) and wait until `/health` says ok.
 
-    `on_spawn(pid, start_time)` is called as soon as each child exists. A port that turns out to
-    be taken (bind failure in the log, or a healthy answer from a process that is not our child)
-    is retried on another port. Anything else that keeps the server from becoming healthy raises
-    ServerStartError with the log's last lines. `cpus`: the cores the server may run on, set
-    as soon as it exists (before it has loaded a model or started a thread, so every thread it
-    starts inherits them); a machine that refuses is left as it is.
+    A port that turns out to be taken (bind failure in the log, or a healthy answer from a
+    process that is not our child) is retried on another port.
+
+    Args:
+        cmd: the bundled server or the user's `llama-server`.
+        args: llama-server flags, without host and port (the launcher adds them).
+        log_path: where the server's output goes (bounded by `LogPump`).
+        start_timeout_s: how long to wait for `/health`, over every attempt.
+        ports: ports to try in turn (default: ports the kernel reports free).
+        max_attempts: how many ports to try before giving up.
+        on_spawn: called with `(pid, start_time)` as soon as each child exists, so a caller can
+            record it before it is healthy (and reap it if specreg dies).
+        cpus: the cores the server may run on, set as soon as it exists (before it has loaded
+            a model or started a thread, so every thread it starts inherits them); a machine
+            that refuses is left as it is.
+
+    Raises:
+        ServerStartError: when the server exits or never becomes healthy, with the log's last
+            lines.
     """
     ports = ports or free_ports()
     log_path.parent.mkdir(parents=True, exist_ok=True)

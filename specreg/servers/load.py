@@ -57,8 +57,8 @@ class LoadProbe:
     process, every thread, and the server's process tree) at its start and its end.
 
     The slot is watched from before its server starts to its last request: on tiny models the
-    requests alone can take 40 ms, and CPU times are counted in 10 ms ticks, so a window that
-    short could not tell 0.25 cores from none. A process of ours that starts inside the window
+    requests alone last only a few of the kernel's CPU-time ticks (USER_HZ), so a window that
+    short could not tell a quarter of a core from none. A process of ours that starts inside the window
     (the server) counts from zero. Reading is a few /proc files: no thread, no cost while the
     requests run.
     """

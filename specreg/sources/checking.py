@@ -1,6 +1,6 @@
 """Check a pair and record its verdict: open both files, pick the method, check, record.
 
-The one path from two files (or registered SHA-256s) to a stored verdict, used by `check pair`,
+The one path from two files (or registered SHA-256 digests) to a stored verdict, used by `check pair`,
 the audit's re-check of stale verdicts, the demo, the benchmarks and the tests. Opening an
 artifact (register or locate, then open the bytes) happens in `open_artifact` only.
 """
@@ -88,10 +88,24 @@ def check_and_record(
     strict: bool = False,
     extra: ExtraChecks | None = None,
 ) -> Checked:
-    """Check target/draft for `method` ("auto": detected from the draft) and record the verdict.
+    """Check target/draft for `method` and record the verdict.
 
-    Targets and drafts are paths or SHA-256 (prefixes); a missing draft method fails before
-    anything is registered.
+    Args:
+        reg: the registry the files are registered in and the verdict recorded in.
+        target: a path, a remote reference (`hf://`, `https://`) or a registered SHA-256
+            (prefix).
+        draft: likewise; None for the methods that speculate with the target alone.
+        method: a `Method` value, or "auto": detected from the draft.
+        rule_set: the llama.cpp build's facts to judge by.
+        strict: turn every warning into an error.
+        extra: more checks on the opened files for the chosen method (the memory budget, the
+            runtime probe of `check pair`).
+
+    Raises:
+        UsageError: when the method and the files given do not fit (checked before anything
+            is registered).
+        ArtifactNotFound: when a path or SHA-256 names nothing.
+        GGUFError: when a file is not a valid GGUF file.
     """
     from specreg.validators.pair import check_pair, detect_method, verdict
 

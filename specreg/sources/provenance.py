@@ -173,8 +173,19 @@ def register(
     """Register a file with its local facts: how every command registers a file.
 
     A path already registered and unchanged, with nothing new to record, is answered from the
-    stat cache without looking anything up or writing. `snap`: the file as the caller read it
-    (parsed and hashed from one descriptor), registered under exactly that SHA-256.
+    stat cache without looking anything up or writing.
+
+    Args:
+        registry: where to record it.
+        path: the file.
+        license: a licence the user states, kept beside the file's and the card's.
+        repo: the hub repo the user says the file is from (a file in the HF cache names its own;
+            a contradiction is a UsageError).
+        revision: the commit or ref, likewise.
+        extra: further provenance facts to keep (e.g. a verified hub download's).
+        rehash: hash the bytes even when the stat cache vouches for them.
+        snap: the file as the caller read it (parsed and hashed from one descriptor),
+            registered under exactly that SHA-256.
     """
     if snap is not None:
         prov, card = local_facts(path, repo=repo, revision=revision, extra=extra)

@@ -1,7 +1,7 @@
 """Terminal output of `specreg audit`: one line per pair, counts for thousands.
 
 A pair's line names its failing gates; each failure's reason follows, wrapped. A table of
-5,000 pairs helps nobody and costs seconds to lay out: above `DETAIL_LIMIT` pairs the
+thousands of pairs helps nobody and is slow to lay out: above `DETAIL_LIMIT` pairs the
 terminal gets counts per gate and the first failing pairs, and `--json` / `--report` the rest.
 """
 
