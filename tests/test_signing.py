@@ -21,8 +21,8 @@ from _bundle_helpers import dump, members, rename_run, rewrite
 from _signing_helpers import ecdsa_key, ed25519_key, statement
 
 from specreg.exchange.bundle_format import HEADER
-from specreg.exchange.dsse import public_key
-from specreg.exchange.signing import BUNDLE_PREDICATE, envelope_name
+from specreg.exchange.bundle_signatures import BUNDLE_PREDICATE, envelope_name
+from specreg.signing.dsse import public_key
 
 
 @pytest.fixture
@@ -215,7 +215,7 @@ def _flip_signature(raw: dict) -> None:
 def test_every_damaged_or_misplaced_envelope_is_refused_and_nothing_is_imported(
     audit_world: AuditWorld, source: Path, keys: dict, tmp_path: Path
 ) -> None:
-    from specreg.exchange.dsse import load_signer, sign_statement
+    from specreg.signing.dsse import load_signer, sign_statement
 
     priv, pub = keys["alice"]
     bundle = _signed(source, tmp_path, priv)

@@ -71,6 +71,11 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
         ) from None
 
 
+def policy_folder(source: str) -> Path | None:
+    """The folder a policy's relative paths (its `[trust] signers` key files) are read from."""
+    return None if source == BUILTIN else Path(source).parent
+
+
 def load_policy(path: str | Path | None) -> tuple[Policy, str]:
     """The policy in `path` (or the safe built-in defaults) and where it came from."""
     if path is None:

@@ -41,7 +41,7 @@ from specreg.schemas.methods import SELF_METHODS
 from specreg.schemas.registry import ArtifactRecord, PairRecord
 from specreg.schemas.sampling import Sampler
 from specreg.servers.identity import ChosenRules
-from specreg.sources.model_signature import signature_identity
+from specreg.signing.model_signature import signature_identity
 
 RunsFor = Callable[[Registry, PairRecord], list[RunHead]]
 _GATE_ORDER = {g: i for i, g in enumerate(GATES)}

@@ -2,47 +2,29 @@
 
 A run imported from another machine is evidence about that machine; with `[trust]
 require_signed_evidence` it counts only when one of the policy's `signers` signed it (the
-envelopes verified at import, exchange/signing.py). The rest are refused as evidence with one
+envelopes verified at import, exchange/bundle_signatures.py). The rest are refused as evidence with one
 line naming the run, the bundle it came in and the missing or unknown signer; every run the
 audit rests on is described (`RunDigest.attested_by`) so records and reports name its signer.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from specreg.audit.policy import BUILTIN
-from specreg.errors import PolicyError, SignatureError
+from specreg.audit.policy import policy_folder
 from specreg.registry.store import Registry
 from specreg.schemas.audit import Policy
+from specreg.signing.signers import trusted_keys
 
 LOCAL = "measured on this machine"
-
-
-def trusted_keys(policy: Policy, source: str) -> dict[str, str]:
-    """key id -> signer name for the policy's `[trust] signers` (PEM paths relative to the policy)."""
-    if not policy.trust.signers:
-        return {}
-    from specreg.exchange.dsse import resolve_key_id
-
-    base = None if source == BUILTIN else Path(source).parent
-    out: dict[str, str] = {}
-    for name, value in policy.trust.signers.items():
-        try:
-            out[resolve_key_id(value, base)] = name
-        except SignatureError as exc:
-            raise PolicyError(f"{source}: [trust] signers.{name}: {exc}", hint=exc.hint) from None
-    return out
 
 
 class EvidenceTrust:
     """Per audit: where each imported run came from, who signed it, and what the policy makes of it."""
 
     def __init__(self, reg: Registry, policy: Policy, source: str) -> None:
-        from specreg.exchange.signing import attestations_by_run
+        from specreg.signing.attestations import attestations_by_run
 
         self.require = policy.trust.require_signed_evidence
-        self.keys = trusted_keys(policy, source)
+        self.keys = trusted_keys(policy.trust.signers, policy_folder(source), source)
         conn = reg.conn
         self.origins = {
             rid: (host, bundle)
@@ -84,4 +66,4 @@ class EvidenceTrust:
         return f"unsigned; {where}"
 
 
-__all__ = ["LOCAL", "EvidenceTrust", "trusted_keys"]
+__all__ = ["LOCAL", "EvidenceTrust"]

@@ -73,7 +73,7 @@ def export_cmd(
     check_export_request(run or [], pair or [], all_, output)
     signer = None
     if sign is not None:  # a bad key fails before anything is read or written
-        from specreg.exchange.dsse import load_signer
+        from specreg.signing.dsse import load_signer
 
         signer = load_signer(sign)
     with Registry(db_path(), show_progress=False, create=False) as reg:
@@ -167,11 +167,11 @@ def import_cmd(
 
     trust = None
     if policy is not None:
-        from specreg.audit.policy import load_policy
-        from specreg.audit.trust import trusted_keys
+        from specreg.audit.policy import load_policy, policy_folder
+        from specreg.signing.signers import trusted_keys
 
         pol, source = load_policy(policy)
-        trust = (trusted_keys(pol, source), pol.trust.require_signed_evidence)
+        trust = (trusted_keys(pol.trust.signers, policy_folder(source), source), pol.trust.require_signed_evidence)
     with Registry(db_path(), show_progress=False) as reg:
         res = import_bundles(reg, files, trust)
     if json_out:

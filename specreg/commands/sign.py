@@ -1,6 +1,6 @@
 """`specreg sign`: add a signature (in-toto statement, DSSE envelope) to a finished result bundle.
 
-Thin: load the key, verify and sign the bundle (exchange/signing.py), say what was signed.
+Thin: load the key, verify and sign the bundle (exchange/bundle_signatures.py), say what was signed.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ def sign_cmd(
     Needs the extra: pip install 'specreg[signing]'; making a key: docs/security.md.
     """
     from specreg.exchange.bundle_signer import sign_bundle
-    from specreg.exchange.dsse import load_signer
+    from specreg.signing.dsse import load_signer
 
     signer = load_signer(key)
     path, kid = sign_bundle(bundle, signer)

@@ -223,8 +223,9 @@ _RECORD_SHAPE = (TypeError, AttributeError, LookupError, ValueError, ArithmeticE
 
 def import_bundles(reg: Registry, paths: Iterable[str | Path], trust: Trust | None = None) -> ImportResult:
     """Verify every bundle and its signatures, then merge them all in one write transaction (or
-    nothing at all). `trust`: the policy's signers (exchange/signing.verify_bundle)."""
-    from specreg.exchange.signing import record_attestations, verify_bundle
+    nothing at all). `trust`: the policy's signers (exchange/bundle_signatures.verify_bundle)."""
+    from specreg.exchange.bundle_signatures import verify_bundle
+    from specreg.signing.attestations import record_attestations
 
     known = migrations.names()
     bundles = [open_bundle(p, known) for p in paths]

@@ -8,7 +8,7 @@ each member is compressed on its own, and Python, `unzip` and every object store
 Integrity, not authenticity: each member's SHA-256 is in the manifest, and the manifest's own
 digest covers all of it (format, schema, origin, run digests, member list). A changed, missing,
 extra or truncated member, or an edited manifest, is refused before anything is written. Whoever
-can rewrite the whole file can forge it: authenticity is what the signatures add (exchange/signing.py),
+can rewrite the whole file can forge it: authenticity is what the signatures add (exchange/bundle_signatures.py),
 DSSE envelopes stored as `signatures/<key id>.intoto.json`, outside the manifest they sign.
 """
 
@@ -29,9 +29,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from specreg.errors import BundleError
-from specreg.exchange.dsse import MAX_ENVELOPE_BYTES
 from specreg.exchange.portable import canonical
 from specreg.paths import open_regular
+from specreg.signing.dsse import MAX_ENVELOPE_BYTES
 
 FORMAT: Literal["specreg-bundle"] = "specreg-bundle"
 FORMAT_VERSION = 1
@@ -40,7 +40,7 @@ RUN_PARTS = ("run.json", "conditions.jsonl", "prompts.jsonl", "requests.jsonl", 
 LOG_IDX = re.compile(r"[0-9]{1,6}")  # a condition's index: ASCII digits only (int() takes other scripts' too)
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 MAX_MANIFEST_BYTES = 64 << 20
-SIGNATURE = re.compile(r"signatures/[0-9a-f]{64}\.intoto\.json")  # one envelope per key (exchange/signing.py)
+SIGNATURE = re.compile(r"signatures/[0-9a-f]{64}\.intoto\.json")  # one envelope per key (exchange/bundle_signatures.py)
 MAX_SIGNATURES = 64
 MAX_TOTAL_BYTES = 16 << 30  # what one import may decompress (a million request rows is ~0.5 GB)
 MAX_BUNDLE_BYTES = 16 << 30  # the bundle file itself (compressed)
@@ -161,7 +161,7 @@ class Bundle:
         self, path: Path, header: BundleHeader, data: dict[str, bytes], envelopes: dict[str, bytes] | None = None
     ) -> None:
         self.path, self.header, self._data = path, header, data
-        self.envelopes = envelopes or {}  # signature member -> its bytes (unverified: exchange/signing.py)
+        self.envelopes = envelopes or {}  # signature member -> its bytes (unverified: exchange/bundle_signatures.py)
 
     def read(self, name: str) -> bytes:
         return self._data.get(name, b"")

@@ -1,6 +1,6 @@
 """Signing a result bundle: the in-toto statement over its runs and artifacts, and the envelope added.
 
-`specreg export --sign` and `specreg sign` come here; verifying what arrives is exchange/signing.py
+`specreg export --sign` and `specreg sign` come here; verifying what arrives is exchange/bundle_signatures.py
 (which the import path uses, so it imports nothing of this module or of exchange/bundle).
 """
 
@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING, Any
 from specreg import __version__
 from specreg.exchange.bundle import ExportResult, export_bundle, this_host
 from specreg.exchange.bundle_format import Bundle, open_bundle, run_member
-from specreg.exchange.dsse import STATEMENT_TYPE, key_id, public_pem, sign_statement
-from specreg.exchange.signing import BUNDLE_PREDICATE, RECORD_MEMBERS, artifact_shas, envelope_name
+from specreg.exchange.bundle_signatures import BUNDLE_PREDICATE, RECORD_MEMBERS, artifact_shas, envelope_name
 from specreg.registry.migrations import migrations
+from specreg.signing.dsse import STATEMENT_TYPE, key_id, public_pem, sign_statement
 
 if TYPE_CHECKING:
     from securesystemslib.signer import Signer

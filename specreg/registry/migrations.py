@@ -554,7 +554,7 @@ def m018_bench_request_triage(db: sqlite3.Connection) -> None:
 
 @migrations()
 def m021_run_attestations(db: sqlite3.Connection) -> None:
-    """Who vouched for an imported run (exchange/signing.py): per verified DSSE envelope and run,
+    """Who vouched for an imported run (signing/attestations.py): per verified DSSE envelope and run,
     the run's digest as signed, the signing key's id, the policy's name for it when the import
     had a policy, the bundle and the envelope's SHA-256. Runs nobody signed have no row."""
     db.execute(

@@ -123,7 +123,7 @@ class TrustPolicy(_Strict):
     """Whom the audit believes about evidence from other machines, and about model files.
 
     `signers`: a name for each trusted key, as a PEM public key file (relative to the policy's
-    folder) or a key id (exchange/dsse.py). With `require_signed_evidence`, a run measured
+    folder) or a key id (signing/dsse.py). With `require_signed_evidence`, a run measured
     elsewhere counts only when a named signer signed it; with `require_model_signature`, the
     integrity gate wants a verified OpenSSF model signature on every file (register --verify-signature).
     """

@@ -34,9 +34,9 @@ class Signed:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
         from _signing_helpers import ca_and_leaf, ecdsa_key, ed25519_key
 
+        from specreg.exchange.bundle_signatures import envelope_name
         from specreg.exchange.bundle_signer import sign_bundle
-        from specreg.exchange.dsse import key_id, load_signer
-        from specreg.exchange.signing import envelope_name
+        from specreg.signing.dsse import key_id, load_signer
 
         work.mkdir(parents=True, exist_ok=True)
         self.work, self.dest = work, dest
@@ -91,7 +91,7 @@ def _envelope_edit(env: bytes, what: str) -> bytes:
 
 def bundle_input(s: Signed, kind: str, at: float = 0.5) -> tuple[bytes, str | None]:
     """(the bundle bytes, the policy the import gets: "trusted", "other" or none) for one named edit."""
-    from specreg.exchange.dsse import load_signer, sign_statement
+    from specreg.signing.dsse import load_signer, sign_statement
 
     m = s.members()
     env = m[s.name]

@@ -1,4 +1,4 @@
-"""Signed evidence: verifying the in-toto statements (DSSE envelopes) a bundle carries, and recording them.
+"""Signed evidence: verifying the in-toto statements (DSSE envelopes) a bundle carries against that bundle.
 
 Bundle digests prove a bundle is whole, not who measured it. A signature adds who: the holder
 of a key attests "these runs, with these digests, measured on this hardware with this runtime,
@@ -12,8 +12,8 @@ side is exchange/bundle_signer.py). `import`
 checks every envelope before it writes: the signature against the key the statement carries,
 every subject against this bundle (an envelope copied from another bundle, or naming a run this
 one lacks, is refused), and - with a policy - the key against `[trust] signers`. What verified is
-recorded per run (table run_attestations, owned here): run, run digest, key id, the policy's name
-for the key when one was given, bundle digest, the envelope's SHA-256.
+recorded per run (signing/attestations.py): run, run digest, key id, the policy's name for the
+key when one was given, bundle digest, the envelope's SHA-256.
 
 A signature proves who vouches for the numbers, never that the numbers are right: a trusted
 signer with a busy machine or a bad workload still measures badly (docs/security.md).
@@ -22,13 +22,12 @@ signer with a busy machine or a bad workload still measures badly (docs/security
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 from typing import Any
 
 from specreg.errors import BundleError, SignatureError
 from specreg.exchange.bundle_format import Bundle
-from specreg.exchange.dsse import open_envelope
-from specreg.lazyclass import dataclass
+from specreg.signing.attestations import Attestation
+from specreg.signing.dsse import open_envelope
 
 BUNDLE_PREDICATE = "https://specreg.dev/attestation/bench-evidence/v1"
 RECORD_MEMBERS = ("artifacts.jsonl", "pairs.jsonl")
@@ -41,19 +40,6 @@ def artifact_shas(bundle: Bundle) -> set[str]:
 
 def envelope_name(kid: str) -> str:
     return f"signatures/{kid}.intoto.json"
-
-
-@dataclass(frozen=True)
-class Attestation:
-    """One run vouched for by one verified envelope."""
-
-    run_id: str
-    run_digest: str
-    key_id: str
-    signer: str | None  # the policy's name for the key, when import was given a policy
-    bundle_digest: str
-    envelope_sha256: str
-    signed_at: str | None
 
 
 def _refuse(bundle: Bundle, name: str, why: str) -> BundleError:
@@ -135,42 +121,4 @@ def verify_bundle(bundle: Bundle, trusted: dict[str, str] | None = None, require
     return out
 
 
-def record_attestations(conn: sqlite3.Connection, attestations: list[Attestation], imported_at: str) -> None:
-    """Record who vouched for which run (inside the import's transaction; a repeat changes nothing)."""
-    conn.executemany(
-        "INSERT OR IGNORE INTO run_attestations (run_id, run_digest, key_id, signer, bundle_digest, "
-        "envelope_sha256, signed_at, imported_at) VALUES (?,?,?,?,?,?,?,?)",
-        [
-            (a.run_id, a.run_digest, a.key_id, a.signer, a.bundle_digest, a.envelope_sha256, a.signed_at, imported_at)
-            for a in attestations
-        ],
-    )
-
-
-@dataclass(frozen=True)
-class RunSigner:
-    key_id: str
-    signer: str | None
-    bundle_digest: str
-
-
-def attestations_by_run(conn: sqlite3.Connection) -> dict[str, list[RunSigner]]:
-    """run id -> every key that vouched for the run's current content, with where it came from."""
-    out: dict[str, list[RunSigner]] = {}
-    rows = conn.execute(
-        "SELECT a.run_id, a.key_id, a.signer, a.bundle_digest FROM run_attestations a "
-        "JOIN run_origins o ON o.run_id = a.run_id AND o.run_digest = a.run_digest ORDER BY a.rowid"
-    )
-    for rid, kid, who, bdig in rows:
-        out.setdefault(rid, []).append(RunSigner(kid, who, bdig))
-    return out
-
-
-__all__ = [
-    "BUNDLE_PREDICATE",
-    "Attestation",
-    "RunSigner",
-    "attestations_by_run",
-    "record_attestations",
-    "verify_bundle",
-]
+__all__ = ["BUNDLE_PREDICATE", "verify_bundle"]
