@@ -48,7 +48,12 @@ def _describe(err: ValidationError, path: str, text: str) -> str:
     key = ".".join(str(p) for p in first["loc"]) or "(top level)"
     line = _line_of(text, key)
     where = f"{path}:{line}" if line else path
-    problem = f"unknown key '{key}'" if first["type"] == "extra_forbidden" else f"key '{key}': {first['msg']}"
+    if first["type"] == "extra_forbidden":
+        problem = f"unknown key '{key}'"
+    elif first["type"] == "bool_type":  # StrictBool: a string or a number is not a switch
+        problem = f"key '{key}' must be true or false (a TOML boolean), not {first['input']!r}"[:200]
+    else:
+        problem = f"key '{key}': {first['msg']}"
     more = len(err.errors()) - 1
     tail = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
     return f"{where}: {problem}{tail}"
