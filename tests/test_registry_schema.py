@@ -205,6 +205,16 @@ SCHEMA: dict[str, list[str]] = {
         "signed_at",
         "imported_at",
     ],
+    # who vouched for an imported verdict: one row per verified envelope and verdict (m022, same module)
+    "verdict_attestations": [
+        "verdict_id",
+        "key_id",
+        "signer",
+        "bundle_digest",
+        "envelope_sha256",
+        "signed_at",
+        "imported_at",
+    ],
     # result bundles (m005, specreg/benchmark/bundle_import.py)
     "run_origins": [
         "run_id",

@@ -126,10 +126,22 @@ def test_import_verifies_and_records_who_signed_each_run(
     dest = tmp_path / "dest.db"
     code, out, err = specreg("import", str(bundle), db=dest)
     assert code == 0, err
-    assert "signatures verified: 1 run attestation recorded" in out
     kid = _kid(keys["alice"][1])
     rows = _rows(dest, "SELECT run_id, key_id, signer FROM run_attestations")
     assert rows == [(audit_world.run_id, kid, None)]
+    # the bundle's own verdicts are signed with it (the statement binds pairs.jsonl): one row each
+    n_verdicts = len(members(bundle)["pairs.jsonl"].splitlines())
+    assert _rows(dest, "SELECT count(*), count(DISTINCT verdict_id) FROM verdict_attestations") == [(4, 4)]
+    assert n_verdicts == 4  # four pairs of one verdict each in the shared world
+    # the counts printed are the rows stored: the same bundle three times stores each row once
+    assert "signatures verified: 1 run attestation, 4 verdict attestations recorded" in " ".join(out.split())
+    thrice = tmp_path / "thrice.db"
+    code, out, err = specreg("import", str(bundle), str(bundle), str(bundle), db=thrice)
+    assert code == 0, err
+    assert "signatures verified: 1 run attestation, 4 verdict attestations recorded" in " ".join(out.split())
+    assert _rows(thrice, "SELECT count(*) FROM run_attestations") == [(1,)]
+    code, out, err = specreg("import", str(bundle), db=thrice)  # again: nothing new, nothing claimed
+    assert code == 0 and "signatures verified" not in out, out
     # with a policy, the key gets the policy's name; importing again changes nothing else
     pol = tmp_path / "trust.toml"
     pol.write_text('[trust]\nsigners = { alice = "keys/alice.pub.pem" }\n')
@@ -259,10 +271,65 @@ def test_every_damaged_or_misplaced_envelope_is_refused_and_nothing_is_imported(
     pol = tmp_path / "bob-only.toml"
     pol.write_text(f'[trust]\nsigners = {{ bob = "{bob_kid}" }}\nrequire_signed_evidence = true\n')
     _refused(dest, bundle, "which is not in [trust] signers", _kid(pub)[:16], policy=pol)
-    _refused(dest, unsigned, f"run {audit_world.run_id} is not signed", policy=pol)
+    _refused(dest, unsigned, f"run {audit_world.run_id} is unsigned", "require_signed_evidence", policy=pol)
     # a resealed bundle listing a signature in its manifest
     listed = rewrite(bundle, w / "listed.zip", lambda d, h: None)
     _refused(dest, listed, "the manifest lists a signature")
+
+
+def test_an_untrusted_extra_envelope_is_recorded_and_ignored_for_trust(
+    audit_world: AuditWorld, source: Path, keys: dict, tmp_path: Path
+) -> None:
+    """Envelopes sit outside the manifest: anyone in transit can add one. A verified envelope by a
+    key the policy does not name is recorded, never trusted, and never blocks a bundle that the
+    trusted signatures cover (it imports the same as with that envelope stripped)."""
+    bundle = _signed(source, tmp_path, keys["alice"][0])
+    assert specreg("sign", str(bundle), "--key", str(keys["bob"][0]), db=source)[0] == 0  # bob: a stranger
+    alice, bob = _kid(keys["alice"][1]), _kid(keys["bob"][1])
+    stripped = _with(bundle, tmp_path / "stripped.zip", envelope_name(bob), None)
+    pol = tmp_path / "alice.toml"
+    pol.write_text(f'[trust]\nsigners = {{ alice = "{alice}" }}\nrequire_signed_evidence = true\n')
+    with_bob, without = tmp_path / "with-bob.db", tmp_path / "without.db"
+    code, out, err = specreg("import", "--policy", str(pol), str(bundle), db=with_bob)
+    assert code == 0, err
+    assert f"signed by key {bob[:16]}, not in [trust] signers: recorded, not trusted" in " ".join(out.split())
+    assert specreg("import", "--policy", str(pol), str(stripped), db=without)[0] == 0
+    signers = "SELECT key_id, signer FROM run_attestations ORDER BY key_id"
+    assert sorted(_rows(with_bob, signers)) == sorted([(alice, "alice"), (bob, None)])
+    assert _rows(without, signers) == [(alice, "alice")]
+    same = "SELECT run_id, run_digest FROM run_origins"
+    assert _rows(with_bob, same) == _rows(without, same)
+    # a bundle only the stranger signed: recorded under a policy that does not require signatures ...
+    only_bob = _with(bundle, tmp_path / "only-bob.zip", envelope_name(alice), None)
+    loose = tmp_path / "loose.toml"
+    loose.write_text(f'[trust]\nsigners = {{ alice = "{alice}" }}\n')
+    assert specreg("import", "--policy", str(loose), str(only_bob), db=tmp_path / "loose.db")[0] == 0
+    assert _rows(tmp_path / "loose.db", signers) == [(bob, None)]
+    # ... and refused, naming the stranger's key, where the policy requires a trusted signer
+    line = _refused(tmp_path / "strict.db", only_bob, f"signed only by key {bob[:16]}", policy=pol)
+    assert "not in [trust] signers" in line
+
+
+def test_sign_refuses_what_import_would_refuse(source: Path, keys: dict, tmp_path: Path) -> None:
+    """`sign` checks the envelopes a bundle already carries (it never signs a bundle that import
+    will refuse), and says what it did not do: sign."""
+    import os
+
+    bundle = _signed(source, tmp_path, keys["alice"][0])
+    name = envelope_name(_kid(keys["alice"][1]))
+    damaged = _with(bundle, tmp_path / "damaged.zip", name, _edit_envelope(members(bundle)[name], _flip_signature))
+    before = damaged.read_bytes()
+    code, _, err = specreg("sign", str(damaged), "--key", str(keys["bob"][0]), db=source)
+    assert code == 2 and err.count("error:") == 1 and "Traceback" not in err, err
+    line = " ".join(err.split())
+    assert "does not verify" in line and name in line and "nothing was signed" in line, line
+    assert damaged.read_bytes() == before
+    fifo = tmp_path / "fifo.zip"
+    os.mkfifo(fifo)
+    code, _, err = specreg("sign", str(fifo), "--key", str(keys["bob"][0]), db=source)
+    line = " ".join(err.split())
+    assert code == 2 and "not a regular file" in line and "nothing was signed" in line, line
+    assert "imported" not in line
 
 
 def _other_host(audit_world: AuditWorld, bundle: Path, dest: Path) -> Path:

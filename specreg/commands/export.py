@@ -185,6 +185,8 @@ def import_cmd(
                 "already_present": res.present,
                 "requests": res.requests,
                 "signed": res.signed,
+                "signed_verdicts": res.signed_verdicts,
+                "untrusted_keys": sorted(set(res.untrusted)),
                 "checked_here": res.checked_here,
                 "not_checked_here": [{"pair": pid, "why": why} for pid, why in sorted(res.not_checked.items())],
             }
@@ -208,8 +210,13 @@ def import_cmd(
         )
     if res.present:
         console().print(f"  already here, unchanged: {_n(len(res.present), 'run')} with the same content")
-    if res.signed:
-        console().print(f"  signatures verified: {_n(res.signed, 'run attestation')} recorded")
+    if res.signed or res.signed_verdicts:
+        console().print(
+            f"  signatures verified: {_n(res.signed, 'run attestation')}, "
+            f"{_n(res.signed_verdicts, 'verdict attestation')} recorded"
+        )
+    for kid in sorted(set(res.untrusted)):
+        console().print(safe(f"  signed by key {kid[:16]}, not in [trust] signers: recorded, not trusted"))
 
 
 def _n(count: int, noun: str) -> str:
