@@ -495,3 +495,93 @@ def test_the_example_fleet_policy_requires_signed_evidence_and_the_local_one_doe
     assert local.trust.require_signed_evidence is False and local.trust.signers == {}
     # otherwise the same policy: only the name, the trust table and comments differ
     assert fleet.model_dump(exclude={"name", "trust"}) == local.model_dump(exclude={"name", "trust"})
+
+
+def test_a_signed_verdict_stands_where_the_files_are_not(
+    audit_world: AuditWorld, source: Path, keys: dict, tmp_path: Path
+) -> None:
+    """A central registry audits a fleet from signed bundles alone: the shared world's real run and
+    verdicts, exported signed by lab-a, imported where no model file is. Under a policy naming
+    lab-a its verdicts stand as lab-a's ("admitted by lab-a, signed") in `pairs`, the audit and
+    the report; the integrity gate says it re-hashed nothing and whose SHA-256s it rests on.
+    Under a policy naming someone else, or with the envelope stripped, nothing stands; a check
+    made here wins over the signed verdict."""
+    lab_a, lab_b = keys["alice"], keys["bob"]
+    bundle = _signed(source, tmp_path, lab_a[0])
+    trusting = _trust_policy(audit_world, tmp_path / "trusting", {"lab-a": str(lab_a[1])}, True)
+    other = _trust_policy(audit_world, tmp_path / "other", {"lab-b": str(lab_b[1])}, False)
+    central = tmp_path / "central.db"
+    code, out, err = specreg("import", "--policy", str(trusting), str(bundle), db=central)
+    assert code == 0, err
+    assert "4 verdict attestations recorded" in " ".join(out.split())
+
+    def ident(p: dict) -> tuple[str, str | None, str]:
+        return p["target_sha256"], p.get("draft_sha256"), p["method"]
+
+    # pair ids are this registry's own: the world's pairs found here by what they are
+    theirs = {ident(p): p["id"] for p in json.loads(specreg("pairs", "--json", db=source)[1])}
+    here = {ident(p): p["id"] for p in json.loads(specreg("pairs", "--json", db=central)[1])}
+    ids = {name: here[next(k for k, v in theirs.items() if v == pid)] for name, pid in audit_world.pairs.items()}
+    pair = str(ids["draft-simple"])
+    # pairs: as recorded (another machine's word), and as the policy has it stand
+    rows = {p["id"]: p for p in json.loads(specreg("pairs", "--json", db=central)[1])}
+    assert not rows[int(pair)]["checked_here"] and not rows[int(pair)]["admitted"]
+    code, out, _ = specreg("pairs", "--policy", str(trusting), "--json", db=central)
+    stood = {p["id"]: p for p in json.loads(out)}
+    assert stood[int(pair)]["admitted"] and stood[int(pair)]["signed_verdict"]["signed_by"] == ["lab-a"]
+    assert not stood[ids["near-miss"]]["admitted"]  # lab-a rejected it: signed, still rejected
+    code, out, _ = specreg("pairs", "--policy", str(trusting), "--admitted", db=central)
+    assert "admitted by lab-a, signed" in out and "near-miss" not in out
+    # the audit of every pair: lab-a's admitted pairs, judged on lab-a's signed run
+    md = tmp_path / "central.md"
+    code, out, err = specreg("audit", "--all", "--policy", str(trusting), "--report", str(md), db=central)
+    assert code in (0, 1), err
+    assert f"pair {pair} verdict: admitted by lab-a, signed" in " ".join(out.split())
+    report = json.loads(specreg("audit", "--all", "--policy", str(trusting), "--json", db=central)[1])
+    audited = {p["pair_id"]: p for p in report["pairs"]}
+    assert set(audited) == {ids[m] for m in ("draft-simple", "ngram-simple", "ngram-mod")}
+    mine = audited[int(pair)]
+    gates = {g["gate"]: g for g in mine["gates"]}
+    assert mine["passed"] and mine["signed_verdict"] == "admitted by lab-a, signed"
+    assert gates["verdict"]["message"].startswith("admitted by lab-a, signed (made on ")
+    header = json.loads(members(bundle)[HEADER])
+    for role, sha in (("target", mine["target_sha256"]), ("draft", mine["draft_sha256"])):
+        assert (
+            f"{role} not on this machine, not re-hashed here: sha256 {sha} as lab-a signed it"
+            in (gates["integrity"]["message"])
+        )
+        art = gates["integrity"]["evidence"]["artifacts"][role]
+        assert art["ok"] is None and art["vouched_by"] == "lab-a"
+    assert "match" not in gates["integrity"]["message"]  # nothing claims a re-hash it did not do
+    assert gates["rollback"]["passed"] and "lab-a's run" in gates["rollback"]["message"]
+    assert report["runs"][0]["attested_by"].startswith("signed by lab-a")
+    assert f"pair {pair} draft-simple: passes every gate (verdict admitted by lab-a, signed)" in md.read_text()
+    assert header["digest"][:16] in gates["verdict"]["message"]
+    # a policy that names someone else: nothing stands, and the refusal names the key that signed
+    code, _, err = specreg("audit", "--all", "--policy", str(other), db=central)
+    line = " ".join(err.split())
+    assert code == 2 and err.count("error:") == 1, err
+    assert "no admitted pairs to audit" in line and f"signed only by key {_kid(lab_a[1])[:16]}" in line
+    assert "not in [trust] signers" in line
+    report = json.loads(specreg("audit", "--pair", pair, "--policy", str(other), "--json", db=central)[1])
+    verdict = next(g for g in report["pairs"][0]["gates"] if g["gate"] == "verdict")
+    assert not verdict["passed"] and f"signed only by key {_kid(lab_a[1])[:16]}" in verdict["message"]
+    assert report["pairs"][0]["signed_verdict"] is None
+    # the same bundle without its envelope: the verdicts are evidence only, under the trusting policy too
+    bare = tmp_path / "bare.db"
+    stripped = _with(bundle, tmp_path / "stripped.zip", envelope_name(_kid(lab_a[1])), None)
+    assert specreg("import", str(stripped), db=bare)[0] == 0
+    code, _, err = specreg("audit", "--all", "--policy", str(trusting), db=bare)
+    assert code == 2 and "no admitted pairs to audit" in err, err
+    # a check made here wins: with the files registered and checked, the verdict is this machine's
+    for f in (audit_world.target, audit_world.draft):
+        assert specreg("register", str(f), db=central)[0] == 0
+    assert specreg("check", "pair", str(audit_world.target), str(audit_world.draft), db=central)[0] == 0
+    report = json.loads(specreg("audit", "--pair", pair, "--policy", str(trusting), "--json", db=central)[1])
+    checked = report["pairs"][0]
+    verdict = next(g for g in checked["gates"] if g["gate"] == "verdict")
+    assert checked["signed_verdict"] is None and verdict["passed"] and "lab-a" not in verdict["message"]
+    integrity = next(g for g in checked["gates"] if g["gate"] == "integrity")
+    assert (
+        "match their registered SHA-256" in integrity["message"] and "not on this machine" not in integrity["message"]
+    )

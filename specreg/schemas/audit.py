@@ -403,6 +403,9 @@ class PairAudit(Record):
     hardware: str | None = None  # the hardware class whose runs were the evidence (None: no run)
     conditions: list[ConditionOutcome] = field(default_factory=list)
     not_benchmarkable: str | None = None  # admitted, but a side is vocab-only: why there is no run
+    # the verdict stands on a trusted signer's signature ("admitted by lab-a, signed"), not on
+    # checks made here (audit/trust.py); None: this machine's own checks
+    signed_verdict: str | None = None
     # conditions of this pair's run for methods its target has no pair for (see UncheckedCondition)
     unchecked: list[UncheckedCondition] = field(default_factory=list)
 
