@@ -148,7 +148,8 @@ def import_cmd(
     policy: Annotated[
         Path | None,
         typer.Option(
-            "--policy", help="Accept only signatures by its [trust] signers (and, if it says so, no unsigned run)."
+            "--policy",
+            help="Name signers by its [trust] signers; with require_signed_evidence, refuse a run none signed.",
         ),
     ] = None,
     json_out: JsonOpt = False,
@@ -157,7 +158,8 @@ def import_cmd(
 
     Every member is checked against the bundle's SHA-256 list before anything is written; a
     tampered, truncated or too-new bundle is refused. Every signature a bundle carries is
-    verified and who signed which run is recorded. Importing twice changes nothing; a run id
+    verified and who signed which run and verdict is recorded (a key the policy does not name is
+    recorded, never trusted, never fatal). Importing twice changes nothing; a run id
     this registry holds with different content is refused, naming both digests. A bundle's
     verdicts are kept as evidence about the machine that made them: a pair is admitted here only
     by checks made here (run at once when its files are registered here).
