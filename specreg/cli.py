@@ -19,9 +19,10 @@ from specreg.commands.options import DB_KEY, DbOpt, HelpCommand
 from specreg.errors import EXIT_UNDECIDED, SpecregError
 
 try:  # typer >= 0.29 vendors click as typer._click: its usage errors are not click's classes
-    from typer._click.exceptions import ClickException
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
 except ImportError:  # pragma: no cover - a typer that uses click itself
     from click import ClickException  # type: ignore[assignment]
+    from click.exceptions import NoArgsIsHelpError  # type: ignore[assignment]
 
 # Every command, in the order of the pipeline (the order `--help` lists them), with where it
 # lives (`module:attribute` under specreg.commands: a function is a command, a Typer a group of
@@ -240,6 +241,9 @@ def main(argv: list[str] | None = None) -> None:
         _trace(debug)
         code = _fail(exc.message, exc.hint, exc.exit_code)
     except typer.Exit as exc:
+        code = exc.exit_code
+    except NoArgsIsHelpError as exc:  # `specreg`, `specreg rules`: the help, as typer and `hf` print it
+        sys.stderr.write(exc.format_message() + "\n")
         code = exc.exit_code
     except ClickException as exc:  # a usage error typer found (unknown option, bad choice, ...)
         ctx = getattr(exc, "ctx", None)

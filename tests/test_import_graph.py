@@ -1,7 +1,7 @@
 """The house rule: imports point one way along the pipeline, and no module imports itself in a loop.
 
-schemas <- gguf <- validators <- registry <- sources <- servers <- benchmark / equivalence <- exchange / audit <- report
-<- commands <- cli.
+schemas <- gguf <- validators <- registry <- sources / signing <- servers <- benchmark / equivalence <- exchange /
+audit <- report <- commands <- cli.
 Imports under `if TYPE_CHECKING:` are for annotations only: the direction test does not count them,
 the cycle test does (two modules that need each other's names, even for annotations, are one concept
 split in two - describe what is needed with a Protocol, or give the shared type its own module).
@@ -34,6 +34,7 @@ RANKS = {
     "validators": 3,
     "registry": 4,  # the SQLite store only
     "sources": 5,  # where bytes come from: local files, hub, HF cache, range reads, provenance
+    "signing": 5,  # keys, DSSE envelopes, attestations, trusted signers, model signatures: below audit and exchange
     "servers": 6,  # starting and watching llama.cpp servers
     "decision": 6,  # the anytime-valid decision and the budget plan: arithmetic on timings
     "benchmark": 7,

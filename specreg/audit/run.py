@@ -20,7 +20,7 @@ from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
 from specreg.benchmark.run_index import RunHead, RunIndex, runs_for_pair
 from specreg.errors import RunUnreadable, SpecregError
 from specreg.registry.db import now, paused_gc
-from specreg.registry.evidence import not_checked_here, trusted
+from specreg.registry.evidence import not_checked_here
 from specreg.registry.store import Registry
 from specreg.schemas.audit import (
     GATES,
@@ -41,7 +41,8 @@ from specreg.schemas.methods import SELF_METHODS
 from specreg.schemas.registry import ArtifactRecord, PairRecord
 from specreg.schemas.sampling import Sampler
 from specreg.servers.identity import ChosenRules
-from specreg.sources.model_signature import signature_identity
+from specreg.signing.model_signature import signature_identity
+from specreg.text import plural
 
 RunsFor = Callable[[Registry, PairRecord], list[RunHead]]
 _GATE_ORDER = {g: i for i, g in enumerate(GATES)}
@@ -205,12 +206,45 @@ def _recheck(reg: Registry, pair: PairRecord) -> PairRecord:
     return reg.get_pair(done.pair_id)
 
 
+def _signed_verdict(facts: _Facts, pair: PairRecord) -> GateResult:
+    """The verdict gate of a pair not checked here: it passes on a verdict a trusted signer signed
+    (audit/trust.py) under the current rule set, and says whose it is; anything else fails, naming
+    the keys that signed without standing in the policy."""
+    trust = facts.trust
+    st = trust.standing(pair) if trust is not None else None
+    if st is None:
+        why = not_checked_here(pair) or "not checked on this machine"
+        keys = trust.untrusted(pair) if trust is not None else []
+        if keys:
+            why += f"; signed only by key {', '.join(keys)}, which is not in [trust] signers"
+        return GateResult(gate="verdict", passed=False, message=why, evidence={"rule_set": pair.rule_set})
+    current = facts.current_rule_set(pair.rule_set) or pair.rule_set
+    evidence = {
+        "rule_set": pair.rule_set,
+        "current_rule_set": current,
+        "signed_by": list(st.signers),
+        "made_on": st.verdict.host,
+        "created_at": st.verdict.created_at,
+        "bundle_digest": st.verdict.bundle_digest,
+    }
+    said = f"{st.said()} ({st.origin()})"
+    if current != pair.rule_set:
+        return GateResult(
+            gate="verdict",
+            passed=False,
+            evidence=evidence,
+            message=f"{said}: under rule set {pair.rule_set}, current is {current}; its files are not checked "
+            "here: run `specreg check pair` on them, or import a verdict under the current rule set",
+        )
+    if not pair.admitted:
+        errors = [f"{c.code}: {c.message}" for c in pair.checks if c.severity == "error"]
+        return GateResult(gate="verdict", passed=False, evidence=evidence, message=f"{said}: {'; '.join(errors)}")
+    return GateResult(gate="verdict", passed=True, evidence=evidence, message=f"{said} under {current}")
+
+
 def _verdict(facts: _Facts, pair: PairRecord, files_ok: bool) -> tuple[GateResult, PairRecord]:
-    elsewhere = not_checked_here(pair)
-    if elsewhere is not None and not trusted(pair.elsewhere):  # the hook for signed evidence
-        return GateResult(gate="verdict", passed=False, message=elsewhere, evidence={"rule_set": pair.rule_set}), pair
     if not pair.checked_here:
-        return GateResult(gate="verdict", passed=False, message="not checked on this machine"), pair
+        return _signed_verdict(facts, pair), pair
     current = facts.current_rule_set(pair.rule_set)
     if current is None:
         return gates.verdict_gate(pair.admitted, pair.rule_set, "(unknown runtime)", None, []), pair
@@ -236,6 +270,9 @@ def _template(facts: _Facts, pair: PairRecord, policy: Policy) -> GateResult:
     recorded = [c for c in checks if c.code.startswith("template.")]
     if recorded:
         return gates.template_gate(recorded, "recorded with the verdict", policy.template)
+    if not facts.record(pair.target_sha256).paths:
+        why = "no verdict here records template checks, and the target is not on this machine to scan"
+        return gates.template_gate(None, why, policy.template)
     if not facts.verify(pair.target_sha256)[0]:
         return gates.template_gate(None, "the verdict predates template checks and the target changed", policy.template)
     scan = facts.template_scan(pair.target_sha256)
@@ -314,10 +351,15 @@ def audit_pair(
 ) -> tuple[PairAudit, RunDigest | None]:
     """All eight gates for one pair (evidence, equivalence, speed, memory on its best condition)."""
     roles = [("target", pair.target_sha256)] + ([("draft", pair.draft_sha256)] if pair.draft_sha256 else [])
-    checks = [(role, sha, *facts.verify(sha)) for role, sha in roles]
+    # a pair standing on a trusted signer's verdict: its files may be on the signer's machine only
+    vouched = facts.trust.standing(pair) if facts.trust is not None else None
+    away = {role: vouched.by for role, sha in roles if vouched and not facts.record(sha).paths}
+    checks = [(role, sha, *facts.verify(sha)) for role, sha in roles if role not in away]
     signers = {role: facts.signer(sha) for role, sha in roles}
-    results = [gates.integrity_gate(checks, facts.rehash, signers, policy.trust.require_model_signature)]
-    verdict, pair = _verdict(facts, pair, all(ok for _, _, ok, _ in checks))
+    require_sig = policy.trust.require_model_signature
+    elsewhere = [(role, sha, away[role]) for role, sha in roles if role in away]
+    results = [gates.integrity_gate(checks, facts.rehash, signers, require_sig, elsewhere)]
+    verdict, pair = _verdict(facts, pair, bool(checks) and all(ok for _, _, ok, _ in checks))
     results.append(verdict)
     results.append(_template(facts, pair, policy))
     licence = gates.licence_gate([(role, facts.record(sha)) for role, sha in roles], policy.licence)
@@ -349,7 +391,8 @@ def audit_pair(
     if run is not None:
         _refuse_other_rules(facts, pair, run, results)
     results.append(licence)
-    rollback, command = gates.rollback_gate(run, facts.record(pair.target_sha256).paths, conc)
+    measured_by = away.get("target") if run is not None and run.target_sha256 == pair.target_sha256 else None
+    rollback, command = gates.rollback_gate(run, facts.record(pair.target_sha256).paths, conc, measured_by)
     request = head.manifest.request if head and head.manifest else None
     results.append(rollback)
     rid = run.run_id if run else None
@@ -363,6 +406,8 @@ def audit_pair(
         extra["speculative_command"] = facts.server_argv(rid or "", best.cond.command, request)
         if best.whole is not None:
             extra |= {"speedup": best.whole.speedup, "speedup_ci95": best.whole.speedup_ci95}
+    if vouched is not None:
+        extra["signed_verdict"] = vouched.said()
     return _pair_audit(pair, results, run_id=rid, **extra), run
 
 
@@ -440,6 +485,39 @@ def _may_pass_speed(run: RunDigest, cond: ConditionDigest, policy: Policy) -> bo
     )
 
 
+def audited_pairs(
+    reg: Registry, trust: EvidenceTrust, pair_ids: list[int] | None
+) -> tuple[list[PairRecord], list[str]]:
+    """The pairs an audit judges, each as it stands here (audit/trust.py), and notes on the pairs
+    left out. None: every pair admitted here, and every pair with no verdict of its own that a
+    trusted signer's verdict admits; raises when there is none. Pairs admitted elsewhere whose
+    verdicts only keys outside the policy signed are named in a note (or in the error)."""
+    if pair_ids is not None:
+        return [trust.as_standing(reg.get_pair(i)) for i in pair_ids], []
+    pairs = reg.pairs(admitted=True, with_checks=True)  # the template gate reads the verdict's checks
+    left: list[PairRecord] = []
+    for pid in trust.signed_elsewhere():
+        pair = reg.get_pair(pid)
+        if trust.standing(pair) is not None:
+            stood = trust.as_standing(pair)
+            if stood.admitted:
+                pairs.append(stood)
+        elif pair.elsewhere is not None and pair.elsewhere.admitted and trust.untrusted(pair):
+            left.append(pair)
+    pairs.sort(key=lambda p: p.id)
+    keys = sorted({k for p in left for k in trust.untrusted(p)})
+    unknown = f"signed only by key {', '.join(keys)}, which is not in [trust] signers"
+    if not pairs:
+        why = f": {plural(len(left), 'pair')} admitted elsewhere, {unknown}" if left else ""
+        raise SpecregError(
+            "no admitted pairs to audit" + why,
+            hint="check pairs first: specreg check pair TARGET DRAFT; a verdict imported from another machine "
+            "stands here when a signer in the policy's [trust] signers signed it (docs/security.md)",
+        )
+    notes = [f"pair {p.id} ({p.method}), admitted elsewhere, is not audited: {unknown}" for p in left]
+    return pairs, notes
+
+
 def run_audit(
     reg: Registry,
     policy: Policy,
@@ -489,15 +567,12 @@ def _run_audit(
 ) -> AuditReport:
     from specreg.validators.ruleset import RULE_SET_DEFAULT, load_rule_set
 
-    if pairs is None and pair_ids is None:
-        pairs = reg.pairs(admitted=True, with_checks=True)  # the template gate reads the verdict's checks
-        if not pairs:
-            raise SpecregError("no admitted pairs to audit", hint="check pairs first: specreg check pair TARGET DRAFT")
-    elif pairs is None:
-        pairs = [reg.get_pair(i) for i in pair_ids or []]
     facts = facts or _Facts(reg, rehash, spread)
     if facts.trust is None:
         facts.trust = EvidenceTrust(reg, policy, policy_source)
+    chosen: list[str] = []
+    if pairs is None:
+        pairs, chosen = audited_pairs(reg, facts.trust, pair_ids)
     facts.chosen = {}  # chosen from `runs_for`: a shared `facts` meets other runs (another class) here
     facts.sampler, facts.sampled = policy_sampler(policy), {}  # ... and may have met another policy
     if len(pairs) > 20:  # a few list queries instead of several lookups per pair
@@ -512,7 +587,7 @@ def _run_audit(
     audits: list[PairAudit] = []
     runs: dict[str, RunDigest] = {}
     seen: set[int] = set()
-    notes: list[str] = []
+    notes: list[str] = list(chosen)
     for pair in pairs:
         audit, run = audit_pair(facts, pair, policy, runs_for)
         if audit.pair_id in seen:  # a stale pair re-checked into one already audited

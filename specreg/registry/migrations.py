@@ -103,9 +103,11 @@ migrations = MigrationSet("specreg")
 # Migrations of tables that only this registry keeps for itself (caches of what it computed from
 # its own rows). A bundle never carries them, so its schema does not name them: a bundle from a
 # specreg that added one is not "newer" to a specreg that has not (exchange/bundle.py).
-# Who vouched for an imported run (m021) is this registry's record of the envelopes it verified;
-# the envelopes themselves travel, not the table.
-LOCAL_ONLY = frozenset({"m010_template_scans", "m012_run_digests", "m021_run_attestations"})
+# Who vouched for an imported run or verdict (m021, m022) is this registry's record of the
+# envelopes it verified; the envelopes themselves travel, not the tables.
+LOCAL_ONLY = frozenset(
+    {"m010_template_scans", "m012_run_digests", "m021_run_attestations", "m022_verdict_attestations"}
+)
 
 
 def bundle_schema() -> list[str]:
@@ -554,7 +556,7 @@ def m018_bench_request_triage(db: sqlite3.Connection) -> None:
 
 @migrations()
 def m021_run_attestations(db: sqlite3.Connection) -> None:
-    """Who vouched for an imported run (exchange/signing.py): per verified DSSE envelope and run,
+    """Who vouched for an imported run (signing/attestations.py): per verified DSSE envelope and run,
     the run's digest as signed, the signing key's id, the policy's name for it when the import
     had a policy, the bundle and the envelope's SHA-256. Runs nobody signed have no row."""
     db.execute(
@@ -569,6 +571,28 @@ def m021_run_attestations(db: sqlite3.Connection) -> None:
             signed_at TEXT,
             imported_at TEXT NOT NULL,
             PRIMARY KEY (run_id, run_digest, key_id, bundle_digest)
+        )
+        """
+    )
+
+
+@migrations()
+def m022_verdict_attestations(db: sqlite3.Connection) -> None:
+    """Who vouched for an imported verdict (signing/attestations.py): per verified DSSE envelope
+    whose statement binds the bundle's pairs.jsonl, and per verdict the bundle's own host made,
+    the signing key's id, the policy's name for it when the import had a policy, the bundle and
+    the envelope's SHA-256. Verdicts nobody signed have no row."""
+    db.execute(
+        """
+        CREATE TABLE verdict_attestations (
+            verdict_id INTEGER NOT NULL REFERENCES imported_verdicts (id),
+            key_id TEXT NOT NULL CHECK (length(key_id) = 64),
+            signer TEXT,
+            bundle_digest TEXT NOT NULL CHECK (length(bundle_digest) = 64),
+            envelope_sha256 TEXT NOT NULL CHECK (length(envelope_sha256) = 64),
+            signed_at TEXT,
+            imported_at TEXT NOT NULL,
+            PRIMARY KEY (verdict_id, key_id, bundle_digest)
         )
         """
     )

@@ -220,6 +220,15 @@ def _rollbacks(report: AuditReport) -> None:
             show_lines(["  " + ln for ln in command_lines(words, width() - 2, indent=4)])
 
 
+def _vouched(report: AuditReport) -> None:
+    """The pairs whose verdict is a trusted signer's, not this machine's (audit/trust.py)."""
+    signed = [p for p in report.pairs if p.signed_verdict]
+    for p in signed[:FAILURES_SHOWN]:
+        say(p.signed_verdict or "", prefix=f"pair {p.pair_id} verdict: ", indent=6)
+    if len(signed) > FAILURES_SHOWN:
+        say(f"... and {len(signed) - FAILURES_SHOWN} more pairs on signed verdicts (--json names every signer)")
+
+
 def _attested(report: AuditReport) -> None:
     """Who vouches for each run the audit rests on, once any came from another machine."""
     from specreg.audit.trust import LOCAL
@@ -244,6 +253,7 @@ def print_audit(report: AuditReport) -> None:
     for note in report.notes[:FAILURES_SHOWN]:
         say(note, prefix="note: ", marks=[("note:", "dim")], indent=6)
     _failures(report.pairs, None if detail else FAILURES_SHOWN, hw)
+    _vouched(report)
     _attested(report)
     _hardware(report, detail, hw)
     _decisions(report, detail, hw)

@@ -4,24 +4,27 @@ The verification is the `model-signing` package's own (a Sigstore bundle holding
 envelope whose statement lists the file's SHA-256), with its two offline methods: an elliptic
 public key, or a certificate chain up to a CA the user names. specreg adds what the library
 leaves to its caller: which signature file (FILE.sig, else model.sig beside it), that the
-signed digest is the SHA-256 the registry records, that the signing certificate is valid now
-(offline there is no timestamp authority to say when it signed; model-signing checks the chain
-at the certificate's start date only), and the identity in words: the key's SHA-256
-fingerprint, or the certificate's subject and issuer. That identity goes into the artifact's
+signed digest is the SHA-256 the registry records, that every certificate of the chain is valid
+now and when it signed (signing/chain.py: model-signing checks the chain at the signing
+certificate's start date only), and the identity in words: the key's SHA-256 fingerprint, or
+the certificate's subject and issuer. That identity goes into the artifact's
 provenance (`provenance.extra["model_signature"]`), which check pair, audit and the ML-BOM read.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from specreg.errors import SIGNING_EXTRA, SignatureError
 from specreg.paths import read_regular
+from specreg.signing.chain import check_chain, signature_chain
 
 PROVENANCE_KEY = "model_signature"
 MAX_SIGNATURE_BYTES = 4 << 20  # a Sigstore bundle of one file's manifest is a few KB
@@ -89,19 +92,6 @@ def _signed_sha256(sig: Path, statement: dict[str, Any]) -> str:
     return str(res[0]["digest"])
 
 
-def _leaf_certificate(sig: Path, material: dict[str, Any]) -> Any:
-    from cryptography import x509
-
-    chain = material.get("x509CertificateChain", {})
-    certs = chain.get("certificates") if isinstance(chain, dict) else None
-    first = certs[0] if isinstance(certs, list) and certs else material.get("certificate")
-    raw = first.get("rawBytes") if isinstance(first, dict) else None
-    try:
-        return x509.load_der_x509_certificate(base64.b64decode(str(raw), validate=True))
-    except ValueError:
-        raise SignatureError(f"{sig}: the signing certificate is malformed") from None
-
-
 def _cert_identity(cert: Any) -> tuple[str, str]:
     from cryptography import x509
     from cryptography.x509.oid import NameOID
@@ -124,6 +114,7 @@ def verify_model(model: str | Path, trust_pem: str | Path, signature: str | Path
     try:
         import model_signing
         from cryptography import x509
+        from cryptography.exceptions import InvalidSignature
         from cryptography.hazmat.primitives import hashes, serialization
     except ImportError:
         raise SignatureError(NEEDS_EXTRA) from None
@@ -135,15 +126,12 @@ def verify_model(model: str | Path, trust_pem: str | Path, signature: str | Path
     record: dict[str, Any] = {"signature": str(sig.resolve())}
     if b"-----BEGIN CERTIFICATE-----" in pem:
         try:
-            x509.load_pem_x509_certificates(pem)
+            anchors = x509.load_pem_x509_certificates(pem)
         except ValueError:
             raise SignatureError(f"{trust_pem}: not a PEM certificate chain") from None
-        leaf = _leaf_certificate(sig, material)
-        now = datetime.now(UTC)
-        if leaf.not_valid_after_utc < now:
-            raise SignatureError(f"{sig}: the signing certificate expired on {leaf.not_valid_after_utc:%Y-%m-%d}")
-        if leaf.not_valid_before_utc > now:
-            raise SignatureError(f"{sig}: the signing certificate is not valid before {leaf.not_valid_before_utc}")
+        chain = signature_chain(sig, material)
+        check_chain(sig, chain, anchors)
+        leaf = chain[0]
         identity, issuer = _cert_identity(leaf)
         config.use_certificate_verifier(certificate_chain=[Path(trust_pem)])
         record |= {"method": "certificate", "identity": identity, "issuer": issuer}
@@ -153,15 +141,26 @@ def verify_model(model: str | Path, trust_pem: str | Path, signature: str | Path
             key = serialization.load_pem_public_key(pem)
         except Exception:
             raise SignatureError(f"{trust_pem}: not a PEM public key or certificate") from None
+        if "publicKey" not in material and "x509CertificateChain" in material:
+            raise SignatureError(
+                f"{sig}: this model signature was made with a certificate, not a key; "
+                "verify it with the certificate of the CA that issued it"
+            )
         der = key.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
         fingerprint = hashlib.sha256(der).hexdigest()
         config.use_elliptic_key_verifier(public_key=Path(trust_pem))
         record |= {"method": "key", "identity": f"key sha256:{fingerprint[:16]}", "key_sha256": fingerprint}
     try:
-        config.verify(path, sig)
-    except Exception as exc:  # model-signing raises ValueError, its protobuf and crypto layers their own
-        why = " ".join(str(exc).split())[:160] or type(exc).__name__
+        with contextlib.redirect_stdout(sys.stderr):  # model-signing prints its warnings: never into --json
+            config.verify(path, sig)
+    except (ValueError, InvalidSignature) as exc:  # what model-signing raises for a signature that fails
+        why = " ".join(str(exc).split())[:160] or "the signature does not match"
         raise SignatureError(f"{path}: model signature {sig.name} does not verify ({why})") from None
+    except Exception as exc:  # anything else: a bundle of a shape its code does not expect
+        raise SignatureError(
+            f"{path}: model signature {sig.name} cannot be checked: it is not a signature in the form "
+            f"model-signing writes ({type(exc).__name__})"
+        ) from None
     record["signed_sha256"] = _signed_sha256(sig, statement)
     record["verified_at"] = datetime.now(UTC).isoformat(timespec="seconds")
     return record

@@ -1,4 +1,4 @@
-"""Signed evidence: verifying the in-toto statements (DSSE envelopes) a bundle carries, and recording them.
+"""Signed evidence: verifying the in-toto statements (DSSE envelopes) a bundle carries against that bundle.
 
 Bundle digests prove a bundle is whole, not who measured it. A signature adds who: the holder
 of a key attests "these runs, with these digests, measured on this hardware with this runtime,
@@ -8,12 +8,17 @@ SHA-256; its predicate names the runs, hardware, runtime build, rule sets and th
 
 The envelope lives in the bundle as `signatures/<key id>.intoto.json`, outside the manifest it
 signs (so `specreg sign` adds one to a finished bundle and several keys can co-sign; the signing
-side is exchange/bundle_signer.py). `import`
-checks every envelope before it writes: the signature against the key the statement carries,
-every subject against this bundle (an envelope copied from another bundle, or naming a run this
-one lacks, is refused), and - with a policy - the key against `[trust] signers`. What verified is
-recorded per run (table run_attestations, owned here): run, run digest, key id, the policy's name
-for the key when one was given, bundle digest, the envelope's SHA-256.
+side is exchange/bundle_signer.py). `import` checks every envelope before it writes: the
+signature against the key the statement carries, every subject against this bundle (an envelope
+copied from another bundle, or naming a run this one lacks, is refused), and - with a policy -
+the key against `[trust] signers`. What verified is recorded (signing/attestations.py): per run,
+and per verdict the bundle's own host made (the `bundle/pairs.jsonl` subject binds them).
+
+An envelope by a key the policy does not name is recorded and ignored for trust, never fatal:
+envelopes sit outside the manifest, so anyone in transit can add one, and refusing the bundle
+for it would let a stranger block what imports when the envelope is stripped. Whether the runs
+are covered by a trusted signer is `require_signed_evidence`'s question, asked of the trusted
+envelopes alone. An envelope that does not verify is refused: something altered the bundle.
 
 A signature proves who vouches for the numbers, never that the numbers are right: a trusted
 signer with a busy machine or a bad workload still measures badly (docs/security.md).
@@ -22,13 +27,13 @@ signer with a busy machine or a bad workload still measures badly (docs/security
 from __future__ import annotations
 
 import hashlib
-import sqlite3
+from dataclasses import dataclass
 from typing import Any
 
 from specreg.errors import BundleError, SignatureError
 from specreg.exchange.bundle_format import Bundle
-from specreg.exchange.dsse import open_envelope
-from specreg.lazyclass import dataclass
+from specreg.signing.attestations import Attestation, Envelope
+from specreg.signing.dsse import open_envelope
 
 BUNDLE_PREDICATE = "https://specreg.dev/attestation/bench-evidence/v1"
 RECORD_MEMBERS = ("artifacts.jsonl", "pairs.jsonl")
@@ -43,25 +48,13 @@ def envelope_name(kid: str) -> str:
     return f"signatures/{kid}.intoto.json"
 
 
-@dataclass(frozen=True)
-class Attestation:
-    """One run vouched for by one verified envelope."""
-
-    run_id: str
-    run_digest: str
-    key_id: str
-    signer: str | None  # the policy's name for the key, when import was given a policy
-    bundle_digest: str
-    envelope_sha256: str
-    signed_at: str | None
-
-
 def _refuse(bundle: Bundle, name: str, why: str) -> BundleError:
-    return BundleError(f"{bundle.path}: {name}: {why}; nothing was imported")
+    return BundleError(f"{bundle.path}: {name}: {why}; {bundle.then}")
 
 
 def _check_subjects(bundle: Bundle, name: str, statement: dict[str, Any]) -> list[tuple[str, str]]:
-    """Every subject names something this bundle holds, with the same digest; returns the runs."""
+    """Every subject names something this bundle holds, with the same digest; returns the runs
+    (the member subjects, `bundle/pairs.jsonl` among them, are checked here and read by the caller)."""
     subjects = statement.get("subject")
     if not isinstance(subjects, list) or not subjects:
         raise _refuse(bundle, name, "the statement has no subjects")
@@ -94,18 +87,27 @@ def _check_subjects(bundle: Bundle, name: str, statement: dict[str, Any]) -> lis
     return signed
 
 
-def verify_bundle(bundle: Bundle, trusted: dict[str, str] | None = None, require: bool = False) -> list[Attestation]:
+@dataclass(frozen=True)
+class Verified:
+    """What a bundle's envelopes vouch for: each run a verified envelope names, and each envelope."""
+
+    runs: list[Attestation]
+    envelopes: list[Envelope]
+
+
+def verify_bundle(bundle: Bundle, trusted: dict[str, str] | None = None, require: bool = False) -> Verified:
     """Every envelope the bundle carries, verified (see the module docstring); raises BundleError.
 
-    `trusted`: key id -> signer name from a policy; given, a key outside it is refused, and
-    `require` refuses a run no trusted key signed. Without it, every key is recorded by its id.
+    `trusted`: key id -> signer name from a policy: a key in it is recorded under its name, a key
+    outside it by its id alone; `require` refuses a run no trusted key signed.
     """
-    out: list[Attestation] = []
+    runs: list[Attestation] = []
+    envelopes: list[Envelope] = []
     for name, data in sorted(bundle.envelopes.items()):
         try:
             opened = open_envelope(data, name, BUNDLE_PREDICATE)
         except SignatureError as exc:
-            raise BundleError(f"{bundle.path}: {exc}; nothing was imported", hint=exc.hint) from None
+            raise BundleError(f"{bundle.path}: {exc}; {bundle.then}", hint=exc.hint) from None
         if name != envelope_name(opened.key_id):
             raise _refuse(bundle, name, f"holds a signature by key {opened.key_id[:16]}, not the key it is named for")
         pred = opened.statement["predicate"]
@@ -115,62 +117,24 @@ def verify_bundle(bundle: Bundle, trusted: dict[str, str] | None = None, require
             raise _refuse(
                 bundle, name, f"was made for bundle {str(made_for)[:16]}, not this one (copied from another bundle?)"
             )
-        who = None
-        if trusted is not None:
-            who = trusted.get(opened.key_id)
-            if who is None:
-                raise _refuse(bundle, name, f"signed by key {opened.key_id[:16]}, which is not in [trust] signers")
+        who = trusted.get(opened.key_id) if trusted is not None else None
         at = pred.get("signed_at") if isinstance(pred.get("signed_at"), str) else None
         env_sha = hashlib.sha256(data).hexdigest()
-        out += [Attestation(rid, d, opened.key_id, who, bundle.header.digest, env_sha, at) for rid, d in signed]
+        covers = any(isinstance(x, dict) and x.get("name") == "bundle/pairs.jsonl" for x in opened.statement["subject"])
+        envelopes.append(Envelope(opened.key_id, who, bundle.header.digest, env_sha, at, covers))
+        runs += [Attestation(rid, d, opened.key_id, who, bundle.header.digest, env_sha, at) for rid, d in signed]
     if require and trusted is not None:
-        vouched = {a.run_id for a in out}
         for r in bundle.header.runs:
-            if r.run_id not in vouched:
-                raise BundleError(
-                    f"{bundle.path}: run {r.run_id} is not signed by a signer in [trust] signers "
-                    "(require_signed_evidence); nothing was imported",
-                    hint="ask its host to sign the bundle: specreg sign BUNDLE --key KEY",
-                )
-    return out
+            if any(a.run_id == r.run_id and a.signer is not None for a in runs):
+                continue
+            others = sorted({a.key_id[:16] for a in runs if a.run_id == r.run_id})
+            by = f"signed only by key {', '.join(others)}, which is not in [trust] signers" if others else "unsigned"
+            raise BundleError(
+                f"{bundle.path}: run {r.run_id} is {by}, and require_signed_evidence wants a signer from "
+                f"[trust] signers; {bundle.then}",
+                hint="ask its host to sign the bundle: specreg sign BUNDLE --key KEY",
+            )
+    return Verified(runs, envelopes)
 
 
-def record_attestations(conn: sqlite3.Connection, attestations: list[Attestation], imported_at: str) -> None:
-    """Record who vouched for which run (inside the import's transaction; a repeat changes nothing)."""
-    conn.executemany(
-        "INSERT OR IGNORE INTO run_attestations (run_id, run_digest, key_id, signer, bundle_digest, "
-        "envelope_sha256, signed_at, imported_at) VALUES (?,?,?,?,?,?,?,?)",
-        [
-            (a.run_id, a.run_digest, a.key_id, a.signer, a.bundle_digest, a.envelope_sha256, a.signed_at, imported_at)
-            for a in attestations
-        ],
-    )
-
-
-@dataclass(frozen=True)
-class RunSigner:
-    key_id: str
-    signer: str | None
-    bundle_digest: str
-
-
-def attestations_by_run(conn: sqlite3.Connection) -> dict[str, list[RunSigner]]:
-    """run id -> every key that vouched for the run's current content, with where it came from."""
-    out: dict[str, list[RunSigner]] = {}
-    rows = conn.execute(
-        "SELECT a.run_id, a.key_id, a.signer, a.bundle_digest FROM run_attestations a "
-        "JOIN run_origins o ON o.run_id = a.run_id AND o.run_digest = a.run_digest ORDER BY a.rowid"
-    )
-    for rid, kid, who, bdig in rows:
-        out.setdefault(rid, []).append(RunSigner(kid, who, bdig))
-    return out
-
-
-__all__ = [
-    "BUNDLE_PREDICATE",
-    "Attestation",
-    "RunSigner",
-    "attestations_by_run",
-    "record_attestations",
-    "verify_bundle",
-]
+__all__ = ["BUNDLE_PREDICATE", "Verified", "verify_bundle"]
