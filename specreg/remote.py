@@ -5,7 +5,8 @@ trickle a byte every few seconds (which resets any per-read timeout), announce o
 than its caller can use, or link a listing's "next page" to itself. So:
 
 - an *operation* (a hub search, a remote header, a download) has one overall deadline, from
-  the command's `--timeout` (or `SPECREG_TIMEOUT`, else `DEFAULT_TIMEOUT_S`); every request in
+  the command's `--timeout` (or `SPECREG_TIMEOUT`, else `DEFAULT_TIMEOUT_S`), counted from its
+  first request (the imports and local work before it are not the server's); every request in
   it gets only the time left, and a watchdog shuts the operation's sockets when it runs out,
   so a read blocked on a silent or trickling server returns at the deadline, not after it;
 - each reply has a byte cap sized by what its caller can use (`expect`): a listing of --limit
@@ -114,7 +115,7 @@ class Operation:
         self.what = what
         self.seconds = seconds
         self.flag = flag
-        self.deadline = time.monotonic() + seconds
+        self.deadline = math.inf  # set by the first request
         self.host = "?"  # the last host asked: where an overrun is reported when no request names one
         self._lock = threading.Lock()
         self._socks: set[socket.socket] = set()
@@ -122,7 +123,7 @@ class Operation:
         self._closed = False
 
     def left(self) -> float:
-        return self.deadline - time.monotonic()
+        return self.seconds if self.deadline == math.inf else self.deadline - time.monotonic()
 
     def over(self) -> bool:
         return self.left() <= 0
@@ -136,6 +137,10 @@ class Operation:
     def check(self, host: str) -> float:
         """The seconds left for a request to `host`; past the deadline, the one-line error."""
         self.host = host
+        if self.deadline == math.inf:
+            with self._lock:
+                if self.deadline == math.inf:
+                    self.deadline = time.monotonic() + self.seconds
         left = self.left()
         if left <= 0:
             raise self.overtime(host)
@@ -257,10 +262,10 @@ class Expect:
     pages: set[str] = field(default_factory=set)  # listing pages read, for the loop check
 
     def too_big(self, host: str, *, announced: int | None = None) -> RemoteLimit:
-        got = f"announces {size_text(announced)}" if announced is not None else "sent more"
+        got = f"announces {size_text(announced)}, more" if announced is not None else "sent more"
         why = f" ({self.why})" if self.why else ""
         return RemoteLimit(
-            f"{host}: {self.what} {got}, past its cap of {size_text(self.max_bytes)}{why}",
+            f"{host}: {self.what} {got} than its cap of {size_text(self.max_bytes)}{why}",
             hint="the server is not answering what was asked; nothing was kept",
         )
 

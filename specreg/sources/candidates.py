@@ -47,6 +47,8 @@ HUB_WORKERS = 8  # headers read at once (network-bound: the GIL is released whil
 # entries is read whole by huggingface_hub, so its reply is capped at what --limit entries need.
 LISTING_ENTRY_BYTES = 16 << 10
 LISTING_BASE_BYTES = 64 << 10
+# HUB_WORKERS repos' file lists are parsed at once: each reply a quarter of one read alone
+SEARCH_INFO_BYTES = 1 << 20
 _SIZE_WORD = re.compile(r"^\d+(\.\d+)?[kmbt]$", re.IGNORECASE)  # 135M, 1.7B: not part of a family name
 _SHARD = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
 
@@ -298,14 +300,20 @@ def family_terms(gf: GGUFFile, repo: str | None) -> tuple[list[str], list[str]]:
     return list(dict.fromkeys(clean))[:4], list(dict.fromkeys(r for r in repos if r.count("/") == 1))[:4]
 
 
-def _repo_ggufs(settings: HubSettings, repo: str) -> tuple[str, list[tuple[str, str, int]], str | None]:
-    """(commit, [(file, LFS sha256, size)], card licence) of a repo's main revision."""
+def _repo_ggufs(
+    settings: HubSettings, repo: str, cap: int | None = None
+) -> tuple[str, list[tuple[str, str, int]], str | None]:
+    """(commit, [(file, LFS sha256, size)], card licence) of a repo's main revision (the hub's
+    answer capped at `cap` bytes, default MODEL_INFO_BYTES)."""
     from huggingface_hub import HfApi
 
     from specreg.sources.hub import MODEL_INFO_BYTES, check_commit, hub_errors
 
     api = HfApi(endpoint=settings.endpoint)
-    with hub_errors(settings, repo, None, None), remote.expect(f"the hub's answer about {repo}", MODEL_INFO_BYTES):
+    with (
+        hub_errors(settings, repo, None, None),
+        remote.expect(f"the hub's answer about {repo}", cap or MODEL_INFO_BYTES),
+    ):
         try:
             info = api.model_info(repo, files_metadata=True)
         except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
@@ -367,7 +375,7 @@ def _open_hub_repo(settings: HubSettings, repo: str) -> tuple[list[Found], list[
     from specreg.text import escape_control
 
     try:
-        commit, files, lic = _repo_ggufs(settings, repo)
+        commit, files, lic = _repo_ggufs(settings, repo, SEARCH_INFO_BYTES)
     except RemoteLimit:  # a bound of the remote exchange: the command's error, not this repo's
         raise
     except SpecregError as exc:
@@ -433,9 +441,13 @@ def _search_and_read(
     done = 0
     read_repo = remote.carried(lambda r: _open_hub_repo(settings, r))
     with ThreadPoolExecutor(max_workers=min(HUB_WORKERS, max(1, len(repos)))) as pool:
-        for found, fails in pool.map(read_repo, repos):
-            out.found += [f for f in found if f.sha256 not in exclude]
-            out.failures += fails
-            done += 1
-            if progress is not None:
-                progress(done, len(repos))
+        try:
+            for found, fails in pool.map(read_repo, repos):
+                out.found += [f for f in found if f.sha256 not in exclude]
+                out.failures += fails
+                done += 1
+                if progress is not None:
+                    progress(done, len(repos))
+        except BaseException:  # a bound broken: the repos not yet begun are not read
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise

@@ -33,9 +33,10 @@ _REF = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*(?:/[A-Za-z0-9_][A-Za-z0-9_.+-]*
 _MAX_REF = 200
 # What huggingface_hub turns into a file name (blobs/<etag>): one path component, nothing else.
 _ETAG = re.compile(r"[A-Za-z0-9_.:+=-]{1,128}")
-# model_info with files_metadata: ~300 bytes a file, so room for tens of thousands of files; past
-# it, the parsed answer (a dict and a sibling object per file) would cost more than memory allows.
-MODEL_INFO_BYTES = 8 << 20
+# model_info with files_metadata: ~250 bytes a file with its LFS facts (GGUF repos hold tens), so
+# room for over ten thousand files; parsed (a dict and a sibling object per file) the worst answer
+# of this size costs ~90 MB, within what one command may take.
+MODEL_INFO_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)

@@ -375,9 +375,10 @@ def _cache_paths(s: HubSettings, repo_id: str) -> set[Path]:
     folder = "models--" + repo_id.replace("/", "--")
     found: set[Path] = set()
     for root in (s.cache_dir / folder, s.cache_dir / ".locks" / folder):
+        if root.is_dir():
+            found.add(root)
         for dirpath, dirs, files in os.walk(root):
             found.update(Path(dirpath) / name for name in (*dirs, *files))
-        found.add(root)
     return found
 
 
