@@ -227,12 +227,11 @@ def _handler(hub: FakeHub, *, cdn: bool) -> type[BaseHTTPRequestHandler]:
             self.close_connection = True
             if mode == "redirect-loop":
                 return self._send(302, {"Location": self.path}, head=head)
+            here = f"{hub.endpoint}{self.path}"  # the hub's Link header carries whole URLs
             if mode == "self-link":
-                return self._send(
-                    200, {"Content-Type": "application/json", "Link": f'<{self.path}>; rel="next"'}, b"[]"
-                )
+                return self._send(200, {"Content-Type": "application/json", "Link": f'<{here}>; rel="next"'}, b"[]")
             if mode == "next-pages":
-                nxt = f"{self.path}{'&' if '?' in self.path else '?'}p=1"
+                nxt = f"{here}{'&' if '?' in here else '?'}p=1"
                 return self._send(200, {"Content-Type": "application/json", "Link": f'<{nxt}>; rel="next"'}, b"[]")
             if mode == "huge":
                 entries = ",".join(f'{{"id":"acme/m{i}"}}' for i in range(hub.listing_entries))
