@@ -223,14 +223,22 @@ _OPERATION: contextvars.ContextVar[Operation | None] = contextvars.ContextVar("s
 
 
 @contextmanager
-def operation(what: str, *, seconds: float | None = None, default: float = DEFAULT_TIMEOUT_S) -> Iterator[Operation]:
-    """One remote operation with its deadline (`seconds`, else `allowed_seconds(default)`).
-    Inside another one it is part of that one: the outer deadline holds."""
+def operation(
+    what: str,
+    *,
+    seconds: float | None = None,
+    default: float = DEFAULT_TIMEOUT_S,
+    flag: str | None = None,
+    join: bool = True,
+) -> Iterator[Operation]:
+    """One remote operation with its deadline (`seconds`, else `allowed_seconds(default)`; `flag`
+    says how to change it, else the command's --timeout). Inside another one it is part of that
+    one, the outer deadline holding, unless `join` is false (a request with a deadline of its own)."""
     outer = _OPERATION.get()
-    if outer is not None:
+    if outer is not None and join:
         yield outer
         return
-    op = Operation(what, seconds if seconds is not None else allowed_seconds(default), _allowance().flag)
+    op = Operation(what, seconds if seconds is not None else allowed_seconds(default), flag or _allowance().flag)
     token = _OPERATION.set(op)
     try:
         yield op
