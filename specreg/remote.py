@@ -19,8 +19,8 @@ Breaking any bound is one `RemoteLimit` line naming the host, the limit and how 
 specreg's own clients (`client()`) and huggingface_hub's (its client factory gets `hooks()`)
 go through the same request and response hooks, so one set of rules holds for every exchange;
 callers keep their own redirect rules. The llama-server client bounds its streams with
-`bounded_chunks`. Nothing here imports httpx: the hooks work on whichever httpx-shaped module
-made the client (huggingface_hub's is httpx2).
+`bounded_chunks`. The hooks work on whichever httpx-shaped module made the client
+(huggingface_hub's is httpx2); httpx itself is imported only where `client()` makes one.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import os
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -197,16 +198,17 @@ class _Watchdog:
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._heap: list[tuple[float, int, Operation]] = []
+        self._heap: list[tuple[float, int, weakref.ref[Operation]]] = []  # an ended operation may go
         self._thread: threading.Thread | None = None
 
     def add(self, op: Operation) -> None:
         with self._cond:
-            heapq.heappush(self._heap, (op.deadline, id(op), op))
+            heapq.heappush(self._heap, (op.deadline, id(op), weakref.ref(op)))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="specreg-remote-deadlines", daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            if self._heap[0][2]() is op:  # the earliest now: the thread waits for it instead
+                self._cond.notify()
 
     def _run(self) -> None:
         while True:
@@ -214,8 +216,10 @@ class _Watchdog:
                 while not self._heap or self._heap[0][0] > time.monotonic():
                     wait = self._heap[0][0] - time.monotonic() if self._heap else None
                     self._cond.wait(wait)
-                _, _, op = heapq.heappop(self._heap)
-            op.expire()
+                _, _, ref = heapq.heappop(self._heap)
+            op = ref()
+            if op is not None:
+                op.expire()
 
 
 _WATCHDOG = _Watchdog()
