@@ -17,7 +17,8 @@ and nothing is kept: the registry and the Hugging Face cache are byte for byte a
 A recipe (tests/fuzz/corpus/hostile/*.json, or `random_recipes`) names the command (`run`:
 drafts-hub, drafts-url, inspect, fetch), the hub's misbehaviour (`listing`, `info`: one of
 hubserver.HOSTILE; `trickle_after`, `declare`, `redirect_loop` for the file), the deadline
-(`timeout`), the trickle's pace (`trickle_s`) and whether it must end in an error (`expect`).
+(`timeout`), the trickle's pace (`trickle_s`), the listing's length (`entries`) and `--limit`,
+and whether it must end in an error (`expect`).
 """
 
 from __future__ import annotations
@@ -168,7 +169,7 @@ def run(recipe: dict[str, Any], gguf_path: str, target_path: str) -> CliResult:
     if recipe.get("redirect_loop"):
         case_repo.redirect_to = f"{hub.cdn}/blobs/{file.sha256}"
     argv = {
-        "drafts-hub": ["drafts", st["target"], "--hub"],
+        "drafts-hub": ["drafts", st["target"], "--hub", "--limit", str(recipe.get("limit", 20))],
         "drafts-url": ["drafts", f"{hub.cdn}/blobs/{file.sha256}"],
         "inspect": ["inspect", f"hf://{repo}/f.gguf"],
         "fetch": ["fetch", repo, "f.gguf"],
@@ -214,6 +215,7 @@ def random_recipes(rng: random.Random, n: int) -> list[tuple[str, dict[str, Any]
         if run_ == "drafts-hub":
             recipe[rng.choice(["listing", "info"])] = rng.choice(HOSTILE)
             recipe["entries"] = rng.choice([1_000, 100_000, 400_000])
+            recipe["limit"] = rng.choice([20, 200])
         elif run_ == "drafts-url":
             recipe["trickle_after"] = rng.randrange(0, 4096)
         elif run_ == "inspect":
