@@ -18,9 +18,10 @@ than its caller can use, or link a listing's "next page" to itself. So:
 Breaking any bound is one `RemoteLimit` line naming the host, the limit and how to change it.
 specreg's own clients (`client()`) and huggingface_hub's (its client factory gets `hooks()`)
 go through the same request and response hooks, so one set of rules holds for every exchange;
-callers keep their own redirect rules. The llama-server client bounds its streams with
-`bounded_chunks`. The hooks work on whichever httpx-shaped module made the client
-(huggingface_hub's is httpx2); httpx itself is imported only where `client()` makes one.
+callers keep their own redirect rules. The llama-server client and the `/health` probe make
+their clients here too, each request an operation of its own. The hooks work on whichever
+httpx-shaped module made the client (huggingface_hub's is httpx2); httpx itself is imported
+only where `client()` makes one.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import contextvars
 import heapq
 import math
 import os
+import re
 import socket
 import threading
 import time
@@ -176,14 +178,6 @@ class Operation:
             self._closed = True
             self._socks.clear()
 
-    def call(self, fn: Callable[..., _T], *args: Any) -> _T:
-        """`fn(*args)` inside this operation (for a worker thread, which does not inherit it)."""
-        token = _OPERATION.set(self)
-        try:
-            return fn(*args)
-        finally:
-            _OPERATION.reset(token)
-
 
 def _shut(sock: socket.socket) -> None:
     # socket.socket's own shutdown, also on a TLS socket: ssl.SSLSocket.shutdown first drops its
@@ -251,10 +245,6 @@ def operation(
         op.close()
 
 
-def current() -> Operation | None:
-    return _OPERATION.get()
-
-
 def _implicit(host: str) -> Operation:
     """A request made outside any operation (a caller that opened none) is an operation alone."""
     return Operation(f"the request to {host}", allowed_seconds(), _allowance().flag)
@@ -319,9 +309,11 @@ def host_of(url: Any) -> str:
     return escape_control(f"{host}:{port}" if port else host, limit=120)
 
 
-def hooks(httpx_module: Any) -> dict[str, list[Callable[[Any], None]]]:
+def hooks(httpx_module: Any, *, retries: bool = False) -> dict[str, list[Callable[[Any], None]]]:
     """Request and response event hooks that put a client's every request under the bounds above
-    (`httpx_module`: httpx, or huggingface_hub's httpx2 - the same API)."""
+    (`httpx_module`: httpx, or huggingface_hub's httpx2 - the same API). `retries`: the client's
+    owner waits and asks again after a 408, 429 or 5xx (huggingface_hub does, as long as the
+    server's Retry-After says): such an answer with less time left than that wait ends here."""
     stream_class = _stream_class(httpx_module.SyncByteStream)
 
     def on_request(request: Any) -> None:
@@ -353,12 +345,38 @@ def hooks(httpx_module: Any) -> dict[str, list[Callable[[Any], None]]]:
                 f"{host}: the server sent a {escape_control(encoding, limit=20)}-compressed answer, which "
                 "specreg did not ask for (its size could not be bounded); refused"
             )
+        if retries and response.status_code in _RETRIED:
+            wait = _retry_wait(response.headers)
+            if wait >= op.left():
+                raise RemoteLimit(
+                    f"{host}: answered HTTP {response.status_code}, to be asked again in {round(wait):,} s, past the "
+                    f"deadline of {op.what} ({op.seconds:g} s; {op.flag} allows more)",
+                    hint="the server is busy or limits its rate; try again later",
+                )
         _check_pages(response, exp, host)
         length = response.headers.get("content-length", "").strip()
         announced = int(length) if length.isdigit() and request.method != "HEAD" else None
         response.stream = stream_class(response.stream, op, exp, announced, host, sock)
 
     return {"request": [on_request], "response": [on_response]}
+
+
+_RETRIED = frozenset((408, 429, 500, 502, 503, 504))  # what huggingface_hub retries
+_BACKOFF_S = 8.0  # its longest wait between tries when the server names none
+_RATELIMIT_RESET = re.compile(r";\s*t\s*=\s*(\d{1,12})")  # IETF RateLimit: "api";r=0;t=55
+
+
+def _retry_wait(headers: Any) -> float:
+    """The longest a retrying client may wait before asking again: the server's Retry-After
+    (seconds) or RateLimit reset, else its own longest backoff."""
+    wait = _BACKOFF_S
+    after = headers.get("retry-after", "").strip()
+    if after.isdigit() and len(after) <= 12:
+        wait = max(wait, float(after) + 1)
+    reset = _RATELIMIT_RESET.search(headers.get("ratelimit", ""))
+    if reset:
+        wait = max(wait, float(reset.group(1)) + 1)
+    return wait
 
 
 def _tracer(op: Operation, chained: Any) -> Callable[[str, dict[str, Any]], None]:
@@ -420,7 +438,7 @@ def _make_stream_class(base: type) -> type:
             exp, host = self._exp, self._host
             if self._announced is not None and self._announced > exp.max_bytes:
                 raise exp.too_big(host, announced=self._announced)
-            yield from bounded_chunks(self._inner, self._op, exp.max_bytes, lambda: exp.too_big(host), host)
+            yield from _bounded_chunks(self._inner, self._op, exp.max_bytes, lambda: exp.too_big(host), host)
 
         def close(self) -> None:
             if self._sock is not None:
@@ -430,7 +448,7 @@ def _make_stream_class(base: type) -> type:
     return BoundedStream
 
 
-def bounded_chunks(
+def _bounded_chunks(
     chunks: Iterable[bytes], op: Operation, cap: int, too_big: Callable[[], RemoteLimit], host: str
 ) -> Iterator[bytes]:
     """`chunks` (a body as it arrives) while the operation has time and the bytes stay within
@@ -475,7 +493,7 @@ def client(httpx_module: Any = None, **kwargs: Any) -> Any:
 def bind_client(httpx_client: Any, httpx_module: Any) -> Any:
     """Add the bounds to a client someone else made (huggingface_hub's, through its public
     client factory): its own hooks stay, ours come after them."""
-    ours = hooks(httpx_module)
+    ours = hooks(httpx_module, retries=True)
     current_hooks = httpx_client.event_hooks
     for kind in ("request", "response"):
         current_hooks.setdefault(kind, []).extend(ours[kind])

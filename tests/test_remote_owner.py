@@ -237,3 +237,31 @@ def test_a_hub_answer_that_trickles_is_cut_through_huggingface_hubs_own_client(
     ):
         HfApi(endpoint=settings.endpoint).model_info("acme/x")
     assert time.monotonic() - t0 < 2.3
+
+
+def test_a_retry_after_past_the_deadline_ends_huggingface_hubs_wait(
+    serve: Callable[[Answer], str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """huggingface_hub sleeps as long as a 503's Retry-After says before asking again: a hostile
+    hub's 11 days would hold the command; the answer ends the operation instead."""
+    from hubserver import set_online
+    from huggingface_hub import HfApi
+
+    from specreg.sources.hub import HubSettings, hub_errors
+
+    def busy(h: BaseHTTPRequestHandler) -> None:
+        h.send_response(503)
+        h.send_header("Retry-After", "1000000")
+        h.send_header("Content-Length", "0")
+        h.end_headers()
+
+    set_online(monkeypatch, serve(busy).rsplit("/", 1)[0])
+    settings = HubSettings.from_env()
+    t0 = time.monotonic()
+    with (
+        remote.operation("asking the hub", seconds=30),
+        pytest.raises(RemoteLimit, match=r"HTTP 503, to be asked again in 1,000,001 s, past the deadline"),
+        hub_errors(settings, "acme/x", None, None),
+    ):
+        HfApi(endpoint=settings.endpoint).model_info("acme/x")
+    assert time.monotonic() - t0 < 5

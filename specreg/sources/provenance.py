@@ -372,7 +372,9 @@ def _plain_http() -> Iterator[None]:
 
 def _cache_paths(s: HubSettings, repo_id: str) -> set[Path]:
     """Every path under the repo's cache folder and its lock folder."""
-    folder = "models--" + repo_id.replace("/", "--")
+    from huggingface_hub.file_download import repo_folder_name
+
+    folder = repo_folder_name(repo_id=repo_id, repo_type="model")
     found: set[Path] = set()
     for root in (s.cache_dir / folder, s.cache_dir / ".locks" / folder):
         if root.is_dir():
