@@ -19,6 +19,7 @@ ROOT = Path(specreg.__file__).parent
 # rank of each top-level part of the package: a module may import its own rank or lower
 RANKS = {
     "errors": 0,
+    "remote": 0,  # every HTTP exchange, bounded in time and size (imports errors, text, units)
     "text": 0,
     "paths": 0,
     "atomic": 0,

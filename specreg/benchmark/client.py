@@ -9,7 +9,9 @@ only the id of the token that released its text (llama.cpp `process_token` /
 several tokens has an incomplete id list; `record_ids` asks the same server again without
 streaming and with `return_tokens`, the one answer that holds every generated id. Every
 failure mode becomes data on the outcome (error text, timed_out) so a bad request never loses
-the rows around it; only `/tokenize` and `/metrics` raise ServerError.
+the rows around it; only `/tokenize` and `/metrics` raise ServerError. Each request is one
+specreg.remote operation: its timeout is an overall deadline (however the server trickles or
+stalls), its answer is capped at MAX_RESPONSE_BYTES; SSE lines are bounded here.
 """
 
 from __future__ import annotations
@@ -18,13 +20,14 @@ import json
 import math
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import field
 from typing import Any
 
 import httpx
 
-from specreg.errors import ServerError
+from specreg import remote
+from specreg.errors import RemoteLimit, ServerError
 from specreg.lazyclass import dataclass
 from specreg.schemas.bench import MAX_OUTPUT_TOKENS, WorkloadItem
 
@@ -38,11 +41,7 @@ _MAX_INT = 1 << 53  # counts and token ids from the server; beyond this they are
 
 
 class _StreamLimit(Exception):
-    """The stream broke a client limit (deadline, line length, total size)."""
-
-    def __init__(self, message: str, *, timed_out: bool = False) -> None:
-        super().__init__(message)
-        self.timed_out = timed_out
+    """The stream broke a client limit of its own (a line's length)."""
 
 
 class _Malformed(ValueError):
@@ -114,7 +113,7 @@ class LlamaClient:
     def __init__(self, base_url: str, *, timeout_s: float = 120.0, max_connections: int = 16) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
-        self._http = httpx.Client(
+        self._http = remote.client(
             base_url=self.base_url,
             timeout=httpx.Timeout(timeout_s, connect=5.0),
             # No keep-alive: a pooled connection the server is closing fails the next request with
@@ -141,17 +140,22 @@ class LlamaClient:
         long the server keeps sending (a read timeout alone never fires on an endless answer)."""
         timeout_s = min(self.timeout_s, 30.0)
         for attempt in (1, 2):
-            try:
-                with self._http.stream(method, path, json=body, timeout=timeout_s) as r:
-                    return r.status_code, _capped_body(r, time.perf_counter() + timeout_s, timeout_s)
-            except _StreamLimit as exc:
-                raise ServerError(f"{path}: {exc}") from None
-            except (httpx.RemoteProtocolError, httpx.ConnectError) as exc:
-                if attempt == 2:
+            with self._bounded(path, timeout_s) as op:
+                try:
+                    with self._http.stream(method, path, json=body, timeout=timeout_s) as r:
+                        return r.status_code, r.read()
+                except RemoteLimit as exc:
+                    raise ServerError(f"{path}: {_limit_text(exc, op, timeout_s)}") from None
+                except (httpx.RemoteProtocolError, httpx.ConnectError) as exc:
+                    if attempt == 2 or op.over():
+                        raise ServerError(f"{path}: {type(exc).__name__}: {exc}") from exc
+                except httpx.HTTPError as exc:
                     raise ServerError(f"{path}: {type(exc).__name__}: {exc}") from exc
-            except httpx.HTTPError as exc:
-                raise ServerError(f"{path}: {type(exc).__name__}: {exc}") from exc
         raise AssertionError("unreachable")
+
+    def _bounded(self, path: str, timeout_s: float) -> AbstractContextManager[remote.Operation]:
+        """One request as a remote operation of its own: `timeout_s` in all, the answer capped."""
+        return _bounded_request(f"the answer to {path}", timeout_s)
 
     def _json(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         status, data = self._get(method, path, body)
@@ -258,19 +262,19 @@ class LlamaClient:
         out = Completion()
         timeout_s = timeout_s or self.timeout_s
         t0 = time.perf_counter()
-        with _transport(out, timeout_s, t0):
-            self._record(out, body, timeout_s, t0)
+        with self._bounded("/completion", timeout_s) as op, _transport(out, timeout_s, t0, op):
+            self._record(out, body, timeout_s)
         if out.error is None:
             out.ok = True
         return out
 
-    def _record(self, out: Completion, body: dict[str, Any], timeout_s: float, t0: float) -> None:
+    def _record(self, out: Completion, body: dict[str, Any], timeout_s: float) -> None:
         """`record_ids`' request and the answer's fields; a malformed answer is the row's error."""
         try:
             with self._http.stream(
                 "POST", "/completion", json=body, timeout=httpx.Timeout(timeout_s, connect=5.0)
             ) as r:
-                data = _capped_body(r, t0 + timeout_s, timeout_s)
+                data = r.read()
                 if r.status_code != 200:
                     out.error = f"HTTP {r.status_code}: {data[:300].decode('utf-8', 'replace')}"
                     return
@@ -296,9 +300,9 @@ class LlamaClient:
     def _stream(self, path: str, body: dict[str, Any], timeout_s: float, *, chat: bool) -> Completion:
         out = Completion(token_ids=None if chat else [])
         t0 = time.perf_counter()
-        deadline = t0 + timeout_s
         with (
-            _transport(out, timeout_s, t0),
+            self._bounded(path, timeout_s) as op,
+            _transport(out, timeout_s, t0, op),
             self._http.stream("POST", path, json=body, timeout=httpx.Timeout(timeout_s, connect=5.0)) as r,
         ):
             if r.status_code != 200:
@@ -306,7 +310,7 @@ class LlamaClient:
                 out.error = f"HTTP {r.status_code}: {r.text[:300]}"
                 return out
             on_event = _chat_event if chat else _completion_event
-            for line in _sse_lines(r, deadline, timeout_s):
+            for line in _sse_lines(r):
                 if not line.startswith(b"data:"):
                     continue
                 payload = line[5:].strip()
@@ -337,35 +341,48 @@ class LlamaClient:
 
 
 @contextmanager
-def _transport(out: Completion, timeout_s: float, t0: float) -> Iterator[None]:
+def _bounded_request(what: str, timeout_s: float) -> Iterator[remote.Operation]:
+    with (
+        remote.operation(what, seconds=timeout_s, flag="--request-timeout SECONDS", join=False) as op,
+        remote.expect(what, MAX_RESPONSE_BYTES),
+    ):
+        yield op
+
+
+def _limit_text(exc: RemoteLimit, op: remote.Operation, timeout_s: float) -> str:
+    """A row's error for a broken bound: the request's deadline reads as it always has."""
+    return f"timed out after {timeout_s:g}s" if op.over() else exc.message
+
+
+@contextmanager
+def _transport(out: Completion, timeout_s: float, t0: float, op: remote.Operation) -> Iterator[None]:
     """What every request turns into its row's error instead of raising (a limit of ours, a
     timeout, any HTTP failure), and the request's total time, however it ended."""
     try:
         yield
     except _StreamLimit as exc:
-        out.timed_out, out.error = exc.timed_out, str(exc)
+        out.error = str(exc)
+    except RemoteLimit as exc:  # the request's deadline, or the answer past its cap (specreg.remote)
+        out.timed_out, out.error = op.over(), _limit_text(exc, op, timeout_s)
     except httpx.TimeoutException:
         out.timed_out, out.error = True, f"timed out after {timeout_s:g}s"
     except httpx.HTTPError as exc:
-        out.error = f"{type(exc).__name__}: {exc}"[:300]
+        if op.over():  # the deadline shut the connection
+            out.timed_out, out.error = True, f"timed out after {timeout_s:g}s"
+        else:
+            out.error = f"{type(exc).__name__}: {exc}"[:300]
     finally:
         out.total_ms = (time.perf_counter() - t0) * 1000.0
 
 
-def _sse_lines(r: httpx.Response, deadline: float, timeout_s: float) -> Iterator[bytes]:
-    """Lines of an SSE body as bytes, as they arrive, checking the deadline on every chunk (a
-    server that never sends a newline, or trickles bytes, still times out) and bounding a line
-    and the whole body. Raw bytes, no text/line decoders and no content decoding: each event is
-    JSON, decoded once (the client's overhead is on every request's measured time), and a
-    compressed answer cannot expand past the caps."""
+def _sse_lines(r: httpx.Response) -> Iterator[bytes]:
+    """Lines of an SSE body as bytes, as they arrive, each bounded (the deadline and the whole
+    body's cap are specreg.remote's, on every chunk: a server that never sends a newline, or
+    trickles bytes, still times out). Raw bytes, no text/line decoders and no content decoding:
+    each event is JSON, decoded once, and the client's overhead is on every request's measured time."""
     pending: list[bytes] = []  # pieces of the unfinished line, joined once when it ends
-    pending_n = total = 0
+    pending_n = 0
     for chunk in r.iter_raw():
-        if time.perf_counter() > deadline:
-            raise _StreamLimit(f"timed out after {timeout_s:g}s", timed_out=True)
-        total += len(chunk)
-        if total > MAX_RESPONSE_BYTES:
-            raise _StreamLimit(f"server sent more than {MAX_RESPONSE_BYTES >> 20} MiB for one request")
         if b"\n" not in chunk:
             pending.append(chunk)
             pending_n += len(chunk)
@@ -380,21 +397,6 @@ def _sse_lines(r: httpx.Response, deadline: float, timeout_s: float) -> Iterator
         pending, pending_n = ([rest], len(rest)) if rest else ([], 0)
     if pending:
         yield b"".join(pending)
-
-
-def _capped_body(r: httpx.Response, deadline: float, timeout_s: float) -> bytes:
-    """A whole (non-streamed) answer, bounded in size (decoded bytes) and in time like a stream,
-    however long the server keeps sending (a read timeout alone never fires on an endless answer)."""
-    parts: list[bytes] = []
-    total = 0
-    for chunk in r.iter_bytes():
-        if time.perf_counter() > deadline:
-            raise _StreamLimit(f"the answer did not end within {timeout_s:g}s", timed_out=True)
-        total += len(chunk)
-        if total > MAX_RESPONSE_BYTES:
-            raise _StreamLimit(f"server sent more than {MAX_RESPONSE_BYTES >> 20} MiB for one request")
-        parts.append(chunk)
-    return b"".join(parts)
 
 
 def _finite(text: str) -> float:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from specreg.commands.layout import Col
-from specreg.commands.options import METHOD_AUTO, JsonOpt, MethodOpt, chosen_method, db_path
+from specreg.commands.options import METHOD_AUTO, JsonOpt, MethodOpt, TimeoutOpt, chosen_method, db_path
 from specreg.commands.output import console, emit_json, err_console, print_listing, warn
 from specreg.units import mib_text
 
@@ -160,6 +160,7 @@ def pair_cmd(
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Every check in full (a rejection folds its follow-on checks).")
     ] = False,
+    timeout: TimeoutOpt = None,
 ) -> None:
     """Decide whether a target/draft pair is safe for llama.cpp speculative decoding.
 
@@ -176,6 +177,7 @@ def pair_cmd(
     from specreg.commands.views.check import show_verdict
     from specreg.errors import UsageError
     from specreg.registry.store import Registry
+    from specreg.remote import allowing
     from specreg.schemas.memory import ServeSettings
     from specreg.servers.identity import choose_rules
     from specreg.servers.memory_predict import parse_layers, resolve_budget
@@ -209,7 +211,7 @@ def pair_cmd(
             out += run_probe(t_file, d_file, how, [*static, *out], rules.id, server, show=not json_out)
         return out
 
-    with Registry(db_path(), show_progress=not json_out and fmt == "text") as reg:
+    with Registry(db_path(), show_progress=not json_out and fmt == "text") as reg, allowing(timeout):
         done = check_and_record(reg, target, draft, chosen or "auto", rule_set=rules, strict=strict, extra=extra)
     warn(done.warnings)
     v, mem = done.verdict, estimates[0]

@@ -24,7 +24,7 @@ import os
 import random
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -32,11 +32,13 @@ from typing import Any
 
 @dataclass
 class CliResult:
-    """A CLI outcome from inside a call case: the oracle judges it as it judges an argv case."""
+    """A CLI outcome from inside a call case: the oracle judges it as it judges an argv case, and
+    adds `violations`: the properties the call measured itself that the outcome broke."""
 
     code: int
     stdout: str
     stderr: str
+    violations: list[str] = field(default_factory=list)
 
 
 # the current case's reply: (status, headers, body pieces, mode); mode: "plain", "endless", "cut", "trickle"
