@@ -490,12 +490,10 @@ def client(httpx_module: Any = None, **kwargs: Any) -> Any:
     return httpx_module.Client(event_hooks=hooks(httpx_module), follow_redirects=False, **kwargs)
 
 
-def bind_client(httpx_client: Any, httpx_module: Any) -> Any:
-    """Add the bounds to a client someone else made (huggingface_hub's, through its public
-    client factory): its own hooks stay, ours come after them."""
+def hub_client(httpx_module: Any, check_response: Callable[[Any], None]) -> Any:
+    """The client huggingface_hub shares, installed through its public client factory: redirects
+    followed and no library timeout, as huggingface_hub's own default, every request bounded here,
+    and `check_response` run on each response before the bounds' own hook."""
     ours = hooks(httpx_module, retries=True)
-    current_hooks = httpx_client.event_hooks
-    for kind in ("request", "response"):
-        current_hooks.setdefault(kind, []).extend(ours[kind])
-    httpx_client.event_hooks = current_hooks
-    return httpx_client
+    ours["response"].insert(0, check_response)
+    return httpx_module.Client(event_hooks=ours, follow_redirects=True, timeout=None)

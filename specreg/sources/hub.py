@@ -242,47 +242,29 @@ def _check_headers(response: object) -> None:
             )
 
 
-def bound_hub_client() -> None:
-    """Put every request of huggingface_hub's shared client under specreg.remote's bounds: its
-    public client factory, installed once over whatever factory was set (huggingface_hub has no
-    public getter for that one, hence its module's attribute)."""
+def _hub_client() -> object:
+    """The client huggingface_hub shares for every request, as specreg makes it: redirects followed
+    and no library timeout, as huggingface_hub's own default (specreg.remote's deadline bounds each
+    operation instead), specreg.remote's bounds, and the check of the headers that become cache
+    paths."""
     import httpx2
-    from huggingface_hub import set_client_factory
-    from huggingface_hub.utils import _http
 
-    previous = _http._GLOBAL_CLIENT_FACTORY
-    if getattr(previous, "specreg_bounded", False):
+    return remote.hub_client(httpx2, _check_headers)
+
+
+_bound = False
+
+
+def bound_hub_client() -> None:
+    """Make huggingface_hub's shared client specreg's (`_hub_client`), once per process, through its
+    public `set_client_factory`: every request it sends from then on is bounded and checked."""
+    global _bound
+    if _bound:
         return
-
-    def factory() -> object:
-        return remote.bind_client(previous(), httpx2)
-
-    factory.specreg_bounded = True  # type: ignore[attr-defined]
-    set_client_factory(factory)  # type: ignore[arg-type]
-
-
-@contextmanager
-def guarded_session() -> Iterator[None]:
-    """Every HTTP response huggingface_hub receives inside is checked by `_check_headers`."""
     from huggingface_hub import set_client_factory
-    from huggingface_hub.utils import _http
 
-    bound_hub_client()
-    previous = _http._GLOBAL_CLIENT_FACTORY
-
-    def factory() -> object:
-        client = previous()
-        hooks = client.event_hooks
-        hooks.setdefault("response", []).append(_check_headers)
-        client.event_hooks = hooks
-        return client
-
-    factory.specreg_bounded = True  # type: ignore[attr-defined]
-    set_client_factory(factory)  # type: ignore[arg-type]
-    try:
-        yield
-    finally:
-        set_client_factory(previous)
+    set_client_factory(_hub_client)  # type: ignore[arg-type]
+    _bound = True
 
 
 def cache_ref(settings: HubSettings, repo_id: str, revision: str | None, commit: str) -> None:

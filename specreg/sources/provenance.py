@@ -36,13 +36,13 @@ from specreg.sources.hub import (
     COMMIT,
     MODEL_INFO_BYTES,
     HubSettings,
+    bound_hub_client,
     cache_ref,
     cached_card,
     check_commit,
     check_repo_id,
     check_revision,
     discard_cached,
-    guarded_session,
     hub_errors,
     recognise_cached,
 )
@@ -316,10 +316,10 @@ def fetch(
     s.require_online("specreg fetch")
     check_repo_id(repo)
     check_revision(revision)
-    with guarded_session():
-        with remote.operation(f"asking the hub about {repo}"):
-            hf = _hub_file(s, repo, revision, filename)
-        path = _download(s, hf)
+    bound_hub_client()
+    with remote.operation(f"asking the hub about {repo}"):
+        hf = _hub_file(s, repo, revision, filename)
+    path = _download(s, hf)
     _inside_cache(path, s)
     actual, _ = sha256_with_bar(path)
     if actual != hf.sha256:
@@ -331,8 +331,7 @@ def fetch(
         )
     if revision != hf.commit:
         cache_ref(s, repo, revision, hf.commit)
-    with guarded_session():
-        _download_card(s, hf)
+    _download_card(s, hf)
     return register(registry, path, license=license, extra=_verified_extra(hf, "fetch")), path
 
 
@@ -432,7 +431,8 @@ def verify(
     s.require_online("register --verify")
     check_repo_id(repo)
     actual, _ = sha256_with_bar(path)
-    with guarded_session(), remote.operation(f"asking the hub about {repo}"):
+    bound_hub_client()
+    with remote.operation(f"asking the hub about {repo}"):
         hf = _hub_file(s, repo, revision, name, local_sha256=actual)
     if actual != hf.sha256:
         raise HubError(
@@ -442,8 +442,7 @@ def verify(
         )
     if revision != hf.commit:
         cache_ref(s, repo, revision, hf.commit)
-    with guarded_session():
-        _download_card(s, hf)
+    _download_card(s, hf)
     extra = _verified_extra(hf, "verify")
     if cached:  # the cache names repo and commit itself
         return register(registry, path, license=license, extra=extra)
