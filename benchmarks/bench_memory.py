@@ -50,7 +50,8 @@ from specreg.servers.memory_predict import predict_rss
 from specreg.testing import ModelSpec, write_model
 from specreg.testing.factory import recurrent_spec, sliding_window_spec
 from specreg.testing.modelspec import CYCLER, SMALL_NOISE
-from specreg.validators.memory_budget import BUDGET_MARGIN, estimate, model_facts
+from specreg.validators.memory_budget import BUDGET_MARGIN, estimate
+from specreg.validators.memory_facts import model_facts
 from specreg.validators.memory_served import Served
 from specreg.validators.ruleset import load_rule_set
 

@@ -23,9 +23,9 @@ from specreg.validators.memory_budget import (
     estimate,
     head_dim_check,
     kv_bytes,
-    model_facts,
     parse_size,
 )
+from specreg.validators.memory_facts import model_facts
 
 MIB = 1 << 20
 WIDE = BASE.but(n_embd=256, n_layer=3, n_head=8, n_head_kv=2, n_ff=512)  # GQA, head size 32 (quantized KV fits)
@@ -265,7 +265,7 @@ def _check(target: Path, draft: Path | None, method: str, items: list[WorkloadIt
 
 def test_tokenizer_heap_from_metadata_grows_with_the_vocabulary(tmp_path: Path, real_vocab) -> None:
     """Per token, per long token byte, per merge: a 151k BPE vocabulary costs more than a 32k SPM one."""
-    from specreg.validators.memory_budget import vocab_heap_bytes
+    from specreg.validators.memory_facts import vocab_heap_bytes
 
     spm = write_model(tmp_path / "spm.gguf", CYCLER.but(tokenizer_from=str(real_vocab("llama-spm"))))
     n, heap = vocab_heap_bytes(open_gguf(spm))

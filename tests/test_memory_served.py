@@ -30,9 +30,9 @@ from specreg.validators.memory_budget import (
     estimate,
     exceeded_text,
     longest_draft,
-    model_facts,
     prediction_exceeded,
 )
+from specreg.validators.memory_facts import model_facts
 from specreg.validators.memory_served import (
     Served,
     checkpoint_positions,

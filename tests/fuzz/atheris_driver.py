@@ -38,6 +38,7 @@ with atheris.instrument_imports(include=["specreg"]):
     import specreg.gguf.summary
     import specreg.validators.checks_hparams
     import specreg.validators.memory_budget
+    import specreg.validators.memory_facts
     import specreg.validators.pair  # noqa: F401
 
 from fuzz import bundles, texts
