@@ -284,7 +284,7 @@ def test_a_busy_neighbour_sets_its_round_aside_and_the_budget_measures_again(tmp
 
 
 def test_bench_notes_a_round_set_aside_as_it_happens(capsys: pytest.CaptureFixture[str]) -> None:
-    from specreg.commands.views.bench import ProgressView
+    from specreg.commands.views.progress import ProgressView
 
     view = ProgressView()
     cond = _cond(1, "ngram-mod", [_load(0, 0.02)])

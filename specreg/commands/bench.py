@@ -1,7 +1,8 @@
 """`specreg bench admitted`, `specreg runs`, `specreg runs show`: benchmark admitted pairs, read runs.
 
-Thin: parse options, call `benchmark.runner.Runner`, render through `views.bench`. Heavy modules
-are imported inside the commands so `specreg --help` stays fast.
+Thin: parse options, call `benchmark.runner.Runner`, render through `views.progress` (live),
+`views.run_list` and `views.run_detail`. Heavy modules are imported inside the commands so
+`specreg --help` stays fast.
 """
 
 from __future__ import annotations
@@ -285,7 +286,8 @@ def admitted(
     """
     from specreg.benchmark.conditions import parse_ngram_options
     from specreg.benchmark.runner import Runner
-    from specreg.commands.views.bench import ProgressView, show_run
+    from specreg.commands.views.progress import ProgressView
+    from specreg.commands.views.run_detail import show_run
     from specreg.schemas.bench_settings import BenchSettings, parse_busy_share
 
     opts = BenchSettings.from_options(
@@ -388,7 +390,7 @@ def _bench_ray(
 ) -> None:
     """`--executor ray`: dispatch, import, show; exits like the local executor (0 / 1)."""
     from specreg.benchmark.runstore import RunStore
-    from specreg.commands.views.bench import show_run
+    from specreg.commands.views.run_detail import show_run
     from specreg.errors import UsageError
     from specreg.exchange.ray_executor import CONNECT_TIMEOUT_S, bench_on_ray, need_ray, parse_resources
 
@@ -455,7 +457,7 @@ def runs(
         return
     from specreg.benchmark.run_index import run_results
     from specreg.benchmark.runstore import RunStore
-    from specreg.commands.views.bench import runs_table
+    from specreg.commands.views.run_list import runs_table
 
     with _registry(create=False) as reg:
         store = RunStore(reg)
@@ -473,7 +475,7 @@ def runs(
 def _runs_by_hardware(json_out: bool) -> None:
     from dataclasses import asdict
 
-    from specreg.commands.views.bench import hardware_table
+    from specreg.commands.views.run_list import hardware_table
     from specreg.servers.hardware import by_hardware
 
     with _registry(create=False) as reg:
@@ -491,7 +493,7 @@ def show(
     report: ReportOpt = None,
 ) -> None:
     """Show one run: condition x stratum table (acceptance, speed-up, p50/p95, TTFT, memory, equivalence, errors)."""
-    from specreg.commands.views.bench import show_run
+    from specreg.commands.views.run_detail import show_run
 
     run, names = _load_named(run_id)
     written: list[Path] = []

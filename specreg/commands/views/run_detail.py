@@ -1,375 +1,26 @@
-"""Rendering for `bench` and `runs`: the progress display (stderr) and the comparison table.
+"""One run in detail (`runs show`, the end of `bench`): its header, the condition x stratum
+table, and everything a number there needs to be read right.
 
-Everything that came from a model, a log or a file goes through `safe()`.
+Beside the table come the decisions and what would decide the rest, the samplers' checks, the
+rounds set aside as contended, memory past its prediction, the tuning, the client timings, and
+each mismatch and failure with its log lines. Every text that came from a model, a log or a
+file is escaped (`safe_plain`, `say`).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from rich.console import RenderableType
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    ProgressColumn,
-    Task,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
-from rich.table import Column
-
-from specreg.benchmark.execute import Observer
-from specreg.commands.layout import Col, Styled, pack, shorten
-from specreg.commands.output import Cell, err_console, print_listing, safe_plain, say, show_lines, width
+from specreg.commands.layout import Col, pack
+from specreg.commands.output import Cell, print_listing, safe_plain, say, show_lines, width
+from specreg.commands.views.cells import MISMATCH_MARK, STATUS_STYLE, WARN_MARK, ms_text, num_text, pct_text
 from specreg.commands.views.sampling import show_samplers
-from specreg.text import model_label, plural, rounds_named
+from specreg.text import model_label, plural
 from specreg.units import MIB, mib_text
 
 if TYPE_CHECKING:
-    from specreg.benchmark.run_index import RunResult
-    from specreg.schemas.bench import (
-        ArtifactRef,
-        BenchRun,
-        ConditionRun,
-        ConditionSummary,
-        RequestRow,
-        RunInfo,
-        WorkloadSource,
-    )
-    from specreg.servers.hardware import HardwareCell, HardwareRow
-
-MISMATCH_MARK = "\u2717"  # ✗: an output that differs from the baseline (with colour, where there is colour)
-WARN_MARK = "!"  # a number to read with care (a warm-up that never settled)
-_STATUS = {
-    "ok": "green",
-    "complete": "green",
-    "failed": "bold red",
-    "incomplete": "yellow",
-    "cancelled": "yellow",
-    "aborted": "red",
-    "skipped": "dim",
-    "running": "cyan",
-    "pending": "dim",
-}
-
-
-def _ms(v: float | None) -> str:
-    return "-" if v is None else f"{v:.1f}"
-
-
-def _num(v: float | None, unit: str = "") -> str:
-    return "-" if v is None else f"{v:.2f}{unit}"
-
-
-def _pct(v: float | None) -> str:
-    return "n/a" if v is None else f"{v:.1%}"
-
-
-class _Progress(Progress):
-    """rich's progress with a status line above the bar: what runs now, cut to the width, so the
-    bar's own line (round, condition, counts, elapsed, ETA) always fits 80 columns."""
-
-    status = ""
-
-    def get_renderables(self) -> Iterable[RenderableType]:
-        from rich.text import Text
-
-        if self.status:
-            yield Text(shorten(self.status, max(self.console.width - 1, 8)), no_wrap=True, overflow="ellipsis")
-        yield self.make_tasks_table(self.tasks)
-
-
-class _Left(ProgressColumn):
-    """`eta 0:01:23` from the pace so far; with --budget, the budget left (what the run may still take)."""
-
-    def __init__(self, view: ProgressView) -> None:
-        super().__init__(table_column=Column(no_wrap=True))
-        self.view = view
-
-    def render(self, task: Task) -> RenderableType:
-        from rich.text import Text
-
-        if self.view.budget_s is not None:
-            left = max(self.view.budget_s - (time.monotonic() - self.view.t_run), 0.0)
-            return Text(f"budget {_clock(left)} left", style="progress.remaining")
-        eta = task.time_remaining
-        return Text("eta -:--:--" if eta is None else f"eta {_clock(eta)}", style="progress.remaining")
-
-
-def _clock(seconds: float) -> str:
-    s = int(seconds)
-    return f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
-
-
-class ProgressView(Observer):
-    """Observer drawing the run's progress (stderr): a status line (the condition now running)
-    over a bar with the round, the condition, requests done, elapsed time and ETA (the budget
-    left with --budget), and above them one line per finished condition, cut to the width.
-
-    `rounds`: the planned rounds (--repeat in round order; None: one server per condition).
-    Lines go through the progress's own console while the bar is drawn, never past it."""
-
-    def __init__(self, *, rounds: int | None = None, budget_s: float | None = None) -> None:
-        self.rounds = rounds
-        self.budget_s = budget_s
-        self.progress = _Progress(
-            TextColumn("{task.fields[where]}", table_column=Column(no_wrap=True)),
-            BarColumn(bar_width=None, table_column=Column(ratio=1)),
-            MofNCompleteColumn(table_column=Column(no_wrap=True)),
-            TimeElapsedColumn(table_column=Column(no_wrap=True)),
-            _Left(self),
-            console=err_console(),
-            transient=True,
-            expand=True,
-        )
-        self.task: TaskID | None = None
-        self.per_condition = 0
-        self.n_conditions = 0
-        self.done: dict[int, int] = {}  # requests finished per condition (rounds interleave them)
-        self.starts: dict[int, int] = {}  # server starts per condition: its round number in round order
-        self.in_round = 0  # conditions started in the current round
-        self.round = 0
-        self.t_run = time.monotonic()
-        self.loads_told: dict[int, int] = {}  # slot loads already told per condition (busy ones noted)
-        self.started = False
-        self.slot_t0: dict[int, float] = {}  # when each condition's current slot started
-        self.slot_n0: dict[int, int] = {}  # its requests done before that slot
-
-    def __enter__(self) -> ProgressView:
-        return self  # the bar starts with the first run: an early error prints no empty bar line
-
-    def __exit__(self, *exc: object) -> None:
-        if self.started:
-            self.progress.stop()
-
-    def _say(self, text: str, **kw: Any) -> None:
-        """A paragraph above the bar (through its console while it is drawn)."""
-        say(text, out=self.progress.console if self.started else None, stderr=True, **kw)
-
-    def note(self, text: str) -> None:
-        self._say(text, prefix="note: ", marks=[("note:", "yellow")], indent=6)
-
-    def run_started(self, info: RunInfo, conds: list[ConditionRun], n_requests: int) -> None:
-        self.per_condition = n_requests
-        self.n_conditions = len(conds)
-        self.done, self.starts, self.in_round, self.round = {}, {}, 0, 0
-        self.t_run = time.monotonic()
-        self._say(
-            f"pair {info.pair_id}  {info.method}  {plural(len(conds), 'condition')} x {plural(n_requests, 'request')}",
-            prefix=f"run {info.run_id}  ",
-            indent=2,
-        )
-        if not self.started:
-            self.progress.start()
-            self.started = True
-        self.task = self.progress.add_task("", total=len(conds) * n_requests, where="")
-
-    def _where(self) -> str:
-        """`round 2/3  cond 4/10`: where the run is in its plan (rounds past the plan: --budget's)."""
-        if self.rounds is None:
-            return f"cond {self.in_round}/{self.n_conditions}"
-        if self.round > self.rounds:
-            return f"round {self.round} (budget)  cond {self.in_round}"
-        return f"round {self.round}/{self.rounds}  cond {self.in_round}/{self.n_conditions}"
-
-    def condition_started(self, cond: ConditionRun) -> None:
-        n = self.starts[cond.idx] = self.starts.get(cond.idx, 0) + 1
-        self.slot_t0[cond.idx], self.slot_n0[cond.idx] = time.monotonic(), self.done.get(cond.idx, 0)
-        if self.rounds is not None and n > self.round:  # the first condition of a new round
-            self.round, self.in_round = n, 0
-        self.in_round += 1
-        self.progress.status = f"{safe_plain(cond.spec.name)}: starting server"
-        if self.task is not None:
-            if self.rounds is not None and n > self.rounds:  # --budget's round past the plan: its requests
-                task = next((t for t in self.progress.tasks if t.id == self.task), None)
-                if task is not None and task.total is not None:
-                    self.progress.update(self.task, total=task.total + max(self.per_condition // self.rounds, 1))
-            self.progress.update(self.task, where=self._where())
-
-    def request_done(self, cond: ConditionRun, row: RequestRow) -> None:
-        self.done[cond.idx] = self.done.get(cond.idx, 0) + 1
-        self.progress.status = safe_plain(cond.spec.name)
-        if self.task is not None:
-            task = next((t for t in self.progress.tasks if t.id == self.task), None)
-            if task is not None and task.total is not None and task.completed >= task.total:
-                self.progress.update(self.task, total=task.total + 1)  # --budget's rounds past the plan
-            self.progress.update(self.task, advance=1)
-
-    def condition_done(self, cond: ConditionRun) -> None:
-        told = self.loads_told.get(cond.idx, 0)
-        for load in cond.load[told:]:  # this slot's (once each)
-            if load.busy:
-                self.note(f"{cond.spec.name} round {load.round} set aside: {load.busy}")
-        self.loads_told[cond.idx] = len(cond.load)
-        if not self.progress.console.is_terminal:  # no bar is drawn: a line per slot (CI logs, nohup)
-            took = time.monotonic() - self.slot_t0.get(cond.idx, time.monotonic())
-            n = self.done.get(cond.idx, 0) - self.slot_n0.get(cond.idx, 0)
-            reps = cond.load[-1].repeats if len(cond.load) > told else []  # a `--budget` slot may measure several
-            where = rounds_named(reps) if reps and self.rounds is not None else (
-                f"round {self.starts.get(cond.idx, 1)}" if self.rounds is not None else "slot"
-            )  # fmt: skip
-            self._say(
-                f"{where} {safe_plain(cond.spec.name)}: {plural(n, 'request')} in {took:.0f} s, "
-                f"{time.monotonic() - self.t_run:.0f} s into the run"
-            )
-        if cond.status == "running":
-            return  # one round of several: the condition goes on in a later round
-        self._say_done(cond)
-        left = self.per_condition - self.done.get(cond.idx, 0)
-        if self.task is not None and left > 0:  # skip the bar ahead over requests that will not run
-            self.done[cond.idx] = self.per_condition
-            self.progress.update(self.task, advance=left)
-
-    def _say_done(self, cond: ConditionRun) -> None:
-        """One line, cut to the width: status, condition, acceptance, and why it failed."""
-        line = f"  {cond.status:<6}  {safe_plain(cond.spec.name)}"
-        if cond.counters is not None and cond.spec.method != "none" and not cond.failure:
-            line += f"  acceptance {_pct(cond.counters.acceptance)}"
-        if cond.failure:
-            line += f": {safe_plain(cond.failure)}"
-        line = shorten(line, width(self.progress.console if self.started else None, stderr=True) - 1)
-        at = line.find(cond.status)
-        spans = [(at, at + len(cond.status), _STATUS.get(cond.status, "white"))]
-        show_lines([(line, spans)], self.progress.console if self.started else None, stderr=True)
-
-    def run_done(self, run_id: str, status: str, reason: str | None) -> None:
-        if self.task is not None:
-            self.progress.remove_task(self.task)
-            self.task = None
-        self.progress.status = ""
-        at = len(f"run {run_id}: ")
-        line = (f"run {run_id}: {status}", [(at, at + len(status), _STATUS.get(status, "white"))])
-        show_lines([line], self.progress.console if self.started else None, stderr=True)
-
-
-def runs_table(
-    runs: list[RunInfo],
-    results: Mapping[str, RunResult] | None = None,
-    names: Mapping[str, str | None] | None = None,
-) -> None:
-    """One aligned line per run (a thousand runs: rich's Table took a second to lay them out):
-    its status, what it found (`result`, from `results`) and its fastest speculative condition.
-
-    `hw` names the run's hardware class (legend below) and `host` where an imported run came from.
-    """
-    from specreg.servers.hardware import labels
-
-    if not runs:
-        err_console().print("no benchmark runs yet (specreg bench admitted)")
-        return
-    hw = labels(sorted({r.hardware for r in runs if r.hardware}))
-    found = results or {}
-    named = names or {}
-
-    def model(sha: str | None) -> str:
-        return "none" if sha is None else f"{sha[:12]} {named.get(sha) or ''}".rstrip()
-
-    print_listing(
-        (
-            Col("run"),
-            Col("status", stack=1),
-            Col("pair", right=True),
-            Col("method", limit=32, squeeze=12, stack=2),
-            Col("result"),
-            Col("best speed-up", limit=48),
-            Col("target", limit=40, stack=3),
-            Col("draft", limit=40, stack=3),
-            Col("conds", right=True, stack=2),
-            Col("requests", right=True, stack=2),
-            Col("started", stack=4),
-            Col("hw", stack=5),
-            Col("host", limit=24, stack=5),
-        ),
-        (
-            (
-                r.run_id,
-                (r.status, _STATUS.get(r.status, "white")),
-                str(r.pair_id or "-"),
-                r.method,
-                _result(r, found.get(r.run_id)),
-                _best(found.get(r.run_id)),
-                model(r.target_sha256),
-                model(r.draft_sha256),
-                str(r.n_conditions),
-                str(r.n_requests),
-                r.started_at.strftime("%Y-%m-%d %H:%M:%S"),
-                hw.get(r.hardware or "", "-"),
-                r.host or "local",
-            )
-            for r in runs
-        ),
-    )
-    if any(_result(r, found.get(r.run_id))[0] == "no difference" for r in runs):
-        say("no difference: the best speed-up's 95% interval contains 1.0", style="dim")
-    _legend(hw)
-
-
-def _result(info: RunInfo, res: RunResult | None) -> Styled:
-    """What the run found: outputs that differ (first: a speed-up with wrong output is no speed-up),
-    else whether its fastest condition is faster, slower or not measurably different."""
-    from specreg.benchmark.statistics import difference
-
-    if info.status in ("running", "cancelled", "aborted") or res is None:
-        return ("-", None)
-    if res.mismatched:
-        return (f"{MISMATCH_MARK} outputs differ", "bold red")
-    if res.best_speedup is None:
-        return ("nothing measured", "yellow") if res.failed else ("-", None)
-    word = difference(res.best_ci95)
-    if word is None:
-        return ("no interval", "yellow")
-    return {"faster": ("faster", "green"), "slower": ("slower", "red")}.get(word, ("no difference", "yellow"))
-
-
-def _best(res: RunResult | None) -> str:
-    if res is None or res.best_speedup is None or res.best_condition is None:
-        return "-"
-    return f"{res.best_speedup:.2f}x {res.best_condition}"
-
-
-def _legend(hw: dict[str, str]) -> None:
-    for cls, label in sorted(hw.items(), key=lambda kv: int(kv[1][1:])):
-        say(cls, prefix=f"{label} ", indent=len(label) + 1)
-
-
-def hardware_table(classes: list[str], rows: list[HardwareRow]) -> None:
-    """Pairs down, hardware classes across: the newest run's speed-up (or its status) on each."""
-    from specreg.servers.hardware import labels
-
-    hw = labels(classes)
-
-    def cell(c: HardwareCell | None) -> Cell:
-        if c is None:
-            return "-"
-        if c.speedup is None:
-            return (c.status, _STATUS.get(c.status, "white"))
-        return f"{c.speedup:.2f}x" if c.status == "complete" else (f"{c.speedup:.2f}x {c.status}", "yellow")
-
-    if not rows:
-        say("no finished runs yet: specreg bench admitted, or specreg import BUNDLE", style="dim")
-    else:
-        print_listing(
-            (
-                Col("target", limit=28, squeeze=21),  # the 12-hex SHA-256 prefix and the name's start
-                Col("draft", limit=28, squeeze=21),
-                Col("method", limit=16, squeeze=12),
-                *(Col(hw[c], right=True) for c in classes),
-            ),
-            (
-                (
-                    f"{r.target_sha256[:12]} {r.target_name or ''}".rstrip(),
-                    f"{r.draft_sha256[:12]} {r.draft_name or ''}".rstrip() if r.draft_sha256 else "-",
-                    r.method,
-                    *(cell(r.cells.get(c)) for c in classes),
-                )
-                for r in rows
-            ),
-        )
-    _legend(hw)
+    from specreg.schemas.bench import ArtifactRef, BenchRun, ConditionSummary, WorkloadSource
 
 
 def _equiv(s: ConditionSummary) -> Cell:
@@ -413,14 +64,14 @@ def _row(s: ConditionSummary, expects: bool) -> list[Cell]:
     return [
         s.condition if whole else "",
         s.stratum,
-        (s.status, _STATUS.get(s.status, "white")) if whole else "",
-        "-" if s.method == "none" else _pct(s.acceptance),
+        (s.status, STATUS_STYLE.get(s.status, "white")) if whole else "",
+        "-" if s.method == "none" else pct_text(s.acceptance),
         _speedup(s),
-        _num(s.expected_accepted_length),
-        _num(s.predicted_speedup, "x"),
-        _ms(s.total_ms.p50),
-        _ms(s.total_ms.p95),
-        _ms(s.ttft_ms.p50),
+        num_text(s.expected_accepted_length),
+        num_text(s.predicted_speedup, "x"),
+        ms_text(s.total_ms.p50),
+        ms_text(s.total_ms.p95),
+        ms_text(s.ttft_ms.p50),
         rss,
         _equiv(s),
         errors,
@@ -449,7 +100,7 @@ TIMINGS_LEGEND = (
 
 def tpot_cells(s: ConditionSummary) -> tuple[str, str]:
     """The client TPOT median (without the requests below the server's time) and how many those were."""
-    return _num(s.tpot_ms.p50), f"{s.n_tpot_flagged}/{s.n_ok}" if s.n_tpot_flagged else "-"
+    return num_text(s.tpot_ms.p50), f"{s.n_tpot_flagged}/{s.n_ok}" if s.n_tpot_flagged else "-"
 
 
 def _timing_row(s: ConditionSummary) -> list[Cell]:
@@ -457,11 +108,11 @@ def _timing_row(s: ConditionSummary) -> list[Cell]:
     return [
         s.condition if s.stratum == "all" else "",
         s.stratum,
-        _ms(s.ttft_ms.p50),
-        _num(s.itl_ms.p50),
-        _num(s.itl_ms.p95),
+        ms_text(s.ttft_ms.p50),
+        num_text(s.itl_ms.p50),
+        num_text(s.itl_ms.p95),
         tpot,
-        _num(s.server_tpot_ms.p50),
+        num_text(s.server_tpot_ms.p50),
         (below, "yellow") if s.n_tpot_flagged else below,
     ]
 
@@ -702,7 +353,7 @@ def show_run(run: BenchRun, names: Mapping[str, str | None] | None = None) -> No
     say(
         f"pair {i.pair_id}  method {i.method}",
         prefix=f"run {i.run_id}  {i.status}  ",
-        marks=[(f"  {i.status}  ", _STATUS.get(i.status, "white"))],
+        marks=[(f"  {i.status}  ", STATUS_STYLE.get(i.status, "white"))],
         indent=2,
     )
     if i.status_reason:
@@ -754,7 +405,7 @@ def show_run(run: BenchRun, names: Mapping[str, str | None] | None = None) -> No
         say(
             c.failure or "",
             prefix=f"{c.status} {c.spec.name}: ",
-            marks=[(c.status, _STATUS.get(c.status, "white"))],
+            marks=[(c.status, STATUS_STYLE.get(c.status, "white"))],
             indent=4,
         )
         for ln in c.failure_lines[:12]:
