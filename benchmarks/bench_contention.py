@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psutil
 
-from specreg.benchmark.execute import Observer
+from specreg.benchmark.context import Observer
 from specreg.benchmark.runner import Runner
 from specreg.registry.store import Registry
 from specreg.schemas.bench import ConditionRun

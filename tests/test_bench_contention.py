@@ -21,7 +21,7 @@ from _registry_helpers import cli, model
 
 from specreg.benchmark import contention
 from specreg.benchmark.condition_summary import StatSettings, speed_decision, summarize
-from specreg.benchmark.execute import Observer
+from specreg.benchmark.context import Observer
 from specreg.benchmark.runner import Runner
 from specreg.registry.store import Registry
 from specreg.schemas.bench import ConditionRun, ConditionSpec, RequestRow, RoundLoad

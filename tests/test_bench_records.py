@@ -20,6 +20,7 @@ from _bench_helpers import RULES, workload
 from specreg.benchmark import condition_summary as summary
 from specreg.benchmark import execute
 from specreg.benchmark.client import Completion, _completion_event
+from specreg.equivalence import replay
 from specreg.schemas.bench import ConditionRun, ConditionSpec, RequestRow, WorkloadItem
 
 HELD_BACK = [
@@ -105,7 +106,7 @@ def test_a_replay_is_kept_only_when_it_is_the_streamed_generation() -> None:
     row, pos = _row_of(c), c.id_positions
 
     def problem(rec: Completion) -> str | None:
-        return execute._replay_problem(row, pos, rec)
+        return replay.replay_problem(row, pos, rec)
 
     assert problem(_replay(REPLAY_IDS, c.text)) is None
     assert problem(_replay(REPLAY_IDS, c.text + "\ufffd")) is None  # the never-released tail
@@ -133,7 +134,7 @@ def test_one_token_changed_inside_a_held_back_utf8_sequence_fails_equivalence() 
     assert loose.equal and loose.unit == "char"  # only the text could be compared: and says so
     changed = [*REPLAY_IDS[:3], 170, *REPLAY_IDS[4:]]  # token 3 of the held-back bytes
     # the condition's replay passes the same checks: text and the ids the stream showed agree
-    assert execute._replay_problem(cond_stream, c.id_positions, _replay(changed, c.text)) is None
+    assert replay.replay_problem(cond_stream, c.id_positions, _replay(changed, c.text)) is None
     base, cond = _complete(c, REPLAY_IDS, 0, "none"), _complete(c, changed, 1, "draft-simple")
     strict = summary.compare_outputs(base, cond)
     assert not strict.equal and strict.unit == "token" and strict.first == 3 and strict.first_char is None

@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING
 from specreg.benchmark import conditions as cond_mod
 from specreg.benchmark import contention, tune
 from specreg.benchmark.condition_summary import paired_ms, projected_rounds, stat_settings, stratum_ms, summarize
+from specreg.benchmark.context import Observer, RunContext
 from specreg.benchmark.digest import keep_digests
 from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
-from specreg.benchmark.execute import Observer, RunContext, finish_condition, run_condition
+from specreg.benchmark.execute import finish_condition, run_condition
 from specreg.benchmark.runstore import RunStore
 from specreg.benchmark.sampling import arm, greedy_problem, greedy_twin, stored_greedy, unsupported
 from specreg.benchmark.workloads import Workload, load_workload

@@ -70,7 +70,7 @@ from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.methods import BASELINE, MODEL_DRAFTED
 
 if TYPE_CHECKING:
-    from specreg.benchmark.execute import RunContext
+    from specreg.benchmark.context import RunContext
 
 FIRST_PASS_LENGTH = 16  # generous: SmolLM2 on repetitive text still gains from 8 to 16 (issue 24)
 REUSE = 1.25  # a ladder length this close to the first pass's is measured at the first pass's
