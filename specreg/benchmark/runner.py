@@ -25,9 +25,10 @@ from specreg.benchmark.digest import keep_digests
 from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
 from specreg.benchmark.execute import finish_condition, run_condition
 from specreg.benchmark.manifest import run_manifest
+from specreg.benchmark.projection import project_undecided
 from specreg.benchmark.runstore import RunStore
 from specreg.benchmark.sampling import arm, greedy_problem, greedy_twin, stored_greedy, unsupported
-from specreg.benchmark.scheduler import BudgetScheduler, project_undecided
+from specreg.benchmark.scheduler import BudgetScheduler
 from specreg.benchmark.workloads import Workload, load_workload
 from specreg.equivalence import triage
 from specreg.errors import ArtifactChanged, NotAdmitted, SpecregError, UsageError
@@ -361,7 +362,8 @@ class Runner:
                     self.store.save_condition(run_id, c)
             summaries = summarize(conds, ctx.rows, stat_settings(self.opts, self.runtime().spec_defaults))
             if until_decided:
-                project_undecided(summaries, ctx, conds, time.monotonic() - t_start, self.opts, self.workload.items)
+                strata = [it.stratum for it in self.workload.items]
+                project_undecided(summaries, ctx, conds, time.monotonic() - t_start, self.opts, strata)
             if tuner is not None:  # on the rows the summaries rest on (not set aside)
                 kept = contention.kept_rows(
                     ctx.rows, contention.set_aside(conds, ctx.rows, spread=self.opts.busy_share > 0)
@@ -421,7 +423,7 @@ class Runner:
         run."""
         plan = BudgetScheduler(
             self.opts,
-            self.workload.items,
+            [it.stratum for it in self.workload.items],
             conds,
             planned=planned,
             started=started,

@@ -17,8 +17,8 @@ continued: everything it plans from is handed in each round (`Measured`: the row
 slots' seconds, both stored with a run), and the clock is a parameter. Between rounds it keeps
 only the next repetition number (one past the highest measured), the seeded order its rounds
 turn, and which conditions and strata it already gave up on and said so. When the run ends,
-`project_undecided` writes what would decide each condition left undecided into its summaries,
-from the same projection (`projected_rounds`).
+projection.py writes what would decide each condition left undecided into its summaries, from
+the same projection (`decision.budget.need`).
 """
 
 from __future__ import annotations
@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING, Protocol
 
 from specreg.benchmark import conditions as cond_mod
 from specreg.benchmark import contention
-from specreg.benchmark.condition_summary import paired_ms, projected_rounds, stratum_ms
+from specreg.benchmark.condition_summary import paired_ms, stratum_ms
 from specreg.benchmark.sampling import arm
 from specreg.decision import budget as budget_mod
 from specreg.decision import sequential
 from specreg.lazyclass import dataclass
-from specreg.schemas.bench import ConditionRun, ConditionSummary, RequestRow, SlotPhase, WorkloadItem
+from specreg.schemas.bench import ConditionRun, RequestRow, SlotPhase
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.methods import BASELINE
 from specreg.text import rounds_named
@@ -84,12 +84,13 @@ def request_seconds(rows: Sequence[RequestRow]) -> dict[int, list[float]]:
 
 class BudgetScheduler:
     """Plans a `--budget` run's rounds after its `planned` ones, against a budget counted from
-    `started` on `clock`; tells the user each plan and each condition it gives up (`note`)."""
+    `started` on `clock`; tells the user each plan and each condition it gives up (`note`).
+    `strata`: the workload's, one per prompt (what a round measures)."""
 
     def __init__(
         self,
         opts: BenchSettings,
-        items: Sequence[WorkloadItem],
+        strata: Sequence[str],
         conds: list[ConditionRun],
         *,
         planned: int,
@@ -98,7 +99,7 @@ class BudgetScheduler:
         note: Callable[[str], None] = lambda _: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.opts, self.items, self.conds, self.tuner, self.note, self.clock = opts, items, conds, tuner, note, clock
+        self.opts, self.strata, self.conds, self.tuner, self.note, self.clock = opts, strata, conds, tuner, note, clock
         self.planned, self.started = planned, started
         self.budget = opts.budget_s or 0.0
         self.bases = {arm(c.spec): c for c in conds if c.spec.method == BASELINE}
@@ -192,7 +193,7 @@ class BudgetScheduler:
         cost = budget_mod.Cost(0.0, 0.0)
         for c in todo:
             cost = cost + budget_mod.cost_of(known, c.idx, first.get(c.idx))
-        n_now = sum(1 for it in self.items if strata is None or it.stratum in strata)
+        n_now = sum(1 for st in self.strata if strata is None or st in strata)
         round_s = cost.seconds(n_now, n_now)
         while batch > 1 and spent + cost.seconds(n_now * batch, n_now * batch) > budget:
             batch -= 1  # the budget has no room for them all in one start: fewer rounds
@@ -262,7 +263,7 @@ class BudgetScheduler:
         level's candidates are planned by their leader (the best measured): they stand or fall
         with it. `lead`: these are the leaders, planned at the cost of them and their baselines."""
         o = self.opts
-        prompts = len(self.items)
+        prompts = len(self.strata)
         tuned = self.tuner.level_of(conds) if self.tuner is not None else {}
         leaders = self.tuner.leaders(conds, measured.rows) if self.tuner is not None else {}
         known = budget_mod.costs(measured.slot_s, request_seconds(measured.rows), measured.replay_s)
@@ -393,8 +394,8 @@ class BudgetScheduler:
         assert self.tuner is not None
         known = budget_mod.costs(measured.slot_s, request_seconds(measured.rows), measured.replay_s)
         per_stratum: dict[str, int] = {}
-        for it in self.items:
-            per_stratum[it.stratum] = per_stratum.get(it.stratum, 0) + 1
+        for name in self.strata:
+            per_stratum[name] = per_stratum.get(name, 0) + 1
         kept = contention.kept_rows(measured.rows, aside)
         picked: list[ConditionRun] = []
         strata: set[str] = set()
@@ -445,39 +446,6 @@ class BudgetScheduler:
                     self.note(f"budget: {need.line(left)}: {would}; not measured further")
         picked = list({c.idx: c for c in picked}.values())
         return picked, frozenset(strata) if picked else None
-
-
-def project_undecided(
-    summaries: list[ConditionSummary],
-    measured: Measured,
-    conds: list[ConditionRun],
-    spent: float,
-    opts: BenchSettings,
-    items: Sequence[WorkloadItem],
-) -> None:
-    """Each condition and stratum left undecided by a `--budget` run gets about how many more
-    rounds would decide it (`projected_rounds`) and the budget that would have (at its own and
-    its baseline's cost so far; a stratum's pairs come with whole rounds of its condition, priced
-    whole), so `runs show`, the report and the audit say what would decide it instead of
-    printing its interval."""
-    o = opts
-    by_name = {c.spec.name: c for c in conds}
-    bases = {arm(c.spec): c for c in conds if c.spec.method == BASELINE}
-    known = budget_mod.costs(measured.slot_s, request_seconds(measured.rows), measured.replay_s)
-    prompts = len(items)
-    strata = [it.stratum for it in items]
-    projected = projected_rounds(conds, measured.rows, summaries, strata, o.min_speedup, o.seed, o.busy_share > 0)
-    for i, more in projected.items():
-        s = summaries[i]
-        c = by_name[s.condition]
-        base = bases[arm(c.spec)]
-        cost = budget_mod.cost_of(known, base.idx) + budget_mod.cost_of(known, c.idx)
-        s.decision_more_rounds = more
-        needed = more * cost.seconds(prompts, prompts) if more <= budget_mod.HORIZON else 0.0
-        # within the run's own budget, it was left undecided by choice (a length that cannot
-        # beat the tuned one): how many rounds, but no budget to ask for
-        if needed and spent + needed > (o.budget_s or 0.0):
-            s.decision_budget = budget_mod.budget_for(spent, needed)
 
 
 def free_rounds(

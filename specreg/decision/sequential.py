@@ -88,7 +88,7 @@ random sequences give the same interval to the last bit; only an emptied interva
 (`intersection="grid"` keeps the old way for bundles written with it, exchange/rederive.py).
 Measured (2 cores, load 0.1-0.2, CPU time, a look after every 8 observations of spread 0.1 around
 1.1x): 17 us an observation over 50, 12.5 over 200, 17 over 500 (before: 38, 72, 81; at load 4-6
-21-39, 17-26, 18-23 against 45-71, 60-88, 89-108); a `rounds_to_decide` from 8-32 pairs 11-18 ms
+21-39, 17-26, 18-23 against 45-71, 60-88, 89-108); a `budget.need` from 8-32 pairs 11-18 ms
 (before: 47-58). Over 50 observations the first ~10 dominate: until a wealth can reach the
 threshold every centre is still inside. `benchmarks/bench_decision.py` prints the cost.
 """
@@ -98,7 +98,6 @@ from __future__ import annotations
 import bisect
 import copy
 import math
-import random
 from collections.abc import Sequence
 from typing import Literal
 
@@ -337,48 +336,3 @@ def decide(
 ) -> SpeedDecision:
     """`faster`, `not faster` or `undecided` for paired totals (same order, the units both ran)."""
     return SpeedSequence(alpha, scale, intersection).add(base_ms, cond_ms).decision(min_speedup)
-
-
-def rounds_to_decide(
-    base_ms: Sequence[float],
-    cond_ms: Sequence[float],
-    min_speedup: float,
-    *,
-    per_round: int,
-    max_rounds: int,
-    paths: int = 7,
-    seed: int = 0,
-    pool: Sequence[float] = (),
-    fresh: bool = False,
-) -> int | None:
-    """About how many more rounds of `per_round` pairs this condition needs to be decided, if it
-    goes on as measured: future rounds are drawn (with replacement) from the log ratios measured
-    so far and fed to a copy of the sequence, `paths` times; the median of the rounds each path
-    took (0: decided already; None: not within `max_rounds` on most paths - the measured speed-up
-    is within its noise of the bar). A plan, not a decision: the decision is only ever made on
-    what is measured. `pool`: more log ratios with the same spread (neighbour draft lengths,
-    re-centred on this condition's mean) to draw the future rounds from. `fresh`: the condition
-    has measured nothing yet; `base_ms`/`cond_ms` stand in for it (the `--tune` first pass,
-    re-centred on the length's prediction), so its sequence starts empty and they are only drawn
-    from."""
-    xs = log_ratios(base_ms, cond_ms)
-    seq = SpeedSequence() if fresh else SpeedSequence().add_logs(xs)
-    if not fresh and seq.decision(min_speedup).decision != "undecided":
-        return 0
-    if len(xs) < 2 or per_round < 1:
-        return None
-    rng = random.Random(seed)
-    draw = [*xs, *pool]
-    took: list[float] = []
-    for _ in range(paths):
-        s = seq.copy()
-        for r in range(1, max_rounds + 1):
-            s.add_logs([rng.choice(draw) for _ in range(per_round)])
-            if s.decision(min_speedup).decision != "undecided":
-                took.append(r)
-                break
-        else:
-            took.append(math.inf)
-    took.sort()
-    mid = took[len(took) // 2]
-    return None if math.isinf(mid) else int(mid)
