@@ -30,6 +30,7 @@ with atheris.instrument_imports(include=["specreg"]):
     import specreg.commands.bench
     import specreg.commands.check
     import specreg.commands.export
+    import specreg.commands.runs
     import specreg.exchange.bundle
     import specreg.exchange.bundle_format
     import specreg.exchange.bundle_runs
