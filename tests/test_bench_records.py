@@ -19,7 +19,7 @@ from _bench_helpers import RULES, workload
 
 from specreg.benchmark import condition_summary as summary
 from specreg.benchmark import execute
-from specreg.benchmark.client import Completion, _completion_event
+from specreg.benchmark.reply import Completion, completion_event
 from specreg.equivalence import replay
 from specreg.schemas.bench import ConditionRun, ConditionSpec, RequestRow, WorkloadItem
 
@@ -44,7 +44,7 @@ def _stream(events: list[dict[str, Any]], gap_s: float = 0.002) -> Completion:
     t0 = time.perf_counter()
     for ev in events:
         time.sleep(gap_s)
-        _completion_event(out, ev, t0)
+        completion_event(out, ev, t0)
     out.ok, out.total_ms = True, (time.perf_counter() - t0) * 1000.0
     return out
 
@@ -91,10 +91,10 @@ def test_stored_arrivals_never_size_an_allocation() -> None:
 def test_a_stream_that_says_less_than_it_carries_is_malformed() -> None:
     out = Completion(token_ids=[])
     with pytest.raises(ValueError, match="token ids for 1 new token"):
-        _completion_event(out, {"content": "ab", "tokens": [1, 2], "tokens_predicted": 1}, time.perf_counter())
-    _completion_event(out := Completion(token_ids=[]), {"content": "a", "tokens_predicted": 5}, time.perf_counter())
+        completion_event(out, {"content": "ab", "tokens": [1, 2], "tokens_predicted": 1}, time.perf_counter())
+    completion_event(out := Completion(token_ids=[]), {"content": "a", "tokens_predicted": 5}, time.perf_counter())
     with pytest.raises(ValueError, match="went back"):
-        _completion_event(out, {"content": "b", "tokens_predicted": 4}, time.perf_counter())
+        completion_event(out, {"content": "b", "tokens_predicted": 4}, time.perf_counter())
 
 
 def _replay(ids: list[int], text: str, n: int | None = None) -> Completion:

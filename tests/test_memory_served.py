@@ -451,7 +451,7 @@ def test_a_benchmarks_refused_rows_are_replayed_as_refused() -> None:
     ]
     assert longest_draft(served) is None  # the timed-out one's drafts are not known
     assert longest_draft([r for r in served if r.key != "c"]) == 6
-    from specreg.benchmark.client import Completion
+    from specreg.benchmark.reply import Completion
 
     timings = ({"predicted_n": 8}, {"predicted_n": 8, "draft_n": 6}, {})  # draft_n left out when 0
     assert [Completion(timings=t).drafted for t in timings] == [0, 6, None]

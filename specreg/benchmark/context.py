@@ -14,7 +14,7 @@ import time
 from dataclasses import field
 from pathlib import Path
 
-from specreg.benchmark.client import Completion
+from specreg.benchmark.reply import Completion
 from specreg.benchmark.runstore import RunStore
 from specreg.benchmark.workloads import Workload
 from specreg.lazyclass import dataclass

@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specreg.benchmark import expect as expect_mod
-from specreg.benchmark.client import Completion, LlamaClient
+from specreg.benchmark.client import LlamaClient
 from specreg.benchmark.conditions import ServerOptions, server_args
 from specreg.benchmark.context import RunContext, row_key
+from specreg.benchmark.reply import Completion
 from specreg.benchmark.sampling import arm
 from specreg.benchmark.warmup import WARMUP_TOKENS, warm_up
 from specreg.benchmark.workloads import content_sha256

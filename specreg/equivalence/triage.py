@@ -19,9 +19,10 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING
 
-from specreg.benchmark.client import Completion, LlamaClient, TokenProbs
+from specreg.benchmark.client import LlamaClient
 from specreg.benchmark.context import RunContext
 from specreg.benchmark.execute import condition_args
+from specreg.benchmark.reply import Completion, TokenProbs
 from specreg.benchmark.sampling import arm
 from specreg.equivalence.replay import baseline_row, compare_with_baseline, same_text
 from specreg.errors import ServerError, ServerStartError
