@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from specreg.audit.run import _Facts, run_audit
+from specreg.audit.facts import Facts
+from specreg.audit.run import run_audit
 from specreg.benchmark.run_index import RunIndex
 from specreg.errors import SpecregError
 from specreg.registry.db import paused_gc
@@ -63,7 +64,7 @@ def _audit_by_hardware(
             pair_ids=pair_ids,
             rehash=rehash,
             spread=spread,
-            facts=_Facts(reg, rehash, spread),
+            facts=Facts(reg, rehash, spread),
         )
         report.hardware_classes = classes
         _tag(report, None)
@@ -77,7 +78,7 @@ def _audit_by_hardware(
     else:
         pairs = [reg.get_pair(i) for i in pair_ids]
     index = RunIndex(reg)
-    facts = _Facts(reg, rehash, spread)  # each artifact is verified once, not once per class
+    facts = Facts(reg, rehash, spread)  # each artifact is verified once, not once per class
     facts.prefetch(pairs)  # ... and all of them in one batch (one write of refreshed stats, not one per class)
     parts: list[AuditReport] = []
     measured: set[int] = set()
