@@ -43,6 +43,10 @@ phase (the same for every k) does not change.
 
 Not tuned: `--spec-draft-p-min`. Predicting its effect needs the draft's per-token confidence,
 which neither `/metrics` nor the response timings report, so a p-min could only be guessed.
+
+One module, though long: the tuning is one state (`Tuner`: the first pass, each level's
+prediction, its candidates and leader) that the runner and the scheduler ask questions of; the
+curve it predicts from is tune_curve.py's.
 """
 
 from __future__ import annotations

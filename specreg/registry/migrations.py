@@ -15,6 +15,9 @@ Adding a migration (other areas: the benchmark runs tables, ...):
   2. use plain SQL (`db.execute("CREATE TABLE ...")`): explicit types, NOT NULL, foreign
      keys and an index on every column that list views filter, join or sort on;
   3. update `tests/test_registry_schema.py`, which pins every table and its columns.
+
+One module, however long: it is a list of small functions applied in order, each frozen once
+shipped, and reading the schema's history is reading this file top to bottom.
 """
 
 from __future__ import annotations

@@ -3,6 +3,10 @@
 A run is keyed by the target SHA-256 and the draft SHA-256 (None for self-speculation) and
 embeds the settings and runtime it came from (PROTOCOL §1). Undefined numbers stay None:
 acceptance with zero drafted tokens is undefined, not 0; an absent GPU is absent, not 0 bytes.
+
+One module, though long: these models are one document, a `BenchRun` as it is stored, exported
+and imported whole, and they refer to each other; a reader looking up any field of a run finds
+it here (the settings a run was started with are bench_settings.py's).
 """
 
 from __future__ import annotations
