@@ -1,4 +1,4 @@
-"""A run that knows when the machine was busy (benchmark/contention.py).
+"""A run that knows when the machine was busy (benchmark/store/contention.py).
 
 The rules are judged on injected per-round samples (this machine is shared, so a "quiet" real
 run cannot be had on demand); one real run on tiny models starts CPU burners during its first
@@ -19,10 +19,10 @@ import pytest
 from _bench_helpers import ITEMS, admit, workload
 from _registry_helpers import cli, model
 
-from specreg.benchmark import contention
-from specreg.benchmark.condition_summary import StatSettings, speed_decision, summarize
-from specreg.benchmark.context import Observer
-from specreg.benchmark.runner import Runner
+from specreg.benchmark.run.context import Observer
+from specreg.benchmark.run.runner import Runner
+from specreg.benchmark.store import contention
+from specreg.benchmark.store.condition_summary import StatSettings, speed_decision, summarize
 from specreg.registry.store import Registry
 from specreg.schemas.bench import ConditionRun, ConditionSpec, RequestRow, RoundLoad
 from specreg.schemas.bench_settings import BenchSettings

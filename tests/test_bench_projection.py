@@ -10,9 +10,9 @@ import random
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from specreg.benchmark.condition_summary import stat_settings, summarize
-from specreg.benchmark.projection import projected_rounds
-from specreg.benchmark.scheduler import BudgetScheduler
+from specreg.benchmark.plan.projection import projected_rounds
+from specreg.benchmark.plan.scheduler import BudgetScheduler
+from specreg.benchmark.store.condition_summary import stat_settings, summarize
 from specreg.decision.budget import HORIZON, undecided_text
 from specreg.schemas.bench import ALL_STRATA, ConditionRun, ConditionSpec, RequestRow
 from specreg.schemas.bench_settings import BenchSettings

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from _bench_helpers import RULES, workload
 
-from specreg.benchmark import condition_summary as summary
-from specreg.benchmark import execute
-from specreg.benchmark.reply import Completion, completion_event
+from specreg.benchmark.run import execute
+from specreg.benchmark.run.reply import Completion, completion_event
+from specreg.benchmark.store import condition_summary as summary
 from specreg.equivalence import replay
 from specreg.schemas.bench import ConditionRun, ConditionSpec, RequestRow, WorkloadItem
 
@@ -194,7 +194,7 @@ REAL_ITEMS = [{"id": k, "stratum": "chat", "max_tokens": 48, "prompt": v} for k,
 def test_real_model_rows_hold_every_generated_id(real_model: Callable[[str], Path], tmp_path: Path) -> None:
     """SmolLM2 in Japanese, Russian and code, baseline, draft-simple and n-gram: every row of every
     condition holds exactly as many ids as the server generated, and they match the baseline's."""
-    from specreg.benchmark.runner import Runner
+    from specreg.benchmark.run.runner import Runner
     from specreg.registry.store import Registry
     from specreg.schemas.bench_settings import BenchSettings
     from specreg.sources.checking import check_and_record
@@ -227,7 +227,7 @@ def test_a_replay_answer_nested_past_the_parser_is_a_row_error_not_a_traceback()
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from specreg.benchmark.client import LlamaClient
+    from specreg.benchmark.run.client import LlamaClient
 
     body = b"[" * 100_000 + b"]" * 100_000
 

@@ -204,7 +204,7 @@ def test_check_pair_reports_memory_and_fails_a_budget(tmp_path: Path) -> None:
 
 def test_benchmark_conditions_store_a_prediction_within_15_percent(audit_world: AuditWorld) -> None:
     """The shared real run: every condition's predicted peak RSS next to the measured one."""
-    from specreg.benchmark.runstore import RunStore
+    from specreg.benchmark.store.runstore import RunStore
 
     with Registry(audit_world.db, show_progress=False) as reg:
         run = RunStore(reg).load(audit_world.run_id)
@@ -226,7 +226,7 @@ TOLERANCE = 0.05  # predicted peak RSS within 5% of the measured one
 
 def _served_peak(target: Path, draft: Path | None, method: str, items: list[WorkloadItem], tmp: Path) -> int:
     """Peak RSS (sampled and high-water mark) of the bundled server serving `items` once."""
-    from specreg.benchmark.client import LlamaClient
+    from specreg.benchmark.run.client import LlamaClient
     from specreg.servers.memory import GpuProbe, MemorySampler
 
     argv = ["-m", str(target), *(["-md", str(draft)] if draft else []), "--spec-type", method, "-c", "4096"]

@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterable
 from specreg.audit.deploy import try_server_argv
 from specreg.audit.production_sampler import at_sampler, bench_hint, measured, policy_sampler
 from specreg.audit.trust import EvidenceTrust
-from specreg.benchmark.digest import hardware_identity, load_digest, runtime_identity
-from specreg.benchmark.run_index import RunHead
+from specreg.benchmark.store.digest import hardware_identity, load_digest, runtime_identity
+from specreg.benchmark.store.run_index import RunHead
 from specreg.errors import SpecregError
 from specreg.registry.store import Registry
 from specreg.schemas.audit import ModelName, PairAudit, Policy, RunDigest

@@ -13,7 +13,7 @@ from collections import defaultdict
 
 from specreg.audit.facts import Facts
 from specreg.audit.run import run_audit
-from specreg.benchmark.run_index import RunIndex
+from specreg.benchmark.store.run_index import RunIndex
 from specreg.errors import SpecregError
 from specreg.registry.db import paused_gc
 from specreg.registry.store import Registry

@@ -11,7 +11,7 @@ the order the audit applies them. What the gates need is gathered in facts.py.
 
 from __future__ import annotations
 
-from specreg.benchmark.statistics import interval_text
+from specreg.benchmark.store.statistics import interval_text
 from specreg.decision.budget import undecided_text
 from specreg.registry.licence import normalise
 from specreg.schemas.audit import (

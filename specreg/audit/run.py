@@ -14,9 +14,9 @@ from specreg.audit.facts import Facts, RunsFor
 from specreg.audit.outcomes import judge, judge_all, pair_conditions
 from specreg.audit.production_sampler import policy_sampler
 from specreg.audit.trust import EvidenceTrust
-from specreg.benchmark.digest import load_digests
-from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
-from specreg.benchmark.run_index import RunIndex, runs_for_pair
+from specreg.benchmark.plan.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
+from specreg.benchmark.store.digest import load_digests
+from specreg.benchmark.store.run_index import RunIndex, runs_for_pair
 from specreg.errors import RunUnreadable, SpecregError
 from specreg.registry.db import now, paused_gc
 from specreg.registry.evidence import not_checked_here, trusted

@@ -279,8 +279,8 @@ def admitted(
     summaries with speed-up intervals, server logs); exit 0 when every condition ran, 1 when one
     failed (e.g. the draft was refused or drafted nothing), 2 on errors.
     """
-    from specreg.benchmark.conditions import parse_ngram_options
-    from specreg.benchmark.runner import Runner
+    from specreg.benchmark.plan.conditions import parse_ngram_options
+    from specreg.benchmark.run.runner import Runner
     from specreg.commands.views.progress import ProgressView
     from specreg.commands.views.run_detail import show_run
     from specreg.schemas.bench_settings import BenchSettings, parse_busy_share
@@ -384,7 +384,7 @@ def _bench_ray(
     json_out: bool,
 ) -> None:
     """`--executor ray`: dispatch, import, show; exits like the local executor (0 / 1)."""
-    from specreg.benchmark.runstore import RunStore
+    from specreg.benchmark.store.runstore import RunStore
     from specreg.commands.views.run_detail import show_run
     from specreg.errors import UsageError
     from specreg.exchange.ray_executor import CONNECT_TIMEOUT_S, bench_on_ray, need_ray, parse_resources

@@ -33,7 +33,7 @@ def _registry() -> Registry:
 
 def _load_named(run_id: str) -> tuple[BenchRun, dict[str, str | None]]:
     """A stored run and the registry's general.name of its target and draft (shown beside their SHA-256)."""
-    from specreg.benchmark.runstore import RunStore
+    from specreg.benchmark.store.runstore import RunStore
 
     with _registry() as reg:
         run = RunStore(reg).load(run_id)
@@ -55,8 +55,8 @@ def runs(
     if by_hardware:
         _runs_by_hardware(json_out)
         return
-    from specreg.benchmark.run_index import run_results
-    from specreg.benchmark.runstore import RunStore
+    from specreg.benchmark.store.run_index import run_results
+    from specreg.benchmark.store.runstore import RunStore
     from specreg.commands.views.run_list import runs_table
 
     with _registry() as reg:

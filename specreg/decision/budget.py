@@ -6,7 +6,7 @@ condition's kept pairs are projected forward (`need`: future pairs drawn from th
 measured so far, fed to the same confidence sequence the decision uses, looking after every
 pair as it does), priced at its own and its baseline's cost per slot and per request (`costs`,
 `cost_of`), and told to the user in the units a person plans with (`Need.line`, `minutes`). The
-scheduler (benchmark/scheduler.py) measures what fits and gives up what does not, naming the
+scheduler (benchmark/plan/scheduler.py) measures what fits and gives up what does not, naming the
 budget that would decide it; the projection stored with a run for what it left undecided is
 the same `need`, read in rounds. A projection is a plan, never a decision: the decision is only
 ever made on what was measured.

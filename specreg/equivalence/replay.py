@@ -13,11 +13,11 @@ uses the same pieces to explain a difference that remains.
 
 from __future__ import annotations
 
-from specreg.benchmark.client import LlamaClient
-from specreg.benchmark.condition_summary import compare_outputs
-from specreg.benchmark.context import RunContext, row_key
-from specreg.benchmark.reply import Completion
-from specreg.benchmark.sampling import arm
+from specreg.benchmark.run.client import LlamaClient
+from specreg.benchmark.run.context import RunContext, row_key
+from specreg.benchmark.run.reply import Completion
+from specreg.benchmark.store.condition_summary import compare_outputs
+from specreg.benchmark.store.sampling import arm
 from specreg.errors import ServerError
 from specreg.schemas.bench import ConditionRun, RequestRow
 from specreg.schemas.methods import BASELINE

@@ -19,11 +19,11 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING
 
-from specreg.benchmark.client import LlamaClient
-from specreg.benchmark.context import RunContext
-from specreg.benchmark.execute import condition_args
-from specreg.benchmark.reply import Completion, TokenProbs
-from specreg.benchmark.sampling import arm
+from specreg.benchmark.run.client import LlamaClient
+from specreg.benchmark.run.context import RunContext
+from specreg.benchmark.run.execute import condition_args
+from specreg.benchmark.run.reply import Completion, TokenProbs
+from specreg.benchmark.store.sampling import arm
 from specreg.equivalence.replay import baseline_row, compare_with_baseline, same_text
 from specreg.errors import ServerError, ServerStartError
 from specreg.lazyclass import dataclass

@@ -24,8 +24,8 @@ import math
 import re
 from typing import Any
 
-from specreg.benchmark.condition_summary import StatSettings, stat_settings, summarize
-from specreg.benchmark.projection import projected_rounds
+from specreg.benchmark.plan.projection import projected_rounds
+from specreg.benchmark.store.condition_summary import StatSettings, stat_settings, summarize
 from specreg.decision.budget import HORIZON
 from specreg.decision.sequential import Intersection
 from specreg.schemas.bench import BenchRun, ConditionSummary

@@ -24,7 +24,7 @@ import atheris
 # them (only specreg's own code: instrumenting every loaded module takes minutes)
 with atheris.instrument_imports(include=["specreg"]):
     import specreg.audit.policy
-    import specreg.benchmark.workloads
+    import specreg.benchmark.workloads.jsonl
     import specreg.cli
     import specreg.commands.audit
     import specreg.commands.bench

@@ -26,7 +26,7 @@ from rich.progress import (
 )
 from rich.table import Column
 
-from specreg.benchmark.context import Observer
+from specreg.benchmark.run.context import Observer
 from specreg.commands.layout import shorten
 from specreg.commands.output import err_console, safe_plain, say, show_lines, width
 from specreg.commands.views.cells import STATUS_STYLE, pct_text

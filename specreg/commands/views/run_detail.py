@@ -162,7 +162,7 @@ def _triage_line(s: ConditionSummary) -> str:
 
 def _speedup(s: ConditionSummary) -> Cell:
     """`1.23x [1.10, 1.35]`; `reference`; `-` for a condition without one (its reason is printed below)."""
-    from specreg.benchmark.statistics import interval_text
+    from specreg.benchmark.store.statistics import interval_text
 
     if s.speedup_note == "reference":
         return "reference"
@@ -171,7 +171,7 @@ def _speedup(s: ConditionSummary) -> Cell:
 
 
 def _legend_no_difference(summaries: list[ConditionSummary]) -> None:
-    from specreg.benchmark.statistics import NO_DIFFERENCE_LEGEND, difference
+    from specreg.benchmark.store.statistics import NO_DIFFERENCE_LEGEND, difference
 
     if any(difference(s.speedup_ci95) == "no measurable difference" for s in summaries if s.speedup is not None):
         say(NO_DIFFERENCE_LEGEND, style="dim")
@@ -229,8 +229,8 @@ def _decisions(run: BenchRun) -> None:
 
 
 def _set_aside(run: BenchRun) -> None:
-    """How busy the machine was, and the rounds that set aside (benchmark/contention.py)."""
-    from specreg.benchmark.contention import run_notes
+    """How busy the machine was, and the rounds that set aside (benchmark/store/contention.py)."""
+    from specreg.benchmark.store.contention import run_notes
 
     loads = [x for c in run.conditions for x in c.load]
     notes = run_notes(run.summaries)
@@ -253,8 +253,8 @@ def _set_aside(run: BenchRun) -> None:
 
 def _tuning(run: BenchRun) -> None:
     """`--tune`: each measured draft length's prediction (made before it ran) beside what it
-    measured, over all strata, and the choice (benchmark/tune.py)."""
-    from specreg.benchmark.statistics import interval_text
+    measured, over all strata, and the choice (benchmark/plan/tune.py)."""
+    from specreg.benchmark.store.statistics import interval_text
 
     tuned = [s for s in run.summaries if s.stratum == "all" and s.tune is not None]
     for conc in sorted({s.concurrency or 1 for s in tuned}):
@@ -364,7 +364,7 @@ def show_run(run: BenchRun, names: Mapping[str, str | None] | None = None) -> No
         f"draft {_model(i.draft_sha256, draft_ref, names.get(i.draft_sha256)) if i.draft_sha256 else 'none (self)'}",
     ]
     if m is not None:
-        from specreg.benchmark.digest import runtime_identity
+        from specreg.benchmark.store.digest import runtime_identity
         from specreg.servers.identity import runtime_text
 
         gpu = m.hardware.gpu

@@ -15,7 +15,7 @@ from specreg.commands.output import Cell, err_console, print_listing, say
 from specreg.commands.views.cells import MISMATCH_MARK, STATUS_STYLE
 
 if TYPE_CHECKING:
-    from specreg.benchmark.run_index import RunResult
+    from specreg.benchmark.store.run_index import RunResult
     from specreg.schemas.bench import RunInfo
     from specreg.servers.hardware import HardwareCell, HardwareRow
 
@@ -86,7 +86,7 @@ def runs_table(
 def _result(info: RunInfo, res: RunResult | None) -> Styled:
     """What the run found: outputs that differ (first: a speed-up with wrong output is no speed-up),
     else whether its fastest condition is faster, slower or not measurably different."""
-    from specreg.benchmark.statistics import difference
+    from specreg.benchmark.store.statistics import difference
 
     if info.status in ("running", "cancelled", "aborted") or res is None:
         return ("-", None)

@@ -24,14 +24,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specreg.benchmark import expect as expect_mod
-from specreg.benchmark.client import LlamaClient
-from specreg.benchmark.conditions import ServerOptions, server_args
-from specreg.benchmark.context import RunContext, row_key
-from specreg.benchmark.reply import Completion
-from specreg.benchmark.sampling import arm
-from specreg.benchmark.warmup import WARMUP_TOKENS, warm_up
-from specreg.benchmark.workloads import content_sha256
+from specreg.benchmark.plan.conditions import ServerOptions, server_args
+from specreg.benchmark.run.client import LlamaClient
+from specreg.benchmark.run.context import RunContext, row_key
+from specreg.benchmark.run.reply import Completion
+from specreg.benchmark.run.warmup import WARMUP_TOKENS, warm_up
+from specreg.benchmark.store.sampling import arm
+from specreg.benchmark.workloads import expect as expect_mod
+from specreg.benchmark.workloads.jsonl import content_sha256
 from specreg.equivalence.replay import compare_with_baseline, complete_ids
 from specreg.errors import ServerError, ServerStartError
 from specreg.registry.db import now
@@ -407,7 +407,7 @@ def _record(ctx: RunContext, cond: ConditionRun, row: RequestRow) -> None:
     if cond.spec.method == BASELINE:
         if row.ok:
             ctx.baseline[(conc, row.prompt_id, row.repeat)] = row
-    elif row.ok and cond.spec.sampler.greedy:  # sampled output is judged by benchmark/sampling.py
+    elif row.ok and cond.spec.sampler.greedy:  # sampled output is judged by benchmark/store/sampling.py
         compare_with_baseline(ctx, conc, row)
     ctx.row_ids[row_key(row)] = ctx.store.add_request(ctx.run_id, row)
     ctx.rows.append(row)

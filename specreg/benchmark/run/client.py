@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from specreg.benchmark.reply import (
+from specreg.benchmark.run.reply import (
     Completion,
     Malformed,
     chat_event,

@@ -17,19 +17,20 @@ import secrets
 import time
 from typing import TYPE_CHECKING
 
-from specreg.benchmark import conditions as cond_mod
-from specreg.benchmark import contention, tune
-from specreg.benchmark.condition_summary import stat_settings, summarize
-from specreg.benchmark.context import Observer, RunContext
-from specreg.benchmark.digest import keep_digests
-from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
-from specreg.benchmark.execute import finish_condition, run_condition
-from specreg.benchmark.manifest import run_manifest
-from specreg.benchmark.projection import project_undecided
-from specreg.benchmark.runstore import RunStore
-from specreg.benchmark.sampling import arm, greedy_problem, greedy_twin, stored_greedy, unsupported
-from specreg.benchmark.scheduler import BudgetScheduler
-from specreg.benchmark.workloads import Workload, load_workload
+from specreg.benchmark.plan import conditions as cond_mod
+from specreg.benchmark.plan import tune
+from specreg.benchmark.plan.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
+from specreg.benchmark.plan.projection import project_undecided
+from specreg.benchmark.plan.scheduler import BudgetScheduler
+from specreg.benchmark.run.context import Observer, RunContext
+from specreg.benchmark.run.execute import finish_condition, run_condition
+from specreg.benchmark.run.manifest import run_manifest
+from specreg.benchmark.store import contention
+from specreg.benchmark.store.condition_summary import stat_settings, summarize
+from specreg.benchmark.store.digest import keep_digests
+from specreg.benchmark.store.runstore import RunStore
+from specreg.benchmark.store.sampling import arm, greedy_problem, greedy_twin, stored_greedy, unsupported
+from specreg.benchmark.workloads.jsonl import Workload, load_workload
 from specreg.equivalence import triage
 from specreg.errors import ArtifactChanged, NotAdmitted, SpecregError, UsageError
 from specreg.registry.db import now

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from specreg.benchmark.expect import unsupported_keywords
-from specreg.benchmark.standard import STANDARD_SETS, load_standard
-from specreg.benchmark.workload_base import Workload, content_sha256, sample_items
+from specreg.benchmark.workloads.expect import unsupported_keywords
+from specreg.benchmark.workloads.standard import STANDARD_SETS, load_standard
+from specreg.benchmark.workloads.workload import Workload, content_sha256, sample_items
 from specreg.errors import PolicyError
 from specreg.paths import read_regular
 from specreg.schemas.bench import WorkloadItem
@@ -95,7 +95,7 @@ def load_workload(
     name_or_path: str | Path = DEFAULT, *, sample: int | None = None, seed: int = 42, ctx_tokens: int = 4096
 ) -> Workload:
     """`default` (every built-in stratum), one stratum's name, a standard set (mt-bench, humaneval,
-    sharegpt: benchmark/standard.py) or a JSONL file path; `sample` items per stratum, seeded.
+    sharegpt: benchmark/workloads/standard.py) or a JSONL file path; `sample` items per stratum, seeded.
     `ctx_tokens` is the context one server slot has (sharegpt's prompts are filtered by it)."""
     name = str(name_or_path)
     if name in STANDARD_SETS:

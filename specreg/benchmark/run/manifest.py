@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specreg.benchmark.workloads import Workload
+from specreg.benchmark.workloads.jsonl import Workload
 from specreg.schemas.bench import (
     ArtifactRef,
     DraftInfo,

@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
-from specreg.benchmark import contention, statistics, stepcost
-from specreg.benchmark.sampling import arm, sampled_checks
+from specreg.benchmark.store import contention, statistics, stepcost
+from specreg.benchmark.store.sampling import arm, sampled_checks
 from specreg.decision import sequential
 from specreg.lazyclass import dataclass
 from specreg.schemas.bench import ALL_STRATA, ConditionRun, ConditionSummary, RequestRow, Stat

@@ -14,9 +14,9 @@ import time
 from dataclasses import field
 from pathlib import Path
 
-from specreg.benchmark.reply import Completion
-from specreg.benchmark.runstore import RunStore
-from specreg.benchmark.workloads import Workload
+from specreg.benchmark.run.reply import Completion
+from specreg.benchmark.store.runstore import RunStore
+from specreg.benchmark.workloads.jsonl import Workload
 from specreg.lazyclass import dataclass
 from specreg.schemas.bench import ConditionRun, RequestRow, RunInfo, SlotPhase, WorkloadItem
 from specreg.schemas.bench_settings import BenchSettings

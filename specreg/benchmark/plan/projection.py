@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from specreg.benchmark import contention
-from specreg.benchmark.condition_summary import stratum_ms
-from specreg.benchmark.sampling import arm
-from specreg.benchmark.scheduler import Measured, request_seconds
+from specreg.benchmark.plan.scheduler import Measured, request_seconds
+from specreg.benchmark.store import contention
+from specreg.benchmark.store.condition_summary import stratum_ms
+from specreg.benchmark.store.sampling import arm
 from specreg.decision import budget as budget_mod
 from specreg.schemas.bench import ALL_STRATA, ConditionRun, ConditionSummary, RequestRow
 from specreg.schemas.bench_settings import BenchSettings

@@ -28,10 +28,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
-from specreg.benchmark import conditions as cond_mod
-from specreg.benchmark import contention
-from specreg.benchmark.condition_summary import paired_ms, stratum_ms
-from specreg.benchmark.sampling import arm
+from specreg.benchmark.plan import conditions as cond_mod
+from specreg.benchmark.store import contention
+from specreg.benchmark.store.condition_summary import paired_ms, stratum_ms
+from specreg.benchmark.store.sampling import arm
 from specreg.decision import budget as budget_mod
 from specreg.decision import sequential
 from specreg.lazyclass import dataclass
@@ -41,7 +41,7 @@ from specreg.schemas.methods import BASELINE
 from specreg.text import rounds_named
 
 if TYPE_CHECKING:
-    from specreg.benchmark.tune import Tuner
+    from specreg.benchmark.plan.tune import Tuner
     from specreg.schemas.sampling import Sampler
 
 PART_MARGIN = 1.1  # what a round measured in part is priced at, over its estimate

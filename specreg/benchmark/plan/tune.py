@@ -54,10 +54,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from specreg.benchmark import statistics, stepcost
-from specreg.benchmark.condition_summary import _paired, speed_decision
-from specreg.benchmark.conditions import condition_name
-from specreg.benchmark.tune_curve import LENGTHS, Profile, ProfileSource, curve
+from specreg.benchmark.plan.conditions import condition_name
+from specreg.benchmark.plan.tune_curve import LENGTHS, Profile, ProfileSource, curve
+from specreg.benchmark.store import statistics, stepcost
+from specreg.benchmark.store.condition_summary import _paired, speed_decision
 from specreg.errors import UsageError
 from specreg.lazyclass import dataclass
 from specreg.registry.db import now
@@ -74,7 +74,7 @@ from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.methods import BASELINE, MODEL_DRAFTED
 
 if TYPE_CHECKING:
-    from specreg.benchmark.context import RunContext
+    from specreg.benchmark.run.context import RunContext
 
 FIRST_PASS_LENGTH = 16  # generous: SmolLM2 on repetitive text still gains from 8 to 16 (issue 24)
 REUSE = 1.25  # a ladder length this close to the first pass's is measured at the first pass's
