@@ -383,9 +383,9 @@ class BudgetScheduler:
         told: set[tuple[int, str]],
     ) -> tuple[list[ConditionRun], frozenset[str] | None]:
         """Once the tuning is settled and nothing else is left to measure, the budget left goes
-        to the chosen length's strata still undecided: the audit gates per stratum, and a length
-        decided `faster` over the whole workload was refused for "repetitive: undecided after 3
-        rounds" (issue 32). Each such stratum is planned as a condition is (budget.need, on its
+        to the chosen length's strata still undecided: the audit gates per stratum, so a length
+        decided `faster` over the whole workload is still refused for a stratum left undecided.
+        Each such stratum is planned as a condition is (budget.need, on its
         own kept pairs, its prompts a round); those that fit are measured (their prompts only,
         with the baseline), those that cannot are named with the budget that would decide them.
         A choice decided `not faster` gets none: its refusal is for speed already. Returns the
@@ -456,8 +456,8 @@ def free_rounds(
 ) -> dict[int, list[int]]:
     """Condition idx -> the repetitions its baseline measured (and kept) that it has not, after
     its own last: its next slot pairs with those rounds instead of starting the baseline again
-    (issue 32: a `--tune` length first measured after the first pass, or a method the first
-    pass left out, pairs with the baseline's rounds so far). In order, so its pairs are measured
+    (a `--tune` length first measured after the first pass, or a method the first pass left
+    out, pairs with the baseline's rounds so far). In order, so its pairs are measured
     in the order the sequence takes them (`paired_ms`: by repetition)."""
     out = {}
     for c in picked:

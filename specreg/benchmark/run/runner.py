@@ -456,8 +456,8 @@ def every_round_set_aside(
     conds: list[ConditionRun], rows: list[RequestRow], aside: dict[contention.Slot, str]
 ) -> str | None:
     """The first reason, when every slot measured so far was set aside (None: some were kept):
-    then there is nothing to price a draft length from or decide on (issue 32: a busy machine's
-    first pass priced every length from set-aside rounds, a flat curve of 0.19x "slow-downs")."""
+    then there is nothing to price a draft length from or decide on (a busy machine's first pass
+    would price every length from set-aside rounds: a flat curve of "slow-downs")."""
     measured = {(r.condition_idx, r.repeat) for r in rows}
     if not measured or any(slot not in aside for slot in measured):
         return None
