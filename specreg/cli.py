@@ -40,7 +40,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("rules", "rules:rules_app", "List the rule sets per llama.cpp build, or diff two."),
     ("workloads", "workloads:workloads_app", "List the built-in and standard workloads, or fetch one."),
     ("bench", "bench:bench_app", "Benchmark admitted pairs on a real llama.cpp server."),
-    ("runs", "bench:runs_app", "List benchmark runs, or show one."),
+    ("runs", "runs:runs_app", "List benchmark runs, or show one."),
     ("audit", "audit:audit_cmd", "Check every deployment gate for admitted pairs."),
     ("deploy", "deploy:deploy_cmd", "Print the pinned llama-server command for an audited pair."),
     ("export", "export:export_cmd", "Write runs and verdicts to a bundle, or a pair to an ML-BOM."),

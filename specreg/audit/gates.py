@@ -1,13 +1,17 @@
 """The audit's gates as pure functions: records and run digests in, a GateResult out.
 
-No I/O here: `audit.py` gathers the facts (re-hashes, re-checks, runs) and these functions
+No I/O here: the audit gathers the facts (re-hashes, re-checks, runs: facts.py) and these functions
 judge them against the policy, so each gate can be tested on its own and reads the same way
 in the report. A gate that lacks the numbers it needs fails; it never guesses a pass.
+
+One module, though long: every gate is one short function with its helpers beside it, and a
+reader checking the gates against the policy page (docs/policy.md) reads them in one place, in
+the order the audit applies them. What the gates need is gathered in facts.py.
 """
 
 from __future__ import annotations
 
-from specreg.benchmark.statistics import interval_text
+from specreg.benchmark.store.statistics import interval_text
 from specreg.decision.budget import undecided_text
 from specreg.registry.licence import normalise
 from specreg.schemas.audit import (

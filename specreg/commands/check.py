@@ -277,7 +277,7 @@ def pairs_cmd(
     nothing is recorded. It lists each verdict that would change and the checks that change
     it; exit 1 when an admitted pair would be rejected.
     """
-    from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
+    from specreg.benchmark.plan.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
     from specreg.commands.output import say
     from specreg.errors import UsageError
     from specreg.registry.store import Registry

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specreg import __version__
-from specreg.benchmark.digest import keep_digests
-from specreg.benchmark.runstore import RunStore
+from specreg.benchmark.store.digest import keep_digests
+from specreg.benchmark.store.runstore import RunStore
 from specreg.errors import BundleError, RunUnreadable, UsageError
 from specreg.exchange.bundle_format import (
     RUN_PARTS,
@@ -64,8 +64,8 @@ class ExportResult:
 def _select_runs(
     reg: Registry, run_ids: Iterable[str], pair_ids: Iterable[int], everything: bool, runs_of_pairs: bool
 ) -> list[str]:
-    from specreg.benchmark.run_index import runs_for_pair
-    from specreg.benchmark.runstore import RunStore
+    from specreg.benchmark.store.run_index import runs_for_pair
+    from specreg.benchmark.store.runstore import RunStore
 
     store = RunStore(reg)
     chosen: list[str] = []

@@ -69,7 +69,7 @@ class QualityPolicy(_Strict):
 
     require_equivalence: StrictBool = True
     required_prompts: list[str] = Field(default_factory=list)  # empty: every prompt of the run
-    # the sampled stage (temperature > 0, benchmark/sampling.py): the condition's `expect` pass
+    # the sampled stage (temperature > 0, benchmark/store/sampling.py): the condition's `expect` pass
     # rate may be lower than the baseline's by at most this, and never lower beyond chance
     expect_tolerance: float = Field(default=0.10, ge=0, le=1)
     # the distribution check's level: a condition whose outputs' first tokens differ from the
@@ -188,7 +188,7 @@ class StratumRow(BaseModel):
     drafted: int | None = None
     accepted: int | None = None
     expected_accepted_length: float | None = None  # E[L]: tokens per step that drafted (this stratum's)
-    predicted_speedup: float | None = None  # tokens per target step / step cost (benchmark/stepcost.py)
+    predicted_speedup: float | None = None  # tokens per target step / step cost (benchmark/store/stepcost.py)
     tune: TuneEstimate | None = None  # --tune: this draft length's prediction before it was measured
     unexplained: bool | None = None  # the interval's low end above tokens per target step
     unexplained_reason: str | None = None
@@ -214,7 +214,7 @@ class StratumRow(BaseModel):
     base_expect_failed: int = 0
     expect_diff: float | None = None  # pass rate, condition - baseline
     expect_diff_ci95: tuple[float, float] | None = None
-    dist_p: float | None = None  # the distribution check's p-value (benchmark/sampling.py)
+    dist_p: float | None = None  # the distribution check's p-value (benchmark/store/sampling.py)
     dist_n: int = 0
     dist_note: str | None = None
 
@@ -308,7 +308,7 @@ class RunDigest(BaseModel):
     conditions: list[ConditionDigest] = Field(default_factory=list)
     strata: list[StratumRow] = Field(default_factory=list)
     models: dict[str, ModelName] = Field(default_factory=dict)  # sha256 -> names, filled for reports
-    set_aside: list[str] = Field(default_factory=list)  # rounds run under contention (benchmark/contention.py)
+    set_aside: list[str] = Field(default_factory=list)  # rounds run under contention (benchmark/store/contention.py)
     # who vouches for this run (audit/trust.py): measured here, or its signer; filled by the audit
     attested_by: str | None = None
 

@@ -234,7 +234,7 @@ def open_local(found: Found, reg: Registry) -> None:
             gf, _ = open_remote(found.record.provenance.extra[REMOTE_KEY]["url"])
         else:
             if found.record is not None:  # hashed unless the stat cache vouches: a verdict names these bytes
-                snap = reg.artifacts_store.snapshot(reg.locate(found.record.sha256))
+                snap = reg.snapshot(reg.locate(found.record.sha256))
                 if snap.sha256 != found.record.sha256:
                     raise SpecregError(f"{snap.path}: changed since it was registered (register it again)")
                 gf = snap.file

@@ -200,7 +200,7 @@ def register(
         prov, card = local_facts(path, repo=repo, revision=revision, extra=extra)
         return registry.add_artifact(path, license=license, provenance=prov, card=card, snap=snap)
     if not (license or repo or revision or extra or rehash):
-        sha = registry.artifacts_store.registered_unchanged(path)
+        sha = registry.registered_unchanged(path)
         if sha is not None:
             return registry.get_artifact(sha)
     stat_or_raise(os.path.abspath(path))  # a missing file says so before any cache lookup

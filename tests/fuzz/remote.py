@@ -4,7 +4,7 @@ One server per child process (started on first use) answers whatever the current
 status, headers, a body that is cut, endless, trickled, non-UTF-8 or of the wrong shape. The
 functions here are what the oracle's `Case.call` names:
 
-- `llama(endpoint, reply)`: specreg's client of llama-server (benchmark/client.py) asks
+- `llama(endpoint, reply)`: specreg's client of llama-server (benchmark/run/client.py) asks
   `/tokenize`, `/apply-template`, `/metrics` (then parses it as the runner does) or streams
   `/completion` / `/v1/chat/completions`; it must return (a completion that is an error row
   is a result) or raise SpecregError. `/health` is read for its status code only, and specreg
@@ -203,7 +203,7 @@ def _scripted(reply: dict) -> None:
 
 
 def llama(endpoint: str, reply: dict) -> object:
-    from specreg.benchmark.client import LlamaClient
+    from specreg.benchmark.run.client import LlamaClient
     from specreg.schemas.bench import WorkloadItem
     from specreg.servers.metrics import parse_metrics, spec_counters
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from specreg.benchmark.expect import unsupported_keywords
-from specreg.benchmark.standard import STANDARD_SETS, load_standard
-from specreg.benchmark.workload_base import Workload, content_sha256, sample_items
+from specreg.benchmark.workloads.expect import unsupported_keywords
+from specreg.benchmark.workloads.standard import STANDARD_SETS, load_standard
+from specreg.benchmark.workloads.workload import Workload, content_sha256, sample_items
 from specreg.errors import PolicyError
 from specreg.paths import read_regular
 from specreg.schemas.bench import WorkloadItem
@@ -98,7 +98,7 @@ def load_workload(
 
     Args:
         name_or_path: `default` (every built-in stratum), one stratum's name, a standard set
-            (mt-bench, humaneval, sharegpt: benchmark/standard.py) or a JSONL file path.
+            (mt-bench, humaneval, sharegpt: benchmark/workloads/standard.py) or a JSONL file path.
         sample: items per stratum, drawn with `seed` (None: every item).
         seed: the draw's seed; the same seed gives the same items.
         ctx_tokens: the context one server slot has (sharegpt's prompts are filtered by it).

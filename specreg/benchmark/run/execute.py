@@ -9,7 +9,8 @@ Requests go through a thread pool (the condition's concurrency in flight, as man
 the main thread writes each row as it finishes, so Ctrl-C (KeyboardInterrupt arrives in the main
 thread) leaves every finished row stored and the server is stopped in `finally`. After a slot's
 requests and its counters, rows whose stream left token ids out get every id from a replay of
-the same request (`_complete_ids`), and their comparisons with the baseline are made again.
+the same request (`equivalence/replay.complete_ids`), and their comparisons with the baseline are
+made again.
 """
 
 from __future__ import annotations
@@ -19,98 +20,40 @@ import os
 import subprocess
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specreg.benchmark import expect as expect_mod
-from specreg.benchmark.client import Completion, LlamaClient
-from specreg.benchmark.condition_summary import compare_outputs
-from specreg.benchmark.conditions import ServerOptions, server_args
-from specreg.benchmark.runstore import RunStore
-from specreg.benchmark.sampling import arm
-from specreg.benchmark.warmup import WARMUP_TOKENS, warm_up
-from specreg.benchmark.workloads import Workload, content_sha256
+from specreg.benchmark.plan.conditions import ServerOptions, server_args
+from specreg.benchmark.run.client import LlamaClient
+from specreg.benchmark.run.context import RunContext, row_key
+from specreg.benchmark.run.reply import Completion
+from specreg.benchmark.run.warmup import WARMUP_TOKENS, warm_up
+from specreg.benchmark.store.sampling import arm
+from specreg.benchmark.workloads import expect as expect_mod
+from specreg.benchmark.workloads.jsonl import content_sha256
+from specreg.equivalence.replay import compare_with_baseline, complete_ids
 from specreg.errors import ServerError, ServerStartError
-from specreg.lazyclass import dataclass
 from specreg.registry.db import now
 from specreg.schemas.bench import (
     ConditionRun,
     IdsSource,
     PromptInfo,
     RequestRow,
-    RunInfo,
-    SlotPhase,
     WorkloadItem,
 )
-from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.methods import BASELINE
-from specreg.schemas.sampling import Sampler, repetition_seed
-from specreg.servers.launcher import ServerCommand, ServerProcess, launch
+from specreg.schemas.sampling import repetition_seed
+from specreg.servers.launcher import ServerProcess, launch
 from specreg.servers.load import LoadProbe
-from specreg.servers.memory import GpuProbe, MemorySampler, higher_peak
+from specreg.servers.memory import MemorySampler, higher_peak
 from specreg.servers.memory_predict import predict_rss, served_requests
 from specreg.servers.metrics import add_counters, parse_metrics, spec_counters, spec_only
-from specreg.servers.pinning import Pinning
 from specreg.servers.serverlog import error_lines, head_text, last_lines, refusal_lines, speculation_lines, tail_text
 from specreg.text import plural
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-
-
-class Observer:
-    """Progress callbacks (the CLI draws a progress bar); every method is optional."""
-
-    def note(self, text: str) -> None: ...
-    def run_started(self, info: RunInfo, conds: list[ConditionRun], n_requests: int) -> None: ...
-    def condition_started(self, cond: ConditionRun) -> None: ...
-    def request_done(self, cond: ConditionRun, row: RequestRow) -> None: ...
-    def condition_done(self, cond: ConditionRun) -> None: ...
-    def run_done(self, run_id: str, status: str, reason: str | None) -> None: ...
-
-
-@dataclass
-class RunContext:
-    """What every condition of one run shares, and the rows collected so far."""
-
-    run_id: str
-    run_dir: Path
-    target_path: str
-    opts: BenchSettings
-    cmd: ServerCommand
-    store: RunStore
-    observer: Observer
-    gpu: GpuProbe
-    workload: Workload
-    started: float = field(default_factory=time.monotonic)
-    rows: list[RequestRow] = field(default_factory=list)
-    # (arm: concurrency and sampler, prompt, rep) -> the baseline's row
-    baseline: dict[tuple[tuple[int, Sampler], str, int], RequestRow] = field(default_factory=dict)
-    prompts_stored: bool = False
-    input_tokens: dict[str, int | None] = field(default_factory=dict)  # prompt id -> tokens on the server
-    items: dict[str, WorkloadItem] = field(default_factory=dict)
-    row_ids: dict[tuple[int, str, int], int] = field(default_factory=dict)  # (condition, prompt, rep) -> row id
-    positions: dict[tuple[int, str, int], list[int]] = field(default_factory=dict)  # the stream's id positions
-    concurrency: dict[int, tuple[int, Sampler]] = field(default_factory=dict)  # condition idx -> its arm
-    pinning: Pinning = field(default_factory=lambda: Pinning(None, None))  # the servers' threads and cores
-    slot_s: dict[int, list[float]] = field(default_factory=dict)  # condition idx -> each slot's wall seconds
-    replay_s: dict[int, list[float]] = field(default_factory=dict)  # ... and the part its id replays took
-    phase: SlotPhase = "planned"  # why the next slots run (the runner sets it), recorded with each
-    strata: frozenset[str] | None = None  # the next slots measure only these strata's prompts (None: all)
-    marks: dict[str, float] = field(default_factory=dict)  # the slot running: when each of its parts began
-    # (condition idx, prompt, max tokens, seed or None when greedy) -> its last id replay (`_complete_ids`)
-    replays: dict[tuple[int, str, int, int | None], Completion] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        self.items = {i.id: i for i in self.workload.items}
-
-    def remaining(self) -> float:
-        return self.opts.run_timeout_s - (time.monotonic() - self.started)
-
-    def expired(self) -> bool:
-        return self.remaining() <= 0
 
 
 def _fail(cond: ConditionRun, message: str, lines: list[str] | None = None) -> None:
@@ -301,7 +244,7 @@ def _measure(
         cond.counters = add_counters(cond.counters, spec_counters(before, after))
     if server.alive():  # after the counters: the replays are not part of the measurement
         t_replay = time.monotonic()
-        _complete_ids(ctx, cond, client, [r for r in ctx.rows[first_row:] if r.condition_idx == cond.idx])
+        complete_ids(ctx, cond, client, [r for r in ctx.rows[first_row:] if r.condition_idx == cond.idx])
         ctx.marks["replay_s"] = time.monotonic() - t_replay
 
 
@@ -398,7 +341,7 @@ def _one(ctx: RunContext, cond: ConditionRun, client: LlamaClient, item: Workloa
     row = _row(cond, item, rep, started, c)
     sp = cond.spec
     row.seed, row.temperature, row.top_p, row.top_k, row.min_p = seed, sp.temperature, sp.top_p, sp.top_k, sp.min_p
-    ctx.positions[_key(row)] = c.id_positions
+    ctx.positions[row_key(row)] = c.id_positions
     return row
 
 
@@ -464,147 +407,11 @@ def _record(ctx: RunContext, cond: ConditionRun, row: RequestRow) -> None:
     if cond.spec.method == BASELINE:
         if row.ok:
             ctx.baseline[(conc, row.prompt_id, row.repeat)] = row
-    elif row.ok and cond.spec.sampler.greedy:  # sampled output is judged by benchmark/sampling.py
+    elif row.ok and cond.spec.sampler.greedy:  # sampled output is judged by benchmark/store/sampling.py
         compare_with_baseline(ctx, conc, row)
-    ctx.row_ids[_key(row)] = ctx.store.add_request(ctx.run_id, row)
+    ctx.row_ids[row_key(row)] = ctx.store.add_request(ctx.run_id, row)
     ctx.rows.append(row)
     ctx.observer.request_done(cond, row)
-
-
-def _key(row: RequestRow) -> tuple[int, str, int]:
-    return (row.condition_idx, row.prompt_id, row.repeat)
-
-
-def compare_with_baseline(ctx: RunContext, conc: tuple[int, Sampler], row: RequestRow) -> bool:
-    """Compare a speculative row with its baseline; whether anything about it changed."""
-    base = baseline_row(ctx, conc, row)
-    if base is None:
-        return False
-    c = compare_outputs(base, row)
-    before = (row.matches_baseline, row.first_diff, row.diff_unit, row.first_diff_char, row.diff_context)
-    row.matches_baseline, row.first_diff, row.diff_unit = c.equal, c.first, c.unit  # type: ignore[assignment]
-    row.first_diff_char, row.diff_context = c.first_char, c.context
-    return before != (row.matches_baseline, row.first_diff, row.diff_unit, row.first_diff_char, row.diff_context)
-
-
-def _complete_ids(ctx: RunContext, cond: ConditionRun, client: LlamaClient, rows: list[RequestRow]) -> None:
-    """Give every row of this slot whose stream left out ids (text held back across tokens) the
-    full list: the same request again, not streamed, with `return_tokens`; a greedy speculative
-    chat row (its stream names no ids) too when the triage may need them (`_chat_needs_ids`),
-    through the template as the server applies it (`/apply-template`). Run after the slot's
-    measurements and counters, so it changes neither. Its ids are kept only when its text and
-    token count are the stream's and it agrees with every id the stream carried; else the row
-    stays "incomplete" and is compared by text alone. Then comparisons that involve these rows
-    are made again (a baseline row completed here changes the rows compared with it)."""
-    o = ctx.opts
-    done: list[RequestRow] = []
-    for row in rows:
-        item = ctx.items[row.prompt_id]
-        if not row.ok or ctx.expired():
-            continue
-        if row.ids_source == "incomplete" and item.prompt is not None:
-            prompt = item.prompt
-        elif row.ids_source == "none" and _chat_needs_ids(ctx, cond, row):
-            try:  # the template applied by the server itself, never rendered here
-                prompt = client.apply_template([m.model_dump() for m in item.messages or []])
-            except ServerError as exc:
-                ctx.observer.note(f"{cond.spec.name} {row.prompt_id}#{row.repeat}: no token ids ({exc.message})")
-                continue
-        else:
-            continue
-        seed = row.seed if row.seed is not None else o.seed
-        n = o.max_tokens or item.max_tokens
-        replay_key = (cond.idx, prompt, n, None if cond.spec.sampler.greedy else seed)
-        # the same greedy request on the same condition's server answers the same: a replay of an
-        # earlier round serves again when it passes this row's checks (a tiny model's slot spent
-        # ~1.2 s of ~3.3 s replaying rows whose stream held text back, every round)
-        rec = ctx.replays.get(replay_key)
-        if rec is None or _replay_problem(row, ctx.positions.get(_key(row), []), rec) is not None:
-            rec = client.record_ids(
-                prompt,
-                max_tokens=n,
-                seed=seed,
-                sampling=cond.spec.sampler.request_fields(),
-                timeout_s=min(o.request_timeout_s, max(0.5, ctx.remaining())),
-            )
-            ctx.replays[replay_key] = rec
-        problem = _replay_problem(row, ctx.positions.get(_key(row), []), rec)
-        if problem is None:
-            row.output_ids, row.ids_source = rec.token_ids, "replay"
-            done.append(row)
-        else:
-            ctx.observer.note(
-                f"{cond.spec.name} {row.prompt_id}#{row.repeat}: the stream left token ids out and the "
-                f"replay that asks for every id was not used ({problem}); compared by text only"
-            )
-    conc = arm(cond.spec)
-    changed = {_key(r): r for r in done}
-    if cond.spec.method == BASELINE:
-        prompts = {r.prompt_id for r in done}
-        for r in ctx.rows:
-            mine = r.ok and r.matches_baseline is not None and r.prompt_id in prompts and _conc(ctx, r) == conc
-            if mine and compare_with_baseline(ctx, conc, r):
-                changed[_key(r)] = r
-    elif cond.spec.sampler.greedy:
-        for r in done:
-            compare_with_baseline(ctx, conc, r)
-    for key, r in changed.items():
-        ctx.store.update_request_output(ctx.row_ids[key], r)
-
-
-def _chat_needs_ids(ctx: RunContext, cond: ConditionRun, row: RequestRow) -> bool:
-    """A greedy speculative chat row needs its ids (for the mismatch triage) when its text differs
-    from the baseline's, or when no baseline row of its prompt is measured yet; a baseline chat
-    row gets its ids from the triage itself, only when some row differs from it."""
-    if cond.spec.method == BASELINE or not cond.spec.sampler.greedy:
-        return False
-    base = baseline_row(ctx, arm(cond.spec), row)
-    return base is None or base.output_text != row.output_text
-
-
-def baseline_row(ctx: RunContext, conc: tuple[int, Sampler], row: RequestRow) -> RequestRow | None:
-    """The baseline row a speculative row is compared with: the same prompt and repetition at the
-    same arm; greedy output is deterministic, so any measured baseline repetition of the prompt
-    stands in when that one is not there yet."""
-    return ctx.baseline.get((conc, row.prompt_id, row.repeat)) or _any_baseline(ctx, conc, row.prompt_id)
-
-
-def _conc(ctx: RunContext, row: RequestRow) -> tuple[int, Sampler]:
-    return ctx.concurrency.get(row.condition_idx, (1, Sampler()))
-
-
-def _replay_problem(row: RequestRow, positions: list[int], rec: Completion) -> str | None:
-    """Why the replay is not the streamed generation again (None: it is): it must have the same
-    token count, the same text (a trailing incomplete UTF-8 sequence the stream never released
-    shows as U+FFFD) and the stream's id at every position the stream showed one."""
-    ids, stream = rec.token_ids, row.output_ids
-    if not rec.ok:
-        return rec.error or "no answer"
-    if ids is None or not ids:
-        return "the server returned no token ids (no return_tokens in this build?)"
-    if rec.output_tokens != row.output_tokens or len(ids) != row.output_tokens:
-        return f"{len(ids)} ids and {rec.output_tokens} tokens for the stream's {row.output_tokens}"
-    if not same_text(rec.text, row.output_text or ""):
-        return "its text differs from the stream's"
-    if row.ids_source == "none":  # a chat stream names no ids: its text and token count are the check
-        return None
-    if stream is None or len(positions) != len(stream):
-        return "the stream's ids have no positions"
-    bad = next((p for p, t in zip(positions, stream, strict=True) if p >= len(ids) or ids[p] != t), None)
-    return None if bad is None else f"its token {bad} differs from the stream's"
-
-
-def same_text(replayed: str, measured: str) -> bool:
-    """A replay's text is the measured one's (a trailing incomplete UTF-8 sequence the stream
-    never released shows as U+FFFD in the replay)."""
-    return replayed == measured or (replayed.startswith(measured) and set(replayed[len(measured) :]) <= {"\ufffd"})
-
-
-def _any_baseline(ctx: RunContext, conc: tuple[int, Sampler], prompt_id: str) -> RequestRow | None:
-    """A greedy baseline row of the prompt, at this concurrency if there is one (first measured
-    first); never a sampled one, whose output depends on its seed."""
-    rows = [(c != conc, b) for (c, p, _), b in ctx.baseline.items() if p == prompt_id and c[1].greedy]
-    return min(rows, key=lambda cb: cb[0])[1] if rows else None
 
 
 def _prompt_info(client: LlamaClient, item: WorkloadItem, override: int | None) -> PromptInfo:

@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from specreg.benchmark.client import LlamaClient
-from specreg.benchmark.conditions import ServerOptions, server_args
+from specreg.benchmark.plan.conditions import ServerOptions, server_args
+from specreg.benchmark.run.client import LlamaClient
 from specreg.errors import ServerError, ServerStartError
 from specreg.schemas.bench import ConditionSpec, WorkloadItem
 from specreg.schemas.checks import CheckResult

@@ -42,6 +42,10 @@ phase (the same for every k) does not change.
 
 Not tuned: `--spec-draft-p-min`. Predicting its effect needs the draft's per-token confidence,
 which neither `/metrics` nor the response timings report, so a p-min could only be guessed.
+
+One module, though long: the tuning is one state (`Tuner`: the first pass, each level's
+prediction, its candidates and leader) that the runner and the scheduler ask questions of; the
+curve it predicts from is tune_curve.py's.
 """
 
 from __future__ import annotations
@@ -49,10 +53,10 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from specreg.benchmark import statistics, stepcost
-from specreg.benchmark.condition_summary import _paired, speed_decision
-from specreg.benchmark.conditions import condition_name
-from specreg.benchmark.tune_curve import LENGTHS, Profile, ProfileSource, curve
+from specreg.benchmark.plan.conditions import condition_name
+from specreg.benchmark.plan.tune_curve import LENGTHS, Profile, ProfileSource, curve
+from specreg.benchmark.store import statistics, stepcost
+from specreg.benchmark.store.condition_summary import _paired, speed_decision
 from specreg.errors import UsageError
 from specreg.lazyclass import dataclass
 from specreg.registry.db import now
@@ -69,7 +73,7 @@ from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.methods import BASELINE, MODEL_DRAFTED
 
 if TYPE_CHECKING:
-    from specreg.benchmark.execute import RunContext
+    from specreg.benchmark.run.context import RunContext
 
 FIRST_PASS_LENGTH = 16  # generous: SmolLM2 on repetitive text still gains from 8 to 16 (issue 24)
 REUSE = 1.25  # a ladder length this close to the first pass's is measured at the first pass's

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from specreg.benchmark.client import LlamaClient
+from specreg.benchmark.run.client import LlamaClient
 from specreg.schemas.bench import WarmupRecord, WorkloadItem
 from specreg.schemas.bench_settings import BenchSettings
 

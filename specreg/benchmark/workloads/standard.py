@@ -34,7 +34,7 @@ import os
 import zipfile
 from pathlib import Path
 
-from specreg.benchmark.workload_base import Workload, content_sha256, sample_items
+from specreg.benchmark.workloads.workload import Workload, content_sha256, sample_items
 from specreg.errors import PolicyError, WorkloadUnavailable
 from specreg.lazyclass import dataclass
 from specreg.paths import cache_dir, open_regular, read_regular

@@ -75,7 +75,7 @@ _REQ_COLS = [
     "top_k",
     "min_p",
 ]
-# what a replay of the ids (benchmark/execute.py) changes on a stored row
+# what a replay of the ids (benchmark/run/execute.py) changes on a stored row
 _OUTPUT_COLS = ["ids_source", "matches_baseline", "first_diff", "diff_unit", "first_diff_char", "diff_context"]
 
 LATEST = "latest"  # `runs show latest`, `export --run latest`: the run started last

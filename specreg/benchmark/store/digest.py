@@ -12,10 +12,10 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from specreg.benchmark import contention, digest_cache
-from specreg.benchmark.condition_summary import percentile
-from specreg.benchmark.run_index import Failing, RequestTiming, RunHead, heads_of, load_parts
-from specreg.benchmark.sampling import arm
+from specreg.benchmark.store import contention, digest_cache
+from specreg.benchmark.store.condition_summary import percentile
+from specreg.benchmark.store.run_index import Failing, RequestTiming, RunHead, heads_of, load_parts
+from specreg.benchmark.store.sampling import arm
 from specreg.errors import RunUnreadable, SpecregError, first_error
 from specreg.schemas.audit import ConditionDigest, RunDigest, StratumRow
 from specreg.schemas.bench import ALL_STRATA, BenchRun, ConditionRun, ConditionSummary, RunManifest

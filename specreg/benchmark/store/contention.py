@@ -20,7 +20,7 @@ and, when it is a baseline's, for every condition paired with it - when
    clock (`RequestRow.timed_ms`), and the client's wall clock around the same request
    read more than `CLOCK_SHARE` and `CLOCK_MIN_MS` above it.
 
-`bench --budget` measures the set-aside rounds again while the budget lasts (benchmark/runner.py
+`bench --budget` measures the set-aside rounds again while the budget lasts (benchmark/run/runner.py
 asks `kept_rows` for what its decision may rest on); without a budget they stay out, and a
 condition whose every round was set aside gets no speed-up, with the reason. The rows kept
 change as rounds come (a later round can show an earlier request far outside its prompt's
@@ -47,7 +47,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from statistics import median  # the stdlib's (specreg.benchmark.statistics is the intervals)
+from statistics import median  # the stdlib's (specreg.benchmark.store.statistics is the intervals)
 from typing import TYPE_CHECKING
 
 from specreg.schemas.bench import ALL_STRATA

@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
-from specreg.benchmark import contention, statistics, stepcost
-from specreg.benchmark.sampling import arm, sampled_checks
+from specreg.benchmark.store import contention, statistics, stepcost
+from specreg.benchmark.store.sampling import arm, sampled_checks
 from specreg.decision import sequential
 from specreg.lazyclass import dataclass
 from specreg.schemas.bench import ALL_STRATA, ConditionRun, ConditionSummary, RequestRow, Stat
@@ -350,47 +350,6 @@ def stratum_ms(
         )
 
     return paired_ms(mine(base, idx), mine(idx, base))
-
-
-def projected_rounds(
-    conditions: list[ConditionRun],
-    rows: list[RequestRow],
-    summaries: list[ConditionSummary],
-    strata: Sequence[str],
-    min_speedup: float,
-    seed: int,
-    spread: bool,
-) -> dict[int, int]:
-    """What a `--budget` run says would decide each condition and stratum it left undecided:
-    summary index -> about how many more rounds (`budget.HORIZON + 1`: not within the horizon),
-    projected on its kept pairs (`sequential.rounds_to_decide`, seeded) with a round of its
-    stratum's prompts (`strata`: the workload's, one per prompt). A function of the rows and the
-    run's settings only, so the runner writes it and an import draws it again (rederive.py);
-    what the rounds would cost is the runner's timing, not the rows'."""
-    from specreg.decision.budget import HORIZON
-
-    aside = contention.set_aside(conditions, rows, spread=spread)
-    by_name = {c.spec.name: c for c in conditions}
-    bases = {arm(c.spec): c for c in conditions if c.spec.method == BASELINE}
-    per_stratum: dict[str, int] = {}
-    for st in strata:
-        per_stratum[st] = per_stratum.get(st, 0) + 1
-    out: dict[int, int] = {}
-    for i, s in enumerate(summaries):
-        c = by_name.get(s.condition)
-        base = bases.get(arm(c.spec)) if c is not None else None
-        if s.decision != "undecided" or c is None or base is None or c is base:
-            continue
-        base_ms, cond_ms = stratum_ms(rows, aside, base.idx, c.idx, s.stratum)
-        n = per_stratum.get(s.stratum, len(strata)) if s.stratum != ALL_STRATA else len(strata)
-        if len(base_ms) < 2:
-            continue
-        more = sequential.rounds_to_decide(
-            base_ms, cond_ms, s.decision_min_speedup or min_speedup, per_round=n, max_rounds=HORIZON, seed=seed
-        )
-        if more != 0:  # 0: decided on these pairs after all, nothing to project
-            out[i] = HORIZON + 1 if more is None else more
-    return out
 
 
 def speed_decision(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from specreg.benchmark import stepcost
+from specreg.benchmark.store import stepcost
 from specreg.lazyclass import dataclass
 
 LENGTHS = range(1, 33)  # the candidates predicted: --spec-draft-n-max 1..32

@@ -25,12 +25,12 @@ from specreg.schemas.audit import RunDigest
 
 # what build_digest reads or calls: a change to any of these sources changes every key
 _SOURCES = (
-    "specreg.benchmark.digest",
-    "specreg.benchmark.run_index",
-    "specreg.benchmark.runstore",
+    "specreg.benchmark.store.digest",
+    "specreg.benchmark.store.run_index",
+    "specreg.benchmark.store.runstore",
     "specreg.servers.hardware",
-    "specreg.benchmark.condition_summary",
-    "specreg.benchmark.contention",
+    "specreg.benchmark.store.condition_summary",
+    "specreg.benchmark.store.contention",
     "specreg.schemas.audit",
     "specreg.schemas.bench",
     "specreg.schemas.bench_settings",

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import field
 from typing import TYPE_CHECKING, NamedTuple
 
-from specreg.benchmark.runstore import run_info
+from specreg.benchmark.store.runstore import run_info
 from specreg.lazyclass import dataclass
 from specreg.registry.db import rows
 from specreg.schemas.bench import (
