@@ -9,10 +9,11 @@ file is escaped (`safe_plain`, `say`).
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from specreg.commands.layout import Col, pack
+from specreg.commands.layout import Col, command_lines, pack
 from specreg.commands.output import Cell, print_listing, safe_plain, say, show_lines, width
 from specreg.commands.views.cells import MISMATCH_MARK, STATUS_STYLE, WARN_MARK, ms_text, num_text, pct_text
 from specreg.commands.views.sampling import show_samplers
@@ -20,6 +21,9 @@ from specreg.text import model_label, plural
 from specreg.units import MIB, mib_text
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from specreg.benchmark.store.ending import Ending
     from specreg.schemas.bench import ArtifactRef, BenchRun, ConditionSummary, WorkloadSource
 
 
@@ -412,3 +416,26 @@ def show_run(run: BenchRun, names: Mapping[str, str | None] | None = None) -> No
             say(ln, prefix="    ", style="dim", indent=6)
         if c.log_path:
             say(str(c.log_path), prefix="    log: ", indent=6)
+    show_run_ending(run)
+
+
+def show_run_ending(run: BenchRun) -> None:
+    """The paragraph of a run that kept nothing or whose budget ended undecided: what happened
+    and the command that measures on (benchmark/store/ending.py), with this command's registry."""
+    from specreg.benchmark.store.ending import ending
+    from specreg.commands.options import db_path
+    from specreg.paths import default_db_path
+
+    db = db_path()
+    end = ending(run, db if db != default_db_path() else None)
+    if end is not None:
+        show_ending(end)
+
+
+def show_ending(end: Ending, out: Console | None = None) -> None:
+    """An ending's paragraph, then its command on lines of its own that paste into a shell."""
+    show_lines([""], out)
+    say(end.text, out=out)
+    if end.command:
+        words = [safe_plain(shlex.quote(w)) for w in end.command]
+        show_lines(["  " + ln for ln in command_lines(words, width(out) - 2)], out)
