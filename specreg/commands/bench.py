@@ -7,6 +7,7 @@ fast.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -283,6 +284,7 @@ def admitted(
     summaries with speed-up intervals, server logs); exit 0 when every condition ran, 1 when one
     failed (e.g. the draft was refused or drafted nothing), 2 on errors.
     """
+    started = time.monotonic()  # what --budget counts from
     from specreg.benchmark.plan.conditions import parse_ngram_options
     from specreg.benchmark.run.runner import Runner
     from specreg.commands.views.progress import ProgressView
@@ -340,7 +342,7 @@ def admitted(
         ProgressView(rounds=opts.repeat if opts.order == "rounds" else None, budget_s=opts.budget_s) as view,
     ):
         runner = Runner(reg, opts, observer=view)
-        runs = runner.bench(pair)
+        runs = runner.bench(pair, started=started)
         shas = {s for r in runs for s in (r.info.target_sha256, r.info.draft_sha256) if s}
         names = {sha: rec.name for sha, rec in reg.get_artifacts(shas).items()}
     if json_out:

@@ -71,6 +71,7 @@ class RunContext:
     # `--budget`: when the run must end (monotonic; None: no budget). Nothing starts after it, and
     # the requests in flight then are cut: not rows, not failures (execute.py)
     deadline: float | None = None
+    cut: int = 0  # requests in flight when the deadline came: cut, not counted
     waited_s: float = 0.0  # spent waiting for a quieter machine so far (at most `--busy-wait` in all)
     last_load: RoundLoad | None = None  # the machine's load as last seen (a slot's, or a look while waiting)
 

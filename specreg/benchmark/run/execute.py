@@ -399,6 +399,7 @@ def _one(ctx: RunContext, cond: ConditionRun, client: LlamaClient, item: Workloa
         timeout_s=timeout_s,
     )
     if c.timed_out and timeout_s < o.request_timeout_s and ctx.budget_over():
+        ctx.cut += 1
         return None  # in flight when the budget ended: cut, neither a row nor a failed request
     row = _row(cond, item, rep, started, c)
     sp = cond.spec

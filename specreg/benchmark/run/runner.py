@@ -53,6 +53,7 @@ from specreg.servers.memory import GpuProbe
 from specreg.servers.pinning import Pinning, server_pinning
 from specreg.servers.runtime import runtime_info
 from specreg.sources.range_reads import metadata_only
+from specreg.text import plural
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry
@@ -160,11 +161,13 @@ class Runner:
 
     # -- running --------------------------------------------------------------------------------
 
-    def bench(self, pair_ids: list[int] | None = None) -> list[BenchRun]:
+    def bench(self, pair_ids: list[int] | None = None, *, started: float | None = None) -> list[BenchRun]:
         """Benchmark the selected (default: all admitted) pairs, one run each.
 
         With several pairs, one that cannot start (e.g. its file changed) is refused and
-        listed in `self.refused`, and the next pair runs; a single pair raises.
+        listed in `self.refused`, and the next pair runs; a single pair raises. A `--budget`
+        counts from `started` (monotonic; default: now), the command's start, and is shared
+        evenly by the pairs still to run.
         """
         self.refused, self.skipped = [], []
         for note in self.store.reap_orphans():
@@ -188,7 +191,7 @@ class Runner:
             raise UsageError(lacking, hint=hint)
         runs = []
         whole = self.opts
-        end = time.monotonic() + whole.budget_s if whole.budget_s is not None else None
+        end = (started or time.monotonic()) + whole.budget_s if whole.budget_s is not None else None
         try:
             for i, (p, specs) in enumerate(plans):
                 deadline = None
@@ -478,7 +481,8 @@ class Runner:
         not failed."""
         if ctx.budget_over():
             budget = duration_text(self.opts.budget_s or 0.0)
-            self.observer.note(f"budget: the --budget of {budget} ended; requests in flight were cut (not counted)")
+            cut = f"{plural(ctx.cut, 'request')} in flight cut (not counted)" if ctx.cut else "nothing in flight"
+            self.observer.note(f"budget: the --budget of {budget} ended; {cut}")
             for c in conds:
                 if c.status in ("pending", "running") and not any(r.condition_idx == c.idx for r in ctx.rows):
                     c.status, c.failure = "skipped", BUDGET_ENDED

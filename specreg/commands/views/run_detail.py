@@ -9,11 +9,10 @@ file is escaped (`safe_plain`, `say`).
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from specreg.commands.layout import Col, command_lines, pack
+from specreg.commands.layout import Col, pack
 from specreg.commands.output import Cell, print_listing, safe_plain, say, show_lines, width
 from specreg.commands.views.cells import MISMATCH_MARK, STATUS_STYLE, WARN_MARK, ms_text, num_text, pct_text
 from specreg.commands.views.sampling import show_samplers
@@ -437,5 +436,6 @@ def show_ending(end: Ending, out: Console | None = None) -> None:
     show_lines([""], out)
     say(end.text, out=out)
     if end.command:
-        words = [safe_plain(shlex.quote(w)) for w in end.command]
-        show_lines(["  " + ln for ln in command_lines(words, width(out) - 2)], out)
+        from specreg.audit.deploy import wrap_command
+
+        show_lines([safe_plain(ln) for ln in wrap_command(end.command, width(out), indent="  ")], out)
