@@ -148,7 +148,7 @@ def test_a_busy_neighbour_is_waited_for_then_a_run_that_kept_nothing_says_so(
     db = Path(os.environ["SPECREG_DB"])
     (run,) = db_rows(db, "SELECT run_id, status, status_reason FROM bench_runs")
     assert run["status"] == "contended", dict(run)
-    assert run["status_reason"].startswith("every round measured was set aside as contended (other processes used")
+    assert run["status_reason"].startswith("every round measured was set aside (other processes used")
     text = " ".join(out.replace(" \\\n", " ").split())
     assert f"Run {run['run_id']} kept nothing: every round measured was set aside" in text, text
     assert "after waiting " in text and "(--busy-wait 3s). It decides nothing" in text, text
@@ -248,7 +248,22 @@ def test_an_ending_names_what_was_measured_and_never_reached() -> None:
     end = ending(run)
     assert end is not None
     assert end.text == (
-        "The --budget of 3m ended before every condition was decided. Measured: none 6 requests in 2 rounds, "
-        "ngram-mod 3 requests in 1 round. Not reached: draft-simple. Undecided: ngram-mod. To measure on:"
+        "The --budget of 3m ended before every condition was decided. Measured: none (baseline) 6 requests in 2 "
+        "rounds, ngram-mod 3 requests in 1 round. Not reached: draft-simple. Undecided: ngram-mod. To measure on:"
     )
     assert end.command == ["specreg", "bench", "admitted", "--pair", "3", "--budget", "7m"]
+
+
+def test_a_log_hears_from_a_long_command_while_nothing_else_is_said(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a terminal the progress view writes a line whenever nothing was said for
+    HEARTBEAT_S (here shortened), and stops when the command ends."""
+    from specreg.commands.views import progress
+
+    monkeypatch.setattr(progress, "HEARTBEAT_S", 0.3)
+    with progress.ProgressView():
+        time.sleep(1.6)
+    time.sleep(1.2)  # after the view: no more lines
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln]
+    assert 2 <= len(lines) <= 8 and all(ln.startswith("still working, ") for ln in lines), lines

@@ -42,7 +42,7 @@ from specreg.schemas.bench import (
     RequestRow,
     WorkloadItem,
 )
-from specreg.schemas.bench_settings import duration_text
+from specreg.schemas.bench_settings import BenchSettings, duration_text
 from specreg.schemas.methods import BASELINE
 from specreg.schemas.sampling import repetition_seed
 from specreg.servers.launcher import ServerProcess, launch
@@ -101,6 +101,9 @@ def run_condition(
     the budget left has room for part of; default: every prompt). Never loses stored rows.
     """
     o = ctx.opts
+    waited = wait_for_quiet_machine(ctx)  # before the slot: its time is no part of the slot's
+    if ctx.budget_over():
+        return  # the budget ended while it waited: the runner says what was left unmeasured
     reps = list(range(o.repeat)) if repeats is None else list(repeats)
     log_path = ctx.run_dir / _log_name(cond, round_no)
     if cond.status == "pending":
@@ -111,7 +114,6 @@ def run_condition(
     ctx.store.save_condition(ctx.run_id, cond)
     ctx.observer.condition_started(cond)
     server: ServerProcess | None = None
-    waited = wait_for_quiet_machine(ctx)  # before the slot: its time is no part of the slot's
     t_slot = time.monotonic()
     ctx.marks = {"start": t_slot, "waited": 0.0}
     slots_before = len(cond.load)
@@ -201,17 +203,27 @@ def wait_for_quiet_machine(ctx: RunContext, pids: Callable[[], list[int]] = list
     is the cheaper way to a kept round. The machine is looked at only when the run has not seen
     it yet or last saw it busy: a quiet run pays no look between its slots."""
     o = ctx.opts
-    left = min(o.busy_wait_s - ctx.waited_s, ctx.remaining())
+    allowed = wait_allowance(o)
+    left = min(allowed - ctx.waited_s, ctx.remaining())
     if o.busy_share <= 0 or left <= 0 or (ctx.last_load is not None and ctx.last_load.busy is None):
         return 0.0
     waited, ctx.last_load = wait_for_quiet(o.busy_share, left, ctx.observer.note, pids=pids)
     ctx.waited_s += waited
-    if ctx.last_load.busy is not None and ctx.waited_s >= o.busy_wait_s:
+    if ctx.last_load.busy is not None and ctx.waited_s >= allowed:
+        limit = f"--busy-wait {duration_text(o.busy_wait_s)}" + (
+            f", a quarter of --budget {duration_text(o.budget_s)}" if allowed < o.busy_wait_s and o.budget_s else ""
+        )
         ctx.observer.note(
-            f"waited {ctx.waited_s:.0f} s in all for a quieter machine (--busy-wait {duration_text(o.busy_wait_s)}); "
+            f"waited {ctx.waited_s:.0f} s in all for a quieter machine ({limit}); "
             f"measuring anyway ({ctx.last_load.busy}): what is measured busy is set aside"
         )
     return waited
+
+
+def wait_allowance(o: BenchSettings) -> float:
+    """How long a run may wait for a quieter machine in all: `--busy-wait`, and under a budget at
+    most a quarter of it (a wait that spent the budget would leave nothing measured)."""
+    return o.busy_wait_s if o.budget_s is None else min(o.busy_wait_s, o.budget_s / 4)
 
 
 def finish_condition(ctx: RunContext, cond: ConditionRun) -> None:
@@ -237,6 +249,7 @@ def _measure(
 ) -> None:
     o = ctx.opts
     if not ctx.prompts_stored:
+        ctx.observer.slot_step(cond, "counting the prompts' tokens")
         infos = [_prompt_info(client, it, o.max_tokens) for it in ctx.workload.items]
         ctx.store.add_prompts(ctx.run_id, infos)
         ctx.input_tokens = {p.id: p.input_tokens for p in infos}
@@ -244,6 +257,7 @@ def _measure(
     warmed: list[tuple[str, int, int | None]] = []
     ctx.marks["warm"] = time.monotonic()
     if o.warmup:
+        ctx.observer.slot_step(cond, "warming up")
         cond.warmup.append(warm_up(client, ctx.workload.items[0], o, round_no, ctx.remaining))
         first = ctx.workload.items[0]
         n_warm = min(WARMUP_TOKENS, o.max_tokens or first.max_tokens)
@@ -256,6 +270,7 @@ def _measure(
     sampler = MemorySampler(server.pids, ctx.gpu)
     first_row = len(ctx.rows)
     ctx.marks["requests"] = time.monotonic()
+    ctx.observer.slot_step(cond, "measuring")
     with sampler:
         _requests(ctx, cond, server, client, reps, prompts, probe)
     ctx.marks["after"] = time.monotonic()
@@ -277,6 +292,7 @@ def _measure(
         cond.metrics_before, cond.metrics_after = spec_only(before), spec_only(after)
         cond.counters = add_counters(cond.counters, spec_counters(before, after))
     if server.alive():  # after the counters: the replays are not part of the measurement
+        ctx.observer.slot_step(cond, "replaying for token ids")
         t_replay = time.monotonic()
         complete_ids(ctx, cond, client, [r for r in ctx.rows[first_row:] if r.condition_idx == cond.idx])
         ctx.marks["replay_s"] = time.monotonic() - t_replay
@@ -343,7 +359,7 @@ def _requests(
         while True:
             if probe is not None and o.busy_share > 0 and time.monotonic() - looked >= LOOK_EVERY_S:
                 recent = probe.recent()
-                if recent.busy is not None and ctx.waited_s < o.busy_wait_s and not ctx.expired():
+                if recent.busy is not None and ctx.waited_s < wait_allowance(o) and not ctx.expired():
                     if not take(as_completed(pending)):  # the requests in flight finish first
                         return
                     pending = set()

@@ -357,7 +357,7 @@ class Runner:
                 aside = contention.set_aside(conds, ctx.rows, spread=self.opts.busy_share > 0)
                 busy = every_round_set_aside(conds, ctx.rows, aside)
             if busy is not None:
-                self.observer.note(busy_line(busy, self.opts.busy_share))
+                self.observer.note(busy_line(busy, self.opts.busy_share, until_decided))
             elif tuner is not None:
                 for note in tuner.add_candidates(ctx, conds, contention.kept_rows(ctx.rows, aside)):
                     self.observer.note(f"tune {note}")
@@ -374,7 +374,7 @@ class Runner:
             status = "incomplete" if failed else "complete"
             reason = "; ".join(f"{c.spec.name}: {c.failure}" for c in failed) or None
             if busy is not None:  # nothing kept: not a result, whatever each condition's status
-                status, reason = "contended", f"every round measured was set aside as contended ({busy})"
+                status, reason = "contended", f"every round measured was set aside ({busy})"
         except KeyboardInterrupt:
             status, reason = "cancelled", "interrupted (Ctrl-C or SIGTERM); finished rows kept"
             raise
@@ -504,12 +504,13 @@ def every_round_set_aside(
     return aside[min(measured)]
 
 
-def busy_line(why: str, busy_share: float) -> str:
+def busy_line(why: str, busy_share: float, budget: bool = False) -> str:
     """One line for a run whose every round was set aside, with the ways forward."""
+    spent = ", so the budget is not spent measuring again" if budget else ""
     return (
-        f"every round so far was set aside as contended ({why}): nothing measured to decide on, so the "
-        f"budget is not spent; wait for a quieter machine, raise --busy-share (now {busy_share:g}), or "
-        "--busy-share off (contended timings then count: a neighbour's load lands on whichever condition it hit)"
+        f"every round so far was set aside as contended ({why}): nothing measured to decide on{spent}; "
+        f"wait for a quieter machine, raise --busy-share (now {busy_share:g}), or --busy-share off "
+        "(contended timings then count: a neighbour's load lands on whichever condition it hit)"
     )
 
 

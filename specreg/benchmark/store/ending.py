@@ -22,7 +22,7 @@ from specreg.schemas.methods import BASELINE
 from specreg.text import plural
 
 if TYPE_CHECKING:
-    from specreg.schemas.bench import BenchRun
+    from specreg.schemas.bench import BenchRun, ConditionRun
 
 # a condition the budget's deadline left unmeasured (the runner's `_finish`): skipped, not failed
 BUDGET_ENDED = "not measured: the --budget ended before it ran"
@@ -65,7 +65,7 @@ def ending(run: BenchRun, db: Path | str | None = None) -> Ending | None:
     settings = run.manifest.settings if run.manifest is not None else None
     if settings is None or settings.budget_s is None or run.info.status not in ("complete", "incomplete"):
         return None
-    unreached = [c.spec.name for c in run.conditions if c.status == "skipped" and c.failure == BUDGET_ENDED]
+    unreached = [_name(c) for c in run.conditions if c.status == "skipped" and c.failure == BUDGET_ENDED]
     undecided = [
         s.condition
         for s in run.summaries
@@ -90,7 +90,7 @@ def _kept_nothing(run: BenchRun, db: Path | str | None) -> Ending:
     waited = sum(load.waited_s or 0.0 for c in run.conditions for load in c.load)
     settings = run.manifest.settings if run.manifest is not None else None
     allowed = f" (--busy-wait {duration_text(settings.busy_wait_s)})" if settings is not None else ""
-    why = run.info.status_reason or "every round measured was set aside as contended"
+    why = run.info.status_reason or "every round measured was set aside (the machine was busy)"
     text = (
         f"Run {run.info.run_id} kept nothing: {why}, after waiting {waited:.0f} s for a quieter machine"
         f"{allowed}. It decides nothing and is no evidence for the audit."
@@ -103,6 +103,10 @@ def _kept_nothing(run: BenchRun, db: Path | str | None) -> Ending:
     return Ending(text + (" Measure again when the machine is quieter:" if cmd else ""), cmd)
 
 
+def _name(c: ConditionRun) -> str:
+    return f"{c.spec.name} (baseline)" if c.spec.method == BASELINE else c.spec.name
+
+
 def _measured(run: BenchRun) -> str:
     """`none 45 requests in 1 round, ngram-simple 12 requests in 1 round`: per condition measured."""
     by: dict[int, tuple[int, set[int]]] = {}
@@ -110,7 +114,7 @@ def _measured(run: BenchRun) -> str:
         n, reps = by.get(r.condition_idx, (0, set()))
         by[r.condition_idx] = (n + 1, reps | {r.repeat})
     return ", ".join(
-        f"{c.spec.name} {plural(by[c.idx][0], 'request')} in {plural(len(by[c.idx][1]), 'round')}"
+        f"{_name(c)} {plural(by[c.idx][0], 'request')} in {plural(len(by[c.idx][1]), 'round')}"
         for c in run.conditions
         if c.idx in by
     )

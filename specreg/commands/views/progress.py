@@ -130,7 +130,7 @@ class ProgressView(Observer):
             self.progress.stop()
 
     def _beating(self) -> None:
-        while not self._quit.wait(1.0):
+        while not self._quit.wait(min(1.0, HEARTBEAT_S / 3)):
             if time.monotonic() - self.said >= HEARTBEAT_S:
                 self._say(self._heartbeat())
 
@@ -192,6 +192,9 @@ class ProgressView(Observer):
                 if task is not None and task.total is not None:
                     self.progress.update(self.task, total=task.total + max(self.per_condition // self.rounds, 1))
             self.progress.update(self.task, where=self._where())
+
+    def slot_step(self, cond: ConditionRun, step: str) -> None:
+        self.progress.status = f"{safe_plain(cond.spec.name)}: {step}"
 
     def request_done(self, cond: ConditionRun, row: RequestRow) -> None:
         self.done[cond.idx] = self.done.get(cond.idx, 0) + 1
