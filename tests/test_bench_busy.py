@@ -267,3 +267,26 @@ def test_a_log_hears_from_a_long_command_while_nothing_else_is_said(
     time.sleep(1.2)  # after the view: no more lines
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln]
     assert 2 <= len(lines) <= 8 and all(ln.startswith("still working, ") for ln in lines), lines
+
+
+def test_a_probe_paused_for_a_wait_counts_only_the_slots_own_time() -> None:
+    """The load of a slot that waited between its requests leaves the wait out (real /proc
+    readings): this process burns a core while counted, sleeps while paused; `recent` reads the
+    time since the last look without ending the slot."""
+
+    def burn(seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            pass
+
+    probe = server_load.LoadProbe(list, 0, [0]).start()
+    burn(0.4)
+    recent = probe.recent()
+    assert 0.35 <= recent.wall_s < 1.0 and recent.ours_cores > 0.05, recent  # a shared machine: its share
+    probe.pause()
+    time.sleep(1.0)  # waiting: not the slot's
+    probe.resume()
+    burn(0.4)
+    load = probe.stop()
+    assert 0.75 <= load.wall_s < 1.5, load  # both burns, not the second between them
+    assert load.ours_cores > 0.05, load
