@@ -137,7 +137,8 @@ def run_condition(
                 cpus=set(ctx.pinning.cpus) if ctx.pinning.cpus else None,
             )
         except ServerStartError as exc:
-            _fail(cond, exc.message, exc.lines)
+            if not ctx.budget_over():  # a start the budget's deadline cut short is no failure
+                _fail(cond, exc.message, exc.lines)
             return
         cond.argv, cond.port, cond.server_pid = server.argv, server.port, server.pid
         ctx.store.save_condition(ctx.run_id, cond, server_started=server.create_time)
