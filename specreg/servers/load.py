@@ -4,7 +4,8 @@ else's, and what the hypervisor stole; the judgment of a slot as contended.
 The server side of `benchmark/store/contention.py` (which decides what a contended slot means for a
 run): it reads /proc through psutil and knows which processes are ours, the way
 `servers/memory.py` samples a server's memory. The threshold and the numbers behind it are in
-`benchmark/store/contention.py`'s docstring.
+`benchmark/store/contention.py`'s docstring. Before measuring, a run waits here while the
+machine is that busy (`wait_for_quiet`).
 """
 
 from __future__ import annotations
@@ -61,7 +62,9 @@ class LoadProbe:
     requests alone last only a few of the kernel's CPU-time ticks (USER_HZ), so a window that
     short could not tell a quarter of a core from none. A process of ours that starts inside the window
     (the server) counts from zero. Reading is a few /proc files: no thread, no cost while the
-    requests run.
+    requests run. A slot that waits for a quieter machine between its requests `pause`s the
+    probe for the wait and `resume`s it after, so its load is its own; `recent` reads the load
+    since the last look without ending the slot.
     """
 
     def __init__(
