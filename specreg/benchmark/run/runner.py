@@ -456,7 +456,7 @@ class Runner:
             tuner=self._tuner,
             note=self.observer.note,
         )
-        while (rnd := plan.next_round(ctx)) is not None:
+        while not ctx.budget_over() and (rnd := plan.next_round(ctx)) is not None:
             ctx.strata = rnd.strata
             for c in rnd.todo:
                 if c.status == "running":
