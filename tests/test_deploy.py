@@ -342,3 +342,30 @@ def test_recorded_commands_are_parsed_once_per_shape_never_differently() -> None
         assert [ns.model, ns.draft, ns.spec_type] == plain(cmd)
         assert argv[argv.index("-m") + 1] == plain(cmd)[0]
     assert deploy._parse_once.cache_info().currsize <= 6  # not one per pair
+
+
+def test_deploy_pins_the_caps_check_pair_found_for_the_configuration(audit_world: AuditWorld, tmp_path: Path) -> None:
+    """Issue 47: `check pair --budget` records the largest --cache-ram / --ctx-checkpoints that fit
+    a configuration (never the pair's verdict); `deploy` lowers the measured command to them, says
+    so, and leaves the rollback (another configuration: the target alone) as measured."""
+    db = audit_world.copy(tmp_path / "r.db")
+    pol = str(audit_world.policy_file(tmp_path))
+    check = ["check", "pair", str(audit_world.target), str(audit_world.draft), "-m", "draft-simple"]
+    code, out, err = specreg(*check, "-c", "512", "--budget", "200MiB", "--json", db=db)
+    fit = json.loads(out)["fit"]
+    assert code == 0 and fit["fits"] and fit["lowered"] and 0 < fit["cache_ram_mib"] < 200, (out, err)
+    code, out, _ = specreg("deploy", str(audit_world.pairs["draft-simple"]), "--policy", pol, "--json", db=db)
+    plan = json.loads(out)
+    assert code == 0 and plan["argv"][plan["argv"].index("--cache-ram") + 1] == str(fit["cache_ram_mib"])
+    assert plan["rollback_argv"][plan["rollback_argv"].index("--cache-ram") + 1] == "8192"
+    assert any(f"--cache-ram {fit['cache_ram_mib']}: the largest that fit 200 MiB" in n for n in plan["notes"])
+    # another configuration's fit is not this one's: -c 1024 was not measured, nothing changes
+    specreg(*check, "-c", "1024", "--budget", "100MiB", db=db)
+    code, out, _ = specreg("deploy", str(audit_world.pairs["ngram-simple"]), "--policy", pol, "--json", db=db)
+    assert json.loads(out)["argv"][json.loads(out)["argv"].index("--cache-ram") + 1] == "8192"
+    # nothing fits: the command is printed as measured, with the note
+    specreg(*check, "-c", "512", "--budget", "10MiB", db=db)
+    code, out, _ = specreg("deploy", str(audit_world.pairs["draft-simple"]), "--policy", pol, "--json", db=db)
+    plan = json.loads(out)
+    assert plan["argv"][plan["argv"].index("--cache-ram") + 1] == "8192"
+    assert any("does not fit 10.0 MiB" in n for n in plan["notes"]), plan["notes"]

@@ -183,19 +183,32 @@ def test_check_pair_reports_memory_and_fails_a_budget(tmp_path: Path) -> None:
     )
     assert mem["total_bytes"] == sum(mem[k] for k in parts)
     assert mem["prompt_cache_bytes"] == 8192 * MIB and mem["checkpoint_bytes"] == 0  # llama.cpp's default, no SWA
+    # issue 47: a budget judges the configuration, not the pair: its own exit code and record,
+    # and the pair stays admitted
     small = cli(*args, "--budget", "40MiB", db=db)
-    assert small.returncode == 1
-    check = next(c for c in json.loads(small.stdout)["checks"] if c["code"] == "memory.budget")
+    assert small.returncode == 3, small.stderr
+    judged = json.loads(small.stdout)
+    assert judged["admitted"] and not any(c["code"].startswith("memory.") for c in judged["checks"])
+    fit = judged["fit"]
+    assert not fit["fits"] and fit["cache_ram_mib"] is None and fit["budget_bytes"] == 40 * MIB
+    check = next(c for c in fit["checks"] if c["code"] == "memory.budget")
     assert check["severity"] == "error" and "more than the budget of 40.0 MiB" in check["message"]
-    assert check["evidence"]["needed_bytes"] == mem["total_bytes"] and check["evidence"]["budget_bytes"] == 40 * MIB
+    # judged with no prompt cache and no checkpoints: even the resident part does not fit
+    assert check["evidence"]["needed_bytes"] == fit["needed_bytes"] == fit["resident_bytes"]
+    assert fit["resident_bytes"] == mem["total_bytes"] - mem["prompt_cache_bytes"] - mem["checkpoint_bytes"]
+    pairs = json.loads(cli("pairs", "--json", db=db).stdout)
+    assert [p["admitted"] for p in pairs] == [True]
     roomy = cli(*args, "--budget", "auto", "--cache-ram", "0", db=db)  # the host RAM holds 60 MiB, no prompt cache
     assert roomy.returncode == 0, roomy.stderr
     human = cli(*args[:-1], db=db)
-    assert "memory  -c 8192 -np 2 -ctk f16 -ctv f16: weights 0.5 + draft 0.5, KV 4.0," in human.stdout
+    assert "memory  resident " in human.stdout and "fit  " not in human.stdout  # no budget, nothing judged
+    assert "        -c 8192 -np 2 -ctk f16 -ctv f16: weights 0.5 + draft 0.5, KV 4.0," in human.stdout
     assert "draft KV 4.0 MiB (its own cache of the same cells)" in human.stdout  # the draft's own line
     assert mem["kv_bytes"] == mem["target_kv_bytes"] + mem["draft_kv_bytes"]
     bad = cli(*args, "--budget", "forty", db=db)
     assert bad.returncode == 2 and "expected a size like 24GiB" in bad.stderr
+    zero = cli(*args, "--budget", "0GiB", db=db)
+    assert zero.returncode == 2 and "--budget '0GiB': must be more than 0" in zero.stderr
     # --draft-max: the target verifies 1 + 16 tokens a step (llama.cpp's default: 3), each with logits
     long = json.loads(cli(*args, "--draft-max", "16", db=db).stdout)["memory"]
     assert long["output_bytes"] > mem["output_bytes"] and long["total_bytes"] > mem["total_bytes"]

@@ -129,7 +129,10 @@ def parse_size(text: str) -> int:
         raise UsageError(f"--budget {text!r}: expected a size like 24GiB, 512MiB or a number of bytes")
     value, unit, binary = float(m.group(1)), m.group(2).upper(), m.group(3)
     base = 1024 if binary or not text.strip().upper().endswith("B") else 1000
-    return int(value * base ** "_KMGT".index(unit)) if unit else int(value)
+    size = int(value * base ** "_KMGT".index(unit)) if unit else int(value)
+    if size <= 0:
+        raise UsageError(f"--budget {text!r}: must be more than 0, e.g. 24GiB or 512MiB")
+    return size
 
 
 def _per_layer(gf: GGUFFile, key: str, n: int, default: int) -> list[int]:
