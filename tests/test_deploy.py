@@ -369,3 +369,39 @@ def test_deploy_pins_the_caps_check_pair_found_for_the_configuration(audit_world
     plan = json.loads(out)
     assert plan["argv"][plan["argv"].index("--cache-ram") + 1] == "8192"
     assert any("does not fit 10.0 MiB" in n for n in plan["notes"]), plan["notes"]
+
+
+def test_the_audit_names_each_pairs_rollback_as_deploy_prints_it(
+    audit_world: AuditWorld, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 47: one owner for the rollback command. `deploy` prints the rollback the audit chose
+    for the pair; and where pairs of one target were measured in different runs (another -c),
+    the audit names each baseline with the pairs it is the rollback of, instead of the first
+    pair's for all (deploy said -c 4096 where the audit said -c 512)."""
+    import re
+
+    from _audit_world import LENIENT
+
+    from specreg.audit.deploy import plan_deploy
+    from specreg.audit.run import run_audit
+    from specreg.commands.views.audit import print_audit
+
+    ids = [audit_world.pairs[k] for k in ("draft-simple", "ngram-simple", "ngram-mod")]
+    with Registry(audit_world.db, show_progress=False) as reg:
+        report = run_audit(reg, LENIENT, "lenient.toml", pair_ids=ids)
+    for p in report.pairs:
+        assert p.rollback_command and plan_deploy(report, p.pair_id).rollback_argv == p.rollback_command
+    first, other, *rest = report.pairs
+    assert first.rollback_command is not None and other.rollback_command is not None
+    moved = list(other.rollback_command)
+    moved[moved.index("-c") + 1] = "1024"
+    fake = report.model_copy(update={"pairs": [first, other.model_copy(update={"rollback_command": moved}), *rest]})
+    monkeypatch.setenv("COLUMNS", "200")
+    print_audit(fake)
+    out = capsys.readouterr().out
+    blocks = re.findall(r"^rollback \((.*?)\):\n((?:  .*\n)+)", out, re.M)
+    named = {name.split("; ")[-1]: shlex.split(text.replace("\\\n", " ")) for name, text in blocks}
+    together = ", ".join(str(p.pair_id) for p in (first, *rest))
+    assert named == {f"pair {other.pair_id}": moved, f"pairs {together}": first.rollback_command}, out
+    print_audit(report)  # one baseline for the target: one rollback, named by the target alone
+    assert re.findall(r"^rollback \((.*?)\):", capsys.readouterr().out, re.M) == ["audit-target"]

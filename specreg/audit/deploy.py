@@ -355,7 +355,7 @@ def plan_deploy(
     levels = run.concurrency_levels if run else []
     conc = concurrency if concurrency is not None else (pa.concurrency or (levels[0] if levels else None))
     out.concurrency = conc
-    base = run.baseline(conc) if run else None
+    base = run.rollback(conc) if run else None  # as the audit's rollback gate chose it
     if base is not None and base.command:
         prog = program or recorded_program(base.command)
         out.rollback_argv = server_argv(base.command, program=prog, request=request, port=port)

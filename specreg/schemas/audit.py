@@ -319,6 +319,11 @@ class RunDigest(BaseModel):
             None,
         )
 
+    def rollback(self, concurrency: int | None = None) -> ConditionDigest | None:
+        """The baseline a pair measured in this run rolls back to: the one at its concurrency,
+        else the run's first. The one choice the audit's rollback gate and `deploy` both make."""
+        return self.baseline(concurrency) or self.baseline()
+
     @property
     def concurrency_levels(self) -> list[int]:
         return sorted({r.concurrency for r in self.strata})
