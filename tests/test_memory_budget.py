@@ -337,3 +337,19 @@ def test_the_measured_peak_includes_what_no_sample_caught() -> None:
     sampler.sample_once()
     gpu.close()
     assert sampler.peak_rss >= now + 60 * MIB
+
+
+def test_a_fit_on_the_gpu_judges_the_offloaded_part_and_keeps_the_host_caps(tmp_path: Path) -> None:
+    """With -ngl the budget is the GPU's: the offloaded weights, their KV and the compute buffers;
+    the prompt cache and the checkpoints are host memory, kept as asked when it fits."""
+    from specreg.validators.memory_fit import judge_fit
+
+    gf = open_gguf(write_model(tmp_path / "t.gguf", BASE))
+    settings = ServeSettings(gpu_layers=-1, method="none")
+    vram = estimate(gf, None, settings, RULES).vram_bytes
+    roomy = judge_fit(gf, None, settings, RULES, (vram * 2, "--budget"), target_sha256="a" * 64, draft_sha256=None)
+    assert roomy is not None and roomy.fits and roomy.on == "GPU" and roomy.needed_bytes == vram
+    assert (roomy.cache_ram_mib, roomy.ctx_checkpoints) == (settings.cache_ram_mib, settings.ctx_checkpoints)
+    tight = judge_fit(gf, None, settings, RULES, (vram, "--budget"), target_sha256="a" * 64, draft_sha256=None)
+    assert tight is not None and not tight.fits and tight.cache_ram_mib is None  # the 5% margin does not fit
+    assert judge_fit(gf, None, ServeSettings(), RULES, None, target_sha256="a" * 64, draft_sha256=None) is None

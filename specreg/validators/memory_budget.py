@@ -627,15 +627,10 @@ def budget_check(est: MemoryEstimate, budget: int, source: str) -> CheckResult:
     return CheckResult(code="memory.budget", severity="pass", message=msg, evidence=ev)
 
 
-def memory_checks(
-    est: MemoryEstimate,
-    target: GGUFFile,
-    draft: GGUFFile | None,
-    settings: ServeSettings,
-    rules: RuleSet,
-    budget: tuple[int, str] | None,
+def cache_type_checks(
+    target: GGUFFile, draft: GGUFFile | None, settings: ServeSettings, rules: RuleSet
 ) -> list[CheckResult]:
-    """`memory.cache_type` when a cache type is set, `memory.budget` when a budget is given."""
+    """`memory.cache_type` when a cache type is set (`memory.budget`: memory_fit.judge_fit)."""
     out: list[CheckResult] = []
     problems = head_dim_check(target, draft, settings, rules)
     if (settings.cache_type_k, settings.cache_type_v) != ("f16", "f16"):
@@ -647,6 +642,4 @@ def memory_checks(
         else:
             msg = f"K {settings.cache_type_k} / V {settings.cache_type_v} divide every head size"
             out.append(CheckResult(code="memory.cache_type", severity="pass", message=msg, evidence=types))
-    if budget is not None:
-        out.append(budget_check(est, budget[0], budget[1]))
     return out

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from specreg.gguf.reader import GGUFFile
 from specreg.schemas.memory import DEFAULT_CACHE_RAM_MIB, MemoryEstimate, MemoryFit, ServeSettings, config_key
-from specreg.validators.memory_budget import BUDGET_MARGIN, budget_check, estimate, memory_checks
+from specreg.validators.memory_budget import BUDGET_MARGIN, budget_check, cache_type_checks, estimate
 from specreg.validators.ruleset import RuleSet
 
 Caps = tuple[int, int]  # (--cache-ram MiB, --ctx-checkpoints)
@@ -79,7 +79,7 @@ def judge_fit(
         ctx_checkpoints_given: likewise --ctx-checkpoints.
     """
     est = estimate(target, draft, settings, rules)
-    checks = memory_checks(est, target, draft, settings, rules, None)
+    checks = cache_type_checks(target, draft, settings, rules)
     if budget is None and not checks:
         return None
     refused = any(c.severity == "error" for c in checks)  # llama.cpp refuses the cache types
