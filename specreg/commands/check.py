@@ -48,8 +48,8 @@ def _remote_facts(target: ArtifactRecord, draft: ArtifactRecord | None) -> dict[
 
 def memory_lead(m: MemoryEstimate) -> str:
     """The estimate as a person reads it first: what the server holds from its start and while
-    serving, then what may grow and to which cap ("resident 905 MiB; up to 8.9 GiB if the prompt
-    cache fills (--cache-ram 8192, llama.cpp's default)")."""
+    serving, then what may grow and to which cap ("resident R; up to T if the prompt cache fills
+    (--cache-ram N, llama.cpp's default)")."""
     from specreg.schemas.memory import DEFAULT_CACHE_RAM_MIB, DEFAULT_CTX_CHECKPOINTS
     from specreg.validators.memory_fit import resident_bytes
 

@@ -8,7 +8,6 @@ audit's verdict gate never read it.
 
 from __future__ import annotations
 
-from specreg.errors import RegistryError
 from specreg.registry.db import Database, now_iso
 from specreg.schemas.memory import MemoryFit
 from specreg.schemas.record import stamp
@@ -59,10 +58,3 @@ class MemoryFits:
             return None
         fit.created_at = stamp(row["created_at"])
         return fit
-
-    def count(self) -> int:
-        """How many judgements are kept (tests read it)."""
-        row = self.db.one("SELECT count(*) AS n FROM memory_fits")
-        if row is None:
-            raise RegistryError("memory_fits cannot be counted")
-        return int(row["n"])
