@@ -276,6 +276,33 @@ def _check(target: Path, draft: Path | None, method: str, items: list[WorkloadIt
     assert total >= peak, ("a budget of the total would pass this server", *what)
 
 
+def test_the_resident_line_bounds_a_served_request_on_two_families(tmp_path: Path) -> None:
+    """Issue 47: `check pair`'s first memory line leads with what the server holds from its start
+    and while serving ("resident R"), before the prompt cache and the checkpoints grow. On a tiny
+    llama and a tiny sliding-window gemma3, each with a draft, the bundled server's peak
+    over a request longer than a micro-batch stays under R, by no more than what R bounds that
+    such a request leaves untouched (the compute buffer's mask up to a full context, the HTTP
+    threads' tokenizing of slot-long prompts); the SmolLM2 pair is benchmarks/bench_resident.py's."""
+    from specreg.testing.factory import sliding_window_spec
+    from specreg.validators.memory_fit import resident_bytes
+
+    text = "The quick brown fox jumps over the lazy dog while the cat watches from the warm window. " * 12
+    long = WorkloadItem(id="long", stratum="long", prompt=text, max_tokens=16)
+    families = {
+        "llama": (BASE.but(n_ctx=4096), BASE.but(n_ctx=4096, noise=0.05)),
+        "gemma3": (sliding_window_spec("gemma3"), sliding_window_spec("gemma3", n_layer=2)),
+    }
+    for name, (t_spec, d_spec) in families.items():
+        target = write_model(tmp_path / f"{name}.gguf", t_spec)
+        draft = write_model(tmp_path / f"{name}-draft.gguf", d_spec)
+        est = estimate(open_gguf(target), open_gguf(draft), ServeSettings(method="draft-simple"), RULES)
+        peak = _served_peak(target, draft, "draft-simple", [long], tmp_path)
+        resident = resident_bytes(est)
+        what = (name, round(resident / MIB, 1), round(peak / MIB, 1))
+        assert peak <= resident <= peak + 16 * MIB, what
+        assert est.total_bytes > resident + 8000 * MIB  # llama.cpp's default prompt cache on top
+
+
 def test_tokenizer_heap_from_metadata_grows_with_the_vocabulary(tmp_path: Path, real_vocab) -> None:
     """Per token, per long token byte, per merge: a 151k BPE vocabulary costs more than a 32k SPM one."""
     from specreg.validators.memory_budget import vocab_heap_bytes
