@@ -20,9 +20,8 @@ before any code of ours runs, so it is shown, not compared.
 - `specreg check pair qwen2 qwen35` (target: <= 250 ms): with both files registered, with a
   registry that does not know them (hashing and registering both), and with no registry at all
   (a first run: the registry is created too).
-- The two process tricks, each switched off in a case of its own: the cycle collector on from the
-  first import (specreg/entry.py), and the standard dataclass decorator instead of the lazy one
-  (specreg/lazyclass.py).
+- The process trick, switched off in a case of its own: the cycle collector on from the first
+  import (specreg/entry.py).
 
 Usage: python benchmarks/bench_startup.py [--repeat 5] [--no-peer] [EXTRA.gguf ...]
 The vocab files come from llama.cpp's source (fetched once, see specreg.testing.realvocab).
@@ -46,11 +45,6 @@ from specreg.testing.realvocab import cache_root, ensure_vocab_files, vocab_path
 
 PEER = "gguf-parser==0.1.1"
 COLLECTOR_ON = "import sys; from specreg.cli import main; main(sys.argv[1:])"
-# the console script with the standard dataclass decorator instead of specreg/lazyclass.py's
-STD_DATACLASSES = (
-    "import dataclasses, specreg.lazyclass as lazy; lazy.dataclass = dataclasses.dataclass\n"
-    "from specreg.entry import main; main()"
-)
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parent.parent
 
@@ -166,12 +160,6 @@ def main() -> None:
             # the console script's one process trick, switched off: the same command with the cycle
             # collector on from the first import (specreg/entry.py is what turns it off)
             Case("check pair (registered), collector on", [str(wheel_bin / "python"), "-c", COLLECTOR_ON, *check]),
-            # the other: the same command with the standard dataclass decorator (specreg/lazyclass.py)
-            Case(
-                "check pair (files new), std dataclasses",
-                [str(wheel_bin / "python"), "-c", STD_DATACLASSES, *check],
-                db="empty",
-            ),
         ]
         env = {**os.environ, "SPECREG_HOME": str(home), "SPECREG_DB": str(home / "registry.db"), "COLUMNS": "80"}
         env.pop("SPECREG_DEBUG", None)
@@ -229,11 +217,6 @@ def report(cases: list[Case], files: list[Path], repeat: int) -> None:
     print(
         f"the cycle collector off (specreg/entry.py) saves check pair {on[1] - off[1]:.0f} ms of CPU "
         f"({on[1] / off[1]:.2f}x with it on)"
-    )
-    std, lazy = med["check pair (files new), std dataclasses"], med["check pair (files new to the registry)"]
-    print(
-        f"lazy dataclasses (specreg/lazyclass.py) save check pair of new files {std[1] - lazy[1]:.0f} ms of CPU "
-        f"({std[1] / lazy[1]:.2f}x with the standard decorator)"
     )
     print(f"floors: python -c pass {base_wall:.0f} ms, import pydantic, typer {floor:.0f} ms")
     for text, ok in verdicts:

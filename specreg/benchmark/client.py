@@ -19,13 +19,12 @@ import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
 from specreg.errors import ServerError
-from specreg.lazyclass import dataclass
 from specreg.schemas.bench import MAX_OUTPUT_TOKENS, WorkloadItem
 
 _FINISH = {"limit": "length", "eos": "stop", "word": "stop"}  # /completion stop_type -> OpenAI names

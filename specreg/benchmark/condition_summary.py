@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from specreg.benchmark import contention, statistics, stepcost
 from specreg.benchmark.sampling import arm, sampled_checks
 from specreg.decision import sequential
-from specreg.lazyclass import dataclass
 from specreg.schemas.bench import ALL_STRATA, ConditionRun, ConditionSummary, RequestRow, Stat
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.methods import BASELINE, MODEL_DRAFTED

@@ -19,7 +19,7 @@ import os
 import subprocess
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import field
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,7 +33,6 @@ from specreg.benchmark.sampling import arm
 from specreg.benchmark.warmup import WARMUP_TOKENS, warm_up
 from specreg.benchmark.workloads import Workload, content_sha256
 from specreg.errors import ServerError, ServerStartError
-from specreg.lazyclass import dataclass
 from specreg.registry.db import now
 from specreg.schemas.bench import (
     ConditionRun,

@@ -48,6 +48,7 @@ which neither `/metrics` nor the response timings report, so a p-min could only 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from specreg.benchmark import statistics, stepcost
@@ -55,7 +56,6 @@ from specreg.benchmark.condition_summary import _paired, speed_decision
 from specreg.benchmark.conditions import condition_name
 from specreg.benchmark.tune_curve import LENGTHS, Profile, ProfileSource, curve
 from specreg.errors import UsageError
-from specreg.lazyclass import dataclass
 from specreg.registry.db import now
 from specreg.schemas.bench import (
     ALL_STRATA,

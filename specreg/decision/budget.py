@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from specreg.decision import sequential
-from specreg.lazyclass import dataclass
 
 HORIZON = 40  # rounds looked ahead: past this, "not within any budget worth asking for"
 

@@ -17,11 +17,11 @@ import base64
 import copy
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specreg.errors import SIGNING_EXTRA, SignatureError
-from specreg.lazyclass import dataclass
 from specreg.sources.model_signature import read_signing_input
 
 if TYPE_CHECKING:

@@ -15,10 +15,10 @@ import json
 import re
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from specreg.errors import BundleError
-from specreg.lazyclass import dataclass
 from specreg.registry.db import now_iso
 
 PairKey = tuple[str, str | None, str, str]  # target sha256, draft sha256, method, rule set

@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+from dataclasses import dataclass
 from typing import Any
 
 from specreg.errors import BundleError, SignatureError
 from specreg.exchange.bundle_format import Bundle
 from specreg.exchange.dsse import open_envelope
-from specreg.lazyclass import dataclass
 
 BUNDLE_PREDICATE = "https://specreg.dev/attestation/bench-evidence/v1"
 RECORD_MEMBERS = ("artifacts.jsonl", "pairs.jsonl")

@@ -7,13 +7,12 @@ speed-up that is not measurably real, a changed output or an unknown licence fai
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from specreg.lazyclass import dataclass
 from specreg.schemas.bench import ConditionStatus, Difference, RunStatus, TuneEstimate
 from specreg.schemas.bench_settings import DEFAULT_REPEAT
 from specreg.schemas.record import Record

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from specreg.lazyclass import dataclass
 from specreg.schemas.methods import Method
 from specreg.schemas.record import Record
 from specreg.text import valid_utf8

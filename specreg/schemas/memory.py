@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 
-from specreg.lazyclass import dataclass
 from specreg.schemas.record import Record
 
 # llama.cpp's defaults for what a serving server keeps over time (common/common.h of the bundled

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from specreg.lazyclass import dataclass
 from specreg.schemas.checks import CheckResult, Method
 from specreg.schemas.gguf import GGUFSummary
 from specreg.schemas.record import Record

@@ -19,14 +19,13 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import psutil
 
 from specreg.errors import ServerError, ServerStartError
-from specreg.lazyclass import dataclass
 from specreg.servers.logpump import LogPump
 from specreg.servers.serverlog import bind_failed, error_lines, last_lines, tail_text
 

@@ -18,13 +18,12 @@ from __future__ import annotations
 import os
 import stat
 from contextlib import suppress
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specreg.errors import HubError, UsageError
-from specreg.lazyclass import dataclass
 from specreg.registry import licence
 from specreg.registry.artifacts import stat_or_raise
 from specreg.registry.hashing import sha256_with_bar

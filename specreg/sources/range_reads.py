@@ -9,13 +9,12 @@ the content hash (a hub resolve URL's X-Linked-Etag). Remote artifacts are recor
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from specreg.errors import RemoteError, UsageError
-from specreg.lazyclass import dataclass
 
 if TYPE_CHECKING:  # the records only where one is made: `specreg inspect URL` needs no pydantic
     from specreg.gguf.reader import GGUFFile

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from functools import cache
 from pathlib import Path
 
 from specreg.errors import UsageError
-from specreg.lazyclass import dataclass
 from specreg.schemas.record import Record, build
 
 RULES_DIR = Path(__file__).parent / "rules"

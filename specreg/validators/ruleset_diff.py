@@ -9,9 +9,9 @@ have it; every other change (a threshold, the end-of-turn texts, ...) concerns e
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
-from specreg.lazyclass import dataclass
 from specreg.validators.ruleset import RuleSet
 
 # facts that are not llama.cpp's (the file's identity): never a change of rules

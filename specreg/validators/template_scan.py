@@ -16,12 +16,11 @@ import re
 import sys
 import types
 from collections.abc import Iterator
-from dataclasses import asdict, field
+from dataclasses import asdict, dataclass, field
 from functools import cache, cached_property
 from pathlib import Path
 from typing import Final, Protocol
 
-from specreg.lazyclass import dataclass
 from specreg.schemas.checks import Severity
 
 # Longer templates are scanned as raw text (regexes over the whole text, every part treated as
