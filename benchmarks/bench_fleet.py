@@ -133,14 +133,13 @@ WITHOUT = {
     "without kept run digests": (
         "import specreg.benchmark.digest_cache as d; d.get = lambda *a, **k: {}; d.put = lambda *a, **k: 0"
     ),
-    "without the quick exit (teardown)": "import specreg.teardown as t; t.arm = lambda: None",
 }
 
 
 def _time_patched(patch: str, args: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
     """`_time` for a child that applies `patch` before running the console script's entry point
-    (the same process as `specreg` but for the patch: its GC setting and its exit included)."""
-    code = f"{patch}\nfrom specreg.entry import main\nmain()"
+    (the same process as `specreg` but for the patch)."""
+    code = f"{patch}\nfrom specreg.cli import main\nmain()"
     return _time(args, env, prefix=["-c", code])
 
 

@@ -284,8 +284,8 @@ def _cpu() -> float:
 
 def _time(args: list[str], env: dict[str, str], prefix: list[str] | None = None) -> tuple[float, float, int, str]:
     """(wall s, CPU s of the child, exit code, last stderr line); CPU time is robust to a busy machine.
-    `prefix` replaces `-m specreg` (the console script's entry point: what users run, its cycle collector
-    setting and quick exit included), e.g. `-c CODE` that patches something, then runs that entry."""
+    `prefix` replaces `-m specreg` (the console script's entry point: what users run), e.g. `-c CODE`
+    that patches something, then runs that entry."""
     cpu0, t0 = _cpu(), time.perf_counter()
     p = subprocess.run(
         [sys.executable, *(prefix or ["-m", "specreg"]), *args],

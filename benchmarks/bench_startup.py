@@ -20,8 +20,6 @@ before any code of ours runs, so it is shown, not compared.
 - `specreg check pair qwen2 qwen35` (target: <= 250 ms): with both files registered, with a
   registry that does not know them (hashing and registering both), and with no registry at all
   (a first run: the registry is created too).
-- The process trick, switched off in a case of its own: the cycle collector on from the first
-  import (specreg/entry.py).
 
 Usage: python benchmarks/bench_startup.py [--repeat 5] [--no-peer] [EXTRA.gguf ...]
 The vocab files come from llama.cpp's source (fetched once, see specreg.testing.realvocab).
@@ -44,7 +42,6 @@ from pathlib import Path
 from specreg.testing.realvocab import cache_root, ensure_vocab_files, vocab_path
 
 PEER = "gguf-parser==0.1.1"
-COLLECTOR_ON = "import sys; from specreg.cli import main; main(sys.argv[1:])"
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).resolve().parent.parent
 
@@ -157,9 +154,6 @@ def main() -> None:
             Case("check pair (files new to the registry)", [specreg, *check], db="empty"),
             Case("check pair (no registry yet)", [specreg, *check], db="fresh"),
             Case("dev venv: check pair (registered)", [dev, *check]),
-            # the console script's one process trick, switched off: the same command with the cycle
-            # collector on from the first import (specreg/entry.py is what turns it off)
-            Case("check pair (registered), collector on", [str(wheel_bin / "python"), "-c", COLLECTOR_ON, *check]),
         ]
         env = {**os.environ, "SPECREG_HOME": str(home), "SPECREG_DB": str(home / "registry.db"), "COLUMNS": "80"}
         env.pop("SPECREG_DEBUG", None)
@@ -213,11 +207,6 @@ def report(cases: list[Case], files: list[Path], repeat: int) -> None:
     for name in ("check pair (registered)", "check pair (files new to the registry)", "check pair (no registry yet)"):
         wall = med[name][0]
         verdicts.append((f"{name}: {wall:.0f} ms (<= 250)", wall <= 250))
-    on, off = med["check pair (registered), collector on"], med["check pair (registered)"]
-    print(
-        f"the cycle collector off (specreg/entry.py) saves check pair {on[1] - off[1]:.0f} ms of CPU "
-        f"({on[1] / off[1]:.2f}x with it on)"
-    )
     print(f"floors: python -c pass {base_wall:.0f} ms, import pydantic, typer {floor:.0f} ms")
     for text, ok in verdicts:
         print(f"{'PASS' if ok else 'MISS'}  {text}")

@@ -19,7 +19,7 @@ from specreg.benchmark.digest import hardware_identity, load_digest, load_digest
 from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
 from specreg.benchmark.run_index import RunHead, RunIndex, runs_for_pair
 from specreg.errors import RunUnreadable, SpecregError
-from specreg.registry.db import now, paused_gc
+from specreg.registry.db import now
 from specreg.registry.evidence import not_checked_here, trusted
 from specreg.registry.store import Registry
 from specreg.schemas.audit import (
@@ -458,21 +458,6 @@ def run_audit(
     `pairs` gives the pair records themselves (instead of ids) when the caller has them already;
     `facts` (artifact records, integrity, digests) is shared by audits of the same registry.
     """
-    with paused_gc():  # ~100k acyclic pydantic objects for 5,000 pairs: see paused_gc
-        return _run_audit(reg, policy, policy_source, pair_ids, rehash, spread, runs_for, pairs, facts)
-
-
-def _run_audit(
-    reg: Registry,
-    policy: Policy,
-    policy_source: str,
-    pair_ids: list[int] | None,
-    rehash: bool,
-    spread: bool,
-    runs_for: RunsFor,
-    pairs: list[PairRecord] | None = None,
-    facts: _Facts | None = None,
-) -> AuditReport:
     from specreg.validators.ruleset import RULE_SET_DEFAULT, load_rule_set
 
     if pairs is None and pair_ids is None:

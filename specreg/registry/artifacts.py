@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from specreg.errors import AmbiguousArtifact, ArtifactNotFound, SpecregError
 from specreg.registry import hashing, licence, snapshot, statcache
-from specreg.registry.db import Database, now_iso, paused_gc, read_only_error, records_in_batches, text
+from specreg.registry.db import Database, now_iso, read_only_error, records_in_batches, text
 from specreg.registry.shards import Shard, ShardStore, is_split
 from specreg.schemas.gguf import GGUFSummary, summary_from_json, summary_to_json
 from specreg.schemas.record import adapter, plain_json, stamp
@@ -168,18 +168,16 @@ class ArtifactStore:
             paths.setdefault(r["sha256"], []).append(r["path"])
         cols = LIST_COLUMNS + (", summary_json" if with_summary else "")
         found = self.db.rows(f"SELECT {cols} FROM artifacts ORDER BY registered_at, sha256")
-        with paused_gc():
-            return [_record(r, paths.get(r["sha256"], []), with_summary) for r in found]
+        return [_record(r, paths.get(r["sha256"], []), with_summary) for r in found]
 
     def get_many(self, shas: Iterable[str], *, with_summary: bool = False) -> dict[str, ArtifactRecord]:
         """Records of many artifacts by full SHA-256 (unknown ones are left out): one query, or two
         when a record must be read row by row."""
         wanted = json.dumps(sorted(set(shas)))
         if not with_summary:
-            with paused_gc():
-                fast = records_in_batches(
-                    self.db.conn, f"{_JSON_ROW} WHERE {IN_SHAS}", (wanted,), adapter(list[ArtifactRecord])
-                )
+            fast = records_in_batches(
+                self.db.conn, f"{_JSON_ROW} WHERE {IN_SHAS}", (wanted,), adapter(list[ArtifactRecord])
+            )
             if fast is not None:
                 return {r.sha256: r for r in fast}
         return self.get_many_by_row(wanted, with_summary=with_summary)
@@ -194,8 +192,7 @@ class ArtifactStore:
             paths.setdefault(sha, []).append(path)
         cols = LIST_COLUMNS + (", summary_json" if with_summary else "")
         found = self.db.rows(f"SELECT {cols} FROM artifacts WHERE {IN_SHAS}", (wanted,))
-        with paused_gc():
-            return {r["sha256"]: _record(r, paths.get(r["sha256"], []), with_summary) for r in found}
+        return {r["sha256"]: _record(r, paths.get(r["sha256"], []), with_summary) for r in found}
 
     def sizes(self, shas: Iterable[str]) -> list[ArtifactSize]:
         """SHA-256 and size of these artifacts (unknown ones left out): what verifying them reads,
