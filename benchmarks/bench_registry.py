@@ -35,6 +35,7 @@ from specreg.gguf.summary import summarize
 from specreg.registry.store import Registry
 from specreg.schemas.bench import ConditionSpec, MemoryObservation, SpecCounters
 from specreg.schemas.methods import BASELINE
+from specreg.schemas.record import to_json
 from specreg.schemas.registry import LicenceRecord, LicenceSource
 from specreg.testing import ModelSpec, write_model
 from specreg.validators.ruleset import RULE_SET_DEFAULT, load_rule_set
@@ -74,9 +75,11 @@ def fill(reg: Registry, root: Path, scale: float) -> dict[str, int]:
     n_draft_pairs, n_runs, reps = int(4_000 * scale), int(1_000 * scale), 10
     tiny = write_model(root / "tiny.gguf", ModelSpec())
     summary = asdict(summarize(tiny))
-    licence = LicenceRecord(
-        sources=[LicenceSource(source="gguf", value="apache-2.0")], effective="apache-2.0", effective_source="gguf"
-    ).model_dump_json()
+    licence = to_json(
+        LicenceRecord(
+            sources=[LicenceSource(source="gguf", value="apache-2.0")], effective="apache-2.0", effective_source="gguf"
+        )
+    )
     files = _files(root / "files", n_art)
     now = datetime.now(UTC)
     stamp, hashed_at = _iso(now), time.time_ns()

@@ -218,6 +218,7 @@ def imported_verdict(rec: Mapping[str, Any], v: object, origin: tuple[str, str])
     from datetime import datetime
 
     from specreg.registry.pairs import load_checks
+    from specreg.schemas.record import to_python
 
     if not isinstance(v, dict):
         raise _refuse_pair(rec, "a verdict is not an object")
@@ -243,7 +244,7 @@ def imported_verdict(rec: Mapping[str, Any], v: object, origin: tuple[str, str])
     return {
         "admitted": admitted,
         "strict": strict,
-        "checks": [c.model_dump(mode="json") for c in checks],
+        "checks": [to_python(c, mode="json") for c in checks],
         "created_at": created,
         "host": host,
         "specreg_version": version,

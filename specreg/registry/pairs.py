@@ -14,7 +14,7 @@ from specreg.errors import ArtifactNotFound, PairNotFound
 from specreg.registry.db import Database, now_iso, records_in_batches, text
 from specreg.schemas.checks import CheckResult, PairVerdict
 from specreg.schemas.methods import Method
-from specreg.schemas.record import adapter, plain_list_json, stamp, timestamp
+from specreg.schemas.record import adapter, from_json, stamp, timestamp, to_json
 from specreg.schemas.registry import Elsewhere, PairRecord
 
 _FROM = (
@@ -115,7 +115,7 @@ def _elsewhere(raw: str | None) -> Elsewhere | None:
     if raw is None:
         return None
     try:
-        return Elsewhere.model_validate_json(raw)
+        return from_json(Elsewhere, raw)
     except ValueError:
         return None
 
@@ -142,7 +142,7 @@ class PairStore:
     def record_verdict(self, verdict: PairVerdict) -> int:
         """Store a verdict (history is kept) and return the stable id of its pair."""
         stamp = verdict.created_at.isoformat() if verdict.created_at else now_iso()
-        checks_json = plain_list_json(verdict.checks, list[CheckResult])
+        checks_json = to_json(verdict.checks, list[CheckResult])
         admitted, strict = int(verdict.admitted), int(verdict.strict)
         with self.db.transaction() as conn:
             for role, sha in (("target", verdict.target_sha256), ("draft", verdict.draft_sha256)):

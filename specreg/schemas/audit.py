@@ -15,7 +15,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from specreg.schemas.bench import ConditionStatus, Difference, RunStatus, TuneEstimate
 from specreg.schemas.bench_settings import DEFAULT_REPEAT
-from specreg.schemas.record import Record
 from specreg.schemas.sampling import DraftSampling, Sampler
 from specreg.schemas.triage import NEAR_TIE_MARGIN, Triage
 
@@ -257,7 +256,7 @@ class ConditionDigest(BaseModel):
 
 
 @dataclass(kw_only=True)
-class ModelName(Record):
+class ModelName:
     """What tells a model file apart beside its SHA-256 prefix: general.name, file name, quant."""
 
     name: str | None = None
@@ -328,7 +327,7 @@ class RunDigest(BaseModel):
 
 
 @dataclass(kw_only=True)
-class GateResult(Record):
+class GateResult:
     """One gate for one pair: passed or not, why, and the numbers it looked at. A dataclass, like
     `Candidate`: an audit of a fleet makes ~45,000 of them from values it computed itself, and
     pydantic validated each one again on the way in (~0.1 s of `audit --all`)."""
@@ -341,7 +340,7 @@ class GateResult(Record):
 
 
 @dataclass(kw_only=True)
-class ConditionOutcome(Record):
+class ConditionOutcome:
     """One measured condition of a pair (a draft length at a concurrency) under the condition gates."""
 
     condition: str
@@ -364,7 +363,7 @@ class ConditionOutcome(Record):
 
 
 @dataclass(kw_only=True)
-class UncheckedCondition(Record):
+class UncheckedCondition:
     """A condition a pair's run measured for a method no pair of its target was checked for (an
     n-gram method in a draft pair's run): judged like the pair's own, deployable once checked."""
 
@@ -374,7 +373,7 @@ class UncheckedCondition(Record):
 
 
 @dataclass(kw_only=True)
-class PairAudit(Record):
+class PairAudit:
     """Every gate for one registered pair; `passed` iff every gate passed.
 
     The gates are those of the pair's best condition at the judged concurrency (`condition`,
@@ -412,7 +411,7 @@ class PairAudit(Record):
 
 
 @dataclass(kw_only=True)
-class Candidate(Record):
+class Candidate:
     """One pair considered for one stratum, and why it did or did not win (20,000 in a fleet's audit)."""
 
     pair_id: int
@@ -428,7 +427,7 @@ class Candidate(Record):
 
 
 @dataclass(kw_only=True)
-class StratumDecision(Record):
+class StratumDecision:
     """Per workload and concurrency: the passing condition with the best speed-up, or "none"."""
 
     target_sha256: str

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import stat
 from contextlib import suppress
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -154,7 +154,7 @@ def local_facts(
         if repo and revision and COMMIT.fullmatch(revision):  # only a commit pins the card's text
             card = cached_card(repo, revision, HubSettings.from_env().cache_dir)
     if verified:
-        prov = prov.model_copy(update={"source": "hub", "filename": verified.get("filename", prov.filename)})
+        prov = replace(prov, source="hub", filename=verified.get("filename", prov.filename))
     return prov, (card_source(card) if card is not None else None)
 
 
