@@ -285,13 +285,15 @@ def _cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def _time(args: list[str], env: dict[str, str], prefix: list[str] | None = None) -> tuple[float, float, int, str]:
+def _time(
+    args: list[str], env: dict[str, str], prefix: list[str] | None = None, python: str = sys.executable
+) -> tuple[float, float, int, str]:
     """(wall s, CPU s of the child, exit code, last stderr line); CPU time is robust to a busy machine.
     `prefix` replaces `-m specreg` (the console script's entry point: what users run), e.g. `-c CODE`
-    that patches something, then runs that entry."""
+    that patches something, then runs that entry; `python` is the interpreter (another venv's)."""
     cpu0, t0 = _cpu(), time.perf_counter()
     p = subprocess.run(
-        [sys.executable, *(prefix or ["-m", "specreg"]), *args],
+        [python, *(prefix or ["-m", "specreg"]), *args],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
