@@ -157,7 +157,8 @@ def test_the_console_script_keeps_installed_pydantic_plugins_out_unless_the_user
         "plugin = _Spy()\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
-    env |= {"SPECREG_DB": str(tmp_path / "r.db"), "PYTHONPATH": str(plugins), "SPY_SEEN": str(seen)}
+    path = os.pathsep.join([str(plugins), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env |= {"SPECREG_DB": str(tmp_path / "r.db"), "PYTHONPATH": path, "SPY_SEEN": str(seen)}
     for own in (None, ""):
         seen.unlink(missing_ok=True)
         run_env = env if own is None else {**env, "PYDANTIC_DISABLE_PLUGINS": own}
