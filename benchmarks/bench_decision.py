@@ -161,11 +161,11 @@ def old_stops(x: Any, min_speedup: float) -> list[tuple[str, int]]:
 
 def _running_spread(x: Any) -> Any:
     """Per row, the robust spread (1.4826 x MAD) of the observations before each one; NaN for
-    the first `bar.WARM` (clipped at `bar.PRIOR_CLIP`)."""
+    the first `bar.PRIOR_PAIRS` (clipped at `bar.PRIOR_CLIP`)."""
     import numpy as np
 
     sp = np.full(x.shape, np.nan)
-    for i in range(bar.WARM, x.shape[1]):
+    for i in range(bar.PRIOR_PAIRS, x.shape[1]):
         med = np.median(x[:, :i], axis=1, keepdims=True)
         sp[:, i] = 1.4826 * np.median(np.abs(x[:, :i] - med), axis=1)
     return sp
@@ -178,7 +178,11 @@ def bar_stops(x: Any, min_speedup: float) -> list[tuple[str, int]]:
 
     t = math.log(min_speedup)
     sp = _running_spread(x)
-    b = np.where(np.isnan(sp), bar.PRIOR_CLIP, np.clip(bar.SCALE * np.nan_to_num(sp), bar.FLOOR, math.log(bar.CLIP)))
+    b = np.where(
+        np.isnan(sp),
+        bar.PRIOR_CLIP,
+        np.clip(bar.SPREADS * np.nan_to_num(sp), sequential.FLOOR, math.log(sequential.CLIP)),
+    )
     z = np.clip((x - t) / b, -1.0, 1.0)
     lam = np.array(bar.STAKES)
     up = np.cumsum(np.log1p(z[:, :, None] * lam), axis=1)

@@ -20,9 +20,14 @@ def _naive_wealth(xs: list[float], m: float) -> tuple[float, float]:
     up = [1.0] * len(bar.STAKES)
     down = [1.0] * len(bar.STAKES)
     top_up = top_down = -math.inf
+    xs = [max(-math.log(8), min(math.log(8), x)) for x in xs]  # a pair beyond 8x counts as 8x
     for i, x in enumerate(xs):
         before = xs[:i]
-        b = bar.PRIOR_CLIP if i < bar.WARM else min(math.log(8), max(bar.FLOOR, sequential.robust_spread(before)))
+        b = (
+            bar.PRIOR_CLIP
+            if i < bar.PRIOR_PAIRS
+            else min(math.log(8), max(sequential.FLOOR, sequential.robust_spread(before)))
+        )
         z = max(-1.0, min(1.0, (x - m) / b))
         up = [w * (1 + lam * z) for w, lam in zip(up, bar.STAKES, strict=True)]
         down = [w * (1 - lam * z) for w, lam in zip(down, bar.STAKES, strict=True)]
@@ -37,7 +42,7 @@ def test_the_wealth_is_the_plain_product_written_out() -> None:
     the same wealth at any centre, to rounding, and so the same decisions."""
     rng = random.Random(4)
     for seed in range(6):
-        xs = bd._noisy(seed, 60)
+        xs = [*bd._noisy(seed, 60), 3.0, -2.5]  # two beyond 8x either way
         test = bar.BarTest().add_logs(xs)
         for m in (math.log(1.05), 0.0, rng.uniform(-0.2, 0.3)):
             w = test._wealth(m)
@@ -51,11 +56,11 @@ def test_the_clip_is_sized_from_the_observations_before_only() -> None:
     assert test.clip() == bar.PRIOR_CLIP
     xs = [0.1, 0.2, 0.15, 0.12, 5.0]
     for i, x in enumerate(xs):
-        expected = bar.PRIOR_CLIP if i < bar.WARM else bar.SCALE * sequential.robust_spread(xs[:i])
+        expected = bar.PRIOR_CLIP if i < bar.PRIOR_PAIRS else bar.SPREADS * sequential.robust_spread(xs[:i])
         assert test.clip() == pytest.approx(expected)
         test.add_logs([x])
     assert test.clips[-1] < 0.1  # the outlier did not size its own clip
-    assert bar.BarTest().add_logs([0.0] * 10).clip() == bar.FLOOR
+    assert bar.BarTest().add_logs([0.0] * 10).clip() == sequential.FLOOR
 
 
 def test_a_over_a_is_decided_faster_in_at_most_one_percent_of_400_runs() -> None:

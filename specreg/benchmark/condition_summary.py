@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from specreg.benchmark import contention, statistics, stepcost
 from specreg.benchmark.sampling import arm, sampled_checks
-from specreg.decision import sequential
+from specreg.decision import bar
 from specreg.lazyclass import dataclass
 from specreg.schemas.bench import ALL_STRATA, ConditionRun, ConditionSummary, RequestRow, Stat
 from specreg.schemas.bench_settings import BenchSettings
@@ -134,9 +134,9 @@ class StatSettings:
     default_draft_length: int | None = None  # the build's --spec-draft-n-max
     min_speedup: float = 1.05  # what `decision` decides against (the default policy's minimum)
     set_aside: bool = True  # leave contended rounds out of timings (`--busy-share 0`: keep them)
-    # the decision's interval (sequential.py); "grid": as runs were decided before the slice, what
-    # an import re-derives a bundle's decisions with when they are not the slice's (exchange/rederive.py)
-    intersection: sequential.Intersection = "slice"
+    # what decides (decision/bar.py); "slice" / "grid": the sequence runs were decided with before
+    # it (and before its running slice), what an import draws their decisions with (exchange/rederive.py)
+    method: bar.Method = bar.METHOD
 
 
 def stat_settings(settings: BenchSettings, spec_defaults: Mapping[str, int]) -> StatSettings:
@@ -301,6 +301,7 @@ def _speed(
     decision is never left empty: `undecided` with the reason unless measured pairs decide it."""
     if cond is not base:
         s.decision, s.decision_min_speedup = "undecided", stats.min_speedup
+        s.decision_method = "bar" if stats.method == "bar" else None
     if cond.status != "ok":
         s.speedup_note = f"condition {cond.status}: {cond.failure or 'no reason recorded'}"
         return
@@ -326,7 +327,7 @@ def _speed(
     s.difference = statistics.difference(s.speedup_ci95)
     if s.speedup_ci95 is None:
         s.speedup_note = f"no interval from {plural(s.n_paired, 'request pair')}"
-    d = speed_decision(base_rows, rows, stats.min_speedup, stats.intersection)
+    d = speed_decision(base_rows, rows, stats.min_speedup, stats.method)
     s.decision, s.decision_ci, s.decision_min_speedup = d.decision, d.interval, stats.min_speedup
 
 
@@ -352,6 +353,27 @@ def stratum_ms(
     return paired_ms(mine(base, idx), mine(idx, base))
 
 
+def stratum_pool(
+    rows: list[RequestRow], aside: dict[contention.Slot, str], base: int, idx: int, stratum: str
+) -> list[float]:
+    """What the other strata tell a stratum's projection: their kept log ratios, each stratum's
+    taken from its own mean and put at this stratum's (their spread within a stratum, this one's
+    centre). A stratum of a prompt or two has too few pairs of its own to draw a spread from
+    (three pairs resampled read "needs about 2 more" where thirty were needed, issue 52); its
+    decision still rests on its own pairs alone."""
+    own = bar.log_ratios(*stratum_ms(rows, aside, base, idx, stratum))
+    if stratum == ALL_STRATA or not own:
+        return []
+    centre = sum(own) / len(own)
+    pool: list[float] = []
+    for other in sorted({r.stratum for r in rows if r.condition_idx == idx} - {stratum}):
+        xs = bar.log_ratios(*stratum_ms(rows, aside, base, idx, other))
+        if len(xs) > 1:
+            mean = sum(xs) / len(xs)
+            pool += [x - mean + centre for x in xs]
+    return pool
+
+
 def projected_rounds(
     conditions: list[ConditionRun],
     rows: list[RequestRow],
@@ -360,13 +382,15 @@ def projected_rounds(
     min_speedup: float,
     seed: int,
     spread: bool,
+    method: bar.Method = bar.METHOD,
 ) -> dict[int, int]:
     """What a `--budget` run says would decide each condition and stratum it left undecided:
     summary index -> about how many more rounds (`budget.HORIZON + 1`: not within the horizon),
-    projected on its kept pairs (`sequential.rounds_to_decide`, seeded) with a round of its
-    stratum's prompts (`strata`: the workload's, one per prompt). A function of the rows and the
-    run's settings only, so the runner writes it and an import draws it again (rederive.py);
-    what the rounds would cost is the runner's timing, not the rows'."""
+    projected on its kept pairs (`bar.rounds_to_decide` with the run's `method`, seeded) with a round of its
+    stratum's prompts (`strata`: the workload's, one per prompt), a stratum's spread drawn with the
+    other strata's (`stratum_pool`; not for runs decided before bar.py). A function of the rows
+    and the run's settings only, so the runner writes it and an import draws it again
+    (rederive.py); what the rounds would cost is the runner's timing, not the rows'."""
     from specreg.decision.budget import HORIZON
 
     aside = contention.set_aside(conditions, rows, spread=spread)
@@ -385,22 +409,21 @@ def projected_rounds(
         n = per_stratum.get(s.stratum, len(strata)) if s.stratum != ALL_STRATA else len(strata)
         if len(base_ms) < 2:
             continue
-        more = sequential.rounds_to_decide(
-            base_ms, cond_ms, s.decision_min_speedup or min_speedup, per_round=n, max_rounds=HORIZON, seed=seed
-        )
+        pool = stratum_pool(rows, aside, base.idx, c.idx, s.stratum) if method == "bar" else []
+        more = bar.rounds_to_decide(
+            base_ms, cond_ms, s.decision_min_speedup or min_speedup, per_round=n, max_rounds=HORIZON, seed=seed,
+            pool=pool, method=method,
+        )  # fmt: skip
         if more != 0:  # 0: decided on these pairs after all, nothing to project
             out[i] = HORIZON + 1 if more is None else more
     return out
 
 
 def speed_decision(
-    base_rows: list[RequestRow],
-    rows: list[RequestRow],
-    min_speedup: float,
-    intersection: sequential.Intersection = "slice",
-) -> sequential.SpeedDecision:
+    base_rows: list[RequestRow], rows: list[RequestRow], min_speedup: float, method: bar.Method = bar.METHOD
+) -> bar.SpeedDecision:
     """The anytime-valid decision on the units both ran (`paired_ms`)."""
-    return sequential.decide(*paired_ms(base_rows, rows), min_speedup, intersection=intersection)
+    return bar.decide(*paired_ms(base_rows, rows), min_speedup, method)
 
 
 def _consistency(

@@ -20,15 +20,22 @@ from typing import TYPE_CHECKING
 
 from specreg.benchmark import conditions as cond_mod
 from specreg.benchmark import contention, tune
-from specreg.benchmark.condition_summary import paired_ms, projected_rounds, stat_settings, stratum_ms, summarize
+from specreg.benchmark.condition_summary import (
+    paired_ms,
+    projected_rounds,
+    stat_settings,
+    stratum_ms,
+    stratum_pool,
+    summarize,
+)
 from specreg.benchmark.digest import keep_digests
 from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
 from specreg.benchmark.execute import Observer, RunContext, finish_condition, run_condition
 from specreg.benchmark.runstore import RunStore
 from specreg.benchmark.sampling import arm, greedy_problem, greedy_twin, stored_greedy, unsupported
 from specreg.benchmark.workloads import Workload, load_workload
+from specreg.decision import bar, sequential
 from specreg.decision import budget as budget_mod
-from specreg.decision import sequential
 from specreg.equivalence import triage
 from specreg.errors import ArtifactChanged, NotAdmitted, SpecregError, UsageError
 from specreg.registry.db import now
@@ -420,7 +427,7 @@ class Runner:
 
     def _until_decided(self, ctx: RunContext, conds: list[ConditionRun], started: float, planned: int) -> None:
         """`--budget`: more rounds after the planned ones until each condition is decided
-        against `--min-speedup` (decision/sequential.py: a look after every pair keeps the
+        against `--min-speedup` (decision/bar.py: a look after every pair keeps the
         decision's error rate), or the budget is spent.
 
         Where the budget goes: with `--tune`, first to the decision that matters, the tuned
@@ -450,6 +457,9 @@ class Runner:
         given_up: dict[int, str] = {}  # condition idx -> why it is not measured further
         told_strata: set[tuple[int, str]] = set()  # (condition idx, stratum) the budget cannot decide, told
         self._needs = {}  # this run's projections (a condition idx is the run's own)
+        thin = budget_mod.thin_strata_text([it.stratum for it in self.workload.items])
+        if thin:
+            self.observer.note(thin)
 
         def rows(c: ConditionRun) -> list[RequestRow]:
             return [r for r in ctx.rows if r.condition_idx == c.idx]
@@ -471,7 +481,7 @@ class Runner:
                     and c.status == "running"
                     and base is not None
                     and base.status == "running"
-                    and sequential.decide(*pair_ms(c), o.min_speedup).decision == "undecided"
+                    and bar.verdict(*pair_ms(c), o.min_speedup) == "undecided"
                 )
 
             undecided = [c for c in conds if open_(c)]
@@ -638,12 +648,12 @@ class Runner:
             base = bases.get(arm(choice.spec))
             if base is None or base.status != "running":
                 continue
-            if sequential.decide(*pair_ms(choice), o.min_speedup).decision != "faster":
+            if bar.verdict(*pair_ms(choice), o.min_speedup) != "faster":
                 continue  # not faster (or not decided): no stratum of it can be deployed for speed
             cost = budget_mod.cost_of(known, base.idx) + budget_mod.cost_of(known, choice.idx)
             for stratum, n in per_stratum.items():
                 base_ms, cond_ms = stratum_ms(ctx.rows, aside, base.idx, choice.idx, stratum)
-                if sequential.decide(base_ms, cond_ms, o.min_speedup).decision != "undecided":
+                if bar.verdict(base_ms, cond_ms, o.min_speedup) != "undecided":
                     continue
                 if len(base_ms) < 2:  # nothing to project yet: a round of it first, once
                     tried = {r.repeat for r in ctx.rows if r.condition_idx == choice.idx and r.stratum == stratum}
@@ -658,8 +668,8 @@ class Runner:
                         )
                     continue
                 need = budget_mod.need(
-                    f"{stratum} ({choice.spec.name})", base_ms, cond_ms, o.min_speedup,
-                    per_round=n, cost=cost, seed=o.seed,
+                    f"{stratum} ({choice.spec.name})", base_ms, cond_ms, o.min_speedup, per_round=n, cost=cost,
+                    seed=o.seed, pool=stratum_pool(ctx.rows, aside, base.idx, choice.idx, stratum),
                 )  # fmt: skip
                 if need.pairs == 0:
                     continue
@@ -796,7 +806,7 @@ class Runner:
                 elif lv not in told:
                     told.add(lv)
                     role = self._role(lv, who)
-                    if sequential.decide(*pair_ms(who), o.min_speedup).decision != "undecided":
+                    if bar.verdict(*pair_ms(who), o.min_speedup) != "undecided":
                         self.observer.note(  # the leader is decided: its neighbours are what is left
                             f"budget: {role} {who.spec.name} is decided; its other lengths cannot be "
                             f"measured to --repeat {o.repeat} in the budget left ({need}); {further}"

@@ -19,11 +19,11 @@ paired log ratios x = log(baseline ms / condition ms) against t = log(min_speedu
   stake's own wealth grows at the rate its bet suits the effect; the mixture follows the best of
   them, a large stake for an effect far from the bar and a small one near it, for the log of
   their number: no plug-in to learn first.
-- The clip B_i is `SCALE` robust spreads of the observations before x_i (predictable, as
+- The clip B_i is `SPREADS` robust spreads of the observations before x_i (predictable, as
   sequential.py's), not three: a bet on a value in [-1, 1] may stake less than 1, and at three
   spreads the stake a real speed-up wants is above that cap; at one spread the wealth grows
   nearly as fast as an unclipped bet with the spread known would. Each outlier still moves the
-  wealth no more than a typical pair. The first `WARM` observations, too few to size a clip
+  wealth no more than a typical pair. The first `PRIOR_PAIRS` observations, too few to size a clip
   from, are clipped at `PRIOR_CLIP`, a constant (so still predictable): any clip is valid, and
   one near the usual spread lets the first pairs count.
 - The interval shown is these same tests inverted: the stakes and the clip do not depend on the
@@ -53,13 +53,11 @@ from specreg.decision.sequential import Decision, SpeedDecision, log_ratios
 
 ALPHA_FASTER = 0.01  # P(ever `faster` | the true centre is at or below the bar)
 ALPHA_NOT_FASTER = 0.01  # P(ever `not faster` | the true centre is at or above the bar)
-SCALE = 1.0  # the clip, in robust spreads of the observations before
-WARM = 2  # observations clipped at PRIOR_CLIP: too few before them to size a clip from
+SPREADS = 1.0  # the clip, in robust spreads of the observations before
+PRIOR_PAIRS = 2  # observations clipped at PRIOR_CLIP: too few before them to size a clip from
 PRIOR_CLIP = 0.15  # about the per-pair spread of the log ratio measured on real and tiny pairs (statistics.md)
 STAKES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)  # the mixture's gamblers, evenly weighted
-CLIP = sequential.CLIP  # the widest clip, and the interval's range: [1/8, 8]
-FLOOR = sequential.FLOOR  # the narrowest clip
-_BOUND = math.log(CLIP)
+_BOUND = math.log(sequential.CLIP)  # a pair beyond 8x either way counts as 8x: the interval's range is [1/8, 8]
 _TOL = 1e-7  # the interval's bounds, in log ratio: far below what is shown
 
 # bar: this module; slice / grid: sequential.py's confidence sequence (runs decided before issue
@@ -102,9 +100,9 @@ class BarTest:
 
     def clip(self) -> float:
         """B for the next observation, from the observations before it only (predictable)."""
-        if self.n < WARM:
+        if self.n < PRIOR_PAIRS:
             return PRIOR_CLIP
-        return min(_BOUND, max(FLOOR, SCALE * sequential._sorted_spread(self._sorted)))
+        return min(_BOUND, max(sequential.FLOOR, SPREADS * sequential._sorted_spread(self._sorted)))
 
     def add(self, base_ms: Sequence[float], cond_ms: Sequence[float]) -> BarTest:
         """Paired totals (the units both conditions ran, in the order they were measured)."""
@@ -113,9 +111,10 @@ class BarTest:
     def add_logs(self, xs: Sequence[float]) -> BarTest:
         """Log ratios, in the order they were measured."""
         for x in xs:
+            x = min(_BOUND, max(-_BOUND, float(x)))
             self.clips.append(self.clip())
-            self.xs.append(float(x))
-            bisect.insort(self._sorted, float(x))
+            self.xs.append(x)
+            bisect.insort(self._sorted, x)
         return self
 
     def _wealth(self, m: float, keep: bool = False) -> _Wealth:
@@ -146,8 +145,12 @@ class BarTest:
         return w
 
     def verdict(self, min_speedup: float) -> Decision:
-        """The decision against `min_speedup` alone (no interval): what a plan asks after every pair."""
+        """The decision against `min_speedup` alone (no interval): what a plan asks after every pair.
+        A bar outside [1/8, 8] is decided by the first pair (no centre of pairs counted at most
+        8x either way lies beyond it)."""
         t = math.log(min_speedup)
+        if self.n and abs(t) > _BOUND:
+            return "faster" if t < 0 else "not faster"
         w = self._wealth(t, keep=True)
         if w.top_up >= math.log(1 / ALPHA_FASTER):
             return "faster"
@@ -202,6 +205,17 @@ class BarTest:
         elif verdict == "not faster":
             high = min(high, min_speedup)
         return SpeedDecision(verdict, low, max(low, high), self.n)
+
+
+def fewest_pairs() -> int:
+    """The fewest pairs any decision can rest on: every deviation at the clip, on the decided side
+    (each pair multiplies a stake's wealth by at most 1 + lambda). A stratum with p prompts a round
+    needs at least this / p rounds of its own, however far its speed-up is from the bar."""
+    need = math.log(1 / min(ALPHA_FASTER, ALPHA_NOT_FASTER)) + math.log(len(STAKES))
+    n = 1
+    while math.log(sum((1 + lam) ** n for lam in STAKES)) < need:
+        n += 1
+    return n
 
 
 AnySequence = BarTest | sequential.SpeedSequence

@@ -4,8 +4,8 @@ A run measured until decided used to add rounds while the budget lasted and end 
 was decided: on SmolLM2 (`--tune --budget 8m`) every condition was still `undecided` at 13 min
 46 s, and nothing said in advance that 8 minutes could not decide it (issue 32). Here, after
 every round, each undecided condition's kept pairs are projected forward pair by pair
-(`sequential.rounds_to_decide`: future pairs drawn from the log ratios measured so far, fed to
-the same confidence sequence the decision uses), priced at its own and its baseline's cost per
+(`bar.rounds_to_decide`: future pairs drawn from the log ratios measured so far, fed to
+the same test the decision uses), priced at its own and its baseline's cost per
 slot and per request (`costs`), and told to the user ("k4: about 12 more paired requests (1
 round), 3 min; budget left 4 min"). A `--tune` leader not measured yet is projected from the
 first pass, re-centred on the leader's prediction. Conditions whose
@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from specreg.decision import sequential
+from specreg.decision import bar
 from specreg.lazyclass import dataclass
 
 HORIZON = 40  # rounds looked ahead: past this, "not within any budget worth asking for"
@@ -137,12 +137,12 @@ def need(
     fresh: bool = False,
 ) -> Need:
     """The projection of one condition, pair by pair (the decision may stop after any completed
-    pair, sequential.py): `cost` is what measuring it and its baseline costs (budget.costs),
+    pair, bar.py): `cost` is what measuring it and its baseline costs (budget.costs),
     `per_round` the prompts of a full slot; `at_least` the pairs the policy still asks for
     whatever the decision; `pool` the log ratios of its neighbours (other draft lengths of the
     same tuning, re-centred on this one's), which sharpen the spread the projection draws from;
     `fresh`: it measured nothing yet, and `base_ms`/`cond_ms` stand in for it."""
-    more = sequential.rounds_to_decide(
+    more = bar.rounds_to_decide(
         base_ms,
         cond_ms,
         min_speedup,
@@ -179,6 +179,28 @@ def undecided_text(rounds: int, more_rounds: int | None, budget: str | None) -> 
         return f"{done} (not decidable within {HORIZON} more rounds: its speed-up is within its spread of the bar)"
     would = f"; --budget {budget} would" if budget else ""
     return f"{done} (needs about {more_rounds} more{would})"
+
+
+def thin_strata_text(strata: Sequence[str]) -> str | None:
+    """What a run says before measuring when its strata are too thin to be decided on their own
+    pairs in a round or two (`strata`: one per prompt of a round): each stratum's decision rests
+    on its own pairs alone, and a decision takes at least `bar.fewest_pairs()` of them, many more
+    near the bar. None when there is one stratum, or every one could be decided in one round."""
+    per: dict[str, int] = {}
+    for st in strata:
+        per[st] = per.get(st, 0) + 1
+    fewest = bar.fewest_pairs()
+    if len(per) < 2 or min(per.values()) >= fewest:
+        return None
+    lo, hi = min(per.values()), max(per.values())
+    prompts = f"{lo} prompt" + ("s" if lo != 1 else "") if lo == hi else f"{lo} to {hi} prompts"
+    rounds = math.ceil(fewest / hi), math.ceil(fewest / lo)
+    least = f"{rounds[1]}" if rounds[0] == rounds[1] else f"{rounds[0]} to {rounds[1]}"
+    return (
+        f"budget: each of the {len(per)} strata has {prompts} a round; a stratum is decided on its own "
+        f"pairs, at least {fewest} of them ({least} rounds) and many more near the bar, so the budget "
+        "decides the whole workload first and a stratum only where what is left allows"
+    )
 
 
 def budget_for(spent_s: float, seconds: float) -> str:
