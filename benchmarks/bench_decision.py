@@ -1,25 +1,31 @@
-"""Time to a decision, and the decision, before and after issue 32 - on the same requests.
+"""Time to a decision, and the decision: the pairs it takes against a fixed-sample oracle (issue 52).
 
-Issue 32 made `bench --budget` decide sooner by measuring less noise and spending it better:
-the server's own per-request timings instead of the client's wall clock, rounds in a balanced
-(ABBA) order, the server pinned to all cores but one, and an anytime-valid interval whose clip
-is sized to the spread of the log ratios (sequential.py) at alpha 0.02. This prints:
+A decision is what `bench --budget` measures for, and its cost is paired requests. Issue 32 made
+them less noisy (the server's own timings, a balanced ABBA order, pinning) and sized the
+confidence sequence's clip to their spread (sequential.py); issue 52 decides with two one-sided
+tests against the bar (decision/bar.py). This prints:
 
-1. **Simulation** (`--sims N` seeded runs each, the generator of tests/test_bench_sequential.py):
-   the A/A false `faster` rate against 1.0x, and how often and after how many rounds a true
-   1.15x and 1.3x are decided `faster` against 1.05x, for the old method (fixed +-log 8 clip,
-   alpha 0.05, shuffled order) and the new (adaptive clip, alpha 0.02, balanced order).
-   Then the sequence's CPU cost per observation: the running slice against the whole grid.
+1. **Simulation** (`--sims N` seeded runs a case, numpy across runs, a look after every pair):
+   for true speed-ups 1.0x (at the bar itself: the false `faster` rate), and 1.0x, 1.1x,
+   1.15x, 1.3x against 1.05x, on normal pairs of a known spread (0.08, 0.13, 0.2), on the
+   runner's troubles (the generator of tests/test_bench_sequential.py: drift, slot slope,
+   outliers), on A/A pairs whose rounds share a lean (what breaks the tests' independence),
+   and on measured pairs resampled (`benchmarks/data/decision_ratios.json`, which
+   `--keep-ratios DB` fills from a registry's runs): each method's outcome and the pairs it
+   took (median, p90), and the oracle's pairs - a fixed-sample one-sided z-test that knows the
+   spread, at the same alpha and 90% power - and their ratio, the figure issue 52 moves.
+   Then each method's CPU cost per observation, its interval, and a projection.
 2. **Tiny models** (generated GGUFs, the bundled llama.cpp server): `--rounds` fixed rounds of
    the baseline, draft-simple (a 16-layer target, a 1-layer draft: really faster) and
    ngram-mod with a match length no output reaches (it never drafts: a real A/A), in three
-   runs: the new settings, `--no-pin`, `--shuffle`. For each run and condition, the per-request
-   spread of the log ratios (client clock vs server clock, same requests), and the round (and
-   wall seconds) at which the old method on client clocks and the new on server clocks first
-   decide - replayed on the very rows measured, a look after every round as `--budget` looks.
+   runs: the default settings, `--no-pin`, `--shuffle`. For each run and condition, the
+   per-request spread of the log ratios (client clock vs server clock, same requests), and the
+   round (and wall seconds) at which issue 32's sequence and bar.py's tests first decide -
+   replayed on the very rows measured, a look after every round as `--budget` looks.
 3. **SmolLM2** (`--real`): the issue's `bench admitted --workload mt-bench --sample 2 --tune
-   --budget 8m` on the real pair (F32 target, Q4_1 draft), its wall time, decisions and
-   `deploy`, and the old method replayed on the same rows.
+   --budget 8m` on the real pair (F32 target, Q4_1 draft), or with `--real-draft-max K` one
+   fixed draft length on `--sample 1` (issue 52's target), its wall time, decisions and
+   `deploy`, and both methods replayed on the same rows.
 
 The machine's load (os.getloadavg) is printed beside every figure: on a shared machine the wall
 times move with it; the ratios are measured against a baseline in the same run.
@@ -35,8 +41,8 @@ times move with it; the ratios are measured against a baseline in the same run.
    methods), each split into server start, warm-up, requests and what follows them.
 
 Usage: python benchmarks/bench_decision.py [--sims 400] [--rounds 10] [--skip-tiny] [--real]
-       [--budget 8m] [--busy-share off] [--pinning] [--grid | --grid-real] [--grid-budget B]
-       [--dir DIR]
+       [--real-draft-max K] [--budget 8m] [--busy-share off] [--pinning] [--grid | --grid-real]
+       [--grid-budget B] [--keep-ratios DB] [--dir DIR]
 """
 
 from __future__ import annotations
@@ -76,6 +82,7 @@ HORIZON_PAIRS = 40 * PER_ROUND  # budget.HORIZON rounds: past it, "not decidable
 CASES = ((1.0, 1.0), (1.0, BAR), (1.1, BAR), (1.15, BAR), (1.3, BAR))  # (true speed-up, bar)
 SPREADS = (0.08, 0.13, 0.2)  # per-pair sd of the log ratio
 ORACLE_POWER = 0.9
+AT_BAR = 4  # runs at the bar itself, times --sims: a false `faster` rate near 1% wants more than 400
 
 
 def _sim_round(
@@ -124,17 +131,28 @@ def _gaussian(n: int, speedup: float, sd: float, seed: int) -> Any:
     return x + lean
 
 
+def _slot_shifted(n: int, sd: float, shift: float, seed: int) -> Any:
+    """A/A pairs (normal, `sd`) whose rounds each lean by a shared amount: each condition's slot
+    of a round runs `shift` (sd, in log) slower or faster as a whole (a neighbour, the machine's
+    state), so a round's pairs are not independent - what the tests assume, and what breaks them."""
+    import numpy as np
+
+    rng = np.random.default_rng([seed, round(shift * 1000), round(sd * 1000)])
+    x = rng.normal(0.0, sd, (n, HORIZON_PAIRS))
+    lean = rng.normal(0.0, shift * math.sqrt(2), (n, HORIZON_PAIRS // PER_ROUND))
+    return x + lean.repeat(PER_ROUND, axis=1)
+
+
 def _resampled(xs: Sequence[float], n: int, speedup: float, seed: int) -> Any:
-    """Real paired log ratios drawn with replacement, re-centred (on their median) at
-    log(speed-up); at 1.0x each drawn deviation gets a random sign, as an A/A pair's two
-    requests are exchangeable."""
+    """Real paired log ratios' deviations from their median, drawn with replacement, each with a
+    random sign, around log(speed-up): their spread and tails, made symmetric - the tests'
+    premise, exact for an A/A pair (its two requests are exchangeable). On skewed pairs the
+    methods' centres differ (the old one's nearer the mean), which is not how fast they decide."""
     import numpy as np
 
     rng = np.random.default_rng([seed, round(speedup * 1000), len(xs)])
     dev = np.asarray(xs) - float(np.median(xs))
-    x = rng.choice(dev, (n, HORIZON_PAIRS))
-    if speedup == 1.0:
-        x *= rng.choice([-1.0, 1.0], x.shape)
+    x = rng.choice(dev, (n, HORIZON_PAIRS)) * rng.choice([-1.0, 1.0], (n, HORIZON_PAIRS))
     return x + math.log(speedup)
 
 
@@ -213,10 +231,11 @@ def oracle_pairs(speedup: float, min_speedup: float, sd: float) -> float:
 
 
 def oracle_false_faster(x: Any, min_speedup: float, sd: float, n: int) -> float:
-    """The oracle's own false `faster` rate on rows whose centre is the bar: n pairs each."""
+    """The oracle's own false `faster` rate on rows whose centre is the bar: n pairs each, made
+    whole pairs of rounds (the balanced order's lean cancels over two)."""
     from statistics import NormalDist
 
-    n = max(1, min(n, x.shape[1]))
+    n = max(2 * PER_ROUND, min(math.ceil(n / (2 * PER_ROUND)) * 2 * PER_ROUND, x.shape[1]))
     crit = math.log(min_speedup) + NormalDist().inv_cdf(1 - bar.ALPHA_FASTER) * sd / math.sqrt(n)
     return float((x[:, :n].mean(axis=1) > crit).mean())
 
@@ -258,30 +277,35 @@ def simulate(n: int, ratios: dict[str, list[float]]) -> None:
     """The pairs a decision takes with issue 32's sequence (old) and this one (bar), against the
     oracle, on simulated and on real paired log ratios; a look after every pair (a runner looks
     after every round or part of one, so it stops up to a round later, either method alike)."""
-    import numpy as np
 
-    print(f"1. the pairs a decision takes: {n} seeded runs a case, at most {HORIZON_PAIRS} pairs ({load()})")
+    print(f"1. the pairs a decision takes: {n} seeded runs a case ({n * AT_BAR} at the bar), at most "
+          f"{HORIZON_PAIRS} pairs ({load()})")  # fmt: skip
     print(f"   old: issue 32's two-sided sequence (alpha {sequential.ALPHA}); bar: two one-sided tests "
           f"(alpha {bar.ALPHA_FASTER} each side)")  # fmt: skip
     print(f"   oracle: a one-sided z-test of n fixed pairs, the sd known, alpha {bar.ALPHA_FASTER}, power "
           f"{ORACLE_POWER:.0%}; pairs as median / p90; ratio = pairs / oracle")  # fmt: skip
     for sd in SPREADS:
         for speedup, min_speedup in CASES:
-            x = _gaussian(n, speedup, sd, seed=52)
+            x = _gaussian(n * (AT_BAR if speedup == min_speedup else 1), speedup, sd, seed=52)
             for line in gap_line(f"{speedup}x vs {min_speedup}x sd {sd}", x, speedup, min_speedup, sd):
                 print(line)
-    print("   the runner's troubles (drift, 3% slot slope, 10% noise a request, 1 in 25 an outlier 2-6x):")
+    print("   the runner's troubles (drift, 3% slot slope, 10% noise a request, 1 in 25 an outlier 2-6x;")
+    print("   the oracle knows the spread without the outliers, 0.1 x sqrt 2):")
     for speedup, min_speedup in CASES:
-        x = _troubled(n, speedup, HORIZON_PAIRS // PER_ROUND)
-        sd = float(np.std(x - np.median(x, axis=1, keepdims=True)))
-        for line in gap_line(f"{speedup}x vs {min_speedup}x sd {sd:.2f}", x, speedup, min_speedup, sd):
+        x = _troubled(n * (AT_BAR if speedup == min_speedup else 1), speedup, HORIZON_PAIRS // PER_ROUND)
+        for line in gap_line(f"{speedup}x vs {min_speedup}x", x, speedup, min_speedup, 0.1 * math.sqrt(2)):
+            print(line)
+    print("   what breaks it: a shared lean of each condition's slot in a round (its pairs no longer independent):")
+    for shift in (0.03, 0.05):
+        x = _slot_shifted(n * AT_BAR, 0.13, shift, seed=52)
+        for line in gap_line(f"1.0x vs 1.0x slot sd {shift}", x, 1.0, 1.0, 0.13):
             print(line)
     for name, xs in ratios.items():
         sd = statistics.stdev(xs)
         print(f"   {name}: {len(xs)} measured pairs, sd {sd:.3f}, robust {sequential.robust_spread(xs):.3f}, "
               f"resampled around each speed-up:")  # fmt: skip
         for speedup, min_speedup in CASES:
-            x = _resampled(xs, n, speedup, seed=52)
+            x = _resampled(xs, n * (AT_BAR if speedup == min_speedup else 1), speedup, seed=52)
             for line in gap_line(f"{speedup}x vs {min_speedup}x", x, speedup, min_speedup, sd):
                 print(line)
     cost()
@@ -455,10 +479,16 @@ def tiny(rounds: int, folder: Path) -> None:
 # -- 3. SmolLM2 ---------------------------------------------------------------------------------
 
 
-def real(budget: str, folder: Path, busy_share: str | None) -> None:
+def real(budget: str, folder: Path, busy_share: str | None, draft_max: int | None = None) -> None:
+    """The issue's run on SmolLM2 (`--sample 2 --tune`), or with `draft_max` one fixed draft
+    length on `--sample 1` (issue 52's target: decided either way within the budget)."""
     db = folder / "real.db"
     pid = _smollm2_pair(db)
-    args = ["bench", "admitted", "--pair", pid, "--workload", "mt-bench", "--sample", "2", "--tune", "--budget", budget]
+    args = ["bench", "admitted", "--pair", pid, "--workload", "mt-bench"]
+    if draft_max is None:
+        args += ["--sample", "2", "--tune", "--budget", budget]
+    else:
+        args += ["--sample", "1", "--methods", "draft-simple", "--draft-max", str(draft_max), "--budget", budget]
     args += ["--busy-share", busy_share] if busy_share else []
     print(f"\n3. SmolLM2-135M-Instruct F32 <- Q4_1 (draft-simple): specreg {' '.join(args)}")
     print(f"   before: {load()}")
@@ -705,6 +735,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--skip-tiny", action="store_true")
     ap.add_argument("--real", action="store_true", help="also the SmolLM2 --tune run (minutes)")
+    ap.add_argument("--real-draft-max", type=int, default=None, metavar="K",
+                    help="--real at one draft length K on --sample 1 instead of --tune")  # fmt: skip
     ap.add_argument("--budget", default="8m")
     ap.add_argument("--busy-share", default=None, help="--busy-share of the SmolLM2 and grid runs (shared: off)")
     ap.add_argument("--dir", type=Path, default=None)
@@ -729,7 +761,7 @@ def main() -> int:
     if not args.skip_tiny:
         tiny(args.rounds, folder)
     if args.real:
-        real(args.budget, folder, args.busy_share)
+        real(args.budget, folder, args.busy_share, args.real_draft_max)
     if args.pinning:
         pinning(folder, args.pin_sample, args.pin_repeat, args.pin_max_tokens)
     if args.grid or args.grid_real:

@@ -2,20 +2,21 @@
 
 A decision is what `bench --budget` measures for, and its cost is paired requests. The sequence
 before this one (sequential.py) was a two-sided confidence sequence whose stakes were tuned for
-the width of the interval, clipped at three robust spreads; deciding against the bar took about
-twice the pairs a fixed-sample test that knew the spread would (`benchmarks/bench_decision.py`
-measures both). Here the decision is what is asked: two one-sided tests of the centre of the
-paired log ratios x = log(baseline ms / condition ms) against t = log(min_speedup).
+the width of the interval, clipped at three robust spreads, and it took more pairs to decide
+against the bar than a fixed-sample test that knew the spread needs (`benchmarks/bench_decision.py`
+measures both against that oracle). Here the decision is what is asked: two one-sided tests of
+the centre of the paired log ratios x = log(baseline ms / condition ms) against t = log(min_speedup).
 
 - `faster` rejects "centre <= t" at `ALPHA_FASTER`, `not faster` rejects "centre >= t" at
   `ALPHA_NOT_FASTER`: each error rate is bounded on its own (the one-sided guarantee the audit
   relies on), not as a share of a two-sided rate.
 - Each test bets on the clipped deviations z_i(m) = clip(x_i - m, +-B_i) / B_i in [-1, 1]: the
   wealth of the `faster` test is the mean, over the stakes in `STAKES`, of prod (1 + lambda z_i)
-  (of prod (1 - lambda z_i) for `not faster`). A mixture of nonnegative martingales is one, so
-  where the true centre balances the clipped deviations (E z_i <= 0 at a centre at or below the
-  truth's for `faster`) Ville's inequality bounds the chance that the wealth ever reaches
-  1/alpha by alpha: at every pair, whatever decided when to look, stop or go on later. Each
+  (of prod (1 - lambda z_i) for `not faster`). Where the true centre balances the clipped
+  deviations, E z_i(m) <= 0 given the past at any m at or above it (the null of `faster` at m),
+  so each stake's wealth is a nonnegative supermartingale, and so is their mean: Ville's
+  inequality bounds the chance that it ever reaches 1/alpha by alpha, at every pair, whatever
+  decided when to look, stop or go on later. Each
   stake's own wealth grows at the rate its bet suits the effect; the mixture follows the best of
   them, a large stake for an effect far from the bar and a small one near it, for the log of
   their number: no plug-in to learn first.
@@ -44,7 +45,7 @@ import bisect
 import copy
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -55,7 +56,7 @@ ALPHA_FASTER = 0.01  # P(ever `faster` | the true centre is at or below the bar)
 ALPHA_NOT_FASTER = 0.01  # P(ever `not faster` | the true centre is at or above the bar)
 SPREADS = 1.0  # the clip, in robust spreads of the observations before
 PRIOR_PAIRS = 2  # observations clipped at PRIOR_CLIP: too few before them to size a clip from
-PRIOR_CLIP = 0.15  # about the per-pair spread of the log ratio measured on real and tiny pairs (statistics.md)
+PRIOR_CLIP = 0.15  # about the per-pair spread of the log ratio on the real SmolLM2 pair (statistics.md)
 STAKES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)  # the mixture's gamblers, evenly weighted
 _BOUND = math.log(sequential.CLIP)  # a pair beyond 8x either way counts as 8x: the interval's range is [1/8, 8]
 _TOL = 1e-7  # the interval's bounds, in log ratio: far below what is shown
@@ -169,7 +170,7 @@ class BarTest:
         return math.exp(low), math.exp(max(low, high))
 
     @staticmethod
-    def _edge(rejected: Any, rising: bool) -> float:
+    def _edge(rejected: Callable[[float], bool], rising: bool) -> float:
         """Where a half-line of rejected centres ends, within [-log 8, log 8]: rising False, the
         rejected centres are those below it (the `faster` test); True, those above it."""
         lo, hi = -_BOUND, _BOUND
