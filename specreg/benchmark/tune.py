@@ -18,7 +18,7 @@ already measures what decides it, so tuning is three steps in one run:
 3. **Measure** the predicted best k* and its neighbours on a doubling ladder (k*/2, k*, 2 k*,
    clipped to 1..32: always three lengths), in the `--budget` rounds. The budget goes to the
    **leader** first, the predicted best, until it is decided against `--min-speedup`
-   (sequential.py). The tuned length is a decided one (`Tuner.standing`): the best decided
+   (decision/bar.py). The tuned length is a decided one (`Tuner.standing`): the best decided
    `faster`, else the best decided `not faster`; a length that looks faster on fewer rounds is
    no choice until it is decided itself (seen on a quiet machine: k26 at 1.61x on one round,
    undecided, "chosen" over k16 decided faster at 1.57x; on SmolLM2 k8 at 0.96x on one round
