@@ -62,7 +62,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from specreg.decision import bar, sequential
+from specreg.decision import bar, budget, sequential
 from specreg.testing.modelspec import FAST_ITEMS
 
 SPECREG = [sys.executable, "-m", "specreg"]
@@ -315,7 +315,7 @@ def cost(runs: int = 20) -> None:
     """CPU time per observation of issue 32's sequence (its running slice) and of this one (the
     two tests' wealth at the bar), on paired log ratios with a spread of 0.1 around 1.1x (1 in 25
     three times as far), a look after every 8; the interval this one shows, drawn once at the
-    end; and one projection (`rounds_to_decide`, 7 paths of up to 40 rounds of 8) from 16 such
+    end; and one projection (`budget.need`, 7 paths of up to 40 rounds of 8) from 16 such
     pairs against 1.05x."""
     print(f"   cost, CPU ({load()}):")
     for n in (50, 200, 500):
@@ -345,9 +345,9 @@ def cost(runs: int = 20) -> None:
     for method in ("slice", "bar"):
         t0 = time.process_time()
         for seed in range(runs):
-            bar.rounds_to_decide(base, cond, 1.05, per_round=8, max_rounds=40, seed=seed, method=method)
+            budget.need("k", base, cond, 1.05, per_round=8, seed=seed, method=method)
         took[method] = (time.process_time() - t0) / runs * 1e3
-    print(f"   rounds_to_decide from 16 pairs: old {took['slice']:.1f} ms, bar {took['bar']:.1f} ms CPU")
+    print(f"   budget.need from 16 pairs: old {took['slice']:.1f} ms, bar {took['bar']:.1f} ms CPU")
 
 
 def _noisy(seed: int, n: int) -> list[float]:

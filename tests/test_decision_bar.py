@@ -11,7 +11,7 @@ import random
 import pytest
 
 from benchmarks import bench_decision as bd
-from specreg.decision import bar, sequential
+from specreg.decision import bar, budget, sequential
 
 
 def _naive_wealth(xs: list[float], m: float) -> tuple[float, float]:
@@ -156,9 +156,11 @@ def test_runs_decided_before_keep_their_method() -> None:
     cond = [b / 1.12 * math.exp(rng.gauss(0, 0.1)) for b in base]
     for method in ("slice", "grid"):
         assert bar.decide(base, cond, 1.05, method) == sequential.decide(base, cond, 1.05, intersection=method)
-        assert bar.rounds_to_decide(
-            base, cond, 1.05, per_round=8, max_rounds=20, method=method
-        ) == sequential.rounds_to_decide(base, cond, 1.05, per_round=8, max_rounds=20)
+        seq = bar.sequence(method)
+        assert isinstance(seq, sequential.SpeedSequence) and seq.intersection == method
+        # the projection feeds the same method's sequence: decided on these pairs, nothing to project
+        decided = sequential.decide(base, cond, 1.05, intersection=method).decision != "undecided"
+        assert (budget.need("k", base, cond, 1.05, per_round=8, method=method).pairs == 0) == decided
     assert isinstance(bar.sequence("bar"), bar.BarTest)
 
 
@@ -166,9 +168,9 @@ def test_the_projection_tells_how_many_rounds_a_condition_needs() -> None:
     rng = random.Random(3)
     base = [rng.uniform(50, 400) for _ in range(8)]
     cond = [b / 1.3 * math.exp(rng.gauss(0, 0.12)) for b in base]
-    more = bar.rounds_to_decide(base, cond, 1.05, per_round=8, max_rounds=20)
+    more = budget.need("k", base, cond, 1.05, per_round=8).rounds
     assert more is not None and 1 <= more <= 3, more
     noise = [rng.gauss(0, 0.12) for _ in range(4)]
     flat = [b * math.exp(e) for b, e in zip(base, [*noise, *(-e for e in noise)], strict=True)]  # centred on 1.0x
-    assert bar.rounds_to_decide(base, flat, 1.0, per_round=8, max_rounds=10) is None
-    assert bar.rounds_to_decide(base * 4, cond * 4, 1.05, per_round=8, max_rounds=20) == 0
+    assert budget.need("k", base, flat, 1.0, per_round=8).rounds is None
+    assert budget.need("k", base * 4, cond * 4, 1.05, per_round=8).pairs == 0

@@ -35,7 +35,7 @@ the centre of the paired log ratios x = log(baseline ms / condition ms) against 
   statistic beside it, and it holds against any bar (the audit compares it with the policy's).
 
 The validity argument, what it rests on and what breaks it, is in docs/statistics.md.
-Bundles decided before this method keep theirs: `decide` and `rounds_to_decide` take the method
+Bundles decided before this method keep theirs: `decide` and `budget.need` take the method
 (exchange/rederive.py draws every run's decisions with the one that made them).
 """
 
@@ -44,7 +44,6 @@ from __future__ import annotations
 import bisect
 import copy
 import math
-import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -229,7 +228,8 @@ def sequence(method: Method = METHOD) -> AnySequence:
     return sequential.SpeedSequence(intersection=method)
 
 
-def _verdict(seq: AnySequence, min_speedup: float) -> Decision:
+def verdict_of(seq: AnySequence, min_speedup: float) -> Decision:
+    """The decision of a sequence of either method, without its interval."""
     return seq.verdict(min_speedup) if isinstance(seq, BarTest) else seq.decision(min_speedup).decision
 
 
@@ -243,49 +243,3 @@ def decide(
 def verdict(base_ms: Sequence[float], cond_ms: Sequence[float], min_speedup: float) -> Decision:
     """`decide` without the interval: what the runner asks of each condition between rounds."""
     return BarTest().add(base_ms, cond_ms).verdict(min_speedup)
-
-
-def rounds_to_decide(
-    base_ms: Sequence[float],
-    cond_ms: Sequence[float],
-    min_speedup: float,
-    *,
-    per_round: int,
-    max_rounds: int,
-    paths: int = 7,
-    seed: int = 0,
-    pool: Sequence[float] = (),
-    fresh: bool = False,
-    method: Method = METHOD,
-) -> int | None:
-    """About how many more rounds of `per_round` pairs this condition needs to be decided, if it
-    goes on as measured (sequential.rounds_to_decide, the plan of the runs it decided, says how;
-    this is the same plan for this method's test): future pairs drawn with replacement from the
-    log ratios measured so far (and `pool`), fed to a copy of the test, `paths` times; the median
-    of the rounds each took (0: decided already; None: not within `max_rounds` on most paths)."""
-    if method != "bar":
-        return sequential.rounds_to_decide(
-            base_ms, cond_ms, min_speedup, per_round=per_round, max_rounds=max_rounds, paths=paths, seed=seed,
-            pool=pool, fresh=fresh,
-        )  # fmt: skip
-    xs = log_ratios(base_ms, cond_ms)
-    test = BarTest() if fresh else BarTest().add_logs(xs)
-    if not fresh and test.verdict(min_speedup) != "undecided":
-        return 0
-    if len(xs) < 2 or per_round < 1:
-        return None
-    rng = random.Random(seed)
-    draw = [*xs, *pool]
-    took: list[float] = []
-    for _ in range(paths):
-        t = test.copy()
-        for r in range(1, max_rounds + 1):
-            t.add_logs([rng.choice(draw) for _ in range(per_round)])
-            if t.verdict(min_speedup) != "undecided":
-                took.append(r)
-                break
-        else:
-            took.append(math.inf)
-    took.sort()
-    mid = took[len(took) // 2]
-    return None if math.isinf(mid) else int(mid)

@@ -3,8 +3,8 @@
 Callers get a plain `sqlite3.Connection`: from `Database.conn` for reads and from
 `transaction()` / `Registry.write()` for writes. Our writes need `ON CONFLICT` upserts,
 `json_each` filters and savepoints, which are SQL in any API, and the migrations are applied
-here too, in sqlite-utils' record format (registry/migrations.py): importing sqlite-utils costs
-~0.2 s (numpy, click), more than a whole `specreg check pair` may take.
+here too, in sqlite-utils' record format (registry/migrations.py): importing sqlite-utils pulls
+in numpy and click, more than a whole `specreg check pair` needs.
 
 Also here, because every stage stores timestamps and builds large result lists: the one
 `now()` (timezone-aware UTC) and the one paused-GC context manager of the package.
@@ -63,9 +63,8 @@ def now_iso() -> str:
 
 @contextmanager
 def paused_gc() -> Iterator[None]:
-    """Pause the cyclic GC while 10^4-10^5 small acyclic objects are built (list views, audit
-    results): the allocations trigger repeated full collections that walk all of them again
-    (measured: half the CPU of `pairs()` and of an audit of 5,000 pairs)."""
+    """Pause the cyclic GC while many small acyclic objects are built (list views, audit
+    results): the allocations trigger repeated full collections that walk all of them again."""
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -97,10 +97,11 @@ def with_source(rec: LicenceRecord, source: LicenceSource) -> LicenceRecord:
 
 def read_record(raw: str | bytes) -> LicenceRecord:
     """A stored licence record (`licence_json`) read without pydantic: it is read on every `check
-    pair` and registration, where pydantic's first validator alone costs ~40 ms. It takes what
+    pair` and registration, where building pydantic's first validator would cost more than the
+    read. It takes what
     `LicenceRecord.model_validate_json` takes of what specreg writes and refuses the shapes it
     refuses (ValueError): wrong types, unknown source kinds, text that is not valid UTF-8
-    (tests/test_registry_licence.py checks the two agree on generated records)."""
+    (tests/test_schemas_record.py checks the two agree on generated records)."""
     if not isinstance(raw, (str, bytes)):
         raise ValueError("no licence record")
     data = json.loads(raw)

@@ -24,7 +24,6 @@ class EffectiveVocab:
 
     model: str | None
     vocab_type: str
-    vocab_type_id: int | None
     pre: str | None
     pre_type: str | None
     n_tokens: int
@@ -32,7 +31,6 @@ class EffectiveVocab:
     add_eos: bool
     bos: int | None
     eos: int | None
-    unk: int | None
     sep: int | None
     pad: int | None
     eot: int | None
@@ -70,13 +68,11 @@ def effective_vocab(summary: GGUFSummary, rules: RuleSet) -> EffectiveVocab:
         return EffectiveVocab(
             tok.model,
             "UNKNOWN",
-            None,
             tok.pre,
             None,
             n,
             False,
             False,
-            None,
             None,
             None,
             None,
@@ -144,7 +140,6 @@ def effective_vocab(summary: GGUFSummary, rules: RuleSet) -> EffectiveVocab:
     return EffectiveVocab(
         tok.model,
         model_rules.type,
-        rules.vocab_type_ids.get(model_rules.type),
         pre,
         pre_type,
         n,
@@ -152,7 +147,6 @@ def effective_vocab(summary: GGUFSummary, rules: RuleSet) -> EffectiveVocab:
         add_eos,
         ids["bos"],
         ids["eos"],
-        ids["unk"],
         ids["sep"],
         ids["pad"],
         eot,

@@ -185,8 +185,7 @@ def _jinja2_lexer() -> types.ModuleType:
     """jinja2's `lexer` module, without the rest of jinja2 when this process has not imported it.
 
     `import jinja2` runs its package `__init__`, which builds the environment, compiler, parser,
-    filters and loaders: ~25 ms of a `check pair` of two files new to the registry (quiet machine,
-    benchmarks/bench_startup.py: 383 ms against the 250 ms target), for a scan that only lexes.
+    filters and loaders, all on the path of `check pair`, for a scan that only lexes.
     The lexer needs three small modules of its own (`exceptions`, `utils`, `_identifier`): they
     are loaded under a package object whose `__init__` never runs, then taken out of
     `sys.modules` again, so a later `import jinja2` (by anyone) loads the whole package afresh as
@@ -330,10 +329,6 @@ class _Scanner:
         self.literal(text, 0, quoted=False)
 
 
-def _followed_by_format(toks: list[_Tok], i: int) -> bool:
-    return any(t.value == "format" for t in toks[i + 1 : i + 4])
-
-
 class ScanCache(Protocol):
     """Scans kept by the template's SHA-256 and `scanner_id()` (the registry keeps them)."""
 
@@ -345,7 +340,7 @@ class ScanCache(Protocol):
 @cache
 def scanner_id() -> str:
     """What a scan depends on besides the template: this module's rules and jinja2's lexer.
-    Both source files hashed (without importing jinja2, ~20 ms): a change to either makes every
+    Both source files hashed (without importing jinja2): a change to either makes every
     cached scan a miss."""
     spec = importlib.util.find_spec("jinja2")  # a top-level name: found, not imported
     digest = hashlib.sha256(Path(__file__).read_bytes())
