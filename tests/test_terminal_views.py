@@ -130,7 +130,7 @@ def test_a_run_decided_by_the_older_sequence_says_so(
 ) -> None:
     """A run records the method that decided it (decision/bar.py); one that records none was
     decided by the two-sided sequence before it, and `runs show` says so beside its decisions."""
-    from specreg.commands.views.bench import show_run
+    from specreg.commands.views.run_detail import show_run
 
     def shown(run: object) -> str:
         buf = io.StringIO()
