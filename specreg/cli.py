@@ -17,9 +17,10 @@ from specreg.commands.options import DB_KEY, DbOpt, HelpCommand
 from specreg.errors import EXIT_UNDECIDED, SpecregError
 
 try:  # typer >= 0.29 vendors click as typer._click: its usage errors are not click's classes
-    from typer._click.exceptions import ClickException
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
 except ImportError:  # pragma: no cover - a typer that uses click itself
     from click import ClickException  # type: ignore[assignment]
+    from click.exceptions import NoArgsIsHelpError  # type: ignore[assignment]
 
 # Every command, in the order of the pipeline (the order `--help` lists them), with where it
 # lives (`module:attribute` under specreg.commands: a function is a command, a Typer a group of
@@ -37,7 +38,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("rules", "rules:rules_app", "List the rule sets per llama.cpp build, or diff two."),
     ("workloads", "workloads:workloads_app", "List the built-in and standard workloads, or fetch one."),
     ("bench", "bench:bench_app", "Benchmark admitted pairs on a real llama.cpp server."),
-    ("runs", "bench:runs_app", "List benchmark runs, or show one."),
+    ("runs", "runs:runs_app", "List benchmark runs, or show one."),
     ("audit", "audit:audit_cmd", "Check every deployment gate for admitted pairs."),
     ("deploy", "deploy:deploy_cmd", "Print the pinned llama-server command for an audited pair."),
     ("export", "export:export_cmd", "Write runs and verdicts to a bundle, or a pair to an ML-BOM."),
@@ -143,7 +144,7 @@ def index_app() -> typer.Typer:
     """Every command listed, none built: what root `--help`, an unknown word or a root option is
     answered with. The listing needs each command's name and summary line only; building the
     commands (importing their modules, turning every signature's annotations into click
-    parameters: about half of `specreg --help` in benchmarks/bench_startup.py) says no more.
+    parameters, the larger part of `specreg --help`'s time) says no more.
     A test compares its answers with the whole app's."""
     app = _new_app()
     app.callback()(_root)
@@ -224,6 +225,9 @@ def main(argv: list[str] | None = None) -> None:
         _trace(debug)
         code = _fail(exc.message, exc.hint, exc.exit_code)
     except typer.Exit as exc:
+        code = exc.exit_code
+    except NoArgsIsHelpError as exc:  # `specreg`, `specreg rules`: the help, as typer and `hf` print it
+        sys.stderr.write(exc.format_message() + "\n")
         code = exc.exit_code
     except ClickException as exc:  # a usage error typer found (unknown option, bad choice, ...)
         ctx = getattr(exc, "ctx", None)

@@ -64,7 +64,7 @@ def _fail(message: str) -> NoReturn:
 
 @functools.cache
 def _parser() -> argparse.ArgumentParser:
-    """One parser for every recorded command: an audit reads thousands, and building one costs ~1 ms."""
+    """One parser for every recorded command: an audit reads thousands, and building a parser is not free."""
     parser = build_parser()
     parser.error = _fail  # type: ignore[method-assign]  # argparse would print and exit the process
     return parser
@@ -277,10 +277,21 @@ def plan_deploy(
 ) -> DeployCommand:
     """The command for `pair_id`'s best audited condition, or a refusal naming the failing gates.
 
-    Without `stratum` the pair must pass every gate over the whole workload (at `concurrency`,
-    default the audited one); with it, the pair-wide gates and that stratum's. `program` None:
-    the binary the run used when it was the user's own, else `llama-server`. Raises SpecregError
-    when the audit does not hold the pair, or the stratum was not measured at all.
+    Args:
+        report: the audit that judged the pair.
+        pair_id: the pair to deploy.
+        stratum: None: the pair must pass every gate over the whole workload; a stratum: the
+            pair-wide gates and that stratum's.
+        concurrency: the level to deploy at (default: the audited one).
+        program: the binary to name (None: the run's own when it was the user's, else
+            `llama-server`).
+        port: the port the command serves on (None: llama-server's default).
+        request: the run's sampling settings, pinned where the condition recorded none of its
+            own (None: greedy).
+
+    Raises:
+        SpecregError: when the audit does not hold the pair, or the stratum was not measured
+            at all.
     """
     pa = next((p for p in report.pairs if p.pair_id == pair_id), None)
     if pa is None:

@@ -64,7 +64,7 @@ def audit_cmd(
         raise UsageError(f"--attestation {attestation}: folder {attestation.parent} does not exist")
     signer = None
     if sign is not None:  # a bad key fails before the audit runs
-        from specreg.exchange.dsse import load_signer
+        from specreg.signing.dsse import load_signer
 
         signer = load_signer(sign)
     # the integrity gate re-hashes by default: a stat can be made to look unchanged, bytes cannot

@@ -34,7 +34,7 @@ def deploy_cmd(
 ) -> None:
     """Print the pinned llama-server command for a pair that passes the audit.
 
-    The command is the measured condition, model SHA-256s with a verify line, and the
+    The command is the measured condition, the models' SHA-256 digests with a verify line, and the
     rollback command without speculation. Exit 0 with the command, 1 when the audit fails
     (the failing gates are listed), 2 when it cannot decide.
     """
@@ -45,7 +45,7 @@ def deploy_cmd(
     from specreg.audit.deploy import plan_deploy
     from specreg.audit.policy import load_policy
     from specreg.audit.run import run_audit
-    from specreg.benchmark.run_index import RunHead, runs_for_pair
+    from specreg.benchmark.store.run_index import RunHead, runs_for_pair
     from specreg.registry.store import Registry
     from specreg.schemas.bench import RequestSettings
     from specreg.schemas.registry import PairRecord

@@ -155,7 +155,7 @@ def print_listing(
     """A long listing (thousands of pairs, runs, artifacts) as aligned plain columns that fit the
     terminal: columns marked to give way move beneath each row or are shortened (`layout.Col`).
 
-    rich's Table measures, wraps and renders every cell as its own object: 3 s for 5,000 pairs.
+    rich's Table measures, wraps and renders every cell as its own object: too slow for thousands of rows.
     Here the column widths are computed once and the whole listing is written at once. Cells
     are PLAIN text, not markup: untrusted text needs no `safe()` here; control codes are escaped
     and a cell wider than its column is cut at a word boundary with an ellipsis.

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from specreg.errors import AmbiguousArtifact, ArtifactNotFound, SpecregError
 from specreg.registry import hashing, licence, snapshot, statcache
@@ -37,13 +37,6 @@ LIST_COLUMNS = (
     "repo, revision, filename, provenance_source, provenance_json, registered_at, updated_at"
 )
 IN_SHAS = "sha256 IN (SELECT value FROM json_each(?))"
-
-
-class ArtifactSize(NamedTuple):
-    """An artifact's SHA-256 and size: all that verifying its files reads of its record."""
-
-    sha256: str
-    size: int
 
 
 # A list-view row as one JSON object (ArtifactRecord's fields, no summary) for
@@ -187,7 +180,7 @@ class ArtifactStore:
         return self.get_many_by_row(wanted, with_summary=with_summary)
 
     def get_many_by_row(self, wanted: str, *, with_summary: bool) -> dict[str, ArtifactRecord]:
-        """`get_many` one row at a time (`wanted`: a JSON list of SHA-256s): the path that reads a
+        """`get_many` one row at a time (`wanted`: a JSON list of SHA-256 digests): the path that reads a
         damaged licence or provenance record as none stated."""
         paths: dict[str, list[str]] = {}
         for sha, path in self.db.conn.execute(
@@ -197,14 +190,6 @@ class ArtifactStore:
         cols = LIST_COLUMNS + (", summary_json" if with_summary else "")
         found = self.db.rows(f"SELECT {cols} FROM artifacts WHERE {IN_SHAS}", (wanted,))
         return {r["sha256"]: _record(r, paths.get(r["sha256"], []), with_summary) for r in found}
-
-    def sizes(self, shas: Iterable[str]) -> list[ArtifactSize]:
-        """SHA-256 and size of these artifacts (unknown ones left out): what verifying them reads,
-        without building their records."""
-        found = self.db.conn.execute(
-            f"SELECT sha256, size FROM artifacts WHERE {IN_SHAS}", (json.dumps(sorted(set(shas))),)
-        )
-        return [ArtifactSize(sha, size) for sha, size in found]
 
     def cached_sha(self, apath: str, key: hashing.StatKey) -> tuple[str, int] | None:
         """(sha256, hashed_at_ns) when the stat cache vouches for this path (statcache.py)."""

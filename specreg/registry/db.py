@@ -3,8 +3,8 @@
 Callers get a plain `sqlite3.Connection`: from `Database.conn` for reads and from
 `transaction()` / `Registry.write()` for writes. Our writes need `ON CONFLICT` upserts,
 `json_each` filters and savepoints, which are SQL in any API, and the migrations are applied
-here too, in sqlite-utils' record format (registry/migrations.py): importing sqlite-utils costs
-~0.2 s (numpy, click), more than a whole `specreg check pair` may take.
+here too, in sqlite-utils' record format (registry/migrations.py): importing sqlite-utils pulls
+in numpy and click, more than a whole `specreg check pair` needs.
 
 Also here, because every stage stores timestamps: the package's one `now()` (timezone-aware UTC).
 """

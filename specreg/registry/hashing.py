@@ -67,7 +67,7 @@ def is_racy(key: StatKey, hashed_at_ns: int | None) -> bool:
 
     ctime is not tested here: it is in the key, cannot be set back, and a rewrite after the
     hash gets a later ctime than the stored one unless it falls in the same kernel clock tick
-    (1-10 ms) as the file's previous change and the hash; the audit re-hashes by default."""
+    as the file's previous change and the hash; the audit re-hashes by default."""
     if hashed_at_ns is None:
         return True
     return key.mtime_ns >= hashed_at_ns - RACY_WINDOW_NS

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from specreg.benchmark.statistics import interval_text
+from specreg.benchmark.store.statistics import interval_text
 from specreg.schemas.audit import (
     GATES,
     AuditReport,
@@ -108,7 +108,7 @@ def pair_commands(p: PairAudit, width: int | None = None) -> list[tuple[str, str
 
 
 def failed_text(p: PairAudit, limit: int | None = None) -> str:
-    """The gates that failed, each with its numbers ('fails speed: chat: speed-up 0.93x [...]');
+    """The gates that failed, each with its numbers ('fails speed: chat: speed-up ...x [...]');
     gates that failed only because evidence did are named in one clause, not repeated."""
     failed = [g for g in p.gates if not g.passed]
     if not failed:
@@ -225,7 +225,7 @@ TIMINGS_NOTE = (
 
 
 def set_aside_notes(run: RunDigest) -> list[str]:
-    """The rounds a busy machine set aside (benchmark/contention.py), headline first."""
+    """The rounds a busy machine set aside (benchmark/store/contention.py), headline first."""
     return list(run.set_aside)
 
 
@@ -366,10 +366,6 @@ def condition_cells(run: RunDigest) -> list[list[str]]:
             ]
         )
     return rows
-
-
-def verdict_word(report: AuditReport) -> str:
-    return "PASS" if report.passed else "FAIL"
 
 
 def deploying_pairs(report: AuditReport) -> dict[str, set[int]]:

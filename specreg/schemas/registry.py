@@ -61,7 +61,7 @@ class ArtifactRecord:
     """One registered GGUF file, identified by the SHA-256 of its bytes.
 
     List views (`Registry.artifacts(with_summary=False)`) leave `summary` as None so that
-    10,000 rows list fast; the flat columns (name, architecture, ...) are always filled.
+    long lists stay fast; the flat columns (name, architecture, ...) are always filled.
     """
 
     sha256: str

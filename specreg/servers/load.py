@@ -1,10 +1,10 @@
 """How busy the machine is while a llama.cpp server runs a slot: our CPU time against everyone
 else's, and what the hypervisor stole; the judgment of a slot as contended.
 
-The server side of `benchmark/contention.py` (which decides what a contended slot means for a
+The server side of `benchmark/store/contention.py` (which decides what a contended slot means for a
 run): it reads /proc through psutil and knows which processes are ours, the way
 `servers/memory.py` samples a server's memory. The threshold and the numbers behind it are in
-`benchmark/contention.py`'s docstring.
+`benchmark/store/contention.py`'s docstring.
 """
 
 from __future__ import annotations
@@ -57,8 +57,8 @@ class LoadProbe:
     process, every thread, and the server's process tree) at its start and its end.
 
     The slot is watched from before its server starts to its last request: on tiny models the
-    requests alone can take 40 ms, and CPU times are counted in 10 ms ticks, so a window that
-    short could not tell 0.25 cores from none. A process of ours that starts inside the window
+    requests alone last only a few of the kernel's CPU-time ticks (USER_HZ), so a window that
+    short could not tell a quarter of a core from none. A process of ours that starts inside the window
     (the server) counts from zero. Reading is a few /proc files: no thread, no cost while the
     requests run.
     """

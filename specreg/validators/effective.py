@@ -23,7 +23,6 @@ class EffectiveVocab:
 
     model: str | None
     vocab_type: str
-    vocab_type_id: int | None
     pre: str | None
     pre_type: str | None
     n_tokens: int
@@ -31,7 +30,6 @@ class EffectiveVocab:
     add_eos: bool
     bos: int | None
     eos: int | None
-    unk: int | None
     sep: int | None
     pad: int | None
     eot: int | None
@@ -69,13 +67,11 @@ def effective_vocab(summary: GGUFSummary, rules: RuleSet) -> EffectiveVocab:
         return EffectiveVocab(
             tok.model,
             "UNKNOWN",
-            None,
             tok.pre,
             None,
             n,
             False,
             False,
-            None,
             None,
             None,
             None,
@@ -143,7 +139,6 @@ def effective_vocab(summary: GGUFSummary, rules: RuleSet) -> EffectiveVocab:
     return EffectiveVocab(
         tok.model,
         model_rules.type,
-        rules.vocab_type_ids.get(model_rules.type),
         pre,
         pre_type,
         n,
@@ -151,7 +146,6 @@ def effective_vocab(summary: GGUFSummary, rules: RuleSet) -> EffectiveVocab:
         add_eos,
         ids["bos"],
         ids["eos"],
-        ids["unk"],
         ids["sep"],
         ids["pad"],
         eot,

@@ -50,8 +50,21 @@ def check_pair(
     strict: bool = False,
     scans: ScanCache | None = None,
 ) -> list[CheckResult]:
-    """All checks for `method` (README.md, "Check codes", explains every code). `scans`: chat
-    template scans seen before, by the template's SHA-256 (the registry's)."""
+    """All checks for `method` (docs/check.md, "Check codes", explains every code).
+
+    Args:
+        target: the target's opened file.
+        draft: the draft's opened file; None for the methods that speculate with the target
+            alone (MTP, the n-gram methods).
+        method: a `Method` value; `auto` is resolved before (`detect_method`).
+        rule_set: the llama.cpp facts and specreg's thresholds to judge by.
+        strict: turn every warning into an error.
+        scans: chat template scans seen before, by the template's SHA-256 (the registry's).
+
+    Raises:
+        UsageError: when the method is unknown, or needs a draft that is missing, or takes
+            none and one was given.
+    """
     if method in DRAFT_METHODS and draft is None:
         raise UsageError(f"{method} needs a DRAFT model")
     if method in SELF_METHODS and draft is not None:
