@@ -13,12 +13,11 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specreg.errors import SpecregError
-from specreg.lazyclass import dataclass
 from specreg.schemas.audit import AuditReport
 from specreg.schemas.bench import BenchRun
 from specreg.schemas.bench_settings import BenchSettings

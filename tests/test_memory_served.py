@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -148,7 +149,7 @@ def _within(
     what = (target.name, method, flags, round(predicted / MIB, 1), round(peak / MIB, 1))
     assert abs(predicted - peak) <= BUDGET_MARGIN * peak, what
     assert prediction_exceeded(peak, predicted) is None, what
-    settings = settings.model_copy(update={"ctx_size": ctx, "slots": slots, "method": method, "draft_n_max": k})
+    settings = replace(settings, ctx_size=ctx, slots=slots, method=method, draft_n_max=k)
     total = estimate(open_gguf(target), open_gguf(draft) if draft else None, settings, RULES).total_bytes
     assert total >= peak, what
     return served
@@ -346,7 +347,7 @@ def test_idle_slots_are_saved_when_fewer_requests_are_in_flight_than_slots(tmp_p
     assert states[-1][0] == growth.entries == len(served) - 1
     assert round((growth.trace[-1] - tokens) / MIB, 3) == pytest.approx(states[-1][1], abs=0.002)
     assert served_growth(t, None, settings, served).peak_bytes == 0  # 4 in flight: none idle, none saved
-    off = served_growth(t, None, settings.model_copy(update={"cache_idle_slots": False}), served, in_flight=1)
+    off = served_growth(t, None, replace(settings, cache_idle_slots=False), served, in_flight=1)
     assert off.peak_bytes == 0
 
 

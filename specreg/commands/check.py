@@ -7,6 +7,7 @@ Heavy modules are imported inside the commands so `specreg --help` stays fast.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -179,6 +180,7 @@ def pair_cmd(
     from specreg.registry.store import Registry
     from specreg.remote import allowing
     from specreg.schemas.memory import ServeSettings
+    from specreg.schemas.record import to_python
     from specreg.servers.identity import choose_rules
     from specreg.servers.memory_predict import parse_layers, resolve_budget
     from specreg.sources.checking import check_and_record
@@ -205,7 +207,7 @@ def pair_cmd(
 
     def extra(t_file: GGUFFile, d_file: GGUFFile | None, how: str, static: list[CheckResult]) -> list[CheckResult]:
         """The memory estimate (and budget), then the runtime probe, before the verdict is recorded."""
-        estimates.append(estimate(t_file, d_file, settings.model_copy(update={"method": how}), rules))
+        estimates.append(estimate(t_file, d_file, replace(settings, method=how), rules))
         out = memory_checks(estimates[0], t_file, d_file, settings, rules, limit)
         if probe:
             out += run_probe(t_file, d_file, how, [*static, *out], rules.id, server, show=not json_out)
@@ -228,11 +230,12 @@ def pair_cmd(
         out.file.flush()
     elif json_out:
         emit_json(
-            v.model_dump(
+            to_python(
+                v,
                 mode="json",
                 include={"admitted", "method", "target_sha256", "draft_sha256", "rule_set", "strict", "checks"},
             )
-            | {"rule_set_chosen_by": judged.why, "memory": mem.model_dump(mode="json")}
+            | {"rule_set_chosen_by": judged.why, "memory": to_python(mem, mode="json")}
             | _remote_facts(done.target, done.draft)
         )
     else:
@@ -281,6 +284,7 @@ def pairs_cmd(
     from specreg.commands.output import say
     from specreg.errors import UsageError
     from specreg.registry.store import Registry
+    from specreg.schemas.record import to_python
     from specreg.servers.identity import choose_rules, needs_other_rules, recheck_hint
     from specreg.validators.ruleset import is_stale
 
@@ -303,7 +307,7 @@ def pairs_cmd(
     if json_out:
         out: list[dict[str, Any]] = []
         for p in rows:
-            d = p.model_dump(mode="json", exclude={"checks"})
+            d = to_python(p, mode="json", exclude={"checks"})
             d["stale"] = stale[p.rule_set]
             d["other_rules"] = other[p.rule_set]
             d["benchmarkable"] = p.admitted and lacking.get(p.id) is None

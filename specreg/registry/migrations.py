@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
-
-from specreg.lazyclass import dataclass
 
 Migration = Callable[[sqlite3.Connection], None]
 

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import field
-
-from specreg.lazyclass import dataclass
-from specreg.schemas.record import Record
+from dataclasses import dataclass, field
 
 # llama.cpp's defaults for what a serving server keeps over time (common/common.h of the bundled
 # build, xllamacpp 2026.10.11549; tests/test_memory_served.py pins them against the wheel): the
@@ -17,7 +14,7 @@ DEFAULT_CTX_CHECKPOINTS = 32
 
 
 @dataclass(kw_only=True)
-class ServeSettings(Record):
+class ServeSettings:
     """The server flags the memory depends on (llama-server's -c, -np, -ctk, -ctv, -ngl, -ub,
     --cache-ram, --ctx-checkpoints, --swa-full)."""
 
@@ -51,7 +48,7 @@ _LOWEST = {"ctx_size": 1, "slots": 1, "n_ubatch": 1, "draft_n_max": 0, "cache_ra
 
 
 @dataclass(kw_only=True)
-class MemoryEstimate(Record):
+class MemoryEstimate:
     """Bytes by purpose; `total_bytes` is what must fit (every buffer llama.cpp reserves)."""
 
     ctx_size: int

@@ -393,6 +393,11 @@ def exceeded_text(name: str, measured_mib: float, predicted_mib: float, over: fl
     )
 
 
+# the estimate's fields a memory check's evidence repeats (the served ones only on the host)
+_SETTINGS_SHOWN = ("ctx_size", "slots", "cache_type_k", "cache_type_v", "gpu_layers", "total_bytes")
+_SERVED_SHOWN = ("prompt_cache_bytes", "checkpoint_bytes", "cache_ram_mib", "ctx_checkpoints")
+
+
 def budget_check(est: MemoryEstimate, budget: int, source: str) -> CheckResult:
     """`memory.budget`: the estimate, plus the prediction's tolerance, against a budget (VRAM when
     layers are offloaded, else host): a server that may exceed the budget never passes."""
@@ -401,10 +406,14 @@ def budget_check(est: MemoryEstimate, budget: int, source: str) -> CheckResult:
     margin = int(need * BUDGET_MARGIN)
     where = "GPU" if gpu else "host"
     ev = {"budget_bytes": budget, "needed_bytes": need, "margin_bytes": margin, "budget_source": source, "on": where}
-    ev |= est.model_dump(include={"ctx_size", "slots", "cache_type_k", "cache_type_v", "gpu_layers", "total_bytes"})
+    ev |= {
+        k: getattr(est, k) for k in ("ctx_size", "slots", "cache_type_k", "cache_type_v", "gpu_layers", "total_bytes")
+    }
     needs = f"needs {size_text(need)} on the {where} (+{BUDGET_MARGIN:.0%}: {size_text(need + margin)})"
     if not gpu and (est.prompt_cache_bytes or est.checkpoint_bytes):
-        ev |= est.model_dump(include={"prompt_cache_bytes", "checkpoint_bytes", "cache_ram_mib", "ctx_checkpoints"})
+        ev |= {
+            k: getattr(est, k) for k in ("prompt_cache_bytes", "checkpoint_bytes", "cache_ram_mib", "ctx_checkpoints")
+        }
         parts = [f"prompt cache {size_text(est.prompt_cache_bytes)} (--cache-ram {est.cache_ram_mib})"]
         if est.checkpoint_bytes:
             parts.append(f"checkpoints {size_text(est.checkpoint_bytes)} (--ctx-checkpoints {est.ctx_checkpoints})")

@@ -34,7 +34,7 @@ from specreg.benchmark.store.condition_summary import paired_ms, stratum_ms, str
 from specreg.benchmark.store.sampling import arm
 from specreg.decision import bar
 from specreg.decision import budget as budget_mod
-from specreg.lazyclass import dataclass
+from dataclasses import dataclass
 from specreg.schemas.bench import ConditionRun, RequestRow, SlotPhase
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.methods import BASELINE

@@ -17,7 +17,7 @@ from pathlib import Path
 from specreg.benchmark.run.reply import Completion
 from specreg.benchmark.store.runstore import RunStore
 from specreg.benchmark.workloads.jsonl import Workload
-from specreg.lazyclass import dataclass
+from dataclasses import dataclass
 from specreg.schemas.bench import ConditionRun, RequestRow, RunInfo, SlotPhase, WorkloadItem
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.sampling import Sampler

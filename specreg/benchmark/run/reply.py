@@ -20,7 +20,7 @@ import time
 from dataclasses import field
 from typing import Any
 
-from specreg.lazyclass import dataclass
+from dataclasses import dataclass
 from specreg.schemas.bench import MAX_OUTPUT_TOKENS
 
 _FINISH = {"limit": "length", "eos": "stop", "word": "stop"}  # /completion stop_type -> OpenAI names

@@ -36,6 +36,7 @@ from specreg.errors import ArtifactChanged, NotAdmitted, SpecregError, UsageErro
 from specreg.registry.db import now
 from specreg.registry.evidence import not_checked_here
 from specreg.registry.hashing import sha256_file
+from specreg.schemas.record import to_python
 from specreg.schemas.bench import (
     BenchRun,
     ConditionRun,
@@ -274,8 +275,8 @@ class Runner:
         self.store.create_run(
             info,
             manifest,
-            target.licence.model_dump(mode="json"),
-            draft.licence.model_dump(mode="json") if draft else None,
+            to_python(target.licence, mode="json"),
+            to_python(draft.licence, mode="json") if draft else None,
         )
         conds = [ConditionRun(idx=i, spec=s) for i, s in enumerate(specs)]
         for c in conds:
