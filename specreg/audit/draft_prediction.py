@@ -39,7 +39,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from specreg.benchmark.plan import tune_curve as tune
-from dataclasses import dataclass
 from specreg.schemas.drafts import ErrorStat, Prediction, PriorFit
 from specreg.schemas.methods import BASELINE, MODEL_DRAFTED
 

@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specreg.decision import bar
-from dataclasses import dataclass
 
 HORIZON = 40  # rounds looked ahead: past this, "not within any budget worth asking for"
 

@@ -27,7 +27,6 @@ signer with a busy machine or a bad workload still measures badly (docs/security
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 from dataclasses import dataclass
 from typing import Any
 

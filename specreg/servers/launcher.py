@@ -27,7 +27,6 @@ import psutil
 
 from specreg import remote
 from specreg.errors import RemoteError, ServerError, ServerStartError
-from dataclasses import dataclass
 from specreg.servers.logpump import LogPump
 from specreg.servers.serverlog import bind_failed, error_lines, last_lines, tail_text
 

@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING
 
 from specreg import remote
 from specreg.errors import HubError, RemoteLimit, SpecregError, UsageError
-from dataclasses import dataclass
 
 if TYPE_CHECKING:
     from specreg.gguf.reader import GGUFFile

@@ -19,8 +19,7 @@ import os
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import asdict
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any

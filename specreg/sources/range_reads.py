@@ -16,7 +16,6 @@ from urllib.parse import unquote, urlsplit
 
 from specreg import remote
 from specreg.errors import RemoteError, UsageError
-from dataclasses import dataclass
 from specreg.text import escape_control
 
 if TYPE_CHECKING:  # the records only where one is made: `specreg inspect URL` needs no pydantic

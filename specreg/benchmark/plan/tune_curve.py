@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 from specreg.benchmark.store import stepcost
-from dataclasses import dataclass
 
 LENGTHS = range(1, 33)  # the candidates predicted: --spec-draft-n-max 1..32
 

@@ -36,7 +36,6 @@ from specreg.errors import ArtifactChanged, NotAdmitted, SpecregError, UsageErro
 from specreg.registry.db import now
 from specreg.registry.evidence import not_checked_here
 from specreg.registry.hashing import sha256_file
-from specreg.schemas.record import to_python
 from specreg.schemas.bench import (
     BenchRun,
     ConditionRun,
@@ -47,6 +46,7 @@ from specreg.schemas.bench import (
 )
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.methods import BASELINE
+from specreg.schemas.record import to_python
 from specreg.schemas.registry import ArtifactRecord, PairRecord
 from specreg.servers.launcher import ServerCommand, bundled_command, external_command
 from specreg.servers.memory import GpuProbe

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 from specreg.benchmark.store.runstore import run_info
-from dataclasses import dataclass
 from specreg.registry.db import rows
 from specreg.schemas.bench import (
     ConditionRun,
