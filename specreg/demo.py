@@ -13,12 +13,11 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specreg.errors import SpecregError
-from specreg.lazyclass import dataclass
 from specreg.schemas.audit import AuditReport
 from specreg.schemas.bench import BenchRun
 from specreg.schemas.bench_settings import BenchSettings
@@ -276,7 +275,7 @@ def run_demo(
     `fetch_step`: how the real model's fetch shows its progress (realmodel.Step)."""
     from specreg.audit.policy import example_policy_text, load_policy
     from specreg.audit.run import run_audit
-    from specreg.benchmark.runner import Runner
+    from specreg.benchmark.run.runner import Runner
     from specreg.registry.store import Registry
     from specreg.report.write import write_audit_report
     from specreg.sources.checking import check_and_record

@@ -9,13 +9,14 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from _pair_helpers import RULES
 
 from specreg.audit.deploy import server_argv
-from specreg.benchmark.client import LlamaClient
+from specreg.benchmark.run.client import LlamaClient
 from specreg.gguf.reader import open_gguf
 from specreg.schemas.bench import ChatMessage, ConditionSpec, WorkloadItem
 from specreg.schemas.memory import DEFAULT_CACHE_RAM_MIB, DEFAULT_CTX_CHECKPOINTS, ServeSettings
@@ -31,9 +32,9 @@ from specreg.validators.memory_budget import (
     estimate,
     exceeded_text,
     longest_draft,
-    model_facts,
     prediction_exceeded,
 )
+from specreg.validators.memory_facts import model_facts
 from specreg.validators.memory_served import (
     Served,
     checkpoint_positions,
@@ -149,7 +150,7 @@ def _within(
     what = (target.name, method, flags, round(predicted / MIB, 1), round(peak / MIB, 1))
     assert abs(predicted - peak) <= BUDGET_MARGIN * peak, what
     assert prediction_exceeded(peak, predicted) is None, what
-    settings = settings.model_copy(update={"ctx_size": ctx, "slots": slots, "method": method, "draft_n_max": k})
+    settings = replace(settings, ctx_size=ctx, slots=slots, method=method, draft_n_max=k)
     total = estimate(open_gguf(target), open_gguf(draft) if draft else None, settings, RULES).total_bytes
     assert total >= peak, what
     return served
@@ -370,7 +371,7 @@ def test_idle_slots_are_saved_when_fewer_requests_are_in_flight_than_slots(tmp_p
     assert states[-1][0] == growth.entries == len(served) - 1
     assert round((growth.trace[-1] - tokens) / MIB, 3) == pytest.approx(states[-1][1], abs=0.002)
     assert served_growth(t, None, settings, served).peak_bytes == 0  # 4 in flight: none idle, none saved
-    off = served_growth(t, None, settings.model_copy(update={"cache_idle_slots": False}), served, in_flight=1)
+    off = served_growth(t, None, replace(settings, cache_idle_slots=False), served, in_flight=1)
     assert off.peak_bytes == 0
 
 
@@ -475,7 +476,7 @@ def test_a_benchmarks_refused_rows_are_replayed_as_refused() -> None:
     ]
     assert longest_draft(served) is None  # the timed-out one's drafts are not known
     assert longest_draft([r for r in served if r.key != "c"]) == 6
-    from specreg.benchmark.client import Completion
+    from specreg.benchmark.run.reply import Completion
 
     timings = ({"predicted_n": 8}, {"predicted_n": 8, "draft_n": 6}, {})  # draft_n left out when 0
     assert [Completion(timings=t).drafted for t in timings] == [0, 6, None]

@@ -190,7 +190,7 @@ SCHEMA: dict[str, list[str]] = {
         "draft_sha256",
         "summary_json",
     ],
-    # each finished run's digest as the audit reads it (m012, specreg/benchmark/digest_cache.py)
+    # each finished run's digest as the audit reads it (m012, specreg/benchmark/store/digest_cache.py)
     "run_digests": ["run_id", "spread", "builder", "digest_json"],
     # chat-template scans by the template's SHA-256 (m010, specreg/registry/template_scans.py)
     "template_scans": ["template_sha256", "scanner", "scan_json", "scanned_at"],

@@ -33,12 +33,12 @@ import math
 import shlex
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specreg.decision import budget as budget_mod
 from specreg.errors import SpecregError, UsageError
-from specreg.lazyclass import dataclass
 from specreg.schemas.drafts import BenchOutcome, DraftReport, DraftRow, HalvingRound
 from specreg.schemas.methods import BASELINE, MODEL_DRAFTED
 
@@ -129,7 +129,7 @@ def bench_drafts(reg: Registry, report: DraftReport, plan: BenchPlan, say: Calla
     """Successive halving over the top `plan.n` measurable candidates (module docstring)."""
     from specreg.audit.deploy import plan_deploy
     from specreg.audit.fleet import audit_by_hardware
-    from specreg.benchmark.runner import Runner
+    from specreg.benchmark.run.runner import Runner
     from specreg.schemas.bench_settings import BenchSettings
 
     if plan.tune and plan.budget_s is None:

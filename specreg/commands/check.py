@@ -7,13 +7,14 @@ Heavy modules are imported inside the commands so `specreg --help` stays fast.
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from specreg.commands.layout import Col
-from specreg.commands.options import METHOD_AUTO, JsonOpt, MethodOpt, chosen_method, db_path
+from specreg.commands.options import METHOD_AUTO, JsonOpt, MethodOpt, TimeoutOpt, chosen_method, db_path
 from specreg.commands.output import console, emit_json, err_console, print_listing, warn
 from specreg.units import mib_text, size_text
 
@@ -223,6 +224,7 @@ def pair_cmd(
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Every check in full (a rejection folds its follow-on checks).")
     ] = False,
+    timeout: TimeoutOpt = None,
 ) -> None:
     """Decide whether a target/draft pair is safe for llama.cpp speculative decoding.
 
@@ -245,7 +247,9 @@ def pair_cmd(
     from specreg.commands.views.check import show_verdict
     from specreg.errors import EXIT_ADMITTED, EXIT_NO_FIT, EXIT_REJECTED, UsageError
     from specreg.registry.store import Registry
+    from specreg.remote import allowing
     from specreg.schemas.memory import ServeSettings
+    from specreg.schemas.record import to_python
     from specreg.servers.identity import choose_rules
     from specreg.servers.memory_predict import parse_layers, resolve_budget
     from specreg.sources.checking import check_and_record
@@ -275,7 +279,7 @@ def pair_cmd(
     def extra(t_file: GGUFFile, d_file: GGUFFile | None, how: str, static: list[CheckResult]) -> list[CheckResult]:
         """The memory estimate and the configuration's fit (kept out of the verdict), then the
         runtime probe, before the verdict is recorded."""
-        mine = settings.model_copy(update={"method": how})
+        mine = replace(settings, method=how)
         estimates.append(estimate(t_file, d_file, mine, rules))
         fits.append(
             judge_fit(
@@ -288,7 +292,7 @@ def pair_cmd(
             return run_probe(t_file, d_file, how, static, rules.id, server, show=not json_out)
         return []
 
-    with Registry(db_path(), show_progress=not json_out and fmt == "text") as reg:
+    with Registry(db_path(), show_progress=not json_out and fmt == "text") as reg, allowing(timeout):
         done = check_and_record(reg, target, draft, chosen or "auto", rule_set=rules, strict=strict, extra=extra)
         fit = fits[0]
         if fit is not None:  # the configuration's own record: never the pair's verdict
@@ -304,17 +308,18 @@ def pair_cmd(
             return arg if os.path.exists(arg) else (rec.paths[0] if rec.paths else None)
 
         out = console()
-        shown = v.model_copy(update={"checks": [*v.checks, *fit.checks]}) if fit is not None else v
+        shown = replace(v, checks=[*v.checks, *fit.checks]) if fit is not None else v
         out.file.write(dumps(verdict_sarif(shown, where(target, done.target), where(draft, done.draft))) + "\n")
         out.file.flush()
     elif json_out:
         emit_json(
-            v.model_dump(
+            to_python(
+                v,
                 mode="json",
                 include={"admitted", "method", "target_sha256", "draft_sha256", "rule_set", "strict", "checks"},
             )
-            | {"rule_set_chosen_by": judged.why, "memory": mem.model_dump(mode="json")}
-            | {"fit": fit.model_dump(mode="json") if fit is not None else None}
+            | {"rule_set_chosen_by": judged.why, "memory": to_python(mem, mode="json")}
+            | {"fit": to_python(fit, mode="json") if fit is not None else None}
             | _remote_facts(done.target, done.draft)
         )
     else:
@@ -363,10 +368,11 @@ def pairs_cmd(
     nothing is recorded. It lists each verdict that would change and the checks that change
     it; exit 1 when an admitted pair would be rejected.
     """
-    from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
+    from specreg.benchmark.plan.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
     from specreg.commands.output import say
     from specreg.errors import UsageError
     from specreg.registry.store import Registry
+    from specreg.schemas.record import to_python
     from specreg.servers.identity import choose_rules, needs_other_rules, recheck_hint
     from specreg.validators.ruleset import is_stale
 
@@ -389,7 +395,7 @@ def pairs_cmd(
     if json_out:
         out: list[dict[str, Any]] = []
         for p in rows:
-            d = p.model_dump(mode="json", exclude={"checks"})
+            d = to_python(p, mode="json", exclude={"checks"})
             d["stale"] = stale[p.rule_set]
             d["other_rules"] = other[p.rule_set]
             d["benchmarkable"] = p.admitted and lacking.get(p.id) is None

@@ -46,7 +46,7 @@ def deploy_cmd(
     from specreg.audit.deploy import plan_deploy
     from specreg.audit.policy import load_policy
     from specreg.audit.run import run_audit
-    from specreg.benchmark.run_index import RunHead, runs_for_pair
+    from specreg.benchmark.store.run_index import RunHead, runs_for_pair
     from specreg.registry.store import Registry
     from specreg.schemas.bench import RequestSettings
     from specreg.schemas.registry import PairRecord

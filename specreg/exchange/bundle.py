@@ -14,13 +14,13 @@ import contextlib
 import json
 import socket
 from collections.abc import Iterable
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specreg import __version__
-from specreg.benchmark.digest import keep_digests
-from specreg.benchmark.runstore import RunStore
+from specreg.benchmark.store.digest import keep_digests
+from specreg.benchmark.store.runstore import RunStore
 from specreg.errors import BundleError, RunUnreadable, UsageError
 from specreg.exchange.bundle_format import (
     RUN_PARTS,
@@ -38,7 +38,6 @@ from specreg.exchange.bundle_format import (
 from specreg.exchange.bundle_runs import insert_run, local_digest, run_logs, run_parts
 from specreg.exchange.portable import artifact_records, merge_artifacts, merge_pairs, pair_records
 from specreg.exchange.rederive import check_summaries
-from specreg.lazyclass import dataclass
 from specreg.paths import data_dir
 from specreg.registry.db import now_iso
 from specreg.registry.migrations import bundle_schema, migrations
@@ -64,8 +63,8 @@ class ExportResult:
 def _select_runs(
     reg: Registry, run_ids: Iterable[str], pair_ids: Iterable[int], everything: bool, runs_of_pairs: bool
 ) -> list[str]:
-    from specreg.benchmark.run_index import runs_for_pair
-    from specreg.benchmark.runstore import RunStore
+    from specreg.benchmark.store.run_index import runs_for_pair
+    from specreg.benchmark.store.runstore import RunStore
 
     store = RunStore(reg)
     chosen: list[str] = []

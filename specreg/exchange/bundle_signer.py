@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 def _run_facts(bundle: Bundle, run_id: str) -> dict[str, Any]:
     """Runtime, method, models and rule set of one bundled run, read best-effort from its run.json
     (the run's digest, a subject, already covers every byte of it)."""
-    from specreg.benchmark.digest import runtime_identity
+    from specreg.benchmark.store.digest import runtime_identity
     from specreg.schemas.bench import RunManifest
 
     recs = bundle.records(run_member(run_id, "run.json"))

@@ -17,17 +17,16 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specreg.benchmark.runner import new_run_id
-from specreg.benchmark.runstore import RunStore, now
+from specreg.benchmark.run.runner import new_run_id
+from specreg.benchmark.store.runstore import RunStore, now
 from specreg.errors import NotAdmitted, SpecregError, UsageError
 from specreg.exchange.bundle import import_bundles
 from specreg.exchange.portable import artifact_records, pair_records
 from specreg.exchange.ray_node import TaskOutcome, make_task, run_task
-from specreg.lazyclass import dataclass
 from specreg.schemas.bench import RunInfo
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.registry import PairRecord

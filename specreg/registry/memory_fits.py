@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from specreg.registry.db import Database, now_iso
 from specreg.schemas.memory import MemoryFit
-from specreg.schemas.record import stamp
+from specreg.schemas.record import from_json, stamp, to_json
 
 
 class MemoryFits:
@@ -36,7 +36,7 @@ class MemoryFits:
                     fit.budget_bytes,
                     fit.cache_ram_mib,
                     fit.ctx_checkpoints,
-                    fit.model_dump_json(),
+                    to_json(fit),
                     when,
                 ),
             )
@@ -53,7 +53,7 @@ class MemoryFits:
         if row is None:
             return None
         try:
-            fit = MemoryFit.model_validate_json(row["fit_json"])
+            fit = from_json(MemoryFit, row["fit_json"])
         except ValueError:
             return None
         fit.created_at = stamp(row["created_at"])

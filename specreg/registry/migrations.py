@@ -15,15 +15,17 @@ Adding a migration (other areas: the benchmark runs tables, ...):
   2. use plain SQL (`db.execute("CREATE TABLE ...")`): explicit types, NOT NULL, foreign
      keys and an index on every column that list views filter, join or sort on;
   3. update `tests/test_registry_schema.py`, which pins every table and its columns.
+
+One module, however long: it is a list of small functions applied in order, each frozen once
+shipped, and reading the schema's history is reading this file top to bottom.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
-
-from specreg.lazyclass import dataclass
 
 Migration = Callable[[sqlite3.Connection], None]
 
@@ -396,7 +398,7 @@ def m005_run_origins(db: sqlite3.Connection) -> None:
 @migrations()
 def m006_bench_condition_warmup(db: sqlite3.Connection) -> None:
     """Each condition's warm-up: per server start, the uncounted requests' latencies and whether
-    two in a row agreed within the tolerance (benchmark/execute.py). Additive: older rows get '[]'."""
+    two in a row agreed within the tolerance (benchmark/run/execute.py). Additive: older rows get '[]'."""
     db.execute("ALTER TABLE bench_conditions ADD COLUMN warmup_json TEXT NOT NULL DEFAULT '[]'")
 
 
@@ -458,7 +460,7 @@ def m010_template_scans(db: sqlite3.Connection) -> None:
 @migrations()
 def m011_bench_request_prompt_n(db: sqlite3.Connection) -> None:
     """Each request's prompt tokens processed (`timings.prompt_n`): with `prompt_ms`, the baseline's
-    per-token prompt cost that models a verification batch (benchmark/stepcost.py). Older rows: NULL."""
+    per-token prompt cost that models a verification batch (benchmark/store/stepcost.py). Older rows: NULL."""
     db.execute("ALTER TABLE bench_requests ADD COLUMN prompt_n INTEGER")
 
 
@@ -468,7 +470,7 @@ _RUN_TABLES = ("bench_runs", "bench_conditions", "bench_summaries", "bench_promp
 
 @migrations()
 def m012_run_digests(db: sqlite3.Connection) -> None:
-    """Each finished run's digest as the audit reads it (benchmark/digest_cache.py), by the digest
+    """Each finished run's digest as the audit reads it (benchmark/store/digest_cache.py), by the digest
     code's id; triggers drop a run's digests whenever any of its rows is written."""
     db.execute(
         """
@@ -510,7 +512,7 @@ def m013_bench_request_records(db: sqlite3.Connection) -> None:
 @migrations()
 def m014_bench_condition_load(db: sqlite3.Connection) -> None:
     """How busy the machine was during each of a condition's slots (others' CPU, steal, load) and
-    whether that set the slot aside (benchmark/contention.py). Older rows: NULL (nothing known)."""
+    whether that set the slot aside (benchmark/store/contention.py). Older rows: NULL (nothing known)."""
     db.execute("ALTER TABLE bench_conditions ADD COLUMN load_json TEXT")
 
 

@@ -10,7 +10,7 @@ import html
 from datetime import datetime
 
 from specreg.audit.deploy import wrap_command
-from specreg.benchmark.statistics import interval_text
+from specreg.benchmark.store.statistics import interval_text
 from specreg.report import common
 from specreg.report.plots import inline_svg
 from specreg.schemas.audit import GATES, AuditReport, PairAudit, RunDigest, named

@@ -9,16 +9,14 @@ unknown licence fails.
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from specreg.lazyclass import dataclass
 from specreg.schemas.bench import ConditionStatus, Difference, RunStatus, TuneEstimate
 from specreg.schemas.bench_settings import DEFAULT_REPEAT
-from specreg.schemas.record import Record
 from specreg.schemas.sampling import DraftSampling, Sampler
 from specreg.schemas.triage import NEAR_TIE_MARGIN, Triage
 
@@ -69,7 +67,7 @@ class QualityPolicy(_Strict):
 
     require_equivalence: StrictBool = True
     required_prompts: list[str] = Field(default_factory=list)  # empty: every prompt of the run
-    # the sampled stage (temperature > 0, benchmark/sampling.py): the condition's `expect` pass
+    # the sampled stage (temperature > 0, benchmark/store/sampling.py): the condition's `expect` pass
     # rate may be lower than the baseline's by at most this, and never lower beyond chance
     expect_tolerance: float = Field(default=0.10, ge=0, le=1)
     # the distribution check's level: a condition whose outputs' first tokens differ from the
@@ -176,7 +174,7 @@ class StratumRow(BaseModel):
     difference: Difference | None = None  # "no measurable difference" when the interval holds 1.0
     speedup_note: str | None = None
     n_paired: int = 0
-    # the anytime-valid decision (benchmark/sequential.py) and its interval, which holds however
+    # the anytime-valid decision (decision/bar.py) and its interval, which holds however
     # many rounds were looked at: what a run measured until decided (`--budget`) is gated on
     decision: Literal["faster", "not faster", "undecided"] | None = None
     decision_ci: tuple[float, float] | None = None
@@ -188,7 +186,7 @@ class StratumRow(BaseModel):
     drafted: int | None = None
     accepted: int | None = None
     expected_accepted_length: float | None = None  # E[L]: tokens per step that drafted (this stratum's)
-    predicted_speedup: float | None = None  # tokens per target step / step cost (benchmark/stepcost.py)
+    predicted_speedup: float | None = None  # tokens per target step / step cost (benchmark/store/stepcost.py)
     tune: TuneEstimate | None = None  # --tune: this draft length's prediction before it was measured
     unexplained: bool | None = None  # the interval's low end above tokens per target step
     unexplained_reason: str | None = None
@@ -214,7 +212,7 @@ class StratumRow(BaseModel):
     base_expect_failed: int = 0
     expect_diff: float | None = None  # pass rate, condition - baseline
     expect_diff_ci95: tuple[float, float] | None = None
-    dist_p: float | None = None  # the distribution check's p-value (benchmark/sampling.py)
+    dist_p: float | None = None  # the distribution check's p-value (benchmark/store/sampling.py)
     dist_n: int = 0
     dist_note: str | None = None
 
@@ -260,7 +258,7 @@ class ConditionDigest(BaseModel):
 
 
 @dataclass(kw_only=True)
-class ModelName(Record):
+class ModelName:
     """What tells a model file apart beside its SHA-256 prefix: general.name, file name, quant."""
 
     name: str | None = None
@@ -308,7 +306,7 @@ class RunDigest(BaseModel):
     conditions: list[ConditionDigest] = Field(default_factory=list)
     strata: list[StratumRow] = Field(default_factory=list)
     models: dict[str, ModelName] = Field(default_factory=dict)  # sha256 -> names, filled for reports
-    set_aside: list[str] = Field(default_factory=list)  # rounds run under contention (benchmark/contention.py)
+    set_aside: list[str] = Field(default_factory=list)  # rounds run under contention (benchmark/store/contention.py)
     # who vouches for this run (audit/trust.py): measured here, or its signer; filled by the audit
     attested_by: str | None = None
 
@@ -336,7 +334,7 @@ class RunDigest(BaseModel):
 
 
 @dataclass(kw_only=True)
-class GateResult(Record):
+class GateResult:
     """One gate for one pair: passed or not, why, and the numbers it looked at. A dataclass, like
     `Candidate`: an audit of a fleet makes one per gate and pair from values it computed itself,
     and validating each of them again on the way in would only cost time."""
@@ -349,7 +347,7 @@ class GateResult(Record):
 
 
 @dataclass(kw_only=True)
-class ConditionOutcome(Record):
+class ConditionOutcome:
     """One measured condition of a pair (a draft length at a concurrency) under the condition gates."""
 
     condition: str
@@ -372,7 +370,7 @@ class ConditionOutcome(Record):
 
 
 @dataclass(kw_only=True)
-class UncheckedCondition(Record):
+class UncheckedCondition:
     """A condition a pair's run measured for a method no pair of its target was checked for (an
     n-gram method in a draft pair's run): judged like the pair's own, deployable once checked."""
 
@@ -382,7 +380,7 @@ class UncheckedCondition(Record):
 
 
 @dataclass(kw_only=True)
-class PairAudit(Record):
+class PairAudit:
     """Every gate for one registered pair; `passed` iff every gate passed.
 
     The gates are those of the pair's best condition at the judged concurrency (`condition`,
@@ -423,7 +421,7 @@ class PairAudit(Record):
 
 
 @dataclass(kw_only=True)
-class Candidate(Record):
+class Candidate:
     """One pair considered for one stratum, and why it did or did not win (one per pair and stratum)."""
 
     pair_id: int
@@ -439,7 +437,7 @@ class Candidate(Record):
 
 
 @dataclass(kw_only=True)
-class StratumDecision(Record):
+class StratumDecision:
     """Per workload and concurrency: the passing condition with the best speed-up, or "none"."""
 
     target_sha256: str

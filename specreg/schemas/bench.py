@@ -3,6 +3,10 @@
 A run is keyed by the target SHA-256 and the draft SHA-256 (None for self-speculation) and
 embeds the settings and runtime it came from (PROTOCOL §1). Undefined numbers stay None:
 acceptance with zero drafted tokens is undefined, not 0; an absent GPU is absent, not 0 bytes.
+
+One module, though long: these models are one document, a `BenchRun` as it is stored, exported
+and imported whole, and they refer to each other; a reader looking up any field of a run finds
+it here (the settings a run was started with are bench_settings.py's).
 """
 
 from __future__ import annotations
@@ -192,7 +196,7 @@ class RoundLoad(BaseModel):
     """How busy the machine was while one slot of a condition measured its requests (after its
     warm-up): CPU time per wall second, in cores, of this specreg and its server (ours) and of
     every other process (others), the hypervisor's steal, and the 1-minute load at the end.
-    `busy` says why the slot ran under contention (benchmark/contention.py), else None."""
+    `busy` says why the slot ran under contention (benchmark/store/contention.py), else None."""
 
     round: int
     repeats: list[int] = Field(default_factory=list)
@@ -507,7 +511,7 @@ class Stat(Measured):
 
 
 class TuneEstimate(Measured):
-    """`--tune`'s prediction for one condition's draft length (benchmark/tune.py), made from the
+    """`--tune`'s prediction for one condition's draft length (benchmark/plan/tune.py), made from the
     first pass's acceptance profile before the candidate was measured; the measurement is the
     summary's own speed-up."""
 
@@ -562,20 +566,23 @@ class ConditionSummary(Measured):
     n_paired: int = 0
     difference: Difference | None = None
     speedup_note: str | None = None
-    # the anytime-valid decision against `decision_min_speedup` (decision/sequential.py): its
-    # interval holds however many rounds were looked at, so `--budget` may stop when it is decided
+    # the anytime-valid decision against `decision_min_speedup` (decision/bar.py): its interval
+    # holds however many rounds were looked at, so `--budget` may stop when it is decided;
+    # `decision_method` "bar" for bar.py's tests, None for the sequence of runs before them
+    # (decision/sequential.py), which an import draws their decisions with again
     decision: Literal["faster", "not faster", "undecided"] | None = None
     decision_ci: tuple[float, float] | None = None
     decision_min_speedup: float | None = None
+    decision_method: Literal["bar"] | None = None
     # undecided at the end of a `--budget` run: about how many more rounds would decide it (None:
     # not within budget.HORIZON more, or not projected) and the --budget that would have
     decision_more_rounds: int | None = None
     decision_budget: str | None = None
     # rounds whose timings were left out of the speed-up, its interval and the decision because
-    # they ran under contention (benchmark/contention.py): requests set aside and, per round, why
+    # they ran under contention (benchmark/store/contention.py): requests set aside and, per round, why
     n_set_aside: int = 0
     set_aside: list[str] = Field(default_factory=list)
-    # consistency with acceptance, from this group's own requests (benchmark/stepcost.py): E[L]
+    # consistency with acceptance, from this group's own requests (benchmark/store/stepcost.py): E[L]
     # tokens per step that carried a draft, tokens per target step over all steps, the speed-up
     # the step-cost model predicts, and "unexplained" when the interval's low end is above what
     # acceptance could give at all (tokens per target step: drafting and verifying for free)
@@ -613,7 +620,7 @@ class ConditionSummary(Measured):
     top_k: int | None = None
     min_p: float | None = None
     draft_sampling: DraftSampling | None = None
-    # the sampled stage (temperature > 0, benchmark/sampling.py): the baseline's expect checks on the
+    # the sampled stage (temperature > 0, benchmark/store/sampling.py): the baseline's expect checks on the
     # same prompts, the pass-rate difference (condition - baseline) with its 95% interval, and the
     # distribution check of the first generated tokens against the baseline's
     n_base_expect_checked: int = 0

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass as stdlib_dataclass
-from dataclasses import field
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
 
-from specreg.lazyclass import dataclass
 from specreg.schemas.checks import CheckResult
-from specreg.schemas.record import Record
 
 # llama.cpp's defaults for what a serving server keeps over time (common/common.h of the bundled
 # build, xllamacpp 2026.10.11549; tests/test_memory_served.py pins them against the wheel): the
@@ -21,7 +18,7 @@ DEFAULT_CTX_CHECKPOINTS = 32
 
 
 @dataclass(kw_only=True)
-class ServeSettings(Record):
+class ServeSettings:
     """The server flags the memory depends on (llama-server's -c, -np, -ctk, -ctv, -ngl, -ub,
     --cache-ram, --ctx-checkpoints, --swa-full)."""
 
@@ -55,7 +52,7 @@ _LOWEST = {"ctx_size": 1, "slots": 1, "n_ubatch": 1, "draft_n_max": 0, "cache_ra
 
 
 @dataclass(kw_only=True)
-class MemoryEstimate(Record):
+class MemoryEstimate:
     """Bytes by purpose; `total_bytes` is what must fit (every buffer llama.cpp reserves)."""
 
     ctx_size: int
@@ -103,8 +100,8 @@ def config_key(s: ServeSettings) -> str:
     return key + (" --swa-full" if s.swa_full else "")
 
 
-@stdlib_dataclass(kw_only=True)
-class MemoryFit(Record):
+@dataclass(kw_only=True)
+class MemoryFit:
     """A serving configuration of a pair judged against a memory budget (`check pair --budget`),
     kept apart from the pair's verdict: whether two files can speculate together does not depend
     on the machine, whether one configuration of them fits its memory does. `cache_ram_mib` and

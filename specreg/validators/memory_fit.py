@@ -18,6 +18,7 @@ as `memory.budget` always has.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from specreg.gguf.reader import GGUFFile
 from specreg.schemas.memory import DEFAULT_CACHE_RAM_MIB, MemoryEstimate, MemoryFit, ServeSettings, config_key
@@ -110,7 +111,7 @@ def judge_fit(
         return out
 
     def total(caps: Caps) -> int:
-        return estimate(target, draft, settings.model_copy(update=_update(caps)), rules).total_bytes
+        return estimate(target, draft, _with_caps(settings, caps), rules).total_bytes
 
     def choose(cache_ram: int | None, checkpoints: int | None) -> Caps | None:
         """The largest caps that fit with these fixed (None: free, up to what was asked)."""
@@ -136,11 +137,11 @@ def judge_fit(
     out.lowered = out.fits and chosen != asked
     # judged at the caps it fits with; when none fit, at the given caps and 0 for the others
     judged = chosen or (asked[0] if cache_ram_given else 0, asked[1] if ctx_checkpoints_given else 0)
-    final = estimate(target, draft, settings.model_copy(update=_update(judged)), rules)
+    final = estimate(target, draft, _with_caps(settings, judged), rules)
     out.needed_bytes = final.total_bytes
     out.checks.append(budget_check(final, limit, source))
     return out
 
 
-def _update(caps: Caps) -> dict[str, int]:
-    return {"cache_ram_mib": caps[0], "ctx_checkpoints": caps[1]}
+def _with_caps(settings: ServeSettings, caps: Caps) -> ServeSettings:
+    return replace(settings, cache_ram_mib=caps[0], ctx_checkpoints=caps[1])

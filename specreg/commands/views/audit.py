@@ -125,7 +125,7 @@ def _decisions(report: AuditReport, detail: bool, hw: dict[str, str]) -> None:
         return
     show_lines([""])
     if detail:
-        from specreg.benchmark.statistics import interval_text
+        from specreg.benchmark.store.statistics import interval_text
 
         say("deploy per stratum and concurrency (the best condition that passes every gate, else none):")
         print_listing(
@@ -155,7 +155,7 @@ def _decisions(report: AuditReport, detail: bool, hw: dict[str, str]) -> None:
             d.speedup is not None and "~" in interval_text(d.speedup, d.speedup_ci95, short=True)
             for d in report.decisions
         ):
-            from specreg.benchmark.statistics import NO_DIFFERENCE_LEGEND
+            from specreg.benchmark.store.statistics import NO_DIFFERENCE_LEGEND
 
             say(NO_DIFFERENCE_LEGEND, style="dim")
         return
@@ -181,7 +181,7 @@ def _decisions(report: AuditReport, detail: bool, hw: dict[str, str]) -> None:
 def _unchecked(report: AuditReport) -> None:
     """Faster conditions of a method the target was not checked for, one block per target and
     method: where it would win, and what to run to deploy it."""
-    from specreg.benchmark.statistics import interval_text
+    from specreg.benchmark.store.statistics import interval_text
 
     groups: dict[tuple[str, str], list[StratumDecision]] = {}
     for d in report.decisions:
