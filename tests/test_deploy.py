@@ -7,6 +7,7 @@ llama.cpp b11434's own `llama-server --help` (tests/data, extracted by tools/ext
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -395,7 +396,7 @@ def test_the_audit_names_each_pairs_rollback_as_deploy_prints_it(
     assert first.rollback_command is not None and other.rollback_command is not None
     moved = list(other.rollback_command)
     moved[moved.index("-c") + 1] = "1024"
-    fake = report.model_copy(update={"pairs": [first, other.model_copy(update={"rollback_command": moved}), *rest]})
+    fake = report.model_copy(update={"pairs": [first, dataclasses.replace(other, rollback_command=moved), *rest]})
     monkeypatch.setenv("COLUMNS", "200")
     print_audit(fake)
     out = capsys.readouterr().out
