@@ -215,6 +215,20 @@ SCHEMA: dict[str, list[str]] = {
         "signed_at",
         "imported_at",
     ],
+    # a serving configuration judged against a memory budget (m023, specreg/registry/memory_fits.py)
+    "memory_fits": [
+        "id",
+        "target_sha256",
+        "draft_sha256",
+        "method",
+        "config",
+        "fits",
+        "budget_bytes",
+        "cache_ram_mib",
+        "ctx_checkpoints",
+        "fit_json",
+        "created_at",
+    ],
     # result bundles (m005, specreg/benchmark/bundle_import.py)
     "run_origins": [
         "run_id",
@@ -252,6 +266,7 @@ REGISTRY_INDEXES = {
     "idx_pairs_draft",
     "idx_verdicts_pair",
     "idx_imported_verdicts_pair",
+    "idx_memory_fits_config",
 }
 
 
