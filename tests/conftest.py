@@ -11,8 +11,8 @@ import pytest
 from specreg.registry.store import Registry
 
 # This machine is shared: others' load would set aside every round of the runs not about it
-# (benchmark/contention.py), session fixtures' included, so it is off for the whole session and
-# its children; the contention tests (benchmark/test_contention.py) pass --busy-share themselves.
+# (benchmark/store/contention.py), session fixtures' included, so it is off for the whole session and
+# its children; the contention tests (benchmark/store/test_contention.py) pass --busy-share themselves.
 os.environ["SPECREG_BUSY_SHARE"] = "off"
 
 # Fixture modules (tests/ is on sys.path): one real benchmark run shared by the audit and report
@@ -40,18 +40,18 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 LONGEST_FIRST = (
     "test_demo.py",  # builds the shared demo (demo_world) that commands/test_examples.py reads later
     "commands/test_bench.py",
-    "benchmark/test_probe.py",
+    "benchmark/run/test_probe.py",
     "servers/test_hostile_server.py",
     "validators/test_memory_served.py",
     "report/test_html_browser.py",
     "test_cli_startup.py",
-    "benchmark/test_runner.py",
+    "benchmark/run/test_runner.py",
     "audit/test_deploy.py",
     "exchange/test_bundle.py",
-    "benchmark/test_runner_budget.py",
+    "benchmark/run/test_runner_budget.py",
     "audit/test_drafts.py",
     "e2e/test_fuzz_oracle.py",
-    "benchmark/test_digest_cache.py",
+    "benchmark/store/test_digest_cache.py",
 )
 
 

@@ -17,17 +17,16 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specreg.benchmark.runner import new_run_id
-from specreg.benchmark.runstore import RunStore, now
+from specreg.benchmark.run.runner import new_run_id
+from specreg.benchmark.store.runstore import RunStore, now
 from specreg.errors import NotAdmitted, SpecregError, UsageError
 from specreg.exchange.bundle import import_bundles
 from specreg.exchange.portable import artifact_records, pair_records
 from specreg.exchange.ray_node import TaskOutcome, make_task, run_task
-from specreg.lazyclass import dataclass
 from specreg.schemas.bench import RunInfo
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.registry import PairRecord
@@ -91,7 +90,7 @@ def _first_line(exc: BaseException) -> str:
 def connect(ray: Any, address: str | None, timeout_s: float, init: dict[str, Any] | None = None) -> None:
     """Join the cluster at `address` (or start one here) within `timeout_s`, or one line saying
     where and how long. ray.init itself has no bound: with nothing at the address it retries for
-    minutes, and a local start on a loaded machine fails with Ray's own 30 s node timeout."""
+    minutes, and a local start on a loaded machine fails with Ray's own node timeout."""
     if ray.is_initialized():
         return
     address = address or os.environ.get("RAY_ADDRESS") or None
@@ -175,8 +174,24 @@ def bench_on_ray(
 ) -> RayOutcome:
     """Send one task per pair and resource spec, wait for all, import each result or record its failure.
 
-    Nothing is stored before the cluster answers: a cluster that does not start or answer is one
-    SpecregError (exit 2) and the registry is as it was."""
+    Nothing is stored before the cluster answers, so the registry is as it was when the cluster
+    cannot be reached.
+
+    Args:
+        reg: the registry the pairs come from and the results go to.
+        opts: the benchmark's settings, as `bench admitted` would run them on one machine.
+        pair_ids: the pairs to run (None: every admitted pair).
+        address: the Ray cluster (None: `RAY_ADDRESS`, else a local cluster started here).
+        resources: one Ray resource spec per hardware class (`--resources`); each pair runs
+            once per spec.
+        note: called with a line of progress for people.
+        init: more `ray.init` options.
+        connect_timeout_s: how long joining the cluster may take.
+
+    Raises:
+        SpecregError: when Ray is not installed, or the cluster does not start or answer
+            within `connect_timeout_s`.
+    """
     ray = need_ray()
     pairs = _pairs(reg, pair_ids)
     connect(ray, address, connect_timeout_s, init)

@@ -190,11 +190,11 @@ SCHEMA: dict[str, list[str]] = {
         "draft_sha256",
         "summary_json",
     ],
-    # each finished run's digest as the audit reads it (m012, specreg/benchmark/digest_cache.py)
+    # each finished run's digest as the audit reads it (m012, specreg/benchmark/store/digest_cache.py)
     "run_digests": ["run_id", "spread", "builder", "digest_json"],
     # chat-template scans by the template's SHA-256 (m010, specreg/registry/template_scans.py)
     "template_scans": ["template_sha256", "scanner", "scan_json", "scanned_at"],
-    # who vouched for an imported run: one row per verified envelope and run (m021, specreg/exchange/signing.py)
+    # who vouched for an imported run: one row per verified envelope and run (m021, specreg/signing/attestations.py)
     "run_attestations": [
         "run_id",
         "run_digest",
@@ -204,6 +204,30 @@ SCHEMA: dict[str, list[str]] = {
         "envelope_sha256",
         "signed_at",
         "imported_at",
+    ],
+    # who vouched for an imported verdict: one row per verified envelope and verdict (m022, same module)
+    "verdict_attestations": [
+        "verdict_id",
+        "key_id",
+        "signer",
+        "bundle_digest",
+        "envelope_sha256",
+        "signed_at",
+        "imported_at",
+    ],
+    # a serving configuration judged against a memory budget (m023, specreg/registry/memory_fits.py)
+    "memory_fits": [
+        "id",
+        "target_sha256",
+        "draft_sha256",
+        "method",
+        "config",
+        "fits",
+        "budget_bytes",
+        "cache_ram_mib",
+        "ctx_checkpoints",
+        "fit_json",
+        "created_at",
     ],
     # result bundles (m005, specreg/benchmark/bundle_import.py)
     "run_origins": [
@@ -242,6 +266,7 @@ REGISTRY_INDEXES = {
     "idx_pairs_draft",
     "idx_verdicts_pair",
     "idx_imported_verdicts_pair",
+    "idx_memory_fits_config",
 }
 
 
