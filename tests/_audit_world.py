@@ -211,13 +211,15 @@ def _build_demo_world(folder: Path) -> None:
 
 @pytest.fixture(scope="session")
 def demo_world(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
-    """`specreg demo --dir "DIR"` run once per test run (in-process), read only: `folder` is its
-    DIR (models, registry, policy, report, server logs), `stdout` what it printed at 200
-    columns, `seconds` how long it took. A test that runs commands against it works on a copy
-    of the folder (the registry's paths still name the shared models, which stay)."""
+    """`specreg demo --dir "DIR"` run once per test run (a piped process), read only: `folder`
+    is its DIR (models, registry, policy, report, server logs), `stdout` what it printed at 200
+    columns, `stderr` its progress, `seconds` how long it took. A test that runs commands
+    against it works on a copy of the folder (the registry's paths still name the shared models, which stay)."""
     root = built_once(tmp_path_factory, "demo", _build_demo_world)
     made = json.loads((root / "demo.json").read_text())
-    return SimpleNamespace(folder=root / "demo dir", stdout=made["stdout"], seconds=made["seconds"])
+    return SimpleNamespace(
+        folder=root / "demo dir", stdout=made["stdout"], stderr=made["stderr"], seconds=made["seconds"]
+    )
 
 
 def specreg(*args: str, db: Path) -> tuple[int, str, str]:

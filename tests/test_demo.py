@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -109,8 +112,8 @@ def test_demo_end_to_end(demo_world: SimpleNamespace, tmp_path: Path) -> None:
     assert f"logs:     {folder / 'runs'}" in out  # every file the demo wrote is named
     assert "\naudit verdict: " in out and "(tiny models built so that one stratum can win" in out
     # piped, the benchmark's progress still shows: a line per slot and the run's end (stderr)
-    assert re.search(r"^round 1 none: \d+ requests? in \d+ s", proc.stderr, re.M), proc.stderr[-2000:]
-    assert re.search(r"^run \S+: (in)?complete$", proc.stderr, re.M), proc.stderr[-2000:]
+    assert re.search(r"^round 1 none: \d+ requests? in \d+ s", demo_world.stderr, re.M), demo_world.stderr[-2000:]
+    assert re.search(r"^run \S+: (in)?complete$", demo_world.stderr, re.M), demo_world.stderr[-2000:]
     html = report.read_text("utf-8")
     assert html.count("<svg") == 3 and "<script" not in html
     assert str(folder) not in html and "policy: policy.toml;" in html  # paths relative to the report's folder
