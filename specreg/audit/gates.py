@@ -219,7 +219,11 @@ def evidence_gate(
             problems.append(f"condition {cond.label} has no measurements at concurrency {concurrency}")
         elif reps < policy.evidence.min_repetitions and not decided:
             whole = next((r for r in rows if r.stratum == ALL_STRATA), None)
-            more = undecided_text(reps, whole.decision_more_rounds, whole.decision_budget) if whole else "undecided"
+            more = (
+                undecided_text(reps, whole.decision_more_rounds, whole.decision_budget, run.run_id)
+                if whole
+                else "undecided"
+            )
             problems.append(
                 f"{plural(reps, 'repetition')} < policy minimum {policy.evidence.min_repetitions}, "
                 f"and the anytime-valid decision is not made: {more}"
@@ -352,7 +356,7 @@ def _triage_text(row: StratumRow, prompt: str, margin: float) -> str:
     return t.text(margin) if t is not None else "not triaged (no baseline probabilities on record)"
 
 
-def _not_decided_faster(row: StratumRow, ci: tuple[float, float], bar: float) -> str:
+def _not_decided_faster(row: StratumRow, ci: tuple[float, float], bar: float, run_id: str | None = None) -> str:
     """Why a stratum of a run measured until decided is not decided faster than the policy's
     bar: decided not faster (its interval below the bar), or undecided - said as how much it
     rests on and what would decide it, not as an interval that reads like a verdict."""
@@ -367,7 +371,8 @@ def _not_decided_faster(row: StratumRow, ci: tuple[float, float], bar: float) ->
         thin = f" ({plural(row.n_paired, 'pair')} of its own; a decision takes {fewest} or more)" if (
             row.n_paired < fewest
         ) else ""  # fmt: skip
-        return f"{undecided_text(rounds, more, budget)} against {bar:g}x{thin}"
+        said = undecided_text(rounds, more, budget, run_id).replace("undecided", f"undecided against {bar:g}x", 1)
+        return f"{said}{thin}"
     low, bar_text = apart_text(ci[0], bar)  # decided against another bar than the policy's
     return (
         f"{row.decision} against {row.decision_min_speedup or 0:g}x, undecided against {bar:g}x "
@@ -375,7 +380,9 @@ def _not_decided_faster(row: StratumRow, ci: tuple[float, float], bar: float) ->
     )
 
 
-def _speed_problems(row: StratumRow, base: StratumRow, sp: SpeedPolicy, until_decided: bool) -> list[str]:
+def _speed_problems(
+    row: StratumRow, base: StratumRow, sp: SpeedPolicy, until_decided: bool, run_id: str | None = None
+) -> list[str]:
     """Why one stratum fails the speed gate (empty: it passes). A run measured until decided
     (`--budget`) is judged on its anytime-valid interval, the only one valid after a stop that
     depended on the data; a run of a fixed number of repetitions on its bootstrap interval."""
@@ -387,7 +394,7 @@ def _speed_problems(row: StratumRow, base: StratumRow, sp: SpeedPolicy, until_de
         if ci is None:
             why.append(f"speed-up {row.speedup:.2f}x has no anytime-valid interval (measured until decided)")
         elif ci[0] < sp.min_speedup:
-            why.append(_not_decided_faster(row, ci, sp.min_speedup))
+            why.append(_not_decided_faster(row, ci, sp.min_speedup, run_id))
     elif row.speedup_ci95 is None:
         why.append(f"speed-up {row.speedup:.2f}x has no interval ({row.speedup_note or 'too few requests'})")
     elif row.speedup_ci95[0] < sp.min_speedup:
@@ -421,7 +428,11 @@ def speed_gate(run: RunDigest, cond: ConditionDigest, policy: Policy, conc: int)
     evidence: dict[str, object] = {}
     rows: dict[str, StratumRow] = {}
     for row, base in _pairs(run, cond, conc):
-        why = ["no baseline measurement"] if base is None else _speed_problems(row, base, sp, run.until_decided)
+        why = (
+            ["no baseline measurement"]
+            if base is None
+            else _speed_problems(row, base, sp, run.until_decided, run.run_id)
+        )
         strata[row.stratum], rows[row.stratum] = not why, row
         evidence[row.stratum] = {
             "speedup": row.speedup,

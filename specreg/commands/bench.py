@@ -360,6 +360,71 @@ def admitted(
     raise typer.Exit(0 if all(r.info.status == "complete" for r in runs) else 1)
 
 
+@bench_app.command("continue")
+def continue_(
+    run_id: Annotated[
+        str, typer.Argument(metavar="RUN", help="Run id, a unique prefix, or latest (see `specreg runs`).")
+    ],
+    budget: Annotated[
+        str | None,
+        typer.Option(
+            "--budget",
+            metavar="DURATION",
+            help="What measuring on may spend (8m, 90s); default: what the run's projections say would "
+            "decide what it left undecided (its own budget when it stopped before projecting).",
+        ),
+    ] = None,
+    methods: Annotated[
+        list[str] | None,
+        typer.Option("--methods", metavar="M[,M]", help="Only these methods measure on (their baselines always)."),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Measure on from a run that stopped short of a decision: undecided, incomplete, cancelled,
+    aborted (its specreg killed) or contended.
+
+    The same run goes on: the same files (their SHA-256 read again), server build, prompts,
+    hardware class and settings (--min-speedup cannot change mid-way); its stored rounds count,
+    nothing measured is measured again, new rounds continue the seeds. Any difference is refused,
+    naming it. Exit 0 when every condition ran, 1 when one failed, 2 on errors.
+    """
+    started = time.monotonic()  # what --budget counts from
+    from specreg.benchmark.run.resume import undecided
+    from specreg.benchmark.run.runner import Runner
+    from specreg.benchmark.store.ending import budget_needed
+    from specreg.benchmark.store.runstore import RunStore
+    from specreg.commands.views.progress import ProgressView
+    from specreg.commands.views.run_detail import show_run
+    from specreg.errors import UsageError
+
+    with _registry() as reg:
+        store = RunStore(reg)
+        store.reap_orphans()  # a run whose specreg was killed is aborted: continuable
+        run = store.load(run_id)
+        if run.info.status == "complete" and not undecided(run):  # not an error: there is simply nothing left
+            say(f"run {run.info.run_id} is decided: every condition is faster or not faster; nothing to measure on")
+            raise typer.Exit(0)
+        settings = run.manifest.settings if run.manifest is not None else None
+        seconds = _duration(budget) if budget is not None else budget_needed(run)
+        if settings is None:
+            raise UsageError(
+                f"run {run.info.run_id} records no settings (made before they were stored): measure it again"
+            )
+        if seconds is None:
+            raise UsageError(f"run {run.info.run_id} was not measured with a budget: give --budget DURATION")
+        opts = settings.model_copy(update={"budget_s": seconds})
+        with ProgressView(rounds=None, budget_s=seconds) as view:
+            runner = Runner(reg, opts, observer=view)
+            result = runner.continue_run(run.info.run_id, methods=_split(methods), started=started)
+        shas = {s for s in (result.info.target_sha256, result.info.draft_sha256) if s}
+        names = {sha: rec.name for sha, rec in reg.get_artifacts(shas).items()}
+    if json_out:
+        emit_json(result.model_dump(mode="json", exclude={"requests"}))
+    else:
+        show_run(result, names)
+    raise typer.Exit(0 if result.info.status == "complete" else 1)
+
+
 def _warn_other_rules(runs: list[BenchRun], judged: ChosenRules) -> None:
     """A run of a pair judged under other rules than the server's: the audit will refuse it."""
     from specreg.commands.output import warn

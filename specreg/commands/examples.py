@@ -66,6 +66,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         f"specreg bench admitted --pair 1 --workload {_WORKLOAD} --budget 1m",
         "specreg bench admitted --pair 1 --workload mt-bench --sample 1 --tune --budget 8m",
     ),
+    "bench continue": (
+        "specreg bench continue latest",
+        "specreg bench continue latest --budget 2m --methods draft-simple",
+    ),
     "runs": ("specreg runs", "specreg runs --by-hardware", "specreg runs show latest"),
     "runs show": (
         "specreg runs show latest",

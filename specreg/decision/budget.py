@@ -217,10 +217,11 @@ def round_seconds(slot_s: dict[int, list[float]], idxs: Sequence[int]) -> float:
     return sum((sum(slot_s[i]) / len(slot_s[i])) if slot_s.get(i) else mean_all for i in idxs)
 
 
-def undecided_text(rounds: int, more_rounds: int | None, budget: str | None) -> str:
+def undecided_text(rounds: int, more_rounds: int | None, budget: str | None, run_id: str | None = None) -> str:
     """How an undecided condition or stratum reads (`more_rounds` past `HORIZON`: not decidable
     within it): how much it rests on and what would decide it, never its interval, which at a
-    few pairs spans the whole clip and read like a verdict on its speed."""
+    few pairs spans the whole clip and read like a verdict on its speed. With the run's id, the
+    budget is said as the command that measures on (`benchmark.store.ending.continue_text`)."""
     if rounds <= 0:
         return "undecided: not measured"
     done = f"undecided after {rounds} round" + ("s" if rounds != 1 else "")
@@ -228,7 +229,11 @@ def undecided_text(rounds: int, more_rounds: int | None, budget: str | None) -> 
         return done
     if more_rounds > HORIZON:
         return f"{done} (not decidable within {HORIZON} more rounds: its speed-up is within its spread of the bar)"
-    would = f"; --budget {budget} would" if budget else ""
+    if budget and run_id:
+        from specreg.benchmark.store.ending import continue_text  # the command's one spelling
+
+        return f"{done} (needs about {more_rounds} more: {continue_text(run_id, budget)})"
+    would = f"; continuing with --budget {budget} would" if budget else ""
     return f"{done} (needs about {more_rounds} more{would})"
 
 

@@ -223,6 +223,9 @@ class RoundLoad(BaseModel):
     # seconds the slot waited for a quieter machine (`--busy-wait`): before its server started and
     # between its requests; not part of any of the parts above, nor of the load judged
     waited_s: float | None = None
+    # of `after_s`: the id replays (execute.py), which a condition's later slots reuse; stored so
+    # that a continued run prices its slots as the run that measured them did (`budget.costs`)
+    replay_s: float | None = None
 
 
 class ConditionRun(BaseModel):
@@ -496,6 +499,19 @@ class ObservationSettings(BaseModel):
     ctx_size: int
 
 
+class Continuation(BaseModel):
+    """One `bench continue` of a run: when it began, what the run was then, what it was given,
+    and the first repetition it measured (its seeds go on from there)."""
+
+    started_at: datetime
+    previous_status: RunStatus
+    previous_finished_at: datetime | None = None  # the session before it ended (None: aborted unseen)
+    budget_s: float
+    first_repeat: int
+    methods: list[str] | None = None  # --methods: only these continued (None: every condition)
+    tune: bool = False  # the tuning was continued (its candidates measured on)
+
+
 class RunManifest(BaseModel):
     """PROTOCOL §1: runtime, target, draft, hardware, request, observation."""
 
@@ -506,6 +522,9 @@ class RunManifest(BaseModel):
     request: RequestSettings
     observation: ObservationSettings
     settings: BenchSettings | None = None  # the invocation's validated settings (None: older runs)
+    # each `bench continue` that measured on (benchmark/run/resume.py), in order: the run is one
+    # piece of evidence, its rounds measured across these sessions
+    continued: list[Continuation] = Field(default_factory=list)
 
 
 # ---- results ---------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """What would decide a condition a `--budget` run left undecided: the projection stored with it.
 
-`runs show`, the report and the audit print "undecided after 2 rounds (needs about 3 more;
---budget 9m would)" rather than an interval that at a few pairs spans the whole clip. The rounds
+`runs show`, the report and the audit print "undecided after 2 rounds (needs about 3 more:
+specreg bench continue RUN --budget 4m)" rather than an interval that at a few pairs spans the whole clip. The rounds
 are `decision.budget.need` on the condition's kept pairs, the very projection the scheduler
 plans with, so a plan told during a run and the projection stored after it agree on the same
 pairs. The rounds are a function of the rows and the run's settings only, so an import draws
@@ -76,9 +76,9 @@ def project_undecided(
     strata: Sequence[str],
 ) -> None:
     """Each condition and stratum left undecided by a `--budget` run gets about how many more
-    rounds would decide it (`projected_rounds`) and the budget that would have (at its own and
-    its baseline's cost so far; a stratum's pairs come with whole rounds of its condition, priced
-    whole)."""
+    rounds would decide it (`projected_rounds`) and the budget a continuation of the run needs for
+    them (`bench continue RUN --budget D`: its own and its baseline's cost so far, a server start
+    per round included; a stratum's pairs come with whole rounds of its condition, priced whole)."""
     o = opts
     by_name = {c.spec.name: c for c in conds}
     bases = {arm(c.spec): c for c in conds if c.spec.method == BASELINE}
@@ -95,4 +95,4 @@ def project_undecided(
         # within the run's own budget, it was left undecided by choice (a length that cannot
         # beat the tuned one): how many rounds, but no budget to ask for
         if needed and spent + needed > (o.budget_s or 0.0):
-            s.decision_budget = budget_mod.budget_for(spent, needed)
+            s.decision_budget = budget_mod.budget_for(0.0, needed)  # what `bench continue` needs from here

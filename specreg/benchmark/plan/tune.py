@@ -235,15 +235,7 @@ class Tuner:
             if base is None or base.status != "running" or first.status != "running":
                 notes.append(f"{first.spec.name}: no first pass to predict from ({first.failure or 'baseline failed'})")
                 continue
-            mine, theirs = self._rows(rows, first), self._rows(rows, base)
-            predictions: dict[str, Profile] = {}
-            for stratum in [ALL_STRATA, *dict.fromkeys(r.stratum for r in mine)]:
-                whole = stratum == ALL_STRATA
-                g = mine if whole else [r for r in mine if r.stratum == stratum]
-                bg = theirs if whole else [r for r in theirs if r.stratum == stratum]
-                prof = fit_profile(g, bg, k0, first.counters if whole else None)
-                if prof is not None:
-                    predictions[stratum] = prof
+            predictions = self._predict(first, base, rows)
             whole_curve = curve(predictions[ALL_STRATA]) if ALL_STRATA in predictions else {}
             if not whole_curve:
                 notes.append(f"{first.spec.name}: nothing drafted in the first pass, so nothing to predict from")
@@ -270,6 +262,50 @@ class Tuner:
                 "measured only while one could beat the decided length"
             )
         return notes
+
+    def _predict(self, first: ConditionRun, base: ConditionRun, rows: list[RequestRow]) -> dict[str, Profile]:
+        """Each stratum's profile (and the whole workload's) from a first pass's rows."""
+        mine, theirs = self._rows(rows, first), self._rows(rows, base)
+        k0 = first.spec.draft_n_max or FIRST_PASS_LENGTH
+        predictions: dict[str, Profile] = {}
+        for stratum in [ALL_STRATA, *dict.fromkeys(r.stratum for r in mine)]:
+            whole = stratum == ALL_STRATA
+            g = mine if whole else [r for r in mine if r.stratum == stratum]
+            bg = theirs if whole else [r for r in theirs if r.stratum == stratum]
+            prof = fit_profile(g, bg, k0, first.counters if whole else None)
+            if prof is not None:
+                predictions[stratum] = prof
+        return predictions
+
+    def restore(self, conds: list[ConditionRun], rows: list[RequestRow], first_pass_rounds: int) -> bool:
+        """The tuning of a stored run whose candidates were added (a `bench continue`): each
+        level's prediction drawn again from its first pass's rows (repetitions below
+        `first_pass_rounds`; the counters are the first pass condition's over all its slots, the
+        same acceptance measured longer), its candidates the stored lengths its ladder names.
+        False when no level had candidates yet (the first pass is still to be predicted from)."""
+        bases = {c.spec.concurrency: c for c in conds if c.spec.method == BASELINE}
+        drafted = [c for c in conds if c.spec.method in MODEL_DRAFTED and c.spec.draft_n_max]
+        first_rows = [r for r in rows if r.repeat < first_pass_rounds]
+        for conc in dict.fromkeys(c.spec.concurrency for c in drafted):
+            level = [c for c in drafted if c.spec.concurrency == conc]
+            first, base = level[0], bases.get(conc)
+            if base is None or len(level) < 2:
+                continue
+            predictions = self._predict(first, base, first_rows)
+            whole_curve = curve(predictions[ALL_STRATA]) if ALL_STRATA in predictions else {}
+            if not whole_curve:
+                continue
+            best = max(whole_curve, key=lambda k: (round(whole_curve[k], 6), -k))
+            k0 = first.spec.draft_n_max or FIRST_PASS_LENGTH
+            lengths = reuse_first_pass(ladder(best), k0)
+            cands = [c for c in level if c.spec.draft_n_max in lengths]
+            if not cands:
+                continue
+            lead = min(cands, key=lambda c: abs(math.log((c.spec.draft_n_max or 1) / best)))
+            self.levels[conc] = _Level(first, predictions, cands, best, lead)
+        if self.levels:
+            self.deferred = [c for c in conds if c.spec.method != BASELINE and c.spec.method not in MODEL_DRAFTED]
+        return bool(self.levels)
 
     def level_of(self, conds: list[ConditionRun]) -> dict[int, int]:
         """Condition idx -> its tuning level (concurrency), for the candidates of every level."""

@@ -170,7 +170,8 @@ def run_condition(
             parts = slot_times(ctx.marks, t_end)
             if "requests_s" in parts:
                 parts["requests_s"] = round(parts["requests_s"] - inside, 3)
-            extra = {"phase": ctx.phase, "waited_s": round(waited + inside, 3) if waited + inside else None}
+            extra = {"phase": ctx.phase, "waited_s": round(waited + inside, 3) if waited + inside else None,
+                     "replay_s": round(ctx.marks["replay_s"], 3) if "replay_s" in ctx.marks else None}  # fmt: skip
             cond.load[-1] = cond.load[-1].model_copy(update=parts | extra)
             ctx.last_load = cond.load[-1]
         cond.log_tail = tail_text(log_path, 40)
@@ -328,7 +329,8 @@ def _requests(
     conc = cond.spec.concurrency
     items = [it for it in ctx.workload.items if ctx.strata is None or it.stratum in ctx.strata]
     items = items if prompts is None else partial_order(items)[: max(0, prompts)]
-    tasks = [(rep, it) for rep in reps for it in items]
+    # a request already stored (a continued run's slot cut short by a fault) is not measured again
+    tasks = [(rep, it) for rep in reps for it in items if (cond.idx, it.id, rep) not in ctx.row_ids]
     pool = ThreadPoolExecutor(max_workers=conc, thread_name_prefix="specreg-req")
     pending: set[Future[RequestRow | None]] = set()
     it = iter(tasks)

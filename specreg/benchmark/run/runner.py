@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import secrets
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specreg.benchmark.plan import conditions as cond_mod
@@ -44,6 +45,7 @@ from specreg.schemas.bench import (
     RunInfo,
     RunStatus,
     RuntimeInfo,
+    ScheduleSlot,
 )
 from specreg.schemas.bench_settings import BenchSettings, duration_text
 from specreg.schemas.methods import BASELINE
@@ -316,15 +318,35 @@ class Runner:
             phase="first pass" if tuner else "planned",
         )
         self.observer.run_started(info, conds, len(self.workload.items) * planned)
+        t_start = time.monotonic()  # what the budget counts from: the command's start when it gave a deadline
+        if self.opts.budget_s is not None:  # a cap on the run's wall clock, its planned rounds included
+            ctx.deadline = deadline if deadline is not None else t_start + self.opts.budget_s
+            t_start = ctx.deadline - self.opts.budget_s
+        return self._drive(ctx, conds, order, planned, pair, target.sha256, info.draft_sha256, t_start)
+
+    def _drive(
+        self,
+        ctx: RunContext,
+        conds: list[ConditionRun],
+        order: list[ScheduleSlot],
+        planned: int,
+        pair: PairRecord,
+        target_sha256: str,
+        draft_sha256: str | None,
+        t_start: float,
+        *,
+        resumed: bool = False,
+    ) -> BenchRun:
+        """Run the slots of `order`, then (with a budget) the scheduler's rounds after the
+        `planned` ones; judge, summarise and store the run however it ends. `resumed`: a stored
+        run continued (`continue_run`): its planned rounds were measured already, so a run whose
+        every round so far was set aside is measured on rather than given up."""
+        run_id, tuner = ctx.run_id, self._tuner
         status: RunStatus = "failed"
         reason: str | None = "runner error"
         by_name = {c.spec.name: c for c in conds}
         last = {slot.condition: i for i, slot in enumerate(order)}
         until_decided = self.opts.budget_s is not None
-        t_start = time.monotonic()  # what the budget counts from: the command's start when it gave a deadline
-        if self.opts.budget_s is not None:  # a cap on the run's wall clock, its planned rounds included
-            ctx.deadline = deadline if deadline is not None else t_start + self.opts.budget_s
-            t_start = ctx.deadline - self.opts.budget_s
         try:
             for i, slot in enumerate(order):
                 c = by_name[slot.condition]
@@ -347,7 +369,7 @@ class Runner:
                     ctx, c, slot.repeats, round_no=round_no, last=i == last[c.spec.name] and not until_decided
                 )
             aside = contention.set_aside(conds, ctx.rows, spread=self.opts.busy_share > 0)
-            busy = every_round_set_aside(conds, ctx.rows, aside)
+            busy = every_round_set_aside(conds, ctx.rows, aside) if not resumed else None
             if busy is not None and until_decided and not ctx.expired():  # once more: a burst may have passed
                 self.observer.note(f"every round so far was set aside as contended ({busy}): measuring it once more")
                 again = cond_mod.balanced_order([by_name[s.condition] for s in order if s.round == 0], 1)
@@ -359,7 +381,7 @@ class Runner:
                 busy = every_round_set_aside(conds, ctx.rows, aside)
             if busy is not None:
                 self.observer.note(busy_line(busy, self.opts.busy_share, until_decided))
-            elif tuner is not None:
+            elif tuner is not None and not tuner.levels:  # a continued run's tuning is restored
                 for note in tuner.add_candidates(ctx, conds, contention.kept_rows(ctx.rows, aside)):
                     self.observer.note(f"tune {note}")
             if until_decided:
@@ -374,6 +396,9 @@ class Runner:
             failed = [c for c in conds if c.status != "ok" and c.idx not in ruled_out]
             status = "incomplete" if failed else "complete"
             reason = "; ".join(f"{c.spec.name}: {c.failure}" for c in failed) or None
+            if resumed:  # measured on whatever was set aside: judged on what it kept in the end
+                aside = contention.set_aside(conds, ctx.rows, spread=self.opts.busy_share > 0)
+                busy = every_round_set_aside(conds, ctx.rows, aside)
             if busy is not None:  # nothing kept: not a result, whatever each condition's status
                 status, reason = "contended", f"every round measured was set aside ({busy})"
         except KeyboardInterrupt:
@@ -396,11 +421,106 @@ class Runner:
                     ctx.rows, contention.set_aside(conds, ctx.rows, spread=self.opts.busy_share > 0)
                 )
                 tuner.annotate(summaries, conds, kept)
-            self.store.set_summaries(run_id, target.sha256, info.draft_sha256, summaries)
+            self.store.set_summaries(run_id, target_sha256, draft_sha256, summaries)
             self.store.finish(run_id, status, reason)
             keep_digests(self.store.reg, [run_id])  # what the audit reads, built once while the rows are hot
             self.observer.run_done(run_id, status, reason)
         return self.store.load(run_id)
+
+    def continue_run(self, run_id: str, *, methods: list[str] | None = None, started: float | None = None) -> BenchRun:
+        """Measure on from a stored run that stopped short of a decision (resume.py says what
+        must be unchanged, and refuses in one line what is not): its planned slots not measured
+        in full, then the scheduler's rounds within this Runner's `--budget` (counted from
+        `started`), appended to the same run. Nothing measured is measured again; the decisions,
+        the plan and the tuning are drawn again from the stored rows. `methods`: only these
+        (their baselines always) continue."""
+        from specreg.benchmark.run import resume
+        from specreg.schemas.bench import Continuation
+
+        for note in self.store.reap_orphans():  # a run whose specreg was killed: aborted, so continuable
+            self.observer.note(note)
+        run = self.store.load(run_id)
+        rid = run.info.run_id
+        resume.check_status(run)
+        assert run.manifest is not None and run.manifest.settings is not None and run.info.pair_id is not None
+        if self.opts.budget_s is None:
+            raise UsageError(f"run {rid}: continuing needs --budget DURATION (what it may spend measuring on)")
+        if methods:
+            unknown = sorted(set(methods) - {c.spec.method for c in run.conditions})
+            if unknown:
+                have = ", ".join(sorted({c.spec.method for c in run.conditions}))
+                raise UsageError(f"--methods {','.join(unknown)}: run {rid} measured none of it (it has {have})")
+        (pair,) = self.select([run.info.pair_id])
+        target = self.reg.get_artifact(pair.target_sha256)
+        draft = self.reg.get_artifact(pair.draft_sha256) if pair.draft_sha256 else None
+        target_path = self._verified_path(target, "target")  # the files read again: SHA-256 as registered
+        draft_path = self._verified_path(draft, "draft") if draft else None
+        if target.sha256 != run.info.target_sha256 or (draft.sha256 if draft else None) != run.info.draft_sha256:
+            raise UsageError(f"run {rid}: pair {pair.id} now names other files than the run measured")
+        self._pinning = server_pinning(self.opts.threads, self.opts.pin)
+        from specreg.servers.runtime import hardware_info
+
+        why = resume.refusal(
+            run, runtime=self.runtime(), workload_sha256=self.workload.sha256,
+            hardware=hardware_info(self.gpu, self.opts.gpu_layers), pinning=self._pinning,
+        )  # fmt: skip
+        if why is not None:
+            hint = "measure the pair again (bench admitted)"
+            raise UsageError(f"run {rid} cannot be continued here: {why}", hint=hint)
+        conds = run.conditions
+        going = resume.reopen(conds, methods)
+        if not any(c.spec.method != BASELINE for c in going):
+            raise UsageError(f"run {rid}: no condition left to measure on (every one failed or was ruled out)")
+        for c in conds:
+            if c.spec.draft_path:
+                c.spec = c.spec.model_copy(update={"draft_path": draft_path})
+        run_dir = Path(run.info.run_dir) if run.info.run_dir else self.reg.path.parent / "runs" / rid
+        run_dir.mkdir(parents=True, exist_ok=True)
+        ctx = RunContext(
+            run_id=rid, run_dir=run_dir, target_path=target_path, opts=self.opts, cmd=self.cmd, store=self.store,
+            observer=self.observer, gpu=self.gpu, workload=self.workload, pinning=self._pinning,
+        )  # fmt: skip
+        resume.restore(ctx, run, self.store.row_ids(rid))
+        planned_was = run.manifest.observation.repeat
+        next_rep = max((r.repeat for r in run.requests), default=-1) + 1
+        tuner = self._tuner = tune.Tuner(self.opts) if self.opts.tune else None
+        if tuner is not None:
+            aside = contention.set_aside(conds, ctx.rows, spread=self.opts.busy_share > 0)
+            tuner.restore(conds, contention.kept_rows(ctx.rows, aside), planned_was)
+        order = resume.remaining(run.manifest.observation.schedule, ctx, conds)
+        ctx.phase = "first pass" if tuner is not None and not tuner.levels else "planned"
+        budget = self.opts.budget_s
+        was = run.manifest.settings
+        manifest = run.manifest.model_copy(
+            update={
+                "settings": was.model_copy(update={"budget_s": (was.budget_s or 0.0) + budget}),
+                "continued": [
+                    *run.manifest.continued,
+                    Continuation(
+                        started_at=now(), previous_status=run.info.status, previous_finished_at=run.info.finished_at,
+                        budget_s=budget, first_repeat=max(next_rep, planned_was), methods=methods,
+                        tune=tuner is not None,
+                    ),
+                ],
+            }
+        )  # fmt: skip
+        self.store.reopen(rid, manifest, os.getpid())
+        for c in conds:
+            self.store.save_condition(rid, c)
+        info = run.info.model_copy(update={"status": "running", "status_reason": None, "finished_at": None})
+        todo = sum(len(s.repeats) for s in order) * len(self.workload.items)
+        self.observer.note(
+            f"run {rid}: continuing from {plural(len(run.requests), 'stored request')} "
+            f"({run.info.status}); {', '.join(c.spec.name for c in going if c.spec.method != BASELINE)} "
+            f"measured on within --budget {duration_text(budget)}"
+        )
+        self.observer.run_started(info, conds, todo)
+        t_start = started if started is not None else time.monotonic()
+        ctx.deadline = t_start + budget
+        return self._drive(
+            ctx, conds, order, max(next_rep, planned_was), pair, target.sha256, info.draft_sha256, t_start,
+            resumed=True,
+        )  # fmt: skip
 
     def _sampled_stage(
         self, c: ConditionRun, conds: list[ConditionRun], ctx: RunContext, pair: PairRecord

@@ -1,13 +1,16 @@
 """How a run that stopped short of a decision ends, in words: what happened, what it measured,
 and the command that goes on from it.
 
-Two ways a run stops short: it **kept nothing** (status `contended`: every round it measured
+Three ways a run stops short: it **kept nothing** (status `contended`: every round it measured
 was set aside because other processes were using the machine, after it had waited its
-`--busy-wait` for a quieter one), or its **budget ended** (`--budget` is a cap on the wall
-clock: conditions left undecided, or never reached). Either way the run says so in one
-paragraph ending in the command that measures on (`bench admitted`, the demo and `runs show`
-all print it from here). Until runs can be continued from their rows, that command measures
-the pair again with the run's own settings; `continue_command` is the one place that says so.
+`--busy-wait` for a quieter one), its **budget ended** (`--budget` is a cap on the wall clock:
+conditions left undecided, or never reached), or it was **stopped** (Ctrl-C: `cancelled`; a
+`kill -9`, a lost session, a reboot: `aborted`, its rows kept). Each says so in one paragraph
+ending in the command that measures on from its rows: `specreg bench continue RUN --budget D`,
+D the budget still needed (the largest its stored projections name; for a run stopped before
+it projected anything, its own budget). `continue_command` is the one place that writes that
+command; `bench admitted`, `runs show`, the audit's and deploy's refusals, the reports and the
+demo all print it from here.
 """
 
 from __future__ import annotations
@@ -36,24 +39,43 @@ class Ending:
     command: list[str] | None
 
 
-def continue_command(run: BenchRun, db: Path | str | None = None) -> list[str] | None:
-    """The command (argv) that measures on from `run`: today `bench admitted` of its pair with
-    its own settings (its budget: the largest one its projections say would decide). None for
-    a run with no pair here (imported without it)."""
-    if run.info.pair_id is None:
-        return None
-    settings = run.manifest.settings if run.manifest is not None else None
-    flags = settings.argv() if settings is not None else []
-    wanted = [s.decision_budget for s in run.summaries if s.decision == "undecided" and s.decision_budget]
-    if settings is not None and settings.budget_s is not None and wanted:
-        from specreg.units import parse_duration
-
-        more = max(parse_duration(b) for b in wanted)
-        if more > settings.budget_s:
-            at = flags.index("--budget")
-            flags[at + 1] = duration_text(more)
+def continue_argv(run_id: str, budget: str | None, db: Path | str | None = None) -> list[str]:
+    """`specreg bench continue RUN --budget D` (argv): the one spelling of the command."""
     root = ["--db", str(db)] if db is not None else []
-    return ["specreg", *root, "bench", "admitted", "--pair", str(run.info.pair_id), *flags]
+    return ["specreg", *root, "bench", "continue", run_id, *(["--budget", budget] if budget else [])]
+
+
+def continue_text(run_id: str, budget: str | None) -> str:
+    """The command as a line of text (what a refusal or a table cell says)."""
+    return " ".join(continue_argv(run_id, budget))
+
+
+def budget_needed(run: BenchRun) -> float | None:
+    """The seconds a continuation of `run` needs: the largest budget its projections name for a
+    condition left undecided (each the rounds that would decide it, at its own slots' cost);
+    for a run stopped before it projected (aborted, cancelled, kept nothing) its own budget;
+    None when neither is known (a run of fixed rounds: the user says how long)."""
+    from specreg.units import parse_duration
+
+    wanted = [s.decision_budget for s in run.summaries if s.decision == "undecided" and s.decision_budget]
+    if wanted:
+        return max(parse_duration(b) for b in wanted)
+    settings = run.manifest.settings if run.manifest is not None else None
+    if settings is None or settings.budget_s is None:
+        return None
+    if run.manifest is not None and run.manifest.continued:
+        return run.manifest.continued[-1].budget_s  # what the last session had
+    return settings.budget_s
+
+
+def continue_command(run: BenchRun, db: Path | str | None = None) -> list[str] | None:
+    """The command (argv) that measures on from `run`: `bench continue` with the budget still
+    needed (`budget_needed`; none when unknown: the command then asks for one). None for a run
+    with no pair here (imported without it) or no stored settings (nothing to continue with)."""
+    if run.info.pair_id is None or run.manifest is None or run.manifest.settings is None:
+        return None
+    more = budget_needed(run)
+    return continue_argv(run.info.run_id, duration_text(more) if more else None, db)
 
 
 def ending(run: BenchRun, db: Path | str | None = None) -> Ending | None:
@@ -62,6 +84,8 @@ def ending(run: BenchRun, db: Path | str | None = None) -> Ending | None:
     says all there is in its status and summaries)."""
     if run.info.status == "contended":
         return _kept_nothing(run, db)
+    if run.info.status in ("cancelled", "aborted"):
+        return _stopped(run, db)
     settings = run.manifest.settings if run.manifest is not None else None
     if settings is None or settings.budget_s is None or run.info.status not in ("complete", "incomplete"):
         return None
@@ -100,7 +124,14 @@ def _kept_nothing(run: BenchRun, db: Path | str | None) -> Ending:
         "taken beside a neighbour."
     )
     cmd = continue_command(run, db)
-    return Ending(text + (" Measure again when the machine is quieter:" if cmd else ""), cmd)
+    return Ending(text + (" Measure on when the machine is quieter:" if cmd else ""), cmd)
+
+
+def _stopped(run: BenchRun, db: Path | str | None) -> Ending:
+    how = "was stopped (Ctrl-C)" if run.info.status == "cancelled" else "ended without finishing (its specreg died)"
+    text = f"Run {run.info.run_id} {how}; every finished request is kept. Measured: {_measured(run) or 'nothing'}."
+    cmd = continue_command(run, db)
+    return Ending(text + (" To measure on from where it stopped:" if cmd else ""), cmd)
 
 
 def _name(c: ConditionRun) -> str:

@@ -239,6 +239,16 @@ class RunStore:
                 (status, reason, iso(now()), run_id),
             )
 
+    def reopen(self, run_id: str, manifest: RunManifest, runner_pid: int) -> None:
+        """A stored run measured on (`bench continue`): running again under this process, its
+        manifest naming the continuation; its rows stay as they are."""
+        with self.reg.write() as db:
+            db.execute(
+                "UPDATE bench_runs SET status = 'running', status_reason = NULL, finished_at = NULL, "
+                "manifest_json = ?, runner_pid = ?, runner_started = ? WHERE run_id = ?",
+                (manifest.model_dump_json(), runner_pid, process_started(runner_pid), run_id),
+            )
+
     # -- orphans --------------------------------------------------------------------------------
 
     def reap_orphans(self) -> list[str]:
@@ -308,6 +318,11 @@ class RunStore:
         if len(found) > 1:
             raise RunNotFound(f"run id prefix {run_id!r} matches {len(found)} runs; give more characters")
         return str(found[0]["run_id"])
+
+    def row_ids(self, run_id: str) -> list[int]:
+        """The stored ids of a run's request rows, in the order `load` returns the rows."""
+        cur = self.reg.conn.execute("SELECT id FROM bench_requests WHERE run_id = ? ORDER BY id", (run_id,))
+        return [int(r[0]) for r in cur]
 
     def load(self, run_id: str) -> BenchRun:
         """The whole run as pydantic models (what `runs show` and reports are built from); a

@@ -386,6 +386,11 @@ def show_run(run: BenchRun, names: Mapping[str, str | None] | None = None) -> No
             f"cpu {m.hardware.cpu_model or '?'}",
             f"gpu {gpus}",
         ]
+        from specreg.benchmark.store.efficiency import efficiency
+
+        eff = efficiency(run)
+        if eff is not None:
+            head.append(eff.text())
     show_lines(pack([safe_plain(h) for h in head], width(), indent=2))
     if m is not None and m.request.workload_source is not None:
         _workload_source(m.request.workload_source)

@@ -1,0 +1,161 @@
+"""`bench continue`: what a stored run must still be for measuring on from it to be the same run,
+and the state a continued run picks up from its rows.
+
+A run that stopped short of a decision (its budget ended, Ctrl-C, a `kill -9`, a reboot) keeps
+every row it finished, and the decision is a function of those rows in the order they were
+measured (decision/bar.py: the paired log ratios, by repetition). So a continuation needs no
+saved state beyond what the rows already are: the sequential decisions, the plan's prices (each
+slot's parts, stored with its load) and the tuning's prediction (its first pass's rows) are all
+drawn again from them, and new repetitions continue the seed stream (repetition r: seed + r).
+
+What a continuation may not change is what the rows measured: the same files (SHA-256 again), the
+same server build, the same prompts (the workload's SHA-256), the same hardware class and server
+threads, and the same settings (the stored ones; `--min-speedup` is not an option of `bench
+continue`, so the bar a sequence tests cannot move mid-way). Each difference is refused in one
+line that names it (`refusal`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from specreg.benchmark.plan.tune import SKIPPED as TUNE_SKIPPED
+from specreg.benchmark.store.ending import BUDGET_ENDED
+from specreg.benchmark.store.sampling import arm
+from specreg.errors import UsageError
+from specreg.schemas.bench import ALL_STRATA, ConditionRun, RunStatus, ScheduleSlot
+from specreg.schemas.methods import BASELINE
+from specreg.servers.hardware import hardware_class
+from specreg.servers.identity import build_of, runtime_text
+
+if TYPE_CHECKING:
+    from specreg.benchmark.run.context import RunContext
+    from specreg.schemas.bench import BenchRun, HardwareInfo, RuntimeInfo
+    from specreg.servers.pinning import Pinning
+
+# what a run may have ended as and still be continued (`complete` only with a condition undecided)
+CONTINUABLE: tuple[RunStatus, ...] = ("complete", "incomplete", "contended", "cancelled", "aborted")
+# a condition the continuation measures on from: these end statuses are not final (a fault, the
+# budget) - `failed` (the server refused the draft, crashed) and a ruled-out tuning length are
+RESUMED = ("ok", "running", "pending", "cancelled", "aborted")
+
+
+def undecided(run: BenchRun) -> list[str]:
+    """The conditions of `run` whose whole-workload decision is still open (or never measured)."""
+    out = [
+        s.condition
+        for s in run.summaries
+        if s.stratum == ALL_STRATA and s.method != BASELINE and s.decision in ("undecided", None) and s.n_requests
+    ]
+    out += [c.spec.name for c in run.conditions if c.status == "skipped" and c.failure == BUDGET_ENDED]
+    return list(dict.fromkeys(out))
+
+
+def check_status(run: BenchRun) -> None:
+    """Refuse a run that is not one to go on from, in one line naming why."""
+    rid, st = run.info.run_id, run.info.status
+    if st == "running":
+        raise UsageError(
+            f"run {rid} is still running (specreg pid {run.info.runner_pid})",
+            hint="wait for it, or stop it (Ctrl-C); a run whose specreg died is marked aborted first",
+        )
+    if st not in CONTINUABLE:
+        raise UsageError(f"run {rid} {st}: {run.info.status_reason or 'no reason recorded'}; nothing to continue")
+    if run.manifest is None or run.manifest.settings is None:
+        raise UsageError(f"run {rid} records no settings (made before they were stored): measure it again")
+    if run.info.pair_id is None:
+        raise UsageError(f"run {rid} has no pair in this registry (imported without it): nothing to continue")
+    if st == "complete" and not undecided(run):
+        raise UsageError(f"run {rid} is decided: every condition is faster or not faster; nothing to continue")
+
+
+def refusal(
+    run: BenchRun, *, runtime: RuntimeInfo, workload_sha256: str, hardware: HardwareInfo, pinning: Pinning
+) -> str | None:
+    """The first difference between what the stored run measured with and what measuring on here
+    would (None: none): the server build, the prompts, the hardware class, the server threads.
+    The files are verified by the runner (their SHA-256 read again)."""
+    m = run.manifest
+    assert m is not None
+    was, now = m.runtime, runtime
+    old_b, new_b = build_of(was.version_text), build_of(now.version_text)
+    if old_b != new_b:
+        measured = runtime_text(f"{was.kind} {was.version_text}")
+        return f"server build {new_b or 'unknown'} != {old_b or 'unknown'} (the run measured {measured})"
+    if was.kind != now.kind or (was.sha256 and now.sha256 and was.sha256 != now.sha256):
+        return (
+            f"server changed: {now.kind} {now.path} (sha256 {(now.sha256 or '?')[:12]}) != "
+            f"{was.kind} {was.path} (sha256 {(was.sha256 or '?')[:12]})"
+        )
+    if was.version_text.strip() != now.version_text.strip():
+        return f"server version changed: {now.version_text.strip()[:80]!r} != {was.version_text.strip()[:80]!r}"
+    wanted = m.request.workload_sha256
+    if wanted and workload_sha256 != wanted:
+        return f"workload changed: sha256 {workload_sha256[:12]} != {wanted[:12]} ({m.request.workload})"
+    here = hardware_class(json.loads(hardware.model_dump_json()))
+    there = hardware_class(json.loads(m.hardware.model_dump_json()))
+    if here != there:
+        return f"another hardware class: {here} (the run: {there})"
+    obs = m.observation
+    cpus = list(pinning.cpus) if pinning.cpus else None
+    if (obs.threads, obs.server_cpus) != (pinning.threads, cpus):
+        return f"server threads {pinning.threads} on cores {cpus} != {obs.threads} on cores {obs.server_cpus}"
+    return None
+
+
+def reopen(conds: list[ConditionRun], methods: list[str] | None) -> list[ConditionRun]:
+    """Set the conditions that continue running again (their baselines always; with `methods`,
+    only those methods' others); returns them. A condition with no row yet is pending (its
+    planned slots run first); a failed one stays failed."""
+    out = []
+    for c in conds:
+        wanted = methods is None or c.spec.method == BASELINE or c.spec.method in methods
+        budget_cut = c.status == "skipped" and c.failure in (BUDGET_ENDED, TUNE_SKIPPED)
+        if not wanted or not (c.status in RESUMED or budget_cut):
+            continue
+        c.status = "running" if c.started_at is not None or budget_cut else "pending"
+        c.failure, c.finished_at = None, None
+        out.append(c)
+    return out
+
+
+def remaining(schedule: list[ScheduleSlot], ctx: RunContext, conds: list[ConditionRun]) -> list[ScheduleSlot]:
+    """The planned slots not measured in full (a run cut inside its planned rounds), for the
+    conditions that continue; a slot cut short measures only its prompts missing (execute.py)."""
+    by_name = {c.spec.name: c for c in conds if c.status in ("running", "pending")}
+    prompts = [it.id for it in ctx.workload.items]
+    out = []
+    for slot in schedule:
+        c = by_name.get(slot.condition)
+        if c is None:
+            continue
+        if any((c.idx, p, rep) not in ctx.row_ids for rep in slot.repeats for p in prompts):
+            out.append(slot)
+    return out
+
+
+def restore(ctx: RunContext, run: BenchRun, row_ids: list[int]) -> None:
+    """Fill a fresh context with what `run` measured: its rows (in measured order, with their
+    stored ids), the baseline outputs new rows are compared with, the prompts' token counts, and
+    each slot's seconds and replays (what the plan prices the next ones at)."""
+    by_idx = {c.idx: c for c in run.conditions}
+    ctx.rows = list(run.requests)
+    for rid, row in zip(row_ids, ctx.rows, strict=True):
+        ctx.row_ids[(row.condition_idx, row.prompt_id, row.repeat)] = rid
+        c = by_idx.get(row.condition_idx)
+        if c is None:
+            continue
+        ctx.concurrency[c.idx] = arm(c.spec)
+        if c.spec.method == BASELINE and row.ok:
+            ctx.baseline[(arm(c.spec), row.prompt_id, row.repeat)] = row
+    if run.prompts:
+        ctx.prompts_stored = True
+        ctx.input_tokens = {p.id: p.input_tokens for p in run.prompts}
+    for c in run.conditions:
+        for load in c.load:
+            parts = [load.start_s, load.warmup_s, load.requests_s, load.after_s]
+            if all(p is None for p in parts):
+                continue
+            ctx.slot_s.setdefault(c.idx, []).append(sum(p or 0.0 for p in parts))
+            ctx.replay_s.setdefault(c.idx, []).append(load.replay_s or 0.0)
