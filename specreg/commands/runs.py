@@ -36,7 +36,9 @@ def _load_named(run_id: str) -> tuple[BenchRun, dict[str, str | None]]:
     from specreg.benchmark.store.runstore import RunStore
 
     with _registry() as reg:
-        run = RunStore(reg).load(run_id)
+        store = RunStore(reg)
+        store.reap_orphans()  # a run whose specreg died shows as aborted, with where it stood
+        run = store.load(run_id)
         shas = [s for s in (run.info.target_sha256, run.info.draft_sha256) if s]
         return run, {sha: rec.name for sha, rec in reg.get_artifacts(shas).items()}
 

@@ -18,19 +18,21 @@ line that names it (`refusal`).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from specreg.benchmark.plan.tune import SKIPPED as TUNE_SKIPPED
 from specreg.benchmark.store.ending import BUDGET_ENDED
 from specreg.benchmark.store.sampling import arm
 from specreg.errors import UsageError
-from specreg.schemas.bench import ALL_STRATA, ConditionRun, RunStatus, ScheduleSlot
+from specreg.schemas.bench import ALL_STRATA, ConditionRun, RequestRow, RunStatus, ScheduleSlot
 from specreg.schemas.methods import BASELINE
 from specreg.servers.hardware import hardware_class
 from specreg.servers.identity import build_of, runtime_text
 
 if TYPE_CHECKING:
     from specreg.benchmark.run.context import RunContext
+    from specreg.benchmark.store.runstore import RunStore
     from specreg.schemas.bench import BenchRun, HardwareInfo, RuntimeInfo
     from specreg.servers.pinning import Pinning
 
@@ -135,6 +137,55 @@ def remaining(schedule: list[ScheduleSlot], ctx: RunContext, conds: list[Conditi
     return out
 
 
+@dataclass
+class Stored:
+    """What a stored run measured, as the scheduler and the projection read it (`Measured`)."""
+
+    rows: list[RequestRow]
+    slot_s: dict[int, list[float]] = field(default_factory=dict)
+    replay_s: dict[int, list[float]] = field(default_factory=dict)
+
+    def expired(self) -> bool:
+        return False
+
+
+def slot_seconds(run: BenchRun) -> tuple[dict[int, list[float]], dict[int, list[float]]]:
+    """Each condition's slots' wall seconds and the part their id replays took, from the parts
+    each slot stored with its load (a slot with no parts recorded - an older run - is left out)."""
+    slot_s: dict[int, list[float]] = {}
+    replay_s: dict[int, list[float]] = {}
+    for c in run.conditions:
+        for load in c.load:
+            parts = [load.start_s, load.warmup_s, load.requests_s, load.after_s]
+            if all(p is None for p in parts):
+                continue
+            slot_s.setdefault(c.idx, []).append(sum(p or 0.0 for p in parts))
+            replay_s.setdefault(c.idx, []).append(load.replay_s or 0.0)
+    return slot_s, replay_s
+
+
+def recover(store: RunStore, run_id: str) -> None:
+    """The summaries of a run whose specreg died before writing them (`aborted`: written only
+    when a run ends), drawn from its rows as the runner draws them, with the projection of what
+    would decide each condition left undecided: so `runs show` states where it stood, and
+    `continue_command` the budget still needed. Its own budget is counted as spent (when it
+    died is not known), so every projection names the budget a continuation needs."""
+    from specreg.benchmark.plan.projection import project_undecided
+    from specreg.benchmark.store.condition_summary import stat_settings, summarize
+
+    run = store.load(run_id)
+    m = run.manifest
+    if m is None or m.settings is None or run.summaries:
+        return
+    summaries = summarize(run.conditions, run.requests, stat_settings(m.settings, m.runtime.spec_defaults))
+    if m.settings.budget_s is not None:
+        slot_s, replay_s = slot_seconds(run)
+        strata = [p.stratum for p in run.prompts]
+        measured = Stored(run.requests, slot_s, replay_s)
+        project_undecided(summaries, measured, run.conditions, m.settings.budget_s, m.settings, strata)
+    store.set_summaries(run.info.run_id, run.info.target_sha256, run.info.draft_sha256, summaries)
+
+
 def restore(ctx: RunContext, run: BenchRun, row_ids: list[int]) -> None:
     """Fill a fresh context with what `run` measured: its rows (in measured order, with their
     stored ids), the baseline outputs new rows are compared with, the prompts' token counts, and
@@ -152,10 +203,4 @@ def restore(ctx: RunContext, run: BenchRun, row_ids: list[int]) -> None:
     if run.prompts:
         ctx.prompts_stored = True
         ctx.input_tokens = {p.id: p.input_tokens for p in run.prompts}
-    for c in run.conditions:
-        for load in c.load:
-            parts = [load.start_s, load.warmup_s, load.requests_s, load.after_s]
-            if all(p is None for p in parts):
-                continue
-            ctx.slot_s.setdefault(c.idx, []).append(sum(p or 0.0 for p in parts))
-            ctx.replay_s.setdefault(c.idx, []).append(load.replay_s or 0.0)
+    ctx.slot_s, ctx.replay_s = slot_seconds(run)

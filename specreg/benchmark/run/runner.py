@@ -453,8 +453,16 @@ class Runner:
         (pair,) = self.select([run.info.pair_id])
         target = self.reg.get_artifact(pair.target_sha256)
         draft = self.reg.get_artifact(pair.draft_sha256) if pair.draft_sha256 else None
-        target_path = self._verified_path(target, "target")  # the files read again: SHA-256 as registered
-        draft_path = self._verified_path(draft, "draft") if draft else None
+        try:  # the files read again: the SHA-256 the run measured (the stat cache vouches as for any run)
+            target_path = self._verified_path(target, "target")
+            draft_path = self._verified_path(draft, "draft") if draft else None
+        except ArtifactChanged as exc:
+            role = "target" if exc.expected == target.sha256 else "draft"
+            raise UsageError(
+                f"run {rid} cannot be continued here: {role} file changed: sha256 "
+                f"{(exc.actual or 'missing')[:12]} != {exc.expected[:12]} ({exc.path})",
+                hint="put the measured file back, or measure the pair again (bench admitted)",
+            ) from None
         if target.sha256 != run.info.target_sha256 or (draft.sha256 if draft else None) != run.info.draft_sha256:
             raise UsageError(f"run {rid}: pair {pair.id} now names other files than the run measured")
         self._pinning = server_pinning(self.opts.threads, self.opts.pin)

@@ -53,13 +53,17 @@ def continue_text(run_id: str, budget: str | None) -> str:
 def budget_needed(run: BenchRun) -> float | None:
     """The seconds a continuation of `run` needs: the largest budget its projections name for a
     condition left undecided (each the rounds that would decide it, at its own slots' cost);
-    for a run stopped before it projected (aborted, cancelled, kept nothing) its own budget;
-    None when neither is known (a run of fixed rounds: the user says how long)."""
+    for a run stopped before it projected (aborted, cancelled, kept nothing) its own budget (its
+    last session's); None when no budget is known to decide it (a run of fixed rounds, or one
+    projected not decidable within the horizon: the user says how long)."""
     from specreg.units import parse_duration
 
-    wanted = [s.decision_budget for s in run.summaries if s.decision == "undecided" and s.decision_budget]
+    open_ = [s for s in run.summaries if s.decision == "undecided"]
+    wanted = [s.decision_budget for s in open_ if s.decision_budget]
     if wanted:
         return max(parse_duration(b) for b in wanted)
+    if any(s.decision_more_rounds is not None for s in open_):
+        return None  # projected, and no budget would decide it (past the horizon): the user says how long
     settings = run.manifest.settings if run.manifest is not None else None
     if settings is None or settings.budget_s is None:
         return None

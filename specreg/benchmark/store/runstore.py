@@ -1,8 +1,10 @@
 """Benchmark runs in the registry file: each row written in its own short BEGIN IMMEDIATE.
 
 A crash, Ctrl-C or SIGKILL therefore loses at most the request in flight. `reap_orphans`
-finds runs left 'running' by a specreg that no longer exists, marks them aborted and stops
-their servers (matched by pid *and* process start time, so a reused pid is never killed).
+finds runs left 'running' by a specreg that no longer exists, marks them aborted, stops
+their servers (matched by pid *and* process start time, so a reused pid is never killed) and
+draws their summaries from their rows (benchmark/run/resume.py: `recover`), so an aborted run
+says where it stood and `bench continue` measures on from it.
 """
 
 from __future__ import annotations
@@ -108,6 +110,7 @@ class RunStore:
 
     def __init__(self, reg: Registry) -> None:
         self.reg = reg
+        self.reaped: list[str] = []  # the runs the last `reap_orphans` marked aborted
 
     # -- writes ---------------------------------------------------------------------------------
 
@@ -254,6 +257,7 @@ class RunStore:
     def reap_orphans(self) -> list[str]:
         """Mark runs whose specreg died as aborted and stop their servers; returns what was done."""
         notes: list[str] = []
+        self.reaped = []
         for run in rows(
             self.reg.conn, "SELECT run_id, runner_pid, runner_started FROM bench_runs WHERE status = 'running'"
         ):
@@ -286,6 +290,12 @@ class RunStore:
                     (reason, iso(now()), run["run_id"]),
                 )
             notes.append(f"run {run['run_id']}: {reason}")
+            self.reaped.append(run["run_id"])
+        if self.reaped:  # where each stood: its summaries, never written by the specreg that died
+            from specreg.benchmark.run.resume import recover
+
+            for rid in self.reaped:
+                recover(self, rid)
         return notes
 
     # -- reads ----------------------------------------------------------------------------------
