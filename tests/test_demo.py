@@ -217,5 +217,5 @@ def test_the_demo_beside_a_busy_neighbour_never_claims_an_unmeasured_verdict(tmp
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "decided by the measured numbers" not in out and "audit verdict" not in out, out
     assert "not decided: run " in out and "the audit's verdict would not rest on measured numbers" in out, out
-    assert "Measure again when the machine is quieter: specreg --db " in out and " bench admitted --pair 1 " in out, out
+    assert "Measure on when the machine is quieter: specreg --db " in out and " bench continue " in out, out
     assert f"or run the demo again: specreg demo --dir {tmp_path / 'd'}" in out, out

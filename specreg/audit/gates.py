@@ -371,8 +371,7 @@ def _not_decided_faster(row: StratumRow, ci: tuple[float, float], bar: float, ru
         thin = f" ({plural(row.n_paired, 'pair')} of its own; a decision takes {fewest} or more)" if (
             row.n_paired < fewest
         ) else ""  # fmt: skip
-        said = undecided_text(rounds, more, budget, run_id).replace("undecided", f"undecided against {bar:g}x", 1)
-        return f"{said}{thin}"
+        return f"{undecided_text(rounds, more, budget, run_id)} against {bar:g}x{thin}"
     low, bar_text = apart_text(ci[0], bar)  # decided against another bar than the policy's
     return (
         f"{row.decision} against {row.decision_min_speedup or 0:g}x, undecided against {bar:g}x "

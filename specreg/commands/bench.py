@@ -378,6 +378,15 @@ def continue_(
         list[str] | None,
         typer.Option("--methods", metavar="M[,M]", help="Only these methods measure on (their baselines always)."),
     ] = None,
+    busy_wait: Annotated[
+        str | None,
+        typer.Option(
+            "--busy-wait",
+            metavar="DURATION|0",
+            help="How long to wait for a quieter machine, in all (default: the run's own). What is set "
+            "aside (--busy-share) stays the run's: it decides which pairs its decisions rest on.",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Measure on from a run that stopped short of a decision: undecided, incomplete, cancelled,
@@ -413,6 +422,10 @@ def continue_(
         if seconds is None:
             raise UsageError(f"run {run.info.run_id} was not measured with a budget: give --budget DURATION")
         opts = settings.model_copy(update={"budget_s": seconds})
+        if busy_wait is not None:
+            from specreg.schemas.bench_settings import parse_wait
+
+            opts = opts.model_copy(update={"busy_wait_s": parse_wait(busy_wait)})
         with ProgressView(rounds=None, budget_s=seconds) as view:
             runner = Runner(reg, opts, observer=view)
             result = runner.continue_run(run.info.run_id, methods=_split(methods), started=started)

@@ -115,7 +115,9 @@ def test_a_run_measured_until_decided_is_judged_on_its_anytime_valid_interval() 
                      decision_more_rounds=3, decision_budget="11m")  # fmt: skip
     run.until_decided = True
     g = speed_gate(run, cond, _policy(1.05), 1)
-    assert "chat: undecided after 2 rounds (needs about 3 more; --budget 11m would) against 1.05x" in g.message
+    # what would decide it is the command that measures on, with the budget still needed
+    said = "chat: undecided after 2 rounds (needs about 3 more: specreg bench continue r --budget 11m) against 1.05x"
+    assert said in g.message, g.message
     assert "projected" not in g.message and "0.98" not in g.message
     run, cond = _run(**row, decision="undecided", decision_min_speedup=1.0, n_repetitions=2, decision_more_rounds=3)
     run.until_decided = True  # projected against the run's 1.0x, judged against the policy's 1.05x

@@ -20,7 +20,7 @@ from _registry_helpers import cli, model
 
 from specreg.benchmark.store.ending import BUDGET_ENDED, continue_command, ending
 from specreg.registry.store import Registry
-from specreg.schemas.bench import BenchRun, RoundLoad, RunInfo
+from specreg.schemas.bench import BenchRun, RoundLoad, RunInfo, RunManifest
 from specreg.schemas.bench_settings import DEFAULT_BUSY_WAIT_S, BenchSettings, duration_text
 from specreg.servers import load as server_load
 
@@ -123,10 +123,14 @@ def test_a_runs_settings_give_back_their_command() -> None:
     assert BenchSettings().argv() == []
     info = RunInfo(run_id="r", pair_id=3, status="contended", method="draft-simple", target_sha256="a" * 64,
                    started_at=datetime(2026, 1, 1))  # fmt: skip
-    assert continue_command(BenchRun(info=info), "/tmp/r.db") == [
-        "specreg", "--db", "/tmp/r.db", "bench", "admitted", "--pair", "3",
+    manifest = RunManifest.model_construct(settings=s, continued=[])
+    assert continue_command(BenchRun(info=info, manifest=manifest), "/tmp/r.db") == [
+        "specreg", "--db", "/tmp/r.db", "bench", "continue", "r", "--budget", "1.5m",
     ]  # fmt: skip
-    assert continue_command(BenchRun(info=info.model_copy(update={"pair_id": None}))) is None
+    no_budget = RunManifest.model_construct(settings=BenchSettings(), continued=[])
+    assert continue_command(BenchRun(info=info, manifest=no_budget)) == ["specreg", "bench", "continue", "r"]
+    assert continue_command(BenchRun(info=info.model_copy(update={"pair_id": None}), manifest=manifest)) is None
+    assert continue_command(BenchRun(info=info)) is None  # no settings stored: nothing to continue with
 
 
 def test_a_busy_neighbour_is_waited_for_then_a_run_that_kept_nothing_says_so(
@@ -152,8 +156,8 @@ def test_a_busy_neighbour_is_waited_for_then_a_run_that_kept_nothing_says_so(
     text = " ".join(out.replace(" \\\n", " ").split())
     assert f"Run {run['run_id']} kept nothing: every round measured was set aside" in text, text
     assert "after waiting " in text and "(--busy-wait 3s). It decides nothing" in text, text
-    assert f"bench admitted --pair {pid} --methods draft-simple --workload {wl}" in text, text
-    assert "--busy-share 0.25 --busy-wait 3s" in text, text
+    # measuring on from it, its settings as they were (what is set aside cannot change mid-way)
+    assert f"Measure on when the machine is quieter: specreg bench continue {run['run_id']} --budget " in text, text
     loads = db_rows(db, "SELECT load_json FROM bench_conditions")
     waited = [x.get("waited_s") or 0 for r in loads for x in json.loads(r["load_json"])]
     assert sum(waited) >= 2.0, waited  # the wait is recorded with the slot it came before
@@ -223,13 +227,14 @@ def test_a_budget_caps_the_command_and_cuts_what_is_in_flight(capsys: pytest.Cap
                  and s["stratum"] == "all" and s["decision"] == "undecided"]  # fmt: skip
     assert said == bool(undecided or expected == "incomplete"), text
     if said:
-        assert f"To measure on: specreg bench admitted --pair {pid} --methods draft-simple" in text, text
+        run_id = db_rows(db, "SELECT run_id FROM bench_runs")[0]["run_id"]
+        assert f"To measure on: specreg bench continue {run_id}" in text, text
 
 
 def test_an_ending_names_what_was_measured_and_never_reached() -> None:
     """The paragraph of a budget that ended: each condition measured with its requests and
     rounds, those never reached, those undecided, and the command."""
-    from specreg.schemas.bench import ConditionRun, ConditionSpec, ConditionSummary, RequestRow, RunManifest
+    from specreg.schemas.bench import ConditionRun, ConditionSpec, ConditionSummary, RequestRow
 
     base = ConditionRun(idx=0, spec=ConditionSpec(name="none", method="none"), status="ok")
     mod = ConditionRun(idx=1, spec=ConditionSpec(name="ngram-mod", method="ngram-mod"), status="ok")
@@ -243,7 +248,7 @@ def test_an_ending_names_what_was_measured_and_never_reached() -> None:
                                  n_ok=3, decision="undecided", decision_budget="7m")  # fmt: skip
     info = RunInfo(run_id="r", pair_id=3, status="incomplete", method="draft-simple", target_sha256="a" * 64,
                    started_at=t)  # fmt: skip
-    manifest = RunManifest.model_construct(settings=BenchSettings(budget_s=180))
+    manifest = RunManifest.model_construct(settings=BenchSettings(budget_s=180), continued=[])
     run = BenchRun(info=info, manifest=manifest, conditions=[base, mod, draft], requests=rows, summaries=[undecided])
     end = ending(run)
     assert end is not None
@@ -251,7 +256,7 @@ def test_an_ending_names_what_was_measured_and_never_reached() -> None:
         "The --budget of 3m ended before every condition was decided. Measured: none (baseline) 6 requests in 2 "
         "rounds, ngram-mod 3 requests in 1 round. Not reached: draft-simple. Undecided: ngram-mod. To measure on:"
     )
-    assert end.command == ["specreg", "bench", "admitted", "--pair", "3", "--budget", "7m"]
+    assert end.command == ["specreg", "bench", "continue", "r", "--budget", "7m"]  # the budget still needed
 
 
 def test_a_log_hears_from_a_long_command_while_nothing_else_is_said(

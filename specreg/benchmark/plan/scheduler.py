@@ -212,7 +212,7 @@ class BudgetScheduler:
                 self.note(
                     f"budget: {budget_mod.minutes(max(left, 0.0))} left, a round of "
                     f"{', '.join(c.spec.name for c in picked)} takes about {budget_mod.minutes(round_s)}: "
-                    f"stopped; --budget {budget_mod.budget_for(spent, round_s)} would run it"
+                    f"stopped; `bench continue` with --budget {budget_mod.budget_for(0.0, round_s)} would run it"
                 )
             return None
         if part < n_now:
@@ -339,7 +339,7 @@ class BudgetScheduler:
                 out.append(c)
             if not (n.fits(left) or decided or screen) and c.idx not in given_up:
                 need = (
-                    f"--budget {budget_mod.budget_for(spent, n.seconds)} would"
+                    f"`bench continue` with --budget {budget_mod.budget_for(0.0, n.seconds)} would"
                     if n.seconds
                     else f"no budget of up to {budget_mod.HORIZON} more rounds would"
                 )
@@ -444,7 +444,7 @@ class BudgetScheduler:
                 elif (choice.idx, stratum) not in told:
                     told.add((choice.idx, stratum))
                     would = (
-                        f"--budget {budget_mod.budget_for(spent, need.seconds)} would"
+                        f"`bench continue` with --budget {budget_mod.budget_for(0.0, need.seconds)} would"
                         if need.seconds
                         else f"no budget of up to {budget_mod.HORIZON} more rounds would"
                     )

@@ -15,6 +15,7 @@ demo all print it from here.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -54,8 +55,9 @@ def budget_needed(run: BenchRun) -> float | None:
     """The seconds a continuation of `run` needs: the largest budget its projections name for a
     condition left undecided (each the rounds that would decide it, at its own slots' cost);
     for a run stopped before it projected (aborted, cancelled, kept nothing) its own budget (its
-    last session's); None when no budget is known to decide it (a run of fixed rounds, or one
-    projected not decidable within the horizon: the user says how long)."""
+    last session's); for a run of fixed rounds as long again as it took. None when none is
+    known, or every projection says no budget within the horizon would decide (the user then
+    says how long)."""
     from specreg.units import parse_duration
 
     open_ = [s for s in run.summaries if s.decision == "undecided"]
@@ -65,8 +67,13 @@ def budget_needed(run: BenchRun) -> float | None:
     if any(s.decision_more_rounds is not None for s in open_):
         return None  # projected, and no budget would decide it (past the horizon): the user says how long
     settings = run.manifest.settings if run.manifest is not None else None
-    if settings is None or settings.budget_s is None:
+    if settings is None:
         return None
+    if settings.budget_s is None:  # a run of fixed rounds: as long again as it took (whole minutes)
+        from specreg.benchmark.store.efficiency import efficiency
+
+        took = efficiency(run)
+        return 60.0 * math.ceil(took.wall_s / 60) if took is not None and took.wall_s > 0 else None
     if run.manifest is not None and run.manifest.continued:
         return run.manifest.continued[-1].budget_s  # what the last session had
     return settings.budget_s

@@ -124,7 +124,8 @@ def test_a_budget_that_cannot_decide_says_so_at_once(capsys: pytest.CaptureFixtu
     if more > 40:
         assert "(not decidable within 40 more rounds" in flat, flat
     elif whole["ngram-mod"]["decision_budget"] is not None:  # past this run's budget: the one that would
-        assert f"(needs about {more} more; --budget {whole['ngram-mod']['decision_budget']} would)" in flat, flat
+        said = f"(needs about {more} more; continuing with --budget {whole['ngram-mod']['decision_budget']} would)"
+        assert said in flat, flat
     else:  # it fitted in this run's budget: left undecided by choice, no budget to ask for
         assert f"(needs about {more} more)" in flat, flat
 
