@@ -308,7 +308,83 @@ def simulate(n: int, ratios: dict[str, list[float]]) -> None:
             x = _resampled(xs, n * (AT_BAR if speedup == min_speedup else 1), speedup, seed=52)
             for line in gap_line(f"{speedup}x vs {min_speedup}x", x, speedup, min_speedup, sd):
                 print(line)
+    continuation(n)
     cost()
+
+
+def _round_verdicts(seq: Any, xs: Sequence[float], min_speedup: float) -> str:
+    """Add a round's pairs one by one, looking after each (as the runner's sequence does)."""
+    for x in xs:
+        seq.add_logs([x])
+        v = bar.verdict_of(seq, min_speedup)
+        if v != "undecided":
+            return str(v)
+    return "undecided"
+
+
+def continuation(n: int, sd: float = 0.13, horizon: int = 40) -> None:
+    """Stop and continue (issue 48), with decision/bar.py's own sequence: rounds of `PER_ROUND`
+    pairs, a look after every pair. A/A at the bar, a user who stops at random rounds (a third
+    of them) and after each stop chooses whether to go on from what they see - always when the
+    point estimate is above the bar, else half the time: the choice to continue depends on the
+    data, which a fixed-sample test cannot survive (its false `faster` at each stop is shown
+    beside). Then a true 1.15x against 1.05x: a straight run against the same run stopped once at
+    a random point (the round in flight cut: its unfinished pairs lost, as a kill -9 loses them)
+    and continued from its stored pairs into the same seeded stream: the rounds each took."""
+    from statistics import NormalDist
+
+    print(f"   stop and continue (issue 48): {n} seeded runs, rounds of {PER_ROUND}, sd {sd} ({load()})")
+    crit = NormalDist().inv_cdf(1 - bar.ALPHA_FASTER)
+    t = math.log(BAR)
+    ff = naive = stops_total = 0
+    for i in range(n):
+        rng = random.Random(4800 + i)
+        seq, xs, verdict = bar.sequence(), [], "undecided"
+        for _ in range(horizon):
+            rnd = [rng.gauss(t, sd) for _ in range(PER_ROUND)]
+            xs += rnd
+            verdict = _round_verdicts(seq, rnd, BAR)
+            if verdict != "undecided":
+                break
+            if rng.random() < 1 / 3:  # a stop: a look at the point estimate, then go on or not
+                stops_total += 1
+                mean = sum(xs) / len(xs)
+                if mean > t + crit * sd / math.sqrt(len(xs)):
+                    naive += 1  # a fixed-sample z-test at this stop would have said `faster`
+                    break
+                if not (mean > t or rng.random() < 0.5):
+                    break
+        ff += verdict == "faster"
+    print(f"     A/A 1.05x vs 1.05x: false faster {ff / n:.2%} (bound {bar.ALPHA_FASTER:.0%}); a fixed-sample "
+          f"z-test read at each of the {stops_total} stops: {naive / n:.2%} of runs")  # fmt: skip
+    diffs = []
+    for i in range(n):
+        stream = random.Random(4900 + i)
+        pairs = [stream.gauss(math.log(1.15), sd) for _ in range(horizon * PER_ROUND)]
+        straight = _rounds_to_decide(pairs, [])
+        cut = random.Random(5000 + i)
+        stop = cut.randrange(1, horizon * PER_ROUND // 4)  # a kill in the first quarter, mid-round or not
+        lost = stop % PER_ROUND and cut.randrange(0, PER_ROUND - stop % PER_ROUND + 1)  # the in-flight ones
+        split = _rounds_to_decide(pairs[:stop], pairs[stop + lost :])
+        if straight is not None and split is not None:
+            diffs.append(split - straight)
+    within = sum(abs(d) <= 1 for d in diffs) / max(1, len(diffs))
+    print(f"     1.15x vs 1.05x, stopped once and continued: {len(diffs)} decided both ways; rounds split - "
+          f"straight: median {statistics.median(diffs):+.0f}, max {max(diffs):+d}; within one round: {within:.1%}")
+
+
+def _rounds_to_decide(stored: Sequence[float], more: Sequence[float]) -> int | None:
+    """The rounds (begun) a run takes to decide: `stored` pairs measured before a stop (the last
+    round maybe in part), picked up from the rows, then `more` in whole rounds after it."""
+    seq = bar.sequence()
+    for k in range(0, len(stored), PER_ROUND):  # the first session, looking after every pair
+        if _round_verdicts(seq, stored[k : k + PER_ROUND], BAR) != "undecided":
+            return k // PER_ROUND + 1
+    begun = math.ceil(len(stored) / PER_ROUND)
+    for k in range(0, len(more), PER_ROUND):  # the continuation: new rounds
+        if _round_verdicts(seq, more[k : k + PER_ROUND], BAR) != "undecided":
+            return begun + k // PER_ROUND + 1
+    return None
 
 
 def cost(runs: int = 20) -> None:
