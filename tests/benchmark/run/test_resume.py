@@ -90,8 +90,6 @@ def test_an_undecided_run_continues_to_a_decision_as_one_run(
     continuation's); `runs show` times both sessions."""
     db, run_id = _copy(stopped, tmp_path, monkeypatch)
     before = _keys(db, run_id)
-    code, _, err = _main(capsys, "bench", "continue", run_id)  # no budget stored or projected: ask for one
-    assert code == 2 and "was not measured with a budget: give --budget" in err, err
     code, out, err = _main(capsys, "bench", "continue", run_id[:10], "--budget", "40s", "--json")
     assert code in (0, 1), err
     run = json.loads(out)
@@ -165,25 +163,34 @@ def _bench_argv(pid: int, wl: Path, seed: int, budget: str = "60s") -> list[str]
             "--budget", budget, "--min-speedup", "1.0", "--seed", str(seed), *BASE]  # fmt: skip
 
 
-def _kill_after(argv: list[str], db: Path, *, rows: int = 0, seconds: float | None = None) -> None:
-    """Run `specreg ARGV` as its own process and `kill -9` it once `rows` requests are stored
-    (or after `seconds`, whichever comes first; at once if it ended by itself)."""
+def _count(db: Path, table: str) -> int:
+    try:
+        return int(db_rows(db, f"SELECT count(*) AS n FROM {table}")[0]["n"]) if db.exists() else 0
+    except sqlite3.OperationalError:  # not created yet
+        return 0
+
+
+def _kill_after(argv: list[str], db: Path, *, rows: int = 0, seconds: float | None = None) -> str:
+    """Run `specreg ARGV` as its own process and `kill -9` it once its run is stored and then
+    `rows` requests are (or `seconds` into the run, whichever comes first; at once if it ended
+    by itself); returns the run's id."""
+    runs, requests = _count(db, "bench_runs"), _count(db, "bench_requests")
     proc = subprocess.Popen([sys.executable, "-m", "specreg", *argv], stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, env=os.environ.copy())  # fmt: skip
     try:
         t0 = time.monotonic()
+        while proc.poll() is None and _count(db, "bench_runs") == runs and time.monotonic() - t0 < 60:
+            time.sleep(0.01)
+        t0 = time.monotonic()
         while proc.poll() is None and time.monotonic() - t0 < (seconds if seconds is not None else 60):
-            if rows and db.exists():
-                try:
-                    if db_rows(db, "SELECT count(*) AS n FROM bench_requests")[0]["n"] >= rows:
-                        break
-                except sqlite3.OperationalError:
-                    pass
-            time.sleep(0.02)
+            if rows and _count(db, "bench_requests") - requests >= rows:
+                break
+            time.sleep(0.01)
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait(timeout=30)
+    return str(db_rows(db, "SELECT run_id FROM bench_runs ORDER BY rowid DESC LIMIT 1")[0]["run_id"])
 
 
 def _decision(run: dict) -> str:
@@ -202,8 +209,7 @@ def test_a_killed_run_is_aborted_with_its_rows_and_continues_from_them(
     assert db == home / "registry.db"  # conftest's
     pid = _pair(home)
     wl = workload(home, ITEMS)
-    _kill_after(_bench_argv(pid, wl, 42), db, rows=5)
-    (run_id,) = [r["run_id"] for r in db_rows(db, "SELECT run_id FROM bench_runs")]
+    run_id = _kill_after(_bench_argv(pid, wl, 42), db, rows=5)
     before = _keys(db, run_id)
     assert len(before) >= 5
     code, text, _ = _main(capsys, "runs", "show", run_id)
@@ -240,18 +246,15 @@ def test_a_run_killed_at_a_random_point_then_continued_decides_as_a_straight_run
         (straight,) = json.loads(out)
         wall = (datetime.fromisoformat(straight["info"]["finished_at"])
                 - datetime.fromisoformat(straight["info"]["started_at"])).total_seconds()  # fmt: skip
-        at = rng.uniform(0.3, max(0.5, wall))
-        _kill_after(_bench_argv(pid, wl, seed), db, seconds=at)
-        run_id = db_rows(db, "SELECT run_id FROM bench_runs ORDER BY started_at DESC, run_id DESC LIMIT 1")[0]["run_id"]
+        at = rng.uniform(0.0, wall)  # into the run's life: from its row's creation
+        run_id = _kill_after(_bench_argv(pid, wl, seed), db, seconds=at)
+        assert run_id != straight["info"]["run_id"]
         before = _keys(db, run_id)
-        _main(capsys, "runs", "show", run_id)  # reaps it
-        status = db_rows(db, "SELECT status FROM bench_runs WHERE run_id = ?", (run_id,))[0]["status"]
-        if (
-            status in ("complete",)
-            and before
-            and _decision(json.loads(_main(capsys, "runs", "show", run_id, "--json")[1])) != "undecided"
-        ):
-            split = _decision(json.loads(_main(capsys, "runs", "show", run_id, "--json")[1]))  # ended before the kill
+        code, out, _ = _main(capsys, "runs", "show", run_id, "--json")  # reaps it
+        stored = json.loads(out)
+        status = stored["info"]["status"]
+        if status == "complete" and _decision(stored) != "undecided":  # it ended before the kill
+            split = _decision(stored)
         else:
             code, out, err = _main(capsys, "bench", "continue", run_id, "--budget", "60s", "--json")
             assert code in (0, 1), err
