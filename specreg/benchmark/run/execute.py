@@ -28,7 +28,7 @@ from specreg.benchmark.plan.conditions import ServerOptions, server_args
 from specreg.benchmark.run.client import LlamaClient
 from specreg.benchmark.run.context import RunContext, row_key
 from specreg.benchmark.run.reply import Completion
-from specreg.benchmark.run.warmup import WARMUP_TOKENS, warm_up
+from specreg.benchmark.run.warmup import WARMUP_TOKENS, warm_after_one, warm_up
 from specreg.benchmark.store.sampling import arm
 from specreg.benchmark.workloads import expect as expect_mod
 from specreg.benchmark.workloads.jsonl import content_sha256
@@ -260,7 +260,8 @@ def _measure(
     ctx.marks["warm"] = time.monotonic()
     if o.warmup:
         ctx.observer.slot_step(cond, "warming up")
-        cond.warmup.append(warm_up(client, ctx.workload.items[0], o, round_no, ctx.remaining))
+        most = 1 if warm_after_one(cond.warmup) else None  # warm after one request before: one is enough
+        cond.warmup.append(warm_up(client, ctx.workload.items[0], o, round_no, ctx.remaining, most))
         first = ctx.workload.items[0]
         n_warm = min(WARMUP_TOKENS, o.max_tokens or first.max_tokens)
         warmed = [(first.id, n_warm, d) for d in cond.warmup[-1].drafted]  # one per warm-up request

@@ -3,6 +3,9 @@
 One warm-up request does not always warm a cold server (the second can still be several times
 slower than a warm one), so requests repeat until two in a row agree within the tolerance, at
 most `warmup` of them; the latencies and whether they settled are recorded with the condition.
+A condition whose earlier full warm-ups all settled at their second request - the first was
+already warm - is warmed with one request at its later server starts (`warm_after_one`): in a
+run of many rounds, and in a continued run, whose stored warm-ups say so.
 """
 
 from __future__ import annotations
@@ -16,12 +19,25 @@ from specreg.schemas.bench_settings import BenchSettings
 WARMUP_TOKENS = 32  # enough decoding to warm the same paths as a measured request, cheap to repeat
 
 
+def warm_after_one(records: list[WarmupRecord]) -> bool:
+    """The condition's full warm-ups (two or more requests) all settled at the second: its first
+    request after a server start was already within the tolerance of the next."""
+    full = [r for r in records if len(r.latencies_ms) >= 2]
+    return bool(full) and all(r.steady and len(r.latencies_ms) == 2 for r in full)
+
+
 def warm_up(
-    client: LlamaClient, item: WorkloadItem, o: BenchSettings, round_no: int, remaining_s: Callable[[], float]
+    client: LlamaClient,
+    item: WorkloadItem,
+    o: BenchSettings,
+    round_no: int,
+    remaining_s: Callable[[], float],
+    most: int | None = None,
 ) -> WarmupRecord:
-    """Send `item` until two latencies in a row agree within `o.warmup_tolerance` (at most `o.warmup`)."""
+    """Send `item` until two latencies in a row agree within `o.warmup_tolerance` (at most
+    `most`, default `o.warmup`)."""
     rec = WarmupRecord(round=round_no, tolerance=o.warmup_tolerance)
-    for _ in range(o.warmup):
+    for _ in range(o.warmup if most is None else min(most, o.warmup)):
         c = client.complete(
             item,
             max_tokens=min(WARMUP_TOKENS, o.max_tokens or item.max_tokens),

@@ -222,7 +222,8 @@ def test_a_killed_run_is_aborted_with_its_rows_and_continues_from_them(
     assert run["manifest"]["continued"][0]["previous_status"] == "aborted"
     after = _keys(db, run_id)
     assert after[: len(before)] == before and len(set(after)) == len(after)
-    assert _decision(run) == "not faster", run["summaries"]
+    assert len(after) > len(before) and run["info"]["status"] in ("complete", "incomplete"), err
+    # (the decision class against a straight run of the same seed: the slow test below, ten trials)
 
 
 @pytest.mark.slow  # ten seeded trials, each a straight run and a killed one continued: about two minutes
@@ -237,7 +238,9 @@ def test_a_run_killed_at_a_random_point_then_continued_decides_as_a_straight_run
     home = Path(os.environ["SPECREG_HOME"])
     db = Path(os.environ["SPECREG_DB"])
     pid = _pair(home)
-    wl = workload(home, ITEMS)
+    # nine prompts a round: a round's pairs are enough to plan from (three pairs project so loosely
+    # that the plan may give a condition up after one round, in either arm alike)
+    wl = workload(home, [{**it, "id": f"{it['id']}-{i}"} for i in range(3) for it in ITEMS])
     rng = random.Random(48)
     same, lines = 0, []
     for seed in range(10):
