@@ -25,7 +25,11 @@ tests against the bar (decision/bar.py). This prints:
 3. **SmolLM2** (`--real`): the issue's `bench admitted --workload mt-bench --sample 2 --tune
    --budget 8m` on the real pair (F32 target, Q4_1 draft), or with `--real-draft-max K` one
    fixed draft length on `--sample 1` (issue 52's target), its wall time, decisions and
-   `deploy`, and both methods replayed on the same rows.
+   `deploy`, and both methods replayed on the same rows. Then (section 6, issue 48) the same
+   run split: `--budget 4m`, then `bench continue RUN --budget 4m` (`--split FIRST,THEN`),
+   against that straight `--budget 8m` run in a registry of its own: both decisions, the total
+   wall and each run's measured-request share (the harness's efficiency, also printed for
+   every run of sections 2 and 3).
 
 The machine's load (os.getloadavg) is printed beside every figure: on a shared machine the wall
 times move with it; the ratios are measured against a baseline in the same run.
@@ -369,8 +373,10 @@ def continuation(n: int, sd: float = 0.13, horizon: int = 40) -> None:
         if straight is not None and split is not None:
             diffs.append(split - straight)
     within = sum(abs(d) <= 1 for d in diffs) / max(1, len(diffs))
-    print(f"     1.15x vs 1.05x, stopped once and continued: {len(diffs)} decided both ways; rounds split - "
-          f"straight: median {statistics.median(diffs):+.0f}, max {max(diffs):+d}; within one round: {within:.1%}")
+    print(
+        f"     1.15x vs 1.05x, stopped once and continued: {len(diffs)} decided both ways; rounds split - "
+        f"straight: median {statistics.median(diffs):+.0f}, max {max(diffs):+d}; within one round: {within:.1%}"
+    )
 
 
 def _rounds_to_decide(stored: Sequence[float], more: Sequence[float]) -> int | None:
@@ -548,14 +554,17 @@ def tiny(rounds: int, folder: Path) -> None:
         (run,) = json.loads(proc.stdout)
         wall = time.monotonic() - t0
         rows = _rows(db, run["info"]["run_id"])
-        print(f"   {label}: run {run['info']['run_id']}, {wall:.0f} s wall, {before} before, {load()} after")
+        print(f"   {label}: run {run['info']['run_id']}, {wall:.0f} s wall, {before} before, {load()} after; "
+              f"{efficiency_text(db, run['info']['run_id'])}")  # fmt: skip
         _report(label, rows, ["draft-simple", "ngram-mod"], BAR)
 
 
 # -- 3. SmolLM2 ---------------------------------------------------------------------------------
 
 
-def real(budget: str, folder: Path, busy_share: str | None, draft_max: int | None = None) -> None:
+def real(
+    budget: str, folder: Path, busy_share: str | None, draft_max: int | None = None
+) -> tuple[dict[str, Any], float, Path]:
     """The issue's run on SmolLM2 (`--sample 2 --tune`), or with `draft_max` one fixed draft
     length on `--sample 1` (issue 52's target: decided either way within the budget)."""
     db = folder / "real.db"
@@ -574,7 +583,7 @@ def real(budget: str, folder: Path, busy_share: str | None, draft_max: int | Non
     (run,) = json.loads(proc.stdout)
     notes = [ln for ln in proc.stderr.splitlines() if "plan " in ln or "budget" in ln or "tune" in ln]
     print(f"   wall {wall:.0f} s ({wall / 60:.1f} min) against a budget of {budget}; status {run['info']['status']}; "
-          f"after: {load()}")  # fmt: skip
+          f"after: {load()}; {efficiency_text(db, run['info']['run_id'])}")  # fmt: skip
     for line in [*notes[:8], *(["..."] if len(notes) > 16 else []), *notes[max(8, len(notes) - 8) :]]:
         print(f"   | {line.strip()[:110]}")
     rows = _rows(db, run["info"]["run_id"])
@@ -596,6 +605,67 @@ def real(budget: str, folder: Path, busy_share: str | None, draft_max: int | Non
     print(f"   specreg deploy {pid}: exit {dep.returncode}")
     for line in (dep.stdout + dep.stderr).strip().splitlines()[:8]:
         print(f"   | {line[:110]}")
+    return run, wall, db
+
+
+def efficiency_text(db: Path, run_id: str) -> str:
+    """The harness's efficiency of a stored run (benchmark/store/efficiency.py), as `runs show` says it."""
+    from specreg.benchmark.store.efficiency import efficiency
+    from specreg.benchmark.store.runstore import RunStore
+    from specreg.registry.store import Registry
+
+    with Registry(db, show_progress=False) as reg:
+        eff = efficiency(RunStore(reg).load(run_id))
+    return eff.text() if eff is not None else "efficiency unknown"
+
+
+def _whole(run: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {s["condition"]: s for s in run["summaries"] if s["stratum"] == "all" and s["method"] != "none"}
+
+
+def _chosen_text(run: dict[str, Any]) -> str:
+    """The tuned choice and every condition's decision class, in one line."""
+    parts = []
+    for name, s in sorted(_whole(run).items()):
+        mark = "*" if (s.get("tune") or {}).get("chosen") else ""
+        parts.append(f"{name}{mark} {s.get('decision') or '-'}")
+    return "; ".join(parts)
+
+
+def real_split(
+    first: str, then: str, straight: tuple[dict[str, Any], float, Path], folder: Path, busy_share: str | None
+) -> None:
+    """Issue 48's case on SmolLM2: `--sample 2 --tune --budget FIRST`, then `bench continue RUN
+    --budget THEN`, against section 3's straight run (`--budget`, in a registry of its own, so
+    neither run's stored greedy stage serves the other): both decisions, the total wall and the
+    measured-request share of each."""
+    one, t_straight, db2 = straight
+    db = folder / "split.db"
+    pid = _smollm2_pair(db)
+    args = ["bench", "admitted", "--pair", pid, "--workload", "mt-bench", "--sample", "2", "--tune"]
+    args += ["--busy-share", busy_share] if busy_share else []
+    print(f"\n6. split against straight (issue 48): SmolLM2 mt-bench --sample 2 --tune; --budget {first}, then "
+          f"`bench continue --budget {then}`, against section 3's straight run")  # fmt: skip
+    print(f"   before: {load()}")
+    t0 = time.monotonic()
+    proc = sh(*args, "--budget", first, "--json", db=db, ok=(0, 1), timeout=7200)
+    t_first = time.monotonic() - t0
+    (run,) = json.loads(proc.stdout)
+    rid = run["info"]["run_id"]
+    print(f"   split, first: {t_first:.0f} s; status {run['info']['status']}; {_chosen_text(run)}; {load()}")
+    t0 = time.monotonic()
+    proc = sh("bench", "continue", rid, "--budget", then, "--json", db=db, ok=(0, 1), timeout=7200)
+    t_then = time.monotonic() - t0
+    cont = json.loads(proc.stdout)
+    print(f"   split, continued: {t_then:.0f} s; status {cont['info']['status']}; {_chosen_text(cont)}; {load()}")
+    print(f"   split: {t_first + t_then:.0f} s in all; {efficiency_text(db, rid)}")
+    print(f"   straight: {t_straight:.0f} s; status {one['info']['status']}; {_chosen_text(one)}")
+    print(f"   straight: {efficiency_text(db2, one['info']['run_id'])}")
+    same = {k: v.get("decision") for k, v in _whole(cont).items()} == {
+        k: v.get("decision") for k, v in _whole(one).items()
+    }
+    print(f"   the same decisions: {'yes' if same else 'no'}; split wall / straight wall "
+          f"{(t_first + t_then) / t_straight:.2f}")  # fmt: skip
 
 
 GRID = (2, 4, 8, 16)
@@ -814,6 +884,9 @@ def main() -> int:
     ap.add_argument("--real-draft-max", type=int, default=None, metavar="K",
                     help="--real at one draft length K on --sample 1 instead of --tune")  # fmt: skip
     ap.add_argument("--budget", default="8m")
+    ap.add_argument("--split", default="4m,4m", metavar="FIRST,THEN",
+                    help="--real's split case: --budget FIRST, then `bench continue --budget THEN`, against "
+                    "section 3's straight run of --budget ('': not run)")  # fmt: skip
     ap.add_argument("--busy-share", default=None, help="--busy-share of the SmolLM2 and grid runs (shared: off)")
     ap.add_argument("--dir", type=Path, default=None)
     ap.add_argument("--pinning", action="store_true", help="also --pin against --no-pin on SmolLM2 (minutes)")
@@ -837,7 +910,10 @@ def main() -> int:
     if not args.skip_tiny:
         tiny(args.rounds, folder)
     if args.real:
-        real(args.budget, folder, args.busy_share, args.real_draft_max)
+        straight = real(args.budget, folder, args.busy_share, args.real_draft_max)
+        if args.real_draft_max is None and args.split:
+            first, then = args.split.split(",")
+            real_split(first, then, straight, folder, args.busy_share)
     if args.pinning:
         pinning(folder, args.pin_sample, args.pin_repeat, args.pin_max_tokens)
     if args.grid or args.grid_real:
