@@ -244,9 +244,10 @@ def test_a_run_killed_at_a_random_point_then_continued_decides_as_a_straight_run
     rng = random.Random(48)
     same, lines = 0, []
     for seed in range(10):
-        code, out, err = _main(capsys, *_bench_argv(pid, wl, seed), "--json")
-        assert code in (0, 1), err
+        code, out, said = _main(capsys, *_bench_argv(pid, wl, seed), "--json")
+        assert code in (0, 1), said
         (straight,) = json.loads(out)
+        err = ""
         wall = (datetime.fromisoformat(straight["info"]["finished_at"])
                 - datetime.fromisoformat(straight["info"]["started_at"])).total_seconds()  # fmt: skip
         at = rng.uniform(0.0, wall)  # into the run's life: from its row's creation
@@ -265,6 +266,9 @@ def test_a_run_killed_at_a_random_point_then_continued_decides_as_a_straight_run
         after = _keys(db, run_id)
         assert after[: len(before)] == before and len(set(after)) == len(after), seed
         same += split == _decision(straight)
+        why = [ln.strip() for ln in (err + said).splitlines() if "cannot be decided" in ln or "budget:" in ln]
+        if "undecided" in (split, _decision(straight)):
+            lines.append(f"seed {seed}: why undecided: {' | '.join(why)[:400]}")
         lines.append(f"seed {seed}: killed at {at:.1f} s of {wall:.1f} s ({len(before)} rows kept, {status}); "
                      f"straight {_decision(straight)}, continued {split}")  # fmt: skip
     print("\n".join(lines))
