@@ -232,10 +232,9 @@ def pair_cmd(
         emit_json(
             to_python(
                 v,
-                mode="json",
                 include={"admitted", "method", "target_sha256", "draft_sha256", "rule_set", "strict", "checks"},
             )
-            | {"rule_set_chosen_by": judged.why, "memory": to_python(mem, mode="json")}
+            | {"rule_set_chosen_by": judged.why, "memory": to_python(mem)}
             | _remote_facts(done.target, done.draft)
         )
     else:
@@ -307,7 +306,7 @@ def pairs_cmd(
     if json_out:
         out: list[dict[str, Any]] = []
         for p in rows:
-            d = to_python(p, mode="json", exclude={"checks"})
+            d = to_python(p, exclude={"checks"})
             d["stale"] = stale[p.rule_set]
             d["other_rules"] = other[p.rule_set]
             d["benchmarkable"] = p.admitted and lacking.get(p.id) is None

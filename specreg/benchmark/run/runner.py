@@ -275,8 +275,8 @@ class Runner:
         self.store.create_run(
             info,
             manifest,
-            to_python(target.licence, mode="json"),
-            to_python(draft.licence, mode="json") if draft else None,
+            to_python(target.licence),
+            to_python(draft.licence) if draft else None,
         )
         conds = [ConditionRun(idx=i, spec=s) for i, s in enumerate(specs)]
         for c in conds:
