@@ -58,9 +58,7 @@ def test_checks_are_stored_as_json_even_when_their_evidence_is_not() -> None:
     stored = json.loads(to_json([plain, odd]))
     assert stored[0]["evidence"] == {"n": 1, "xs": [1, "b"], "t": [1, 2]}
     assert stored[1]["evidence"] == {"r": None, "s": [3]}
-    assert from_json(list[CheckResult], to_json([plain])) == [
-        replace(plain, evidence=stored[0]["evidence"])
-    ]
+    assert from_json(list[CheckResult], to_json([plain])) == [replace(plain, evidence=stored[0]["evidence"])]
 
 
 def test_a_check_made_in_code_repairs_undecodable_text() -> None:
