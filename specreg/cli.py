@@ -13,14 +13,8 @@ import typer
 from typer.core import TyperGroup
 
 from specreg.commands.examples import epilog
-from specreg.commands.options import DB_KEY, DbOpt, HelpCommand
+from specreg.commands.options import DbOpt, HelpCommand, use_db
 from specreg.errors import EXIT_UNDECIDED, SpecregError
-
-try:  # typer >= 0.29 vendors click as typer._click: its usage errors are not click's classes
-    from typer._click.exceptions import ClickException, NoArgsIsHelpError
-except ImportError:  # pragma: no cover - a typer that uses click itself
-    from click import ClickException  # type: ignore[assignment]
-    from click.exceptions import NoArgsIsHelpError  # type: ignore[assignment]
 
 # Every command, in the order of the pipeline (the order `--help` lists them), with where it
 # lives (`module:attribute` under specreg.commands: a function is a command, a Typer a group of
@@ -83,7 +77,8 @@ def _version(show: bool) -> None:
     packages' metadata (importing xllamacpp would load llama.cpp itself)."""
     if not show:
         return
-    from specreg.distinfo import installed_version
+    from importlib.metadata import version
+
     from specreg.servers.identity import BUNDLED_PACKAGE, bundled_version
 
     release = bundled_version()
@@ -91,7 +86,7 @@ def _version(show: bool) -> None:
         runtime = "xllamacpp not installed: pass --server PATH to bench"
     else:
         runtime = f"{BUNDLED_PACKAGE} {release} (llama.cpp, run as specreg-llama-server)"
-    sys.stdout.write(f"specreg {installed_version('specreg')}\nbundled runtime: {runtime}\n")
+    sys.stdout.write(f"specreg {version('specreg')}\nbundled runtime: {runtime}\n")
     raise typer.Exit()
 
 
@@ -107,7 +102,7 @@ def _root(
 ) -> None:
     """specreg: admit, benchmark and audit speculative-decoding pairs for llama.cpp."""
     if db is not None:
-        ctx.meta[DB_KEY] = db
+        use_db(ctx, db)
 
 
 def build(names: Iterable[str] | None = None) -> typer.Typer:
@@ -226,13 +221,15 @@ def main(argv: list[str] | None = None) -> None:
         code = _fail(exc.message, exc.hint, exc.exit_code)
     except typer.Exit as exc:
         code = exc.exit_code
-    except NoArgsIsHelpError as exc:  # `specreg`, `specreg rules`: the help, as typer and `hf` print it
-        sys.stderr.write(exc.format_message() + "\n")
-        code = exc.exit_code
-    except ClickException as exc:  # a usage error typer found (unknown option, bad choice, ...)
+    except typer.TyperException as exc:  # a usage error typer found (unknown option, bad choice, ...)
         ctx = getattr(exc, "ctx", None)
-        hint = f"see '{ctx.command_path} --help'" if ctx is not None else None
-        code = _fail(exc.format_message(), hint, EXIT_UNDECIDED)
+        if ctx is not None and exc.format_message() == ctx.get_help():
+            # `specreg`, `specreg rules`: no arguments asks for the help, printed as typer and `hf` print it
+            sys.stderr.write(exc.format_message() + "\n")
+            code = exc.exit_code
+        else:
+            hint = f"see '{ctx.command_path} --help'" if ctx is not None else None
+            code = _fail(exc.format_message(), hint, EXIT_UNDECIDED)
     except typer.Abort:
         code = _fail("aborted", None, 130)
     except KeyboardInterrupt:

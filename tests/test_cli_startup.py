@@ -169,19 +169,6 @@ def test_the_console_script_keeps_installed_pydantic_plugins_out_unless_the_user
         assert seen.exists() == (own is not None), own  # the user's own setting: the plugin sees the records
 
 
-@pytest.mark.parametrize("name", ["xllamacpp", "pydantic", "typer", "specreg", "nvidia-ml-py", "no-such-package-x"])
-def test_dist_info_folder_names_give_the_versions_importlib_metadata_gives(name: str) -> None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    from specreg.distinfo import installed_version
-
-    try:
-        expected: str | None = version(name)
-    except PackageNotFoundError:
-        expected = None
-    assert installed_version(name) == expected
-
-
 # What `check pair` and `inspect` load when they run (not only their `--help`): the start-up
 # budgets (benchmarks/bench_startup.py) hold only while these stay out. `check pair` writes its
 # records through pydantic (schemas/record.py); `inspect` reads a file and stores nothing.

