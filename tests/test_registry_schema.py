@@ -215,6 +215,8 @@ SCHEMA: dict[str, list[str]] = {
         "signed_at",
         "imported_at",
     ],
+    # what a model costs on one machine, build and flags (m023, specreg/registry/machine_probes.py)
+    "machine_probes": ["sha256", "hardware", "runtime", "flags", "probe_json", "probed_at"],
     # result bundles (m005, specreg/benchmark/bundle_import.py)
     "run_origins": [
         "run_id",

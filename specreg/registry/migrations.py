@@ -599,3 +599,24 @@ def m022_verdict_attestations(db: sqlite3.Connection) -> None:
         )
         """
     )
+
+
+@migrations()
+def m023_machine_probes(db: sqlite3.Connection) -> None:
+    """What a model costs on one machine (registry/machine_probes.py): per file SHA-256, hardware
+    class, runtime and speed flags, llama.cpp's decode and batch timings from a short server
+    start, every repetition kept (schemas/machine_probe.py). A cache of a measurement: a newer
+    probe of the same key replaces the older."""
+    db.execute(
+        """
+        CREATE TABLE machine_probes (
+            sha256 TEXT NOT NULL CHECK (length(sha256) = 64),
+            hardware TEXT NOT NULL,
+            runtime TEXT NOT NULL,
+            flags TEXT NOT NULL,
+            probe_json TEXT NOT NULL,
+            probed_at TEXT NOT NULL,
+            PRIMARY KEY (sha256, hardware, runtime, flags)
+        )
+        """
+    )

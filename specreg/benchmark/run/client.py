@@ -30,6 +30,7 @@ from specreg.benchmark.run.reply import (
     parse_json,
     read_answer,
     read_count,
+    read_timings,
 )
 from specreg.errors import RemoteLimit, ServerError
 from specreg.schemas.bench import WorkloadItem
@@ -138,6 +139,22 @@ class LlamaClient:
             return len(self.tokenize(item.prompt))
         messages = [m.model_dump() for m in item.messages or []]
         return len(self.tokenize(self.apply_template(messages)))
+
+    def timings(self, prompt: list[int], *, max_tokens: int, ignore_eos: bool = False) -> dict[str, Any]:
+        """llama.cpp's own `timings` (prompt_n, prompt_ms, predicted_n, predicted_ms) of one greedy,
+        uncached `/completion` of these token ids: the machine probe's measurement, not streamed
+        (the server's clock, not the client's, times it)."""
+        body = {
+            "prompt": prompt, "n_predict": max_tokens, "cache_prompt": False, "temperature": 0.0, "seed": 42,
+            "ignore_eos": ignore_eos, "stream": False,
+        }  # fmt: skip
+        data = self._json("POST", "/completion", body)
+        try:
+            if not isinstance(data, dict):
+                raise Malformed("the answer is not an object")
+            return read_timings(data.get("timings") or {})
+        except Malformed as exc:
+            raise ServerError(f"/completion: unexpected answer ({exc})") from None
 
     def metrics_text(self) -> str:
         status, data = self._get("GET", "/metrics")

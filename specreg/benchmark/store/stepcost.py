@@ -49,6 +49,7 @@ from specreg.lazyclass import dataclass
 
 if TYPE_CHECKING:
     from specreg.schemas.bench import RequestRow
+    from specreg.schemas.machine_probe import MachineProbe
 
 
 @dataclass(frozen=True)
@@ -142,15 +143,25 @@ def draft_cost(
 
 
 def fitted_draft_cost(
-    rows: Iterable[RequestRow], base_rows: Iterable[RequestRow], draft_length: float | None
+    rows: Iterable[RequestRow],
+    base_rows: Iterable[RequestRow],
+    draft_length: float | None,
+    verify: float | None = None,
 ) -> float | None:
     """r of a condition: the median over its requests of each one's r (one slow request on a busy
-    machine moves a sum, not a median), with t_d and t_p from all the baseline's requests."""
+    machine moves a sum, not a median), with t_d and t_p from all the baseline's requests; `verify`:
+    v measured otherwise (a machine probe's), else its lower bound from t_p."""
     base = list(base_rows)
     t_d, t_p = decode_ms_per_token(base), prompt_ms_per_token(base)
     if not t_d:
         return None
-    v = verify_cost(draft_length, t_d, t_p) if draft_length and t_p is not None else None
+    v = (
+        verify
+        if verify is not None
+        else verify_cost(draft_length, t_d, t_p)
+        if draft_length and t_p is not None
+        else None
+    )
     each = []
     for r in rows:
         if r.ok and r.output_tokens and r.predicted_ms is not None:
@@ -181,3 +192,72 @@ def predict(c: Counts, v: float | None, r: float | None, model_drafted: bool) ->
         return Prediction(t, v, r_used, None, None)
     units = target + draft_model_decodes(c) * r_used
     return Prediction(t, v, r_used, units / c.target_steps, c.tokens / units if units > 0 else None)
+
+
+# -- prices from a machine probe (benchmark/run/machine_probe.py) ---------------------------------
+#
+# Before a pair has run, the same two prices come from each model measured alone: v(k) = the
+# target's batch of k+1 tokens over its decode, r = the draft's decode over the target's.
+# Contention only ever slows a request (a descheduled thread holds every other at the next
+# barrier), so each time is taken as the fastest of the probe's rounds, and its spread as the
+# way to the second fastest: on a quiet machine the two agree, on a shared one the range says
+# how far they do not. The batch times are fitted by a line in the batch size (a fixed part and
+# a part per token; Theil-Sen, the median of the pairwise slopes, so one slow size moves it
+# little). A prompt batch computes logits for its last token only, a verify step for each of
+# its k+1 tokens: the k more cost the per-token part times s / (1 - s), s the output matrix's
+# share of the weights (`MachineProbe.output_share`, from the header).
+
+
+def robust_line(points: dict[int, float]) -> tuple[float, float] | None:
+    """(a, b) of ms = a + b n through (n tokens -> ms): b the median of the pairwise slopes, a the
+    median of ms - b n (Theil-Sen); None with fewer than two sizes."""
+    pts = sorted((float(n), ms) for n, ms in points.items() if n > 0 and ms > 0)
+    slopes = [(y2 - y1) / (x2 - x1) for i, (x1, y1) in enumerate(pts) for x2, y2 in pts[i + 1 :] if x2 > x1]
+    if not slopes:
+        return None
+    b = _median(slopes) or 0.0
+    return _median([y - b * x for x, y in pts]) or 0.0, b
+
+
+def _fastest(values: list[float]) -> tuple[float, float] | None:
+    """(fastest, second fastest) of some positive times (the one twice when it is alone)."""
+    xs = sorted(v for v in values if v > 0)
+    return (xs[0], xs[1] if len(xs) > 1 else xs[0]) if xs else None
+
+
+@dataclass(frozen=True)
+class Prices:
+    """Step prices in target decodes from machine probes: v(k) for k = 1..len, and the draft's r
+    (None without a draft probe), each with its low and high."""
+
+    verify: tuple[float, ...]
+    verify_low: tuple[float, ...]
+    verify_high: tuple[float, ...]
+    draft: float | None = None
+    draft_low: float | None = None
+    draft_high: float | None = None
+
+
+def probe_prices(target: MachineProbe, draft: MachineProbe | None, lengths: int) -> Prices | None:
+    """v(k) = max(1, batch(k+1) / t_d) for k = 1..`lengths` (never cheaper than one decode: see
+    `verify_cost`) and r = the draft's t_d / the target's, each at the fastest rounds, low and
+    high toward the second fastest; None when the target's probe cannot price a batch."""
+    t = _fastest(target.decode_ms())
+    sizes = {n for rnd in target.rounds for n in rnd.batch_ms}
+    per = {n: f for n in sizes if (f := _fastest([rnd.batch_ms.get(n, 0.0) for rnd in target.rounds]))}
+    fast = robust_line({n: f[0] for n, f in per.items()})
+    slow = robust_line({n: f[1] for n, f in per.items()})
+    if t is None or fast is None or slow is None:
+        return None
+    s = min(0.9, target.output_share or 0.0)
+
+    def verify(line: tuple[float, float], t_d: float) -> tuple[float, ...]:
+        a, b = line
+        logits = max(0.0, b) * s / (1 - s)  # each verified token's logits beyond the last one's
+        return tuple(max(1.0, (a + b * (k + 1) + logits * k) / t_d) for k in range(1, lengths + 1))
+
+    mid, low, high = verify(fast, t[0]), verify(fast, t[1]), verify(slow, t[0])
+    d = _fastest(draft.decode_ms()) if draft is not None else None
+    if d is None:
+        return Prices(mid, low, high)
+    return Prices(mid, low, high, d[0] / t[0], d[0] / t[1], d[1] / t[0])
