@@ -208,7 +208,7 @@ def pair_cmd(
         estimates.append(estimate(t_file, d_file, settings.model_copy(update={"method": how}), rules))
         out = memory_checks(estimates[0], t_file, d_file, settings, rules, limit)
         if probe:
-            out += run_probe(t_file, d_file, how, [*static, *out], rules.id, server, show=not json_out)
+            out += run_probe(t_file, d_file, how, [*static, *out], rules.id, server, show=not json_out, reg=reg)
         return out
 
     with Registry(db_path(), show_progress=not json_out and fmt == "text") as reg, allowing(timeout):
