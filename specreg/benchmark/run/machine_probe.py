@@ -43,8 +43,8 @@ if TYPE_CHECKING:
 
 BATCH_SIZES = (2, 3, 4, 6, 9, 13, 17, 25, 33)  # a verify step of k = 1..32 drafted tokens: k+1 (between: linear)
 REPEATS = 5  # rounds: each price is taken at the fastest, its spread toward the second fastest
-DECODE_TOKENS = 32
-CTX_SIZE = 1024  # the longest request is 8 + 32 tokens; a smaller cache starts sooner
+DECODE_TOKENS = 16
+CTX_SIZE = 1024  # the longest request is 8 + 16 tokens; a smaller cache starts sooner
 # Ordinary prose, tokenized by the server: real token ids of this model's vocabulary.
 TEXT = (
     "The committee met on a cold morning to read the reports. Each member spoke in turn about the "
