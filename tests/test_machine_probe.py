@@ -46,17 +46,18 @@ def _linear(a: float, b: float, slow: float = 1.0) -> dict[int, float]:
 
 def test_prices_are_the_fastest_rounds_with_every_verified_tokens_logits() -> None:
     """A batch of n tokens costs 5 + 4n ms, a decode 10 ms; one round was slowed tenfold by a
-    neighbour and moves nothing but the spread. A verify step of k+1 tokens pays k more logits:
-    4 ms x s/(1-s) each."""
+    neighbour and moves nothing but the spread. A verify step of k drafted tokens is a decode
+    plus k tokens at the batch's 4 ms each, with their logits (x 1/(1-s)); the 5 ms a prompt
+    request pays to start is not a verify step's."""
     t = _probe("t" * 64, [10.0, 100.0, 11.0], [_linear(5, 4), _linear(5, 4, 10), _linear(5, 4, 1.1)], share=0.2)
     d = _probe("d" * 64, [6.0, 6.6, 60.0], [_linear(1, 1)] * 3)
     p = probe_prices(t, d, 32)
     assert p is not None
-    logits = 4 * 0.2 / 0.8
+    per_token = 4 / 0.8
     for k in (1, 5, 16):
-        assert p.verify[k - 1] == pytest.approx((5 + 4 * (k + 1) + logits * k) / 10)
+        assert p.verify[k - 1] == pytest.approx(1 + k * per_token / 10)
         assert p.verify_low[k - 1] <= p.verify[k - 1] <= p.verify_high[k - 1]
-    assert p.verify_high[4] == pytest.approx((1.1 * (5 + 4 * 6) + 1.1 * logits * 5) / 10)  # the second fastest
+    assert p.verify_high[4] == pytest.approx(1 + 5 * 1.1 * per_token / 10)  # the second fastest round
     assert (
         p.draft == pytest.approx(0.6) and p.draft_low == pytest.approx(6 / 11) and p.draft_high == pytest.approx(0.66)
     )

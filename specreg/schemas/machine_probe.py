@@ -18,9 +18,9 @@ from specreg.schemas.base import BaseModel
 
 
 class ProbeRound(BaseModel):
-    """One round of a probe: a greedy decode and one prompt batch of each size, back to back."""
+    """One round of a probe: one prompt batch of each size, each followed by one decode step."""
 
-    decode_ms: float  # one generated token's time: predicted_ms / predicted_n
+    decode_ms: float  # the round's fastest decode step (predicted_ms / (predicted_n - 1))
     batch_ms: dict[int, float]  # a prompt batch of n tokens (prompt_n) -> its prompt_ms
 
 

@@ -6,9 +6,11 @@ that reads a fifth of the bytes may still decode nearly as slowly as its F32 tar
 a prediction is priced, each model is started once on its own (the baseline's flags, the
 threads and GPU layers `bench` would give it) and asked for llama.cpp's own timings: prompt
 batches of 2..33 tokens (`prompt_n`, `prompt_ms`: a verify step of k drafted tokens is a batch
-of k+1) and a greedy decode (`predicted_ms / predicted_n`), in `REPEATS` rounds of one decode
-and one batch of each size; contention only slows a request, so the prices are taken at the
-fastest rounds and the spread of a shared machine shows between them (`stepcost.probe_prices`).
+of k+1), each request generating two tokens, so that it also times one decode step (the first
+token comes with the prompt's logits; `predicted_ms` is the step that makes the second), in
+`REPEATS` rounds; a round's decode is its fastest step. Every price is a single forward pass
+timed alike, and contention only slows a request, so the prices are taken at the fastest rounds
+and the spread of a shared machine shows between them (`stepcost.probe_prices`).
 One server start per model; the result is kept in the registry by the file's SHA-256 and the
 machine's key (hardware class, runtime, speed flags) and read back by every later `drafts`,
 `check pair --probe`, `bench --tune` and `runs show` on the same key.
@@ -43,8 +45,7 @@ if TYPE_CHECKING:
 
 BATCH_SIZES = (2, 3, 4, 6, 9, 13, 17, 25, 33)  # a verify step of k = 1..32 drafted tokens: k+1 (between: linear)
 REPEATS = 5  # rounds: each price is taken at the fastest, its spread toward the second fastest
-DECODE_TOKENS = 16
-CTX_SIZE = 1024  # the longest request is 8 + 16 tokens; a smaller cache starts sooner
+CTX_SIZE = 1024  # the longest request is 33 + 2 tokens; a smaller cache starts sooner
 # Ordinary prose, tokenized by the server: real token ids of this model's vocabulary.
 TEXT = (
     "The committee met on a cold morning to read the reports. Each member spoke in turn about the "
@@ -74,6 +75,15 @@ def output_share(path: str | Path) -> float | None:
     out = mats.get("output.weight") or mats.get("token_embd.weight")
     body = sum(n for name, n in mats.items() if name not in ("token_embd.weight", "output.weight"))
     return round(out / (body + out), 4) if out and body else None
+
+
+def _decode_step(t: dict[str, float]) -> float | None:
+    """One decode step's time: the first generated token comes free with the prompt's logits, so
+    `predicted_ms` covers `predicted_n - 1` steps (llama.cpp's own `predicted_per_token_ms`)."""
+    n, ms = t.get("predicted_n"), t.get("predicted_ms")
+    if not isinstance(n, (int, float)) or not isinstance(ms, (int, float)) or n < 2 or ms <= 0:
+        return None
+    return float(ms) / (float(n) - 1)
 
 
 def _number(t: dict[str, float], key: str) -> float:
@@ -112,17 +122,19 @@ def measure(
         with LlamaClient(proc.base_url, timeout_s=120.0, max_connections=2) as client:
             ids = _ids(client, max(BATCH_SIZES) + REPEATS + 8)
             client.timings(ids[:8], max_tokens=2)  # warm-up: the first request pays for allocations
-            for rep in range(REPEATS):  # a round: its decode and batches back to back
-                t = client.timings(ids[rep : rep + 8], max_tokens=DECODE_TOKENS, ignore_eos=True)
-                n_dec, dec_ms = _number(t, "predicted_n"), _number(t, "predicted_ms")
+            for rep in range(REPEATS):  # a round: one request per batch size
                 batch: dict[int, float] = {}
+                steps: list[float] = []
                 for n in BATCH_SIZES:
-                    t = client.timings(ids[rep : rep + n], max_tokens=1)
+                    t = client.timings(ids[rep : rep + n], max_tokens=2, ignore_eos=True)
                     got, ms = int(_number(t, "prompt_n")), _number(t, "prompt_ms")
                     if got > 0 and ms > 0:
                         batch[got] = round(ms, 4)
-                if n_dec > 0 and dec_ms > 0 and len(batch) >= 2:
-                    rounds.append(ProbeRound(decode_ms=round(dec_ms / n_dec, 4), batch_ms=batch))
+                    step = _decode_step(t)
+                    if step is not None:
+                        steps.append(step)
+                if steps and len(batch) >= 2:
+                    rounds.append(ProbeRound(decode_ms=round(min(steps), 4), batch_ms=batch))
     finally:
         proc.stop()
     if not rounds:

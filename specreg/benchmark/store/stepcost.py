@@ -196,16 +196,18 @@ def predict(c: Counts, v: float | None, r: float | None, model_drafted: bool) ->
 
 # -- prices from a machine probe (benchmark/run/machine_probe.py) ---------------------------------
 #
-# Before a pair has run, the same two prices come from each model measured alone: v(k) = the
-# target's batch of k+1 tokens over its decode, r = the draft's decode over the target's.
-# Contention only ever slows a request (a descheduled thread holds every other at the next
-# barrier), so each time is taken as the fastest of the probe's rounds, and its spread as the
-# way to the second fastest: on a quiet machine the two agree, on a shared one the range says
-# how far they do not. The batch times are fitted by a line in the batch size (a fixed part and
-# a part per token; Theil-Sen, the median of the pairwise slopes, so one slow size moves it
-# little). A prompt batch computes logits for its last token only, a verify step for each of
-# its k+1 tokens: the k more cost the per-token part times s / (1 - s), s the output matrix's
-# share of the weights (`MachineProbe.output_share`, from the header).
+# Before a pair has run, the same two prices come from each model measured alone: v(k), a
+# verify step of k drafted tokens in target decodes, and r, the draft's decode over the
+# target's. A verify step is one forward pass like a decode, over k more tokens: it costs a
+# decode step plus k tokens at the batch's price per token, the slope b of the target's prompt
+# batch times against their size (Theil-Sen, the median of the pairwise slopes, so one slow size
+# moves it little; the intercept is left out, as it holds what a prompt pays and a verify step
+# does not: a request's start, the sampler's set-up). A prompt batch computes logits for its
+# last token only, a verify step for each token it checks: each of the k costs b s / (1 - s)
+# more, s the output matrix's share of the weights (`MachineProbe.output_share`, from the
+# header). So v(k) = 1 + k b (1 + s / (1 - s)) / t_d. Contention only ever slows a request, so
+# each time is taken at the probe's fastest round, and its spread toward the second fastest: on
+# a quiet machine the two agree, on a shared one the range says how far they do not.
 
 
 def robust_line(points: dict[int, float]) -> tuple[float, float] | None:
@@ -239,9 +241,9 @@ class Prices:
 
 
 def probe_prices(target: MachineProbe, draft: MachineProbe | None, lengths: int) -> Prices | None:
-    """v(k) = max(1, batch(k+1) / t_d) for k = 1..`lengths` (never cheaper than one decode: see
-    `verify_cost`) and r = the draft's t_d / the target's, each at the fastest rounds, low and
-    high toward the second fastest; None when the target's probe cannot price a batch."""
+    """v(k) = 1 + k b (1 + s / (1 - s)) / t_d for k = 1..`lengths` and r = the draft's t_d / the
+    target's (see above), each at the fastest rounds, low and high toward the second fastest;
+    None when the target's probe cannot price a batch."""
     t = _fastest(target.decode_ms())
     sizes = {n for rnd in target.rounds for n in rnd.batch_ms}
     per = {n: f for n in sizes if (f := _fastest([rnd.batch_ms.get(n, 0.0) for rnd in target.rounds]))}
@@ -252,9 +254,8 @@ def probe_prices(target: MachineProbe, draft: MachineProbe | None, lengths: int)
     s = min(0.9, target.output_share or 0.0)
 
     def verify(line: tuple[float, float], t_d: float) -> tuple[float, ...]:
-        a, b = line
-        logits = max(0.0, b) * s / (1 - s)  # each verified token's logits beyond the last one's
-        return tuple(max(1.0, (a + b * (k + 1) + logits * k) / t_d) for k in range(1, lengths + 1))
+        per_token = max(0.0, line[1]) / (1 - s)  # the batch's price per token, with its logits
+        return tuple(1.0 + k * per_token / t_d for k in range(1, lengths + 1))
 
     mid, low, high = verify(fast, t[0]), verify(fast, t[1]), verify(slow, t[0])
     d = _fastest(draft.decode_ms()) if draft is not None else None
