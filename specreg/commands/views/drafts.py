@@ -88,7 +88,7 @@ def _here(row: DraftRow) -> tuple[str, str | None]:
 
 
 def _probe_line(probe: MachineProbe, target: MachineProbe | None, new: bool) -> str:
-    """`target.gguf: 21.3 ms/token, a batch of 6 tokens 2.9 decodes; 7.1 s, probed now`."""
+    """`target.gguf: 21.3 ms/token, a verify step of 6 tokens 2.9 decodes; 7.1 s, probed now`."""
     from specreg.benchmark.run.machine_probe import busy
     from specreg.benchmark.store.stepcost import probe_prices
 
@@ -97,7 +97,7 @@ def _probe_line(probe: MachineProbe, target: MachineProbe | None, new: bool) -> 
     if target is None:  # the target: what a verify step of 5 drafted tokens costs
         prices = probe_prices(probe, None, 5)
         if prices is not None:
-            parts[0] += f", a batch of 6 tokens {prices.verify[4]:.1f} decodes"
+            parts[0] += f", a verify step of 6 tokens {prices.verify[4]:.1f} decodes"
     elif target.rounds:
         parts[0] += f" (r {t_d / _median(target.decode_ms()):.2f} of the target's)"
     when = f"{probe.seconds:.1f} s, probed now" if new else f"kept from {probe.probed_at[:16].replace('T', ' ')}"
@@ -219,15 +219,17 @@ def show_report(report: DraftReport, *, show_all: bool) -> None:
     e = report.error
     if e.n_pairs:
         say(
-            f"measured/predicted over {e.n_pairs} measured pair(s), each predicted without its own runs: "
-            f"{e.low:.2f} to {e.high:.2f} (median {e.median:.2f}); family and prior ranges are widened by it",
+            f"measured/predicted over {e.n_pairs} measured pair(s), each predicted without its own runs"
+            f"{' and priced by their probes' if e.costs == 'machine probes' else ''}: {e.low:.2f} to {e.high:.2f} "
+            f"(median {e.median:.2f}); the step model's spread in every family and prior range",
             prefix="error   ", indent=8,
         )  # fmt: skip
     else:
         from specreg.audit.draft_prediction import MODEL_SPREAD
 
+        none = "no measured pair yet" if not p.n_pairs else "no measured pair with probes on this machine"
         say(
-            "no measured pair yet: the ranges hold acceptance's spread, the prices' and the step model's "
+            f"{none}: the ranges hold acceptance's spread, the prices' and the step model's "
             f"stated {MODEL_SPREAD[0]:.2f}-{MODEL_SPREAD[1]:.2f}",
             prefix="error   ", indent=8,
         )  # fmt: skip
