@@ -307,7 +307,7 @@ def fresh_part(root: Path, env: dict[str, str], repeat: int, real: bool) -> None
     paths, workloads = _fresh_models(root, real)
     pairs = [(fam, t, d) for fam, t, ds in FRESH_PAIRS if t in paths for d in ds if d in paths]
     preds: dict[tuple[str, str], dict[str, dict[str, object]]] = {}
-    probe_s: dict[str, list[float]] = {}
+    probe_s: dict[str, list[tuple[float, float]]] = {}  # model -> (wall, server CPU) seconds of each probe
     load = {"predict": os.getloadavg()[0]}
     for fam, target, drafts in FRESH_PAIRS:
         if target not in paths:
@@ -330,7 +330,7 @@ def fresh_part(root: Path, env: dict[str, str], repeat: int, real: bool) -> None
                 m = rep["machine"]
                 for p in m["probes"]:
                     if p["sha256"] in m["measured"]:
-                        probe_s.setdefault(p["name"], []).append(p["seconds"])
+                        probe_s.setdefault(p["name"], []).append((p["seconds"], p.get("cpu_seconds") or 0.0))
                 print(f"predicted {fam}: drafts --no-probe, then drafts (probing {len(m['measured'])} model(s) "
                       f"in {m['seconds']:.1f} s; the command {wall:.1f} s), load {os.getloadavg()[0]:.1f}")  # fmt: skip
     load["measure"] = os.getloadavg()[0]
@@ -395,7 +395,7 @@ def _fresh_table(
     pairs: list[tuple[str, str, str]],
     preds: dict[tuple[str, str], dict[str, dict[str, object]]],
     measured: dict[tuple[str, str], dict[int, tuple[float | None, object]]],
-    probe_s: dict[str, list[float]],
+    probe_s: dict[str, list[tuple[float, float]]],
     load: dict[str, float],
 ) -> None:
     print(f"fresh registry: {len(pairs)} pairs, each predicted with no measured pair in the registry, then")
@@ -421,7 +421,8 @@ def _fresh_table(
         shown = ", ".join(f"k{k} {v[0]:.2f}x" for k, v in sorted(got.items()) if v[0] is not None)
         print(f"  SmolLM2 F32 / Q4_1: predicted {smol['verdict'] or '-'}; measured {shown or '-'}")
     for name, secs in sorted(probe_s.items()):
-        print(f"  probe {name[:34]:34} {max(secs):5.1f} s (one server start)")
+        wall, cpu = max(secs)
+        print(f"  probe {name[:30]:30} {wall:5.1f} s wall, its server {cpu:5.1f} CPU-s (one start)")
     print(f"  load average (1 min): {load['predict']:.1f} before predicting, {load['measure']:.1f} before measuring")
 
 

@@ -37,6 +37,7 @@ class MachineProbe(BaseModel):
     # its last token only, a verify step for every token it checks, so each of those costs this more
     output_share: float | None = None
     seconds: float  # the probe's wall time: the server's start and every request
+    cpu_seconds: float | None = None  # the server's CPU time over the same (the cost whatever the load)
     load: float | None = None  # the machine's 1-minute load average when it started
     probed_at: str
 

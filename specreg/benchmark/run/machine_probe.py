@@ -135,6 +135,7 @@ def measure(
                         steps.append(step)
                 if steps and len(batch) >= 2:
                     rounds.append(ProbeRound(decode_ms=round(min(steps), 4), batch_ms=batch))
+        cpu = _cpu_seconds(proc.pid)
     finally:
         proc.stop()
     if not rounds:
@@ -143,7 +144,8 @@ def measure(
 
     return MachineProbe(
         sha256=sha256, name=Path(path).name, hardware=key.hardware, runtime=key.runtime, flags=list(key.flags),
-        rounds=rounds, output_share=share, seconds=round(time.monotonic() - t0, 2), load=load, probed_at=now_iso(),
+        rounds=rounds, output_share=share, seconds=round(time.monotonic() - t0, 2), cpu_seconds=cpu, load=load,
+        probed_at=now_iso(),
     )  # fmt: skip
 
 
@@ -159,6 +161,18 @@ class Probed:
     def seconds(self) -> float:
         """What this call's own probes took."""
         return sum(self.probes[s].seconds for s in self.measured)
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """The CPU time the server has used so far (its start and every request): what the probe
+    costs whatever else the machine is running, where the wall time depends on the load."""
+    import psutil
+
+    try:
+        t = psutil.Process(pid).cpu_times()
+    except psutil.Error:
+        return None
+    return round(t.user + t.system + t.children_user + t.children_system, 2)
 
 
 def busy(load: float | None) -> bool:

@@ -100,7 +100,8 @@ def _probe_line(probe: MachineProbe, target: MachineProbe | None, new: bool) -> 
             parts[0] += f", a verify step of 6 tokens {prices.verify[4]:.1f} decodes"
     elif target.rounds:
         parts[0] += f" (r {t_d / _median(target.decode_ms()):.2f} of the target's)"
-    when = f"{probe.seconds:.1f} s, probed now" if new else f"kept from {probe.probed_at[:16].replace('T', ' ')}"
+    cpu = f" ({probe.cpu_seconds:.1f} CPU-s)" if probe.cpu_seconds else ""
+    when = f"{probe.seconds:.1f} s{cpu}, probed now" if new else f"kept from {probe.probed_at[:16].replace('T', ' ')}"
     if busy(probe.load):
         when += f"; the machine was busy (load {probe.load:.1f}): its prices may be far off"
     return f"{parts[0]}; {when}"
