@@ -215,7 +215,21 @@ SCHEMA: dict[str, list[str]] = {
         "signed_at",
         "imported_at",
     ],
-    # what a model costs on one machine, build and flags (m023, specreg/registry/machine_probes.py)
+    # a serving configuration judged against a memory budget (m023, specreg/registry/memory_fits.py)
+    "memory_fits": [
+        "id",
+        "target_sha256",
+        "draft_sha256",
+        "method",
+        "config",
+        "fits",
+        "budget_bytes",
+        "cache_ram_mib",
+        "ctx_checkpoints",
+        "fit_json",
+        "created_at",
+    ],
+    # what a model costs on one machine, build and flags (m025, specreg/registry/machine_probes.py)
     "machine_probes": ["sha256", "hardware", "runtime", "flags", "probe_json", "probed_at"],
     # result bundles (m005, specreg/benchmark/bundle_import.py)
     "run_origins": [
@@ -254,6 +268,7 @@ REGISTRY_INDEXES = {
     "idx_pairs_draft",
     "idx_verdicts_pair",
     "idx_imported_verdicts_pair",
+    "idx_memory_fits_config",
 }
 
 

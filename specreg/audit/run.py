@@ -18,7 +18,7 @@ from specreg.benchmark.plan.eligibility import NOT_BENCHMARKABLE, not_benchmarka
 from specreg.benchmark.store.digest import load_digests
 from specreg.benchmark.store.run_index import RunIndex, runs_for_pair
 from specreg.errors import RunUnreadable, SpecregError
-from specreg.registry.db import now, paused_gc
+from specreg.registry.db import now
 from specreg.registry.evidence import not_checked_here
 from specreg.registry.store import Registry
 from specreg.schemas.audit import (
@@ -347,21 +347,6 @@ def run_audit(
         SpecregError: when no pair is given and none is admitted (nothing to audit).
         PairNotFound: when a pair id names no pair.
     """
-    with paused_gc():  # ~100k acyclic pydantic objects for 5,000 pairs: see paused_gc
-        return _run_audit(reg, policy, policy_source, pair_ids, rehash, spread, runs_for, pairs, facts)
-
-
-def _run_audit(
-    reg: Registry,
-    policy: Policy,
-    policy_source: str,
-    pair_ids: list[int] | None,
-    rehash: bool,
-    spread: bool,
-    runs_for: RunsFor,
-    pairs: list[PairRecord] | None = None,
-    facts: Facts | None = None,
-) -> AuditReport:
     from specreg.validators.ruleset import RULE_SET_DEFAULT, load_rule_set
 
     facts = facts or Facts(reg, rehash, spread)

@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
-
-from specreg.lazyclass import dataclass
 
 Migration = Callable[[sqlite3.Connection], None]
 
@@ -107,9 +106,18 @@ migrations = MigrationSet("specreg")
 # its own rows). A bundle never carries them, so its schema does not name them: a bundle from a
 # specreg that added one is not "newer" to a specreg that has not (exchange/bundle.py).
 # Who vouched for an imported run or verdict (m021, m022) is this registry's record of the
-# envelopes it verified; the envelopes themselves travel, not the tables.
+# envelopes it verified; the envelopes themselves travel, not the tables. A memory fit (m023)
+# judges a configuration against this machine's budget, and a machine probe (m025) prices a model
+# on this machine: they do not travel either.
 LOCAL_ONLY = frozenset(
-    {"m010_template_scans", "m012_run_digests", "m021_run_attestations", "m022_verdict_attestations"}
+    {
+        "m010_template_scans",
+        "m012_run_digests",
+        "m021_run_attestations",
+        "m022_verdict_attestations",
+        "m023_memory_fits",
+        "m025_machine_probes",
+    }
 )
 
 
@@ -602,7 +610,35 @@ def m022_verdict_attestations(db: sqlite3.Connection) -> None:
 
 
 @migrations()
-def m023_machine_probes(db: sqlite3.Connection) -> None:
+def m023_memory_fits(db: sqlite3.Connection) -> None:
+    """A serving configuration judged against a memory budget (`check pair --budget`,
+    registry/memory_fits.py): kept beside a pair's verdicts, never one of them, since the same two
+    files fit one machine and not another. One row per judgement, by the pair's files and method
+    and the configuration (schemas/memory.py config_key); the latest is what `deploy` pins."""
+    db.execute(
+        """
+        CREATE TABLE memory_fits (
+            id INTEGER PRIMARY KEY,
+            target_sha256 TEXT NOT NULL,
+            draft_sha256 TEXT,
+            method TEXT NOT NULL,
+            config TEXT NOT NULL,
+            fits INTEGER NOT NULL,
+            budget_bytes INTEGER,
+            cache_ram_mib INTEGER,
+            ctx_checkpoints INTEGER,
+            fit_json TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        )
+        """
+    )
+    db.execute(
+        "CREATE INDEX idx_memory_fits_config ON memory_fits "
+        "(target_sha256, ifnull(draft_sha256, ''), method, config, id)"
+    )
+
+
+def m025_machine_probes(db: sqlite3.Connection) -> None:
     """What a model costs on one machine (registry/machine_probes.py): per file SHA-256, hardware
     class, runtime and speed flags, llama.cpp's decode and batch timings from a short server
     start, every repetition kept (schemas/machine_probe.py). A cache of a measurement: a newer

@@ -21,6 +21,7 @@ from specreg.registry.artifacts import ArtifactStore
 from specreg.registry.db import BUSY_TIMEOUT_S, Database, registry_error
 from specreg.registry.integrity import Integrity, Pinned
 from specreg.registry.machine_probes import MachineProbes
+from specreg.registry.memory_fits import MemoryFits
 from specreg.registry.pairs import PairStore
 from specreg.registry.template_scans import TemplateScans
 from specreg.schemas.checks import PairVerdict
@@ -93,6 +94,7 @@ class Registry:
         self._integrity = Integrity(self._artifacts)
         self._pairs = PairStore(self.database)
         self.template_scans = TemplateScans(self.database)
+        self.memory_fits = MemoryFits(self.database)
         self._probes = MachineProbes(self.database)
 
     # -- plumbing -----------------------------------------------------------------------------

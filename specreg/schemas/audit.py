@@ -9,16 +9,14 @@ unknown licence fails.
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from specreg.lazyclass import dataclass
 from specreg.schemas.bench import ConditionStatus, Difference, RunStatus, TuneEstimate
 from specreg.schemas.bench_settings import DEFAULT_REPEAT
-from specreg.schemas.record import Record
 from specreg.schemas.sampling import DraftSampling, Sampler
 from specreg.schemas.triage import NEAR_TIE_MARGIN, Triage
 
@@ -176,7 +174,7 @@ class StratumRow(BaseModel):
     difference: Difference | None = None  # "no measurable difference" when the interval holds 1.0
     speedup_note: str | None = None
     n_paired: int = 0
-    # the anytime-valid decision (benchmark/sequential.py) and its interval, which holds however
+    # the anytime-valid decision (decision/bar.py) and its interval, which holds however
     # many rounds were looked at: what a run measured until decided (`--budget`) is gated on
     decision: Literal["faster", "not faster", "undecided"] | None = None
     decision_ci: tuple[float, float] | None = None
@@ -260,7 +258,7 @@ class ConditionDigest(BaseModel):
 
 
 @dataclass(kw_only=True)
-class ModelName(Record):
+class ModelName:
     """What tells a model file apart beside its SHA-256 prefix: general.name, file name, quant."""
 
     name: str | None = None
@@ -319,6 +317,11 @@ class RunDigest(BaseModel):
             None,
         )
 
+    def rollback(self, concurrency: int | None = None) -> ConditionDigest | None:
+        """The baseline a pair measured in this run rolls back to: the one at its concurrency,
+        else the run's first. The one choice the audit's rollback gate and `deploy` both make."""
+        return self.baseline(concurrency) or self.baseline()
+
     @property
     def concurrency_levels(self) -> list[int]:
         return sorted({r.concurrency for r in self.strata})
@@ -331,7 +334,7 @@ class RunDigest(BaseModel):
 
 
 @dataclass(kw_only=True)
-class GateResult(Record):
+class GateResult:
     """One gate for one pair: passed or not, why, and the numbers it looked at. A dataclass, like
     `Candidate`: an audit of a fleet makes one per gate and pair from values it computed itself,
     and validating each of them again on the way in would only cost time."""
@@ -344,7 +347,7 @@ class GateResult(Record):
 
 
 @dataclass(kw_only=True)
-class ConditionOutcome(Record):
+class ConditionOutcome:
     """One measured condition of a pair (a draft length at a concurrency) under the condition gates."""
 
     condition: str
@@ -367,7 +370,7 @@ class ConditionOutcome(Record):
 
 
 @dataclass(kw_only=True)
-class UncheckedCondition(Record):
+class UncheckedCondition:
     """A condition a pair's run measured for a method no pair of its target was checked for (an
     n-gram method in a draft pair's run): judged like the pair's own, deployable once checked."""
 
@@ -377,7 +380,7 @@ class UncheckedCondition(Record):
 
 
 @dataclass(kw_only=True)
-class PairAudit(Record):
+class PairAudit:
     """Every gate for one registered pair; `passed` iff every gate passed.
 
     The gates are those of the pair's best condition at the judged concurrency (`condition`,
@@ -418,7 +421,7 @@ class PairAudit(Record):
 
 
 @dataclass(kw_only=True)
-class Candidate(Record):
+class Candidate:
     """One pair considered for one stratum, and why it did or did not win (one per pair and stratum)."""
 
     pair_id: int
@@ -434,7 +437,7 @@ class Candidate(Record):
 
 
 @dataclass(kw_only=True)
-class StratumDecision(Record):
+class StratumDecision:
     """Per workload and concurrency: the passing condition with the best speed-up, or "none"."""
 
     target_sha256: str

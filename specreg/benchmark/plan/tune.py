@@ -20,7 +20,7 @@ already measures what decides it, so tuning is three steps in one run:
 3. **Measure** the predicted best k* and its neighbours on a doubling ladder (k*/2, k*, 2 k*,
    clipped to 1..32: always three lengths), in the `--budget` rounds. The budget goes to the
    **leader** first, the predicted best, until it is decided against `--min-speedup`
-   (sequential.py). The tuned length is a decided one (`Tuner.standing`): the best decided
+   (decision/bar.py). The tuned length is a decided one (`Tuner.standing`): the best decided
    `faster`, else the best decided `not faster`; a length that looks faster on fewer rounds is
    no choice until it is decided itself (one round can make an undecided length look best).
    Once a length is decided, the others are measured only while
@@ -53,6 +53,7 @@ curve it predicts from is tune_curve.py's.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from specreg.benchmark.plan.conditions import condition_name
@@ -60,7 +61,6 @@ from specreg.benchmark.plan.tune_curve import LENGTHS, Profile, ProfileSource, c
 from specreg.benchmark.store import statistics, stepcost
 from specreg.benchmark.store.condition_summary import _paired, speed_decision
 from specreg.errors import UsageError
-from specreg.lazyclass import dataclass
 from specreg.registry.db import now
 from specreg.schemas.bench import (
     ALL_STRATA,

@@ -16,10 +16,14 @@ from specreg.commands.layout import Col, pack
 from specreg.commands.output import Cell, print_listing, safe_plain, say, show_lines, width
 from specreg.commands.views.cells import MISMATCH_MARK, STATUS_STYLE, WARN_MARK, ms_text, num_text, pct_text
 from specreg.commands.views.sampling import show_samplers
+from specreg.schemas.bench import TPOT_TOLERANCE_TEXT
 from specreg.text import model_label, plural
 from specreg.units import MIB, mib_text
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from specreg.benchmark.store.ending import Ending
     from specreg.schemas.bench import ArtifactRef, BenchRun, ConditionSummary, WorkloadSource
     from specreg.schemas.machine_probe import MachineProbe
 
@@ -95,7 +99,7 @@ TIMINGS_LEGEND = (
     "client timings, p50 over requests: TTFT to the first generated text; ITL per token (a token "
     "that came in the same event as the one before: 0); TPOT (last token - first text) / tokens "
     "after it. srv ms/tok: the server's own predicted_per_token_ms. TPOT<srv: requests whose "
-    "TPOT was below it, which is no decode speed: left out of TPOT."
+    f"TPOT was below it by more than {TPOT_TOLERANCE_TEXT}, which is no decode speed: left out of TPOT."
 )
 
 
@@ -226,6 +230,8 @@ def _decisions(run: BenchRun) -> None:
     ]
     budget = run.manifest.settings.budget_s if run.manifest and run.manifest.settings else None
     how = f"measured until decided, budget {budget:g} s" if budget else "after the planned rounds"
+    if not any(s.decision_method == "bar" for s in decided):  # decision/bar.py's `Method`: the run's own
+        how += "; an older run, decided by the two-sided sequence"
     say("; ".join(parts), prefix=f"decided against {bar:g}x ({how}): ", indent=4)
 
 
@@ -443,3 +449,27 @@ def show_run(
             say(ln, prefix="    ", style="dim", indent=6)
         if c.log_path:
             say(str(c.log_path), prefix="    log: ", indent=6)
+    show_run_ending(run)
+
+
+def show_run_ending(run: BenchRun) -> None:
+    """The paragraph of a run that kept nothing or whose budget ended undecided: what happened
+    and the command that measures on (benchmark/store/ending.py), with this command's registry."""
+    from specreg.benchmark.store.ending import ending
+    from specreg.commands.options import db_path
+    from specreg.paths import default_db_path
+
+    db = db_path()
+    end = ending(run, db if db != default_db_path() else None)
+    if end is not None:
+        show_ending(end)
+
+
+def show_ending(end: Ending, out: Console | None = None) -> None:
+    """An ending's paragraph, then its command on lines of its own that paste into a shell."""
+    show_lines([""], out)
+    say(end.text, out=out)
+    if end.command:
+        from specreg.audit.deploy import wrap_command
+
+        show_lines([safe_plain(ln) for ln in wrap_command(end.command, width(out), indent="  ")], out)
