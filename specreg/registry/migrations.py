@@ -638,6 +638,7 @@ def m023_memory_fits(db: sqlite3.Connection) -> None:
     )
 
 
+@migrations()
 def m025_machine_probes(db: sqlite3.Connection) -> None:
     """What a model costs on one machine (registry/machine_probes.py): per file SHA-256, hardware
     class, runtime and speed flags, llama.cpp's decode and batch timings from a short server
