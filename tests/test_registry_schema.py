@@ -205,6 +205,31 @@ SCHEMA: dict[str, list[str]] = {
         "signed_at",
         "imported_at",
     ],
+    # what `specreg watch` saw of a deployed server, one row per window (m023, specreg/watch/store.py)
+    "watch_windows": [
+        "id",
+        "pair_id",
+        "stratum",
+        "url",
+        "identity_key",
+        "server_json",
+        "run_id",
+        "started_at",
+        "ended_at",
+        "seconds",
+        "state",
+        "reason",
+        "restarted",
+        "mismatches",
+        "generated",
+        "generating_s",
+        "drafted",
+        "accepted",
+        "audited_acceptance",
+        "audited_decode_tps",
+        "window_json",
+        "counters_json",
+    ],
     # result bundles (m005, specreg/benchmark/bundle_import.py)
     "run_origins": [
         "run_id",
@@ -242,6 +267,7 @@ REGISTRY_INDEXES = {
     "idx_pairs_draft",
     "idx_verdicts_pair",
     "idx_imported_verdicts_pair",
+    "idx_watch_windows_pair",
 }
 
 

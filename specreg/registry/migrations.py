@@ -105,7 +105,9 @@ migrations = MigrationSet("specreg")
 # specreg that added one is not "newer" to a specreg that has not (exchange/bundle.py).
 # Who vouched for an imported run (m021) is this registry's record of the envelopes it verified;
 # the envelopes themselves travel, not the table.
-LOCAL_ONLY = frozenset({"m010_template_scans", "m012_run_digests", "m021_run_attestations"})
+# What `specreg watch` saw of a deployed server (m023) is evidence about this registry's own
+# production, not a result another machine can re-derive: it stays here too.
+LOCAL_ONLY = frozenset({"m010_template_scans", "m012_run_digests", "m021_run_attestations", "m023_watch_windows"})
 
 
 def bundle_schema() -> list[str]:
@@ -572,3 +574,42 @@ def m021_run_attestations(db: sqlite3.Connection) -> None:
         )
         """
     )
+
+
+@migrations()
+def m023_watch_windows(db: sqlite3.Connection) -> None:
+    """What `specreg watch` saw of a running server, one row per window (watch/store.py owns it):
+    the pair and stratum it was matched to, the server's identity (a digest over what it runs,
+    and the identity itself), the state and why, the counter deltas the numbers come from, the
+    counters at the window's end (where the next `--once` resumes), and the window whole as JSON
+    (schemas/watch.py). An `unknown` window has no numbers; a number a server did not give is NULL."""
+    db.execute(
+        """
+        CREATE TABLE watch_windows (
+            id INTEGER PRIMARY KEY,
+            pair_id INTEGER NOT NULL REFERENCES pairs (id),
+            stratum TEXT,
+            url TEXT NOT NULL,
+            identity_key TEXT NOT NULL CHECK (length(identity_key) = 64),
+            server_json TEXT NOT NULL,
+            run_id TEXT,
+            started_at TEXT NOT NULL,
+            ended_at TEXT NOT NULL,
+            seconds REAL NOT NULL CHECK (seconds >= 0),
+            state TEXT NOT NULL CHECK (state IN ('holds', 'drifted', 'not speculating', 'unknown')),
+            reason TEXT,
+            restarted INTEGER NOT NULL DEFAULT 0,
+            mismatches INTEGER NOT NULL DEFAULT 0 CHECK (mismatches >= 0),
+            generated INTEGER CHECK (generated >= 0),
+            generating_s REAL CHECK (generating_s >= 0),
+            drafted INTEGER CHECK (drafted >= 0),
+            accepted INTEGER CHECK (accepted >= 0),
+            audited_acceptance REAL,
+            audited_decode_tps REAL,
+            window_json TEXT NOT NULL,
+            counters_json TEXT
+        )
+        """
+    )
+    db.execute("CREATE INDEX idx_watch_windows_pair ON watch_windows (pair_id, ended_at, id)")
+    db.execute("CREATE INDEX idx_watch_windows_identity ON watch_windows (identity_key, id)")
