@@ -546,3 +546,28 @@ def _run_audit(
         notes=notes,
         models=facts.names(audits, runs.values()),
     )
+
+
+def audit_for_deploy(
+    reg: Registry, pair_id: int, policy: Policy, policy_source: str
+) -> tuple[AuditReport, RequestSettings | None]:
+    """The audit `deploy` (and `watch`) plan from: the pair with every other admitted pair of
+    its target (the per-stratum decisions name a better one when there is; the requested pair
+    first, so a re-check keeps it first), and how its evidence run sampled its requests.
+
+    Raises:
+        PairNotFound: when no pair has this id.
+    """
+    requests: dict[str, RequestSettings] = {}
+
+    def runs_for(reg: Registry, pair: PairRecord) -> list[RunHead]:
+        heads = runs_for_pair(reg, pair)
+        requests.update({h.info.run_id: h.manifest.request for h in heads if h.manifest})  # how it was sampled
+        return heads
+
+    target = reg.get_pair(pair_id).target_sha256
+    rivals = [p.id for p in reg.pairs(admitted=True, with_checks=False) if p.target_sha256 == target]
+    ids = [pair_id, *(i for i in rivals if i != pair_id)]
+    report = run_audit(reg, policy, policy_source, pair_ids=ids, spread=False, runs_for=runs_for)
+    request = requests.get(report.pairs[0].run_id or "") if report.pairs else None
+    return report, request
