@@ -27,6 +27,7 @@ import httpx
 from specreg.errors import ServerError
 from specreg.lazyclass import dataclass
 from specreg.schemas.bench import MAX_OUTPUT_TOKENS, WorkloadItem
+from specreg.units import size_text
 
 _FINISH = {"limit": "length", "eos": "stop", "word": "stop"}  # /completion stop_type -> OpenAI names
 # One SSE line is one JSON event: a token or two, or the final event with timings and settings
@@ -111,9 +112,17 @@ class Completion:
 class LlamaClient:
     """One server's HTTP API; thread-safe (one pooled httpx client)."""
 
-    def __init__(self, base_url: str, *, timeout_s: float = 120.0, max_connections: int = 16) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 120.0,
+        max_connections: int = 16,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
+        self.max_response_bytes = max_response_bytes  # a plain answer's cap (`specreg watch`: far below a run's)
         self._http = httpx.Client(
             base_url=self.base_url,
             timeout=httpx.Timeout(timeout_s, connect=5.0),
@@ -143,7 +152,8 @@ class LlamaClient:
         for attempt in (1, 2):
             try:
                 with self._http.stream(method, path, json=body, timeout=timeout_s) as r:
-                    return r.status_code, _capped_body(r, time.perf_counter() + timeout_s, timeout_s)
+                    deadline = time.perf_counter() + timeout_s
+                    return r.status_code, _capped_body(r, deadline, timeout_s, self.max_response_bytes)
             except _StreamLimit as exc:
                 raise ServerError(f"{path}: {exc}") from None
             except (httpx.RemoteProtocolError, httpx.ConnectError) as exc:
@@ -196,6 +206,15 @@ class LlamaClient:
             return len(self.tokenize(item.prompt))
         messages = [m.model_dump() for m in item.messages or []]
         return len(self.tokenize(self.apply_template(messages)))
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        """(status, body) of a GET, bounded like every plain call; ServerError when nothing answered."""
+        return self._get("GET", path)
+
+    def get_json(self, path: str) -> Any:
+        """A GET endpoint's JSON answer (`/props`, `/slots`), bounded like every plain call; the
+        caller checks its shape."""
+        return self._json("GET", path)
 
     def metrics_text(self) -> str:
         status, data = self._get("GET", "/metrics")
@@ -382,7 +401,7 @@ def _sse_lines(r: httpx.Response, deadline: float, timeout_s: float) -> Iterator
         yield b"".join(pending)
 
 
-def _capped_body(r: httpx.Response, deadline: float, timeout_s: float) -> bytes:
+def _capped_body(r: httpx.Response, deadline: float, timeout_s: float, cap: int = MAX_RESPONSE_BYTES) -> bytes:
     """A whole (non-streamed) answer, bounded in size (decoded bytes) and in time like a stream,
     however long the server keeps sending (a read timeout alone never fires on an endless answer)."""
     parts: list[bytes] = []
@@ -391,8 +410,8 @@ def _capped_body(r: httpx.Response, deadline: float, timeout_s: float) -> bytes:
         if time.perf_counter() > deadline:
             raise _StreamLimit(f"the answer did not end within {timeout_s:g}s", timed_out=True)
         total += len(chunk)
-        if total > MAX_RESPONSE_BYTES:
-            raise _StreamLimit(f"server sent more than {MAX_RESPONSE_BYTES >> 20} MiB for one request")
+        if total > cap:
+            raise _StreamLimit(f"server sent more than {size_text(cap)} for one request")
         parts.append(chunk)
     return b"".join(parts)
 
