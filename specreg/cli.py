@@ -42,6 +42,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("runs", "bench:runs_app", "List benchmark runs, or show one."),
     ("audit", "audit:audit_cmd", "Check every deployment gate for admitted pairs."),
     ("deploy", "deploy:deploy_cmd", "Print the pinned llama-server command for an audited pair."),
+    ("watch", "watch:watch_cmd", "Watch a deployed llama-server against its audited evidence."),
     ("export", "export:export_cmd", "Write runs and verdicts to a bundle, or a pair to an ML-BOM."),
     ("sign", "sign:sign_cmd", "Sign a result bundle (in-toto statement in a DSSE envelope)."),
     ("import", "export:import_cmd", "Merge result bundles from other machines into this registry."),
@@ -49,7 +50,7 @@ COMMANDS: list[tuple[str, str, str]] = [
 ]
 NAMES = [name for name, _, _ in COMMANDS]
 # Commands that run for minutes or build many objects: they run with the cycle collector on.
-LONG_RUNNING = frozenset({"fetch", "bench", "runs", "audit", "deploy", "export", "sign", "import", "demo"})
+LONG_RUNNING = frozenset({"fetch", "bench", "runs", "audit", "deploy", "watch", "export", "sign", "import", "demo"})
 
 
 def load(ref: str) -> Callable[..., Any] | typer.Typer:
