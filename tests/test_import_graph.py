@@ -40,6 +40,7 @@ RANKS = {
     "equivalence": 7,  # why a greedy output differs (mismatch triage): runs inside a benchmark run
     "exchange": 8,  # bundles, other machines, Ray
     "audit": 8,
+    "watch": 9,  # after deploy: a running server held to its audit (specreg watch)
     "report": 9,
     "commands": 10,
     "demo": 10,

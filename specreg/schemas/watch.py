@@ -133,3 +133,30 @@ class ProductionEvidence(BaseModel):
     run_id: str | None = None
     restarts: int = 0
     mismatches: int = 0  # windows that found a server other than the audited one
+
+    def line(self) -> str:
+        """`deployed 3 days (120 windows); acceptance 0.71 live vs 0.74 audited: holds`."""
+        parts = [f"deployed {_span(self.first_seen, self.last_seen)} ({self.windows} windows)"]
+        if self.acceptance is not None or self.audited_acceptance is not None:
+            live = f"{self.acceptance:.2f}" if self.acceptance is not None else "none drafted"
+            audited = f"{self.audited_acceptance:.2f}" if self.audited_acceptance is not None else "-"
+            parts.append(f"acceptance {live} live vs {audited} audited")
+        if self.decode_tps is not None and self.audited_decode_tps is not None:
+            parts.append(f"decode {self.decode_tps:.1f} vs {self.audited_decode_tps:.1f} tok/s")
+        text = "; ".join(parts) + f": {self.state}"
+        if self.mismatches:
+            text += f" (not the audited server in {self.mismatches} of them)"
+        return text
+
+    def where(self) -> str:
+        """`pair 1 (stratum repetitive) at http://127.0.0.1:8080`."""
+        return f"pair {self.pair_id}" + (f" (stratum {self.stratum})" if self.stratum else "") + f" at {self.url}"
+
+
+def _span(first: datetime, last: datetime) -> str:
+    s = max(0.0, (last - first).total_seconds())
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if s >= size:
+            n = round(s / size)
+            return f"{n} {unit}{'s' if n != 1 else ''}"
+    return f"{s:.0f} s"

@@ -18,7 +18,7 @@ from specreg.schemas.watch import WATCH_STATES
 if TYPE_CHECKING:
     from specreg.schemas.watch import WatchWindow
 
-PREFIX = "specreg_watch_"
+GAUGE_PREFIX = "specreg_watch_"
 _LABELS = ("url", "pair", "stratum")
 _INFO = ("url", "pair", "stratum", "via", "target_sha256", "draft_sha256", "build", "spec_type", "method")
 
@@ -46,7 +46,7 @@ class Exporter:
         self.registry = CollectorRegistry(auto_describe=True)
 
         def gauge(name: str, doc: str, labels: tuple[str, ...] = _LABELS) -> Gauge:
-            return Gauge(PREFIX + name, doc, labels, registry=self.registry)
+            return Gauge(GAUGE_PREFIX + name, doc, labels, registry=self.registry)
 
         self.acceptance = gauge("acceptance", "Accepted / drafted tokens in the last window (NaN: none drafted)")
         self.audited_acceptance = gauge("audited_acceptance", "Acceptance the audit measured for the deploy")

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from specreg.schemas.methods import BASELINE
 from specreg.schemas.watch import ALERT_STATES, WatchWindow
-from specreg.watch import store
+from specreg.watch import windows as kept
 from specreg.watch.audited import AuditedDeploy, audited_deploy, find_pair, mismatches
 from specreg.watch.drift import DriftTest
 from specreg.watch.identify import UNSET, FileHashes, identify, identity_key, is_loopback
@@ -150,7 +150,7 @@ class Watcher:
         self.test, self.undrafted, self.resumed = DriftTest(self.policy.watch), 0, 0
         if self.pair_id is None or self.key is None or self.audited is None or s.counters is None:
             return
-        history, last = store.resume(self.reg, self.pair_id, self.stratum, self.url, self.key)
+        history, last = kept.resume(self.reg, self.pair_id, self.stratum, self.url, self.key)
         if not history or last is None:
             return
         try:
@@ -209,7 +209,7 @@ class Watcher:
         w = self._window(now)
         if now.problem is not None:
             w.reason, w.fix = now.problem.message, now.problem.hint
-            store.record(self.reg, w, self.key or "0" * 64, None)
+            kept.record(self.reg, w, self.key or "0" * 64, None)
             return w
         assert now.counters is not None
         prev = self.prev
@@ -218,7 +218,7 @@ class Watcher:
             _deltas(w, prev.counters, now.counters)
         self.prev = now
         self._judge(w, first=prev is None)
-        store.record(self.reg, w, self.key or "0" * 64, now.counters.as_dict())
+        kept.record(self.reg, w, self.key or "0" * 64, now.counters.as_dict())
         return w
 
     def _judge(self, w: WatchWindow, *, first: bool) -> None:

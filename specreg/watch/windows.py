@@ -52,7 +52,7 @@ def record(reg: Registry, w: WatchWindow, identity_key: str, counters: dict[str,
         w.drafted,
         w.accepted,
         a.acceptance if a else None,
-        a.decode_tps if a else None,
+        a.decode_tps if a and a.compare_decode else None,
         w.model_dump_json(),
         json.dumps(counters) if counters is not None else None,
     )
@@ -138,28 +138,10 @@ def production(reg: Registry, pair_ids: Iterable[int]) -> list[ProductionEvidenc
     return out
 
 
-def _days(first: datetime, last: datetime) -> str:
-    s = max(0.0, (last - first).total_seconds())
-    if s >= 86400:
-        n = s / 86400
-        return f"{n:.0f} day{'s' if round(n) != 1 else ''}"
-    if s >= 3600:
-        return f"{s / 3600:.0f} h"
-    if s >= 60:
-        return f"{s / 60:.0f} min"
-    return f"{s:.0f} s"
-
-
-def evidence_line(p: ProductionEvidence) -> str:
-    """`deployed 3 days; acceptance 0.71 live vs 0.74 audited: holds` (and the decode rate)."""
-    parts = [f"deployed {_days(p.first_seen, p.last_seen)} ({p.windows} windows)"]
-    if p.acceptance is not None or p.audited_acceptance is not None:
-        live = f"{p.acceptance:.2f}" if p.acceptance is not None else "none drafted"
-        audited = f"{p.audited_acceptance:.2f}" if p.audited_acceptance is not None else "-"
-        parts.append(f"acceptance {live} live vs {audited} audited")
-    if p.decode_tps is not None and p.audited_decode_tps is not None:
-        parts.append(f"decode {p.decode_tps:.1f} vs {p.audited_decode_tps:.1f} tok/s")
-    text = "; ".join(parts) + f": {p.state}"
-    if p.mismatches:
-        text += f" (not the audited server in {p.mismatches} windows)"
-    return text
+def production_of_run(reg: Registry, run_id: str) -> list[ProductionEvidence]:
+    """`production` for the pairs whose watched deploy this run is the evidence of."""
+    ids = [
+        r["pair_id"]
+        for r in reg.database.rows("SELECT DISTINCT pair_id FROM watch_windows WHERE run_id = ?", (run_id,))
+    ]
+    return [p for p in production(reg, ids) if p.run_id == run_id]
