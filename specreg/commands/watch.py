@@ -123,9 +123,9 @@ def _header(watcher: Watcher, seen: ServerSeen, w: WatchWindow) -> None:
 
     how = f"through its process (pid {seen.pid})" if seen.via == "process" else "through /props"
     say(f"{seen.url}: identified {how}", prefix="watching ")
-    files = [f"target {seen.target_path or '?'} ({(seen.target_sha256 or 'sha256 unknown')[:12]})"]
+    files = [f"target {seen.target_path or '?'} ({_sha(seen.target_sha256)})"]
     if seen.draft_path:
-        files.append(f"draft {seen.draft_path} ({(seen.draft_sha256 or 'sha256 unknown')[:12]})")
+        files.append(f"draft {seen.draft_path} ({_sha(seen.draft_sha256)})")
     if seen.build is not None:
         files.append(f"build {seen.build} ({seen.build_text})")
     if seen.spec_type:
@@ -150,12 +150,21 @@ def _header(watcher: Watcher, seen: ServerSeen, w: WatchWindow) -> None:
             say(e.note, prefix="  note: ", indent=4)
         if watcher.resumed:
             say(f"the drift test continues from {watcher.resumed} windows kept earlier", prefix="  ", indent=4)
+    elif watcher.no_audit is not None:
+        reason, fix = watcher.no_audit
+        say(reason, prefix="  audited: ", indent=4)
+        if fix:
+            say(fix, prefix="  fix: ", indent=4)
     for note in seen.notes:
         say(note, prefix="  note: ", indent=4)
     if w.mismatches:
         say("this is not the audited server:", prefix="  ", marks=[], style="red", indent=4)
     for m in w.mismatches:
         say(f"audited {m.audited or '-'}, live {m.live or '-'}", prefix=f"    {m.field}: ", indent=6)
+
+
+def _sha(sha: str | None) -> str:
+    return sha[:12] if sha else "sha256 unknown"
 
 
 def _num(value: float | None, places: int = 2) -> str:

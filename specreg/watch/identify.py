@@ -32,16 +32,41 @@ if TYPE_CHECKING:
     from specreg.watch.scrape import Scrape
 
 BUNDLED_SCRIPT = "specreg-llama-server"
-# the flags that make a server what was audited (the deploy command's, less where it listens and
-# the measuring host's threads): compared one by one
+# the flags that make a server what was audited (the deploy command's, less where it listens, the
+# measuring host's threads, and --metrics: how the server is watched, not what it serves; without
+# it a window is unknown): compared one by one
 COMPARED = (
-    "spec_type", "draft_n_max", "draft_n_min", "draft_sampling",
-    "ng_spec_ngram_simple_size_n", "ng_spec_ngram_simple_size_m", "ng_spec_ngram_simple_min_hits",
-    "ng_spec_ngram_mod_n_match", "ng_spec_ngram_mod_n_min", "ng_spec_ngram_mod_n_max",
-    "ng_spec_ngram_map_k_size_n", "ng_spec_ngram_map_k_size_m", "ng_spec_ngram_map_k_min_hits",
-    "ng_spec_ngram_map_k4v_size_n", "ng_spec_ngram_map_k4v_size_m", "ng_spec_ngram_map_k4v_min_hits",
-    "ctx_size", "parallel", "cache_type_k", "cache_type_v", "cache_ram", "ctx_checkpoints", "threads_http",
-    "swa_full", "ngl", "ngld", "seed", "temp", "top_k", "top_p", "min_p", "metrics",
+    "spec_type",
+    "draft_n_max",
+    "draft_n_min",
+    "draft_sampling",
+    "ng_spec_ngram_simple_size_n",
+    "ng_spec_ngram_simple_size_m",
+    "ng_spec_ngram_simple_min_hits",
+    "ng_spec_ngram_mod_n_match",
+    "ng_spec_ngram_mod_n_min",
+    "ng_spec_ngram_mod_n_max",
+    "ng_spec_ngram_map_k_size_n",
+    "ng_spec_ngram_map_k_size_m",
+    "ng_spec_ngram_map_k_min_hits",
+    "ng_spec_ngram_map_k4v_size_n",
+    "ng_spec_ngram_map_k4v_size_m",
+    "ng_spec_ngram_map_k4v_min_hits",
+    "ctx_size",
+    "parallel",
+    "cache_type_k",
+    "cache_type_v",
+    "cache_ram",
+    "ctx_checkpoints",
+    "threads_http",
+    "swa_full",
+    "ngl",
+    "ngld",
+    "seed",
+    "temp",
+    "top_k",
+    "top_p",
+    "min_p",
 )  # fmt: skip
 UNSET = "unset"
 _PROPS_SAMPLER = {"temperature": "temp", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p", "seed": "seed"}

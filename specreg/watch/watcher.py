@@ -176,6 +176,7 @@ class Watcher:
             return None
         w = self._window(s)
         w.reason, w.fix = (s.problem.message, s.problem.hint) if s.problem else self.no_audit or (None, None)
+        kept.record(self.reg, w, self.key or "0" * 64, None)
         return w
 
     def _window(self, now: Scrape) -> WatchWindow:
