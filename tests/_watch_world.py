@@ -149,11 +149,16 @@ def _one_core() -> None:
 
 
 @contextmanager
-def server(argv: list[str], *, start_timeout: float = 60) -> Iterator[subprocess.Popen[bytes]]:
-    """The command as given, healthy on its --port, stopped (its whole session) afterwards."""
+def server(argv: list[str], *, start_timeout: float = 60, pin: bool = True) -> Iterator[subprocess.Popen[bytes]]:
+    """The command as given, healthy on its --port, stopped (its whole session) afterwards;
+    `pin`: on one core (the benchmark's servers, whose decode rate is compared, are not)."""
     port = argv[argv.index("--port") + 1]
     proc = subprocess.Popen(
-        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, preexec_fn=_one_core
+        argv,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=_one_core if pin else None,
     )
     try:
         deadline = time.monotonic() + start_timeout
