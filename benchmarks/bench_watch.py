@@ -35,20 +35,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the te
 DEFAULT_INTERVAL_S = 15.0
 
 
-def _world(folder: Path) -> tuple[Path, Path, dict[str, int], Path]:
+def _world(folder: Path) -> dict[str, int]:
+    """The tests' world in `folder` (registry.db, policy.toml, the models): its pair ids."""
     from _watch_world import _build
 
     t0 = time.monotonic()
     _build(folder)
     print(f"world: demo target and draft benchmarked in {time.monotonic() - t0:.0f} s")
-    import json
-
-    return (
-        folder / "registry.db",
-        folder / "policy.toml",
-        json.loads((folder / "world.json").read_text())["pairs"],
-        folder,
-    )
+    pairs: dict[str, int] = json.loads((folder / "world.json").read_text())["pairs"]
+    return pairs
 
 
 def _argv(db: Path, policy: Path, pair: int, port: int) -> list[str]:

@@ -579,10 +579,11 @@ def m021_run_attestations(db: sqlite3.Connection) -> None:
 @migrations()
 def m023_watch_windows(db: sqlite3.Connection) -> None:
     """What `specreg watch` saw of a running server, one row per window (watch/store.py owns it):
-    the pair and stratum it was matched to, the server's identity (a digest over what it runs,
-    and the identity itself), the state and why, the counter deltas the numbers come from, the
-    counters at the window's end (where the next `--once` resumes), and the window whole as JSON
-    (schemas/watch.py). An `unknown` window has no numbers; a number a server did not give is NULL."""
+    the pair and stratum it was matched to, the server's identity (a digest over what it runs;
+    the identity itself on a watch's first window of it), the state and why, the counter deltas
+    the numbers come from, the counters at the window's end (where the next `--once` resumes), and
+    the window as JSON (schemas/watch.py, less the identity). An `unknown` window has no numbers;
+    a number a server did not give is NULL."""
     db.execute(
         """
         CREATE TABLE watch_windows (
@@ -591,7 +592,7 @@ def m023_watch_windows(db: sqlite3.Connection) -> None:
             stratum TEXT,
             url TEXT NOT NULL,
             identity_key TEXT NOT NULL CHECK (length(identity_key) = 64),
-            server_json TEXT NOT NULL,
+            server_json TEXT,
             run_id TEXT,
             started_at TEXT NOT NULL,
             ended_at TEXT NOT NULL,

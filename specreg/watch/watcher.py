@@ -86,6 +86,7 @@ class Watcher:
         self.undrafted = 0  # generated tokens since the last window that drafted
         self.index = 0
         self.resumed = 0  # windows of an earlier watch the test continues from
+        self._kept_server: str | None = None  # the identity whose description the registry has from this watch
 
     def close(self) -> None:
         self.client.close()
@@ -176,8 +177,14 @@ class Watcher:
             return None
         w = self._window(s)
         w.reason, w.fix = (s.problem.message, s.problem.hint) if s.problem else self.no_audit or (None, None)
-        kept.record(self.reg, w, self.key or "0" * 64, None)
+        self._keep(w, None)
         return w
+
+    def _keep(self, w: WatchWindow, counters: dict[str, object] | None) -> None:
+        key = self.key or "0" * 64
+        kept.record(self.reg, w, key, counters, with_server=key != self._kept_server)
+        if w.pair_id is not None:
+            self._kept_server = key
 
     def _window(self, now: Scrape) -> WatchWindow:
         prev = self.prev
@@ -210,16 +217,19 @@ class Watcher:
         w = self._window(now)
         if now.problem is not None:
             w.reason, w.fix = now.problem.message, now.problem.hint
-            kept.record(self.reg, w, self.key or "0" * 64, None)
+            self._keep(w, None)
             return w
         assert now.counters is not None
         prev = self.prev
-        w.restarted = changed or (now.counters.went_back(prev.counters) if prev and prev.counters else None)
+        went_back = now.counters.went_back(prev.counters) if prev and prev.counters else None
+        w.restarted = changed or went_back
+        if went_back is not None and changed is None:
+            self._new_test(now)  # the same identity, restarted: its counters start again, so does the test
         if prev is not None and prev.counters is not None and w.restarted is None:
             _deltas(w, prev.counters, now.counters)
         self.prev = now
         self._judge(w, first=prev is None)
-        kept.record(self.reg, w, self.key or "0" * 64, now.counters.as_dict())
+        self._keep(w, now.counters.as_dict())
         return w
 
     def _judge(self, w: WatchWindow, *, first: bool) -> None:

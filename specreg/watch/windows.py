@@ -28,8 +28,11 @@ _COLUMNS = (
 )
 
 
-def record(reg: Registry, w: WatchWindow, identity_key: str, counters: dict[str, Any] | None) -> None:
-    """Keep one window of a matched pair (a window without a pair is not kept: nothing to hold it to)."""
+def record(
+    reg: Registry, w: WatchWindow, identity_key: str, counters: dict[str, Any] | None, *, with_server: bool
+) -> None:
+    """Keep one window of a matched pair (a window without a pair is not kept: nothing to hold it
+    to); `with_server`: the identity too (a watch's first window of it: the others point to it)."""
     if w.pair_id is None:
         return
     a = w.audited
@@ -38,7 +41,7 @@ def record(reg: Registry, w: WatchWindow, identity_key: str, counters: dict[str,
         w.stratum,
         w.url,
         identity_key,
-        w.server.model_dump_json() if w.server else "{}",
+        w.server.model_dump_json() if w.server and with_server else None,
         a.run_id if a else None,
         w.started_at.isoformat(),
         w.ended_at.isoformat(),
@@ -53,7 +56,7 @@ def record(reg: Registry, w: WatchWindow, identity_key: str, counters: dict[str,
         w.accepted,
         a.acceptance if a else None,
         a.decode_tps if a and a.compare_decode else None,
-        w.model_dump_json(),
+        w.model_dump_json(exclude={"server"}),
         json.dumps(counters) if counters is not None else None,
     )
     marks = ", ".join("?" * len(row))
@@ -111,7 +114,7 @@ def production(reg: Registry, pair_ids: Iterable[int]) -> list[ProductionEvidenc
             (n["pair_id"], n["identity_key"], n["url"], n["stratum"]),
         )
         last = rows[-1]
-        server = json.loads(last["server_json"] or "{}")
+        server = json.loads(next((r["server_json"] for r in reversed(rows) if r["server_json"]), "{}"))
         label = server.get("target_path") or "?"
         if server.get("draft_path"):
             label += f", draft {server['draft_path']}"
