@@ -174,7 +174,7 @@ def soak(
     if decode:
         print(f"   decode rate live / audited: median {statistics.median(decode):.3f}, min {min(decode):.3f}")
     else:
-        print(f"   decode rate not compared: {last.audited.note}")
+        print(f"   {last.audited.note}")
     ci = last.acceptance_ratio_ci
     print(f"   final anytime-valid acceptance ratio interval: {ci[0]:.3f}-{ci[1]:.3f}" if ci else "   no interval")
     drifted = states.get("drifted", 0)

@@ -23,13 +23,14 @@ import random
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import httpx
 import pytest
@@ -151,31 +152,38 @@ def _one_core() -> None:
 @contextmanager
 def server(argv: list[str], *, start_timeout: float = 60, pin: bool = True) -> Iterator[subprocess.Popen[bytes]]:
     """The command as given, healthy on its --port, stopped (its whole session) afterwards;
-    `pin`: on one core (the benchmark's servers, whose decode rate is compared, are not)."""
+    `pin`: on one core (the benchmark's servers, whose decode rate is compared, are not). Its log
+    goes to a file: a pipe nobody reads fills up with llama.cpp's log and blocks the server."""
     port = argv[argv.index("--port") + 1]
-    proc = subprocess.Popen(
-        argv,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-        preexec_fn=_one_core if pin else None,
-    )
-    try:
-        deadline = time.monotonic() + start_timeout
-        while True:
-            if proc.poll() is not None:
-                raise AssertionError(f"server exited: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2, trust_env=False).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError("the deployed command did not become healthy")
-            time.sleep(0.1)
-        yield proc
-    finally:
-        stop(proc)
+    with tempfile.TemporaryFile() as log:
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            start_new_session=True,
+            preexec_fn=_one_core if pin else None,
+        )
+        try:
+            _healthy(proc, port, start_timeout, log)
+            yield proc
+        finally:
+            stop(proc)
+
+
+def _healthy(proc: subprocess.Popen[bytes], port: str, timeout: float, log: IO[bytes]) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            log.seek(0)
+            raise AssertionError(f"server exited: {log.read().decode('utf-8', 'replace')[-2000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=2, trust_env=False).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError("the deployed command did not become healthy")
+        time.sleep(0.1)
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -188,8 +196,6 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
-    if proc.stderr:
-        proc.stderr.close()
 
 
 def shuffled_letters(n: int, seed: int = 0) -> list[dict[str, Any]]:

@@ -67,9 +67,10 @@ class Exporter:
         from prometheus_client import start_http_server
 
         try:
-            self._server, _ = start_http_server(port, addr=host, registry=self.registry)
+            started = start_http_server(port, addr=host, registry=self.registry)
         except OSError as exc:
             raise UsageError(f"--listen {host}:{port}: {exc.strerror or exc}") from None
+        self._server = started[0] if isinstance(started, tuple) else None  # (server, thread) since 0.20
 
     def close(self) -> None:
         server = self._server
