@@ -1,6 +1,6 @@
 """What the busy-machine probe reads: quiet, with one and with two CPU-burning neighbours.
 
-The numbers behind `--busy-share` (specreg/benchmark/contention.py): three runs on tiny generated
+The numbers behind `--busy-share` (specreg/benchmark/store/contention.py): three runs on tiny generated
 models with the bundled llama.cpp server, back to back - no burner, then one, then two started
 after the first round (each burner one `while True` process, killed when the run ends) - and
 for each slot (condition, round) the CPU per wall second, in cores, of this specreg and its
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import psutil
 
-from specreg.benchmark.execute import Observer
-from specreg.benchmark.runner import Runner
+from specreg.benchmark.run.context import Observer
+from specreg.benchmark.run.runner import Runner
 from specreg.registry.store import Registry
 from specreg.schemas.bench import ConditionRun
 from specreg.schemas.bench_settings import BenchSettings

@@ -56,7 +56,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from specreg.decision import sequential
+from specreg.decision import budget, sequential
 from specreg.testing.modelspec import FAST_ITEMS
 
 SPECREG = [sys.executable, "-m", "specreg"]
@@ -128,7 +128,7 @@ def cost(runs: int = 20) -> None:
     (the slice) against every centre of the grid (as before it, but with today's clip, which no
     longer sorts the observations at every step), on paired log ratios with a spread
     of 0.1 around 1.1x (1 in 25 three times as far), a look after every 8; and one
-    `rounds_to_decide` (7 paths of up to 40 rounds of 8) from 16 such pairs against 1.05x."""
+    `budget.need` (7 paths of up to 40 rounds of 8) from 16 such pairs against 1.05x."""
     print(f"   cost of the sequence, CPU per observation ({load()}):")
     for n in (50, 200, 500):
         data = []
@@ -153,8 +153,8 @@ def cost(runs: int = 20) -> None:
     cond = [b / 1.1 * math.exp(rng.gauss(0, 0.1)) for b in base]
     t0 = time.process_time()
     for seed in range(runs):
-        sequential.rounds_to_decide(base, cond, 1.05, per_round=8, max_rounds=40, seed=seed)
-    print(f"   rounds_to_decide from 16 pairs: {(time.process_time() - t0) / runs * 1e3:.1f} ms CPU")
+        budget.need("k", base, cond, 1.05, per_round=8, seed=seed)
+    print(f"   budget.need from 16 pairs: {(time.process_time() - t0) / runs * 1e3:.1f} ms CPU")
 
 
 # -- 2. tiny models -----------------------------------------------------------------------------

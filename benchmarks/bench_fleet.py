@@ -131,7 +131,7 @@ def time_commands(db: Path, root: Path, runs: int) -> dict[str, tuple[float, flo
 # the audit with one of its tricks switched off, for the table of what each buys (patched in the child)
 WITHOUT = {
     "without kept run digests": (
-        "import specreg.benchmark.digest_cache as d; d.get = lambda *a, **k: {}; d.put = lambda *a, **k: 0"
+        "import specreg.benchmark.store.digest_cache as d; d.get = lambda *a, **k: {}; d.put = lambda *a, **k: 0"
     ),
     "without the quick exit (teardown)": "import specreg.teardown as t; t.arm = lambda: None",
 }

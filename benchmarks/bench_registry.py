@@ -29,7 +29,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from specreg.benchmark.runstore import RunStore
+from specreg.benchmark.store.runstore import RunStore
 from specreg.exchange.rederive import derived_summaries
 from specreg.gguf.summary import summarize
 from specreg.registry.store import Registry

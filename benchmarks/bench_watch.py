@@ -62,7 +62,7 @@ def scrape_cost(argv: list[str], n: int) -> float:
     import psutil
     from _watch_world import server
 
-    from specreg.benchmark.client import LlamaClient
+    from specreg.benchmark.run.client import LlamaClient
     from specreg.validators.ruleset import load_rule_set
     from specreg.watch.scrape import MAX_REPLY_BYTES, scrape
 

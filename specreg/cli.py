@@ -19,9 +19,10 @@ from specreg.commands.options import DB_KEY, DbOpt, HelpCommand
 from specreg.errors import EXIT_UNDECIDED, SpecregError
 
 try:  # typer >= 0.29 vendors click as typer._click: its usage errors are not click's classes
-    from typer._click.exceptions import ClickException
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
 except ImportError:  # pragma: no cover - a typer that uses click itself
     from click import ClickException  # type: ignore[assignment]
+    from click.exceptions import NoArgsIsHelpError  # type: ignore[assignment]
 
 # Every command, in the order of the pipeline (the order `--help` lists them), with where it
 # lives (`module:attribute` under specreg.commands: a function is a command, a Typer a group of
@@ -39,7 +40,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("rules", "rules:rules_app", "List the rule sets per llama.cpp build, or diff two."),
     ("workloads", "workloads:workloads_app", "List the built-in and standard workloads, or fetch one."),
     ("bench", "bench:bench_app", "Benchmark admitted pairs on a real llama.cpp server."),
-    ("runs", "bench:runs_app", "List benchmark runs, or show one."),
+    ("runs", "runs:runs_app", "List benchmark runs, or show one."),
     ("audit", "audit:audit_cmd", "Check every deployment gate for admitted pairs."),
     ("deploy", "deploy:deploy_cmd", "Print the pinned llama-server command for an audited pair."),
     ("watch", "watch:watch_cmd", "Watch a deployed llama-server against its audited evidence."),
@@ -241,6 +242,9 @@ def main(argv: list[str] | None = None) -> None:
         _trace(debug)
         code = _fail(exc.message, exc.hint, exc.exit_code)
     except typer.Exit as exc:
+        code = exc.exit_code
+    except NoArgsIsHelpError as exc:  # `specreg`, `specreg rules`: the help, as typer and `hf` print it
+        sys.stderr.write(exc.format_message() + "\n")
         code = exc.exit_code
     except ClickException as exc:  # a usage error typer found (unknown option, bad choice, ...)
         ctx = getattr(exc, "ctx", None)

@@ -276,7 +276,7 @@ def run_demo(
     `fetch_step`: how the real model's fetch shows its progress (realmodel.Step)."""
     from specreg.audit.policy import example_policy_text, load_policy
     from specreg.audit.run import run_audit
-    from specreg.benchmark.runner import Runner
+    from specreg.benchmark.run.runner import Runner
     from specreg.registry.store import Registry
     from specreg.report.write import write_audit_report
     from specreg.sources.checking import check_and_record

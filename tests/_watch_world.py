@@ -89,7 +89,7 @@ class WatchWorld:
 
 
 def _build(folder: Path) -> None:
-    from specreg.benchmark.runner import Runner
+    from specreg.benchmark.run.runner import Runner
     from specreg.demo import DRAFT, DRAFTS, NGRAM, TARGET, WORKLOAD
     from specreg.schemas.bench_settings import BenchSettings
     from specreg.sources.provenance import register

@@ -12,8 +12,8 @@ from benchmarks.bench_registry import fill
 from specreg.audit.decisions import decide
 from specreg.audit.fleet import audit_by_hardware
 from specreg.audit.run import RunsFor, run_audit
-from specreg.benchmark.digest import hardware_identity
-from specreg.benchmark.run_index import RunHead, RunIndex, runs_for_pair
+from specreg.benchmark.store.digest import hardware_identity
+from specreg.benchmark.store.run_index import RunHead, RunIndex, runs_for_pair
 from specreg.registry.store import Registry
 from specreg.schemas.audit import Policy
 from specreg.schemas.registry import PairRecord

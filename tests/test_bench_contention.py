@@ -1,4 +1,4 @@
-"""A run that knows when the machine was busy (benchmark/contention.py).
+"""A run that knows when the machine was busy (benchmark/store/contention.py).
 
 The rules are judged on injected per-round samples (this machine is shared, so a "quiet" real
 run cannot be had on demand); one real run on tiny models starts CPU burners during its first
@@ -19,10 +19,10 @@ import pytest
 from _bench_helpers import ITEMS, admit, workload
 from _registry_helpers import cli, model
 
-from specreg.benchmark import contention
-from specreg.benchmark.condition_summary import StatSettings, speed_decision, summarize
-from specreg.benchmark.execute import Observer
-from specreg.benchmark.runner import Runner
+from specreg.benchmark.run.context import Observer
+from specreg.benchmark.run.runner import Runner
+from specreg.benchmark.store import contention
+from specreg.benchmark.store.condition_summary import StatSettings, speed_decision, summarize
 from specreg.registry.store import Registry
 from specreg.schemas.bench import ConditionRun, ConditionSpec, RequestRow, RoundLoad
 from specreg.schemas.bench_settings import BenchSettings
@@ -284,7 +284,7 @@ def test_a_busy_neighbour_sets_its_round_aside_and_the_budget_measures_again(tmp
 
 
 def test_bench_notes_a_round_set_aside_as_it_happens(capsys: pytest.CaptureFixture[str]) -> None:
-    from specreg.commands.views.bench import ProgressView
+    from specreg.commands.views.progress import ProgressView
 
     view = ProgressView()
     cond = _cond(1, "ngram-mod", [_load(0, 0.02)])

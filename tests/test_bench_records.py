@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 from _bench_helpers import RULES, workload
 
-from specreg.benchmark import condition_summary as summary
-from specreg.benchmark import execute
-from specreg.benchmark.client import Completion, _completion_event
+from specreg.benchmark.run import execute
+from specreg.benchmark.run.reply import Completion, completion_event
+from specreg.benchmark.store import condition_summary as summary
+from specreg.equivalence import replay
 from specreg.schemas.bench import ConditionRun, ConditionSpec, RequestRow, WorkloadItem
 
 HELD_BACK = [
@@ -43,7 +44,7 @@ def _stream(events: list[dict[str, Any]], gap_s: float = 0.002) -> Completion:
     t0 = time.perf_counter()
     for ev in events:
         time.sleep(gap_s)
-        _completion_event(out, ev, t0)
+        completion_event(out, ev, t0)
     out.ok, out.total_ms = True, (time.perf_counter() - t0) * 1000.0
     return out
 
@@ -90,10 +91,10 @@ def test_stored_arrivals_never_size_an_allocation() -> None:
 def test_a_stream_that_says_less_than_it_carries_is_malformed() -> None:
     out = Completion(token_ids=[])
     with pytest.raises(ValueError, match="token ids for 1 new token"):
-        _completion_event(out, {"content": "ab", "tokens": [1, 2], "tokens_predicted": 1}, time.perf_counter())
-    _completion_event(out := Completion(token_ids=[]), {"content": "a", "tokens_predicted": 5}, time.perf_counter())
+        completion_event(out, {"content": "ab", "tokens": [1, 2], "tokens_predicted": 1}, time.perf_counter())
+    completion_event(out := Completion(token_ids=[]), {"content": "a", "tokens_predicted": 5}, time.perf_counter())
     with pytest.raises(ValueError, match="went back"):
-        _completion_event(out, {"content": "b", "tokens_predicted": 4}, time.perf_counter())
+        completion_event(out, {"content": "b", "tokens_predicted": 4}, time.perf_counter())
 
 
 def _replay(ids: list[int], text: str, n: int | None = None) -> Completion:
@@ -105,7 +106,7 @@ def test_a_replay_is_kept_only_when_it_is_the_streamed_generation() -> None:
     row, pos = _row_of(c), c.id_positions
 
     def problem(rec: Completion) -> str | None:
-        return execute._replay_problem(row, pos, rec)
+        return replay.replay_problem(row, pos, rec)
 
     assert problem(_replay(REPLAY_IDS, c.text)) is None
     assert problem(_replay(REPLAY_IDS, c.text + "\ufffd")) is None  # the never-released tail
@@ -133,7 +134,7 @@ def test_one_token_changed_inside_a_held_back_utf8_sequence_fails_equivalence() 
     assert loose.equal and loose.unit == "char"  # only the text could be compared: and says so
     changed = [*REPLAY_IDS[:3], 170, *REPLAY_IDS[4:]]  # token 3 of the held-back bytes
     # the condition's replay passes the same checks: text and the ids the stream showed agree
-    assert execute._replay_problem(cond_stream, c.id_positions, _replay(changed, c.text)) is None
+    assert replay.replay_problem(cond_stream, c.id_positions, _replay(changed, c.text)) is None
     base, cond = _complete(c, REPLAY_IDS, 0, "none"), _complete(c, changed, 1, "draft-simple")
     strict = summary.compare_outputs(base, cond)
     assert not strict.equal and strict.unit == "token" and strict.first == 3 and strict.first_char is None
@@ -193,7 +194,7 @@ REAL_ITEMS = [{"id": k, "stratum": "chat", "max_tokens": 48, "prompt": v} for k,
 def test_real_model_rows_hold_every_generated_id(real_model: Callable[[str], Path], tmp_path: Path) -> None:
     """SmolLM2 in Japanese, Russian and code, baseline, draft-simple and n-gram: every row of every
     condition holds exactly as many ids as the server generated, and they match the baseline's."""
-    from specreg.benchmark.runner import Runner
+    from specreg.benchmark.run.runner import Runner
     from specreg.registry.store import Registry
     from specreg.schemas.bench_settings import BenchSettings
     from specreg.sources.checking import check_and_record
@@ -226,7 +227,7 @@ def test_a_replay_answer_nested_past_the_parser_is_a_row_error_not_a_traceback()
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from specreg.benchmark.client import LlamaClient
+    from specreg.benchmark.run.client import LlamaClient
 
     body = b"[" * 100_000 + b"]" * 100_000
 

@@ -19,8 +19,8 @@ import xllamacpp
 from _bench_helpers import ITEMS, NOISE, admit, db_rows, force_verdict, workload
 from _registry_helpers import model
 
-from specreg.benchmark.execute import Observer
-from specreg.benchmark.runner import Runner
+from specreg.benchmark.run.context import Observer
+from specreg.benchmark.run.runner import Runner
 from specreg.errors import ArtifactChanged, NotAdmitted, ServerError
 from specreg.registry.store import Registry
 from specreg.schemas.bench import ConditionRun, RequestRow

@@ -18,7 +18,7 @@ from _bundle_helpers import db_rows as _rows
 from _bundle_helpers import dump, edit_run, members, rename_run, rewrite, slowed, write_members
 
 from specreg import __version__
-from specreg.benchmark.digest_cache import builder_id
+from specreg.benchmark.store.digest_cache import builder_id
 from specreg.errors import BundleError
 from specreg.exchange.bundle import export_bundle, import_bundles
 from specreg.exchange.bundle_format import HEADER, open_bundle

@@ -21,7 +21,7 @@ def test_startup_imports_nothing_heavy() -> None:
     code = (
         "import sys, specreg.cli; "
         "print(sorted(m for m in ('click', 'numpy', 'gguf', 'sqlite_utils', 'huggingface_hub', 'httpx', "
-        "'psutil', 'specreg.registry.store', 'specreg.benchmark.runner') if m in sys.modules))"
+        "'psutil', 'specreg.registry.store', 'specreg.benchmark.run.runner') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -39,8 +39,8 @@ def test_only_the_command_being_run_is_built_and_it_behaves_the_same(name: str) 
 # Each command imports its own stage and nothing of the others' (a fresh process per command).
 NOT_IMPORTED = {
     "inspect": ("pydantic", "specreg.registry.store", "specreg.validators.pair", "specreg.benchmark", "jinja2"),
-    "check": ("specreg.benchmark.runner", "specreg.audit", "specreg.report", "numpy", "httpx", "psutil"),
-    "pairs": ("specreg.benchmark.runner", "specreg.audit", "specreg.report", "numpy", "jinja2"),
+    "check": ("specreg.benchmark.run.runner", "specreg.audit", "specreg.report", "numpy", "httpx", "psutil"),
+    "pairs": ("specreg.benchmark.run.runner", "specreg.audit", "specreg.report", "numpy", "jinja2"),
     "artifacts": ("specreg.benchmark", "specreg.audit", "specreg.validators.pair", "numpy", "jinja2"),
 }
 

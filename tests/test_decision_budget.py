@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from specreg.benchmark.execute import partial_order
+from specreg.benchmark.run.execute import partial_order
 from specreg.decision import budget
 from specreg.schemas.bench import WorkloadItem
 

@@ -96,7 +96,7 @@ def test_deploy_prints_the_measured_condition_as_a_llama_server_command(
 def test_argv_round_trips_through_the_bundled_parser_to_what_was_measured(
     audit_world: AuditWorld, tmp_path: Path
 ) -> None:
-    from specreg.benchmark.runstore import RunStore
+    from specreg.benchmark.store.runstore import RunStore
 
     with Registry(audit_world.db, show_progress=False) as reg:
         run = RunStore(reg).load(audit_world.run_id)

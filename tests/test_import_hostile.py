@@ -259,7 +259,7 @@ def test_a_bundle_whose_decisions_were_drawn_before_the_slice_is_kept(audit_worl
     grid's hull (decision/sequential.py): where its truth left the interval, that collapsed it
     to a point the slice no longer gives. A bundle written then stores that interval; the import
     draws it again the old way too and keeps the run. A claim neither way gives stays refused."""
-    from specreg.benchmark.runstore import RunStore
+    from specreg.benchmark.store.runstore import RunStore
     from specreg.exchange.rederive import check_summaries, derived_summaries
 
     source = audit_world.copy(tmp_path / "source.db")

@@ -23,9 +23,9 @@ from specreg.validators.memory_budget import (
     estimate,
     head_dim_check,
     kv_bytes,
-    model_facts,
     parse_size,
 )
+from specreg.validators.memory_facts import model_facts
 
 MIB = 1 << 20
 WIDE = BASE.but(n_embd=256, n_layer=3, n_head=8, n_head_kv=2, n_ff=512)  # GQA, head size 32 (quantized KV fits)
@@ -204,7 +204,7 @@ def test_check_pair_reports_memory_and_fails_a_budget(tmp_path: Path) -> None:
 
 def test_benchmark_conditions_store_a_prediction_within_15_percent(audit_world: AuditWorld) -> None:
     """The shared real run: every condition's predicted peak RSS next to the measured one."""
-    from specreg.benchmark.runstore import RunStore
+    from specreg.benchmark.store.runstore import RunStore
 
     with Registry(audit_world.db, show_progress=False) as reg:
         run = RunStore(reg).load(audit_world.run_id)
@@ -226,7 +226,7 @@ TOLERANCE = 0.05  # predicted peak RSS within 5% of the measured one
 
 def _served_peak(target: Path, draft: Path | None, method: str, items: list[WorkloadItem], tmp: Path) -> int:
     """Peak RSS (sampled and high-water mark) of the bundled server serving `items` once."""
-    from specreg.benchmark.client import LlamaClient
+    from specreg.benchmark.run.client import LlamaClient
     from specreg.servers.memory import GpuProbe, MemorySampler
 
     argv = ["-m", str(target), *(["-md", str(draft)] if draft else []), "--spec-type", method, "-c", "4096"]
@@ -265,7 +265,7 @@ def _check(target: Path, draft: Path | None, method: str, items: list[WorkloadIt
 
 def test_tokenizer_heap_from_metadata_grows_with_the_vocabulary(tmp_path: Path, real_vocab) -> None:
     """Per token, per long token byte, per merge: a 151k BPE vocabulary costs more than a 32k SPM one."""
-    from specreg.validators.memory_budget import vocab_heap_bytes
+    from specreg.validators.memory_facts import vocab_heap_bytes
 
     spm = write_model(tmp_path / "spm.gguf", CYCLER.but(tokenizer_from=str(real_vocab("llama-spm"))))
     n, heap = vocab_heap_bytes(open_gguf(spm))

@@ -14,7 +14,7 @@ import pytest
 from _pair_helpers import RULES
 
 from specreg.audit.deploy import server_argv
-from specreg.benchmark.client import LlamaClient
+from specreg.benchmark.run.client import LlamaClient
 from specreg.gguf.reader import open_gguf
 from specreg.schemas.bench import ChatMessage, ConditionSpec, WorkloadItem
 from specreg.schemas.memory import DEFAULT_CACHE_RAM_MIB, DEFAULT_CTX_CHECKPOINTS, ServeSettings
@@ -30,9 +30,9 @@ from specreg.validators.memory_budget import (
     estimate,
     exceeded_text,
     longest_draft,
-    model_facts,
     prediction_exceeded,
 )
+from specreg.validators.memory_facts import model_facts
 from specreg.validators.memory_served import (
     Served,
     checkpoint_positions,
@@ -451,7 +451,7 @@ def test_a_benchmarks_refused_rows_are_replayed_as_refused() -> None:
     ]
     assert longest_draft(served) is None  # the timed-out one's drafts are not known
     assert longest_draft([r for r in served if r.key != "c"]) == 6
-    from specreg.benchmark.client import Completion
+    from specreg.benchmark.run.reply import Completion
 
     timings = ({"predicted_n": 8}, {"predicted_n": 8, "draft_n": 6}, {})  # draft_n left out when 0
     assert [Completion(timings=t).drafted for t in timings] == [0, 6, None]

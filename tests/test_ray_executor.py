@@ -128,7 +128,7 @@ def test_a_real_local_ray_cluster_runs_two_pairs_like_a_local_run(
     monkeypatch.setenv("RAY_prestart_worker_first_driver", "0")
     monkeypatch.setenv("RAY_worker_maximum_startup_concurrency", "1")
     ray_tmp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))  # short: Ray's socket paths must fit 107 bytes
-    from specreg.benchmark.runner import Runner
+    from specreg.benchmark.run.runner import Runner
     from specreg.exchange.ray_executor import bench_on_ray
 
     target = model(tmp_path, "t.gguf")

@@ -88,7 +88,7 @@ def test_real_pair_benchmarks_and_deploys(real_model: Callable[[str], Path], tmp
     """One short real run: the Q4_1 draft is accepted almost always, outputs match, deploy prints it."""
     from specreg.audit.deploy import plan_deploy
     from specreg.audit.run import run_audit
-    from specreg.benchmark.runner import Runner
+    from specreg.benchmark.run.runner import Runner
     from specreg.registry.store import Registry
     from specreg.schemas.audit import Policy
     from specreg.schemas.bench_settings import BenchSettings

@@ -171,7 +171,7 @@ def artifacts_reg(reg: Registry, tmp_path: Path) -> tuple[Registry, list[str]]:
 
 
 def _artifacts_by_row(reg: Registry, shas: list[str]) -> dict[str, ArtifactRecord]:
-    return reg.artifacts_store.get_many_by_row(json.dumps(sorted(set(shas))), with_summary=False)
+    return artifacts.ArtifactStore(reg.database).get_many_by_row(json.dumps(sorted(set(shas))), with_summary=False)
 
 
 def _same_artifacts(got: dict[str, ArtifactRecord], want: dict[str, ArtifactRecord]) -> None:

@@ -190,11 +190,11 @@ SCHEMA: dict[str, list[str]] = {
         "draft_sha256",
         "summary_json",
     ],
-    # each finished run's digest as the audit reads it (m012, specreg/benchmark/digest_cache.py)
+    # each finished run's digest as the audit reads it (m012, specreg/benchmark/store/digest_cache.py)
     "run_digests": ["run_id", "spread", "builder", "digest_json"],
     # chat-template scans by the template's SHA-256 (m010, specreg/registry/template_scans.py)
     "template_scans": ["template_sha256", "scanner", "scan_json", "scanned_at"],
-    # who vouched for an imported run: one row per verified envelope and run (m021, specreg/exchange/signing.py)
+    # who vouched for an imported run: one row per verified envelope and run (m021, specreg/signing/attestations.py)
     "run_attestations": [
         "run_id",
         "run_digest",
@@ -205,7 +205,17 @@ SCHEMA: dict[str, list[str]] = {
         "signed_at",
         "imported_at",
     ],
-    # what `specreg watch` saw of a deployed server, one row per window (m023, specreg/watch/store.py)
+    # who vouched for an imported verdict: one row per verified envelope and verdict (m022, same module)
+    "verdict_attestations": [
+        "verdict_id",
+        "key_id",
+        "signer",
+        "bundle_digest",
+        "envelope_sha256",
+        "signed_at",
+        "imported_at",
+    ],
+    # what `specreg watch` saw of a deployed server, one row per window (m023, specreg/watch/windows.py)
     "watch_windows": [
         "id",
         "pair_id",

@@ -128,7 +128,8 @@ def test_audit_names_the_run_it_judged(
 def test_a_mismatch_is_marked_and_coloured(
     sweep_world: SimpleNamespace, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from specreg.commands.views.bench import MISMATCH_MARK, show_run
+    from specreg.commands.views.cells import MISMATCH_MARK
+    from specreg.commands.views.run_detail import show_run
 
     run = sweep_world.run.model_copy(deep=True)
     s = next(s for s in run.summaries if s.condition == "draft-simple k4 c2" and s.stratum == "all")
@@ -197,7 +198,7 @@ def _progress_run(monkeypatch: pytest.MonkeyPatch, columns: int, n_rounds: int =
     `columns`; the screen's lines as they were written (split at every CR and LF, colours removed)."""
     from datetime import datetime
 
-    from specreg.commands.views.bench import ProgressView
+    from specreg.commands.views.progress import ProgressView
     from specreg.schemas.bench import ConditionRun, ConditionSpec, RequestRow, RunInfo, SpecCounters
 
     term = _Tty()

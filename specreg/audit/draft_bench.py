@@ -129,7 +129,7 @@ def bench_drafts(reg: Registry, report: DraftReport, plan: BenchPlan, say: Calla
     """Successive halving over the top `plan.n` measurable candidates (module docstring)."""
     from specreg.audit.deploy import plan_deploy
     from specreg.audit.fleet import audit_by_hardware
-    from specreg.benchmark.runner import Runner
+    from specreg.benchmark.run.runner import Runner
     from specreg.schemas.bench_settings import BenchSettings
 
     if plan.tune and plan.budget_s is None:

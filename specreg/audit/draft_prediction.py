@@ -38,7 +38,7 @@ import math
 from dataclasses import field
 from typing import TYPE_CHECKING
 
-from specreg.benchmark import tune_curve as tune
+from specreg.benchmark.plan import tune_curve as tune
 from specreg.lazyclass import dataclass
 from specreg.schemas.drafts import ErrorStat, Prediction, PriorFit
 from specreg.schemas.methods import BASELINE, MODEL_DRAFTED

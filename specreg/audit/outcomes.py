@@ -56,7 +56,7 @@ class Judged:
 
 def _stratum_why(eq: GateResult, sp: GateResult, stratum: str) -> str:
     """Which of equivalence and speed fail in `stratum`, each with its numbers."""
-    from specreg.benchmark.statistics import interval_text
+    from specreg.benchmark.store.statistics import interval_text
 
     parts: list[str] = []
     if not eq.strata.get(stratum, False):

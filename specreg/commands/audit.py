@@ -64,7 +64,7 @@ def audit_cmd(
         raise UsageError(f"--attestation {attestation}: folder {attestation.parent} does not exist")
     signer = None
     if sign is not None:  # a bad key fails before the audit runs
-        from specreg.exchange.dsse import load_signer
+        from specreg.signing.dsse import load_signer
 
         signer = load_signer(sign)
     # The result of 5,000 pairs is ~10^5 small acyclic objects: with the cyclic GC running, each

@@ -1,7 +1,8 @@
-"""`specreg bench admitted`, `specreg runs`, `specreg runs show`: benchmark admitted pairs, read runs.
+"""`specreg bench admitted`: benchmark admitted pairs (reading stored runs is `runs`: runs.py).
 
-Thin: parse options, call `benchmark.runner.Runner`, render through `views.bench`. Heavy modules
-are imported inside the commands so `specreg --help` stays fast.
+Thin: parse options, call `benchmark.runner.Runner`, render through `views.progress` (live) and
+`views.run_detail`. Heavy modules are imported inside the commands so `specreg --help` stays
+fast.
 """
 
 from __future__ import annotations
@@ -13,12 +14,11 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from specreg.commands.options import JsonOpt, PairOpt, ReportOpt, db_path
-from specreg.commands.output import emit_json, emit_result, err_console, safe, say
+from specreg.commands.options import JsonOpt, PairOpt, db_path
+from specreg.commands.output import emit_json, err_console, safe, say
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry
-    from specreg.schemas.audit import ModelName
     from specreg.schemas.bench import BenchRun
     from specreg.schemas.bench_settings import BenchSettings
     from specreg.servers.identity import ChosenRules
@@ -27,16 +27,12 @@ bench_app = typer.Typer(
     help="Benchmark admitted pairs on a real llama.cpp server.",
     no_args_is_help=True,
 )
-runs_app = typer.Typer(
-    help="List benchmark runs, or show one (`runs show RUN_ID`).",
-    invoke_without_command=True,
-)
 
 
-def _registry(*, create: bool = True) -> Registry:
+def _registry() -> Registry:
     from specreg.registry.store import Registry
 
-    return Registry(db_path(), create=create)
+    return Registry(db_path())
 
 
 def _split(values: list[str] | None) -> list[str] | None:
@@ -283,9 +279,10 @@ def admitted(
     summaries with speed-up intervals, server logs); exit 0 when every condition ran, 1 when one
     failed (e.g. the draft was refused or drafted nothing), 2 on errors.
     """
-    from specreg.benchmark.conditions import parse_ngram_options
-    from specreg.benchmark.runner import Runner
-    from specreg.commands.views.bench import ProgressView, show_run
+    from specreg.benchmark.plan.conditions import parse_ngram_options
+    from specreg.benchmark.run.runner import Runner
+    from specreg.commands.views.progress import ProgressView
+    from specreg.commands.views.run_detail import show_run
     from specreg.schemas.bench_settings import BenchSettings, parse_busy_share
 
     opts = BenchSettings.from_options(
@@ -387,8 +384,8 @@ def _bench_ray(
     json_out: bool,
 ) -> None:
     """`--executor ray`: dispatch, import, show; exits like the local executor (0 / 1)."""
-    from specreg.benchmark.runstore import RunStore
-    from specreg.commands.views.bench import show_run
+    from specreg.benchmark.store.runstore import RunStore
+    from specreg.commands.views.run_detail import show_run
     from specreg.errors import UsageError
     from specreg.exchange.ray_executor import CONNECT_TIMEOUT_S, bench_on_ray, need_ray, parse_resources
 
@@ -427,100 +424,3 @@ def _bench_ray(
             err_console().print(f"[bold red]failed:[/] run {f.run_id} (pair {f.pair_id}): {safe(f.status_reason)}")
     ok = not out.failed and all(r.info.status == "complete" for r in runs)
     raise typer.Exit(0 if ok else 1)
-
-
-def _load_named(run_id: str) -> tuple[BenchRun, dict[str, str | None]]:
-    """A stored run and the registry's general.name of its target and draft (shown beside their SHA-256)."""
-    from specreg.benchmark.runstore import RunStore
-
-    with _registry(create=False) as reg:
-        run = RunStore(reg).load(run_id)
-        shas = [s for s in (run.info.target_sha256, run.info.draft_sha256) if s]
-        return run, {sha: rec.name for sha, rec in reg.get_artifacts(shas).items()}
-
-
-@runs_app.callback()
-def runs(
-    ctx: typer.Context,
-    by_hardware: Annotated[
-        bool, typer.Option("--by-hardware", help="Pairs down, hardware classes across: newest speed-up on each.")
-    ] = False,
-    json_out: JsonOpt = False,
-) -> None:
-    """List benchmark runs (oldest first) with their status, hardware class and origin host."""
-    if ctx.invoked_subcommand is not None:
-        return
-    if by_hardware:
-        _runs_by_hardware(json_out)
-        return
-    from specreg.benchmark.run_index import run_results
-    from specreg.benchmark.runstore import RunStore
-    from specreg.commands.views.bench import runs_table
-
-    with _registry(create=False) as reg:
-        store = RunStore(reg)
-        store.reap_orphans()
-        items = store.runs()
-        results = None if json_out else run_results(reg)
-        shas = {s for r in items for s in (r.target_sha256, r.draft_sha256) if s} if not json_out else set()
-        names = {sha: rec.name for sha, rec in reg.get_artifacts(shas).items()}
-    if json_out:
-        emit_json([r.model_dump(mode="json") for r in items])
-    else:
-        runs_table(items, results, names)
-
-
-def _runs_by_hardware(json_out: bool) -> None:
-    from dataclasses import asdict
-
-    from specreg.commands.views.bench import hardware_table
-    from specreg.servers.hardware import by_hardware
-
-    with _registry(create=False) as reg:
-        classes, rows = by_hardware(reg)
-    if json_out:
-        emit_json({"hardware": classes, "pairs": [asdict(r) for r in rows]})
-    else:
-        hardware_table(classes, rows)
-
-
-@runs_app.command("show")
-def show(
-    run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix (see `specreg runs`).")],
-    json_out: JsonOpt = False,
-    report: ReportOpt = None,
-) -> None:
-    """Show one run: condition x stratum table (acceptance, speed-up, p50/p95, TTFT, memory, equivalence, errors)."""
-    from specreg.commands.views.bench import show_run
-
-    run, names = _load_named(run_id)
-    written: list[Path] = []
-    if report is not None:  # the report module (audit area) draws the plots and writes atomically
-        from specreg.report.write import write_run_report_for
-
-        written = write_run_report_for(report, run, _model_names(run))
-
-    def human() -> None:
-        show_run(run, names)
-        _production(run)
-
-    emit_result(run, json_out, human, written)
-
-
-def _production(run: BenchRun) -> None:
-    """What `specreg watch` kept of the pairs this run was the audited evidence for."""
-    from specreg.commands.views.audit import production
-    from specreg.watch.windows import production_of_run
-
-    with _registry(create=False) as reg:
-        production(production_of_run(reg, run.info.run_id))
-
-
-def _model_names(run: BenchRun) -> dict[str, ModelName]:
-    """Name, file and quant of the run's models, for the report to print beside each SHA-256."""
-    from specreg.schemas.audit import ModelName
-
-    shas = {run.info.target_sha256, run.info.draft_sha256, *(c.spec.draft_sha256 for c in run.conditions)}
-    with _registry(create=False) as reg:
-        found = reg.get_artifacts(s for s in shas if s)
-    return {sha: ModelName.of(rec) for sha, rec in found.items()}

@@ -7,17 +7,19 @@ Heavy modules are imported inside the commands so `specreg --help` stays fast.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from specreg.commands.layout import Col
-from specreg.commands.options import METHOD_AUTO, JsonOpt, MethodOpt, chosen_method, db_path
+from specreg.commands.options import METHOD_AUTO, JsonOpt, MethodOpt, TimeoutOpt, chosen_method, db_path
 from specreg.commands.output import console, emit_json, err_console, print_listing, warn
 from specreg.units import mib_text
 
 if TYPE_CHECKING:
     from specreg.gguf.reader import GGUFFile
+    from specreg.registry.store import Registry
     from specreg.schemas.checks import CheckResult
     from specreg.schemas.memory import MemoryEstimate
     from specreg.schemas.registry import ArtifactRecord, PairRecord
@@ -158,6 +160,7 @@ def pair_cmd(
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Every check in full (a rejection folds its follow-on checks).")
     ] = False,
+    timeout: TimeoutOpt = None,
 ) -> None:
     """Decide whether a target/draft pair is safe for llama.cpp speculative decoding.
 
@@ -174,6 +177,7 @@ def pair_cmd(
     from specreg.commands.views.check import show_verdict
     from specreg.errors import UsageError
     from specreg.registry.store import Registry
+    from specreg.remote import allowing
     from specreg.schemas.memory import ServeSettings
     from specreg.servers.identity import choose_rules
     from specreg.servers.memory_predict import parse_layers, resolve_budget
@@ -207,7 +211,7 @@ def pair_cmd(
             out += run_probe(t_file, d_file, how, [*static, *out], rules.id, server, show=not json_out)
         return out
 
-    with Registry(db_path(), show_progress=not json_out and fmt == "text") as reg:
+    with Registry(db_path(), show_progress=not json_out and fmt == "text") as reg, allowing(timeout):
         done = check_and_record(reg, target, draft, chosen or "auto", rule_set=rules, strict=strict, extra=extra)
     warn(done.warnings)
     v, mem = done.verdict, estimates[0]
@@ -254,20 +258,26 @@ def pairs_cmd(
     server: Annotated[
         str | None, typer.Option("--server", metavar="PATH", help="The llama-server binary about to be used.")
     ] = None,
+    policy: Annotated[
+        Path | None,
+        typer.Option("--policy", metavar="FILE", help="Show the verdicts its [trust] signers signed as standing."),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
     """List checked pairs with their verdict (and a strict check's, if any); old rule sets are stale.
 
     A verdict judged under other rules than the server about to run it needs (the bundled one,
     or --server PATH, or --runtime) is marked "other rules". An admitted pair with a vocab-only
-    file is marked "admitted, not benchmarkable".
+    file is marked "admitted, not benchmarkable". A pair only another machine judged shows what
+    it said ("admitted elsewhere, not checked here"); with --policy, a verdict a signer in its
+    [trust] signers signed stands as the audit takes it ("admitted by lab-a, signed").
 
     --recheck is the pre-upgrade check: every pair judged again under those rules, from the
     stored summaries where no change concerns its files (else its files are read again);
     nothing is recorded. It lists each verdict that would change and the checks that change
     it; exit 1 when an admitted pair would be rejected.
     """
-    from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
+    from specreg.benchmark.plan.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
     from specreg.commands.output import say
     from specreg.errors import UsageError
     from specreg.registry.store import Registry
@@ -286,7 +296,7 @@ def pairs_cmd(
         raise UsageError("--admitted and --rejected exclude each other")
     which = True if admitted else False if rejected else None
     with Registry(db_path(), show_progress=False, create=False) as reg:
-        rows = reg.pairs(which)
+        rows, standing = _standing_rows(reg, which, policy)
     stale = {rs: is_stale(rs) for rs in {p.rule_set for p in rows}}
     other = {rs: needs_other_rules(rs, judged.rules) for rs in stale}
     lacking = {p.id: not_benchmarkable(p) for p in rows if p.admitted}
@@ -298,6 +308,7 @@ def pairs_cmd(
             d["other_rules"] = other[p.rule_set]
             d["benchmarkable"] = p.admitted and lacking.get(p.id) is None
             d["checked_here"] = p.checked_here
+            d["signed_verdict"] = standing.get(p.id)
             out.append(d)
         emit_json(out)
         return
@@ -331,7 +342,7 @@ def pairs_cmd(
                 f"{p.target_sha256[:12]} {p.target_name or ''}".rstrip(),
                 f"{p.draft_sha256[:12]} {p.draft_name or ''}".rstrip() if p.draft_sha256 else "-",
                 p.method,
-                (NOT_BENCHMARKABLE, "yellow") if lacking.get(p.id) else _verdict_text(p, verdicts),
+                (NOT_BENCHMARKABLE, "yellow") if lacking.get(p.id) else _verdict_text(p, verdicts, standing),
                 _rule_set_cell(p.rule_set, stale[p.rule_set], other[p.rule_set]),
                 p.updated_at.strftime("%Y-%m-%d %H:%M"),
             )
@@ -368,9 +379,37 @@ def _recheck(judged: ChosenRules, json_out: bool) -> None:
     raise typer.Exit(1 if bad else 0)
 
 
-def _verdict_text(p: PairRecord, verdicts: dict[tuple[bool, bool], tuple[str, str]]) -> tuple[str, str]:
+def _standing_rows(
+    reg: Registry, which: bool | None, policy: Path | None
+) -> tuple[list[PairRecord], dict[int, dict[str, Any]]]:
+    """The pairs as they stand (with --policy: a trusted signer's verdict where no check was made
+    here, audit/trust.py), filtered by `which` on that standing; and pair id -> the signed verdict."""
+    if policy is None:
+        return reg.pairs(which), {}
+    from specreg.audit.policy import load_policy
+    from specreg.audit.trust import EvidenceTrust
+
+    pol, source = load_policy(policy)
+    trust = EvidenceTrust(reg, pol, source)
+    rows, standing = [], {}
+    for p in reg.pairs(None):
+        st = trust.standing(p)
+        if st is not None:
+            p = trust.as_standing(p)
+            standing[p.id] = {"said": st.said(), "signed_by": list(st.signers), "made_on": st.verdict.host}
+        if which is None or p.admitted == which:
+            rows.append(p)
+    return rows, standing
+
+
+def _verdict_text(
+    p: PairRecord, verdicts: dict[tuple[bool, bool], tuple[str, str]], standing: dict[int, dict[str, Any]]
+) -> tuple[str, str]:
     """The standing verdict, and the latest strict one beside a normal verdict; a pair only
-    another machine judged: what it said, and that nothing here did."""
+    another machine judged: a trusted signer's verdict (--policy), or what it said and that
+    nothing here did."""
+    if p.id in standing:
+        return standing[p.id]["said"], "green" if p.admitted else "red"
     if not p.checked_here:
         said = "admitted" if p.elsewhere is not None and p.elsewhere.admitted else "rejected"
         return f"{said} elsewhere, not checked here", "yellow"

@@ -64,7 +64,7 @@ def demo_cmd(
                 for part in g.message.split("; "):
                     say(part, prefix=f"    {g.gate}: ", indent=8)
     from specreg.audit.deploy import wrap_command
-    from specreg.benchmark.statistics import interval_text
+    from specreg.benchmark.store.statistics import interval_text
     from specreg.commands.output import safe_plain, show_lines, width
 
     cols = max(40, min(width(), 120))

@@ -23,7 +23,6 @@ from __future__ import annotations
 import bisect
 import copy
 import math
-import random
 from collections.abc import Sequence
 from typing import Literal
 
@@ -262,48 +261,3 @@ def decide(
 ) -> SpeedDecision:
     """`faster`, `not faster` or `undecided` for paired totals (same order, the units both ran)."""
     return SpeedSequence(alpha, scale, intersection).add(base_ms, cond_ms).decision(min_speedup)
-
-
-def rounds_to_decide(
-    base_ms: Sequence[float],
-    cond_ms: Sequence[float],
-    min_speedup: float,
-    *,
-    per_round: int,
-    max_rounds: int,
-    paths: int = 7,
-    seed: int = 0,
-    pool: Sequence[float] = (),
-    fresh: bool = False,
-) -> int | None:
-    """About how many more rounds of `per_round` pairs this condition needs to be decided, if it
-    goes on as measured: future rounds are drawn (with replacement) from the log ratios measured
-    so far and fed to a copy of the sequence, `paths` times; the median of the rounds each path
-    took (0: decided already; None: not within `max_rounds` on most paths - the measured speed-up
-    is within its noise of the bar). A plan, not a decision: the decision is only ever made on
-    what is measured. `pool`: more log ratios with the same spread (neighbour draft lengths,
-    re-centred on this condition's mean) to draw the future rounds from. `fresh`: the condition
-    has measured nothing yet; `base_ms`/`cond_ms` stand in for it (the `--tune` first pass,
-    re-centred on the length's prediction), so its sequence starts empty and they are only drawn
-    from."""
-    xs = log_ratios(base_ms, cond_ms)
-    seq = SpeedSequence() if fresh else SpeedSequence().add_logs(xs)
-    if not fresh and seq.decision(min_speedup).decision != "undecided":
-        return 0
-    if len(xs) < 2 or per_round < 1:
-        return None
-    rng = random.Random(seed)
-    draw = [*xs, *pool]
-    took: list[float] = []
-    for _ in range(paths):
-        s = seq.copy()
-        for r in range(1, max_rounds + 1):
-            s.add_logs([rng.choice(draw) for _ in range(per_round)])
-            if s.decision(min_speedup).decision != "undecided":
-                took.append(r)
-                break
-        else:
-            took.append(math.inf)
-    took.sort()
-    mid = took[len(took) // 2]
-    return None if math.isinf(mid) else int(mid)

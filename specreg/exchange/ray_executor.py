@@ -21,8 +21,8 @@ from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specreg.benchmark.runner import new_run_id
-from specreg.benchmark.runstore import RunStore, now
+from specreg.benchmark.run.runner import new_run_id
+from specreg.benchmark.store.runstore import RunStore, now
 from specreg.errors import NotAdmitted, SpecregError, UsageError
 from specreg.exchange.bundle import import_bundles
 from specreg.exchange.portable import artifact_records, pair_records

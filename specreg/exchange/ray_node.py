@@ -120,7 +120,7 @@ def run_task(task_json: str) -> str:
 
 def _bench(task: RemoteTask, tmp: Path) -> bytes:
     from specreg import __version__
-    from specreg.benchmark.runner import Runner
+    from specreg.benchmark.run.runner import Runner
     from specreg.errors import NotAdmitted
     from specreg.exchange.bundle import ImportResult, check_here, export_bundle
     from specreg.exchange.portable import find_pair, merge_artifacts, merge_pairs

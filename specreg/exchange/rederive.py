@@ -7,7 +7,7 @@ its build's defaults from the manifest) and names the first that differs beyond 
 `--tune` prediction is made before its candidate ran, from the runner's state, and cannot be
 drawn again from the rows; it is kept as stored (its numbers are finite: bundle JSON is strict).
 A `--budget` run's projection for what it left undecided is drawn again too (the rounds,
-`condition_summary.projected_rounds`); the budget that would run them is the runner's clock and
+`projection.projected_rounds`); the budget that would run them is the runner's clock and
 is kept as stored only beside such rounds (`_budget_as_stored`).
 
 Decisions were drawn with the whole grid's hull before the interval was cut to its running slice
@@ -24,7 +24,8 @@ import math
 import re
 from typing import Any
 
-from specreg.benchmark.condition_summary import StatSettings, projected_rounds, stat_settings, summarize
+from specreg.benchmark.plan.projection import projected_rounds
+from specreg.benchmark.store.condition_summary import StatSettings, stat_settings, summarize
 from specreg.decision.budget import HORIZON
 from specreg.decision.sequential import Intersection
 from specreg.schemas.bench import BenchRun, ConditionSummary

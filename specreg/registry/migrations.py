@@ -15,6 +15,9 @@ Adding a migration (other areas: the benchmark runs tables, ...):
   2. use plain SQL (`db.execute("CREATE TABLE ...")`): explicit types, NOT NULL, foreign
      keys and an index on every column that list views filter, join or sort on;
   3. update `tests/test_registry_schema.py`, which pins every table and its columns.
+
+One module, however long: it is a list of small functions applied in order, each frozen once
+shipped, and reading the schema's history is reading this file top to bottom.
 """
 
 from __future__ import annotations
@@ -103,11 +106,19 @@ migrations = MigrationSet("specreg")
 # Migrations of tables that only this registry keeps for itself (caches of what it computed from
 # its own rows). A bundle never carries them, so its schema does not name them: a bundle from a
 # specreg that added one is not "newer" to a specreg that has not (exchange/bundle.py).
-# Who vouched for an imported run (m021) is this registry's record of the envelopes it verified;
-# the envelopes themselves travel, not the table.
-# What `specreg watch` saw of a deployed server (m023) is evidence about this registry's own
-# production, not a result another machine can re-derive: it stays here too.
-LOCAL_ONLY = frozenset({"m010_template_scans", "m012_run_digests", "m021_run_attestations", "m023_watch_windows"})
+# Who vouched for an imported run or verdict (m021, m022) is this registry's record of the
+# envelopes it verified; the envelopes themselves travel, not the tables. What `specreg watch` saw
+# of a deployed server (m023) is evidence about this registry's own production, not a result
+# another machine can re-derive: it stays here too.
+LOCAL_ONLY = frozenset(
+    {
+        "m010_template_scans",
+        "m012_run_digests",
+        "m021_run_attestations",
+        "m022_verdict_attestations",
+        "m023_watch_windows",
+    }
+)
 
 
 def bundle_schema() -> list[str]:
@@ -389,7 +400,7 @@ def m005_run_origins(db: sqlite3.Connection) -> None:
 @migrations()
 def m006_bench_condition_warmup(db: sqlite3.Connection) -> None:
     """Each condition's warm-up: per server start, the uncounted requests' latencies and whether
-    two in a row agreed within the tolerance (benchmark/execute.py). Additive: older rows get '[]'."""
+    two in a row agreed within the tolerance (benchmark/run/execute.py). Additive: older rows get '[]'."""
     db.execute("ALTER TABLE bench_conditions ADD COLUMN warmup_json TEXT NOT NULL DEFAULT '[]'")
 
 
@@ -451,7 +462,7 @@ def m010_template_scans(db: sqlite3.Connection) -> None:
 @migrations()
 def m011_bench_request_prompt_n(db: sqlite3.Connection) -> None:
     """Each request's prompt tokens processed (`timings.prompt_n`): with `prompt_ms`, the baseline's
-    per-token prompt cost that models a verification batch (benchmark/stepcost.py). Older rows: NULL."""
+    per-token prompt cost that models a verification batch (benchmark/store/stepcost.py). Older rows: NULL."""
     db.execute("ALTER TABLE bench_requests ADD COLUMN prompt_n INTEGER")
 
 
@@ -461,7 +472,7 @@ _RUN_TABLES = ("bench_runs", "bench_conditions", "bench_summaries", "bench_promp
 
 @migrations()
 def m012_run_digests(db: sqlite3.Connection) -> None:
-    """Each finished run's digest as the audit reads it (benchmark/digest_cache.py), by the digest
+    """Each finished run's digest as the audit reads it (benchmark/store/digest_cache.py), by the digest
     code's id; triggers drop a run's digests whenever any of its rows is written."""
     db.execute(
         """
@@ -503,7 +514,7 @@ def m013_bench_request_records(db: sqlite3.Connection) -> None:
 @migrations()
 def m014_bench_condition_load(db: sqlite3.Connection) -> None:
     """How busy the machine was during each of a condition's slots (others' CPU, steal, load) and
-    whether that set the slot aside (benchmark/contention.py). Older rows: NULL (nothing known)."""
+    whether that set the slot aside (benchmark/store/contention.py). Older rows: NULL (nothing known)."""
     db.execute("ALTER TABLE bench_conditions ADD COLUMN load_json TEXT")
 
 
@@ -556,7 +567,7 @@ def m018_bench_request_triage(db: sqlite3.Connection) -> None:
 
 @migrations()
 def m021_run_attestations(db: sqlite3.Connection) -> None:
-    """Who vouched for an imported run (exchange/signing.py): per verified DSSE envelope and run,
+    """Who vouched for an imported run (signing/attestations.py): per verified DSSE envelope and run,
     the run's digest as signed, the signing key's id, the policy's name for it when the import
     had a policy, the bundle and the envelope's SHA-256. Runs nobody signed have no row."""
     db.execute(
@@ -577,8 +588,30 @@ def m021_run_attestations(db: sqlite3.Connection) -> None:
 
 
 @migrations()
+def m022_verdict_attestations(db: sqlite3.Connection) -> None:
+    """Who vouched for an imported verdict (signing/attestations.py): per verified DSSE envelope
+    whose statement binds the bundle's pairs.jsonl, and per verdict the bundle's own host made,
+    the signing key's id, the policy's name for it when the import had a policy, the bundle and
+    the envelope's SHA-256. Verdicts nobody signed have no row."""
+    db.execute(
+        """
+        CREATE TABLE verdict_attestations (
+            verdict_id INTEGER NOT NULL REFERENCES imported_verdicts (id),
+            key_id TEXT NOT NULL CHECK (length(key_id) = 64),
+            signer TEXT,
+            bundle_digest TEXT NOT NULL CHECK (length(bundle_digest) = 64),
+            envelope_sha256 TEXT NOT NULL CHECK (length(envelope_sha256) = 64),
+            signed_at TEXT,
+            imported_at TEXT NOT NULL,
+            PRIMARY KEY (verdict_id, key_id, bundle_digest)
+        )
+        """
+    )
+
+
+@migrations()
 def m023_watch_windows(db: sqlite3.Connection) -> None:
-    """What `specreg watch` saw of a running server, one row per window (watch/store.py owns it):
+    """What `specreg watch` saw of a running server, one row per window (watch/windows.py owns it):
     the pair and stratum it was matched to, the server's identity (a digest over what it runs;
     the identity itself on a watch's first window of it), the state and why, the counter deltas
     the numbers come from, the counters at the window's end (where the next `--once` resumes), and

@@ -1,14 +1,16 @@
 """The registry: one SQLite file (WAL) holding artifacts, their paths and stat cache, and verdicts.
 
-`Registry` is a thin facade over three parts that each own what they own: `db.Database` (the
-connection, transactions, error mapping), `artifacts.ArtifactStore` (+ `integrity.Integrity`)
-and `pairs.PairStore`. Every write goes through `write()` (BEGIN IMMEDIATE, see db.py).
+`Registry` is the one door to it: every caller outside registry/ goes through its methods, and the
+parts behind it (`artifacts.ArtifactStore` with `integrity.Integrity`, `pairs.PairStore`, each
+over `db.Database`, which owns the connection, transactions and error mapping) are private to it,
+so what a caller may do to the file is this class's list. Every write goes through `write()`
+(BEGIN IMMEDIATE, see db.py); `conn` and `database` are the plain plumbing for reads.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,6 +27,7 @@ from specreg.schemas.gguf import GGUFSummary
 from specreg.schemas.registry import ArtifactRecord, LicenceSource, PairRecord, Provenance
 
 if TYPE_CHECKING:
+    from specreg.gguf.walk import TwinArray
     from specreg.registry.snapshot import Snapshot
 
 
@@ -84,9 +87,9 @@ class Registry:
         self.path = registry_path(path).expanduser()
         memory = _where(self.path, create)
         self.database = Database(self.path, busy_timeout_s=busy_timeout_s, memory=memory)
-        self.artifacts_store = ArtifactStore(self.database, show_progress=show_progress)
-        self.integrity = Integrity(self.artifacts_store)
-        self.pair_store = PairStore(self.database)
+        self._artifacts = ArtifactStore(self.database, show_progress=show_progress)
+        self._integrity = Integrity(self._artifacts)
+        self._pairs = PairStore(self.database)
         self.template_scans = TemplateScans(self.database)
 
     # -- plumbing -----------------------------------------------------------------------------
@@ -104,7 +107,7 @@ class Registry:
     @property
     def hash_count(self) -> int:
         """Files hashed by this instance (tests and benchmarks read it)."""
-        return self.artifacts_store.hash_count
+        return self._artifacts.hash_count
 
     def close(self) -> None:
         self.database.close()
@@ -155,74 +158,82 @@ class Registry:
             GGUFError: when it is not a valid GGUF file.
             RegistryError: when the registry cannot be written.
         """
-        return self.artifacts_store.add(
-            path, license=license, provenance=provenance, card=card, rehash=rehash, snap=snap
-        )
+        return self._artifacts.add(path, license=license, provenance=provenance, card=card, rehash=rehash, snap=snap)
 
     def add_remote_artifact(self, sha256: str, summary: GGUFSummary, provenance: Provenance) -> ArtifactRecord:
         """Record a remote file by its header and a trusted SHA-256, with no path (metadata only)."""
-        return self.artifacts_store.add_remote(sha256, summary, provenance)
+        return self._artifacts.add_remote(sha256, summary, provenance)
 
     def add_licence_source(self, sha256: str, source: LicenceSource) -> ArtifactRecord:
         """Add (or replace) one licence statement and recompute the effective licence."""
-        return self.artifacts_store.add_licence_source(sha256, source)
+        return self._artifacts.add_licence_source(sha256, source)
 
     def get_artifact(self, sha_or_prefix: str) -> ArtifactRecord:
         """The artifact whose SHA-256 is, or starts with, `sha_or_prefix` (>= 6 hex digits)."""
-        return self.artifacts_store.get(sha_or_prefix)
+        return self._artifacts.get(sha_or_prefix)
 
     def get_artifacts(self, shas: Iterable[str], *, with_summary: bool = False) -> dict[str, ArtifactRecord]:
         """Many artifacts by full SHA-256 (unknown ones are left out)."""
-        return self.artifacts_store.get_many(shas, with_summary=with_summary)
+        return self._artifacts.get_many(shas, with_summary=with_summary)
 
     def artifacts(self, *, with_summary: bool = True) -> list[ArtifactRecord]:
         """Every artifact, oldest first; `with_summary=False` is the fast list view."""
-        return self.artifacts_store.all(with_summary=with_summary)
+        return self._artifacts.all(with_summary=with_summary)
 
     def known_sha256(self, path: str | Path) -> str | None:
         """The SHA-256 of a file if the stat cache vouches for it (no hashing, no write)."""
-        return self.artifacts_store.known_sha256(path)
+        return self._artifacts.known_sha256(path)
 
     def registered_at(self, path: str) -> dict[str, str]:
         """Registered path -> SHA-256 at this path (a relative one: every registered path ending with it)."""
-        return self.artifacts_store.registered_at(path)
+        return self._artifacts.registered_at(path)
 
     def verify_artifact(self, rec: ArtifactRecord, *, rehash: bool = False) -> tuple[bool, str | None]:
         """Do all registered paths still hold these bytes? Stat-cache hits cost no hashing."""
-        return self.integrity.verify([rec], rehash=rehash)[rec.sha256]
+        return self._integrity.verify([rec], rehash=rehash)[rec.sha256]
 
     def verify_artifacts(self, recs: Iterable[Pinned], *, rehash: bool = False) -> dict[str, tuple[bool, str | None]]:
         """`verify_artifact` for many artifacts: one query, one write of refreshed stats."""
-        return self.integrity.verify(recs, rehash=rehash)
+        return self._integrity.verify(recs, rehash=rehash)
+
+    def snapshot(self, path: str | Path, *, twins: Mapping[str, TwinArray] | None = None) -> Snapshot:
+        """The file opened once, parsed and hashed from that descriptor (the stat cache may vouch
+        for the hash of exactly this stat): what a verdict about these bytes needs. `twins`: the
+        pair's other file's arrays, compared while the arrays are read."""
+        return self._artifacts.snapshot(path, twins=twins)
+
+    def registered_unchanged(self, path: str | Path) -> str | None:
+        """The SHA-256 when this very path is registered and unchanged since (stat cache)."""
+        return self._artifacts.registered_unchanged(path)
 
     def locate(self, sha_or_prefix: str) -> Path:
         """A path that holds the artifact's bytes now (verified)."""
-        return self.integrity.locate(sha_or_prefix)
+        return self._integrity.locate(sha_or_prefix)
 
     # -- pairs --------------------------------------------------------------------------------
 
     def record_verdict(self, verdict: PairVerdict) -> int:
         """Store a verdict (history is kept) and return the stable id of its pair."""
-        return self.pair_store.record_verdict(verdict)
+        return self._pairs.record_verdict(verdict)
 
     def pairs(
         self, admitted: bool | None = None, *, with_checks: bool = True, strict: bool = False
     ) -> list[PairRecord]:
         """Every pair with its standing verdict (`strict=True`: its latest strict one)."""
-        return self.pair_store.pairs(admitted, with_checks=with_checks, strict=strict)
+        return self._pairs.pairs(admitted, with_checks=with_checks, strict=strict)
 
     def admitted_artifacts(self) -> set[str]:
         """The SHA-256 of every file an admitted pair uses (what `audit --all` verifies)."""
-        return self.pair_store.admitted_artifacts()
+        return self._pairs.admitted_artifacts()
 
     def admitted_pairs(self, *, strict: bool = False) -> list[PairRecord]:
         """Pairs whose standing verdict admits them (what the benchmark runner may use)."""
-        return self.pair_store.admitted_pairs(strict=strict)
+        return self._pairs.admitted_pairs(strict=strict)
 
     def get_pair(self, pair_id: int) -> PairRecord:
         """One pair by id, with the checks of its standing verdict."""
-        return self.pair_store.get_pair(pair_id)
+        return self._pairs.get_pair(pair_id)
 
     def pair_history(self, pair_id: int) -> list[PairVerdict]:
         """Every verdict recorded for a pair, oldest first."""
-        return self.pair_store.pair_history(pair_id)
+        return self._pairs.pair_history(pair_id)

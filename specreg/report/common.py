@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from specreg.benchmark.statistics import interval_text
+from specreg.benchmark.store.statistics import interval_text
 from specreg.schemas.audit import (
     GATES,
     AuditReport,
@@ -225,7 +225,7 @@ TIMINGS_NOTE = (
 
 
 def set_aside_notes(run: RunDigest) -> list[str]:
-    """The rounds a busy machine set aside (benchmark/contention.py), headline first."""
+    """The rounds a busy machine set aside (benchmark/store/contention.py), headline first."""
     return list(run.set_aside)
 
 

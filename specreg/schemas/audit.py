@@ -1,8 +1,10 @@
 """The audit's vocabulary: the user's policy, gate results, per-stratum decisions, run digests.
 
 A policy is user-written config, so every model here that a TOML file fills forbids extra keys
-(a typo must be an error, never a silently ignored setting). Defaults are the safe ones: a
-speed-up that is not measurably real, a changed output or an unknown licence fails.
+(a typo must be an error, never a silently ignored setting) and takes its switches as TOML
+booleans only (`StrictBool`: `"yes"` or `1` is refused, naming the key, never read as true).
+Defaults are the safe ones: a speed-up that is not measurably real, a changed output or an
+unknown licence fails.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from dataclasses import field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from specreg.lazyclass import dataclass
 from specreg.schemas.bench import ConditionStatus, Difference, RunStatus, TuneEstimate
@@ -66,9 +68,9 @@ class SpeedPolicy(_Strict):
 class QualityPolicy(_Strict):
     """Output equivalence (greedy) or the prompt's own `expect` check."""
 
-    require_equivalence: bool = True
+    require_equivalence: StrictBool = True
     required_prompts: list[str] = Field(default_factory=list)  # empty: every prompt of the run
-    # the sampled stage (temperature > 0, benchmark/sampling.py): the condition's `expect` pass
+    # the sampled stage (temperature > 0, benchmark/store/sampling.py): the condition's `expect` pass
     # rate may be lower than the baseline's by at most this, and never lower beyond chance
     expect_tolerance: float = Field(default=0.10, ge=0, le=1)
     # the distribution check's level: a condition whose outputs' first tokens differ from the
@@ -107,7 +109,7 @@ class LicencePolicy(_Strict):
     conflict: Literal["fail", "pass"] = "fail"  # sources (user, model card, GGUF) disagree
     # a file whose provenance names a hub repository needs its revision pinned; a local file is
     # pinned by its SHA-256
-    require_revision: bool = True
+    require_revision: StrictBool = True
 
 
 BlockingSeverity = Literal["info", "warn", "error"]
@@ -124,14 +126,14 @@ class TrustPolicy(_Strict):
     """Whom the audit believes about evidence from other machines, and about model files.
 
     `signers`: a name for each trusted key, as a PEM public key file (relative to the policy's
-    folder) or a key id (exchange/dsse.py). With `require_signed_evidence`, a run measured
+    folder) or a key id (signing/dsse.py). With `require_signed_evidence`, a run measured
     elsewhere counts only when a named signer signed it; with `require_model_signature`, the
     integrity gate wants a verified OpenSSF model signature on every file (register --verify-signature).
     """
 
     signers: dict[str, str] = Field(default_factory=dict)
-    require_signed_evidence: bool = False
-    require_model_signature: bool = False
+    require_signed_evidence: StrictBool = False
+    require_model_signature: StrictBool = False
 
 
 class WatchPolicy(_Strict):
@@ -199,7 +201,7 @@ class StratumRow(BaseModel):
     drafted: int | None = None
     accepted: int | None = None
     expected_accepted_length: float | None = None  # E[L]: tokens per step that drafted (this stratum's)
-    predicted_speedup: float | None = None  # tokens per target step / step cost (benchmark/stepcost.py)
+    predicted_speedup: float | None = None  # tokens per target step / step cost (benchmark/store/stepcost.py)
     tune: TuneEstimate | None = None  # --tune: this draft length's prediction before it was measured
     unexplained: bool | None = None  # the interval's low end above tokens per target step
     unexplained_reason: str | None = None
@@ -225,7 +227,7 @@ class StratumRow(BaseModel):
     base_expect_failed: int = 0
     expect_diff: float | None = None  # pass rate, condition - baseline
     expect_diff_ci95: tuple[float, float] | None = None
-    dist_p: float | None = None  # the distribution check's p-value (benchmark/sampling.py)
+    dist_p: float | None = None  # the distribution check's p-value (benchmark/store/sampling.py)
     dist_n: int = 0
     dist_note: str | None = None
 
@@ -319,7 +321,7 @@ class RunDigest(BaseModel):
     conditions: list[ConditionDigest] = Field(default_factory=list)
     strata: list[StratumRow] = Field(default_factory=list)
     models: dict[str, ModelName] = Field(default_factory=dict)  # sha256 -> names, filled for reports
-    set_aside: list[str] = Field(default_factory=list)  # rounds run under contention (benchmark/contention.py)
+    set_aside: list[str] = Field(default_factory=list)  # rounds run under contention (benchmark/store/contention.py)
     # who vouches for this run (audit/trust.py): measured here, or its signer; filled by the audit
     attested_by: str | None = None
 
@@ -414,6 +416,9 @@ class PairAudit(Record):
     hardware: str | None = None  # the hardware class whose runs were the evidence (None: no run)
     conditions: list[ConditionOutcome] = field(default_factory=list)
     not_benchmarkable: str | None = None  # admitted, but a side is vocab-only: why there is no run
+    # the verdict stands on a trusted signer's signature ("admitted by lab-a, signed"), not on
+    # checks made here (audit/trust.py); None: this machine's own checks
+    signed_verdict: str | None = None
     # conditions of this pair's run for methods its target has no pair for (see UncheckedCondition)
     unchecked: list[UncheckedCondition] = field(default_factory=list)
 

@@ -3,6 +3,10 @@
 A run is keyed by the target SHA-256 and the draft SHA-256 (None for self-speculation) and
 embeds the settings and runtime it came from (PROTOCOL §1). Undefined numbers stay None:
 acceptance with zero drafted tokens is undefined, not 0; an absent GPU is absent, not 0 bytes.
+
+One module, though long: these models are one document, a `BenchRun` as it is stored, exported
+and imported whole, and they refer to each other; a reader looking up any field of a run finds
+it here (the settings a run was started with are bench_settings.py's).
 """
 
 from __future__ import annotations
@@ -192,7 +196,7 @@ class RoundLoad(BaseModel):
     """How busy the machine was while one slot of a condition measured its requests (after its
     warm-up): CPU time per wall second, in cores, of this specreg and its server (ours) and of
     every other process (others), the hypervisor's steal, and the 1-minute load at the end.
-    `busy` says why the slot ran under contention (benchmark/contention.py), else None."""
+    `busy` says why the slot ran under contention (benchmark/store/contention.py), else None."""
 
     round: int
     repeats: list[int] = Field(default_factory=list)
@@ -488,7 +492,7 @@ class Stat(Measured):
 
 
 class TuneEstimate(Measured):
-    """`--tune`'s prediction for one condition's draft length (benchmark/tune.py), made from the
+    """`--tune`'s prediction for one condition's draft length (benchmark/plan/tune.py), made from the
     first pass's acceptance profile before the candidate was measured; the measurement is the
     summary's own speed-up."""
 
@@ -553,10 +557,10 @@ class ConditionSummary(Measured):
     decision_more_rounds: int | None = None
     decision_budget: str | None = None
     # rounds whose timings were left out of the speed-up, its interval and the decision because
-    # they ran under contention (benchmark/contention.py): requests set aside and, per round, why
+    # they ran under contention (benchmark/store/contention.py): requests set aside and, per round, why
     n_set_aside: int = 0
     set_aside: list[str] = Field(default_factory=list)
-    # consistency with acceptance, from this group's own requests (benchmark/stepcost.py): E[L]
+    # consistency with acceptance, from this group's own requests (benchmark/store/stepcost.py): E[L]
     # tokens per step that carried a draft, tokens per target step over all steps, the speed-up
     # the step-cost model predicts, and "unexplained" when the interval's low end is above what
     # acceptance could give at all (tokens per target step: drafting and verifying for free)
@@ -594,7 +598,7 @@ class ConditionSummary(Measured):
     top_k: int | None = None
     min_p: float | None = None
     draft_sampling: DraftSampling | None = None
-    # the sampled stage (temperature > 0, benchmark/sampling.py): the baseline's expect checks on the
+    # the sampled stage (temperature > 0, benchmark/store/sampling.py): the baseline's expect checks on the
     # same prompts, the pass-rate difference (condition - baseline) with its 95% interval, and the
     # distribution check of the first generated tokens against the baseline's
     n_base_expect_checked: int = 0

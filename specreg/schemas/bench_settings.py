@@ -21,7 +21,7 @@ DEFAULT_REPEAT = 3
 
 
 # A slot is set aside when other processes take this share of the logical cores while it runs
-# (benchmark/contention.py says why 0.25, with the numbers measured). SPECREG_BUSY_SHARE sets the
+# (benchmark/store/contention.py says why 0.25, with the numbers measured). SPECREG_BUSY_SHARE sets the
 # default for every run (0 or off: set nothing aside), e.g. on a machine that is always shared.
 DEFAULT_BUSY_SHARE = 0.25
 BUSY_SHARE_ENV = "SPECREG_BUSY_SHARE"
@@ -102,10 +102,10 @@ class BenchSettings(BaseModel):
         default=None, min_length=1, json_schema_extra=_flag("--draft-sampling")
     )
     # a busy machine: slots whose other processes took this share of the cores, or holding a
-    # request far outside its prompt's spread, are set aside (benchmark/contention.py); 0: none
+    # request far outside its prompt's spread, are set aside (benchmark/store/contention.py); 0: none
     busy_share: float = Field(default_factory=default_busy_share, ge=0, le=1, json_schema_extra=_flag("--busy-share"))
     # --tune: a short first pass at one generous draft length, then the draft lengths its
-    # acceptance profile predicts best, decided first, its neighbours while they could beat it (benchmark/tune.py)
+    # acceptance profile predicts best, decided first, its neighbours while they could beat it (benchmark/plan/tune.py)
     tune: bool = Field(default=False, json_schema_extra=_flag("--tune"))
     # the server on all cores but one, the client on that one, on 4+ cores (servers/pinning.py); False: the
     # build's threads on every core (before issue 32)

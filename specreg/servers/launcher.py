@@ -25,7 +25,8 @@ from pathlib import Path
 import httpx
 import psutil
 
-from specreg.errors import ServerError, ServerStartError
+from specreg import remote
+from specreg.errors import RemoteError, ServerError, ServerStartError
 from specreg.lazyclass import dataclass
 from specreg.servers.logpump import LogPump
 from specreg.servers.serverlog import bind_failed, error_lines, last_lines, tail_text
@@ -330,8 +331,9 @@ def _wait_healthy(server: ServerProcess, deadline: float) -> str:
     """'ready', 'port taken', 'not our server', 'timeout' or 'exit code N'."""
     delay = 0.02
     # short: llama-server answers /health at once (503 while loading); a port that accepts but
-    # never answers belongs to someone else
-    with httpx.Client(timeout=httpx.Timeout(0.5, connect=0.5), trust_env=False) as http:
+    # never answers belongs to someone else. Only the status is read, within a second in all
+    # (specreg.remote): whatever else answers there cannot hold the start with its body.
+    with remote.client(timeout=httpx.Timeout(0.5, connect=0.5), trust_env=False) as http:
         while True:
             code = server.proc.poll()
             if code is not None:
@@ -340,8 +342,12 @@ def _wait_healthy(server: ServerProcess, deadline: float) -> str:
                     return "port taken"
                 return f"exit code {code}"
             try:
-                r = http.get(f"{server.base_url}/health")
-                if r.status_code == 200:
+                with (
+                    remote.operation("the /health probe", seconds=1.0, join=False),
+                    http.stream("GET", f"{server.base_url}/health") as r,
+                ):
+                    status = r.status_code
+                if status == 200:
                     if owns_port(server.pid, server.port):
                         return "ready"
                     if server.proc.poll() is None:
@@ -350,7 +356,7 @@ def _wait_healthy(server: ServerProcess, deadline: float) -> str:
                         if owns_port(server.pid, server.port):
                             return "ready"
                     return "not our server"
-            except httpx.HTTPError:
+            except (httpx.HTTPError, RemoteError):
                 pass
             if time.monotonic() >= deadline:
                 return "timeout"

@@ -1,10 +1,10 @@
 """How busy the machine is while a llama.cpp server runs a slot: our CPU time against everyone
 else's, and what the hypervisor stole; the judgment of a slot as contended.
 
-The server side of `benchmark/contention.py` (which decides what a contended slot means for a
+The server side of `benchmark/store/contention.py` (which decides what a contended slot means for a
 run): it reads /proc through psutil and knows which processes are ours, the way
 `servers/memory.py` samples a server's memory. The threshold and the numbers behind it are in
-`benchmark/contention.py`'s docstring.
+`benchmark/store/contention.py`'s docstring.
 """
 
 from __future__ import annotations

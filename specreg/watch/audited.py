@@ -136,8 +136,8 @@ def audited_deploy(
     """
     from specreg.audit.deploy import plan_deploy, read_flags
     from specreg.audit.run import audit_for_deploy
-    from specreg.benchmark.digest import runtime_identity
-    from specreg.benchmark.runstore import RunStore
+    from specreg.benchmark.store.digest import runtime_identity
+    from specreg.benchmark.store.runstore import RunStore
     from specreg.servers.identity import build_of
 
     report, request = audit_for_deploy(reg, pair_id, policy, policy_source)

@@ -21,7 +21,7 @@ from specreg.errors import ServerError
 from specreg.lazyclass import dataclass
 
 if TYPE_CHECKING:
-    from specreg.benchmark.client import LlamaClient
+    from specreg.benchmark.run.client import LlamaClient
     from specreg.validators.ruleset import ServerMetricNames
 
 MAX_REPLY_BYTES = 1 << 20  # per answer: /props carries the chat template; /metrics a few KiB

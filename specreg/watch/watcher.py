@@ -65,7 +65,7 @@ class Watcher:
     ) -> None:
         import httpx
 
-        from specreg.benchmark.client import LlamaClient
+        from specreg.benchmark.run.client import LlamaClient
 
         self.url = url.rstrip("/")
         self.local = is_loopback(httpx.URL(self.url).host)  # the server's hardware is this machine's

@@ -126,7 +126,7 @@ def _decisions(report: AuditReport, detail: bool, hw: dict[str, str]) -> None:
         return
     show_lines([""])
     if detail:
-        from specreg.benchmark.statistics import interval_text
+        from specreg.benchmark.store.statistics import interval_text
 
         say("deploy per stratum and concurrency (the best condition that passes every gate, else none):")
         print_listing(
@@ -156,7 +156,7 @@ def _decisions(report: AuditReport, detail: bool, hw: dict[str, str]) -> None:
             d.speedup is not None and "~" in interval_text(d.speedup, d.speedup_ci95, short=True)
             for d in report.decisions
         ):
-            from specreg.benchmark.statistics import NO_DIFFERENCE_LEGEND
+            from specreg.benchmark.store.statistics import NO_DIFFERENCE_LEGEND
 
             say(NO_DIFFERENCE_LEGEND, style="dim")
         return
@@ -182,7 +182,7 @@ def _decisions(report: AuditReport, detail: bool, hw: dict[str, str]) -> None:
 def _unchecked(report: AuditReport) -> None:
     """Faster conditions of a method the target was not checked for, one block per target and
     method: where it would win, and what to run to deploy it."""
-    from specreg.benchmark.statistics import interval_text
+    from specreg.benchmark.store.statistics import interval_text
 
     groups: dict[tuple[str, str], list[StratumDecision]] = {}
     for d in report.decisions:
@@ -221,6 +221,15 @@ def _rollbacks(report: AuditReport) -> None:
             show_lines(["  " + ln for ln in command_lines(words, width() - 2, indent=4)])
 
 
+def _vouched(report: AuditReport) -> None:
+    """The pairs whose verdict is a trusted signer's, not this machine's (audit/trust.py)."""
+    signed = [p for p in report.pairs if p.signed_verdict]
+    for p in signed[:FAILURES_SHOWN]:
+        say(p.signed_verdict or "", prefix=f"pair {p.pair_id} verdict: ", indent=6)
+    if len(signed) > FAILURES_SHOWN:
+        say(f"... and {len(signed) - FAILURES_SHOWN} more pairs on signed verdicts (--json names every signer)")
+
+
 def _attested(report: AuditReport) -> None:
     """Who vouches for each run the audit rests on, once any came from another machine."""
     from specreg.audit.trust import LOCAL
@@ -254,6 +263,7 @@ def print_audit(report: AuditReport) -> None:
     for note in report.notes[:FAILURES_SHOWN]:
         say(note, prefix="note: ", marks=[("note:", "dim")], indent=6)
     _failures(report.pairs, None if detail else FAILURES_SHOWN, hw)
+    _vouched(report)
     _attested(report)
     _hardware(report, detail, hw)
     _decisions(report, detail, hw)
