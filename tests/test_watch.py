@@ -70,7 +70,7 @@ def test_audited_traffic_holds_and_is_kept_beside_the_bench_evidence(watch_world
     argv = watch_world.deploy_argv(db, "draft-simple", port, *REP)
     url = f"http://127.0.0.1:{port}"
     cmd = [*SPECREG, "--db", str(db), "watch", url, *REP, "--policy", str(watch_world.policy), "--windows", "3"]
-    cmd += ["--interval", "2.5s", "--json", "--listen", f"127.0.0.1:{listen}"]
+    cmd += ["--interval", "1.5s", "--json", "--listen", f"127.0.0.1:{listen}"]
     with server(argv), traffic(port, watch_world.repetitive) as done:
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert proc.stdout is not None
