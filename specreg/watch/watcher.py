@@ -97,14 +97,16 @@ class Watcher:
     # -- identity and the audited deploy ---------------------------------------------------------
 
     def _match(self) -> None:
-        """The pair the server is held to (--pair, else the one it was held to, else found from
-        its files) and that pair's audited deploy; `no_audit` says why there is none."""
+        """The pair the server is held to (--pair, else the one its files and method name, else
+        the one it was held to before it changed) and that pair's audited deploy; `no_audit`
+        says why there is none."""
         seen = self.seen
         assert seen is not None
         self.audited, self.no_audit = None, None
-        pair_id = self.given_pair or self.pair_id
+        pair_id = self.given_pair
         if pair_id is None:
             pair_id, why = find_pair(self.reg, seen)
+            pair_id = pair_id or self.pair_id  # a swapped file is held to what was deployed
             if pair_id is None:
                 self.no_audit = (f"no audit to compare with: {why}", NO_PAIR_FIX)
                 return
