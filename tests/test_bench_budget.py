@@ -132,14 +132,14 @@ def test_a_budget_that_cannot_decide_says_so_at_once(capsys: pytest.CaptureFixtu
 def _decided_on_pairs(db: Path, *, min_speedup: float) -> bool:
     """The anytime-valid decision on the run's own paired server times, recomputed from the
     registry's rows (none of them set aside on a quiet run; a busy one may decide later)."""
-    from specreg.decision import sequential
+    from specreg.decision import bar
 
     times: dict[str, dict[tuple[int, str], float]] = {}
     for r in db_rows(db, "SELECT condition, repeat, prompt_id, prompt_ms + predicted_ms AS ms FROM bench_requests"):
         times.setdefault(r["condition"], {})[(r["repeat"], r["prompt_id"])] = r["ms"]
     keys = sorted(times["none"].keys() & times["ngram-mod"].keys())
     base, mod = [times["none"][k] for k in keys], [times["ngram-mod"][k] for k in keys]
-    return sequential.decide(base, mod, min_speedup).decision != "undecided"
+    return bar.verdict(base, mod, min_speedup) != "undecided"
 
 
 def _budget_run(

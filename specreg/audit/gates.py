@@ -12,6 +12,7 @@ the order the audit applies them. What the gates need is gathered in facts.py.
 from __future__ import annotations
 
 from specreg.benchmark.store.statistics import interval_text
+from specreg.decision.bar import fewest_pairs
 from specreg.decision.budget import undecided_text
 from specreg.registry.licence import normalise
 from specreg.schemas.audit import (
@@ -362,7 +363,11 @@ def _not_decided_faster(row: StratumRow, ci: tuple[float, float], bar: float) ->
     if row.decision == "undecided" or row.decision is None:
         more, budget = (row.decision_more_rounds, row.decision_budget) if same_bar else (None, None)
         rounds = row.n_repetitions or (1 if row.n_paired else 0)  # a part of a round is a round begun
-        return f"{undecided_text(rounds, more, budget)} against {bar:g}x"
+        fewest = fewest_pairs()
+        thin = f" ({plural(row.n_paired, 'pair')} of its own; a decision takes {fewest} or more)" if (
+            row.n_paired < fewest
+        ) else ""  # fmt: skip
+        return f"{undecided_text(rounds, more, budget)} against {bar:g}x{thin}"
     low, bar_text = apart_text(ci[0], bar)  # decided against another bar than the policy's
     return (
         f"{row.decision} against {row.decision_min_speedup or 0:g}x, undecided against {bar:g}x "
@@ -449,7 +454,7 @@ def speed_gate(run: RunDigest, cond: ConditionDigest, policy: Policy, conc: int)
         names = sp.required_strata or sorted(strata)
         if run.until_decided:
             shown = ", ".join(f"{s} {interval_text(rows[s].speedup, rows[s].decision_ci)}" for s in names)
-            msg = f"anytime-valid 95% interval >= {sp.min_speedup} at concurrency {conc} (measured until decided)"
+            msg = f"anytime-valid 98% interval >= {sp.min_speedup} at concurrency {conc} (measured until decided)"
         else:
             shown = ", ".join(f"{s} {interval_text(rows[s].speedup, rows[s].speedup_ci95)}" for s in names)
             msg = f"95% interval >= {sp.min_speedup} at concurrency {conc}"
@@ -459,9 +464,10 @@ def speed_gate(run: RunDigest, cond: ConditionDigest, policy: Policy, conc: int)
     else:
         msg = "; ".join(notes)
         whole = _decided([r for r in run.rows(cond.label) if r.concurrency == conc], sp.min_speedup)
-        if run.until_decided and whole is not None and whole.startswith("not faster"):
-            # the decision that answers the question, before the strata that on their own are
-            # too few pairs to decide (SmolLM2: every stratum undecided, the whole 0.79x not faster)
+        if run.until_decided and whole is not None:
+            # the decision over the whole workload, before the strata that on their own are too
+            # few pairs to decide (SmolLM2: every stratum undecided, the whole 0.79x not faster);
+            # the gate is per stratum (each is deployed on its own), each stratum standing alone
             msg = f"over every stratum together {whole}; per stratum: {msg}"
     return GateResult(gate="speed", passed=passed, message=msg, strata=strata, evidence=evidence)
 

@@ -3,8 +3,8 @@
 A run measured until decided must know in advance when its budget cannot decide a condition,
 or it spends the budget and ends with nothing decided and nothing said. So every undecided
 condition's kept pairs are projected forward (`need`: future pairs drawn from the log ratios
-measured so far, fed to the same confidence sequence the decision uses, looking after every
-pair as it does), priced at its own and its baseline's cost per slot and per request (`costs`,
+measured so far, fed to the same test the decision uses, looking after every pair as it
+does), priced at its own and its baseline's cost per slot and per request (`costs`,
 `cost_of`), and told to the user in the units a person plans with (`Need.line`, `minutes`). The
 scheduler (benchmark/plan/scheduler.py) measures what fits and gives up what does not, naming the
 budget that would decide it; the projection stored with a run for what it left undecided is
@@ -18,7 +18,7 @@ import math
 import random
 from collections.abc import Sequence
 
-from specreg.decision import sequential
+from specreg.decision import bar
 from specreg.lazyclass import dataclass
 
 HORIZON = 40  # rounds looked ahead: past this, "not within any budget worth asking for"
@@ -135,6 +135,7 @@ def need(
     pool: Sequence[float] = (),
     seed: int = 0,
     fresh: bool = False,
+    method: bar.Method = bar.METHOD,
 ) -> Need:
     """How much more would decide one condition: the only projection there is. The `--budget`
     plan prices it and the stored projection (`decision_more_rounds`) reads its `rounds`, so the
@@ -150,8 +151,12 @@ def need(
             re-centred on this one's), which sharpen the spread the future is drawn from.
         fresh: it measured nothing yet; `base_ms`/`cond_ms` stand in for it (its sequence
             starts empty and they are only drawn from).
+        method: the test that decides the run (`bar.METHOD`; an older run's, for an import
+            that draws its projection again).
     """
-    more = _pairs_to_decide(base_ms, cond_ms, min_speedup, per_round=per_round, seed=seed, pool=pool, fresh=fresh)
+    more = _pairs_to_decide(
+        base_ms, cond_ms, min_speedup, per_round=per_round, seed=seed, pool=pool, fresh=fresh, method=method
+    )
     if more is None:
         return Need(name, None, None, per_round)
     more = max(more, at_least)
@@ -168,6 +173,7 @@ def _pairs_to_decide(
     seed: int = 0,
     pool: Sequence[float] = (),
     fresh: bool = False,
+    method: bar.Method = bar.METHOD,
 ) -> int | None:
     """About how many more paired requests decide this condition if it goes on as measured: future
     rounds of `per_round` pairs are drawn (with replacement) from the log ratios measured so far
@@ -176,9 +182,9 @@ def _pairs_to_decide(
     rounds on most paths - the measured speed-up is within its noise of the bar). Whole rounds are
     drawn before a path looks inside one, so the rounds a path takes do not depend on where in
     its last round it decided."""
-    xs = sequential.log_ratios(base_ms, cond_ms)
-    seq = sequential.SpeedSequence() if fresh else sequential.SpeedSequence().add_logs(xs)
-    if not fresh and seq.decision(min_speedup).decision != "undecided":
+    xs = bar.log_ratios(base_ms, cond_ms)
+    seq = bar.sequence(method) if fresh else bar.sequence(method).add_logs(xs)
+    if not fresh and bar.verdict_of(seq, min_speedup) != "undecided":
         return 0
     if len(xs) < 2 or per_round < 1:
         return None
@@ -190,9 +196,9 @@ def _pairs_to_decide(
         for r in range(HORIZON):
             batch = [rng.choice(draw) for _ in range(per_round)]
             before = s.copy()
-            if s.add_logs(batch).decision(min_speedup).decision != "undecided":
+            if bar.verdict_of(s.add_logs(batch), min_speedup) != "undecided":
                 # which pair of the round decided it (the last, if looking pair by pair never does)
-                looks = (before.add_logs([x]).decision(min_speedup).decision for x in batch)
+                looks = (bar.verdict_of(before.add_logs([x]), min_speedup) for x in batch)
                 k = next((j for j, d in enumerate(looks, 1) if d != "undecided"), per_round)
                 took.append(r * per_round + k)
                 break
@@ -230,3 +236,25 @@ def budget_for(spent_s: float, seconds: float) -> str:
     """The `--budget` that would have decided it: what was spent plus what is needed, rounded up
     to the minute."""
     return f"{math.ceil((spent_s + seconds) / 60):.0f}m"
+
+
+def thin_strata_text(strata: Sequence[str]) -> str | None:
+    """What a run says before measuring when its strata are too thin to be decided on their own
+    pairs in a round or two (`strata`: one per prompt of a round): each stratum's decision rests
+    on its own pairs alone, and a decision takes at least `bar.fewest_pairs()` of them, many more
+    near the bar. None when there is one stratum, or every one could be decided in one round."""
+    per: dict[str, int] = {}
+    for st in strata:
+        per[st] = per.get(st, 0) + 1
+    fewest = bar.fewest_pairs()
+    if len(per) < 2 or min(per.values()) >= fewest:
+        return None
+    lo, hi = min(per.values()), max(per.values())
+    prompts = f"{lo} prompt" + ("s" if lo != 1 else "") if lo == hi else f"{lo} to {hi} prompts"
+    rounds = math.ceil(fewest / hi), math.ceil(fewest / lo)
+    least = f"{rounds[1]}" if rounds[0] == rounds[1] else f"{rounds[0]} to {rounds[1]}"
+    return (
+        f"budget: each of the {len(per)} strata has {prompts} a round; a stratum is decided on its own "
+        f"pairs, at least {fewest} of them ({least} rounds) and many more near the bar, so the budget "
+        "decides the whole workload first and a stratum only where what is left allows"
+    )

@@ -189,7 +189,7 @@ class StratumRow(BaseModel):
     difference: Difference | None = None  # "no measurable difference" when the interval holds 1.0
     speedup_note: str | None = None
     n_paired: int = 0
-    # the anytime-valid decision (benchmark/sequential.py) and its interval, which holds however
+    # the anytime-valid decision (decision/bar.py) and its interval, which holds however
     # many rounds were looked at: what a run measured until decided (`--budget`) is gated on
     decision: Literal["faster", "not faster", "undecided"] | None = None
     decision_ci: tuple[float, float] | None = None

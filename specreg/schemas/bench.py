@@ -547,11 +547,14 @@ class ConditionSummary(Measured):
     n_paired: int = 0
     difference: Difference | None = None
     speedup_note: str | None = None
-    # the anytime-valid decision against `decision_min_speedup` (decision/sequential.py): its
-    # interval holds however many rounds were looked at, so `--budget` may stop when it is decided
+    # the anytime-valid decision against `decision_min_speedup` (decision/bar.py): its interval
+    # holds however many rounds were looked at, so `--budget` may stop when it is decided;
+    # `decision_method` "bar" for bar.py's tests, None for the sequence of runs before them
+    # (decision/sequential.py), which an import draws their decisions with again
     decision: Literal["faster", "not faster", "undecided"] | None = None
     decision_ci: tuple[float, float] | None = None
     decision_min_speedup: float | None = None
+    decision_method: Literal["bar"] | None = None
     # undecided at the end of a `--budget` run: about how many more rounds would decide it (None:
     # not within budget.HORIZON more, or not projected) and the --budget that would have
     decision_more_rounds: int | None = None

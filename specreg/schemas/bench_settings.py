@@ -86,7 +86,7 @@ class BenchSettings(BaseModel):
     request_timeout_s: float = Field(default=120.0, gt=0, json_schema_extra=_flag("--request-timeout"))
     run_timeout_s: float = Field(default=3600.0, gt=0, json_schema_extra=_flag("--run-timeout"))
     # measure until decided: rounds go on after `repeat` until every condition's speed-up is
-    # decided against `min_speedup` (decision/sequential.py), or this many seconds have passed
+    # decided against `min_speedup` (decision/bar.py), or this many seconds have passed
     budget_s: float | None = Field(default=None, gt=0, json_schema_extra=_flag("--budget"))
     min_speedup: float = Field(default=1.05, gt=0, json_schema_extra=_flag("--min-speedup"))
     # the sampler (schemas/sampling.py): a list of temperatures is a sweep like `draft_n_max`;

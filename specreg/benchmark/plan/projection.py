@@ -15,8 +15,9 @@ from collections.abc import Sequence
 
 from specreg.benchmark.plan.scheduler import Measured, request_seconds
 from specreg.benchmark.store import contention
-from specreg.benchmark.store.condition_summary import stratum_ms
+from specreg.benchmark.store.condition_summary import stratum_ms, stratum_pool
 from specreg.benchmark.store.sampling import arm
+from specreg.decision import bar
 from specreg.decision import budget as budget_mod
 from specreg.schemas.bench import ALL_STRATA, ConditionRun, ConditionSummary, RequestRow
 from specreg.schemas.bench_settings import BenchSettings
@@ -31,11 +32,14 @@ def projected_rounds(
     min_speedup: float,
     seed: int,
     spread: bool,
+    method: bar.Method = bar.METHOD,
 ) -> dict[int, int]:
     """Summary index -> about how many more rounds would decide that condition and stratum
     (`budget.HORIZON + 1`: not within the horizon), for each the rows leave undecided: `need` on
     its kept pairs with a round of its stratum's prompts (`strata`: the workload's, one per
-    prompt), seeded with the run's seed."""
+    prompt), seeded with the run's seed, under the test that decides the run (`method`). A
+    stratum's spread is drawn with the other strata's (`stratum_pool`; not for runs decided before
+    bar.py, whose projections an import draws again as they were)."""
     aside = contention.set_aside(conditions, rows, spread=spread)
     by_name = {c.spec.name: c for c in conditions}
     bases = {arm(c.spec): c for c in conditions if c.spec.method == BASELINE}
@@ -53,7 +57,11 @@ def projected_rounds(
         if len(base_ms) < 2:
             continue
         name = f"{s.condition} / {s.stratum}"
-        need = budget_mod.need(name, base_ms, cond_ms, s.decision_min_speedup or min_speedup, per_round=n, seed=seed)
+        pool = stratum_pool(rows, aside, base.idx, c.idx, s.stratum) if method == "bar" else []
+        need = budget_mod.need(
+            name, base_ms, cond_ms, s.decision_min_speedup or min_speedup, per_round=n, seed=seed, pool=pool,
+            method=method,
+        )  # fmt: skip
         if need.pairs != 0:  # 0: decided on these pairs after all, nothing to project
             out[i] = budget_mod.HORIZON + 1 if need.rounds is None else need.rounds
     return out

@@ -30,10 +30,10 @@ from typing import TYPE_CHECKING, Protocol
 
 from specreg.benchmark.plan import conditions as cond_mod
 from specreg.benchmark.store import contention
-from specreg.benchmark.store.condition_summary import paired_ms, stratum_ms
+from specreg.benchmark.store.condition_summary import paired_ms, stratum_ms, stratum_pool
 from specreg.benchmark.store.sampling import arm
+from specreg.decision import bar
 from specreg.decision import budget as budget_mod
-from specreg.decision import sequential
 from specreg.lazyclass import dataclass
 from specreg.schemas.bench import ConditionRun, RequestRow, SlotPhase
 from specreg.schemas.bench_settings import BenchSettings
@@ -110,6 +110,9 @@ class BudgetScheduler:
         self.given_up: dict[int, str] = {}  # condition idx -> why it is not measured further
         self.told_strata: set[tuple[int, str]] = set()  # (condition idx, stratum) the budget cannot decide, told
         self.needs: dict[int, budget_mod.Need] = {}  # condition idx -> its last projection (`_plan_budget`)
+        thin = budget_mod.thin_strata_text(strata)
+        if thin:
+            note(thin)
 
     def next_round(self, measured: Measured) -> Round | None:
         """The next round to run, or None when the run is done measuring (every condition
@@ -136,7 +139,7 @@ class BudgetScheduler:
                 and c.status == "running"
                 and base is not None
                 and base.status == "running"
-                and sequential.decide(*pair_ms(c), o.min_speedup).decision == "undecided"
+                and bar.verdict(*pair_ms(c), o.min_speedup) == "undecided"
             )
 
         undecided = [c for c in conds if open_(c)]
@@ -296,10 +299,10 @@ class BudgetScheduler:
                     continue
                 pool: list[float] = []
                 if lv is not None and not fresh:  # neighbour lengths: their spread, re-centred on the leader's mean
-                    own = sequential.log_ratios(base_ms, cond_ms)
+                    own = bar.log_ratios(base_ms, cond_ms)
                     centre = sum(own) / len(own) if own else 0.0
                     for other in (x for x in conds if tuned.get(x.idx) == lv and x is not who):
-                        xs = sequential.log_ratios(*pair_ms(other))
+                        xs = bar.log_ratios(*pair_ms(other))
                         if xs:
                             m = sum(xs) / len(xs)
                             pool += [x - m + centre for x in xs]
@@ -345,7 +348,7 @@ class BudgetScheduler:
                 elif lv not in told:
                     told.add(lv)
                     role = self._role(lv, who)
-                    if sequential.decide(*pair_ms(who), o.min_speedup).decision != "undecided":
+                    if bar.verdict(*pair_ms(who), o.min_speedup) != "undecided":
                         self.note(  # the leader is decided: its neighbours are what is left
                             f"budget: {role} {who.spec.name} is decided; its other lengths cannot be "
                             f"measured to --repeat {o.repeat} in the budget left ({need}); {further}"
@@ -407,12 +410,12 @@ class BudgetScheduler:
             base = bases.get(arm(choice.spec))
             if base is None or base.status != "running":
                 continue
-            if sequential.decide(*pair_ms(choice), o.min_speedup).decision != "faster":
+            if bar.verdict(*pair_ms(choice), o.min_speedup) != "faster":
                 continue  # not faster (or not decided): no stratum of it can be deployed for speed
             cost = budget_mod.cost_of(known, base.idx) + budget_mod.cost_of(known, choice.idx)
             for stratum, n in per_stratum.items():
                 base_ms, cond_ms = stratum_ms(measured.rows, aside, base.idx, choice.idx, stratum)
-                if sequential.decide(base_ms, cond_ms, o.min_speedup).decision != "undecided":
+                if bar.verdict(base_ms, cond_ms, o.min_speedup) != "undecided":
                     continue
                 if len(base_ms) < 2:  # nothing to project yet: a round of it first, once
                     tried = {r.repeat for r in measured.rows if r.condition_idx == choice.idx and r.stratum == stratum}
@@ -427,8 +430,8 @@ class BudgetScheduler:
                         )
                     continue
                 need = budget_mod.need(
-                    f"{stratum} ({choice.spec.name})", base_ms, cond_ms, o.min_speedup,
-                    per_round=n, cost=cost, seed=o.seed,
+                    f"{stratum} ({choice.spec.name})", base_ms, cond_ms, o.min_speedup, per_round=n, cost=cost,
+                    seed=o.seed, pool=stratum_pool(measured.rows, aside, base.idx, choice.idx, stratum),
                 )  # fmt: skip
                 if need.pairs == 0:
                     continue

@@ -18,7 +18,7 @@ already measures what decides it, so tuning is three steps in one run:
 3. **Measure** the predicted best k* and its neighbours on a doubling ladder (k*/2, k*, 2 k*,
    clipped to 1..32: always three lengths), in the `--budget` rounds. The budget goes to the
    **leader** first, the predicted best, until it is decided against `--min-speedup`
-   (sequential.py). The tuned length is a decided one (`Tuner.standing`): the best decided
+   (decision/bar.py). The tuned length is a decided one (`Tuner.standing`): the best decided
    `faster`, else the best decided `not faster`; a length that looks faster on fewer rounds is
    no choice until it is decided itself (one round can make an undecided length look best).
    Once a length is decided, the others are measured only while

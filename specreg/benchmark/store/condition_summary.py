@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from specreg.benchmark.store import contention, statistics, stepcost
 from specreg.benchmark.store.sampling import arm, sampled_checks
-from specreg.decision import sequential
+from specreg.decision import bar
 from specreg.lazyclass import dataclass
 from specreg.schemas.bench import ALL_STRATA, ConditionRun, ConditionSummary, RequestRow, Stat
 from specreg.schemas.bench_settings import BenchSettings
@@ -134,9 +134,9 @@ class StatSettings:
     default_draft_length: int | None = None  # the build's --spec-draft-n-max
     min_speedup: float = 1.05  # what `decision` decides against (the default policy's minimum)
     set_aside: bool = True  # leave contended rounds out of timings (`--busy-share 0`: keep them)
-    # the decision's interval (sequential.py); "grid": as runs were decided before the slice, what
-    # an import re-derives a bundle's decisions with when they are not the slice's (exchange/rederive.py)
-    intersection: sequential.Intersection = "slice"
+    # what decides (decision/bar.py); "slice" / "grid": the sequence runs were decided with before
+    # it (and before its running slice), what an import draws their decisions with (exchange/rederive.py)
+    method: bar.Method = bar.METHOD
 
 
 def stat_settings(settings: BenchSettings, spec_defaults: Mapping[str, int]) -> StatSettings:
@@ -301,6 +301,7 @@ def _speed(
     decision is never left empty: `undecided` with the reason unless measured pairs decide it."""
     if cond is not base:
         s.decision, s.decision_min_speedup = "undecided", stats.min_speedup
+        s.decision_method = "bar" if stats.method == "bar" else None
     if cond.status != "ok":
         s.speedup_note = f"condition {cond.status}: {cond.failure or 'no reason recorded'}"
         return
@@ -326,7 +327,7 @@ def _speed(
     s.difference = statistics.difference(s.speedup_ci95)
     if s.speedup_ci95 is None:
         s.speedup_note = f"no interval from {plural(s.n_paired, 'request pair')}"
-    d = speed_decision(base_rows, rows, stats.min_speedup, stats.intersection)
+    d = speed_decision(base_rows, rows, stats.min_speedup, stats.method)
     s.decision, s.decision_ci, s.decision_min_speedup = d.decision, d.interval, stats.min_speedup
 
 
@@ -352,14 +353,32 @@ def stratum_ms(
     return paired_ms(mine(base, idx), mine(idx, base))
 
 
+def stratum_pool(
+    rows: list[RequestRow], aside: dict[contention.Slot, str], base: int, idx: int, stratum: str
+) -> list[float]:
+    """What the other strata tell a stratum's projection: their kept log ratios, each stratum's
+    taken from its own mean and put at this stratum's (their spread within a stratum, this one's
+    centre). A stratum of a prompt or two has too few pairs of its own to draw a spread from
+    (three pairs resampled read "needs about 2 more" where thirty were needed, issue 52); its
+    decision still rests on its own pairs alone."""
+    own = bar.log_ratios(*stratum_ms(rows, aside, base, idx, stratum))
+    if stratum == ALL_STRATA or not own:
+        return []
+    centre = sum(own) / len(own)
+    pool: list[float] = []
+    for other in sorted({r.stratum for r in rows if r.condition_idx == idx} - {stratum}):
+        xs = bar.log_ratios(*stratum_ms(rows, aside, base, idx, other))
+        if len(xs) > 1:
+            mean = sum(xs) / len(xs)
+            pool += [x - mean + centre for x in xs]
+    return pool
+
+
 def speed_decision(
-    base_rows: list[RequestRow],
-    rows: list[RequestRow],
-    min_speedup: float,
-    intersection: sequential.Intersection = "slice",
-) -> sequential.SpeedDecision:
+    base_rows: list[RequestRow], rows: list[RequestRow], min_speedup: float, method: bar.Method = bar.METHOD
+) -> bar.SpeedDecision:
     """The anytime-valid decision on the units both ran (`paired_ms`)."""
-    return sequential.decide(*paired_ms(base_rows, rows), min_speedup, intersection=intersection)
+    return bar.decide(*paired_ms(base_rows, rows), min_speedup, method)
 
 
 def _consistency(

@@ -225,6 +225,8 @@ def _decisions(run: BenchRun) -> None:
     ]
     budget = run.manifest.settings.budget_s if run.manifest and run.manifest.settings else None
     how = f"measured until decided, budget {budget:g} s" if budget else "after the planned rounds"
+    if not any(s.decision_method == "bar" for s in decided):  # decision/bar.py's `Method`: the run's own
+        how += "; an older run, decided by the two-sided sequence"
     say("; ".join(parts), prefix=f"decided against {bar:g}x ({how}): ", indent=4)
 
 
