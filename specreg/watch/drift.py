@@ -1,20 +1,21 @@
 """Has live traffic drifted below the audit? An anytime-valid test over windows, so noise pages nobody.
 
 Each window with traffic gives one observation per quantity: log(live / audited) of its
-acceptance, and of its decode rate where that is compared. Each feeds the confidence sequence
-`bench --budget` decides speed-ups with (decision/sequential.py: a betting interval for the centre
-of log ratios that holds at every window at once); the quantity has drifted once the whole
-interval lies below 1 - tolerance (the policy's `[watch]`), which is `not faster` against that
-bar. However many windows are looked at, a server that still meets the bar is called drifted
-with probability at most the sequence's alpha, and the interval, once below, stays below until
-the server restarts (a new test).
+acceptance, and of its decode rate where that is compared. Each feeds the test `bench --budget`
+decides speed-ups with (decision/bar.py: two one-sided betting tests of the centre of log
+ratios against a bar, valid at every window at once); the quantity has drifted once its `not
+faster` test rejects "the centre is at or above 1 - tolerance" (the policy's `[watch]`).
+However many windows are looked at, a server that still meets the bar is called drifted with
+probability at most that test's alpha, and once rejected the bar stays rejected until the
+server restarts (a new test).
 """
 
 from __future__ import annotations
 
 import math
 
-from specreg.decision.sequential import CLIP, SpeedSequence
+from specreg.decision.bar import BarTest
+from specreg.decision.sequential import CLIP
 from specreg.schemas.audit import WatchPolicy
 
 
@@ -28,8 +29,8 @@ class DriftTest:
 
     def __init__(self, policy: WatchPolicy) -> None:
         self.policy = policy
-        self.acceptance = SpeedSequence()
-        self.decode = SpeedSequence()
+        self.acceptance = BarTest()
+        self.decode = BarTest()
         self.windows = 0  # windows fed (with traffic)
         self.decided_after: int | None = None
         self.why: str | None = None
@@ -58,8 +59,8 @@ class DriftTest:
             ("acceptance", self.acceptance, self.policy.acceptance_tolerance),
             ("decode rate", self.decode, self.policy.decode_tolerance),
         ):
-            d = seq.decision(1.0 - tol)
-            if d.decision == "not faster" and d.high is not None:
+            if seq.n and seq.verdict(1.0 - tol) == "not faster":
+                d = seq.decision(1.0 - tol)
                 parts.append(f"{name} at most {d.high:.2f}x the audited (bar {1.0 - tol:.2f}x)")
         return "; ".join(parts) or None
 
