@@ -8,10 +8,11 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from specreg.commands.options import JsonOpt, db_path
-from specreg.errors import UsageError
+from specreg.errors import EXIT_UNDECIDED, UsageError
 
 if TYPE_CHECKING:
     from specreg.schemas.watch import ServerSeen, WatchWindow
+    from specreg.watch.exporter import Exporter
     from specreg.watch.watcher import Watcher
 
 MAX_WINDOWS = 10**9
@@ -89,13 +90,13 @@ def watch_cmd(
             watcher.close()
             if exporter is not None:
                 exporter.close()
-    raise typer.Exit(exit_code(last) if last is not None else 2)
+    raise typer.Exit(exit_code(last) if last is not None else EXIT_UNDECIDED)
 
 
 class _View:
     """Prints each window (a line, or a JSON line) and, when the server is new, what it is."""
 
-    def __init__(self, watcher: Watcher, json_out: bool, exporter: object | None) -> None:
+    def __init__(self, watcher: Watcher, json_out: bool, exporter: Exporter | None) -> None:
         self.watcher, self.json_out, self.exporter = watcher, json_out, exporter
         self.key: str | None = None
         self.last: WatchWindow | None = None
@@ -103,7 +104,7 @@ class _View:
     def show(self, w: WatchWindow) -> None:
         self.last = w
         if self.exporter is not None:
-            self.exporter.update(w)  # type: ignore[attr-defined]
+            self.exporter.update(w)
         if self.json_out:
             import sys
 

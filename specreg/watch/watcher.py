@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from specreg.errors import EXIT_ADMITTED, EXIT_REJECTED, EXIT_UNDECIDED
 from specreg.schemas.methods import BASELINE
 from specreg.schemas.watch import ALERT_STATES, WatchWindow
 from specreg.watch import windows as kept
@@ -32,15 +33,14 @@ if TYPE_CHECKING:
     from specreg.schemas.watch import ServerSeen
     from specreg.validators.ruleset import ServerRules
 
-EXIT_HOLDS, EXIT_ALERT, EXIT_UNDECIDED = 0, 1, 2  # as errors.py's: admitted, rejected, undecided
 NO_PAIR_FIX = "pass --pair N (specreg pairs lists them), and --stratum S when it was deployed for one"
 
 
 def exit_code(w: WatchWindow) -> int:
     """`watch --once`: 0 holds, 1 drifted / not speculating / not the audited server, 2 undecided."""
     if w.mismatches or w.state in ALERT_STATES:
-        return EXIT_ALERT
-    return EXIT_HOLDS if w.state == "holds" else EXIT_UNDECIDED
+        return EXIT_REJECTED
+    return EXIT_ADMITTED if w.state == "holds" else EXIT_UNDECIDED
 
 
 def _rules(build: int | None) -> ServerRules:
