@@ -242,8 +242,15 @@ def main() -> int:
         argv = _argv(db, policy, pairs["draft-simple"], next(free_ports()), "--stratum", "repetitive")
         share = scrape_cost(argv, args.scrapes)
         took = not_speculating(argv, folder / "near-miss.gguf", db, policy, items)
-        soak_db, soak_pair, soak_items = _noisy_world(folder / "soak")
-        soak_argv = _argv(soak_db, policy, soak_pair, next(free_ports()))
+        for attempt in range(1, 4):  # its speed gate is timed on a shared machine: a load spike can refuse it
+            soak_db, soak_pair, soak_items = _noisy_world(folder / f"soak{attempt}")
+            try:
+                soak_argv = _argv(soak_db, policy, soak_pair, next(free_ports()))
+                break
+            except SystemExit as exc:
+                print(f"soak world {attempt}: {str(exc).splitlines()[0]} ... (measured again)")
+        else:
+            raise SystemExit("the soak pair was refused three times")
         drifted = soak(soak_argv, soak_db, policy, soak_items, args.windows, args.interval, bench_threads=False)
         drifted_threads = soak(soak_argv, soak_db, policy, soak_items, args.windows, args.interval, bench_threads=True)
     print(f"targets: {'all met' if share < 0.01 and took <= 2 and drifted == 0 else 'MISSED'} (the A/A target on the")
