@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
-import gc
 import importlib
 import os
 import sys
@@ -50,8 +48,6 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("demo", "demo:demo_cmd", "The whole pipeline on tiny generated models."),
 ]
 NAMES = [name for name, _, _ in COMMANDS]
-# Commands that run for minutes or build many objects: they run with the cycle collector on.
-LONG_RUNNING = frozenset({"fetch", "bench", "runs", "audit", "deploy", "watch", "export", "sign", "import", "demo"})
 
 
 def load(ref: str) -> Callable[..., Any] | typer.Typer:
@@ -182,24 +178,14 @@ def _command_name(argv: list[str]) -> str | None:
 
 
 def startup(argv: list[str]) -> typer.Typer:
-    """Every start-up measure in one place; returns the app to run for `argv`.
+    """The app to run for `argv`: only the command being run is imported and built.
 
-    1. Only the command being run is imported and built: each command module pulls in its own
-       stage (registry, benchmark, audit), and typer turns every registered command into a
-       click command (evaluating each signature's annotations) before it runs one; `--version`
-       builds none. Root `--help`, an unknown word or another root option gets the index (every
-       command listed, none built), which names the choices.
-    2. An ending process skips the interpreter's last hunt for reference cycles: it walks every
-       object still alive (pydantic's schemas, typer's, rich's), on every command. Frozen
-       objects are skipped; atexit handlers and weakref finalizers still run.
-    3. The console script starts with the cycle collector off (specreg/entry.py); the commands
-       that run for minutes or hold many objects (`LONG_RUNNING`) switch it back on here.
+    Each command module pulls in its own stage (registry, benchmark, audit), and typer turns
+    every registered command into a click command (evaluating each signature's annotations)
+    before it runs one; `--version` builds none. Root `--help`, an unknown word or another root
+    option gets the index (every command listed, none built), which names the choices.
     """
-    atexit.unregister(gc.freeze)  # once, however often this runs (tests run many commands in one process)
-    atexit.register(gc.freeze)
     name = _command_name(argv)
-    if name in LONG_RUNNING:
-        gc.enable()  # the console script starts without the cycle collector (specreg/entry.py)
     if name is None and "--version" in argv and "--help" not in argv:
         return build([])  # the version needs no command at all
     if name is None or name not in NAMES:
@@ -226,10 +212,8 @@ def _fail(message: str, hint: str | None, code: int) -> int:
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: one line per failure, a traceback only with SPECREG_DEBUG=1."""
     debug = os.environ.get("SPECREG_DEBUG") == "1"
-    # specreg's records are validated by its own models only: pydantic plugins installed in the
-    # environment would observe (and could alter) the validation of untrusted files' facts, and
-    # discovering them scans every installed package's metadata (~15 ms of each command).
-    # An explicit setting of the user's is kept.
+    # specreg uses no pydantic plugin, and one installed in the environment would see (and could
+    # alter) the validation of facts read from untrusted files; a setting of the user's is kept.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     args = sys.argv[1:] if argv is None else argv
     # `--db FILE` reaches the commands as SPECREG_DB (`_root`); it is this command's, not the

@@ -13,12 +13,11 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specreg.errors import SpecregError
-from specreg.lazyclass import dataclass
 from specreg.schemas.audit import AuditReport
 from specreg.schemas.bench import BenchRun
 from specreg.schemas.bench_settings import BenchSettings
@@ -185,7 +184,7 @@ def outcomes(report: AuditReport) -> list[StratumOutcome]:
     return out
 
 
-def _relative(report: AuditReport, folder: Path) -> AuditReport:
+def relative_report(report: AuditReport, folder: Path) -> AuditReport:
     """The report with every path under the demo's folder written relative to it (where the report
     lies): the page reads the same wherever the demo ran, and its commands work from that folder."""
     prefix = json.dumps(str(folder) + os.sep)[1:-1]
@@ -346,6 +345,6 @@ def run_demo(
         policy, source = load_policy(policy_path)
         result.audit = run_audit(reg, policy, source, pair_ids=audited)
     result.strata = outcomes(result.audit)
-    write_audit_report(result.report, _relative(result.audit, folder))
+    write_audit_report(result.report, relative_report(result.audit, folder))
     result.seconds = time.monotonic() - t0
     return result

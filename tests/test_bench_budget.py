@@ -173,6 +173,9 @@ def test_a_run_ends_within_one_round_of_its_budget(capsys: pytest.CaptureFixture
 def test_a_bad_budget_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _main(capsys, "bench", "admitted", "--budget", "soon")
     assert code == 2 and "--budget 'soon': expected a duration such as 8m, 90s or 1.5h" in err
+    for zero in ("0", "0s", "0.0m"):  # the form is right, the amount is not: say which
+        code, _, err = _main(capsys, "bench", "admitted", "--budget", zero)
+        assert code == 2 and f"--budget '{zero}': must be more than 0" in err, err
 
 
 def test_a_round_the_budget_has_no_room_for_is_measured_in_part(capsys: pytest.CaptureFixture[str]) -> None:

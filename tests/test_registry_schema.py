@@ -215,7 +215,21 @@ SCHEMA: dict[str, list[str]] = {
         "signed_at",
         "imported_at",
     ],
-    # what `specreg watch` saw of a deployed server, one row per window (m023, specreg/watch/windows.py)
+    # a serving configuration judged against a memory budget (m023, specreg/registry/memory_fits.py)
+    "memory_fits": [
+        "id",
+        "target_sha256",
+        "draft_sha256",
+        "method",
+        "config",
+        "fits",
+        "budget_bytes",
+        "cache_ram_mib",
+        "ctx_checkpoints",
+        "fit_json",
+        "created_at",
+    ],
+    # what `specreg watch` saw of a deployed server, one row per window (m024, specreg/watch/windows.py)
     "watch_windows": [
         "id",
         "pair_id",
@@ -277,6 +291,7 @@ REGISTRY_INDEXES = {
     "idx_pairs_draft",
     "idx_verdicts_pair",
     "idx_imported_verdicts_pair",
+    "idx_memory_fits_config",
     "idx_watch_windows_pair",
 }
 

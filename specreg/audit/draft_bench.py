@@ -33,12 +33,12 @@ import math
 import shlex
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specreg.decision import budget as budget_mod
 from specreg.errors import SpecregError, UsageError
-from specreg.lazyclass import dataclass
 from specreg.schemas.drafts import BenchOutcome, DraftReport, DraftRow, HalvingRound
 from specreg.schemas.methods import BASELINE, MODEL_DRAFTED
 

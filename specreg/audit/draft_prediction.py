@@ -35,11 +35,10 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from specreg.benchmark.plan import tune_curve as tune
-from specreg.lazyclass import dataclass
 from specreg.schemas.drafts import ErrorStat, Prediction, PriorFit
 from specreg.schemas.methods import BASELINE, MODEL_DRAFTED
 

@@ -15,7 +15,6 @@ from specreg.audit.facts import Facts
 from specreg.audit.run import audited_pairs, run_audit
 from specreg.audit.trust import EvidenceTrust
 from specreg.benchmark.store.run_index import RunIndex
-from specreg.registry.db import paused_gc
 from specreg.registry.store import Registry
 from specreg.schemas.audit import AuditReport, Policy
 from specreg.schemas.registry import PairRecord
@@ -41,18 +40,6 @@ def audit_by_hardware(
     spread: bool = True,
 ) -> AuditReport:
     """`run_audit` once per hardware class the runs were measured on (see the module docstring)."""
-    with paused_gc():  # once for all classes: each re-enabling would walk every object built so far
-        return _audit_by_hardware(reg, policy, policy_source, pair_ids, rehash, spread)
-
-
-def _audit_by_hardware(
-    reg: Registry,
-    policy: Policy,
-    policy_source: str,
-    pair_ids: list[int] | None,
-    rehash: bool,
-    spread: bool,
-) -> AuditReport:
     classes_of = run_hardware(reg)
     wanted = (policy.evidence.hardware or "").casefold()
     classes = sorted({c for c in classes_of.values() if c and wanted in c.casefold()})

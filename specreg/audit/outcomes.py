@@ -8,9 +8,10 @@ the interval's low end, then the speed-up), and the per-stratum decisions look a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from specreg.audit import gates
 from specreg.audit.production_sampler import quality_gate
-from specreg.lazyclass import dataclass
 from specreg.schemas.audit import (
     CONDITION_GATES,
     ConditionDigest,

@@ -18,7 +18,7 @@ from specreg.benchmark.plan.eligibility import NOT_BENCHMARKABLE, not_benchmarka
 from specreg.benchmark.store.digest import load_digests
 from specreg.benchmark.store.run_index import RunHead, RunIndex, runs_for_pair
 from specreg.errors import RunUnreadable, SpecregError
-from specreg.registry.db import now, paused_gc
+from specreg.registry.db import now
 from specreg.registry.evidence import not_checked_here
 from specreg.registry.store import Registry
 from specreg.schemas.audit import (
@@ -27,6 +27,7 @@ from specreg.schemas.audit import (
     AuditReport,
     ConditionDigest,
     ConditionOutcome,
+    DeployCommand,
     GateResult,
     PairAudit,
     Policy,
@@ -347,21 +348,6 @@ def run_audit(
         SpecregError: when no pair is given and none is admitted (nothing to audit).
         PairNotFound: when a pair id names no pair.
     """
-    with paused_gc():  # ~100k acyclic pydantic objects for 5,000 pairs: see paused_gc
-        return _run_audit(reg, policy, policy_source, pair_ids, rehash, spread, runs_for, pairs, facts)
-
-
-def _run_audit(
-    reg: Registry,
-    policy: Policy,
-    policy_source: str,
-    pair_ids: list[int] | None,
-    rehash: bool,
-    spread: bool,
-    runs_for: RunsFor,
-    pairs: list[PairRecord] | None = None,
-    facts: Facts | None = None,
-) -> AuditReport:
     from specreg.validators.ruleset import RULE_SET_DEFAULT, load_rule_set
 
     facts = facts or Facts(reg, rehash, spread)
@@ -443,3 +429,37 @@ def audit_for_deploy(
     report = run_audit(reg, policy, policy_source, pair_ids=ids, spread=False, runs_for=runs_for)
     request = requests.get(report.pairs[0].run_id or "") if report.pairs else None
     return report, request
+
+
+def pinned_plan(
+    reg: Registry,
+    report: AuditReport,
+    pair_id: int,
+    request: RequestSettings | None,
+    *,
+    stratum: str | None = None,
+    concurrency: int | None = None,
+    program: str | None = None,
+    port: int | None = None,
+) -> DeployCommand:
+    """The command `specreg deploy` prints from `audit_for_deploy`'s report (and `watch` holds a
+    server to): `plan_deploy`, then the caps `check pair --budget` recorded for the configuration
+    deployed, pinned (audit.deploy.pin_fit).
+
+    Raises:
+        SpecregError: as `plan_deploy` (the pair not in the audit, a stratum never measured).
+    """
+    from specreg.audit.deploy import pin_fit, plan_deploy, serving_settings
+    from specreg.schemas.memory import config_key
+
+    audited = report.pairs[0].pair_id if report.pairs else pair_id  # a stale verdict is re-checked as a new pair
+    plan = plan_deploy(
+        report, audited, stratum=stratum, concurrency=concurrency, program=program, port=port, request=request
+    )
+    if plan.deployable and plan.argv and report.pairs:
+        pa = report.pairs[0]
+        config = config_key(serving_settings(plan.argv))
+        fit = reg.memory_fits.latest(pa.target_sha256, pa.draft_sha256, pa.method, config)
+        if fit is not None:
+            pin_fit(plan, fit)
+    return plan

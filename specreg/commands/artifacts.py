@@ -131,7 +131,9 @@ def artifacts_cmd(json_out: JsonOpt = False) -> None:
     with _open_registry(create=False) as reg:
         recs = reg.artifacts(with_summary=False)
     if json_out:
-        emit_json([r.model_dump(mode="json", exclude={"summary"}) for r in recs])
+        from specreg.schemas.record import to_python
+
+        emit_json([to_python(r, mode="json", exclude={"summary"}) for r in recs])
         return
     if not recs:
         err_console().print("no artifacts registered yet (specreg register FILE)")

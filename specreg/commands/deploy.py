@@ -42,18 +42,16 @@ def deploy_cmd(
         raise UsageError("--port must be between 1 and 65535")
     if concurrency is not None and concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
-    from specreg.audit.deploy import plan_deploy
     from specreg.audit.policy import load_policy
-    from specreg.audit.run import audit_for_deploy
+    from specreg.audit.run import audit_for_deploy, pinned_plan
     from specreg.registry.store import Registry
 
     pol, source = load_policy(policy)
     with Registry(db_path(), create=False) as reg:
         report, request = audit_for_deploy(reg, pair_id, pol, source)
-    audited = report.pairs[0].pair_id if report.pairs else pair_id  # a stale verdict is re-checked as a new pair
-    plan = plan_deploy(
-        report, audited, stratum=stratum, concurrency=concurrency, program=server, port=port, request=request
-    )
+        plan = pinned_plan(
+            reg, report, pair_id, request, stratum=stratum, concurrency=concurrency, program=server, port=port
+        )
     if json_out:
         emit_json(plan)
     else:

@@ -13,6 +13,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -169,17 +170,19 @@ def emit_json(data: Any) -> None:
     """Print a pydantic model (or plain data) as JSON on stdout, nothing else."""
     from pydantic import BaseModel  # not at startup: `--help` and plain listings need no pydantic
 
-    from specreg.schemas.record import Record, adapter
+    from specreg.schemas.record import adapter, to_python
 
     if isinstance(data, BaseModel):
         # = model_dump_json(indent=2), as UTF-8 bytes straight to stdout: no 40 MB str round trip
         _write_utf8(data.__pydantic_serializer__.to_json(data, indent=2))
         return
-    if isinstance(data, Record):
+    if is_dataclass(data) and not isinstance(data, type):
         _write_utf8(adapter(type(data)).dump_json(data, indent=2))
         return
-    if isinstance(data, list) and data and isinstance(data[0], (BaseModel, Record)):
+    if isinstance(data, list) and data and isinstance(data[0], BaseModel):
         text = json.dumps([d.model_dump(mode="json") for d in data], indent=2)
+    elif isinstance(data, list) and data and is_dataclass(data[0]):
+        text = json.dumps([to_python(d, mode="json") for d in data], indent=2)
     else:
         text = json.dumps(data, indent=2, default=str)
     sys.stdout.write(text + "\n")

@@ -17,9 +17,9 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from specreg.decision import bar
-from specreg.lazyclass import dataclass
 
 HORIZON = 40  # rounds looked ahead: past this, "not within any budget worth asking for"
 

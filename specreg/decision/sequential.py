@@ -24,9 +24,8 @@ import bisect
 import copy
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
-
-from specreg.lazyclass import dataclass
 
 Decision = Literal["faster", "not faster", "undecided"]
 ALPHA = 0.02  # two-sided: at most ~1% false `faster` (the one-sided share), issue 32

@@ -14,7 +14,7 @@ import contextlib
 import json
 import socket
 from collections.abc import Iterable
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -38,7 +38,6 @@ from specreg.exchange.bundle_format import (
 from specreg.exchange.bundle_runs import insert_run, local_digest, run_logs, run_parts
 from specreg.exchange.portable import artifact_records, merge_artifacts, merge_pairs, pair_records
 from specreg.exchange.rederive import check_summaries
-from specreg.lazyclass import dataclass
 from specreg.paths import data_dir
 from specreg.registry.db import now_iso
 from specreg.registry.migrations import bundle_schema, migrations

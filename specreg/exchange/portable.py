@@ -15,10 +15,10 @@ import json
 import re
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from specreg.errors import BundleError
-from specreg.lazyclass import dataclass
 from specreg.registry.db import now_iso
 
 
@@ -215,6 +215,7 @@ def imported_verdict(rec: Mapping[str, Any], v: object, origin: tuple[str, str])
     from datetime import datetime
 
     from specreg.registry.pairs import load_checks
+    from specreg.schemas.record import to_python
 
     if not isinstance(v, dict):
         raise _refuse_pair(rec, "a verdict is not an object")
@@ -240,7 +241,7 @@ def imported_verdict(rec: Mapping[str, Any], v: object, origin: tuple[str, str])
     return {
         "admitted": admitted,
         "strict": strict,
-        "checks": [c.model_dump(mode="json") for c in checks],
+        "checks": [to_python(c, mode="json") for c in checks],
         "created_at": created,
         "host": host,
         "specreg_version": version,

@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +27,6 @@ from specreg.errors import NotAdmitted, SpecregError, UsageError
 from specreg.exchange.bundle import import_bundles
 from specreg.exchange.portable import artifact_records, pair_records
 from specreg.exchange.ray_node import TaskOutcome, make_task, run_task
-from specreg.lazyclass import dataclass
 from specreg.schemas.bench import RunInfo
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.registry import PairRecord

@@ -13,12 +13,11 @@ import hashlib
 import mmap
 import struct
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 
 from specreg.errors import GGUFError
 from specreg.gguf import format as F
 from specreg.gguf.source import HeaderWindow
-from specreg.lazyclass import dataclass
 from specreg.text import escape_control
 
 

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 from specreg.errors import AmbiguousArtifact, ArtifactNotFound, SpecregError
 from specreg.registry import hashing, licence, snapshot, statcache
-from specreg.registry.db import Database, now_iso, paused_gc, read_only_error, records_in_batches, text
+from specreg.registry.db import Database, now_iso, read_only_error, records_in_batches, text
 from specreg.registry.shards import Shard, ShardStore, is_split
 from specreg.schemas.gguf import GGUFSummary, summary_from_json, summary_to_json
-from specreg.schemas.record import adapter, plain_json, stamp
+from specreg.schemas.record import adapter, from_json, stamp, to_json
 from specreg.schemas.registry import ArtifactRecord, LicenceRecord, LicenceSource, Provenance
 
 if TYPE_CHECKING:
@@ -70,6 +70,10 @@ def stat_or_raise(apath: str) -> hashing.StatKey:
     return hashing.StatKey.of(st)
 
 
+def _licence(raw: str) -> LicenceRecord:
+    return from_json(LicenceRecord, raw)
+
+
 def _stored(load: Any, raw: str, default: Any) -> Any:
     """A stored JSON field, or `default` when the record is damaged (no licence stated, no
     provenance): one bad row must not stop every listing, and nothing is allowed on it."""
@@ -97,7 +101,7 @@ def _record(
         file_type_name=text(row["file_type_name"]),
         n_tokens=row["n_tokens"],
         summary=summary,
-        licence=_stored(licence.read_record, row["licence_json"], LicenceRecord()),
+        licence=_stored(_licence, row["licence_json"], LicenceRecord()),
         provenance=Provenance(
             repo=text(row["repo"]),
             revision=text(row["revision"]),
@@ -161,18 +165,16 @@ class ArtifactStore:
             paths.setdefault(r["sha256"], []).append(r["path"])
         cols = LIST_COLUMNS + (", summary_json" if with_summary else "")
         found = self.db.rows(f"SELECT {cols} FROM artifacts ORDER BY registered_at, sha256")
-        with paused_gc():
-            return [_record(r, paths.get(r["sha256"], []), with_summary) for r in found]
+        return [_record(r, paths.get(r["sha256"], []), with_summary) for r in found]
 
     def get_many(self, shas: Iterable[str], *, with_summary: bool = False) -> dict[str, ArtifactRecord]:
         """Records of many artifacts by full SHA-256 (unknown ones are left out): one query, or two
         when a record must be read row by row."""
         wanted = json.dumps(sorted(set(shas)))
         if not with_summary:
-            with paused_gc():
-                fast = records_in_batches(
-                    self.db.conn, f"{_JSON_ROW} WHERE {IN_SHAS}", (wanted,), adapter(list[ArtifactRecord])
-                )
+            fast = records_in_batches(
+                self.db.conn, f"{_JSON_ROW} WHERE {IN_SHAS}", (wanted,), adapter(list[ArtifactRecord])
+            )
             if fast is not None:
                 return {r.sha256: r for r in fast}
         return self.get_many_by_row(wanted, with_summary=with_summary)
@@ -187,8 +189,7 @@ class ArtifactStore:
             paths.setdefault(sha, []).append(path)
         cols = LIST_COLUMNS + (", summary_json" if with_summary else "")
         found = self.db.rows(f"SELECT {cols} FROM artifacts WHERE {IN_SHAS}", (wanted,))
-        with paused_gc():
-            return {r["sha256"]: _record(r, paths.get(r["sha256"], []), with_summary) for r in found}
+        return {r["sha256"]: _record(r, paths.get(r["sha256"], []), with_summary) for r in found}
 
     def cached_sha(self, apath: str, key: hashing.StatKey) -> tuple[str, int] | None:
         """(sha256, hashed_at_ns) when the stat cache vouches for this path (statcache.py)."""
@@ -347,7 +348,7 @@ class ArtifactStore:
             elif layout is not None and known["layout_json"] != layout:  # registered before m009
                 conn.execute("UPDATE artifacts SET layout_json = ? WHERE sha256 = ?", (layout, sha))
             elif news or prov.source == "hf_cache":
-                rec = licence.read_record(known["licence_json"])
+                rec = from_json(LicenceRecord, known["licence_json"])
                 if license:
                     rec = licence.with_source(rec, LicenceSource(source="user", value=license))
                 if card:
@@ -406,7 +407,7 @@ class ArtifactStore:
                 rec.effective,
                 rec.effective_source,
                 int(rec.conflict),
-                plain_json(rec),
+                to_json(rec),
                 prov.repo,
                 prov.revision,
                 prov.filename,
@@ -437,7 +438,7 @@ class ArtifactStore:
                 "effective_license": rec.effective,
                 "licence_source": rec.effective_source,
                 "licence_conflict": int(rec.conflict),
-                "licence_json": plain_json(rec),
+                "licence_json": to_json(rec),
             }
         if repo or revision:
             sets |= {"provenance_source": source}
@@ -467,6 +468,6 @@ class ArtifactStore:
             row = self.db.one("SELECT licence_json FROM artifacts WHERE sha256 = ?", (sha256,))
             if row is None:
                 raise ArtifactNotFound(f"no registered artifact with sha256 {sha256}")
-            rec = licence.with_source(licence.read_record(row["licence_json"]), source)
+            rec = licence.with_source(from_json(LicenceRecord, row["licence_json"]), source)
             self._update(sha256, rec, None, None, None, now_iso())
         return self.get(sha256)

@@ -14,9 +14,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-
-from specreg.lazyclass import dataclass
 
 # 1 MiB: measured flat from 128 KiB to 4 MiB on 2 GB (page cache); mmap was ~5% faster but a file
 # truncated while mapped kills the process with SIGBUS, so we copy with readinto instead.

@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
-
-from specreg.lazyclass import dataclass
 
 Migration = Callable[[sqlite3.Connection], None]
 
@@ -107,16 +106,18 @@ migrations = MigrationSet("specreg")
 # its own rows). A bundle never carries them, so its schema does not name them: a bundle from a
 # specreg that added one is not "newer" to a specreg that has not (exchange/bundle.py).
 # Who vouched for an imported run or verdict (m021, m022) is this registry's record of the
-# envelopes it verified; the envelopes themselves travel, not the tables. What `specreg watch` saw
-# of a deployed server (m023) is evidence about this registry's own production, not a result
-# another machine can re-derive: it stays here too.
+# envelopes it verified; the envelopes themselves travel, not the tables. A memory fit (m023)
+# judges a configuration against this machine's budget: it does not travel either. What
+# `specreg watch` saw of a deployed server (m024) is evidence about this registry's own production,
+# not a result another machine can re-derive: it stays here too.
 LOCAL_ONLY = frozenset(
     {
         "m010_template_scans",
         "m012_run_digests",
         "m021_run_attestations",
         "m022_verdict_attestations",
-        "m023_watch_windows",
+        "m023_memory_fits",
+        "m024_watch_windows",
     }
 )
 
@@ -610,7 +611,36 @@ def m022_verdict_attestations(db: sqlite3.Connection) -> None:
 
 
 @migrations()
-def m023_watch_windows(db: sqlite3.Connection) -> None:
+def m023_memory_fits(db: sqlite3.Connection) -> None:
+    """A serving configuration judged against a memory budget (`check pair --budget`,
+    registry/memory_fits.py): kept beside a pair's verdicts, never one of them, since the same two
+    files fit one machine and not another. One row per judgement, by the pair's files and method
+    and the configuration (schemas/memory.py config_key); the latest is what `deploy` pins."""
+    db.execute(
+        """
+        CREATE TABLE memory_fits (
+            id INTEGER PRIMARY KEY,
+            target_sha256 TEXT NOT NULL,
+            draft_sha256 TEXT,
+            method TEXT NOT NULL,
+            config TEXT NOT NULL,
+            fits INTEGER NOT NULL,
+            budget_bytes INTEGER,
+            cache_ram_mib INTEGER,
+            ctx_checkpoints INTEGER,
+            fit_json TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        )
+        """
+    )
+    db.execute(
+        "CREATE INDEX idx_memory_fits_config ON memory_fits "
+        "(target_sha256, ifnull(draft_sha256, ''), method, config, id)"
+    )
+
+
+@migrations()
+def m024_watch_windows(db: sqlite3.Connection) -> None:
     """What `specreg watch` saw of a running server, one row per window (watch/windows.py owns it):
     the pair and stratum it was matched to, the server's identity (a digest over what it runs;
     the identity itself on a watch's first window of it), the state and why, the counter deltas

@@ -20,6 +20,7 @@ from specreg.paths import default_db_path, registry_path
 from specreg.registry.artifacts import ArtifactStore
 from specreg.registry.db import BUSY_TIMEOUT_S, Database, registry_error
 from specreg.registry.integrity import Integrity, Pinned
+from specreg.registry.memory_fits import MemoryFits
 from specreg.registry.pairs import PairStore
 from specreg.registry.template_scans import TemplateScans
 from specreg.schemas.checks import PairVerdict
@@ -91,6 +92,7 @@ class Registry:
         self._integrity = Integrity(self._artifacts)
         self._pairs = PairStore(self.database)
         self.template_scans = TemplateScans(self.database)
+        self.memory_fits = MemoryFits(self.database)
 
     # -- plumbing -----------------------------------------------------------------------------
 

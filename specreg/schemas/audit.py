@@ -9,16 +9,14 @@ unknown licence fails.
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from specreg.lazyclass import dataclass
 from specreg.schemas.bench import ConditionStatus, Difference, RunStatus, TuneEstimate
 from specreg.schemas.bench_settings import DEFAULT_REPEAT
-from specreg.schemas.record import Record
 from specreg.schemas.sampling import DraftSampling, Sampler
 from specreg.schemas.triage import NEAR_TIE_MARGIN, Triage
 from specreg.schemas.watch import ProductionEvidence
@@ -273,7 +271,7 @@ class ConditionDigest(BaseModel):
 
 
 @dataclass(kw_only=True)
-class ModelName(Record):
+class ModelName:
     """What tells a model file apart beside its SHA-256 prefix: general.name, file name, quant."""
 
     name: str | None = None
@@ -332,6 +330,11 @@ class RunDigest(BaseModel):
             None,
         )
 
+    def rollback(self, concurrency: int | None = None) -> ConditionDigest | None:
+        """The baseline a pair measured in this run rolls back to: the one at its concurrency,
+        else the run's first. The one choice the audit's rollback gate and `deploy` both make."""
+        return self.baseline(concurrency) or self.baseline()
+
     @property
     def concurrency_levels(self) -> list[int]:
         return sorted({r.concurrency for r in self.strata})
@@ -344,7 +347,7 @@ class RunDigest(BaseModel):
 
 
 @dataclass(kw_only=True)
-class GateResult(Record):
+class GateResult:
     """One gate for one pair: passed or not, why, and the numbers it looked at. A dataclass, like
     `Candidate`: an audit of a fleet makes one per gate and pair from values it computed itself,
     and validating each of them again on the way in would only cost time."""
@@ -357,7 +360,7 @@ class GateResult(Record):
 
 
 @dataclass(kw_only=True)
-class ConditionOutcome(Record):
+class ConditionOutcome:
     """One measured condition of a pair (a draft length at a concurrency) under the condition gates."""
 
     condition: str
@@ -380,7 +383,7 @@ class ConditionOutcome(Record):
 
 
 @dataclass(kw_only=True)
-class UncheckedCondition(Record):
+class UncheckedCondition:
     """A condition a pair's run measured for a method no pair of its target was checked for (an
     n-gram method in a draft pair's run): judged like the pair's own, deployable once checked."""
 
@@ -390,7 +393,7 @@ class UncheckedCondition(Record):
 
 
 @dataclass(kw_only=True)
-class PairAudit(Record):
+class PairAudit:
     """Every gate for one registered pair; `passed` iff every gate passed.
 
     The gates are those of the pair's best condition at the judged concurrency (`condition`,
@@ -431,7 +434,7 @@ class PairAudit(Record):
 
 
 @dataclass(kw_only=True)
-class Candidate(Record):
+class Candidate:
     """One pair considered for one stratum, and why it did or did not win (one per pair and stratum)."""
 
     pair_id: int
@@ -447,7 +450,7 @@ class Candidate(Record):
 
 
 @dataclass(kw_only=True)
-class StratumDecision(Record):
+class StratumDecision:
     """Per workload and concurrency: the passing condition with the best speed-up, or "none"."""
 
     target_sha256: str

@@ -246,6 +246,22 @@ class ConditionRun(BaseModel):
 
 # ---- requests --------------------------------------------------------------------------------
 
+# How far a client TPOT may sit below the server's own per-token time and still count as decode
+# speed: the two are measured on different clocks over different spans (the client from its first
+# text event to its last, the server from its first sampled token to its last), and the client's
+# first and last events reach it with different delays. Below the server's figure by more than
+# this, the row is flagged (`RequestRow.tpot_below_server`) and left out of the reported TPOT.
+TPOT_TOLERANCE_MS = 0.5
+TPOT_TOLERANCE_SHARE = 0.02
+
+
+TPOT_TOLERANCE_TEXT = f"max({TPOT_TOLERANCE_MS:g} ms, {TPOT_TOLERANCE_SHARE:.0%})"  # as legends say it
+
+
+def tpot_tolerance_ms(server_tpot_ms: float) -> float:
+    """max(TPOT_TOLERANCE_MS, TPOT_TOLERANCE_SHARE of the server's per-token time)."""
+    return max(TPOT_TOLERANCE_MS, TPOT_TOLERANCE_SHARE * server_tpot_ms)
+
 
 class RequestRow(BaseModel):
     """One measured request (warm-up requests are not stored)."""
@@ -331,9 +347,12 @@ class RequestRow(BaseModel):
 
     @property
     def tpot_below_server(self) -> bool:
-        """A client TPOT faster than the server generated the tokens: not a decode speed (tokens
-        that reached the client together, a first event the client saw late)."""
-        return self.tpot_ms is not None and self.server_tpot_ms is not None and self.tpot_ms < self.server_tpot_ms
+        """A client TPOT faster than the server generated the tokens, by more than the two clocks
+        can disagree (`tpot_tolerance_ms`): not a decode speed (tokens that reached the client
+        together, a first event the client saw late). Within the tolerance the two agree."""
+        if self.tpot_ms is None or self.server_tpot_ms is None:
+            return False
+        return self.tpot_ms < self.server_tpot_ms - tpot_tolerance_ms(self.server_tpot_ms)
 
     @property
     def itl_ms(self) -> list[float]:

@@ -11,11 +11,9 @@ use; records that embed a summary (`ArtifactRecord`) leave it to that function.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, field
+from dataclasses import asdict, dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING, Any
-
-from specreg.lazyclass import dataclass
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter

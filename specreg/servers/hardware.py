@@ -11,10 +11,8 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-
-from specreg.lazyclass import dataclass
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry

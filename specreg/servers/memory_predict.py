@@ -90,16 +90,15 @@ def predict_rss(
     from specreg.validators.ruleset import load_rule_set
 
     try:
-        settings = (settings or ServeSettings()).model_copy(
-            update={
-                "ctx_size": ctx_size,
-                "slots": slots,
-                "gpu_layers": parse_layers(gpu_layers),
-                "method": spec.method,
-                "draft_n_max": spec.draft_n_max,
-                "cache_type_k": cache_type_k,
-                "cache_type_v": cache_type_v,
-            }
+        settings = replace(
+            settings or ServeSettings(),
+            ctx_size=ctx_size,
+            slots=slots,
+            gpu_layers=parse_layers(gpu_layers),
+            method=spec.method,
+            draft_n_max=spec.draft_n_max,
+            cache_type_k=cache_type_k,
+            cache_type_v=cache_type_v,
         )
     except UsageError:
         return None

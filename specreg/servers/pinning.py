@@ -22,8 +22,7 @@ there.
 from __future__ import annotations
 
 import os
-
-from specreg.lazyclass import dataclass
+from dataclasses import dataclass
 
 MIN_CORES = 4  # one for the client, at least three for the server (on 2 cores: -t 1, see above)
 

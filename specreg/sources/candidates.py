@@ -22,13 +22,12 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specreg import remote
 from specreg.errors import HubError, RemoteLimit, SpecregError, UsageError
-from specreg.lazyclass import dataclass
 
 if TYPE_CHECKING:
     from specreg.gguf.reader import GGUFFile

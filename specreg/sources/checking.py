@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specreg.errors import ArtifactChanged, ArtifactNotFound
-from specreg.lazyclass import dataclass
 from specreg.registry.artifacts import HEX, MIN_PREFIX
 from specreg.registry.store import Registry
 from specreg.schemas.checks import CheckResult, PairVerdict

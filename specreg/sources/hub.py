@@ -14,12 +14,12 @@ import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specreg import remote
 from specreg.errors import HubError, UsageError
-from specreg.lazyclass import dataclass
 
 if TYPE_CHECKING:
     from huggingface_hub import CachedRepoInfo

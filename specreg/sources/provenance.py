@@ -19,14 +19,13 @@ import os
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from specreg import remote
 from specreg.errors import HubError, SpecregError, UsageError
-from specreg.lazyclass import dataclass
 from specreg.registry import licence
 from specreg.registry.artifacts import stat_or_raise
 from specreg.registry.hashing import sha256_with_bar
@@ -164,7 +163,7 @@ def local_facts(
         if repo and revision and COMMIT.fullmatch(revision):  # only a commit pins the card's text
             card = cached_card(repo, revision, HubSettings.from_env().cache_dir)
     if verified:
-        prov = prov.model_copy(update={"source": "hub", "filename": verified.get("filename", prov.filename)})
+        prov = replace(prov, source="hub", filename=verified.get("filename", prov.filename))
     return prov, (card_source(card) if card is not None else None)
 
 

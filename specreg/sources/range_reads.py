@@ -9,14 +9,13 @@ the content hash (a hub resolve URL's X-Linked-Etag). Remote artifacts are recor
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from specreg import remote
 from specreg.errors import RemoteError, UsageError
-from specreg.lazyclass import dataclass
 from specreg.text import escape_control
 
 if TYPE_CHECKING:  # the records only where one is made: `specreg inspect URL` needs no pydantic

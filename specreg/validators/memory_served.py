@@ -41,10 +41,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from specreg.lazyclass import dataclass
 from specreg.schemas.memory import ServeSettings
 from specreg.units import MIB
 from specreg.validators.kv_cells import cells, type_size

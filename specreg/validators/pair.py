@@ -7,6 +7,8 @@ self-speculative method, none for a draft method) raises.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from specreg.errors import UsageError
 from specreg.gguf.reader import GGUFFile
 from specreg.gguf.summary import summarize
@@ -103,7 +105,7 @@ def check_pair(
     checks += check_template(t, rule_set, scans)  # llama-server renders the target's template, never the draft's
     checks += [c for c in (common.special_ids(t), common.special_ids(d) if d else None) if c is not None]
     if strict:
-        checks = [c.model_copy(update={"severity": "error"}) if c.severity == "warn" else c for c in checks]
+        checks = [replace(c, severity="error") if c.severity == "warn" else c for c in checks]
     return checks
 
 

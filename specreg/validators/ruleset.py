@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from functools import cache
 from pathlib import Path
 
 from specreg.errors import UsageError
-from specreg.lazyclass import dataclass
-from specreg.schemas.record import Record, build
+from specreg.schemas.record import build
 
 RULES_DIR = Path(__file__).parent / "rules"
 # the bundled server's build (xllamacpp 2026.10.11549): what judges a pair when no server is
@@ -26,7 +25,7 @@ RULE_SET_DEFAULT = "llama.cpp-b11549"
 
 
 @dataclass(frozen=True, kw_only=True)
-class _Strict(Record):
+class _Strict:
     """A part of a rule set. `load_rule_set` makes them from the shipped files without pydantic
     (schemas.record.build), so `check pair` does not validate them again; the tests validate every shipped
     file against these classes with pydantic, unknown keys refused (`__pydantic_config__`)."""

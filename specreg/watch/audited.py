@@ -12,10 +12,10 @@ hardware class the audit measured it on.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from specreg.errors import SpecregError
-from specreg.lazyclass import dataclass
 from specreg.schemas.bench import ALL_STRATA
 from specreg.schemas.methods import BASELINE
 from specreg.schemas.watch import AuditedEvidence, Mismatch, ServerSeen
@@ -134,8 +134,8 @@ def audited_deploy(
     Raises:
         PairNotFound: no pair has this id.
     """
-    from specreg.audit.deploy import plan_deploy, read_flags
-    from specreg.audit.run import audit_for_deploy
+    from specreg.audit.deploy import read_flags
+    from specreg.audit.run import audit_for_deploy, pinned_plan
     from specreg.benchmark.store.digest import runtime_identity
     from specreg.benchmark.store.runstore import RunStore
     from specreg.servers.identity import build_of
@@ -146,7 +146,7 @@ def audited_deploy(
     run_levels = next((r.concurrency_levels for r in report.runs if r.run_id == pa.run_id), [])
     conc = concurrency if concurrency in run_levels else None
     try:
-        plan = plan_deploy(report, pa.pair_id, stratum=stratum, concurrency=conc, request=request)
+        plan = pinned_plan(reg, report, pa.pair_id, request, stratum=stratum, concurrency=conc)
     except SpecregError as exc:
         out.problem, out.fix = f"pair {pair_id}: {exc}", exc.hint
         return out

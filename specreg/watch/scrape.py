@@ -13,12 +13,11 @@ from __future__ import annotations
 import math
 import re
 import time
-from dataclasses import field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from specreg.errors import ServerError
-from specreg.lazyclass import dataclass
 
 if TYPE_CHECKING:
     from specreg.benchmark.run.client import LlamaClient

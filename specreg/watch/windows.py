@@ -1,4 +1,4 @@
-"""The registry's `watch_windows` table (migration m023): its one owner.
+"""The registry's `watch_windows` table (migration m024): its one owner.
 
 Each window `specreg watch` makes is kept against its pair and the server's identity, so a
 later `watch --once` (from cron) continues the drift test where the last one left it, and

@@ -8,10 +8,10 @@ admitted method. Whether speculation then ran is read from the server log (`serv
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import TypeVar
 
 from specreg.errors import UsageError
-from specreg.lazyclass import dataclass
 from specreg.schemas.bench import ConditionSpec, ScheduleSlot
 from specreg.schemas.bench_settings import Order
 from specreg.schemas.methods import BASELINE, DEFAULT_NGRAM_METHODS, DRAFT_METHODS, MODEL_DRAFTED, SELF_METHODS

@@ -26,6 +26,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from specreg.benchmark.plan import conditions as cond_mod
@@ -34,7 +35,6 @@ from specreg.benchmark.store.condition_summary import paired_ms, stratum_ms, str
 from specreg.benchmark.store.sampling import arm
 from specreg.decision import bar
 from specreg.decision import budget as budget_mod
-from specreg.lazyclass import dataclass
 from specreg.schemas.bench import ConditionRun, RequestRow, SlotPhase
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.methods import BASELINE

@@ -51,6 +51,7 @@ curve it predicts from is tune_curve.py's.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from specreg.benchmark.plan.conditions import condition_name
@@ -58,7 +59,6 @@ from specreg.benchmark.plan.tune_curve import LENGTHS, Profile, ProfileSource, c
 from specreg.benchmark.store import statistics, stepcost
 from specreg.benchmark.store.condition_summary import _paired, speed_decision
 from specreg.errors import UsageError
-from specreg.lazyclass import dataclass
 from specreg.registry.db import now
 from specreg.schemas.bench import (
     ALL_STRATA,

@@ -8,10 +8,10 @@ these names; this is their one owner.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from specreg.benchmark.store import stepcost
-from specreg.lazyclass import dataclass
 
 LENGTHS = range(1, 33)  # the candidates predicted: --spec-draft-n-max 1..32
 

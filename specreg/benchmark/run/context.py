@@ -11,13 +11,12 @@ can name it without importing each other.
 from __future__ import annotations
 
 import time
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from specreg.benchmark.run.reply import Completion
 from specreg.benchmark.store.runstore import RunStore
 from specreg.benchmark.workloads.jsonl import Workload
-from specreg.lazyclass import dataclass
 from specreg.schemas.bench import ConditionRun, RequestRow, RunInfo, SlotPhase, WorkloadItem
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.sampling import Sampler

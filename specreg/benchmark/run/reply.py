@@ -17,10 +17,9 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import Any
 
-from specreg.lazyclass import dataclass
 from specreg.schemas.bench import MAX_OUTPUT_TOKENS
 
 _FINISH = {"limit": "length", "eos": "stop", "word": "stop"}  # /completion stop_type -> OpenAI names

@@ -46,6 +46,7 @@ from specreg.schemas.bench import (
 )
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.methods import BASELINE
+from specreg.schemas.record import to_python
 from specreg.schemas.registry import ArtifactRecord, PairRecord
 from specreg.servers.launcher import ServerCommand, bundled_command, external_command
 from specreg.servers.memory import GpuProbe
@@ -274,8 +275,8 @@ class Runner:
         self.store.create_run(
             info,
             manifest,
-            target.licence.model_dump(mode="json"),
-            draft.licence.model_dump(mode="json") if draft else None,
+            to_python(target.licence, mode="json"),
+            to_python(draft.licence, mode="json") if draft else None,
         )
         conds = [ConditionRun(idx=i, spec=s) for i, s in enumerate(specs)]
         for c in conds:

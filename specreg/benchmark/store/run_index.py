@@ -13,11 +13,10 @@ import math
 import sqlite3
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
 
 from specreg.benchmark.store.runstore import run_info
-from specreg.lazyclass import dataclass
 from specreg.registry.db import rows
 from specreg.schemas.bench import (
     ConditionRun,

@@ -15,9 +15,9 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from specreg.lazyclass import dataclass
 from specreg.schemas.bench import ConditionSpec, ConditionSummary, RequestRow, RunManifest, RuntimeInfo
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.methods import BASELINE

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from specreg.lazyclass import dataclass
 from specreg.schemas.bench import Difference, LengthSource
 
 if TYPE_CHECKING:

@@ -43,9 +43,8 @@ speed-up; per stratum it moves with that stratum's acceptance. Nothing here is a
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
-
-from specreg.lazyclass import dataclass
 
 if TYPE_CHECKING:
     from specreg.schemas.bench import RequestRow

@@ -32,11 +32,11 @@ import hashlib
 import json
 import os
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from specreg.benchmark.workloads.workload import Workload, content_sha256, sample_items
 from specreg.errors import PolicyError, WorkloadUnavailable
-from specreg.lazyclass import dataclass
 from specreg.paths import cache_dir, open_regular, read_regular
 from specreg.schemas.bench import ChatMessage, WorkloadItem, WorkloadSource
 

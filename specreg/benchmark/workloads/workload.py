@@ -9,8 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from dataclasses import dataclass
 
-from specreg.lazyclass import dataclass
 from specreg.schemas.bench import WorkloadItem, WorkloadSource
 
 

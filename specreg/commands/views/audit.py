@@ -212,12 +212,21 @@ def _unchecked(report: AuditReport) -> None:
 
 
 def _rollbacks(report: AuditReport) -> None:
-    shown: set[str] = set()
+    """Each target's rollback command, as `deploy` prints it for each pair: pairs measured in
+    different runs (another -c, another -np) have different baselines, and each is named with
+    the pairs it is the rollback of."""
+    by_target: dict[str, dict[tuple[str, ...], list[PairAudit]]] = {}
     for p in report.pairs:
-        if p.rollback_command and p.target_sha256 not in shown:
-            shown.add(p.target_sha256)
-            say("", prefix=f"rollback ({_name(p.target_name, p.target_sha256)}):")
-            words = [safe_plain(shlex.quote(w)) for w in p.rollback_command]
+        if p.rollback_command:
+            by_target.setdefault(p.target_sha256, {}).setdefault(tuple(p.rollback_command), []).append(p)
+    for commands in by_target.values():
+        for command, pairs in commands.items():
+            first = pairs[0]
+            name = _name(first.target_name, first.target_sha256)
+            if len(commands) > 1:  # say which pairs each is the rollback of
+                name += f"; {'pair' if len(pairs) == 1 else 'pairs'} {', '.join(str(p.pair_id) for p in pairs)}"
+            say("", prefix=f"rollback ({name}):")
+            words = [safe_plain(shlex.quote(w)) for w in command]
             show_lines(["  " + ln for ln in command_lines(words, width() - 2, indent=4)])
 
 

@@ -16,6 +16,7 @@ from specreg.commands.layout import Col, pack
 from specreg.commands.output import Cell, print_listing, safe_plain, say, show_lines, width
 from specreg.commands.views.cells import MISMATCH_MARK, STATUS_STYLE, WARN_MARK, ms_text, num_text, pct_text
 from specreg.commands.views.sampling import show_samplers
+from specreg.schemas.bench import TPOT_TOLERANCE_TEXT
 from specreg.text import model_label, plural
 from specreg.units import MIB, mib_text
 
@@ -94,7 +95,7 @@ TIMINGS_LEGEND = (
     "client timings, p50 over requests: TTFT to the first generated text; ITL per token (a token "
     "that came in the same event as the one before: 0); TPOT (last token - first text) / tokens "
     "after it. srv ms/tok: the server's own predicted_per_token_ms. TPOT<srv: requests whose "
-    "TPOT was below it, which is no decode speed: left out of TPOT."
+    f"TPOT was below it by more than {TPOT_TOLERANCE_TEXT}, which is no decode speed: left out of TPOT."
 )
 
 
