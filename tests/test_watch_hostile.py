@@ -217,7 +217,7 @@ def test_the_command_on_a_hostile_server_says_one_line_and_keeps_no_numbers(tmp_
     assert time.monotonic() - t0 < 60
     assert code == 2 and "Traceback" not in out + err, out + err
     assert "unknown: /metrics: llamacpp:tokens_predicted_total is nan, not a number" in " ".join(out.split())
-    assert "identified through /props" in out  # not on this machine's process table: /props names it
+    assert "identified through /props" in out, out  # not on this machine's process table: /props names it
     assert code2 == 2 and "no audit to compare with" in out2  # the pair has no run to compare with
     with Registry(db, show_progress=False) as reg:
         rows = reg.conn.execute("SELECT state, generated, drafted, counters_json FROM watch_windows").fetchall()

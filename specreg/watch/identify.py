@@ -112,22 +112,30 @@ def server_flags(cmdline: list[str]) -> tuple[str, list[str], bool]:
     return program, cmdline[1:], Path(program).name == BUNDLED_SCRIPT
 
 
-def listening_process(port: int) -> Any | None:
-    """The process listening on this TCP port on this machine (psutil.Process), or None when
-    none is, or this user may not see it."""
+def listening_process(host: str, port: int) -> Any | None:
+    """The process listening on this host's TCP port on this machine (psutil.Process): bound to
+    the address itself or to every address of its family. None when none is, when two are (an
+    IPv4 and an IPv6 socket of different processes), or when this user may not see it."""
     import psutil
 
+    host = host.strip("[]").lower()
+    wanted = {"127.0.0.1", "::1"} if host == "localhost" else {host}
+    wanted |= {"0.0.0.0", "::"}  # a server bound to every address answers on this one too
     try:
         conns = psutil.net_connections(kind="tcp")
     except (psutil.Error, OSError):
         return None
-    for c in conns:
-        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
-            try:
-                return psutil.Process(c.pid)
-            except psutil.Error:
-                return None
-    return None
+    pids = {
+        c.pid
+        for c in conns
+        if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.laddr.ip in wanted and c.pid
+    }
+    if len(pids) != 1:
+        return None
+    try:
+        return psutil.Process(pids.pop())
+    except psutil.Error:
+        return None
 
 
 class FileHashes:
@@ -245,7 +253,7 @@ def identify(url: str, scrape: Scrape, reg: Registry | None, hashes: FileHashes)
     local = is_loopback(parsed.host)
     ns = None
     if local:
-        proc = listening_process(parsed.port or (443 if parsed.scheme == "https" else 80))
+        proc = listening_process(parsed.host, parsed.port or (443 if parsed.scheme == "https" else 80))
         if proc is not None:
             ns = _from_process(seen, proc, scrape)
         else:
