@@ -193,8 +193,14 @@ def _from_process(seen: ServerSeen, proc: Any, scrape: Scrape) -> argparse.Names
     except SpecregError as exc:
         seen.notes.append(f"process {pid}'s flags cannot be read: {exc}")
         return None
-    if not ns.model:
-        seen.notes.append(f"process {pid} has no -m: not a llama-server")
+    # the process on the port is the server when its -m is the path /props says it loaded (as
+    # given on its command line); without /props, only a program named like llama-server is
+    props = scrape.props
+    if not ns.model or (props is not None and props.model_path != ns.model):
+        seen.notes.append(f"process {pid} ({Path(program).name}) is not the server: its -m is not /props' model_path")
+        return None
+    if props is None and not bundled and "llama" not in Path(program).name:
+        seen.notes.append(f"process {pid} ({Path(program).name}) cannot be told from another without /props")
         return None
     seen.via, seen.pid = "process", pid
     seen.program = f"{program} (bundled xllamacpp)" if bundled else program
