@@ -363,7 +363,7 @@ def test_the_reported_tpot_stays_put_when_the_same_rows_are_flagged_again(proof:
     import random
     from statistics import median
 
-    from specreg.benchmark.condition_summary import stat
+    from specreg.benchmark.store.condition_summary import stat
 
     draw = random.Random(47)
     dropped_strictly = 0

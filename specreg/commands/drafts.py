@@ -94,9 +94,11 @@ def drafts_cmd(
         if bench:
             from specreg.audit.draft_bench import BenchPlan, bench_drafts
             from specreg.commands.bench import _duration
+            from specreg.commands.views.progress import ProgressView
 
             plan = BenchPlan(bench, _duration(budget), tune, workload, Path(server) if server else None, pol, source)
-            report.bench = bench_drafts(reg, report, plan, say=progress.note)
+            with ProgressView() as view:  # each run's progress, and a line every half minute in a log
+                report.bench = bench_drafts(reg, report, plan, say=progress.note, observer=view)
     if json_out:
         emit_json(report)
     else:

@@ -31,7 +31,12 @@ class Measured(BaseModel):
     model_config = ConfigDict(allow_inf_nan=False)
 
 
-RunStatus = Literal["running", "complete", "incomplete", "cancelled", "aborted", "failed"]
+# "contended": every round the run measured was set aside as contended (benchmark/store/contention.py):
+# it kept nothing to decide on, so it is neither complete nor evidence
+RunStatus = Literal["running", "complete", "incomplete", "contended", "cancelled", "aborted", "failed"]
+# Runs that say nothing about a pair: still going, kept nothing, or stopped by a person or a crash
+# of specreg (the audit skips them, and so do the views of what runs found)
+SAYS_NOTHING: tuple[RunStatus, ...] = ("running", "contended", "cancelled", "aborted")
 ConditionStatus = Literal["pending", "running", "ok", "failed", "cancelled", "aborted", "skipped"]
 Difference = Literal["faster", "slower", "no measurable difference"]
 LengthSource = Literal["per-position", "formula"]  # where E[L] came from
@@ -215,6 +220,9 @@ class RoundLoad(BaseModel):
     requests_s: float | None = None
     after_s: float | None = None
     phase: SlotPhase | None = None
+    # seconds the slot waited for a quieter machine (`--busy-wait`): before its server started and
+    # between its requests; not part of any of the parts above, nor of the load judged
+    waited_s: float | None = None
 
 
 class ConditionRun(BaseModel):

@@ -21,6 +21,9 @@ from specreg.text import model_label, plural
 from specreg.units import MIB, mib_text
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
+    from specreg.benchmark.store.ending import Ending
     from specreg.schemas.bench import ArtifactRef, BenchRun, ConditionSummary, WorkloadSource
 
 
@@ -415,3 +418,27 @@ def show_run(run: BenchRun, names: Mapping[str, str | None] | None = None) -> No
             say(ln, prefix="    ", style="dim", indent=6)
         if c.log_path:
             say(str(c.log_path), prefix="    log: ", indent=6)
+    show_run_ending(run)
+
+
+def show_run_ending(run: BenchRun) -> None:
+    """The paragraph of a run that kept nothing or whose budget ended undecided: what happened
+    and the command that measures on (benchmark/store/ending.py), with this command's registry."""
+    from specreg.benchmark.store.ending import ending
+    from specreg.commands.options import db_path
+    from specreg.paths import default_db_path
+
+    db = db_path()
+    end = ending(run, db if db != default_db_path() else None)
+    if end is not None:
+        show_ending(end)
+
+
+def show_ending(end: Ending, out: Console | None = None) -> None:
+    """An ending's paragraph, then its command on lines of its own that paste into a shell."""
+    show_lines([""], out)
+    say(end.text, out=out)
+    if end.command:
+        from specreg.audit.deploy import wrap_command
+
+        show_lines([safe_plain(ln) for ln in wrap_command(end.command, width(out), indent="  ")], out)
