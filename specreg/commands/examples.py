@@ -2,7 +2,7 @@
 
 Each example is a command that works as written from the state `specreg demo` leaves: run in the
 folder where the demo ran, with `SPECREG_DB=specreg-demo/registry.db` (the preamble says so), on
-the demo's models, workload and policy. `tests/test_help_examples.py` parses every one against
+the demo's models, workload and policy. `tests/commands/test_examples.py` parses every one against
 its command and runs them there, in this order (the ones in `NETWORK` need the hub or the package
 index and are only parsed). A new command gets its entry here, keyed like `cli.COMMANDS` (a
 subcommand as `"group sub"`, the root as `""`).

@@ -2,7 +2,7 @@
 
 Applied migrations are recorded in sqlite-utils' format: table `_sqlite_migrations` (id,
 migration_set "specreg", name, applied_at), so `sqlite_utils.Migrations` and `sqlite-utils`
-tooling read a registry's state as their own (tests/test_registry_schema.py holds both to it).
+tooling read a registry's state as their own (tests/registry/test_migrations.py holds both to it).
 specreg applies them itself, on the plain `sqlite3` connection, because importing sqlite-utils
 imports numpy and click, and a first `specreg check pair` creates the registry.
 `Database` runs `apply()` inside its own `BEGIN IMMEDIATE`, and `apply()` looks at what is
@@ -14,7 +14,7 @@ Adding a migration (other areas: the benchmark runs tables, ...):
      never edit or reorder one that has shipped — add another that alters;
   2. use plain SQL (`db.execute("CREATE TABLE ...")`): explicit types, NOT NULL, foreign
      keys and an index on every column that list views filter, join or sort on;
-  3. update `tests/test_registry_schema.py`, which pins every table and its columns.
+  3. update `tests/registry/test_migrations.py`, which pins every table and its columns.
 
 One module, however long: it is a list of small functions applied in order, each frozen once
 shipped, and reading the schema's history is reading this file top to bottom.

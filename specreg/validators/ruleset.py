@@ -236,7 +236,7 @@ _BUILD_IN_NAME = re.compile(r"-b(\d+)$")  # llama.cpp-b11549: the build a rule s
 
 def rule_set_names() -> dict[int, str]:
     """Build number -> the shipped rule set mirroring it, read from the file names (each file's
-    own `build` equals its name's: tests/test_validators_ruleset.py), so `check pair` does not
+    own `build` equals its name's: tests/validators/test_ruleset.py), so `check pair` does not
     load and validate every rule set to ask its build, only the one it uses."""
     names = {}
     for name in known_rule_sets():
