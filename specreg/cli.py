@@ -45,6 +45,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("runs", "runs:runs_app", "List benchmark runs, or show one."),
     ("audit", "audit:audit_cmd", "Check every deployment gate for admitted pairs."),
     ("deploy", "deploy:deploy_cmd", "Print the pinned llama-server command for an audited pair."),
+    ("watch", "watch:watch_cmd", "Watch a deployed llama-server against its audited evidence."),
     ("export", "export:export_cmd", "Write runs and verdicts to a bundle, or a pair to an ML-BOM."),
     ("sign", "sign:sign_cmd", "Sign a result bundle (in-toto statement in a DSSE envelope)."),
     ("import", "export:import_cmd", "Merge result bundles from other machines into this registry."),

@@ -108,7 +108,21 @@ def show(
         from specreg.report.write import write_run_report_for
 
         written = write_run_report_for(report, run, _model_names(run))
-    emit_result(run, json_out, lambda: show_run(run, names, probes), written)
+
+    def human() -> None:
+        show_run(run, names, probes)
+        _production(run)
+
+    emit_result(run, json_out, human, written)
+
+
+def _production(run: BenchRun) -> None:
+    """What `specreg watch` kept of the pairs this run was the audited evidence for."""
+    from specreg.commands.views.audit import production
+    from specreg.watch.windows import production_of_run
+
+    with _registry() as reg:
+        production(production_of_run(reg, run.info.run_id))
 
 
 def _model_names(run: BenchRun) -> dict[str, ModelName]:

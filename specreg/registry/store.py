@@ -189,6 +189,10 @@ class Registry:
         """The SHA-256 of a file if the stat cache vouches for it (no hashing, no write)."""
         return self._artifacts.known_sha256(path)
 
+    def registered_at(self, path: str) -> dict[str, str]:
+        """Registered path -> SHA-256 at this path (a relative one: every registered path ending with it)."""
+        return self._artifacts.registered_at(path)
+
     def verify_artifact(self, rec: ArtifactRecord, *, rehash: bool = False) -> tuple[bool, str | None]:
         """Do all registered paths still hold these bytes? Stat-cache hits cost no hashing."""
         return self._integrity.verify([rec], rehash=rehash)[rec.sha256]

@@ -81,7 +81,7 @@ FIRST_PASS_LENGTH = 16  # generous: SmolLM2 on repetitive text still gains from 
 REUSE = 1.25  # a ladder length this close to the first pass's is measured at the first pass's
 MARGIN = 1.05  # a candidate is ruled out when it is decided at most this much faster than the leader
 SLACK = 1.2  # a length not measured yet may beat the choice when its prediction, this much higher, does
-# (the end-to-end predictions were seen 20-35% off on tiny models and SmolLM2: tests/test_bench_tune.py)
+# (the end-to-end predictions were seen 20-35% off on tiny models and SmolLM2: tests/benchmark/plan/test_tune.py)
 SKIPPED = "not measured: the --budget left could not decide it"  # a contender: the run is incomplete
 RULED_OUT = "not measured: --tune ruled it out (it could not beat the decided length)"
 
