@@ -90,7 +90,7 @@ def main() -> None:
         with Registry(db, show_progress=False) as reg:
             pid = check_and_record(reg, target, draft, "draft-simple", rule_set=load_rule_set()).pair_id
             opts = BenchSettings(workload=str(wl), repeat=a.repeat, ctx_size=512, threads=a.threads,
-                                 methods=["draft-simple"], busy_share=0.25)  # fmt: skip
+                                 methods=["draft-simple"], busy_share=0.25, busy_wait_s=0)  # fmt: skip
             obs = Neighbours(n)
             try:
                 (run,) = Runner(reg, opts, obs).bench([pid])

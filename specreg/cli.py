@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from functools import cache
+from types import FrameType
 from typing import Annotated, Any
 
 import typer
@@ -35,6 +39,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("runs", "runs:runs_app", "List benchmark runs, or show one."),
     ("audit", "audit:audit_cmd", "Check every deployment gate for admitted pairs."),
     ("deploy", "deploy:deploy_cmd", "Print the pinned llama-server command for an audited pair."),
+    ("watch", "watch:watch_cmd", "Watch a deployed llama-server against its audited evidence."),
     ("export", "export:export_cmd", "Write runs and verdicts to a bundle, or a pair to an ML-BOM."),
     ("sign", "sign:sign_cmd", "Sign a result bundle (in-toto statement in a DSSE envelope)."),
     ("import", "export:import_cmd", "Merge result bundles from other machines into this registry."),
@@ -203,6 +208,27 @@ def _fail(message: str, hint: str | None, code: int) -> int:
     return code
 
 
+def _interrupt(_sig: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM stops a command the way Ctrl-C does: a KeyboardInterrupt unwinds it, so every server
+    it started is stopped where it was started (`finally`), a run is saved as cancelled, and the
+    exit is 130 - not the default death that leaves the servers running under init. The one
+    place for every command (benchmarks, the demo, drafts --bench, a probe); only the main thread
+    may set a handler, so an embedder's thread keeps the default."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: one line per failure, a traceback only with SPECREG_DEBUG=1."""
     debug = os.environ.get("SPECREG_DEBUG") == "1"
@@ -214,7 +240,8 @@ def main(argv: list[str] | None = None) -> None:
     # process's: an embedder's (or a test's) next `main()` without --db uses its own registry.
     db_before = os.environ.get("SPECREG_DB")
     try:
-        rv = startup(args)(args=args, prog_name="specreg", standalone_mode=False)
+        with _sigterm_as_interrupt():
+            rv = startup(args)(args=args, prog_name="specreg", standalone_mode=False)
         code = rv if isinstance(rv, int) else 0
     except SpecregError as exc:
         _trace(debug)

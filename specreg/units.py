@@ -43,8 +43,10 @@ def parse_duration(text: str) -> float:
     import re
 
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|min|h)?\s*", text.lower())
-    if not m or float(m.group(1)) <= 0:
+    if not m:
         raise ValueError(f"{text!r}: expected a duration such as 8m, 90s or 1.5h")
+    if float(m.group(1)) <= 0:  # a well-formed zero: the form is right, the amount is not
+        raise ValueError(f"{text!r}: must be more than 0, e.g. 8m, 90s or 1.5h")
     return float(m.group(1)) * _DURATION_UNITS[m.group(2) or ""]
 
 

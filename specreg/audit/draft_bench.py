@@ -43,6 +43,7 @@ from specreg.schemas.drafts import BenchOutcome, DraftReport, DraftRow, HalvingR
 from specreg.schemas.methods import BASELINE, MODEL_DRAFTED
 
 if TYPE_CHECKING:
+    from specreg.benchmark.run.context import Observer
     from specreg.registry.store import Registry
     from specreg.schemas.audit import Policy
     from specreg.schemas.bench import BenchRun
@@ -125,8 +126,15 @@ def final_seconds(cost: RunCost, min_repetitions: int) -> float:
     return 1.1 * cost.seconds(min_repetitions)
 
 
-def bench_drafts(reg: Registry, report: DraftReport, plan: BenchPlan, say: Callable[[str], None]) -> BenchOutcome:
-    """Successive halving over the top `plan.n` measurable candidates (module docstring)."""
+def bench_drafts(
+    reg: Registry,
+    report: DraftReport,
+    plan: BenchPlan,
+    say: Callable[[str], None],
+    observer: Observer | None = None,
+) -> BenchOutcome:
+    """Successive halving over the top `plan.n` measurable candidates (module docstring); each
+    run reports its progress through `observer` (default: silently)."""
     from specreg.audit.deploy import plan_deploy
     from specreg.audit.fleet import audit_by_hardware
     from specreg.benchmark.run.runner import Runner
@@ -164,7 +172,7 @@ def bench_drafts(reg: Registry, report: DraftReport, plan: BenchPlan, say: Calla
             methods=[BASELINE, row.method], workload=plan.workload, repeat=repeat, budget_s=budget, tune=tune,
             server=str(plan.server) if plan.server else None,
         )  # fmt: skip
-        runner = Runner(reg, opts)
+        runner = Runner(reg, opts, observer)
         pair = reg.get_pair(pair_of[label(row)])
         t0 = time.monotonic()
         try:

@@ -21,7 +21,7 @@ from specreg.benchmark.store.run_index import RunHead
 from specreg.errors import SpecregError
 from specreg.registry.store import Registry
 from specreg.schemas.audit import ModelName, PairAudit, Policy, RunDigest
-from specreg.schemas.bench import RequestSettings, RunStatus
+from specreg.schemas.bench import SAYS_NOTHING, RequestSettings
 from specreg.schemas.checks import CheckResult
 from specreg.schemas.registry import ArtifactRecord, PairRecord
 from specreg.schemas.sampling import Sampler
@@ -29,8 +29,6 @@ from specreg.servers.identity import ChosenRules
 from specreg.signing.model_signature import signature_identity
 
 RunsFor = Callable[[Registry, PairRecord], list[RunHead]]
-# Runs that say nothing about the pair: still going, or stopped by a person or a crash of specreg.
-_NOT_EVIDENCE: tuple[RunStatus, ...] = ("running", "cancelled", "aborted")
 
 
 class Facts:
@@ -200,7 +198,7 @@ def select_run(
         runtime = runtime_identity(man) if ev.runtime else None
         hardware = hardware_identity(man) if ev.hardware else None
         levels = (man.request.concurrency_levels or [man.request.concurrency]) if man else []
-        if info.status in _NOT_EVIDENCE:
+        if info.status in SAYS_NOTHING:
             skipped.append(f"{info.run_id} {info.status}")
         elif refuse is not None and refuse(info.run_id):
             skipped.append(f"{info.run_id} unsigned or signed by no [trust] signer")

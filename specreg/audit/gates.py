@@ -545,7 +545,7 @@ def rollback_gate(
     """The exact baseline command (`--spec-type none`, the registered target file) is on record.
     `measured_by`: the trusted signer whose machine holds the target (not on this one): its run
     loaded the file by that machine's path, and the run's target SHA-256 is the pair's."""
-    base = (run.baseline(concurrency) or run.baseline()) if run else None
+    base = run.rollback(concurrency) if run else None
     if base is None or not base.command:
         return GateResult(gate="rollback", passed=False, message="no baseline server command line recorded"), None
     cmd = base.command

@@ -7,9 +7,8 @@ fast.
 
 from __future__ import annotations
 
-import signal
+import time
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -85,10 +84,6 @@ def _floats(values: list[str] | None, flag: str) -> list[float] | None:
         shown = ",".join(values or [])
         raise UsageError(f"{flag} {shown!r}: expected numbers separated by commas, e.g. 0,0.7")
     return out
-
-
-def _sigterm(_sig: int, _frame: FrameType | None) -> None:
-    raise KeyboardInterrupt  # stop like Ctrl-C: servers stopped, run saved as cancelled
 
 
 @bench_app.command("admitted")
@@ -229,7 +224,8 @@ def admitted(
             "--budget",
             metavar="DURATION",
             help="Measure until decided: more rounds after --repeat until every condition is faster or "
-            "not faster than --min-speedup, or DURATION (8m, 90s) has passed.",
+            "not faster than --min-speedup, within DURATION (8m, 90s): a cap on the command's wall clock, "
+            "--repeat's rounds included (requests in flight at its end are cut, not counted).",
         ),
     ] = None,
     min_speedup: Annotated[
@@ -242,6 +238,15 @@ def admitted(
             metavar="SHARE|off",
             help="Set aside rounds in which other processes used this share of the cores (or a request ran "
             "3x its usual time); --budget measures them again [0.25, or $SPECREG_BUSY_SHARE].",
+        ),
+    ] = None,
+    busy_wait: Annotated[
+        str | None,
+        typer.Option(
+            "--busy-wait",
+            metavar="DURATION|0",
+            help="Before each round, while other processes use --busy-share of the cores, wait for a "
+            "quieter machine, this long in all; then measure (0: never wait) [3m].",
         ),
     ] = None,
     tune: Annotated[
@@ -279,11 +284,12 @@ def admitted(
     summaries with speed-up intervals, server logs); exit 0 when every condition ran, 1 when one
     failed (e.g. the draft was refused or drafted nothing), 2 on errors.
     """
+    started = time.monotonic()  # what --budget counts from
     from specreg.benchmark.plan.conditions import parse_ngram_options
     from specreg.benchmark.run.runner import Runner
     from specreg.commands.views.progress import ProgressView
     from specreg.commands.views.run_detail import show_run
-    from specreg.schemas.bench_settings import BenchSettings, parse_busy_share
+    from specreg.schemas.bench_settings import BenchSettings, parse_busy_share, parse_wait
 
     opts = BenchSettings.from_options(
         methods=_split(methods),
@@ -313,6 +319,7 @@ def admitted(
         min_p=min_p,
         draft_sampling=_split(draft_sampling),
         **({"busy_share": parse_busy_share(busy_share)} if busy_share is not None else {}),
+        **({"busy_wait_s": parse_wait(busy_wait)} if busy_wait is not None else {}),
         tune=tune,
         pin=pin,
         balance=not shuffle,
@@ -330,18 +337,14 @@ def admitted(
     from specreg.servers.identity import choose_rules
 
     judged = choose_rules(server=opts.server)  # the rules this server's build judges by
-    previous = signal.signal(signal.SIGTERM, _sigterm)
-    try:
-        with (
-            _registry() as reg,
-            ProgressView(rounds=opts.repeat if opts.order == "rounds" else None, budget_s=opts.budget_s) as view,
-        ):
-            runner = Runner(reg, opts, observer=view)
-            runs = runner.bench(pair)
-            shas = {s for r in runs for s in (r.info.target_sha256, r.info.draft_sha256) if s}
-            names = {sha: rec.name for sha, rec in reg.get_artifacts(shas).items()}
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    with (
+        _registry() as reg,
+        ProgressView(rounds=opts.repeat if opts.order == "rounds" else None, budget_s=opts.budget_s) as view,
+    ):
+        runner = Runner(reg, opts, observer=view)
+        runs = runner.bench(pair, started=started)
+        shas = {s for r in runs for s in (r.info.target_sha256, r.info.draft_sha256) if s}
+        names = {sha: rec.name for sha, rec in reg.get_artifacts(shas).items()}
     if json_out:
         emit_json([r.model_dump(mode="json", exclude={"requests"}) for r in runs])
     else:
@@ -393,23 +396,19 @@ def _bench_ray(
         raise UsageError(f"--ray-timeout {timeout:g}: give seconds above 0 (at most a day)")
     need_ray()  # before anything else: without Ray, one line saying how to install it
     specs = parse_resources(resources)
-    # Ray joins from a worker thread (to bound it), so it sets no SIGTERM handler of its own: stop
-    # like Ctrl-C, so that its exit hook still shuts down a cluster it started here
-    previous = signal.signal(signal.SIGTERM, _sigterm)
-    try:
-        with _registry() as reg:
-            out = bench_on_ray(
-                reg,
-                opts,
-                pair,
-                address=address,
-                resources=specs,
-                note=lambda t: err_console().print(f"[dim]{safe(t)}[/]"),
-                connect_timeout_s=CONNECT_TIMEOUT_S if timeout is None else timeout,
-            )
-            runs = [RunStore(reg).load(rid) for rid in out.imported]
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    # Ray joins from a worker thread (to bound it), so it sets no SIGTERM handler of its own:
+    # SIGTERM stops like Ctrl-C (cli.main), so that its exit hook still shuts down a cluster it started here
+    with _registry() as reg:
+        out = bench_on_ray(
+            reg,
+            opts,
+            pair,
+            address=address,
+            resources=specs,
+            note=lambda t: err_console().print(f"[dim]{safe(t)}[/]"),
+            connect_timeout_s=CONNECT_TIMEOUT_S if timeout is None else timeout,
+        )
+        runs = [RunStore(reg).load(rid) for rid in out.imported]
     if json_out:
         emit_json(
             {

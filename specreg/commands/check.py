@@ -16,13 +16,13 @@ import typer
 from specreg.commands.layout import Col
 from specreg.commands.options import METHOD_AUTO, JsonOpt, MethodOpt, TimeoutOpt, chosen_method, db_path
 from specreg.commands.output import console, emit_json, err_console, print_listing, warn
-from specreg.units import mib_text
+from specreg.units import mib_text, size_text
 
 if TYPE_CHECKING:
     from specreg.gguf.reader import GGUFFile
     from specreg.registry.store import Registry
     from specreg.schemas.checks import CheckResult
-    from specreg.schemas.memory import MemoryEstimate
+    from specreg.schemas.memory import MemoryEstimate, MemoryFit
     from specreg.schemas.registry import ArtifactRecord, PairRecord
     from specreg.servers.identity import ChosenRules
 
@@ -45,6 +45,68 @@ def _remote_facts(target: ArtifactRecord, draft: ArtifactRecord | None) -> dict[
         if rec is not None and metadata_only(rec)
     }
     return {"remote": remote} if remote else {}
+
+
+def memory_lead(m: MemoryEstimate) -> str:
+    """The estimate as a person reads it first: what the server holds from its start and while
+    serving, then what may grow and to which cap ("resident R; up to T if the prompt cache fills
+    (--cache-ram N, llama.cpp's default)")."""
+    from specreg.schemas.memory import DEFAULT_CACHE_RAM_MIB, DEFAULT_CTX_CHECKPOINTS
+    from specreg.validators.memory_fit import resident_bytes
+
+    text = f"resident {size_text(resident_bytes(m))}"
+    what, flags = [], []
+    if m.prompt_cache_bytes:
+        what.append("the prompt cache")
+        if m.cache_ram_mib < 0:
+            flags.append("--cache-ram -1: no size limit, -c tokens")
+        else:
+            default = ", llama.cpp's default" if m.cache_ram_mib == DEFAULT_CACHE_RAM_MIB else ""
+            flags.append(f"--cache-ram {m.cache_ram_mib}{default}")
+    if m.checkpoint_bytes:
+        what.append("the context checkpoints")
+        default = ", llama.cpp's default" if m.ctx_checkpoints == DEFAULT_CTX_CHECKPOINTS else ""
+        flags.append(f"--ctx-checkpoints {m.ctx_checkpoints} per slot{default}")
+    if what:
+        verb = "fills" if len(what) == 1 else "fill"
+        return f"{text}; up to {size_text(m.total_bytes)} if {' and '.join(what)} {verb} ({'; '.join(flags)})"
+    return text + "; nothing grows past it (--cache-ram 0)" if m.cache_ram_mib == 0 else text
+
+
+def fit_text(fit: MemoryFit) -> str:
+    """One line: does the configuration fit the budget, at which caps, and what deploy pins."""
+    from specreg.validators.memory_budget import BUDGET_MARGIN
+
+    caps = (
+        f"--cache-ram {fit.cache_ram_mib} --ctx-checkpoints {fit.ctx_checkpoints}"
+        if fit.cache_ram_mib is not None
+        else None
+    )
+    refused = "; ".join(c.message for c in fit.checks if c.code == "memory.cache_type" and c.severity == "error")
+    if refused:
+        return f"DOES NOT FIT: llama.cpp refuses this configuration ({refused})"
+    if fit.budget_bytes is None:
+        return "FITS: llama.cpp takes these cache types (no --budget given)"
+    where = f"{size_text(fit.budget_bytes)} ({fit.budget_source})"
+    need = f"{size_text(fit.needed_bytes)} + {BUDGET_MARGIN:.0%}"
+    if fit.on == "GPU":
+        return f"{'FITS' if fit.fits else 'DOES NOT FIT'} {where} on the GPU: {need} offloaded"
+    if fit.fits and not fit.lowered:
+        return f"FITS {where}: {need} at {caps}"
+    if fit.fits:
+        asked = [
+            f"--{flag} {was}"
+            for flag, was, now in (
+                ("cache-ram", fit.settings.cache_ram_mib, fit.cache_ram_mib),
+                ("ctx-checkpoints", fit.settings.ctx_checkpoints, fit.ctx_checkpoints),
+            )
+            if was != now
+        ]
+        fail = f"{' '.join(asked)} {'does' if len(asked) == 1 else 'do'} not"
+        return f"FITS {where} with {caps}, the largest that fit ({fail}): {need}; deploy pins them"
+    if caps is not None:
+        return f"DOES NOT FIT {where}: {need} at the caps given; {caps} would fit"
+    return f"DOES NOT FIT {where}: {need} even with --cache-ram 0 --ctx-checkpoints 0"
 
 
 def _memory_lines(m: MemoryEstimate) -> list[str]:
@@ -130,7 +192,8 @@ def pair_cmd(
         str | None, typer.Option("--gpu-layers", "-ngl", help="Memory estimate: -ngl (a number, all).")
     ] = None,
     budget: Annotated[
-        str | None, typer.Option("--budget", help="Fail if the estimate exceeds this (24GiB; auto: detected memory).")
+        str | None,
+        typer.Option("--budget", help="Does this configuration fit (24GiB; auto: detected memory)? Exit 3 if not."),
     ] = None,
     cache_ram: Annotated[
         int | None,
@@ -165,10 +228,16 @@ def pair_cmd(
 ) -> None:
     """Decide whether a target/draft pair is safe for llama.cpp speculative decoding.
 
-    Exit 0 admitted, 1 rejected, 2 could not decide. The verdict is recorded in the registry.
+    Exit 0 admitted, 1 rejected, 2 could not decide, 3 admitted but the configuration does not
+    fit --budget. The verdict is recorded in the registry.
     It is judged with the rule set of the server that will run it: the bundled server's llama.cpp
     build, or the build `--server PATH --version` reports (the nearest known one, with a
     warning, when specreg has none for it); --runtime names one instead.
+
+    --budget judges the serving configuration (-c, -np, -ctk, -ctv, -ngl), not the pair: its fit
+    is recorded on its own and never changes the verdict. When the prompt cache and the context
+    checkpoints (--cache-ram, --ctx-checkpoints, llama.cpp's defaults unless given) do not fit,
+    it names the largest that do; `specreg deploy` pins them.
 
     TARGET and DRAFT may also be https:// URLs or hf://ORG/REPO/FILE.gguf[@REV]: only their
     headers are read (HTTP range requests) and they are recorded as metadata only.
@@ -176,7 +245,7 @@ def pair_cmd(
     from specreg.commands._probe import run_probe
     from specreg.commands.output import say
     from specreg.commands.views.check import show_verdict
-    from specreg.errors import UsageError
+    from specreg.errors import EXIT_ADMITTED, EXIT_NO_FIT, EXIT_REJECTED, UsageError
     from specreg.registry.store import Registry
     from specreg.remote import allowing
     from specreg.schemas.memory import ServeSettings
@@ -184,7 +253,8 @@ def pair_cmd(
     from specreg.servers.identity import choose_rules
     from specreg.servers.memory_predict import parse_layers, resolve_budget
     from specreg.sources.checking import check_and_record
-    from specreg.validators.memory_budget import estimate, memory_checks, type_name
+    from specreg.validators.memory_budget import estimate, type_name
+    from specreg.validators.memory_fit import judge_fit
 
     if fmt not in ("text", "json", "sarif"):
         raise UsageError(f"--format {fmt!r}: choose text, json or sarif")
@@ -204,17 +274,29 @@ def pair_cmd(
         settings.ctx_checkpoints = ctx_checkpoints
     limit = resolve_budget(budget, bool(settings.gpu_layers))
     estimates: list[MemoryEstimate] = []
+    fits: list[MemoryFit | None] = []
 
     def extra(t_file: GGUFFile, d_file: GGUFFile | None, how: str, static: list[CheckResult]) -> list[CheckResult]:
-        """The memory estimate (and budget), then the runtime probe, before the verdict is recorded."""
-        estimates.append(estimate(t_file, d_file, replace(settings, method=how), rules))
-        out = memory_checks(estimates[0], t_file, d_file, settings, rules, limit)
+        """The memory estimate and the configuration's fit (kept out of the verdict), then the
+        runtime probe, before the verdict is recorded."""
+        mine = replace(settings, method=how)
+        estimates.append(estimate(t_file, d_file, mine, rules))
+        fits.append(
+            judge_fit(
+                t_file, d_file, mine, rules, limit,
+                target_sha256=t_file.sha256 or "", draft_sha256=d_file.sha256 if d_file is not None else None,
+                cache_ram_given=cache_ram is not None, ctx_checkpoints_given=ctx_checkpoints is not None,
+            )
+        )  # fmt: skip
         if probe:
-            out += run_probe(t_file, d_file, how, [*static, *out], rules.id, server, show=not json_out)
-        return out
+            return run_probe(t_file, d_file, how, static, rules.id, server, show=not json_out, reg=reg)
+        return []
 
     with Registry(db_path(), show_progress=not json_out and fmt == "text") as reg, allowing(timeout):
         done = check_and_record(reg, target, draft, chosen or "auto", rule_set=rules, strict=strict, extra=extra)
+        fit = fits[0]
+        if fit is not None:  # the configuration's own record: never the pair's verdict
+            reg.memory_fits.record(fit)
     warn(done.warnings)
     v, mem = done.verdict, estimates[0]
     if fmt == "sarif":
@@ -226,7 +308,8 @@ def pair_cmd(
             return arg if os.path.exists(arg) else (rec.paths[0] if rec.paths else None)
 
         out = console()
-        out.file.write(dumps(verdict_sarif(v, where(target, done.target), where(draft, done.draft))) + "\n")
+        shown = replace(v, checks=[*v.checks, *fit.checks]) if fit is not None else v
+        out.file.write(dumps(verdict_sarif(shown, where(target, done.target), where(draft, done.draft))) + "\n")
         out.file.flush()
     elif json_out:
         emit_json(
@@ -235,17 +318,22 @@ def pair_cmd(
                 include={"admitted", "method", "target_sha256", "draft_sha256", "rule_set", "strict", "checks"},
             )
             | {"rule_set_chosen_by": judged.why, "memory": to_python(mem)}
+            | {"fit": to_python(fit) if fit is not None else None}
             | _remote_facts(done.target, done.draft)
         )
     else:
         show_verdict(v, done.target, done.draft, done.pair_id, judged.why, verbose=verbose)
         if settings != ServeSettings() or budget is not None:
-            for i, line in enumerate(_memory_lines(mem)):
+            for i, line in enumerate([memory_lead(mem), *_memory_lines(mem)]):
                 say(line, prefix="memory  " if i == 0 else " " * 8, indent=8)
+        if fit is not None:
+            say(fit_text(fit), prefix="fit     ", indent=8, marks=[("DOES NOT FIT", "bold red"), ("FITS", "green")])
         for c in v.checks:
             if c.code == "probe.agreement":  # the rule set is out of date for this runtime: say it loudly
                 say(c.message, prefix="DISAGREEMENT  ", marks=[("DISAGREEMENT", "bold red")], indent=14)
-    raise typer.Exit(0 if v.admitted else 1)
+    if not v.admitted:
+        raise typer.Exit(EXIT_REJECTED)
+    raise typer.Exit(EXIT_NO_FIT if fit is not None and not fit.fits else EXIT_ADMITTED)
 
 
 def pairs_cmd(

@@ -199,6 +199,18 @@ class ArtifactStore:
         """The SHA-256 of a file if the stat cache vouches for it (no hashing, no write)."""
         return statcache.known_sha256(self.db, path)
 
+    def registered_at(self, path: str) -> dict[str, str]:
+        """Registered path -> SHA-256 for this exact absolute path, or for a relative one every
+        registered path that ends with it (a server's `/props` names its model as it was given)."""
+        if os.path.isabs(path):
+            rows = self.db.rows("SELECT path, sha256 FROM artifact_paths WHERE path = ?", (path,))
+        else:
+            tail = "/" + path.lstrip("./")
+            rows = self.db.rows(
+                "SELECT path, sha256 FROM artifact_paths WHERE substr(path, -length(?)) = ?", (tail, tail)
+            )
+        return {r["path"]: r["sha256"] for r in rows}
+
     def registered_unchanged(self, path: str | Path) -> str | None:
         """The SHA-256 when this very path is registered and unchanged since (stat cache)."""
         apath = os.path.abspath(os.fspath(path))

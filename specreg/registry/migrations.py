@@ -2,7 +2,7 @@
 
 Applied migrations are recorded in sqlite-utils' format: table `_sqlite_migrations` (id,
 migration_set "specreg", name, applied_at), so `sqlite_utils.Migrations` and `sqlite-utils`
-tooling read a registry's state as their own (tests/test_registry_schema.py holds both to it).
+tooling read a registry's state as their own (tests/registry/test_migrations.py holds both to it).
 specreg applies them itself, on the plain `sqlite3` connection, because importing sqlite-utils
 imports numpy and click, and a first `specreg check pair` creates the registry.
 `Database` runs `apply()` inside its own `BEGIN IMMEDIATE`, and `apply()` looks at what is
@@ -14,7 +14,7 @@ Adding a migration (other areas: the benchmark runs tables, ...):
      never edit or reorder one that has shipped — add another that alters;
   2. use plain SQL (`db.execute("CREATE TABLE ...")`): explicit types, NOT NULL, foreign
      keys and an index on every column that list views filter, join or sort on;
-  3. update `tests/test_registry_schema.py`, which pins every table and its columns.
+  3. update `tests/registry/test_migrations.py`, which pins every table and its columns.
 
 One module, however long: it is a list of small functions applied in order, each frozen once
 shipped, and reading the schema's history is reading this file top to bottom.
@@ -106,9 +106,21 @@ migrations = MigrationSet("specreg")
 # its own rows). A bundle never carries them, so its schema does not name them: a bundle from a
 # specreg that added one is not "newer" to a specreg that has not (exchange/bundle.py).
 # Who vouched for an imported run or verdict (m021, m022) is this registry's record of the
-# envelopes it verified; the envelopes themselves travel, not the tables.
+# envelopes it verified; the envelopes themselves travel, not the tables. A memory fit (m023)
+# judges a configuration against this machine's budget, and a machine probe (m025) prices a model
+# on this machine: they do not travel either. What `specreg watch` saw of a deployed server (m024)
+# is evidence about this registry's own production, not a result another machine can re-derive:
+# it stays here too.
 LOCAL_ONLY = frozenset(
-    {"m010_template_scans", "m012_run_digests", "m021_run_attestations", "m022_verdict_attestations"}
+    {
+        "m010_template_scans",
+        "m012_run_digests",
+        "m021_run_attestations",
+        "m022_verdict_attestations",
+        "m023_memory_fits",
+        "m024_watch_windows",
+        "m025_machine_probes",
+    }
 )
 
 
@@ -595,6 +607,96 @@ def m022_verdict_attestations(db: sqlite3.Connection) -> None:
             signed_at TEXT,
             imported_at TEXT NOT NULL,
             PRIMARY KEY (verdict_id, key_id, bundle_digest)
+        )
+        """
+    )
+
+
+@migrations()
+def m023_memory_fits(db: sqlite3.Connection) -> None:
+    """A serving configuration judged against a memory budget (`check pair --budget`,
+    registry/memory_fits.py): kept beside a pair's verdicts, never one of them, since the same two
+    files fit one machine and not another. One row per judgement, by the pair's files and method
+    and the configuration (schemas/memory.py config_key); the latest is what `deploy` pins."""
+    db.execute(
+        """
+        CREATE TABLE memory_fits (
+            id INTEGER PRIMARY KEY,
+            target_sha256 TEXT NOT NULL,
+            draft_sha256 TEXT,
+            method TEXT NOT NULL,
+            config TEXT NOT NULL,
+            fits INTEGER NOT NULL,
+            budget_bytes INTEGER,
+            cache_ram_mib INTEGER,
+            ctx_checkpoints INTEGER,
+            fit_json TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        )
+        """
+    )
+    db.execute(
+        "CREATE INDEX idx_memory_fits_config ON memory_fits "
+        "(target_sha256, ifnull(draft_sha256, ''), method, config, id)"
+    )
+
+
+@migrations()
+def m024_watch_windows(db: sqlite3.Connection) -> None:
+    """What `specreg watch` saw of a running server, one row per window (watch/windows.py owns it):
+    the pair and stratum it was matched to, the server's identity (a digest over what it runs;
+    the identity itself on a watch's first window of it), the state and why, the counter deltas
+    the numbers come from, the counters at the window's end (where the next `--once` resumes), and
+    the window as JSON (schemas/watch.py, less the identity). An `unknown` window has no numbers;
+    a number a server did not give is NULL."""
+    db.execute(
+        """
+        CREATE TABLE watch_windows (
+            id INTEGER PRIMARY KEY,
+            pair_id INTEGER NOT NULL REFERENCES pairs (id),
+            stratum TEXT,
+            url TEXT NOT NULL,
+            identity_key TEXT NOT NULL CHECK (length(identity_key) = 64),
+            server_json TEXT,
+            run_id TEXT,
+            started_at TEXT NOT NULL,
+            ended_at TEXT NOT NULL,
+            seconds REAL NOT NULL CHECK (seconds >= 0),
+            state TEXT NOT NULL CHECK (state IN ('holds', 'drifted', 'not speculating', 'unknown')),
+            reason TEXT,
+            restarted INTEGER NOT NULL DEFAULT 0,
+            mismatches INTEGER NOT NULL DEFAULT 0 CHECK (mismatches >= 0),
+            generated INTEGER CHECK (generated >= 0),
+            generating_s REAL CHECK (generating_s >= 0),
+            drafted INTEGER CHECK (drafted >= 0),
+            accepted INTEGER CHECK (accepted >= 0),
+            audited_acceptance REAL,
+            audited_decode_tps REAL,
+            window_json TEXT NOT NULL,
+            counters_json TEXT
+        )
+        """
+    )
+    db.execute("CREATE INDEX idx_watch_windows_pair ON watch_windows (pair_id, ended_at, id)")
+    db.execute("CREATE INDEX idx_watch_windows_identity ON watch_windows (identity_key, id)")
+
+
+@migrations()
+def m025_machine_probes(db: sqlite3.Connection) -> None:
+    """What a model costs on one machine (registry/machine_probes.py): per file SHA-256, hardware
+    class, runtime and speed flags, llama.cpp's decode and batch timings from a short server
+    start, every repetition kept (schemas/machine_probe.py). A cache of a measurement: a newer
+    probe of the same key replaces the older."""
+    db.execute(
+        """
+        CREATE TABLE machine_probes (
+            sha256 TEXT NOT NULL CHECK (length(sha256) = 64),
+            hardware TEXT NOT NULL,
+            runtime TEXT NOT NULL,
+            flags TEXT NOT NULL,
+            probe_json TEXT NOT NULL,
+            probed_at TEXT NOT NULL,
+            PRIMARY KEY (sha256, hardware, runtime, flags)
         )
         """
     )

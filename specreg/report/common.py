@@ -15,6 +15,7 @@ from specreg.schemas.audit import (
     StratumRow,
     named,
 )
+from specreg.schemas.bench import TPOT_TOLERANCE_TEXT
 from specreg.servers.identity import runtime_text
 from specreg.text import escape_control, plural
 
@@ -218,9 +219,9 @@ TIMINGS_NOTE = (
     "Client timings are medians over requests: TTFT to the first generated text the client saw; "
     "ITL per token from when each token arrived (tokens that came in one event: 0 after the "
     "first); TPOT (last token − first text) / tokens after it. Server ms/tok is the server's own "
-    "predicted_per_token_ms. A TPOT below it is no decode speed: those requests are left out of "
-    "TPOT and counted as 'below server'. 'text only': outputs compared by text alone, a side's "
-    "token ids not all on record."
+    f"predicted_per_token_ms. A TPOT below it by more than the clocks disagree ({TPOT_TOLERANCE_TEXT}) "
+    "is no decode speed: those requests are left out of TPOT and counted as 'below server'. "
+    "'text only': outputs compared by text alone, a side's token ids not all on record."
 )
 
 

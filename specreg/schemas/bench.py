@@ -31,7 +31,12 @@ class Measured(BaseModel):
     model_config = ConfigDict(allow_inf_nan=False)
 
 
-RunStatus = Literal["running", "complete", "incomplete", "cancelled", "aborted", "failed"]
+# "contended": every round the run measured was set aside as contended (benchmark/store/contention.py):
+# it kept nothing to decide on, so it is neither complete nor evidence
+RunStatus = Literal["running", "complete", "incomplete", "contended", "cancelled", "aborted", "failed"]
+# Runs that say nothing about a pair: still going, kept nothing, or stopped by a person or a crash
+# of specreg (the audit skips them, and so do the views of what runs found)
+SAYS_NOTHING: tuple[RunStatus, ...] = ("running", "contended", "cancelled", "aborted")
 ConditionStatus = Literal["pending", "running", "ok", "failed", "cancelled", "aborted", "skipped"]
 Difference = Literal["faster", "slower", "no measurable difference"]
 LengthSource = Literal["per-position", "formula"]  # where E[L] came from
@@ -215,6 +220,9 @@ class RoundLoad(BaseModel):
     requests_s: float | None = None
     after_s: float | None = None
     phase: SlotPhase | None = None
+    # seconds the slot waited for a quieter machine (`--busy-wait`): before its server started and
+    # between its requests; not part of any of the parts above, nor of the load judged
+    waited_s: float | None = None
 
 
 class ConditionRun(BaseModel):
@@ -245,6 +253,22 @@ class ConditionRun(BaseModel):
 
 
 # ---- requests --------------------------------------------------------------------------------
+
+# How far a client TPOT may sit below the server's own per-token time and still count as decode
+# speed: the two are measured on different clocks over different spans (the client from its first
+# text event to its last, the server from its first sampled token to its last), and the client's
+# first and last events reach it with different delays. Below the server's figure by more than
+# this, the row is flagged (`RequestRow.tpot_below_server`) and left out of the reported TPOT.
+TPOT_TOLERANCE_MS = 0.5
+TPOT_TOLERANCE_SHARE = 0.02
+
+
+TPOT_TOLERANCE_TEXT = f"max({TPOT_TOLERANCE_MS:g} ms, {TPOT_TOLERANCE_SHARE:.0%})"  # as legends say it
+
+
+def tpot_tolerance_ms(server_tpot_ms: float) -> float:
+    """max(TPOT_TOLERANCE_MS, TPOT_TOLERANCE_SHARE of the server's per-token time)."""
+    return max(TPOT_TOLERANCE_MS, TPOT_TOLERANCE_SHARE * server_tpot_ms)
 
 
 class RequestRow(BaseModel):
@@ -331,9 +355,12 @@ class RequestRow(BaseModel):
 
     @property
     def tpot_below_server(self) -> bool:
-        """A client TPOT faster than the server generated the tokens: not a decode speed (tokens
-        that reached the client together, a first event the client saw late)."""
-        return self.tpot_ms is not None and self.server_tpot_ms is not None and self.tpot_ms < self.server_tpot_ms
+        """A client TPOT faster than the server generated the tokens, by more than the two clocks
+        can disagree (`tpot_tolerance_ms`): not a decode speed (tokens that reached the client
+        together, a first event the client saw late). Within the tolerance the two agree."""
+        if self.tpot_ms is None or self.server_tpot_ms is None:
+            return False
+        return self.tpot_ms < self.server_tpot_ms - tpot_tolerance_ms(self.server_tpot_ms)
 
     @property
     def itl_ms(self) -> list[float]:

@@ -285,14 +285,18 @@ def launch(
             ) from exc
         finally:
             os.close(write_fd)
-        if cpus:
-            with contextlib.suppress(OSError, AttributeError):  # not Linux, or the cores are not ours to give
-                os.sched_setaffinity(proc.pid, cpus)
-        pump = LogPump(read_fd, log_path)
-        try:
-            created = psutil.Process(proc.pid).create_time()
-        except psutil.Error:
-            created = time.time()
+        try:  # from here on a Ctrl-C or SIGTERM stops the child before it goes on (the server is not made yet)
+            if cpus:
+                with contextlib.suppress(OSError, AttributeError):  # not Linux, or the cores are not ours to give
+                    os.sched_setaffinity(proc.pid, cpus)
+            pump = LogPump(read_fd, log_path)
+            try:
+                created = psutil.Process(proc.pid).create_time()
+            except psutil.Error:
+                created = time.time()
+        except BaseException:
+            stop_group(proc.pid, proc=proc, token=token)
+            raise
         server = ServerProcess(proc, port, argv, log_path, created, attempts, pump=pump, token=token)
         try:
             if on_spawn is not None:  # recorded before waiting, so a killed specreg leaves a findable pid

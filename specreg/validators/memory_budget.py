@@ -2,7 +2,7 @@
 
 The byte arithmetic of llama.cpp's allocations (llama-context.cpp, llama-kv-cache*.cpp), part by
 part, so a prediction can be checked against the buffer sizes the server logs
-(tests/test_memory_budget.py) and against measured peak RSS (benchmarks/bench_memory.py): the
+(tests/validators/test_memory_budget.py) and against measured peak RSS (benchmarks/bench_memory.py): the
 weights, the KV cache (per layer, sliding-window layers at their window, the draft's own cache),
 the compute and output buffers of each context, the tokenizer's heap, the process itself, a
 method's up-front state and recurrent state. What serving adds over time (prompt cache, context
@@ -88,7 +88,10 @@ def parse_size(text: str) -> int:
         raise UsageError(f"--budget {text!r}: expected a size like 24GiB, 512MiB or a number of bytes")
     value, unit, binary = float(m.group(1)), m.group(2).upper(), m.group(3)
     base = 1024 if binary or not text.strip().upper().endswith("B") else 1000
-    return int(value * base ** "_KMGT".index(unit)) if unit else int(value)
+    size = int(value * base ** "_KMGT".index(unit)) if unit else int(value)
+    if size <= 0:
+        raise UsageError(f"--budget {text!r}: must be more than 0, e.g. 24GiB or 512MiB")
+    return size
 
 
 def _row_bytes(n: int, cache_type: str) -> float:
@@ -425,15 +428,10 @@ def budget_check(est: MemoryEstimate, budget: int, source: str) -> CheckResult:
     return CheckResult(code="memory.budget", severity="pass", message=msg, evidence=ev)
 
 
-def memory_checks(
-    est: MemoryEstimate,
-    target: GGUFFile,
-    draft: GGUFFile | None,
-    settings: ServeSettings,
-    rules: RuleSet,
-    budget: tuple[int, str] | None,
+def cache_type_checks(
+    target: GGUFFile, draft: GGUFFile | None, settings: ServeSettings, rules: RuleSet
 ) -> list[CheckResult]:
-    """`memory.cache_type` when a cache type is set, `memory.budget` when a budget is given."""
+    """`memory.cache_type` when a cache type is set (`memory.budget`: memory_fit.judge_fit)."""
     out: list[CheckResult] = []
     problems = head_dim_check(target, draft, settings, rules)
     if (settings.cache_type_k, settings.cache_type_v) != ("f16", "f16"):
@@ -445,6 +443,4 @@ def memory_checks(
         else:
             msg = f"K {settings.cache_type_k} / V {settings.cache_type_v} divide every head size"
             out.append(CheckResult(code="memory.cache_type", severity="pass", message=msg, evidence=types))
-    if budget is not None:
-        out.append(budget_check(est, budget[0], budget[1]))
     return out

@@ -160,6 +160,8 @@ class BudgetScheduler:
                                    spent, left, given_up, lead=True)  # fmt: skip
         if not picked:  # a level whose leader cannot be decided stands with it: not measured further
             dropped = self.tuner.level_of(conds) if self.tuner is not None else {}
+            if self.tuner is not None:  # the first pass leads its level until a candidate is measured
+                dropped |= {lv.first.idx: k for k, lv in self.tuner.levels.items()}
             out_levels = {dropped[c.idx] for c in leads if c.idx in given_up}
             rest = [c for c in undecided if dropped.get(c.idx) not in out_levels]
             picked = self._plan_budget(measured, conds, rest, bases, pair_ms, spent, left, given_up)

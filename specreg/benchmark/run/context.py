@@ -17,7 +17,7 @@ from pathlib import Path
 from specreg.benchmark.run.reply import Completion
 from specreg.benchmark.store.runstore import RunStore
 from specreg.benchmark.workloads.jsonl import Workload
-from specreg.schemas.bench import ConditionRun, RequestRow, RunInfo, SlotPhase, WorkloadItem
+from specreg.schemas.bench import ConditionRun, RequestRow, RoundLoad, RunInfo, SlotPhase, WorkloadItem
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.sampling import Sampler
 from specreg.servers.launcher import ServerCommand
@@ -31,6 +31,7 @@ class Observer:
     def note(self, text: str) -> None: ...
     def run_started(self, info: RunInfo, conds: list[ConditionRun], n_requests: int) -> None: ...
     def condition_started(self, cond: ConditionRun) -> None: ...
+    def slot_step(self, cond: ConditionRun, step: str) -> None: ...  # what the slot does now
     def request_done(self, cond: ConditionRun, row: RequestRow) -> None: ...
     def condition_done(self, cond: ConditionRun) -> None: ...
     def run_done(self, run_id: str, status: str, reason: str | None) -> None: ...
@@ -67,15 +68,27 @@ class RunContext:
     marks: dict[str, float] = field(default_factory=dict)  # the slot running: when each of its parts began
     # (condition idx, prompt, max tokens, seed or None when greedy) -> its last id replay (`complete_ids`)
     replays: dict[tuple[int, str, int, int | None], Completion] = field(default_factory=dict)
+    # `--budget`: when the run must end (monotonic; None: no budget). Nothing starts after it, and
+    # the requests in flight then are cut: not rows, not failures (execute.py)
+    deadline: float | None = None
+    cut: int = 0  # requests in flight when the deadline came: cut, not counted
+    waited_s: float = 0.0  # spent waiting for a quieter machine so far (at most `--busy-wait` in all)
+    last_load: RoundLoad | None = None  # the machine's load as last seen (a slot's, or a look while waiting)
 
     def __post_init__(self) -> None:
         self.items = {i.id: i for i in self.workload.items}
 
     def remaining(self) -> float:
-        return self.opts.run_timeout_s - (time.monotonic() - self.started)
+        """Seconds until the run must stop: its `--run-timeout`, or its budget's deadline if sooner."""
+        left = self.opts.run_timeout_s - (time.monotonic() - self.started)
+        return left if self.deadline is None else min(left, self.deadline - time.monotonic())
 
     def expired(self) -> bool:
         return self.remaining() <= 0
+
+    def budget_over(self) -> bool:
+        """The budget's deadline has passed (what stops the run is the budget, not a fault)."""
+        return self.deadline is not None and time.monotonic() >= self.deadline
 
 
 def row_key(row: RequestRow) -> tuple[int, str, int]:

@@ -19,7 +19,7 @@ import hashlib
 import os
 import subprocess
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, as_completed, wait
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -42,10 +42,11 @@ from specreg.schemas.bench import (
     RequestRow,
     WorkloadItem,
 )
+from specreg.schemas.bench_settings import BenchSettings, duration_text
 from specreg.schemas.methods import BASELINE
 from specreg.schemas.sampling import repetition_seed
 from specreg.servers.launcher import ServerProcess, launch
-from specreg.servers.load import LoadProbe
+from specreg.servers.load import LoadProbe, wait_for_quiet
 from specreg.servers.memory import MemorySampler, higher_peak
 from specreg.servers.memory_predict import predict_rss, served_requests
 from specreg.servers.metrics import add_counters, parse_metrics, spec_counters, spec_only
@@ -53,7 +54,12 @@ from specreg.servers.serverlog import error_lines, head_text, last_lines, refusa
 from specreg.text import plural
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Iterable, Sequence
+
+
+# a slot's requests look at the machine's load this often (LoadProbe.recent): a neighbour that
+# arrives during a long slot is waited out between its requests
+LOOK_EVERY_S = 20.0
 
 
 def _fail(cond: ConditionRun, message: str, lines: list[str] | None = None) -> None:
@@ -95,6 +101,9 @@ def run_condition(
     the budget left has room for part of; default: every prompt). Never loses stored rows.
     """
     o = ctx.opts
+    waited = wait_for_quiet_machine(ctx)  # before the slot: its time is no part of the slot's
+    if ctx.budget_over():
+        return  # the budget ended while it waited: the runner says what was left unmeasured
     reps = list(range(o.repeat)) if repeats is None else list(repeats)
     log_path = ctx.run_dir / _log_name(cond, round_no)
     if cond.status == "pending":
@@ -106,7 +115,7 @@ def run_condition(
     ctx.observer.condition_started(cond)
     server: ServerProcess | None = None
     t_slot = time.monotonic()
-    ctx.marks = {"start": t_slot}
+    ctx.marks = {"start": t_slot, "waited": 0.0}
     slots_before = len(cond.load)
     try:
 
@@ -128,7 +137,8 @@ def run_condition(
                 cpus=set(ctx.pinning.cpus) if ctx.pinning.cpus else None,
             )
         except ServerStartError as exc:
-            _fail(cond, exc.message, exc.lines)
+            if not ctx.budget_over():  # a start the budget's deadline cut short is no failure
+                _fail(cond, exc.message, exc.lines)
             return
         cond.argv, cond.port, cond.server_pid = server.argv, server.port, server.pid
         ctx.store.save_condition(ctx.run_id, cond, server_started=server.create_time)
@@ -153,10 +163,16 @@ def run_condition(
         if server is not None:
             server.stop()
         t_end = time.monotonic()
-        ctx.slot_s.setdefault(cond.idx, []).append(t_end - t_slot)
+        inside = ctx.marks.get("waited", 0.0)  # waited between its requests: not what the slot costs
+        ctx.slot_s.setdefault(cond.idx, []).append(t_end - t_slot - inside)
         ctx.replay_s.setdefault(cond.idx, []).append(ctx.marks.get("replay_s", 0.0))
         if len(cond.load) > slots_before:  # the slot measured: where its time went
-            cond.load[-1] = cond.load[-1].model_copy(update=slot_times(ctx.marks, t_end) | {"phase": ctx.phase})
+            parts = slot_times(ctx.marks, t_end)
+            if "requests_s" in parts:
+                parts["requests_s"] = round(parts["requests_s"] - inside, 3)
+            extra = {"phase": ctx.phase, "waited_s": round(waited + inside, 3) if waited + inside else None}
+            cond.load[-1] = cond.load[-1].model_copy(update=parts | extra)
+            ctx.last_load = cond.load[-1]
         cond.log_tail = tail_text(log_path, 40)
         if cond.status == "running":
             refused = refusal_lines(head_text(log_path))
@@ -178,6 +194,37 @@ def slot_times(marks: dict[str, float], end: float) -> dict[str, float]:
                                  ("after", "after_s")) if k in marks]  # fmt: skip
     ends = [marks[k] for k, _ in parts[1:]] + [end]
     return {f: round(e - marks[k], 3) for (k, f), e in zip(parts, ends, strict=True)}
+
+
+def wait_for_quiet_machine(ctx: RunContext, pids: Callable[[], list[int]] = list) -> float:
+    """Before a slot (or between its requests): while other processes take `--busy-share` of the
+    cores, wait, telling how busy the machine is, until it is quieter or the run has waited its
+    `--busy-wait` in all (or its time is up); returns the seconds waited. A slot measured beside
+    a neighbour is set aside and measured again (benchmark/store/contention.py), so waiting first
+    is the cheaper way to a kept round. The machine is looked at only when the run has not seen
+    it yet or last saw it busy: a quiet run pays no look between its slots."""
+    o = ctx.opts
+    allowed = wait_allowance(o)
+    left = min(allowed - ctx.waited_s, ctx.remaining())
+    if o.busy_share <= 0 or left <= 0 or (ctx.last_load is not None and ctx.last_load.busy is None):
+        return 0.0
+    waited, ctx.last_load = wait_for_quiet(o.busy_share, left, ctx.observer.note, pids=pids)
+    ctx.waited_s += waited
+    if ctx.last_load.busy is not None and ctx.waited_s >= allowed:
+        limit = f"--busy-wait {duration_text(o.busy_wait_s)}" + (
+            f", a quarter of --budget {duration_text(o.budget_s)}" if allowed < o.busy_wait_s and o.budget_s else ""
+        )
+        ctx.observer.note(
+            f"waited {ctx.waited_s:.0f} s in all for a quieter machine ({limit}); "
+            f"measuring anyway ({ctx.last_load.busy}): what is measured busy is set aside"
+        )
+    return waited
+
+
+def wait_allowance(o: BenchSettings) -> float:
+    """How long a run may wait for a quieter machine in all: `--busy-wait`, and under a budget at
+    most a quarter of it (a wait that spent the budget would leave nothing measured)."""
+    return o.busy_wait_s if o.budget_s is None else min(o.busy_wait_s, o.budget_s / 4)
 
 
 def finish_condition(ctx: RunContext, cond: ConditionRun) -> None:
@@ -203,6 +250,7 @@ def _measure(
 ) -> None:
     o = ctx.opts
     if not ctx.prompts_stored:
+        ctx.observer.slot_step(cond, "counting the prompts' tokens")
         infos = [_prompt_info(client, it, o.max_tokens) for it in ctx.workload.items]
         ctx.store.add_prompts(ctx.run_id, infos)
         ctx.input_tokens = {p.id: p.input_tokens for p in infos}
@@ -210,6 +258,7 @@ def _measure(
     warmed: list[tuple[str, int, int | None]] = []
     ctx.marks["warm"] = time.monotonic()
     if o.warmup:
+        ctx.observer.slot_step(cond, "warming up")
         cond.warmup.append(warm_up(client, ctx.workload.items[0], o, round_no, ctx.remaining))
         first = ctx.workload.items[0]
         n_warm = min(WARMUP_TOKENS, o.max_tokens or first.max_tokens)
@@ -222,8 +271,9 @@ def _measure(
     sampler = MemorySampler(server.pids, ctx.gpu)
     first_row = len(ctx.rows)
     ctx.marks["requests"] = time.monotonic()
+    ctx.observer.slot_step(cond, "measuring")
     with sampler:
-        _requests(ctx, cond, server, client, reps, prompts)
+        _requests(ctx, cond, server, client, reps, prompts, probe)
     ctx.marks["after"] = time.monotonic()
     cond.load.append(probe.stop())  # was the machine busy from the server's start to here
     old = cond.memory.predicted_rss_bytes if cond.memory else None
@@ -243,6 +293,7 @@ def _measure(
         cond.metrics_before, cond.metrics_after = spec_only(before), spec_only(after)
         cond.counters = add_counters(cond.counters, spec_counters(before, after))
     if server.alive():  # after the counters: the replays are not part of the measurement
+        ctx.observer.slot_step(cond, "replaying for token ids")
         t_replay = time.monotonic()
         complete_ids(ctx, cond, client, [r for r in ctx.rows[first_row:] if r.condition_idx == cond.idx])
         ctx.marks["replay_s"] = time.monotonic() - t_replay
@@ -267,7 +318,12 @@ def _requests(
     client: LlamaClient,
     reps: list[int],
     prompts: int | None = None,
+    probe: LoadProbe | None = None,
 ) -> None:
+    """The slot's requests, `concurrency` in flight, each row written as it finishes. Every
+    `LOOK_EVERY_S` the load since the last look is read: beside a neighbour the slot lets its
+    requests in flight finish and waits for a quieter machine (not counted in its load) before
+    it sends more. A request the budget's deadline cut is no row and no failure."""
     o = ctx.opts
     conc = cond.spec.concurrency
     items = [it for it in ctx.workload.items if ctx.strata is None or it.stratum in ctx.strata]
@@ -277,8 +333,42 @@ def _requests(
     pending: set[Future[RequestRow | None]] = set()
     it = iter(tasks)
     skipped = 0
+    looked = time.monotonic()
+
+    def take(done: Iterable[Future[RequestRow | None]]) -> bool:
+        """Write the finished rows; False when the server died under them (the condition failed)."""
+        nonlocal skipped
+        for fut in done:
+            row = fut.result()
+            if row is None:
+                skipped += 1
+                continue
+            _record(ctx, cond, row)
+            if not row.ok and _died(server, row):
+                server.settle_log()
+                n = sum(1 for r in ctx.rows if r.condition_idx == cond.idx)
+                _fail(
+                    cond,
+                    f"server exited (code {server.proc.returncode}) during the run after "
+                    f"{plural(n, 'request')}: {row.error}",
+                    _errors(server.log_path),
+                )
+                return False
+        return True
+
     try:
         while True:
+            if probe is not None and o.busy_share > 0 and time.monotonic() - looked >= LOOK_EVERY_S:
+                recent = probe.recent()
+                if recent.busy is not None and ctx.waited_s < wait_allowance(o) and not ctx.expired():
+                    if not take(as_completed(pending)):  # the requests in flight finish first
+                        return
+                    pending = set()
+                    probe.pause()  # the wait is no part of the slot's load
+                    ctx.last_load = recent
+                    ctx.marks["waited"] += wait_for_quiet_machine(ctx, server.pids)
+                    probe.resume()
+                looked = time.monotonic()
             while len(pending) < conc:  # keep exactly `concurrency` in flight
                 nxt = next(it, None)
                 if nxt is None:
@@ -287,23 +377,9 @@ def _requests(
             if not pending:
                 break
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for fut in done:
-                row = fut.result()
-                if row is None:
-                    skipped += 1
-                    continue
-                _record(ctx, cond, row)
-                if not row.ok and _died(server, row):
-                    server.settle_log()
-                    n = sum(1 for r in ctx.rows if r.condition_idx == cond.idx)
-                    _fail(
-                        cond,
-                        f"server exited (code {server.proc.returncode}) during the run after "
-                        f"{plural(n, 'request')}: {row.error}",
-                        _errors(server.log_path),
-                    )
-                    return
-        if skipped:
+            if not take(done):
+                return
+        if skipped and not ctx.budget_over():  # the budget's cut is no failure: what ran is judged
             _fail(cond, f"run deadline of {o.run_timeout_s:g}s exceeded; {plural(skipped, 'request')} not run")
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
@@ -331,13 +407,17 @@ def _one(ctx: RunContext, cond: ConditionRun, client: LlamaClient, item: Workloa
         return None
     started = now()
     seed = repetition_seed(o.seed, rep)
+    timeout_s = min(o.request_timeout_s, max(0.5, ctx.remaining()))
     c = client.complete(
         item,
         max_tokens=o.max_tokens or item.max_tokens,
         seed=seed,
         sampling=cond.spec.sampler.request_fields(),
-        timeout_s=min(o.request_timeout_s, max(0.5, ctx.remaining())),
+        timeout_s=timeout_s,
     )
+    if c.timed_out and timeout_s < o.request_timeout_s and ctx.budget_over():
+        ctx.cut += 1
+        return None  # in flight when the budget ended: cut, neither a row nor a failed request
     row = _row(cond, item, rep, started, c)
     sp = cond.spec
     row.seed, row.temperature, row.top_p, row.top_k, row.min_p = seed, sp.temperature, sp.top_p, sp.top_k, sp.min_p

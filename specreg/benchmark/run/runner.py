@@ -24,10 +24,12 @@ from specreg.benchmark.plan.projection import project_undecided
 from specreg.benchmark.plan.scheduler import BudgetScheduler
 from specreg.benchmark.run.context import Observer, RunContext
 from specreg.benchmark.run.execute import finish_condition, run_condition
+from specreg.benchmark.run.machine_probe import tune_verify
 from specreg.benchmark.run.manifest import run_manifest
 from specreg.benchmark.store import contention
 from specreg.benchmark.store.condition_summary import stat_settings, summarize
 from specreg.benchmark.store.digest import keep_digests
+from specreg.benchmark.store.ending import BUDGET_ENDED
 from specreg.benchmark.store.runstore import RunStore
 from specreg.benchmark.store.sampling import arm, greedy_problem, greedy_twin, stored_greedy, unsupported
 from specreg.benchmark.workloads.jsonl import Workload, load_workload
@@ -44,7 +46,7 @@ from specreg.schemas.bench import (
     RunStatus,
     RuntimeInfo,
 )
-from specreg.schemas.bench_settings import BenchSettings
+from specreg.schemas.bench_settings import BenchSettings, duration_text
 from specreg.schemas.methods import BASELINE
 from specreg.schemas.record import to_python
 from specreg.schemas.registry import ArtifactRecord, PairRecord
@@ -53,6 +55,7 @@ from specreg.servers.memory import GpuProbe
 from specreg.servers.pinning import Pinning, server_pinning
 from specreg.servers.runtime import runtime_info
 from specreg.sources.range_reads import metadata_only
+from specreg.text import plural
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry
@@ -160,11 +163,13 @@ class Runner:
 
     # -- running --------------------------------------------------------------------------------
 
-    def bench(self, pair_ids: list[int] | None = None) -> list[BenchRun]:
+    def bench(self, pair_ids: list[int] | None = None, *, started: float | None = None) -> list[BenchRun]:
         """Benchmark the selected (default: all admitted) pairs, one run each.
 
         With several pairs, one that cannot start (e.g. its file changed) is refused and
-        listed in `self.refused`, and the next pair runs; a single pair raises.
+        listed in `self.refused`, and the next pair runs; a single pair raises. A `--budget`
+        counts from `started` (monotonic; default: now), the command's start, and is shared
+        evenly by the pairs still to run.
         """
         self.refused, self.skipped = [], []
         for note in self.store.reap_orphans():
@@ -187,15 +192,29 @@ class Runner:
             hint = "measure at a sampler this server takes, or give --server a newer llama-server"
             raise UsageError(lacking, hint=hint)
         runs = []
-        for p, specs in plans:
-            try:
-                runs.append(self.bench_pair(p, specs))
-            except SpecregError as exc:
-                if len(plans) == 1:
-                    raise
-                said = exc.message if exc.message.startswith(f"pair {p.id}") else f"pair {p.id}: {exc.message}"
-                self.refused.append(said)
-                self.observer.note(f"not benchmarked: {said}")
+        whole = self.opts
+        end = (started or time.monotonic()) + whole.budget_s if whole.budget_s is not None else None
+        try:
+            for i, (p, specs) in enumerate(plans):
+                deadline = None
+                if end is not None:  # the command's budget: each pair's run gets an even share of what is left
+                    share = (end - time.monotonic()) / (len(plans) - i)
+                    if share < 1:
+                        self.observer.note(f"pair {p.id} ({p.method}) is not benchmarked: the --budget ended before it")
+                        continue
+                    deadline = time.monotonic() + share
+                    if len(plans) > 1:  # what this run had, as its settings record it
+                        self.opts = whole.model_copy(update={"budget_s": float(round(share))})
+                try:
+                    runs.append(self.bench_pair(p, specs, deadline=deadline))
+                except SpecregError as exc:
+                    if len(plans) == 1:
+                        raise
+                    said = exc.message if exc.message.startswith(f"pair {p.id}") else f"pair {p.id}: {exc.message}"
+                    self.refused.append(said)
+                    self.observer.note(f"not benchmarked: {said}")
+        finally:
+            self.opts = whole
         return runs
 
     def _plan(self, pair: PairRecord) -> list[cond_mod.ConditionSpec]:
@@ -213,8 +232,11 @@ class Runner:
         )
         return tune.name_lengths(specs, len(self.opts.concurrency)) if self.opts.tune else specs
 
-    def bench_pair(self, pair: PairRecord, specs: list[cond_mod.ConditionSpec] | None = None) -> BenchRun:
-        """One run: verify files, write the manifest, run each condition, summarise."""
+    def bench_pair(
+        self, pair: PairRecord, specs: list[cond_mod.ConditionSpec] | None = None, *, deadline: float | None = None
+    ) -> BenchRun:
+        """One run: verify files, write the manifest, run each condition, summarise. With a
+        budget the run ends by `deadline` (monotonic; default: its budget from its start)."""
         target = self.reg.get_artifact(pair.target_sha256)
         draft = self.reg.get_artifact(pair.draft_sha256) if pair.draft_sha256 else None
         for role, rec in (("target", target), ("draft", draft)):
@@ -261,6 +283,8 @@ class Runner:
             gpu=self.gpu,
             pinning=self._pinning,
         )
+        if tuner is not None:  # its lengths priced by the target's machine probe, before the first pass
+            tuner.verify = tune_verify(self.reg, manifest, target.sha256, target_path, self.cmd, self._pinning, run_dir)
         info = RunInfo(
             run_id=run_id,
             pair_id=pair.id,
@@ -300,13 +324,16 @@ class Runner:
         by_name = {c.spec.name: c for c in conds}
         last = {slot.condition: i for i, slot in enumerate(order)}
         until_decided = self.opts.budget_s is not None
-        t_start = time.monotonic()
+        t_start = time.monotonic()  # what the budget counts from: the command's start when it gave a deadline
+        if self.opts.budget_s is not None:  # a cap on the run's wall clock, its planned rounds included
+            ctx.deadline = deadline if deadline is not None else t_start + self.opts.budget_s
+            t_start = ctx.deadline - self.opts.budget_s
         try:
             for i, slot in enumerate(order):
                 c = by_name[slot.condition]
                 if c.status not in ("pending", "running"):
                     continue  # failed in an earlier round: its later rounds are not run
-                if until_decided and slot.round > 0 and time.monotonic() - t_start > (self.opts.budget_s or 0.0):
+                if ctx.budget_over():
                     break  # the budget ended inside the planned rounds: what ran is judged as it is
                 if c.status == "pending" and (why := self._sampled_stage(c, conds, ctx, pair)) is not None:
                     c.status, c.failure, c.finished_at = "skipped", why, now()
@@ -334,7 +361,7 @@ class Runner:
                 aside = contention.set_aside(conds, ctx.rows, spread=self.opts.busy_share > 0)
                 busy = every_round_set_aside(conds, ctx.rows, aside)
             if busy is not None:
-                self.observer.note(busy_line(busy, self.opts.busy_share))
+                self.observer.note(busy_line(busy, self.opts.busy_share, until_decided))
             elif tuner is not None:
                 for note in tuner.add_candidates(ctx, conds, contention.kept_rows(ctx.rows, aside)):
                     self.observer.note(f"tune {note}")
@@ -344,13 +371,14 @@ class Runner:
                 else:  # nothing to decide on: the budget is not spent measuring a busy machine again
                     if tuner is not None:
                         tuner.close(ctx)
-                    for c in conds:
-                        finish_condition(ctx, c)
+                    self._finish(ctx, conds)
             triage.triage_run(ctx, conds)  # mismatches: near tie or divergence (not a measurement)
             ruled_out = tuner.ruled_out if tuner is not None else set()
             failed = [c for c in conds if c.status != "ok" and c.idx not in ruled_out]
             status = "incomplete" if failed else "complete"
             reason = "; ".join(f"{c.spec.name}: {c.failure}" for c in failed) or None
+            if busy is not None:  # nothing kept: not a result, whatever each condition's status
+                status, reason = "contended", f"every round measured was set aside ({busy})"
         except KeyboardInterrupt:
             status, reason = "cancelled", "interrupted (Ctrl-C or SIGTERM); finished rows kept"
             raise
@@ -432,7 +460,7 @@ class Runner:
             tuner=self._tuner,
             note=self.observer.note,
         )
-        while (rnd := plan.next_round(ctx)) is not None:
+        while not ctx.budget_over() and (rnd := plan.next_round(ctx)) is not None:
             ctx.strata = rnd.strata
             for c in rnd.todo:
                 if c.status == "running":
@@ -449,6 +477,21 @@ class Runner:
                 st = self._tuner.standing(conc, conds, kept)
                 k = f"k{st.choice.spec.draft_n_max}" if st.choice is not None else "no length"
                 self.observer.note(f"tune: {k} {'chosen' if st.decided else 'leads, undecided'}: {st.why}")
+        self._finish(ctx, conds)
+
+    def _finish(self, ctx: RunContext, conds: list[ConditionRun]) -> None:
+        """Judge every condition of a `--budget` run on all its rows. When the budget's deadline
+        stopped the run, a condition it left with no row was not measured (skipped, with why),
+        not failed."""
+        if ctx.budget_over():
+            budget = duration_text(self.opts.budget_s or 0.0)
+            cut = f"{plural(ctx.cut, 'request')} in flight cut (not counted)" if ctx.cut else "nothing in flight"
+            self.observer.note(f"budget: the --budget of {budget} ended; {cut}")
+            for c in conds:
+                if c.status in ("pending", "running") and not any(r.condition_idx == c.idx for r in ctx.rows):
+                    c.status, c.failure = "skipped", BUDGET_ENDED
+                    c.finished_at = now()
+                    self.store.save_condition(ctx.run_id, c)
         for c in conds:
             finish_condition(ctx, c)
 
@@ -465,12 +508,13 @@ def every_round_set_aside(
     return aside[min(measured)]
 
 
-def busy_line(why: str, busy_share: float) -> str:
+def busy_line(why: str, busy_share: float, budget: bool = False) -> str:
     """One line for a run whose every round was set aside, with the ways forward."""
+    spent = ", so the budget is not spent measuring again" if budget else ""
     return (
-        f"every round so far was set aside as contended ({why}): nothing measured to decide on, so the "
-        f"budget is not spent; wait for a quieter machine, raise --busy-share (now {busy_share:g}), or "
-        "--busy-share off (contended timings then count: a neighbour's load lands on whichever condition it hit)"
+        f"every round so far was set aside as contended ({why}): nothing measured to decide on{spent}; "
+        f"wait for a quieter machine, raise --busy-share (now {busy_share:g}), or --busy-share off "
+        "(contended timings then count: a neighbour's load lands on whichever condition it hit)"
     )
 
 

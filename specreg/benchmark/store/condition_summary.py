@@ -176,7 +176,8 @@ def _group(
     s.n_requests, s.n_ok = len(rows), len(ok)
     s.n_errors = sum(1 for r in rows if not r.ok and not r.timed_out)
     s.n_timeouts = sum(1 for r in rows if r.timed_out)
-    # a client TPOT below the server's own per-token time is no decode speed: counted, not shown
+    # a client TPOT below the server's own per-token time (past the clocks' tolerance) is no
+    # decode speed: counted, not shown
     flagged = [r for r in ok_timed if r.tpot_below_server]
     s.total_ms, s.ttft_ms, s.tpot_ms = (
         stat(r.total_ms for r in ok_timed),

@@ -14,6 +14,7 @@ from specreg.commands.layout import Col, command_lines
 from specreg.commands.output import print_listing, safe_plain, say, show_lines, width
 from specreg.report.common import hardware_labels, hardware_matrix, headline, headline_word
 from specreg.schemas.audit import GATES, AuditReport, PairAudit, StratumDecision
+from specreg.schemas.watch import ALERT_STATES, ProductionEvidence
 
 DETAIL_LIMIT = 50
 NO_EVIDENCE = "no evidence: "  # how audit.outcomes / audit.run word a gate that could not be judged
@@ -211,12 +212,21 @@ def _unchecked(report: AuditReport) -> None:
 
 
 def _rollbacks(report: AuditReport) -> None:
-    shown: set[str] = set()
+    """Each target's rollback command, as `deploy` prints it for each pair: pairs measured in
+    different runs (another -c, another -np) have different baselines, and each is named with
+    the pairs it is the rollback of."""
+    by_target: dict[str, dict[tuple[str, ...], list[PairAudit]]] = {}
     for p in report.pairs:
-        if p.rollback_command and p.target_sha256 not in shown:
-            shown.add(p.target_sha256)
-            say("", prefix=f"rollback ({_name(p.target_name, p.target_sha256)}):")
-            words = [safe_plain(shlex.quote(w)) for w in p.rollback_command]
+        if p.rollback_command:
+            by_target.setdefault(p.target_sha256, {}).setdefault(tuple(p.rollback_command), []).append(p)
+    for commands in by_target.values():
+        for command, pairs in commands.items():
+            first = pairs[0]
+            name = _name(first.target_name, first.target_sha256)
+            if len(commands) > 1:  # say which pairs each is the rollback of
+                name += f"; {'pair' if len(pairs) == 1 else 'pairs'} {', '.join(str(p.pair_id) for p in pairs)}"
+            say("", prefix=f"rollback ({name}):")
+            words = [safe_plain(shlex.quote(w)) for w in command]
             show_lines(["  " + ln for ln in command_lines(words, width() - 2, indent=4)])
 
 
@@ -241,6 +251,15 @@ def _attested(report: AuditReport) -> None:
         say(f"... and {len(report.runs) - FAILURES_SHOWN} more runs (--json names every signer)", indent=4)
 
 
+def production(items: list[ProductionEvidence]) -> None:
+    """What `specreg watch` kept of each pair in production, beside what the bench measured."""
+    for item in items[:FAILURES_SHOWN]:
+        style = "green" if item.state == "holds" else "red" if item.state in ALERT_STATES else "yellow"
+        say(item.line(), prefix=f"production: {item.where()}: ", marks=[("production:", style)], indent=4)
+    if len(items) > FAILURES_SHOWN:
+        say(f"... and {len(items) - FAILURES_SHOWN} more watched pairs (--json has them all)", indent=4)
+
+
 def print_audit(report: AuditReport) -> None:
     """The verdict (one line per pair, or counts), each failure's reason, the decisions, the rollback commands."""
     detail = len(report.pairs) <= DETAIL_LIMIT
@@ -257,6 +276,7 @@ def print_audit(report: AuditReport) -> None:
     _attested(report)
     _hardware(report, detail, hw)
     _decisions(report, detail, hw)
+    production(report.production)
     _unchecked(report)
     if detail:
         _rollbacks(report)

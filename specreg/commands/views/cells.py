@@ -14,6 +14,7 @@ STATUS_STYLE = {  # a run's or a condition's status, coloured
     "complete": "green",
     "failed": "bold red",
     "incomplete": "yellow",
+    "contended": "yellow",
     "cancelled": "yellow",
     "aborted": "red",
     "skipped": "dim",

@@ -3,12 +3,16 @@ per finished condition above it.
 
 The runner reports through `Observer` callbacks; this view turns them into what a person at a
 terminal follows: where the run is in its planned rounds (and past them, under `--budget`), how
-long is left, and each condition's outcome as it finishes. Without a terminal (CI logs, nohup)
-no bar is drawn and each slot gets one plain line instead, so a log still shows progress.
+long is left, and each condition's outcome as it finishes. Without a terminal (CI logs, nohup,
+a pipe) no bar is drawn and each slot gets one plain line instead, and a line at least every
+`HEARTBEAT_S` whatever the run is doing (a server start, one long request, a wait for a quieter
+machine), so a log never goes quiet long enough to look hung. `bench admitted`, the demo and
+`drafts --bench` all show their runs through it.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -34,6 +38,8 @@ from specreg.text import plural, rounds_named
 
 if TYPE_CHECKING:
     from specreg.schemas.bench import ConditionRun, RequestRow, RunInfo
+
+HEARTBEAT_S = 25.0  # without a terminal, a line at least this often
 
 
 class _Progress(Progress):
@@ -105,17 +111,46 @@ class ProgressView(Observer):
         self.started = False
         self.slot_t0: dict[int, float] = {}  # when each condition's current slot started
         self.slot_n0: dict[int, int] = {}  # its requests done before that slot
+        self.t_view = self.said = time.monotonic()  # when the view began; when it last wrote a line
+        self.slot: ConditionRun | None = None  # the condition whose slot runs now
+        self._quit = threading.Event()
+        self._beat: threading.Thread | None = None
 
     def __enter__(self) -> ProgressView:
+        if not err_console().is_terminal:  # a log: a line at least every HEARTBEAT_S
+            self._beat = threading.Thread(target=self._beating, name="specreg-heartbeat", daemon=True)
+            self._beat.start()
         return self  # the bar starts with the first run: an early error prints no empty bar line
 
     def __exit__(self, *exc: object) -> None:
+        self._quit.set()
+        if self._beat is not None:
+            self._beat.join(timeout=5.0)
         if self.started:
             self.progress.stop()
+
+    def _beating(self) -> None:
+        while not self._quit.wait(min(1.0, HEARTBEAT_S / 3)):
+            if time.monotonic() - self.said >= HEARTBEAT_S:
+                self._say(self._heartbeat())
+
+    def _heartbeat(self) -> str:
+        """Where the command is, for a log line when nothing else was said for a while."""
+        now = time.monotonic()
+        c = self.slot
+        if self.task is None or c is None:
+            return f"still working, {now - self.t_view:.0f} s in"
+        n = self.done.get(c.idx, 0) - self.slot_n0.get(c.idx, 0)
+        what = self.progress.status or safe_plain(c.spec.name)
+        return (
+            f"still running: {self._where()}, {what}: {plural(n, 'request')} of this slot done in "
+            f"{now - self.slot_t0.get(c.idx, now):.0f} s; {now - self.t_run:.0f} s into the run"
+        )
 
     def _say(self, text: str, **kw: Any) -> None:
         """A paragraph above the bar (through its console while it is drawn)."""
         say(text, out=self.progress.console if self.started else None, stderr=True, **kw)
+        self.said = time.monotonic()
 
     def note(self, text: str) -> None:
         self._say(text, prefix="note: ", marks=[("note:", "yellow")], indent=6)
@@ -144,6 +179,7 @@ class ProgressView(Observer):
         return f"round {self.round}/{self.rounds}  cond {self.in_round}/{self.n_conditions}"
 
     def condition_started(self, cond: ConditionRun) -> None:
+        self.slot = cond
         n = self.starts[cond.idx] = self.starts.get(cond.idx, 0) + 1
         self.slot_t0[cond.idx], self.slot_n0[cond.idx] = time.monotonic(), self.done.get(cond.idx, 0)
         if self.rounds is not None and n > self.round:  # the first condition of a new round
@@ -156,6 +192,9 @@ class ProgressView(Observer):
                 if task is not None and task.total is not None:
                     self.progress.update(self.task, total=task.total + max(self.per_condition // self.rounds, 1))
             self.progress.update(self.task, where=self._where())
+
+    def slot_step(self, cond: ConditionRun, step: str) -> None:
+        self.progress.status = f"{safe_plain(cond.spec.name)}: {step}"
 
     def request_done(self, cond: ConditionRun, row: RequestRow) -> None:
         self.done[cond.idx] = self.done.get(cond.idx, 0) + 1
@@ -202,6 +241,7 @@ class ProgressView(Observer):
         at = line.find(cond.status)
         spans = [(at, at + len(cond.status), STATUS_STYLE.get(cond.status, "white"))]
         show_lines([(line, spans)], self.progress.console if self.started else None, stderr=True)
+        self.said = time.monotonic()
 
     def run_done(self, run_id: str, status: str, reason: str | None) -> None:
         if self.task is not None:
@@ -211,3 +251,5 @@ class ProgressView(Observer):
         at = len(f"run {run_id}: ")
         line = (f"run {run_id}: {status}", [(at, at + len(status), STATUS_STYLE.get(status, "white"))])
         show_lines([line], self.progress.console if self.started else None, stderr=True)
+        self.said = time.monotonic()
+        self.slot = None

@@ -87,8 +87,9 @@ def _result(info: RunInfo, res: RunResult | None) -> Styled:
     """What the run found: outputs that differ (first: a speed-up with wrong output is no speed-up),
     else whether its fastest condition is faster, slower or not measurably different."""
     from specreg.benchmark.store.statistics import difference
+    from specreg.schemas.bench import SAYS_NOTHING
 
-    if info.status in ("running", "cancelled", "aborted") or res is None:
+    if info.status in SAYS_NOTHING or res is None:
         return ("-", None)
     if res.mismatched:
         return (f"{MISMATCH_MARK} outputs differ", "bold red")
