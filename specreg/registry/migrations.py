@@ -107,7 +107,10 @@ migrations = MigrationSet("specreg")
 # specreg that added one is not "newer" to a specreg that has not (exchange/bundle.py).
 # Who vouched for an imported run or verdict (m021, m022) is this registry's record of the
 # envelopes it verified; the envelopes themselves travel, not the tables. A memory fit (m023)
-# judges a configuration against this machine's budget: it does not travel either.
+# judges a configuration against this machine's budget, and a machine probe (m025) prices a model
+# on this machine: they do not travel either. What `specreg watch` saw of a deployed server (m024)
+# is evidence about this registry's own production, not a result another machine can re-derive:
+# it stays here too.
 LOCAL_ONLY = frozenset(
     {
         "m010_template_scans",
@@ -115,6 +118,8 @@ LOCAL_ONLY = frozenset(
         "m021_run_attestations",
         "m022_verdict_attestations",
         "m023_memory_fits",
+        "m024_watch_windows",
+        "m025_machine_probes",
     }
 )
 
@@ -633,4 +638,65 @@ def m023_memory_fits(db: sqlite3.Connection) -> None:
     db.execute(
         "CREATE INDEX idx_memory_fits_config ON memory_fits "
         "(target_sha256, ifnull(draft_sha256, ''), method, config, id)"
+    )
+
+
+@migrations()
+def m024_watch_windows(db: sqlite3.Connection) -> None:
+    """What `specreg watch` saw of a running server, one row per window (watch/windows.py owns it):
+    the pair and stratum it was matched to, the server's identity (a digest over what it runs;
+    the identity itself on a watch's first window of it), the state and why, the counter deltas
+    the numbers come from, the counters at the window's end (where the next `--once` resumes), and
+    the window as JSON (schemas/watch.py, less the identity). An `unknown` window has no numbers;
+    a number a server did not give is NULL."""
+    db.execute(
+        """
+        CREATE TABLE watch_windows (
+            id INTEGER PRIMARY KEY,
+            pair_id INTEGER NOT NULL REFERENCES pairs (id),
+            stratum TEXT,
+            url TEXT NOT NULL,
+            identity_key TEXT NOT NULL CHECK (length(identity_key) = 64),
+            server_json TEXT,
+            run_id TEXT,
+            started_at TEXT NOT NULL,
+            ended_at TEXT NOT NULL,
+            seconds REAL NOT NULL CHECK (seconds >= 0),
+            state TEXT NOT NULL CHECK (state IN ('holds', 'drifted', 'not speculating', 'unknown')),
+            reason TEXT,
+            restarted INTEGER NOT NULL DEFAULT 0,
+            mismatches INTEGER NOT NULL DEFAULT 0 CHECK (mismatches >= 0),
+            generated INTEGER CHECK (generated >= 0),
+            generating_s REAL CHECK (generating_s >= 0),
+            drafted INTEGER CHECK (drafted >= 0),
+            accepted INTEGER CHECK (accepted >= 0),
+            audited_acceptance REAL,
+            audited_decode_tps REAL,
+            window_json TEXT NOT NULL,
+            counters_json TEXT
+        )
+        """
+    )
+    db.execute("CREATE INDEX idx_watch_windows_pair ON watch_windows (pair_id, ended_at, id)")
+    db.execute("CREATE INDEX idx_watch_windows_identity ON watch_windows (identity_key, id)")
+
+
+@migrations()
+def m025_machine_probes(db: sqlite3.Connection) -> None:
+    """What a model costs on one machine (registry/machine_probes.py): per file SHA-256, hardware
+    class, runtime and speed flags, llama.cpp's decode and batch timings from a short server
+    start, every repetition kept (schemas/machine_probe.py). A cache of a measurement: a newer
+    probe of the same key replaces the older."""
+    db.execute(
+        """
+        CREATE TABLE machine_probes (
+            sha256 TEXT NOT NULL CHECK (length(sha256) = 64),
+            hardware TEXT NOT NULL,
+            runtime TEXT NOT NULL,
+            flags TEXT NOT NULL,
+            probe_json TEXT NOT NULL,
+            probed_at TEXT NOT NULL,
+            PRIMARY KEY (sha256, hardware, runtime, flags)
+        )
+        """
     )

@@ -25,8 +25,11 @@ OTHER_VOCAB = TARGET.but(vocab_type="gpt2", name="Other-1B")
 OTHER_BOS = TARGET.but(bos_id=5, name="Tiny-bos")
 
 
-def drafts(*args: str, columns: int = 80) -> tuple[int, str, str]:
-    proc = run_specreg(["drafts", *args], env=dict(os.environ, COLUMNS=str(columns)))
+def drafts(*args: str, columns: int = 80, probe: bool = False) -> tuple[int, str, str]:
+    """`specreg drafts ARGS`; hardware-blind unless `probe` (the machine probes are
+    tests/benchmark/run/test_machine_probe.py's: a server start per model)."""
+    extra = [] if probe else ["--no-probe"]
+    proc = run_specreg(["drafts", *args, *extra], env=dict(os.environ, COLUMNS=str(columns)))
     assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr
     return proc.returncode, proc.stdout, proc.stderr
 

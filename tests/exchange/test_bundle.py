@@ -74,9 +74,7 @@ def test_round_trip_keeps_every_record(audit_world: AuditWorld, source: Path, bu
             assert pb.elsewhere is not None and pb.elsewhere.admitted == pa.admitted
             assert pb.elsewhere.host == socket.gethostname()
             got = b.conn.execute("SELECT checks_json FROM imported_verdicts WHERE pair_id = ? ORDER BY id", (pb.id,))
-            assert [json.loads(c) for (c,) in got] == [
-                [to_python(c, mode="json") for c in v.checks] for v in a.pair_history(pa.id)
-            ]
+            assert [json.loads(c) for (c,) in got] == [[to_python(c) for c in v.checks] for v in a.pair_history(pa.id)]
         # the run points at the local pair id of its pair
         run_pair = b.conn.execute("SELECT pair_id FROM bench_runs").fetchone()[0]
         assert b.get_pair(run_pair).method == "draft-simple"

@@ -58,7 +58,7 @@ def _near_miss_record(world: AuditWorld, db: Path) -> dict:
         p = reg.get_pair(world.pairs["near-miss"])
         good = reg.get_pair(world.pairs["draft-simple"])
     return {"target_sha256": p.target_sha256, "draft_sha256": p.draft_sha256, "method": p.method.value,
-            "rule_set": p.rule_set, "good_checks": [to_python(c, mode="json") for c in good.checks]}  # fmt: skip
+            "rule_set": p.rule_set, "good_checks": [to_python(c) for c in good.checks]}  # fmt: skip
 
 
 def _with_verdict(world: AuditWorld, db: Path, verdict: dict):

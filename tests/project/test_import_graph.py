@@ -26,7 +26,6 @@ RANKS = {
     "atomic": 0,
     "pipfetch": 0,  # one bounded `pip download --no-deps` (standard workloads, test data)
     "units": 0,
-    "distinfo": 0,  # installed versions from dist-info folder names (no importlib.metadata)
     "__init__": 0,
     "schemas": 1,
     "gguf": 2,
@@ -45,6 +44,7 @@ RANKS = {
     "equivalence": 7.3,  # why a greedy output differs (id replay, mismatch triage): beside run
     "exchange": 8,  # bundles, other machines, Ray
     "audit": 8,
+    "watch": 9,  # after deploy: a running server held to its audit (specreg watch)
     "report": 9,
     "commands": 10,
     "demo": 10,

@@ -229,6 +229,33 @@ SCHEMA: dict[str, list[str]] = {
         "fit_json",
         "created_at",
     ],
+    # what `specreg watch` saw of a deployed server, one row per window (m024, specreg/watch/windows.py)
+    "watch_windows": [
+        "id",
+        "pair_id",
+        "stratum",
+        "url",
+        "identity_key",
+        "server_json",
+        "run_id",
+        "started_at",
+        "ended_at",
+        "seconds",
+        "state",
+        "reason",
+        "restarted",
+        "mismatches",
+        "generated",
+        "generating_s",
+        "drafted",
+        "accepted",
+        "audited_acceptance",
+        "audited_decode_tps",
+        "window_json",
+        "counters_json",
+    ],
+    # what a model costs on one machine, build and flags (m025, specreg/registry/machine_probes.py)
+    "machine_probes": ["sha256", "hardware", "runtime", "flags", "probe_json", "probed_at"],
     # result bundles (m005, specreg/benchmark/bundle_import.py)
     "run_origins": [
         "run_id",
@@ -267,6 +294,7 @@ REGISTRY_INDEXES = {
     "idx_verdicts_pair",
     "idx_imported_verdicts_pair",
     "idx_memory_fits_config",
+    "idx_watch_windows_pair",
 }
 
 

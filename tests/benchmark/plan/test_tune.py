@@ -265,6 +265,8 @@ def test_tune_predicts_three_lengths_stores_predictions_and_deploy_prints_the_ch
                              db=db)  # fmt: skip
     assert code in (0, 1), err
     assert "tune draft-simple k8: predicted best --spec-draft-n-max" in err
+    # its lengths priced by the target's machine probe, taken before the first pass and kept
+    assert "verify steps priced by the target's machine probe" in " ".join(err.split())
     (run,) = json.loads(out)
     whole = {s["condition"]: s for s in run["summaries"] if s["stratum"] == "all"}
     first = whole["draft-simple k8"]["tune"]
@@ -329,6 +331,8 @@ def test_tune_predicts_three_lengths_stores_predictions_and_deploy_prints_the_ch
     assert code == 0, err
     flat = " ".join(text.split())
     assert "tuned at c1 from draft-simple k8 (per-position profile, best predicted k" in flat
+    # the probe is shown beside the step costs the run fitted (same machine, build and -t 1)
+    assert "machine probe of this hardware and build: target " in flat and "(fitted on this run: verify" in flat
     assert f"chosen k{k} (" in flat or f"leading, undecided k{k} (" in flat
     html = (tmp_path / "run.html").read_text()
     assert 'aria-label="Predicted and measured speed-up by draft length (--tune)"' in html

@@ -26,7 +26,7 @@ from specreg.registry.store import Registry
 from specreg.schemas.bench import ConditionRun, RequestRow
 from specreg.schemas.bench_settings import BenchSettings
 
-FAKE = Path(__file__).parents[1] / "fake_llama_server.py"
+FAKE = Path(__file__).parents[2] / "fake_llama_server.py"
 
 
 def _opts(wl: Path, **kw: object) -> BenchSettings:
