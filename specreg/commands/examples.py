@@ -67,8 +67,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "specreg bench admitted --pair 1 --workload mt-bench --sample 1 --tune --budget 8m",
     ),
     "bench continue": (
-        "specreg bench continue latest",
-        "specreg bench continue latest --budget 2m --methods draft-simple",
+        "specreg bench continue latest --budget 1m",
+        "specreg bench continue latest --budget 30s --methods draft-simple",
     ),
     "runs": ("specreg runs", "specreg runs --by-hardware", "specreg runs show latest"),
     "runs show": (
