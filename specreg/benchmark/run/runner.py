@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shlex
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -475,9 +476,9 @@ class Runner:
             run, runtime=self.runtime(), workload_sha256=self.workload.sha256,
             hardware=hardware_info(self.gpu, self.opts.gpu_layers), pinning=self._pinning,
         )  # fmt: skip
+        again = shlex.join(["specreg", "bench", "admitted", "--pair", str(pair.id), *run.manifest.settings.argv()])
         if why is not None:
-            hint = "measure the pair again (bench admitted)"
-            raise UsageError(f"run {rid} cannot be continued here: {why}", hint=hint)
+            raise UsageError(f"run {rid} cannot be continued here: {why}", hint=f"measure the pair again: {again}")
         conds = run.conditions
         going = resume.reopen(conds, methods)
         if not any(c.spec.method != BASELINE for c in going):
