@@ -523,7 +523,7 @@ class Runner:
         for c in conds:
             self.store.save_condition(rid, c)
         info = run.info.model_copy(update={"status": "running", "status_reason": None, "finished_at": None})
-        todo = sum(len(s.repeats) for s in order) * len(self.workload.items)
+        todo = len(self.workload.items)  # a round of each, as a budget run starts counting
         self.observer.note(
             f"run {rid}: continuing from {plural(len(run.requests), 'stored request')} "
             f"({run.info.status}); {', '.join(c.spec.name for c in going if c.spec.method != BASELINE)} "
