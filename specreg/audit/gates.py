@@ -11,6 +11,7 @@ the order the audit applies them. What the gates need is gathered in facts.py.
 
 from __future__ import annotations
 
+from specreg.benchmark.store.ending import continue_text
 from specreg.benchmark.store.statistics import interval_text
 from specreg.decision.bar import fewest_pairs
 from specreg.decision.budget import undecided_text
@@ -220,7 +221,7 @@ def evidence_gate(
         elif reps < policy.evidence.min_repetitions and not decided:
             whole = next((r for r in rows if r.stratum == ALL_STRATA), None)
             more = (
-                undecided_text(reps, whole.decision_more_rounds, whole.decision_budget, run.run_id)
+                undecided_text(reps, whole.decision_more_rounds, whole.decision_budget, _continue(run.run_id, whole))
                 if whole
                 else "undecided"
             )
@@ -356,6 +357,11 @@ def _triage_text(row: StratumRow, prompt: str, margin: float) -> str:
     return t.text(margin) if t is not None else "not triaged (no baseline probabilities on record)"
 
 
+def _continue(run_id: str, row: StratumRow) -> str | None:
+    """The command that measures on from a run with the budget its projection names."""
+    return continue_text(run_id, row.decision_budget) if row.decision_budget else None
+
+
 def _not_decided_faster(row: StratumRow, ci: tuple[float, float], bar: float, run_id: str | None = None) -> str:
     """Why a stratum of a run measured until decided is not decided faster than the policy's
     bar: decided not faster (its interval below the bar), or undecided - said as how much it
@@ -371,7 +377,8 @@ def _not_decided_faster(row: StratumRow, ci: tuple[float, float], bar: float, ru
         thin = f" ({plural(row.n_paired, 'pair')} of its own; a decision takes {fewest} or more)" if (
             row.n_paired < fewest
         ) else ""  # fmt: skip
-        return f"{undecided_text(rounds, more, budget, run_id)} against {bar:g}x{thin}"
+        then = continue_text(run_id, budget) if run_id and budget else None
+        return f"{undecided_text(rounds, more, budget, then)} against {bar:g}x{thin}"
     low, bar_text = apart_text(ci[0], bar)  # decided against another bar than the policy's
     return (
         f"{row.decision} against {row.decision_min_speedup or 0:g}x, undecided against {bar:g}x "

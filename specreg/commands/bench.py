@@ -398,7 +398,7 @@ def continue_(
     naming it. Exit 0 when every condition ran, 1 when one failed, 2 on errors.
     """
     started = time.monotonic()  # what --budget counts from
-    from specreg.benchmark.run.resume import undecided
+    from specreg.benchmark.run.resume import reap, undecided
     from specreg.benchmark.run.runner import Runner
     from specreg.benchmark.store.ending import budget_needed
     from specreg.benchmark.store.runstore import RunStore
@@ -408,7 +408,7 @@ def continue_(
 
     with _registry() as reg:
         store = RunStore(reg)
-        store.reap_orphans()  # a run whose specreg was killed is aborted: continuable
+        reap(store)  # a run whose specreg was killed is aborted: continuable
         run = store.load(run_id)
         if run.info.status == "complete" and not undecided(run):  # not an error: there is simply nothing left
             say(f"run {run.info.run_id} is decided: every condition is faster or not faster; nothing to measure on")

@@ -15,6 +15,7 @@ from specreg.commands.options import JsonOpt, ReportOpt, db_path
 from specreg.commands.output import emit_json, emit_result
 
 if TYPE_CHECKING:
+    from specreg.benchmark.store.runstore import RunStore
     from specreg.registry.store import Registry
     from specreg.schemas.audit import ModelName
     from specreg.schemas.bench import BenchRun
@@ -32,6 +33,16 @@ def _registry() -> Registry:
     return Registry(db_path(), create=False)
 
 
+def _reap(store: RunStore) -> None:
+    """A run whose specreg died shows as aborted, with where it stood (its summaries drawn from
+    its rows: the plan's modules load only when there is one)."""
+    store.reap_orphans()
+    if store.reaped:
+        from specreg.benchmark.run.resume import recover_reaped
+
+        recover_reaped(store)
+
+
 def _load_named(run_id: str) -> tuple[BenchRun, dict[str, str | None], dict[str, MachineProbe]]:
     """A stored run, the registry's general.name of its target and draft (shown beside their
     SHA-256), and their machine probes on the machine, build and flags the run was measured on."""
@@ -40,7 +51,7 @@ def _load_named(run_id: str) -> tuple[BenchRun, dict[str, str | None], dict[str,
 
     with _registry() as reg:
         store = RunStore(reg)
-        store.reap_orphans()  # a run whose specreg died shows as aborted, with where it stood
+        _reap(store)
         run = store.load(run_id)
         shas = [s for s in (run.info.target_sha256, run.info.draft_sha256) if s]
         names = {sha: rec.name for sha, rec in reg.get_artifacts(shas).items()}
@@ -70,7 +81,7 @@ def runs(
 
     with _registry() as reg:
         store = RunStore(reg)
-        store.reap_orphans()
+        _reap(store)
         items = store.runs()
         results = None if json_out else run_results(reg)
         shas = {s for r in items for s in (r.target_sha256, r.draft_sha256) if s} if not json_out else set()

@@ -217,11 +217,11 @@ def round_seconds(slot_s: dict[int, list[float]], idxs: Sequence[int]) -> float:
     return sum((sum(slot_s[i]) / len(slot_s[i])) if slot_s.get(i) else mean_all for i in idxs)
 
 
-def undecided_text(rounds: int, more_rounds: int | None, budget: str | None, run_id: str | None = None) -> str:
+def undecided_text(rounds: int, more_rounds: int | None, budget: str | None, then: str | None = None) -> str:
     """How an undecided condition or stratum reads (`more_rounds` past `HORIZON`: not decidable
     within it): how much it rests on and what would decide it, never its interval, which at a
-    few pairs spans the whole clip and read like a verdict on its speed. With the run's id, the
-    budget is said as the command that measures on (`benchmark.store.ending.continue_text`)."""
+    few pairs spans the whole clip and read like a verdict on its speed. `then`: the command that
+    measures on with that budget (`benchmark.store.ending.continue_text`), said instead of it."""
     if rounds <= 0:
         return "undecided: not measured"
     done = f"undecided after {rounds} round" + ("s" if rounds != 1 else "")
@@ -229,10 +229,8 @@ def undecided_text(rounds: int, more_rounds: int | None, budget: str | None, run
         return done
     if more_rounds > HORIZON:
         return f"{done} (not decidable within {HORIZON} more rounds: its speed-up is within its spread of the bar)"
-    if budget and run_id:
-        from specreg.benchmark.store.ending import continue_text  # the command's one spelling
-
-        return f"{done} (needs about {more_rounds} more: {continue_text(run_id, budget)})"
+    if budget and then:
+        return f"{done} (needs about {more_rounds} more: {then})"
     would = f"; continuing with --budget {budget} would" if budget else ""
     return f"{done} (needs about {more_rounds} more{would})"
 

@@ -164,6 +164,20 @@ def slot_seconds(run: BenchRun) -> tuple[dict[int, list[float]], dict[int, list[
     return slot_s, replay_s
 
 
+def reap(store: RunStore) -> list[str]:
+    """Mark the runs whose specreg died aborted (`RunStore.reap_orphans`) and draw each one's
+    summaries from its rows (`recover`); returns what was done, a line a run."""
+    notes = store.reap_orphans()
+    recover_reaped(store)
+    return notes
+
+
+def recover_reaped(store: RunStore) -> None:
+    """`recover` each run the store's last `reap_orphans` marked aborted."""
+    for rid in store.reaped:
+        recover(store, rid)
+
+
 def recover(store: RunStore, run_id: str) -> None:
     """The summaries of a run whose specreg died before writing them (`aborted`: written only
     when a run ends), drawn from its rows as the runner draws them, with the projection of what

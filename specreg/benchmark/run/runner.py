@@ -175,7 +175,9 @@ class Runner:
         evenly by the pairs still to run.
         """
         self.refused, self.skipped = [], []
-        for note in self.store.reap_orphans():
+        from specreg.benchmark.run.resume import reap
+
+        for note in reap(self.store):
             self.observer.note(note)
         pairs = self.select(pair_ids)
         for line in self.skipped:
@@ -441,7 +443,7 @@ class Runner:
         from specreg.benchmark.run import resume
         from specreg.schemas.bench import Continuation
 
-        for note in self.store.reap_orphans():  # a run whose specreg was killed: aborted, so continuable
+        for note in resume.reap(self.store):  # a run whose specreg was killed: aborted, so continuable
             self.observer.note(note)
         run = self.store.load(run_id)
         rid = run.info.run_id

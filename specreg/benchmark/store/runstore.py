@@ -3,8 +3,8 @@
 A crash, Ctrl-C or SIGKILL therefore loses at most the request in flight. `reap_orphans`
 finds runs left 'running' by a specreg that no longer exists, marks them aborted, stops
 their servers (matched by pid *and* process start time, so a reused pid is never killed) and
-draws their summaries from their rows (benchmark/run/resume.py: `recover`), so an aborted run
-says where it stood and `bench continue` measures on from it.
+lists them in `reaped`, whose summaries benchmark/run/resume.py then draws from their rows
+(`reap`), so an aborted run says where it stood and `bench continue` measures on from it.
 """
 
 from __future__ import annotations
@@ -291,11 +291,6 @@ class RunStore:
                 )
             notes.append(f"run {run['run_id']}: {reason}")
             self.reaped.append(run["run_id"])
-        if self.reaped:  # where each stood: its summaries, never written by the specreg that died
-            from specreg.benchmark.run.resume import recover
-
-            for rid in self.reaped:
-                recover(self, rid)
         return notes
 
     # -- reads ----------------------------------------------------------------------------------
