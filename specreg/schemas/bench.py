@@ -501,7 +501,8 @@ class ObservationSettings(BaseModel):
 
 class Continuation(BaseModel):
     """One `bench continue` of a run: when it began, what the run was then, what it was given,
-    and the first repetition it measured (its seeds go on from there)."""
+    and its first new repetition, one past those stored (their seeds go on from there; planned
+    slots a fault cut short are finished first, at their own repetitions)."""
 
     started_at: datetime
     previous_status: RunStatus
