@@ -307,7 +307,12 @@ def run_summary(run: RunDigest) -> list[tuple[str, bool | None]]:
         ci = whole.speedup_ci95
         # good: faster beyond doubt; bad: outputs differ, or slower beyond doubt; else no mark
         good = False if diff or (ci and ci[1] < 1) else (True if ci and ci[0] > 1 else None)
-        out.append((f"{c.label}: {interval_text(whole.speedup, ci)}{eq}", good))
+        more = ""
+        if whole.decision == "undecided" and whole.decision_budget:  # what would decide it, as a command
+            from specreg.benchmark.store.ending import continue_text
+
+            more = f"; undecided, to measure on: {continue_text(run.run_id, whole.decision_budget)}"
+        out.append((f"{c.label}: {interval_text(whole.speedup, ci)}{eq}{more}", good))
     return out
 
 
