@@ -668,6 +668,39 @@ def real_split(
           f"{(t_first + t_then) / t_straight:.2f}")  # fmt: skip
 
 
+def tiny_split(trials: int, first: float, then: float, folder: Path) -> None:
+    """Issue 48's split case on the tiny pair, cheap enough to repeat: per seed, `--budget
+    FIRST` then `bench continue --budget THEN` against one straight `--budget FIRST+THEN` run
+    (draft-simple, really faster, and ngram-mod, a real A/A, against 1.05x; `--busy-share off`:
+    on a shared machine every round would be set aside): the decisions, the walls, the shares."""
+    db = folder / "tiny-split.db"
+    pid, wl = _tiny_pair(folder, db)
+    print(f"\n6b. split against straight on the tiny pair (issue 48): --budget {first:g}s, then `bench continue "
+          f"--budget {then:g}s`, against --budget {first + then:g}s; {trials} seeds ({load()})")  # fmt: skip
+    common = ["--pair", pid, "--workload", str(wl), "--methods", "draft-simple,ngram-mod", "--ngram",
+              "mod-n-match=500", "--repeat", "1", "--ctx-size", "1024", "--warmup", "2", "--busy-share", "off"]  # fmt: skip
+    same, walls = 0, []
+    for seed in range(trials):
+        args = ["bench", "admitted", *common, "--seed", str(seed)]
+        one, t_one, _, _ = _timed(db, [*args, "--budget", f"{first + then:g}s"])
+        part, t_a, _, _ = _timed(db, [*args, "--budget", f"{first:g}s"])
+        rid = part["info"]["run_id"]
+        t0 = time.monotonic()
+        proc = sh("bench", "continue", rid, "--budget", f"{then:g}s", "--json", db=db, ok=(0, 1))
+        t_b = time.monotonic() - t0
+        cont = json.loads(proc.stdout) if proc.stdout.strip().startswith("{") else part  # decided: nothing to add
+        a = {k: v.get("decision") for k, v in _whole(one).items()}
+        b = {k: v.get("decision") for k, v in _whole(cont).items()}
+        same += a == b
+        walls.append((t_a + t_b) / t_one)
+        print(
+            f"   seed {seed}: straight {t_one:.0f} s {_chosen_text(one)}; {efficiency_text(db, one['info']['run_id'])}"
+        )
+        print(f"   {'':7} split {t_a:.0f} + {t_b:.0f} s {_chosen_text(cont)}; {efficiency_text(db, rid)}")
+    print(f"   the same decisions in {same} of {trials}; split wall / straight wall median "
+          f"{statistics.median(walls):.2f} ({load()})")  # fmt: skip
+
+
 GRID = (2, 4, 8, 16)
 
 
@@ -888,6 +921,13 @@ def main() -> int:
                     help="--real's split case: --budget FIRST, then `bench continue --budget THEN`, against "
                     "section 3's straight run of --budget ('': not run)")  # fmt: skip
     ap.add_argument("--busy-share", default=None, help="--busy-share of the SmolLM2 and grid runs (shared: off)")
+    ap.add_argument(
+        "--split-tiny",
+        type=int,
+        default=0,
+        metavar="N",
+        help="issue 48's split case on the tiny pair, N seeds (15 s then 15 s against 30 s)",
+    )
     ap.add_argument("--dir", type=Path, default=None)
     ap.add_argument("--pinning", action="store_true", help="also --pin against --no-pin on SmolLM2 (minutes)")
     ap.add_argument("--pin-sample", type=int, default=1)
@@ -909,6 +949,8 @@ def main() -> int:
         simulate(args.sims, read_ratios())
     if not args.skip_tiny:
         tiny(args.rounds, folder)
+    if args.split_tiny:
+        tiny_split(args.split_tiny, 15.0, 15.0, folder)
     if args.real:
         straight = real(args.budget, folder, args.busy_share, args.real_draft_max)
         if args.real_draft_max is None and args.split:
