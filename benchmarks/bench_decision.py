@@ -678,7 +678,8 @@ def tiny_split(trials: int, first: float, then: float, folder: Path) -> None:
     print(f"\n6b. split against straight on the tiny pair (issue 48): --budget {first:g}s, then `bench continue "
           f"--budget {then:g}s`, against --budget {first + then:g}s; {trials} seeds ({load()})")  # fmt: skip
     common = ["--pair", pid, "--workload", str(wl), "--methods", "draft-simple,ngram-mod", "--ngram",
-              "mod-n-match=500", "--repeat", "1", "--ctx-size", "1024", "--warmup", "2", "--busy-share", "off"]  # fmt: skip
+              "mod-n-match=500", "--repeat", "1", "--ctx-size", "1024", "--warmup", "2",
+              "--busy-share", "off"]  # fmt: skip
     same, walls = 0, []
     for seed in range(trials):
         args = ["bench", "admitted", *common, "--seed", str(seed)]
