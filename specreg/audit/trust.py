@@ -9,12 +9,14 @@ audit rests on is described (`RunDigest.attested_by`) so records and reports nam
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from specreg.audit.policy import BUILTIN
 from specreg.errors import PolicyError, SignatureError
 from specreg.registry.store import Registry
 from specreg.schemas.audit import Policy
+from specreg.schemas.bench import NodeInfo
 
 LOCAL = "measured on this machine"
 
@@ -44,9 +46,12 @@ class EvidenceTrust:
         self.require = policy.trust.require_signed_evidence
         self.keys = trusted_keys(policy, source)
         conn = reg.conn
+        # run id -> (where it was measured, in words; how it came: "bundle <digest>" or "streamed from Ray")
         self.origins = {
-            rid: (host, bundle)
-            for rid, host, bundle in conn.execute("SELECT run_id, host, bundle_digest FROM run_origins")
+            rid: _origin_words(host, bundle, node, address, resources)
+            for rid, host, bundle, node, address, resources in conn.execute(
+                "SELECT run_id, host, bundle_digest, node_id, node_address, resources_json FROM run_origins"
+            )
         }
         self.signers = attestations_by_run(conn) if self.origins else {}
         self.refused: dict[str, str] = {}  # run id -> the refusal line, for the runs the audit met
@@ -58,14 +63,14 @@ class EvidenceTrust:
         """Why this run is no evidence under the policy, or None when it is."""
         if not self.require or run_id not in self.origins or self._named(run_id):
             return None
-        host, bundle = self.origins[run_id]
+        where, came = self.origins[run_id]
         keys = [s.key_id for s in self.signers.get(run_id, [])]
         who = (
             f"signed only by unknown key {', '.join(k[:16] for k in keys)} (not in [trust] signers)"
             if keys
             else "not signed by any [trust] signer"
         )
-        line = f"run {run_id} (bundle {bundle[:16]}, host {host}): refused as evidence: {who}"
+        line = f"run {run_id} ({came}, {where}): refused as evidence: {who}"
         self.refused[run_id] = line
         return line
 
@@ -73,15 +78,26 @@ class EvidenceTrust:
         """Who vouches for the run, in words (audit records and reports)."""
         if run_id not in self.origins:
             return LOCAL
-        host, bundle = self.origins[run_id]
+        where, came = self.origins[run_id]
         named = sorted(set(self._named(run_id)))
         keys = sorted({s.key_id for s in self.signers.get(run_id, [])})
-        where = f"measured on {host}, bundle {bundle[:16]}"
+        where = f"measured on {where.removeprefix('host ')}, {came}"
         if named:
             return f"signed by {', '.join(named)}; {where}"
         if keys:
             return f"signed by key {', '.join(k[:16] for k in keys)} (no [trust] signer); {where}"
         return f"unsigned; {where}"
+
+
+def _origin_words(
+    host: str, bundle: str | None, node_id: str | None, address: str | None, resources: str | None
+) -> tuple[str, str]:
+    """(where, how it came) for an imported run: `host H` or the Ray node it ran on; `bundle
+    <digest>`, or `streamed from Ray` for a run whose rows came from its node as it measured."""
+    if node_id:
+        node = NodeInfo(node_id=node_id, host=host, address=address or "", resources=json.loads(resources or "{}"))
+        return node.line(), f"bundle {bundle[:16]}" if bundle else "streamed from Ray"
+    return f"host {host}", f"bundle {bundle[:16]}" if bundle else "no bundle"
 
 
 __all__ = ["LOCAL", "EvidenceTrust", "trusted_keys"]

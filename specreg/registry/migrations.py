@@ -104,8 +104,9 @@ migrations = MigrationSet("specreg")
 # its own rows). A bundle never carries them, so its schema does not name them: a bundle from a
 # specreg that added one is not "newer" to a specreg that has not (exchange/bundle.py).
 # Who vouched for an imported run (m021) is this registry's record of the envelopes it verified;
-# the envelopes themselves travel, not the table.
-LOCAL_ONLY = frozenset({"m010_template_scans", "m012_run_digests", "m021_run_attestations"})
+# the envelopes themselves travel, not the table. Where a run came from (m022: its Ray node) is this
+# registry's record too; a bundle carries the node in the run's manifest.
+LOCAL_ONLY = frozenset({"m010_template_scans", "m012_run_digests", "m021_run_attestations", "m022_run_origin_nodes"})
 
 
 def bundle_schema() -> list[str]:
@@ -572,3 +573,32 @@ def m021_run_attestations(db: sqlite3.Connection) -> None:
         )
         """
     )
+
+
+@migrations()
+def m022_run_origin_nodes(db: sqlite3.Connection) -> None:
+    """Where a run dispatched to a Ray cluster ran (exchange/ray_executor.py): the node's id, its
+    address and the resources the run was placed with, beside the host. Such a run arrives row by
+    row while it is measured, in no bundle: its bundle digest is NULL, and its content digest is
+    NULL until it has finished. SQLite cannot relax a NOT NULL in place, so the table is made
+    again with its rows (nothing references it)."""
+    db.execute(
+        """
+        CREATE TABLE run_origins_new (
+            run_id TEXT PRIMARY KEY REFERENCES bench_runs (run_id),
+            host TEXT NOT NULL,
+            specreg_version TEXT NOT NULL,
+            run_digest TEXT CHECK (run_digest IS NULL OR length(run_digest) = 64),
+            bundle_digest TEXT CHECK (bundle_digest IS NULL OR length(bundle_digest) = 64),
+            bundle_created_at TEXT,
+            imported_at TEXT NOT NULL,
+            node_id TEXT,
+            node_address TEXT,
+            resources_json TEXT
+        )
+        """
+    )
+    cols = "run_id, host, specreg_version, run_digest, bundle_digest, bundle_created_at, imported_at"
+    db.execute(f"INSERT INTO run_origins_new ({cols}) SELECT {cols} FROM run_origins")
+    db.execute("DROP TABLE run_origins")
+    db.execute("ALTER TABLE run_origins_new RENAME TO run_origins")

@@ -298,7 +298,7 @@ def runs_table(
                 str(r.n_requests),
                 r.started_at.strftime("%Y-%m-%d %H:%M:%S"),
                 hw.get(r.hardware or "", "-"),
-                r.host or "local",
+                _origin(r),
             )
             for r in runs
         ),
@@ -306,6 +306,13 @@ def runs_table(
     if any(_result(r, found.get(r.run_id))[0] == "no difference" for r in runs):
         say("no difference: the best speed-up's 95% interval contains 1.0", style="dim")
     _legend(hw)
+
+
+def _origin(info: RunInfo) -> str:
+    """Where a run was measured: here, the host a bundle came from, or the Ray node (by id prefix)."""
+    if info.node is not None:
+        return f"{info.node.host} (ray {info.node.node_id[:6]})"
+    return info.host or "local"
 
 
 def _result(info: RunInfo, res: RunResult | None) -> Styled:
@@ -707,6 +714,9 @@ def show_run(run: BenchRun, names: Mapping[str, str | None] | None = None) -> No
     )
     if i.status_reason:
         say(i.status_reason, prefix="  ", style="dim", indent=2)
+    node = i.node or (m.node if m is not None else None)  # the registry's record, else the run's own
+    if node is not None:
+        say(node.line(), prefix="  ran on ", indent=4)
     draft_ref = m.draft.artifact if m is not None else None
     head = [
         f"target {_model(i.target_sha256, m.target if m else None, names.get(i.target_sha256))}",
