@@ -396,8 +396,7 @@ def _bench_ray(
         raise UsageError(f"--ray-timeout {timeout:g}: give seconds above 0 (at most a day)")
     need_ray()  # before anything else: without Ray, one line saying how to install it
     specs = parse_resources(resources)
-    # Ray joins from a worker thread (to bound it), so it sets no SIGTERM handler of its own: stop
-    # like Ctrl-C, so that its exit hook still shuts down a cluster it started here
+    # stop like Ctrl-C: the runs are ended as cancelled, their tasks ended, a cluster started here stopped
     previous = signal.signal(signal.SIGTERM, _sigterm)
     try:
         with _registry() as reg:
@@ -410,7 +409,9 @@ def _bench_ray(
                 note=lambda t: err_console().print(f"[dim]{safe(t)}[/]"),
                 connect_timeout_s=CONNECT_TIMEOUT_S if timeout is None else timeout,
             )
-            runs = [RunStore(reg).load(rid) for rid in out.imported]
+            runs = [RunStore(reg).load(rid) for rid in out.runs]
+            shas = {s for r in runs for s in (r.info.target_sha256, r.info.draft_sha256) if s}
+            names = {sha: rec.name for sha, rec in reg.get_artifacts(shas).items()}
     finally:
         signal.signal(signal.SIGTERM, previous)
     if json_out:
@@ -422,7 +423,7 @@ def _bench_ray(
         )
     else:
         for r in runs:
-            show_run(r)
+            show_run(r, names)
         for f in out.failed:
             err_console().print(f"[bold red]failed:[/] run {f.run_id} (pair {f.pair_id}): {safe(f.status_reason)}")
     ok = not out.failed and all(r.info.status == "complete" for r in runs)
