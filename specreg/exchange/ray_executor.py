@@ -200,6 +200,10 @@ class LocalCluster:
                     where = {"address": "local", "num_cpus": 1, "_temp_dir": str(self.folder)}
                     ray.init(**{**where, **_RAY_INIT, **(init or {})})
                     break
+                except KeyboardInterrupt:  # Ctrl-C while it starts: nothing of it is left either
+                    _shutdown(ray)
+                    self.remove()
+                    raise
                 except Exception as exc:
                     _shutdown(ray)
                     elapsed = time.monotonic() - started
