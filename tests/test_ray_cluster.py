@@ -140,6 +140,8 @@ class Cluster:
         self.temp = world.root / "ray"  # the head's folder (its sessions, sockets, logs)
         ray_bin = str(Path(sys.executable).parent / "ray")
         common = ["--num-cpus=1", "--disable-usage-stats"]
+        # the agents' ports given: the raylet waits for them without its own short window (the
+        # agents start slowly on a loaded machine, and it gives up on a port file within seconds)
         head = [
             ray_bin,
             "start",
@@ -150,6 +152,12 @@ class Cluster:
         ]
         node_b = [ray_bin, "start", f"--address={self.address}", "--resources", json.dumps({"hostB": 1})]
         for argv in (head + common, node_b + common):
+            argv += [
+                f"--dashboard-agent-listen-port={_free_port()}",
+                f"--dashboard-agent-grpc-port={_free_port()}",
+                f"--runtime-env-agent-port={_free_port()}",
+                f"--metrics-export-port={_free_port()}",
+            ]
             done = subprocess.run(argv, env=world.env, capture_output=True, text=True, timeout=300)
             assert done.returncode == 0, done.stdout + done.stderr
 

@@ -139,6 +139,8 @@ def test_a_streamed_run_lands_under_the_drivers_id_and_names_its_node(streamed: 
     assert run.info.runner_pid == os.getpid() and run.info.run_dir == str(db.parent / "runs" / info.run_id)
     assert run.info.node == NODE and run.manifest is not None and run.manifest.node == NODE
     assert run.manifest.draft.pair_id == info.pair_id
+    wl = str(streamed / "wl.jsonl")  # the workload as the driver named it, not the node's copy of it
+    assert run.manifest.request.workload == wl and run.manifest.settings and run.manifest.settings.workload == wl
     assert len(run.requests) == 2 * len(ITEMS) and run.summaries
     for c in run.conditions:  # the node's pids and paths are not kept; its logs are, here
         assert c.server_pid is None and c.log_path and Path(c.log_path).read_bytes().strip()
@@ -260,6 +262,7 @@ import os, subprocess, sys, time
 from pathlib import Path
 from specreg.exchange.task_guard import TASK_VAR, TaskGuard
 folder, token = Path(sys.argv[1]), sys.argv[2]
+os.chdir(sys.argv[3])  # a Ray worker sits in whatever folder its raylet started in
 guard = TaskGuard(folder, token)
 os.environ[TASK_VAR] = token
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
@@ -277,9 +280,14 @@ def test_a_killed_task_leaves_no_folder_and_no_process(tmp_path: Path) -> None:
     folder = tmp_path / "task"
     folder.mkdir()
     (folder / "registry.db").write_bytes(b"x")
+    elsewhere = tmp_path / "a-source-tree"  # an older specreg checkout, say: not what the guard runs
+    (elsewhere / "specreg").mkdir(parents=True)
+    (elsewhere / "specreg" / "__init__.py").write_text("raise ImportError('not this specreg')\n")
     token = f"test-{os.getpid()}-{time.monotonic_ns()}"
     proc = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(GUARDED), str(folder), token], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", textwrap.dedent(GUARDED), str(folder), token, str(elsewhere)],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout is not None
     child = int(proc.stdout.readline())

@@ -39,7 +39,7 @@ from specreg.exchange.ray_node import TaskOutcome, make_task, run_task
 from specreg.exchange.run_stream import Message, RunMirror, StreamError
 from specreg.lazyclass import dataclass
 from specreg.registry.db import now
-from specreg.schemas.bench import NodeInfo, RunInfo
+from specreg.schemas.bench import NodeInfo, RunInfo, RunStatus
 from specreg.text import whole_sentences
 
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ CONNECT_TIMEOUT_S = 120.0  # `--ray-timeout`: joining a cluster, or starting one
 TIMEOUT_HINT = "check --ray-address (or RAY_ADDRESS), or give it longer with --ray-timeout SECONDS"
 POLL_S = 0.2  # how often the driver drains the queue and looks at its tasks
 GUARD_WAIT_S = 15.0  # after a local cluster stops: its tasks' guards stop their servers (task_guard.py)
+RAY_EXIT_WAIT_S = 5.0  # after a local cluster stops: its processes end, or are killed
 
 
 def need_ray() -> Any:
@@ -219,11 +220,18 @@ class LocalCluster:
             signal.signal(signal.SIGTERM, previous)  # Ray's own exits the process: the caller's stops like Ctrl-C
 
     def remove(self) -> None:
-        """After the cluster stopped: wait for its tasks' guards (they stop the servers the
-        tasks started), then delete what the start wrote."""
+        """After the cluster stopped: wait for its own processes to end (each names the folder
+        on its command line; what is left is killed) and for its tasks' guards (they stop the
+        servers the tasks started), then delete what the start wrote."""
+        import psutil
+
         from specreg.exchange.task_guard import GUARD_VAR, TASK_VAR
         from specreg.servers.launcher import kill_marked, marked
 
+        _, alive = psutil.wait_procs(_processes_under(self.folder), timeout=RAY_EXIT_WAIT_S)
+        for p in alive:  # e.g. Ray's agents, which outlive their raylet when it is killed
+            with contextlib.suppress(psutil.Error):
+                p.kill()
         deadline = time.monotonic() + GUARD_WAIT_S
         for rid in self.run_ids:
             while time.monotonic() < deadline and (marked(rid, GUARD_VAR) or marked(rid, TASK_VAR)):
@@ -235,6 +243,24 @@ class LocalCluster:
         if not self._had_dir:
             with contextlib.suppress(OSError):  # only an empty folder: never one that holds anything else
                 self.token.parent.rmdir()
+
+
+def _processes_under(folder: Path) -> list[Any]:
+    """This user's processes whose command line names `folder`: a local cluster's own (Ray
+    passes each its session folder)."""
+    import psutil
+
+    me, mark, found = os.getuid(), str(folder), []
+    for p in psutil.process_iter(["uids", "cmdline"]):
+        with contextlib.suppress(psutil.Error, TypeError):
+            if (
+                p.info["uids"].real == me
+                and p.pid != os.getpid()
+                and any(mark in a for a in p.info["cmdline"])
+                and p.status() != psutil.STATUS_ZOMBIE
+            ):
+                found.append(p)
+    return found
 
 
 def _shutdown(ray: Any) -> None:
@@ -394,7 +420,7 @@ def _follow(ray: Any, queue: Any, tasks: list[_Task], opts: BenchSettings, note:
                 if t.ref in ready:
                     _land(ray, t, note)
                 elif t.started is not None and time.monotonic() - t.started > bound:
-                    ray.cancel(t.ref, force=True)  # its worker is killed; its guard stops its servers
+                    _cancel(ray, t.ref)  # its worker is killed; its guard stops its servers
                     t.done = True
                     t.mirror.close(
                         "aborted",
@@ -403,12 +429,17 @@ def _follow(ray: Any, queue: Any, tasks: list[_Task], opts: BenchSettings, note:
                         "--start-timeout); finished rows kept",
                     )
                     note(f"run {t.mirror.run_id}: ended, past its {bound:g} s")
-    except KeyboardInterrupt:
+    except BaseException as exc:  # Ctrl-C, SIGTERM, or the queue lost: end every task, keep every row
+        status: RunStatus = "cancelled" if isinstance(exc, KeyboardInterrupt) else "aborted"
+        reason = (
+            "interrupted (Ctrl-C or SIGTERM); finished rows kept"
+            if status == "cancelled"
+            else f"the driver stopped following it ({type(exc).__name__}: {_why(exc)}); finished rows kept"
+        )
         for t in tasks:
             if not t.done:
-                with contextlib.suppress(Exception):
-                    ray.cancel(t.ref, force=True)
-                t.mirror.close("cancelled", "interrupted (Ctrl-C or SIGTERM); finished rows kept")
+                _cancel(ray, t.ref)
+                t.mirror.close(status, reason)
         raise
     out = RayOutcome()
     for t in tasks:
@@ -417,6 +448,12 @@ def _follow(ray: Any, queue: Any, tasks: list[_Task], opts: BenchSettings, note:
         else:
             out.failed.append(t.mirror.info)
     return out
+
+
+def _cancel(ray: Any, ref: Any) -> None:
+    """End a task: its worker is killed (Ray's force), wherever it is; a task already gone is left be."""
+    with contextlib.suppress(Exception):
+        ray.cancel(ref, force=True)
 
 
 def _drain(ray: Any, queue: Any, by_id: dict[str, _Task], note: Callable[[str], None]) -> None:
@@ -432,7 +469,7 @@ def _drain(ray: Any, queue: Any, by_id: dict[str, _Task], note: Callable[[str], 
             try:
                 t.mirror.apply(msg)
             except StreamError as exc:  # not what specreg sends: that run ends here
-                ray.cancel(t.ref, force=True)
+                _cancel(ray, t.ref)
                 t.done = True
                 t.mirror.close("failed", exc.message)
                 note(f"run {t.mirror.run_id}: {exc.message}")

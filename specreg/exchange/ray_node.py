@@ -157,5 +157,7 @@ def _bench(task: RemoteTask, tmp: Path, send: Send, node: NodeInfo) -> None:
         if done.not_checked:
             raise NotAdmitted(f"the pair could not be checked on this node: {'; '.join(done.not_checked.values())}")
         pair_id = find_pair(reg.conn, task.pair)
-        runner = Runner(reg, BenchSettings.model_validate(options), store=StreamingStore(reg, send, node))
+        named = str(task.options.get("workload")) if task.workload_text is not None else None
+        store = StreamingStore(reg, send, node, workload=named)
+        runner = Runner(reg, BenchSettings.model_validate(options), store=store)
         runner.bench([pair_id] if pair_id is not None else [])

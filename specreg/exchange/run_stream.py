@@ -55,15 +55,21 @@ class StreamingStore(RunStore):
     The run's server logs go last, just before the run's end (the driver has the log tails in
     the condition rows before that)."""
 
-    def __init__(self, reg: Registry, send: Send, node: NodeInfo) -> None:
+    def __init__(self, reg: Registry, send: Send, node: NodeInfo, workload: str | None = None) -> None:
         super().__init__(reg)
         self.send, self.node = send, node
+        self.workload = workload  # a workload file as the driver named it (the node reads a copy)
         self._logs: dict[int, str] = {}  # condition idx -> its latest server log
 
     def create_run(
         self, info: RunInfo, manifest: RunManifest, target_licence: dict[str, Any], draft_licence: dict[str, Any] | None
     ) -> None:
-        manifest = manifest.model_copy(update={"node": self.node})  # where it ran travels with the run
+        update: dict[str, Any] = {"node": self.node}  # where it ran travels with the run
+        if self.workload is not None:  # the same bytes (workload_sha256) under the name the user gave
+            update["request"] = manifest.request.model_copy(update={"workload": self.workload})
+            if manifest.settings is not None:
+                update["settings"] = manifest.settings.model_copy(update={"workload": self.workload})
+        manifest = manifest.model_copy(update=update)
         super().create_run(info, manifest, target_licence, draft_licence)
         self.send(
             {

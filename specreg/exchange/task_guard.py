@@ -37,6 +37,7 @@ class TaskGuard:
             start_new_session=True,
             close_fds=True,
             env=env,
+            cwd=folder,  # `-m` looks in its folder first: never a source tree the worker happens to sit in
         )
         self.proc.wait()  # the first child exits at once, leaving its own child to watch the pipe
 
