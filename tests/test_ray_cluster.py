@@ -60,14 +60,18 @@ def _ours(mark: str) -> list[psutil.Process]:
 
 
 def _stop(mark: str) -> None:
-    """Every process the test started under `mark`, and only those: TERM, then KILL."""
-    procs = _ours(mark)
-    for p in procs:
-        with_suppress(p.terminate)
-    _, alive = psutil.wait_procs(procs, timeout=10)
-    for p in alive:
-        with_suppress(p.kill)
-    psutil.wait_procs(alive, timeout=10)
+    """Every process the test started under `mark`, and only those: TERM, then KILL (Ray's
+    agents ignore TERM), until none is left."""
+    for _ in range(3):
+        procs = _ours(mark)
+        if not procs:
+            return
+        for p in procs:
+            with_suppress(p.terminate)
+        _, alive = psutil.wait_procs(procs, timeout=5)
+        for p in alive:
+            with_suppress(p.kill)
+        psutil.wait_procs(alive, timeout=5)
 
 
 def with_suppress(fn: Any) -> None:
@@ -257,10 +261,10 @@ def test_a_task_past_its_deadline_is_ended_by_the_driver(world: World, cluster: 
     )  # fmt: skip
     started = time.monotonic()
     servers: list[psutil.Process] = []
-    while not servers and time.monotonic() - started < 240:
-        servers = [p for p in psutil.process_iter() if _task_of(p) is not None]
+    while not servers and time.monotonic() - started < 240 and proc.poll() is None:
+        servers = [p for p in _ours(world.mark) if _task_of(p) is not None]
         time.sleep(0.2)
-    assert servers, "no server started"
+    assert servers, proc.communicate()[1]
     run_id = _task_of(servers[0])
     worker = servers[0].parent()
     worker.suspend()
@@ -290,13 +294,13 @@ def test_a_node_killed_after_its_first_round_leaves_every_finished_row(world: Wo
     node_b = cluster.node_id_b()
     run_id = None
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:  # the first round: both conditions, every prompt
+    while time.monotonic() < deadline and proc.poll() is None:  # the first round: both conditions, every prompt
         ids = [r["run_id"] for r in db_rows(world.db, "SELECT run_id FROM bench_runs WHERE status = 'running'")]
         run_id = ids[0] if ids else None
         if run_id and _rows(world.db, run_id) >= 2 * len(ITEMS):
             break
         time.sleep(0.2)
-    assert run_id, "the run never started"
+    assert run_id and proc.poll() is None, proc.communicate()[1]
     cluster.raylet_b().kill()
     _out, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, err
@@ -318,8 +322,9 @@ def test_without_an_address_ray_starts_here_and_leaves_nothing(world: World) -> 
     before, mark = _ray_folders(), uuid.uuid4().hex
     had_token = (world.home / ".ray" / "auth_token").exists()
     code, out, err, wall = world.run(
-        "bench", "admitted", "--executor", "ray", "--pair", str(world.same), "--repeat", "1", *world.bench, mark=mark
-    )
+        "bench", "admitted", "--executor", "ray", "--ray-timeout", "300", "--pair", str(world.same), "--repeat", "1",
+        *world.bench, mark=mark,
+    )  # fmt: skip
     assert code == 0, err
     print(f"the command without an address: {wall:.1f} s")
     assert "complete" in out
@@ -335,15 +340,16 @@ def test_sigint_stops_every_server_and_ray_process_it_started(world: World) -> N
     db = world.root / "sigint.db"
     shutil.copy(world.db, db)
     proc = world.specreg(
-        "bench", "admitted", "--executor", "ray", "--pair", str(world.noisy), "--repeat", "5", *world.bench,
-        db=db, mark=mark,
+        "bench", "admitted", "--executor", "ray", "--ray-timeout", "300", "--pair", str(world.noisy),
+        "--repeat", "20", *world.bench, db=db, mark=mark,
     )  # fmt: skip
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline and proc.poll() is None:
         ids = [r["run_id"] for r in db_rows(db, "SELECT run_id FROM bench_runs WHERE status = 'running'")]
         if ids and _rows(db, ids[0]) >= 1:
             break
         time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()[1]
     proc.send_signal(signal.SIGINT)
     _out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err

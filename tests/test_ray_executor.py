@@ -154,6 +154,26 @@ def test_a_streamed_run_lands_under_the_drivers_id_and_names_its_node(streamed: 
     assert code == 0 and f"ran on Ray node {'b' * 12} on node-b (10.0.0.2), placed with" in " ".join(out.split())
     code, out, _ = specreg("runs", "show", info.run_id, "--json", db=db)
     assert json.loads(out)["info"]["node"]["node_id"] == NODE.node_id
+    code, _, err = specreg("runs", "show", info.run_id, "--report", str(db.parent / "run.md"), db=db)
+    assert code == 0, err
+    assert f"Evidence: measured on Ray node {'b' * 12} on node-b" in (db.parent / "run.md").read_text()
+
+
+def test_the_audit_names_the_node_a_streamed_run_was_measured_on(streamed: Path, tmp_path: Path) -> None:
+    from specreg.audit.trust import EvidenceTrust
+    from specreg.schemas.audit import Policy, TrustPolicy
+
+    db, info, msgs = _replay(streamed, tmp_path)
+    with Registry(db, show_progress=False) as reg:
+        mirror = RunMirror(reg, info, {"hostB": 1.0})
+        for m in msgs:
+            mirror.apply(m)
+        trust = EvidenceTrust(reg, Policy(trust=TrustPolicy(require_signed_evidence=True)), "builtin")
+        where = f'Ray node {"b" * 12} on node-b (10.0.0.2), placed with {{"hostB": 1.0}}'
+        assert trust.describe(info.run_id) == f"unsigned; measured on {where}, streamed from Ray"
+        assert trust.refusal(info.run_id) == (
+            f"run {info.run_id} (streamed from Ray, {where}): refused as evidence: not signed by any [trust] signer"
+        )
 
 
 def test_a_node_that_dies_midway_leaves_an_aborted_run_with_every_row_it_sent(streamed: Path, tmp_path: Path) -> None:
