@@ -135,38 +135,41 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 
 class Cluster:
-    """A head (one CPU) and a second node offering `hostB`, on this machine."""
+    """A head (one CPU) and a second node offering `hostB`, on this machine, each node's
+    processes under a mark of its own. A node that misses Ray's startup window (its agents are
+    slow on a loaded machine) is stopped and started again."""
 
     def __init__(self, world: World) -> None:
         self.world = world
-        self.port = _free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        self.temp = world.root / "ray"  # the head's folder (its sessions, sockets, logs)
+        self.marks = {"head": f"{world.mark}-head", "b": f"{world.mark}-b"}
         ray_bin = str(Path(sys.executable).parent / "ray")
         common = ["--num-cpus=1", "--disable-usage-stats"]
-        # the agents' ports given: the raylet waits for them without its own short window (the
-        # agents start slowly on a loaded machine, and it gives up on a port file within seconds)
-        head = [
-            ray_bin,
-            "start",
-            "--head",
-            f"--port={self.port}",
-            f"--temp-dir={self.temp}",
-            "--include-dashboard=false",
-        ]
-        node_b = [ray_bin, "start", f"--address={self.address}", "--resources", json.dumps({"hostB": 1})]
-        for argv in (head + common, node_b + common):
-            argv += [
-                f"--dashboard-agent-listen-port={_free_port()}",
-                f"--dashboard-agent-grpc-port={_free_port()}",
-                f"--runtime-env-agent-port={_free_port()}",
-                f"--metrics-export-port={_free_port()}",
-            ]
-            done = subprocess.run(argv, env=world.env, capture_output=True, text=True, timeout=300)
-            assert done.returncode == 0, done.stdout + done.stderr
+        for attempt in range(3):
+            self.port = _free_port()
+            self.address = f"127.0.0.1:{self.port}"
+            self.temp = world.root / f"ray{attempt}"  # the head's folder (its sessions, sockets, logs)
+            head = [ray_bin, "start", "--head", f"--port={self.port}", f"--temp-dir={self.temp}"]
+            if self._start("head", [*head, "--include-dashboard=false", *common], last=attempt == 2):
+                break
+        node_b = [ray_bin, "start", f"--address={self.address}", "--resources", json.dumps({"hostB": 1}), *common]
+        for attempt in range(3):
+            if self._start("b", node_b, last=attempt == 2):
+                break
+
+    def _start(self, node: str, argv: list[str], *, last: bool) -> bool:
+        env = {**self.world.env, MARK: self.marks[node]}
+        done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+        if done.returncode == 0:
+            return True
+        _stop(self.marks[node])
+        assert not last, done.stdout + done.stderr
+        return False
+
+    def processes(self) -> list[psutil.Process]:
+        return [p for mark in self.marks.values() for p in _ours(mark)]
 
     def raylet_b(self) -> psutil.Process:
-        found = [p for p in _ours(self.world.mark) if p.name() == "raylet" and "hostB" in " ".join(p.cmdline())]
+        found = [p for p in _ours(self.marks["b"]) if p.name() == "raylet"]
         assert len(found) == 1, found
         return found[0]
 
@@ -179,8 +182,9 @@ class Cluster:
 def cluster(world: World) -> Iterator[Cluster]:
     try:
         yield Cluster(world)
-    finally:
-        _stop(world.mark)
+    finally:  # a cluster that failed to start is stopped too
+        for mark in (f"{world.mark}-head", f"{world.mark}-b"):
+            _stop(mark)
 
 
 def _rows(db: Path, run_id: str) -> int:
@@ -262,7 +266,7 @@ def test_a_task_past_its_deadline_is_ended_by_the_driver(world: World, cluster: 
     started = time.monotonic()
     servers: list[psutil.Process] = []
     while not servers and time.monotonic() - started < 240 and proc.poll() is None:
-        servers = [p for p in _ours(world.mark) if _task_of(p) is not None]
+        servers = [p for p in cluster.processes() if _task_of(p) is not None]
         time.sleep(0.2)
     assert servers, proc.communicate()[1]
     run_id = _task_of(servers[0])
