@@ -226,7 +226,7 @@ def _records(db: Path, run_id: str) -> dict[str, Any]:
         run = RunStore(reg).load(run_id)
     keep = ("condition", "prompt_id", "repeat", "ok", "output_text", "output_ids", "output_tokens", "matches_baseline")
     return {
-        "conditions": [(c.spec.name, c.status, c.argv[:1] and len(c.argv)) for c in run.conditions],
+        "conditions": [(c.spec.name, c.status, len(c.argv)) for c in run.conditions],
         "prompts": [p.model_dump() for p in run.prompts],
         "requests": sorted(tuple(getattr(r, k) for k in keep) for r in run.requests),
         "summaries": [(s.condition, s.stratum, s.n_requests, s.n_ok) for s in run.summaries],
