@@ -386,7 +386,7 @@ def _bench_ray(
     timeout: float | None,
     json_out: bool,
 ) -> None:
-    """`--executor ray`: dispatch, import, show; exits like the local executor (0 / 1)."""
+    """`--executor ray`: send, keep what the nodes stream back, show; exits like the local executor (0 / 1)."""
     from specreg.benchmark.runstore import RunStore
     from specreg.commands.views.bench import show_run
     from specreg.errors import UsageError

@@ -11,9 +11,9 @@ records the node it ran on (manifest and run_origins).
 Without an address, the command starts a Ray cluster of its own on this machine, from the main
 thread (Ray's head processes die with the thread that started them), in a folder of its own, and
 stops it and removes that folder when it ends, however it ends. Ray's own output stays out of the
-terminal: workers' output is not forwarded, Ray's loggers log errors only, and what Ray would
-print about dead workers and nodes goes to a file in Ray's session folder (the failure reaches
-the user as the run's reason, in whole sentences).
+terminal: workers' output is not forwarded and Ray's loggers here log errors only; Ray's processes
+log to its session folder on each node. A failure reaches the user as the run's reason, in whole
+sentences.
 """
 
 from __future__ import annotations
@@ -342,8 +342,6 @@ def node_task(run_id: str, task_json: str, queue: Any, resources: dict[str, floa
 @dataclass
 class _Task:
     ref: Any
-    pair: PairRecord
-    spec: dict[str, float]
     mirror: RunMirror
     started: float | None = None  # when the node said it began (time.monotonic here)
     done: bool = False
@@ -367,8 +365,9 @@ def bench_on_ray(
     ray = need_ray()
     pairs = _pairs(reg, pair_ids)
     specs = resources or [{}]
+    address = address or os.environ.get("RAY_ADDRESS") or None
     with cluster(ray, address, connect_timeout_s, init) as local:
-        _check_placeable(ray, specs, "the Ray cluster started here" if local else f"the Ray cluster at {address}")
+        _check_placeable(ray, specs, f"the Ray cluster at {address}" if address else "the Ray cluster started here")
         from ray.util.queue import Queue
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -393,7 +392,7 @@ def bench_on_ray(
                 )
                 task = make_task(info.run_id, record, arts, paths, opts)
                 ref = remote.options(**_options(spec)).remote(info.run_id, task.model_dump_json(), queue, spec)
-                tasks.append(_Task(ref, pair, spec, RunMirror(reg, info, spec)))
+                tasks.append(_Task(ref, RunMirror(reg, info, spec)))
                 if local is not None:
                     local.run_ids.append(info.run_id)
                 asked = json.dumps(spec) if spec else "default resources"
