@@ -263,14 +263,12 @@ def test_a_task_past_its_deadline_is_ended_by_the_driver(world: World, cluster: 
         "bench", "admitted", "--executor", "ray", "--ray-address", cluster.address, "--pair", str(world.same),
         "--repeat", "3", "--run-timeout", "20", "--start-timeout", "15", *world.bench[:-2],
     )  # fmt: skip
-    started = time.monotonic()
-    servers: list[psutil.Process] = []
-    while not servers and time.monotonic() - started < 240 and proc.poll() is None:
-        servers = [p for p in cluster.processes() if _task_of(p) is not None]
-        time.sleep(0.2)
-    assert servers, proc.communicate()[1]
-    run_id = _task_of(servers[0])
-    worker = servers[0].parent()
+    started, run_id = time.monotonic(), None
+    while run_id is None and time.monotonic() - started < 240 and proc.poll() is None:
+        run_id = next((r for p in cluster.processes() if (r := _task_of(p)) is not None), None)
+        time.sleep(0.1)
+    assert run_id is not None, proc.communicate()[1]  # a server of the run is up: it is measuring
+    [worker] = [p for p in cluster.processes() if _named(p, "ray::node_task")]
     worker.suspend()
     _out, err = proc.communicate(timeout=300)
     assert proc.returncode == 1, err
@@ -283,6 +281,13 @@ def test_a_task_past_its_deadline_is_ended_by_the_driver(world: World, cluster: 
     _nothing_left(world, [str(run_id)])
 
 
+def _named(p: psutil.Process, name: str) -> bool:
+    try:
+        return p.name() == name
+    except psutil.Error:
+        return False
+
+
 def _task_of(p: psutil.Process) -> str | None:
     try:
         return p.environ().get(TASK_VAR) if "bundled_server" in " ".join(p.cmdline()) else None
@@ -290,7 +295,12 @@ def _task_of(p: psutil.Process) -> str | None:
         return None
 
 
+def _runs(db: Path) -> list[str]:
+    return [r["run_id"] for r in db_rows(db, "SELECT run_id FROM bench_runs")]
+
+
 def test_a_node_killed_after_its_first_round_leaves_every_finished_row(world: World, cluster: Cluster) -> None:
+    before = set(_runs(world.db))
     proc = world.specreg(
         "bench", "admitted", "--executor", "ray", "--ray-address", cluster.address, "--resources", '{"hostB": 1}',
         "--pair", str(world.noisy), "--repeat", "4", *world.bench,
@@ -299,7 +309,7 @@ def test_a_node_killed_after_its_first_round_leaves_every_finished_row(world: Wo
     run_id = None
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:  # the first round: both conditions, every prompt
-        ids = [r["run_id"] for r in db_rows(world.db, "SELECT run_id FROM bench_runs WHERE status = 'running'")]
+        ids = [r for r in _runs(world.db) if r not in before]
         run_id = ids[0] if ids else None
         if run_id and _rows(world.db, run_id) >= 2 * len(ITEMS):
             break
@@ -343,13 +353,14 @@ def test_sigint_stops_every_server_and_ray_process_it_started(world: World) -> N
     before, mark = _ray_folders(), uuid.uuid4().hex
     db = world.root / "sigint.db"
     shutil.copy(world.db, db)
+    before = set(_runs(db))
     proc = world.specreg(
         "bench", "admitted", "--executor", "ray", "--ray-timeout", "300", "--pair", str(world.noisy),
         "--repeat", "20", *world.bench, db=db, mark=mark,
     )  # fmt: skip
     deadline = time.monotonic() + 400
     while time.monotonic() < deadline and proc.poll() is None:
-        ids = [r["run_id"] for r in db_rows(db, "SELECT run_id FROM bench_runs WHERE status = 'running'")]
+        ids = [r for r in _runs(db) if r not in before]
         if ids and _rows(db, ids[0]) >= 1:
             break
         time.sleep(0.2)
@@ -357,7 +368,9 @@ def test_sigint_stops_every_server_and_ray_process_it_started(world: World) -> N
     proc.send_signal(signal.SIGINT)
     _out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
-    [run] = db_rows(db, "SELECT run_id, status, status_reason FROM bench_runs")
+    [run] = [
+        r for r in db_rows(db, "SELECT run_id, status, status_reason FROM bench_runs") if r["run_id"] not in before
+    ]
     assert run["status"] == "cancelled" and _rows(db, run["run_id"]) >= 1
     _nothing_left(world, [run["run_id"]])
     assert _ours(mark) == []  # gcs, raylet, workers, agents

@@ -476,3 +476,16 @@ def test_a_ray_cluster_that_refuses_the_driver_is_one_line(tmp_path: Path, monke
 def test_ray_timeout_is_checked(tmp_path: Path, args: list[str], needle: str) -> None:
     code, _, err = specreg("bench", "admitted", *args, db=tmp_path / "r.db")
     assert code == 2 and needle in err, err
+
+
+def test_a_resource_class_no_live_node_offers_is_named_with_what_they_offer() -> None:
+    from specreg.exchange.ray_executor import _unplaceable
+
+    head = {"Alive": True, "Resources": {"CPU": 1.0, "memory": 1e9, "node:10.0.0.1": 1.0}}
+    node_b = {"Alive": True, "Resources": {"CPU": 1.0, "hostB": 1.0, "node:10.0.0.2": 1.0}}
+    ray = types.SimpleNamespace(nodes=lambda: [head, {**node_b, "Alive": False}])  # node B has died
+    assert _unplaceable(types.SimpleNamespace(nodes=lambda: [head, node_b]), {"hostB": 1.0}, "c") is None
+    assert _unplaceable(ray, {}, "c") is None
+    assert _unplaceable(ray, {"hostB": 1.0}, "the Ray cluster at h:1") == (
+        'no node of the Ray cluster at h:1 offers {"CPU": 1.0, "hostB": 1.0} (its nodes offer CPU, memory)'
+    )

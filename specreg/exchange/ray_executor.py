@@ -51,6 +51,7 @@ INSTALL_HINT = "pip install 'specreg[ray]'"
 CONNECT_TIMEOUT_S = 120.0  # `--ray-timeout`: joining a cluster, or starting one here on a loaded machine
 TIMEOUT_HINT = "check --ray-address (or RAY_ADDRESS), or give it longer with --ray-timeout SECONDS"
 POLL_S = 0.2  # how often the driver drains the queue and looks at its tasks
+PLACE_CHECK_S = 5.0  # how often it asks whether a task still waiting has a node that can run it
 GUARD_WAIT_S = 15.0  # after a local cluster stops: its tasks' guards stop their servers (task_guard.py)
 RAY_EXIT_WAIT_S = 5.0  # after a local cluster stops: its processes end, or are killed
 
@@ -281,17 +282,23 @@ def _options(spec: dict[str, float]) -> dict[str, Any]:
     return opts
 
 
-def _check_placeable(ray: Any, specs: list[dict[str, float]], where: str) -> None:
-    """A resource class no node of the cluster offers would wait for ever: refused before anything is sent."""
+def _unplaceable(ray: Any, spec: dict[str, float], where: str) -> str | None:
+    """Why no live node of the cluster can ever run a task asking for `spec` (Ray would keep it
+    waiting for ever), or None when one can."""
     offers = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+    need = {"CPU": spec.get("CPU", 1.0), **spec}
+    if any(all(o.get(k, 0.0) >= v for k, v in need.items() if v > 0) for o in offers):
+        return None
+    have = sorted({k for o in offers for k in o if not k.startswith(("node:", "accelerator_type:"))})
+    return f"no node of {where} offers {json.dumps(need)} (its nodes offer {', '.join(have) or 'nothing'})"
+
+
+def _check_placeable(ray: Any, specs: list[dict[str, float]], where: str) -> None:
+    """A resource class no node of the cluster offers is refused before anything is sent."""
     for spec in specs:
-        need = {"CPU": spec.get("CPU", 1.0), **spec}
-        if not any(all(o.get(k, 0.0) >= v for k, v in need.items() if v > 0) for o in offers):
-            have = sorted({k for o in offers for k in o if not k.startswith(("node:", "accelerator_type:"))})
-            raise UsageError(
-                f"--resources {json.dumps(spec)}: no node of {where} offers {json.dumps(need)} "
-                f"(its nodes offer {', '.join(have) or 'nothing'})"
-            )
+        why = _unplaceable(ray, spec, where)
+        if why is not None:
+            raise UsageError(f"--resources {json.dumps(spec)}: {why}")
 
 
 def _pairs(reg: Registry, pair_ids: list[int] | None) -> list[PairRecord]:
@@ -397,7 +404,8 @@ def bench_on_ray(
                     local.run_ids.append(info.run_id)
                 asked = json.dumps(spec) if spec else "default resources"
                 note(f"pair {pair.id}: run {info.run_id} sent ({asked})")
-        return _follow(ray, queue, tasks, opts, note)
+        where = f"the Ray cluster at {address}" if address else "the Ray cluster started here"
+        return _follow(ray, queue, tasks, opts, note, where)
 
 
 def _bound_s(opts: BenchSettings) -> float:
@@ -405,11 +413,17 @@ def _bound_s(opts: BenchSettings) -> float:
     return (opts.budget_s if opts.budget_s is not None else opts.run_timeout_s) + opts.start_timeout_s
 
 
-def _follow(ray: Any, queue: Any, tasks: list[_Task], opts: BenchSettings, note: Callable[[str], None]) -> RayOutcome:
+def _follow(
+    ray: Any, queue: Any, tasks: list[_Task], opts: BenchSettings, note: Callable[[str], None], where: str
+) -> RayOutcome:
     by_id = {t.mirror.run_id: t for t in tasks}
     bound = _bound_s(opts)
+    looked = time.monotonic()
     try:
         while any(not t.done for t in tasks):
+            if time.monotonic() - looked > PLACE_CHECK_S:  # a task still waiting for a node that is gone
+                looked = time.monotonic()
+                _unplaced(ray, [t for t in tasks if not t.done and t.started is None], where, note)
             _drain(ray, queue, by_id, note)
             pending = [t for t in tasks if not t.done]
             ready, _ = ray.wait([t.ref for t in pending], num_returns=len(pending), timeout=POLL_S, fetch_local=False)
@@ -447,6 +461,18 @@ def _follow(ray: Any, queue: Any, tasks: list[_Task], opts: BenchSettings, note:
         else:
             out.failed.append(t.mirror.info)
     return out
+
+
+def _unplaced(ray: Any, waiting: list[_Task], where: str, note: Callable[[str], None]) -> None:
+    """End the tasks no live node can run any more (the only node offering their resources died
+    before they began): Ray would keep them waiting for ever."""
+    for t in waiting:
+        why = _unplaceable(ray, t.mirror.resources, where)
+        if why is not None:
+            _cancel(ray, t.ref)
+            t.done = True
+            t.mirror.close("failed", f"never began: {why} any more")
+            note(f"run {t.mirror.run_id} failed: it never began: {why} any more")
 
 
 def _cancel(ray: Any, ref: Any) -> None:
