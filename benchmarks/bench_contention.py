@@ -1,6 +1,6 @@
 """What the busy-machine probe reads: quiet, with one and with two CPU-burning neighbours.
 
-The numbers behind `--busy-share` (specreg/benchmark/contention.py): three runs on tiny generated
+The numbers behind `--busy-share` (specreg/benchmark/store/contention.py): three runs on tiny generated
 models with the bundled llama.cpp server, back to back - no burner, then one, then two started
 after the first round (each burner one `while True` process, killed when the run ends) - and
 for each slot (condition, round) the CPU per wall second, in cores, of this specreg and its
@@ -23,8 +23,8 @@ from pathlib import Path
 
 import psutil
 
-from specreg.benchmark.execute import Observer
-from specreg.benchmark.runner import Runner
+from specreg.benchmark.run.context import Observer
+from specreg.benchmark.run.runner import Runner
 from specreg.registry.store import Registry
 from specreg.schemas.bench import ConditionRun
 from specreg.schemas.bench_settings import BenchSettings
@@ -90,7 +90,7 @@ def main() -> None:
         with Registry(db, show_progress=False) as reg:
             pid = check_and_record(reg, target, draft, "draft-simple", rule_set=load_rule_set()).pair_id
             opts = BenchSettings(workload=str(wl), repeat=a.repeat, ctx_size=512, threads=a.threads,
-                                 methods=["draft-simple"], busy_share=0.25)  # fmt: skip
+                                 methods=["draft-simple"], busy_share=0.25, busy_wait_s=0)  # fmt: skip
             obs = Neighbours(n)
             try:
                 (run,) = Runner(reg, opts, obs).bench([pid])

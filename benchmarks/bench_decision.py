@@ -1,25 +1,31 @@
-"""Time to a decision, and the decision, before and after issue 32 - on the same requests.
+"""Time to a decision, and the decision: the pairs it takes against a fixed-sample oracle (issue 52).
 
-Issue 32 made `bench --budget` decide sooner by measuring less noise and spending it better:
-the server's own per-request timings instead of the client's wall clock, rounds in a balanced
-(ABBA) order, the server pinned to all cores but one, and an anytime-valid interval whose clip
-is sized to the spread of the log ratios (sequential.py) at alpha 0.02. This prints:
+A decision is what `bench --budget` measures for, and its cost is paired requests. Issue 32 made
+them less noisy (the server's own timings, a balanced ABBA order, pinning) and sized the
+confidence sequence's clip to their spread (sequential.py); issue 52 decides with two one-sided
+tests against the bar (decision/bar.py). This prints:
 
-1. **Simulation** (`--sims N` seeded runs each, the generator of tests/test_bench_sequential.py):
-   the A/A false `faster` rate against 1.0x, and how often and after how many rounds a true
-   1.15x and 1.3x are decided `faster` against 1.05x, for the old method (fixed +-log 8 clip,
-   alpha 0.05, shuffled order) and the new (adaptive clip, alpha 0.02, balanced order).
-   Then the sequence's CPU cost per observation: the running slice against the whole grid.
+1. **Simulation** (`--sims N` seeded runs a case, numpy across runs, a look after every pair):
+   for true speed-ups 1.0x (at the bar itself: the false `faster` rate), and 1.0x, 1.1x,
+   1.15x, 1.3x against 1.05x, on normal pairs of a known spread (0.08, 0.13, 0.2), on the
+   runner's troubles (the generator of tests/test_bench_sequential.py: drift, slot slope,
+   outliers), on A/A pairs whose rounds share a lean (what breaks the tests' independence),
+   and on measured pairs resampled (`benchmarks/data/decision_ratios.json`, which
+   `--keep-ratios DB` fills from a registry's runs): each method's outcome and the pairs it
+   took (median, p90), and the oracle's pairs - a fixed-sample one-sided z-test that knows the
+   spread, at the same alpha and 90% power - and their ratio, the figure issue 52 moves.
+   Then each method's CPU cost per observation, its interval, and a projection.
 2. **Tiny models** (generated GGUFs, the bundled llama.cpp server): `--rounds` fixed rounds of
    the baseline, draft-simple (a 16-layer target, a 1-layer draft: really faster) and
    ngram-mod with a match length no output reaches (it never drafts: a real A/A), in three
-   runs: the new settings, `--no-pin`, `--shuffle`. For each run and condition, the per-request
-   spread of the log ratios (client clock vs server clock, same requests), and the round (and
-   wall seconds) at which the old method on client clocks and the new on server clocks first
-   decide - replayed on the very rows measured, a look after every round as `--budget` looks.
+   runs: the default settings, `--no-pin`, `--shuffle`. For each run and condition, the
+   per-request spread of the log ratios (client clock vs server clock, same requests), and the
+   round (and wall seconds) at which issue 32's sequence and bar.py's tests first decide -
+   replayed on the very rows measured, a look after every round as `--budget` looks.
 3. **SmolLM2** (`--real`): the issue's `bench admitted --workload mt-bench --sample 2 --tune
-   --budget 8m` on the real pair (F32 target, Q4_1 draft), its wall time, decisions and
-   `deploy`, and the old method replayed on the same rows.
+   --budget 8m` on the real pair (F32 target, Q4_1 draft), or with `--real-draft-max K` one
+   fixed draft length on `--sample 1` (issue 52's target), its wall time, decisions and
+   `deploy`, and both methods replayed on the same rows.
 
 The machine's load (os.getloadavg) is printed beside every figure: on a shared machine the wall
 times move with it; the ratios are measured against a baseline in the same run.
@@ -35,8 +41,8 @@ times move with it; the ratios are measured against a baseline in the same run.
    methods), each split into server start, warm-up, requests and what follows them.
 
 Usage: python benchmarks/bench_decision.py [--sims 400] [--rounds 10] [--skip-tiny] [--real]
-       [--budget 8m] [--busy-share off] [--pinning] [--grid | --grid-real] [--grid-budget B]
-       [--dir DIR]
+       [--real-draft-max K] [--budget 8m] [--busy-share off] [--pinning] [--grid | --grid-real]
+       [--grid-budget B] [--keep-ratios DB] [--dir DIR]
 """
 
 from __future__ import annotations
@@ -56,11 +62,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from specreg.decision import sequential
+from specreg.decision import bar, budget, sequential
 from specreg.testing.modelspec import FAST_ITEMS
 
 SPECREG = [sys.executable, "-m", "specreg"]
-OLD_ALPHA = 0.05  # before issue 32
 ITEMS = FAST_ITEMS  # specreg.testing.modelspec: the tests of --tune use them too
 
 
@@ -69,7 +74,15 @@ def load() -> str:
     return f"load {one:.2f}/{five:.2f}/{fifteen:.2f} on {os.cpu_count()} CPUs"
 
 
-# -- 1. simulation ------------------------------------------------------------------------------
+# -- 1. simulation: the pairs a decision takes, against a fixed-sample oracle (issue 52) -------------
+
+BAR = 1.05  # the default policy's min_speedup
+PER_ROUND = 8  # mt-bench --sample 1: one prompt of each of its 8 strata a round
+HORIZON_PAIRS = 40 * PER_ROUND  # budget.HORIZON rounds: past it, "not decidable"
+CASES = ((1.0, 1.0), (1.0, BAR), (1.1, BAR), (1.15, BAR), (1.3, BAR))  # (true speed-up, bar)
+SPREADS = (0.08, 0.13, 0.2)  # per-pair sd of the log ratio
+ORACLE_POWER = 0.9
+AT_BAR = 4  # runs at the bar itself, times --sims: a false `faster` rate near 1% wants more than 400
 
 
 def _sim_round(
@@ -89,72 +102,257 @@ def _sim_round(
     return base, cond
 
 
-def _sim(seed: int, speedup: float, bar: float, new: bool, rounds: int = 20) -> tuple[str, int]:
-    rng = random.Random(seed)
-    prompts = [rng.uniform(50, 400) for _ in range(8)]
-    seq = sequential.SpeedSequence(sequential.ALPHA if new else OLD_ALPHA, "adaptive" if new else "fixed")
-    drift = 1.0
-    for r in range(1, rounds + 1):
-        drift *= math.exp(rng.gauss(0, 0.08))
-        d = seq.add(*_sim_round(rng, prompts, speedup, drift, r, balanced=new)).decision(bar)
-        if d.decision != "undecided":
-            return d.decision, r
-    return "undecided", rounds
+def _troubled(n: int, speedup: float, rounds: int) -> Any:
+    """The paired log ratios of the runner's troubles (`_sim_round`: drift across and within
+    rounds, 10% noise a request, 1 in 25 an outlier 2-6x slower, the balanced order), run r
+    seeded r: the generator tests/test_bench_sequential.py holds the decisions to."""
+    import numpy as np
+
+    out = np.empty((n, rounds * PER_ROUND))
+    for seed in range(n):
+        rng = random.Random(seed)
+        prompts = [rng.uniform(50, 400) for _ in range(PER_ROUND)]
+        drift, xs = 1.0, []
+        for r in range(1, rounds + 1):
+            drift *= math.exp(rng.gauss(0, 0.08))
+            xs += sequential.log_ratios(*_sim_round(rng, prompts, speedup, drift, r, balanced=True))
+        out[seed] = xs
+    return out
 
 
-def simulate(n: int) -> None:
-    print(f"1. simulation: {n} seeded runs each, 8 prompts a round, at most 20 rounds ({load()})")
-    print(f"   {'case':<22} {'method':<5} {'faster':>7} {'not':>5} {'undec.':>6} {'median rounds':>14}")
-    for label, speedup, bar in (
-        ("A/A vs 1.0x", 1.0, 1.0),
-        ("1.15x vs 1.05x", 1.15, 1.05),
-        ("1.3x vs 1.05x", 1.3, 1.05),
-    ):
-        for new in (False, True):
-            res = [_sim(s, speedup, bar, new) for s in range(n)]
-            count = {k: sum(1 for d, _ in res if d == k) for k in ("faster", "not faster", "undecided")}
-            decided = [r for d, r in res if d != "undecided"]
-            med = f"{statistics.median(decided):.0f}" if decided else "-"
-            print(
-                f"   {label:<22} {'new' if new else 'old':<5} {count['faster'] / n:>7.1%} "
-                f"{count['not faster'] / n:>5.1%} {count['undecided'] / n:>6.1%} {med:>14}"
+def _gaussian(n: int, speedup: float, sd: float, seed: int) -> Any:
+    """Paired log ratios with a known spread: normal around log(speed-up), and the balanced
+    order's 3% slot slope (a round's pairs all lean the way its order does)."""
+    import numpy as np
+
+    rng = np.random.default_rng([seed, round(speedup * 1000), round(sd * 1000)])
+    x = rng.normal(math.log(speedup), sd, (n, HORIZON_PAIRS))
+    lean = np.where(np.arange(HORIZON_PAIRS) // PER_ROUND % 2 == 0, 1.0, -1.0) * math.log(1.03)
+    return x + lean
+
+
+def _slot_shifted(n: int, sd: float, shift: float, seed: int) -> Any:
+    """A/A pairs (normal, `sd`) whose rounds each lean by a shared amount: each condition's slot
+    of a round runs `shift` (sd, in log) slower or faster as a whole (a neighbour, the machine's
+    state), so a round's pairs are not independent - what the tests assume, and what breaks them."""
+    import numpy as np
+
+    rng = np.random.default_rng([seed, round(shift * 1000), round(sd * 1000)])
+    x = rng.normal(0.0, sd, (n, HORIZON_PAIRS))
+    lean = rng.normal(0.0, shift * math.sqrt(2), (n, HORIZON_PAIRS // PER_ROUND))
+    return x + lean.repeat(PER_ROUND, axis=1)
+
+
+def _resampled(xs: Sequence[float], n: int, speedup: float, seed: int) -> Any:
+    """Real paired log ratios' deviations from their median, drawn with replacement, each with a
+    random sign, around log(speed-up): their spread and tails, made symmetric - the tests'
+    premise, exact for an A/A pair (its two requests are exchangeable). On skewed pairs the
+    methods' centres differ (the old one's nearer the mean), which is not how fast they decide."""
+    import numpy as np
+
+    rng = np.random.default_rng([seed, round(speedup * 1000), len(xs)])
+    dev = np.asarray(xs) - float(np.median(xs))
+    x = rng.choice(dev, (n, HORIZON_PAIRS)) * rng.choice([-1.0, 1.0], (n, HORIZON_PAIRS))
+    return x + math.log(speedup)
+
+
+def old_stops(x: Any, min_speedup: float) -> list[tuple[str, int]]:
+    """Issue 32's confidence sequence (sequential.py) on each row, a look after every pair:
+    the decision and the pairs it took (the horizon when undecided). Fed a round at a time; the
+    round it decides in is fed again pair by pair (its running interval, once clear of the bar,
+    stays clear)."""
+    out = []
+    for row in x:
+        seq, res = sequential.SpeedSequence(), ("undecided", len(row))
+        for k in range(0, len(row), PER_ROUND):
+            before = seq.copy()
+            if seq.add_logs(list(row[k : k + PER_ROUND])).decision(min_speedup).decision != "undecided":
+                for j in range(k, k + PER_ROUND):
+                    d = before.add_logs([row[j]]).decision(min_speedup).decision
+                    if d != "undecided":
+                        res = (d, j + 1)
+                        break
+                break
+        out.append(res)
+    return out
+
+
+def _running_spread(x: Any) -> Any:
+    """Per row, the robust spread (1.4826 x MAD) of the observations before each one; NaN for
+    the first `bar.PRIOR_PAIRS` (clipped at `bar.PRIOR_CLIP`)."""
+    import numpy as np
+
+    sp = np.full(x.shape, np.nan)
+    for i in range(bar.PRIOR_PAIRS, x.shape[1]):
+        med = np.median(x[:, :i], axis=1, keepdims=True)
+        sp[:, i] = 1.4826 * np.median(np.abs(x[:, :i] - med), axis=1)
+    return sp
+
+
+def bar_stops(x: Any, min_speedup: float) -> list[tuple[str, int]]:
+    """decision/bar.py's two tests on every row at once (numpy across rows), a look after every
+    pair: the same arithmetic as `bar.BarTest` (tests/test_decision_bar.py holds them equal)."""
+    import numpy as np
+
+    t = math.log(min_speedup)
+    sp = _running_spread(x)
+    b = np.where(
+        np.isnan(sp),
+        bar.PRIOR_CLIP,
+        np.clip(bar.SPREADS * np.nan_to_num(sp), sequential.FLOOR, math.log(sequential.CLIP)),
+    )
+    z = np.clip((x - t) / b, -1.0, 1.0)
+    lam = np.array(bar.STAKES)
+    up = np.cumsum(np.log1p(z[:, :, None] * lam), axis=1)
+    down = np.cumsum(np.log1p(-z[:, :, None] * lam), axis=1)
+    mix_up = np.logaddexp.reduce(up, axis=2) - math.log(lam.size) >= math.log(1 / bar.ALPHA_FASTER)
+    mix_down = np.logaddexp.reduce(down, axis=2) - math.log(lam.size) >= math.log(1 / bar.ALPHA_NOT_FASTER)
+    out = []
+    for u, d in zip(mix_up, mix_down, strict=True):
+        first_u = int(np.argmax(u)) if u.any() else len(u)
+        first_d = int(np.argmax(d)) if d.any() else len(d)
+        if first_u == first_d == len(u):
+            out.append(("undecided", len(u)))
+        else:
+            out.append(("faster", first_u + 1) if first_u <= first_d else ("not faster", first_d + 1))
+    return out
+
+
+def oracle_pairs(speedup: float, min_speedup: float, sd: float) -> float:
+    """The fixed-sample one-sided z-test with the spread known, at the same error rate
+    (`bar.ALPHA_FASTER`) and `ORACLE_POWER`: the pairs it needs (inf at the bar itself)."""
+    from statistics import NormalDist
+
+    d = abs(math.log(speedup) - math.log(min_speedup))
+    if d == 0:
+        return math.inf
+    z = NormalDist().inv_cdf
+    return ((z(1 - bar.ALPHA_FASTER) + z(ORACLE_POWER)) * sd / d) ** 2
+
+
+def oracle_false_faster(x: Any, min_speedup: float, sd: float, n: int) -> float:
+    """The oracle's own false `faster` rate on rows whose centre is the bar: n pairs each, made
+    whole pairs of rounds (the balanced order's lean cancels over two)."""
+    from statistics import NormalDist
+
+    n = max(2 * PER_ROUND, min(math.ceil(n / (2 * PER_ROUND)) * 2 * PER_ROUND, x.shape[1]))
+    crit = math.log(min_speedup) + NormalDist().inv_cdf(1 - bar.ALPHA_FASTER) * sd / math.sqrt(n)
+    return float((x[:, :n].mean(axis=1) > crit).mean())
+
+
+def _q(stops: list[tuple[str, int]], q: float) -> float:
+    import numpy as np
+
+    pairs = [p if d != "undecided" else math.inf for d, p in stops]
+    return float(np.quantile(pairs, q, method="lower"))
+
+
+def _pairs_text(v: float) -> str:
+    return f">{HORIZON_PAIRS}" if math.isinf(v) else f"{v:.0f}"
+
+
+def gap_line(label: str, x: Any, speedup: float, min_speedup: float, sd: float) -> list[str]:
+    """One case: each method's outcome and the pairs it took (median, p90), against the oracle's."""
+    oracle = oracle_pairs(speedup, min_speedup, sd)
+    lines = []
+    for name, stops in (("old", old_stops(x, min_speedup)), ("bar", bar_stops(x, min_speedup))):
+        n = len(stops)
+        faster = sum(d == "faster" for d, _ in stops) / n
+        nots = sum(d == "not faster" for d, _ in stops) / n
+        if math.isinf(oracle):  # at the bar: only the false `faster` rate is asked
+            oracle_ff = oracle_false_faster(x, min_speedup, sd, round(oracle_pairs(1.15, BAR, sd)))
+            lines.append(
+                f"   {label:<24} {name:<4} faster {faster:6.2%} (oracle {oracle_ff:.2%}), not faster {nots:.2%}"
             )
-    print("   old: clip +-log 8, alpha 0.05, shuffled order; new: adaptive clip, alpha 0.02, ABBA order")
+            continue
+        med, p90 = _q(stops, 0.5), _q(stops, 0.9)
+        lines.append(
+            f"   {label:<24} {name:<4} faster {faster:6.1%} not {nots:5.1%}  pairs {_pairs_text(med):>5} / "
+            f"{_pairs_text(p90):>5}  oracle {oracle:5.0f}  ratio {med / oracle:5.2f} / {p90 / oracle:5.2f}"
+        )
+    return lines
+
+
+def simulate(n: int, ratios: dict[str, list[float]]) -> None:
+    """The pairs a decision takes with issue 32's sequence (old) and this one (bar), against the
+    oracle, on simulated and on real paired log ratios; a look after every pair (a runner looks
+    after every round or part of one, so it stops up to a round later, either method alike)."""
+
+    print(f"1. the pairs a decision takes: {n} seeded runs a case ({n * AT_BAR} at the bar), at most "
+          f"{HORIZON_PAIRS} pairs ({load()})")  # fmt: skip
+    print(f"   old: issue 32's two-sided sequence (alpha {sequential.ALPHA}); bar: two one-sided tests "
+          f"(alpha {bar.ALPHA_FASTER} each side)")  # fmt: skip
+    print(f"   oracle: a one-sided z-test of n fixed pairs, the sd known, alpha {bar.ALPHA_FASTER}, power "
+          f"{ORACLE_POWER:.0%}; pairs as median / p90; ratio = pairs / oracle")  # fmt: skip
+    for sd in SPREADS:
+        for speedup, min_speedup in CASES:
+            x = _gaussian(n * (AT_BAR if speedup == min_speedup else 1), speedup, sd, seed=52)
+            for line in gap_line(f"{speedup}x vs {min_speedup}x sd {sd}", x, speedup, min_speedup, sd):
+                print(line)
+    print("   the runner's troubles (drift, 3% slot slope, 10% noise a request, 1 in 25 an outlier 2-6x;")
+    print("   the oracle knows the spread without the outliers, 0.1 x sqrt 2):")
+    for speedup, min_speedup in CASES:
+        x = _troubled(n * (AT_BAR if speedup == min_speedup else 1), speedup, HORIZON_PAIRS // PER_ROUND)
+        for line in gap_line(f"{speedup}x vs {min_speedup}x", x, speedup, min_speedup, 0.1 * math.sqrt(2)):
+            print(line)
+    print("   what breaks it: a shared lean of each condition's slot in a round (its pairs no longer independent):")
+    for shift in (0.03, 0.05):
+        x = _slot_shifted(n * AT_BAR, 0.13, shift, seed=52)
+        for line in gap_line(f"1.0x vs 1.0x slot sd {shift}", x, 1.0, 1.0, 0.13):
+            print(line)
+    for name, xs in ratios.items():
+        sd = statistics.stdev(xs)
+        print(f"   {name}: {len(xs)} measured pairs, sd {sd:.3f}, robust {sequential.robust_spread(xs):.3f}, "
+              f"resampled around each speed-up:")  # fmt: skip
+        for speedup, min_speedup in CASES:
+            x = _resampled(xs, n * (AT_BAR if speedup == min_speedup else 1), speedup, seed=52)
+            for line in gap_line(f"{speedup}x vs {min_speedup}x", x, speedup, min_speedup, sd):
+                print(line)
     cost()
 
 
 def cost(runs: int = 20) -> None:
-    """CPU time per observation of the sequence: the centres still inside the running interval
-    (the slice) against every centre of the grid (as before it, but with today's clip, which no
-    longer sorts the observations at every step), on paired log ratios with a spread
-    of 0.1 around 1.1x (1 in 25 three times as far), a look after every 8; and one
-    `rounds_to_decide` (7 paths of up to 40 rounds of 8) from 16 such pairs against 1.05x."""
-    print(f"   cost of the sequence, CPU per observation ({load()}):")
+    """CPU time per observation of issue 32's sequence (its running slice) and of this one (the
+    two tests' wealth at the bar), on paired log ratios with a spread of 0.1 around 1.1x (1 in 25
+    three times as far), a look after every 8; the interval this one shows, drawn once at the
+    end; and one projection (`budget.need`, 7 paths of up to 40 rounds of 8) from 16 such
+    pairs against 1.05x."""
+    print(f"   cost, CPU ({load()}):")
     for n in (50, 200, 500):
-        data = []
-        for seed in range(runs):
-            rng = random.Random(seed)
-            data.append([rng.gauss(0.1, 0.1) * (3 if rng.random() < 0.04 else 1) for _ in range(n)])
-        took = {}
-        ways: tuple[sequential.Intersection, ...] = ("slice", "grid")
-        for way in ways:
-            t0 = time.process_time()
-            for xs in data:
-                seq = sequential.SpeedSequence(intersection=way)
-                for k in range(0, n, 8):
-                    seq.add_logs(xs[k : k + 8]).decision(1.05)
-            took[way] = (time.process_time() - t0) / (runs * n) * 1e6
-        print(
-            f"   {n:>4} observations: {took['slice']:6.1f} us (slice), {took['grid']:6.1f} us (whole grid): "
-            f"{took['grid'] / took['slice']:.1f}x"
-        )
+        data = [_noisy(seed, n) for seed in range(runs)]
+        t0 = time.process_time()
+        for xs in data:
+            seq = sequential.SpeedSequence()
+            for k in range(0, n, 8):
+                seq.add_logs(xs[k : k + 8]).decision(1.05)
+        old = (time.process_time() - t0) / (runs * n) * 1e6
+        t0 = time.process_time()
+        for xs in data:
+            test = bar.BarTest()
+            for k in range(0, n, 8):
+                test.add_logs(xs[k : k + 8]).verdict(1.05)
+        new = (time.process_time() - t0) / (runs * n) * 1e6
+        t0 = time.process_time()
+        for xs in data[:5]:
+            bar.BarTest().add_logs(xs).decision(1.05)
+        shown = (time.process_time() - t0) / 5 * 1e3
+        print(f"   {n:>4} observations: old {old:6.1f} us an observation, bar {new:6.1f} us; bar's interval "
+              f"{shown:.1f} ms")  # fmt: skip
     rng = random.Random(7)
     base = [rng.uniform(100, 300) for _ in range(16)]
     cond = [b / 1.1 * math.exp(rng.gauss(0, 0.1)) for b in base]
-    t0 = time.process_time()
-    for seed in range(runs):
-        sequential.rounds_to_decide(base, cond, 1.05, per_round=8, max_rounds=40, seed=seed)
-    print(f"   rounds_to_decide from 16 pairs: {(time.process_time() - t0) / runs * 1e3:.1f} ms CPU")
+    took = {}
+    for method in ("slice", "bar"):
+        t0 = time.process_time()
+        for seed in range(runs):
+            budget.need("k", base, cond, 1.05, per_round=8, seed=seed, method=method)
+        took[method] = (time.process_time() - t0) / runs * 1e3
+    print(f"   budget.need from 16 pairs: old {took['slice']:.1f} ms, bar {took['bar']:.1f} ms CPU")
+
+
+def _noisy(seed: int, n: int) -> list[float]:
+    rng = random.Random(seed)
+    return [rng.gauss(0.1, 0.1) * (3 if rng.random() < 0.04 else 1) for _ in range(n)]
 
 
 # -- 2. tiny models -----------------------------------------------------------------------------
@@ -194,12 +392,14 @@ def _round_ends(rows: list[dict[str, Any]]) -> list[float]:
     return [ends[k] for k in sorted(ends)]
 
 
-def replay(rounds: list[tuple[list[float], list[float]]], bar: float, new: bool) -> tuple[str, int | None, Any]:
+def replay(
+    rounds: list[tuple[list[float], list[float]]], min_speedup: float, method: bar.Method
+) -> tuple[str, int | None, Any]:
     """The decision a look after every round makes, and the first round it is not undecided."""
-    seq = sequential.SpeedSequence(sequential.ALPHA if new else OLD_ALPHA, "adaptive" if new else "fixed")
-    d = seq.decision(bar)
+    seq = bar.sequence(method)
+    d = seq.decision(min_speedup)
     for i, (b, c) in enumerate(rounds, 1):
-        d = seq.add(b, c).decision(bar)
+        d = seq.add(b, c).decision(min_speedup)
         if d.decision != "undecided":
             return d.decision, i, d.interval
     return "undecided", None, d.interval
@@ -227,7 +427,7 @@ def _ci(iv: Any) -> str:
     return f"[{iv[0]:.2f}, {iv[1]:.2f}]" if iv else "-"
 
 
-def _report(label: str, rows: list[dict[str, Any]], conds: list[str], bar: float) -> None:
+def _report(label: str, rows: list[dict[str, Any]], conds: list[str], min_speedup: float) -> None:
     ends = _round_ends(rows)
     for cond in conds:
         client = _by_round(rows, cond, "none", "client")
@@ -235,8 +435,8 @@ def _report(label: str, rows: list[dict[str, Any]], conds: list[str], bar: float
         xs_c = sequential.log_ratios([b for r in client for b in r[0]], [c for r in client for c in r[1]])
         xs_s = sequential.log_ratios([b for r in server for b in r[0]], [c for r in server for c in r[1]])
         (sd_c, rs_c), (sd_s, rs_s) = _spread(xs_c), _spread(xs_s)
-        old = replay(client, bar, new=False)
-        new = replay(server, bar, new=True)
+        old = replay(server, min_speedup, "slice")
+        new = replay(server, min_speedup, "bar")
 
         def when(res: tuple[str, int | None, Any]) -> str:
             return f"{res[0]} r{res[1]} {ends[res[1] - 1]:.0f}s" if res[1] else f"undecided {_ci(res[2])}"
@@ -244,7 +444,7 @@ def _report(label: str, rows: list[dict[str, Any]], conds: list[str], bar: float
         centre = math.exp(statistics.median(xs_s)) if xs_s else math.nan
         print(
             f"   {label:<9} {cond:<13} {centre:5.2f}x  sd {sd_c:.3f} -> {sd_s:.3f}  robust {rs_c:.3f} -> {rs_s:.3f}  "
-            f"old: {when(old):<26} new: {when(new)}"
+            f"old: {when(old):<26} bar: {when(new)}"
         )
 
 
@@ -261,11 +461,10 @@ def tiny(rounds: int, folder: Path) -> None:
     pid = str(max(int(p["id"]) for p in json.loads(sh("pairs", "--json", db=db).stdout)))
     common = ["--pair", pid, "--workload", str(wl), "--methods", "draft-simple,ngram-mod", "--ngram",
               "mod-n-match=500", "--repeat", str(rounds), "--ctx-size", "1024", "--warmup", "2", "--json"]  # fmt: skip
-    bar = 1.05
     print(f"\n2. tiny models: 16-layer target, 1-layer draft; {len(ITEMS)} prompts x {rounds} rounds; decided "
-          f"against {bar}x; ngram-mod never drafts (a real A/A)")  # fmt: skip
-    print("   spread: per-request log ratio, client clock -> server clock (same requests); old: client clock,")
-    print("   clip log 8, alpha 0.05; new: server clock, adaptive clip, alpha 0.02 (a look after every round)")
+          f"against {BAR}x; ngram-mod never drafts (a real A/A)")  # fmt: skip
+    print("   spread: per-request log ratio, client clock -> server clock (same requests); old: issue 32's")
+    print("   sequence, bar: decision/bar.py's tests, both on the server clock (a look after every round)")
     for label, extra in (("new", []), ("--no-pin", ["--no-pin"]), ("--shuffle", ["--shuffle"])):
         before = load()
         t0 = time.monotonic()
@@ -274,16 +473,22 @@ def tiny(rounds: int, folder: Path) -> None:
         wall = time.monotonic() - t0
         rows = _rows(db, run["info"]["run_id"])
         print(f"   {label}: run {run['info']['run_id']}, {wall:.0f} s wall, {before} before, {load()} after")
-        _report(label, rows, ["draft-simple", "ngram-mod"], bar)
+        _report(label, rows, ["draft-simple", "ngram-mod"], BAR)
 
 
 # -- 3. SmolLM2 ---------------------------------------------------------------------------------
 
 
-def real(budget: str, folder: Path, busy_share: str | None) -> None:
+def real(budget: str, folder: Path, busy_share: str | None, draft_max: int | None = None) -> None:
+    """The issue's run on SmolLM2 (`--sample 2 --tune`), or with `draft_max` one fixed draft
+    length on `--sample 1` (issue 52's target: decided either way within the budget)."""
     db = folder / "real.db"
     pid = _smollm2_pair(db)
-    args = ["bench", "admitted", "--pair", pid, "--workload", "mt-bench", "--sample", "2", "--tune", "--budget", budget]
+    args = ["bench", "admitted", "--pair", pid, "--workload", "mt-bench"]
+    if draft_max is None:
+        args += ["--sample", "2", "--tune", "--budget", budget]
+    else:
+        args += ["--sample", "1", "--methods", "draft-simple", "--draft-max", str(draft_max), "--budget", budget]
     args += ["--busy-share", busy_share] if busy_share else []
     print(f"\n3. SmolLM2-135M-Instruct F32 <- Q4_1 (draft-simple): specreg {' '.join(args)}")
     print(f"   before: {load()}")
@@ -487,12 +692,51 @@ def pinning(folder: Path, sample: int, repeat: int, max_tokens: int) -> None:
           f"{(1 - pin / free):.0%} more than the baseline")  # fmt: skip
 
 
+RATIOS = Path(__file__).resolve().parent / "data" / "decision_ratios.json"
+
+
+def read_ratios() -> dict[str, list[float]]:
+    """The measured paired log ratios section 1 resamples (`--keep-ratios` writes them)."""
+    if not RATIOS.exists():
+        return {}
+    return {name: list(entry["xs"]) for name, entry in json.loads(RATIOS.read_text()).items()}
+
+
+def keep_ratios(db: Path, min_pairs: int = 24) -> None:
+    """Each run's speculative conditions' paired log ratios on the server clock (in the order a
+    decision sees them), from a registry, added to `RATIOS` under "model condition (run)" with
+    where they came from, for section 1 to resample: real spreads and tails, reproducibly."""
+    kept = json.loads(RATIOS.read_text()) if RATIOS.exists() else {}
+    for run in json.loads(sh("runs", "--json", db=db).stdout):
+        run_id = run.get("run_id") or run["info"]["run_id"]
+        full = json.loads(sh("runs", "show", run_id, "--json", db=db).stdout)
+        rows = list(full["requests"])
+        target = Path(full["manifest"]["target"].get("path") or "target").name
+        for cond in sorted({r["condition"] for r in rows} - {"none"}):
+            pairs = _by_round(rows, cond, "none", "server")
+            xs = sequential.log_ratios([b for r in pairs for b in r[0]], [c for r in pairs for c in r[1]])
+            if len(xs) < min_pairs:
+                continue
+            name = f"{target} {cond} ({run_id})"
+            kept[name] = {
+                "source": f"specreg bench, run {run_id}, server clock, {len(pairs)} rounds",
+                "load": full["info"].get("load_note") or "see the run's `load` per slot",
+                "xs": [round(x, 6) for x in xs],
+            }
+            print(f"   kept {len(xs)} pairs of {name}: median {math.exp(statistics.median(xs)):.2f}x, "
+                  f"sd {statistics.stdev(xs):.3f}")  # fmt: skip
+    RATIOS.parent.mkdir(exist_ok=True)
+    RATIOS.write_text(json.dumps(kept, indent=1) + "\n")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sims", type=int, default=400)
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--skip-tiny", action="store_true")
     ap.add_argument("--real", action="store_true", help="also the SmolLM2 --tune run (minutes)")
+    ap.add_argument("--real-draft-max", type=int, default=None, metavar="K",
+                    help="--real at one draft length K on --sample 1 instead of --tune")  # fmt: skip
     ap.add_argument("--budget", default="8m")
     ap.add_argument("--busy-share", default=None, help="--busy-share of the SmolLM2 and grid runs (shared: off)")
     ap.add_argument("--dir", type=Path, default=None)
@@ -504,16 +748,20 @@ def main() -> int:
     ap.add_argument("--grid-real", action="store_true", help="the grid comparison on SmolLM2 instead (minutes)")
     ap.add_argument("--grid-budget", default=None, help="--tune's budget there (default: 30s; --grid-real: --budget)")
     ap.add_argument("--grid-repeat", type=int, default=3)
+    ap.add_argument("--keep-ratios", type=Path, default=None, metavar="DB",
+                    help=f"add the runs of registry DB to {RATIOS.name}, which section 1 resamples")  # fmt: skip
     args = ap.parse_args()
+    if args.keep_ratios:
+        keep_ratios(args.keep_ratios)
     folder = args.dir or Path(tempfile.mkdtemp(prefix="specreg-bench-decision-"))
     folder.mkdir(parents=True, exist_ok=True)
     print(f"bench_decision: {load()}; files in {folder}")
     if args.sims:
-        simulate(args.sims)
+        simulate(args.sims, read_ratios())
     if not args.skip_tiny:
         tiny(args.rounds, folder)
     if args.real:
-        real(args.budget, folder, args.busy_share)
+        real(args.budget, folder, args.busy_share, args.real_draft_max)
     if args.pinning:
         pinning(folder, args.pin_sample, args.pin_repeat, args.pin_max_tokens)
     if args.grid or args.grid_real:

@@ -14,9 +14,14 @@
    audit of the source registry is timed on its own: it builds and keeps every run's digest
    (an import keeps them as the runs arrive, so the merged registry starts with them).
 
-Targets: runs, pairs, audit --all < 2 s; import of a 50k-row bundle < 5 s.
+Targets: runs, pairs < 2 s; audit --all <= 3 s (a budget); import of a 50k-row bundle < 5 s.
 
-    python benchmarks/bench_fleet.py [--scale 1.0] [--keep DIR] [--runs 3]
+`--against REF` builds the wheel of git ref REF (e.g. the commit before a change) and this
+tree's wheel, each into a venv of its own (benchmarks/_wheels.py), and times `runs`, `pairs` and
+`audit --all` of both on the merged registry, alternately: the cost or gain of a change is one
+ratio per command, measured in one run (REF must read this tree's registry schema).
+
+    python benchmarks/bench_fleet.py [--scale 1.0] [--keep DIR] [--runs 3] [--against REF]
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _wheels import REPO, ref_tree, short, wheel_venv
 from bench_registry import _time, fill
 
 from specreg.exchange.bundle import export_bundle, import_bundles
@@ -41,6 +47,7 @@ from specreg.registry.store import Registry
 
 HOSTS = 20
 COMMANDS = (["runs"], ["pairs"], ["audit", "--all"])
+TARGET_S = {"runs": 2.0, "pairs": 2.0, "audit --all": 3.0}  # audit --all of the full fleet: the budget
 
 
 def _hardware(h: int) -> dict:
@@ -128,19 +135,18 @@ def time_commands(db: Path, root: Path, runs: int) -> dict[str, tuple[float, flo
     return out
 
 
-# the audit with one of its tricks switched off, for the table of what each buys (patched in the child)
+# the audit with one of its caches switched off, for the table of what each buys (patched in the child)
 WITHOUT = {
     "without kept run digests": (
-        "import specreg.benchmark.digest_cache as d; d.get = lambda *a, **k: {}; d.put = lambda *a, **k: 0"
+        "import specreg.benchmark.store.digest_cache as d; d.get = lambda *a, **k: {}; d.put = lambda *a, **k: 0"
     ),
-    "without the quick exit (teardown)": "import specreg.teardown as t; t.arm = lambda: None",
 }
 
 
 def _time_patched(patch: str, args: list[str], env: dict[str, str]) -> tuple[float, float, int, str]:
     """`_time` for a child that applies `patch` before running the console script's entry point
-    (the same process as `specreg` but for the patch: its GC setting and its exit included)."""
-    code = f"{patch}\nfrom specreg.entry import main\nmain()"
+    (the same process as `specreg` but for the patch)."""
+    code = f"{patch}\nfrom specreg.cli import main\nmain()"
     return _time(args, env, prefix=["-c", code])
 
 
@@ -149,16 +155,49 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=1.0, help="fraction of the full size (smoke runs)")
     ap.add_argument("--keep", type=Path, help="work in this folder and keep it (default: a temp dir)")
     ap.add_argument("--runs", type=int, default=3, help="timed runs per command (median shown)")
+    ap.add_argument("--against", metavar="REF", help="also time git ref REF's specreg (its wheel), alternately")
     opts = ap.parse_args()
-    if opts.keep is not None:
-        opts.keep.mkdir(parents=True, exist_ok=True)
-        run(opts, opts.keep)
-        return
-    with tempfile.TemporaryDirectory(prefix="specreg-fleet-") as tmp:  # ~1 GB at full size: not left behind
-        run(opts, Path(tmp))
+    with tempfile.TemporaryDirectory(prefix="specreg-fleet-venvs-") as venvs:
+        sides: dict[str, str] = {}
+        if opts.against:  # built first: a ref that does not build fails before the fill
+            sides["this tree"] = str(wheel_venv(REPO, Path(venvs, "now")) / "python")
+            ref_bin = wheel_venv(ref_tree(opts.against, Path(venvs, "ref-source")), Path(venvs, "ref"))
+            sides[short(opts.against)] = str(ref_bin / "python")
+        if opts.keep is not None:
+            opts.keep.mkdir(parents=True, exist_ok=True)
+            run(opts, opts.keep, sides)
+            return
+        with tempfile.TemporaryDirectory(prefix="specreg-fleet-") as tmp:  # ~1 GB at full size: not left behind
+            run(opts, Path(tmp), sides)
 
 
-def run(opts: argparse.Namespace, root: Path) -> None:
+def against(db: Path, root: Path, runs: int, sides: dict[str, str]) -> None:
+    """Each command of each side's wheel on the same registry, alternately; medians and the ratio."""
+    env = {**os.environ, "SPECREG_DB": str(db), "SPECREG_HOME": str(root), "COLUMNS": "200"}
+    now, ref = sides
+    print(f"\nthis tree against {ref} on the merged registry (each its wheel, alternating, median of {runs}):")
+    print(f"{'command':20} {'this tree wall/CPU':>19} {ref + ' wall/CPU':>19}  wall ratio  CPU ratio")
+    for args in COMMANDS:
+        for python in sides.values():  # warm the .pyc files and the page cache; not counted
+            _time(args, env, python=python)
+        walls: dict[str, list[float]] = {side: [] for side in sides}
+        cpus: dict[str, list[float]] = {side: [] for side in sides}
+        for _ in range(runs):
+            for side, python in sides.items():
+                wall, cpu, rc, tail = _time(args, env, python=python)
+                if rc not in (0, 1):
+                    raise SystemExit(f"{side}: specreg {' '.join(args)} failed ({rc}): {tail}")
+                walls[side].append(wall)
+                cpus[side].append(cpu)
+        cmd = " ".join(args)
+        w, c = statistics.median(walls[now]), statistics.median(cpus[now])
+        rw, rc_ = statistics.median(walls[ref]), statistics.median(cpus[ref])
+        target = TARGET_S[cmd]
+        flag = "" if w <= target else (f"  OVER {target:.0f} s" if c > target else "  (wall over; CPU under: load)")
+        print(f"specreg {cmd:12} {w:>11.2f}/{c:.2f}s {rw:>11.2f}/{rc_:.2f}s {w / rw:>10.2f}x {c / rc_:>9.2f}x{flag}")
+
+
+def run(opts: argparse.Namespace, root: Path, sides: dict[str, str]) -> None:
     source, central = root / "source.db", root / "central.db"
     for p in (source, central):
         for suffix in ("", "-wal", "-shm"):
@@ -217,14 +256,19 @@ def run(opts: argparse.Namespace, root: Path) -> None:
     merged = time_commands(central, root, opts.runs)
     print(f"\n{'command':20} {'merged wall/CPU':>16} {'ref B wall/CPU':>15} {'ref A wall/CPU':>15}  CPU merged/B  /A")
     for cmd, (wall, cpu) in merged.items():
-        flag = "" if wall < 2.0 else ("  OVER 2 s wall" if cpu >= 2.0 else "  (wall over 2 s; CPU under: load)")
+        target = TARGET_S[cmd]
+        flag = (
+            "" if wall <= target else (f"  OVER {target:.0f} s" if cpu > target else "  (wall over; CPU under: load)")
+        )
         (bw, bc), (aw, ac) = ref_b[cmd], ref_a[cmd]
         print(
             f"specreg {cmd:12} {wall:>7.2f}/{cpu:.2f}s {bw:>7.2f}/{bc:.2f}s {aw:>7.2f}/{ac:.2f}s "
             f"{cpu / bc:>11.2f}x {cpu / ac:.2f}x{flag}"
         )
     print("ref A: the same rows in one registry, one hardware class; ref B: same, 20 classes, no bundles")
-    print("\nwhat each trick buys `audit --all` on the merged registry (fresh processes, same run):")
+    if sides:
+        against(central, root, opts.runs, sides)
+    print("\nwhat each cache buys `audit --all` on the merged registry (fresh processes, same run):")
     env = {**os.environ, "SPECREG_DB": str(central), "SPECREG_HOME": str(root), "COLUMNS": "200"}
     base_wall, base_cpu = merged["audit --all"]
     print(f"  {'with kept digests (as shipped)':34} {base_wall:.2f} s wall, {base_cpu:.2f} s CPU")

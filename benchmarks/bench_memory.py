@@ -16,7 +16,7 @@ measured peak (the reference, measured in the same run):
   prompt cache up to --cache-ram, every checkpoint a slot may keep); never below the peak;
 - fixed-overhead anchor: weights + f16 KV + 600 MB, modelinfo-cli's method.
 
-Workloads: mt-bench, humaneval and a sharegpt sample (specreg/benchmark/standard.py; fetched
+Workloads: mt-bench, humaneval and a sharegpt sample (specreg/benchmark/workloads/standard.py; fetched
 once with `specreg workloads fetch NAME`, skipped when not cached), the first --requests prompts
 of each, at most --max-tokens new tokens each. Families (all by default): the factory's tiny model; tiny weights
 under llama.cpp's own tokenizers (llama-spm 32k, qwen2 152k, gemma-4 262k); two tiny
@@ -38,9 +38,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from specreg.benchmark.client import LlamaClient
-from specreg.benchmark.standard import is_cached, standard_set
-from specreg.benchmark.workloads import load_workload
+from specreg.benchmark.run.client import LlamaClient
+from specreg.benchmark.workloads.jsonl import load_workload
+from specreg.benchmark.workloads.standard import is_cached, standard_set
 from specreg.gguf.reader import open_gguf
 from specreg.schemas.bench import ConditionSpec, WorkloadItem
 from specreg.schemas.memory import ServeSettings
@@ -50,7 +50,8 @@ from specreg.servers.memory_predict import predict_rss
 from specreg.testing import ModelSpec, write_model
 from specreg.testing.factory import recurrent_spec, sliding_window_spec
 from specreg.testing.modelspec import CYCLER, SMALL_NOISE
-from specreg.validators.memory_budget import BUDGET_MARGIN, estimate, model_facts
+from specreg.validators.memory_budget import BUDGET_MARGIN, estimate
+from specreg.validators.memory_facts import model_facts
 from specreg.validators.memory_served import Served
 from specreg.validators.ruleset import load_rule_set
 

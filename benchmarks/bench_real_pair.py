@@ -4,7 +4,7 @@ The pipeline a user runs, through the `specreg` CLI: register, `check pair`, `be
 (baseline, ngram-simple, ngram-mod, draft-simple; the bundled llama.cpp server), `audit`,
 `deploy`. Printed per method and stratum (each from its own requests): acceptance, E[L] (tokens
 per step that drafted), tokens per target step, the modelled verify and draft costs
-(specreg/benchmark/stepcost.py), the speed-up they predict and the measured one with its 95%
+(specreg/benchmark/store/stepcost.py), the speed-up they predict and the measured one with its 95%
 interval. Every speed-up is
 the baseline's median total time / the condition's, the baseline (`--spec-type none`, same
 target) measured in the same run at the same concurrency.

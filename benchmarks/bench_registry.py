@@ -29,12 +29,13 @@ from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from specreg.benchmark.runstore import RunStore
+from specreg.benchmark.store.runstore import RunStore
 from specreg.exchange.rederive import derived_summaries
 from specreg.gguf.summary import summarize
 from specreg.registry.store import Registry
 from specreg.schemas.bench import ConditionSpec, MemoryObservation, SpecCounters
 from specreg.schemas.methods import BASELINE
+from specreg.schemas.record import to_json
 from specreg.schemas.registry import LicenceRecord, LicenceSource
 from specreg.testing import ModelSpec, write_model
 from specreg.validators.ruleset import RULE_SET_DEFAULT, load_rule_set
@@ -74,9 +75,11 @@ def fill(reg: Registry, root: Path, scale: float) -> dict[str, int]:
     n_draft_pairs, n_runs, reps = int(4_000 * scale), int(1_000 * scale), 10
     tiny = write_model(root / "tiny.gguf", ModelSpec())
     summary = asdict(summarize(tiny))
-    licence = LicenceRecord(
-        sources=[LicenceSource(source="gguf", value="apache-2.0")], effective="apache-2.0", effective_source="gguf"
-    ).model_dump_json()
+    licence = to_json(
+        LicenceRecord(
+            sources=[LicenceSource(source="gguf", value="apache-2.0")], effective="apache-2.0", effective_source="gguf"
+        )
+    )
     files = _files(root / "files", n_art)
     now = datetime.now(UTC)
     stamp, hashed_at = _iso(now), time.time_ns()
@@ -282,13 +285,15 @@ def _cpu() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def _time(args: list[str], env: dict[str, str], prefix: list[str] | None = None) -> tuple[float, float, int, str]:
+def _time(
+    args: list[str], env: dict[str, str], prefix: list[str] | None = None, python: str = sys.executable
+) -> tuple[float, float, int, str]:
     """(wall s, CPU s of the child, exit code, last stderr line); CPU time is robust to a busy machine.
-    `prefix` replaces `-m specreg` (the console script's entry point: what users run, its cycle collector
-    setting and quick exit included), e.g. `-c CODE` that patches something, then runs that entry."""
+    `prefix` replaces `-m specreg` (the console script's entry point: what users run), e.g. `-c CODE`
+    that patches something, then runs that entry; `python` is the interpreter (another venv's)."""
     cpu0, t0 = _cpu(), time.perf_counter()
     p = subprocess.run(
-        [sys.executable, *(prefix or ["-m", "specreg"]), *args],
+        [python, *(prefix or ["-m", "specreg"]), *args],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -22,8 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from specreg.benchmark.client import LlamaClient
-from specreg.benchmark.workloads import load_workload
+from specreg.benchmark.run.client import LlamaClient
+from specreg.benchmark.workloads.jsonl import load_workload
 from specreg.schemas.bench import WorkloadItem
 from specreg.servers.launcher import bundled_command, launch
 from specreg.testing import ModelSpec, write_model
@@ -87,7 +87,7 @@ def overhead(folder: Path, n: int) -> None:
 
 
 def full_run(folder: Path) -> None:
-    from specreg.benchmark.runner import Runner
+    from specreg.benchmark.run.runner import Runner
     from specreg.registry.store import Registry
     from specreg.schemas.bench_settings import BenchSettings
     from specreg.sources.checking import check_and_record

@@ -8,23 +8,24 @@ measured in the same run.
 Both tools run as users install them: each from its wheel, in a venv of its own. The peer is
 `pip install gguf-parser` (made once under the specreg cache); specreg is a wheel built from
 this working tree and installed into a fresh venv whose dependencies are those of the running
-venv (a path in a .pth file). The development venv's editable install is timed as well: its
-import hook (setuptools' editable finder) costs every Python process in that venv ~15 ms
-before any code of ours runs, so it is shown, not compared.
+venv (a path in a .pth file, benchmarks/_wheels.py). The development venv's editable install
+is timed as well: its import hook (setuptools' editable finder) costs every Python process in
+that venv before any code of ours runs, so it is shown, not compared.
 
 - `specreg --version` / `--help`: time over bare `python -c pass` of the same interpreter
   (target: <= 100 ms);
 - `specreg inspect FILE` (SmolLM2-135M Q4_1 when cached, ggml-vocab-qwen2, and any EXTRA file):
   against `python -m gguf_parser FILE` (target: faster), unregistered and registered, and
   against `python -c "import pydantic, typer"` (target: <= 1.3x: the two imports it cannot avoid);
-- `specreg check pair qwen2 qwen35` (target: <= 250 ms): with both files registered, with a
-  registry that does not know them (hashing and registering both), and with no registry at all
-  (a first run: the registry is created too).
-- The two process tricks, each switched off in a case of its own: the cycle collector on from the
-  first import (specreg/entry.py), and the standard dataclass decorator instead of the lazy one
-  (specreg/lazyclass.py).
+- `specreg check pair qwen2 qwen35`: with both files registered, with a registry that does not
+  know them (hashing and registering both; budget: <= 2.0x `python -c "import pydantic, typer"`),
+  and with no registry at all (a first run: the registry is created too).
 
-Usage: python benchmarks/bench_startup.py [--repeat 5] [--no-peer] [EXTRA.gguf ...]
+`--against REF` builds the wheel of git ref REF (e.g. the commit before a change) into a venv
+of its own and times every specreg case of it too, alternately with this tree's, each side with
+its own registry: the cost or gain of a change is one ratio per command, measured in one run.
+
+Usage: python benchmarks/bench_startup.py [--repeat 5] [--no-peer] [--against REF] [EXTRA.gguf ...]
 The vocab files come from llama.cpp's source (fetched once, see specreg.testing.realvocab).
 """
 
@@ -42,17 +43,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+try:  # run as a script, benchmarks/ is sys.path[0]; as `python -m benchmarks.bench_startup`, the root is
+    from _wheels import REPO, ref_tree, short, wheel_venv
+except ImportError:
+    from benchmarks._wheels import REPO, ref_tree, short, wheel_venv
+
 from specreg.testing.realvocab import cache_root, ensure_vocab_files, vocab_path
 
 PEER = "gguf-parser==0.1.1"
-COLLECTOR_ON = "import sys; from specreg.cli import main; main(sys.argv[1:])"
-# the console script with the standard dataclass decorator instead of specreg/lazyclass.py's
-STD_DATACLASSES = (
-    "import dataclasses, specreg.lazyclass as lazy; lazy.dataclass = dataclasses.dataclass\n"
-    "from specreg.entry import main; main()"
-)
 BIN = Path(sys.executable).parent
-REPO = Path(__file__).resolve().parent.parent
+CHECK_BUDGET = 2.0  # check pair of files new to the registry, over `python -c "import pydantic, typer"`
 
 
 @dataclass
@@ -60,6 +60,7 @@ class Case:
     name: str
     argv: list[str]
     db: str = "shared"  # shared (files registered) | empty (a registry without them) | fresh (none yet) | none
+    home: Path | None = None  # the side's own folder (its registry); None: the run's
     wall: list[float] = field(default_factory=list)
     cpu: list[float] = field(default_factory=list)
     codes: set[int] = field(default_factory=set)
@@ -77,42 +78,18 @@ def peer_python() -> Path:
     return py
 
 
-def wheel_venv(tmp: Path) -> Path:
-    """A venv made like the peer's, holding specreg installed from a wheel of this working tree;
-    its dependencies are the running venv's (one path in a .pth file, no import hook)."""
-    venv = tmp / "specreg-wheel-venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    wheels = tmp / "wheels"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(wheels), str(REPO)], check=True)
-    py = venv / "bin" / "python"
-    site = subprocess.run(
-        [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    deps = subprocess.run(
-        [sys.executable, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    Path(site, "specreg_bench_deps.pth").write_text(deps + "\n")
-    (wheel,) = wheels.glob("specreg-*.whl")
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", "--no-index", str(wheel)], check=True)
-    return venv / "bin"
-
-
 def run_once(case: Case, env: dict[str, str], home: Path) -> None:
+    home = case.home or home
+    env = {**env, "SPECREG_HOME": str(home), "SPECREG_DB": str(home / "registry.db")}
     if case.db in ("empty", "fresh"):
         db = home / f"{case.db}.db"
         for suffix in ("", "-wal", "-shm"):
             Path(f"{db}{suffix}").unlink(missing_ok=True)
         if case.db == "empty":
             shutil.copyfile(home / "empty-template.db", db)
-        env = {**env, "SPECREG_DB": str(db)}
+        env["SPECREG_DB"] = str(db)
     elif case.db == "none":
-        env = {**env, "SPECREG_DB": str(home / "none" / "registry.db")}
+        env["SPECREG_DB"] = str(home / "none" / "registry.db")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(case.argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -125,10 +102,37 @@ def run_once(case: Case, env: dict[str, str], home: Path) -> None:
     case.cpu.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
 
 
+def specreg_cases(specreg: str, files: list[Path], check: list[str], prefix: str, home: Path | None) -> list[Case]:
+    """The cases that time one specreg installation (`prefix` names its side in the report)."""
+    cases = [
+        Case(f"{prefix}specreg --version", [specreg, "--version"], home=home),
+        Case(f"{prefix}specreg --help", [specreg, "--help"], home=home),
+    ]
+    for f in files:
+        cases.append(Case(f"{prefix}inspect {f.name}", [specreg, "inspect", str(f)], db="none", home=home))
+        cases.append(Case(f"{prefix}inspect {f.name} (registered)", [specreg, "inspect", str(f)], home=home))
+    cases += [
+        Case(f"{prefix}check pair (registered)", [specreg, *check], home=home),
+        Case(f"{prefix}check pair (files new to the registry)", [specreg, *check], db="empty", home=home),
+        Case(f"{prefix}check pair (no registry yet)", [specreg, *check], db="fresh", home=home),
+    ]
+    return cases
+
+
+def prepare(bin_dir: Path, home: Path, files: list[Path], env: dict[str, str]) -> None:
+    """A side's registry with the files registered, and an empty one to copy for `db="empty"`."""
+    home.mkdir(parents=True, exist_ok=True)
+    env = {**env, "SPECREG_HOME": str(home), "SPECREG_DB": str(home / "registry.db")}
+    make = "import sys; from specreg.registry.store import Registry; Registry(sys.argv[1]).close()"
+    subprocess.run([str(bin_dir / "python"), "-c", make, str(home / "empty-template.db")], env=env, check=True)
+    subprocess.run([str(bin_dir / "specreg"), "register", *map(str, files)], env=env, check=True, capture_output=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--no-peer", action="store_true", help="skip gguf-parser (no PyPI access)")
+    ap.add_argument("--against", metavar="REF", help="also time git ref REF's specreg (its wheel), alternately")
     ap.add_argument("extra", nargs="*", type=Path, help="more GGUF files to inspect against the peer")
     args = ap.parse_args()
 
@@ -138,49 +142,33 @@ def main() -> None:
     smollm2 = cache_root().parent / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
     files = [*([smollm2] if smollm2.exists() else []), qwen2, *args.extra]
     peer = None if args.no_peer else peer_python()
+    ref = short(args.against) if args.against else None
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         home = Path(tmp)
-        wheel_bin = wheel_venv(home)
+        wheel_bin = wheel_venv(REPO, home / "specreg-wheel-venv")
         specreg, dev = str(wheel_bin / "specreg"), str(BIN / "specreg")
+        check = ["check", "pair", str(qwen2), str(qwen35)]
         cases = [
             Case("python -c pass", [str(wheel_bin / "python"), "-c", "pass"]),
             Case("python -c 'import pydantic, typer'", [str(wheel_bin / "python"), "-c", "import pydantic, typer"]),
             Case("dev venv: python -c pass", [sys.executable, "-c", "pass"]),
-            Case("specreg --version", [specreg, "--version"]),
-            Case("specreg --help", [specreg, "--help"]),
         ]
         if peer is not None:
             cases.append(Case("peer venv: python -c pass", [str(peer), "-c", "pass"]))
-        for f in files:
-            cases.append(Case(f"inspect {f.name}", [specreg, "inspect", str(f)], db="none"))
-            cases.append(Case(f"inspect {f.name} (registered)", [specreg, "inspect", str(f)]))
-            if peer is not None:
-                cases.append(Case(f"gguf-parser {f.name}", [str(peer), "-m", "gguf_parser", str(f)]))
-            cases.append(Case(f"dev venv: inspect {f.name}", [dev, "inspect", str(f)], db="none"))
-        check = ["check", "pair", str(qwen2), str(qwen35)]
-        cases += [
-            Case("check pair (registered)", [specreg, *check]),
-            Case("check pair (files new to the registry)", [specreg, *check], db="empty"),
-            Case("check pair (no registry yet)", [specreg, *check], db="fresh"),
-            Case("dev venv: check pair (registered)", [dev, *check]),
-            # the console script's one process trick, switched off: the same command with the cycle
-            # collector on from the first import (specreg/entry.py is what turns it off)
-            Case("check pair (registered), collector on", [str(wheel_bin / "python"), "-c", COLLECTOR_ON, *check]),
-            # the other: the same command with the standard dataclass decorator (specreg/lazyclass.py)
-            Case(
-                "check pair (files new), std dataclasses",
-                [str(wheel_bin / "python"), "-c", STD_DATACLASSES, *check],
-                db="empty",
-            ),
-        ]
-        env = {**os.environ, "SPECREG_HOME": str(home), "SPECREG_DB": str(home / "registry.db"), "COLUMNS": "80"}
+            cases += [Case(f"gguf-parser {f.name}", [str(peer), "-m", "gguf_parser", str(f)]) for f in files]
+        cases += [Case(f"dev venv: inspect {f.name}", [dev, "inspect", str(f)], db="none") for f in files]
+        cases.append(Case("dev venv: check pair (registered)", [dev, *check]))
+        cases += specreg_cases(specreg, files, check, "", None)
+        env = {**os.environ, "COLUMNS": "80"}
         env.pop("SPECREG_DEBUG", None)
         # "quiet machine, .pyc files present": a PYTHONDONTWRITEBYTECODE of the caller's (some CI
         # images set it) would have the dev venv compile every changed module on every start
         env.pop("PYTHONDONTWRITEBYTECODE", None)
-        make = "import sys; from specreg.registry.store import Registry; Registry(sys.argv[1]).close()"
-        subprocess.run([str(wheel_bin / "python"), "-c", make, str(home / "empty-template.db")], env=env, check=True)
-        subprocess.run([specreg, "register", *map(str, files), str(qwen35)], env=env, check=True, capture_output=True)
+        prepare(wheel_bin, home, [*files, qwen35], env)
+        if args.against:
+            ref_bin = wheel_venv(ref_tree(args.against, home / "ref-source"), home / "ref-wheel-venv")
+            prepare(ref_bin, home / "ref", [*files, qwen35], env)
+            cases += specreg_cases(str(ref_bin / "specreg"), files, check, f"{ref}: ", home / "ref")
         for case in cases:  # warm the page cache and the .pyc files; not counted
             run_once(case, env, home)
             case.wall.clear()
@@ -188,10 +176,10 @@ def main() -> None:
         for _ in range(args.repeat):
             for case in cases:
                 run_once(case, env, home)
-    report(cases, files, args.repeat)
+    report(cases, files, args.repeat, ref)
 
 
-def report(cases: list[Case], files: list[Path], repeat: int) -> None:
+def report(cases: list[Case], files: list[Path], repeat: int, ref: str | None) -> None:
     med = {c.name: (statistics.median(c.wall) * 1000, statistics.median(c.cpu) * 1000) for c in cases}
     print(f"whole processes, alternating, median of {repeat}; {os.cpu_count()} CPUs; ms")
     print(f"{'case':<50} {'wall':>7} {'cpu':>7}")
@@ -199,6 +187,17 @@ def report(cases: list[Case], files: list[Path], repeat: int) -> None:
         wall, cpu = med[c.name]
         print(f"{c.name[:50]:<50} {wall:7.1f} {cpu:7.1f}")
     print()
+    if ref is not None:
+        print(f"this tree against {ref} (its wheel, same run): ms, and this tree's time over {ref}'s")
+        print(f"{'command':<42} {'wall':>7} {ref[:7]:>7} {'ratio':>6} {'cpu':>7} {ref[:7]:>7} {'ratio':>6}")
+        for c in cases:
+            theirs = med.get(f"{ref}: {c.name}")
+            if theirs is None:
+                continue
+            (wall, cpu), (rwall, rcpu) = med[c.name], theirs
+            row = f"{c.name[:42]:<42} {wall:7.1f} {rwall:7.1f} {wall / rwall:5.2f}x"
+            print(f"{row} {cpu:7.1f} {rcpu:7.1f} {cpu / rcpu:5.2f}x")
+        print()
     base_wall = med["python -c pass"][0]
     verdicts: list[tuple[str, bool]] = []
     for name in ("specreg --version", "specreg --help"):
@@ -222,18 +221,13 @@ def report(cases: list[Case], files: list[Path], repeat: int) -> None:
         verdicts.append(
             (f"inspect {f.name}: {wall / floor:.2f}x python -c 'import pydantic, typer' (<= 1.3)", wall <= 1.3 * floor)
         )
-    for name in ("check pair (registered)", "check pair (files new to the registry)", "check pair (no registry yet)"):
-        wall = med[name][0]
-        verdicts.append((f"{name}: {wall:.0f} ms (<= 250)", wall <= 250))
-    on, off = med["check pair (registered), collector on"], med["check pair (registered)"]
-    print(
-        f"the cycle collector off (specreg/entry.py) saves check pair {on[1] - off[1]:.0f} ms of CPU "
-        f"({on[1] / off[1]:.2f}x with it on)"
-    )
-    std, lazy = med["check pair (files new), std dataclasses"], med["check pair (files new to the registry)"]
-    print(
-        f"lazy dataclasses (specreg/lazyclass.py) save check pair of new files {std[1] - lazy[1]:.0f} ms of CPU "
-        f"({std[1] / lazy[1]:.2f}x with the standard decorator)"
+    name = "check pair (files new to the registry)"
+    wall = med[name][0]
+    verdicts.append(
+        (
+            f"{name}: {wall / floor:.2f}x python -c 'import pydantic, typer' (<= {CHECK_BUDGET})",
+            wall <= CHECK_BUDGET * floor,
+        )
     )
     print(f"floors: python -c pass {base_wall:.0f} ms, import pydantic, typer {floor:.0f} ms")
     for text, ok in verdicts:

@@ -1,5 +1,5 @@
 """`python -m specreg`: the same entry point as the `specreg` console script."""
 
-from specreg.entry import main
+from specreg.cli import main
 
 main()

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import atexit
-import gc
 import importlib
 import os
+import signal
 import sys
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from functools import cache
+from types import FrameType
 from typing import Annotated, Any
 
 import typer
@@ -19,9 +21,10 @@ from specreg.commands.options import DB_KEY, DbOpt, HelpCommand
 from specreg.errors import EXIT_UNDECIDED, SpecregError
 
 try:  # typer >= 0.29 vendors click as typer._click: its usage errors are not click's classes
-    from typer._click.exceptions import ClickException
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
 except ImportError:  # pragma: no cover - a typer that uses click itself
     from click import ClickException  # type: ignore[assignment]
+    from click.exceptions import NoArgsIsHelpError  # type: ignore[assignment]
 
 # Every command, in the order of the pipeline (the order `--help` lists them), with where it
 # lives (`module:attribute` under specreg.commands: a function is a command, a Typer a group of
@@ -39,7 +42,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("rules", "rules:rules_app", "List the rule sets per llama.cpp build, or diff two."),
     ("workloads", "workloads:workloads_app", "List the built-in and standard workloads, or fetch one."),
     ("bench", "bench:bench_app", "Benchmark admitted pairs on a real llama.cpp server."),
-    ("runs", "bench:runs_app", "List benchmark runs, or show one."),
+    ("runs", "runs:runs_app", "List benchmark runs, or show one."),
     ("audit", "audit:audit_cmd", "Check every deployment gate for admitted pairs."),
     ("deploy", "deploy:deploy_cmd", "Print the pinned llama-server command for an audited pair."),
     ("export", "export:export_cmd", "Write runs and verdicts to a bundle, or a pair to an ML-BOM."),
@@ -48,8 +51,6 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("demo", "demo:demo_cmd", "The whole pipeline on tiny generated models."),
 ]
 NAMES = [name for name, _, _ in COMMANDS]
-# Commands that run for minutes or build many objects: they run with the cycle collector on.
-LONG_RUNNING = frozenset({"fetch", "bench", "runs", "audit", "deploy", "export", "sign", "import", "demo"})
 
 
 def load(ref: str) -> Callable[..., Any] | typer.Typer:
@@ -147,7 +148,7 @@ def index_app() -> typer.Typer:
     """Every command listed, none built: what root `--help`, an unknown word or a root option is
     answered with. The listing needs each command's name and summary line only; building the
     commands (importing their modules, turning every signature's annotations into click
-    parameters: about half of `specreg --help` in benchmarks/bench_startup.py) says no more.
+    parameters, the larger part of `specreg --help`'s time) says no more.
     A test compares its answers with the whole app's."""
     app = _new_app()
     app.callback()(_root)
@@ -180,24 +181,14 @@ def _command_name(argv: list[str]) -> str | None:
 
 
 def startup(argv: list[str]) -> typer.Typer:
-    """Every start-up measure in one place; returns the app to run for `argv`.
+    """The app to run for `argv`: only the command being run is imported and built.
 
-    1. Only the command being run is imported and built: each command module pulls in its own
-       stage (registry, benchmark, audit), and typer turns every registered command into a
-       click command (evaluating each signature's annotations) before it runs one; `--version`
-       builds none. Root `--help`, an unknown word or another root option gets the index (every
-       command listed, none built), which names the choices.
-    2. An ending process skips the interpreter's last hunt for reference cycles: it walks every
-       object still alive (pydantic's schemas, typer's, rich's), ~50 ms of every command. Frozen
-       objects are skipped; atexit handlers and weakref finalizers still run.
-    3. The console script starts with the cycle collector off (specreg/entry.py); the commands
-       that run for minutes or hold many objects (`LONG_RUNNING`) switch it back on here.
+    Each command module pulls in its own stage (registry, benchmark, audit), and typer turns
+    every registered command into a click command (evaluating each signature's annotations)
+    before it runs one; `--version` builds none. Root `--help`, an unknown word or another root
+    option gets the index (every command listed, none built), which names the choices.
     """
-    atexit.unregister(gc.freeze)  # once, however often this runs (tests run many commands in one process)
-    atexit.register(gc.freeze)
     name = _command_name(argv)
-    if name in LONG_RUNNING:
-        gc.enable()  # the console script starts without the cycle collector (specreg/entry.py)
     if name is None and "--version" in argv and "--help" not in argv:
         return build([])  # the version needs no command at all
     if name is None or name not in NAMES:
@@ -221,25 +212,48 @@ def _fail(message: str, hint: str | None, code: int) -> int:
     return code
 
 
+def _interrupt(_sig: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM stops a command the way Ctrl-C does: a KeyboardInterrupt unwinds it, so every server
+    it started is stopped where it was started (`finally`), a run is saved as cancelled, and the
+    exit is 130 - not the default death that leaves the servers running under init. The one
+    place for every command (benchmarks, the demo, drafts --bench, a probe); only the main thread
+    may set a handler, so an embedder's thread keeps the default."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: one line per failure, a traceback only with SPECREG_DEBUG=1."""
     debug = os.environ.get("SPECREG_DEBUG") == "1"
-    # specreg's records are validated by its own models only: pydantic plugins installed in the
-    # environment would observe (and could alter) the validation of untrusted files' facts, and
-    # discovering them scans every installed package's metadata (~15 ms of each command).
-    # An explicit setting of the user's is kept.
+    # specreg uses no pydantic plugin, and one installed in the environment would see (and could
+    # alter) the validation of facts read from untrusted files; a setting of the user's is kept.
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     args = sys.argv[1:] if argv is None else argv
     # `--db FILE` reaches the commands as SPECREG_DB (`_root`); it is this command's, not the
     # process's: an embedder's (or a test's) next `main()` without --db uses its own registry.
     db_before = os.environ.get("SPECREG_DB")
     try:
-        rv = startup(args)(args=args, prog_name="specreg", standalone_mode=False)
+        with _sigterm_as_interrupt():
+            rv = startup(args)(args=args, prog_name="specreg", standalone_mode=False)
         code = rv if isinstance(rv, int) else 0
     except SpecregError as exc:
         _trace(debug)
         code = _fail(exc.message, exc.hint, exc.exit_code)
     except typer.Exit as exc:
+        code = exc.exit_code
+    except NoArgsIsHelpError as exc:  # `specreg`, `specreg rules`: the help, as typer and `hf` print it
+        sys.stderr.write(exc.format_message() + "\n")
         code = exc.exit_code
     except ClickException as exc:  # a usage error typer found (unknown option, bad choice, ...)
         ctx = getattr(exc, "ctx", None)

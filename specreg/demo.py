@@ -13,12 +13,12 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import field
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specreg.errors import SpecregError
-from specreg.lazyclass import dataclass
 from specreg.schemas.audit import AuditReport
 from specreg.schemas.bench import BenchRun
 from specreg.schemas.bench_settings import BenchSettings
@@ -26,6 +26,8 @@ from specreg.schemas.methods import DEFAULT_NGRAM_METHODS
 from specreg.testing import ModelSpec, write_model
 
 if TYPE_CHECKING:
+    from specreg.benchmark.run.context import Observer
+    from specreg.benchmark.store.ending import Ending
     from specreg.testing.realmodel import Step
 
 DEFAULT_DIR = Path("specreg-demo")
@@ -123,6 +125,9 @@ WORKLOAD = (
     + "\n"
 )
 REPEAT = 3
+# A first run that shows nothing shows nothing: on a busy machine the demo waits longer for a
+# quieter one than a benchmark does (`--busy-wait`) before it measures anyway
+DEMO_BUSY_WAIT_S = 600.0
 # The build's n-gram defaults (ngram-simple size-n 12, ngram-mod n-min 48) need longer outputs
 # than a demo can afford; short windows let them draft on the tiny models' repetitive output.
 NGRAM = {
@@ -147,6 +152,10 @@ class DemoResult:
     audit: AuditReport | None = None
     strata: list[StratumOutcome] = field(default_factory=list)
     seconds: float = 0.0
+    # why the audit's verdict does not rest on measured numbers (None: it does), and what each such
+    # run says of itself (benchmark/store/ending.py: what happened, the command that measures on)
+    unmeasured: str | None = None
+    endings: list[Ending] = field(default_factory=list)
 
 
 @dataclass
@@ -185,7 +194,7 @@ def outcomes(report: AuditReport) -> list[StratumOutcome]:
     return out
 
 
-def _relative(report: AuditReport, folder: Path) -> AuditReport:
+def relative_report(report: AuditReport, folder: Path) -> AuditReport:
     """The report with every path under the demo's folder written relative to it (where the report
     lies): the page reads the same wherever the demo ran, and its commands work from that folder."""
     prefix = json.dumps(str(folder) + os.sep)[1:-1]
@@ -227,6 +236,19 @@ def _check_not_broken(run: BenchRun) -> None:
             f"demo benchmark run {run.info.run_id} did not run: {why}",
             hint=f"server logs: {run.info.run_dir}",
         )
+
+
+def unmeasured(runs: list[BenchRun]) -> str | None:
+    """Why a verdict on these runs would not rest on measured numbers (None: it would): a run
+    kept nothing (every round set aside on a busy machine), or a condition that ran kept no
+    round in a stratum, so that stratum's refusal says nothing about speculation."""
+    for run in runs:
+        if run.info.status == "contended":
+            return f"run {run.info.run_id} kept nothing: {run.info.status_reason or 'every round was set aside'}"
+        for s in run.summaries:
+            if s.method != "none" and s.status == "ok" and s.speedup is None and s.n_set_aside:
+                return f"run {run.info.run_id}: every round of {s.condition} in {s.stratum} was set aside as contended"
+    return None
 
 
 def _tiny_models(folder: Path, say: Callable[[str], None]) -> tuple[dict[str, Path], list[tuple[str | None, str, str]]]:
@@ -271,12 +293,18 @@ def run_demo(
     *,
     real: bool = False,
     fetch_step: Step | None = None,
+    progress: Callable[[], AbstractContextManager[Observer]] | None = None,
+    busy_wait_s: float = DEMO_BUSY_WAIT_S,
 ) -> DemoResult:
     """Write (or, with `real`, fetch) models, register, check, benchmark, audit and report.
-    `fetch_step`: how the real model's fetch shows its progress (realmodel.Step)."""
+    `fetch_step`: how the real model's fetch shows its progress (realmodel.Step); `progress`:
+    the view the benchmark reports through while it runs (default: silent); `busy_wait_s`:
+    how long the benchmark waits for a quieter machine in all."""
     from specreg.audit.policy import example_policy_text, load_policy
     from specreg.audit.run import run_audit
-    from specreg.benchmark.runner import Runner
+    from specreg.benchmark.run.context import Observer
+    from specreg.benchmark.run.runner import Runner
+    from specreg.benchmark.store.ending import ending
     from specreg.registry.store import Registry
     from specreg.report.write import write_audit_report
     from specreg.sources.checking import check_and_record
@@ -332,20 +360,25 @@ def run_demo(
             start_timeout_s=60,
             request_timeout_s=60,
             run_timeout_s=1800 if real else 300,
+            busy_wait_s=busy_wait_s,
         )
-        runs = Runner(reg, opts).bench(admitted)  # server logs go beside the registry: DB_FOLDER/runs
+        with progress() if progress is not None else nullcontext(Observer()) as view:
+            runs = Runner(reg, opts, view).bench(admitted)  # server logs go beside the registry: DB_FOLDER/runs
         for run in runs:
             result.run_ids.append(run.info.run_id)
             say(
                 f"    run {run.info.run_id}: {run.info.status}"
                 + (f" ({run.info.status_reason})" if run.info.status_reason else "")
             )
+        result.unmeasured = unmeasured(runs)
+        result.endings = [end for run in runs if (end := ending(run, result.db)) is not None]
         for run in runs:
-            _check_not_broken(run)
+            if run.info.status != "contended":  # kept nothing: said so, not a broken pipeline
+                _check_not_broken(run)
         say(f"5/5 auditing with {policy_path}")
         policy, source = load_policy(policy_path)
         result.audit = run_audit(reg, policy, source, pair_ids=audited)
     result.strata = outcomes(result.audit)
-    write_audit_report(result.report, _relative(result.audit, folder))
+    write_audit_report(result.report, relative_report(result.audit, folder))
     result.seconds = time.monotonic() - t0
     return result

@@ -1,9 +1,8 @@
 """Installed packages' versions, read from their `.dist-info` folder names on `sys.path`.
 
 `importlib.metadata.version()` gives the same answer, but importing it loads `email`, `zipfile`
-and friends: ~35 ms of CPU on every `check pair` (the bundled server's build chooses the rule
-set) and every `--version`, measured by benchmarks/bench_startup.py's `check pair` case (the
-`importlib.metadata` import alone, 7 runs, best: 40 ms of CPU against 10 for `python -c pass`).
+and friends on every `check pair` (the bundled server's build chooses the rule set) and every
+`--version` (benchmarks/bench_startup.py times both).
 A wheel install always leaves `<name>-<version>.dist-info` in a `sys.path` folder, so a scan of
 those folders' names answers without opening a file; anything else (an egg, a zipped path, an
 unusual layout) falls back to `importlib.metadata`.

@@ -11,6 +11,11 @@ from pathlib import Path
 EXIT_ADMITTED = 0
 EXIT_REJECTED = 1
 EXIT_UNDECIDED = 2
+# `check pair` with --budget or a cache type: the pair is admitted (its verdict stands), but that
+# serving configuration does not fit the budget, even with the prompt cache and the context
+# checkpoints lowered, or llama.cpp refuses its cache types. Not 1: a configuration that does not
+# fit one machine says nothing about whether the two files can speculate together.
+EXIT_NO_FIT = 3
 
 
 class SpecregError(Exception):
@@ -151,6 +156,11 @@ class SignatureError(SpecregError):
 
 class RemoteError(SpecregError):
     """A remote GGUF could not be read by HTTP range requests (unreachable, refused, no Range support)."""
+
+
+class RemoteLimit(RemoteError):
+    """A remote exchange broke one of specreg's bounds (its deadline, a reply's byte cap, the
+    pages of a listing): the message names the host, the limit and how to change it."""
 
 
 class ModelUnavailable(SpecregError):

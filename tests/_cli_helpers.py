@@ -17,7 +17,6 @@ peak RSS or wall time of a command, a real server's lifetime) still spawn one: s
 
 from __future__ import annotations
 
-import gc
 import io
 import logging
 import os
@@ -90,7 +89,6 @@ def _process_state(env: Mapping[str, str], cwd: str | Path | None) -> Iterator[N
     saved_argv = list(sys.argv)
     saved_signals = _signal_handlers()
     saved_loggers = _loggers()
-    gc_was_on = gc.isenabled()
     os.environ.clear()
     os.environ.update(env)
     try:
@@ -108,7 +106,6 @@ def _process_state(env: Mapping[str, str], cwd: str | Path | None) -> Iterator[N
             if signal.getsignal(sig) is not handler and handler is not None:
                 signal.signal(sig, handler)
         _restore_loggers(saved_loggers)
-        (gc.enable if gc_was_on else gc.disable)()
 
 
 def run_specreg(

@@ -11,7 +11,7 @@ import pytest
 from specreg.registry.store import Registry
 
 # This machine is shared: others' load would set aside every round of the runs not about it
-# (benchmark/contention.py), session fixtures' included, so it is off for the whole session and
+# (benchmark/store/contention.py), session fixtures' included, so it is off for the whole session and
 # its children; the contention tests (test_bench_contention.py) pass --busy-share themselves.
 os.environ["SPECREG_BUSY_SHARE"] = "off"
 

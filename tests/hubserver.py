@@ -12,6 +12,10 @@ metadata on the redirect itself and a `Location` on another host (the "CDN", her
 server on 127.0.0.2), which the client does not follow for metadata and then downloads from.
 Knobs per file / repo produce the failures tests need: a CDN that serves other bytes than the
 hub's SHA-256 says (`FakeFile.serve`), a gated repo, a CDN that hangs up mid-body and is gone.
+Hostile answers for the bounds of specreg.remote (`HOSTILE`): a model list (`FakeHub.listing`)
+or a model-info answer (`FakeRepo.info_mode`) that never ends, trickles, announces 10 GB, links
+its next page to itself or to new pages forever, or redirects to itself; a file the CDN sends
+in part and then trickles (`FakeFile.trickle_after`).
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ class FakeFile:
     serve: bytes | None = None
     etag: str | None = None  # a lying hub: this X-Linked-Etag instead of the SHA-256
     path: Path | None = None
+    trickle_after: int | None = None  # the CDN sends this many bytes at once, then a byte every trickle_s
 
     @property
     def size(self) -> int:
@@ -102,6 +107,7 @@ class FakeRepo:
     # returning bytes sends those bytes as the body instead
     tags: list[str] = field(default_factory=list)  # model_info's and the search's `tags` (e.g. gguf, base_model:X)
     card_license: str | None = None  # model_info's cardData.license
+    info_mode: str | None = None  # one of HOSTILE: how model_info's answer misbehaves
 
     def resolve(self, rev: str) -> str | None:
         if rev in self.refs:
@@ -116,6 +122,7 @@ class Request:
     method: str
     path: str
     host: str
+    at: float = field(default_factory=time.monotonic)  # when it arrived
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -143,6 +150,9 @@ class FakeHub:
         ]
         self._dropped: set[str] = set()
         self.bytes_sent = 0  # body bytes the CDN and the resolve route sent, over all requests
+        self.listing: str | None = None  # one of HOSTILE: how the model list (/api/models) misbehaves
+        self.trickle_s = 2.0  # a trickled answer: one byte this often
+        self.listing_entries = 100_000  # the "huge" listing's length
 
     @property
     def endpoint(self) -> str:
@@ -212,6 +222,46 @@ def _handler(hub: FakeHub, *, cdn: bool) -> type[BaseHTTPRequestHandler]:
             if not head and body:
                 self.wfile.write(body)
 
+        def _hostile(self, mode: str, body: bytes, *, head: bool) -> None:
+            """`body` (a JSON answer) sent the way `mode` says (one of HOSTILE)."""
+            self.close_connection = True
+            if mode == "redirect-loop":
+                return self._send(302, {"Location": self.path}, head=head)
+            here = f"{hub.endpoint}{self.path}"  # the hub's Link header carries whole URLs
+            if mode == "self-link":
+                return self._send(200, {"Content-Type": "application/json", "Link": f'<{here}>; rel="next"'}, b"[]")
+            if mode == "next-pages":
+                nxt = f"{here}{'&' if '?' in here else '?'}p=1"
+                return self._send(200, {"Content-Type": "application/json", "Link": f'<{nxt}>; rel="next"'}, b"[]")
+            if mode == "huge":
+                entries = ",".join(f'{{"id":"acme/m{i}"}}' for i in range(hub.listing_entries))
+                return self._send(200, {"Content-Type": "application/json"}, f"[{entries}]".encode(), head=head)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            if mode == "announce-10gb":
+                self.send_header("Content-Length", str(10 * 10**9))
+            elif mode == "trickle":
+                self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if head:
+                return
+            stop = time.monotonic() + 60  # whatever the client does, this thread ends
+            with contextlib.suppress(OSError):
+                if mode == "endless":
+                    self.wfile.write(body[:-1])
+                    piece = b',{"id":"acme/more","tags":["gguf"]}' * 2000
+                    while time.monotonic() < stop:
+                        self.wfile.write(piece)
+                elif mode == "trickle":
+                    for i in range(len(body)):
+                        self.wfile.write(body[i : i + 1])
+                        self.wfile.flush()
+                        if time.monotonic() > stop:
+                            break
+                        time.sleep(hub.trickle_s)
+                else:
+                    self.wfile.write(body)
+
         def _error(self, status: int, code: str, message: str, *, head: bool, commit: str | None = None) -> None:
             headers = {"X-Error-Code": code, "X-Error-Message": message, "Content-Type": "application/json"}
             if commit:
@@ -272,6 +322,8 @@ def _handler(hub: FakeHub, *, cdn: bool) -> type[BaseHTTPRequestHandler]:
                 body["cardData"] = {"license": repo.card_license}
             edited = repo.info_edit(body) if repo.info_edit is not None else None
             raw = edited if isinstance(edited, bytes) else json.dumps(body).encode()
+            if repo.info_mode is not None:
+                return self._hostile(repo.info_mode, raw, head=head)
             self._send(200, {"Content-Type": "application/json"}, raw, head=head)
 
         # --- /api/models?search=...&filter=...&limit=... (list_models) ----------------------
@@ -285,7 +337,10 @@ def _handler(hub: FakeHub, *, cdn: bool) -> type[BaseHTTPRequestHandler]:
                 for r in sorted(hub.repos.values(), key=lambda r: r.repo_id)
                 if all(w in r.repo_id.lower() for w in words) and wanted <= set(r.tags)
             ]
-            self._send(200, {"Content-Type": "application/json"}, json.dumps(found[:limit]).encode(), head=head)
+            raw = json.dumps(found[:limit]).encode()
+            if hub.listing is not None:
+                return self._hostile(hub.listing, raw, head=head)
+            self._send(200, {"Content-Type": "application/json"}, raw, head=head)
 
         # --- /{repo}/resolve/{rev}/{file} ---------------------------------------------------
         def _resolve(self, repo_id: str, rev: str, filename: str, *, head: bool) -> None:
@@ -351,8 +406,21 @@ def _handler(hub: FakeHub, *, cdn: bool) -> type[BaseHTTPRequestHandler]:
             if head:
                 return
             pos = start
+            stop = time.monotonic() + 60
             while pos < end:
-                chunk = f.read(pos, min(end, pos + (1 << 20)))
+                if f.trickle_after is not None and pos >= start + f.trickle_after:
+                    if time.monotonic() > stop:
+                        return
+                    with contextlib.suppress(OSError):
+                        self.wfile.write(f.read(pos, pos + 1))
+                        self.wfile.flush()
+                        time.sleep(hub.trickle_s)
+                        pos += 1
+                        continue
+                    return
+                chunk = f.read(
+                    pos, min(end, pos + (1 << 20), start + f.trickle_after if f.trickle_after is not None else end)
+                )
                 with hub._lock:  # counted before the client can have it: a test reads the count
                     hub.bytes_sent += len(chunk)  # as soon as its client returns
                 try:
@@ -385,6 +453,8 @@ def _handler(hub: FakeHub, *, cdn: bool) -> type[BaseHTTPRequestHandler]:
 # -- test data and pytest fixtures (import them into a test module by name) ----------------------
 
 REPO = "acme/tiny-GGUF"
+# what FakeHub.listing and FakeRepo.info_mode may be set to (FakeHub._hostile)
+HOSTILE = ("endless", "trickle", "announce-10gb", "self-link", "next-pages", "huge", "redirect-loop")
 CARD = b"---\nlicense: other\nlicense_name: llama3.1\nlicense_link: https://example.org/LICENSE\n---\n# tiny\n"
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from benchmarks.bench_registry import fill
 from specreg.audit.run import run_audit
-from specreg.benchmark.digest import load_digest, load_digests
-from specreg.benchmark.run_index import RunIndex
+from specreg.benchmark.store.digest import load_digest, load_digests
+from specreg.benchmark.store.run_index import RunIndex
 from specreg.registry.store import Registry
 from specreg.schemas.audit import Policy
 

@@ -6,14 +6,15 @@ one target measured in two of them, pairs measured nowhere."""
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.bench_registry import fill
 from specreg.audit.decisions import decide
 from specreg.audit.fleet import audit_by_hardware
 from specreg.audit.run import RunsFor, run_audit
-from specreg.benchmark.digest import hardware_identity
-from specreg.benchmark.run_index import RunHead, RunIndex, runs_for_pair
+from specreg.benchmark.store.digest import hardware_identity
+from specreg.benchmark.store.run_index import RunHead, RunIndex, runs_for_pair
 from specreg.registry.store import Registry
 from specreg.schemas.audit import Policy
 from specreg.schemas.registry import PairRecord
@@ -61,10 +62,10 @@ def test_fleet_audit_equals_each_pair_audited_alone_per_class(tmp_path: Path) ->
                     reg, policy, "test", pair_ids=[p.pair_id], runs_for=_only(cls) if cls else runs_for_pair
                 )
                 assert len(one.pairs) == 1 and one.runs == ([runs[p.run_id]] if p.run_id else [])
-                alone.append(one.pairs[0].model_copy(update={"hardware": cls}))
+                alone.append(replace(one.pairs[0], hardware=cls))
             assert alone == mine
             # the per-stratum decisions of the class, from those audits alone (none where nothing was measured)
-            decided = [d.model_copy(update={"hardware": cls}) for d in decide(alone, runs)]
+            decided = [replace(d, hardware=cls) for d in decide(alone, runs)]
             assert decided == [d for d in fleet.decisions if d.hardware == cls]
             assert bool(decided) == (cls is not None)
 

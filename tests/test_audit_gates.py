@@ -33,7 +33,7 @@ def _failed(report: AuditReport) -> list[str]:
 def test_world_run_is_real_and_small(audit_world: AuditWorld) -> None:
     assert audit_world.seconds < 40, audit_world.seconds
     with Registry(audit_world.db, show_progress=False) as reg:
-        from specreg.benchmark.runstore import RunStore
+        from specreg.benchmark.store.runstore import RunStore
 
         run = RunStore(reg).load(audit_world.run_id)
     by = {c.spec.name: c for c in run.conditions}

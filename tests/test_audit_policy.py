@@ -67,6 +67,35 @@ def test_bad_policy_names_key_file_and_line(tmp_path: Path, text: str, expect: s
     assert str(err.value).startswith(str(tmp_path / expect)), str(err.value)
 
 
+def _switches(model: type[BaseModel], prefix: str = "") -> list[tuple[str, str]]:
+    """(table, key) of every boolean key of the policy schema, found from the models themselves."""
+    out: list[tuple[str, str]] = []
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            out += _switches(ann, name)
+        elif ann is bool:
+            out.append((prefix, name))
+    return out
+
+
+def test_every_policy_switch_is_a_toml_boolean(tmp_path: Path) -> None:
+    """`require_signed_evidence = "yes"` read as true would switch a safety on or off by accident:
+    every boolean key of the schema takes true or false only, and a string or a number is refused
+    naming the key, file and line."""
+    switches = _switches(Policy)
+    assert ("trust", "require_signed_evidence") in switches and len(switches) >= 4
+    path = tmp_path / "policy.toml"
+    for table, key in switches:
+        for value in ('"yes"', '"true"', "1", "0"):
+            path.write_text(f"[{table}]\n{key} = {value}\n")
+            with pytest.raises(PolicyError) as err:
+                load_policy(path)
+            assert str(err.value).startswith(f"{path}:2: key '{table}.{key}' must be true or false"), str(err.value)
+        path.write_text(f"[{table}]\n{key} = false\n")
+        assert getattr(getattr(load_policy(path)[0], table), key) is False
+
+
 def test_cli_policy_typo_is_one_line_exit_2(tmp_path: Path) -> None:
     bad = tmp_path / "policy.toml"
     bad.write_text("[quality]\nrequire_equivalance = false\n")

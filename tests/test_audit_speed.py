@@ -126,7 +126,7 @@ def test_a_run_measured_until_decided_is_judged_on_its_anytime_valid_interval() 
     run, cond = _run(speedup=1.3, speedup_ci95=(0.9, 1.4), decision="faster", decision_ci=(1.08, 1.6))
     run.until_decided = True
     g = speed_gate(run, cond, _policy(1.05), 1)
-    assert g.passed and "anytime-valid 95% interval >= 1.05" in g.message and "chat 1.30x [1.08, 1.60]" in g.message
+    assert g.passed and "anytime-valid 98% interval >= 1.05" in g.message and "chat 1.30x [1.08, 1.60]" in g.message
     assert g.evidence["chat"]["judged_on"] == "anytime-valid interval"  # type: ignore[index]
     assert not speed_gate(run, cond, _policy(1.10), 1).passed  # the policy's own minimum, not the run's
 

@@ -132,14 +132,14 @@ def test_a_budget_that_cannot_decide_says_so_at_once(capsys: pytest.CaptureFixtu
 def _decided_on_pairs(db: Path, *, min_speedup: float) -> bool:
     """The anytime-valid decision on the run's own paired server times, recomputed from the
     registry's rows (none of them set aside on a quiet run; a busy one may decide later)."""
-    from specreg.decision import sequential
+    from specreg.decision import bar
 
     times: dict[str, dict[tuple[int, str], float]] = {}
     for r in db_rows(db, "SELECT condition, repeat, prompt_id, prompt_ms + predicted_ms AS ms FROM bench_requests"):
         times.setdefault(r["condition"], {})[(r["repeat"], r["prompt_id"])] = r["ms"]
     keys = sorted(times["none"].keys() & times["ngram-mod"].keys())
     base, mod = [times["none"][k] for k in keys], [times["ngram-mod"][k] for k in keys]
-    return sequential.decide(base, mod, min_speedup).decision != "undecided"
+    return bar.verdict(base, mod, min_speedup) != "undecided"
 
 
 def _budget_run(
@@ -173,6 +173,9 @@ def test_a_run_ends_within_one_round_of_its_budget(capsys: pytest.CaptureFixture
 def test_a_bad_budget_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = _main(capsys, "bench", "admitted", "--budget", "soon")
     assert code == 2 and "--budget 'soon': expected a duration such as 8m, 90s or 1.5h" in err
+    for zero in ("0", "0s", "0.0m"):  # the form is right, the amount is not: say which
+        code, _, err = _main(capsys, "bench", "admitted", "--budget", zero)
+        assert code == 2 and f"--budget '{zero}': must be more than 0" in err, err
 
 
 def test_a_round_the_budget_has_no_room_for_is_measured_in_part(capsys: pytest.CaptureFixture[str]) -> None:

@@ -21,8 +21,8 @@ from _registry_helpers import model
 
 from specreg.audit.deploy import server_argv
 from specreg.audit.policy import parse_policy
-from specreg.benchmark.conditions import plan, schedule
-from specreg.benchmark.sampling import distribution_test, pass_rate_difference, prefixes
+from specreg.benchmark.plan.conditions import plan, schedule
+from specreg.benchmark.store.sampling import distribution_test, pass_rate_difference, prefixes
 from specreg.errors import PolicyError, UsageError
 from specreg.registry.store import Registry
 from specreg.schemas.bench_settings import BenchSettings
@@ -51,7 +51,7 @@ def _settings(d: Path, **kw: object) -> BenchSettings:
 
 @pytest.fixture(scope="module")
 def sampled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
-    from specreg.benchmark.runner import Runner
+    from specreg.benchmark.run.runner import Runner
 
     d = tmp_path_factory.mktemp("sampled")
     target, draft = model(d, "t.gguf"), model(d, "d.gguf", noise=NOISE, name="noisy")
@@ -177,7 +177,7 @@ def test_every_request_records_its_sampler_and_repetition_seed(sampled: SimpleNa
 
 
 def test_rows_read_back_from_the_registry_with_their_sampler(sampled: SimpleNamespace) -> None:
-    from specreg.benchmark.runstore import RunStore
+    from specreg.benchmark.store.runstore import RunStore
 
     with Registry(sampled.db, show_progress=False) as reg:
         again = RunStore(reg).load(sampled.run.info.run_id)
@@ -279,7 +279,7 @@ def test_sampled_stage_refused_without_a_greedy_stage(tmp_path: Path, monkeypatc
     """Only T0.7 asked, no greedy run stored for the pair: the sampled condition is refused with
     why, and its baseline stops too (issue 32: nothing run for nothing): no server starts for
     either."""
-    from specreg.benchmark.runner import Runner
+    from specreg.benchmark.run.runner import Runner
 
     monkeypatch.setenv("SPECREG_HOME", str(tmp_path / "home"))
     target, draft = model(tmp_path, "t.gguf"), model(tmp_path, "d.gguf", noise=NOISE)
@@ -298,7 +298,7 @@ def test_sampled_stage_refused_without_a_greedy_stage(tmp_path: Path, monkeypatc
 
 
 def test_a_stored_greedy_run_opens_the_sampled_stage(sampled: SimpleNamespace, tmp_path: Path) -> None:
-    from specreg.benchmark.sampling import stored_greedy
+    from specreg.benchmark.store.sampling import stored_greedy
 
     with Registry(sampled.db, show_progress=False) as reg:
         spec = next(c.spec for c in sampled.run.conditions if c.spec.name == "draft-simple T0.7 greedy")
@@ -320,7 +320,7 @@ def test_deploy_argv_reads_the_condition_sampler_before_the_run_default() -> Non
 
 
 def test_a_bundle_carries_each_request_sampler_and_seed(sampled: SimpleNamespace, tmp_path: Path) -> None:
-    from specreg.benchmark.runstore import RunStore
+    from specreg.benchmark.store.runstore import RunStore
     from specreg.exchange.bundle import export_bundle, import_bundles
 
     rid = sampled.run.info.run_id
@@ -376,7 +376,7 @@ def test_sampled_gate_fails_on_worse_expect_a_flagged_distribution_or_no_check()
 
 
 def test_a_sampler_flag_the_server_lacks_is_refused_in_one_line(tmp_path: Path) -> None:
-    from specreg.benchmark.sampling import unsupported
+    from specreg.benchmark.store.sampling import unsupported
     from specreg.servers.launcher import ServerCommand, bundled_command
 
     wanted = BenchSettings(temperature=[0, 0.7], min_p=0.05, draft_sampling=["probabilistic"])

@@ -45,8 +45,8 @@ def test_smollm2_measured_at_two_temperatures_and_deployed_at_the_policy_sampler
 ) -> None:
     from _audit_world import specreg
 
-    from specreg.benchmark.runner import Runner
-    from specreg.benchmark.sampling import distribution_test, prefixes
+    from specreg.benchmark.run.runner import Runner
+    from specreg.benchmark.store.sampling import distribution_test, prefixes
     from specreg.registry.store import Registry
     from specreg.schemas.bench_settings import BenchSettings
     from specreg.sources.checking import check_and_record

@@ -11,7 +11,7 @@ import random
 import pytest
 
 from benchmarks.bench_decision import _sim_round
-from specreg.decision import sequential
+from specreg.decision import budget, sequential
 
 PROMPTS = 8
 MAX_ROUNDS = 20  # a budget of 20 rounds
@@ -86,13 +86,13 @@ def test_the_projection_tells_how_many_rounds_a_condition_needs() -> None:
     rng = random.Random(3)
     prompts = [rng.uniform(50, 400) for _ in range(PROMPTS)]
     b, c = _round(rng, prompts, 1.3, 1.0, 0)
-    more = sequential.rounds_to_decide(b, c, 1.05, per_round=PROMPTS, max_rounds=20)
+    more = budget.need("c", b, c, 1.05, per_round=PROMPTS).rounds
     assert more is not None and 1 <= more <= 4, more
     b2, c2 = _round(rng, prompts, 1.0, 1.0, 0)
-    aa = sequential.rounds_to_decide([*b2, *b2], [*c2, *b2], 1.0, per_round=PROMPTS, max_rounds=10)
+    aa = budget.need("aa", [*b2, *b2], [*c2, *b2], 1.0, per_round=PROMPTS).rounds
     assert aa is None or aa > 3
     many_b, many_c = [*b, *b, *b, *b], [*c, *c, *c, *c]
-    assert sequential.rounds_to_decide(many_b, many_c, 1.05, per_round=PROMPTS, max_rounds=20) == 0
+    assert budget.need("c", many_b, many_c, 1.05, per_round=PROMPTS).pairs == 0
 
 
 def test_a_true_thirty_percent_speed_up_is_decided_faster() -> None:
@@ -163,7 +163,7 @@ def test_where_the_truth_left_the_interval_the_slice_keeps_it_and_the_grid_colla
 
 
 def test_a_copy_goes_on_alone_and_as_if_fed_from_the_start() -> None:
-    """`rounds_to_decide` feeds copies of one sequence: each must go on from the state copied
+    """`budget.need` feeds copies of one sequence: each must go on from the state copied
     (the slice, its wealth, the kept order of the observations) and leave the original alone."""
     xs = _noisy(5, 80, 0.1, 0.1)
     seq = sequential.SpeedSequence().add_logs(xs[:40])

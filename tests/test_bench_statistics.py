@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from specreg.benchmark import condition_summary as summary
-from specreg.benchmark import conditions, statistics
+from specreg.benchmark.plan import conditions
+from specreg.benchmark.store import condition_summary as summary
+from specreg.benchmark.store import statistics
 from specreg.errors import UsageError
 from specreg.schemas.bench import ConditionRun, ConditionSpec, RequestRow, SpecCounters
 from specreg.schemas.bench_settings import BenchSettings

@@ -18,8 +18,8 @@ import pytest
 from _bench_helpers import NOISE, admit, db_rows
 from _registry_helpers import model
 
-from specreg.benchmark import condition_summary as summary
-from specreg.benchmark import stepcost
+from specreg.benchmark.store import condition_summary as summary
+from specreg.benchmark.store import stepcost
 from specreg.schemas.bench import ConditionRun, ConditionSpec, RequestRow, SpecCounters
 
 # -- the formulas --------------------------------------------------------------------------------
@@ -193,7 +193,7 @@ WORKLOAD = (
 
 @pytest.fixture(scope="module")
 def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
-    from specreg.benchmark.runner import Runner
+    from specreg.benchmark.run.runner import Runner
     from specreg.registry.store import Registry
     from specreg.schemas.bench_settings import BenchSettings
 

@@ -110,7 +110,7 @@ def test_failed_condition_has_a_null_speedup_in_json_tables_and_plots(sweep: Sim
     assert len(rows) == 2 and all("– (condition failed: speculation did not run" in r for r in rows)
     for name in ("speedup", "concurrency", "draft-length", "acceptance"):
         assert (tmp_path / f"run-{name}.svg").is_file(), name
-    from specreg.benchmark.digest import digest_run
+    from specreg.benchmark.store.digest import digest_run
     from specreg.report.plots import speedup_figure
 
     digest = digest_run(sweep.run)

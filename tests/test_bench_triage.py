@@ -22,9 +22,9 @@ from _bench_helpers import ITEMS, admit, workload
 from _registry_helpers import model
 
 from specreg.audit.gates import equivalence_gate
-from specreg.benchmark.client import TokenProbs
-from specreg.benchmark.digest import digest_run
-from specreg.benchmark.runner import Runner
+from specreg.benchmark.run.reply import TokenProbs
+from specreg.benchmark.run.runner import Runner
+from specreg.benchmark.store.digest import digest_run
 from specreg.cli import main
 from specreg.equivalence.triage import aligned
 from specreg.registry.store import Registry

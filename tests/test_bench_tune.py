@@ -1,5 +1,5 @@
 """`bench admitted --tune`: a first pass predicts every draft length, the best and its neighbours
-are measured head to head, and `deploy` prints the measured choice (benchmark/tune.py).
+are measured head to head, and `deploy` prints the measured choice (benchmark/plan/tune.py).
 
 The predictor is checked against what real runs measured on two model families: the tiny
 generated models here (the shared sweep's draft lengths 2 and 4, and a tune run), SmolLM2 in the
@@ -22,8 +22,8 @@ from _audit_world import specreg
 from _bench_helpers import ITEMS, NOISE, admit, workload
 from _registry_helpers import model
 
-from specreg.benchmark import tune
-from specreg.benchmark.stepcost import verify_cost
+from specreg.benchmark.plan import tune
+from specreg.benchmark.store.stepcost import verify_cost
 from specreg.registry.store import Registry
 from specreg.schemas.bench import ALL_STRATA, ConditionRun, ConditionSpec, RequestRow, SpecCounters
 from specreg.schemas.bench_settings import BenchSettings

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from specreg.benchmark import condition_summary as summary
-from specreg.benchmark import conditions, expect
-from specreg.benchmark.workloads import STRATA, content_sha256, load_workload, parse_jsonl
+from specreg.benchmark.plan import conditions
+from specreg.benchmark.store import condition_summary as summary
+from specreg.benchmark.workloads import expect
+from specreg.benchmark.workloads.jsonl import STRATA, content_sha256, load_workload, parse_jsonl
 from specreg.errors import PolicyError, ServerError, UsageError
 from specreg.schemas.bench import ConditionRun, ConditionSpec, Expect, MemoryObservation, RequestRow, SpecCounters
 from specreg.schemas.registry import PairRecord
@@ -483,8 +484,8 @@ def _pair(pid: int, target: str, draft: str | None, method: str) -> PairRecord:
 
 
 def test_self_speculation_pairs_covered_by_a_draft_run_are_not_run_twice() -> None:
-    from specreg.benchmark.conditions import plan
-    from specreg.benchmark.runner import drop_covered
+    from specreg.benchmark.plan.conditions import plan
+    from specreg.benchmark.run.runner import drop_covered
 
     def planned(p):  # type: ignore[no-untyped-def]
         return (p, plan(p.method, draft_path="d" if p.draft_sha256 else None, draft_sha256=p.draft_sha256))

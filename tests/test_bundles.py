@@ -18,13 +18,14 @@ from _bundle_helpers import db_rows as _rows
 from _bundle_helpers import dump, edit_run, members, rename_run, rewrite, slowed, write_members
 
 from specreg import __version__
-from specreg.benchmark.digest_cache import builder_id
+from specreg.benchmark.store.digest_cache import builder_id
 from specreg.errors import BundleError
 from specreg.exchange.bundle import export_bundle, import_bundles
 from specreg.exchange.bundle_format import HEADER, open_bundle
 from specreg.exchange.bundle_runs import local_digest, run_parts
 from specreg.registry.migrations import LOCAL_ONLY, bundle_schema, migrations
 from specreg.registry.store import Registry
+from specreg.schemas.record import to_python
 
 
 @pytest.fixture
@@ -74,7 +75,7 @@ def test_round_trip_keeps_every_record(audit_world: AuditWorld, source: Path, bu
             assert pb.elsewhere.host == socket.gethostname()
             got = b.conn.execute("SELECT checks_json FROM imported_verdicts WHERE pair_id = ? ORDER BY id", (pb.id,))
             assert [json.loads(c) for (c,) in got] == [
-                [c.model_dump(mode="json") for c in v.checks] for v in a.pair_history(pa.id)
+                [to_python(c, mode="json") for c in v.checks] for v in a.pair_history(pa.id)
             ]
         # the run points at the local pair id of its pair
         run_pair = b.conn.execute("SELECT pair_id FROM bench_runs").fetchone()[0]

@@ -10,6 +10,7 @@ from _pair_helpers import BASE
 
 from specreg.cli import main
 from specreg.schemas.checks import CheckResult, PairVerdict
+from specreg.schemas.record import from_python
 from specreg.testing import write_model
 from specreg.validators.ruleset import RULE_SET_DEFAULT
 
@@ -59,8 +60,8 @@ def test_json_verdict_and_sha_prefixes(capsys, files) -> None:
     assert code == 1
     assert set(v) >= {"admitted", "method", "target_sha256", "draft_sha256", "rule_set", "checks"}
     assert v["admitted"] is False and v["method"] == "draft-simple"
-    PairVerdict.model_validate(v)
-    tokens = next(CheckResult.model_validate(c) for c in v["checks"] if c["code"] == "vocab.tokens")
+    from_python(PairVerdict, v)
+    tokens = next(from_python(CheckResult, c) for c in v["checks"] if c["code"] == "vocab.tokens")
     assert tokens.severity == "error" and tokens.evidence["first"][0]["id"] == 300
     # registered on the way: SHA-256 prefixes now name the same files
     code, out, _ = run(capsys, "check", "pair", v["target_sha256"][:12], v["draft_sha256"][:12], "--json")

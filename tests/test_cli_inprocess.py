@@ -118,3 +118,29 @@ def test_a_run_from_another_thread_gets_a_child_of_its_own(tmp_path: Path) -> No
     with ThreadPoolExecutor(2) as pool:
         procs = list(pool.map(lambda a: run_specreg(a, env=env, timeout=120), [["inspect", str(t)], ["--version"]]))
     assert [p.returncode for p in procs] == [0, 0] and procs[1].stdout.startswith("specreg ")
+
+
+def test_a_group_without_its_command_prints_its_help_not_an_error(tmp_path: Path) -> None:
+    """`specreg`, `specreg rules`: the group's help as typer (and `hf`) print it, on stderr with
+    exit 2, never as an `error:` line; a group with a default listing (`workloads`, `runs`) lists.
+    Every group of `cli.COMMANDS` the same way, so a new group is held to it."""
+    import typer
+
+    from specreg.cli import COMMANDS, load
+    from specreg.registry.store import Registry
+
+    Registry(tmp_path / "r.db", show_progress=False).close()  # an empty registry: `runs` lists none
+    env = {**os.environ, "SPECREG_DB": str(tmp_path / "r.db"), "SPECREG_HOME": str(tmp_path)}
+    groups = [name for name, ref, _ in COMMANDS if isinstance(load(ref), typer.Typer)]
+    assert {"check", "rules", "bench", "workloads", "runs"} <= set(groups)
+    for name in ["", *groups]:
+        done = run_specreg([name] if name else [], env=env, timeout=60)
+        assert "error:" not in done.stderr and "Traceback" not in done.stderr, (name, done.stderr)
+        group = load(next(ref for n, ref, _ in COMMANDS if n == name)) if name else None
+        lists = isinstance(group, typer.Typer) and group.info.invoke_without_command
+        if lists:
+            assert done.returncode == 0 and (done.stdout or done.stderr), (name, done)
+        else:
+            usage = f"Usage: specreg {name} [OPTIONS] COMMAND [ARGS]..." if name else "Usage: specreg [OPTIONS]"
+            assert done.returncode == 2 and done.stderr.startswith(usage) and not done.stdout, (name, done)
+            assert "Commands:" in done.stderr and "\\x0a" not in done.stderr, (name, done.stderr)

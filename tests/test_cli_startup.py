@@ -21,7 +21,7 @@ def test_startup_imports_nothing_heavy() -> None:
     code = (
         "import sys, specreg.cli; "
         "print(sorted(m for m in ('click', 'numpy', 'gguf', 'sqlite_utils', 'huggingface_hub', 'httpx', "
-        "'psutil', 'specreg.registry.store', 'specreg.benchmark.runner') if m in sys.modules))"
+        "'psutil', 'specreg.registry.store', 'specreg.benchmark.run.runner') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -39,8 +39,8 @@ def test_only_the_command_being_run_is_built_and_it_behaves_the_same(name: str) 
 # Each command imports its own stage and nothing of the others' (a fresh process per command).
 NOT_IMPORTED = {
     "inspect": ("pydantic", "specreg.registry.store", "specreg.validators.pair", "specreg.benchmark", "jinja2"),
-    "check": ("specreg.benchmark.runner", "specreg.audit", "specreg.report", "numpy", "httpx", "psutil"),
-    "pairs": ("specreg.benchmark.runner", "specreg.audit", "specreg.report", "numpy", "jinja2"),
+    "check": ("specreg.benchmark.run.runner", "specreg.audit", "specreg.report", "numpy", "httpx", "psutil"),
+    "pairs": ("specreg.benchmark.run.runner", "specreg.audit", "specreg.report", "numpy", "jinja2"),
     "artifacts": ("specreg.benchmark", "specreg.audit", "specreg.validators.pair", "numpy", "jinja2"),
 }
 
@@ -129,40 +129,6 @@ def test_version_names_specreg_and_the_bundled_runtime() -> None:
     ]
 
 
-def test_an_ending_process_skips_the_last_cycle_hunt_once() -> None:
-    """gc.freeze runs at exit (after the handlers registered before start-up), however often start-up ran."""
-    code = (
-        "import atexit, gc\n"
-        "atexit.register(lambda: print('frozen', gc.get_freeze_count() > 0))\n"
-        "from specreg import cli\n"
-        "cli.startup(['pairs']); cli.startup(['--help'])\n"
-        "print('frozen', gc.get_freeze_count() > 0)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.split("\n")[:2] == ["frozen False", "frozen True"]
-
-
-def test_the_console_script_runs_short_commands_without_the_cycle_collector(tmp_path: Path) -> None:
-    """specreg/entry.py switches the collector off before the first import; `cli.startup()` turns
-    it back on for the commands that run long, and only for those."""
-    code = (
-        "import atexit, gc, sys\n"
-        "atexit.register(lambda: print('GC', gc.isenabled()))\n"
-        "from specreg.entry import main\n"
-        "sys.argv = ['specreg', *sys.argv[1:]]\n"
-        "main()\n"
-    )
-    env = {**os.environ, "SPECREG_DB": str(tmp_path / "r.db")}
-    from specreg.registry.store import Registry
-
-    Registry(tmp_path / "r.db").close()
-    for argv, enabled in ((["pairs"], False), (["runs"], True), (["--version"], False)):
-        proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=env)
-        assert proc.returncode == 0, proc.stderr
-        assert f"GC {enabled}" in proc.stdout, (argv, proc.stdout)
-    assert cli.LONG_RUNNING.issubset(cli.NAMES)
-
-
 def _pair_files(folder: Path) -> tuple[Path, Path]:
     """A tiny target and a draft that differs from it only in its weights: a pair `check pair` admits."""
     from specreg.testing import ModelSpec, write_model
@@ -170,47 +136,37 @@ def _pair_files(folder: Path) -> tuple[Path, Path]:
     return write_model(folder / "t.gguf", ModelSpec()), write_model(folder / "d.gguf", ModelSpec(seed=3))
 
 
-def test_the_console_script_leaves_pydantic_plugin_lookup_out_unless_asked_for(tmp_path: Path) -> None:
-    """`check pair` imports no pydantic at all (schemas/record.py); `--json` does (its output is
-    pydantic's), and entry.py has turned pydantic's plugins off and stands in for its loader:
-    `importlib.metadata` (and `email`) stay out. A PYDANTIC_DISABLE_PLUGINS of the user's own
-    keeps pydantic's loader, which looks plugins up as it always does."""
+def test_the_console_script_keeps_installed_pydantic_plugins_out_unless_the_user_asks(tmp_path: Path) -> None:
+    """A pydantic plugin installed in the environment would see every validation of facts read
+    from untrusted files: `specreg` turns plugins off (PYDANTIC_DISABLE_PLUGINS), and a setting
+    of the user's own (here: empty, every plugin on) is kept."""
     t, d = _pair_files(tmp_path)
-    code = (
-        "import atexit, sys\n"
-        "mods = ('importlib.metadata', 'email')\n"
-        "loader = lambda: sys.modules.get('pydantic.plugin._loader')\n"
-        "atexit.register(lambda: print('LOADED', sorted(m for m in mods if m in sys.modules),"
-        " 'pydantic' in sys.modules, loader() and type(loader().get_plugins()).__name__))\n"
-        "from specreg.entry import main\n"
-        "sys.argv = ['specreg', *sys.argv[1:]]\n"
-        "main()\n"
+    plugins = tmp_path / "plugins"
+    info = plugins / "spy_plugin-0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: spy-plugin\nVersion: 0\n")
+    (info / "entry_points.txt").write_text("[pydantic]\nspy = spy_plugin:plugin\n")
+    seen = tmp_path / "seen.txt"
+    (plugins / "spy_plugin.py").write_text(
+        "import os\n"
+        "class _Spy:\n"
+        "    def new_schema_validator(self, schema, schema_type, *args, **kwargs):\n"
+        "        with open(os.environ['SPY_SEEN'], 'a') as f:\n"
+        "            f.write(repr(schema_type) + '\\n')\n"
+        "        return None, None, None\n"
+        "plugin = _Spy()\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYDANTIC_DISABLE_PLUGINS"}
-    env["SPECREG_DB"] = str(tmp_path / "r.db")
-    for own, json_out, expected in (
-        (None, [], "LOADED [] False tuple"),
-        (None, ["--json"], "LOADED [] True tuple"),
-        ("", ["--json"], "LOADED ['email', 'importlib.metadata'] True dict_values"),
-    ):
+    path = os.pathsep.join([str(plugins), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env |= {"SPECREG_DB": str(tmp_path / "r.db"), "PYTHONPATH": path, "SPY_SEEN": str(seen)}
+    for own in (None, ""):
+        seen.unlink(missing_ok=True)
         run_env = env if own is None else {**env, "PYDANTIC_DISABLE_PLUGINS": own}
-        argv = ["check", "pair", str(t), str(d), *json_out]
-        proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, env=run_env)
+        argv = ["check", "pair", str(t), str(d), "--json"]
+        proc = subprocess.run([sys.executable, "-m", "specreg", *argv], capture_output=True, text=True, env=run_env)
         assert proc.returncode in (0, 1), proc.stderr
-        assert proc.stdout.strip().splitlines()[-1] == expected, proc.stdout
-
-
-def test_long_running_commands_turn_the_collector_back_on() -> None:
-    import gc
-
-    try:
-        gc.disable()
-        cli.startup(["check", "pair", "--help"])
-        assert not gc.isenabled()
-        cli.startup(["bench", "admitted", "--help"])
-        assert gc.isenabled()
-    finally:
-        gc.enable()
+        assert json.loads(proc.stdout)["admitted"] is True
+        assert seen.exists() == (own is not None), own  # the user's own setting: the plugin sees the records
 
 
 @pytest.mark.parametrize("name", ["xllamacpp", "pydantic", "typer", "specreg", "nvidia-ml-py", "no-such-package-x"])
@@ -227,18 +183,24 @@ def test_dist_info_folder_names_give_the_versions_importlib_metadata_gives(name:
 
 
 # What `check pair` and `inspect` load when they run (not only their `--help`): the start-up
-# targets (benchmarks/bench_startup.py) hold only while these stay out.
-RUN_HEAVY = ("pydantic", "numpy", "httpx", "huggingface_hub", "psutil", "xllamacpp", "matplotlib", "rich", "gguf")
+# budgets (benchmarks/bench_startup.py) hold only while these stay out. `check pair` writes its
+# records through pydantic (schemas/record.py); `inspect` reads a file and stores nothing.
+RUN_HEAVY = ("numpy", "httpx", "huggingface_hub", "psutil", "xllamacpp", "matplotlib", "rich", "gguf")
 
 
-@pytest.mark.parametrize("argv", [["inspect", "{t}"], ["check", "pair", "{t}", "{d}"]])
-def test_inspect_and_check_pair_run_without_heavy_imports(argv: list[str], tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("argv", "heavy"),
+    [(["inspect", "{t}"], ("pydantic", *RUN_HEAVY)), (["check", "pair", "{t}", "{d}"], RUN_HEAVY)],
+)
+def test_inspect_and_check_pair_run_without_heavy_imports(
+    argv: list[str], heavy: tuple[str, ...], tmp_path: Path
+) -> None:
     t, d = _pair_files(tmp_path)
     code = (
         "import sys\n"
         "from specreg.cli import main\n"
         "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n    assert e.code in (0, None), e.code\n"
-        f"print(sorted(m for m in {RUN_HEAVY!r} if m in sys.modules))\n"
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n"
     )
     env = {**os.environ, "SPECREG_DB": str(tmp_path / "r.db")}
     args = [a.format(t=t, d=d) for a in argv]
@@ -246,39 +208,3 @@ def test_inspect_and_check_pair_run_without_heavy_imports(argv: list[str], tmp_p
         proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env)
         assert proc.returncode == 0, proc.stderr
         assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout
-
-
-def test_the_console_scripts_audit_ends_without_teardown_and_says_all_it_had_to(tmp_path: Path) -> None:
-    """`specreg audit` from the console script leaves its result for the process's exit
-    (specreg/teardown.py): the process ends at once after its output (no atexit handler runs:
-    the marker's), with the same bytes on stdout and the same exit code as a process that tears
-    down as usual. In-process (`cli.main`, as in these tests) nothing is kept."""
-    t, d = _pair_files(tmp_path)
-    env = {**os.environ, "SPECREG_DB": str(tmp_path / "r.db"), "COLUMNS": "80"}
-    checked = subprocess.run(
-        [sys.executable, "-m", "specreg", "check", "pair", str(t), str(d)], capture_output=True, text=True, env=env
-    )
-    assert checked.returncode == 0, checked.stderr
-    code = (
-        "import atexit, sys\n"
-        "atexit.register(lambda: print('TORN DOWN', file=sys.stderr))\n"
-        "import specreg.teardown as t\n"
-        "if sys.argv[1] == 'usual': t.arm = lambda: None\n"
-        "from specreg.entry import main\n"
-        "sys.argv = ['specreg', *sys.argv[2:]]\n"
-        "main()\n"
-    )
-    argv = ["audit", "--all", "--json"]
-    runs = {
-        how: subprocess.run([sys.executable, "-c", code, how, *argv], capture_output=True, text=True, env=env)
-        for how in ("quick", "usual")
-    }
-    quick, usual = runs["quick"], runs["usual"]
-    assert quick.returncode == usual.returncode == 1, (quick.stderr, usual.stderr)  # no run: evidence fails
-    said, usual_said = json.loads(quick.stdout), json.loads(usual.stdout)  # the whole document, each
-    assert said.pop("created_at") and usual_said.pop("created_at")  # when each ran: the one difference
-    assert said == usual_said and said["pairs"], quick.stdout[-300:]
-    assert "TORN DOWN" not in quick.stderr and "TORN DOWN" in usual.stderr
-    from specreg import teardown
-
-    assert not teardown._armed and not teardown._kept  # in-process: never armed, nothing kept

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from specreg.benchmark.execute import partial_order
+from specreg.benchmark.run.execute import partial_order
 from specreg.decision import budget
 from specreg.schemas.bench import WorkloadItem
 
@@ -78,3 +78,26 @@ def test_durations_read_as_a_person_plans_them() -> None:
         "10 min",
         "12 min",
     ]
+
+
+def test_thin_strata_are_told_before_measuring() -> None:
+    """A stratum of a prompt or two a round cannot be decided on its own pairs in a round or two:
+    no decision rests on fewer than `bar.fewest_pairs()` (every pair at the clip, the test's
+    largest stake), which the run says before it measures; a workload whose strata each fill a
+    round, or of one stratum, says nothing."""
+    from specreg.decision import bar
+
+    fewest = bar.fewest_pairs()
+    test = bar.BarTest()
+    for n in range(1, fewest + 1):  # every deviation far above the bar: decided at the fewest, not before
+        assert test.add_logs([2.0]).verdict(1.05) == ("faster" if n == fewest else "undecided")
+    text = budget.thin_strata_text(["a", "b", "c", "d"])
+    assert (
+        text is not None
+        and "4 strata has 1 prompt a round" in text
+        and f"at least {fewest} of them ({fewest} rounds)" in text
+    )
+    mixed = budget.thin_strata_text(["a", "a", "b", "b", "b"])
+    assert mixed is not None and "2 to 3 prompts a round" in mixed
+    assert budget.thin_strata_text(["a"] * 3) is None
+    assert budget.thin_strata_text(["a"] * fewest + ["b"] * fewest) is None

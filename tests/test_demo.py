@@ -119,6 +119,9 @@ def test_demo_end_to_end_then_again(tmp_path: Path) -> None:
     assert f"report:   {report}" in out
     assert f"logs:     {folder / 'runs'}" in out  # every file the demo wrote is named
     assert "\naudit verdict: " in out and "(tiny models built so that one stratum can win" in out
+    # piped, the benchmark's progress still shows: a line per slot and the run's end (stderr)
+    assert re.search(r"^round 1 none: \d+ requests? in \d+ s", proc.stderr, re.M), proc.stderr[-2000:]
+    assert re.search(r"^run \S+: (in)?complete$", proc.stderr, re.M), proc.stderr[-2000:]
     html = report.read_text("utf-8")
     assert html.count("<svg") == 3 and "<script" not in html
     assert str(folder) not in html and "policy: policy.toml;" in html  # paths relative to the report's folder
@@ -142,3 +145,54 @@ def test_demo_end_to_end_then_again(tmp_path: Path) -> None:
         assert len(pairs) == 5 and all(p.n_verdicts == 2 for p in pairs)  # checked again, no duplicates
         runs = reg.conn.execute("SELECT count(*) FROM bench_runs").fetchone()[0]
         assert runs == 2  # each demo measures anew; the audit reads the newest run
+
+
+def test_unmeasured_names_a_run_that_kept_nothing_or_a_stratum_set_aside() -> None:
+    """What keeps the demo from claiming a verdict: a run that kept nothing, or a condition that
+    ran but kept no round of a stratum; a measured run claims it."""
+    from datetime import datetime
+
+    from specreg.demo import unmeasured
+    from specreg.schemas.bench import BenchRun, ConditionSummary, RunInfo
+
+    info = RunInfo(run_id="r1", pair_id=1, status="complete", method="draft-simple", target_sha256="a" * 64,
+                   started_at=datetime(2026, 1, 1))  # fmt: skip
+    kept = ConditionSummary(condition="draft-simple", method="draft-simple", stratum="chat", status="ok", speedup=0.9)
+    assert unmeasured([BenchRun(info=info, summaries=[kept])]) is None
+    aside = kept.model_copy(update={"speedup": None, "n_set_aside": 3})
+    assert unmeasured([BenchRun(info=info, summaries=[kept, aside])]) == (
+        "run r1: every round of draft-simple in chat was set aside as contended"
+    )
+    busy = info.model_copy(update={"status": "contended", "status_reason": "every round measured was set aside"})
+    assert unmeasured([BenchRun(info=busy)]) == "run r1 kept nothing: every round measured was set aside"
+
+
+@pytest.mark.slow
+def test_the_demo_beside_a_busy_neighbour_never_claims_an_unmeasured_verdict(tmp_path: Path) -> None:
+    """One CPU-bound neighbour for the whole demo, contention on, a short wait: the demo either
+    measured (a stratum deployed, one refused) or says it could not and how to measure again,
+    exit 1 - never a verdict `decided by the measured numbers` on rounds it set aside."""
+    burn = "import time\nend = time.monotonic() + 600\nwhile time.monotonic() < end:\n    pass\n"
+    neighbour = subprocess.Popen([sys.executable, "-c", burn])
+    env = {**os.environ, "COLUMNS": "200", "SPECREG_BUSY_SHARE": "0.25"}
+    env.pop("SPECREG_DB", None)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "specreg.cli", "demo", "--dir", str(tmp_path / "d"), "--busy-wait", "5s"],
+            capture_output=True, text=True, env=env, timeout=600,
+        )  # fmt: skip
+    finally:
+        neighbour.kill()
+        neighbour.wait()
+    out = " ".join(proc.stdout.replace(" \\\n", " ").split())
+    err = " ".join(proc.stderr.split())
+    assert "note: waiting for a quieter machine: others use " in err, err[-3000:]
+    if proc.returncode == 0:  # a machine with cores to spare: one neighbour did not make it busy
+        ends = _ends(proc.stdout)
+        assert {w for w, _ in ends.values()} == {"DEPLOY", "REFUSED"}, proc.stdout[-3000:]
+        return
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "decided by the measured numbers" not in out and "audit verdict" not in out, out
+    assert "not decided: run " in out and "the audit's verdict would not rest on measured numbers" in out, out
+    assert "Measure again when the machine is quieter: specreg --db " in out and " bench admitted --pair 1 " in out, out
+    assert f"or run the demo again: specreg demo --dir {tmp_path / 'd'}" in out, out

@@ -7,6 +7,7 @@ llama.cpp b11434's own `llama-server --help` (tests/data, extracted by tools/ext
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -96,7 +97,7 @@ def test_deploy_prints_the_measured_condition_as_a_llama_server_command(
 def test_argv_round_trips_through_the_bundled_parser_to_what_was_measured(
     audit_world: AuditWorld, tmp_path: Path
 ) -> None:
-    from specreg.benchmark.runstore import RunStore
+    from specreg.benchmark.store.runstore import RunStore
 
     with Registry(audit_world.db, show_progress=False) as reg:
         run = RunStore(reg).load(audit_world.run_id)
@@ -342,3 +343,66 @@ def test_recorded_commands_are_parsed_once_per_shape_never_differently() -> None
         assert [ns.model, ns.draft, ns.spec_type] == plain(cmd)
         assert argv[argv.index("-m") + 1] == plain(cmd)[0]
     assert deploy._parse_once.cache_info().currsize <= 6  # not one per pair
+
+
+def test_deploy_pins_the_caps_check_pair_found_for_the_configuration(audit_world: AuditWorld, tmp_path: Path) -> None:
+    """Issue 47: `check pair --budget` records the largest --cache-ram / --ctx-checkpoints that fit
+    a configuration (never the pair's verdict); `deploy` lowers the measured command to them, says
+    so, and leaves the rollback (another configuration: the target alone) as measured."""
+    db = audit_world.copy(tmp_path / "r.db")
+    pol = str(audit_world.policy_file(tmp_path))
+    check = ["check", "pair", str(audit_world.target), str(audit_world.draft), "-m", "draft-simple"]
+    code, out, err = specreg(*check, "-c", "512", "--budget", "200MiB", "--json", db=db)
+    fit = json.loads(out)["fit"]
+    assert code == 0 and fit["fits"] and fit["lowered"] and 0 < fit["cache_ram_mib"] < 200, (out, err)
+    code, out, _ = specreg("deploy", str(audit_world.pairs["draft-simple"]), "--policy", pol, "--json", db=db)
+    plan = json.loads(out)
+    assert code == 0 and plan["argv"][plan["argv"].index("--cache-ram") + 1] == str(fit["cache_ram_mib"])
+    assert plan["rollback_argv"][plan["rollback_argv"].index("--cache-ram") + 1] == "8192"
+    assert any(f"--cache-ram {fit['cache_ram_mib']}: the largest that fit 200 MiB" in n for n in plan["notes"])
+    # another configuration's fit is not this one's: -c 1024 was not measured, nothing changes
+    specreg(*check, "-c", "1024", "--budget", "100MiB", db=db)
+    code, out, _ = specreg("deploy", str(audit_world.pairs["ngram-simple"]), "--policy", pol, "--json", db=db)
+    assert json.loads(out)["argv"][json.loads(out)["argv"].index("--cache-ram") + 1] == "8192"
+    # nothing fits: the command is printed as measured, with the note
+    specreg(*check, "-c", "512", "--budget", "10MiB", db=db)
+    code, out, _ = specreg("deploy", str(audit_world.pairs["draft-simple"]), "--policy", pol, "--json", db=db)
+    plan = json.loads(out)
+    assert plan["argv"][plan["argv"].index("--cache-ram") + 1] == "8192"
+    assert any("does not fit 10.0 MiB" in n for n in plan["notes"]), plan["notes"]
+
+
+def test_the_audit_names_each_pairs_rollback_as_deploy_prints_it(
+    audit_world: AuditWorld, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 47: one owner for the rollback command. `deploy` prints the rollback the audit chose
+    for the pair; and where pairs of one target were measured in different runs (another -c),
+    the audit names each baseline with the pairs it is the rollback of, instead of the first
+    pair's for all (deploy said -c 4096 where the audit said -c 512)."""
+    import re
+
+    from _audit_world import LENIENT
+
+    from specreg.audit.deploy import plan_deploy
+    from specreg.audit.run import run_audit
+    from specreg.commands.views.audit import print_audit
+
+    ids = [audit_world.pairs[k] for k in ("draft-simple", "ngram-simple", "ngram-mod")]
+    with Registry(audit_world.db, show_progress=False) as reg:
+        report = run_audit(reg, LENIENT, "lenient.toml", pair_ids=ids)
+    for p in report.pairs:
+        assert p.rollback_command and plan_deploy(report, p.pair_id).rollback_argv == p.rollback_command
+    first, other, *rest = report.pairs
+    assert first.rollback_command is not None and other.rollback_command is not None
+    moved = list(other.rollback_command)
+    moved[moved.index("-c") + 1] = "1024"
+    fake = report.model_copy(update={"pairs": [first, dataclasses.replace(other, rollback_command=moved), *rest]})
+    monkeypatch.setenv("COLUMNS", "200")
+    print_audit(fake)
+    out = capsys.readouterr().out
+    blocks = re.findall(r"^rollback \((.*?)\):\n((?:  .*\n)+)", out, re.M)
+    named = {name.split("; ")[-1]: shlex.split(text.replace("\\\n", " ")) for name, text in blocks}
+    together = ", ".join(str(p.pair_id) for p in (first, *rest))
+    assert named == {f"pair {other.pair_id}": moved, f"pairs {together}": first.rollback_command}, out
+    print_audit(report)  # one baseline for the target: one rollback, named by the target alone
+    assert re.findall(r"^rollback \((.*?)\):", capsys.readouterr().out, re.M) == ["audit-target"]

@@ -1,4 +1,4 @@
-"""Run digests kept in the registry (benchmark/digest_cache.py): read back instead of rebuilt, never
+"""Run digests kept in the registry (benchmark/store/digest_cache.py): read back instead of rebuilt, never
 stale (a write to any of a run's rows drops them), damaged or foreign entries rebuilt, same answers."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from test_registry_hardening import _immutable
 
 from benchmarks.bench_registry import fill
 from specreg.audit.run import run_audit
-from specreg.benchmark import digest_cache
-from specreg.benchmark.digest import build_digests, keep_digests, load_digests
-from specreg.benchmark.run_index import heads_of
+from specreg.benchmark.store import digest_cache
+from specreg.benchmark.store.digest import build_digests, keep_digests, load_digests
+from specreg.benchmark.store.run_index import heads_of
 from specreg.registry.store import Registry
 from specreg.schemas.audit import AuditReport, Policy
 

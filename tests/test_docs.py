@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 PACKAGE = ROOT / "specreg"
 # Where checks are made: the validators, the memory budget, the runtime probe (and its CLI half).
-CHECK_SOURCES = [*sorted((PACKAGE / "validators").glob("*.py")), PACKAGE / "benchmark/probe.py"]
+CHECK_SOURCES = [*sorted((PACKAGE / "validators").glob("*.py")), PACKAGE / "benchmark/run/probe.py"]
 CHECK_SOURCES.append(PACKAGE / "commands/_probe.py")
 CODE = re.compile(
     r"(vocab|arch|file|draft|target|eagle3|dflash|dspark|mtp|structure|template|memory|probe)\.[a-z0-9_]+"

@@ -3,13 +3,18 @@
 The examples live in specreg/commands/examples.py, in pipeline order. Each is parsed against its
 command (a misspelt option or a missing argument fails here), and run, in order, in the folder
 where the demo ran with SPECREG_DB=specreg-demo/registry.db, as the preamble tells the user: it
-must give an answer (exit 0, or 1 for a verdict that says no), never a usage error or a crash.
-The examples that benchmark or run the demo again take tens of seconds and run with `-m slow`;
-the ones that need the hub or the package index (`examples.NETWORK`) are parsed only.
+must give an answer (exit 0, or 1 for a verdict that says no), never a usage error or a crash,
+and all of them together leave the demo's verdicts as they were: an example shows what a command
+does, it does not re-judge the user's pairs (issue 47: a memory budget once re-recorded pair 1 as
+rejected, and the next example then refused to benchmark it). `sign` runs with a key made here as
+docs/security.md makes one (the user's own, which the example cannot ship). The examples that
+benchmark or run the demo again take tens of seconds and run with `-m slow`; the ones that need
+the hub or the package index (`examples.NETWORK`) are parsed only.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 from pathlib import Path
@@ -74,48 +79,94 @@ def test_every_example_parses_against_its_command(command: str, example: str) ->
     assert max(len(line) for line in help_out.splitlines()) <= 80, f"{command}: --help wider than 80 columns"
 
 
+ENV = {"COLUMNS": "80", "SPECREG_BUSY_SHARE": "off", "SPECREG_DB": "specreg-demo/registry.db"}
+SIGN = EXAMPLES["sign"][0]
+
+
+def _specreg(folder: Path, *args: str) -> tuple[int, str]:
+    out = run_specreg(list(args), env={**os.environ, **ENV}, cwd=folder, timeout=600)
+    return out.returncode, out.stdout
+
+
+def _verdicts(folder: Path) -> dict[int, tuple[str, str | None, str, bool]]:
+    """Every pair's standing verdict: id -> (target, draft, method, admitted)."""
+    code, out = _specreg(folder, "pairs", "--json")
+    assert code == 0
+    return {p["id"]: (p["target_sha256"], p["draft_sha256"], p["method"], p["admitted"]) for p in json.loads(out)}
+
+
 @pytest.fixture(scope="module")
-def demo_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def demo_folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int, tuple[str, str | None, str, bool]]]:
+    """The folder the demo ran in, and the verdicts it left."""
     folder = tmp_path_factory.mktemp("examples")
     env = {**os.environ, "COLUMNS": "80", "SPECREG_BUSY_SHARE": "off"}
     env.pop("SPECREG_DB", None)
     out = run_specreg(["demo"], env=env, cwd=folder, timeout=300)
     assert out.returncode == 0, out.stderr
-    return folder
+    return folder, _verdicts(folder)
 
 
 def _run(folder: Path, example: str) -> None:
-    env = {**os.environ, "COLUMNS": "80", "SPECREG_BUSY_SHARE": "off", "SPECREG_DB": "specreg-demo/registry.db"}
-    out = run_specreg(shlex.split(example)[1:], env=env, cwd=folder, timeout=600)
+    out = run_specreg(shlex.split(example)[1:], env={**os.environ, **ENV}, cwd=folder, timeout=600)
     assert out.returncode in (0, 1), f"{example}: exit {out.returncode}\n{out.stderr[-2000:]}"
     assert "Traceback" not in out.stderr and "Usage:" not in out.stderr, out.stderr
     assert out.stdout.strip(), f"{example}: printed nothing"
 
 
-def test_the_quick_examples_work_from_the_demo_state(demo_folder: Path) -> None:
-    """In pipeline order (export before import), every example that is neither slow nor online."""
+def _make_key(folder: Path) -> None:
+    """The key the `sign` example names, made as docs/security.md makes one (an Ed25519 PEM)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    pem = Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    (folder / shlex.split(SIGN)[-1]).write_bytes(pem)
+
+
+def _left_as_they_were(folder: Path, before: dict[int, tuple[str, str | None, str, bool]]) -> None:
+    """The demo's verdicts stand after the examples, and each pair's rollback is one command:
+    the audit's and `deploy`'s agree (issue 47: deploy said -c 4096 where the audit said -c 512)."""
+    assert _verdicts(folder) == before
+    code, out = _specreg(folder, "audit", "--policy", "specreg-demo/policy.toml", "--json")
+    assert code in (0, 1)
+    for pair in json.loads(out)["pairs"]:
+        code, plan = _specreg(folder, "deploy", str(pair["pair_id"]), "--policy", "specreg-demo/policy.toml", "--json")
+        assert code in (0, 1) and json.loads(plan)["rollback_argv"] == pair["rollback_command"], pair["pair_id"]
+
+
+def test_the_quick_examples_work_from_the_demo_state(demo_folder: tuple[Path, dict]) -> None:
+    """In pipeline order (export before import), every example that is neither slow nor online;
+    the demo's verdicts stand after them all."""
+    folder, before = demo_folder
+    _make_key(folder)
     for _, example in ALL:
-        if example in NETWORK or example.startswith(SLOW_COMMANDS):
+        if (example in NETWORK and example != SIGN) or example.startswith(SLOW_COMMANDS):
             continue
-        _run(demo_folder, example)
-    assert (demo_folder / "this-host.zip").is_file() and (demo_folder / "run.html").is_file()
+        _run(folder, example)
+    assert (folder / "this-host.zip").is_file() and (folder / "run.html").is_file()
+    _left_as_they_were(folder, before)
 
 
 @pytest.mark.slow
-def test_the_benchmark_and_demo_examples_work_from_the_demo_state(demo_folder: Path) -> None:
+def test_the_benchmark_and_demo_examples_work_from_the_demo_state(demo_folder: tuple[Path, dict]) -> None:
+    folder, before = demo_folder
     for _, example in ALL:
         if example not in NETWORK and example.startswith(SLOW_COMMANDS):
-            _run(demo_folder, example)
+            _run(folder, example)
+    _left_as_they_were(folder, before)
 
 
-def test_latest_names_the_run_started_last_and_says_so_when_there_is_none(tmp_path: Path, demo_folder: Path) -> None:
+def test_latest_names_the_run_started_last_and_says_so_when_there_is_none(
+    tmp_path: Path, demo_folder: tuple[Path, dict]
+) -> None:
     """`runs show latest` (the examples' run id): the newest run, or one line when there is none."""
     from specreg.registry.store import Registry
 
     Registry(tmp_path / "empty.db", show_progress=False).close()
     out = run_specreg(["--db", str(tmp_path / "empty.db"), "runs", "show", "latest"], env={**os.environ}, cwd=tmp_path)
     assert out.returncode == 2 and "no benchmark runs yet" in out.stderr, out.stderr
-    db = str(demo_folder / "specreg-demo" / "registry.db")
+    db = str(demo_folder[0] / "specreg-demo" / "registry.db")
     listed = run_specreg(["--db", db, "runs", "--json"], env={**os.environ}, cwd=tmp_path)
     import json
 

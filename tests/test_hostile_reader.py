@@ -224,7 +224,7 @@ def test_fifo_and_device_paths_are_refused_without_blocking(tmp_path: Path, kind
         rc, out, err, wall, rss = measured(*args, db=db, timeout=30)
         one_line_error(subprocess.CompletedProcess([], rc, out, err))
         assert needle in err and wall < 15 and rss < 200 * MB, (args, err, wall)
-    from specreg.benchmark.workloads import load_workload
+    from specreg.benchmark.workloads.jsonl import load_workload
     from specreg.errors import PolicyError
 
     with pytest.raises(PolicyError, match=r"neither a built-in name nor a file|not a regular file"):
@@ -233,7 +233,7 @@ def test_fifo_and_device_paths_are_refused_without_blocking(tmp_path: Path, kind
 
 
 def test_deep_nesting_in_policy_and_workload_is_one_line(tmp_path: Path) -> None:
-    from specreg.benchmark.workloads import parse_jsonl
+    from specreg.benchmark.workloads.jsonl import parse_jsonl
     from specreg.errors import PolicyError
 
     policy = tmp_path / "deep.toml"

@@ -22,6 +22,7 @@ from _audit_world import AuditWorld, specreg
 from _bundle_helpers import dump, rewrite
 
 from specreg.registry.store import Registry
+from specreg.schemas.record import to_python
 
 
 @pytest.fixture
@@ -57,7 +58,7 @@ def _near_miss_record(world: AuditWorld, db: Path) -> dict:
         p = reg.get_pair(world.pairs["near-miss"])
         good = reg.get_pair(world.pairs["draft-simple"])
     return {"target_sha256": p.target_sha256, "draft_sha256": p.draft_sha256, "method": p.method.value,
-            "rule_set": p.rule_set, "good_checks": [c.model_dump(mode="json") for c in good.checks]}  # fmt: skip
+            "rule_set": p.rule_set, "good_checks": [to_python(c, mode="json") for c in good.checks]}  # fmt: skip
 
 
 def _with_verdict(world: AuditWorld, db: Path, verdict: dict):
@@ -255,12 +256,14 @@ def test_a_device_or_a_fifo_is_not_a_bundle(tmp_path: Path) -> None:
 
 
 def test_a_bundle_whose_decisions_were_drawn_before_the_slice_is_kept(audit_world: AuditWorld, tmp_path: Path) -> None:
-    """Before the running intersection was cut to its slice, a decision's interval was the whole
-    grid's hull (decision/sequential.py): where its truth left the interval, that collapsed it
-    to a point the slice no longer gives. A bundle written then stores that interval; the import
-    draws it again the old way too and keeps the run. A claim neither way gives stays refused."""
-    from specreg.benchmark.runstore import RunStore
-    from specreg.exchange.rederive import check_summaries, derived_summaries
+    """Runs are decided by decision/bar.py and record it; a bundle written before records no
+    method and was decided by decision/sequential.py's sequence, whose interval, before it was
+    cut to its running slice, was the whole grid's hull: where its truth left the interval, that
+    collapsed it to a point the slice no longer gives. A bundle written then stores that
+    interval; the import draws it again the old way too and keeps the run. A claim no way gives
+    stays refused."""
+    from specreg.benchmark.store.runstore import RunStore
+    from specreg.exchange.rederive import check_summaries, derived_summaries, method_of
 
     source = audit_world.copy(tmp_path / "source.db")
     conn = sqlite3.connect(source)
@@ -288,12 +291,14 @@ def test_a_bundle_whose_decisions_were_drawn_before_the_slice_is_kept(audit_worl
     with Registry(source, show_progress=False) as reg:
         store = RunStore(reg)
         run = store.load(audit_world.run_id)
+        assert method_of(run) == "bar"  # decided by decision/bar.py, and recorded so
         old = derived_summaries(run, "grid")
         whole = next(s for s in old if s.condition == "draft-simple" and s.stratum == "all")
         assert whole.decision_ci is not None and whole.decision_ci[0] == whole.decision_ci[1]  # a point
         now = next(s for s in derived_summaries(run) if s.condition == "draft-simple" and s.stratum == "all")
         assert now.decision_ci != whole.decision_ci and now.decision == whole.decision
         store.set_summaries(audit_world.run_id, run.info.target_sha256, run.info.draft_sha256, old)
+        assert method_of(store.load(audit_world.run_id)) == "slice"  # none recorded: the sequence before bar.py
         assert check_summaries(store.load(audit_world.run_id)) is None
     code, _, err = specreg("export", "--all", "-o", str(tmp_path / "old.zip"), db=source)
     assert code == 0, err

@@ -68,7 +68,7 @@ def test_packaging_rules_cover_every_tracked_file() -> None:
 
 
 def test_builtin_workloads_load_from_the_package() -> None:
-    from specreg.benchmark.workloads import STRATA, load_workload
+    from specreg.benchmark.workloads.jsonl import STRATA, load_workload
 
     wl = load_workload("default")
     assert {it.stratum for it in wl.items} == set(STRATA)

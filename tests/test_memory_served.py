@@ -4,17 +4,19 @@ bundled server logs it holds and the peak RSS it reaches."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from _pair_helpers import RULES
 
 from specreg.audit.deploy import server_argv
-from specreg.benchmark.client import LlamaClient
+from specreg.benchmark.run.client import LlamaClient
 from specreg.gguf.reader import open_gguf
 from specreg.schemas.bench import ChatMessage, ConditionSpec, WorkloadItem
 from specreg.schemas.memory import DEFAULT_CACHE_RAM_MIB, DEFAULT_CTX_CHECKPOINTS, ServeSettings
@@ -30,9 +32,9 @@ from specreg.validators.memory_budget import (
     estimate,
     exceeded_text,
     longest_draft,
-    model_facts,
     prediction_exceeded,
 )
+from specreg.validators.memory_facts import model_facts
 from specreg.validators.memory_served import (
     Served,
     checkpoint_positions,
@@ -148,7 +150,7 @@ def _within(
     what = (target.name, method, flags, round(predicted / MIB, 1), round(peak / MIB, 1))
     assert abs(predicted - peak) <= BUDGET_MARGIN * peak, what
     assert prediction_exceeded(peak, predicted) is None, what
-    settings = settings.model_copy(update={"ctx_size": ctx, "slots": slots, "method": method, "draft_n_max": k})
+    settings = replace(settings, ctx_size=ctx, slots=slots, method=method, draft_n_max=k)
     total = estimate(open_gguf(target), open_gguf(draft) if draft else None, settings, RULES).total_bytes
     assert total >= peak, what
     return served
@@ -307,12 +309,35 @@ def test_check_pair_names_the_serving_lines_with_their_flags(tmp_path: Path) -> 
     assert (
         "context checkpoints up to 32 x" in text and "(--ctx-checkpoints 32 (default), -np; --swa-full: none)" in text
     )
-    assert "of which prompt cache 8.0 GiB (--cache-ram 8192)" in text
+    # the line a person reads first: what is held, then what may grow to which cap
+    assert re.search(
+        r"memory resident [\d.]+ MiB; up to 8\.1 GiB if the prompt cache and the context checkpoints fill "
+        r"\(--cache-ram 8192, llama.cpp's default; --ctx-checkpoints 32 per slot, llama.cpp's default\)",
+        text,
+    ), text
+    assert re.search(
+        r"fit FITS 9\.0 GiB \(--budget 9GiB\): 8\.1 GiB \+ 5% at --cache-ram 8192 --ctx-checkpoints 32", text
+    )
     off = cli(*args, "--cache-ram", "0", "--ctx-checkpoints", "0", "--budget", "1GiB", db=db)
-    assert off.returncode == 0 and "prompt cache off (--cache-ram 0)" in " ".join(off.stdout.split())
-    assert "context checkpoints" not in off.stdout
-    tight = cli(*args, "--budget", "1GiB", db=db)  # the default 8 GiB prompt cache does not fit
-    assert tight.returncode == 1
+    flat = " ".join(off.stdout.split())
+    assert off.returncode == 0 and "prompt cache off (--cache-ram 0)" in flat
+    assert "context checkpoints" not in off.stdout and "; nothing grows past it (--cache-ram 0)" in flat
+    # the default 8 GiB prompt cache does not fit 1 GiB: the largest that does is named, exit 0
+    tight = cli(*args, "--budget", "1GiB", "--json", db=db)
+    fit = json.loads(tight.stdout)["fit"]
+    assert tight.returncode == 0 and fit["fits"] and fit["lowered"] and fit["ctx_checkpoints"] == 32
+    assert 0 < fit["cache_ram_mib"] < 1024 and fit["needed_bytes"] * 1.05 <= 1 << 30
+    # one MiB more of prompt cache, and every checkpoint, would not fit: it is the largest
+    more = str(fit["cache_ram_mib"] + 1)
+    over = cli(*args, "--budget", "1GiB", "--cache-ram", more, "--ctx-checkpoints", "32", db=db)
+    flat = " ".join(over.stdout.split())
+    assert over.returncode == 3 and f"--cache-ram {fit['cache_ram_mib']} --ctx-checkpoints 32 would fit" in flat
+    # a cap given is kept; the one not given is lowered to make room for it
+    kept = json.loads(cli(*args, "--budget", "1GiB", "--cache-ram", more, "--json", db=db).stdout)["fit"]
+    assert kept["fits"] and kept["cache_ram_mib"] == int(more) and kept["ctx_checkpoints"] < 32
+    # so little room that the checkpoints are cut too: the checkpoints first, the cache after
+    snug = json.loads(cli(*args, "--budget", f"{int(fit['resident_bytes'] * 1.06)}", "--json", db=db).stdout)["fit"]
+    assert snug["fits"] and snug["cache_ram_mib"] == 0 and 0 < snug["ctx_checkpoints"] < 32
 
 
 def test_deploy_pins_what_the_prediction_assumed() -> None:
@@ -346,7 +371,7 @@ def test_idle_slots_are_saved_when_fewer_requests_are_in_flight_than_slots(tmp_p
     assert states[-1][0] == growth.entries == len(served) - 1
     assert round((growth.trace[-1] - tokens) / MIB, 3) == pytest.approx(states[-1][1], abs=0.002)
     assert served_growth(t, None, settings, served).peak_bytes == 0  # 4 in flight: none idle, none saved
-    off = served_growth(t, None, settings.model_copy(update={"cache_idle_slots": False}), served, in_flight=1)
+    off = served_growth(t, None, replace(settings, cache_idle_slots=False), served, in_flight=1)
     assert off.peak_bytes == 0
 
 
@@ -451,7 +476,7 @@ def test_a_benchmarks_refused_rows_are_replayed_as_refused() -> None:
     ]
     assert longest_draft(served) is None  # the timed-out one's drafts are not known
     assert longest_draft([r for r in served if r.key != "c"]) == 6
-    from specreg.benchmark.client import Completion
+    from specreg.benchmark.run.reply import Completion
 
     timings = ({"predicted_n": 8}, {"predicted_n": 8, "draft_n": 6}, {})  # draft_n left out when 0
     assert [Completion(timings=t).drafted for t in timings] == [0, 6, None]

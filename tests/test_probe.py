@@ -11,7 +11,7 @@ import pytest
 from _pair_helpers import BASE, RULES
 from _registry_helpers import cli, model, run
 
-from specreg.benchmark.probe import probe, probe_checks
+from specreg.benchmark.run.probe import probe, probe_checks
 from specreg.gguf.reader import open_gguf
 from specreg.registry.store import Registry
 from specreg.testing import write_model

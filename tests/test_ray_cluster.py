@@ -221,7 +221,7 @@ def _nothing_left(world: World, run_ids: list[str]) -> None:
 def _records(db: Path, run_id: str) -> dict[str, Any]:
     """What a run measured, as `runs show --json` gives it, less what differs by machine and time."""
     with Registry(db, show_progress=False) as reg:
-        from specreg.benchmark.runstore import RunStore
+        from specreg.benchmark.store.runstore import RunStore
 
         run = RunStore(reg).load(run_id)
     keep = ("condition", "prompt_id", "repeat", "ok", "output_text", "output_ids", "output_tokens", "matches_baseline")
@@ -265,7 +265,8 @@ def test_a_task_past_its_deadline_is_ended_by_the_driver(world: World, cluster: 
     )  # fmt: skip
     started, run_id = time.monotonic(), None
     while run_id is None and time.monotonic() - started < 240 and proc.poll() is None:
-        run_id = next((r for p in cluster.processes() if (r := _task_of(p)) is not None), None)
+        landed = set(_runs(world.db))  # the run is in the driver's registry, not only begun on the node
+        run_id = next((r for p in cluster.processes() if (r := _task_of(p)) in landed), None)
         time.sleep(0.1)
     assert run_id is not None, proc.communicate()[1]  # a server of the run is up: it is measuring
     [worker] = [p for p in cluster.processes() if _named(p, "ray::node_task")]
@@ -289,8 +290,10 @@ def _named(p: psutil.Process, name: str) -> bool:
 
 
 def _task_of(p: psutil.Process) -> str | None:
+    """The run a bundled server serves (not the runner's `--version` probe, which comes first)."""
     try:
-        return p.environ().get(TASK_VAR) if "bundled_server" in " ".join(p.cmdline()) else None
+        argv = p.cmdline()
+        return p.environ().get(TASK_VAR) if "bundled_server" in " ".join(argv) and "--version" not in argv else None
     except psutil.Error:
         return None
 
@@ -353,14 +356,14 @@ def test_sigint_stops_every_server_and_ray_process_it_started(world: World) -> N
     before, mark = _ray_folders(), uuid.uuid4().hex
     db = world.root / "sigint.db"
     shutil.copy(world.db, db)
-    before = set(_runs(db))
+    earlier = set(_runs(db))
     proc = world.specreg(
         "bench", "admitted", "--executor", "ray", "--ray-timeout", "300", "--pair", str(world.noisy),
         "--repeat", "20", *world.bench, db=db, mark=mark,
     )  # fmt: skip
     deadline = time.monotonic() + 400
     while time.monotonic() < deadline and proc.poll() is None:
-        ids = [r for r in _runs(db) if r not in before]
+        ids = [r for r in _runs(db) if r not in earlier]
         if ids and _rows(db, ids[0]) >= 1:
             break
         time.sleep(0.2)
@@ -369,7 +372,7 @@ def test_sigint_stops_every_server_and_ray_process_it_started(world: World) -> N
     _out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     [run] = [
-        r for r in db_rows(db, "SELECT run_id, status, status_reason FROM bench_runs") if r["run_id"] not in before
+        r for r in db_rows(db, "SELECT run_id, status, status_reason FROM bench_runs") if r["run_id"] not in earlier
     ]
     assert run["status"] == "cancelled" and _rows(db, run["run_id"]) >= 1
     _nothing_left(world, [run["run_id"]])

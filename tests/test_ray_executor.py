@@ -33,7 +33,7 @@ from _bench_helpers import admit, db_rows, workload
 from _registry_helpers import model
 from _shared import built_once
 
-from specreg.benchmark.runstore import RunStore
+from specreg.benchmark.store.runstore import RunStore
 from specreg.exchange.bundle import export_bundle, import_bundles
 from specreg.exchange.portable import artifact_records, pair_records
 from specreg.exchange.ray_node import TaskOutcome, make_task, run_task

@@ -131,20 +131,20 @@ def test_the_registry_keeps_the_layout_and_a_registered_read_jumps(
     path = tmp_path / "qwen2.gguf"
     aged(Path(shutil.copyfile(real_vocab("qwen2"), path)))  # 151,936 tokens and 151,387 merges
     with Registry(tmp_path / "r.db", show_progress=False) as reg:
-        first = reg.artifacts_store.snapshot(path)
+        first = reg.snapshot(path)
         assert first.file.jumped == 0 and first.hashed  # not registered yet: walked and hashed
         rec = reg.add_artifact(path, snap=first)
         layout = statcache.layout_of(reg.database, rec.sha256)
         assert layout is not None and len(layout) == 2
-        again = reg.artifacts_store.snapshot(path)
+        again = reg.snapshot(path)
         assert again.file.jumped == 2 and not again.hashed and again.sha256 == rec.sha256
         _same(again.file, first.file)
 
         # a registry written before the layout existed: filled in by the next registration of the path
         with reg.write() as conn:
             conn.execute("UPDATE artifacts SET layout_json = NULL")
-        assert reg.artifacts_store.snapshot(path).file.jumped == 0
-        reg.add_artifact(path, snap=reg.artifacts_store.snapshot(path))
+        assert reg.snapshot(path).file.jumped == 0
+        reg.add_artifact(path, snap=reg.snapshot(path))
         assert statcache.layout_of(reg.database, rec.sha256) == layout
 
 

@@ -81,6 +81,24 @@ def test_ci_runs_exactly_the_readme_test_command_which_ends_with_the_wheel_check
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
     assert ci == test
     # the site is built strictly (a broken link or missing page fails) and without -q, which
-    # would hide the warnings --strict counts
-    assert " && .venv/bin/mkdocs build --strict && " in test
+    # would hide the warnings --strict counts; NO_MKDOCS_2_WARNING: mkdocs-material (9.7.2 on)
+    # prints a screenful of advice about MkDocs' future on every build unless it is set
+    assert " && NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict && " in test
     assert test.endswith("&& .venv/bin/python tools/check_wheel.py") and (ROOT / "tools" / "check_wheel.py").is_file()
+
+
+def test_the_commands_the_readme_runs_as_specreg_are_on_path_by_then() -> None:
+    """Issue 47: the walk says `specreg ...`; the install line puts the venv's bin on PATH
+    (`source .venv/bin/activate`), and the walk says so again before its first command."""
+    install = README.split("## Install", 1)[1].split("\n## ", 1)[0]
+    assert re.search(r"^python3 -m venv \.venv && .* && source \.venv/bin/activate$", install, flags=re.M), install
+    walk = README.split("## Five minutes with the pipeline", 1)[1]
+    first = walk.index("$ specreg ")
+    assert "$ source .venv/bin/activate" in walk[:first]
+
+
+def test_the_sign_command_says_what_it_needs() -> None:
+    """`specreg sign` needs the signing extra and a key of one's own: the README says both."""
+    row = next(line for line in README.splitlines() if line.startswith("| `specreg sign"))
+    assert "signing" in row and "key" in row
+    assert "'.[signing]'" in README and "docs/security.md#making-a-key" in README

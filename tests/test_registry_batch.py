@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ def test_get_artifacts_matches_get_artifact(reg: Registry, tmp_path: Path) -> No
     assert set(got) == {a.sha256, b.sha256}
     for sha, rec in got.items():
         full = reg.get_artifact(sha)
-        assert rec.summary is None and rec == full.model_copy(update={"summary": None})
+        assert rec.summary is None and rec == replace(full, summary=None)
     assert reg.get_artifacts([a.sha256], with_summary=True)[a.sha256] == reg.get_artifact(a.sha256)
     assert got[a.sha256].paths == [str(tmp_path / "a.gguf"), str(copy)]
     assert reg.get_artifacts([]) == {}

@@ -190,11 +190,11 @@ SCHEMA: dict[str, list[str]] = {
         "draft_sha256",
         "summary_json",
     ],
-    # each finished run's digest as the audit reads it (m012, specreg/benchmark/digest_cache.py)
+    # each finished run's digest as the audit reads it (m012, specreg/benchmark/store/digest_cache.py)
     "run_digests": ["run_id", "spread", "builder", "digest_json"],
     # chat-template scans by the template's SHA-256 (m010, specreg/registry/template_scans.py)
     "template_scans": ["template_sha256", "scanner", "scan_json", "scanned_at"],
-    # who vouched for an imported run: one row per verified envelope and run (m021, specreg/exchange/signing.py)
+    # who vouched for an imported run: one row per verified envelope and run (m021, specreg/signing/attestations.py)
     "run_attestations": [
         "run_id",
         "run_digest",
@@ -205,7 +205,31 @@ SCHEMA: dict[str, list[str]] = {
         "signed_at",
         "imported_at",
     ],
-    # result bundles (m005, specreg/benchmark/bundle_import.py); runs streamed from Ray nodes (m022)
+    # who vouched for an imported verdict: one row per verified envelope and verdict (m022, same module)
+    "verdict_attestations": [
+        "verdict_id",
+        "key_id",
+        "signer",
+        "bundle_digest",
+        "envelope_sha256",
+        "signed_at",
+        "imported_at",
+    ],
+    # a serving configuration judged against a memory budget (m023, specreg/registry/memory_fits.py)
+    "memory_fits": [
+        "id",
+        "target_sha256",
+        "draft_sha256",
+        "method",
+        "config",
+        "fits",
+        "budget_bytes",
+        "cache_ram_mib",
+        "ctx_checkpoints",
+        "fit_json",
+        "created_at",
+    ],
+    # result bundles (m005, specreg/exchange/bundle.py); runs streamed from Ray nodes (m024)
     "run_origins": [
         "run_id",
         "host",
@@ -245,6 +269,7 @@ REGISTRY_INDEXES = {
     "idx_pairs_draft",
     "idx_verdicts_pair",
     "idx_imported_verdicts_pair",
+    "idx_memory_fits_config",
 }
 
 
@@ -344,12 +369,12 @@ def test_m004_keeps_a_strict_check_beside_the_normal_verdict_of_existing_pairs(
         assert [p.id for p in reg.admitted_pairs()] == [1] and reg.admitted_pairs(strict=True) == []
 
 
-def test_m022_keeps_the_origins_of_imported_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A registry written before m022 (a run imported from a bundle) keeps that run's origin when
+def test_m024_keeps_the_origins_of_imported_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A registry written before m024 (a run imported from a bundle) keeps that run's origin when
     the table is made again to take runs streamed from Ray nodes (no bundle, a node)."""
     db_file = tmp_path / "r.db"
     shipped = mig.migrations._migrations
-    monkeypatch.setattr(mig.migrations, "_migrations", [m for m in shipped if m.name < "m022"])
+    monkeypatch.setattr(mig.migrations, "_migrations", [m for m in shipped if m.name < "m024"])
     with Registry(db_file) as reg, reg.write() as conn:
         conn.execute(
             "INSERT INTO artifacts (sha256, size, summary_json, licence_json, registered_at, updated_at) "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,7 @@ def _damaged_world(reg: Registry, tmp_path: Path) -> list[ArtifactRecord]:
         data[-1] ^= 0xFF
         victim.write_bytes(bytes(data))
         aged(victim, 30)
-    return [r.model_copy() for r in recs]
+    return [replace(r) for r in recs]
 
 
 def test_hashing_together_is_hashing_one_by_one(reg: Registry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

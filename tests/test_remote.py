@@ -20,6 +20,7 @@ from specreg.gguf.http_source import HttpSource
 from specreg.gguf.reader import open_gguf, read_gguf
 from specreg.gguf.summary import summarize
 from specreg.registry.store import Registry
+from specreg.remote import allowing, operation
 from specreg.testing import ModelSpec, write_model
 
 REPO = "acme/remote-GGUF"
@@ -139,8 +140,10 @@ def test_missing_file_offline_and_timeouts(
     assert_one_line_error(run_cli("inspect", "hf://acme"), "expected hf://ORG/REPO/FILE.gguf")
     online.repos[REPO].hang_s = 3.0
     blob = f"{online.cdn}/blobs/{FakeFile(path=files['big.gguf']).sha256}"
-    with pytest.raises(RemoteError, match="no answer within 1 s"):
-        HttpSource(blob, timeout_s=1)
+    with allowing(1), operation("reading the blob"), pytest.raises(RemoteError, match="did not finish within 1 s"):
+        HttpSource(blob)
+    line = assert_one_line_error(run_cli("inspect", blob, "--timeout", "1"), "127.0.0.2", "within 1 s", "--timeout")
+    assert line.startswith("error: 127.0.0.2:")
     go_offline(monkeypatch)
     assert_one_line_error(run_cli("inspect", f"hf://{REPO}/big.gguf"), "HF_HUB_OFFLINE")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import html
 import re
 import shlex
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -155,9 +156,9 @@ def test_runs_show_report(audit_world: AuditWorld, tmp_path: Path) -> None:
 def test_control_characters_never_reach_a_report_file(report: AuditReport, tmp_path: Path) -> None:
     """A name holding an ANSI sequence must not clear the screen of whoever `cat`s the report."""
     evil = "x\x1b[2J\x07\x00y"
-    pairs = [p.model_copy(update={"target_name": evil}) for p in report.pairs]
+    pairs = [replace(p, target_name=evil) for p in report.pairs]
     runs = [r.model_copy(update={"target_name": evil}) for r in report.runs]
-    models = {sha: m.model_copy(update={"name": evil, "file": evil}) for sha, m in report.models.items()}
+    models = {sha: replace(m, name=evil, file=evil) for sha, m in report.models.items()}
     hostile = report.model_copy(update={"pairs": pairs, "runs": runs, "models": models})
     html_text = write_audit_report(tmp_path / "a.html", hostile)[0].read_text("utf-8")
     md_text = write_audit_report(tmp_path / "a.md", hostile)[0].read_text("utf-8")

@@ -11,6 +11,7 @@ the test's tmp dir (the path is in any failure message). `.ci/run` installs chro
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -49,7 +50,7 @@ def test_audit_report_in_a_browser(audit_world: AuditWorld, browser: Browser, tm
     # a registry's worth of pairs and decisions: the decision still fits the first screen
     many = report.model_copy(
         update={
-            "pairs": [p.model_copy(update={"pair_id": 100 + i}) for i in range(8) for p in report.pairs],
+            "pairs": [replace(p, pair_id=100 + i) for i in range(8) for p in report.pairs],
             "decisions": report.decisions * 10,
         }
     )

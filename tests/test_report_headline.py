@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,7 @@ def test_headline_per_stratum_when_no_pair_passes_overall(report: AuditReport, t
     fake = report.model_copy(
         update={
             "passed": False,
-            "pairs": [p.model_copy(update={"passed": False}) for p in report.pairs],
+            "pairs": [replace(p, passed=False) for p in report.pairs],
             "decisions": [_decision(report, "repetitive", {ids[0]}), _decision(report, "chat", set())],
         }
     )
@@ -79,7 +80,7 @@ def test_terminal_audit_prints_the_headline(audit_world: AuditWorld, report: Aud
 def test_a_fleets_headline_groups_every_count_alike(report: AuditReport) -> None:
     """'2,000 of 4,600 pairs': the counts before "of" are grouped like the totals after it (a
     fleet's audit read '2000 of 4,600 pairs pass every gate')."""
-    many = [p.model_copy(update={"pair_id": i, "passed": i < 2000}) for i, p in enumerate(report.pairs * 1534)][:4600]
+    many = [replace(p, pair_id=i, passed=i < 2000) for i, p in enumerate(report.pairs * 1534)][:4600]
     ids = {p.pair_id for p in many[:1600]}
     big = report.model_copy(update={"pairs": many, "decisions": []})
     big = big.model_copy(update={"decisions": [_decision(big, "chat", ids)]})

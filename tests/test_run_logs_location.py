@@ -8,7 +8,7 @@ from pathlib import Path
 from _bench_helpers import admit, workload
 from _registry_helpers import model
 
-from specreg.benchmark.runner import Runner
+from specreg.benchmark.run.runner import Runner
 from specreg.registry.store import Registry
 from specreg.schemas.bench_settings import BenchSettings
 

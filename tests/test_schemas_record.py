@@ -1,20 +1,24 @@
-"""Records are dataclasses that pydantic validates at the JSON edges; the pydantic-free paths of
-`check pair` (licence records read and written, verdicts' checks written) say what pydantic says."""
+"""Records are plain dataclasses; pydantic validates and writes them at the JSON edges through
+`schemas.record`'s functions (one adapter per type), never through methods of their own."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import json
 import math
+import pkgutil
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from specreg.registry.licence import read_record
+import specreg
 from specreg.schemas.checks import CheckResult
 from specreg.schemas.memory import ServeSettings
-from specreg.schemas.record import plain_json, plain_list_json
+from specreg.schemas.record import from_json, from_python, to_json, to_python
 from specreg.schemas.registry import LICENCE_PRECEDENCE, LicenceRecord, LicenceSource
 
 _text = st.none() | st.text(max_size=12)
@@ -30,59 +34,39 @@ _records = st.builds(
 
 @settings(max_examples=200, deadline=None)
 @given(_records)
-def test_a_licence_record_is_written_and_read_as_pydantic_does(rec: LicenceRecord) -> None:
-    text = plain_json(rec)
-    assert text == rec.model_dump_json()
-    assert read_record(text) == LicenceRecord.model_validate_json(text) == rec
+def test_a_licence_record_is_written_and_read_back_as_it_was(rec: LicenceRecord) -> None:
+    """The registry's `licence_json` text is what it always was (compact JSON, text as UTF-8),
+    and reads back to the same record."""
+    text = to_json(rec)
+    assert text == json.dumps(dataclasses.asdict(rec), ensure_ascii=False, separators=(",", ":"))
+    assert from_json(LicenceRecord, text) == rec
+    assert from_python(LicenceRecord, to_python(rec)) == rec
 
 
-_KEYS = st.sampled_from(["sources", "source", "value", "name", "link", "effective", "effective_source", "conflict"])
-_JUNK = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=6) | st.sampled_from(LICENCE_PRECEDENCE),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEYS, inner, max_size=4),
-    max_leaves=12,
-)
-
-
-@settings(max_examples=300, deadline=None)
-@given(_JUNK)
-def test_what_the_licence_reader_takes_pydantic_takes_alike(junk: object) -> None:
-    """On any JSON value the hand reader either refuses it or reads what pydantic reads (it may
-    refuse more: pydantic's lax mode takes "true" for a boolean; specreg never writes that)."""
-    text = json.dumps(junk)
-    try:
-        mine = read_record(text)
-    except ValueError:
-        return
-    assert mine == LicenceRecord.model_validate_json(text)
-
-
-def test_the_licence_reader_refuses_what_the_registry_cannot_hold() -> None:
+def test_a_licence_record_the_registry_cannot_hold_is_refused() -> None:
     for raw in ('{"sources": 1}', '{"sources": [{"source": "elsewhere"}]}',
                 '{"effective": "\\udcff"}', "[1", "", '{"effective": 3}'):  # fmt: skip
-        with pytest.raises(ValueError):
-            read_record(raw)
-        with pytest.raises(ValidationError):
-            LicenceRecord.model_validate_json(raw)
-    with pytest.raises(ValueError):  # stricter than pydantic's lax "yes" -> True: specreg writes booleans
-        read_record('{"conflict": "yes"}')
+        with pytest.raises(ValueError):  # pydantic's ValidationError is one
+            from_json(LicenceRecord, raw)
 
 
-def test_checks_are_stored_as_pydantic_would_write_them() -> None:
-    """JSON's own types without pydantic; a NaN (not JSON) or a set goes through pydantic's
-    serializer (null, a list), never into the registry as `NaN`."""
+def test_checks_are_stored_as_json_even_when_their_evidence_is_not() -> None:
+    """A NaN (not JSON) or a set goes through pydantic's serializer (null, a list), never into the
+    registry as `NaN`; a list of checks is written by the adapter of the list's type."""
     plain = CheckResult(code="a", severity="warn", message="m", evidence={"n": 1, "xs": [1, "b"], "t": (1, 2)})
     odd = CheckResult(code="b", severity="info", message="m", evidence={"r": math.nan, "s": {3}})
-    for c in (plain, odd):
-        assert plain_list_json([c], list[CheckResult]) == json.dumps([c.model_dump(mode="json")])
-        assert plain_json(c) == c.model_dump_json()
-    assert json.loads(plain_list_json([plain, odd], list[CheckResult]))[1]["evidence"] == {"r": None, "s": [3]}
+    stored = json.loads(to_json([plain, odd], list[CheckResult]))
+    assert stored[0]["evidence"] == {"n": 1, "xs": [1, "b"], "t": [1, 2]}
+    assert stored[1]["evidence"] == {"r": None, "s": [3]}
+    assert from_json(list[CheckResult], to_json([plain], list[CheckResult])) == [
+        replace(plain, evidence=stored[0]["evidence"])
+    ]
 
 
 def test_a_check_made_in_code_repairs_undecodable_text() -> None:
     c = CheckResult(code="vocab.text", severity="error", message="token '\udcff'", evidence={"t": ["\udcfe"]})
     assert c.message == "token '\\xff'" and c.evidence == {"t": ["\\xfe"]}
-    assert CheckResult.model_validate_json(c.model_dump_json()) == c
+    assert from_json(CheckResult, to_json(c)) == c
 
 
 def test_serve_settings_refuse_what_llama_server_refuses() -> None:
@@ -91,5 +75,22 @@ def test_serve_settings_refuse_what_llama_server_refuses() -> None:
         with pytest.raises(ValueError, match=next(iter(bad))):
             ServeSettings(**bad)  # type: ignore[arg-type]
     with pytest.raises(ValidationError):
-        ServeSettings.model_validate({"slots": 0})
-    assert ServeSettings().model_copy(update={"slots": 4}).slots == 4
+        from_python(ServeSettings, {"slots": 0})
+    assert replace(ServeSettings(), slots=4).slots == 4
+    with pytest.raises(ValueError, match="slots"):
+        replace(ServeSettings(), slots=0)  # a copy is checked as a new record is
+
+
+def test_no_dataclass_wears_pydantic_method_names() -> None:
+    """`x.model_dump()` means that `x` is a pydantic model: no dataclass of the package answers it."""
+    dressed = []
+    for info in pkgutil.walk_packages(specreg.__path__, "specreg."):
+        if info.name.startswith(("specreg.testing", "specreg.exchange.ray")) or info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for obj in vars(module).values():
+            if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == info.name:
+                dressed += [
+                    f"{info.name}.{obj.__name__}" for name in ("model_dump", "model_validate") if hasattr(obj, name)
+                ]
+    assert dressed == []

@@ -21,8 +21,8 @@ from _bundle_helpers import dump, members, rename_run, rewrite
 from _signing_helpers import ecdsa_key, ed25519_key, statement
 
 from specreg.exchange.bundle_format import HEADER
-from specreg.exchange.dsse import public_key
-from specreg.exchange.signing import BUNDLE_PREDICATE, envelope_name
+from specreg.exchange.bundle_signatures import BUNDLE_PREDICATE, envelope_name
+from specreg.signing.dsse import public_key
 
 
 @pytest.fixture
@@ -126,10 +126,22 @@ def test_import_verifies_and_records_who_signed_each_run(
     dest = tmp_path / "dest.db"
     code, out, err = specreg("import", str(bundle), db=dest)
     assert code == 0, err
-    assert "signatures verified: 1 run attestation recorded" in out
     kid = _kid(keys["alice"][1])
     rows = _rows(dest, "SELECT run_id, key_id, signer FROM run_attestations")
     assert rows == [(audit_world.run_id, kid, None)]
+    # the bundle's own verdicts are signed with it (the statement binds pairs.jsonl): one row each
+    n_verdicts = len(members(bundle)["pairs.jsonl"].splitlines())
+    assert _rows(dest, "SELECT count(*), count(DISTINCT verdict_id) FROM verdict_attestations") == [(4, 4)]
+    assert n_verdicts == 4  # four pairs of one verdict each in the shared world
+    # the counts printed are the rows stored: the same bundle three times stores each row once
+    assert "signatures verified: 1 run attestation, 4 verdict attestations recorded" in " ".join(out.split())
+    thrice = tmp_path / "thrice.db"
+    code, out, err = specreg("import", str(bundle), str(bundle), str(bundle), db=thrice)
+    assert code == 0, err
+    assert "signatures verified: 1 run attestation, 4 verdict attestations recorded" in " ".join(out.split())
+    assert _rows(thrice, "SELECT count(*) FROM run_attestations") == [(1,)]
+    code, out, err = specreg("import", str(bundle), db=thrice)  # again: nothing new, nothing claimed
+    assert code == 0 and "signatures verified" not in out, out
     # with a policy, the key gets the policy's name; importing again changes nothing else
     pol = tmp_path / "trust.toml"
     pol.write_text('[trust]\nsigners = { alice = "keys/alice.pub.pem" }\n')
@@ -215,7 +227,7 @@ def _flip_signature(raw: dict) -> None:
 def test_every_damaged_or_misplaced_envelope_is_refused_and_nothing_is_imported(
     audit_world: AuditWorld, source: Path, keys: dict, tmp_path: Path
 ) -> None:
-    from specreg.exchange.dsse import load_signer, sign_statement
+    from specreg.signing.dsse import load_signer, sign_statement
 
     priv, pub = keys["alice"]
     bundle = _signed(source, tmp_path, priv)
@@ -259,10 +271,65 @@ def test_every_damaged_or_misplaced_envelope_is_refused_and_nothing_is_imported(
     pol = tmp_path / "bob-only.toml"
     pol.write_text(f'[trust]\nsigners = {{ bob = "{bob_kid}" }}\nrequire_signed_evidence = true\n')
     _refused(dest, bundle, "which is not in [trust] signers", _kid(pub)[:16], policy=pol)
-    _refused(dest, unsigned, f"run {audit_world.run_id} is not signed", policy=pol)
+    _refused(dest, unsigned, f"run {audit_world.run_id} is unsigned", "require_signed_evidence", policy=pol)
     # a resealed bundle listing a signature in its manifest
     listed = rewrite(bundle, w / "listed.zip", lambda d, h: None)
     _refused(dest, listed, "the manifest lists a signature")
+
+
+def test_an_untrusted_extra_envelope_is_recorded_and_ignored_for_trust(
+    audit_world: AuditWorld, source: Path, keys: dict, tmp_path: Path
+) -> None:
+    """Envelopes sit outside the manifest: anyone in transit can add one. A verified envelope by a
+    key the policy does not name is recorded, never trusted, and never blocks a bundle that the
+    trusted signatures cover (it imports the same as with that envelope stripped)."""
+    bundle = _signed(source, tmp_path, keys["alice"][0])
+    assert specreg("sign", str(bundle), "--key", str(keys["bob"][0]), db=source)[0] == 0  # bob: a stranger
+    alice, bob = _kid(keys["alice"][1]), _kid(keys["bob"][1])
+    stripped = _with(bundle, tmp_path / "stripped.zip", envelope_name(bob), None)
+    pol = tmp_path / "alice.toml"
+    pol.write_text(f'[trust]\nsigners = {{ alice = "{alice}" }}\nrequire_signed_evidence = true\n')
+    with_bob, without = tmp_path / "with-bob.db", tmp_path / "without.db"
+    code, out, err = specreg("import", "--policy", str(pol), str(bundle), db=with_bob)
+    assert code == 0, err
+    assert f"signed by key {bob[:16]}, not in [trust] signers: recorded, not trusted" in " ".join(out.split())
+    assert specreg("import", "--policy", str(pol), str(stripped), db=without)[0] == 0
+    signers = "SELECT key_id, signer FROM run_attestations ORDER BY key_id"
+    assert sorted(_rows(with_bob, signers)) == sorted([(alice, "alice"), (bob, None)])
+    assert _rows(without, signers) == [(alice, "alice")]
+    same = "SELECT run_id, run_digest FROM run_origins"
+    assert _rows(with_bob, same) == _rows(without, same)
+    # a bundle only the stranger signed: recorded under a policy that does not require signatures ...
+    only_bob = _with(bundle, tmp_path / "only-bob.zip", envelope_name(alice), None)
+    loose = tmp_path / "loose.toml"
+    loose.write_text(f'[trust]\nsigners = {{ alice = "{alice}" }}\n')
+    assert specreg("import", "--policy", str(loose), str(only_bob), db=tmp_path / "loose.db")[0] == 0
+    assert _rows(tmp_path / "loose.db", signers) == [(bob, None)]
+    # ... and refused, naming the stranger's key, where the policy requires a trusted signer
+    line = _refused(tmp_path / "strict.db", only_bob, f"signed only by key {bob[:16]}", policy=pol)
+    assert "not in [trust] signers" in line
+
+
+def test_sign_refuses_what_import_would_refuse(source: Path, keys: dict, tmp_path: Path) -> None:
+    """`sign` checks the envelopes a bundle already carries (it never signs a bundle that import
+    will refuse), and says what it did not do: sign."""
+    import os
+
+    bundle = _signed(source, tmp_path, keys["alice"][0])
+    name = envelope_name(_kid(keys["alice"][1]))
+    damaged = _with(bundle, tmp_path / "damaged.zip", name, _edit_envelope(members(bundle)[name], _flip_signature))
+    before = damaged.read_bytes()
+    code, _, err = specreg("sign", str(damaged), "--key", str(keys["bob"][0]), db=source)
+    assert code == 2 and err.count("error:") == 1 and "Traceback" not in err, err
+    line = " ".join(err.split())
+    assert "does not verify" in line and name in line and "nothing was signed" in line, line
+    assert damaged.read_bytes() == before
+    fifo = tmp_path / "fifo.zip"
+    os.mkfifo(fifo)
+    code, _, err = specreg("sign", str(fifo), "--key", str(keys["bob"][0]), db=source)
+    line = " ".join(err.split())
+    assert code == 2 and "not a regular file" in line and "nothing was signed" in line, line
+    assert "imported" not in line
 
 
 def _other_host(audit_world: AuditWorld, bundle: Path, dest: Path) -> Path:
@@ -428,3 +495,93 @@ def test_the_example_fleet_policy_requires_signed_evidence_and_the_local_one_doe
     assert local.trust.require_signed_evidence is False and local.trust.signers == {}
     # otherwise the same policy: only the name, the trust table and comments differ
     assert fleet.model_dump(exclude={"name", "trust"}) == local.model_dump(exclude={"name", "trust"})
+
+
+def test_a_signed_verdict_stands_where_the_files_are_not(
+    audit_world: AuditWorld, source: Path, keys: dict, tmp_path: Path
+) -> None:
+    """A central registry audits a fleet from signed bundles alone: the shared world's real run and
+    verdicts, exported signed by lab-a, imported where no model file is. Under a policy naming
+    lab-a its verdicts stand as lab-a's ("admitted by lab-a, signed") in `pairs`, the audit and
+    the report; the integrity gate says it re-hashed nothing and whose SHA-256s it rests on.
+    Under a policy naming someone else, or with the envelope stripped, nothing stands; a check
+    made here wins over the signed verdict."""
+    lab_a, lab_b = keys["alice"], keys["bob"]
+    bundle = _signed(source, tmp_path, lab_a[0])
+    trusting = _trust_policy(audit_world, tmp_path / "trusting", {"lab-a": str(lab_a[1])}, True)
+    other = _trust_policy(audit_world, tmp_path / "other", {"lab-b": str(lab_b[1])}, False)
+    central = tmp_path / "central.db"
+    code, out, err = specreg("import", "--policy", str(trusting), str(bundle), db=central)
+    assert code == 0, err
+    assert "4 verdict attestations recorded" in " ".join(out.split())
+
+    def ident(p: dict) -> tuple[str, str | None, str]:
+        return p["target_sha256"], p.get("draft_sha256"), p["method"]
+
+    # pair ids are this registry's own: the world's pairs found here by what they are
+    theirs = {ident(p): p["id"] for p in json.loads(specreg("pairs", "--json", db=source)[1])}
+    here = {ident(p): p["id"] for p in json.loads(specreg("pairs", "--json", db=central)[1])}
+    ids = {name: here[next(k for k, v in theirs.items() if v == pid)] for name, pid in audit_world.pairs.items()}
+    pair = str(ids["draft-simple"])
+    # pairs: as recorded (another machine's word), and as the policy has it stand
+    rows = {p["id"]: p for p in json.loads(specreg("pairs", "--json", db=central)[1])}
+    assert not rows[int(pair)]["checked_here"] and not rows[int(pair)]["admitted"]
+    code, out, _ = specreg("pairs", "--policy", str(trusting), "--json", db=central)
+    stood = {p["id"]: p for p in json.loads(out)}
+    assert stood[int(pair)]["admitted"] and stood[int(pair)]["signed_verdict"]["signed_by"] == ["lab-a"]
+    assert not stood[ids["near-miss"]]["admitted"]  # lab-a rejected it: signed, still rejected
+    code, out, _ = specreg("pairs", "--policy", str(trusting), "--admitted", db=central)
+    assert "admitted by lab-a, signed" in out and "near-miss" not in out
+    # the audit of every pair: lab-a's admitted pairs, judged on lab-a's signed run
+    md = tmp_path / "central.md"
+    code, out, err = specreg("audit", "--all", "--policy", str(trusting), "--report", str(md), db=central)
+    assert code in (0, 1), err
+    assert f"pair {pair} verdict: admitted by lab-a, signed" in " ".join(out.split())
+    report = json.loads(specreg("audit", "--all", "--policy", str(trusting), "--json", db=central)[1])
+    audited = {p["pair_id"]: p for p in report["pairs"]}
+    assert set(audited) == {ids[m] for m in ("draft-simple", "ngram-simple", "ngram-mod")}
+    mine = audited[int(pair)]
+    gates = {g["gate"]: g for g in mine["gates"]}
+    assert mine["passed"] and mine["signed_verdict"] == "admitted by lab-a, signed"
+    assert gates["verdict"]["message"].startswith("admitted by lab-a, signed (made on ")
+    header = json.loads(members(bundle)[HEADER])
+    for role, sha in (("target", mine["target_sha256"]), ("draft", mine["draft_sha256"])):
+        assert (
+            f"{role} not on this machine, not re-hashed here: sha256 {sha} as lab-a signed it"
+            in (gates["integrity"]["message"])
+        )
+        art = gates["integrity"]["evidence"]["artifacts"][role]
+        assert art["ok"] is None and art["vouched_by"] == "lab-a"
+    assert "match" not in gates["integrity"]["message"]  # nothing claims a re-hash it did not do
+    assert gates["rollback"]["passed"] and "lab-a's run" in gates["rollback"]["message"]
+    assert report["runs"][0]["attested_by"].startswith("signed by lab-a")
+    assert f"pair {pair} draft-simple: passes every gate (verdict admitted by lab-a, signed)" in md.read_text()
+    assert header["digest"][:16] in gates["verdict"]["message"]
+    # a policy that names someone else: nothing stands, and the refusal names the key that signed
+    code, _, err = specreg("audit", "--all", "--policy", str(other), db=central)
+    line = " ".join(err.split())
+    assert code == 2 and err.count("error:") == 1, err
+    assert "no admitted pairs to audit" in line and f"signed only by key {_kid(lab_a[1])[:16]}" in line
+    assert "not in [trust] signers" in line
+    report = json.loads(specreg("audit", "--pair", pair, "--policy", str(other), "--json", db=central)[1])
+    verdict = next(g for g in report["pairs"][0]["gates"] if g["gate"] == "verdict")
+    assert not verdict["passed"] and f"signed only by key {_kid(lab_a[1])[:16]}" in verdict["message"]
+    assert report["pairs"][0]["signed_verdict"] is None
+    # the same bundle without its envelope: the verdicts are evidence only, under the trusting policy too
+    bare = tmp_path / "bare.db"
+    stripped = _with(bundle, tmp_path / "stripped.zip", envelope_name(_kid(lab_a[1])), None)
+    assert specreg("import", str(stripped), db=bare)[0] == 0
+    code, _, err = specreg("audit", "--all", "--policy", str(trusting), db=bare)
+    assert code == 2 and "no admitted pairs to audit" in err, err
+    # a check made here wins: with the files registered and checked, the verdict is this machine's
+    for f in (audit_world.target, audit_world.draft):
+        assert specreg("register", str(f), db=central)[0] == 0
+    assert specreg("check", "pair", str(audit_world.target), str(audit_world.draft), db=central)[0] == 0
+    report = json.loads(specreg("audit", "--pair", pair, "--policy", str(trusting), "--json", db=central)[1])
+    checked = report["pairs"][0]
+    verdict = next(g for g in checked["gates"] if g["gate"] == "verdict")
+    assert checked["signed_verdict"] is None and verdict["passed"] and "lab-a" not in verdict["message"]
+    integrity = next(g for g in checked["gates"] if g["gate"] == "integrity")
+    assert (
+        "match their registered SHA-256" in integrity["message"] and "not on this machine" not in integrity["message"]
+    )

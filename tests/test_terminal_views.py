@@ -125,10 +125,35 @@ def test_audit_names_the_run_it_judged(
     assert re.search(r"evidence, equivalence, speed, memory$", out, re.M)  # the gates, never cut
 
 
+def test_a_run_decided_by_the_older_sequence_says_so(
+    sweep_world: SimpleNamespace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run records the method that decided it (decision/bar.py); one that records none was
+    decided by the two-sided sequence before it, and `runs show` says so beside its decisions."""
+    from specreg.commands.views.run_detail import show_run
+
+    def shown(run: object) -> str:
+        buf = io.StringIO()
+        monkeypatch.setattr("sys.stdout", buf)
+        show_run(run)  # type: ignore[arg-type]
+        return " ".join(buf.getvalue().split())
+
+    monkeypatch.setenv("COLUMNS", "120")
+    run = sweep_world.run.model_copy(deep=True)
+    assert "decided against 1.05x (after the planned rounds):" in shown(run)
+    for s in run.summaries:
+        s.decision_method = None
+    assert (
+        "decided against 1.05x (after the planned rounds; an older run, decided by the two-sided sequence):"
+        in shown(run)
+    )
+
+
 def test_a_mismatch_is_marked_and_coloured(
     sweep_world: SimpleNamespace, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from specreg.commands.views.bench import MISMATCH_MARK, show_run
+    from specreg.commands.views.cells import MISMATCH_MARK
+    from specreg.commands.views.run_detail import show_run
 
     run = sweep_world.run.model_copy(deep=True)
     s = next(s for s in run.summaries if s.condition == "draft-simple k4 c2" and s.stratum == "all")
@@ -197,7 +222,7 @@ def _progress_run(monkeypatch: pytest.MonkeyPatch, columns: int, n_rounds: int =
     `columns`; the screen's lines as they were written (split at every CR and LF, colours removed)."""
     from datetime import datetime
 
-    from specreg.commands.views.bench import ProgressView
+    from specreg.commands.views.progress import ProgressView
     from specreg.schemas.bench import ConditionRun, ConditionSpec, RequestRow, RunInfo, SpecCounters
 
     term = _Tty()

@@ -14,8 +14,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from specreg import __version__
-from specreg.exchange.dsse import STATEMENT_TYPE, key_id, open_envelope, public_pem, sign_statement
 from specreg.schemas.audit import AuditReport
+from specreg.signing.dsse import STATEMENT_TYPE, key_id, open_envelope, public_pem, sign_statement
 
 if TYPE_CHECKING:
     from securesystemslib.signer import Signer

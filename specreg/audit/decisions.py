@@ -10,6 +10,7 @@ decision names the best draft length.
 from __future__ import annotations
 
 import shlex
+from dataclasses import replace
 
 from specreg.schemas.audit import (
     NO_SPECULATION,
@@ -156,7 +157,7 @@ def decide(audits: list[PairAudit], runs: dict[str, RunDigest]) -> list[StratumD
                         speedup_ci95=best.speedup_ci95 if best else None,
                         run_id=audit.run_id if audit else None,
                         candidates=cands,
-                        unchecked=promising.model_copy() if promising else None,
+                        unchecked=replace(promising) if promising else None,
                     )
                 )
     return out

@@ -32,8 +32,10 @@ from specreg.schemas.audit import (
     PairAudit,
 )
 from specreg.schemas.bench import ALL_STRATA, RequestSettings
-from specreg.schemas.memory import DEFAULT_CACHE_RAM_MIB, DEFAULT_CTX_CHECKPOINTS
+from specreg.schemas.memory import DEFAULT_CACHE_RAM_MIB, DEFAULT_CTX_CHECKPOINTS, MemoryFit, ServeSettings
 from specreg.servers.bundled_server import NGRAM_FLAGS, build_parser, ngram_dest
+from specreg.servers.memory_predict import parse_layers
+from specreg.units import size_text
 
 PROGRAM = "llama-server"
 BUNDLED_MODULE = "specreg.servers.bundled_server"
@@ -64,7 +66,7 @@ def _fail(message: str) -> NoReturn:
 
 @functools.cache
 def _parser() -> argparse.ArgumentParser:
-    """One parser for every recorded command: an audit reads thousands, and building one costs ~1 ms."""
+    """One parser for every recorded command: an audit reads thousands, and building a parser is not free."""
     parser = build_parser()
     parser.error = _fail  # type: ignore[method-assign]  # argparse would print and exit the process
     return parser
@@ -130,6 +132,10 @@ def server_argv(
         if value is not None:
             argv += [flag, str(value)]
     argv += ["-c", str(ns.ctx_size), "-np", str(ns.parallel)]
+    if ns.cache_type_k is not None:
+        argv += ["-ctk", ns.cache_type_k]
+    if ns.cache_type_v is not None:
+        argv += ["-ctv", ns.cache_type_v]
     # what the memory prediction assumed the server keeps over time, pinned: a later build's
     # defaults cannot grow production past the audited figure (validators/memory_served.py)
     cache_ram = DEFAULT_CACHE_RAM_MIB if ns.cache_ram is None else ns.cache_ram
@@ -166,6 +172,46 @@ def server_argv(
     if port is not None:
         argv += ["--port", str(port)]
     return argv
+
+
+def serving_settings(argv: list[str]) -> ServeSettings:
+    """The serving configuration of a llama-server argv (`server_argv`'s), as a memory fit is
+    keyed by it (schemas/memory.py config_key)."""
+    ns = _parse(argv[1:])
+    return ServeSettings(
+        ctx_size=ns.ctx_size,
+        slots=ns.parallel,
+        cache_type_k=ns.cache_type_k or "f16",
+        cache_type_v=ns.cache_type_v or "f16",
+        gpu_layers=parse_layers(ns.ngl),
+        swa_full=ns.swa_full,
+    )
+
+
+def pin_fit(plan: DeployCommand, fit: MemoryFit) -> None:
+    """The speculative command under the memory fit `check pair --budget` recorded for its
+    configuration: --cache-ram and --ctx-checkpoints lowered to the largest that fit (never
+    raised), and a note that says so; when nothing fits, only the note. The rollback keeps the
+    measured baseline's flags: it is another configuration (the target alone)."""
+    argv = plan.argv
+    if argv is None:
+        return
+    when = f"check pair --budget, {fit.created_at:%Y-%m-%d %H:%M}" if fit.created_at else "check pair --budget"
+    budget = f"{size_text(fit.budget_bytes)} ({fit.budget_source})" if fit.budget_bytes else "its budget"
+    if fit.cache_ram_mib is None or fit.ctx_checkpoints is None:
+        plan.notes.append(f"this configuration does not fit {budget}, even with no prompt cache ({when})")
+        return
+    changed = []
+    for flag, cap in (("--cache-ram", fit.cache_ram_mib), ("--ctx-checkpoints", fit.ctx_checkpoints)):
+        i = argv.index(flag) + 1
+        now = int(argv[i])
+        if now < 0 or now > cap:  # -1: no size limit
+            argv[i] = str(cap)
+            changed.append(f"{flag} {cap}")
+    if changed:
+        plan.notes.append(f"{' '.join(changed)}: the largest that fit {budget} for this configuration ({when})")
+    else:
+        plan.notes.append(f"fits {budget} as measured ({when})")
 
 
 def try_server_argv(command: list[str] | None, request: RequestSettings | None) -> list[str] | None:
@@ -277,10 +323,21 @@ def plan_deploy(
 ) -> DeployCommand:
     """The command for `pair_id`'s best audited condition, or a refusal naming the failing gates.
 
-    Without `stratum` the pair must pass every gate over the whole workload (at `concurrency`,
-    default the audited one); with it, the pair-wide gates and that stratum's. `program` None:
-    the binary the run used when it was the user's own, else `llama-server`. Raises SpecregError
-    when the audit does not hold the pair, or the stratum was not measured at all.
+    Args:
+        report: the audit that judged the pair.
+        pair_id: the pair to deploy.
+        stratum: None: the pair must pass every gate over the whole workload; a stratum: the
+            pair-wide gates and that stratum's.
+        concurrency: the level to deploy at (default: the audited one).
+        program: the binary to name (None: the run's own when it was the user's, else
+            `llama-server`).
+        port: the port the command serves on (None: llama-server's default).
+        request: the run's sampling settings, pinned where the condition recorded none of its
+            own (None: greedy).
+
+    Raises:
+        SpecregError: when the audit does not hold the pair, or the stratum was not measured
+            at all.
     """
     pa = next((p for p in report.pairs if p.pair_id == pair_id), None)
     if pa is None:
@@ -298,7 +355,7 @@ def plan_deploy(
     levels = run.concurrency_levels if run else []
     conc = concurrency if concurrency is not None else (pa.concurrency or (levels[0] if levels else None))
     out.concurrency = conc
-    base = run.baseline(conc) if run else None
+    base = run.rollback(conc) if run else None  # as the audit's rollback gate chose it
     if base is not None and base.command:
         prog = program or recorded_program(base.command)
         out.rollback_argv = server_argv(base.command, program=prog, request=request, port=port)

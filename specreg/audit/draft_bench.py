@@ -7,8 +7,8 @@ survivors at twice the repetitions, and the last survivor runs once more with th
 the policy's evidence gate wants (with `--tune`, tuning its draft length) until decided or the
 budget ends.
 
-The halving is planned from the budget so that the last round gets what the audit needs: a
-winner left with two repetitions was refused by the policy's minimum. After round 1 every
+The halving is planned from the budget so that the last round gets what the audit needs (a
+winner measured with fewer repetitions than the policy's minimum would be refused). After round 1 every
 candidate's cost is known from its own run (a server start, then one repetition: the slot
 seconds of its stored requests, priced by `decision.budget.round_seconds`, the same pricing
 `bench --budget` plans its rounds with). The final round's share, the start plus the policy's
@@ -16,7 +16,7 @@ seconds of its stored requests, priced by `decision.budget.round_seconds`, the s
 (the leader goes straight to the final), and when what is left cannot hold the final round
 the run stops there and says which `--budget` would decide it, instead of measuring a winner
 the audit must refuse. The final run is a `--budget` run, so the evidence gate judges it on
-its anytime-valid decision when it stops early decided (issue 32).
+its anytime-valid decision when it stops early decided.
 
 Every run goes through `benchmark.runner.Runner.bench_pair` - the entry point `bench admitted`
 uses - so it is stored, keyed and budgeted exactly as `bench admitted` stores it; the winner
@@ -33,16 +33,17 @@ import math
 import shlex
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specreg.decision import budget as budget_mod
 from specreg.errors import SpecregError, UsageError
-from specreg.lazyclass import dataclass
 from specreg.schemas.drafts import BenchOutcome, DraftReport, DraftRow, HalvingRound
 from specreg.schemas.methods import BASELINE, MODEL_DRAFTED
 
 if TYPE_CHECKING:
+    from specreg.benchmark.run.context import Observer
     from specreg.registry.store import Registry
     from specreg.schemas.audit import Policy
     from specreg.schemas.bench import BenchRun
@@ -125,11 +126,18 @@ def final_seconds(cost: RunCost, min_repetitions: int) -> float:
     return 1.1 * cost.seconds(min_repetitions)
 
 
-def bench_drafts(reg: Registry, report: DraftReport, plan: BenchPlan, say: Callable[[str], None]) -> BenchOutcome:
-    """Successive halving over the top `plan.n` measurable candidates (module docstring)."""
+def bench_drafts(
+    reg: Registry,
+    report: DraftReport,
+    plan: BenchPlan,
+    say: Callable[[str], None],
+    observer: Observer | None = None,
+) -> BenchOutcome:
+    """Successive halving over the top `plan.n` measurable candidates (module docstring); each
+    run reports its progress through `observer` (default: silently)."""
     from specreg.audit.deploy import plan_deploy
     from specreg.audit.fleet import audit_by_hardware
-    from specreg.benchmark.runner import Runner
+    from specreg.benchmark.run.runner import Runner
     from specreg.schemas.bench_settings import BenchSettings
 
     if plan.tune and plan.budget_s is None:
@@ -164,7 +172,7 @@ def bench_drafts(reg: Registry, report: DraftReport, plan: BenchPlan, say: Calla
             methods=[BASELINE, row.method], workload=plan.workload, repeat=repeat, budget_s=budget, tune=tune,
             server=str(plan.server) if plan.server else None,
         )  # fmt: skip
-        runner = Runner(reg, opts)
+        runner = Runner(reg, opts, observer)
         pair = reg.get_pair(pair_of[label(row)])
         t0 = time.monotonic()
         try:

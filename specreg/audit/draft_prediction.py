@@ -35,11 +35,10 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from specreg.benchmark import tune_curve as tune
-from specreg.lazyclass import dataclass
+from specreg.benchmark.plan import tune_curve as tune
 from specreg.schemas.drafts import ErrorStat, Prediction, PriorFit
 from specreg.schemas.methods import BASELINE, MODEL_DRAFTED
 
@@ -285,9 +284,8 @@ def _family_alpha(
     moved to this candidate's size: its logit(alpha) along the prior's slope b by the difference
     in log10 size ratio, its r as its cost offset plus this candidate's weight-bytes ratio
     (`at`: this candidate's log10 size ratio and bytes ratio). A family's name carries no size
-    (Cyc-100M and Cyc-1B-copy are one family): taking a one-layer draft's alpha and measured r
-    for a full-size copy, and the other way round, made the tiny pairs' measured / predicted
-    0.41 and 2.17."""
+    (Cyc-100M and Cyc-1B-copy are one family), so a one-layer draft's alpha and measured r,
+    taken as they are for a full-size copy (or the other way round), would mispredict it by far."""
     tf, df = book.families(target), book.families(draft)
     if tf == (None, None):
         return None

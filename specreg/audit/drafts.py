@@ -16,14 +16,14 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specreg.audit.draft_prediction import Book, build_book, predict
 from specreg.audit.gates import licence_gate
-from specreg.benchmark.eligibility import NOT_BENCHMARKABLE, VOCAB_ONLY_CODES
+from specreg.benchmark.plan.eligibility import NOT_BENCHMARKABLE, VOCAB_ONLY_CODES
 from specreg.errors import SpecregError, UsageError
-from specreg.lazyclass import dataclass
 from specreg.registry.artifacts import HEX
 from specreg.registry.db import now
 from specreg.schemas.drafts import DraftReport, DraftRow

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from specreg.audit.run import _Facts, run_audit
-from specreg.benchmark.run_index import RunIndex
-from specreg.errors import SpecregError
-from specreg.registry.db import paused_gc
+from specreg.audit.facts import Facts
+from specreg.audit.run import audited_pairs, run_audit
+from specreg.audit.trust import EvidenceTrust
+from specreg.benchmark.store.run_index import RunIndex
 from specreg.registry.store import Registry
 from specreg.schemas.audit import AuditReport, Policy
 from specreg.schemas.registry import PairRecord
@@ -40,18 +40,6 @@ def audit_by_hardware(
     spread: bool = True,
 ) -> AuditReport:
     """`run_audit` once per hardware class the runs were measured on (see the module docstring)."""
-    with paused_gc():  # once for all classes: each re-enabling would walk every object built so far
-        return _audit_by_hardware(reg, policy, policy_source, pair_ids, rehash, spread)
-
-
-def _audit_by_hardware(
-    reg: Registry,
-    policy: Policy,
-    policy_source: str,
-    pair_ids: list[int] | None,
-    rehash: bool,
-    spread: bool,
-) -> AuditReport:
     classes_of = run_hardware(reg)
     wanted = (policy.evidence.hardware or "").casefold()
     classes = sorted({c for c in classes_of.values() if c and wanted in c.casefold()})
@@ -63,21 +51,17 @@ def _audit_by_hardware(
             pair_ids=pair_ids,
             rehash=rehash,
             spread=spread,
-            facts=_Facts(reg, rehash, spread),
+            facts=Facts(reg, rehash, spread),
         )
         report.hardware_classes = classes
         _tag(report, None)
         for d in report.decisions:  # a target no candidate won on still was decided for this class
             d.hardware = d.hardware or (classes[0] if classes else None)
         return report
-    if pair_ids is None:
-        pairs = reg.pairs(admitted=True, with_checks=True)  # the template gate reads the verdict's checks
-        if not pairs:
-            raise SpecregError("no admitted pairs to audit", hint="check pairs first: specreg check pair TARGET DRAFT")
-    else:
-        pairs = [reg.get_pair(i) for i in pair_ids]
+    facts = Facts(reg, rehash, spread)  # each artifact is verified once, not once per class
+    facts.trust = EvidenceTrust(reg, policy, policy_source)
+    pairs, chosen = audited_pairs(reg, facts.trust, pair_ids)
     index = RunIndex(reg)
-    facts = _Facts(reg, rehash, spread)  # each artifact is verified once, not once per class
     facts.prefetch(pairs)  # ... and all of them in one batch (one write of refreshed stats, not one per class)
     parts: list[AuditReport] = []
     measured: set[int] = set()
@@ -100,7 +84,7 @@ def _audit_by_hardware(
         )
         parts.append(_tag(part, None))
     runs = {r.run_id: r for part in parts for r in part.runs}
-    notes = list(dict.fromkeys(n for part in parts for n in part.notes))
+    notes = list(dict.fromkeys([*chosen, *(n for part in parts for n in part.notes)]))
     return parts[0].model_copy(
         update={
             "passed": all(part.passed for part in parts),

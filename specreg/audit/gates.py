@@ -1,13 +1,18 @@
 """The audit's gates as pure functions: records and run digests in, a GateResult out.
 
-No I/O here: `audit.py` gathers the facts (re-hashes, re-checks, runs) and these functions
+No I/O here: the audit gathers the facts (re-hashes, re-checks, runs: facts.py) and these functions
 judge them against the policy, so each gate can be tested on its own and reads the same way
 in the report. A gate that lacks the numbers it needs fails; it never guesses a pass.
+
+One module, though long: every gate is one short function with its helpers beside it, and a
+reader checking the gates against the policy page (docs/policy.md) reads them in one place, in
+the order the audit applies them. What the gates need is gathered in facts.py.
 """
 
 from __future__ import annotations
 
-from specreg.benchmark.statistics import interval_text
+from specreg.benchmark.store.statistics import interval_text
+from specreg.decision.bar import fewest_pairs
 from specreg.decision.budget import undecided_text
 from specreg.registry.licence import normalise
 from specreg.schemas.audit import (
@@ -35,36 +40,43 @@ def integrity_gate(
     rehash: bool,
     signers: dict[str, str | None] | None = None,
     require_signature: bool = False,
+    elsewhere: list[tuple[str, str, str]] | None = None,
 ) -> GateResult:
     """checks: (role, sha256, ok, problem) per artifact, from Registry.verify_artifact; `signers`:
     role -> who signed that file (a verified OpenSSF model signature), which `require_signature`
-    (policy `[trust] require_model_signature`) wants for every file."""
+    (policy `[trust] require_model_signature`) wants for every file. `elsewhere`: (role, sha256,
+    signer) of files not on this machine whose pair stands on a trusted signer's verdict: nothing
+    here re-hashed them, so the gate says whose SHA-256 it rests on instead of claiming a match."""
     signers = signers or {}
+    elsewhere = elsewhere or []
     bad = [f"{role} {sha[:12]}: {problem or 'changed'}" for role, sha, ok, problem in checks if not ok]
     if require_signature:
         bad += [
             f"{role} {sha[:12]}: no verified model signature (register --verify-signature PEM)"
-            for role, sha, _, _ in checks
+            for role, sha in [(r, s) for r, s, _, _ in checks] + [(r, s) for r, s, _ in elsewhere]
             if not signers.get(role)
         ]
     how = "full re-hash" if rehash else "stat cache, --trust-stat-cache (re-hash when the stat changed)"
-    evidence = {
-        "method": how,
-        "artifacts": {
-            role: {"sha256": sha, "ok": ok, "problem": problem, "signed_by": signers.get(role)}
-            for role, sha, ok, problem in checks
-        },
+    artifacts: dict[str, dict[str, object]] = {
+        role: {"sha256": sha, "ok": ok, "problem": problem, "signed_by": signers.get(role)}
+        for role, sha, ok, problem in checks
     }
+    for role, sha, who in elsewhere:
+        artifacts[role] = {"sha256": sha, "ok": None, "problem": "not on this machine", "signed_by": signers.get(role)}
+        artifacts[role]["vouched_by"] = who
+    evidence = {"method": how, "artifacts": artifacts}
     if bad:
         return GateResult(gate="integrity", passed=False, message="; ".join(bad), evidence=evidence)
-    signed = [f"{role} signed by {signers[role]}" for role, _, _, _ in checks if signers.get(role)]
-    return GateResult(
-        gate="integrity",
-        passed=True,
-        message=f"{plural(len(checks), 'artifact')} {'matches its' if len(checks) == 1 else 'match their'} "
-        f"registered SHA-256 ({how})" + (f"; {', '.join(signed)}" if signed else ""),
-        evidence=evidence,
-    )
+    signed = [f"{role} signed by {signers[role]}" for role in artifacts if signers.get(role)]
+    parts = []
+    if checks:
+        parts.append(
+            f"{plural(len(checks), 'artifact')} {'matches its' if len(checks) == 1 else 'match their'} "
+            f"registered SHA-256 ({how})"
+        )
+    for role, sha, who in elsewhere:
+        parts.append(f"{role} not on this machine, not re-hashed here: sha256 {sha} as {who} signed it")
+    return GateResult(gate="integrity", passed=True, message="; ".join(parts + signed), evidence=evidence)
 
 
 def verdict_gate(
@@ -351,7 +363,11 @@ def _not_decided_faster(row: StratumRow, ci: tuple[float, float], bar: float) ->
     if row.decision == "undecided" or row.decision is None:
         more, budget = (row.decision_more_rounds, row.decision_budget) if same_bar else (None, None)
         rounds = row.n_repetitions or (1 if row.n_paired else 0)  # a part of a round is a round begun
-        return f"{undecided_text(rounds, more, budget)} against {bar:g}x"
+        fewest = fewest_pairs()
+        thin = f" ({plural(row.n_paired, 'pair')} of its own; a decision takes {fewest} or more)" if (
+            row.n_paired < fewest
+        ) else ""  # fmt: skip
+        return f"{undecided_text(rounds, more, budget)} against {bar:g}x{thin}"
     low, bar_text = apart_text(ci[0], bar)  # decided against another bar than the policy's
     return (
         f"{row.decision} against {row.decision_min_speedup or 0:g}x, undecided against {bar:g}x "
@@ -438,7 +454,7 @@ def speed_gate(run: RunDigest, cond: ConditionDigest, policy: Policy, conc: int)
         names = sp.required_strata or sorted(strata)
         if run.until_decided:
             shown = ", ".join(f"{s} {interval_text(rows[s].speedup, rows[s].decision_ci)}" for s in names)
-            msg = f"anytime-valid 95% interval >= {sp.min_speedup} at concurrency {conc} (measured until decided)"
+            msg = f"anytime-valid 98% interval >= {sp.min_speedup} at concurrency {conc} (measured until decided)"
         else:
             shown = ", ".join(f"{s} {interval_text(rows[s].speedup, rows[s].speedup_ci95)}" for s in names)
             msg = f"95% interval >= {sp.min_speedup} at concurrency {conc}"
@@ -448,9 +464,10 @@ def speed_gate(run: RunDigest, cond: ConditionDigest, policy: Policy, conc: int)
     else:
         msg = "; ".join(notes)
         whole = _decided([r for r in run.rows(cond.label) if r.concurrency == conc], sp.min_speedup)
-        if run.until_decided and whole is not None and whole.startswith("not faster"):
-            # the decision that answers the question, before the strata that on their own are
-            # too few pairs to decide (SmolLM2: every stratum undecided, the whole 0.79x not faster)
+        if run.until_decided and whole is not None:
+            # the decision over the whole workload, before the strata that on their own are too
+            # few pairs to decide (SmolLM2: every stratum undecided, the whole 0.79x not faster);
+            # the gate is per stratum (each is deployed on its own), each stratum standing alone
             msg = f"over every stratum together {whole}; per stratum: {msg}"
     return GateResult(gate="speed", passed=passed, message=msg, strata=strata, evidence=evidence)
 
@@ -523,24 +540,28 @@ def _larger(measured: float | None, predicted: float | None) -> float | None:
 
 
 def rollback_gate(
-    run: RunDigest | None, target_paths: list[str], concurrency: int | None = None
+    run: RunDigest | None, target_paths: list[str], concurrency: int | None = None, measured_by: str | None = None
 ) -> tuple[GateResult, list[str] | None]:
-    """The exact baseline command (`--spec-type none`, the registered target file) is on record."""
-    base = (run.baseline(concurrency) or run.baseline()) if run else None
+    """The exact baseline command (`--spec-type none`, the registered target file) is on record.
+    `measured_by`: the trusted signer whose machine holds the target (not on this one): its run
+    loaded the file by that machine's path, and the run's target SHA-256 is the pair's."""
+    base = run.rollback(concurrency) if run else None
     if base is None or not base.command:
         return GateResult(gate="rollback", passed=False, message="no baseline server command line recorded"), None
     cmd = base.command
     problems = []
     if not any(a == "--spec-type" and i + 1 < len(cmd) and cmd[i + 1] == "none" for i, a in enumerate(cmd)):
         problems.append("baseline command lacks --spec-type none")
-    if not any(p in cmd for p in target_paths):
+    away = measured_by is not None and not target_paths
+    if not away and not any(p in cmd for p in target_paths):
         problems.append("baseline command does not load a registered path of the target")
     evidence = {"command": cmd, "run_id": run.run_id if run else None}
     if problems:
         return GateResult(gate="rollback", passed=False, message="; ".join(problems), evidence=evidence), cmd
+    pinned = f"the target as {measured_by}'s run loaded it (not on this machine)" if away else "the pinned target"
     return GateResult(
         gate="rollback",
         passed=True,
-        evidence=evidence,
-        message="baseline command recorded with --spec-type none and the pinned target",
+        evidence=evidence | ({"target_on": measured_by} if away else {}),
+        message=f"baseline command recorded with --spec-type none and {pinned}",
     ), cmd

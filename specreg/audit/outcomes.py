@@ -8,9 +8,10 @@ the interval's low end, then the speed-up), and the per-stratum decisions look a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from specreg.audit import gates
 from specreg.audit.production_sampler import quality_gate
-from specreg.lazyclass import dataclass
 from specreg.schemas.audit import (
     CONDITION_GATES,
     ConditionDigest,
@@ -56,7 +57,7 @@ class Judged:
 
 def _stratum_why(eq: GateResult, sp: GateResult, stratum: str) -> str:
     """Which of equivalence and speed fail in `stratum`, each with its numbers."""
-    from specreg.benchmark.statistics import interval_text
+    from specreg.benchmark.store.statistics import interval_text
 
     parts: list[str] = []
     if not eq.strata.get(stratum, False):

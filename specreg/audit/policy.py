@@ -48,7 +48,12 @@ def _describe(err: ValidationError, path: str, text: str) -> str:
     key = ".".join(str(p) for p in first["loc"]) or "(top level)"
     line = _line_of(text, key)
     where = f"{path}:{line}" if line else path
-    problem = f"unknown key '{key}'" if first["type"] == "extra_forbidden" else f"key '{key}': {first['msg']}"
+    if first["type"] == "extra_forbidden":
+        problem = f"unknown key '{key}'"
+    elif first["type"] == "bool_type":  # StrictBool: a string or a number is not a switch
+        problem = f"key '{key}' must be true or false (a TOML boolean), not {first['input']!r}"[:200]
+    else:
+        problem = f"key '{key}': {first['msg']}"
     more = len(err.errors()) - 1
     tail = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
     return f"{where}: {problem}{tail}"
@@ -69,6 +74,11 @@ def parse_policy(text: str, source: str = "<policy>") -> Policy:
             _describe(exc, source, text),
             hint="see the example policy (specreg/audit/policy.example.toml) for every key",
         ) from None
+
+
+def policy_folder(source: str) -> Path | None:
+    """The folder a policy's relative paths (its `[trust] signers` key files) are read from."""
+    return None if source == BUILTIN else Path(source).parent
 
 
 def load_policy(path: str | Path | None) -> tuple[Policy, str]:

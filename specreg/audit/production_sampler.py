@@ -10,7 +10,7 @@ is no evidence, and the refusal names the bench command that measures the right 
 from __future__ import annotations
 
 from specreg.audit import gates
-from specreg.benchmark.sampling import expect_problem
+from specreg.benchmark.store.sampling import expect_problem
 from specreg.schemas.audit import ConditionDigest, GateResult, Policy, RunDigest
 from specreg.schemas.bench import RunManifest
 from specreg.schemas.sampling import Sampler

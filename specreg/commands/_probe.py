@@ -28,7 +28,7 @@ def run_probe(
     """Probe the pair (its log under the specreg home) and turn the outcome into checks."""
     from pathlib import Path
 
-    from specreg.benchmark.probe import probe, probe_checks
+    from specreg.benchmark.run.probe import probe, probe_checks
     from specreg.paths import data_dir
     from specreg.schemas.checks import CheckResult
 

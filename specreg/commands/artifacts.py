@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 def _verify_signature(f: Path, pem: Path, signature: Path | None) -> dict[str, object]:
-    from specreg.sources.model_signature import PROVENANCE_KEY, verify_model
+    from specreg.signing.model_signature import PROVENANCE_KEY, verify_model
 
     return {PROVENANCE_KEY: verify_model(f, pem, signature)}
 
@@ -28,7 +28,7 @@ def _signed_as_registered(rec: ArtifactRecord) -> str:
     """Who signed the bytes the registry hashed: the signature was verified over these (a file
     replaced in between keeps its record, which then names no signer, and this says so)."""
     from specreg.errors import SignatureError
-    from specreg.sources.model_signature import signature_identity
+    from specreg.signing.model_signature import signature_identity
 
     who = signature_identity(rec.provenance.extra, rec.sha256)
     if who is None:
@@ -131,7 +131,9 @@ def artifacts_cmd(json_out: JsonOpt = False) -> None:
     with _open_registry(create=False) as reg:
         recs = reg.artifacts(with_summary=False)
     if json_out:
-        emit_json([r.model_dump(mode="json", exclude={"summary"}) for r in recs])
+        from specreg.schemas.record import to_python
+
+        emit_json([to_python(r, mode="json", exclude={"summary"}) for r in recs])
         return
     if not recs:
         err_console().print("no artifacts registered yet (specreg register FILE)")

@@ -64,17 +64,11 @@ def audit_cmd(
         raise UsageError(f"--attestation {attestation}: folder {attestation.parent} does not exist")
     signer = None
     if sign is not None:  # a bad key fails before the audit runs
-        from specreg.exchange.dsse import load_signer
+        from specreg.signing.dsse import load_signer
 
         signer = load_signer(sign)
-    # The result of 5,000 pairs is ~10^5 small acyclic objects: with the cyclic GC running, each
-    # collection walks them all again, and re-enabling it while they are alive costs one more
-    # full walk. So the GC stays off until the result has been printed and freed.
-    from specreg.registry.db import paused_gc
-
-    with paused_gc():
-        # the integrity gate re-hashes by default: a stat can be made to look unchanged, bytes cannot
-        code = _audit(pair, policy, not trust_stat_cache, report, "json" if json_out else fmt, signer, attestation)
+    # the integrity gate re-hashes by default: a stat can be made to look unchanged, bytes cannot
+    code = _audit(pair, policy, not trust_stat_cache, report, "json" if json_out else fmt, signer, attestation)
     raise typer.Exit(code)
 
 
@@ -98,13 +92,11 @@ def _audit(
     paths: dict[str, str] = {}
     from specreg.audit.fleet import audit_by_hardware
     from specreg.registry.store import Registry
-    from specreg.teardown import keep
 
     with Registry(db_path(), create=False) as reg:
         result = audit_by_hardware(
             reg, pol, source, pair_ids=list(pair) if pair else None, rehash=rehash, spread=report is not None
         )
-        keep(result)  # a fleet's result: the console script's exit drops it, not this frame (teardown.py)
         if fmt == "sarif":
             shas = {p.target_sha256 for p in result.pairs} | {p.draft_sha256 for p in result.pairs if p.draft_sha256}
             paths = {sha: rec.paths[0] for sha, rec in reg.get_artifacts(shas).items() if rec.paths}

@@ -1,24 +1,23 @@
-"""`specreg bench admitted`, `specreg runs`, `specreg runs show`: benchmark admitted pairs, read runs.
+"""`specreg bench admitted`: benchmark admitted pairs (reading stored runs is `runs`: runs.py).
 
-Thin: parse options, call `benchmark.runner.Runner`, render through `views.bench`. Heavy modules
-are imported inside the commands so `specreg --help` stays fast.
+Thin: parse options, call `benchmark.runner.Runner`, render through `views.progress` (live) and
+`views.run_detail`. Heavy modules are imported inside the commands so `specreg --help` stays
+fast.
 """
 
 from __future__ import annotations
 
-import signal
+import time
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from specreg.commands.options import JsonOpt, PairOpt, ReportOpt, db_path
-from specreg.commands.output import emit_json, emit_result, err_console, safe, say
+from specreg.commands.options import JsonOpt, PairOpt, db_path
+from specreg.commands.output import emit_json, err_console, safe, say
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry
-    from specreg.schemas.audit import ModelName
     from specreg.schemas.bench import BenchRun
     from specreg.schemas.bench_settings import BenchSettings
     from specreg.servers.identity import ChosenRules
@@ -27,16 +26,12 @@ bench_app = typer.Typer(
     help="Benchmark admitted pairs on a real llama.cpp server.",
     no_args_is_help=True,
 )
-runs_app = typer.Typer(
-    help="List benchmark runs, or show one (`runs show RUN_ID`).",
-    invoke_without_command=True,
-)
 
 
-def _registry(*, create: bool = True) -> Registry:
+def _registry() -> Registry:
     from specreg.registry.store import Registry
 
-    return Registry(db_path(), create=create)
+    return Registry(db_path())
 
 
 def _split(values: list[str] | None) -> list[str] | None:
@@ -89,10 +84,6 @@ def _floats(values: list[str] | None, flag: str) -> list[float] | None:
         shown = ",".join(values or [])
         raise UsageError(f"{flag} {shown!r}: expected numbers separated by commas, e.g. 0,0.7")
     return out
-
-
-def _sigterm(_sig: int, _frame: FrameType | None) -> None:
-    raise KeyboardInterrupt  # stop like Ctrl-C: servers stopped, run saved as cancelled
 
 
 @bench_app.command("admitted")
@@ -233,7 +224,8 @@ def admitted(
             "--budget",
             metavar="DURATION",
             help="Measure until decided: more rounds after --repeat until every condition is faster or "
-            "not faster than --min-speedup, or DURATION (8m, 90s) has passed.",
+            "not faster than --min-speedup, within DURATION (8m, 90s): a cap on the command's wall clock, "
+            "--repeat's rounds included (requests in flight at its end are cut, not counted).",
         ),
     ] = None,
     min_speedup: Annotated[
@@ -246,6 +238,15 @@ def admitted(
             metavar="SHARE|off",
             help="Set aside rounds in which other processes used this share of the cores (or a request ran "
             "3x its usual time); --budget measures them again [0.25, or $SPECREG_BUSY_SHARE].",
+        ),
+    ] = None,
+    busy_wait: Annotated[
+        str | None,
+        typer.Option(
+            "--busy-wait",
+            metavar="DURATION|0",
+            help="Before each round, while other processes use --busy-share of the cores, wait for a "
+            "quieter machine, this long in all; then measure (0: never wait) [3m].",
         ),
     ] = None,
     tune: Annotated[
@@ -283,10 +284,12 @@ def admitted(
     summaries with speed-up intervals, server logs); exit 0 when every condition ran, 1 when one
     failed (e.g. the draft was refused or drafted nothing), 2 on errors.
     """
-    from specreg.benchmark.conditions import parse_ngram_options
-    from specreg.benchmark.runner import Runner
-    from specreg.commands.views.bench import ProgressView, show_run
-    from specreg.schemas.bench_settings import BenchSettings, parse_busy_share
+    started = time.monotonic()  # what --budget counts from
+    from specreg.benchmark.plan.conditions import parse_ngram_options
+    from specreg.benchmark.run.runner import Runner
+    from specreg.commands.views.progress import ProgressView
+    from specreg.commands.views.run_detail import show_run
+    from specreg.schemas.bench_settings import BenchSettings, parse_busy_share, parse_wait
 
     opts = BenchSettings.from_options(
         methods=_split(methods),
@@ -316,6 +319,7 @@ def admitted(
         min_p=min_p,
         draft_sampling=_split(draft_sampling),
         **({"busy_share": parse_busy_share(busy_share)} if busy_share is not None else {}),
+        **({"busy_wait_s": parse_wait(busy_wait)} if busy_wait is not None else {}),
         tune=tune,
         pin=pin,
         balance=not shuffle,
@@ -333,18 +337,14 @@ def admitted(
     from specreg.servers.identity import choose_rules
 
     judged = choose_rules(server=opts.server)  # the rules this server's build judges by
-    previous = signal.signal(signal.SIGTERM, _sigterm)
-    try:
-        with (
-            _registry() as reg,
-            ProgressView(rounds=opts.repeat if opts.order == "rounds" else None, budget_s=opts.budget_s) as view,
-        ):
-            runner = Runner(reg, opts, observer=view)
-            runs = runner.bench(pair)
-            shas = {s for r in runs for s in (r.info.target_sha256, r.info.draft_sha256) if s}
-            names = {sha: rec.name for sha, rec in reg.get_artifacts(shas).items()}
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    with (
+        _registry() as reg,
+        ProgressView(rounds=opts.repeat if opts.order == "rounds" else None, budget_s=opts.budget_s) as view,
+    ):
+        runner = Runner(reg, opts, observer=view)
+        runs = runner.bench(pair, started=started)
+        shas = {s for r in runs for s in (r.info.target_sha256, r.info.draft_sha256) if s}
+        names = {sha: rec.name for sha, rec in reg.get_artifacts(shas).items()}
     if json_out:
         emit_json([r.model_dump(mode="json", exclude={"requests"}) for r in runs])
     else:
@@ -387,8 +387,8 @@ def _bench_ray(
     json_out: bool,
 ) -> None:
     """`--executor ray`: send, keep what the nodes stream back, show; exits like the local executor (0 / 1)."""
-    from specreg.benchmark.runstore import RunStore
-    from specreg.commands.views.bench import show_run
+    from specreg.benchmark.store.runstore import RunStore
+    from specreg.commands.views.run_detail import show_run
     from specreg.errors import UsageError
     from specreg.exchange.ray_executor import CONNECT_TIMEOUT_S, bench_on_ray, need_ray, parse_resources
 
@@ -396,24 +396,21 @@ def _bench_ray(
         raise UsageError(f"--ray-timeout {timeout:g}: give seconds above 0 (at most a day)")
     need_ray()  # before anything else: without Ray, one line saying how to install it
     specs = parse_resources(resources)
-    # stop like Ctrl-C: the runs are ended as cancelled, their tasks ended, a cluster started here stopped
-    previous = signal.signal(signal.SIGTERM, _sigterm)
-    try:
-        with _registry() as reg:
-            out = bench_on_ray(
-                reg,
-                opts,
-                pair,
-                address=address,
-                resources=specs,
-                note=lambda t: err_console().print(f"[dim]{safe(t)}[/]"),
-                connect_timeout_s=CONNECT_TIMEOUT_S if timeout is None else timeout,
-            )
-            runs = [RunStore(reg).load(rid) for rid in out.runs]
-            shas = {s for r in runs for s in (r.info.target_sha256, r.info.draft_sha256) if s}
-            names = {sha: rec.name for sha, rec in reg.get_artifacts(shas).items()}
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    # SIGTERM stops like Ctrl-C (cli.main): the runs are ended as cancelled, their tasks ended, a
+    # cluster started here stopped
+    with _registry() as reg:
+        out = bench_on_ray(
+            reg,
+            opts,
+            pair,
+            address=address,
+            resources=specs,
+            note=lambda t: err_console().print(f"[dim]{safe(t)}[/]"),
+            connect_timeout_s=CONNECT_TIMEOUT_S if timeout is None else timeout,
+        )
+        runs = [RunStore(reg).load(rid) for rid in out.runs]
+        shas = {s for r in runs for s in (r.info.target_sha256, r.info.draft_sha256) if s}
+        names = {sha: rec.name for sha, rec in reg.get_artifacts(shas).items()}
     if json_out:
         emit_json(
             {
@@ -428,86 +425,3 @@ def _bench_ray(
             err_console().print(f"[bold red]failed:[/] run {f.run_id} (pair {f.pair_id}): {safe(f.status_reason)}")
     ok = not out.failed and all(r.info.status == "complete" for r in runs)
     raise typer.Exit(0 if ok else 1)
-
-
-def _load_named(run_id: str) -> tuple[BenchRun, dict[str, str | None]]:
-    """A stored run and the registry's general.name of its target and draft (shown beside their SHA-256)."""
-    from specreg.benchmark.runstore import RunStore
-
-    with _registry(create=False) as reg:
-        run = RunStore(reg).load(run_id)
-        shas = [s for s in (run.info.target_sha256, run.info.draft_sha256) if s]
-        return run, {sha: rec.name for sha, rec in reg.get_artifacts(shas).items()}
-
-
-@runs_app.callback()
-def runs(
-    ctx: typer.Context,
-    by_hardware: Annotated[
-        bool, typer.Option("--by-hardware", help="Pairs down, hardware classes across: newest speed-up on each.")
-    ] = False,
-    json_out: JsonOpt = False,
-) -> None:
-    """List benchmark runs (oldest first) with their status, hardware class and origin host."""
-    if ctx.invoked_subcommand is not None:
-        return
-    if by_hardware:
-        _runs_by_hardware(json_out)
-        return
-    from specreg.benchmark.run_index import run_results
-    from specreg.benchmark.runstore import RunStore
-    from specreg.commands.views.bench import runs_table
-
-    with _registry(create=False) as reg:
-        store = RunStore(reg)
-        store.reap_orphans()
-        items = store.runs()
-        results = None if json_out else run_results(reg)
-        shas = {s for r in items for s in (r.target_sha256, r.draft_sha256) if s} if not json_out else set()
-        names = {sha: rec.name for sha, rec in reg.get_artifacts(shas).items()}
-    if json_out:
-        emit_json([r.model_dump(mode="json") for r in items])
-    else:
-        runs_table(items, results, names)
-
-
-def _runs_by_hardware(json_out: bool) -> None:
-    from dataclasses import asdict
-
-    from specreg.commands.views.bench import hardware_table
-    from specreg.servers.hardware import by_hardware
-
-    with _registry(create=False) as reg:
-        classes, rows = by_hardware(reg)
-    if json_out:
-        emit_json({"hardware": classes, "pairs": [asdict(r) for r in rows]})
-    else:
-        hardware_table(classes, rows)
-
-
-@runs_app.command("show")
-def show(
-    run_id: Annotated[str, typer.Argument(help="Run id or a unique prefix (see `specreg runs`).")],
-    json_out: JsonOpt = False,
-    report: ReportOpt = None,
-) -> None:
-    """Show one run: condition x stratum table (acceptance, speed-up, p50/p95, TTFT, memory, equivalence, errors)."""
-    from specreg.commands.views.bench import show_run
-
-    run, names = _load_named(run_id)
-    written: list[Path] = []
-    if report is not None:  # the report module (audit area) draws the plots and writes atomically
-        from specreg.report.write import write_run_report_for
-
-        written = write_run_report_for(report, run, _model_names(run))
-    emit_result(run, json_out, lambda: show_run(run, names), written)
-
-
-def _model_names(run: BenchRun) -> dict[str, ModelName]:
-    """Name, file and quant of the run's models, for the report to print beside each SHA-256."""
-    from specreg.schemas.audit import ModelName
-
-    shas = {run.info.target_sha256, run.info.draft_sha256, *(c.spec.draft_sha256 for c in run.conditions)}
-    with _registry(create=False) as reg:
-        found = reg.get_artifacts(s for s in shas if s)
-    return {sha: ModelName.of(rec) for sha, rec in found.items()}

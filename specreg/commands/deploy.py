@@ -12,7 +12,8 @@ from specreg.commands.output import emit_json, safe_plain, width
 from specreg.errors import EXIT_REJECTED, UsageError
 
 if TYPE_CHECKING:
-    from specreg.schemas.audit import DeployCommand
+    from specreg.registry.store import Registry
+    from specreg.schemas.audit import DeployCommand, PairAudit
 
 
 def deploy_cmd(
@@ -34,7 +35,7 @@ def deploy_cmd(
 ) -> None:
     """Print the pinned llama-server command for a pair that passes the audit.
 
-    The command is the measured condition, model SHA-256s with a verify line, and the
+    The command is the measured condition, the models' SHA-256 digests with a verify line, and the
     rollback command without speculation. Exit 0 with the command, 1 when the audit fails
     (the failing gates are listed), 2 when it cannot decide.
     """
@@ -45,7 +46,7 @@ def deploy_cmd(
     from specreg.audit.deploy import plan_deploy
     from specreg.audit.policy import load_policy
     from specreg.audit.run import run_audit
-    from specreg.benchmark.run_index import RunHead, runs_for_pair
+    from specreg.benchmark.store.run_index import RunHead, runs_for_pair
     from specreg.registry.store import Registry
     from specreg.schemas.bench import RequestSettings
     from specreg.schemas.registry import PairRecord
@@ -65,21 +66,34 @@ def deploy_cmd(
         rivals = [p.id for p in reg.pairs(admitted=True, with_checks=False) if p.target_sha256 == target]
         ids = [pair_id, *(i for i in rivals if i != pair_id)]
         report = run_audit(reg, pol, source, pair_ids=ids, spread=False, runs_for=runs_for)
-    audited = report.pairs[0].pair_id if report.pairs else pair_id  # a stale verdict is re-checked as a new pair
-    plan = plan_deploy(
-        report,
-        audited,
-        stratum=stratum,
-        concurrency=concurrency,
-        program=server,
-        port=port,
-        request=requests.get(report.pairs[0].run_id or "") if report.pairs else None,
-    )
+        audited = report.pairs[0].pair_id if report.pairs else pair_id  # a stale verdict is re-checked as a new pair
+        plan = plan_deploy(
+            report,
+            audited,
+            stratum=stratum,
+            concurrency=concurrency,
+            program=server,
+            port=port,
+            request=requests.get(report.pairs[0].run_id or "") if report.pairs else None,
+        )
+        if plan.deployable and plan.argv and report.pairs:
+            _pin_fit(reg, report.pairs[0], plan)
     if json_out:
         emit_json(plan)
     else:
         _show(plan, source)
     raise typer.Exit(0 if plan.deployable else EXIT_REJECTED)
+
+
+def _pin_fit(reg: Registry, pa: PairAudit, plan: DeployCommand) -> None:
+    """The caps `check pair --budget` recorded for the configuration deployed, pinned."""
+    from specreg.audit.deploy import pin_fit, serving_settings
+    from specreg.schemas.memory import config_key
+
+    config = config_key(serving_settings(plan.argv or []))
+    fit = reg.memory_fits.latest(pa.target_sha256, pa.draft_sha256, pa.method, config)
+    if fit is not None:
+        pin_fit(plan, fit)
 
 
 def _speedup(plan: DeployCommand) -> str:

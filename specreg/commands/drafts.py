@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from specreg.commands.options import JsonOpt, db_path
+from specreg.commands.options import JsonOpt, TimeoutOpt, db_path
 
 
 def drafts_cmd(
@@ -53,6 +53,7 @@ def drafts_cmd(
     workload: Annotated[
         str, typer.Option("--workload", metavar="NAME|FILE", help="--bench: the workload (see `specreg workloads`).")
     ] = "default",
+    timeout: TimeoutOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Rank every draft that may serve TARGET by predicted speed-up; --bench measures the best.
@@ -74,6 +75,7 @@ def drafts_cmd(
     from specreg.commands.views.drafts import Progress, show_report
     from specreg.errors import UsageError
     from specreg.registry.store import Registry
+    from specreg.remote import allowing
     from specreg.servers.identity import choose_rules
 
     check_limits(limit)
@@ -86,14 +88,17 @@ def drafts_cmd(
     search = Search(judged.rules, judged.why, pol, source, tuple(dirs or ()), hub, limit)
     progress = Progress(enabled=not json_out)
     with Registry(db_path(), show_progress=False) as reg:
-        report = find_drafts(reg, target, search, progress)
+        with allowing(timeout):
+            report = find_drafts(reg, target, search, progress)
         progress.done()
         if bench:
             from specreg.audit.draft_bench import BenchPlan, bench_drafts
             from specreg.commands.bench import _duration
+            from specreg.commands.views.progress import ProgressView
 
             plan = BenchPlan(bench, _duration(budget), tune, workload, Path(server) if server else None, pol, source)
-            report.bench = bench_drafts(reg, report, plan, say=progress.note)
+            with ProgressView() as view:  # each run's progress, and a line every half minute in a log
+                report.bench = bench_drafts(reg, report, plan, say=progress.note, observer=view)
     if json_out:
         emit_json(report)
     else:

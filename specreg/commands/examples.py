@@ -92,7 +92,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "demo": ("specreg demo", "specreg demo --dir other-demo", "specreg demo --real"),
 }
 # need the Hugging Face hub or the package index (and minutes), or what only the user can make
-# (`sign`: the signing extra and a key of one's own, docs/security.md): parsed by the tests, not run
+# (`sign`: the signing extra and a key of one's own, docs/security.md; the tests make a key and
+# run it): parsed by the tests, not run
 NETWORK = frozenset(
     {
         EXAMPLES["sign"][0],

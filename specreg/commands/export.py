@@ -73,7 +73,7 @@ def export_cmd(
     check_export_request(run or [], pair or [], all_, output)
     signer = None
     if sign is not None:  # a bad key fails before anything is read or written
-        from specreg.exchange.dsse import load_signer
+        from specreg.signing.dsse import load_signer
 
         signer = load_signer(sign)
     with Registry(db_path(), show_progress=False, create=False) as reg:
@@ -148,7 +148,8 @@ def import_cmd(
     policy: Annotated[
         Path | None,
         typer.Option(
-            "--policy", help="Accept only signatures by its [trust] signers (and, if it says so, no unsigned run)."
+            "--policy",
+            help="Name signers by its [trust] signers; with require_signed_evidence, refuse a run none signed.",
         ),
     ] = None,
     json_out: JsonOpt = False,
@@ -157,7 +158,8 @@ def import_cmd(
 
     Every member is checked against the bundle's SHA-256 list before anything is written; a
     tampered, truncated or too-new bundle is refused. Every signature a bundle carries is
-    verified and who signed which run is recorded. Importing twice changes nothing; a run id
+    verified and who signed which run and verdict is recorded (a key the policy does not name is
+    recorded, never trusted, never fatal). Importing twice changes nothing; a run id
     this registry holds with different content is refused, naming both digests. A bundle's
     verdicts are kept as evidence about the machine that made them: a pair is admitted here only
     by checks made here (run at once when its files are registered here).
@@ -167,11 +169,11 @@ def import_cmd(
 
     trust = None
     if policy is not None:
-        from specreg.audit.policy import load_policy
-        from specreg.audit.trust import trusted_keys
+        from specreg.audit.policy import load_policy, policy_folder
+        from specreg.signing.signers import trusted_keys
 
         pol, source = load_policy(policy)
-        trust = (trusted_keys(pol, source), pol.trust.require_signed_evidence)
+        trust = (trusted_keys(pol.trust.signers, policy_folder(source), source), pol.trust.require_signed_evidence)
     with Registry(db_path(), show_progress=False) as reg:
         res = import_bundles(reg, files, trust)
     if json_out:
@@ -185,6 +187,8 @@ def import_cmd(
                 "already_present": res.present,
                 "requests": res.requests,
                 "signed": res.signed,
+                "signed_verdicts": res.signed_verdicts,
+                "untrusted_keys": sorted(set(res.untrusted)),
                 "checked_here": res.checked_here,
                 "not_checked_here": [{"pair": pid, "why": why} for pid, why in sorted(res.not_checked.items())],
             }
@@ -208,8 +212,13 @@ def import_cmd(
         )
     if res.present:
         console().print(f"  already here, unchanged: {_n(len(res.present), 'run')} with the same content")
-    if res.signed:
-        console().print(f"  signatures verified: {_n(res.signed, 'run attestation')} recorded")
+    if res.signed or res.signed_verdicts:
+        console().print(
+            f"  signatures verified: {_n(res.signed, 'run attestation')}, "
+            f"{_n(res.signed_verdicts, 'verdict attestation')} recorded"
+        )
+    for kid in sorted(set(res.untrusted)):
+        console().print(safe(f"  signed by key {kid[:16]}, not in [trust] signers: recorded, not trusted"))
 
 
 def _n(count: int, noun: str) -> str:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from specreg.commands.options import JsonOpt, LicenseOpt, db_path
+from specreg.commands.options import JsonOpt, LicenseOpt, TimeoutOpt, db_path
 from specreg.commands.output import emit_json, err_console, safe, say
 
 if TYPE_CHECKING:
@@ -38,18 +38,21 @@ def fetch_cmd(
         str | None, typer.Option("--revision", help="Branch, tag or commit (default: main); pinned to its commit.")
     ] = None,
     license: LicenseOpt = None,
+    timeout: TimeoutOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Download REPO/FILENAME, check its SHA-256 against the hub's, register it with repo, commit and licence.
 
     The revision is resolved to a commit hash once; the file and the model card are fetched at
-    that commit into the Hugging Face cache. A SHA-256 mismatch removes the download and
-    registers nothing.
+    that commit into the Hugging Face cache. The download stops at the size the hub declares for
+    the file at that commit, and within --timeout; a SHA-256 mismatch, a deadline or a server
+    that sends too much removes the download and registers nothing.
     """
     from specreg.registry.store import Registry
+    from specreg.remote import allowing
     from specreg.sources.provenance import fetch
 
-    with Registry(db_path()) as reg:
+    with Registry(db_path()) as reg, allowing(timeout):
         rec, path = fetch(reg, repo, filename, revision=revision, license=license)
     if json_out:
         emit_json(rec)

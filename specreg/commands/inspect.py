@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from specreg.commands.options import JsonOpt, db_path
+from specreg.commands.options import JsonOpt, TimeoutOpt, db_path
 from specreg.commands.output import emit_json, say, warn
 
 if TYPE_CHECKING:
@@ -146,6 +146,7 @@ def inspect_cmd(
     do_hash: Annotated[
         bool, typer.Option("--hash", help="Compute the SHA-256 if the registry does not know it.")
     ] = False,
+    timeout: TimeoutOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Show a GGUF file's architecture, quant, vocab, special tokens, speculative heads, licence.
@@ -155,12 +156,14 @@ def inspect_cmd(
     """
     from specreg.gguf.reader import open_gguf
     from specreg.gguf.summary import summarize
+    from specreg.remote import allowing
     from specreg.schemas.gguf import as_dict
     from specreg.sources.range_reads import is_remote, open_remote
 
     remote = None
     if is_remote(file):
-        gf, found = open_remote(file)
+        with allowing(timeout):
+            gf, found = open_remote(file)
         remote = found.facts()
         sha, lic, conflict = found.sha256, None, None
     else:

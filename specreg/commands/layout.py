@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-
-from specreg.lazyclass import dataclass
+from dataclasses import dataclass
 
 ELLIPSIS = "…"
 _BREAK_AFTER = "/-_,.:=|"  # a long token (a path, a list) may wrap after these

@@ -106,4 +106,14 @@ LicenseOpt = Annotated[
     str | None,
     typer.Option("--license", metavar="ID", help="Licence id you vouch for (beats model card and GGUF)."),
 ]
+TimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout",
+        metavar="SECONDS",
+        help="The most each remote operation may take in all (a header read, a hub search, a download); "
+        "default $SPECREG_TIMEOUT, else 120 (a download: plus 1 per MiB).",
+        show_default=False,
+    ),
+]
 RehashOpt = Annotated[bool, typer.Option("--rehash", help="Hash files again even if the stat cache matches.")]

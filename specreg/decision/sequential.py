@@ -1,96 +1,21 @@
 """Measuring until decided: an anytime-valid decision on a condition's speed-up.
 
-`bench admitted --budget 8m` adds rounds until every condition is decided against the policy's
-`min_speedup`, and looks at the data after every round. A fixed-sample interval (the bootstrap
-of `statistics.py`) checked after each round would be wrong more often the more rounds it is
-checked after: the chance that it *ever* clears the bar by luck grows with every look. So the
-decision here is made with a **confidence sequence**: intervals that hold at every round at
-once, P(the true value ever leaves them) <= alpha, however often one looks and stops.
+`bench --budget` looks at the data after every round and stops once a condition is decided; a
+fixed-sample interval (the bootstrap of `statistics.py`) checked after every look would clear
+the bar by luck more often the more it is looked at. So the decision is made with a confidence
+sequence, intervals that hold at every look at once: Waudby-Smith & Ramdas' hedged betting
+interval on the clipped deviations of Wang & Ramdas' Huber-robust confidence sequences, over
+the paired per-request log speed-ups. The clip adapts to the spread of the observations before
+each one (predictable, as the betting martingale requires), so that real speed-ups, small
+against the widest clip, still decide within a budget, and an outlier moves the wealth no more
+than a typical request. Each condition has its own sequence, fed whole pairs in the order they
+were completed, so the runner may stop, pause a condition or measure part of a round at any
+point without losing validity. docs/statistics.md states the method, its assumption (a paired
+log ratio symmetric about its centre), why alpha is 0.02, the argument for stopping anywhere,
+and the simulations that check it.
 
-Which one, and why:
-- The observations are the paired per-request log speed-ups x = log(baseline ms / condition ms)
-  of the units (prompt, repetition) both conditions ran; pairing inside a round cancels slow
-  drift (a warming machine, a neighbour) that would otherwise land on whichever ran later.
-- The sequence is Waudby-Smith & Ramdas' hedged-capital betting CS ("Estimating means of bounded
-  random variables by betting", JRSS-B 2023: predictable plug-in bets, the hedged process
-  K = (K+ + K-)/2, itself a martingale), run on the **clipped deviations** of Wang & Ramdas'
-  "Huber-robust confidence sequences" (AISTATS 2023): for every candidate centre m (a log
-  speed-up on a grid), z_i(m) = clip(x_i - m, +-B_i) / B_i lies in [-1, 1], a gambler stakes
-  lambda_i in [0, 3/4] on z_i being positive (K+) or negative (K-), and m is excluded once the
-  hedged wealth reaches 1/alpha. Ville's inequality bounds the chance that this ever happens
-  to the true centre by alpha, provided the stakes and the clip are **predictable** (fixed from
-  the observations before x_i) and the true centre m* balances the clipped deviations,
-  E[clip(x_i - m*, +-B)] = 0 for every B - which holds when the paired log ratio is symmetric
-  about its centre. Under A/A that is exact: the two requests of a pair are exchangeable, so
-  log(b/c) and log(c/b) have one distribution. Under a real speed-up it is the assumption
-  (the same noise on both sides of the ratio); the centre is then the median and mean of x.
-- **Why the clip adapts** (issue 32): the old fixed clip, +-log 8 mapped to [0, 1], put the
-  measured speed-ups (log ratios of 0.05-0.3 with a per-request spread of ~0.1) in a sliver
-  near the middle of the unit interval; a bet must keep the wealth positive for any value in
-  [0, 1], so the stakes were capped at 3/4 / m ~ 1.5 on deviations of ~0.01 and the wealth
-  grew at a few thousandths per request: on SmolLM2 an 8-minute budget decided nothing. Here
-  B_i = clip(`SCALE` * the robust spread (1.4826 x the median absolute deviation) of the
-  observations before x_i, `FLOOR`, log 8): about three spreads, so a typical deviation is a
-  third of the range and the bets grow the wealth at the rate the spread allows (the number of
-  pairs a decision needs falls from ~2 log(1/alpha) (log 8)^2 / (3/4 d)^2-ish to ~2 log(1/alpha)
-  sd^2 / d^2 for a distance d from the bar). Outliers (a request 2-6x slower) are clipped at
-  three spreads instead of 8x, so they move the wealth no more than a typical request. The
-  first `WARM` observations use B = log 8 (nothing to size from yet).
-- The decision against the threshold t = log(min_speedup): `faster` when the whole interval
-  lies above t, `not faster` when it lies below, `undecided` otherwise. Under "not faster"
-  (true centre <= t) deciding `faster` needs the interval to miss the truth: probability <= alpha.
-
-Why stopping after any pair, and measuring the `--tune` leader first, keep it valid (issue 32:
-the runner measures the tuned length against its baseline before the other conditions, and a
-round the budget has no room for in part, so a decision may rest on a part of a round):
-- Each condition has its own sequence, fed its paired log ratios in the order the pairs were
-  completed. The wealth of the true centre is a nonnegative supermartingale in that order
-  whatever decides *when* the next pair comes: the runner's choices (which condition to
-  measure next, how many prompts of a round, when to stop) depend only on what was measured
-  before, so they are stopping times and a predictable selection, and Ville's inequality holds
-  at every one of them. Not measuring a condition for a while only pauses its sequence.
-- A pair is one prompt at one repetition seed on both sides; a part of a round takes the same
-  first prompts (one of each stratum in turn) on both, so every observation is a whole pair.
-  Within a pair, which side ran first follows the balanced order (`conditions.balanced_order`),
-  so a drift lands on each side equally often across rounds - the symmetry the clipped
-  deviations assume. A partial round is shorter, so less drift falls inside it, not more.
-- Which candidate is the leader is chosen from the data (the best measured). Its own
-  sequence still holds at any stopping time; the chance that *some* candidate's interval
-  misses its truth is at most alpha times the number of candidates (three at one level), a
-  bound the `--tune` decision inherits (it is made on the leader and on each candidate's
-  interval against it).
-
-Measured on simulated timings (the generator of `tests/test_bench_sequential.py`: 8 prompts a
-round, drift across rounds (log-normal steps, sd 0.08) and within them (3% a slot), 10% noise,
-1 request in 25 an outlier 2-6x slower; a look after every round, stopping when decided, at most
-20 rounds; `benchmarks/bench_decision.py --skip-tiny`, 400 seeded runs each), against the method
-before issue 32 (clip log 8, alpha 0.05, a shuffled order):
-- A/A against 1.0x: 1 of 400 decided `faster` (0.25%; before: 0.25%), 3 `not faster`;
-- a true 1.15x against 1.05x: `faster` in 91% after a median of 8 rounds (before: 46%, 14);
-- a true 1.3x against 1.05x: `faster` in 100% after a median of 3 rounds (before: 99.8%, 8).
-alpha is 0.02 so that the one-sided false `faster` rate stays at or below 1% even though the
-requests of one slot are not independent (a slot's position in its round moves them together):
-at alpha 0.05 and a shuffled order the same A/A simulation gave 3% false `faster`.
-
-What it costs (an import draws every run's decisions again, `--budget` plans on copies of the
-sequences): the interval is a running intersection, so a centre outside it never comes back in;
-only the centres still inside are bet on and tested (after ~10 observations a few dozen of the
-1601, then a handful). The stakes and clips depend on the observations, not on the wealth, so a
-block of observations is one array per numpy call (row by row the same floats as one at a time),
-logaddexp (~20x a log1p) is taken only where the larger wealth leaves the test open, and the clip's
-MAD is read off the observations kept in order instead of sorting them each time. Before, every
-centre was updated and the interval was the grid's hull of the centres under the threshold: a
-centre already outside whose wealth fell back under could keep an edge from moving, and where the
-sequence missed its truth altogether the hull collapsed to a point. The slice is the exact running
-intersection (the same or tighter, as valid); where it empties, the last interval stays. On the
-simulations above every one of the 2,400 runs decides alike at the same round, and 5,700 looks at
-random sequences give the same interval to the last bit; only an emptied interval differs
-(`intersection="grid"` keeps the old way for bundles written with it, exchange/rederive.py).
-Measured (2 cores, load 0.1-0.2, CPU time, a look after every 8 observations of spread 0.1 around
-1.1x): 17 us an observation over 50, 12.5 over 200, 17 over 500 (before: 38, 72, 81; at load 4-6
-21-39, 17-26, 18-23 against 45-71, 60-88, 89-108); a `rounds_to_decide` from 8-32 pairs 11-18 ms
-(before: 47-58). Over 50 observations the first ~10 dominate: until a wealth can reach the
-threshold every centre is still inside. `benchmarks/bench_decision.py` prints the cost.
+The interval is the running intersection of the intervals so far: a centre once outside never
+comes back in, so only the centres still inside are bet on, a block of observations at a time.
 """
 
 from __future__ import annotations
@@ -98,11 +23,9 @@ from __future__ import annotations
 import bisect
 import copy
 import math
-import random
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Literal
-
-from specreg.lazyclass import dataclass
 
 Decision = Literal["faster", "not faster", "undecided"]
 ALPHA = 0.02  # two-sided: at most ~1% false `faster` (the one-sided share), issue 32
@@ -142,7 +65,7 @@ def log_ratios(base_ms: Sequence[float], cond_ms: Sequence[float]) -> list[float
 
 def robust_spread(xs: Sequence[float]) -> float:
     """1.4826 x the median absolute deviation: the standard deviation for normal data, unmoved
-    by the few requests that ran 2-6x slower."""
+    by the few requests that ran several times slower."""
     if not xs:
         return 0.0
     s = sorted(xs)
@@ -182,8 +105,8 @@ def _sorted_spread(s: Sequence[float]) -> float:
 class SpeedSequence:
     """The running-intersection betting CS for the centre of the log ratios, fed one observation
     at a time (each is seen once, however often the interval is asked for); valid at every
-    prefix of what it was fed. `scale="fixed"` is the method before issue 32 (clip log 8
-    throughout), kept so `benchmarks/bench_decision.py` can show what the adaptive clip gains.
+    prefix of what it was fed. `scale="fixed"` is the earlier method (clip log 8 throughout),
+    kept so `benchmarks/bench_decision.py` can show what the adaptive clip gains.
     `intersection="grid"` is the interval before the slice (every centre's wealth kept, the hull
     of all centres under the threshold intersected with the interval so far), kept so an import
     can re-derive the decisions of bundles written then (exchange/rederive.py)."""
@@ -337,48 +260,3 @@ def decide(
 ) -> SpeedDecision:
     """`faster`, `not faster` or `undecided` for paired totals (same order, the units both ran)."""
     return SpeedSequence(alpha, scale, intersection).add(base_ms, cond_ms).decision(min_speedup)
-
-
-def rounds_to_decide(
-    base_ms: Sequence[float],
-    cond_ms: Sequence[float],
-    min_speedup: float,
-    *,
-    per_round: int,
-    max_rounds: int,
-    paths: int = 7,
-    seed: int = 0,
-    pool: Sequence[float] = (),
-    fresh: bool = False,
-) -> int | None:
-    """About how many more rounds of `per_round` pairs this condition needs to be decided, if it
-    goes on as measured: future rounds are drawn (with replacement) from the log ratios measured
-    so far and fed to a copy of the sequence, `paths` times; the median of the rounds each path
-    took (0: decided already; None: not within `max_rounds` on most paths - the measured speed-up
-    is within its noise of the bar). A plan, not a decision: the decision is only ever made on
-    what is measured. `pool`: more log ratios with the same spread (neighbour draft lengths,
-    re-centred on this condition's mean) to draw the future rounds from. `fresh`: the condition
-    has measured nothing yet; `base_ms`/`cond_ms` stand in for it (the `--tune` first pass,
-    re-centred on the length's prediction), so its sequence starts empty and they are only drawn
-    from."""
-    xs = log_ratios(base_ms, cond_ms)
-    seq = SpeedSequence() if fresh else SpeedSequence().add_logs(xs)
-    if not fresh and seq.decision(min_speedup).decision != "undecided":
-        return 0
-    if len(xs) < 2 or per_round < 1:
-        return None
-    rng = random.Random(seed)
-    draw = [*xs, *pool]
-    took: list[float] = []
-    for _ in range(paths):
-        s = seq.copy()
-        for r in range(1, max_rounds + 1):
-            s.add_logs([rng.choice(draw) for _ in range(per_round)])
-            if s.decision(min_speedup).decision != "undecided":
-                took.append(r)
-                break
-        else:
-            took.append(math.inf)
-    took.sort()
-    mid = took[len(took) // 2]
-    return None if math.isinf(mid) else int(mid)

@@ -17,13 +17,16 @@ It is not a measurement: it runs after every slot's timings and counters.
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from specreg.benchmark.client import Completion, LlamaClient, TokenProbs
-from specreg.benchmark.execute import RunContext, baseline_row, compare_with_baseline, condition_args, same_text
-from specreg.benchmark.sampling import arm
+from specreg.benchmark.run.client import LlamaClient
+from specreg.benchmark.run.context import RunContext
+from specreg.benchmark.run.execute import condition_args
+from specreg.benchmark.run.reply import Completion, TokenProbs
+from specreg.benchmark.store.sampling import arm
+from specreg.equivalence.replay import baseline_row, compare_with_baseline, same_text
 from specreg.errors import ServerError, ServerStartError
-from specreg.lazyclass import dataclass
 from specreg.schemas.bench import ConditionRun, RequestRow
 from specreg.schemas.triage import TOP_CANDIDATES, TopToken, Triage
 from specreg.servers.launcher import ServerProcess, launch

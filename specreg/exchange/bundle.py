@@ -14,13 +14,13 @@ import contextlib
 import json
 import socket
 from collections.abc import Iterable
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specreg import __version__
-from specreg.benchmark.digest import keep_digests
-from specreg.benchmark.runstore import RunStore
+from specreg.benchmark.store.digest import keep_digests
+from specreg.benchmark.store.runstore import RunStore
 from specreg.errors import BundleError, RunUnreadable, UsageError
 from specreg.exchange.bundle_format import (
     RUN_PARTS,
@@ -39,7 +39,6 @@ from specreg.exchange.bundle_runs import insert_run, local_digest, run_logs, run
 from specreg.exchange.origins import record_origin
 from specreg.exchange.portable import artifact_records, merge_artifacts, merge_pairs, pair_records
 from specreg.exchange.rederive import check_summaries
-from specreg.lazyclass import dataclass
 from specreg.paths import data_dir
 from specreg.registry.db import now_iso
 from specreg.registry.migrations import bundle_schema, migrations
@@ -65,8 +64,8 @@ class ExportResult:
 def _select_runs(
     reg: Registry, run_ids: Iterable[str], pair_ids: Iterable[int], everything: bool, runs_of_pairs: bool
 ) -> list[str]:
-    from specreg.benchmark.run_index import runs_for_pair
-    from specreg.benchmark.runstore import RunStore
+    from specreg.benchmark.store.run_index import runs_for_pair
+    from specreg.benchmark.store.runstore import RunStore
 
     store = RunStore(reg)
     chosen: list[str] = []
@@ -104,8 +103,20 @@ def export_bundle(
 ) -> ExportResult:
     """Write the chosen runs (with their pairs and artifact records) or everything to `path`.
 
-    A pair brings every finished run that measured it, unless `runs_of_pairs` is False (its
-    verdicts only: e.g. a fleet splitting its pairs and its runs over different bundles).
+    Args:
+        reg: the registry to export from (one consistent read snapshot).
+        path: the bundle file to write.
+        run_ids: runs to export, with their pairs and artifact records.
+        pair_ids: pairs to export, with their verdicts.
+        everything: export every run and pair.
+        runs_of_pairs: a pair brings every finished run that measured it; False: its verdicts
+            only (e.g. a fleet splitting its pairs and its runs over different bundles).
+
+    Raises:
+        UsageError: when nothing is asked for, the folder of `path` does not exist, or a run
+            asked for is still running.
+        RunNotFound: when a run id names no run.
+        PairNotFound: when a pair id names no pair.
     """
     run_ids, pair_ids = list(run_ids), list(pair_ids)
     out = check_export_request(run_ids, pair_ids, everything, path)
@@ -198,7 +209,9 @@ class ImportResult:
     runs: list[str] = field(default_factory=list)
     present: list[str] = field(default_factory=list)
     requests: int = 0
-    signed: int = 0  # (run, key) attestations verified and recorded
+    signed: int = 0  # (run, key) attestations stored (a repeat stores none)
+    signed_verdicts: int = 0  # (verdict, key) attestations stored
+    untrusted: list[str] = field(default_factory=list)  # key ids of verified envelopes the policy does not name
     checked_here: list[int] = field(default_factory=list)  # pairs checked on this machine after the import
     not_checked: dict[int, str] = field(default_factory=dict)  # pair id -> why it could not be checked here
 
@@ -224,12 +237,13 @@ _RECORD_SHAPE = (TypeError, AttributeError, LookupError, ValueError, ArithmeticE
 
 def import_bundles(reg: Registry, paths: Iterable[str | Path], trust: Trust | None = None) -> ImportResult:
     """Verify every bundle and its signatures, then merge them all in one write transaction (or
-    nothing at all). `trust`: the policy's signers (exchange/signing.verify_bundle)."""
-    from specreg.exchange.signing import record_attestations, verify_bundle
+    nothing at all). `trust`: the policy's signers (exchange/bundle_signatures.verify_bundle)."""
+    from specreg.exchange.bundle_signatures import verify_bundle
+    from specreg.signing.attestations import record_attestations, record_verdict_attestations
 
     known = migrations.names()
     bundles = [open_bundle(p, known) for p in paths]
-    attested = [verify_bundle(b, *(trust or (None, False))) for b in bundles]
+    verified = [verify_bundle(b, *(trust or (None, False))) for b in bundles]
     result = ImportResult()
     staged: list[Path] = []
     unchecked: set[int] = set()
@@ -237,7 +251,7 @@ def import_bundles(reg: Registry, paths: Iterable[str | Path], trust: Trust | No
     try:
         with reg.write():
             conn = reg.conn
-            for b in bundles:
+            for b, v in zip(bundles, verified, strict=True):
                 current = b
                 result.bundles.append((str(b.path), b.header.digest))
                 result.artifacts += merge_artifacts(conn, b.records("artifacts.jsonl"))
@@ -248,9 +262,11 @@ def import_bundles(reg: Registry, paths: Iterable[str | Path], trust: Trust | No
                 unchecked.update(merged.unchecked)
                 for entry in b.header.runs:
                     _import_run(reg, b, entry, result, staged)
-            for att in attested:
-                record_attestations(conn, att, now_iso())
-                result.signed += len(att)
+                result.signed_verdicts += record_verdict_attestations(conn, v.envelopes, merged.own, now_iso())
+                if trust is not None:
+                    result.untrusted += [e.key_id for e in v.envelopes if e.signer is None]
+            for v in verified:  # after every bundle's runs: an attestation names a run stored above
+                result.signed += record_attestations(conn, v.runs, now_iso())
             keep_digests(reg, result.runs)  # what the audit reads, built once as the runs arrive
     except BaseException as exc:
         for p in staged:

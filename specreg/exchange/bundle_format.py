@@ -8,7 +8,7 @@ each member is compressed on its own, and Python, `unzip` and every object store
 Integrity, not authenticity: each member's SHA-256 is in the manifest, and the manifest's own
 digest covers all of it (format, schema, origin, run digests, member list). A changed, missing,
 extra or truncated member, or an edited manifest, is refused before anything is written. Whoever
-can rewrite the whole file can forge it: authenticity is what the signatures add (exchange/signing.py),
+can rewrite the whole file can forge it: authenticity is what the signatures add (exchange/bundle_signatures.py),
 DSSE envelopes stored as `signatures/<key id>.intoto.json`, outside the manifest they sign.
 """
 
@@ -29,9 +29,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from specreg.errors import BundleError
-from specreg.exchange.dsse import MAX_ENVELOPE_BYTES
 from specreg.exchange.portable import canonical
 from specreg.paths import open_regular
+from specreg.signing.dsse import MAX_ENVELOPE_BYTES
 
 FORMAT: Literal["specreg-bundle"] = "specreg-bundle"
 FORMAT_VERSION = 1
@@ -40,8 +40,11 @@ RUN_PARTS = ("run.json", "conditions.jsonl", "prompts.jsonl", "requests.jsonl", 
 LOG_IDX = re.compile(r"[0-9]{1,6}")  # a condition's index: ASCII digits only (int() takes other scripts' too)
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 MAX_MANIFEST_BYTES = 64 << 20
-SIGNATURE = re.compile(r"signatures/[0-9a-f]{64}\.intoto\.json")  # one envelope per key (exchange/signing.py)
+SIGNATURE = re.compile(r"signatures/[0-9a-f]{64}\.intoto\.json")  # one envelope per key (exchange/bundle_signatures.py)
 MAX_SIGNATURES = 64
+# how a refusal of a bundle ends: what the command reading it did not do
+NOTHING_IMPORTED = "nothing was imported"
+NOTHING_SIGNED = "nothing was signed"
 MAX_TOTAL_BYTES = 16 << 30  # what one import may decompress (a million request rows is ~0.5 GB)
 MAX_BUNDLE_BYTES = 16 << 30  # the bundle file itself (compressed)
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)  # fixed member times: the same records give the same bytes
@@ -158,10 +161,16 @@ class Bundle:
     """A bundle whose every byte was checked against its manifest; members are held in memory."""
 
     def __init__(
-        self, path: Path, header: BundleHeader, data: dict[str, bytes], envelopes: dict[str, bytes] | None = None
+        self,
+        path: Path,
+        header: BundleHeader,
+        data: dict[str, bytes],
+        envelopes: dict[str, bytes] | None = None,
+        then: str = NOTHING_IMPORTED,
     ) -> None:
         self.path, self.header, self._data = path, header, data
-        self.envelopes = envelopes or {}  # signature member -> its bytes (unverified: exchange/signing.py)
+        self.envelopes = envelopes or {}  # signature member -> its bytes (unverified: exchange/bundle_signatures.py)
+        self.then = then  # what a refusal says happened: what the command reading it did not do
 
     def read(self, name: str) -> bytes:
         return self._data.get(name, b"")
@@ -174,11 +183,11 @@ class Bundle:
         try:  # one parse of all lines as an array: JSON text holds no raw newline inside a value
             values = strict_json(b"[" + data.replace(b"\n", b",") + b"]")
         except RecursionError:
-            raise BundleError(f"{self.path}: {name} is nested too deeply; nothing was imported") from None
+            raise BundleError(f"{self.path}: {name} is nested too deeply; {self.then}") from None
         except ValueError as exc:
-            raise BundleError(f"{self.path}: {name} is not JSON lines ({exc}); nothing was imported") from None
+            raise BundleError(f"{self.path}: {name} is not JSON lines ({exc}); {self.then}") from None
         if not all(isinstance(v, dict) for v in values):
-            raise BundleError(f"{self.path}: {name} holds a line that is not a JSON object; nothing was imported")
+            raise BundleError(f"{self.path}: {name} holds a line that is not a JSON object; {self.then}")
         return values
 
 
@@ -205,11 +214,17 @@ def _damage(exc: BaseException) -> str:
     return text if len(text) <= 120 else text[:120] + "..."
 
 
-def _refuse(path: Path, why: str, hint: str | None = None) -> BundleError:
-    return BundleError(f"{path}: {why}; nothing was imported", hint=hint)
+class _Refuse:
+    """A refusal of one bundle, ending in what the command reading it did not do."""
+
+    def __init__(self, then: str) -> None:
+        self.then = then
+
+    def __call__(self, path: Path, why: str, hint: str | None = None) -> BundleError:
+        return BundleError(f"{path}: {why}; {self.then}", hint=hint)
 
 
-def _header(path: Path, zf: zipfile.ZipFile, known_migrations: list[str]) -> BundleHeader:
+def _header(path: Path, zf: zipfile.ZipFile, known_migrations: list[str], _refuse: _Refuse) -> BundleHeader:
     try:
         info = zf.getinfo(HEADER)
     except KeyError:
@@ -257,10 +272,12 @@ def _header(path: Path, zf: zipfile.ZipFile, known_migrations: list[str]) -> Bun
     return header
 
 
-def open_bundle(path: str | Path, known_migrations: list[str]) -> Bundle:
+def open_bundle(path: str | Path, known_migrations: list[str], *, then: str = NOTHING_IMPORTED) -> Bundle:
     """Read and verify a whole bundle: structure, manifest digest, every member's size and SHA-256,
-    every run's digest. Anything wrong raises BundleError naming it; nothing is written here."""
+    every run's digest. Anything wrong raises BundleError naming it and ending in `then` (what the
+    command did not do: import, sign); nothing is written here."""
     p = Path(path)
+    _refuse = _Refuse(then)
     try:  # a regular file of bounded size before anything reads it: /dev/zero, a FIFO are refused here
         fh = open_regular(p, MAX_BUNDLE_BYTES)
     except FileNotFoundError:
@@ -278,7 +295,7 @@ def open_bundle(path: str | Path, known_migrations: list[str]) -> Bundle:
         names = [i.filename for i in zf.infolist()]
         if len(names) != len(set(names)):
             raise _refuse(p, "a member name occurs twice")
-        header = _header(p, zf, known_migrations)
+        header = _header(p, zf, known_migrations, _refuse)
         listed = {m.name: m for m in header.members}
         if any(n.startswith("signatures/") for n in listed):  # a signature signs the manifest: never in it
             raise _refuse(p, "the manifest lists a signature as a member")
@@ -293,7 +310,7 @@ def open_bundle(path: str | Path, known_migrations: list[str]) -> Bundle:
             raise _refuse(p, "members add up to more than an import may read")
         if len(signed) > MAX_SIGNATURES:
             raise _refuse(p, f"{len(signed)} signatures, more than {MAX_SIGNATURES}")
-        envelopes = {n: _bounded(p, zf, n, MAX_ENVELOPE_BYTES) for n in signed}
+        envelopes = {n: _bounded(p, zf, n, MAX_ENVELOPE_BYTES, _refuse) for n in signed}
         data: dict[str, bytes] = {}
         for m in header.members:
             info = zf.getinfo(m.name)
@@ -320,10 +337,10 @@ def open_bundle(path: str | Path, known_migrations: list[str]) -> Bundle:
         for idx, member in run.logs.items():
             if not LOG_IDX.fullmatch(idx) or member not in data or not member.startswith(f"runs/{run.run_id}/logs/"):
                 raise _refuse(p, f"run {run.run_id}: log member {member[:80]!r} is missing or misplaced")
-    return Bundle(p, header, data, envelopes)
+    return Bundle(p, header, data, envelopes, then)
 
 
-def _bounded(path: Path, zf: zipfile.ZipFile, name: str, limit: int) -> bytes:
+def _bounded(path: Path, zf: zipfile.ZipFile, name: str, limit: int, _refuse: _Refuse) -> bytes:
     """One member read no further than `limit` bytes, whatever its zip entry claims."""
     info = zf.getinfo(name)
     if info.file_size > limit:

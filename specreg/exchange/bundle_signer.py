@@ -1,7 +1,9 @@
 """Signing a result bundle: the in-toto statement over its runs and artifacts, and the envelope added.
 
-`specreg export --sign` and `specreg sign` come here; verifying what arrives is exchange/signing.py
-(which the import path uses, so it imports nothing of this module or of exchange/bundle).
+`specreg export --sign` and `specreg sign` come here; verifying what arrives is
+exchange/bundle_signatures.py (which the import path uses, so it imports nothing of this module
+or of exchange/bundle). A bundle's verdicts are signed with it: the statement binds pairs.jsonl,
+whose lines carry them (and each verdict relayed from elsewhere its origin).
 """
 
 from __future__ import annotations
@@ -17,10 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 from specreg import __version__
 from specreg.exchange.bundle import ExportResult, export_bundle, this_host
-from specreg.exchange.bundle_format import Bundle, open_bundle, run_member
-from specreg.exchange.dsse import STATEMENT_TYPE, key_id, public_pem, sign_statement
-from specreg.exchange.signing import BUNDLE_PREDICATE, RECORD_MEMBERS, artifact_shas, envelope_name
+from specreg.exchange.bundle_format import NOTHING_SIGNED, Bundle, open_bundle, run_member
+from specreg.exchange.bundle_signatures import (
+    BUNDLE_PREDICATE,
+    RECORD_MEMBERS,
+    artifact_shas,
+    envelope_name,
+    verify_bundle,
+)
 from specreg.registry.migrations import migrations
+from specreg.signing.dsse import STATEMENT_TYPE, key_id, public_pem, sign_statement
 
 if TYPE_CHECKING:
     from securesystemslib.signer import Signer
@@ -31,7 +39,7 @@ if TYPE_CHECKING:
 def _run_facts(bundle: Bundle, run_id: str) -> dict[str, Any]:
     """Runtime, method, models and rule set of one bundled run, read best-effort from its run.json
     (the run's digest, a subject, already covers every byte of it)."""
-    from specreg.benchmark.digest import runtime_identity
+    from specreg.benchmark.store.digest import runtime_identity
     from specreg.schemas.bench import RunManifest
 
     recs = bundle.records(run_member(run_id, "run.json"))
@@ -91,9 +99,12 @@ def statement_for(bundle: Bundle, signer: Signer) -> dict[str, Any]:
 
 
 def sign_bundle(src: str | Path, signer: Signer, dest: str | Path | None = None) -> tuple[Path, str]:
-    """Verify the bundle at `src`, then write it with one more envelope (this key's, replacing an
-    older one by the same key) to `dest` (default: `src` itself, atomically). Returns (path, key id)."""
-    bundle = open_bundle(src, migrations.names())  # never sign what does not verify
+    """Verify the bundle at `src` and every envelope it carries, then write it with one more
+    envelope (this key's, replacing an older one by the same key) to `dest` (default: `src`
+    itself, atomically). Returns (path, key id). A bundle that would be refused on import (its
+    members, or an envelope that does not verify) is never signed."""
+    bundle = open_bundle(src, migrations.names(), then=NOTHING_SIGNED)
+    verify_bundle(bundle)
     kid = key_id(signer)
     envelope = sign_statement(statement_for(bundle, signer), signer)
     out = Path(dest) if dest is not None else Path(src)

@@ -15,13 +15,11 @@ import json
 import re
 import sqlite3
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from specreg.errors import BundleError
-from specreg.lazyclass import dataclass
 from specreg.registry.db import now_iso
-
-PairKey = tuple[str, str | None, str, str]  # target sha256, draft sha256, method, rule set
 
 
 def canonical(obj: Any) -> bytes:
@@ -106,10 +104,6 @@ def merge_artifacts(conn: sqlite3.Connection, records: Iterable[Mapping[str, Any
 # -- pairs and verdicts -------------------------------------------------------------------------
 
 
-def pair_key(target: str, draft: str | None, method: str, rule_set: str) -> PairKey:
-    return (target, draft, method, rule_set)
-
-
 def pair_records(conn: sqlite3.Connection, pair_ids: Iterable[int]) -> Iterator[dict[str, Any]]:
     """Each pair's identity with every verdict recorded for it (oldest first), sorted by identity:
     the verdicts made here without an `origin` (the bundle's own), those imported from elsewhere
@@ -174,12 +168,15 @@ def find_pair(conn: sqlite3.Connection, ident: Mapping[str, Any]) -> int | None:
 
 @dataclass(frozen=True)
 class PairsMerged:
-    """What merging a bundle's pairs added: pairs new here, imported verdicts new here, and the
-    pairs this machine has not checked itself (no verdict of its own: to be checked here)."""
+    """What merging a bundle's pairs added: pairs new here, imported verdicts new here, the pairs
+    this machine has not checked itself (no verdict of its own: to be checked here), and the
+    imported verdicts (ids, new or held already) that the bundle's own host made: those a
+    signature over the bundle vouches for (a verdict it relays from elsewhere names its origin)."""
 
     pairs: int
     verdicts: int
     unchecked: list[int]
+    own: list[int]
 
 
 _SHA = re.compile(r"[0-9a-f]{64}")
@@ -193,7 +190,7 @@ def _refuse_pair(rec: Mapping[str, Any], why: str) -> BundleError:
 
 
 def _check_pair_record(rec: Mapping[str, Any]) -> None:
-    """A pair's identity as specreg writes it: SHA-256s, a method and a rule set this specreg knows."""
+    """A pair's identity as specreg writes it: SHA-256 digests, a method and a rule set this specreg knows."""
     from specreg.schemas.methods import Method
     from specreg.validators.ruleset import current_rule_set_id
 
@@ -218,6 +215,7 @@ def imported_verdict(rec: Mapping[str, Any], v: object, origin: tuple[str, str])
     from datetime import datetime
 
     from specreg.registry.pairs import load_checks
+    from specreg.schemas.record import to_python
 
     if not isinstance(v, dict):
         raise _refuse_pair(rec, "a verdict is not an object")
@@ -243,7 +241,7 @@ def imported_verdict(rec: Mapping[str, Any], v: object, origin: tuple[str, str])
     return {
         "admitted": admitted,
         "strict": strict,
-        "checks": [c.model_dump(mode="json") for c in checks],
+        "checks": [to_python(c, mode="json") for c in checks],
         "created_at": created,
         "host": host,
         "specreg_version": version,
@@ -259,12 +257,14 @@ def merge_pairs(
     machine's own checks alone (registry/evidence.py). Inside the caller's transaction."""
     new_pairs = new_verdicts = 0
     unchecked: list[int] = []
+    own: list[int] = []
     for rec in records:
         _check_pair_record(rec)
         verdicts = rec.get("verdicts")
         if not isinstance(verdicts, list) or not verdicts:
             raise _refuse_pair(rec, "verdicts is not a non-empty list of objects")
         found = [imported_verdict(rec, v, origin) for v in verdicts]  # every one checked before any write
+        relayed = [isinstance(v, dict) and "origin" in v for v in verdicts]
         stamp = now_iso()
         pid = find_pair(conn, rec)
         if pid is None:
@@ -282,17 +282,22 @@ def merge_pairs(
             )
         }
         known = {
-            (bool(a), bool(s), canonical(json.loads(c)), t, h)
-            for a, s, c, t, h in conn.execute(
-                "SELECT admitted, strict, checks_json, created_at, host FROM imported_verdicts WHERE pair_id = ?",
+            (bool(a), bool(s), canonical(json.loads(c)), t, h): vid
+            for vid, a, s, c, t, h in conn.execute(
+                "SELECT id, admitted, strict, checks_json, created_at, host FROM imported_verdicts WHERE pair_id = ?",
                 (pid,),
             )
         }
-        for v in found:
+        for v, elsewhere in zip(found, relayed, strict=True):
             key = (v["admitted"], v["strict"], canonical(v["checks"]), v["created_at"])
-            if key in mine or (*key, v["host"]) in known:  # our own verdict coming back, or one we hold
+            if key in mine:  # our own verdict coming back
                 continue
-            conn.execute(
+            held = known.get((*key, v["host"]))
+            if held is not None:  # one we hold already
+                if not elsewhere:
+                    own.append(held)
+                continue
+            cur = conn.execute(
                 "INSERT INTO imported_verdicts (pair_id, admitted, strict, checks_json, created_at, host, "
                 "specreg_version, bundle_digest, imported_at) VALUES (?,?,?,?,?,?,?,?,?)",
                 (
@@ -307,8 +312,10 @@ def merge_pairs(
                     stamp,
                 ),
             )
-            known.add((*key, v["host"]))
+            known[(*key, v["host"])] = int(cur.lastrowid or 0)
+            if not elsewhere:
+                own.append(known[(*key, v["host"])])
             new_verdicts += 1
         if not mine:
             unchecked.append(pid)
-    return PairsMerged(new_pairs, new_verdicts, sorted(set(unchecked)))
+    return PairsMerged(new_pairs, new_verdicts, sorted(set(unchecked)), sorted(set(own)))

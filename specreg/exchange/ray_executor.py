@@ -28,16 +28,15 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specreg.benchmark.runner import new_run_id
+from specreg.benchmark.run.runner import new_run_id
 from specreg.errors import NotAdmitted, SpecregError, UsageError
 from specreg.exchange.portable import artifact_records, pair_records
 from specreg.exchange.ray_node import TaskOutcome, make_task, run_task
 from specreg.exchange.run_stream import Message, RunMirror, StreamError
-from specreg.lazyclass import dataclass
 from specreg.registry.db import now
 from specreg.schemas.bench import NodeInfo, RunInfo, RunStatus
 from specreg.text import whole_sentences
@@ -367,8 +366,24 @@ def bench_on_ray(
 ) -> RayOutcome:
     """Send one task per pair and resource spec, write what each streams back, end each run.
 
-    Nothing is stored before the cluster answers: a cluster that does not start or answer is one
-    SpecregError (exit 2) and the registry is as it was."""
+    Nothing is stored before the cluster answers, so the registry is as it was when the cluster
+    cannot be reached.
+
+    Args:
+        reg: the registry the pairs come from and the results go to.
+        opts: the benchmark's settings, as `bench admitted` would run them on one machine.
+        pair_ids: the pairs to run (None: every admitted pair).
+        address: the Ray cluster (None: `RAY_ADDRESS`, else a local cluster started here).
+        resources: one Ray resource spec per hardware class (`--resources`); each pair runs
+            once per spec.
+        note: called with a line of progress for people.
+        init: more `ray.init` options.
+        connect_timeout_s: how long joining the cluster may take.
+
+    Raises:
+        SpecregError: when Ray is not installed, or the cluster does not start or answer
+            within `connect_timeout_s`.
+    """
     ray = need_ray()
     pairs = _pairs(reg, pair_ids)
     specs = resources or [{}]

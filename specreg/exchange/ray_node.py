@@ -131,7 +131,7 @@ def run_task(task_json: str, send: Send, node: NodeInfo) -> str:
 
 def _bench(task: RemoteTask, tmp: Path, send: Send, node: NodeInfo) -> None:
     from specreg import __version__
-    from specreg.benchmark.runner import Runner
+    from specreg.benchmark.run.runner import Runner
     from specreg.errors import NotAdmitted
     from specreg.exchange.bundle import ImportResult, check_here
     from specreg.exchange.portable import find_pair, merge_artifacts, merge_pairs

@@ -7,14 +7,15 @@ its build's defaults from the manifest) and names the first that differs beyond 
 `--tune` prediction is made before its candidate ran, from the runner's state, and cannot be
 drawn again from the rows; it is kept as stored (its numbers are finite: bundle JSON is strict).
 A `--budget` run's projection for what it left undecided is drawn again too (the rounds,
-`condition_summary.projected_rounds`); the budget that would run them is the runner's clock and
+`projection.projected_rounds`); the budget that would run them is the runner's clock and
 is kept as stored only beside such rounds (`_budget_as_stored`).
 
-Decisions were drawn with the whole grid's hull before the interval was cut to its running slice
-(decision/sequential.py): the slice's interval is the same or tighter at an edge, so
-a bundle written before can differ in a decision's interval. Such a run is drawn again with the
-old intersection and kept if that gives what it stores: either is the code that wrote a bundle,
-and neither leaves its writer a number to choose.
+Each run's decisions are drawn again with the method that made them: decision/bar.py's tests
+where its summaries say so (`decision_method` "bar"), else the confidence sequence of runs before
+them (decision/sequential.py, its projection too). That sequence's interval was the whole grid's
+hull before it was cut to its running slice, the same or tighter at an edge, so such a run is
+drawn again with the slice and, where that differs, with the grid: either is the code that wrote
+a bundle, and none leaves its writer a number to choose.
 """
 
 from __future__ import annotations
@@ -24,9 +25,10 @@ import math
 import re
 from typing import Any
 
-from specreg.benchmark.condition_summary import StatSettings, projected_rounds, stat_settings, summarize
+from specreg.benchmark.plan.projection import projected_rounds
+from specreg.benchmark.store.condition_summary import StatSettings, stat_settings, summarize
+from specreg.decision.bar import Method
 from specreg.decision.budget import HORIZON
-from specreg.decision.sequential import Intersection
 from specreg.schemas.bench import BenchRun, ConditionSummary
 
 REL_TOL = 1e-9  # rounding: the same code on another machine's floats (libm, summation order)
@@ -55,17 +57,25 @@ def _differs(a: Any, b: Any, where: str) -> str | None:
     return f"{where}: stored {b!r}, derived {a!r}"
 
 
-def derived_summaries(run: BenchRun, intersection: Intersection = "slice") -> list[ConditionSummary]:
+def method_of(run: BenchRun) -> Method:
+    """The method that decided a run, as its summaries record it (none recorded: before bar.py)."""
+    return "bar" if any(s.decision_method == "bar" for s in run.summaries) else "slice"
+
+
+def derived_summaries(run: BenchRun, method: Method | None = None) -> list[ConditionSummary]:
     """The summaries the run's rows give, drawn as the runner draws them (its settings and its
-    build's defaults from the manifest): what an import expects to find stored."""
+    build's defaults from the manifest, its decisions with `method`, by default the one it
+    records): what an import expects to find stored."""
     m = run.manifest
+    method = method or method_of(run)
     stats = stat_settings(m.settings, m.runtime.spec_defaults) if m is not None and m.settings else StatSettings()
-    out = summarize(run.conditions, run.requests, dataclasses.replace(stats, intersection=intersection))
+    out = summarize(run.conditions, run.requests, dataclasses.replace(stats, method=method))
     if m is not None and m.settings is not None and m.settings.budget_s is not None:  # as the runner projects
         strata = [p.stratum for p in run.prompts]
         found = projected_rounds(
-            run.conditions, run.requests, out, strata, m.settings.min_speedup, m.settings.seed, stats.set_aside
-        )
+            run.conditions, run.requests, out, strata, m.settings.min_speedup, m.settings.seed, stats.set_aside,
+            method,
+        )  # fmt: skip
         for i, more in found.items():
             out[i].decision_more_rounds = more
     return out
@@ -100,12 +110,13 @@ def _first_difference(run: BenchRun, derived: list[ConditionSummary]) -> str | N
 
 
 def check_summaries(run: BenchRun) -> str | None:
-    """None when the stored summaries are the ones the run's rows give (with the decision's
-    interval as drawn now, or as drawn before the slice); else the first difference from now's."""
+    """None when the stored summaries are the ones the run's rows give (with the method the run
+    records; one decided before bar.py with the slice or, failing that, the grid); else the first
+    difference from the method's."""
     found = _first_difference(run, derived_summaries(run))
-    if found is None or _first_difference(run, derived_summaries(run, "grid")) is None:
-        return None
-    return found
+    if found is None or method_of(run) != "slice":
+        return found
+    return None if _first_difference(run, derived_summaries(run, "grid")) is None else found
 
 
 __all__ = ["check_summaries", "derived_summaries"]

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from specreg.benchmark.digest import keep_digests
-from specreg.benchmark.runstore import RunStore
+from specreg.benchmark.store.digest import keep_digests
+from specreg.benchmark.store.runstore import RunStore
 from specreg.errors import SpecregError, first_error
 from specreg.exchange.bundle_runs import MAX_LOG_BYTES, local_digest
 from specreg.exchange.origins import record_origin, set_run_digest

@@ -1,8 +1,8 @@
 """GGUF format constants and bounds, mirroring llama.cpp's ggml/src/gguf.cpp (b11434).
 
 The reader is on the hot path of every `specreg check pair` (a fresh process each time), so
-these are plain literals rather than imports from the `gguf` package (which pulls in numpy,
-~0.1 s). The tensor type table (block and type sizes) is generated from the b11434 runtime's
+these are plain literals rather than imports from the `gguf` package (which pulls in numpy).
+The tensor type table (block and type sizes) is generated from the b11434 runtime's
 own source (`ggml_types.py`, by tools/extract_ggml_types.py; tests/test_ggml_types.py checks
 every type against that source and against ggml itself). The rest were taken from `gguf` 0.19.0
 plus the few entries that release lacks but the runtime knows; `tests/test_gguf_format_constants.py`
@@ -85,7 +85,6 @@ SCALAR_SIZES: Final[dict[int, int]] = {t: s.size for t, s in SCALAR_STRUCTS.item
 INTEGER_TYPES: Final = frozenset(
     int(t) for t in (VT.UINT8, VT.INT8, VT.UINT16, VT.INT16, VT.UINT32, VT.INT32, VT.UINT64, VT.INT64)
 )
-FLOAT_TYPES: Final = frozenset((int(VT.FLOAT32), int(VT.FLOAT64)))
 VALUE_TYPE_NAMES: Final[dict[int, str]] = {int(t): t.name for t in VT}
 
 U32: Final = struct.Struct("<I")
@@ -155,7 +154,6 @@ KEY_LICENSE_NAME: Final = "general.license.name"
 KEY_LICENSE_LINK: Final = "general.license.link"
 KEY_REPO_URL: Final = "general.repo_url"
 KEY_BASE_MODEL_COUNT: Final = "general.base_model.count"
-BASE_MODEL_PREFIX: Final = "general.base_model."
 SOURCE_PREFIX: Final = "general.source."
 KEY_SPLIT_COUNT: Final = "split.count"
 KEY_SPLIT_NO: Final = "split.no"

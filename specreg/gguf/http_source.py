@@ -3,8 +3,9 @@
 The walk is the same bounded walk as for a local file (`read_gguf` over a `ByteSource`); this
 source adds what the network needs: the size from the first answer's Content-Range, redirects
 followed by hand (http/https only; credentials never follow to another host), a cap on the
-bytes fetched, and one `RemoteError` line for a server without Range support, a timeout, a
-401/403/404. `bytes_fetched` counts every body byte received.
+bytes fetched, and one `RemoteError` line for a server without Range support, a 401/403/404.
+Its requests go through specreg.remote (the operation's deadline, a body never longer than
+the range asked for); `bytes_fetched` counts every body byte received.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urljoin, urlsplit
 
+from specreg import remote
 from specreg.errors import RemoteError
 
 if TYPE_CHECKING:
@@ -21,7 +23,7 @@ if TYPE_CHECKING:
 FIRST_FETCH = 1 << 20  # the first request: the whole header of most models, and the file size
 MAX_FETCH_BYTES = 64 << 20  # the most one remote file may cost (real headers: up to ~16 MiB)
 MAX_REDIRECTS = 5
-TIMEOUT_S = 30.0
+_SLACK = 64 << 10  # a range answer may run this far past the bytes asked for (they are cut there)
 _RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+)")
 _SHA256 = re.compile(r'^(?:W/)?"?([0-9a-f]{64})"?$')
 
@@ -34,24 +36,20 @@ class HttpSource:
         url: str,
         *,
         headers: dict[str, str] | None = None,
-        timeout_s: float = TIMEOUT_S,
         max_bytes: int = MAX_FETCH_BYTES,
         first: int = FIRST_FETCH,
     ) -> None:
-        import httpx
-
         scheme = urlsplit(url).scheme
         if scheme not in ("http", "https"):
             raise RemoteError(f"{url}: only http:// and https:// URLs can be read remotely, not {scheme}://")
         self.path = url
         self.url = url  # where the bytes really are, once redirects are followed
         self.max_bytes = max_bytes
-        self.timeout_s = timeout_s
         self.bytes_fetched = 0
         self.requests = 0
         self.response_headers: dict[str, str] = {}
         self._headers = dict(headers or {})
-        self._client = httpx.Client(timeout=httpx.Timeout(timeout_s), follow_redirects=False)
+        self._client = remote.client()
         self._prefix = b""
         try:
             self._prefix, total = self._get(0, first)
@@ -97,7 +95,10 @@ class HttpSource:
         try:
             for _ in range(MAX_REDIRECTS + 1):
                 self.requests += 1
-                with self._client.stream("GET", url, headers=headers) as r:
+                with (
+                    remote.expect(f"the byte range of {self.path}", n + _SLACK, why=f"{n} bytes were asked for"),
+                    self._client.stream("GET", url, headers=headers) as r,
+                ):
                     if self.requests <= MAX_REDIRECTS + 1:  # the first request's chain: the hub's own headers
                         for k, v in r.headers.items():
                             self.response_headers.setdefault(k.lower(), v)
@@ -111,12 +112,10 @@ class HttpSource:
                     body = self._body(r, n)
                     self.url = url
                     return body, total
-        except httpx.TimeoutException:
-            raise RemoteError(
-                f"{self.path}: no answer within {self.timeout_s:g} s", hint="the server is slow or unreachable"
-            ) from None
         except httpx.TransportError as exc:
-            raise RemoteError(f"{self.path}: cannot reach the server ({_cause(exc)})") from None
+            raise remote.failure(exc, remote.host_of(url)) or RemoteError(
+                f"{self.path}: cannot reach the server ({_cause(exc)})"
+            ) from None
         raise RemoteError(f"{self.path}: more than {MAX_REDIRECTS} redirects")
 
     def _redirect(self, url: str, r: Any, headers: dict[str, str]) -> tuple[str, dict[str, str]]:

@@ -1,6 +1,6 @@
 """Fast, hardened GGUF metadata reader: header, key/values and tensor infos, never tensor data.
 
-`gguf.GGUFReader` builds a numpy view per element (seconds for a 150k-token vocabulary);
+`gguf.GGUFReader` builds a numpy view per element (slow on a real vocabulary);
 this reader walks the header once with `struct.unpack_from`, keeps arrays as references
 into the header bytes, fingerprints them by hashing their raw payload, and decodes token
 strings only when asked. Every malformed, truncated or hostile input raises `GGUFError`.
@@ -69,10 +69,9 @@ class GGUFArray:
         parts (validators/memory_budget.py). 0 for any other array.
 
         A registered file's value comes with its layout (`read_gguf(known=...)`, proven by the
-        payload's SHA-256), so `check pair` on it walks no token: the walk is ~30 ms of CPU per
-        152k-token file (benchmarks/bench_startup.py's `check pair`, registered vs new to the
-        registry). One loop with the arithmetic inline: a list of lengths summed through a
-        helper cost more (best of 5, quiet machine: qwen2 41 -> 35 ms, gemma-4 74 -> 37 ms)."""
+        payload's SHA-256), so `check pair` on it walks no token (benchmarks/bench_startup.py
+        times `check pair` on registered files and on files new to the registry). One loop with
+        the arithmetic inline, because this walk is on the path of every file new to the registry."""
         if self.item_type != F.T_STRING:
             return 0
         known = self._owner._array_heap
@@ -91,10 +90,10 @@ class GGUFArray:
 
     def strings_at(self, indices: Iterable[int]) -> dict[int, str]:
         """Some elements of a string array, decoded without decoding the others (a few special
-        tokens out of 150,000: skipping lengths is a third of the cost of decoding every text).
+        tokens out of a whole vocabulary: skipping lengths costs less than decoding every text).
         From the walk's mark below each (walk.MARK_STEP) where the walk kept them, so `inspect`
-        of a file new to the registry skips no more than a step's lengths: qwen2's special tokens
-        lie past 151,000 (benchmarks/bench_startup.py, inspect ggml-vocab-qwen2)."""
+        of a file new to the registry skips no more than a step's lengths: special tokens often
+        lie at the end of the vocabulary (qwen2's)."""
         want = {i for i in indices if 0 <= i < self.count}
         if self.item_type != F.T_STRING or not want:
             return {}
@@ -207,7 +206,7 @@ class GGUFFile:
         """Where each long string array starts and ends, with its payload's SHA-256 and, for the
         tokens, their heap (the memory model's; merges are counted, not measured): given back to
         `read_gguf(known=...)`, a later read of the same bytes jumps over them instead of walking
-        150,000 length prefixes per array (most of a vocabulary file's parse), and the memory
+        every length prefix of each array (most of a vocabulary file's parse), and the memory
         model reads the heap instead of walking the tokens again."""
         return {
             a.offset: (
@@ -320,17 +319,26 @@ def read_gguf(
     known: Mapping[int, KnownArray] | None = None,
     twins: Mapping[str, TwinArray] | None = None,
 ) -> GGUFFile:
-    """Walk the header of any byte source (a local file, a range-read remote file); GGUFError on any defect.
+    """Walk the header of any byte source (a local file, a range-read remote file).
 
-    `known`: `string_array_layout()` of an earlier read of this file. A string array found at a
-    known start with the known count is jumped over to its known end, and kept only if its
-    payload hashes to the known SHA-256 (the bytes the earlier read walked, length by length);
-    any mismatch reads the whole header again without `known`. `twins`: `twin_arrays()` of
-    another file (a pair's target, for its draft); a string array under the same key with the
-    same count, length and SHA-256 is not walked (any difference: walked as usual).
+    Args:
+        source: where the bytes come from; only the header is read, never tensor data.
+        cap: the most header bytes read before the file is refused as oversized.
+        first: the size of the first read.
+        step: the size of each later read (a remote source may want larger ones).
+        reopen: gives a fresh source for tensor reads later (default: the local file at
+            `source.path`).
+        known: `string_array_layout()` of an earlier read of this file. A string array found
+            at a known start with the known count is jumped over to its known end, and kept
+            only if its payload hashes to the known SHA-256 (the bytes the earlier read walked,
+            length by length); any mismatch reads the whole header again without `known`.
+        twins: `twin_arrays()` of another file (a pair's target, for its draft); a string
+            array under the same key with the same count, length and SHA-256 is not walked
+            (any difference: walked as usual).
 
-    `cap`, `first` and `step` bound the header window (a remote source may want larger reads);
-    `reopen` gives a fresh source for tensor reads later (default: the local file at `source.path`)."""
+    Raises:
+        GGUFError: on any malformed, truncated or hostile input, naming the field and offset.
+    """
     if source.size == 0:
         raise GGUFError(source.path, "not a GGUF file: the file is empty", field="magic", offset=0)
     window = HeaderWindow(source, cap=cap, first=first, step=step)
@@ -354,7 +362,14 @@ def read_gguf(
 
 
 def open_gguf(path: str | Path, known: Mapping[int, KnownArray] | None = None) -> GGUFFile:
-    """Read a local GGUF file's header, key/values and tensor infos; raise GGUFError on any defect.
-    `known`: an earlier read's `string_array_layout()` (see read_gguf)."""
+    """Read a local GGUF file's header, key/values and tensor infos.
+
+    Args:
+        path: the file.
+        known: an earlier read's `string_array_layout()` (see `read_gguf`).
+
+    Raises:
+        GGUFError: on any defect, or when the file cannot be opened.
+    """
     with FileSource(path) as source:
         return read_gguf(source, known=known)

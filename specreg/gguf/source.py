@@ -128,7 +128,6 @@ class HeaderWindow:
         self.step = step
         self.buf = _anonymous(1)
         self.end = 0  # bytes [0, end) of buf hold the source's bytes
-        self.bytes_read = 0
 
     def ensure(self, end: int, field: str | None = None) -> None:
         """Make `buf` cover [0, end), reading whole steps (doubling while small) so the walk
@@ -158,7 +157,6 @@ class HeaderWindow:
                 chunk = self.source.read(have, n)
                 got = len(chunk)
                 self.buf[have : have + got] = chunk
-            self.bytes_read += got
             have += got
             self.end = have
             if got < n:

@@ -148,9 +148,16 @@ def build_summary(gf: GGUFFile) -> GGUFSummary:
 
 def summarize(source: GGUFFile | str | Path, *, shared: bool = False) -> GGUFSummary:
     """The summary of an opened file (cached on it) or of a path; sha256 stays None: the registry hashes.
-    A copy, since callers may edit theirs (e.g. fill sha256); `shared=True` gives the cached one
-    itself to readers that never edit it: the deep copy was a third of `drafts`' time over a
-    1,000-artifact registry (five copies per candidate)."""
+
+    Args:
+        source: an opened file, or the path of one to open.
+        shared: give the cached summary itself rather than a copy, for readers that never
+            edit it (a deep copy per call is costly where `drafts` reads every candidate).
+            The default is a copy, since callers may edit theirs (e.g. fill sha256).
+
+    Raises:
+        GGUFError: when `source` is a path and the file is unreadable or malformed.
+    """
     gf = source if isinstance(source, GGUFFile) else open_gguf(source)
     if gf._summary is None:
         gf._summary = build_summary(gf)

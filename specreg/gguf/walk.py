@@ -13,12 +13,11 @@ import hashlib
 import mmap
 import struct
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 
 from specreg.errors import GGUFError
 from specreg.gguf import format as F
 from specreg.gguf.source import HeaderWindow
-from specreg.lazyclass import dataclass
 from specreg.text import escape_control
 
 
@@ -92,10 +91,8 @@ def skip_strings(buf: Buffer, p: int, count: int) -> tuple[int, int]:
 
     Returns (offset reached, strings skipped); it stops early at the first group whose
     prefixes run past `buf`, so the caller can grow its window and resume. The last offset
-    may lie past `buf` (the caller checks it). The hot loop of the reader (151k tokens +
-    151k merges for qwen2): one C call per element, unrolled eight times (measured: -12% on
-    a 150k-entry array; a compiled regex over the length prefixes and memoryview casts were
-    no faster).
+    may lie past `buf` (the caller checks it). The hot loop of the reader (a vocabulary's
+    tokens and merges): one C call per element, unrolled eight times.
     """
     unpack = F.U64.unpack_from
     done = 0
@@ -123,12 +120,11 @@ def skip_strings(buf: Buffer, p: int, count: int) -> tuple[int, int]:
 
 def skip_strings_heap(buf: Buffer, p: int, count: int) -> tuple[int, int, int]:
     """skip_strings for the tokens array, also summing the heap its elements take as std::string
-    (GGUFArray.long_string_heap's rule): one walk instead of two over 150,000+ lengths, so a file
+    (GGUFArray.long_string_heap's rule): one walk instead of two over a vocabulary's lengths, so a file
     new to the registry is not walked again by the memory model (`check pair` of two files new
     to the registry: benchmarks/bench_startup.py). Returns (offset, strings skipped, heap of those).
     Unrolled eight times like skip_strings, stopping at the start of the group that ran past
-    `buf` with that group's heap left out (callgrind, qwen2's 151,936 tokens: 240M instructions
-    one element a turn, 176M eight)."""
+    `buf` with that group's heap left out."""
     unpack = F.U64.unpack_from
     done = heap = 0
     g, g_heap = p, 0

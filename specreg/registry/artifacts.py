@@ -15,14 +15,14 @@ import time
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from specreg.errors import AmbiguousArtifact, ArtifactNotFound, SpecregError
 from specreg.registry import hashing, licence, snapshot, statcache
-from specreg.registry.db import Database, now_iso, paused_gc, read_only_error, records_in_batches, text
+from specreg.registry.db import Database, now_iso, read_only_error, records_in_batches, text
 from specreg.registry.shards import Shard, ShardStore, is_split
 from specreg.schemas.gguf import GGUFSummary, summary_from_json, summary_to_json
-from specreg.schemas.record import adapter, plain_json, stamp
+from specreg.schemas.record import adapter, from_json, stamp, to_json
 from specreg.schemas.registry import ArtifactRecord, LicenceRecord, LicenceSource, Provenance
 
 if TYPE_CHECKING:
@@ -37,13 +37,6 @@ LIST_COLUMNS = (
     "repo, revision, filename, provenance_source, provenance_json, registered_at, updated_at"
 )
 IN_SHAS = "sha256 IN (SELECT value FROM json_each(?))"
-
-
-class ArtifactSize(NamedTuple):
-    """An artifact's SHA-256 and size: all that verifying its files reads of its record."""
-
-    sha256: str
-    size: int
 
 
 # A list-view row as one JSON object (ArtifactRecord's fields, no summary) for
@@ -77,6 +70,10 @@ def stat_or_raise(apath: str) -> hashing.StatKey:
     return hashing.StatKey.of(st)
 
 
+def _licence(raw: str) -> LicenceRecord:
+    return from_json(LicenceRecord, raw)
+
+
 def _stored(load: Any, raw: str, default: Any) -> Any:
     """A stored JSON field, or `default` when the record is damaged (no licence stated, no
     provenance): one bad row must not stop every listing, and nothing is allowed on it."""
@@ -104,7 +101,7 @@ def _record(
         file_type_name=text(row["file_type_name"]),
         n_tokens=row["n_tokens"],
         summary=summary,
-        licence=_stored(licence.read_record, row["licence_json"], LicenceRecord()),
+        licence=_stored(_licence, row["licence_json"], LicenceRecord()),
         provenance=Provenance(
             repo=text(row["repo"]),
             revision=text(row["revision"]),
@@ -168,24 +165,22 @@ class ArtifactStore:
             paths.setdefault(r["sha256"], []).append(r["path"])
         cols = LIST_COLUMNS + (", summary_json" if with_summary else "")
         found = self.db.rows(f"SELECT {cols} FROM artifacts ORDER BY registered_at, sha256")
-        with paused_gc():
-            return [_record(r, paths.get(r["sha256"], []), with_summary) for r in found]
+        return [_record(r, paths.get(r["sha256"], []), with_summary) for r in found]
 
     def get_many(self, shas: Iterable[str], *, with_summary: bool = False) -> dict[str, ArtifactRecord]:
         """Records of many artifacts by full SHA-256 (unknown ones are left out): one query, or two
         when a record must be read row by row."""
         wanted = json.dumps(sorted(set(shas)))
         if not with_summary:
-            with paused_gc():
-                fast = records_in_batches(
-                    self.db.conn, f"{_JSON_ROW} WHERE {IN_SHAS}", (wanted,), adapter(list[ArtifactRecord])
-                )
+            fast = records_in_batches(
+                self.db.conn, f"{_JSON_ROW} WHERE {IN_SHAS}", (wanted,), adapter(list[ArtifactRecord])
+            )
             if fast is not None:
                 return {r.sha256: r for r in fast}
         return self.get_many_by_row(wanted, with_summary=with_summary)
 
     def get_many_by_row(self, wanted: str, *, with_summary: bool) -> dict[str, ArtifactRecord]:
-        """`get_many` one row at a time (`wanted`: a JSON list of SHA-256s): the path that reads a
+        """`get_many` one row at a time (`wanted`: a JSON list of SHA-256 digests): the path that reads a
         damaged licence or provenance record as none stated."""
         paths: dict[str, list[str]] = {}
         for sha, path in self.db.conn.execute(
@@ -194,16 +189,7 @@ class ArtifactStore:
             paths.setdefault(sha, []).append(path)
         cols = LIST_COLUMNS + (", summary_json" if with_summary else "")
         found = self.db.rows(f"SELECT {cols} FROM artifacts WHERE {IN_SHAS}", (wanted,))
-        with paused_gc():
-            return {r["sha256"]: _record(r, paths.get(r["sha256"], []), with_summary) for r in found}
-
-    def sizes(self, shas: Iterable[str]) -> list[ArtifactSize]:
-        """SHA-256 and size of these artifacts (unknown ones left out): what verifying them reads,
-        without building their records."""
-        found = self.db.conn.execute(
-            f"SELECT sha256, size FROM artifacts WHERE {IN_SHAS}", (json.dumps(sorted(set(shas))),)
-        )
-        return [ArtifactSize(sha, size) for sha, size in found]
+        return {r["sha256"]: _record(r, paths.get(r["sha256"], []), with_summary) for r in found}
 
     def cached_sha(self, apath: str, key: hashing.StatKey) -> tuple[str, int] | None:
         """(sha256, hashed_at_ns) when the stat cache vouches for this path (statcache.py)."""
@@ -350,7 +336,7 @@ class ArtifactStore:
             elif layout is not None and known["layout_json"] != layout:  # registered before m009
                 conn.execute("UPDATE artifacts SET layout_json = ? WHERE sha256 = ?", (layout, sha))
             elif news or prov.source == "hf_cache":
-                rec = licence.read_record(known["licence_json"])
+                rec = from_json(LicenceRecord, known["licence_json"])
                 if license:
                     rec = licence.with_source(rec, LicenceSource(source="user", value=license))
                 if card:
@@ -409,7 +395,7 @@ class ArtifactStore:
                 rec.effective,
                 rec.effective_source,
                 int(rec.conflict),
-                plain_json(rec),
+                to_json(rec),
                 prov.repo,
                 prov.revision,
                 prov.filename,
@@ -440,7 +426,7 @@ class ArtifactStore:
                 "effective_license": rec.effective,
                 "licence_source": rec.effective_source,
                 "licence_conflict": int(rec.conflict),
-                "licence_json": plain_json(rec),
+                "licence_json": to_json(rec),
             }
         if repo or revision:
             sets |= {"provenance_source": source}
@@ -470,6 +456,6 @@ class ArtifactStore:
             row = self.db.one("SELECT licence_json FROM artifacts WHERE sha256 = ?", (sha256,))
             if row is None:
                 raise ArtifactNotFound(f"no registered artifact with sha256 {sha256}")
-            rec = licence.with_source(licence.read_record(row["licence_json"]), source)
+            rec = licence.with_source(from_json(LicenceRecord, row["licence_json"]), source)
             self._update(sha256, rec, None, None, None, now_iso())
         return self.get(sha256)

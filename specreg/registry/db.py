@@ -3,17 +3,15 @@
 Callers get a plain `sqlite3.Connection`: from `Database.conn` for reads and from
 `transaction()` / `Registry.write()` for writes. Our writes need `ON CONFLICT` upserts,
 `json_each` filters and savepoints, which are SQL in any API, and the migrations are applied
-here too, in sqlite-utils' record format (registry/migrations.py): importing sqlite-utils costs
-~0.2 s (numpy, click), more than a whole `specreg check pair` may take.
+here too, in sqlite-utils' record format (registry/migrations.py): importing sqlite-utils pulls
+in numpy and click, more than a whole `specreg check pair` needs.
 
-Also here, because every stage stores timestamps and builds large result lists: the one
-`now()` (timezone-aware UTC) and the one paused-GC context manager of the package.
+Also here, because every stage stores timestamps: the package's one `now()` (timezone-aware UTC).
 """
 
 from __future__ import annotations
 
 import errno
-import gc
 import os
 import resource
 import secrets
@@ -59,20 +57,6 @@ def text(value: Any) -> Any:
 def now_iso() -> str:
     """`now()` as a stored timestamp."""
     return now().isoformat(timespec="microseconds")
-
-
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """Pause the cyclic GC while 10^4-10^5 small acyclic objects are built (list views, audit
-    results): the allocations trigger repeated full collections that walk all of them again
-    (measured: half the CPU of `pairs()` and of an audit of 5,000 pairs)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def records_in_batches(

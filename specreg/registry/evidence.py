@@ -1,27 +1,21 @@
-"""Verdicts from elsewhere: evidence about another machine, never an admission here.
+"""Verdicts from elsewhere: evidence about another machine, never an admission written here.
 
 A result bundle may carry verdicts another machine made (table imported_verdicts, m016). They
 are kept - who made them (host, specreg version), when, under which rule set, from which bundle
-- and shown beside the pair ("admitted elsewhere, not checked here"), but the verdict a pair
-stands on here is made of this machine's own checks alone: `bench admitted`, the runner and the
-audit's verdict gate read `pairs.admitted`, which an import never writes. Only admitted pairs may
-be benchmarked, and that rule must not rest on whoever wrote the last bundle.
+- and shown beside the pair ("admitted elsewhere, not checked here"), but `pairs.admitted`, what
+`bench admitted` and the runner read, is made of this machine's own checks alone: an import
+never writes it. Only admitted pairs may be benchmarked here, and that rule must not rest on
+whoever wrote the last bundle (a pair not checked here has no files here to run anyway).
 
-`trusted` is the one place a later change (signed evidence) lets a policy accept another
-machine's verdict; until then it accepts none, because a host name in a bundle is only what
-whoever wrote the bundle says.
+The audit alone may let a verdict from elsewhere stand, and only under a policy: one that a
+signer in its `[trust] signers` signed, under a rule set this build knows (audit/trust.py, on
+the attestations recorded at import, signing/attestations.py). A host name in a bundle is only
+what whoever wrote the bundle says; a signature is who vouches for it.
 """
 
 from __future__ import annotations
 
-from specreg.schemas.registry import Elsewhere, PairRecord
-
-
-def trusted(elsewhere: Elsewhere | None, signers: frozenset[str] = frozenset()) -> bool:
-    """Whether another machine's verdict may stand in for a check here: never yet (nothing in a
-    bundle proves who wrote it). `signers`: the keys a policy trusts, once bundles are signed."""
-    del elsewhere, signers
-    return False
+from specreg.schemas.registry import PairRecord
 
 
 def not_checked_here(pair: PairRecord) -> str | None:
@@ -36,4 +30,4 @@ def not_checked_here(pair: PairRecord) -> str | None:
     )
 
 
-__all__ = ["not_checked_here", "trusted"]
+__all__ = ["not_checked_here"]

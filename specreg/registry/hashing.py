@@ -14,9 +14,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-
-from specreg.lazyclass import dataclass
 
 # 1 MiB: measured flat from 128 KiB to 4 MiB on 2 GB (page cache); mmap was ~5% faster but a file
 # truncated while mapped kills the process with SIGBUS, so we copy with readinto instead.
@@ -68,7 +67,7 @@ def is_racy(key: StatKey, hashed_at_ns: int | None) -> bool:
 
     ctime is not tested here: it is in the key, cannot be set back, and a rewrite after the
     hash gets a later ctime than the stored one unless it falls in the same kernel clock tick
-    (1-10 ms) as the file's previous change and the hash; the audit re-hashes by default."""
+    as the file's previous change and the hash; the audit re-hashes by default."""
     if hashed_at_ns is None:
         return True
     return key.mtime_ns >= hashed_at_ns - RACY_WINDOW_NS

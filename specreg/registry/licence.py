@@ -13,10 +13,9 @@ reading the model card lives in `provenance.py`.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import replace
 
 from specreg.schemas.gguf import LicenceFields
 from specreg.schemas.registry import LICENCE_PRECEDENCE, LicenceRecord, LicenceSource
@@ -77,7 +76,7 @@ def combine(sources: Sequence[LicenceSource | None]) -> LicenceRecord:
     """Keep every source (in precedence order), pick the effective one, flag disagreement."""
     rank = {kind: i for i, kind in enumerate(LICENCE_PRECEDENCE)}
     kept = sorted(
-        (s.model_copy(update={"value": normalise(s.value)}) for s in sources if s is not None),
+        (replace(s, value=normalise(s.value)) for s in sources if s is not None),
         key=lambda s: rank[s.source],
     )
     stated = [s for s in kept if s.value]
@@ -93,55 +92,3 @@ def combine(sources: Sequence[LicenceSource | None]) -> LicenceRecord:
 def with_source(rec: LicenceRecord, source: LicenceSource) -> LicenceRecord:
     """The record with `source` added, replacing an earlier statement of the same kind."""
     return combine([s for s in rec.sources if s.source != source.source] + [source])
-
-
-def read_record(raw: str | bytes) -> LicenceRecord:
-    """A stored licence record (`licence_json`) read without pydantic: it is read on every `check
-    pair` and registration, where pydantic's first validator alone costs ~40 ms. It takes what
-    `LicenceRecord.model_validate_json` takes of what specreg writes and refuses the shapes it
-    refuses (ValueError): wrong types, unknown source kinds, text that is not valid UTF-8
-    (tests/test_registry_licence.py checks the two agree on generated records)."""
-    if not isinstance(raw, (str, bytes)):
-        raise ValueError("no licence record")
-    data = json.loads(raw)
-    if not isinstance(data, dict) or not isinstance(data.get("sources", []), list):
-        raise ValueError("a licence record is an object with a list of sources")
-    sources = [
-        LicenceSource(
-            source=_kind(s.get("source"), required=True) if isinstance(s, dict) else _bad("source"),
-            value=_text(s.get("value")),
-            name=_text(s.get("name")),
-            link=_text(s.get("link")),
-        )
-        for s in data.get("sources", [])
-    ]
-    conflict = data.get("conflict", False)
-    if not isinstance(conflict, bool):
-        raise ValueError("conflict: not a boolean")
-    return LicenceRecord(
-        sources=sources,
-        effective=_text(data.get("effective")),
-        effective_source=_kind(data.get("effective_source"), required=False),
-        conflict=conflict,
-    )
-
-
-def _bad(what: str) -> Any:
-    raise ValueError(f"{what}: malformed")
-
-
-def _text(value: object) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise ValueError("a licence field is text")
-    value.encode("utf-8")  # UnicodeEncodeError (a ValueError) on a lone surrogate, as pydantic's parser
-    return value
-
-
-def _kind(value: object, *, required: bool) -> Any:
-    if value is None and not required:
-        return None
-    if value not in LICENCE_PRECEDENCE:
-        raise ValueError(f"licence source kind {value!r}")
-    return value

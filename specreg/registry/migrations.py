@@ -4,7 +4,7 @@ Applied migrations are recorded in sqlite-utils' format: table `_sqlite_migratio
 migration_set "specreg", name, applied_at), so `sqlite_utils.Migrations` and `sqlite-utils`
 tooling read a registry's state as their own (tests/test_registry_schema.py holds both to it).
 specreg applies them itself, on the plain `sqlite3` connection, because importing sqlite-utils
-costs ~0.2 s (it imports numpy and click) and a first `specreg check pair` creates the registry.
+imports numpy and click, and a first `specreg check pair` creates the registry.
 `Database` runs `apply()` inside its own `BEGIN IMMEDIATE`, and `apply()` looks at what is
 pending again under that lock, so two processes opening a fresh database at once cannot both
 apply the same migration; a migration and its record commit together or not at all.
@@ -15,15 +15,17 @@ Adding a migration (other areas: the benchmark runs tables, ...):
   2. use plain SQL (`db.execute("CREATE TABLE ...")`): explicit types, NOT NULL, foreign
      keys and an index on every column that list views filter, join or sort on;
   3. update `tests/test_registry_schema.py`, which pins every table and its columns.
+
+One module, however long: it is a list of small functions applied in order, each frozen once
+shipped, and reading the schema's history is reading this file top to bottom.
 """
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
-
-from specreg.lazyclass import dataclass
 
 Migration = Callable[[sqlite3.Connection], None]
 
@@ -103,10 +105,21 @@ migrations = MigrationSet("specreg")
 # Migrations of tables that only this registry keeps for itself (caches of what it computed from
 # its own rows). A bundle never carries them, so its schema does not name them: a bundle from a
 # specreg that added one is not "newer" to a specreg that has not (exchange/bundle.py).
-# Who vouched for an imported run (m021) is this registry's record of the envelopes it verified;
-# the envelopes themselves travel, not the table. Where a run came from (m022: its Ray node) is this
-# registry's record too; a bundle carries the node in the run's manifest.
-LOCAL_ONLY = frozenset({"m010_template_scans", "m012_run_digests", "m021_run_attestations", "m022_run_origin_nodes"})
+# Who vouched for an imported run or verdict (m021, m022) is this registry's record of the
+# envelopes it verified; the envelopes themselves travel, not the tables. A memory fit (m023)
+# judges a configuration against this machine's budget: it does not travel either. Where a run
+# came from (m024: its Ray node) is this registry's record too; a bundle carries the node in the
+# run's manifest.
+LOCAL_ONLY = frozenset(
+    {
+        "m010_template_scans",
+        "m012_run_digests",
+        "m021_run_attestations",
+        "m022_verdict_attestations",
+        "m023_memory_fits",
+        "m024_run_origin_nodes",
+    }
+)
 
 
 def bundle_schema() -> list[str]:
@@ -364,7 +377,7 @@ def m004_pairs_strict_verdict(db: sqlite3.Connection) -> None:
 
 @migrations()
 def m005_run_origins(db: sqlite3.Connection) -> None:
-    """Where an imported benchmark run came from (specreg/benchmark/bundle_import.py).
+    """Where an imported benchmark run came from (specreg/exchange/bundle.py).
 
     One row per run merged from a result bundle: the host and specreg version that ran it, the
     digest of its content (a later bundle with the same run id must match it) and of the bundle.
@@ -388,7 +401,7 @@ def m005_run_origins(db: sqlite3.Connection) -> None:
 @migrations()
 def m006_bench_condition_warmup(db: sqlite3.Connection) -> None:
     """Each condition's warm-up: per server start, the uncounted requests' latencies and whether
-    two in a row agreed within the tolerance (benchmark/execute.py). Additive: older rows get '[]'."""
+    two in a row agreed within the tolerance (benchmark/run/execute.py). Additive: older rows get '[]'."""
     db.execute("ALTER TABLE bench_conditions ADD COLUMN warmup_json TEXT NOT NULL DEFAULT '[]'")
 
 
@@ -450,7 +463,7 @@ def m010_template_scans(db: sqlite3.Connection) -> None:
 @migrations()
 def m011_bench_request_prompt_n(db: sqlite3.Connection) -> None:
     """Each request's prompt tokens processed (`timings.prompt_n`): with `prompt_ms`, the baseline's
-    per-token prompt cost that models a verification batch (benchmark/stepcost.py). Older rows: NULL."""
+    per-token prompt cost that models a verification batch (benchmark/store/stepcost.py). Older rows: NULL."""
     db.execute("ALTER TABLE bench_requests ADD COLUMN prompt_n INTEGER")
 
 
@@ -460,7 +473,7 @@ _RUN_TABLES = ("bench_runs", "bench_conditions", "bench_summaries", "bench_promp
 
 @migrations()
 def m012_run_digests(db: sqlite3.Connection) -> None:
-    """Each finished run's digest as the audit reads it (benchmark/digest_cache.py), by the digest
+    """Each finished run's digest as the audit reads it (benchmark/store/digest_cache.py), by the digest
     code's id; triggers drop a run's digests whenever any of its rows is written."""
     db.execute(
         """
@@ -502,7 +515,7 @@ def m013_bench_request_records(db: sqlite3.Connection) -> None:
 @migrations()
 def m014_bench_condition_load(db: sqlite3.Connection) -> None:
     """How busy the machine was during each of a condition's slots (others' CPU, steal, load) and
-    whether that set the slot aside (benchmark/contention.py). Older rows: NULL (nothing known)."""
+    whether that set the slot aside (benchmark/store/contention.py). Older rows: NULL (nothing known)."""
     db.execute("ALTER TABLE bench_conditions ADD COLUMN load_json TEXT")
 
 
@@ -555,7 +568,7 @@ def m018_bench_request_triage(db: sqlite3.Connection) -> None:
 
 @migrations()
 def m021_run_attestations(db: sqlite3.Connection) -> None:
-    """Who vouched for an imported run (exchange/signing.py): per verified DSSE envelope and run,
+    """Who vouched for an imported run (signing/attestations.py): per verified DSSE envelope and run,
     the run's digest as signed, the signing key's id, the policy's name for it when the import
     had a policy, the bundle and the envelope's SHA-256. Runs nobody signed have no row."""
     db.execute(
@@ -576,7 +589,58 @@ def m021_run_attestations(db: sqlite3.Connection) -> None:
 
 
 @migrations()
-def m022_run_origin_nodes(db: sqlite3.Connection) -> None:
+def m022_verdict_attestations(db: sqlite3.Connection) -> None:
+    """Who vouched for an imported verdict (signing/attestations.py): per verified DSSE envelope
+    whose statement binds the bundle's pairs.jsonl, and per verdict the bundle's own host made,
+    the signing key's id, the policy's name for it when the import had a policy, the bundle and
+    the envelope's SHA-256. Verdicts nobody signed have no row."""
+    db.execute(
+        """
+        CREATE TABLE verdict_attestations (
+            verdict_id INTEGER NOT NULL REFERENCES imported_verdicts (id),
+            key_id TEXT NOT NULL CHECK (length(key_id) = 64),
+            signer TEXT,
+            bundle_digest TEXT NOT NULL CHECK (length(bundle_digest) = 64),
+            envelope_sha256 TEXT NOT NULL CHECK (length(envelope_sha256) = 64),
+            signed_at TEXT,
+            imported_at TEXT NOT NULL,
+            PRIMARY KEY (verdict_id, key_id, bundle_digest)
+        )
+        """
+    )
+
+
+@migrations()
+def m023_memory_fits(db: sqlite3.Connection) -> None:
+    """A serving configuration judged against a memory budget (`check pair --budget`,
+    registry/memory_fits.py): kept beside a pair's verdicts, never one of them, since the same two
+    files fit one machine and not another. One row per judgement, by the pair's files and method
+    and the configuration (schemas/memory.py config_key); the latest is what `deploy` pins."""
+    db.execute(
+        """
+        CREATE TABLE memory_fits (
+            id INTEGER PRIMARY KEY,
+            target_sha256 TEXT NOT NULL,
+            draft_sha256 TEXT,
+            method TEXT NOT NULL,
+            config TEXT NOT NULL,
+            fits INTEGER NOT NULL,
+            budget_bytes INTEGER,
+            cache_ram_mib INTEGER,
+            ctx_checkpoints INTEGER,
+            fit_json TEXT NOT NULL,
+            created_at TEXT NOT NULL
+        )
+        """
+    )
+    db.execute(
+        "CREATE INDEX idx_memory_fits_config ON memory_fits "
+        "(target_sha256, ifnull(draft_sha256, ''), method, config, id)"
+    )
+
+
+@migrations()
+def m024_run_origin_nodes(db: sqlite3.Connection) -> None:
     """Where a run dispatched to a Ray cluster ran (exchange/ray_executor.py): the node's id, its
     address and the resources the run was placed with, beside the host. Such a run arrives row by
     row while it is measured, in no bundle: its bundle digest is NULL, and its content digest is

@@ -11,10 +11,10 @@ from __future__ import annotations
 import sqlite3
 
 from specreg.errors import ArtifactNotFound, PairNotFound
-from specreg.registry.db import Database, now_iso, paused_gc, records_in_batches, text
+from specreg.registry.db import Database, now_iso, records_in_batches, text
 from specreg.schemas.checks import CheckResult, PairVerdict
 from specreg.schemas.methods import Method
-from specreg.schemas.record import adapter, plain_list_json, stamp, timestamp
+from specreg.schemas.record import adapter, from_json, stamp, timestamp, to_json
 from specreg.schemas.registry import Elsewhere, PairRecord
 
 _FROM = (
@@ -115,7 +115,7 @@ def _elsewhere(raw: str | None) -> Elsewhere | None:
     if raw is None:
         return None
     try:
-        return Elsewhere.model_validate_json(raw)
+        return from_json(Elsewhere, raw)
     except ValueError:
         return None
 
@@ -130,8 +130,7 @@ def _select(with_checks: bool, strict: bool = False, *, as_json: bool = False) -
 
 def pairs_by_row(found: list[sqlite3.Row], with_checks: bool) -> list[PairRecord]:
     """Rows of `_select()` one by one: the path that reports a damaged record for its own pair."""
-    with paused_gc():
-        return [_pair(r, with_checks) for r in found]
+    return [_pair(r, with_checks) for r in found]
 
 
 class PairStore:
@@ -143,7 +142,7 @@ class PairStore:
     def record_verdict(self, verdict: PairVerdict) -> int:
         """Store a verdict (history is kept) and return the stable id of its pair."""
         stamp = verdict.created_at.isoformat() if verdict.created_at else now_iso()
-        checks_json = plain_list_json(verdict.checks, list[CheckResult])
+        checks_json = to_json(verdict.checks, list[CheckResult])
         admitted, strict = int(verdict.admitted), int(verdict.strict)
         with self.db.transaction() as conn:
             for role, sha in (("target", verdict.target_sha256), ("draft", verdict.draft_sha256)):
@@ -207,10 +206,9 @@ class PairStore:
             where.append(f"{_VIEWS[strict]['admitted']} = ?")
             params = (int(admitted),)
         tail = ("WHERE " + " AND ".join(where) + " " if where else "") + "ORDER BY p.id"
-        with paused_gc():
-            fast = records_in_batches(
-                self.db.conn, _select(with_checks, strict, as_json=True) + tail, params, adapter(list[PairRecord])
-            )
+        fast = records_in_batches(
+            self.db.conn, _select(with_checks, strict, as_json=True) + tail, params, adapter(list[PairRecord])
+        )
         if fast is not None:
             return fast
         return pairs_by_row(self.db.rows(_select(with_checks, strict) + tail, params), with_checks)

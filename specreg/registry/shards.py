@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from specreg.errors import ArtifactNotFound, SpecregError
-from specreg.lazyclass import dataclass
 from specreg.registry import snapshot
 from specreg.registry.db import Database
 from specreg.registry.hashing import StatKey, is_racy

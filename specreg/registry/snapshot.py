@@ -13,11 +13,11 @@ import os
 import stat
 import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from specreg.errors import ArtifactNotFound, SpecregError
 from specreg.gguf.format import MAGIC
-from specreg.lazyclass import dataclass
 from specreg.registry.hashing import StatKey
 
 if TYPE_CHECKING:

@@ -1,23 +1,26 @@
 """The registry: one SQLite file (WAL) holding artifacts, their paths and stat cache, and verdicts.
 
-`Registry` is a thin facade over three parts that each own what they own: `db.Database` (the
-connection, transactions, error mapping), `artifacts.ArtifactStore` (+ `integrity.Integrity`)
-and `pairs.PairStore`. Every write goes through `write()` (BEGIN IMMEDIATE, see db.py).
+`Registry` is the one door to it: every caller outside registry/ goes through its methods, and the
+parts behind it (`artifacts.ArtifactStore` with `integrity.Integrity`, `pairs.PairStore`, each
+over `db.Database`, which owns the connection, transactions and error mapping) are private to it,
+so what a caller may do to the file is this class's list. Every write goes through `write()`
+(BEGIN IMMEDIATE, see db.py); `conn` and `database` are the plain plumbing for reads.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specreg.errors import RegistryError
 from specreg.paths import default_db_path, registry_path
-from specreg.registry.artifacts import ArtifactSize, ArtifactStore
+from specreg.registry.artifacts import ArtifactStore
 from specreg.registry.db import BUSY_TIMEOUT_S, Database, registry_error
 from specreg.registry.integrity import Integrity, Pinned
+from specreg.registry.memory_fits import MemoryFits
 from specreg.registry.pairs import PairStore
 from specreg.registry.template_scans import TemplateScans
 from specreg.schemas.checks import PairVerdict
@@ -25,6 +28,7 @@ from specreg.schemas.gguf import GGUFSummary
 from specreg.schemas.registry import ArtifactRecord, LicenceSource, PairRecord, Provenance
 
 if TYPE_CHECKING:
+    from specreg.gguf.walk import TwinArray
     from specreg.registry.snapshot import Snapshot
 
 
@@ -84,10 +88,11 @@ class Registry:
         self.path = registry_path(path).expanduser()
         memory = _where(self.path, create)
         self.database = Database(self.path, busy_timeout_s=busy_timeout_s, memory=memory)
-        self.artifacts_store = ArtifactStore(self.database, show_progress=show_progress)
-        self.integrity = Integrity(self.artifacts_store)
-        self.pair_store = PairStore(self.database)
+        self._artifacts = ArtifactStore(self.database, show_progress=show_progress)
+        self._integrity = Integrity(self._artifacts)
+        self._pairs = PairStore(self.database)
         self.template_scans = TemplateScans(self.database)
+        self.memory_fits = MemoryFits(self.database)
 
     # -- plumbing -----------------------------------------------------------------------------
 
@@ -104,7 +109,7 @@ class Registry:
     @property
     def hash_count(self) -> int:
         """Files hashed by this instance (tests and benchmarks read it)."""
-        return self.artifacts_store.hash_count
+        return self._artifacts.hash_count
 
     def close(self) -> None:
         self.database.close()
@@ -139,77 +144,94 @@ class Registry:
         rehash: bool = False,
         snap: Snapshot | None = None,
     ) -> ArtifactRecord:
-        """Register a GGUF file (idempotent). `provenance`/`card`: the caller's local facts
-        (`provenance.register` looks them up and calls this); `snap`: the bytes as already read."""
-        return self.artifacts_store.add(
-            path, license=license, provenance=provenance, card=card, rehash=rehash, snap=snap
-        )
+        """Register a GGUF file (idempotent); the same bytes at a new path add that path.
+
+        Args:
+            path: the file; parsed and hashed from one open descriptor.
+            license: a licence the user states (`--license`), kept beside the file's own.
+            provenance: where the file came from (HF cache, hub), as the caller found it
+                (`sources.provenance.local_facts`); the registry never looks it up.
+            card: the licence the model card states, likewise found by the caller.
+            rehash: hash the bytes even when the stat cache vouches for them.
+            snap: the file as already opened, parsed and hashed (`snapshot`), not read again.
+
+        Raises:
+            ArtifactNotFound: when the path is not a readable regular file.
+            GGUFError: when it is not a valid GGUF file.
+            RegistryError: when the registry cannot be written.
+        """
+        return self._artifacts.add(path, license=license, provenance=provenance, card=card, rehash=rehash, snap=snap)
 
     def add_remote_artifact(self, sha256: str, summary: GGUFSummary, provenance: Provenance) -> ArtifactRecord:
         """Record a remote file by its header and a trusted SHA-256, with no path (metadata only)."""
-        return self.artifacts_store.add_remote(sha256, summary, provenance)
+        return self._artifacts.add_remote(sha256, summary, provenance)
 
     def add_licence_source(self, sha256: str, source: LicenceSource) -> ArtifactRecord:
         """Add (or replace) one licence statement and recompute the effective licence."""
-        return self.artifacts_store.add_licence_source(sha256, source)
+        return self._artifacts.add_licence_source(sha256, source)
 
     def get_artifact(self, sha_or_prefix: str) -> ArtifactRecord:
         """The artifact whose SHA-256 is, or starts with, `sha_or_prefix` (>= 6 hex digits)."""
-        return self.artifacts_store.get(sha_or_prefix)
+        return self._artifacts.get(sha_or_prefix)
 
     def get_artifacts(self, shas: Iterable[str], *, with_summary: bool = False) -> dict[str, ArtifactRecord]:
         """Many artifacts by full SHA-256 (unknown ones are left out)."""
-        return self.artifacts_store.get_many(shas, with_summary=with_summary)
+        return self._artifacts.get_many(shas, with_summary=with_summary)
 
     def artifacts(self, *, with_summary: bool = True) -> list[ArtifactRecord]:
         """Every artifact, oldest first; `with_summary=False` is the fast list view."""
-        return self.artifacts_store.all(with_summary=with_summary)
+        return self._artifacts.all(with_summary=with_summary)
 
     def known_sha256(self, path: str | Path) -> str | None:
         """The SHA-256 of a file if the stat cache vouches for it (no hashing, no write)."""
-        return self.artifacts_store.known_sha256(path)
+        return self._artifacts.known_sha256(path)
 
     def verify_artifact(self, rec: ArtifactRecord, *, rehash: bool = False) -> tuple[bool, str | None]:
         """Do all registered paths still hold these bytes? Stat-cache hits cost no hashing."""
-        return self.integrity.verify([rec], rehash=rehash)[rec.sha256]
+        return self._integrity.verify([rec], rehash=rehash)[rec.sha256]
 
     def verify_artifacts(self, recs: Iterable[Pinned], *, rehash: bool = False) -> dict[str, tuple[bool, str | None]]:
-        """`verify_artifact` for many artifacts (records, or `artifact_sizes`): one query, one write
-        of refreshed stats."""
-        return self.integrity.verify(recs, rehash=rehash)
+        """`verify_artifact` for many artifacts: one query, one write of refreshed stats."""
+        return self._integrity.verify(recs, rehash=rehash)
 
-    def artifact_sizes(self, shas: Iterable[str]) -> list[ArtifactSize]:
-        """SHA-256 and size of these artifacts, no records built: enough to verify them."""
-        return self.artifacts_store.sizes(shas)
+    def snapshot(self, path: str | Path, *, twins: Mapping[str, TwinArray] | None = None) -> Snapshot:
+        """The file opened once, parsed and hashed from that descriptor (the stat cache may vouch
+        for the hash of exactly this stat): what a verdict about these bytes needs. `twins`: the
+        pair's other file's arrays, compared while the arrays are read."""
+        return self._artifacts.snapshot(path, twins=twins)
+
+    def registered_unchanged(self, path: str | Path) -> str | None:
+        """The SHA-256 when this very path is registered and unchanged since (stat cache)."""
+        return self._artifacts.registered_unchanged(path)
 
     def locate(self, sha_or_prefix: str) -> Path:
         """A path that holds the artifact's bytes now (verified)."""
-        return self.integrity.locate(sha_or_prefix)
+        return self._integrity.locate(sha_or_prefix)
 
     # -- pairs --------------------------------------------------------------------------------
 
     def record_verdict(self, verdict: PairVerdict) -> int:
         """Store a verdict (history is kept) and return the stable id of its pair."""
-        return self.pair_store.record_verdict(verdict)
+        return self._pairs.record_verdict(verdict)
 
     def pairs(
         self, admitted: bool | None = None, *, with_checks: bool = True, strict: bool = False
     ) -> list[PairRecord]:
         """Every pair with its standing verdict (`strict=True`: its latest strict one)."""
-        return self.pair_store.pairs(admitted, with_checks=with_checks, strict=strict)
+        return self._pairs.pairs(admitted, with_checks=with_checks, strict=strict)
 
     def admitted_artifacts(self) -> set[str]:
         """The SHA-256 of every file an admitted pair uses (what `audit --all` verifies)."""
-        return self.pair_store.admitted_artifacts()
+        return self._pairs.admitted_artifacts()
 
     def admitted_pairs(self, *, strict: bool = False) -> list[PairRecord]:
         """Pairs whose standing verdict admits them (what the benchmark runner may use)."""
-        return self.pair_store.admitted_pairs(strict=strict)
+        return self._pairs.admitted_pairs(strict=strict)
 
     def get_pair(self, pair_id: int) -> PairRecord:
         """One pair by id, with the checks of its standing verdict."""
-        return self.pair_store.get_pair(pair_id)
+        return self._pairs.get_pair(pair_id)
 
     def pair_history(self, pair_id: int) -> list[PairVerdict]:
         """Every verdict recorded for a pair, oldest first."""
-        return self.pair_store.pair_history(pair_id)
+        return self._pairs.pair_history(pair_id)

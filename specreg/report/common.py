@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from specreg.benchmark.statistics import interval_text
+from specreg.benchmark.store.statistics import interval_text
 from specreg.schemas.audit import (
     GATES,
     AuditReport,
@@ -15,6 +15,7 @@ from specreg.schemas.audit import (
     StratumRow,
     named,
 )
+from specreg.schemas.bench import TPOT_TOLERANCE_TEXT
 from specreg.servers.identity import runtime_text
 from specreg.text import escape_control, plural
 
@@ -108,7 +109,7 @@ def pair_commands(p: PairAudit, width: int | None = None) -> list[tuple[str, str
 
 
 def failed_text(p: PairAudit, limit: int | None = None) -> str:
-    """The gates that failed, each with its numbers ('fails speed: chat: speed-up 0.93x [...]');
+    """The gates that failed, each with its numbers ('fails speed: chat: speed-up ...x [...]');
     gates that failed only because evidence did are named in one clause, not repeated."""
     failed = [g for g in p.gates if not g.passed]
     if not failed:
@@ -218,14 +219,14 @@ TIMINGS_NOTE = (
     "Client timings are medians over requests: TTFT to the first generated text the client saw; "
     "ITL per token from when each token arrived (tokens that came in one event: 0 after the "
     "first); TPOT (last token − first text) / tokens after it. Server ms/tok is the server's own "
-    "predicted_per_token_ms. A TPOT below it is no decode speed: those requests are left out of "
-    "TPOT and counted as 'below server'. 'text only': outputs compared by text alone, a side's "
-    "token ids not all on record."
+    f"predicted_per_token_ms. A TPOT below it by more than the clocks disagree ({TPOT_TOLERANCE_TEXT}) "
+    "is no decode speed: those requests are left out of TPOT and counted as 'below server'. "
+    "'text only': outputs compared by text alone, a side's token ids not all on record."
 )
 
 
 def set_aside_notes(run: RunDigest) -> list[str]:
-    """The rounds a busy machine set aside (benchmark/contention.py), headline first."""
+    """The rounds a busy machine set aside (benchmark/store/contention.py), headline first."""
     return list(run.set_aside)
 
 
@@ -366,10 +367,6 @@ def condition_cells(run: RunDigest) -> list[list[str]]:
             ]
         )
     return rows
-
-
-def verdict_word(report: AuditReport) -> str:
-    return "PASS" if report.passed else "FAIL"
 
 
 def deploying_pairs(report: AuditReport) -> dict[str, set[int]]:

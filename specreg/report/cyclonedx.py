@@ -23,7 +23,7 @@ from packageurl import PackageURL
 from specreg import __version__
 from specreg.schemas.audit import AuditReport, PairAudit
 from specreg.schemas.registry import ArtifactRecord
-from specreg.sources.model_signature import PROVENANCE_KEY, signature_identity
+from specreg.signing.model_signature import PROVENANCE_KEY, signature_identity
 from specreg.text import escape_control
 
 try:  # cyclonedx-python-lib 11.x moved it here (the old location warns)

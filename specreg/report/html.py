@@ -10,7 +10,7 @@ import html
 from datetime import datetime
 
 from specreg.audit.deploy import wrap_command
-from specreg.benchmark.statistics import interval_text
+from specreg.benchmark.store.statistics import interval_text
 from specreg.report import common
 from specreg.report.plots import inline_svg
 from specreg.schemas.audit import GATES, AuditReport, PairAudit, RunDigest, named
@@ -252,7 +252,7 @@ def audit_decision(report: AuditReport) -> str:
     shown += [p for p in report.pairs if p.passed][: max(0, DECISION_PAIRS - len(shown))]
     items = []
     for p in sorted(shown, key=lambda p: report.pairs.index(p)):
-        name = f"pair {p.pair_id} {p.method}"
+        name = f"pair {p.pair_id} {p.method}" + (f" (verdict {p.signed_verdict})" if p.signed_verdict else "")
         if p.passed:
             judged = f" on {p.condition}: {interval_text(p.speedup, p.speedup_ci95)}" if p.condition else ""
             items.append(_li(f"{name}: passes{judged}", True))

@@ -114,6 +114,7 @@ def render_audit(report: AuditReport, plots: dict[str, dict[str, str]], image_pr
     ]
     for p in report.pairs:
         why = "passes every gate" if p.passed else common.failed_text(p)
+        why += f" (verdict {p.signed_verdict})" if p.signed_verdict else ""
         lines.append(f"- {'✓' if p.passed else '✗'} pair {p.pair_id} {esc(p.method)}: {esc(why)}")
     lines += [f"- {esc(n)}" for n in report.notes]
     lines += ["", "## Verdict", ""]

@@ -1,6 +1,6 @@
 """Plots for reports, drawn with matplotlib's Agg/SVG backends and returned as SVG text.
 
-matplotlib is imported lazily (it costs ~1 s) and only through the object API (no pyplot
+matplotlib is imported lazily (it is slow to import) and only through the object API (no pyplot
 global state). Text is drawn as paths, so labels taken from model names cannot inject markup
 into the SVG; `$` is escaped so a name never switches matplotlib into mathtext. A fixed hash
 salt and no date make the same data give the same bytes (the demo re-runs idempotently).

@@ -77,8 +77,8 @@ def write_run_report(path: str | Path, run: RunDigest) -> list[Path]:
 
 def write_run_report_for(path: str | Path, run: BenchRun, models: dict[str, ModelName] | None = None) -> list[Path]:
     """`specreg runs show RUN --report PATH`: digest a loaded run and write its report (`models`:
-    the registry's names for its SHA-256s)."""
-    from specreg.benchmark.digest import digest_run
+    the registry's names for its artifacts, by SHA-256)."""
+    from specreg.benchmark.store.digest import digest_run
 
     check_report_path(path)
     digest = digest_run(run)

@@ -1,22 +1,22 @@
 """The audit's vocabulary: the user's policy, gate results, per-stratum decisions, run digests.
 
 A policy is user-written config, so every model here that a TOML file fills forbids extra keys
-(a typo must be an error, never a silently ignored setting). Defaults are the safe ones: a
-speed-up that is not measurably real, a changed output or an unknown licence fails.
+(a typo must be an error, never a silently ignored setting) and takes its switches as TOML
+booleans only (`StrictBool`: `"yes"` or `1` is refused, naming the key, never read as true).
+Defaults are the safe ones: a speed-up that is not measurably real, a changed output or an
+unknown licence fails.
 """
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
-from specreg.lazyclass import dataclass
 from specreg.schemas.bench import ConditionStatus, Difference, RunStatus, TuneEstimate
 from specreg.schemas.bench_settings import DEFAULT_REPEAT
-from specreg.schemas.record import Record
 from specreg.schemas.sampling import DraftSampling, Sampler
 from specreg.schemas.triage import NEAR_TIE_MARGIN, Triage
 
@@ -65,9 +65,9 @@ class SpeedPolicy(_Strict):
 class QualityPolicy(_Strict):
     """Output equivalence (greedy) or the prompt's own `expect` check."""
 
-    require_equivalence: bool = True
+    require_equivalence: StrictBool = True
     required_prompts: list[str] = Field(default_factory=list)  # empty: every prompt of the run
-    # the sampled stage (temperature > 0, benchmark/sampling.py): the condition's `expect` pass
+    # the sampled stage (temperature > 0, benchmark/store/sampling.py): the condition's `expect` pass
     # rate may be lower than the baseline's by at most this, and never lower beyond chance
     expect_tolerance: float = Field(default=0.10, ge=0, le=1)
     # the distribution check's level: a condition whose outputs' first tokens differ from the
@@ -106,7 +106,7 @@ class LicencePolicy(_Strict):
     conflict: Literal["fail", "pass"] = "fail"  # sources (user, model card, GGUF) disagree
     # a file whose provenance names a hub repository needs its revision pinned; a local file is
     # pinned by its SHA-256
-    require_revision: bool = True
+    require_revision: StrictBool = True
 
 
 BlockingSeverity = Literal["info", "warn", "error"]
@@ -123,14 +123,14 @@ class TrustPolicy(_Strict):
     """Whom the audit believes about evidence from other machines, and about model files.
 
     `signers`: a name for each trusted key, as a PEM public key file (relative to the policy's
-    folder) or a key id (exchange/dsse.py). With `require_signed_evidence`, a run measured
+    folder) or a key id (signing/dsse.py). With `require_signed_evidence`, a run measured
     elsewhere counts only when a named signer signed it; with `require_model_signature`, the
     integrity gate wants a verified OpenSSF model signature on every file (register --verify-signature).
     """
 
     signers: dict[str, str] = Field(default_factory=dict)
-    require_signed_evidence: bool = False
-    require_model_signature: bool = False
+    require_signed_evidence: StrictBool = False
+    require_model_signature: StrictBool = False
 
 
 class Policy(_Strict):
@@ -174,7 +174,7 @@ class StratumRow(BaseModel):
     difference: Difference | None = None  # "no measurable difference" when the interval holds 1.0
     speedup_note: str | None = None
     n_paired: int = 0
-    # the anytime-valid decision (benchmark/sequential.py) and its interval, which holds however
+    # the anytime-valid decision (decision/bar.py) and its interval, which holds however
     # many rounds were looked at: what a run measured until decided (`--budget`) is gated on
     decision: Literal["faster", "not faster", "undecided"] | None = None
     decision_ci: tuple[float, float] | None = None
@@ -186,7 +186,7 @@ class StratumRow(BaseModel):
     drafted: int | None = None
     accepted: int | None = None
     expected_accepted_length: float | None = None  # E[L]: tokens per step that drafted (this stratum's)
-    predicted_speedup: float | None = None  # tokens per target step / step cost (benchmark/stepcost.py)
+    predicted_speedup: float | None = None  # tokens per target step / step cost (benchmark/store/stepcost.py)
     tune: TuneEstimate | None = None  # --tune: this draft length's prediction before it was measured
     unexplained: bool | None = None  # the interval's low end above tokens per target step
     unexplained_reason: str | None = None
@@ -212,7 +212,7 @@ class StratumRow(BaseModel):
     base_expect_failed: int = 0
     expect_diff: float | None = None  # pass rate, condition - baseline
     expect_diff_ci95: tuple[float, float] | None = None
-    dist_p: float | None = None  # the distribution check's p-value (benchmark/sampling.py)
+    dist_p: float | None = None  # the distribution check's p-value (benchmark/store/sampling.py)
     dist_n: int = 0
     dist_note: str | None = None
 
@@ -258,7 +258,7 @@ class ConditionDigest(BaseModel):
 
 
 @dataclass(kw_only=True)
-class ModelName(Record):
+class ModelName:
     """What tells a model file apart beside its SHA-256 prefix: general.name, file name, quant."""
 
     name: str | None = None
@@ -306,7 +306,7 @@ class RunDigest(BaseModel):
     conditions: list[ConditionDigest] = Field(default_factory=list)
     strata: list[StratumRow] = Field(default_factory=list)
     models: dict[str, ModelName] = Field(default_factory=dict)  # sha256 -> names, filled for reports
-    set_aside: list[str] = Field(default_factory=list)  # rounds run under contention (benchmark/contention.py)
+    set_aside: list[str] = Field(default_factory=list)  # rounds run under contention (benchmark/store/contention.py)
     # who vouches for this run (audit/trust.py): measured here, or its signer; filled by the audit
     attested_by: str | None = None
 
@@ -316,6 +316,11 @@ class RunDigest(BaseModel):
             (c for c in self.conditions if c.is_baseline and (concurrency is None or c.concurrency == concurrency)),
             None,
         )
+
+    def rollback(self, concurrency: int | None = None) -> ConditionDigest | None:
+        """The baseline a pair measured in this run rolls back to: the one at its concurrency,
+        else the run's first. The one choice the audit's rollback gate and `deploy` both make."""
+        return self.baseline(concurrency) or self.baseline()
 
     @property
     def concurrency_levels(self) -> list[int]:
@@ -329,10 +334,10 @@ class RunDigest(BaseModel):
 
 
 @dataclass(kw_only=True)
-class GateResult(Record):
+class GateResult:
     """One gate for one pair: passed or not, why, and the numbers it looked at. A dataclass, like
-    `Candidate`: an audit of a fleet makes ~45,000 of them from values it computed itself, and
-    pydantic validated each one again on the way in (~0.1 s of `audit --all`)."""
+    `Candidate`: an audit of a fleet makes one per gate and pair from values it computed itself,
+    and validating each of them again on the way in would only cost time."""
 
     gate: GateName
     passed: bool
@@ -342,7 +347,7 @@ class GateResult(Record):
 
 
 @dataclass(kw_only=True)
-class ConditionOutcome(Record):
+class ConditionOutcome:
     """One measured condition of a pair (a draft length at a concurrency) under the condition gates."""
 
     condition: str
@@ -365,7 +370,7 @@ class ConditionOutcome(Record):
 
 
 @dataclass(kw_only=True)
-class UncheckedCondition(Record):
+class UncheckedCondition:
     """A condition a pair's run measured for a method no pair of its target was checked for (an
     n-gram method in a draft pair's run): judged like the pair's own, deployable once checked."""
 
@@ -375,7 +380,7 @@ class UncheckedCondition(Record):
 
 
 @dataclass(kw_only=True)
-class PairAudit(Record):
+class PairAudit:
     """Every gate for one registered pair; `passed` iff every gate passed.
 
     The gates are those of the pair's best condition at the judged concurrency (`condition`,
@@ -401,6 +406,9 @@ class PairAudit(Record):
     hardware: str | None = None  # the hardware class whose runs were the evidence (None: no run)
     conditions: list[ConditionOutcome] = field(default_factory=list)
     not_benchmarkable: str | None = None  # admitted, but a side is vocab-only: why there is no run
+    # the verdict stands on a trusted signer's signature ("admitted by lab-a, signed"), not on
+    # checks made here (audit/trust.py); None: this machine's own checks
+    signed_verdict: str | None = None
     # conditions of this pair's run for methods its target has no pair for (see UncheckedCondition)
     unchecked: list[UncheckedCondition] = field(default_factory=list)
 
@@ -413,8 +421,8 @@ class PairAudit(Record):
 
 
 @dataclass(kw_only=True)
-class Candidate(Record):
-    """One pair considered for one stratum, and why it did or did not win (20,000 in a fleet's audit)."""
+class Candidate:
+    """One pair considered for one stratum, and why it did or did not win (one per pair and stratum)."""
 
     pair_id: int
     condition: str | None = None
@@ -429,7 +437,7 @@ class Candidate(Record):
 
 
 @dataclass(kw_only=True)
-class StratumDecision(Record):
+class StratumDecision:
     """Per workload and concurrency: the passing condition with the best speed-up, or "none"."""
 
     target_sha256: str

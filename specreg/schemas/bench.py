@@ -3,6 +3,10 @@
 A run is keyed by the target SHA-256 and the draft SHA-256 (None for self-speculation) and
 embeds the settings and runtime it came from (PROTOCOL §1). Undefined numbers stay None:
 acceptance with zero drafted tokens is undefined, not 0; an absent GPU is absent, not 0 bytes.
+
+One module, though long: these models are one document, a `BenchRun` as it is stored, exported
+and imported whole, and they refer to each other; a reader looking up any field of a run finds
+it here (the settings a run was started with are bench_settings.py's).
 """
 
 from __future__ import annotations
@@ -28,7 +32,12 @@ class Measured(BaseModel):
     model_config = ConfigDict(allow_inf_nan=False)
 
 
-RunStatus = Literal["running", "complete", "incomplete", "cancelled", "aborted", "failed"]
+# "contended": every round the run measured was set aside as contended (benchmark/store/contention.py):
+# it kept nothing to decide on, so it is neither complete nor evidence
+RunStatus = Literal["running", "complete", "incomplete", "contended", "cancelled", "aborted", "failed"]
+# Runs that say nothing about a pair: still going, kept nothing, or stopped by a person or a crash
+# of specreg (the audit skips them, and so do the views of what runs found)
+SAYS_NOTHING: tuple[RunStatus, ...] = ("running", "contended", "cancelled", "aborted")
 ConditionStatus = Literal["pending", "running", "ok", "failed", "cancelled", "aborted", "skipped"]
 Difference = Literal["faster", "slower", "no measurable difference"]
 LengthSource = Literal["per-position", "formula"]  # where E[L] came from
@@ -193,7 +202,7 @@ class RoundLoad(BaseModel):
     """How busy the machine was while one slot of a condition measured its requests (after its
     warm-up): CPU time per wall second, in cores, of this specreg and its server (ours) and of
     every other process (others), the hypervisor's steal, and the 1-minute load at the end.
-    `busy` says why the slot ran under contention (benchmark/contention.py), else None."""
+    `busy` says why the slot ran under contention (benchmark/store/contention.py), else None."""
 
     round: int
     repeats: list[int] = Field(default_factory=list)
@@ -212,6 +221,9 @@ class RoundLoad(BaseModel):
     requests_s: float | None = None
     after_s: float | None = None
     phase: SlotPhase | None = None
+    # seconds the slot waited for a quieter machine (`--busy-wait`): before its server started and
+    # between its requests; not part of any of the parts above, nor of the load judged
+    waited_s: float | None = None
 
 
 class ConditionRun(BaseModel):
@@ -242,6 +254,22 @@ class ConditionRun(BaseModel):
 
 
 # ---- requests --------------------------------------------------------------------------------
+
+# How far a client TPOT may sit below the server's own per-token time and still count as decode
+# speed: the two are measured on different clocks over different spans (the client from its first
+# text event to its last, the server from its first sampled token to its last), and the client's
+# first and last events reach it with different delays. Below the server's figure by more than
+# this, the row is flagged (`RequestRow.tpot_below_server`) and left out of the reported TPOT.
+TPOT_TOLERANCE_MS = 0.5
+TPOT_TOLERANCE_SHARE = 0.02
+
+
+TPOT_TOLERANCE_TEXT = f"max({TPOT_TOLERANCE_MS:g} ms, {TPOT_TOLERANCE_SHARE:.0%})"  # as legends say it
+
+
+def tpot_tolerance_ms(server_tpot_ms: float) -> float:
+    """max(TPOT_TOLERANCE_MS, TPOT_TOLERANCE_SHARE of the server's per-token time)."""
+    return max(TPOT_TOLERANCE_MS, TPOT_TOLERANCE_SHARE * server_tpot_ms)
 
 
 class RequestRow(BaseModel):
@@ -319,7 +347,7 @@ class RequestRow(BaseModel):
 
     @property
     def timed_ms(self) -> float | None:
-        """The request's time as speed-ups and decisions use it: the server's own (issue 32: the
+        """The request's time as speed-ups and decisions use it: the server's own (the
         client's wall clock adds the HTTP stream and whatever the client's thread waited for, a
         noise that is the client's, not the server's), the client's total when the server sent
         no timings. The client's total stays the cross-check (`contention.clock_disagreement`)."""
@@ -328,9 +356,12 @@ class RequestRow(BaseModel):
 
     @property
     def tpot_below_server(self) -> bool:
-        """A client TPOT faster than the server generated the tokens: not a decode speed (tokens
-        that reached the client together, a first event the client saw late)."""
-        return self.tpot_ms is not None and self.server_tpot_ms is not None and self.tpot_ms < self.server_tpot_ms
+        """A client TPOT faster than the server generated the tokens, by more than the two clocks
+        can disagree (`tpot_tolerance_ms`): not a decode speed (tokens that reached the client
+        together, a first event the client saw late). Within the tolerance the two agree."""
+        if self.tpot_ms is None or self.server_tpot_ms is None:
+            return False
+        return self.tpot_ms < self.server_tpot_ms - tpot_tolerance_ms(self.server_tpot_ms)
 
     @property
     def itl_ms(self) -> list[float]:
@@ -507,7 +538,7 @@ class Stat(Measured):
 
 
 class TuneEstimate(Measured):
-    """`--tune`'s prediction for one condition's draft length (benchmark/tune.py), made from the
+    """`--tune`'s prediction for one condition's draft length (benchmark/plan/tune.py), made from the
     first pass's acceptance profile before the candidate was measured; the measurement is the
     summary's own speed-up."""
 
@@ -562,20 +593,23 @@ class ConditionSummary(Measured):
     n_paired: int = 0
     difference: Difference | None = None
     speedup_note: str | None = None
-    # the anytime-valid decision against `decision_min_speedup` (decision/sequential.py): its
-    # interval holds however many rounds were looked at, so `--budget` may stop when it is decided
+    # the anytime-valid decision against `decision_min_speedup` (decision/bar.py): its interval
+    # holds however many rounds were looked at, so `--budget` may stop when it is decided;
+    # `decision_method` "bar" for bar.py's tests, None for the sequence of runs before them
+    # (decision/sequential.py), which an import draws their decisions with again
     decision: Literal["faster", "not faster", "undecided"] | None = None
     decision_ci: tuple[float, float] | None = None
     decision_min_speedup: float | None = None
+    decision_method: Literal["bar"] | None = None
     # undecided at the end of a `--budget` run: about how many more rounds would decide it (None:
     # not within budget.HORIZON more, or not projected) and the --budget that would have
     decision_more_rounds: int | None = None
     decision_budget: str | None = None
     # rounds whose timings were left out of the speed-up, its interval and the decision because
-    # they ran under contention (benchmark/contention.py): requests set aside and, per round, why
+    # they ran under contention (benchmark/store/contention.py): requests set aside and, per round, why
     n_set_aside: int = 0
     set_aside: list[str] = Field(default_factory=list)
-    # consistency with acceptance, from this group's own requests (benchmark/stepcost.py): E[L]
+    # consistency with acceptance, from this group's own requests (benchmark/store/stepcost.py): E[L]
     # tokens per step that carried a draft, tokens per target step over all steps, the speed-up
     # the step-cost model predicts, and "unexplained" when the interval's low end is above what
     # acceptance could give at all (tokens per target step: drafting and verifying for free)
@@ -613,7 +647,7 @@ class ConditionSummary(Measured):
     top_k: int | None = None
     min_p: float | None = None
     draft_sampling: DraftSampling | None = None
-    # the sampled stage (temperature > 0, benchmark/sampling.py): the baseline's expect checks on the
+    # the sampled stage (temperature > 0, benchmark/store/sampling.py): the baseline's expect checks on the
     # same prompts, the pass-rate difference (condition - baseline) with its 95% interval, and the
     # distribution check of the first generated tokens against the baseline's
     n_base_expect_checked: int = 0

@@ -21,10 +21,14 @@ DEFAULT_REPEAT = 3
 
 
 # A slot is set aside when other processes take this share of the logical cores while it runs
-# (benchmark/contention.py says why 0.25, with the numbers measured). SPECREG_BUSY_SHARE sets the
+# (benchmark/store/contention.py says why 0.25, with the numbers measured). SPECREG_BUSY_SHARE sets the
 # default for every run (0 or off: set nothing aside), e.g. on a machine that is always shared.
 DEFAULT_BUSY_SHARE = 0.25
 BUSY_SHARE_ENV = "SPECREG_BUSY_SHARE"
+# Before each slot (and between the requests of a long one) a run waits while the machine is that
+# busy, at most this long in all (servers/load.py: wait_for_quiet); then it measures, and what it
+# measured busy is set aside as before. 0: never wait.
+DEFAULT_BUSY_WAIT_S = 180.0
 
 
 def parse_busy_share(text: str, source: str = "--busy-share") -> float:
@@ -43,9 +47,37 @@ def parse_busy_share(text: str, source: str = "--busy-share") -> float:
     return v
 
 
+def parse_wait(text: str, source: str = "--busy-wait") -> float:
+    """A wait as `--busy-wait` takes it (`3m`, `90s`, `0` or off for none) -> seconds; a bad value
+    is one UsageError line."""
+    from specreg.errors import UsageError
+    from specreg.units import parse_duration
+
+    if text.strip().lower() in ("0", "0s", "off"):
+        return 0.0
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise UsageError(f"{source} {exc}") from None
+
+
 def default_busy_share() -> float:
     env = os.environ.get(BUSY_SHARE_ENV)
     return DEFAULT_BUSY_SHARE if env is None else parse_busy_share(env, BUSY_SHARE_ENV)
+
+
+def duration_text(seconds: float) -> str:
+    """Seconds as a duration option takes them: `3m`, `1.5h`, `90s` (`0` for none)."""
+    if seconds <= 0:
+        return "0"
+    for unit, size in (("h", 3600.0), ("m", 60.0)):
+        if seconds >= size and (seconds / size * 10) % 1 == 0:  # a tenth of the unit at most
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
+def _text(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _flag(name: str) -> dict[str, Any]:
@@ -86,7 +118,7 @@ class BenchSettings(BaseModel):
     request_timeout_s: float = Field(default=120.0, gt=0, json_schema_extra=_flag("--request-timeout"))
     run_timeout_s: float = Field(default=3600.0, gt=0, json_schema_extra=_flag("--run-timeout"))
     # measure until decided: rounds go on after `repeat` until every condition's speed-up is
-    # decided against `min_speedup` (decision/sequential.py), or this many seconds have passed
+    # decided against `min_speedup` (decision/bar.py), or this many seconds have passed
     budget_s: float | None = Field(default=None, gt=0, json_schema_extra=_flag("--budget"))
     min_speedup: float = Field(default=1.05, gt=0, json_schema_extra=_flag("--min-speedup"))
     # the sampler (schemas/sampling.py): a list of temperatures is a sweep like `draft_n_max`;
@@ -102,10 +134,12 @@ class BenchSettings(BaseModel):
         default=None, min_length=1, json_schema_extra=_flag("--draft-sampling")
     )
     # a busy machine: slots whose other processes took this share of the cores, or holding a
-    # request far outside its prompt's spread, are set aside (benchmark/contention.py); 0: none
+    # request far outside its prompt's spread, are set aside (benchmark/store/contention.py); 0: none
     busy_share: float = Field(default_factory=default_busy_share, ge=0, le=1, json_schema_extra=_flag("--busy-share"))
+    # ... and before measuring, the run waits for a quieter machine, this many seconds in all (0: never)
+    busy_wait_s: float = Field(default=DEFAULT_BUSY_WAIT_S, ge=0, le=86400, json_schema_extra=_flag("--busy-wait"))
     # --tune: a short first pass at one generous draft length, then the draft lengths its
-    # acceptance profile predicts best, decided first, its neighbours while they could beat it (benchmark/tune.py)
+    # acceptance profile predicts best, decided first, its neighbours while they could beat it (benchmark/plan/tune.py)
     tune: bool = Field(default=False, json_schema_extra=_flag("--tune"))
     # the server on all cores but one, the client on that one, on 4+ cores (servers/pinning.py); False: the
     # build's threads on every core (before issue 32)
@@ -187,6 +221,31 @@ class BenchSettings(BaseModel):
             tail = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
             msg = str(first["msg"]).removeprefix("Value error, ")
             raise UsageError(f"{cls.flag_of(field)}: {msg}{tail}") from None
+
+    def argv(self) -> list[str]:
+        """The `bench admitted` options that give these settings again (those set away from their
+        defaults), in field order: what a message that says how to measure again prints."""
+        out: list[str] = []
+        defaults = BenchSettings()
+        for name, info in type(self).model_fields.items():
+            extra = info.json_schema_extra
+            flag = extra.get("flag") if isinstance(extra, dict) else None
+            value, default = getattr(self, name), getattr(defaults, name)
+            if not isinstance(flag, str) or value == default:
+                continue
+            if isinstance(value, bool):  # --tune; --no-pin; --shuffle (balance off)
+                out.append(flag if value else "--no-" + flag.removeprefix("--") if name == "pin" else flag)
+            elif isinstance(value, dict):
+                out += [x for k, v in value.items() for x in ("--ngram", f"{k.removeprefix('--spec-ngram-')}={v}")]
+            elif isinstance(value, list):
+                out += [flag, ",".join(_text(v) for v in value)]
+            elif name == "busy_share" and value == 0:
+                out += [flag, "off"]
+            elif name in ("budget_s", "busy_wait_s"):
+                out += [flag, duration_text(value)]
+            elif value is not None:
+                out += [flag, _text(value)]
+        return out
 
     @classmethod
     def flag_of(cls, field: str) -> str:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from specreg.lazyclass import dataclass
 from specreg.schemas.methods import Method
-from specreg.schemas.record import Record
 from specreg.text import valid_utf8
 
 if TYPE_CHECKING:
@@ -36,7 +34,7 @@ class _Utf8:
 
 
 @dataclass(init=False, kw_only=True)
-class CheckResult(Record):
+class CheckResult:
     """One rule applied to one pair; `code` is stable and documented in the docs' check list.
 
     Its own __init__ repairs the texts (see _Utf8); pydantic's validation does not call it."""
@@ -54,7 +52,7 @@ class CheckResult(Record):
 
 
 @dataclass(kw_only=True)
-class PairVerdict(Record):
+class PairVerdict:
     """The outcome of `check pair`, as stored in the registry."""
 
     admitted: bool

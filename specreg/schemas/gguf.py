@@ -2,7 +2,7 @@
 
 Plain dataclasses, not pydantic models: the reader fills them from values it has already
 type-checked against the file's own type tags, and `specreg inspect` prints them, so importing
-and building pydantic (~50 ms, a third of an inspect) buys nothing on that path. Where a summary
+and building pydantic (a large share of an inspect) buys nothing on that path. Where a summary
 crosses a trust boundary as JSON (the registry's `summary_json`, a result bundle) it is
 validated on the way in by `summary_from_json`, through a pydantic TypeAdapter built on first
 use; records that embed a summary (`ArtifactRecord`) leave it to that function.
@@ -11,11 +11,9 @@ use; records that embed a summary (`ArtifactRecord`) leave it to that function.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, field
+from dataclasses import asdict, dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING, Any
-
-from specreg.lazyclass import dataclass
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter

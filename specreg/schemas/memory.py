@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal
 
-from specreg.lazyclass import dataclass
-from specreg.schemas.record import Record
+from specreg.schemas.checks import CheckResult
 
 # llama.cpp's defaults for what a serving server keeps over time (common/common.h of the bundled
 # build, xllamacpp 2026.10.11549; tests/test_memory_served.py pins them against the wheel): the
@@ -17,7 +18,7 @@ DEFAULT_CTX_CHECKPOINTS = 32
 
 
 @dataclass(kw_only=True)
-class ServeSettings(Record):
+class ServeSettings:
     """The server flags the memory depends on (llama-server's -c, -np, -ctk, -ctv, -ngl, -ub,
     --cache-ram, --ctx-checkpoints, --swa-full)."""
 
@@ -51,7 +52,7 @@ _LOWEST = {"ctx_size": 1, "slots": 1, "n_ubatch": 1, "draft_n_max": 0, "cache_ra
 
 
 @dataclass(kw_only=True)
-class MemoryEstimate(Record):
+class MemoryEstimate:
     """Bytes by purpose; `total_bytes` is what must fit (every buffer llama.cpp reserves)."""
 
     ctx_size: int
@@ -89,3 +90,37 @@ class MemoryEstimate(Record):
     kv_cells: int = 0  # cells per full-attention layer, over all slots
     swa_cells: int | None = None  # cells per sliding-window layer (None: no SWA layers)
     notes: list[str] = field(default_factory=list)
+
+
+def config_key(s: ServeSettings) -> str:
+    """The serving configuration a memory fit is judged for, as llama-server's flags: the ones
+    that size what the server holds whatever it serves (-c, -np, -ctk, -ctv, -ngl, --swa-full).
+    The caps on what may grow (--cache-ram, --ctx-checkpoints) are the fit's answer, not its key."""
+    key = f"-c {s.ctx_size} -np {s.slots} -ctk {s.cache_type_k} -ctv {s.cache_type_v} -ngl {s.gpu_layers or 0}"
+    return key + (" --swa-full" if s.swa_full else "")
+
+
+@dataclass(kw_only=True)
+class MemoryFit:
+    """A serving configuration of a pair judged against a memory budget (`check pair --budget`),
+    kept apart from the pair's verdict: whether two files can speculate together does not depend
+    on the machine, whether one configuration of them fits its memory does. `cache_ram_mib` and
+    `ctx_checkpoints` are what `deploy` pins for this configuration: the caps asked for when they
+    fit, else the largest that fit (None: not even with both at 0)."""
+
+    target_sha256: str
+    draft_sha256: str | None = None
+    method: str
+    config: str  # config_key(settings)
+    settings: ServeSettings  # as asked: the caps given, or llama.cpp's defaults
+    fits: bool  # at the caps asked for; when they were not given, at the largest that fit
+    on: Literal["host", "GPU"] = "host"
+    budget_bytes: int | None = None  # None: judged without a budget (a cache type alone)
+    budget_source: str | None = None
+    resident_bytes: int  # held from the start and while serving, before anything grows to its cap
+    needed_bytes: int  # what the budget was held to (at the caps judged; the GPU's part with -ngl)
+    cache_ram_mib: int | None = None
+    ctx_checkpoints: int | None = None
+    lowered: bool = False  # the caps were lowered below what was asked (llama.cpp's defaults) to fit
+    checks: list[CheckResult] = field(default_factory=list)  # memory.cache_type, memory.budget
+    created_at: datetime | None = None

@@ -24,11 +24,6 @@ class Method(StrEnum):
     NGRAM_MOD = "ngram-mod"
     NGRAM_CACHE = "ngram-cache"
 
-    @property
-    def needs_draft(self) -> bool:
-        """True when the method reads a separate draft GGUF (`-md`); the others use the target alone."""
-        return self in DRAFT_METHODS
-
 
 DRAFT_METHODS: frozenset[Method] = frozenset(
     {Method.DRAFT_SIMPLE, Method.DRAFT_EAGLE3, Method.DRAFT_DFLASH, Method.DRAFT_DSPARK}

@@ -1,15 +1,13 @@
-"""Records: the plain dataclasses `check pair` makes, validated by pydantic only at the JSON edges.
+"""Records: the plain dataclasses `check pair` makes, and the functions that take them across
+a JSON edge.
 
-A pydantic model costs its process pydantic's model machinery the moment its class is defined
-(`pydantic.main` and the schema generator: ~45 ms of imports) and ~40 ms more for the first
-validator it builds; `check pair` of two files new to the registry made eight of them to build
-and print one verdict (benchmarks/bench_startup.py). The records on that path - the rule set,
-checks and verdicts, artifacts with their licence and provenance, the memory estimate - are
-stdlib dataclasses instead. Pydantic validates stdlib dataclasses field by field exactly as it
-validates models (nested records, Literal, datetime, Annotated validators), so the edges that
-read or write JSON (the registry's rows, bundles, `--json`) keep their checks: `model_validate`,
-`model_validate_json`, `model_dump`, `model_dump_json` below build a `TypeAdapter` for the
-class on first use, and pydantic is imported then, not before.
+Inside the package the records on `check pair`'s path (the rule set, checks and verdicts,
+artifacts with their licence and provenance, the memory estimate) are stdlib dataclasses, so
+defining them builds no pydantic model. Where they cross an edge (the registry's rows, bundles,
+`--json`) pydantic validates and writes them, field by field as it would a model (nested
+records, Literal, datetime, Annotated validators), through one `TypeAdapter` per type built on
+first use: `to_json` / `from_json`, and `to_python` / `from_python` for the dict form. These
+are functions, not methods, so `x.model_dump()` still means that `x` is a pydantic model.
 
 What a dataclass does not do is coerce: `Record(created_at="2026-...")` keeps the string. Code
 that builds a record from raw values (an SQLite row) converts them itself (`timestamp`).
@@ -17,24 +15,25 @@ that builds a record from raw values (an SQLite row) converts them itself (`time
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import json
 import typing
 from collections.abc import Mapping
 from datetime import datetime
 from functools import cache
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
+
+_T = TypeVar("_T")
 
 
 _ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
 
 
 def adapter(tp: Any) -> TypeAdapter[Any]:
-    """The pydantic validator and serializer of a record class (or `list[Record]`), built once."""
+    """The pydantic validator and serializer of a record type (`Record`, `list[Record]`, ...),
+    built once."""
     found = _ADAPTERS.get(tp)
     if found is None:
         from pydantic import TypeAdapter
@@ -43,51 +42,34 @@ def adapter(tp: Any) -> TypeAdapter[Any]:
     return found
 
 
-class Record:
-    """The part of pydantic's model API the records' users call, through `adapter`."""
-
-    __slots__ = ()
-
-    @classmethod
-    def model_validate(cls, obj: Any) -> Self:
-        out: Self = adapter(cls).validate_python(obj)
-        return out
-
-    @classmethod
-    def model_validate_json(cls, data: str | bytes) -> Self:
-        out: Self = adapter(cls).validate_json(data)
-        return out
-
-    def model_dump(self, *, mode: Literal["json", "python"] = "python", **kwargs: Any) -> dict[str, Any]:
-        out: dict[str, Any] = adapter(type(self)).dump_python(self, mode=mode, **kwargs)
-        return out
-
-    def model_dump_json(self, *, indent: int | None = None, **kwargs: Any) -> str:
-        return adapter(type(self)).dump_json(self, indent=indent, **kwargs).decode()
-
-    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
-        obj = copy.deepcopy(self) if deep else self
-        return dataclasses.replace(obj, **(update or {}))  # type: ignore[type-var]
+def to_json(obj: Any, tp: Any = None, *, indent: int | None = None) -> str:
+    """`obj` as JSON text, written by the adapter of `tp` (default: `obj`'s own type)."""
+    return adapter(type(obj) if tp is None else tp).dump_json(obj, indent=indent).decode()
 
 
-def plain_json(obj: Any) -> str:
-    """`obj.model_dump_json()` without pydantic where the record holds only JSON's own types (the
-    common case: a verdict's checks, a licence record); anything else (a NaN, a set, bytes) goes
-    through pydantic's serializer, so the text is pydantic's either way."""
-    try:
-        return json.dumps(dataclasses.asdict(obj), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError):
-        return adapter(type(obj)).dump_json(obj).decode()
+def from_json(tp: type[_T], data: str | bytes) -> _T:
+    """A `tp` validated from JSON text; raises pydantic's ValidationError (a ValueError)."""
+    out: _T = adapter(tp).validate_json(data)
+    return out
 
 
-def plain_list_json(items: list[Any], tp: Any) -> str:
-    """`json.dumps([x.model_dump(mode="json") for x in items])` (`tp`: `list[TheRecord]`) without
-    pydantic where the records hold only JSON's own types, as `plain_json` (a verdict's checks:
-    the registry's `checks_json` text as it always was)."""
-    try:
-        return json.dumps([dataclasses.asdict(x) for x in items], allow_nan=False)
-    except (TypeError, ValueError):
-        return json.dumps(adapter(tp).dump_python(items, mode="json"))
+def to_python(
+    obj: Any,
+    tp: Any = None,
+    *,
+    mode: Literal["json", "python"] = "python",
+    include: set[str] | None = None,
+    exclude: set[str] | None = None,
+) -> Any:
+    """`obj` as dicts and lists (`mode="json"`: only JSON's own types), by the adapter of `tp`;
+    `include` / `exclude` name the fields kept / left out."""
+    return adapter(type(obj) if tp is None else tp).dump_python(obj, mode=mode, include=include, exclude=exclude)
+
+
+def from_python(tp: type[_T], data: Any) -> _T:
+    """A `tp` validated from dicts and lists; raises pydantic's ValidationError (a ValueError)."""
+    out: _T = adapter(tp).validate_python(data)
+    return out
 
 
 def timestamp(value: str | datetime | None) -> datetime | None:

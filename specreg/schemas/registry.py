@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from specreg.lazyclass import dataclass
 from specreg.schemas.checks import CheckResult, Method
 from specreg.schemas.gguf import GGUFSummary
-from specreg.schemas.record import Record
 
 LicenceSourceKind = Literal["user", "model_card", "gguf"]
 
@@ -28,7 +26,7 @@ LICENCE_PRECEDENCE: tuple[LicenceSourceKind, ...] = ("user", "model_card", "gguf
 
 
 @dataclass(kw_only=True)
-class LicenceSource(Record):
+class LicenceSource:
     """One statement of a licence, as found in one place (untrusted text)."""
 
     source: LicenceSourceKind
@@ -38,7 +36,7 @@ class LicenceSource(Record):
 
 
 @dataclass(kw_only=True)
-class LicenceRecord(Record):
+class LicenceRecord:
     """Every licence statement for an artifact, the one that wins and whether they disagree."""
 
     sources: list[LicenceSource] = field(default_factory=list)
@@ -48,7 +46,7 @@ class LicenceRecord(Record):
 
 
 @dataclass(kw_only=True)
-class Provenance(Record):
+class Provenance:
     """Where the file came from: a hub repo and revision when known, and who said so."""
 
     repo: str | None = None
@@ -59,11 +57,11 @@ class Provenance(Record):
 
 
 @dataclass(kw_only=True)
-class ArtifactRecord(Record):
+class ArtifactRecord:
     """One registered GGUF file, identified by the SHA-256 of its bytes.
 
     List views (`Registry.artifacts(with_summary=False)`) leave `summary` as None so that
-    10,000 rows list fast; the flat columns (name, architecture, ...) are always filled.
+    long lists stay fast; the flat columns (name, architecture, ...) are always filled.
     """
 
     sha256: str
@@ -82,7 +80,7 @@ class ArtifactRecord(Record):
 
 
 @dataclass(kw_only=True)
-class Elsewhere(Record):
+class Elsewhere:
     """The latest verdict another machine made on a pair (imported in a bundle): evidence about
     that machine, never this machine's admission (registry/evidence.py)."""
 
@@ -94,7 +92,7 @@ class Elsewhere(Record):
 
 
 @dataclass(kw_only=True)
-class PairRecord(Record):
+class PairRecord:
     """A (target, draft, method, rule set) pair with the verdict it stands on.
 
     The pair id is stable across re-checks; every verdict is kept (`n_verdicts`). The fields

@@ -14,7 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field
 # llama.cpp's --spec-draft-sampling: the draft's argmax (the target samples and matches), or a
 # sampled draft the target verifies by rejection sampling (same output distribution, other RNG use)
 DraftSampling = Literal["greedy", "probabilistic"]
-DRAFT_SAMPLING_MODES: tuple[DraftSampling, ...] = ("greedy", "probabilistic")
 MAX_TEMPERATURE = 5.0  # llama.cpp accepts any float; beyond this no deployment samples
 
 

@@ -206,8 +206,8 @@ def drain_llama_log(module_file: str | None) -> None:
     llama.cpp logs through a queue that a worker thread writes (common/log.cpp), and its logger
     is leaked on purpose (never destroyed, "logs may be lost if not flushed before the program
     exits", ggml-org/llama.cpp#22142): a process that returns right after a failed start loses
-    the loader's reason ("tensor 'token_embd.weight' has wrong shape"). Seen in CI under load,
-    3 tests in two runs. `common_log_flush` (pause: the worker writes up to an end marker and is
+    the loader's reason ("tensor 'token_embd.weight' has wrong shape"), as CI under load showed.
+    `common_log_flush` (pause: the worker writes up to an end marker and is
     joined; resume) is the drain itself; a build that does not export it gets a short wait."""
     import ctypes
 

@@ -11,10 +11,8 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-
-from specreg.lazyclass import dataclass
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry
@@ -68,8 +66,10 @@ def by_hardware(reg: Registry) -> tuple[list[str], list[HardwareRow]]:
     """Every (target, draft, method) measured, with its newest run per hardware class side by side.
 
     The speed-up is the run's own method over the baseline across all strata (its `all` summary);
-    runs still going or stopped by a person are left out (they measure nothing).
+    runs that say nothing about a pair (still going, kept nothing, stopped) are left out.
     """
+    from specreg.schemas.bench import SAYS_NOTHING
+
     sql = (
         "SELECT r.run_id, r.status, r.method, r.target_sha256, r.draft_sha256, t.name, d.name, o.host, "
         "json_extract(r.manifest_json, '$.hardware'), "
@@ -78,7 +78,7 @@ def by_hardware(reg: Registry) -> tuple[list[str], list[HardwareRow]]:
         "LIMIT 1) "
         "FROM bench_runs r LEFT JOIN artifacts t ON t.sha256 = r.target_sha256 "
         "LEFT JOIN artifacts d ON d.sha256 = r.draft_sha256 LEFT JOIN run_origins o ON o.run_id = r.run_id "
-        "WHERE r.status NOT IN ('running', 'cancelled', 'aborted') ORDER BY r.started_at, r.run_id"
+        f"WHERE r.status NOT IN ({', '.join(repr(s) for s in SAYS_NOTHING)}) ORDER BY r.started_at, r.run_id"
     )
     rows: dict[tuple[str, str | None, str], HardwareRow] = {}
     classes: set[str] = set()

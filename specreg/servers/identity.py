@@ -9,10 +9,9 @@ purpose: `check pair` without a server imports nothing heavier than the rule set
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
-
-from specreg.lazyclass import dataclass
 
 if TYPE_CHECKING:
     from specreg.validators.ruleset import RuleSet

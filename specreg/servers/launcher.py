@@ -19,14 +19,14 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 import psutil
 
-from specreg.errors import ServerError, ServerStartError
-from specreg.lazyclass import dataclass
+from specreg import remote
+from specreg.errors import RemoteError, ServerError, ServerStartError
 from specreg.servers.logpump import LogPump
 from specreg.servers.serverlog import bind_failed, error_lines, last_lines, tail_text
 
@@ -237,12 +237,25 @@ def launch(
 ) -> ServerProcess:
     """Start a server with `args` (+ host/port) and wait until `/health` says ok.
 
-    `on_spawn(pid, start_time)` is called as soon as each child exists. A port that turns out to
-    be taken (bind failure in the log, or a healthy answer from a process that is not our child)
-    is retried on another port. Anything else that keeps the server from becoming healthy raises
-    ServerStartError with the log's last lines. `cpus`: the cores the server may run on, set
-    as soon as it exists (before it has loaded a model or started a thread, so every thread it
-    starts inherits them); a machine that refuses is left as it is.
+    A port that turns out to be taken (bind failure in the log, or a healthy answer from a
+    process that is not our child) is retried on another port.
+
+    Args:
+        cmd: the bundled server or the user's `llama-server`.
+        args: llama-server flags, without host and port (the launcher adds them).
+        log_path: where the server's output goes (bounded by `LogPump`).
+        start_timeout_s: how long to wait for `/health`, over every attempt.
+        ports: ports to try in turn (default: ports the kernel reports free).
+        max_attempts: how many ports to try before giving up.
+        on_spawn: called with `(pid, start_time)` as soon as each child exists, so a caller can
+            record it before it is healthy (and reap it if specreg dies).
+        cpus: the cores the server may run on, set as soon as it exists (before it has loaded
+            a model or started a thread, so every thread it starts inherits them); a machine
+            that refuses is left as it is.
+
+    Raises:
+        ServerStartError: when the server exits or never becomes healthy, with the log's last
+            lines.
     """
     ports = ports or free_ports()
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -272,14 +285,18 @@ def launch(
             ) from exc
         finally:
             os.close(write_fd)
-        if cpus:
-            with contextlib.suppress(OSError, AttributeError):  # not Linux, or the cores are not ours to give
-                os.sched_setaffinity(proc.pid, cpus)
-        pump = LogPump(read_fd, log_path)
-        try:
-            created = psutil.Process(proc.pid).create_time()
-        except psutil.Error:
-            created = time.time()
+        try:  # from here on a Ctrl-C or SIGTERM stops the child before it goes on (the server is not made yet)
+            if cpus:
+                with contextlib.suppress(OSError, AttributeError):  # not Linux, or the cores are not ours to give
+                    os.sched_setaffinity(proc.pid, cpus)
+            pump = LogPump(read_fd, log_path)
+            try:
+                created = psutil.Process(proc.pid).create_time()
+            except psutil.Error:
+                created = time.time()
+        except BaseException:
+            stop_group(proc.pid, proc=proc, token=token)
+            raise
         server = ServerProcess(proc, port, argv, log_path, created, attempts, pump=pump, token=token)
         try:
             if on_spawn is not None:  # recorded before waiting, so a killed specreg leaves a findable pid
@@ -317,8 +334,9 @@ def _wait_healthy(server: ServerProcess, deadline: float) -> str:
     """'ready', 'port taken', 'not our server', 'timeout' or 'exit code N'."""
     delay = 0.02
     # short: llama-server answers /health at once (503 while loading); a port that accepts but
-    # never answers belongs to someone else
-    with httpx.Client(timeout=httpx.Timeout(0.5, connect=0.5), trust_env=False) as http:
+    # never answers belongs to someone else. Only the status is read, within a second in all
+    # (specreg.remote): whatever else answers there cannot hold the start with its body.
+    with remote.client(timeout=httpx.Timeout(0.5, connect=0.5), trust_env=False) as http:
         while True:
             code = server.proc.poll()
             if code is not None:
@@ -327,8 +345,12 @@ def _wait_healthy(server: ServerProcess, deadline: float) -> str:
                     return "port taken"
                 return f"exit code {code}"
             try:
-                r = http.get(f"{server.base_url}/health")
-                if r.status_code == 200:
+                with (
+                    remote.operation("the /health probe", seconds=1.0, join=False),
+                    http.stream("GET", f"{server.base_url}/health") as r,
+                ):
+                    status = r.status_code
+                if status == 200:
                     if owns_port(server.pid, server.port):
                         return "ready"
                     if server.proc.poll() is None:
@@ -337,7 +359,7 @@ def _wait_healthy(server: ServerProcess, deadline: float) -> str:
                         if owns_port(server.pid, server.port):
                             return "ready"
                     return "not our server"
-            except httpx.HTTPError:
+            except (httpx.HTTPError, RemoteError):
                 pass
             if time.monotonic() >= deadline:
                 return "timeout"

@@ -62,29 +62,43 @@ def predict_rss(
 
     Prompt length: the target vocabulary's greedy longest-match count (`_greedy_tokens`), at most
     the prompt's UTF-8 bytes (+2 specials); it sizes the part of the compute buffer a request
-    touches. `served`: the requests as the server counted them, in the order they took slots,
-    with the tokens each drafted (a benchmark knows them: `served_requests`); without it each
-    item once, its prompt counted as above, its output at max_tokens and every step drafting as
-    much as the method allows. Only requests the server decoded touch the compute buffer (one
-    it refused, longer than a slot's context, is only tokenized). `settings` (for
-    the flags beyond the arguments, e.g. --cache-ram) is completed with the arguments;
-    `in_flight`: requests the client keeps in flight (default: -np).
+    touches. Only requests the server decoded touch the compute buffer (one it refused, longer
+    than a slot's context, is only tokenized).
+
+    Args:
+        spec: the condition (method, draft, draft length).
+        target_path: the target's file; its header gives the facts the model needs.
+        ctx_size: the server's -c.
+        slots: the server's -np.
+        gpu_layers: the server's -ngl (None: CPU only).
+        items: the workload; its longest request sizes the compute buffer.
+        max_tokens: the output length where `served` does not say it (None: the item's own).
+        cache_type_k: the server's -ctk.
+        cache_type_v: the server's -ctv.
+        served: the requests as the server counted them, in the order they took slots, with
+            the tokens each drafted (a benchmark knows them: `served_requests`); without it,
+            each item once, its prompt counted as above, its output at `max_tokens` and every
+            step drafting as much as the method allows.
+        settings: the flags beyond the arguments (e.g. --cache-ram), completed with them.
+        in_flight: requests the client keeps in flight (default: -np).
+
+    Returns:
+        Bytes, or None when the flags or the files cannot be read.
     """
     from specreg.gguf.reader import open_gguf
     from specreg.validators.memory_budget import resident_bytes
     from specreg.validators.ruleset import load_rule_set
 
     try:
-        settings = (settings or ServeSettings()).model_copy(
-            update={
-                "ctx_size": ctx_size,
-                "slots": slots,
-                "gpu_layers": parse_layers(gpu_layers),
-                "method": spec.method,
-                "draft_n_max": spec.draft_n_max,
-                "cache_type_k": cache_type_k,
-                "cache_type_v": cache_type_v,
-            }
+        settings = replace(
+            settings or ServeSettings(),
+            ctx_size=ctx_size,
+            slots=slots,
+            gpu_layers=parse_layers(gpu_layers),
+            method=spec.method,
+            draft_n_max=spec.draft_n_max,
+            cache_type_k=cache_type_k,
+            cache_type_v=cache_type_v,
         )
     except UsageError:
         return None

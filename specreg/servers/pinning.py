@@ -2,33 +2,27 @@
 
 A server started with the build's default threads takes every core, and the client that streams
 its tokens (and the load probe watching the slot) then waits for a core in the middle of a
-request: its time lands on whichever condition it happened to hit (issue 32). With `--pin` (the
-default) a machine with at least `MIN_CORES` usable cores leaves its last core to the client: the
-server gets `-t` and `-tb` of the other cores' count and is bound to them (sched_setaffinity as
-soon as it exists, so every thread it starts inherits them). `--threads N` sets the count; a
-count above the cores left is the user's and is not bound. Fewer cores, or a machine without
-affinity: the build's threads, unbound, as before.
+request: its time lands on whichever condition it happened to hit. With `--pin` (the default)
+a machine with at least `MIN_CORES` usable cores leaves its last core to the client: the server
+gets `-t` and `-tb` of the other cores' count and is bound to them (sched_setaffinity as soon as
+it exists, so every thread it starts inherits them). `--threads N` sets the count; a count above
+the cores left is the user's and is not bound. Fewer cores, or a machine without affinity: the
+build's threads, unbound.
 
 Why `MIN_CORES` is 4, not 2: on 2 cores pinning leaves the server one thread, and that costs a
-draft method far more than the baseline. SmolLM2-135M F32 <- Q4_1, draft-simple k16 against
-the baseline of its own run (`benchmarks/bench_decision.py --pinning`, mt-bench, 8 prompts x 2
-rounds, 128 tokens, a shared 2-core machine): `--pin` (-t 1) 0.68x at load 2.5-4.3, `--no-pin`
-2.47x at load 4.3-6.7 (the baseline's decode 30 ms/token pinned, 100 ms unpinned under that
-load); on a quiet machine an earlier run measured 0.66x pinned against 1.21x unpinned. Either
-way the pinned ratio describes a one-thread server no production host runs, so on a machine
-of 2-3 cores the server keeps every core (the client's share of a core is the smaller error),
-and from 4 cores on it gives the client one and keeps at least 3. The price, on a machine
-shared with other work: the build's threads wait for each other at every step, so an unpinned
-server slows far more than a one-thread one (the same SmolLM2 baseline decoded at 380-580
-ms/token at load 4-6.4, against 30 ms/token pinned at load 2.5-4.3); `--threads 1` restores
-the pinned count there.
+draft method far more than the baseline, so the pinned ratio would describe a one-thread server
+no production host runs (`benchmarks/bench_decision.py --pinning` measures it; see the
+performance page). On 2-3 cores the server keeps every core (the client's share of a core is the
+smaller error); from 4 cores on it gives the client one and keeps at least 3. The price, on a
+machine shared with other work: the build's threads wait for each other at every step, so an
+unpinned server slows far more than a one-thread one; `--threads 1` restores the pinned count
+there.
 """
 
 from __future__ import annotations
 
 import os
-
-from specreg.lazyclass import dataclass
+from dataclasses import dataclass
 
 MIN_CORES = 4  # one for the client, at least three for the server (on 2 cores: -t 1, see above)
 

@@ -22,12 +22,12 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specreg.errors import HubError, SpecregError, UsageError
-from specreg.lazyclass import dataclass
+from specreg import remote
+from specreg.errors import HubError, RemoteLimit, SpecregError, UsageError
 
 if TYPE_CHECKING:
     from specreg.gguf.reader import GGUFFile
@@ -42,6 +42,12 @@ MAX_DIR_FILES = 10_000  # GGUF files looked at per --dir folder (a folder of mod
 MAX_FILES_PER_REPO = 6  # GGUF files of one hub repo whose headers are read (smallest first)
 MAX_LIMIT = 200  # --limit's ceiling: each repo costs a model_info and range reads
 HUB_WORKERS = 8  # headers read at once (network-bound: the GIL is released while waiting)
+# A listing entry on the hub is a few hundred bytes to a few KiB (its tags); a page of --limit
+# entries is read whole by huggingface_hub, so its reply is capped at what --limit entries need.
+LISTING_ENTRY_BYTES = 16 << 10
+LISTING_BASE_BYTES = 64 << 10
+# HUB_WORKERS repos' file lists are parsed at once: each reply a quarter of one read alone
+SEARCH_INFO_BYTES = 1 << 20
 _SIZE_WORD = re.compile(r"^\d+(\.\d+)?[kmbt]$", re.IGNORECASE)  # 135M, 1.7B: not part of a family name
 _SHARD = re.compile(r"-(\d{5})-of-(\d{5})\.gguf$")
 
@@ -101,7 +107,8 @@ def hub_target_ref(arg: str) -> str | None:
     check_repo_id(repo)
     settings = HubSettings.from_env()
     settings.require_online(f"finding the GGUF files of {repo}")
-    files = sorted(f for f, _, _ in _repo_ggufs(settings, repo)[1])
+    with remote.operation(f"asking the hub about {repo}"):
+        files = sorted(f for f, _, _ in _repo_ggufs(settings, repo)[1])
     if len(files) != 1:
         shown = ", ".join(files[:5]) + (" ..." if len(files) > 5 else "")
         raise UsageError(
@@ -226,12 +233,14 @@ def open_local(found: Found, reg: Registry) -> None:
             gf, _ = open_remote(found.record.provenance.extra[REMOTE_KEY]["url"])
         else:
             if found.record is not None:  # hashed unless the stat cache vouches: a verdict names these bytes
-                snap = reg.artifacts_store.snapshot(reg.locate(found.record.sha256))
+                snap = reg.snapshot(reg.locate(found.record.sha256))
                 if snap.sha256 != found.record.sha256:
                     raise SpecregError(f"{snap.path}: changed since it was registered (register it again)")
                 gf = snap.file
             else:
                 gf = open_gguf(found.ref)
+    except RemoteLimit:  # a bound of the remote exchange: the command's error, not this file's
+        raise
     except SpecregError as exc:
         found.problem = exc.message
         return
@@ -290,14 +299,20 @@ def family_terms(gf: GGUFFile, repo: str | None) -> tuple[list[str], list[str]]:
     return list(dict.fromkeys(clean))[:4], list(dict.fromkeys(r for r in repos if r.count("/") == 1))[:4]
 
 
-def _repo_ggufs(settings: HubSettings, repo: str) -> tuple[str, list[tuple[str, str, int]], str | None]:
-    """(commit, [(file, LFS sha256, size)], card licence) of a repo's main revision."""
+def _repo_ggufs(
+    settings: HubSettings, repo: str, cap: int | None = None
+) -> tuple[str, list[tuple[str, str, int]], str | None]:
+    """(commit, [(file, LFS sha256, size)], card licence) of a repo's main revision (the hub's
+    answer capped at `cap` bytes, default MODEL_INFO_BYTES)."""
     from huggingface_hub import HfApi
 
-    from specreg.sources.hub import check_commit, hub_errors
+    from specreg.sources.hub import MODEL_INFO_BYTES, check_commit, hub_errors
 
     api = HfApi(endpoint=settings.endpoint)
-    with hub_errors(settings, repo, None, None):
+    with (
+        hub_errors(settings, repo, None, None),
+        remote.expect(f"the hub's answer about {repo}", cap or MODEL_INFO_BYTES),
+    ):
         try:
             info = api.model_info(repo, files_metadata=True)
         except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
@@ -331,11 +346,15 @@ def search_hub(
     queries = [{"filter": ["gguf", f"base_model:{b}"]} for b in bases] + [
         {"search": n, "filter": ["gguf"]} for n in names
     ]
+    cap = LISTING_BASE_BYTES + limit * LISTING_ENTRY_BYTES
     for q in queries:
         if len(repos) >= limit:
             break
         try:
-            with hub_errors(settings, "the hub search", None, None):
+            with (
+                hub_errors(settings, "the hub search", None, None),
+                remote.expect("the hub's model list", cap, why=f"--limit {limit} entries need less"),
+            ):
                 for m in api.list_models(limit=limit, **q):
                     rid = getattr(m, "id", None)
                     if isinstance(rid, str) and rid.count("/") == 1 and rid != exclude_repo:
@@ -355,7 +374,9 @@ def _open_hub_repo(settings: HubSettings, repo: str) -> tuple[list[Found], list[
     from specreg.text import escape_control
 
     try:
-        commit, files, lic = _repo_ggufs(settings, repo)
+        commit, files, lic = _repo_ggufs(settings, repo, SEARCH_INFO_BYTES)
+    except RemoteLimit:  # a bound of the remote exchange: the command's error, not this repo's
+        raise
     except SpecregError as exc:
         return [], [exc.message]
     out, failures = [], []
@@ -367,12 +388,14 @@ def _open_hub_repo(settings: HubSettings, repo: str) -> tuple[list[Found], list[
         f = Found("hub", ref=f"hf://{repo}/{name}@{commit}", label=label, sha256=sha, size=size, repo=repo)
         f.revision, f.licence = commit, lic
         try:
-            gf, remote = open_remote(f.ref)
+            gf, found = open_remote(f.ref)
+        except RemoteLimit:
+            raise
         except SpecregError as exc:
             f.problem = exc.message
         else:
             gf.sha256 = sha
-            f.file, f.bytes_fetched = gf, remote.bytes_fetched
+            f.file, f.bytes_fetched = gf, found.bytes_fetched
             f.licence = f.licence or summary_licence(gf)
         out.append(f)
     return out, failures
@@ -388,20 +411,42 @@ def from_hub(
     exclude_repo: str | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> None:
-    """Search the hub and read the headers of the repos found (several at once)."""
+    """Search the hub and read the headers of the repos found (several at once), as one remote
+    operation: the listings, every repo's file list and every header share one deadline."""
     if settings.offline:
         out.notes.append("--hub: offline (HF_HUB_OFFLINE is set), so the hub was not searched")
         return
     if not 1 <= limit <= MAX_LIMIT:
         raise UsageError(f"--limit {limit}: choose 1 to {MAX_LIMIT} repos")
+    with remote.operation("the hub search"):
+        _search_and_read(settings, terms, limit, out, exclude, exclude_repo, progress)
+
+
+def _search_and_read(
+    settings: HubSettings,
+    terms: tuple[list[str], list[str]],
+    limit: int,
+    out: Gathered,
+    exclude: set[str],
+    exclude_repo: str | None,
+    progress: Callable[[int, int], None] | None,
+) -> None:
+    from specreg.sources.hub import bound_hub_client
+
+    bound_hub_client()  # once, before the workers share huggingface_hub's client
     repos, failures = search_hub(settings, terms, limit, exclude_repo)
     out.failures += failures
     out.searched_repos = len(repos)
     done = 0
+    read_repo = remote.carried(lambda r: _open_hub_repo(settings, r))
     with ThreadPoolExecutor(max_workers=min(HUB_WORKERS, max(1, len(repos)))) as pool:
-        for found, fails in pool.map(lambda r: _open_hub_repo(settings, r), repos):
-            out.found += [f for f in found if f.sha256 not in exclude]
-            out.failures += fails
-            done += 1
-            if progress is not None:
-                progress(done, len(repos))
+        try:
+            for found, fails in pool.map(read_repo, repos):
+                out.found += [f for f in found if f.sha256 not in exclude]
+                out.failures += fails
+                done += 1
+                if progress is not None:
+                    progress(done, len(repos))
+        except BaseException:  # a bound broken: the repos not yet begun are not read
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise

@@ -1,6 +1,6 @@
 """Check a pair and record its verdict: open both files, pick the method, check, record.
 
-The one path from two files (or registered SHA-256s) to a stored verdict, used by `check pair`,
+The one path from two files (or registered SHA-256 digests) to a stored verdict, used by `check pair`,
 the audit's re-check of stale verdicts, the demo, the benchmarks and the tests. Opening an
 artifact (register or locate, then open the bytes) happens in `open_artifact` only.
 """
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specreg.errors import ArtifactChanged, ArtifactNotFound
-from specreg.lazyclass import dataclass
 from specreg.registry.artifacts import HEX, MIN_PREFIX
 from specreg.registry.store import Registry
 from specreg.schemas.checks import CheckResult, PairVerdict
@@ -57,7 +57,7 @@ def open_artifact(reg: Registry, ref: str | Path, twin: GGUFFile | None = None) 
         return rec, gf
     twins = twin.twin_arrays() if twin is not None else None
     if os.path.exists(arg):
-        snap = reg.artifacts_store.snapshot(arg, twins=twins)
+        snap = reg.snapshot(arg, twins=twins)
         rec, gf = register(reg, arg, snap=snap), snap.file
         gf.sha256 = rec.sha256  # what the checks compare (a byte-identical draft is named as such)
         return rec, gf
@@ -71,7 +71,7 @@ def open_artifact(reg: Registry, ref: str | Path, twin: GGUFFile | None = None) 
         gf = open_remote(rec.provenance.extra[REMOTE_KEY]["url"])[0]
         gf.sha256 = rec.sha256
         return rec, gf
-    snap = reg.artifacts_store.snapshot(reg.locate(rec.sha256), twins=twins)
+    snap = reg.snapshot(reg.locate(rec.sha256), twins=twins)
     if snap.sha256 != rec.sha256:
         raise ArtifactChanged(snap.path, rec.sha256, snap.sha256)
     snap.file.sha256 = rec.sha256
@@ -88,10 +88,24 @@ def check_and_record(
     strict: bool = False,
     extra: ExtraChecks | None = None,
 ) -> Checked:
-    """Check target/draft for `method` ("auto": detected from the draft) and record the verdict.
+    """Check target/draft for `method` and record the verdict.
 
-    Targets and drafts are paths or SHA-256 (prefixes); a missing draft method fails before
-    anything is registered.
+    Args:
+        reg: the registry the files are registered in and the verdict recorded in.
+        target: a path, a remote reference (`hf://`, `https://`) or a registered SHA-256
+            (prefix).
+        draft: likewise; None for the methods that speculate with the target alone.
+        method: a `Method` value, or "auto": detected from the draft.
+        rule_set: the llama.cpp build's facts to judge by.
+        strict: turn every warning into an error.
+        extra: more checks on the opened files for the chosen method (the memory budget, the
+            runtime probe of `check pair`).
+
+    Raises:
+        UsageError: when the method and the files given do not fit (checked before anything
+            is registered).
+        ArtifactNotFound: when a path or SHA-256 names nothing.
+        GGUFError: when a file is not a valid GGUF file.
     """
     from specreg.validators.pair import check_pair, detect_method, verdict
 

@@ -14,11 +14,12 @@ import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specreg import remote
 from specreg.errors import HubError, UsageError
-from specreg.lazyclass import dataclass
 
 if TYPE_CHECKING:
     from huggingface_hub import CachedRepoInfo
@@ -32,6 +33,10 @@ _REF = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]*(?:/[A-Za-z0-9_][A-Za-z0-9_.+-]*
 _MAX_REF = 200
 # What huggingface_hub turns into a file name (blobs/<etag>): one path component, nothing else.
 _ETAG = re.compile(r"[A-Za-z0-9_.:+=-]{1,128}")
+# model_info with files_metadata: ~250 bytes a file with its LFS facts (GGUF repos hold tens), so
+# room for over ten thousand files; parsed (a dict and a sibling object per file) the worst answer
+# of this size costs ~90 MB, within what one command may take.
+MODEL_INFO_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -237,26 +242,29 @@ def _check_headers(response: object) -> None:
             )
 
 
-@contextmanager
-def guarded_session() -> Iterator[None]:
-    """Every HTTP response huggingface_hub receives inside is checked by `_check_headers`."""
+def _hub_client() -> object:
+    """The client huggingface_hub shares for every request, as specreg makes it: redirects followed
+    and no library timeout, as huggingface_hub's own default (specreg.remote's deadline bounds each
+    operation instead), specreg.remote's bounds, and the check of the headers that become cache
+    paths."""
+    import httpx2
+
+    return remote.hub_client(httpx2, _check_headers)
+
+
+_bound = False
+
+
+def bound_hub_client() -> None:
+    """Make huggingface_hub's shared client specreg's (`_hub_client`), once per process, through its
+    public `set_client_factory`: every request it sends from then on is bounded and checked."""
+    global _bound
+    if _bound:
+        return
     from huggingface_hub import set_client_factory
-    from huggingface_hub.utils import _http
 
-    previous = _http._GLOBAL_CLIENT_FACTORY
-
-    def factory() -> object:
-        client = previous()
-        hooks = client.event_hooks
-        hooks.setdefault("response", []).append(_check_headers)
-        client.event_hooks = hooks
-        return client
-
-    set_client_factory(factory)  # type: ignore[arg-type]
-    try:
-        yield
-    finally:
-        set_client_factory(previous)
+    set_client_factory(_hub_client)  # type: ignore[arg-type]
+    _bound = True
 
 
 def cache_ref(settings: HubSettings, repo_id: str, revision: str | None, commit: str) -> None:
@@ -290,7 +298,21 @@ def check_repo_id(repo_id: str) -> None:
 
 @contextmanager
 def hub_errors(settings: HubSettings, repo_id: str, revision: str | None, filename: str | None) -> Iterator[None]:
-    """Turn whatever huggingface_hub or the network raises into one HubError line with a hint."""
+    """Turn whatever huggingface_hub or the network raises into one HubError line with a hint;
+    with huggingface_hub's client bounded (specreg.remote), whatever fails because the operation
+    ran out of time is the deadline's line, however huggingface_hub wrapped it."""
+    bound_hub_client()
+    try:
+        with _hub_error_lines(settings, repo_id, revision, filename):
+            yield
+    except Exception as exc:
+        if (over := remote.failure(exc)) is not None:
+            raise over from None
+        raise
+
+
+@contextmanager
+def _hub_error_lines(settings: HubSettings, repo_id: str, revision: str | None, filename: str | None) -> Iterator[None]:
     import logging
 
     import httpx2

@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import os
 import stat
-from contextlib import suppress
-from dataclasses import asdict
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specreg.errors import HubError, UsageError
-from specreg.lazyclass import dataclass
+from specreg import remote
+from specreg.errors import HubError, SpecregError, UsageError
 from specreg.registry import licence
 from specreg.registry.artifacts import stat_or_raise
 from specreg.registry.hashing import sha256_with_bar
@@ -32,17 +33,19 @@ from specreg.schemas.registry import LicenceRecord, LicenceSource, Provenance
 from specreg.sources.hub import (
     CARD_FILENAME,
     COMMIT,
+    MODEL_INFO_BYTES,
     HubSettings,
+    bound_hub_client,
     cache_ref,
     cached_card,
     check_commit,
     check_repo_id,
     check_revision,
     discard_cached,
-    guarded_session,
     hub_errors,
     recognise_cached,
 )
+from specreg.text import escape_control
 
 if TYPE_CHECKING:
     from specreg.registry.snapshot import Snapshot
@@ -52,6 +55,11 @@ if TYPE_CHECKING:
 MAX_CARD_BYTES = 1 << 20  # a model card is text; a bigger README is not parsed (its YAML is untrusted)
 MAX_CARD_YAML_CHARS = 256 << 10  # the front matter of real cards is a few KiB (model-index results: tens)
 VERIFIED_KEY = "hub_verified"  # provenance extra written by fetch/verify, read back by local_facts
+MAX_FILE_BYTES = 1 << 50  # an LFS size past this (a PiB) is not a model file's
+CARD_BYTES = 16 << 20  # the model card's download (past MAX_CARD_BYTES it is kept but not parsed)
+# A download's default deadline: the operation's default plus one second per MiB the hub declares
+# (a floor of 1 MiB/s); --timeout / SPECREG_TIMEOUT replace it.
+DOWNLOAD_FLOOR_BYTES_PER_S = 1 << 20
 
 
 def card_source(readme: str | Path) -> LicenceSource | None:
@@ -155,7 +163,7 @@ def local_facts(
         if repo and revision and COMMIT.fullmatch(revision):  # only a commit pins the card's text
             card = cached_card(repo, revision, HubSettings.from_env().cache_dir)
     if verified:
-        prov = prov.model_copy(update={"source": "hub", "filename": verified.get("filename", prov.filename)})
+        prov = replace(prov, source="hub", filename=verified.get("filename", prov.filename))
     return prov, (card_source(card) if card is not None else None)
 
 
@@ -173,14 +181,25 @@ def register(
     """Register a file with its local facts: how every command registers a file.
 
     A path already registered and unchanged, with nothing new to record, is answered from the
-    stat cache without looking anything up or writing. `snap`: the file as the caller read it
-    (parsed and hashed from one descriptor), registered under exactly that SHA-256.
+    stat cache without looking anything up or writing.
+
+    Args:
+        registry: where to record it.
+        path: the file.
+        license: a licence the user states, kept beside the file's and the card's.
+        repo: the hub repo the user says the file is from (a file in the HF cache names its own;
+            a contradiction is a UsageError).
+        revision: the commit or ref, likewise.
+        extra: further provenance facts to keep (e.g. a verified hub download's).
+        rehash: hash the bytes even when the stat cache vouches for them.
+        snap: the file as the caller read it (parsed and hashed from one descriptor),
+            registered under exactly that SHA-256.
     """
     if snap is not None:
         prov, card = local_facts(path, repo=repo, revision=revision, extra=extra)
         return registry.add_artifact(path, license=license, provenance=prov, card=card, snap=snap)
     if not (license or repo or revision or extra or rehash):
-        sha = registry.artifacts_store.registered_unchanged(path)
+        sha = registry.registered_unchanged(path)
         if sha is not None:
             return registry.get_artifact(sha)
     stat_or_raise(os.path.abspath(path))  # a missing file says so before any cache lookup
@@ -208,13 +227,17 @@ def _hub_file(
     settings: HubSettings, repo: str, revision: str | None, filename: str | None, local_sha256: str | None = None
 ) -> HubFile:
     """Resolve `revision` to a commit (one request: the commit and its files come from the same
-    answer), check the commit before it names anything in the cache, cache the ref, and read the
-    LFS SHA-256 of `filename` there; with only `local_sha256`, find the file that has it."""
+    answer), check the commit before it names anything in the cache, and read the LFS SHA-256 and
+    size of `filename` there; with only `local_sha256`, find the file that has it. Writes nothing:
+    whoever keeps a file records the ref (`cache_ref`) once the file is verified."""
     from huggingface_hub import HfApi
 
     check_revision(revision)
     api = HfApi(endpoint=settings.endpoint)
-    with hub_errors(settings, repo, revision, filename):
+    with (
+        hub_errors(settings, repo, revision, filename),
+        remote.expect(f"the hub's answer about {repo}", MODEL_INFO_BYTES),
+    ):
         try:
             info = api.model_info(repo, revision=revision, files_metadata=True)
         except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
@@ -223,8 +246,6 @@ def _hub_file(
             why = " ".join(f"{type(exc).__name__}: {exc}".split())[:120]
             raise HubError(f"{repo}: the hub's answer about the repo is malformed ({why})") from None
     commit = check_commit(info.sha, f"{repo}@{revision or 'main'}")
-    if revision != commit:
-        cache_ref(settings, repo, revision, commit)
     lfs = {s.rfilename: s.lfs for s in info.siblings or [] if s.lfs is not None}
     plain = {s.rfilename for s in info.siblings or []}
     name = filename
@@ -239,7 +260,13 @@ def _hub_file(
             f"{where}/{name}: the hub lists no LFS SHA-256 for this file, so it cannot be verified",
             hint="GGUF files on the hub are stored with LFS; is this the right file?",
         )
-    return HubFile(repo, revision, commit, name, lfs[name].sha256, lfs[name].size, settings.endpoint)
+    size = lfs[name].size
+    if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= MAX_FILE_BYTES:
+        raise HubError(
+            f"{where}/{name}: the hub lists the LFS size {escape_control(size, limit=40)}, not a file size",
+            hint="the hub (or HF_ENDPOINT's mirror) is misbehaving; check HF_ENDPOINT",
+        )
+    return HubFile(repo, revision, commit, name, lfs[name].sha256, size, settings.endpoint)
 
 
 def _inside_cache(path: Path, settings: HubSettings) -> None:
@@ -261,7 +288,12 @@ def _download_card(settings: HubSettings, hf: HubFile) -> None:
     from huggingface_hub.errors import RemoteEntryNotFoundError
 
     # an absent card: no statement
-    with hub_errors(settings, hf.repo_id, hf.commit, CARD_FILENAME), suppress(RemoteEntryNotFoundError):
+    with (
+        remote.operation(f"the download of {hf.repo_id}'s model card"),
+        remote.expect("the model card", CARD_BYTES),
+        hub_errors(settings, hf.repo_id, hf.commit, CARD_FILENAME),
+        suppress(RemoteEntryNotFoundError),
+    ):
         hf_hub_download(
             hf.repo_id, CARD_FILENAME, revision=hf.commit, cache_dir=settings.cache_dir, endpoint=settings.endpoint
         )
@@ -279,18 +311,14 @@ def fetch(
     """Download REPO/FILENAME at a pinned commit, verify it against the hub's LFS SHA-256,
     read the card of the same commit, then register it with all of that. Returns the record
     and the file's path in the Hugging Face cache."""
-    from huggingface_hub import hf_hub_download
-
     s = settings or HubSettings.from_env()
     s.require_online("specreg fetch")
     check_repo_id(repo)
     check_revision(revision)
-    with guarded_session():
+    bound_hub_client()
+    with remote.operation(f"asking the hub about {repo}"):
         hf = _hub_file(s, repo, revision, filename)
-        with hub_errors(s, repo, hf.commit, filename):
-            path = Path(
-                hf_hub_download(repo, hf.filename, revision=hf.commit, cache_dir=s.cache_dir, endpoint=s.endpoint)
-            )
+    path = _download(s, hf)
     _inside_cache(path, s)
     actual, _ = sha256_with_bar(path)
     if actual != hf.sha256:
@@ -300,9 +328,80 @@ def fetch(
             f"{hf.sha256[:16]}...; removed from the cache, nothing registered",
             hint="a proxy or mirror altered the file; check HF_ENDPOINT and try again",
         )
-    with guarded_session():
-        _download_card(s, hf)
+    if revision != hf.commit:
+        cache_ref(s, repo, revision, hf.commit)
+    _download_card(s, hf)
     return register(registry, path, license=license, extra=_verified_extra(hf, "fetch")), path
+
+
+def _download(s: HubSettings, hf: HubFile) -> Path:
+    """huggingface_hub's download of the pinned file into the cache, as one remote operation:
+    by plain HTTP (not hf_xet, whose connections are its own) so every byte passes specreg.remote's
+    bounds - never more than the size the hub declared at that commit, within the deadline. On
+    any failure nothing of it stays in the cache: huggingface_hub removes its temporary file,
+    and what else it began here (a lock, an `.incomplete` file, empty folders) is removed too."""
+    from huggingface_hub import hf_hub_download
+
+    where = f"{hf.repo_id}@{hf.commit[:12]}/{hf.filename}"
+    before = _cache_paths(s, hf.repo_id)
+    default = remote.DEFAULT_TIMEOUT_S + min(hf.size / DOWNLOAD_FLOOR_BYTES_PER_S, remote.MAX_TIMEOUT_S)
+    try:
+        with (
+            remote.operation(f"the download of {escape_control(where, limit=160)}", default=default),
+            remote.expect(
+                f"the download of {escape_control(hf.filename, limit=80)}",
+                hf.size,
+                why=f"the size the hub declares for it at {hf.commit[:12]}",
+            ),
+            _plain_http(),
+            hub_errors(s, hf.repo_id, hf.commit, hf.filename),
+        ):
+            return Path(
+                hf_hub_download(hf.repo_id, hf.filename, revision=hf.commit, cache_dir=s.cache_dir, endpoint=s.endpoint)
+            )
+    except SpecregError as exc:
+        _remove_new_partials(s, hf.repo_id, before)
+        exc.message += "; nothing of the download was kept in the cache"
+        raise
+
+
+@contextmanager
+def _plain_http() -> Iterator[None]:
+    """Inside: huggingface_hub downloads by HTTP even what is stored with Xet (HF_HUB_DISABLE_XET,
+    its documented setting, which it reads from its constants module at each download)."""
+    from huggingface_hub import constants
+
+    saved = constants.HF_HUB_DISABLE_XET
+    constants.HF_HUB_DISABLE_XET = True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_DISABLE_XET = saved
+
+
+def _cache_paths(s: HubSettings, repo_id: str) -> set[Path]:
+    """Every path under the repo's cache folder and its lock folder."""
+    from huggingface_hub.file_download import repo_folder_name
+
+    folder = repo_folder_name(repo_id=repo_id, repo_type="model")
+    found: set[Path] = set()
+    for root in (s.cache_dir / folder, s.cache_dir / ".locks" / folder):
+        if root.is_dir():
+            found.add(root)
+        for dirpath, dirs, files in os.walk(root):
+            found.update(Path(dirpath) / name for name in (*dirs, *files))
+    return found
+
+
+def _remove_new_partials(s: HubSettings, repo_id: str, before: set[Path]) -> None:
+    """After a failed download: remove the partial files, locks and (empty) folders that were not
+    in the cache before it; a complete file another process put there meanwhile stays."""
+    for path in sorted(_cache_paths(s, repo_id) - before, key=lambda p: len(p.parts), reverse=True):
+        with suppress(OSError):
+            if path.is_dir() and not path.is_symlink():
+                path.rmdir()  # only when empty
+            elif path.name.endswith((".incomplete", ".lock")):
+                path.unlink()
 
 
 def verify(
@@ -331,7 +430,8 @@ def verify(
     s.require_online("register --verify")
     check_repo_id(repo)
     actual, _ = sha256_with_bar(path)
-    with guarded_session():
+    bound_hub_client()
+    with remote.operation(f"asking the hub about {repo}"):
         hf = _hub_file(s, repo, revision, name, local_sha256=actual)
     if actual != hf.sha256:
         raise HubError(
@@ -339,8 +439,9 @@ def verify(
             f"({hf.sha256[:16]}...); nothing registered",
             hint="the file differs from the hub's; re-download it (specreg fetch) or check --repo/--revision",
         )
-    with guarded_session():
-        _download_card(s, hf)
+    if revision != hf.commit:
+        cache_ref(s, repo, revision, hf.commit)
+    _download_card(s, hf)
     extra = _verified_extra(hf, "verify")
     if cached:  # the cache names repo and commit itself
         return register(registry, path, license=license, extra=extra)

@@ -9,13 +9,14 @@ the content hash (a hub resolve URL's X-Linked-Etag). Remote artifacts are recor
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
+from specreg import remote
 from specreg.errors import RemoteError, UsageError
-from specreg.lazyclass import dataclass
+from specreg.text import escape_control
 
 if TYPE_CHECKING:  # the records only where one is made: `specreg inspect URL` needs no pydantic
     from specreg.gguf.reader import GGUFFile
@@ -82,7 +83,13 @@ def _hub_path(url: str, endpoint: str) -> tuple[str | None, str | None]:
 
 
 def open_remote(ref: str) -> tuple[GGUFFile, RemoteFile]:
-    """Read a remote GGUF's header by range requests (same bounds as a local file, a cap on bytes)."""
+    """Read a remote GGUF's header by range requests (same bounds as a local file, a cap on bytes),
+    as one remote operation: the hub's answer and every range read share one deadline."""
+    with remote.operation(f"reading the header of {escape_control(ref, limit=120)}"):
+        return _open_remote(ref)
+
+
+def _open_remote(ref: str) -> tuple[GGUFFile, RemoteFile]:
     from specreg.gguf.http_source import HttpSource
     from specreg.gguf.reader import read_gguf
     from specreg.sources.hub import HubSettings, check_repo_id

@@ -10,11 +10,10 @@ is opened again (open_artifact: SHA-256 checked) and judged with B's rules. Noth
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from specreg.errors import SpecregError
-from specreg.lazyclass import dataclass
 from specreg.schemas.checks import CheckResult
 from specreg.schemas.registry import ArtifactRecord, PairRecord
 from specreg.validators.ruleset import RuleSet, current_rule_set_id, is_stale, load_rule_set

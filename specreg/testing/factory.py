@@ -281,7 +281,7 @@ def _value_type(value: object) -> gguf.GGUFValueType:
 def _copy_tokenizer(w: gguf.GGUFWriter, source: str) -> int:
     """Every tokenizer.* key of `source` with its stored type; the vocabulary size.
 
-    Read with specreg's own reader: gguf-py's reader takes minutes over a 262k-token vocabulary."""
+    Read with specreg's own reader: gguf-py's reader is slow over a large vocabulary."""
     from specreg.gguf.reader import GGUFArray, open_gguf
 
     gf = open_gguf(source)

@@ -7,8 +7,7 @@ Its own module so the vocabulary builder (testing/vocab.py) and the weight write
 from __future__ import annotations
 
 import dataclasses
-
-from specreg.lazyclass import dataclass
+from dataclasses import dataclass
 
 SMALL_NOISE = 0.05  # partial acceptance against the same-seed target (measured: ~30-70%)
 

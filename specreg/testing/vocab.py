@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import gguf
 
-from specreg.lazyclass import dataclass
 from specreg.testing.modelspec import ModelSpec
 
 _T = gguf.TokenType

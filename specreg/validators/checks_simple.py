@@ -244,7 +244,7 @@ def extra_ids(t: Side, d: Side) -> CheckResult:
     Observed on xllamacpp 2026.10.11549 (tiny models): a draft proposing an id the target lacks,
     or a prompt/output token id the draft lacks, aborts the server in common_batch
     ("get_sub_batch: failed to add token"). Real drafts rarely propose padding, but prompts and
-    outputs do contain real extra tokens (phi-3's <|end|> over llama-spm's 32,000).
+    outputs do contain real extra tokens (phi-3's <|end|> beyond llama-spm's vocabulary).
     """
     nt, nd = t.vocab.n_tokens, d.vocab.n_tokens
     ev = {"target": nt, "draft": nd}

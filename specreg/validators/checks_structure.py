@@ -28,7 +28,7 @@ _NEXTN_SHAPES = {"nextn.eh_proj.weight": 2, "nextn.enorm.weight": 1, "nextn.hnor
 
 
 def _shape(t: TensorInfo) -> list[int]:
-    """ggml's view: trailing 1s dropped, so [64, 1] and [64] compare equal (llama.cpp does too)."""
+    """ggml's view: trailing dimensions of one dropped, so [64, 1] and [64] compare equal (llama.cpp does too)."""
     shape = list(t.shape)
     while len(shape) > 1 and shape[-1] == 1:
         shape.pop()

@@ -9,9 +9,8 @@ defaults are data in the rule set; this module only applies them in llama.cpp's 
 
 from __future__ import annotations
 
-from dataclasses import field
+from dataclasses import dataclass, field
 
-from specreg.lazyclass import dataclass
 from specreg.schemas.gguf import GGUFSummary
 from specreg.validators.ruleset import RuleSet
 
@@ -24,7 +23,6 @@ class EffectiveVocab:
 
     model: str | None
     vocab_type: str
-    vocab_type_id: int | None
     pre: str | None
     pre_type: str | None
     n_tokens: int
@@ -32,7 +30,6 @@ class EffectiveVocab:
     add_eos: bool
     bos: int | None
     eos: int | None
-    unk: int | None
     sep: int | None
     pad: int | None
     eot: int | None
@@ -70,13 +67,11 @@ def effective_vocab(summary: GGUFSummary, rules: RuleSet) -> EffectiveVocab:
         return EffectiveVocab(
             tok.model,
             "UNKNOWN",
-            None,
             tok.pre,
             None,
             n,
             False,
             False,
-            None,
             None,
             None,
             None,
@@ -144,7 +139,6 @@ def effective_vocab(summary: GGUFSummary, rules: RuleSet) -> EffectiveVocab:
     return EffectiveVocab(
         tok.model,
         model_rules.type,
-        rules.vocab_type_ids.get(model_rules.type),
         pre,
         pre_type,
         n,
@@ -152,7 +146,6 @@ def effective_vocab(summary: GGUFSummary, rules: RuleSet) -> EffectiveVocab:
         add_eos,
         ids["bos"],
         ids["eos"],
-        ids["unk"],
         ids["sep"],
         ids["pad"],
         eot,

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from specreg.errors import UsageError
 from specreg.gguf import format as F
-from specreg.lazyclass import dataclass
 from specreg.schemas.memory import ServeSettings
 
 KV_PAD = 256  # llama.cpp pads each stream's cells (and the SWA cache) to 256

@@ -1,57 +1,31 @@
 """What a llama-server running a pair needs in memory, predicted from the GGUF headers alone.
 
-Mirrors llama.cpp b11434 (llama-context.cpp, llama-kv-cache*.cpp), checked against the buffer
-sizes it logs (tests/test_memory_budget.py) and against measured peak RSS
-(benchmarks/bench_memory.py):
-- weights: every tensor's bytes (by type), target and draft; on CPU the mmap'ed file is read
-  each token, so all of it becomes resident;
-- KV cache: cells x layers x (K heads x head dim x K type size + the same for V), per layer
-  (GQA and per-layer head counts honoured); cells = context over all slots, padded to 256 per
-  slot stream; sliding-window layers keep min(cells, window + micro-batch) cells; the draft has
-  its own cache of the same cells;
-- compute buffer per context: a micro-batch of activations (max(3.5 n_ff + 2.5 n_embd, 7 n_embd)
-  floats per token) plus flash attention's f16 mask (cells per stream x micro-batch);
-- the output buffer of each context (llama-context.cpp output_reserve: n_vocab floats per output,
-  zero-filled, as many outputs as the server's limit: 1 + the method's longest draft per slot
-  (for a known workload, 1 + the longest its requests drafted: resident_bytes),
-  plus the smaller buffer it grew from where a method's drafts are never short (ngram-mod);
-  the draft context's also holds its backend sampler's probabilities and candidates) and the
-  logits those outputs take in the compute buffer;
-- the tokenizer's heap (llama-vocab.cpp: id_to_token, token_to_id, the piece cache, BPE ranks,
-  the UGM trie, and the GGUF metadata arrays held while loading), per token, per byte of long
-  token text, per merge, per trie node: fitted to the bundled server's peak RSS over llama.cpp's
-  19 ggml-vocab-*.gguf files (32k-262k tokens, SPM, BPE, WPM, UGM) within 4 MiB;
-- the server process itself: a constant measured for the bundled server.
-- the speculative method's own state where llama.cpp allocates it up front (ngram-mod's table).
-- what serving adds over time (memory_served.py): the host prompt cache (--cache-ram, idle slots
-  saved with --cache-idle-slots), the context checkpoints of a sliding-window cache
-  (--ctx-checkpoints, --swa-full) and the HTTP threads' tokenizer work (--threads-http), as
-  bounds in the total and, for a known workload, as what its requests leave (resident_bytes).
-- recurrent state (llama-memory-recurrent.cpp, mamba / mamba2, every layer recurrent, no KV
-  cache): per layer n_embd_r + n_embd_s f32 per slot (llama-hparams.cpp: (d_conv - 1) x
-  (d_inner + 2 n_group d_state) and d_state x d_inner), cleared at load; its context
-  checkpoints hold one slot's state each (memory_served.py).
-Other recurrent and hybrid layouts (RWKV, Jamba, Granite/Nemotron hybrids, ...), the per-draft
-rollback checkpoints speculative decoding makes on a recurrent target, and an MTP head's own
-context are not modelled; notes say so.
+The byte arithmetic of llama.cpp's allocations (llama-context.cpp, llama-kv-cache*.cpp), part by
+part, so a prediction can be checked against the buffer sizes the server logs
+(tests/test_memory_budget.py) and against measured peak RSS (benchmarks/bench_memory.py): the
+weights, the KV cache (per layer, sliding-window layers at their window, the draft's own cache),
+the compute and output buffers of each context, the tokenizer's heap, the process itself, a
+method's up-front state and recurrent state. What serving adds over time (prompt cache, context
+checkpoints, HTTP threads) is memory_served.py's; what a file says these depend on is read by
+memory_facts.py, so everything here is arithmetic on `ModelFacts` and `ServeSettings`. Layouts it
+does not model (other recurrent and hybrid families, speculative rollback checkpoints, an MTP
+head's own context) are named in the estimate's notes rather than guessed.
 """
 
 from __future__ import annotations
 
 import re
-import weakref
 from collections.abc import Sequence
 
 from specreg.errors import UsageError
-from specreg.gguf import format as F
-from specreg.gguf.fields import get_int, get_int_list
-from specreg.gguf.reader import GGUFArray, GGUFFile
+from specreg.gguf.reader import GGUFFile
 from specreg.schemas.checks import CheckResult
 from specreg.schemas.memory import MemoryEstimate, ServeSettings
 from specreg.schemas.methods import MODEL_DRAFTED
 from specreg.units import MIB, size_text
 from specreg.validators.kv_cells import ModelFacts, cells, type_size
 from specreg.validators.kv_cells import pad as _pad
+from specreg.validators.memory_facts import DRAFT_VOCAB_SHARE, model_facts
 from specreg.validators.memory_served import (
     Served,
     cache_bound,
@@ -94,25 +68,10 @@ N_BATCH = 2048  # llama-server's -b: the most outputs one batch can ask for
 # backend sampling (on for the draft context): logits + probs (floats) and candidates (tokens) per
 # vocabulary entry per output, beside the logits (llama-context.cpp output_reserve)
 SAMPLING_PER_ENTRY = 2 * 4 + 4
-# the tokenizer's heap, in bytes: per token (id_to_token 40, token_to_id node and bucket, piece
-# cache, the GGUF metadata's copy while loading), per byte of token text held out of line
-# (std::string keeps 15 bytes inline; several copies), per BPE merge (bpe_ranks node holding two
-# strings, the metadata's copy), per node of the UGM tokenizer's byte trie (std::map nodes)
-VOCAB_PER_TOKEN = 216
-VOCAB_PER_LONG_BYTE = 6
-VOCAB_PER_MERGE = 248
-VOCAB_PER_TRIE_NODE = 120
-VOCAB_RETURNED = 16  # per token and per merge: the metadata copy glibc gives back after the load
-# of the fitted heap per token and merge, the share a draft's vocabulary costs again (measured:
-# draft-simple over the draft file alone, 32k SPM and 262k gemma-4 vocabularies)
-DRAFT_VOCAB_SHARE = 0.85
-# architectures whose every layer is recurrent with a mamba state (llm_arch_is_recurrent): no KV
-RECURRENT_ARCHS = ("mamba", "mamba2")
 MMAP_THRESHOLD = 32 << 20  # glibc's largest mmap threshold: a freed block below it stays resident
 # a budget must hold the estimate plus the tolerance it is checked to (benchmarks/bench_memory.py:
 # within 5% of the measured peak RSS on every model and condition)
 BUDGET_MARGIN = 0.05
-_BLOCK = re.compile(r"^blk\.(\d+)\.")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)B?\s*$", re.I)
 
 
@@ -129,174 +88,10 @@ def parse_size(text: str) -> int:
         raise UsageError(f"--budget {text!r}: expected a size like 24GiB, 512MiB or a number of bytes")
     value, unit, binary = float(m.group(1)), m.group(2).upper(), m.group(3)
     base = 1024 if binary or not text.strip().upper().endswith("B") else 1000
-    return int(value * base ** "_KMGT".index(unit)) if unit else int(value)
-
-
-def _per_layer(gf: GGUFFile, key: str, n: int, default: int) -> list[int]:
-    if gf.value_types.get(key) == F.T_ARRAY:
-        values = get_int_list(gf, key) or []
-        return (values + [values[-1] if values else default] * n)[:n]
-    v = get_int(gf, key)
-    return [default if v is None else v] * n
-
-
-def _swa_layers(gf: GGUFFile, arch: str, n_layer: int, n_swa: int, rules: RuleSet) -> list[bool]:
-    """llama.cpp's is_swa per layer: from the file's array, its int pattern, or the arch's default."""
-    if n_swa <= 0:
-        return [False] * n_layer
-    key = f"{arch}.attention.sliding_window_pattern"
-    value = gf.metadata.get(key)
-    if isinstance(value, GGUFArray):
-        flags = [bool(x) for x in value.to_list()]
-        return (flags + [False] * n_layer)[:n_layer]
-    rule = rules.memory.swa_patterns.get(arch)
-    if rule is None:
-        return [False] * n_layer  # the architecture's loader sets no sliding-window layers
-    n_pattern, dense_first = rule
-    stated = get_int(gf, key)
-    if stated is not None:
-        n_pattern = stated
-    if n_pattern < 0:
-        return [False] * n_layer  # the loader needs the per-layer array, which the file lacks
-    if dense_first:
-        return [n_pattern == 0 or il % n_pattern != 0 for il in range(n_layer)]
-    return [n_pattern == 0 or il % n_pattern < n_pattern - 1 for il in range(n_layer)]
-
-
-def _trie_nodes(arr: GGUFArray) -> int:
-    """Nodes of the UGM tokenizer's byte trie over the tokens: their distinct non-empty prefixes,
-    counted over the sorted tokens (each adds its length less its common prefix with the one
-    before), so time and memory stay linear in the array's bytes whatever a token's length."""
-    raw = bytes(arr.raw())
-    unpack = F.U64.unpack_from
-    tokens = []
-    p = 0
-    for _ in range(arr.count):
-        n = unpack(raw, p)[0]
-        tokens.append(raw[p + 8 : p + 8 + n])
-        p += 8 + n
-    tokens = sorted(set(tokens))
-    nodes, prev = 0, b""
-    for tok in tokens:
-        nodes += len(tok) - _common_prefix(prev, tok)
-        prev = tok
-    return nodes
-
-
-def _common_prefix(a: bytes, b: bytes) -> int:
-    """Length of the common prefix, by bisection over slice comparisons (each done in C)."""
-    lo, hi = 0, min(len(a), len(b))
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
-def vocab_heap_bytes(gf: GGUFFile) -> tuple[int, int]:
-    """(tokens, heap bytes) of the file's tokenizer as llama.cpp holds it while loading; (0, 0)
-    without one."""
-    n, heap, _, _ = _vocab_heap(gf)
-    return n, heap
-
-
-def _vocab_heap(gf: GGUFFile) -> tuple[int, int, int, int]:
-    """(tokens, heap at load, the metadata's copy of it, the part of that returned to the system)."""
-    tokens = gf.metadata.get("tokenizer.ggml.tokens")
-    if not isinstance(tokens, GGUFArray) or tokens.item_type != F.T_STRING:
-        return 0, 0, 0, 0
-    long_bytes = tokens.long_string_heap()
-    merges = gf.metadata.get("tokenizer.ggml.merges")
-    n_merges = merges.count if isinstance(merges, GGUFArray) else 0
-    trie = _trie_nodes(tokens) if gf.metadata.get("tokenizer.ggml.model") == "t5" else 0
-    heap = (
-        VOCAB_PER_TOKEN * tokens.count
-        + VOCAB_PER_LONG_BYTE * long_bytes
-        + VOCAB_PER_MERGE * n_merges
-        + VOCAB_PER_TRIE_NODE * trie
-    )
-    # gguf.cpp keeps each string array as std::string elements (32 bytes + long text), scores and
-    # types as 4 bytes each; glibc returns part of it when freed (measured: peak RSS less RSS after
-    # the load, 0-13 MiB over llama.cpp's vocab files: ~16 bytes per token and per merge)
-    meta = 40 * tokens.count + long_bytes + 32 * n_merges
-    returned = min(meta, VOCAB_RETURNED * (tokens.count + n_merges))
-    return tokens.count, heap, meta, returned
-
-
-# model_facts per open file and rule set: `check pair` asks for each file's facts twice (the
-# estimate, then the budget and memory checks), and each ask walks every token string of the
-# vocabulary (~30 ms of CPU for a 152k-token file: benchmarks/bench_startup.py's `check pair`)
-_FACTS: weakref.WeakKeyDictionary[GGUFFile, dict[str, ModelFacts]] = weakref.WeakKeyDictionary()
-
-
-def model_facts(gf: GGUFFile, rules: RuleSet) -> ModelFacts:
-    """Shape facts of one file; missing keys fall back to llama.cpp's defaults."""
-    known = _FACTS.setdefault(gf, {})
-    if rules.id not in known:
-        known[rules.id] = _model_facts(gf, rules)
-    return known[rules.id]
-
-
-def _model_facts(gf: GGUFFile, rules: RuleSet) -> ModelFacts:
-    from specreg.gguf.summary import summarize
-
-    s = summarize(gf)
-    arch = s.architecture or ""
-    # per-layer lists are sized by the block count: llama.cpp loads at most LLAMA_MAX_LAYERS blocks
-    # (a file claiming more is refused by structure.hparams), so more is never built here
-    n_all = max(0, min(s.block_count or 0, F.LLAMA_MAX_LAYERS))
-    n_layer = max(0, min(n_all, n_all - (s.speculative.nextn_predict_layers or 0)))
-    n_embd = s.embedding_length or 0
-    heads = _per_layer(gf, f"{arch}.attention.head_count", n_layer, 1)
-    heads_kv = _per_layer(gf, f"{arch}.attention.head_count_kv", n_layer, heads[0] if heads else 1)
-    head_k = get_int(gf, f"{arch}.attention.key_length") or (n_embd // max(1, heads[0] if heads else 1))
-    head_v = get_int(gf, f"{arch}.attention.value_length") or head_k
-    lora = get_int(gf, f"{arch}.attention.kv_lora_rank")
-    if lora:  # MLA (DeepSeek-2 style): one latent of kv_lora_rank + rope dims per token, shared by heads
-        rope = get_int(gf, f"{arch}.rope.dimension_count") or 64
-        heads_kv, head_k, head_v = [1] * n_layer, lora + rope, lora
-    ff = max(_per_layer(gf, f"{arch}.feed_forward_length", max(1, n_layer), 0) or [0])
-    experts = get_int(gf, f"{arch}.expert_used_count") or 0
-    ff = max(ff, (get_int(gf, f"{arch}.expert_feed_forward_length") or 0) * max(1, experts))
-    n_swa = get_int(gf, f"{arch}.attention.sliding_window") or 0
-    d_state = get_int(gf, f"{arch}.ssm.state_size")
-    recurrent_state = 0
-    if d_state is not None and arch in RECURRENT_ARCHS:  # llm_arch_is_recurrent, mamba family
-        d_inner = get_int(gf, f"{arch}.ssm.inner_size") or 0
-        d_conv = get_int(gf, f"{arch}.ssm.conv_kernel") or 0
-        groups = get_int(gf, f"{arch}.ssm.group_count") or 0
-        n_r = max(0, d_conv - 1) * (d_inner + 2 * groups * d_state)
-        recurrent_state = n_all * (n_r + d_state * d_inner) * 4  # f32 rows (GGML_TYPE_F32 R and S)
-    layer_weights: dict[int, int] = {}
-    for t in gf.tensors:
-        m = _BLOCK.match(t.name)
-        if m:
-            layer_weights[int(m.group(1))] = layer_weights.get(int(m.group(1)), 0) + t.n_bytes
-    output = gf.tensor("output.weight") or gf.tensor("token_embd.weight")
-    n_vocab, vocab_heap, vocab_meta, vocab_returned = _vocab_heap(gf)
-    return ModelFacts(
-        arch=s.architecture,
-        n_layer=n_layer,
-        n_embd=n_embd,
-        n_ff=ff or 4 * n_embd,
-        heads_kv=heads_kv,
-        head_k=head_k,
-        head_v=head_v,
-        swa=_swa_layers(gf, arch, n_layer, n_swa, rules),
-        n_swa=n_swa,
-        weights=sum(t.n_bytes for t in gf.tensors),
-        layer_weights=layer_weights,
-        output_weights=output.n_bytes if output is not None else 0,
-        recurrent=d_state is not None,
-        recurrent_state=recurrent_state,
-        n_vocab=n_vocab,
-        vocab_heap=vocab_heap,
-        vocab_meta=vocab_meta,
-        vocab_returned=vocab_returned,
-        tokenizer=str(gf.metadata.get("tokenizer.ggml.model")) if "tokenizer.ggml.model" in gf.metadata else None,
-    )
+    size = int(value * base ** "_KMGT".index(unit)) if unit else int(value)
+    if size <= 0:
+        raise UsageError(f"--budget {text!r}: must be more than 0, e.g. 24GiB or 512MiB")
+    return size
 
 
 def _row_bytes(n: int, cache_type: str) -> float:
@@ -601,6 +396,11 @@ def exceeded_text(name: str, measured_mib: float, predicted_mib: float, over: fl
     )
 
 
+# the estimate's fields a memory check's evidence repeats (the served ones only on the host)
+_SETTINGS_SHOWN = ("ctx_size", "slots", "cache_type_k", "cache_type_v", "gpu_layers", "total_bytes")
+_SERVED_SHOWN = ("prompt_cache_bytes", "checkpoint_bytes", "cache_ram_mib", "ctx_checkpoints")
+
+
 def budget_check(est: MemoryEstimate, budget: int, source: str) -> CheckResult:
     """`memory.budget`: the estimate, plus the prediction's tolerance, against a budget (VRAM when
     layers are offloaded, else host): a server that may exceed the budget never passes."""
@@ -609,10 +409,14 @@ def budget_check(est: MemoryEstimate, budget: int, source: str) -> CheckResult:
     margin = int(need * BUDGET_MARGIN)
     where = "GPU" if gpu else "host"
     ev = {"budget_bytes": budget, "needed_bytes": need, "margin_bytes": margin, "budget_source": source, "on": where}
-    ev |= est.model_dump(include={"ctx_size", "slots", "cache_type_k", "cache_type_v", "gpu_layers", "total_bytes"})
+    ev |= {
+        k: getattr(est, k) for k in ("ctx_size", "slots", "cache_type_k", "cache_type_v", "gpu_layers", "total_bytes")
+    }
     needs = f"needs {size_text(need)} on the {where} (+{BUDGET_MARGIN:.0%}: {size_text(need + margin)})"
     if not gpu and (est.prompt_cache_bytes or est.checkpoint_bytes):
-        ev |= est.model_dump(include={"prompt_cache_bytes", "checkpoint_bytes", "cache_ram_mib", "ctx_checkpoints"})
+        ev |= {
+            k: getattr(est, k) for k in ("prompt_cache_bytes", "checkpoint_bytes", "cache_ram_mib", "ctx_checkpoints")
+        }
         parts = [f"prompt cache {size_text(est.prompt_cache_bytes)} (--cache-ram {est.cache_ram_mib})"]
         if est.checkpoint_bytes:
             parts.append(f"checkpoints {size_text(est.checkpoint_bytes)} (--ctx-checkpoints {est.ctx_checkpoints})")
@@ -624,15 +428,10 @@ def budget_check(est: MemoryEstimate, budget: int, source: str) -> CheckResult:
     return CheckResult(code="memory.budget", severity="pass", message=msg, evidence=ev)
 
 
-def memory_checks(
-    est: MemoryEstimate,
-    target: GGUFFile,
-    draft: GGUFFile | None,
-    settings: ServeSettings,
-    rules: RuleSet,
-    budget: tuple[int, str] | None,
+def cache_type_checks(
+    target: GGUFFile, draft: GGUFFile | None, settings: ServeSettings, rules: RuleSet
 ) -> list[CheckResult]:
-    """`memory.cache_type` when a cache type is set, `memory.budget` when a budget is given."""
+    """`memory.cache_type` when a cache type is set (`memory.budget`: memory_fit.judge_fit)."""
     out: list[CheckResult] = []
     problems = head_dim_check(target, draft, settings, rules)
     if (settings.cache_type_k, settings.cache_type_v) != ("f16", "f16"):
@@ -644,6 +443,4 @@ def memory_checks(
         else:
             msg = f"K {settings.cache_type_k} / V {settings.cache_type_v} divide every head size"
             out.append(CheckResult(code="memory.cache_type", severity="pass", message=msg, evidence=types))
-    if budget is not None:
-        out.append(budget_check(est, budget[0], budget[1]))
     return out

@@ -29,11 +29,11 @@ and server-task.cpp; llama-kv-cache*.cpp for the state sizes):
 - the HTTP worker threads (server-http.cpp: max(-np + 4, CPUs - 1) of them, --threads-http):
   each tokenizes the prompts it receives (the tokenizer runs in the HTTP thread), in its own
   glibc arena, which keeps its high-water mark (the mmap and trim thresholds are raised by then:
-  freed chunks stay). Measured per thread on the bundled server: a base plus a share per byte of
-  the longest prompt's text (llm_tokenizer_spm's symbol and bigram per character, the text's
-  copies), 64 bytes a byte for SPM and 40 for BPE (the factory's SPM model and SmolLM2's BPE,
-  prompts of 200 to 64,000 bytes, within 8%); and the server's code first run when serving
-  (its pages of libllama / the server, 128 KiB).
+  freed chunks stay). Per thread: a base plus a share per byte of the longest prompt's text
+  (llm_tokenizer_spm's symbol and bigram per character, the text's copies), fitted per
+  tokenizer kind on the bundled server (`HTTP_PER_TEXT_BYTE`: the factory's SPM model and
+  SmolLM2's BPE); and the server's code first run when serving (its pages of libllama / the
+  server, `SERVE_CODE_BYTES`).
 All of it is std::vector<uint8_t> resized (zero-filled), so resident while held.
 """
 
@@ -41,10 +41,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from specreg.lazyclass import dataclass
 from specreg.schemas.memory import ServeSettings
 from specreg.units import MIB
 from specreg.validators.kv_cells import cells, type_size
@@ -56,7 +55,6 @@ CELL_META = 12  # pos, n_seq_id, seq_id per cell (llama_kv_cache::state_write_me
 LAYER_HEADER = 2 * (4 + 8)  # K and V: type and row size
 STREAM_HEADER = 16  # v_trans, n_layer, n_rot_k, n_rot_v
 TOKEN_BYTES = 4  # the cached entry's copy of its tokens (llama_token)
-CHECKPOINT_OFFSETS = (4,)  # + -ub: the checkpoints made before the prompt's last batches
 KEEP_MIN = 0.25  # server_prompt_cache::load: an entry is restored only if this share of it is kept
 # an HTTP worker thread's arena: its base and bytes per byte of the longest prompt text it
 # tokenized, by tokenizer.ggml.model (measured, see the module docstring; others: SPM's, the larger)
@@ -213,9 +211,16 @@ def served_growth(
 ) -> Growth:
     """Replay the server's prompt cache and checkpoints over `requests`, in the order they took
     slots (request i takes slot i mod -np: the least recently used, or the one a finished request
-    frees); the peak of what they hold together. `in_flight`: requests the client keeps in flight
-    (default -np); with fewer, the other slots are idle when a task starts and --cache-idle-slots
-    saves them."""
+    frees); the peak of what they hold together.
+
+    Args:
+        t: the target's facts.
+        d: the draft's facts; None without a draft model.
+        s: the server's settings (slots, context, cache types, --cache-ram, --swa-full).
+        requests: the requests served, in the order they took slots.
+        in_flight: requests the client keeps in flight (default -np); with fewer, the other
+            slots are idle when a task starts and --cache-idle-slots saves them.
+    """
     n_slots = max(1, s.slots)
     slots: list[_Entry | None] = [None] * n_slots
     cache: list[_Entry] = []

@@ -7,6 +7,8 @@ self-speculative method, none for a draft method) raises.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from specreg.errors import UsageError
 from specreg.gguf.reader import GGUFFile
 from specreg.gguf.summary import summarize
@@ -48,8 +50,21 @@ def check_pair(
     strict: bool = False,
     scans: ScanCache | None = None,
 ) -> list[CheckResult]:
-    """All checks for `method` (README.md, "Check codes", explains every code). `scans`: chat
-    template scans seen before, by the template's SHA-256 (the registry's)."""
+    """All checks for `method` (docs/check.md, "Check codes", explains every code).
+
+    Args:
+        target: the target's opened file.
+        draft: the draft's opened file; None for the methods that speculate with the target
+            alone (MTP, the n-gram methods).
+        method: a `Method` value; `auto` is resolved before (`detect_method`).
+        rule_set: the llama.cpp facts and specreg's thresholds to judge by.
+        strict: turn every warning into an error.
+        scans: chat template scans seen before, by the template's SHA-256 (the registry's).
+
+    Raises:
+        UsageError: when the method is unknown, or needs a draft that is missing, or takes
+            none and one was given.
+    """
     if method in DRAFT_METHODS and draft is None:
         raise UsageError(f"{method} needs a DRAFT model")
     if method in SELF_METHODS and draft is not None:
@@ -90,7 +105,7 @@ def check_pair(
     checks += check_template(t, rule_set, scans)  # llama-server renders the target's template, never the draft's
     checks += [c for c in (common.special_ids(t), common.special_ids(d) if d else None) if c is not None]
     if strict:
-        checks = [c.model_copy(update={"severity": "error"}) if c.severity == "warn" else c for c in checks]
+        checks = [replace(c, severity="error") if c.severity == "warn" else c for c in checks]
     return checks
 
 

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from functools import cache
 from pathlib import Path
 
 from specreg.errors import UsageError
-from specreg.lazyclass import dataclass
-from specreg.schemas.record import Record, build
+from specreg.schemas.record import build
 
 RULES_DIR = Path(__file__).parent / "rules"
 # the bundled server's build (xllamacpp 2026.10.11549): what judges a pair when no server is
@@ -26,9 +25,9 @@ RULE_SET_DEFAULT = "llama.cpp-b11549"
 
 
 @dataclass(frozen=True, kw_only=True)
-class _Strict(Record):
+class _Strict:
     """A part of a rule set. `load_rule_set` makes them from the shipped files without pydantic
-    (schemas.record.build: ~25 ms less on every `check pair`); the tests validate every shipped
+    (schemas.record.build), so `check pair` does not validate them again; the tests validate every shipped
     file against these classes with pydantic, unknown keys refused (`__pydantic_config__`)."""
 
     __pydantic_config__ = {"extra": "forbid"}  # noqa: RUF012  # pydantic's ConfigDict, read as is
@@ -183,7 +182,11 @@ def known_rule_sets() -> list[str]:
 
 @cache
 def load_rule_set(runtime: str | None = None) -> RuleSet:
-    """The rule set for a runtime build name (default: RULE_SET_DEFAULT); unknown -> UsageError."""
+    """The rule set for a runtime build name (default: RULE_SET_DEFAULT).
+
+    Raises:
+        UsageError: when no rule set is shipped under that name, or its file is invalid.
+    """
     name = runtime or RULE_SET_DEFAULT
     path = RULES_DIR / f"{name}.json"
     if "/" in name or not path.is_file():
@@ -204,9 +207,8 @@ _BUILD_IN_NAME = re.compile(r"-b(\d+)$")  # llama.cpp-b11549: the build a rule s
 
 def rule_set_names() -> dict[int, str]:
     """Build number -> the shipped rule set mirroring it, read from the file names (each file's
-    own `build` equals its name's: tests/test_validators_ruleset.py). Loading every rule set to
-    ask its build cost `check pair` a second validation of ~9,000 lines (~25 ms of CPU in
-    benchmarks/bench_startup.py's `check pair` case) for a rule set it then does not use."""
+    own `build` equals its name's: tests/test_validators_ruleset.py), so `check pair` does not
+    load and validate every rule set to ask its build, only the one it uses."""
     names = {}
     for name in known_rule_sets():
         m = _BUILD_IN_NAME.search(name)

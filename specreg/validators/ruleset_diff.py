@@ -9,9 +9,10 @@ have it; every other change (a threshold, the end-of-turn texts, ...) concerns e
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
-from specreg.lazyclass import dataclass
+from specreg.schemas.record import to_python
 from specreg.validators.ruleset import RuleSet
 
 # facts that are not llama.cpp's (the file's identity): never a change of rules
@@ -117,7 +118,7 @@ def _walk(a: Any, b: Any, path: str, out: list[RuleChange]) -> None:
 def diff_rule_sets(a: RuleSet, b: RuleSet) -> list[RuleChange]:
     """Every difference in llama.cpp facts and specreg's thresholds from `a` to `b`."""
     out: list[RuleChange] = []
-    _walk(a.model_dump(mode="json"), b.model_dump(mode="json"), "", out)
+    _walk(to_python(a, mode="json"), to_python(b, mode="json"), "", out)
     return out
 
 

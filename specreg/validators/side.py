@@ -7,13 +7,12 @@ summary is built once per file (the reader copies it on every call).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import field, replace
+from dataclasses import dataclass, field, replace
 from itertools import compress
 from typing import Any
 
 from specreg.gguf.reader import GGUFFile
 from specreg.gguf.summary import summarize
-from specreg.lazyclass import dataclass
 from specreg.schemas.checks import CheckResult, Severity
 from specreg.schemas.gguf import GGUFSummary, TensorInfo
 from specreg.validators.effective import EffectiveVocab, effective_vocab

@@ -13,15 +13,12 @@ import hashlib
 import importlib.util
 import json
 import re
-import sys
-import types
 from collections.abc import Iterator
-from dataclasses import asdict, field
+from dataclasses import asdict, dataclass, field
 from functools import cache, cached_property
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
-from specreg.lazyclass import dataclass
 from specreg.schemas.checks import Severity
 
 # Longer templates are scanned as raw text (regexes over the whole text, every part treated as
@@ -162,55 +159,20 @@ def decode_string(raw: str) -> str:
         return body
 
 
-# The settings jinja2's lexer reads from an Environment, at jinja2's defaults (`Environment()`,
-# which llama.cpp's template engine follows); a test compares them with jinja2's own.
-_LEXER_SETTINGS: Final = types.SimpleNamespace(
-    block_start_string="{%",
-    block_end_string="%}",
-    variable_start_string="{{",
-    variable_end_string="}}",
-    comment_start_string="{#",
-    comment_end_string="#}",
-    line_statement_prefix=None,
-    line_comment_prefix=None,
-    trim_blocks=False,
-    lstrip_blocks=False,
-    newline_sequence="\n",
-    keep_trailing_newline=False,
-)
-
-
 @cache
-def _jinja2_lexer() -> types.ModuleType:
-    """jinja2's `lexer` module, without the rest of jinja2 when this process has not imported it.
+def _lexer() -> Any:
+    """jinja2's lexer at jinja2's defaults (`Environment()`, which llama.cpp's template engine
+    follows); jinja2 is imported by the first scan that lexes, never by one the registry kept."""
+    import jinja2
 
-    `import jinja2` runs its package `__init__`, which builds the environment, compiler, parser,
-    filters and loaders: ~25 ms of a `check pair` of two files new to the registry (quiet machine,
-    benchmarks/bench_startup.py: 383 ms against the 250 ms target), for a scan that only lexes.
-    The lexer needs three small modules of its own (`exceptions`, `utils`, `_identifier`): they
-    are loaded under a package object whose `__init__` never runs, then taken out of
-    `sys.modules` again, so a later `import jinja2` (by anyone) loads the whole package afresh as
-    if this never happened. The source is jinja2's own file, the one `scanner_id()` hashes."""
-    if "jinja2" in sys.modules:  # imported already: its own lexer module, nothing loaded twice
-        return importlib.import_module("jinja2.lexer")
-    spec = importlib.util.find_spec("jinja2")
-    if spec is None:
-        raise ModuleNotFoundError("No module named 'jinja2'", name="jinja2")
-    before = set(sys.modules)
-    sys.modules["jinja2"] = importlib.util.module_from_spec(spec)  # the package, its __init__ not run
-    try:
-        return importlib.import_module("jinja2.lexer")
-    finally:
-        for name in set(sys.modules) - before:
-            if name == "jinja2" or name.startswith("jinja2."):
-                del sys.modules[name]
+    return jinja2.Environment().lexer
 
 
 def _tokens(text: str) -> list[_Tok]:
     """jinja2's raw token stream (no whitespace tokens) with the offset of every token."""
     out: list[_Tok] = []
     pos = 0
-    for _line, kind, value in _jinja2_lexer().get_lexer(_LEXER_SETTINGS).tokeniter(text, None):
+    for _line, kind, value in _lexer().tokeniter(text, None):
         at = text.find(value, pos) if value else pos
         if at < 0:  # cannot happen for jinja2's lexer (values are slices); keep the scan going
             at = pos
@@ -330,10 +292,6 @@ class _Scanner:
         self.literal(text, 0, quoted=False)
 
 
-def _followed_by_format(toks: list[_Tok], i: int) -> bool:
-    return any(t.value == "format" for t in toks[i + 1 : i + 4])
-
-
 class ScanCache(Protocol):
     """Scans kept by the template's SHA-256 and `scanner_id()` (the registry keeps them)."""
 
@@ -345,7 +303,7 @@ class ScanCache(Protocol):
 @cache
 def scanner_id() -> str:
     """What a scan depends on besides the template: this module's rules and jinja2's lexer.
-    Both source files hashed (without importing jinja2, ~20 ms): a change to either makes every
+    Both source files hashed (without importing jinja2): a change to either makes every
     cached scan a miss."""
     spec = importlib.util.find_spec("jinja2")  # a top-level name: found, not imported
     digest = hashlib.sha256(Path(__file__).read_bytes())
@@ -392,10 +350,11 @@ def _scan(template: str) -> Scan:
     sc = _Scanner(text)
     toks: list[_Tok] | None = None
     if len(text) <= MAX_LEX_CHARS:
-        jinja2_lexer = _jinja2_lexer()
+        from jinja2 import TemplateSyntaxError
+
         try:
             toks = _tokens(text)
-        except jinja2_lexer.TemplateSyntaxError as exc:
+        except TemplateSyntaxError as exc:
             scan.lex_error = f"line {exc.lineno}: {exc.message}"
     if toks is None:
         sc.raw(text)

@@ -24,12 +24,13 @@ import atheris
 # them (only specreg's own code: instrumenting every loaded module takes minutes)
 with atheris.instrument_imports(include=["specreg"]):
     import specreg.audit.policy
-    import specreg.benchmark.workloads
+    import specreg.benchmark.workloads.jsonl
     import specreg.cli
     import specreg.commands.audit
     import specreg.commands.bench
     import specreg.commands.check
     import specreg.commands.export
+    import specreg.commands.runs
     import specreg.exchange.bundle
     import specreg.exchange.bundle_format
     import specreg.exchange.bundle_runs
@@ -38,6 +39,7 @@ with atheris.instrument_imports(include=["specreg"]):
     import specreg.gguf.summary
     import specreg.validators.checks_hparams
     import specreg.validators.memory_budget
+    import specreg.validators.memory_facts
     import specreg.validators.pair  # noqa: F401
 
 from fuzz import bundles, texts

@@ -13,11 +13,11 @@ import zipfile
 from functools import cache
 from pathlib import Path
 
-from fuzz import bundles, gguf_counts, remote, signatures, texts
+from fuzz import bundles, gguf_counts, hostile, remote, signatures, texts
 from fuzz.oracle import Case
 
 CORPUS = Path(__file__).parent / "corpus"
-SURFACES = ("gguf", "bundle", "policy", "workload", "server", "range", "hub", "signature")
+SURFACES = ("gguf", "bundle", "policy", "workload", "server", "range", "hub", "signature", "hostile")
 
 
 def _recipes(surface: str) -> list[tuple[str, dict]]:
@@ -61,6 +61,15 @@ class World:
             seed, dest = self.bundle()
             self._signed = signatures.Signed(self.work / "signed", seed, dest, self.gguf())
         return self._signed
+
+    def target(self) -> Path:
+        """A target whose name has a family the hub search looks for (the hostile surface)."""
+        path = self.work / "hostile-target.gguf"
+        if not path.exists():
+            from specreg.testing import ModelSpec, write_model
+
+            write_model(path, ModelSpec(name="Tiny-135M-Instruct", base_model="Tiny 135M"))
+        return path
 
     def empty_db(self) -> Path:
         return self.bundle()[1]  # holds one artifact, no admitted pair: nothing to audit or bench
@@ -116,7 +125,13 @@ def corpus_cases(world: World) -> list[Case]:
     out += [Case(id=f"range:{n}", call="remote:range_read", args=[r["lie"], g]) for n, r in _recipes("range")]
     out += [Case(id=f"hub:{n}", call="remote:hub", args=[r["edit"], g]) for n, r in _recipes("hub")]
     out += signatures.cases(world.signed(), _recipes("signature"), w / "signature", world.empty_db())
+    out += _hostile_cases(_recipes("hostile"), world)
     return out
+
+
+def _hostile_cases(recipes: list[tuple[str, dict]], world: World) -> list[Case]:
+    g, t = str(world.gguf()), str(world.target())
+    return [Case(id=f"hostile:{n}", call="hostile:run", args=[r, g, t]) for n, r in recipes]
 
 
 def random_cases(surface: str, world: World, rng: random.Random, n: int, *, every: bool = False) -> list[Case]:
@@ -156,6 +171,8 @@ def random_cases(surface: str, world: World, rng: random.Random, n: int, *, ever
         return lies + mutated
     if surface == "hub":
         return [Case(id=f"hub:{e}", call="remote:hub", args=[e, g]) for e in remote.HUB_EDITS]
+    if surface == "hostile":
+        return _hostile_cases(hostile.random_recipes(rng, max(1, n // 6)), world)
     if surface == "signature":
         picked = [
             (f"{k}-{i}", {"kind": k, "at": rng.random()})

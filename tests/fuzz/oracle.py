@@ -13,7 +13,8 @@ llama-server or the hub answers):
   batch: a MemoryError or a kill is a violation);
 - nothing lost: on a failure (exit 2) the registry file is byte-for-byte what it was (an import adds
   nothing); a surface may add checks of its own (`Case.expect_refused`: llama.cpp refuses this,
-  so it must not be admitted).
+  so it must not be admitted), or properties its call measures and returns as violations
+  (remote.CliResult.violations: the `hostile` surface's TIME and MEMORY).
 
 One child process runs a whole batch (`run_batch`), the CLI in-process through
 `specreg.cli.main(argv)`: the process is not the subject, and one interpreter start per batch
@@ -126,7 +127,7 @@ def _run_cli(argv: list[str]) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def _run_call(ref: str, args: list[Any]) -> tuple[int, str, str]:
+def _run_call(ref: str, args: list[Any]) -> tuple[int, str, str, list[str]]:
     from specreg.errors import SpecregError
 
     module, name = ref.split(":")
@@ -134,14 +135,14 @@ def _run_call(ref: str, args: list[Any]) -> tuple[int, str, str]:
     try:
         result = fn(*args)
     except SpecregError as exc:
-        return exc.exit_code, "", f"error: {exc.message}\n" + (f"hint: {exc.hint}\n" if exc.hint else "")
+        return exc.exit_code, "", f"error: {exc.message}\n" + (f"hint: {exc.hint}\n" if exc.hint else ""), []
     except _Overtime:
         raise
     except BaseException:
-        return 1, "", traceback.format_exc()
+        return 1, "", traceback.format_exc(), []
     if hasattr(result, "code") and hasattr(result, "stderr"):  # remote.CliResult: a CLI run inside the call
-        return result.code, result.stdout, result.stderr
-    return 0, str(result)[:2000], ""
+        return result.code, result.stdout, result.stderr, list(getattr(result, "violations", []))
+    return 0, str(result)[:2000], "", []
 
 
 def run_case(case: Case) -> Outcome:
@@ -154,12 +155,13 @@ def run_case(case: Case) -> Outcome:
     signal.signal(signal.SIGALRM, _on_alarm)
     signal.setitimer(signal.ITIMER_REAL, CASE_SECONDS * 3 + 1)  # a hang is cut here and judged as too slow
     t0, c0 = time.perf_counter(), time.process_time()
+    own: list[str] = []  # the properties a call measured itself
     try:
         if case.argv is not None:
             code, out, err = _run_cli(case.argv)
         else:
             assert case.call is not None
-            code, out, err = _run_call(case.call, case.args)
+            code, out, err, own = _run_call(case.call, case.args)
     except _Overtime:
         code, out, err = 1, "", "killed by the harness: no outcome within the time limit"
     finally:
@@ -171,7 +173,7 @@ def run_case(case: Case) -> Outcome:
                 os.environ[k] = v
     seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     changed = before != _sha(case.db)
-    bad = judge(case, code, out, err, seconds, cpu, changed)
+    bad = judge(case, code, out, err, seconds, cpu, changed) + own
     return Outcome(case.id, code, out[-4000:], err[-4000:], seconds, cpu, bad)
 
 

@@ -4,7 +4,7 @@ One server per child process (started on first use) answers whatever the current
 status, headers, a body that is cut, endless, trickled, non-UTF-8 or of the wrong shape. The
 functions here are what the oracle's `Case.call` names:
 
-- `llama(endpoint, reply)`: specreg's client of llama-server (benchmark/client.py) asks
+- `llama(endpoint, reply)`: specreg's client of llama-server (benchmark/run/client.py) asks
   `/tokenize`, `/apply-template`, `/metrics` (then parses it as the runner does) or streams
   `/completion` / `/v1/chat/completions`; it must return (a completion that is an error row
   is a result) or raise SpecregError. `/health` is read for its status code only, and specreg
@@ -24,7 +24,7 @@ import os
 import random
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -32,11 +32,13 @@ from typing import Any
 
 @dataclass
 class CliResult:
-    """A CLI outcome from inside a call case: the oracle judges it as it judges an argv case."""
+    """A CLI outcome from inside a call case: the oracle judges it as it judges an argv case, and
+    adds `violations`: the properties the call measured itself that the outcome broke."""
 
     code: int
     stdout: str
     stderr: str
+    violations: list[str] = field(default_factory=list)
 
 
 # the current case's reply: (status, headers, body pieces, mode); mode: "plain", "endless", "cut", "trickle"
@@ -201,7 +203,7 @@ def _scripted(reply: dict) -> None:
 
 
 def llama(endpoint: str, reply: dict) -> object:
-    from specreg.benchmark.client import LlamaClient
+    from specreg.benchmark.run.client import LlamaClient
     from specreg.schemas.bench import WorkloadItem
     from specreg.servers.metrics import parse_metrics, spec_counters
 

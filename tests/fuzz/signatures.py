@@ -6,9 +6,11 @@ and a real GGUF signed by model-signing with an ECDSA key (and by a certificate 
 registered with `--verify-signature`. The edits: a flipped byte of the payload, the signature
 or anywhere in the envelope's bytes; a truncated, empty, 100 MB or non-JSON envelope; a valid
 envelope naming a run the bundle lacks, copied onto another bundle, or filed under another
-key's name; a key outside the policy; a model signature with a flipped byte, a cut, a malformed
-or an expired certificate. Every outcome goes to the one oracle (fuzz.oracle): a result or one
-`error:` line, and the registry unchanged when refused.
+key's name; a key outside the policy, alone or beside the trusted one (both import); a model
+signature with a flipped byte, a cut, a malformed or an expired certificate, a backdated
+certificate from a retired intermediate, a key's signature checked with a CA. Every outcome
+goes to the one oracle (fuzz.oracle): a result or one `error:` line, and the registry unchanged
+when refused.
 """
 
 from __future__ import annotations
@@ -32,11 +34,11 @@ class Signed:
         import sys
 
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-        from _signing_helpers import ca_and_leaf, ecdsa_key, ed25519_key
+        from _signing_helpers import ca_and_leaf, ecdsa_key, ed25519_key, issue, pem_files, sign_model_with
 
+        from specreg.exchange.bundle_signatures import envelope_name
         from specreg.exchange.bundle_signer import sign_bundle
-        from specreg.exchange.dsse import key_id, load_signer
-        from specreg.exchange.signing import envelope_name
+        from specreg.signing.dsse import key_id, load_signer
 
         work.mkdir(parents=True, exist_ok=True)
         self.work, self.dest = work, dest
@@ -52,12 +54,22 @@ class Signed:
         self.policy.write_text(f'[trust]\nsigners = {{ fuzz = "{key_id(signer)}" }}\nrequire_signed_evidence = true\n')
         self.other_policy = work / "other.toml"
         self.other_policy.write_text('[trust]\nsigners = { nobody = "' + "0" * 64 + '" }\n')
+        # the trusted signature and a stranger's beside it (anyone in transit can add an envelope)
+        stranger, _ = ed25519_key(work / "stranger.pem")
+        sign_bundle(work / "signed.zip", load_signer(stranger), work / "cosigned.zip")
+        self.cosigned = (work / "cosigned.zip").read_bytes()
         import model_signing
 
         self.gguf = gguf
         mpriv, self.model_pub = ecdsa_key(work / "model.pem")
         self.model_sig = work / "model.sig"
         model_signing.signing.Config().use_elliptic_key_signer(private_key=mpriv).sign(gguf, self.model_sig)
+        # a backdated certificate from a retired intermediate: valid today, its issuer expired
+        root = issue("fuzz root", None, (-400, 400))
+        retired = issue("fuzz retired intermediate", root, (-300, -10))
+        leaf = issue("fuzz publisher", retired, (-100, 30), ca=False)
+        self.root_pem = pem_files(work, "root", root)
+        self.backdated_sig = sign_model_with(gguf, leaf, [retired], work / "backdated.sig")
         pki = ca_and_leaf(work / "old-pki", expired=True)
         self.old_ca = pki["ca"]
         self.old_sig = work / "old.sig"
@@ -91,7 +103,7 @@ def _envelope_edit(env: bytes, what: str) -> bytes:
 
 def bundle_input(s: Signed, kind: str, at: float = 0.5) -> tuple[bytes, str | None]:
     """(the bundle bytes, the policy the import gets: "trusted", "other" or none) for one named edit."""
-    from specreg.exchange.dsse import load_signer, sign_statement
+    from specreg.signing.dsse import load_signer, sign_statement
 
     m = s.members()
     env = m[s.name]
@@ -101,6 +113,8 @@ def bundle_input(s: Signed, kind: str, at: float = 0.5) -> tuple[bytes, str | No
         return s.bundle, "trusted"
     if kind == "unknown-key":
         return s.bundle, "other"
+    if kind == "unknown-cosigner":  # recorded, ignored for trust: imports as the trusted signature alone does
+        return s.cosigned, "trusted"
     if kind in ("payload", "signature"):
         m[s.name] = _envelope_edit(env, "payload" if kind == "payload" else "sig")
     elif kind == "flip":
@@ -144,6 +158,10 @@ def model_input(s: Signed, kind: str, at: float = 0.5) -> tuple[bytes, Path]:
         return sig[: int(at * len(sig))], pem
     if kind == "model-expired":
         return s.old_sig.read_bytes(), s.old_ca
+    if kind == "model-backdated":
+        return s.backdated_sig.read_bytes(), s.root_pem
+    if kind == "model-key-as-certificate":  # a key's signature checked with a CA
+        return sig, s.root_pem
     if kind == "model-malformed-cert":
         raw = json.loads(s.old_sig.read_bytes())
         cert = raw["verificationMaterial"]["x509CertificateChain"]["certificates"][0]

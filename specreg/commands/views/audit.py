@@ -1,7 +1,7 @@
 """Terminal output of `specreg audit`: one line per pair, counts for thousands.
 
 A pair's line names its failing gates; each failure's reason follows, wrapped. A table of
-5,000 pairs helps nobody and costs seconds to lay out: above `DETAIL_LIMIT` pairs the
+thousands of pairs helps nobody and is slow to lay out: above `DETAIL_LIMIT` pairs the
 terminal gets counts per gate and the first failing pairs, and `--json` / `--report` the rest.
 """
 
@@ -125,7 +125,7 @@ def _decisions(report: AuditReport, detail: bool, hw: dict[str, str]) -> None:
         return
     show_lines([""])
     if detail:
-        from specreg.benchmark.statistics import interval_text
+        from specreg.benchmark.store.statistics import interval_text
 
         say("deploy per stratum and concurrency (the best condition that passes every gate, else none):")
         print_listing(
@@ -155,7 +155,7 @@ def _decisions(report: AuditReport, detail: bool, hw: dict[str, str]) -> None:
             d.speedup is not None and "~" in interval_text(d.speedup, d.speedup_ci95, short=True)
             for d in report.decisions
         ):
-            from specreg.benchmark.statistics import NO_DIFFERENCE_LEGEND
+            from specreg.benchmark.store.statistics import NO_DIFFERENCE_LEGEND
 
             say(NO_DIFFERENCE_LEGEND, style="dim")
         return
@@ -181,7 +181,7 @@ def _decisions(report: AuditReport, detail: bool, hw: dict[str, str]) -> None:
 def _unchecked(report: AuditReport) -> None:
     """Faster conditions of a method the target was not checked for, one block per target and
     method: where it would win, and what to run to deploy it."""
-    from specreg.benchmark.statistics import interval_text
+    from specreg.benchmark.store.statistics import interval_text
 
     groups: dict[tuple[str, str], list[StratumDecision]] = {}
     for d in report.decisions:
@@ -211,13 +211,31 @@ def _unchecked(report: AuditReport) -> None:
 
 
 def _rollbacks(report: AuditReport) -> None:
-    shown: set[str] = set()
+    """Each target's rollback command, as `deploy` prints it for each pair: pairs measured in
+    different runs (another -c, another -np) have different baselines, and each is named with
+    the pairs it is the rollback of."""
+    by_target: dict[str, dict[tuple[str, ...], list[PairAudit]]] = {}
     for p in report.pairs:
-        if p.rollback_command and p.target_sha256 not in shown:
-            shown.add(p.target_sha256)
-            say("", prefix=f"rollback ({_name(p.target_name, p.target_sha256)}):")
-            words = [safe_plain(shlex.quote(w)) for w in p.rollback_command]
+        if p.rollback_command:
+            by_target.setdefault(p.target_sha256, {}).setdefault(tuple(p.rollback_command), []).append(p)
+    for commands in by_target.values():
+        for command, pairs in commands.items():
+            first = pairs[0]
+            name = _name(first.target_name, first.target_sha256)
+            if len(commands) > 1:  # say which pairs each is the rollback of
+                name += f"; {'pair' if len(pairs) == 1 else 'pairs'} {', '.join(str(p.pair_id) for p in pairs)}"
+            say("", prefix=f"rollback ({name}):")
+            words = [safe_plain(shlex.quote(w)) for w in command]
             show_lines(["  " + ln for ln in command_lines(words, width() - 2, indent=4)])
+
+
+def _vouched(report: AuditReport) -> None:
+    """The pairs whose verdict is a trusted signer's, not this machine's (audit/trust.py)."""
+    signed = [p for p in report.pairs if p.signed_verdict]
+    for p in signed[:FAILURES_SHOWN]:
+        say(p.signed_verdict or "", prefix=f"pair {p.pair_id} verdict: ", indent=6)
+    if len(signed) > FAILURES_SHOWN:
+        say(f"... and {len(signed) - FAILURES_SHOWN} more pairs on signed verdicts (--json names every signer)")
 
 
 def _attested(report: AuditReport) -> None:
@@ -244,6 +262,7 @@ def print_audit(report: AuditReport) -> None:
     for note in report.notes[:FAILURES_SHOWN]:
         say(note, prefix="note: ", marks=[("note:", "dim")], indent=6)
     _failures(report.pairs, None if detail else FAILURES_SHOWN, hw)
+    _vouched(report)
     _attested(report)
     _hardware(report, detail, hw)
     _decisions(report, detail, hw)

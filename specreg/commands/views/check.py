@@ -85,7 +85,7 @@ def _evidence(c: CheckResult, width: int) -> list[str]:
 def _artifact(role: str, rec: ArtifactRecord) -> None:
     label = model_label(None, name=rec.name, file=rec.paths[0] if rec.paths else None, quant=rec.file_type_name)
     say(label, prefix=f"{role:<8}{rec.sha256[:12]}  ", indent=22)
-    from specreg.sources.model_signature import signature_identity
+    from specreg.signing.model_signature import signature_identity
 
     signer = signature_identity(rec.provenance.extra, rec.sha256)
     if signer is not None:  # an OpenSSF model signature verified at registration, over these bytes

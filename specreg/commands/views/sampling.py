@@ -26,7 +26,7 @@ def _pct(v: float | None) -> str:
 
 
 def _line(s: ConditionSummary) -> str:
-    from specreg.benchmark.statistics import interval_text
+    from specreg.benchmark.store.statistics import interval_text
 
     parts = [f"acceptance {_pct(s.acceptance)}", f"speed-up {interval_text(s.speedup, s.speedup_ci95, short=True)}"]
     if s.temperature > 0:
