@@ -12,7 +12,7 @@ Each script ends with
     if __name__ == "__main__":
         sys.exit(run_main(main, "hash"))
 
-`tests/test_perf_writer.py` holds every script in benchmarks/ to that, and the writer to what it
+`tests/project/test_perf_writer.py` holds every script in benchmarks/ to that, and the writer to what it
 replaces.
 """
 

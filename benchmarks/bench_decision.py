@@ -8,7 +8,7 @@ tests against the bar (decision/bar.py). This prints:
 1. **Simulation** (`--sims N` seeded runs a case, numpy across runs, a look after every pair):
    for true speed-ups 1.0x (at the bar itself: the false `faster` rate), and 1.0x, 1.1x,
    1.15x, 1.3x against 1.05x, on normal pairs of a known spread (0.08, 0.13, 0.2), on the
-   runner's troubles (the generator of tests/test_bench_sequential.py: drift, slot slope,
+   runner's troubles (the generator of tests/decision/test_sequential.py: drift, slot slope,
    outliers), on A/A pairs whose rounds share a lean (what breaks the tests' independence),
    and on measured pairs resampled (`benchmarks/data/decision_ratios.json`, which
    `--keep-ratios DB` fills from a registry's runs): each method's outcome and the pairs it
@@ -105,7 +105,7 @@ def _sim_round(
 def _troubled(n: int, speedup: float, rounds: int) -> Any:
     """The paired log ratios of the runner's troubles (`_sim_round`: drift across and within
     rounds, 10% noise a request, 1 in 25 an outlier 2-6x slower, the balanced order), run r
-    seeded r: the generator tests/test_bench_sequential.py holds the decisions to."""
+    seeded r: the generator tests/decision/test_sequential.py holds the decisions to."""
     import numpy as np
 
     out = np.empty((n, rounds * PER_ROUND))
@@ -191,7 +191,7 @@ def _running_spread(x: Any) -> Any:
 
 def bar_stops(x: Any, min_speedup: float) -> list[tuple[str, int]]:
     """decision/bar.py's two tests on every row at once (numpy across rows), a look after every
-    pair: the same arithmetic as `bar.BarTest` (tests/test_decision_bar.py holds them equal)."""
+    pair: the same arithmetic as `bar.BarTest` (tests/decision/test_bar.py holds them equal)."""
     import numpy as np
 
     t = math.log(min_speedup)

@@ -17,14 +17,8 @@ import typer
 from typer.core import TyperGroup
 
 from specreg.commands.examples import epilog
-from specreg.commands.options import DB_KEY, DbOpt, HelpCommand
+from specreg.commands.options import DbOpt, HelpCommand, use_db
 from specreg.errors import EXIT_UNDECIDED, SpecregError
-
-try:  # typer >= 0.29 vendors click as typer._click: its usage errors are not click's classes
-    from typer._click.exceptions import ClickException, NoArgsIsHelpError
-except ImportError:  # pragma: no cover - a typer that uses click itself
-    from click import ClickException  # type: ignore[assignment]
-    from click.exceptions import NoArgsIsHelpError  # type: ignore[assignment]
 
 # Every command, in the order of the pipeline (the order `--help` lists them), with where it
 # lives (`module:attribute` under specreg.commands: a function is a command, a Typer a group of
@@ -45,6 +39,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("runs", "runs:runs_app", "List benchmark runs, or show one."),
     ("audit", "audit:audit_cmd", "Check every deployment gate for admitted pairs."),
     ("deploy", "deploy:deploy_cmd", "Print the pinned llama-server command for an audited pair."),
+    ("watch", "watch:watch_cmd", "Watch a deployed llama-server against its audited evidence."),
     ("export", "export:export_cmd", "Write runs and verdicts to a bundle, or a pair to an ML-BOM."),
     ("sign", "sign:sign_cmd", "Sign a result bundle (in-toto statement in a DSSE envelope)."),
     ("import", "export:import_cmd", "Merge result bundles from other machines into this registry."),
@@ -87,7 +82,8 @@ def _version(show: bool) -> None:
     packages' metadata (importing xllamacpp would load llama.cpp itself)."""
     if not show:
         return
-    from specreg.distinfo import installed_version
+    from importlib.metadata import version
+
     from specreg.servers.identity import BUNDLED_PACKAGE, bundled_version
 
     release = bundled_version()
@@ -95,7 +91,7 @@ def _version(show: bool) -> None:
         runtime = "xllamacpp not installed: pass --server PATH to bench"
     else:
         runtime = f"{BUNDLED_PACKAGE} {release} (llama.cpp, run as specreg-llama-server)"
-    sys.stdout.write(f"specreg {installed_version('specreg')}\nbundled runtime: {runtime}\n")
+    sys.stdout.write(f"specreg {version('specreg')}\nbundled runtime: {runtime}\n")
     raise typer.Exit()
 
 
@@ -111,7 +107,7 @@ def _root(
 ) -> None:
     """specreg: admit, benchmark and audit speculative-decoding pairs for llama.cpp."""
     if db is not None:
-        ctx.meta[DB_KEY] = db
+        use_db(ctx, db)
 
 
 def build(names: Iterable[str] | None = None) -> typer.Typer:
@@ -252,13 +248,15 @@ def main(argv: list[str] | None = None) -> None:
         code = _fail(exc.message, exc.hint, exc.exit_code)
     except typer.Exit as exc:
         code = exc.exit_code
-    except NoArgsIsHelpError as exc:  # `specreg`, `specreg rules`: the help, as typer and `hf` print it
-        sys.stderr.write(exc.format_message() + "\n")
-        code = exc.exit_code
-    except ClickException as exc:  # a usage error typer found (unknown option, bad choice, ...)
+    except typer.TyperException as exc:  # a usage error typer found (unknown option, bad choice, ...)
         ctx = getattr(exc, "ctx", None)
-        hint = f"see '{ctx.command_path} --help'" if ctx is not None else None
-        code = _fail(exc.format_message(), hint, EXIT_UNDECIDED)
+        if ctx is not None and exc.format_message() == ctx.get_help():
+            # `specreg`, `specreg rules`: no arguments asks for the help, printed as typer and `hf` print it
+            sys.stderr.write(exc.format_message() + "\n")
+            code = exc.exit_code
+        else:
+            hint = f"see '{ctx.command_path} --help'" if ctx is not None else None
+            code = _fail(exc.format_message(), hint, EXIT_UNDECIDED)
     except typer.Abort:
         code = _fail("aborted", None, 130)
     except KeyboardInterrupt:

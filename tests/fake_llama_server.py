@@ -5,7 +5,8 @@ Modes (env FAKE_LLAMA_MODE): `hang` (a stream that sends one event, then nothing
 answers /health: prints a line and sleeps), `ok` (well-formed answers). Hostile ones:
 `nonewline` (an endless line), `trickle` (a byte every 0.2 s, never a newline), `badtokens`,
 `badtimings`, `hugenumber` (events with wrong JSON types / 1e999), `spewversion` (--version
-never stops printing), `spewlog` (logs as fast as it can while serving), `daemon` (double-forks
+never stops printing), `spewlog` (logs SPEW_BYTES before it serves, whatever the machine's
+speed, then as fast as it can while serving), `daemon` (double-forks
 a process that outlives it; its pid goes to $FAKE_LLAMA_DAEMON_PIDFILE). It accepts
 llama-server's argv, binds --host/--port itself (the launcher checks that its child owns the
 port) and stops on SIGTERM.
@@ -22,6 +23,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 MODE = os.environ.get("FAKE_LLAMA_MODE", "hang")
+SPEW_BYTES = 24 << 20  # spewlog's output before it serves: well past what a log keeps
 METRICS_OK = (
     "# TYPE llamacpp:spec_decode_num_draft_tokens_total counter\nllamacpp:spec_decode_num_draft_tokens_total 0\n"
 )
@@ -97,11 +99,12 @@ class Handler(BaseHTTPRequestHandler):
             pass
 
 
-def _spew() -> None:
-    line = b"srv  log: " + b"x" * 100 + b"\n"
-    block = line * 600
-    while True:
-        os.write(2, block)
+def _spew(limit: int | None = None) -> None:
+    """Log lines into stderr: `limit` bytes (blocking on the pipe while the reader is behind), or forever."""
+    block = (b"srv  log: " + b"x" * 100 + b"\n") * 600
+    written = 0
+    while limit is None or written < limit:
+        written += os.write(2, block if limit is None else block[: limit - written])
 
 
 def _daemon() -> None:
@@ -138,6 +141,7 @@ def main(argv: list[str]) -> int:
     if MODE == "daemon":
         _daemon()
     if MODE == "spewlog":
+        _spew(SPEW_BYTES)
         threading.Thread(target=_spew, daemon=True).start()
     server = ThreadingHTTPServer((host, port), Handler)
     server.daemon_threads = True

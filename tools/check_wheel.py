@@ -10,7 +10,7 @@ writes into the checkout) it
    `specreg audit --all --policy` with the example policy the wheel installed
    (site-packages/specreg/audit/policy.example.toml);
 4. runs the tests that exercise the installed data files (workloads, rule sets, policies, the
-   ggml type table; tests/test_installed_data.py also checks every tracked file was installed
+   ggml type table; tests/project/test_installed_data.py also checks every tracked file was installed
    and that specreg is imported from the wheel), from a copy of tests/, tools/, examples/ and
    README.md there (no specreg/ beside them, so only the installed package can be imported).
 
@@ -34,11 +34,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # the tests that read what the wheel installs (pytest from the copy of tests/, outside the tree)
 INSTALLED_TESTS = (
-    "tests/test_installed_data.py",
-    "tests/test_audit_policy.py",
-    "tests/test_validators_ruleset.py",
-    "tests/test_bench_units.py",
-    "tests/test_ggml_types.py",
+    "tests/project/test_installed_data.py",
+    "tests/audit/test_policy.py",
+    "tests/validators/test_ruleset.py",
+    "tests/benchmark/test_bench_units.py",
+    "tests/gguf/test_ggml_types.py",
 )
 STEP_TIMEOUT_S = 1800.0
 PYTEST_INI = """[pytest]

@@ -12,7 +12,7 @@ So the table is taken from the runtime's own source, not from a Python package's
 
 A new llama.cpp build is a data change:
 `python tools/extract_ggml_types.py SRC_TREE > specreg/gguf/ggml_types.py`, then review the diff.
-tests/test_ggml_types.py re-extracts the table from the cached source and compares every type
+tests/gguf/test_ggml_types.py re-extracts the table from the cached source and compares every type
 (and checks the sdist's own gguf-py, and, where a compiler is there, ggml itself), so a
 transcription error cannot hide. Never imported by specreg.
 """
@@ -146,7 +146,7 @@ def render(table: dict[int, tuple[str, int, int]], build: str) -> str:
         "",
         "Written by `python tools/extract_ggml_types.py SRC_TREE > specreg/gguf/ggml_types.py` from the",
         "runtime's own source (ggml.h's enum ggml_type, ggml.c's type_traits[], ggml-common.h's block",
-        "structs); tests/test_ggml_types.py re-extracts it from that source and compares every type.",
+        "structs); tests/gguf/test_ggml_types.py re-extracts it from that source and compares every type.",
         '"""',
         "",
         "from __future__ import annotations",

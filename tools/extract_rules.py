@@ -586,12 +586,15 @@ def extract_rules(root: Path) -> dict[str, Any]:
 
 # the keys of a rule set file that are not llama.cpp facts, in the order the shipped files have them
 _HEAD = ("name", "revision", "runtime", "build", "source", "description")
+_OWN = ("advisory", "server")  # kept from --base after the facts: specreg's thresholds, the server's names
 
 
 def rule_set_file(facts: dict[str, Any], base: dict[str, Any], **head: Any) -> dict[str, Any]:
-    """A whole rule set: `head` over `base`'s own keys (name, revision, ..., advisory), then the facts."""
+    """A whole rule set: `head` over `base`'s own keys (name, revision, ..., advisory, server), then
+    the facts. `server` (what a running server's /metrics, /slots and /props are named) is checked
+    against tools/server/ by hand and kept from the base."""
     top = {k: head.get(k, base.get(k)) for k in _HEAD if head.get(k, base.get(k)) is not None}
-    return top | facts | {"advisory": base["advisory"]}
+    return top | facts | {k: base[k] for k in _OWN if k in base}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,7 @@
 
 The commands come in the order of `specreg.cli.COMMANDS` (the pipeline's, as `specreg --help`
 lists them), each group followed by its subcommands; every help text is rendered as the terminal
-shows it at 80 columns. `tests/test_docs.py` fails when the committed page is stale.
+shows it at 80 columns. `tests/project/test_docs.py` fails when the committed page is stale.
 """
 
 from __future__ import annotations

@@ -54,6 +54,8 @@ m015_bench_request_sampler
 m016_imported_verdicts
 m018_bench_request_triage
 m021_run_attestations
+m022_verdict_attestations
+m023_machine_probes
 
 # pydantic: model configuration and validators, read by pydantic itself.
 model_config

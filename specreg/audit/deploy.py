@@ -112,6 +112,20 @@ def _parse_once(flags: tuple[str, ...]) -> argparse.Namespace:
     return ns
 
 
+def read_flags(flags: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """A running server's flags, read by the parser the deploy command is written from, and those
+    it does not know (flags no run measured: `specreg watch` names them); SpecregError when a
+    known flag's value cannot be read."""
+    return _parser().parse_known_args(list(flags))
+
+
+@functools.cache
+def flag_names() -> dict[str, str]:
+    """Each parsed attribute -> the flag the deploy command spells it with (`parallel` -> `-np`)."""
+    names = {a.dest: a.option_strings[0] for a in _parser()._actions if a.option_strings and a.dest != "help"}
+    return names | {"seed": "--seed"}  # as server_argv writes it
+
+
 def server_argv(
     command: list[str], *, program: str = PROGRAM, request: RequestSettings | None = None, port: int | None = None
 ) -> list[str]:

@@ -16,17 +16,29 @@ alpha (per drafted token) comes from the best evidence there is, in this order:
    model-drafted pair in the registry refits it by ridge least squares, the default counting
    as PRIOR_WEIGHT pairs, so a registry with runs soon outweighs it.
 
-The draft cost r, where no run measured it: r = offset + draft/target weight bytes (a decode
-reads every weight once), the offset the median of (measured r - bytes ratio) over this
-target's other measured pairs when the registry has any run of it (the fixed part of a decode
-is the target's and its machine's), else over every measured pair (0 without any). alpha and
-r then go through tune.py's step-cost curve (geometric acceptance S(j) = alpha^j, every step
-drafting, verify cost at its lower bound 1) and the best draft length k is taken: the
-speed-up a `--tune` run would start from.
+The step prices, where no run of this pair measured them, come from the machine probes
+(benchmark/run/machine_probe.py: each model started alone on this machine, this build, these
+flags): v(k), the target's batch of k+1 tokens over its decode, and r, the draft's decode over
+the target's (`stepcost.probe_prices`). Without a draft probe r = offset + draft/target weight
+bytes (a decode reads every weight once), the offset the median of (measured r - bytes ratio)
+over this target's other measured pairs when the registry has any run of it, else over every
+measured pair (0 without any); without a target probe v(k) = 1, its lower bound (a GPU's). alpha,
+r and v go through tune.py's step-cost curve (geometric acceptance S(j) = alpha^j, every step
+drafting) and the best draft length k is taken: the speed-up a `--tune` run would start from.
+
+The range carries every unknown at that k: acceptance (the prior's sigma, a family's spread,
+or this pair's runs), the prices (the probe's repetitions, fastest to slowest; without a probe,
+hardware-blind: v(k) anywhere from 1, a GPU's verify, to k+1, a CPU's that costs a decode per
+token, and r from the bytes ratio to 1, a decode as slow as the target's), and the step model
+itself (MODEL_SPREAD, a stated assumption, until the registry's measured pairs measure it).
+Its low end is the low acceptance at the high prices, its high end the other way round, each
+times the model's spread.
 
 The error is measured, not assumed: every pair with runs is predicted as if it had none (its
-family's other pairs, else the prior refitted without it) and measured / predicted is kept; its
-range widens every family and prior prediction. N-gram methods need no draft: their speed-up is
+family's other pairs, else the prior refitted without it) and measured / predicted is kept,
+priced as the candidates are (with probes: the pairs whose files have probes on this machine,
+against their runs on this hardware class); it is the step model's spread once ten pairs
+measure it, and widens the stated one before. N-gram methods need no draft: their speed-up is
 this target's measured one, else the median over same-family targets, else unknown (1.0, with
 the range of every n-gram run in the registry, or NGRAM_UNKNOWN_RANGE without any).
 """
@@ -39,17 +51,25 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from specreg.benchmark.plan import tune_curve as tune
-from specreg.schemas.drafts import ErrorStat, Prediction, PriorFit
+from specreg.benchmark.store import stepcost
+from specreg.schemas.drafts import CostSource, ErrorStat, Prediction, PriorFit
 from specreg.schemas.methods import BASELINE, MODEL_DRAFTED
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry
     from specreg.schemas.gguf import GGUFSummary
+    from specreg.schemas.machine_probe import MachineProbe
+    from specreg.servers.machine_key import MachineKey
 
 DEFAULT_PRIOR = (2.944, 1.269, -1.0)  # logit 0.95 at ratio 1; +1.269 per decade: logit 0.60 at 1:100
 DEFAULT_SIGMA = 0.8
 PRIOR_WEIGHT = 2.0  # the default counts as this many measured pairs
 NGRAM_UNKNOWN_RANGE = (0.8, 1.5)  # no n-gram run anywhere: text repetition decides, unknown here
+# The step model's own error (measured end to end against a decode-phase model; the draft's and
+# the verify step's work it prices as single decodes and prompt batches), before ten measured
+# pairs measure it: an assumption, stated on the statistics page.
+MODEL_SPREAD = (0.8, 1.15)
+MODEL_SPREAD_PAIRS = 10  # measured pairs from which their spread replaces MODEL_SPREAD
 _CLIP = (0.02, 0.98)  # alpha kept inside for the logit
 _SIZE_WORDS = ("instruct", "chat", "base", "it", "gguf")
 
@@ -110,6 +130,7 @@ class Measured:
     alphas: list[tuple[float, int]] = field(default_factory=list)  # (alpha, drafted tokens)
     costs: list[float] = field(default_factory=list)
     speedups: list[tuple[str, float, tuple[float, float] | None]] = field(default_factory=list)  # (run, x, ci)
+    hardware: dict[str, str | None] = field(default_factory=dict)  # run -> its hardware class
 
     @property
     def alpha(self) -> float | None:
@@ -129,9 +150,20 @@ class Measured:
         _, x, ci = max(self.speedups, key=lambda s: s[0])
         return x, ci
 
+    def speedup_on(self, hardware: str) -> tuple[float, tuple[float, float] | None] | None:
+        """The newest run's on one hardware class."""
+        mine = [s for s in self.speedups if self.hardware.get(s[0]) == hardware]
+        if not mine:
+            return None
+        _, x, ci = max(mine, key=lambda s: s[0])
+        return x, ci
+
 
 def measured_runs(reg: Registry) -> dict[tuple[str, str | None, str], Measured]:
     """Every measured (target, draft, method) from the stored summaries (no request rows read)."""
+    from specreg.servers.hardware import run_hardware
+
+    hardware = run_hardware(reg)
     out: dict[tuple[str, str | None, str], Measured] = {}
     sql = (
         "SELECT s.run_id, s.target_sha256, s.draft_sha256, json_extract(s.summary_json, '$.method', '$.status', "
@@ -151,15 +183,65 @@ def measured_runs(reg: Registry) -> dict[tuple[str, str | None, str], Measured]:
         if isinstance(speedup, (int, float)) and speedup > 0:
             pair = (float(ci[0]), float(ci[1])) if isinstance(ci, list) and len(ci) == 2 else None
             m.speedups.append((run_id, float(speedup), pair))
+            m.hardware[run_id] = hardware.get(run_id)
     return out
 
 
-def curve_best(alpha: float, r: float) -> tuple[int, float]:
-    """tune.py's curve for geometric acceptance, every step drafting, verify cost 1: best (k, x)."""
-    prof = tune.Profile(tuple(alpha**j for j in tune.LENGTHS), "geometric", 1.0, 1.0, None, max(0.0, r))
-    c = tune.curve(prof)
+def _profile(alpha: float, r: float, verify: tuple[float, ...]) -> tune.Profile:
+    return tune.Profile(tuple(alpha**j for j in tune.LENGTHS), "geometric", 1.0, 1.0, None, max(0.0, r),
+                        verify=verify)  # fmt: skip
+
+
+def curve_best(alpha: float, r: float, verify: tuple[float, ...] = ()) -> tuple[int, float]:
+    """tune.py's curve for geometric acceptance, every step drafting, verify cost v(k) (default
+    1, its lower bound): the best (k, x)."""
+    c = tune.curve(_profile(alpha, r, verify))
     k = max(c, key=lambda k: (round(c[k], 6), -k))
     return k, c[k]
+
+
+def speed_at(k: int, alpha: float, r: float, verify: tuple[float, ...] = ()) -> float:
+    """The same curve at one draft length."""
+    return _profile(alpha, r, verify).predict(k) or 0.0
+
+
+@dataclass(frozen=True)
+class Costs:
+    """One candidate's step prices, each with its low and high, and where they came from."""
+
+    source: CostSource
+    r: float
+    r_low: float
+    r_high: float
+    verify: tuple[float, ...]  # v(k), k = 1..32
+    verify_low: tuple[float, ...]
+    verify_high: tuple[float, ...]
+
+
+def costs_for(prices: stepcost.Prices | None, r_weights: float, bytes_ratio: float) -> Costs:
+    """The probes' prices where there are; the rest hardware-blind: v(k) from 1 (a GPU's verify
+    step) to k+1 (a CPU's, a decode per token), r from the bytes ratio to 1 (a draft decode as
+    slow as the target's, as the fixed cost of a small model's decode makes it)."""
+    ks = tune.LENGTHS
+    r_blind = (r_weights, min(r_weights, bytes_ratio), max(r_weights, 1.0))
+    if prices is None:
+        ones = tuple(1.0 for _ in ks)
+        return Costs("hardware-blind", *r_blind, ones, ones, tuple(float(k + 1) for k in ks))
+    if prices.draft is None or prices.draft_low is None or prices.draft_high is None:
+        return Costs("target probe", *r_blind, prices.verify, prices.verify_low, prices.verify_high)
+    return Costs("machine probe", prices.draft, prices.draft_low, prices.draft_high, prices.verify,
+                 prices.verify_low, prices.verify_high)  # fmt: skip
+
+
+def verdict(costs: CostSource, low: float, high: float) -> str | None:
+    """What the range says about this machine; nothing for a hardware-blind one."""
+    if costs == "hardware-blind":
+        return None
+    if high < 1.0:
+        return "not faster on this machine"
+    if low > 1.0:
+        return "faster on this machine"
+    return "either way on this machine"
 
 
 def _solve3(m: list[list[float]], v: list[float]) -> list[float] | None:
@@ -226,9 +308,28 @@ class Book:
     prior: PriorFit
     error: ErrorStat
     ngram_range: tuple[float, float]
+    machine: MachineKey | None = None  # this machine's key when predictions are priced by probes
+    probes: dict[str, MachineProbe] = field(default_factory=dict)  # SHA-256 -> its probe on `machine`
 
     def families(self, sha: str | None) -> tuple[str | None, str | None]:
         return family(self.summaries.get(sha)) if sha else (None, None)
+
+    def prices(self, target: str | None, draft: str | None) -> stepcost.Prices | None:
+        """The step prices the probes of these files give on this machine (None: no target probe)."""
+        t = self.probes.get(target or "") if self.machine is not None else None
+        if t is None:
+            return None
+        return stepcost.probe_prices(t, self.probes.get(draft or ""), len(tune.LENGTHS))
+
+    def model_spread(self) -> tuple[float, float]:
+        """The step model's spread: MODEL_SPREAD widened by the measured error, which replaces it
+        from MODEL_SPREAD_PAIRS measured pairs on."""
+        e = self.error
+        if not e.n_pairs or e.low is None or e.high is None:
+            return MODEL_SPREAD
+        if e.n_pairs >= MODEL_SPREAD_PAIRS:
+            return e.low, e.high
+        return min(MODEL_SPREAD[0], e.low), max(MODEL_SPREAD[1], e.high)
 
 
 def _point(m: Measured, summaries: dict[str, GGUFSummary]) -> Point | None:
@@ -257,8 +358,10 @@ def mtp_ratio(t: GGUFSummary) -> float:
     return min(1.0, max(1e-4, n / max(1, (t.block_count or n))))
 
 
-def build_book(reg: Registry) -> Book:
-    """Read every measured pair once, fit the prior and measure its error."""
+def build_book(reg: Registry, machine: MachineKey | None = None, probes: dict[str, MachineProbe] | None = None) -> Book:
+    """Read every measured pair once, fit the prior and measure its error. With `machine`, the
+    predictions are priced by machine probes: `probes` (the candidates') and every probe the
+    registry keeps on that machine for a measured pair's files."""
     measured = measured_runs(reg)
     shas = {m.target for m in measured.values()} | {m.draft for m in measured.values() if m.draft}
     recs = reg.get_artifacts(shas, with_summary=True)
@@ -267,6 +370,9 @@ def build_book(reg: Registry) -> Book:
     ngram = [s[1] for m in measured.values() if m.method not in MODEL_DRAFTED for s in m.speedups]
     book = Book(measured, summaries, points, fit_prior(points), ErrorStat(n_pairs=0),
                 (min(ngram), max(ngram)) if ngram else NGRAM_UNKNOWN_RANGE)  # fmt: skip
+    if machine is not None:
+        book.machine = machine
+        book.probes = reg.machine_probes(shas, machine.hardware, machine.runtime, machine.flags) | (probes or {})
     book.error = measure_error(book)
     return book
 
@@ -355,7 +461,8 @@ def predict(
     if method not in MODEL_DRAFTED:
         return _predict_ngram(book, method, target, target_sha)
     prior = prior or book.prior
-    key = (target_sha or "", draft_sha if method != "draft-mtp" else None, method)
+    draft_sha = draft_sha if method != "draft-mtp" else None
+    key = (target_sha or "", draft_sha, method)
     log_ratio, differs, br = _ratios(target, draft, method)
     r_prior = step_cost(book, target_sha, br, prior, skip)
     own = book.measured.get(key) if key != skip else None
@@ -367,10 +474,9 @@ def predict(
         n = len(own.alphas)
         return Prediction(source="this pair", evidence=f"{n} run{'s' if n != 1 else ''} of this pair", alpha=alpha,
                           alpha_range=(alpha, alpha), draft_cost=r, draft_length=k, speedup=x, speedup_range=rng,
-                          measured_speedup=sp[0] if sp else None, measured_ci95=sp[1] if sp else None)  # fmt: skip
-    fam = _family_alpha(
-        book, target_sha, draft_sha if method != "draft-mtp" else None, method, (log_ratio, br), prior, skip
-    )
+                          costs="measured runs", measured_speedup=sp[0] if sp else None,
+                          measured_ci95=sp[1] if sp else None)  # fmt: skip
+    fam = _family_alpha(book, target_sha, draft_sha, method, (log_ratio, br), prior, skip)
     if fam is not None:
         alpha, r_fam, n = fam
         # the range: the prior's residual spread over the n pairs it rests on (a family pair of
@@ -378,19 +484,20 @@ def predict(
         # less so the more pairs agree); a point range put no measured pair inside it
         half = prior.sigma / math.sqrt(n)
         lo_a, hi_a = sigmoid(logit(alpha) - half), sigmoid(logit(alpha) + half)
-        r = r_fam if r_fam is not None else r_prior
+        r_weights = r_fam if r_fam is not None else r_prior
         source, evidence = "same families", f"{n} pair{'s' if n != 1 else ''} of the same families"
     else:
         alpha, lo_a, hi_a = _prior_alpha(prior, log_ratio, differs)
-        r = r_prior
+        r_weights = r_prior
         source, evidence = "prior", f"prior at size ratio {10**log_ratio:.3g}" + (", other tokens" if differs else "")
-    k, x = curve_best(alpha, r)
-    lo = curve_best(lo_a, r)[1]
-    hi = curve_best(hi_a, r)[1]
-    e = book.error
-    lo, hi = lo * (e.low if e.low is not None else 1.0), hi * (e.high if e.high is not None else 1.0)
-    return Prediction(source=source, evidence=evidence, alpha=alpha, alpha_range=(lo_a, hi_a), draft_cost=r,  # type: ignore[arg-type]
-                      draft_length=k, speedup=x, speedup_range=(min(lo, x), max(hi, x)))  # fmt: skip
+    c = costs_for(book.prices(target_sha, draft_sha), r_weights, br)
+    k, x = curve_best(alpha, c.r, c.verify)
+    m_lo, m_hi = book.model_spread()
+    lo = min(x, speed_at(k, lo_a, c.r_high, c.verify_high) * m_lo)
+    hi = max(x, speed_at(k, hi_a, c.r_low, c.verify_low) * m_hi)
+    return Prediction(source=source, evidence=evidence, alpha=alpha, alpha_range=(lo_a, hi_a), draft_cost=c.r,  # type: ignore[arg-type]
+                      verify_cost=c.verify[k - 1], draft_length=k, speedup=x, speedup_range=(lo, hi), costs=c.source,
+                      verdict=verdict(c.source, lo, hi))  # fmt: skip
 
 
 def _predict_ngram(book: Book, method: str, target: GGUFSummary, target_sha: str | None) -> Prediction:
@@ -417,32 +524,41 @@ def _predict_ngram(book: Book, method: str, target: GGUFSummary, target_sha: str
 
 
 def measure_error(book: Book) -> ErrorStat:
-    """measured / predicted for every measured model-drafted pair, predicted without its own runs."""
+    """measured / predicted for every measured model-drafted pair, predicted without its own runs
+    and priced as the candidates are: with a machine (`book.machine`), only the pairs whose target
+    has a probe on it, against their newest run on its hardware class (a run elsewhere says
+    nothing of this machine's prices); without, every pair, hardware-blind, against its newest run."""
     ratios: list[float] = []
     pairs: list[dict[str, object]] = []
     for p in book.points:
-        if p.speedup is None:
-            continue
         t = book.summaries.get(p.key[0])
         d = book.summaries.get(p.key[1] or "")
         if t is None:
             continue
+        if book.machine is not None:
+            if book.prices(p.key[0], p.key[1]) is None:
+                continue
+            own = book.measured[p.key].speedup_on(book.machine.hardware)
+        else:
+            own = book.measured[p.key].speedup
+        if own is None:
+            continue
+        measured, ci = own
         others = [q for q in book.points if q.key != p.key]
         pred = predict(book, p.key[2], t, d, p.key[0], p.key[1], skip=p.key, prior=fit_prior(others))
-        ratio = p.speedup / pred.speedup if pred.speedup > 0 else None
-        if ratio is None:
+        if pred.speedup <= 0:
             continue
+        ratio = measured / pred.speedup
         ratios.append(ratio)
         lo, hi = pred.speedup_range
-        own = book.measured[p.key].speedup
-        ci = own[1] if own else None
         pairs.append({"target": p.key[0], "draft": p.key[1], "method": p.key[2], "predicted": round(pred.speedup, 3),
-                      "predicted_range": (round(lo, 3), round(hi, 3)), "measured": round(p.speedup, 3),
-                      "measured_ci95": ci, "in_range": lo <= p.speedup <= hi, "source": pred.source,
-                      "ratio": round(ratio, 3)})  # fmt: skip
+                      "predicted_range": (round(lo, 3), round(hi, 3)), "draft_length": pred.draft_length,
+                      "measured": round(measured, 3), "measured_ci95": ci, "in_range": lo <= measured <= hi,
+                      "source": pred.source, "costs": pred.costs, "ratio": round(ratio, 3)})  # fmt: skip
+    costs = "machine probes" if book.machine is not None else "hardware-blind"
     if not ratios:
-        return ErrorStat(n_pairs=0)
+        return ErrorStat(n_pairs=0, costs=costs)
     xs = sorted(ratios)
     q = (lambda f: xs[min(len(xs) - 1, max(0, round(f * (len(xs) - 1))))]) if len(xs) >= 10 else None
     low, high = (q(0.1), q(0.9)) if q else (xs[0], xs[-1])
-    return ErrorStat(n_pairs=len(xs), low=low, median=xs[len(xs) // 2], high=high, pairs=pairs)
+    return ErrorStat(n_pairs=len(xs), low=low, median=xs[len(xs) // 2], high=high, pairs=pairs, costs=costs)

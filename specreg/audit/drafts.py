@@ -7,8 +7,14 @@ architecture serves (draft-simple; EAGLE-3 / DFlash heads, whose recorded target
 compare), under the rule set of the server that will run it; the target alone is judged for MTP
 (if it has next-n heads) and the n-gram methods. Admitted rows are ranked by the speed-up
 audit/draft_prediction.py predicts, with the licence as the policy's licence gate sees it.
-Nothing is recorded here but the target (as `check pair` records it); `--bench` records what
-it measures (audit/draft_bench.py).
+
+The prediction is priced by machine probes (benchmark/run/machine_probe.py) when the target is
+on this machine: the target and the `PROBE_LIMIT` best local drafts by the hardware-blind
+ranking are each started once (or read back from the registry, where a probe is kept by the
+file's SHA-256 and the machine's key), since the hardware decides the sign of a speed-up and
+the headers cannot tell it. `--no-probe` keeps the hardware-blind ranking and says so.
+Nothing else is recorded here but the target (as `check pair` records it); `--bench` records
+what it measures (audit/draft_bench.py).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from specreg.benchmark.plan.eligibility import NOT_BENCHMARKABLE, VOCAB_ONLY_COD
 from specreg.errors import SpecregError, UsageError
 from specreg.registry.artifacts import HEX
 from specreg.registry.db import now
-from specreg.schemas.drafts import DraftReport, DraftRow
+from specreg.schemas.drafts import DraftReport, DraftRow, MachineUse
 from specreg.schemas.methods import DEFAULT_NGRAM_METHODS, MODEL_DRAFTED, SELF_METHODS, Method
 from specreg.schemas.registry import ArtifactRecord, LicenceRecord, Provenance
 from specreg.sources import candidates as cand
@@ -36,9 +42,11 @@ if TYPE_CHECKING:
     from specreg.registry.store import Registry
     from specreg.schemas.audit import Policy
     from specreg.schemas.checks import CheckResult
+    from specreg.schemas.gguf import GGUFSummary
     from specreg.validators.ruleset import RuleSet
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
+PROBE_LIMIT = 5  # drafts probed by one command (one server start each): the best by the blind ranking
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,8 @@ class Search:
     hub: bool = False
     limit: int = 20
     cache: bool = True
+    probe: bool = True  # price the predictions with machine probes (local files only)
+    server: str | None = None  # the llama-server the probes (and --bench) run
 
 
 def resolve_target(reg: Registry, arg: str) -> tuple[ArtifactRecord, GGUFFile, str]:
@@ -211,6 +221,7 @@ def find_drafts(reg: Registry, target_arg: str, search: Search, progress: Progre
         tell("checking", i + 1, len(opened))
     failures += [f"{f.label}: {f.problem}" for f in got.found if f.problem]
     rows += _self_rows(t_rec, t_file, book, reg, search.rules, search.policy)
+    drafts_of: dict[int, GGUFSummary | None] = {}
     for row in rows:
         if not row.admitted:
             continue
@@ -218,7 +229,16 @@ def find_drafts(reg: Registry, target_arg: str, search: Search, progress: Progre
         if row.method in MODEL_DRAFTED and row.method != Method.DRAFT_MTP:
             f = next(x for x in opened if x.ref == row.ref)
             d_sum = f.summary
+        drafts_of[id(row)] = d_sum
         row.prediction = predict(book, row.method, t_sum, d_sum, t_rec.sha256, row.sha256)
+    machine = MachineUse(blind="--no-probe: the ranges hold any machine")
+    if search.probe:
+        priced, machine = _probe(reg, t_rec.sha256, t_file, rows, opened, search, tell)
+        if priced is not None:
+            book = priced
+            for row in rows:
+                if row.admitted:
+                    row.prediction = predict(book, row.method, t_sum, drafts_of[id(row)], t_rec.sha256, row.sha256)
     admitted = sorted((r for r in rows if r.admitted), key=rank_key)
     rejected = [r for r in rows if not r.admitted]
     by_reason = Counter(r.reason_code or "?" for r in rejected)
@@ -230,7 +250,52 @@ def find_drafts(reg: Registry, target_arg: str, search: Search, progress: Progre
         rejected_by_reason=dict(by_reason.most_common()), other_tokenizer=got.other_tokenizer,
         failures=failures, notes=got.notes, searched_repos=got.searched_repos,
         hub_bytes_fetched=sum(f.bytes_fetched for f in got.found), prior=book.prior, error=book.error,
+        machine=machine,
     )  # fmt: skip
+
+
+def _probe(
+    reg: Registry, target_sha: str, target: GGUFFile, rows: list[DraftRow], opened: list[cand.Found],
+    search: Search, tell: Progress,
+) -> tuple[Book | None, MachineUse]:  # fmt: skip
+    """The target's and the best local drafts' machine probes (kept ones read back), and the book
+    priced by them; (None, why) when the target cannot be probed here."""
+    from specreg.benchmark.run import machine_probe as mp
+    from specreg.paths import data_dir
+    from specreg.registry.hashing import sha256_file
+    from specreg.servers.launcher import bundled_command, external_command
+    from specreg.servers.machine_key import machine_key
+    from specreg.servers.pinning import server_pinning
+
+    if not isinstance(target.path, Path):
+        return None, MachineUse(blind="the target is not on this machine (headers only): nothing to probe")
+    files = {f.ref: f.file.path for f in opened if f.file is not None and isinstance(f.file.path, Path)}
+    ranked = sorted((r for r in rows if r.admitted and r.prediction is not None), key=rank_key)
+    local = [
+        r for r in ranked if r.method in MODEL_DRAFTED and r.method != Method.DRAFT_MTP and r.local and r.ref in files
+    ]
+    chosen: dict[str, Path] = {}
+    for r in local:
+        if len(chosen) >= PROBE_LIMIT:
+            break
+        path = files[r.ref or ""]
+        if r.sha256 is None:  # a folder's file: hashed now, as a probe is kept by the bytes it measured
+            r.sha256 = reg.known_sha256(path) or sha256_file(path)
+        chosen.setdefault(r.sha256, path)
+    cmd = external_command(search.server) if search.server else bundled_command()
+    pinning = server_pinning(None, True)  # what `bench` gives its servers by default
+    key = machine_key(cmd, pinning)
+    got = mp.ensure(reg, [(target_sha, target.path), *chosen.items()], key, cmd, pinning,
+                    log_dir=data_dir() / "probes", progress=tell)  # fmt: skip
+    use = MachineUse(
+        key=key.text(), probes=[got.probes[s] for s in [target_sha, *chosen] if s in got.probes],
+        measured=got.measured, seconds=round(got.seconds(), 2), failures=got.failures,
+        not_probed=len({r.ref for r in local}) - len(chosen),
+    )  # fmt: skip
+    if target_sha not in got.probes:
+        use.blind = "the target could not be probed: the ranges hold any machine"
+        return None, use
+    return build_book(reg, key, got.probes), use
 
 
 def check_limits(limit: int) -> None:

@@ -16,7 +16,7 @@ from specreg.audit.production_sampler import policy_sampler
 from specreg.audit.trust import EvidenceTrust
 from specreg.benchmark.plan.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
 from specreg.benchmark.store.digest import load_digests
-from specreg.benchmark.store.run_index import RunIndex, runs_for_pair
+from specreg.benchmark.store.run_index import RunHead, RunIndex, runs_for_pair
 from specreg.errors import RunUnreadable, SpecregError
 from specreg.registry.db import now
 from specreg.registry.evidence import not_checked_here
@@ -27,13 +27,14 @@ from specreg.schemas.audit import (
     AuditReport,
     ConditionDigest,
     ConditionOutcome,
+    DeployCommand,
     GateResult,
     PairAudit,
     Policy,
     RunDigest,
     UncheckedCondition,
 )
-from specreg.schemas.bench import ALL_STRATA
+from specreg.schemas.bench import ALL_STRATA, RequestSettings
 from specreg.schemas.methods import SELF_METHODS
 from specreg.schemas.registry import PairRecord
 from specreg.text import plural
@@ -403,3 +404,62 @@ def run_audit(
         notes=notes,
         models=facts.names(audits, runs.values()),
     )
+
+
+def audit_for_deploy(
+    reg: Registry, pair_id: int, policy: Policy, policy_source: str
+) -> tuple[AuditReport, RequestSettings | None]:
+    """The audit `deploy` (and `watch`) plan from: the pair with every other admitted pair of
+    its target (the per-stratum decisions name a better one when there is; the requested pair
+    first, so a re-check keeps it first), and how its evidence run sampled its requests.
+
+    Raises:
+        PairNotFound: when no pair has this id.
+    """
+    requests: dict[str, RequestSettings] = {}
+
+    def runs_for(reg: Registry, pair: PairRecord) -> list[RunHead]:
+        heads = runs_for_pair(reg, pair)
+        requests.update({h.info.run_id: h.manifest.request for h in heads if h.manifest})  # how it was sampled
+        return heads
+
+    target = reg.get_pair(pair_id).target_sha256
+    rivals = [p.id for p in reg.pairs(admitted=True, with_checks=False) if p.target_sha256 == target]
+    ids = [pair_id, *(i for i in rivals if i != pair_id)]
+    report = run_audit(reg, policy, policy_source, pair_ids=ids, spread=False, runs_for=runs_for)
+    request = requests.get(report.pairs[0].run_id or "") if report.pairs else None
+    return report, request
+
+
+def pinned_plan(
+    reg: Registry,
+    report: AuditReport,
+    pair_id: int,
+    request: RequestSettings | None,
+    *,
+    stratum: str | None = None,
+    concurrency: int | None = None,
+    program: str | None = None,
+    port: int | None = None,
+) -> DeployCommand:
+    """The command `specreg deploy` prints from `audit_for_deploy`'s report (and `watch` holds a
+    server to): `plan_deploy`, then the caps `check pair --budget` recorded for the configuration
+    deployed, pinned (audit.deploy.pin_fit).
+
+    Raises:
+        SpecregError: as `plan_deploy` (the pair not in the audit, a stratum never measured).
+    """
+    from specreg.audit.deploy import pin_fit, plan_deploy, serving_settings
+    from specreg.schemas.memory import config_key
+
+    audited = report.pairs[0].pair_id if report.pairs else pair_id  # a stale verdict is re-checked as a new pair
+    plan = plan_deploy(
+        report, audited, stratum=stratum, concurrency=concurrency, program=program, port=port, request=request
+    )
+    if plan.deployable and plan.argv and report.pairs:
+        pa = report.pairs[0]
+        config = config_key(serving_settings(plan.argv))
+        fit = reg.memory_fits.latest(pa.target_sha256, pa.draft_sha256, pa.method, config)
+        if fit is not None:
+            pin_fit(plan, fit)
+    return plan

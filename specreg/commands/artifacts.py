@@ -133,7 +133,7 @@ def artifacts_cmd(json_out: JsonOpt = False) -> None:
     if json_out:
         from specreg.schemas.record import to_python
 
-        emit_json([to_python(r, mode="json", exclude={"summary"}) for r in recs])
+        emit_json([to_python(r, exclude={"summary"}) for r in recs])
         return
     if not recs:
         err_console().print("no artifacts registered yet (specreg register FILE)")

@@ -97,6 +97,9 @@ def _audit(
         result = audit_by_hardware(
             reg, pol, source, pair_ids=list(pair) if pair else None, rehash=rehash, spread=report is not None
         )
+        from specreg.watch.windows import production
+
+        result.production = production(reg, [p.pair_id for p in result.pairs])  # what `watch` kept of them
         if fmt == "sarif":
             shas = {p.target_sha256 for p in result.pairs} | {p.draft_sha256 for p in result.pairs if p.draft_sha256}
             paths = {sha: rec.paths[0] for sha, rec in reg.get_artifacts(shas).items() if rec.paths}

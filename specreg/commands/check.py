@@ -289,7 +289,7 @@ def pair_cmd(
             )
         )  # fmt: skip
         if probe:
-            return run_probe(t_file, d_file, how, static, rules.id, server, show=not json_out)
+            return run_probe(t_file, d_file, how, static, rules.id, server, show=not json_out, reg=reg)
         return []
 
     with Registry(db_path(), show_progress=not json_out and fmt == "text") as reg, allowing(timeout):
@@ -315,11 +315,10 @@ def pair_cmd(
         emit_json(
             to_python(
                 v,
-                mode="json",
                 include={"admitted", "method", "target_sha256", "draft_sha256", "rule_set", "strict", "checks"},
             )
-            | {"rule_set_chosen_by": judged.why, "memory": to_python(mem, mode="json")}
-            | {"fit": to_python(fit, mode="json") if fit is not None else None}
+            | {"rule_set_chosen_by": judged.why, "memory": to_python(mem)}
+            | {"fit": to_python(fit) if fit is not None else None}
             | _remote_facts(done.target, done.draft)
         )
     else:
@@ -395,7 +394,7 @@ def pairs_cmd(
     if json_out:
         out: list[dict[str, Any]] = []
         for p in rows:
-            d = to_python(p, mode="json", exclude={"checks"})
+            d = to_python(p, exclude={"checks"})
             d["stale"] = stale[p.rule_set]
             d["other_rules"] = other[p.rule_set]
             d["benchmarkable"] = p.admitted and lacking.get(p.id) is None

@@ -12,8 +12,7 @@ from specreg.commands.output import emit_json, safe_plain, width
 from specreg.errors import EXIT_REJECTED, UsageError
 
 if TYPE_CHECKING:
-    from specreg.registry.store import Registry
-    from specreg.schemas.audit import DeployCommand, PairAudit
+    from specreg.schemas.audit import DeployCommand
 
 
 def deploy_cmd(
@@ -43,57 +42,21 @@ def deploy_cmd(
         raise UsageError("--port must be between 1 and 65535")
     if concurrency is not None and concurrency < 1:
         raise UsageError("--concurrency must be at least 1")
-    from specreg.audit.deploy import plan_deploy
     from specreg.audit.policy import load_policy
-    from specreg.audit.run import run_audit
-    from specreg.benchmark.store.run_index import RunHead, runs_for_pair
+    from specreg.audit.run import audit_for_deploy, pinned_plan
     from specreg.registry.store import Registry
-    from specreg.schemas.bench import RequestSettings
-    from specreg.schemas.registry import PairRecord
 
     pol, source = load_policy(policy)
-    requests: dict[str, RequestSettings] = {}
-
-    def runs_for(reg: Registry, pair: PairRecord) -> list[RunHead]:
-        heads = runs_for_pair(reg, pair)
-        requests.update({h.info.run_id: h.manifest.request for h in heads if h.manifest})  # how it was sampled
-        return heads
-
     with Registry(db_path(), create=False) as reg:
-        target = reg.get_pair(pair_id).target_sha256
-        # the other admitted pairs of the same target are audited too: the per-stratum decisions
-        # name a better one when there is (the requested pair first: a re-check keeps it first)
-        rivals = [p.id for p in reg.pairs(admitted=True, with_checks=False) if p.target_sha256 == target]
-        ids = [pair_id, *(i for i in rivals if i != pair_id)]
-        report = run_audit(reg, pol, source, pair_ids=ids, spread=False, runs_for=runs_for)
-        audited = report.pairs[0].pair_id if report.pairs else pair_id  # a stale verdict is re-checked as a new pair
-        plan = plan_deploy(
-            report,
-            audited,
-            stratum=stratum,
-            concurrency=concurrency,
-            program=server,
-            port=port,
-            request=requests.get(report.pairs[0].run_id or "") if report.pairs else None,
+        report, request = audit_for_deploy(reg, pair_id, pol, source)
+        plan = pinned_plan(
+            reg, report, pair_id, request, stratum=stratum, concurrency=concurrency, program=server, port=port
         )
-        if plan.deployable and plan.argv and report.pairs:
-            _pin_fit(reg, report.pairs[0], plan)
     if json_out:
         emit_json(plan)
     else:
         _show(plan, source)
     raise typer.Exit(0 if plan.deployable else EXIT_REJECTED)
-
-
-def _pin_fit(reg: Registry, pa: PairAudit, plan: DeployCommand) -> None:
-    """The caps `check pair --budget` recorded for the configuration deployed, pinned."""
-    from specreg.audit.deploy import pin_fit, serving_settings
-    from specreg.schemas.memory import config_key
-
-    config = config_key(serving_settings(plan.argv or []))
-    fit = reg.memory_fits.latest(pa.target_sha256, pa.draft_sha256, pa.method, config)
-    if fit is not None:
-        pin_fit(plan, fit)
 
 
 def _speedup(plan: DeployCommand) -> str:

@@ -50,6 +50,14 @@ def drafts_cmd(
         str | None, typer.Option("--budget", metavar="D", help="--bench: the time all rounds may take, e.g. 20m.")
     ] = None,
     tune: Annotated[bool, typer.Option("--tune", help="--bench: tune the draft length of the last survivors.")] = False,
+    probe: Annotated[
+        bool,
+        typer.Option(
+            "--probe/--no-probe",
+            help="Price the predictions on this machine: start the target and the best local drafts once "
+            "each (kept in the registry). --no-probe: hardware-blind ranges.",
+        ),
+    ] = True,
     workload: Annotated[
         str, typer.Option("--workload", metavar="NAME|FILE", help="--bench: the workload (see `specreg workloads`).")
     ] = "default",
@@ -63,7 +71,10 @@ def drafts_cmd(
     judged with the checks of `check pair` under the rules of the server that will run it;
     the n-gram methods (and MTP, for a target with next-n heads) are candidates too. The
     prediction's acceptance comes from runs of the same pair, else of the same families,
-    else a prior fitted on every measured pair; its range holds the error measured on them.
+    else a prior fitted on every measured pair; its step prices from machine probes of the
+    target and the best local drafts (one short server start each, kept in the registry by
+    SHA-256, hardware class and build); its range carries acceptance, the probe's spread and
+    the step model's error (hardware-blind with --no-probe: any machine).
 
     --bench N --budget D measures the top N candidates on this machine by successive halving
     (each round halves the field; every run is stored as `bench admitted` stores it), then
@@ -85,7 +96,7 @@ def drafts_cmd(
     if judged.warning:
         warn([judged.warning])
     pol, source = load_policy(policy)
-    search = Search(judged.rules, judged.why, pol, source, tuple(dirs or ()), hub, limit)
+    search = Search(judged.rules, judged.why, pol, source, tuple(dirs or ()), hub, limit, probe=probe, server=server)
     progress = Progress(enabled=not json_out)
     with Registry(db_path(), show_progress=False) as reg:
         with allowing(timeout):

@@ -2,7 +2,7 @@
 
 Each example is a command that works as written from the state `specreg demo` leaves: run in the
 folder where the demo ran, with `SPECREG_DB=specreg-demo/registry.db` (the preamble says so), on
-the demo's models, workload and policy. `tests/test_help_examples.py` parses every one against
+the demo's models, workload and policy. `tests/commands/test_examples.py` parses every one against
 its command and runs them there, in this order (the ones in `NETWORK` need the hub or the package
 index and are only parsed). A new command gets its entry here, keyed like `cli.COMMANDS` (a
 subcommand as `"group sub"`, the root as `""`).
@@ -82,6 +82,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         f"specreg deploy 1 --policy {_POLICY}",
         f"specreg deploy 1 --policy {_POLICY} --stratum repetitive --port 8080 --json",
     ),
+    "watch": (
+        f"specreg watch http://127.0.0.1:8080 --pair 1 --stratum repetitive --policy {_POLICY}",
+        "specreg watch http://127.0.0.1:8080 --once --interval 30s --json",
+        "specreg watch http://127.0.0.1:8080 --listen 127.0.0.1:9464",
+    ),
     "export": (
         "specreg export --all -o this-host.zip",
         "specreg export --run latest -o last-run.zip",
@@ -93,9 +98,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
 }
 # need the Hugging Face hub or the package index (and minutes), or what only the user can make
 # (`sign`: the signing extra and a key of one's own, docs/security.md; the tests make a key and
-# run it): parsed by the tests, not run
+# run it; `watch`: a server started with the command `deploy` prints): parsed by the tests, not run
 NETWORK = frozenset(
     {
+        *EXAMPLES["watch"],
         EXAMPLES["sign"][0],
         EXAMPLES["inspect"][2],
         EXAMPLES["fetch"][0],

@@ -7,6 +7,7 @@ names (`pair: PairOpt = None`) and the same flag means the same thing in every c
 from __future__ import annotations
 
 import re
+from contextvars import ContextVar
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -59,20 +60,22 @@ class HelpCommand(TyperCommand):
                 formatter.write_dl(opts)
 
 
-DB_KEY = "specreg.db"  # where the root callback keeps `--db` in click's context (ctx.meta)
+# The root's `--db FILE`, for the command being run: set by the root callback for as long as its
+# context lives (a test's or an embedder's next `main()` without --db uses its own registry).
+_DB: ContextVar[Path | None] = ContextVar("specreg_db", default=None)
+
+
+def use_db(ctx: typer.Context, db: Path) -> None:
+    """Make `db` the registry of the command `ctx` runs, until that context closes."""
+    token = _DB.set(db)
+    ctx.call_on_close(lambda: _DB.reset(token))
 
 
 def db_path() -> Path:
     """The registry this command works on: the root's `--db`, else $SPECREG_DB, else the default."""
-    try:  # typer >= 0.28 vendors click as typer._click: its context is not click's
-        from typer._click.globals import get_current_context
-    except ImportError:  # pragma: no cover - a typer that uses click itself
-        from click import get_current_context  # type: ignore[no-redef]
-
     from specreg.paths import registry_path
 
-    ctx = get_current_context(silent=True)
-    return registry_path(ctx.meta.get(DB_KEY) if ctx is not None else None)
+    return registry_path(_DB.get())
 
 
 def chosen_method(choice: MethodChoice) -> Method | None:

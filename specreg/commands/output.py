@@ -170,19 +170,17 @@ def emit_json(data: Any) -> None:
     """Print a pydantic model (or plain data) as JSON on stdout, nothing else."""
     from pydantic import BaseModel  # not at startup: `--help` and plain listings need no pydantic
 
-    from specreg.schemas.record import adapter, to_python
+    from specreg.schemas.record import json_bytes, to_python
 
-    if isinstance(data, BaseModel):
-        # = model_dump_json(indent=2), as UTF-8 bytes straight to stdout: no 40 MB str round trip
-        _write_utf8(data.__pydantic_serializer__.to_json(data, indent=2))
-        return
-    if is_dataclass(data) and not isinstance(data, type):
-        _write_utf8(adapter(type(data)).dump_json(data, indent=2))
+    if isinstance(data, BaseModel) or (is_dataclass(data) and not isinstance(data, type)):
+        # = model_dump_json(indent=2) (a model is written by its own serializer), as UTF-8 bytes
+        # straight to stdout: no 40 MB str round trip
+        _write_utf8(json_bytes(data, indent=2))
         return
     if isinstance(data, list) and data and isinstance(data[0], BaseModel):
         text = json.dumps([d.model_dump(mode="json") for d in data], indent=2)
     elif isinstance(data, list) and data and is_dataclass(data[0]):
-        text = json.dumps([to_python(d, mode="json") for d in data], indent=2)
+        text = json.dumps([to_python(d) for d in data], indent=2)
     else:
         text = json.dumps(data, indent=2, default=str)
     sys.stdout.write(text + "\n")

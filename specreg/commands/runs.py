@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from specreg.registry.store import Registry
     from specreg.schemas.audit import ModelName
     from specreg.schemas.bench import BenchRun
+    from specreg.schemas.machine_probe import MachineProbe
 
 runs_app = typer.Typer(
     help="List benchmark runs, or show one (`runs show RUN_ID`).",
@@ -31,14 +32,20 @@ def _registry() -> Registry:
     return Registry(db_path(), create=False)
 
 
-def _load_named(run_id: str) -> tuple[BenchRun, dict[str, str | None]]:
-    """A stored run and the registry's general.name of its target and draft (shown beside their SHA-256)."""
+def _load_named(run_id: str) -> tuple[BenchRun, dict[str, str | None], dict[str, MachineProbe]]:
+    """A stored run, the registry's general.name of its target and draft (shown beside their
+    SHA-256), and their machine probes on the machine, build and flags the run was measured on."""
     from specreg.benchmark.store.runstore import RunStore
+    from specreg.servers.machine_key import key_of_run
 
     with _registry() as reg:
         run = RunStore(reg).load(run_id)
         shas = [s for s in (run.info.target_sha256, run.info.draft_sha256) if s]
-        return run, {sha: rec.name for sha, rec in reg.get_artifacts(shas).items()}
+        names = {sha: rec.name for sha, rec in reg.get_artifacts(shas).items()}
+        if run.manifest is None:
+            return run, names, {}
+        key = key_of_run(run.manifest)
+        return run, names, reg.machine_probes(shas, key.hardware, key.runtime, key.flags)
 
 
 @runs_app.callback()
@@ -95,13 +102,27 @@ def show(
     """Show one run: condition x stratum table (acceptance, speed-up, p50/p95, TTFT, memory, equivalence, errors)."""
     from specreg.commands.views.run_detail import show_run
 
-    run, names = _load_named(run_id)
+    run, names, probes = _load_named(run_id)
     written: list[Path] = []
     if report is not None:  # the report module (audit area) draws the plots and writes atomically
         from specreg.report.write import write_run_report_for
 
         written = write_run_report_for(report, run, _model_names(run))
-    emit_result(run, json_out, lambda: show_run(run, names), written)
+
+    def human() -> None:
+        show_run(run, names, probes)
+        _production(run)
+
+    emit_result(run, json_out, human, written)
+
+
+def _production(run: BenchRun) -> None:
+    """What `specreg watch` kept of the pairs this run was the audited evidence for."""
+    from specreg.commands.views.audit import production
+    from specreg.watch.windows import production_of_run
+
+    with _registry() as reg:
+        production(production_of_run(reg, run.info.run_id))
 
 
 def _model_names(run: BenchRun) -> dict[str, ModelName]:

@@ -241,7 +241,7 @@ def imported_verdict(rec: Mapping[str, Any], v: object, origin: tuple[str, str])
     return {
         "admitted": admitted,
         "strict": strict,
-        "checks": [to_python(c, mode="json") for c in checks],
+        "checks": [to_python(c) for c in checks],
         "created_at": created,
         "host": host,
         "specreg_version": version,

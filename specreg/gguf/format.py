@@ -3,9 +3,9 @@
 The reader is on the hot path of every `specreg check pair` (a fresh process each time), so
 these are plain literals rather than imports from the `gguf` package (which pulls in numpy).
 The tensor type table (block and type sizes) is generated from the b11434 runtime's
-own source (`ggml_types.py`, by tools/extract_ggml_types.py; tests/test_ggml_types.py checks
+own source (`ggml_types.py`, by tools/extract_ggml_types.py; tests/gguf/test_ggml_types.py checks
 every type against that source and against ggml itself). The rest were taken from `gguf` 0.19.0
-plus the few entries that release lacks but the runtime knows; `tests/test_gguf_format_constants.py`
+plus the few entries that release lacks but the runtime knows; `tests/gguf/test_format.py`
 checks them against the installed `gguf` package, so a test fails the day the two disagree.
 """
 

@@ -2,7 +2,7 @@
 
 Written by `python tools/extract_ggml_types.py SRC_TREE > specreg/gguf/ggml_types.py` from the
 runtime's own source (ggml.h's enum ggml_type, ggml.c's type_traits[], ggml-common.h's block
-structs); tests/test_ggml_types.py re-extracts it from that source and compares every type.
+structs); tests/gguf/test_ggml_types.py re-extracts it from that source and compares every type.
 """
 
 from __future__ import annotations

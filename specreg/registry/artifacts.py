@@ -199,6 +199,18 @@ class ArtifactStore:
         """The SHA-256 of a file if the stat cache vouches for it (no hashing, no write)."""
         return statcache.known_sha256(self.db, path)
 
+    def registered_at(self, path: str) -> dict[str, str]:
+        """Registered path -> SHA-256 for this exact absolute path, or for a relative one every
+        registered path that ends with it (a server's `/props` names its model as it was given)."""
+        if os.path.isabs(path):
+            rows = self.db.rows("SELECT path, sha256 FROM artifact_paths WHERE path = ?", (path,))
+        else:
+            tail = "/" + path.lstrip("./")
+            rows = self.db.rows(
+                "SELECT path, sha256 FROM artifact_paths WHERE substr(path, -length(?)) = ?", (tail, tail)
+            )
+        return {r["path"]: r["sha256"] for r in rows}
+
     def registered_unchanged(self, path: str | Path) -> str | None:
         """The SHA-256 when this very path is registered and unchanged since (stat cache)."""
         apath = os.path.abspath(os.fspath(path))
@@ -326,13 +338,14 @@ class ArtifactStore:
         shards: list[Shard] = []
         if summary is not None and is_split(summary):
             shards = self.shards.read(apath, summary, rehash=rehash)
+        written: ArtifactRecord | None = None  # the row inserted here, as written
         with self.db.transaction() as conn:
             known = self.db.one("SELECT licence_json, layout_json FROM artifacts WHERE sha256 = ?", (sha,))
             stamp = now_iso()
             if known is None:
                 if summary is None:  # cache pointed at a row deleted meanwhile: read it now
                     summary = self._parse(apath)
-                self._insert(conn, sha, summary, license, prov, card, stamp, layout)
+                written = self._insert(conn, sha, summary, license, prov, card, stamp, layout)
             elif layout is not None and known["layout_json"] != layout:  # registered before m009
                 conn.execute("UPDATE artifacts SET layout_json = ? WHERE sha256 = ?", (layout, sha))
             elif news or prov.source == "hf_cache":
@@ -345,6 +358,8 @@ class ArtifactStore:
             self._upsert_path(apath, sha, key, hashed_at, stamp)
             if shards:
                 self.shards.pin(conn, sha, shards)
+        if written is not None:
+            return replace(written, paths=self._paths_of(sha))
         return self.get(sha, summary=summary)
 
     def add_remote(self, sha: str, summary: GGUFSummary, provenance: Provenance) -> ArtifactRecord:
@@ -357,9 +372,9 @@ class ArtifactStore:
         with self.db.transaction() as conn:
             stamp = now_iso()
             if self.db.one("SELECT 1 FROM artifacts WHERE sha256 = ?", (sha,)) is None:
-                self._insert(conn, sha, summary, None, provenance, None, stamp)
-            else:  # keep what is known (a fetched copy's provenance); add the remote facts
-                self._update(sha, None, None, None, provenance.extra, stamp)
+                return self._insert(conn, sha, summary, None, provenance, None, stamp)
+            # keep what is known (a fetched copy's provenance); add the remote facts
+            self._update(sha, None, None, None, provenance.extra, stamp)
         return self.get(sha)
 
     def _insert(
@@ -370,14 +385,17 @@ class ArtifactStore:
         user_license: str | None,
         prov: Provenance,
         card: LicenceSource | None,
-        stamp: str,
+        now: str,
         layout: str | None = None,
-    ) -> None:
+    ) -> ArtifactRecord:
+        """Insert a new artifact's row; returns the record as written (its paths are added by
+        the caller): what `get` would read back, without reading and validating it again."""
         summary = replace(summary, sha256=sha)
         sources: list[LicenceSource | None] = [licence.from_gguf(summary.license), card]
         if user_license:
             sources.append(LicenceSource(source="user", value=user_license))
         rec = licence.combine(sources)
+        extra = json.dumps(prov.extra)
         conn.execute(
             "INSERT INTO artifacts (sha256, size, name, architecture, file_type, file_type_name, "
             "n_tokens, summary_json, effective_license, licence_source, licence_conflict, "
@@ -400,11 +418,26 @@ class ArtifactStore:
                 prov.revision,
                 prov.filename,
                 prov.source,
-                json.dumps(prov.extra),
-                stamp,
-                stamp,
+                extra,
+                now,
+                now,
                 layout,
             ),
+        )
+        at = stamp(now)
+        return ArtifactRecord(
+            sha256=sha,
+            size=summary.file_size,
+            name=summary.name,
+            architecture=summary.architecture,
+            file_type=summary.file_type,
+            file_type_name=summary.file_type_name,
+            n_tokens=summary.tokenizer.n_tokens,
+            summary=summary,
+            licence=rec,
+            provenance=replace(prov, extra=json.loads(extra)),  # as read back: JSON's types
+            registered_at=at,
+            updated_at=at,
         )
 
     def _update(

@@ -2,7 +2,7 @@
 
 Applied migrations are recorded in sqlite-utils' format: table `_sqlite_migrations` (id,
 migration_set "specreg", name, applied_at), so `sqlite_utils.Migrations` and `sqlite-utils`
-tooling read a registry's state as their own (tests/test_registry_schema.py holds both to it).
+tooling read a registry's state as their own (tests/registry/test_migrations.py holds both to it).
 specreg applies them itself, on the plain `sqlite3` connection, because importing sqlite-utils
 imports numpy and click, and a first `specreg check pair` creates the registry.
 `Database` runs `apply()` inside its own `BEGIN IMMEDIATE`, and `apply()` looks at what is
@@ -14,7 +14,7 @@ Adding a migration (other areas: the benchmark runs tables, ...):
      never edit or reorder one that has shipped — add another that alters;
   2. use plain SQL (`db.execute("CREATE TABLE ...")`): explicit types, NOT NULL, foreign
      keys and an index on every column that list views filter, join or sort on;
-  3. update `tests/test_registry_schema.py`, which pins every table and its columns.
+  3. update `tests/registry/test_migrations.py`, which pins every table and its columns.
 
 One module, however long: it is a list of small functions applied in order, each frozen once
 shipped, and reading the schema's history is reading this file top to bottom.
@@ -107,9 +107,11 @@ migrations = MigrationSet("specreg")
 # specreg that added one is not "newer" to a specreg that has not (exchange/bundle.py).
 # Who vouched for an imported run or verdict (m021, m022) is this registry's record of the
 # envelopes it verified; the envelopes themselves travel, not the tables. A memory fit (m023)
-# judges a configuration against this machine's budget: it does not travel either. Where a run
-# came from (m024: its Ray node) is this registry's record too; a bundle carries the node in the
-# run's manifest.
+# judges a configuration against this machine's budget, and a machine probe (m025) prices a model
+# on this machine: they do not travel either. What `specreg watch` saw of a deployed server (m024)
+# is evidence about this registry's own production, not a result another machine can re-derive:
+# it stays here too. Where a run came from (m026: its Ray node) is this registry's record as well;
+# a bundle carries the node in the run's manifest.
 LOCAL_ONLY = frozenset(
     {
         "m010_template_scans",
@@ -117,7 +119,9 @@ LOCAL_ONLY = frozenset(
         "m021_run_attestations",
         "m022_verdict_attestations",
         "m023_memory_fits",
-        "m024_run_origin_nodes",
+        "m024_watch_windows",
+        "m025_machine_probes",
+        "m026_run_origin_nodes",
     }
 )
 
@@ -640,7 +644,68 @@ def m023_memory_fits(db: sqlite3.Connection) -> None:
 
 
 @migrations()
-def m024_run_origin_nodes(db: sqlite3.Connection) -> None:
+def m024_watch_windows(db: sqlite3.Connection) -> None:
+    """What `specreg watch` saw of a running server, one row per window (watch/windows.py owns it):
+    the pair and stratum it was matched to, the server's identity (a digest over what it runs;
+    the identity itself on a watch's first window of it), the state and why, the counter deltas
+    the numbers come from, the counters at the window's end (where the next `--once` resumes), and
+    the window as JSON (schemas/watch.py, less the identity). An `unknown` window has no numbers;
+    a number a server did not give is NULL."""
+    db.execute(
+        """
+        CREATE TABLE watch_windows (
+            id INTEGER PRIMARY KEY,
+            pair_id INTEGER NOT NULL REFERENCES pairs (id),
+            stratum TEXT,
+            url TEXT NOT NULL,
+            identity_key TEXT NOT NULL CHECK (length(identity_key) = 64),
+            server_json TEXT,
+            run_id TEXT,
+            started_at TEXT NOT NULL,
+            ended_at TEXT NOT NULL,
+            seconds REAL NOT NULL CHECK (seconds >= 0),
+            state TEXT NOT NULL CHECK (state IN ('holds', 'drifted', 'not speculating', 'unknown')),
+            reason TEXT,
+            restarted INTEGER NOT NULL DEFAULT 0,
+            mismatches INTEGER NOT NULL DEFAULT 0 CHECK (mismatches >= 0),
+            generated INTEGER CHECK (generated >= 0),
+            generating_s REAL CHECK (generating_s >= 0),
+            drafted INTEGER CHECK (drafted >= 0),
+            accepted INTEGER CHECK (accepted >= 0),
+            audited_acceptance REAL,
+            audited_decode_tps REAL,
+            window_json TEXT NOT NULL,
+            counters_json TEXT
+        )
+        """
+    )
+    db.execute("CREATE INDEX idx_watch_windows_pair ON watch_windows (pair_id, ended_at, id)")
+    db.execute("CREATE INDEX idx_watch_windows_identity ON watch_windows (identity_key, id)")
+
+
+@migrations()
+def m025_machine_probes(db: sqlite3.Connection) -> None:
+    """What a model costs on one machine (registry/machine_probes.py): per file SHA-256, hardware
+    class, runtime and speed flags, llama.cpp's decode and batch timings from a short server
+    start, every repetition kept (schemas/machine_probe.py). A cache of a measurement: a newer
+    probe of the same key replaces the older."""
+    db.execute(
+        """
+        CREATE TABLE machine_probes (
+            sha256 TEXT NOT NULL CHECK (length(sha256) = 64),
+            hardware TEXT NOT NULL,
+            runtime TEXT NOT NULL,
+            flags TEXT NOT NULL,
+            probe_json TEXT NOT NULL,
+            probed_at TEXT NOT NULL,
+            PRIMARY KEY (sha256, hardware, runtime, flags)
+        )
+        """
+    )
+
+
+@migrations()
+def m026_run_origin_nodes(db: sqlite3.Connection) -> None:
     """Where a run dispatched to a Ray cluster ran (exchange/ray_executor.py): the node's id, its
     address and the resources the run was placed with, beside the host. Such a run arrives row by
     row while it is measured, in no bundle: its bundle digest is NULL, and its content digest is

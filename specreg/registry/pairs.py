@@ -142,7 +142,7 @@ class PairStore:
     def record_verdict(self, verdict: PairVerdict) -> int:
         """Store a verdict (history is kept) and return the stable id of its pair."""
         stamp = verdict.created_at.isoformat() if verdict.created_at else now_iso()
-        checks_json = to_json(verdict.checks, list[CheckResult])
+        checks_json = to_json(verdict.checks)
         admitted, strict = int(verdict.admitted), int(verdict.strict)
         with self.db.transaction() as conn:
             for role, sha in (("target", verdict.target_sha256), ("draft", verdict.draft_sha256)):

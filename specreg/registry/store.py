@@ -20,6 +20,7 @@ from specreg.paths import default_db_path, registry_path
 from specreg.registry.artifacts import ArtifactStore
 from specreg.registry.db import BUSY_TIMEOUT_S, Database, registry_error
 from specreg.registry.integrity import Integrity, Pinned
+from specreg.registry.machine_probes import MachineProbes
 from specreg.registry.memory_fits import MemoryFits
 from specreg.registry.pairs import PairStore
 from specreg.registry.template_scans import TemplateScans
@@ -30,6 +31,7 @@ from specreg.schemas.registry import ArtifactRecord, LicenceSource, PairRecord, 
 if TYPE_CHECKING:
     from specreg.gguf.walk import TwinArray
     from specreg.registry.snapshot import Snapshot
+    from specreg.schemas.machine_probe import MachineProbe
 
 
 def _is_default(path: Path) -> bool:
@@ -93,6 +95,7 @@ class Registry:
         self._pairs = PairStore(self.database)
         self.template_scans = TemplateScans(self.database)
         self.memory_fits = MemoryFits(self.database)
+        self._probes = MachineProbes(self.database)
 
     # -- plumbing -----------------------------------------------------------------------------
 
@@ -186,6 +189,10 @@ class Registry:
         """The SHA-256 of a file if the stat cache vouches for it (no hashing, no write)."""
         return self._artifacts.known_sha256(path)
 
+    def registered_at(self, path: str) -> dict[str, str]:
+        """Registered path -> SHA-256 at this path (a relative one: every registered path ending with it)."""
+        return self._artifacts.registered_at(path)
+
     def verify_artifact(self, rec: ArtifactRecord, *, rehash: bool = False) -> tuple[bool, str | None]:
         """Do all registered paths still hold these bytes? Stat-cache hits cost no hashing."""
         return self._integrity.verify([rec], rehash=rehash)[rec.sha256]
@@ -235,3 +242,15 @@ class Registry:
     def pair_history(self, pair_id: int) -> list[PairVerdict]:
         """Every verdict recorded for a pair, oldest first."""
         return self._pairs.pair_history(pair_id)
+
+    # -- machine probes -----------------------------------------------------------------------
+
+    def machine_probes(
+        self, shas: Iterable[str], hardware: str, runtime: str, flags: Iterable[str]
+    ) -> dict[str, MachineProbe]:
+        """The probes of these files on one machine (hardware class, runtime, speed flags), by SHA-256."""
+        return self._probes.get(shas, hardware, runtime, flags)
+
+    def record_machine_probe(self, probe: MachineProbe) -> bool:
+        """Keep a probe under its key; False when this registry cannot be written (it is then not kept)."""
+        return self._probes.put(probe)

@@ -325,6 +325,10 @@ def render_audit(report: AuditReport, plots: dict[str, dict[str, str]]) -> str:
             classes=[{len(common.decision_headers(hw)) - 1: "why"} for _ in report.decisions],
         )
     )
+    if report.production:
+        parts.append('<h2 id="production">In production (specreg watch)</h2><ul>')
+        parts += [f"<li>{e(p.where())}: {e(p.line())}</li>" for p in report.production]
+        parts.append("</ul>")
     parts.append('<div id="runs"></div>')
     for i, run in enumerate(report.runs):
         parts.append(run_plots(run, plots.get(run.run_id, {}), f"r{i}"))

@@ -142,6 +142,9 @@ def render_audit(report: AuditReport, plots: dict[str, dict[str, str]], image_pr
         common.decision_headers(hw), [common.decision_cells(d, hw, report.models) for d in report.decisions]
     )
     lines.append("")
+    if report.production:
+        lines += ["## In production (specreg watch)", ""]
+        lines += [f"- {esc(p.where())}: {esc(p.line())}" for p in report.production] + [""]
     for run in report.runs:
         lines += run_plots(run, plots.get(run.run_id, {}), f"{image_prefix}{slug(run.run_id)}-")
     lines += ["", "## Pairs", ""]

@@ -19,6 +19,7 @@ from specreg.schemas.bench import ConditionStatus, Difference, RunStatus, TuneEs
 from specreg.schemas.bench_settings import DEFAULT_REPEAT
 from specreg.schemas.sampling import DraftSampling, Sampler
 from specreg.schemas.triage import NEAR_TIE_MARGIN, Triage
+from specreg.schemas.watch import ProductionEvidence
 
 if TYPE_CHECKING:
     from specreg.schemas.registry import ArtifactRecord
@@ -133,6 +134,17 @@ class TrustPolicy(_Strict):
     require_model_signature: StrictBool = False
 
 
+class WatchPolicy(_Strict):
+    """What `specreg watch` holds a deployed server to (docs/watch.md). Live traffic is `drifted`
+    when its acceptance or decode rate settles below the audited one by more than the tolerance
+    (relative), decided over windows by an anytime-valid test, so noise pages nobody; speculation
+    configured but no draft over `not_speculating_tokens` generated tokens is `not speculating`."""
+
+    acceptance_tolerance: float = Field(default=0.10, ge=0, lt=1)
+    decode_tolerance: float = Field(default=0.25, ge=0, lt=1)
+    not_speculating_tokens: int = Field(default=64, ge=1)
+
+
 class Policy(_Strict):
     """A deployment policy as written in TOML; `Policy()` is the safe built-in default."""
 
@@ -145,6 +157,7 @@ class Policy(_Strict):
     template: TemplatePolicy = Field(default_factory=TemplatePolicy)
     sampling: SamplingPolicy = Field(default_factory=SamplingPolicy)
     trust: TrustPolicy = Field(default_factory=TrustPolicy)
+    watch: WatchPolicy = Field(default_factory=WatchPolicy)
 
 
 # ---- run digests: what reports and gates read from a benchmark run ------------------------
@@ -473,6 +486,8 @@ class AuditReport(BaseModel):
     notes: list[str] = Field(default_factory=list)
     hardware_classes: list[str] = Field(default_factory=list)  # audited one by one when there are several
     models: dict[str, ModelName] = Field(default_factory=dict)  # sha256 -> names of every model audited
+    # what `specreg watch` recorded of the audited pairs in production (filled by the command)
+    production: list[ProductionEvidence] = Field(default_factory=list)
 
 
 # ---- the deploy command ----------------------------------------------------------------------

@@ -12,8 +12,12 @@ from typing import Literal
 from pydantic import Field
 
 from specreg.schemas.base import BaseModel
+from specreg.schemas.machine_probe import MachineProbe
 
 AcceptanceSource = Literal["this pair", "same families", "prior", "measured n-gram", "none"]
+# where the step prices came from: both models' machine probes, the target's alone (the draft's
+# r from its weights), none (hardware-blind: any machine), or this pair's own runs
+CostSource = Literal["machine probe", "target probe", "hardware-blind", "measured runs"]
 
 
 class Prediction(BaseModel):
@@ -24,9 +28,12 @@ class Prediction(BaseModel):
     alpha: float | None = None  # per-token acceptance
     alpha_range: tuple[float, float] | None = None
     draft_cost: float | None = None  # r: one draft decode in target decodes
+    verify_cost: float | None = None  # v(k): a verify step at the predicted k, in target decodes
     draft_length: int | None = None  # k at which the prediction is best (tune.py's curve)
-    speedup: float  # the point prediction
-    speedup_range: tuple[float, float]  # the acceptance range, widened by the measured error
+    speedup: float  # the point prediction, at k
+    speedup_range: tuple[float, float]  # at k: acceptance, prices and the step model's spread
+    costs: CostSource | None = None  # None: a method with no draft to price (n-gram)
+    verdict: str | None = None  # "not faster on this machine" / "faster ..." / "either way ..."; None: blind
     measured_speedup: float | None = None  # the newest run of this very pair, end to end
     measured_ci95: tuple[float, float] | None = None
 
@@ -78,6 +85,19 @@ class ErrorStat(BaseModel):
     median: float | None = None
     high: float | None = None
     pairs: list[dict[str, object]] = Field(default_factory=list)
+    costs: str | None = None  # how its predictions were priced: "machine probes" or "hardware-blind"
+
+
+class MachineUse(BaseModel):
+    """The machine probes a report's predictions were priced with, or why they are hardware-blind."""
+
+    key: str | None = None  # hardware class; runtime; speed flags (None: not probed)
+    probes: list[MachineProbe] = Field(default_factory=list)  # the target's first, then the drafts'
+    measured: list[str] = Field(default_factory=list)  # SHA-256s probed by this command (the rest were kept)
+    seconds: float = 0.0  # what this command's own probes took
+    failures: list[str] = Field(default_factory=list)
+    not_probed: int = 0  # local drafts past the probe limit (priced by the target's probe and their weights)
+    blind: str | None = None  # why the predictions do not know the machine (--no-probe, a remote target, ...)
 
 
 class HalvingRound(BaseModel):
@@ -120,4 +140,5 @@ class DraftReport(BaseModel):
     hub_bytes_fetched: int = 0
     prior: PriorFit
     error: ErrorStat
+    machine: MachineUse
     bench: BenchOutcome | None = None

@@ -9,7 +9,7 @@ from typing import Literal
 from specreg.schemas.checks import CheckResult
 
 # llama.cpp's defaults for what a serving server keeps over time (common/common.h of the bundled
-# build, xllamacpp 2026.10.11549; tests/test_memory_served.py pins them against the wheel): the
+# build, xllamacpp 2026.10.11549; tests/validators/test_memory_served.py pins them against the wheel): the
 # host prompt cache's size limit (--cache-ram, MiB; -1 no size limit, 0 off) and the context
 # checkpoints kept per slot (--ctx-checkpoints). `specreg deploy` pins both, so a production
 # server holds what the prediction assumed whatever a later build defaults to.

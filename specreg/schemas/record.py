@@ -3,11 +3,13 @@ a JSON edge.
 
 Inside the package the records on `check pair`'s path (the rule set, checks and verdicts,
 artifacts with their licence and provenance, the memory estimate) are stdlib dataclasses, so
-defining them builds no pydantic model. Where they cross an edge (the registry's rows, bundles,
-`--json`) pydantic validates and writes them, field by field as it would a model (nested
-records, Literal, datetime, Annotated validators), through one `TypeAdapter` per type built on
-first use: `to_json` / `from_json`, and `to_python` / `from_python` for the dict form. These
-are functions, not methods, so `x.model_dump()` still means that `x` is a pydantic model.
+defining them builds no pydantic model. Where they come in from an edge (the registry's rows,
+bundles) pydantic validates them, field by field as it would a model (nested records,
+Literal, datetime, Annotated validators), through one `TypeAdapter` per type built on first
+use: `from_json`, `from_python`. Going out (`to_json`, `to_python`: a registry column,
+`--json`) they are written by pydantic-core's serializer from the values themselves, which
+needs no validator: a command that only writes records builds none. These are functions, not
+methods, so `x.model_dump()` still means that `x` is a pydantic model.
 
 What a dataclass does not do is coerce: `Record(created_at="2026-...")` keeps the string. Code
 that builds a record from raw values (an SQLite row) converts them itself (`timestamp`).
@@ -20,7 +22,7 @@ import typing
 from collections.abc import Mapping
 from datetime import datetime
 from functools import cache
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from pydantic import TypeAdapter
@@ -32,8 +34,7 @@ _ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
 
 
 def adapter(tp: Any) -> TypeAdapter[Any]:
-    """The pydantic validator and serializer of a record type (`Record`, `list[Record]`, ...),
-    built once."""
+    """The pydantic validator of a record type (`Record`, `list[Record]`, ...), built once."""
     found = _ADAPTERS.get(tp)
     if found is None:
         from pydantic import TypeAdapter
@@ -42,9 +43,20 @@ def adapter(tp: Any) -> TypeAdapter[Any]:
     return found
 
 
-def to_json(obj: Any, tp: Any = None, *, indent: int | None = None) -> str:
-    """`obj` as JSON text, written by the adapter of `tp` (default: `obj`'s own type)."""
-    return adapter(type(obj) if tp is None else tp).dump_json(obj, indent=indent).decode()
+def to_json(obj: Any, *, indent: int | None = None) -> str:
+    """`obj` (a record, or lists and dicts of them) as JSON text."""
+    return json_bytes(obj, indent=indent).decode()
+
+
+def json_bytes(obj: Any, *, indent: int | None = None) -> bytes:
+    """`to_json` as UTF-8 bytes (what goes straight to a file or stdout).
+
+    Written by pydantic-core's serializer from the values themselves, field by field in
+    declaration order as a `TypeAdapter` writes them (datetimes in ISO 8601, tuples as lists,
+    infinities and NaN as null), without building a validator: writing needs none."""
+    from pydantic_core import to_json as dump
+
+    return dump(obj, indent=indent, inf_nan_mode="null")
 
 
 def from_json(tp: type[_T], data: str | bytes) -> _T:
@@ -53,17 +65,12 @@ def from_json(tp: type[_T], data: str | bytes) -> _T:
     return out
 
 
-def to_python(
-    obj: Any,
-    tp: Any = None,
-    *,
-    mode: Literal["json", "python"] = "python",
-    include: set[str] | None = None,
-    exclude: set[str] | None = None,
-) -> Any:
-    """`obj` as dicts and lists (`mode="json"`: only JSON's own types), by the adapter of `tp`;
+def to_python(obj: Any, *, include: set[str] | None = None, exclude: set[str] | None = None) -> Any:
+    """`obj` as JSON's own types (dicts, lists, str, numbers, bool, None), as `to_json` writes it;
     `include` / `exclude` name the fields kept / left out."""
-    return adapter(type(obj) if tp is None else tp).dump_python(obj, mode=mode, include=include, exclude=exclude)
+    from pydantic_core import to_jsonable_python
+
+    return to_jsonable_python(obj, include=include, exclude=exclude, inf_nan_mode="null")
 
 
 def from_python(tp: type[_T], data: Any) -> _T:

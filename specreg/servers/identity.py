@@ -65,9 +65,12 @@ def runtime_text(identity: str | None) -> str:
 
 def bundled_version() -> str | None:
     """The installed xllamacpp release, from package metadata (importing it would load llama.cpp)."""
-    from specreg.distinfo import installed_version
+    from importlib.metadata import PackageNotFoundError, version
 
-    return installed_version(BUNDLED_PACKAGE)
+    try:
+        return version(BUNDLED_PACKAGE)
+    except PackageNotFoundError:
+        return None
 
 
 @dataclass(frozen=True)

@@ -103,22 +103,15 @@ def _repo_dir_above(path: Path) -> Path | None:
 
 
 def _scan_repo(repo_dir: Path) -> CachedRepoInfo | None:
-    """huggingface_hub's scan of one cached repo; a corrupted repo counts as not recognised."""
+    """huggingface_hub's scan of the cache holding `repo_dir`, that repo's part; a corrupted repo
+    counts as not recognised (the scan reports it among its warnings, not its repos)."""
     from huggingface_hub import CorruptedCacheException, scan_cache_dir
 
     try:
-        # One repo only: huggingface_hub's per-repo scanner, the one scan_cache_dir runs per folder.
-        from huggingface_hub.utils._cache_manager import _scan_cached_repo
-    except ImportError:  # moved in another huggingface_hub version: scan the cache, keep our repo
-        try:
-            info = scan_cache_dir(repo_dir.parent)
-        except (OSError, ValueError, CorruptedCacheException):
-            return None
-        return next((r for r in info.repos if r.repo_path == repo_dir), None)
-    try:
-        return _scan_cached_repo(repo_dir)
-    except (OSError, CorruptedCacheException):
+        info = scan_cache_dir(repo_dir.parent)
+    except (OSError, ValueError, CorruptedCacheException):
         return None
+    return next((r for r in info.repos if r.repo_path == repo_dir), None)
 
 
 def recognise_cached(path: str | Path) -> CachedFile | None:

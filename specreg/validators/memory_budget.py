@@ -2,7 +2,7 @@
 
 The byte arithmetic of llama.cpp's allocations (llama-context.cpp, llama-kv-cache*.cpp), part by
 part, so a prediction can be checked against the buffer sizes the server logs
-(tests/test_memory_budget.py) and against measured peak RSS (benchmarks/bench_memory.py): the
+(tests/validators/test_memory_budget.py) and against measured peak RSS (benchmarks/bench_memory.py): the
 weights, the KV cache (per layer, sliding-window layers at their window, the draft's own cache),
 the compute and output buffers of each context, the tokenizer's heap, the process itself, a
 method's up-front state and recurrent state. What serving adds over time (prompt cache, context

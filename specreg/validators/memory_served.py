@@ -333,7 +333,7 @@ def cache_bound(t: ModelFacts, d: ModelFacts | None, s: ServeSettings) -> tuple[
 def online_cpus() -> int:
     """What std::thread::hardware_concurrency() gives the server: libstdc++ (the system's, which
     the bundled build links) asks glibc's get_nprocs(), the machine's online CPUs, whatever the
-    process is pinned to (glibc 2.36, pinned to one of two CPUs: 2; tests/test_memory_served.py
+    process is pinned to (glibc 2.36, pinned to one of two CPUs: 2; tests/validators/test_memory_served.py
     calls it pinned). sysconf(_SC_NPROCESSORS_ONLN) is that count; os.sched_getaffinity(0) is
     the pinned set, which the server does not use, and os.cpu_count() may be overridden
     (PYTHON_CPU_COUNT from Python 3.13)."""

@@ -144,6 +144,34 @@ class AdvisoryRules(_Strict):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ServerMetricNames(_Strict):
+    """The `/metrics` samples a running server's speculation is read from (tools/server/
+    server-task.cpp `to_metrics`); `requests` None: this build counts no requests there."""
+
+    drafted: str
+    accepted: str
+    drafts: str  # verification steps that carried a draft
+    accepted_per_position: str  # one series per draft position, only once something was drafted
+    position_label: str
+    generated: str  # tokens generated (a request's are added when it finishes)
+    generated_seconds: str  # time spent generating them
+    processing: str  # requests in flight (a gauge)
+    requests: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerRules(_Strict):
+    """What a running llama-server of this build shows about itself, as `specreg watch` reads it
+    (no pair check uses these)."""
+
+    metrics: ServerMetricNames
+    slot_speculative: str  # /slots: per slot, whether it can speculate (server_slot::can_speculate)
+    # /props `default_generation_settings.params["speculative.types"]`: the server's configured
+    # speculation (False: it is a request's default, "none" even with a draft loaded)
+    props_shows_speculation: bool
+
+
+@dataclass(frozen=True, kw_only=True)
 class RuleSet(_Strict):
     """Everything a check needs to know about one llama.cpp build."""
 
@@ -168,6 +196,7 @@ class RuleSet(_Strict):
     dflash: DFlashRules
     vocab_type_ids: dict[str, int]
     advisory: AdvisoryRules
+    server: ServerRules
 
     @property
     def id(self) -> str:
@@ -207,7 +236,7 @@ _BUILD_IN_NAME = re.compile(r"-b(\d+)$")  # llama.cpp-b11549: the build a rule s
 
 def rule_set_names() -> dict[int, str]:
     """Build number -> the shipped rule set mirroring it, read from the file names (each file's
-    own `build` equals its name's: tests/test_validators_ruleset.py), so `check pair` does not
+    own `build` equals its name's: tests/validators/test_ruleset.py), so `check pair` does not
     load and validate every rule set to ask its build, only the one it uses."""
     names = {}
     for name in known_rule_sets():

@@ -118,7 +118,7 @@ def _walk(a: Any, b: Any, path: str, out: list[RuleChange]) -> None:
 def diff_rule_sets(a: RuleSet, b: RuleSet) -> list[RuleChange]:
     """Every difference in llama.cpp facts and specreg's thresholds from `a` to `b`."""
     out: list[RuleChange] = []
-    _walk(to_python(a, mode="json"), to_python(b, mode="json"), "", out)
+    _walk(to_python(a), to_python(b), "", out)
     return out
 
 

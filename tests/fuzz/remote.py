@@ -7,8 +7,9 @@ functions here are what the oracle's `Case.call` names:
 - `llama(endpoint, reply)`: specreg's client of llama-server (benchmark/run/client.py) asks
   `/tokenize`, `/apply-template`, `/metrics` (then parses it as the runner does) or streams
   `/completion` / `/v1/chat/completions`; it must return (a completion that is an error row
-  is a result) or raise SpecregError. `/health` is read for its status code only, and specreg
-  never reads `/props`: neither has content to fuzz.
+  is a result) or raise SpecregError. `/health` is read for its status code only. `watch`:
+  one scrape of `specreg watch` (`/metrics` checked counter by counter, then `/slots` and
+  `/props`, which get the same scripted answer).
 - `range_read(reply)`: `specreg inspect http://.../f.gguf` against a server whose range answers
   lie (Content-Range, status, redirects, an endless or short body).
 - `hub(edit)`: `specreg inspect hf://...` against tests/hubserver.py's loopback hub whose
@@ -181,6 +182,8 @@ def llama_replies(rng: random.Random, n: int) -> list[tuple[str, str, dict]]:
         "types": "# TYPE x counter\n# TYPE x gauge\nx 1\n",
     }.items():
         out.append((f"metrics-{name}", "metrics", {"body": body}))
+        out.append((f"watch-{name}", "watch", {"body": body, "content_type": "text/plain"}))
+    out.append(("watch-endless", "watch", {"body": "llamacpp:x 1\n", "mode": "endless"}))
     for endpoint, good in (("tokenize", {"tokens": [1, 2, 3]}), ("apply-template", {"prompt": "<s>hi"})):
         out.append((f"{endpoint}-good", endpoint, {"body": json.dumps(good)}))
         for vi, v in enumerate(HOSTILE_VALUES):
@@ -209,6 +212,16 @@ def llama(endpoint: str, reply: dict) -> object:
 
     _scripted(reply)
     timeout_s = float(reply.get("timeout_s", 3.0))
+    if endpoint == "watch":
+        from specreg.validators.ruleset import load_rule_set
+        from specreg.watch.scrape import MAX_REPLY_BYTES, scrape
+
+        rules = load_rule_set().server
+        with LlamaClient(_base(), timeout_s=timeout_s, max_response_bytes=MAX_REPLY_BYTES) as client:
+            s = scrape(client, rules.metrics, rules.slot_speculative)
+        if s.problem is not None:
+            raise s.problem  # the window's `unknown`, as one line
+        return s.counters
     with LlamaClient(_base(), timeout_s=timeout_s) as client:
         if endpoint == "metrics":
             snap = parse_metrics(client.metrics_text())

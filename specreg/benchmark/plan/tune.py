@@ -11,7 +11,9 @@ already measures what decides it, so tuning is three steps in one run:
    (the server's per-position counters for the whole condition; per stratum, where only the
    requests' own totals exist, the geometric curve S(j) = alpha^j of the stratum's acceptance),
    the share f of target steps that drafted, the draft model's decode cost r fitted on the pass,
-   and the verify cost v(k) = max(1, (k+1) t_p / t_d). Per target step, k yields
+   and the verify cost v(k): the target's machine probe's (its batch of k+1 tokens over its
+   decode, measured on this machine, build and flags before the first pass; the runner hands
+   it over), else its lower bound max(1, (k+1) t_p / t_d). Per target step, k yields
    T(k) = 1 + f * sum_{j<=k} S(j) tokens and costs (1 - f) + f v(k) + (f k + 1) r baseline
    decodes, so the prediction is T(k) / cost(k); at k = K it is stepcost's own prediction for
    the pass. Past K the curve goes on at the ratio of its second half (S(K) / S(K/2))^(1/(K-K/2)).
@@ -79,7 +81,7 @@ FIRST_PASS_LENGTH = 16  # generous: SmolLM2 on repetitive text still gains from 
 REUSE = 1.25  # a ladder length this close to the first pass's is measured at the first pass's
 MARGIN = 1.05  # a candidate is ruled out when it is decided at most this much faster than the leader
 SLACK = 1.2  # a length not measured yet may beat the choice when its prediction, this much higher, does
-# (the end-to-end predictions were seen 20-35% off on tiny models and SmolLM2: tests/test_bench_tune.py)
+# (the end-to-end predictions were seen 20-35% off on tiny models and SmolLM2: tests/benchmark/plan/test_tune.py)
 SKIPPED = "not measured: the --budget left could not decide it"  # a contender: the run is incomplete
 RULED_OUT = "not measured: --tune ruled it out (it could not beat the decided length)"
 
@@ -96,17 +98,23 @@ def survival_from_counters(counters: SpecCounters, length: int) -> tuple[float, 
 
 
 def fit_profile(
-    rows: list[RequestRow], base_rows: list[RequestRow], length: int, counters: SpecCounters | None
+    rows: list[RequestRow],
+    base_rows: list[RequestRow],
+    length: int,
+    counters: SpecCounters | None,
+    verify: tuple[float, ...] = (),
 ) -> Profile | None:
     """The profile of one group (the whole condition when `counters` is given, else a stratum);
-    None when nothing can be priced (no baseline decode time, nothing drafted)."""
+    None when nothing can be priced (no baseline decode time, nothing drafted). `verify`: v(k)
+    for k = 1.. from the target's machine probe (the draft's r is then fitted against it)."""
     t_d, t_p = stepcost.decode_ms_per_token(base_rows), stepcost.prompt_ms_per_token(base_rows)
     k_mean = counters.drafted / counters.steps if counters is not None and counters.steps else float(length)
     c = stepcost.counts(rows, k_mean)
     d = c.drafting_steps
     if not t_d or not c.target_steps or not c.drafted or d is None:
         return None
-    r = stepcost.fitted_draft_cost(rows, base_rows, k_mean)
+    v_pass = _at(verify, k_mean)
+    r = stepcost.fitted_draft_cost(rows, base_rows, k_mean, v_pass)
     surv = survival_from_counters(counters, length) if counters is not None else ()
     source: ProfileSource = "per-position"
     if not any(surv):
@@ -124,7 +132,17 @@ def fit_profile(
         base_total_ms=sum(b.timed_ms or 0.0 for b, _ in pairs),
         base_decode_ms=sum(b.predicted_ms or 0.0 for b, _ in pairs),
         other_ms=sum(max(0.0, (m.timed_ms or 0.0) - (m.predicted_ms or 0.0)) for _, m in pairs),
+        verify=verify,
     )
+
+
+def _at(verify: tuple[float, ...], k: float) -> float | None:
+    """v at a mean draft length between two whole ones (linear); None without a probe's table."""
+    if not verify or k <= 0:
+        return None
+    lo = min(len(verify), max(1, math.floor(k)))
+    hi = min(len(verify), lo + 1)
+    return verify[lo - 1] + (verify[hi - 1] - verify[lo - 1]) * min(1.0, max(0.0, k - lo))
 
 
 def ladder(best: int) -> list[int]:
@@ -213,6 +231,9 @@ class Tuner:
         # level -> seconds into the run at which its tuning was first seen settled (the runner's
         # mark after a round): the time to the tuned choice, before its strata's rounds
         self.settled_s: dict[int, float] = {}
+        # v(k), k = 1..32, from the target's machine probe, handed over before the first pass
+        # (benchmark/run/machine_probe.py: tune_verify); empty: v from the run's own prompt time
+        self.verify: tuple[float, ...] = ()
 
     def _rows(self, rows: list[RequestRow], c: ConditionRun) -> list[RequestRow]:
         return [r for r in rows if r.condition_idx == c.idx]
@@ -241,7 +262,7 @@ class Tuner:
                 whole = stratum == ALL_STRATA
                 g = mine if whole else [r for r in mine if r.stratum == stratum]
                 bg = theirs if whole else [r for r in theirs if r.stratum == stratum]
-                prof = fit_profile(g, bg, k0, first.counters if whole else None)
+                prof = fit_profile(g, bg, k0, first.counters if whole else None, self.verify)
                 if prof is not None:
                     predictions[stratum] = prof
             whole_curve = curve(predictions[ALL_STRATA]) if ALL_STRATA in predictions else {}
@@ -264,10 +285,11 @@ class Tuner:
             self.levels[first.spec.concurrency] = _Level(first, predictions, cands, best, lead)
             e2e = curve(predictions[ALL_STRATA], end_to_end=True)
             shown = ", ".join(f"k{c.spec.draft_n_max} {e2e.get(c.spec.draft_n_max or 0, math.nan):.2f}x" for c in cands)
+            priced = "the target's machine probe" if self.verify else "this run's prompt time (no machine probe)"
             notes.append(
-                f"{first.spec.name}: predicted best --spec-draft-n-max {best} ({whole_curve[best]:.2f}x decode); "
-                f"candidates {shown} (end to end); k{lead.spec.draft_n_max} is decided first, the others "
-                "measured only while one could beat the decided length"
+                f"{first.spec.name}: predicted best --spec-draft-n-max {best} ({whole_curve[best]:.2f}x decode, "
+                f"verify steps priced by {priced}); candidates {shown} (end to end); k{lead.spec.draft_n_max} "
+                "is decided first, the others measured only while one could beat the decided length"
             )
         return notes
 

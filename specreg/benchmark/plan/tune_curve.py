@@ -33,6 +33,15 @@ class Profile:
     base_total_ms: float = 0.0
     base_decode_ms: float = 0.0
     other_ms: float = 0.0
+    # v(k) for k = 1.. measured by the target's machine probe (stepcost.probe_prices); where it
+    # holds no k, v is priced from the run's own prompt time (its lower bound)
+    verify: tuple[float, ...] = ()
+
+    def verify_cost(self, k: int) -> float:
+        """v(k): the probe's where it has one, else max(1, (k+1) t_p / t_d), else 1."""
+        if 0 < k <= len(self.verify):
+            return self.verify[k - 1]
+        return stepcost.verify_cost(k, self.decode_ms, self.prompt_ms) if self.prompt_ms is not None else 1.0
 
     def accepted(self, k: int) -> float:
         """sum_{j<=k} S(j), the curve continued past its end at its second half's ratio."""
@@ -51,7 +60,7 @@ class Profile:
     def predict(self, k: int) -> float | None:
         """T(k) / cost(k): the decode speed-up at draft length k."""
         f, r = self.draft_share, self.draft_cost
-        v = stepcost.verify_cost(k, self.decode_ms, self.prompt_ms) if self.prompt_ms is not None else 1.0
+        v = self.verify_cost(k)
         cost = (1.0 - f) + f * v + (f * k + 1.0) * r
         return (1.0 + f * self.accepted(k)) / cost if cost > 0 else None
 

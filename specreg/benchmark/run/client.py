@@ -30,6 +30,7 @@ from specreg.benchmark.run.reply import (
     parse_json,
     read_answer,
     read_count,
+    read_timings,
 )
 from specreg.errors import RemoteLimit, ServerError
 from specreg.schemas.bench import WorkloadItem
@@ -48,9 +49,17 @@ class _StreamLimit(Exception):
 class LlamaClient:
     """One server's HTTP API; thread-safe (one pooled httpx client)."""
 
-    def __init__(self, base_url: str, *, timeout_s: float = 120.0, max_connections: int = 16) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 120.0,
+        max_connections: int = 16,
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
+        self.max_response_bytes = max_response_bytes  # a plain answer's cap (`specreg watch`: far below a run's)
         self._http = remote.client(
             base_url=self.base_url,
             timeout=httpx.Timeout(timeout_s, connect=5.0),
@@ -85,7 +94,9 @@ class LlamaClient:
                 except RemoteLimit as exc:
                     raise ServerError(f"{path}: {_limit_text(exc, op, timeout_s)}") from None
                 except (httpx.RemoteProtocolError, httpx.ConnectError) as exc:
-                    if attempt == 2 or op.over():
+                    if op.over():  # the deadline's watchdog shut the socket: say so, not how it looked
+                        raise ServerError(f"{path}: timed out after {timeout_s:g}s") from None
+                    if attempt == 2:
                         raise ServerError(f"{path}: {type(exc).__name__}: {exc}") from exc
                 except httpx.HTTPError as exc:
                     raise ServerError(f"{path}: {type(exc).__name__}: {exc}") from exc
@@ -93,7 +104,7 @@ class LlamaClient:
 
     def _bounded(self, path: str, timeout_s: float) -> AbstractContextManager[remote.Operation]:
         """One request as a remote operation of its own: `timeout_s` in all, the answer capped."""
-        return _bounded_request(f"the answer to {path}", timeout_s)
+        return _bounded_request(f"the answer to {path}", timeout_s, self.max_response_bytes)
 
     def _json(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         status, data = self._get(method, path, body)
@@ -138,6 +149,31 @@ class LlamaClient:
             return len(self.tokenize(item.prompt))
         messages = [m.model_dump() for m in item.messages or []]
         return len(self.tokenize(self.apply_template(messages)))
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        """(status, body) of a GET, bounded like every plain call; ServerError when nothing answered."""
+        return self._get("GET", path)
+
+    def get_json(self, path: str) -> Any:
+        """A GET endpoint's JSON answer (`/props`, `/slots`), bounded like every plain call; the
+        caller checks its shape."""
+        return self._json("GET", path)
+
+    def timings(self, prompt: list[int], *, max_tokens: int, ignore_eos: bool = False) -> dict[str, Any]:
+        """llama.cpp's own `timings` (prompt_n, prompt_ms, predicted_n, predicted_ms) of one greedy,
+        uncached `/completion` of these token ids: the machine probe's measurement, not streamed
+        (the server's clock, not the client's, times it)."""
+        body = {
+            "prompt": prompt, "n_predict": max_tokens, "cache_prompt": False, "temperature": 0.0, "seed": 42,
+            "ignore_eos": ignore_eos, "stream": False,
+        }  # fmt: skip
+        data = self._json("POST", "/completion", body)
+        try:
+            if not isinstance(data, dict):
+                raise Malformed("the answer is not an object")
+            return read_timings(data.get("timings") or {})
+        except Malformed as exc:
+            raise ServerError(f"/completion: unexpected answer ({exc})") from None
 
     def metrics_text(self) -> str:
         status, data = self._get("GET", "/metrics")
@@ -265,10 +301,10 @@ class LlamaClient:
 
 
 @contextmanager
-def _bounded_request(what: str, timeout_s: float) -> Iterator[remote.Operation]:
+def _bounded_request(what: str, timeout_s: float, cap: int = MAX_RESPONSE_BYTES) -> Iterator[remote.Operation]:
     with (
         remote.operation(what, seconds=timeout_s, flag="--request-timeout SECONDS", join=False) as op,
-        remote.expect(what, MAX_RESPONSE_BYTES),
+        remote.expect(what, cap),
     ):
         yield op
 

@@ -46,6 +46,7 @@ class ProbeResult(BaseModel):
     method: str
     drafted: int | None = None
     accepted: int | None = None
+    steps: int | None = None  # target steps that carried a draft (/metrics), so drafted / steps = mean k
     runtime: str
     argv: list[str] = Field(default_factory=list)
     log_path: str | None = None
@@ -62,24 +63,27 @@ def _runtime(cmd: ServerCommand) -> str:
     return f"external {cmd.path}"
 
 
-def _ask(server: ServerProcess, method: str) -> tuple[ProbeStatus, int | None, int | None, str]:
-    """One request; (status, drafted, accepted, message) from /metrics (per-request timings as fallback)."""
+def _ask(server: ServerProcess, method: str) -> tuple[ProbeStatus, int | None, int | None, int | None, str]:
+    """One request; (status, drafted, accepted, steps, message) from /metrics (per-request timings
+    as fallback, which count no steps)."""
     with LlamaClient(server.base_url, timeout_s=60.0, max_connections=2) as client:
         before = parse_metrics(client.metrics_text())
         done = client.complete(PROMPT, max_tokens=PROMPT.max_tokens, seed=42)
         if not server.alive():
-            return "crashed", None, None, f"the server exited (code {server.proc.returncode}) during the request"
+            return "crashed", None, None, None, f"the server exited (code {server.proc.returncode}) during the request"
         if not done.ok:
-            return "failed", None, None, f"the request failed: {done.error}"
+            return "failed", None, None, None, f"the request failed: {done.error}"
         counters = spec_counters(before, parse_metrics(client.metrics_text()))
     timings = done.timings
     drafted = counters.drafted if counters else int(timings.get("draft_n") or 0)
     accepted = counters.accepted if counters else int(timings.get("draft_n_accepted") or 0)
+    steps = counters.steps if counters and counters.steps else None
     if drafted:
-        return "drafted", drafted, accepted, f"drafted {drafted} tokens, {accepted} accepted, in one request"
+        said = f"drafted {drafted} tokens, {accepted} accepted ({accepted / drafted:.0%}), in one request"
+        return "drafted", drafted, accepted, steps, said
     if method in MODEL_DRAFTED:  # drafts on every step; n-gram methods only once text repeats
-        return "not_drafted", 0, 0, f"drafted nothing in {done.output_tokens or 0} generated tokens"
-    return "inconclusive", 0, 0, "drafted nothing in one short request (an n-gram method needs repetition)"
+        return "not_drafted", 0, 0, None, f"drafted nothing in {done.output_tokens or 0} generated tokens"
+    return "inconclusive", 0, 0, None, "drafted nothing in one short request (an n-gram method needs repetition)"
 
 
 def probe(
@@ -112,8 +116,9 @@ def probe(
         message = f"{exc.message}; {log_message(lines[0])}" if status == "crashed" and lines else exc.message
         seconds = round(time.monotonic() - t0, 2)
         return ProbeResult(status=status, lines=lines[-12:], message=message, seconds=seconds, **common)
+    steps: int | None = None
     try:
-        status, drafted, accepted, message = _ask(proc, method)
+        status, drafted, accepted, steps, message = _ask(proc, method)
     except ServerError as exc:
         status, drafted, accepted, message = "failed", None, None, exc.message
     finally:
@@ -130,6 +135,7 @@ def probe(
         status=status,
         drafted=drafted,
         accepted=accepted,
+        steps=steps,
         lines=lines[-12:],
         message=message,
         seconds=round(time.monotonic() - t0, 2),

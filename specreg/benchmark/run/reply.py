@@ -134,7 +134,7 @@ def _probabilities(value: object, n_probs: int) -> list[TokenProbs]:
     return out
 
 
-def _timings(value: object) -> dict[str, Any]:
+def read_timings(value: object) -> dict[str, Any]:
     """llama.cpp's per-request `timings` object: numbers only, finite and in range."""
     if not isinstance(value, dict):
         raise Malformed(f"timings is a {type(value).__name__}, not an object")
@@ -175,7 +175,7 @@ def completion_event(out: Completion, ev: dict[str, Any], t0: float) -> None:
     ids = [read_count(t, "a token id") for t in tokens]
     stop = bool(ev.get("stop"))
     if stop:
-        out.timings = _timings(ev.get("timings") or {})
+        out.timings = read_timings(ev.get("timings") or {})
     n = ev.get("tokens_predicted", out.timings.get("predicted_n") if stop else None)
     # tokens this event stands for: its `tokens_predicted` less the count before it; a server
     # without the count: its ids, or one token for text without ids
@@ -215,7 +215,7 @@ def chat_event(out: Completion, ev: dict[str, Any], t0: float) -> None:
         text += _text(delta.get("content"), "delta.content")
         if choice.get("finish_reason"):
             out.finish_reason = str(choice["finish_reason"])[:40]
-    timings = _timings(ev["timings"]) if ev.get("timings") else None
+    timings = read_timings(ev["timings"]) if ev.get("timings") else None
     if timings is not None:
         out.timings = timings  # per chunk (timings_per_token): the last one is the request's
     # a chunk's tokens: how far its `timings.predicted_n` moved; a chunk without: one for text
@@ -254,7 +254,7 @@ def read_answer(out: Completion, ev: object, n_probs: int | None) -> None:
         raise Malformed(f"tokens is a {type(tokens).__name__}, not a list")
     out.token_ids = [read_count(t, "a token id") for t in tokens]
     out.id_positions = list(range(len(out.token_ids)))
-    out.timings = _timings(ev.get("timings") or {})
+    out.timings = read_timings(ev.get("timings") or {})
     n = ev.get("tokens_predicted", out.timings.get("predicted_n"))
     out.output_tokens = read_count(n, "tokens_predicted") if n is not None else None
     out.finish_reason = _FINISH.get(str(ev.get("stop_type")), str(ev.get("stop_type"))[:40])

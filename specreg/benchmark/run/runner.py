@@ -24,6 +24,7 @@ from specreg.benchmark.plan.projection import project_undecided
 from specreg.benchmark.plan.scheduler import BudgetScheduler
 from specreg.benchmark.run.context import Observer, RunContext
 from specreg.benchmark.run.execute import finish_condition, run_condition
+from specreg.benchmark.run.machine_probe import tune_verify
 from specreg.benchmark.run.manifest import run_manifest
 from specreg.benchmark.store import contention
 from specreg.benchmark.store.condition_summary import stat_settings, summarize
@@ -289,6 +290,8 @@ class Runner:
             gpu=self.gpu,
             pinning=self._pinning,
         )
+        if tuner is not None:  # its lengths priced by the target's machine probe, before the first pass
+            tuner.verify = tune_verify(self.reg, manifest, target.sha256, target_path, self.cmd, self._pinning, run_dir)
         info = RunInfo(
             run_id=run_id,
             pair_id=pair.id,
@@ -303,8 +306,8 @@ class Runner:
         self.store.create_run(
             info,
             manifest,
-            to_python(target.licence, mode="json"),
-            to_python(draft.licence, mode="json") if draft else None,
+            to_python(target.licence),
+            to_python(draft.licence) if draft else None,
         )
         conds = [ConditionRun(idx=i, spec=s) for i, s in enumerate(specs)]
         for c in conds:

@@ -25,7 +25,7 @@ asks `kept_rows` for what its decision may rest on); without a budget they stay 
 condition whose every round was set aside gets no speed-up, with the reason. The rows kept
 change as rounds come (a later round can show an earlier request far outside its prompt's
 spread), so the decision is not made on one growing sequence; its error rate is checked on
-simulated timings instead (tests/test_bench_contention.py; docs/statistics.md).
+simulated timings instead (tests/benchmark/store/test_contention.py; docs/statistics.md).
 
 Why others' CPU time and not the load average: the benchmark itself loads the cores. Its server
 runs one thread per core through every request and the client streams the tokens, so a quiet

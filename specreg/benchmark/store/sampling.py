@@ -239,7 +239,7 @@ def distribution_test(
     dense.
 
     The level and the power are checked on simulated A/A runs and on a sampler built to differ
-    (tests/test_bench_sampling.py; docs/statistics.md). Power grows with repetitions: a few
+    (tests/benchmark/store/test_sampling.py; docs/statistics.md). Power grows with repetitions: a few
     prompts x three repetitions flag only gross differences, so the check is no proof of
     equality, a tripwire for a condition that changes what the model says.
     """

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from specreg.schemas.bench import RequestRow
+    from specreg.schemas.machine_probe import MachineProbe
 
 
 @dataclass(frozen=True)
@@ -141,15 +142,25 @@ def draft_cost(
 
 
 def fitted_draft_cost(
-    rows: Iterable[RequestRow], base_rows: Iterable[RequestRow], draft_length: float | None
+    rows: Iterable[RequestRow],
+    base_rows: Iterable[RequestRow],
+    draft_length: float | None,
+    verify: float | None = None,
 ) -> float | None:
     """r of a condition: the median over its requests of each one's r (one slow request on a busy
-    machine moves a sum, not a median), with t_d and t_p from all the baseline's requests."""
+    machine moves a sum, not a median), with t_d and t_p from all the baseline's requests; `verify`:
+    v measured otherwise (a machine probe's), else its lower bound from t_p."""
     base = list(base_rows)
     t_d, t_p = decode_ms_per_token(base), prompt_ms_per_token(base)
     if not t_d:
         return None
-    v = verify_cost(draft_length, t_d, t_p) if draft_length and t_p is not None else None
+    v = (
+        verify
+        if verify is not None
+        else verify_cost(draft_length, t_d, t_p)
+        if draft_length and t_p is not None
+        else None
+    )
     each = []
     for r in rows:
         if r.ok and r.output_tokens and r.predicted_ms is not None:
@@ -180,3 +191,73 @@ def predict(c: Counts, v: float | None, r: float | None, model_drafted: bool) ->
         return Prediction(t, v, r_used, None, None)
     units = target + draft_model_decodes(c) * r_used
     return Prediction(t, v, r_used, units / c.target_steps, c.tokens / units if units > 0 else None)
+
+
+# -- prices from a machine probe (benchmark/run/machine_probe.py) ---------------------------------
+#
+# Before a pair has run, the same two prices come from each model measured alone: v(k), a
+# verify step of k drafted tokens in target decodes, and r, the draft's decode over the
+# target's. A verify step is one forward pass like a decode, over k more tokens: it costs a
+# decode step plus k tokens at the batch's price per token, the slope b of the target's prompt
+# batch times against their size (Theil-Sen, the median of the pairwise slopes, so one slow size
+# moves it little; the intercept is left out, as it holds what a prompt pays and a verify step
+# does not: a request's start, the sampler's set-up). A prompt batch computes logits for its
+# last token only, a verify step for each token it checks: each of the k costs b s / (1 - s)
+# more, s the output matrix's share of the weights (`MachineProbe.output_share`, from the
+# header). So v(k) = 1 + k b (1 + s / (1 - s)) / t_d. Contention only ever slows a request, so
+# each time is taken at the probe's fastest round, and its spread toward the second fastest: on
+# a quiet machine the two agree, on a shared one the range says how far they do not.
+
+
+def robust_line(points: dict[int, float]) -> tuple[float, float] | None:
+    """(a, b) of ms = a + b n through (n tokens -> ms): b the median of the pairwise slopes, a the
+    median of ms - b n (Theil-Sen); None with fewer than two sizes."""
+    pts = sorted((float(n), ms) for n, ms in points.items() if n > 0 and ms > 0)
+    slopes = [(y2 - y1) / (x2 - x1) for i, (x1, y1) in enumerate(pts) for x2, y2 in pts[i + 1 :] if x2 > x1]
+    if not slopes:
+        return None
+    b = _median(slopes) or 0.0
+    return _median([y - b * x for x, y in pts]) or 0.0, b
+
+
+def _fastest(values: list[float]) -> tuple[float, float] | None:
+    """(fastest, second fastest) of some positive times (the one twice when it is alone)."""
+    xs = sorted(v for v in values if v > 0)
+    return (xs[0], xs[1] if len(xs) > 1 else xs[0]) if xs else None
+
+
+@dataclass(frozen=True)
+class Prices:
+    """Step prices in target decodes from machine probes: v(k) for k = 1..len, and the draft's r
+    (None without a draft probe), each with its low and high."""
+
+    verify: tuple[float, ...]
+    verify_low: tuple[float, ...]
+    verify_high: tuple[float, ...]
+    draft: float | None = None
+    draft_low: float | None = None
+    draft_high: float | None = None
+
+
+def probe_prices(target: MachineProbe, draft: MachineProbe | None, lengths: int) -> Prices | None:
+    """v(k) = 1 + k b (1 + s / (1 - s)) / t_d for k = 1..`lengths` and r = the draft's t_d / the
+    target's (see above), each at the fastest rounds, low and high toward the second fastest;
+    None when the target's probe cannot price a batch."""
+    t = _fastest(target.decode_ms())
+    sizes = {n for rnd in target.rounds for n in rnd.batch_ms}
+    per = {n: f for n in sizes if (f := _fastest([rnd.batch_ms.get(n, 0.0) for rnd in target.rounds]))}
+    fast = robust_line({n: f[0] for n, f in per.items()})
+    slow = robust_line({n: f[1] for n, f in per.items()})
+    if t is None or fast is None or slow is None:
+        return None
+    s = min(0.9, target.output_share or 0.0)
+
+    def verify(line: tuple[float, float], t_d: float) -> tuple[float, ...]:
+        per_token = max(0.0, line[1]) / (1 - s)  # the batch's price per token, with its logits
+        return tuple(1.0 + k * per_token / t_d for k in range(1, lengths + 1))
+
+    mid, low, high = verify(fast, t[0]), verify(fast, t[1]), verify(slow, t[0])
+    d = _fastest(draft.decode_ms()) if draft is not None else None
+    if d is None:
+        return Prices(mid, low, high)
+    return Prices(mid, low, high, d[0] / t[0], d[0] / t[1], d[1] / t[0])

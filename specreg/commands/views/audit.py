@@ -14,6 +14,7 @@ from specreg.commands.layout import Col, command_lines
 from specreg.commands.output import print_listing, safe_plain, say, show_lines, width
 from specreg.report.common import hardware_labels, hardware_matrix, headline, headline_word
 from specreg.schemas.audit import GATES, AuditReport, PairAudit, StratumDecision
+from specreg.schemas.watch import ALERT_STATES, ProductionEvidence
 
 DETAIL_LIMIT = 50
 NO_EVIDENCE = "no evidence: "  # how audit.outcomes / audit.run word a gate that could not be judged
@@ -250,6 +251,15 @@ def _attested(report: AuditReport) -> None:
         say(f"... and {len(report.runs) - FAILURES_SHOWN} more runs (--json names every signer)", indent=4)
 
 
+def production(items: list[ProductionEvidence]) -> None:
+    """What `specreg watch` kept of each pair in production, beside what the bench measured."""
+    for item in items[:FAILURES_SHOWN]:
+        style = "green" if item.state == "holds" else "red" if item.state in ALERT_STATES else "yellow"
+        say(item.line(), prefix=f"production: {item.where()}: ", marks=[("production:", style)], indent=4)
+    if len(items) > FAILURES_SHOWN:
+        say(f"... and {len(items) - FAILURES_SHOWN} more watched pairs (--json has them all)", indent=4)
+
+
 def print_audit(report: AuditReport) -> None:
     """The verdict (one line per pair, or counts), each failure's reason, the decisions, the rollback commands."""
     detail = len(report.pairs) <= DETAIL_LIMIT
@@ -266,6 +276,7 @@ def print_audit(report: AuditReport) -> None:
     _attested(report)
     _hardware(report, detail, hw)
     _decisions(report, detail, hw)
+    production(report.production)
     _unchecked(report)
     if detail:
         _rollbacks(report)

@@ -8,6 +8,7 @@ import time
 from specreg.commands.layout import Col
 from specreg.commands.output import err_console, print_listing, say
 from specreg.schemas.drafts import DraftReport, DraftRow
+from specreg.schemas.machine_probe import MachineProbe
 from specreg.units import mib_text
 
 _EVERY_S = 1.0  # a progress line at most this often when stderr is not a terminal
@@ -66,6 +67,74 @@ def _speedup(row: DraftRow) -> str:
     return f"{p.speedup:.2f}x [{lo:.2f}, {hi:.2f}]"
 
 
+_VERDICT = {
+    "not faster on this machine": "not faster",
+    "faster on this machine": "faster",
+    "either way on this machine": "either way",
+}
+
+
+def _here(row: DraftRow) -> tuple[str, str | None]:
+    """What the range says about this machine, in a word (blind: it does not know the machine)."""
+    p = row.prediction
+    if p is None or p.costs is None:
+        return "-", None
+    if p.costs == "hardware-blind":
+        return "blind", "dim"
+    if p.costs == "measured runs":
+        return "measured", None
+    word = _VERDICT.get(p.verdict or "", p.verdict or "-")
+    return word, "red" if word == "not faster" else "green" if word == "faster" else None
+
+
+def _probe_line(probe: MachineProbe, target: MachineProbe | None, new: bool) -> str:
+    """`target.gguf: 21.3 ms/token, a verify step of 6 tokens 2.9 decodes; 7.1 s, probed now`."""
+    from specreg.benchmark.run.machine_probe import busy
+    from specreg.benchmark.store.stepcost import probe_prices
+
+    t_d = _median(probe.decode_ms())
+    parts = [f"{probe.name or probe.sha256[:12]}: {t_d:.1f} ms/token"]
+    if target is None:  # the target: what a verify step of 5 drafted tokens costs
+        prices = probe_prices(probe, None, 5)
+        if prices is not None:
+            parts[0] += f", a verify step of 6 tokens {prices.verify[4]:.1f} decodes"
+    elif target.rounds:
+        parts[0] += f" (r {t_d / _median(target.decode_ms()):.2f} of the target's)"
+    cpu = f" ({probe.cpu_seconds:.1f} CPU-s)" if probe.cpu_seconds else ""
+    when = f"{probe.seconds:.1f} s{cpu}, probed now" if new else f"kept from {probe.probed_at[:16].replace('T', ' ')}"
+    if busy(probe.load):
+        when += f"; the machine was busy (load {probe.load:.1f}): its prices may be far off"
+    return f"{parts[0]}; {when}"
+
+
+def _median(xs: list[float]) -> float:
+    ys = sorted(xs)
+    n = len(ys)
+    return 0.0 if not n else ys[n // 2] if n % 2 else (ys[n // 2 - 1] + ys[n // 2]) / 2
+
+
+def _machine(report: DraftReport) -> None:
+    """Which machine the prices are from (each probe, new or kept), or that they are blind."""
+    m = report.machine
+    if m.key:
+        say(m.key, prefix="machine ", indent=8)
+    target = m.probes[0] if m.probes and m.probes[0].sha256 == report.target_sha256 else None
+    for p in m.probes:
+        say(_probe_line(p, None if p is target else target, p.sha256 in m.measured), prefix="probe   ", indent=8)
+    if m.measured:
+        say(f"{len(m.measured)} probe(s) took {m.seconds:.1f} s; kept in the registry for this machine and build",
+            prefix="        ", indent=8)  # fmt: skip
+    if m.not_probed:
+        say(f"{m.not_probed} more local draft(s) not probed (the best {len(m.probes) - 1} were): their r is "
+            "from their weights, its range up to a target decode", prefix="        ", indent=8)  # fmt: skip
+    for line in m.failures:
+        say(line, prefix="probe   ", indent=8, stderr=True)
+    if m.blind:
+        say(f"hardware-blind ({m.blind}): a verify step from 1 decode (a GPU's) to k+1 (a CPU's), a draft "
+            "decode from its bytes ratio to 1; `drafts` without --no-probe prices them here",
+            prefix="machine ", indent=8)  # fmt: skip
+
+
 def _source(row: DraftRow) -> str:
     p = row.prediction
     if p is None:
@@ -115,6 +184,7 @@ def show_report(report: DraftReport, *, show_all: bool) -> None:
                 Col("method"),
                 Col("draft", limit=48, squeeze=14),
                 Col("predicted", limit=24),
+                Col("here", limit=10),
                 Col("k", right=True, stack=4),
                 Col("from", limit=28, stack=3),
                 Col("MiB/tok", right=True, stack=5),
@@ -128,6 +198,7 @@ def show_report(report: DraftReport, *, show_all: bool) -> None:
                     r.method,
                     _draft(r),
                     _speedup(r),
+                    _here(r),
                     str(r.prediction.draft_length) if r.prediction and r.prediction.draft_length else "-",
                     _source(r),
                     _mib_per_token(r),
@@ -149,12 +220,21 @@ def show_report(report: DraftReport, *, show_all: bool) -> None:
     e = report.error
     if e.n_pairs:
         say(
-            f"measured/predicted over {e.n_pairs} measured pair(s), each predicted without its own runs: "
-            f"{e.low:.2f} to {e.high:.2f} (median {e.median:.2f}); family and prior ranges are widened by it",
+            f"measured/predicted over {e.n_pairs} measured pair(s), each predicted without its own runs"
+            f"{' and priced by their probes' if e.costs == 'machine probes' else ''}: {e.low:.2f} to {e.high:.2f} "
+            f"(median {e.median:.2f}); the step model's spread in every family and prior range",
             prefix="error   ", indent=8,
         )  # fmt: skip
     else:
-        say("no measured pair yet: the ranges hold the prior's spread only", prefix="error   ", indent=8)
+        from specreg.audit.draft_prediction import MODEL_SPREAD
+
+        none = "no measured pair yet" if not p.n_pairs else "no measured pair with probes on this machine"
+        say(
+            f"{none}: the ranges hold acceptance's spread, the prices' and the step model's "
+            f"stated {MODEL_SPREAD[0]:.2f}-{MODEL_SPREAD[1]:.2f}",
+            prefix="error   ", indent=8,
+        )  # fmt: skip
+    _machine(report)
     for line in report.failures:
         say(line, prefix="skipped ", indent=8, stderr=True)
     if show_all and report.rejected:

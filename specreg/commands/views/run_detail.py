@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
     from specreg.benchmark.store.ending import Ending
     from specreg.schemas.bench import ArtifactRef, BenchRun, ConditionSummary, WorkloadSource
+    from specreg.schemas.machine_probe import MachineProbe
 
 
 def _equiv(s: ConditionSummary) -> Cell:
@@ -290,6 +291,32 @@ def _tuning(run: BenchRun) -> None:
         )
 
 
+def _machine_probes(run: BenchRun, probes: Mapping[str, MachineProbe]) -> None:
+    """The target's and the draft's machine probes on the machine, build and flags the run was
+    measured on, beside what the run itself measured: the baseline's decode, and per draft
+    condition the verify step and the draft decode its step model fitted (stepcost.py)."""
+    from specreg.benchmark.store.stepcost import probe_prices
+
+    target = probes.get(run.info.target_sha256)
+    if target is None:
+        return
+    draft = probes.get(run.info.draft_sha256 or "")
+    t_d = sorted(target.decode_ms())[len(target.rounds) // 2]
+    base = next((s for s in run.summaries if s.method == "none" and s.stratum == "all"), None)
+    here = base.server_tpot_ms.p50 if base is not None else None
+    head = f"target {t_d:.1f} ms/token" + (f" (this run's baseline: {here:.1f})" if here else "")
+    parts = [head]
+    prices = probe_prices(target, draft, 32)
+    for s in run.summaries:
+        if prices is None or s.stratum != "all" or not s.draft_n_max or s.verify_cost is None:
+            continue
+        k = min(s.draft_n_max, len(prices.verify))
+        probe = f"verify {prices.verify[k - 1]:.1f}" + (f", r {prices.draft:.2f}" if prices.draft is not None else "")
+        fitted = f"verify {s.verify_cost:.1f}" + (f", r {s.draft_cost:.2f}" if s.draft_cost is not None else "")
+        parts.append(f"{s.condition}: {probe} (fitted on this run: {fitted})")
+    say("; ".join(parts), prefix="machine probe of this hardware and build: ", indent=4)
+
+
 def _unexplained(run: BenchRun) -> None:
     """Speed-ups that acceptance cannot account for, each with why (the audit fails them), and
     warm-ups that never settled (their condition's numbers may still include a cold start)."""
@@ -350,10 +377,13 @@ def _memory_flags(run: BenchRun) -> None:
             say(line, prefix="memory: ", marks=[("memory:", "yellow")], indent=4)
 
 
-def show_run(run: BenchRun, names: Mapping[str, str | None] | None = None) -> None:
+def show_run(
+    run: BenchRun, names: Mapping[str, str | None] | None = None, probes: Mapping[str, MachineProbe] | None = None
+) -> None:
     """Header, the condition x stratum comparison, then each difference and failure with its log lines.
 
-    `names`: general.name by SHA-256 (from the registry), shown beside each SHA-256 prefix."""
+    `names`: general.name by SHA-256 (from the registry), shown beside each SHA-256 prefix;
+    `probes`: the models' machine probes on the run's machine key, shown beside its step costs."""
     i, m = run.info, run.manifest
     names = names or {}
     say(
@@ -403,6 +433,7 @@ def show_run(run: BenchRun, names: Mapping[str, str | None] | None = None) -> No
     _set_aside(run)
     _memory_flags(run)
     _tuning(run)
+    _machine_probes(run, probes or {})
     show_lines([""])
     print_listing(_TIMING_COLUMNS, [_timing_row(s) for s in run.summaries if s.n_ok])
     say(TIMINGS_LEGEND, style="dim")
