@@ -5,8 +5,9 @@ second node offering the custom resource `hostB`), each of its processes marked 
 they are stopped at the end: placement by `--resources`, a run on it matching a local run of the
 same pair, a task past its deadline ended by the driver, the second node killed after its first
 round (every finished row kept, the node named, nothing left behind). Then the command with no
-address, which starts a cluster of its own: a clean run, and one interrupted with SIGINT; after
-either, no Ray process, server or folder it made is left, and no Ray log line reached the terminal.
+address, which starts a cluster of its own: a clean run, and one interrupted with SIGINT or
+SIGTERM; after each, no Ray process, server or folder it made is left, and no Ray log line reached
+the terminal.
 """
 
 from __future__ import annotations
@@ -352,7 +353,9 @@ def test_without_an_address_ray_starts_here_and_leaves_nothing(world: World) -> 
     _nothing_left(world, _sent(err))
 
 
-def test_sigint_stops_every_server_and_ray_process_it_started(world: World) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_every_server_and_ray_process_it_started(world: World, sig: signal.Signals) -> None:
+    """Ctrl-C, and SIGTERM as cli.main turns it into one (Ray's start sets a handler of its own)."""
     before, mark = _ray_folders(), uuid.uuid4().hex
     db = world.root / "sigint.db"
     shutil.copy(world.db, db)
@@ -368,7 +371,7 @@ def test_sigint_stops_every_server_and_ray_process_it_started(world: World) -> N
             break
         time.sleep(0.2)
     assert proc.poll() is None, proc.communicate()[1]
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err
     [run] = [
