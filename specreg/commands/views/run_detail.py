@@ -166,7 +166,8 @@ def _triage_line(s: ConditionSummary) -> str:
 
 
 def _speedup(s: ConditionSummary) -> Cell:
-    """`1.23x [1.10, 1.35]`; `reference`; `-` for a condition without one (its reason is printed below)."""
+    """The speed-up and its interval; `reference`; `-` for a condition without one (its reason is
+    printed below)."""
     from specreg.benchmark.store.statistics import interval_text
 
     if s.speedup_note == "reference":
