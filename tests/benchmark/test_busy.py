@@ -249,7 +249,9 @@ def test_an_ending_names_what_was_measured_and_never_reached() -> None:
     info = RunInfo(run_id="r", pair_id=3, status="incomplete", method="draft-simple", target_sha256="a" * 64,
                    started_at=t)  # fmt: skip
     manifest = RunManifest.model_construct(settings=BenchSettings(budget_s=180), continued=[])
-    run = BenchRun(info=info, manifest=manifest, conditions=[base, mod, draft], requests=rows, summaries=[undecided])
+    thin = undecided.model_copy(update={"stratum": "chat", "decision_budget": "90m"})  # a stratum asks for more
+    run = BenchRun(info=info, manifest=manifest, conditions=[base, mod, draft], requests=rows,
+                   summaries=[undecided, thin])  # fmt: skip
     end = ending(run)
     assert end is not None
     assert end.text == (

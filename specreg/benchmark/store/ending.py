@@ -53,7 +53,9 @@ def continue_text(run_id: str, budget: str | None) -> str:
 
 def budget_needed(run: BenchRun) -> float | None:
     """The seconds a continuation of `run` needs: the largest budget its projections name for a
-    condition left undecided (each the rounds that would decide it, at its own slots' cost);
+    condition left undecided over the whole workload (each the rounds that would decide it, at
+    its own slots' cost; a stratum's only when every condition is decided: strata are decided
+    after their condition, and a thin one can ask for far more than the run needs first);
     for a run stopped before it projected (aborted, cancelled, kept nothing) its own budget (its
     last session's); for a run of fixed rounds as long again as it took. None when none is
     known, or every projection says no budget within the horizon would decide (the user then
@@ -61,7 +63,10 @@ def budget_needed(run: BenchRun) -> float | None:
     from specreg.units import parse_duration
 
     open_ = [s for s in run.summaries if s.decision == "undecided"]
-    wanted = [s.decision_budget for s in open_ if s.decision_budget]
+    whole = [s for s in open_ if s.stratum == ALL_STRATA]  # the conditions first; a stratum's once they are
+    wanted = [s.decision_budget for s in whole if s.decision_budget] or [
+        s.decision_budget for s in open_ if s.decision_budget
+    ]
     if wanted:
         return max(parse_duration(b) for b in wanted)
     if any(s.decision_more_rounds is not None for s in open_):
