@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from hubserver import assert_one_line_error, run_cli
 
-from specreg import remote
+from specreg import allowance, remote
 from specreg.errors import RemoteError, RemoteLimit, UsageError
 
 Answer = Callable[[BaseHTTPRequestHandler], None]
@@ -187,17 +187,17 @@ def test_the_clock_starts_at_the_first_request(serve: Callable[[Answer], str]) -
 
 
 def test_allowances_and_their_errors(monkeypatch: pytest.MonkeyPatch) -> None:
-    with remote.allowing(7.5):
-        assert remote.allowed_seconds() == 7.5
+    with allowance.allowing(7.5):
+        assert allowance.allowed_seconds() == 7.5
         with remote.operation("x") as op:
             assert op.seconds == 7.5 and op.flag == "--timeout SECONDS"
-    monkeypatch.setenv(remote.TIMEOUT_ENV, "12")
-    assert remote.allowed_seconds() == 12
-    monkeypatch.setenv(remote.TIMEOUT_ENV, "soon")
+    monkeypatch.setenv(allowance.TIMEOUT_ENV, "12")
+    assert allowance.allowed_seconds() == 12
+    monkeypatch.setenv(allowance.TIMEOUT_ENV, "soon")
     with pytest.raises(UsageError, match="SPECREG_TIMEOUT=soon: expected seconds"):
-        remote.allowed_seconds()
+        allowance.allowed_seconds()
     for bad in (0, -1, float("nan"), float("inf"), 1e9):
-        with pytest.raises(UsageError, match="--timeout"), remote.allowing(bad):
+        with pytest.raises(UsageError, match="--timeout"), allowance.allowing(bad):
             pass
     assert_one_line_error(run_cli("inspect", "https://127.0.0.1:9/x.gguf", "--timeout", "0"), "--timeout 0")
 
