@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specreg.benchmark.client import LlamaClient
+from specreg.benchmark.run.client import LlamaClient
 
 from specreg.schemas.bench import WorkloadItem
 from specreg.servers.launcher import bundled_command, launch

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
-from specreg.benchmark.client import LlamaClient
+from specreg.benchmark.run.client import LlamaClient
 
 from specreg.gguf.reader import open_gguf
 from specreg.schemas.bench import WorkloadItem

@@ -107,3 +107,20 @@ def rounds_named(reps: list[int]) -> str:
     if reps == list(range(reps[0], reps[-1] + 1)):
         return f"rounds {reps[0] + 1}-{reps[-1] + 1}"
     return "rounds " + ", ".join(str(r + 1) for r in reps)
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(\[])")
+
+
+def whole_sentences(text: str, limit: int = 400) -> str:
+    """Another program's message (a Ray error, a traceback's last line) as whole sentences: its
+    first paragraph with the whitespace folded, cut after the last sentence that fits in `limit`
+    characters, never inside one (the first is kept whole, however long)."""
+    first = re.split(r"\n\s*\n|\nTraceback ", text.strip(), maxsplit=1)[0]
+    sentences = _SENTENCE_END.split(" ".join(first.split()))
+    out = sentences[0]
+    for s in sentences[1:]:
+        if len(out) + 1 + len(s) > limit:
+            break
+        out += " " + s
+    return out

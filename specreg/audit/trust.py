@@ -17,12 +17,14 @@ stay evidence about the machine that made them.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 
 from specreg.audit.policy import policy_folder
 from specreg.registry.pairs import load_checks, unreadable
 from specreg.registry.store import Registry
 from specreg.schemas.audit import Policy
+from specreg.schemas.bench import NodeInfo
 from specreg.schemas.registry import PairRecord
 from specreg.signing.attestations import SignedVerdict
 from specreg.signing.signers import trusted_keys
@@ -60,9 +62,12 @@ class EvidenceTrust:
         self.require = policy.trust.require_signed_evidence
         self.keys = trusted_keys(policy.trust.signers, policy_folder(source), source)
         conn = reg.conn
+        # run id -> (where it was measured, in words; how it came: "bundle <digest>" or "streamed from Ray")
         self.origins = {
-            rid: (host, bundle)
-            for rid, host, bundle in conn.execute("SELECT run_id, host, bundle_digest FROM run_origins")
+            rid: _origin_words(host, bundle, node, address, resources)
+            for rid, host, bundle, node, address, resources in conn.execute(
+                "SELECT run_id, host, bundle_digest, node_id, node_address, resources_json FROM run_origins"
+            )
         }
         self.signers = attestations_by_run(conn) if self.origins else {}
         self.verdicts = signed_verdicts(conn)  # pair id -> signed imported verdicts (pairs not checked here)
@@ -119,14 +124,14 @@ class EvidenceTrust:
         """Why this run is no evidence under the policy, or None when it is."""
         if not self.require or run_id not in self.origins or self._named(run_id):
             return None
-        host, bundle = self.origins[run_id]
+        where, came = self.origins[run_id]
         keys = [s.key_id for s in self.signers.get(run_id, [])]
         who = (
             f"signed only by unknown key {', '.join(k[:16] for k in keys)} (not in [trust] signers)"
             if keys
             else "not signed by any [trust] signer"
         )
-        line = f"run {run_id} (bundle {bundle[:16]}, host {host}): refused as evidence: {who}"
+        line = f"run {run_id} ({came}, {where}): refused as evidence: {who}"
         self.refused[run_id] = line
         return line
 
@@ -134,15 +139,26 @@ class EvidenceTrust:
         """Who vouches for the run, in words (audit records and reports)."""
         if run_id not in self.origins:
             return LOCAL
-        host, bundle = self.origins[run_id]
+        where, came = self.origins[run_id]
         named = sorted(set(self._named(run_id)))
         keys = sorted({s.key_id for s in self.signers.get(run_id, [])})
-        where = f"measured on {host}, bundle {bundle[:16]}"
+        where = f"measured on {where.removeprefix('host ')}, {came}"
         if named:
             return f"signed by {', '.join(named)}; {where}"
         if keys:
             return f"signed by key {', '.join(k[:16] for k in keys)} (no [trust] signer); {where}"
         return f"unsigned; {where}"
+
+
+def _origin_words(
+    host: str, bundle: str | None, node_id: str | None, address: str | None, resources: str | None
+) -> tuple[str, str]:
+    """(where, how it came) for an imported run: `host H` or the Ray node it ran on; `bundle
+    <digest>`, or `streamed from Ray` for a run whose rows came from its node as it measured."""
+    if node_id:
+        node = NodeInfo(node_id=node_id, host=host, address=address or "", resources=json.loads(resources or "{}"))
+        return node.line(), f"bundle {bundle[:16]}" if bundle else "streamed from Ray"
+    return f"host {host}", f"bundle {bundle[:16]}" if bundle else "no bundle"
 
 
 __all__ = ["LOCAL", "EvidenceTrust", "Standing"]

@@ -386,7 +386,7 @@ def _bench_ray(
     timeout: float | None,
     json_out: bool,
 ) -> None:
-    """`--executor ray`: dispatch, import, show; exits like the local executor (0 / 1)."""
+    """`--executor ray`: send, keep what the nodes stream back, show; exits like the local executor (0 / 1)."""
     from specreg.benchmark.store.runstore import RunStore
     from specreg.commands.views.run_detail import show_run
     from specreg.errors import UsageError
@@ -396,8 +396,8 @@ def _bench_ray(
         raise UsageError(f"--ray-timeout {timeout:g}: give seconds above 0 (at most a day)")
     need_ray()  # before anything else: without Ray, one line saying how to install it
     specs = parse_resources(resources)
-    # Ray joins from a worker thread (to bound it), so it sets no SIGTERM handler of its own:
-    # SIGTERM stops like Ctrl-C (cli.main), so that its exit hook still shuts down a cluster it started here
+    # SIGTERM stops like Ctrl-C (cli.main): the runs are ended as cancelled, their tasks ended, a
+    # cluster started here stopped
     with _registry() as reg:
         out = bench_on_ray(
             reg,
@@ -408,7 +408,9 @@ def _bench_ray(
             note=lambda t: err_console().print(f"[dim]{safe(t)}[/]"),
             connect_timeout_s=CONNECT_TIMEOUT_S if timeout is None else timeout,
         )
-        runs = [RunStore(reg).load(rid) for rid in out.imported]
+        runs = [RunStore(reg).load(rid) for rid in out.runs]
+        shas = {s for r in runs for s in (r.info.target_sha256, r.info.draft_sha256) if s}
+        names = {sha: rec.name for sha, rec in reg.get_artifacts(shas).items()}
     if json_out:
         emit_json(
             {
@@ -418,7 +420,7 @@ def _bench_ray(
         )
     else:
         for r in runs:
-            show_run(r)
+            show_run(r, names)
         for f in out.failed:
             err_console().print(f"[bold red]failed:[/] run {f.run_id} (pair {f.pair_id}): {safe(f.status_reason)}")
     ok = not out.failed and all(r.info.status == "complete" for r in runs)

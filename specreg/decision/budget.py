@@ -114,8 +114,8 @@ class Need:
 
 
 def minutes(seconds: float) -> str:
-    """`50 s`, `1.5 min`, `12 min`: what a person plans with (whole minutes read a short budget
-    as longer than it is)."""
+    """Seconds under a minute and a half, then minutes (one decimal below ten): what a person
+    plans with (whole minutes read a short budget as longer than it is)."""
     if seconds < 90:
         return f"{max(0.0, seconds):.0f} s"
     if seconds < 600:

@@ -36,6 +36,7 @@ from specreg.exchange.bundle_format import (
     run_member,
 )
 from specreg.exchange.bundle_runs import insert_run, local_digest, run_logs, run_parts
+from specreg.exchange.origins import record_origin
 from specreg.exchange.portable import artifact_records, merge_artifacts, merge_pairs, pair_records
 from specreg.exchange.rederive import check_summaries
 from specreg.paths import data_dir
@@ -332,7 +333,8 @@ def _import_run(reg: Registry, b: Bundle, entry: RunEntry, result: ImportResult,
     # derived numbers are derived here: the run's summaries drawn again from its rows, with the code
     # that wrote them, before anything reads them (the rows are in this transaction, not committed)
     try:
-        why = check_summaries(RunStore(reg).load(entry.run_id))
+        run = RunStore(reg).load(entry.run_id)
+        why = check_summaries(run)
     except RunUnreadable as exc:
         raise BundleError(f"{b.path}: {exc.message}; nothing was imported") from None
     if why is not None:
@@ -340,18 +342,15 @@ def _import_run(reg: Registry, b: Bundle, entry: RunEntry, result: ImportResult,
             f"{b.path}: run {entry.run_id}: its summaries are not what its request rows give ({why}); "
             "nothing was imported"
         )
-    conn.execute(
-        "INSERT INTO run_origins (run_id, host, specreg_version, run_digest, bundle_digest, bundle_created_at, "
-        "imported_at) VALUES (?,?,?,?,?,?,?)",
-        (
-            entry.run_id,
-            entry.origin.host,
-            entry.origin.specreg_version,
-            entry.digest,
-            b.header.digest,
-            b.header.created_at,
-            now_iso(),
-        ),
+    record_origin(
+        conn,
+        entry.run_id,
+        entry.origin.host,
+        entry.origin.specreg_version,
+        run_digest=entry.digest,
+        bundle_digest=b.header.digest,
+        bundle_created_at=b.header.created_at,
+        node=run.manifest.node if run.manifest else None,  # a run measured on a Ray node says which
     )
     result.runs.append(entry.run_id)
 

@@ -1,11 +1,13 @@
 """One benchmark run on another machine: the task a driver sends, and what the node does with it.
 
-The node needs no registry of its own: it starts an empty one in a temporary folder, enters the
-driver's artifact records and the pair's verdicts, finds each model (the driver's path, else the
-hub file at the pinned commit), hashes it and refuses a SHA-256 that differs from the driver's
+The node needs no registry of its own: it starts an empty one in a folder of the task's, enters
+the driver's artifact records and the pair's verdicts, finds each model (the driver's path, else
+the hub file at the pinned commit), hashes it and refuses a SHA-256 that differs from the driver's
 before anything is measured. The driver's verdicts are evidence about the driver: the node checks
 the pair itself from the files it found (exchange/bundle.check_here) and benchmarks it only if
-its own checks admit it. Then it runs the ordinary bench and returns the run as a bundle.
+its own checks admit it. Then it runs the ordinary bench, each write of the run sent to the
+driver as it is made (exchange/run_stream.py). The folder and the servers go when the task ends,
+or, if its process is killed, with its guard (exchange/task_guard.py).
 Nothing here imports an executor: `ray_executor` ships `run_task` to Ray; any other engine could.
 """
 
@@ -13,16 +15,20 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import socket
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from specreg.errors import ArtifactChanged, ArtifactNotFound, SpecregError
+from specreg.exchange.task_guard import TASK_VAR, TaskGuard
 
 if TYPE_CHECKING:
+    from specreg.exchange.run_stream import Send
+    from specreg.schemas.bench import NodeInfo
     from specreg.schemas.bench_settings import BenchSettings
 
 
@@ -39,14 +45,12 @@ class RemoteTask(BaseModel):
 
 
 class TaskOutcome(BaseModel):
-    """What a node sends back: a bundle with the run, or why there is none."""
-
-    model_config = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
+    """How a task ended on its node: its run's rows went to the driver as they were measured
+    (exchange/run_stream.py); this says only whether the task got through, or why not."""
 
     task_id: str
     host: str
     ok: bool
-    bundle: bytes | None = None
     reason: str | None = None
 
 
@@ -97,17 +101,22 @@ def _locate(reg: Any, sha: str, record: dict[str, Any], paths: list[str]) -> Non
     )
 
 
-def run_task(task_json: str) -> str:
-    """Run one task on this machine; returns a TaskOutcome as JSON (never raises a SpecregError)."""
+def run_task(task_json: str, send: Send, node: NodeInfo) -> str:
+    """Run one task on this machine, sending each write of its run to `send` as it is made;
+    returns a TaskOutcome as JSON (never raises a SpecregError). Its folder and servers are gone
+    when it returns, and are removed by its guard if its process is killed instead."""
     task = RemoteTask.model_validate_json(task_json)
     host = socket.gethostname() or "unknown"
-    previous = {k: os.environ.get(k) for k in ("SPECREG_HOME", "SPECREG_DB")}
+    folder = Path(tempfile.mkdtemp(prefix="specreg-task-"))
+    token = task.task_id  # the run id: what a driver on this machine looks for (ray_executor.py)
+    guard = TaskGuard(folder, token)
+    previous = {k: os.environ.get(k) for k in ("SPECREG_HOME", "SPECREG_DB", TASK_VAR)}
     try:
-        with tempfile.TemporaryDirectory(prefix="specreg-task-") as tmp:
-            os.environ["SPECREG_HOME"] = tmp  # run logs go with the run into the bundle, then away
-            os.environ["SPECREG_DB"] = str(Path(tmp) / "registry.db")
-            data = _bench(task, Path(tmp))
-        return TaskOutcome(task_id=task.task_id, host=host, ok=True, bundle=data).model_dump_json()
+        os.environ["SPECREG_HOME"] = str(folder)  # the scratch registry and the run's server logs
+        os.environ["SPECREG_DB"] = str(folder / "registry.db")
+        os.environ[TASK_VAR] = token  # every server it starts carries it: the guard finds them
+        _bench(task, folder, send, node)
+        return TaskOutcome(task_id=task.task_id, host=host, ok=True).model_dump_json()
     except SpecregError as exc:
         return TaskOutcome(task_id=task.task_id, host=host, ok=False, reason=exc.message).model_dump_json()
     finally:
@@ -116,14 +125,17 @@ def run_task(task_json: str) -> str:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+        shutil.rmtree(folder, ignore_errors=True)
+        guard.release()
 
 
-def _bench(task: RemoteTask, tmp: Path) -> bytes:
+def _bench(task: RemoteTask, tmp: Path, send: Send, node: NodeInfo) -> None:
     from specreg import __version__
     from specreg.benchmark.run.runner import Runner
     from specreg.errors import NotAdmitted
-    from specreg.exchange.bundle import ImportResult, check_here, export_bundle
+    from specreg.exchange.bundle import ImportResult, check_here
     from specreg.exchange.portable import find_pair, merge_artifacts, merge_pairs
+    from specreg.exchange.run_stream import StreamingStore
     from specreg.registry.store import Registry
     from specreg.schemas.bench_settings import BenchSettings
 
@@ -145,8 +157,7 @@ def _bench(task: RemoteTask, tmp: Path) -> bytes:
         if done.not_checked:
             raise NotAdmitted(f"the pair could not be checked on this node: {'; '.join(done.not_checked.values())}")
         pair_id = find_pair(reg.conn, task.pair)
-        runner = Runner(reg, BenchSettings.model_validate(options))
-        runs = runner.bench([pair_id] if pair_id is not None else [])
-        out = tmp / "run.zip"
-        export_bundle(reg, out, run_ids=[r.info.run_id for r in runs])
-        return out.read_bytes()
+        named = str(task.options.get("workload")) if task.workload_text is not None else None
+        store = StreamingStore(reg, send, node, workload=named)
+        runner = Runner(reg, BenchSettings.model_validate(options), store=store)
+        runner.bench([pair_id] if pair_id is not None else [])

@@ -110,7 +110,8 @@ migrations = MigrationSet("specreg")
 # judges a configuration against this machine's budget, and a machine probe (m025) prices a model
 # on this machine: they do not travel either. What `specreg watch` saw of a deployed server (m024)
 # is evidence about this registry's own production, not a result another machine can re-derive:
-# it stays here too.
+# it stays here too. Where a run came from (m026: its Ray node) is this registry's record as well;
+# a bundle carries the node in the run's manifest.
 LOCAL_ONLY = frozenset(
     {
         "m010_template_scans",
@@ -120,6 +121,7 @@ LOCAL_ONLY = frozenset(
         "m023_memory_fits",
         "m024_watch_windows",
         "m025_machine_probes",
+        "m026_run_origin_nodes",
     }
 )
 
@@ -700,3 +702,32 @@ def m025_machine_probes(db: sqlite3.Connection) -> None:
         )
         """
     )
+
+
+@migrations()
+def m026_run_origin_nodes(db: sqlite3.Connection) -> None:
+    """Where a run dispatched to a Ray cluster ran (exchange/ray_executor.py): the node's id, its
+    address and the resources the run was placed with, beside the host. Such a run arrives row by
+    row while it is measured, in no bundle: its bundle digest is NULL, and its content digest is
+    NULL until it has finished. SQLite cannot relax a NOT NULL in place, so the table is made
+    again with its rows (nothing references it)."""
+    db.execute(
+        """
+        CREATE TABLE run_origins_new (
+            run_id TEXT PRIMARY KEY REFERENCES bench_runs (run_id),
+            host TEXT NOT NULL,
+            specreg_version TEXT NOT NULL,
+            run_digest TEXT CHECK (run_digest IS NULL OR length(run_digest) = 64),
+            bundle_digest TEXT CHECK (bundle_digest IS NULL OR length(bundle_digest) = 64),
+            bundle_created_at TEXT,
+            imported_at TEXT NOT NULL,
+            node_id TEXT,
+            node_address TEXT,
+            resources_json TEXT
+        )
+        """
+    )
+    cols = "run_id, host, specreg_version, run_digest, bundle_digest, bundle_created_at, imported_at"
+    db.execute(f"INSERT INTO run_origins_new ({cols}) SELECT {cols} FROM run_origins")
+    db.execute("DROP TABLE run_origins")
+    db.execute("ALTER TABLE run_origins_new RENAME TO run_origins")

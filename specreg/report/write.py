@@ -82,4 +82,7 @@ def write_run_report_for(path: str | Path, run: BenchRun, models: dict[str, Mode
 
     check_report_path(path)
     digest = digest_run(run)
+    node = run.info.node or (run.manifest.node if run.manifest is not None else None)
+    if node is not None:  # a run measured on a Ray node says which, as the audit's evidence line does
+        digest = digest.model_copy(update={"attested_by": f"measured on {node.line()}"})
     return write_run_report(path, digest.model_copy(update={"models": models}) if models else digest)

@@ -11,6 +11,7 @@ it here (the settings a run was started with are bench_settings.py's).
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from itertools import pairwise
 from typing import Any, Literal
@@ -496,6 +497,23 @@ class ObservationSettings(BaseModel):
     ctx_size: int
 
 
+class NodeInfo(BaseModel):
+    """The cluster node a dispatched run was measured on (`bench admitted --executor ray`): the
+    node's id, its host name and address, and the resources the run asked for when it was placed
+    (`--resources`; empty: Ray's defaults). A run measured by this specreg itself has none."""
+
+    executor: Literal["ray"] = "ray"
+    node_id: str
+    host: str
+    address: str
+    resources: dict[str, float] = Field(default_factory=dict)
+
+    def line(self) -> str:
+        """One line for listings and evidence: where, and with what it was placed."""
+        asked = json.dumps(self.resources, sort_keys=True) if self.resources else "default resources"
+        return f"Ray node {self.node_id[:12]} on {self.host} ({self.address}), placed with {asked}"
+
+
 class RunManifest(BaseModel):
     """PROTOCOL §1: runtime, target, draft, hardware, request, observation."""
 
@@ -506,6 +524,7 @@ class RunManifest(BaseModel):
     request: RequestSettings
     observation: ObservationSettings
     settings: BenchSettings | None = None  # the invocation's validated settings (None: older runs)
+    node: NodeInfo | None = None  # the cluster node that ran it (None: measured by the specreg that stored it)
 
 
 # ---- results ---------------------------------------------------------------------------------
@@ -663,6 +682,7 @@ class RunInfo(BaseModel):
     n_requests: int = 0
     hardware: str | None = None  # the hardware class (servers/hardware.py) of the manifest
     host: str | None = None  # the host an imported run came from; None: measured here
+    node: NodeInfo | None = None  # the cluster node a dispatched run ran on (run_origins)
 
 
 class BenchRun(BaseModel):

@@ -147,24 +147,24 @@ def stop_group(
             kill_marked(token)
 
 
-def marked(token: str) -> list[psutil.Process]:
-    """Live processes of ours whose environment carries `token`."""
+def marked(token: str, var: str = TOKEN_VAR) -> list[psutil.Process]:
+    """Live processes of ours whose environment carries `token` (in `var`)."""
     found = []
     me = os.getuid() if hasattr(os, "getuid") else None
     for p in psutil.process_iter(["uids"]):
         try:
             if me is not None and p.info["uids"] and p.info["uids"].real != me:
                 continue
-            if p.environ().get(TOKEN_VAR) == token and p.status() != psutil.STATUS_ZOMBIE:
+            if p.environ().get(var) == token and p.status() != psutil.STATUS_ZOMBIE:
                 found.append(p)
         except psutil.Error:
             continue
     return found
 
 
-def kill_marked(token: str) -> list[int]:
-    """SIGKILL every process carrying `token`; returns the pids of any that survived."""
-    procs = marked(token)
+def kill_marked(token: str, var: str = TOKEN_VAR) -> list[int]:
+    """SIGKILL every process carrying `token` (in `var`); returns the pids of any that survived."""
+    procs = [p for p in marked(token, var) if p.pid != os.getpid()]
     for p in procs:
         with contextlib.suppress(psutil.Error):
             p.kill()

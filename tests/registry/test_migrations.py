@@ -256,7 +256,7 @@ SCHEMA: dict[str, list[str]] = {
     ],
     # what a model costs on one machine, build and flags (m025, specreg/registry/machine_probes.py)
     "machine_probes": ["sha256", "hardware", "runtime", "flags", "probe_json", "probed_at"],
-    # result bundles (m005, specreg/benchmark/bundle_import.py)
+    # result bundles (m005, specreg/exchange/bundle.py); runs streamed from Ray nodes (m026)
     "run_origins": [
         "run_id",
         "host",
@@ -265,6 +265,9 @@ SCHEMA: dict[str, list[str]] = {
         "bundle_digest",
         "bundle_created_at",
         "imported_at",
+        "node_id",
+        "node_address",
+        "resources_json",
     ],
     # split GGUFs: the shards after the first, pinned (m008, specreg/registry/shards.py)
     "artifact_shards": [
@@ -392,3 +395,41 @@ def test_m004_keeps_a_strict_check_beside_the_normal_verdict_of_existing_pairs(
         assert (pair.admitted, pair.strict, pair.verdict_id) == (True, False, 1)
         assert (pair.strict_admitted, pair.strict_verdict_id, pair.n_verdicts) == (False, 2, 2)
         assert [p.id for p in reg.admitted_pairs()] == [1] and reg.admitted_pairs(strict=True) == []
+
+
+def test_m026_keeps_the_origins_of_imported_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A registry written before m026 (a run imported from a bundle) keeps that run's origin when
+    the table is made again to take runs streamed from Ray nodes (no bundle, a node)."""
+    db_file = tmp_path / "r.db"
+    shipped = mig.migrations._migrations
+    monkeypatch.setattr(mig.migrations, "_migrations", [m for m in shipped if m.name < "m026"])
+    with Registry(db_file) as reg, reg.write() as conn:
+        conn.execute(
+            "INSERT INTO artifacts (sha256, size, summary_json, licence_json, registered_at, updated_at) "
+            "VALUES (?, 1, '{}', '{}', 't', 't')",
+            ("a" * 64,),
+        )
+        conn.execute(
+            "INSERT INTO bench_runs (run_id, status, method, target_sha256, started_at) "
+            "VALUES ('r1', 'complete', 'ngram-simple', ?, '2026-01-01')",
+            ("a" * 64,),
+        )
+        conn.execute(
+            "INSERT INTO run_origins (run_id, host, specreg_version, run_digest, bundle_digest, imported_at) "
+            "VALUES ('r1', 'other-box', '0.1.0', ?, ?, '2026-01-02')",
+            ("b" * 64, "c" * 64),
+        )
+    monkeypatch.setattr(mig.migrations, "_migrations", shipped)
+    with Registry(db_file) as reg:
+        row = reg.conn.execute("SELECT host, run_digest, bundle_digest, node_id FROM run_origins").fetchone()
+        assert tuple(row) == ("other-box", "b" * 64, "c" * 64, None)
+        with reg.write() as conn:  # a streamed run: no bundle, no digest until it ends
+            conn.execute(
+                "INSERT INTO bench_runs (run_id, status, method, target_sha256, started_at) "
+                "VALUES ('r2', 'running', 'ngram-simple', ?, '2026-01-03')",
+                ("a" * 64,),
+            )
+            conn.execute(
+                "INSERT INTO run_origins (run_id, host, specreg_version, imported_at, node_id) "
+                "VALUES ('r2', 'node-b', '0.1.0', '2026-01-03', 'n1')"
+            )

@@ -71,10 +71,17 @@ class Runner:
     """Runs benchmarks against one registry with one server program and one workload."""
 
     def __init__(
-        self, reg: Registry, opts: BenchSettings, observer: Observer | None = None, gpu: GpuProbe | None = None
+        self,
+        reg: Registry,
+        opts: BenchSettings,
+        observer: Observer | None = None,
+        gpu: GpuProbe | None = None,
+        store: RunStore | None = None,
     ) -> None:
         self.reg, self.opts = reg, opts
-        self.store = RunStore(reg)
+        # every write of a run goes through the store: a subclass may also send each one elsewhere
+        # (exchange/run_stream.py: a cluster node streams its rows to the driver's registry)
+        self.store = store or RunStore(reg)
         self.observer = observer or Observer()
         per_slot = opts.ctx_size // max(opts.concurrency)  # llama.cpp splits -c across -np slots
         self.workload: Workload = load_workload(opts.workload, sample=opts.sample, seed=opts.seed, ctx_tokens=per_slot)

@@ -21,6 +21,7 @@ from specreg.schemas.bench import (
     ConditionSummary,
     Expect,
     MemoryObservation,
+    NodeInfo,
     PromptInfo,
     RequestRow,
     RoundLoad,
@@ -364,7 +365,10 @@ class RunStore:
         )
 
 
-_ORIGIN_COLS = "json_extract(r.manifest_json, '$.hardware') AS hardware_json, o.host AS origin_host"
+_ORIGIN_COLS = (
+    "json_extract(r.manifest_json, '$.hardware') AS hardware_json, o.host AS origin_host, "
+    "o.node_id AS origin_node_id, o.node_address AS origin_node_address, o.resources_json AS origin_resources"
+)
 # a run with its counts and origin: what `runs` lists and `runs show` loads
 _RUN_SELECT = (
     "SELECT r.*, (SELECT count(*) FROM bench_conditions c WHERE c.run_id = r.run_id) AS n_conditions, "
@@ -381,6 +385,14 @@ def run_info(r: sqlite3.Row) -> RunInfo:
         return r[name] if name in keys else None
 
     hw = col("hardware_json")
+    node = None
+    if col("origin_node_id"):  # a run dispatched to a cluster node (exchange/ray_executor.py)
+        node = NodeInfo(
+            node_id=r["origin_node_id"],
+            host=r["origin_host"],
+            address=col("origin_node_address") or "",
+            resources=json.loads(col("origin_resources") or "{}"),
+        )
     return RunInfo(
         run_id=r["run_id"],
         pair_id=r["pair_id"],
@@ -397,6 +409,7 @@ def run_info(r: sqlite3.Row) -> RunInfo:
         n_requests=col("n_requests") or 0,
         hardware=hardware_class(json.loads(hw)) if hw else None,
         host=col("origin_host"),
+        node=node,
     )
 
 

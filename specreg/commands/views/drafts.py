@@ -88,7 +88,8 @@ def _here(row: DraftRow) -> tuple[str, str | None]:
 
 
 def _probe_line(probe: MachineProbe, target: MachineProbe | None, new: bool) -> str:
-    """`target.gguf: 21.3 ms/token, a verify step of 6 tokens 2.9 decodes; 7.1 s, probed now`."""
+    """A model's probe in one line: its decode price per token, the verify step it was priced at in
+    decodes, what the probe took and whether it was taken now."""
     from specreg.benchmark.run.machine_probe import busy
     from specreg.benchmark.store.stepcost import probe_prices
 

@@ -166,7 +166,8 @@ def _triage_line(s: ConditionSummary) -> str:
 
 
 def _speedup(s: ConditionSummary) -> Cell:
-    """`1.23x [1.10, 1.35]`; `reference`; `-` for a condition without one (its reason is printed below)."""
+    """The speed-up and its interval; `reference`; `-` for a condition without one (its reason is
+    printed below)."""
     from specreg.benchmark.store.statistics import interval_text
 
     if s.speedup_note == "reference":
@@ -394,6 +395,9 @@ def show_run(
     )
     if i.status_reason:
         say(i.status_reason, prefix="  ", style="dim", indent=2)
+    node = i.node or (m.node if m is not None else None)  # the registry's record, else the run's own
+    if node is not None:
+        say(node.line(), prefix="  ran on ", indent=4)
     draft_ref = m.draft.artifact if m is not None else None
     head = [
         f"target {_model(i.target_sha256, m.target if m else None, names.get(i.target_sha256))}",

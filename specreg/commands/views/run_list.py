@@ -73,7 +73,7 @@ def runs_table(
                 str(r.n_requests),
                 r.started_at.strftime("%Y-%m-%d %H:%M:%S"),
                 hw.get(r.hardware or "", "-"),
-                r.host or "local",
+                _origin(r),
             )
             for r in runs
         ),
@@ -81,6 +81,13 @@ def runs_table(
     if any(_result(r, found.get(r.run_id))[0] == "no difference" for r in runs):
         say("no difference: the best speed-up's 95% interval contains 1.0", style="dim")
     _legend(hw)
+
+
+def _origin(info: RunInfo) -> str:
+    """Where a run was measured: here, the host a bundle came from, or the Ray node (by id prefix)."""
+    if info.node is not None:
+        return f"{info.node.host} (ray {info.node.node_id[:6]})"
+    return info.host or "local"
 
 
 def _result(info: RunInfo, res: RunResult | None) -> Styled:
