@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specreg.benchmark.run.client import LlamaClient
-
 from specreg.schemas.bench import WorkloadItem
 from specreg.servers.launcher import bundled_command, launch
 

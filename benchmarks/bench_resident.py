@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
-from specreg.benchmark.run.client import LlamaClient
 
+from specreg.benchmark.run.client import LlamaClient
 from specreg.gguf.reader import open_gguf
 from specreg.schemas.bench import WorkloadItem
 from specreg.schemas.memory import ServeSettings
