@@ -124,7 +124,10 @@ def prepare(bin_dir: Path, home: Path, files: list[Path], env: dict[str, str]) -
     home.mkdir(parents=True, exist_ok=True)
     env = {**env, "SPECREG_HOME": str(home), "SPECREG_DB": str(home / "registry.db")}
     make = "import sys; from specreg.registry.store import Registry; Registry(sys.argv[1]).close()"
-    subprocess.run([str(bin_dir / "python"), "-c", make, str(home / "empty-template.db")], env=env, check=True)
+    # from the side's own folder: `python -c` puts the working directory first on sys.path, and from
+    # a checkout that is this tree's specreg, not the side's
+    template = str(home / "empty-template.db")
+    subprocess.run([str(bin_dir / "python"), "-c", make, template], env=env, check=True, cwd=home)
     subprocess.run([str(bin_dir / "specreg"), "register", *map(str, files)], env=env, check=True, capture_output=True)
 
 

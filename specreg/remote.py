@@ -5,7 +5,7 @@ trickle a byte every few seconds (which resets any per-read timeout), announce o
 than its caller can use, or link a listing's "next page" to itself. So:
 
 - an *operation* (a hub search, a remote header, a download) has one overall deadline, from
-  the command's `--timeout` (or `SPECREG_TIMEOUT`, else `DEFAULT_TIMEOUT_S`), counted from its
+  the command's `--timeout` (or `SPECREG_TIMEOUT`, else the default: `allowance.py`), counted from its
   first request (the imports and local work before it are not the server's); every request in
   it gets only the time left, and a watchdog shuts the operation's sockets when it runs out,
   so a read blocked on a silent or trickling server returns at the deadline, not after it;
@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextvars
 import heapq
 import math
-import os
 import re
 import socket
 import threading
@@ -40,71 +39,15 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from specreg.errors import RemoteError, RemoteLimit, UsageError
+from specreg.allowance import DEFAULT_TIMEOUT_S, allowance, allowed_seconds
+from specreg.errors import RemoteError, RemoteLimit
 from specreg.text import escape_control
 from specreg.units import size_text
 
-DEFAULT_TIMEOUT_S = 120.0  # one remote operation, when neither --timeout nor SPECREG_TIMEOUT says
-TIMEOUT_ENV = "SPECREG_TIMEOUT"
-MAX_TIMEOUT_S = 7 * 86400.0
 DEFAULT_REPLY_BYTES = 16 << 20  # a reply whose caller declared no cap of its own
 MAX_PAGES = 10  # pages of one listing (the hub answers a --limit of up to 200 in one)
 _PHASES = ("connect", "read", "write", "pool")
 _T = TypeVar("_T")
-
-
-# -- what the command allows ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Allowance:
-    """The seconds one operation may take, and how a user changes them (for the error line)."""
-
-    seconds: float | None  # None: SPECREG_TIMEOUT, else the default
-    flag: str
-
-
-_DEFAULT_ALLOWANCE = Allowance(None, f"{TIMEOUT_ENV}=SECONDS")  # a command without a --timeout
-_ALLOWANCE: contextvars.ContextVar[Allowance | None] = contextvars.ContextVar("specreg_remote_allowance", default=None)
-
-
-def _allowance() -> Allowance:
-    return _ALLOWANCE.get() or _DEFAULT_ALLOWANCE
-
-
-def check_seconds(value: float, where: str) -> float:
-    """A deadline a user gave: positive, finite, at most a week."""
-    if not (isinstance(value, (int, float)) and math.isfinite(value) and 0 < value <= MAX_TIMEOUT_S):
-        raise UsageError(f"{where} {value}: give seconds above 0 (at most {MAX_TIMEOUT_S / 86400:g} days)")
-    return float(value)
-
-
-@contextmanager
-def allowing(seconds: float | None, flag: str = "--timeout") -> Iterator[None]:
-    """Inside: each remote operation may take `seconds` (None: SPECREG_TIMEOUT or the default),
-    and a deadline error tells the user to change it with `flag` (the command's option)."""
-    if seconds is not None:
-        check_seconds(seconds, flag)
-    token = _ALLOWANCE.set(Allowance(seconds, f"{flag} SECONDS"))
-    try:
-        yield
-    finally:
-        _ALLOWANCE.reset(token)
-
-
-def allowed_seconds(default: float = DEFAULT_TIMEOUT_S) -> float:
-    """The deadline of an operation starting now: the command's --timeout, else SPECREG_TIMEOUT,
-    else `default` (a download passes one sized by the bytes it expects)."""
-    given = _allowance().seconds
-    if given is not None:
-        return given
-    env = os.environ.get(TIMEOUT_ENV, "").strip()
-    if env:
-        try:
-            return check_seconds(float(env), TIMEOUT_ENV)
-        except ValueError:
-            raise UsageError(f"{TIMEOUT_ENV}={escape_control(env, limit=40)}: expected seconds, e.g. 300") from None
-    return default
 
 
 # -- operations and their deadline ---------------------------------------------------------------
@@ -236,7 +179,7 @@ def operation(
     if outer is not None and join:
         yield outer
         return
-    op = Operation(what, seconds if seconds is not None else allowed_seconds(default), flag or _allowance().flag)
+    op = Operation(what, seconds if seconds is not None else allowed_seconds(default), flag or allowance().flag)
     token = _OPERATION.set(op)
     try:
         yield op
@@ -247,7 +190,7 @@ def operation(
 
 def _implicit(host: str) -> Operation:
     """A request made outside any operation (a caller that opened none) is an operation alone."""
-    return Operation(f"the request to {host}", allowed_seconds(), _allowance().flag)
+    return Operation(f"the request to {host}", allowed_seconds(), allowance().flag)
 
 
 # -- what a reply may hold -----------------------------------------------------------------------

@@ -13,10 +13,9 @@ from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from hubserver import assert_one_line_error, run_cli
 
 from specreg import remote
-from specreg.errors import RemoteError, RemoteLimit, UsageError
+from specreg.errors import RemoteError, RemoteLimit
 
 Answer = Callable[[BaseHTTPRequestHandler], None]
 
@@ -184,22 +183,6 @@ def test_the_clock_starts_at_the_first_request(serve: Callable[[Answer], str]) -
         time.sleep(0.25)  # local work before the first request (imports, a walk) is not the server's
         assert http.get(url).content == b"ok"
         assert 0 < op.left() <= 0.2
-
-
-def test_allowances_and_their_errors(monkeypatch: pytest.MonkeyPatch) -> None:
-    with remote.allowing(7.5):
-        assert remote.allowed_seconds() == 7.5
-        with remote.operation("x") as op:
-            assert op.seconds == 7.5 and op.flag == "--timeout SECONDS"
-    monkeypatch.setenv(remote.TIMEOUT_ENV, "12")
-    assert remote.allowed_seconds() == 12
-    monkeypatch.setenv(remote.TIMEOUT_ENV, "soon")
-    with pytest.raises(UsageError, match="SPECREG_TIMEOUT=soon: expected seconds"):
-        remote.allowed_seconds()
-    for bad in (0, -1, float("nan"), float("inf"), 1e9):
-        with pytest.raises(UsageError, match="--timeout"), remote.allowing(bad):
-            pass
-    assert_one_line_error(run_cli("inspect", "https://127.0.0.1:9/x.gguf", "--timeout", "0"), "--timeout 0")
 
 
 def test_httpx_clients_live_in_one_place() -> None:

@@ -242,12 +242,12 @@ def pair_cmd(
     TARGET and DRAFT may also be https:// URLs or hf://ORG/REPO/FILE.gguf[@REV]: only their
     headers are read (HTTP range requests) and they are recorded as metadata only.
     """
+    from specreg.allowance import allowing
     from specreg.commands._probe import run_probe
     from specreg.commands.output import say
     from specreg.commands.views.check import show_verdict
     from specreg.errors import EXIT_ADMITTED, EXIT_NO_FIT, EXIT_REJECTED, UsageError
     from specreg.registry.store import Registry
-    from specreg.remote import allowing
     from specreg.schemas.memory import ServeSettings
     from specreg.schemas.record import to_python
     from specreg.servers.identity import choose_rules

@@ -80,13 +80,13 @@ def drafts_cmd(
     (each round halves the field; every run is stored as `bench admitted` stores it), then
     audits the winner and prints its deploy command, or says why none qualifies.
     """
+    from specreg.allowance import allowing
     from specreg.audit.drafts import Search, check_limits, find_drafts
     from specreg.audit.policy import load_policy
     from specreg.commands.output import emit_json, warn
     from specreg.commands.views.drafts import Progress, show_report
     from specreg.errors import UsageError
     from specreg.registry.store import Registry
-    from specreg.remote import allowing
     from specreg.servers.identity import choose_rules
 
     check_limits(limit)

@@ -48,8 +48,8 @@ def fetch_cmd(
     the file at that commit, and within --timeout; a SHA-256 mismatch, a deadline or a server
     that sends too much removes the download and registers nothing.
     """
+    from specreg.allowance import allowing
     from specreg.registry.store import Registry
-    from specreg.remote import allowing
     from specreg.sources.provenance import fetch
 
     with Registry(db_path()) as reg, allowing(timeout):

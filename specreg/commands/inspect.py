@@ -154,9 +154,9 @@ def inspect_cmd(
     The SHA-256 is shown when the registry knows the file by its stat (no hashing), or with --hash.
     A URL is read by HTTP range requests: the header only, nothing downloaded or registered.
     """
+    from specreg.allowance import allowing
     from specreg.gguf.reader import open_gguf
     from specreg.gguf.summary import summarize
-    from specreg.remote import allowing
     from specreg.schemas.gguf import as_dict
     from specreg.sources.range_reads import is_remote, open_remote
 

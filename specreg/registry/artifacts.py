@@ -22,7 +22,7 @@ from specreg.registry import hashing, licence, snapshot, statcache
 from specreg.registry.db import Database, now_iso, read_only_error, records_in_batches, text
 from specreg.registry.shards import Shard, ShardStore, is_split
 from specreg.schemas.gguf import GGUFSummary, summary_from_json, summary_to_json
-from specreg.schemas.record import adapter, from_json, stamp, to_json
+from specreg.schemas.record import adapter, stamp, to_json
 from specreg.schemas.registry import ArtifactRecord, LicenceRecord, LicenceSource, Provenance
 
 if TYPE_CHECKING:
@@ -70,10 +70,6 @@ def stat_or_raise(apath: str) -> hashing.StatKey:
     return hashing.StatKey.of(st)
 
 
-def _licence(raw: str) -> LicenceRecord:
-    return from_json(LicenceRecord, raw)
-
-
 def _stored(load: Any, raw: str, default: Any) -> Any:
     """A stored JSON field, or `default` when the record is damaged (no licence stated, no
     provenance): one bad row must not stop every listing, and nothing is allowed on it."""
@@ -101,7 +97,7 @@ def _record(
         file_type_name=text(row["file_type_name"]),
         n_tokens=row["n_tokens"],
         summary=summary,
-        licence=_stored(_licence, row["licence_json"], LicenceRecord()),
+        licence=_stored(licence.from_stored, row["licence_json"], LicenceRecord()),
         provenance=Provenance(
             repo=text(row["repo"]),
             revision=text(row["revision"]),
@@ -349,7 +345,7 @@ class ArtifactStore:
             elif layout is not None and known["layout_json"] != layout:  # registered before m009
                 conn.execute("UPDATE artifacts SET layout_json = ? WHERE sha256 = ?", (layout, sha))
             elif news or prov.source == "hf_cache":
-                rec = from_json(LicenceRecord, known["licence_json"])
+                rec = licence.from_stored(known["licence_json"])
                 if license:
                     rec = licence.with_source(rec, LicenceSource(source="user", value=license))
                 if card:
@@ -489,6 +485,6 @@ class ArtifactStore:
             row = self.db.one("SELECT licence_json FROM artifacts WHERE sha256 = ?", (sha256,))
             if row is None:
                 raise ArtifactNotFound(f"no registered artifact with sha256 {sha256}")
-            rec = licence.with_source(from_json(LicenceRecord, row["licence_json"]), source)
+            rec = licence.with_source(licence.from_stored(row["licence_json"]), source)
             self._update(sha256, rec, None, None, None, now_iso())
         return self.get(sha256)

@@ -16,9 +16,10 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import replace
+from typing import get_args
 
 from specreg.schemas.gguf import LicenceFields
-from specreg.schemas.registry import LICENCE_PRECEDENCE, LicenceRecord, LicenceSource
+from specreg.schemas.registry import LICENCE_PRECEDENCE, LicenceRecord, LicenceSource, LicenceSourceKind
 
 MAX_FIELD_CHARS = 2048  # licence fields are identifiers, names and links, not the licence text
 MAX_LIST_ITEMS = 16  # `license: [mit, apache-2.0]`; a longer list is not a licence statement
@@ -92,3 +93,69 @@ def combine(sources: Sequence[LicenceSource | None]) -> LicenceRecord:
 def with_source(rec: LicenceRecord, source: LicenceSource) -> LicenceRecord:
     """The record with `source` added, replacing an earlier statement of the same kind."""
     return combine([s for s in rec.sources if s.source != source.source] + [source])
+
+
+_SOURCE_KEYS = frozenset(("source", "value", "name", "link"))
+_RECORD_KEYS = frozenset(("sources", "effective", "effective_source", "conflict"))
+_KINDS = frozenset(get_args(LicenceSourceKind))
+
+
+def from_stored(raw: object) -> LicenceRecord:
+    """A registry row's licence record (its `licence_json`).
+
+    A row as specreg writes it (`to_json` of a LicenceRecord: every field, each of its own JSON
+    type, UTF-8 text) is made from `json.loads` as it stands: pydantic would return exactly these
+    values, and reading back what specreg wrote builds no validator (`check pair` of registered
+    files imports no pydantic). Anything else (a damaged or foreign row) is validated by pydantic
+    (`from_json`) as every record from the registry is: coerced where pydantic coerces, a
+    ValueError where it refuses."""
+    import json
+
+    if isinstance(raw, str):
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            data = None
+        if _written(data):
+            return LicenceRecord(
+                sources=[LicenceSource(**s) for s in data["sources"]],
+                effective=data["effective"],
+                effective_source=data["effective_source"],
+                conflict=data["conflict"],
+            )
+    from specreg.schemas.record import from_json
+
+    return from_json(LicenceRecord, raw)  # type: ignore[arg-type]  # pydantic says what is wrong
+
+
+def _text(value: object) -> bool:
+    """None, or a str that is UTF-8 text (JSON's \\ud800 escapes give lone surrogates)."""
+    if value is None:
+        return True
+    if type(value) is not str:
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _written(data: object) -> bool:
+    """Whether `data` has exactly the shape and JSON types `to_json(LicenceRecord)` writes."""
+    if type(data) is not dict or data.keys() != _RECORD_KEYS:
+        return False
+    sources = data["sources"]
+    return (
+        type(sources) is list
+        and all(
+            type(s) is dict
+            and s.keys() == _SOURCE_KEYS
+            and s["source"] in _KINDS
+            and all(_text(s[k]) for k in ("value", "name", "link"))
+            for s in sources
+        )
+        and _text(data["effective"])
+        and (data["effective_source"] is None or data["effective_source"] in _KINDS)
+        and type(data["conflict"]) is bool
+    )

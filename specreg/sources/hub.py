@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specreg import remote
 from specreg.errors import HubError, UsageError
 
 if TYPE_CHECKING:
@@ -242,6 +241,8 @@ def _hub_client() -> object:
     paths."""
     import httpx2
 
+    from specreg import remote
+
     return remote.hub_client(httpx2, _check_headers)
 
 
@@ -294,6 +295,8 @@ def hub_errors(settings: HubSettings, repo_id: str, revision: str | None, filena
     """Turn whatever huggingface_hub or the network raises into one HubError line with a hint;
     with huggingface_hub's client bounded (specreg.remote), whatever fails because the operation
     ran out of time is the deadline's line, however huggingface_hub wrapped it."""
+    from specreg import remote
+
     bound_hub_client()
     try:
         with _hub_error_lines(settings, repo_id, revision, filename):

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from specreg import remote
+from specreg.allowance import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S
 from specreg.errors import HubError, SpecregError, UsageError
 from specreg.registry import licence
 from specreg.registry.artifacts import stat_or_raise
@@ -232,6 +232,8 @@ def _hub_file(
     whoever keeps a file records the ref (`cache_ref`) once the file is verified."""
     from huggingface_hub import HfApi
 
+    from specreg import remote
+
     check_revision(revision)
     api = HfApi(endpoint=settings.endpoint)
     with (
@@ -287,6 +289,8 @@ def _download_card(settings: HubSettings, hf: HubFile) -> None:
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import RemoteEntryNotFoundError
 
+    from specreg import remote
+
     # an absent card: no statement
     with (
         remote.operation(f"the download of {hf.repo_id}'s model card"),
@@ -311,6 +315,8 @@ def fetch(
     """Download REPO/FILENAME at a pinned commit, verify it against the hub's LFS SHA-256,
     read the card of the same commit, then register it with all of that. Returns the record
     and the file's path in the Hugging Face cache."""
+    from specreg import remote
+
     s = settings or HubSettings.from_env()
     s.require_online("specreg fetch")
     check_repo_id(repo)
@@ -342,9 +348,11 @@ def _download(s: HubSettings, hf: HubFile) -> Path:
     and what else it began here (a lock, an `.incomplete` file, empty folders) is removed too."""
     from huggingface_hub import hf_hub_download
 
+    from specreg import remote
+
     where = f"{hf.repo_id}@{hf.commit[:12]}/{hf.filename}"
     before = _cache_paths(s, hf.repo_id)
-    default = remote.DEFAULT_TIMEOUT_S + min(hf.size / DOWNLOAD_FLOOR_BYTES_PER_S, remote.MAX_TIMEOUT_S)
+    default = DEFAULT_TIMEOUT_S + min(hf.size / DOWNLOAD_FLOOR_BYTES_PER_S, MAX_TIMEOUT_S)
     try:
         with (
             remote.operation(f"the download of {escape_control(where, limit=160)}", default=default),
@@ -418,6 +426,8 @@ def verify(
     A file in the HF cache is checked at its snapshot's commit under its repo filename; any other
     file under its own name, else under whichever file at that commit has its SHA-256.
     """
+    from specreg import remote
+
     s = settings or HubSettings.from_env()
     local_facts(path, repo=repo, revision=revision)  # flags that contradict the cache fail here
     cached = recognise_cached(path)

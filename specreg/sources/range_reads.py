@@ -14,7 +14,6 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-from specreg import remote
 from specreg.errors import RemoteError, UsageError
 from specreg.text import escape_control
 
@@ -85,6 +84,8 @@ def _hub_path(url: str, endpoint: str) -> tuple[str | None, str | None]:
 def open_remote(ref: str) -> tuple[GGUFFile, RemoteFile]:
     """Read a remote GGUF's header by range requests (same bounds as a local file, a cap on bytes),
     as one remote operation: the hub's answer and every range read share one deadline."""
+    from specreg import remote
+
     with remote.operation(f"reading the header of {escape_control(ref, limit=120)}"):
         return _open_remote(ref)
 

@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 from hubserver import FakeFile, FakeHub, assert_one_line_error, go_offline, run_cli
 
+from specreg.allowance import allowing
 from specreg.errors import GGUFError, RemoteError
 from specreg.gguf.http_source import HttpSource
 from specreg.gguf.reader import open_gguf, read_gguf
 from specreg.gguf.summary import summarize
 from specreg.registry.store import Registry
-from specreg.remote import allowing, operation
+from specreg.remote import operation
 from specreg.testing import ModelSpec, write_model
 
 REPO = "acme/remote-GGUF"

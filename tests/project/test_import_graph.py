@@ -21,6 +21,7 @@ ROOT = Path(specreg.__file__).parent
 RANKS = {
     "errors": 0,
     "remote": 0,  # every HTTP exchange, bounded in time and size (imports errors, text, units)
+    "allowance": 0,  # what a command allows each remote operation (--timeout); remote reads it
     "text": 0,
     "paths": 0,
     "atomic": 0,

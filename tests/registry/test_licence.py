@@ -124,3 +124,77 @@ def test_oversized_card_is_not_parsed(tmp_path: Path) -> None:
     p = _card(tmp_path, "---\nlicense: mit\n---\n" + "x" * (1 << 20))
     assert card_source(p) is None
     assert card_source(tmp_path / "missing.md") is None
+
+
+def _by_pydantic(raw: object) -> object:
+    """What pydantic makes of a stored licence: the record, or the kind of error."""
+    from specreg.schemas.record import from_json
+    from specreg.schemas.registry import LicenceRecord
+
+    try:
+        return from_json(LicenceRecord, raw)  # type: ignore[arg-type]
+    except ValueError:
+        return ValueError
+
+
+def _by_from_stored(raw: object) -> object:
+    try:
+        return licence.from_stored(raw)
+    except ValueError:
+        return ValueError
+
+
+_WRITTEN = (
+    '{"sources":[{"source":"gguf","value":"mit","name":null,"link":null}],'
+    '"effective":"mit","effective_source":"gguf","conflict":false}'
+)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        _WRITTEN,
+        '{"sources":[],"effective":null,"effective_source":null,"conflict":false}',
+        _WRITTEN.replace("false", "1"),  # coerced by pydantic: not the written shape
+        _WRITTEN.replace("false", '"true"'),
+        _WRITTEN.replace('"gguf","value"', '"hub","value"'),  # not a licence source kind
+        _WRITTEN.replace('"mit","name"', '"\\ud800","name"'),  # a lone surrogate
+        _WRITTEN.replace('"mit","name"', '3,"name"'),
+        _WRITTEN.replace(',"conflict":false', ""),  # a field left out: pydantic's default
+        _WRITTEN.replace("}", ',"extra":1}', 1),  # a key more
+        '{"sources": 1}',
+        '{"sources": ',
+        "[]",
+        "null",
+        "",
+        _WRITTEN.encode(),  # a BLOB
+        None,
+    ],
+)
+def test_a_stored_licence_reads_as_pydantic_reads_it(raw: object) -> None:
+    """`from_stored` builds what specreg writes without pydantic, and hands anything else to it:
+    either way the record (or the refusal) is pydantic's."""
+    assert _by_from_stored(raw) == _by_pydantic(raw)
+
+
+_text = st.none() | st.text(max_size=8)
+_source = st.fixed_dictionaries(
+    {"source": st.sampled_from(["user", "model_card", "gguf", "hub"]), "value": _text, "name": _text, "link": _text}
+)
+
+
+@given(
+    st.fixed_dictionaries(
+        {
+            "sources": st.lists(_source, max_size=3),
+            "effective": _text,
+            "effective_source": st.none() | st.sampled_from(["user", "gguf", "x"]),
+            "conflict": st.booleans() | st.integers(0, 2) | st.sampled_from(["yes", "false"]),
+        }
+    )
+)
+def test_any_licence_json_reads_as_pydantic_reads_it(data: dict[str, object]) -> None:
+    import json
+
+    raw = json.dumps(data)
+    assert _by_from_stored(raw) == _by_pydantic(raw)
