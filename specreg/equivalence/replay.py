@@ -19,8 +19,9 @@ from specreg.benchmark.run.reply import Completion
 from specreg.benchmark.store.condition_summary import compare_outputs
 from specreg.benchmark.store.sampling import arm
 from specreg.errors import ServerError
-from specreg.schemas.bench import ConditionRun, RequestRow
+from specreg.schemas.bench import ConditionRun
 from specreg.schemas.methods import BASELINE
+from specreg.schemas.request_row import RequestRow
 from specreg.schemas.sampling import Sampler
 
 

@@ -27,7 +27,8 @@ from specreg.benchmark.run.reply import Completion, TokenProbs
 from specreg.benchmark.store.sampling import arm
 from specreg.equivalence.replay import baseline_row, compare_with_baseline, same_text
 from specreg.errors import ServerError, ServerStartError
-from specreg.schemas.bench import ConditionRun, RequestRow
+from specreg.schemas.bench import ConditionRun
+from specreg.schemas.request_row import RequestRow
 from specreg.schemas.triage import TOP_CANDIDATES, TopToken, Triage
 from specreg.servers.launcher import ServerProcess, launch
 from specreg.text import plural

@@ -27,16 +27,8 @@ from specreg.exchange.bundle_runs import MAX_LOG_BYTES, local_digest
 from specreg.exchange.origins import record_origin, set_run_digest
 from specreg.exchange.rederive import check_summaries, derived_summaries
 from specreg.registry.db import now
-from specreg.schemas.bench import (
-    ConditionRun,
-    ConditionSummary,
-    NodeInfo,
-    PromptInfo,
-    RequestRow,
-    RunInfo,
-    RunManifest,
-    RunStatus,
-)
+from specreg.schemas.bench import ConditionRun, ConditionSummary, NodeInfo, PromptInfo, RunInfo, RunManifest, RunStatus
+from specreg.schemas.request_row import RequestRow
 
 if TYPE_CHECKING:
     from specreg.registry.store import Registry

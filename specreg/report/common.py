@@ -15,7 +15,7 @@ from specreg.schemas.audit import (
     StratumRow,
     named,
 )
-from specreg.schemas.bench import TPOT_TOLERANCE_TEXT
+from specreg.schemas.request_row import TPOT_TOLERANCE_TEXT
 from specreg.servers.identity import runtime_text
 from specreg.text import escape_control, plural
 

@@ -16,7 +16,8 @@ from specreg.validators.memory_served import Served
 
 if TYPE_CHECKING:
     from specreg.gguf.reader import GGUFFile
-    from specreg.schemas.bench import ConditionSpec, RequestRow, WorkloadItem
+    from specreg.schemas.bench import ConditionSpec, WorkloadItem
+    from specreg.schemas.request_row import RequestRow
 
 
 def parse_layers(value: str | int | None) -> int | None:

@@ -15,8 +15,9 @@ from specreg.benchmark.store import condition_summary as summary
 from specreg.benchmark.workloads import expect
 from specreg.benchmark.workloads.jsonl import STRATA, content_sha256, load_workload, parse_jsonl
 from specreg.errors import PolicyError, ServerError, UsageError
-from specreg.schemas.bench import ConditionRun, ConditionSpec, Expect, MemoryObservation, RequestRow, SpecCounters
+from specreg.schemas.bench import ConditionRun, ConditionSpec, Expect, MemoryObservation, SpecCounters
 from specreg.schemas.registry import PairRecord
+from specreg.schemas.request_row import RequestRow
 from specreg.servers import bundled_server, metrics, serverlog
 from specreg.servers.memory import GpuProbe, MemorySampler
 

@@ -234,7 +234,8 @@ def test_a_budget_caps_the_command_and_cuts_what_is_in_flight(capsys: pytest.Cap
 def test_an_ending_names_what_was_measured_and_never_reached() -> None:
     """The paragraph of a budget that ended: each condition measured with its requests and
     rounds, those never reached, those undecided, and the command."""
-    from specreg.schemas.bench import ConditionRun, ConditionSpec, ConditionSummary, RequestRow
+    from specreg.schemas.bench import ConditionRun, ConditionSpec, ConditionSummary
+    from specreg.schemas.request_row import RequestRow
 
     base = ConditionRun(idx=0, spec=ConditionSpec(name="none", method="none"), status="ok")
     mod = ConditionRun(idx=1, spec=ConditionSpec(name="ngram-mod", method="ngram-mod"), status="ok")

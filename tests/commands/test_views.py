@@ -223,7 +223,8 @@ def _progress_run(monkeypatch: pytest.MonkeyPatch, columns: int, n_rounds: int =
     from datetime import datetime
 
     from specreg.commands.views.progress import ProgressView
-    from specreg.schemas.bench import ConditionRun, ConditionSpec, RequestRow, RunInfo, SpecCounters
+    from specreg.schemas.bench import ConditionRun, ConditionSpec, RunInfo, SpecCounters
+    from specreg.schemas.request_row import RequestRow
 
     term = _Tty()
     monkeypatch.setattr("sys.stderr", term)

@@ -30,8 +30,9 @@ from specreg.equivalence.triage import aligned
 from specreg.registry.store import Registry
 from specreg.report import common
 from specreg.schemas.audit import Policy
-from specreg.schemas.bench import BenchRun, RequestRow
+from specreg.schemas.bench import BenchRun
 from specreg.schemas.bench_settings import BenchSettings
+from specreg.schemas.request_row import RequestRow
 from specreg.schemas.triage import TopToken, Triage, worst
 
 CYCLER = {"head_seed": 7, "block_scale": 0.01, "cycle": 64, "extra_tokens": 400}  # word tokens in the cycle

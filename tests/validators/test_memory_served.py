@@ -459,7 +459,7 @@ def test_a_benchmarks_refused_rows_are_replayed_as_refused() -> None:
     draft_n drafted nothing; one without timings, unknown (as long as the method allows)."""
     from datetime import UTC, datetime
 
-    from specreg.schemas.bench import RequestRow
+    from specreg.schemas.request_row import RequestRow
     from specreg.servers.memory_predict import served_requests
 
     def row(pid: str, ok: bool, out: int | None, timed_out: bool = False, **timings: int) -> RequestRow:

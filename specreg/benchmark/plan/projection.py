@@ -19,9 +19,10 @@ from specreg.benchmark.store.condition_summary import stratum_ms, stratum_pool
 from specreg.benchmark.store.sampling import arm
 from specreg.decision import bar
 from specreg.decision import budget as budget_mod
-from specreg.schemas.bench import ALL_STRATA, ConditionRun, ConditionSummary, RequestRow
+from specreg.schemas.bench import ALL_STRATA, ConditionRun, ConditionSummary
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.methods import BASELINE
+from specreg.schemas.request_row import RequestRow
 
 
 def projected_rounds(

@@ -35,9 +35,10 @@ from specreg.benchmark.store.condition_summary import paired_ms, stratum_ms, str
 from specreg.benchmark.store.sampling import arm
 from specreg.decision import bar
 from specreg.decision import budget as budget_mod
-from specreg.schemas.bench import ConditionRun, RequestRow, SlotPhase
+from specreg.schemas.bench import ConditionRun, SlotPhase
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.methods import BASELINE
+from specreg.schemas.request_row import RequestRow
 from specreg.text import rounds_named
 
 if TYPE_CHECKING:

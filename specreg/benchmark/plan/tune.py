@@ -62,17 +62,10 @@ from specreg.benchmark.store import statistics, stepcost
 from specreg.benchmark.store.condition_summary import _paired, speed_decision
 from specreg.errors import UsageError
 from specreg.registry.db import now
-from specreg.schemas.bench import (
-    ALL_STRATA,
-    ConditionRun,
-    ConditionSpec,
-    ConditionSummary,
-    RequestRow,
-    SpecCounters,
-    TuneEstimate,
-)
+from specreg.schemas.bench import ALL_STRATA, ConditionRun, ConditionSpec, ConditionSummary, SpecCounters, TuneEstimate
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.methods import BASELINE, MODEL_DRAFTED
+from specreg.schemas.request_row import RequestRow
 
 if TYPE_CHECKING:
     from specreg.benchmark.run.context import RunContext

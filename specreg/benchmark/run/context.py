@@ -17,8 +17,9 @@ from pathlib import Path
 from specreg.benchmark.run.reply import Completion
 from specreg.benchmark.store.runstore import RunStore
 from specreg.benchmark.workloads.jsonl import Workload
-from specreg.schemas.bench import ConditionRun, RequestRow, RoundLoad, RunInfo, SlotPhase, WorkloadItem
+from specreg.schemas.bench import ConditionRun, RoundLoad, RunInfo, SlotPhase, WorkloadItem
 from specreg.schemas.bench_settings import BenchSettings
+from specreg.schemas.request_row import RequestRow
 from specreg.schemas.sampling import Sampler
 from specreg.servers.launcher import ServerCommand
 from specreg.servers.memory import GpuProbe

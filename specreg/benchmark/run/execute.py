@@ -35,15 +35,10 @@ from specreg.benchmark.workloads.jsonl import content_sha256
 from specreg.equivalence.replay import compare_with_baseline, complete_ids
 from specreg.errors import ServerError, ServerStartError
 from specreg.registry.db import now
-from specreg.schemas.bench import (
-    ConditionRun,
-    IdsSource,
-    PromptInfo,
-    RequestRow,
-    WorkloadItem,
-)
+from specreg.schemas.bench import ConditionRun, PromptInfo, WorkloadItem
 from specreg.schemas.bench_settings import BenchSettings, duration_text
 from specreg.schemas.methods import BASELINE
+from specreg.schemas.request_row import IdsSource, RequestRow
 from specreg.schemas.sampling import repetition_seed
 from specreg.servers.launcher import ServerProcess, launch
 from specreg.servers.load import LoadProbe, wait_for_quiet

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from specreg.schemas.bench import MAX_OUTPUT_TOKENS
+from specreg.schemas.request_row import MAX_OUTPUT_TOKENS
 
 _FINISH = {"limit": "length", "eos": "stop", "word": "stop"}  # /completion stop_type -> OpenAI names
 _MAX_INT = 1 << 53  # counts and token ids from the server; beyond this they are not counts

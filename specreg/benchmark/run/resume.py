@@ -25,8 +25,9 @@ from specreg.benchmark.plan.tune import SKIPPED as TUNE_SKIPPED
 from specreg.benchmark.store.ending import BUDGET_ENDED
 from specreg.benchmark.store.sampling import arm
 from specreg.errors import UsageError
-from specreg.schemas.bench import ALL_STRATA, ConditionRun, RequestRow, RunStatus, ScheduleSlot
+from specreg.schemas.bench import ALL_STRATA, ConditionRun, RunStatus, ScheduleSlot
 from specreg.schemas.methods import BASELINE
+from specreg.schemas.request_row import RequestRow
 from specreg.servers.hardware import hardware_class
 from specreg.servers.identity import build_of, runtime_text
 

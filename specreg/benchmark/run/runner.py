@@ -40,19 +40,12 @@ from specreg.errors import ArtifactChanged, NotAdmitted, SpecregError, UsageErro
 from specreg.registry.db import now
 from specreg.registry.evidence import not_checked_here
 from specreg.registry.hashing import sha256_file
-from specreg.schemas.bench import (
-    BenchRun,
-    ConditionRun,
-    RequestRow,
-    RunInfo,
-    RunStatus,
-    RuntimeInfo,
-    ScheduleSlot,
-)
+from specreg.schemas.bench import BenchRun, ConditionRun, RunInfo, RunStatus, RuntimeInfo, ScheduleSlot
 from specreg.schemas.bench_settings import BenchSettings, duration_text
 from specreg.schemas.methods import BASELINE
 from specreg.schemas.record import to_python
 from specreg.schemas.registry import ArtifactRecord, PairRecord
+from specreg.schemas.request_row import RequestRow
 from specreg.servers.launcher import ServerCommand, bundled_command, external_command
 from specreg.servers.memory import GpuProbe
 from specreg.servers.pinning import Pinning, server_pinning

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from specreg.benchmark.store import contention, statistics, stepcost
 from specreg.benchmark.store.sampling import arm, sampled_checks
 from specreg.decision import bar
-from specreg.schemas.bench import ALL_STRATA, ConditionRun, ConditionSummary, RequestRow, Stat
+from specreg.schemas.bench import ALL_STRATA, ConditionRun, ConditionSummary, Stat
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.methods import BASELINE, MODEL_DRAFTED
+from specreg.schemas.request_row import RequestRow
 from specreg.text import plural
 
 

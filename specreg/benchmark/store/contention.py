@@ -53,7 +53,8 @@ from typing import TYPE_CHECKING
 from specreg.schemas.bench import ALL_STRATA
 
 if TYPE_CHECKING:
-    from specreg.schemas.bench import ConditionRun, ConditionSummary, RequestRow
+    from specreg.schemas.bench import ConditionRun, ConditionSummary
+    from specreg.schemas.request_row import RequestRow
 
 SPREAD_FACTOR = 3.0  # a request this many times its prompt's median (other repetitions) ran far outside
 SPREAD_MIN_MS = 100.0  # ... and at least this much slower

@@ -25,7 +25,6 @@ from specreg.schemas.bench import (
     MemoryObservation,
     NodeInfo,
     PromptInfo,
-    RequestRow,
     RoundLoad,
     RunInfo,
     RunManifest,
@@ -33,6 +32,7 @@ from specreg.schemas.bench import (
     SpecCounters,
     WarmupRecord,
 )
+from specreg.schemas.request_row import RequestRow
 from specreg.schemas.triage import Triage
 from specreg.servers.hardware import hardware_class
 

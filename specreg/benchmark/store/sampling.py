@@ -18,9 +18,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from specreg.schemas.bench import ConditionSpec, ConditionSummary, RequestRow, RunManifest, RuntimeInfo
+from specreg.schemas.bench import ConditionSpec, ConditionSummary, RunManifest, RuntimeInfo
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.methods import BASELINE
+from specreg.schemas.request_row import RequestRow
 from specreg.schemas.sampling import Sampler
 
 if TYPE_CHECKING:

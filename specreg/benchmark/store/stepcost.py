@@ -47,8 +47,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from specreg.schemas.bench import RequestRow
     from specreg.schemas.machine_probe import MachineProbe
+    from specreg.schemas.request_row import RequestRow
 
 
 @dataclass(frozen=True)

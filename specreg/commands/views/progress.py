@@ -37,7 +37,8 @@ from specreg.commands.views.cells import STATUS_STYLE, pct_text
 from specreg.text import plural, rounds_named
 
 if TYPE_CHECKING:
-    from specreg.schemas.bench import ConditionRun, RequestRow, RunInfo
+    from specreg.schemas.bench import ConditionRun, RunInfo
+    from specreg.schemas.request_row import RequestRow
 
 HEARTBEAT_S = 25.0  # without a terminal, a line at least this often
 

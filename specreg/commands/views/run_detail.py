@@ -16,7 +16,7 @@ from specreg.commands.layout import Col, pack
 from specreg.commands.output import Cell, print_listing, safe_plain, say, show_lines, width
 from specreg.commands.views.cells import MISMATCH_MARK, STATUS_STYLE, WARN_MARK, ms_text, num_text, pct_text
 from specreg.commands.views.sampling import show_samplers
-from specreg.schemas.bench import TPOT_TOLERANCE_TEXT
+from specreg.schemas.request_row import TPOT_TOLERANCE_TEXT
 from specreg.text import model_label, plural
 from specreg.units import MIB, mib_text
 

@@ -14,8 +14,9 @@ from specreg.benchmark.plan.projection import projected_rounds
 from specreg.benchmark.plan.scheduler import BudgetScheduler
 from specreg.benchmark.store.condition_summary import stat_settings, summarize
 from specreg.decision.budget import HORIZON, undecided_text
-from specreg.schemas.bench import ALL_STRATA, ConditionRun, ConditionSpec, RequestRow
+from specreg.schemas.bench import ALL_STRATA, ConditionRun, ConditionSpec
 from specreg.schemas.bench_settings import BenchSettings
+from specreg.schemas.request_row import RequestRow
 
 STRATA = ["chat", "chat", "code", "code", "code"]  # the workload's prompts, one stratum each
 

@@ -25,8 +25,9 @@ from _registry_helpers import model
 from specreg.benchmark.plan import tune
 from specreg.benchmark.store.stepcost import verify_cost
 from specreg.registry.store import Registry
-from specreg.schemas.bench import ALL_STRATA, ConditionRun, ConditionSpec, RequestRow, SpecCounters
+from specreg.schemas.bench import ALL_STRATA, ConditionRun, ConditionSpec, SpecCounters
 from specreg.schemas.bench_settings import BenchSettings
+from specreg.schemas.request_row import RequestRow
 from specreg.testing.modelspec import FAST_ITEMS, FAST_PAIR
 
 POLICY = """

@@ -21,7 +21,8 @@ from specreg.benchmark.run import execute
 from specreg.benchmark.run.reply import Completion, completion_event
 from specreg.benchmark.store import condition_summary as summary
 from specreg.equivalence import replay
-from specreg.schemas.bench import ConditionRun, ConditionSpec, RequestRow, WorkloadItem
+from specreg.schemas.bench import ConditionRun, ConditionSpec, WorkloadItem
+from specreg.schemas.request_row import RequestRow
 
 HELD_BACK = [
     {"content": "�������� target", "tokens": [338], "tokens_predicted": 9, "stop": False},

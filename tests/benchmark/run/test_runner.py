@@ -23,8 +23,9 @@ from specreg.benchmark.run.context import Observer
 from specreg.benchmark.run.runner import Runner
 from specreg.errors import ArtifactChanged, NotAdmitted, ServerError
 from specreg.registry.store import Registry
-from specreg.schemas.bench import ConditionRun, RequestRow
+from specreg.schemas.bench import ConditionRun
 from specreg.schemas.bench_settings import BenchSettings
+from specreg.schemas.request_row import RequestRow
 
 FAKE = Path(__file__).parents[2] / "fake_llama_server.py"
 

@@ -24,8 +24,9 @@ from specreg.benchmark.run.runner import Runner
 from specreg.benchmark.store import contention
 from specreg.benchmark.store.condition_summary import StatSettings, speed_decision, summarize
 from specreg.registry.store import Registry
-from specreg.schemas.bench import ConditionRun, ConditionSpec, RequestRow, RoundLoad
+from specreg.schemas.bench import ConditionRun, ConditionSpec, RoundLoad
 from specreg.schemas.bench_settings import BenchSettings
+from specreg.schemas.request_row import RequestRow
 from specreg.servers import load as server_load
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -5,16 +5,8 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from specreg.benchmark.store.efficiency import efficiency
-from specreg.schemas.bench import (
-    BenchRun,
-    ConditionRun,
-    ConditionSpec,
-    Continuation,
-    RequestRow,
-    RoundLoad,
-    RunInfo,
-    RunManifest,
-)
+from specreg.schemas.bench import BenchRun, ConditionRun, ConditionSpec, Continuation, RoundLoad, RunInfo, RunManifest
+from specreg.schemas.request_row import RequestRow
 
 T0 = datetime(2026, 1, 1, 12, 0, 0)
 

@@ -16,8 +16,9 @@ from specreg.benchmark.plan import conditions
 from specreg.benchmark.store import condition_summary as summary
 from specreg.benchmark.store import statistics
 from specreg.errors import UsageError
-from specreg.schemas.bench import ConditionRun, ConditionSpec, RequestRow, SpecCounters
+from specreg.schemas.bench import ConditionRun, ConditionSpec, SpecCounters
 from specreg.schemas.bench_settings import BenchSettings
+from specreg.schemas.request_row import RequestRow
 
 # -- bootstrap intervals -----------------------------------------------------------------------
 

@@ -20,7 +20,8 @@ from _registry_helpers import model
 
 from specreg.benchmark.store import condition_summary as summary
 from specreg.benchmark.store import stepcost
-from specreg.schemas.bench import ConditionRun, ConditionSpec, RequestRow, SpecCounters
+from specreg.schemas.bench import ConditionRun, ConditionSpec, SpecCounters
+from specreg.schemas.request_row import RequestRow
 
 # -- the formulas --------------------------------------------------------------------------------
 
