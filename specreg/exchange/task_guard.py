@@ -59,7 +59,7 @@ def main(argv: list[str]) -> None:
     if len(argv) != 3:
         raise SystemExit("usage: python -m specreg.exchange.task_guard FOLDER TOKEN")
     if os.fork() > 0:  # a grandchild of the worker: not among the children Ray stops with it
-        os._exit(0)
+        return  # this process ends as any does (it has nothing of its own to clean up)
     _watch(Path(argv[1]), argv[2])
 
 

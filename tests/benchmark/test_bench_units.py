@@ -486,7 +486,7 @@ def _pair(pid: int, target: str, draft: str | None, method: str) -> PairRecord:
 
 def test_self_speculation_pairs_covered_by_a_draft_run_are_not_run_twice() -> None:
     from specreg.benchmark.plan.conditions import plan
-    from specreg.benchmark.run.runner import drop_covered
+    from specreg.benchmark.plan.eligibility import drop_covered
 
     def planned(p):  # type: ignore[no-untyped-def]
         return (p, plan(p.method, draft_path="d" if p.draft_sha256 else None, draft_sha256=p.draft_sha256))

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 from specreg.benchmark.plan.tune import SKIPPED as TUNE_SKIPPED
 from specreg.benchmark.store.ending import BUDGET_ENDED
 from specreg.benchmark.store.sampling import arm
-from specreg.errors import UsageError
+from specreg.errors import ArtifactChanged, UsageError
+from specreg.registry.db import now
 from specreg.schemas.bench import ALL_STRATA, ConditionRun, RunStatus, ScheduleSlot
 from specreg.schemas.methods import BASELINE
 from specreg.schemas.request_row import RequestRow
@@ -34,7 +35,7 @@ from specreg.servers.identity import build_of, runtime_text
 if TYPE_CHECKING:
     from specreg.benchmark.run.context import RunContext
     from specreg.benchmark.store.runstore import RunStore
-    from specreg.schemas.bench import BenchRun, HardwareInfo, RuntimeInfo
+    from specreg.schemas.bench import BenchRun, HardwareInfo, RunManifest, RuntimeInfo
     from specreg.servers.pinning import Pinning
 
 # what a run may have ended as and still be continued (`complete` only with a condition undecided)
@@ -219,3 +220,40 @@ def restore(ctx: RunContext, run: BenchRun, row_ids: list[int]) -> None:
         ctx.prompts_stored = True
         ctx.input_tokens = {p.id: p.input_tokens for p in run.prompts}
     ctx.slot_s, ctx.replay_s = slot_seconds(run)
+
+
+def check_methods(run: BenchRun, methods: list[str] | None) -> None:
+    """`--methods` names only methods the run measured (UsageError otherwise)."""
+    unknown = sorted(set(methods or ()) - {c.spec.method for c in run.conditions})
+    if unknown:
+        have = ", ".join(sorted({c.spec.method for c in run.conditions}))
+        raise UsageError(f"--methods {','.join(unknown)}: run {run.info.run_id} measured none of it (it has {have})")
+
+
+def file_changed(run_id: str, role: str, exc: ArtifactChanged) -> UsageError:
+    """The one-line refusal for a measured file that is no longer what the run measured."""
+    return UsageError(
+        f"run {run_id} cannot be continued here: {role} file changed: sha256 "
+        f"{(exc.actual or 'missing')[:12]} != {exc.expected[:12]} ({exc.path})",
+        hint="put the measured file back, or measure the pair again (bench admitted)",
+    )
+
+
+def continued_manifest(
+    run: BenchRun, *, budget_s: float, first_repeat: int, methods: list[str] | None, tune: bool
+) -> RunManifest:
+    """The run's manifest with this continuation added; its budget becomes the sum of its sessions'."""
+    from specreg.schemas.bench import Continuation
+
+    assert run.manifest is not None and run.manifest.settings is not None
+    was = run.manifest.settings
+    session = Continuation(
+        started_at=now(), previous_status=run.info.status, previous_finished_at=run.info.finished_at,
+        budget_s=budget_s, first_repeat=first_repeat, methods=methods, tune=tune,
+    )  # fmt: skip
+    return run.manifest.model_copy(
+        update={
+            "settings": was.model_copy(update={"budget_s": (was.budget_s or 0.0) + budget_s}),
+            "continued": [*run.manifest.continued, session],
+        }
+    )

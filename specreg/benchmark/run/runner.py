@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from specreg.benchmark.plan import conditions as cond_mod
 from specreg.benchmark.plan import tune
-from specreg.benchmark.plan.eligibility import NOT_BENCHMARKABLE, not_benchmarkable
+from specreg.benchmark.plan.eligibility import NOT_BENCHMARKABLE, drop_covered, not_benchmarkable
 from specreg.benchmark.plan.projection import project_undecided
 from specreg.benchmark.plan.scheduler import BudgetScheduler
 from specreg.benchmark.run.context import Observer, RunContext
@@ -33,7 +33,7 @@ from specreg.benchmark.store.condition_summary import stat_settings, summarize
 from specreg.benchmark.store.digest import keep_digests
 from specreg.benchmark.store.ending import BUDGET_ENDED
 from specreg.benchmark.store.runstore import RunStore
-from specreg.benchmark.store.sampling import arm, greedy_problem, greedy_twin, stored_greedy, unsupported
+from specreg.benchmark.store.sampling import StoredGreedy, sampled_stage, stored_greedy, unsupported
 from specreg.benchmark.workloads.jsonl import Workload, load_workload
 from specreg.equivalence import triage
 from specreg.errors import ArtifactChanged, NotAdmitted, SpecregError, UsageError
@@ -45,7 +45,6 @@ from specreg.schemas.bench_settings import BenchSettings, duration_text
 from specreg.schemas.methods import BASELINE
 from specreg.schemas.record import to_python
 from specreg.schemas.registry import ArtifactRecord, PairRecord
-from specreg.schemas.request_row import RequestRow
 from specreg.servers.launcher import ServerCommand, bundled_command, external_command
 from specreg.servers.memory import GpuProbe
 from specreg.servers.pinning import Pinning, server_pinning
@@ -375,7 +374,7 @@ class Runner:
                     ctx, c, slot.repeats, round_no=round_no, last=i == last[c.spec.name] and not until_decided
                 )
             aside = contention.set_aside(conds, ctx.rows, spread=self.opts.busy_share > 0)
-            busy = every_round_set_aside(conds, ctx.rows, aside) if not resumed else None
+            busy = contention.every_round_set_aside(conds, ctx.rows, aside) if not resumed else None
             if busy is not None and until_decided and not ctx.expired():  # once more: a burst may have passed
                 self.observer.note(f"every round so far was set aside as contended ({busy}): measuring it once more")
                 again = cond_mod.balanced_order([by_name[s.condition] for s in order if s.round == 0], 1)
@@ -384,9 +383,9 @@ class Runner:
                         run_condition(ctx, c, [planned], round_no=planned, last=False)
                 planned += 1
                 aside = contention.set_aside(conds, ctx.rows, spread=self.opts.busy_share > 0)
-                busy = every_round_set_aside(conds, ctx.rows, aside)
+                busy = contention.every_round_set_aside(conds, ctx.rows, aside)
             if busy is not None:
-                self.observer.note(busy_line(busy, self.opts.busy_share, until_decided))
+                self.observer.note(contention.busy_line(busy, self.opts.busy_share, until_decided))
             elif tuner is not None and not tuner.levels:  # a continued run's tuning is restored
                 for note in tuner.add_candidates(ctx, conds, contention.kept_rows(ctx.rows, aside)):
                     self.observer.note(f"tune {note}")
@@ -404,7 +403,7 @@ class Runner:
             reason = "; ".join(f"{c.spec.name}: {c.failure}" for c in failed) or None
             if resumed:  # measured on whatever was set aside: judged on what it kept in the end
                 aside = contention.set_aside(conds, ctx.rows, spread=self.opts.busy_share > 0)
-                busy = every_round_set_aside(conds, ctx.rows, aside)
+                busy = contention.every_round_set_aside(conds, ctx.rows, aside)
             if busy is not None:  # nothing kept: not a result, whatever each condition's status
                 status, reason = "contended", f"every round measured was set aside ({busy})"
         except KeyboardInterrupt:
@@ -441,7 +440,6 @@ class Runner:
         the plan and the tuning are drawn again from the stored rows. `methods`: only these
         (their baselines always) continue."""
         from specreg.benchmark.run import resume
-        from specreg.schemas.bench import Continuation
 
         for note in resume.reap(self.store):  # a run whose specreg was killed: aborted, so continuable
             self.observer.note(note)
@@ -451,11 +449,7 @@ class Runner:
         assert run.manifest is not None and run.manifest.settings is not None and run.info.pair_id is not None
         if self.opts.budget_s is None:
             raise UsageError(f"run {rid}: continuing needs --budget DURATION (what it may spend measuring on)")
-        if methods:
-            unknown = sorted(set(methods) - {c.spec.method for c in run.conditions})
-            if unknown:
-                have = ", ".join(sorted({c.spec.method for c in run.conditions}))
-                raise UsageError(f"--methods {','.join(unknown)}: run {rid} measured none of it (it has {have})")
+        resume.check_methods(run, methods)
         (pair,) = self.select([run.info.pair_id])
         target = self.reg.get_artifact(pair.target_sha256)
         draft = self.reg.get_artifact(pair.draft_sha256) if pair.draft_sha256 else None
@@ -463,12 +457,7 @@ class Runner:
             target_path = self._verified_path(target, "target")
             draft_path = self._verified_path(draft, "draft") if draft else None
         except ArtifactChanged as exc:
-            role = "target" if exc.expected == target.sha256 else "draft"
-            raise UsageError(
-                f"run {rid} cannot be continued here: {role} file changed: sha256 "
-                f"{(exc.actual or 'missing')[:12]} != {exc.expected[:12]} ({exc.path})",
-                hint="put the measured file back, or measure the pair again (bench admitted)",
-            ) from None
+            raise resume.file_changed(rid, "target" if exc.expected == target.sha256 else "draft", exc) from None
         if target.sha256 != run.info.target_sha256 or (draft.sha256 if draft else None) != run.info.draft_sha256:
             raise UsageError(f"run {rid}: pair {pair.id} now names other files than the run measured")
         self._pinning = server_pinning(self.opts.threads, self.opts.pin)
@@ -507,20 +496,9 @@ class Runner:
         order = resume.remaining(run.manifest.observation.schedule, ctx, conds)
         ctx.phase = "first pass" if tuner is not None and not tuner.levels else "planned"
         budget = self.opts.budget_s
-        was = run.manifest.settings
-        manifest = run.manifest.model_copy(
-            update={
-                "settings": was.model_copy(update={"budget_s": (was.budget_s or 0.0) + budget}),
-                "continued": [
-                    *run.manifest.continued,
-                    Continuation(
-                        started_at=now(), previous_status=run.info.status, previous_finished_at=run.info.finished_at,
-                        budget_s=budget, first_repeat=max(next_rep, planned_was), methods=methods,
-                        tune=tuner is not None,
-                    ),
-                ],
-            }
-        )  # fmt: skip
+        manifest = resume.continued_manifest(
+            run, budget_s=budget, first_repeat=max(next_rep, planned_was), methods=methods, tune=tuner is not None
+        )
         self.store.reopen(rid, manifest, os.getpid())
         for c in conds:
             self.store.save_condition(rid, c)
@@ -542,43 +520,14 @@ class Runner:
     def _sampled_stage(
         self, c: ConditionRun, conds: list[ConditionRun], ctx: RunContext, pair: PairRecord
     ) -> str | None:
-        """Why a sampled condition may not run (None: it may). PROTOCOL's stages in order: a
-        speculative condition is measured at temperature > 0 only once its greedy stage kept
-        output equivalence, in this run (its greedy twin, which the schedule ran first) or in a
-        stored run of the same pair, runtime and prompts."""
-        spec = c.spec
-        if spec.temperature == 0:
-            return None
-        if spec.method == BASELINE:  # its conditions all refused: the baseline would run for nothing
-            partners = [
-                x for x in conds if x is not c and arm(x.spec) == arm(spec) and x.status in ("pending", "running")
-            ]
-            refused = [why for x in partners if (why := self._sampled_stage(x, conds, ctx, pair)) is not None]
-            if partners and len(refused) == len(partners):
-                return f"not run: every condition it is the baseline of was refused ({refused[0]})"
-            return None
-        twin = greedy_twin(spec, (x.spec for x in conds))
-        if twin is not None:
-            tc = next(x for x in conds if x.spec.name == twin.name)
-            problem = greedy_problem(tc.status, tc.failure, [r for r in ctx.rows if r.condition_idx == tc.idx])
-            return None if problem is None else f"sampled stage refused: {problem} ({twin.name})"
-        found = stored_greedy(
-            self.reg.conn, spec, pair.target_sha256, pair.draft_sha256, self.runtime(), self.workload.sha256
-        )
-        if found.run_id is not None:
-            if c.idx not in self._told_greedy:
-                self._told_greedy.add(c.idx)
-                self.observer.note(f"{spec.name}: greedy stage kept output equivalence in run {found.run_id}")
-            return None
-        if found.near is not None:
-            return (
-                f"sampled stage refused: stored run {found.near} measured its greedy stage, but {found.why}; "
-                "add --temperature 0 to measure it again in this run"
-            )
-        return (
-            "sampled stage refused: no greedy stage of this condition kept output equivalence (none in this "
-            "run, none stored for this pair, runtime and prompts); add --temperature 0 to measure it first"
-        )
+        """Why a sampled condition may not run (None: it may): sampling.sampled_stage, with the
+        stored greedy stages of this pair, runtime and prompts."""
+        runtime, wl = self.runtime(), self.workload.sha256
+
+        def stored(spec: cond_mod.ConditionSpec) -> StoredGreedy:
+            return stored_greedy(self.reg.conn, spec, pair.target_sha256, pair.draft_sha256, runtime, wl)
+
+        return sampled_stage(c, conds, ctx.rows, stored, self._told_greedy, self.observer.note)
 
     def _until_decided(self, ctx: RunContext, conds: list[ConditionRun], started: float, planned: int) -> None:
         """`--budget`: more rounds after the planned ones, as the scheduler plans them
@@ -628,55 +577,3 @@ class Runner:
                     self.store.save_condition(ctx.run_id, c)
         for c in conds:
             finish_condition(ctx, c)
-
-
-def every_round_set_aside(
-    conds: list[ConditionRun], rows: list[RequestRow], aside: dict[contention.Slot, str]
-) -> str | None:
-    """The first reason, when every slot measured so far was set aside (None: some were kept):
-    then there is nothing to price a draft length from or decide on (a busy machine's first pass
-    would price every length from set-aside rounds: a flat curve of "slow-downs")."""
-    measured = {(r.condition_idx, r.repeat) for r in rows}
-    if not measured or any(slot not in aside for slot in measured):
-        return None
-    return aside[min(measured)]
-
-
-def busy_line(why: str, busy_share: float, budget: bool = False) -> str:
-    """One line for a run whose every round was set aside, with the ways forward."""
-    spent = ", so the budget is not spent measuring again" if budget else ""
-    return (
-        f"every round so far was set aside as contended ({why}): nothing measured to decide on{spent}; "
-        f"wait for a quieter machine, raise --busy-share (now {busy_share:g}), or --busy-share off "
-        "(contended timings then count: a neighbour's load lands on whichever condition it hit)"
-    )
-
-
-def drop_covered(
-    plans: list[tuple[PairRecord, list[cond_mod.ConditionSpec]]],
-) -> tuple[list[tuple[PairRecord, list[cond_mod.ConditionSpec]]], list[tuple[PairRecord, PairRecord]]]:
-    """Leave out self-speculation pairs whose every condition another run of the same target has.
-
-    Every run of a target includes the baseline and the n-gram methods, so benchmarking an
-    admitted n-gram pair next to a draft pair of that target would measure the same servers twice.
-    """
-    order = sorted(plans, key=lambda ps: (ps[0].draft_sha256 is None, ps[0].id))
-    kept: list[tuple[PairRecord, list[cond_mod.ConditionSpec]]] = []
-    covered: list[tuple[PairRecord, PairRecord]] = []
-    for pair, specs in order:
-        methods = {s.method for s in specs}
-        by = next(
-            (
-                q
-                for q, qspecs in kept
-                if pair.draft_sha256 is None
-                and q.target_sha256 == pair.target_sha256
-                and methods <= {s.method for s in qspecs}
-            ),
-            None,
-        )
-        if by is None:
-            kept.append((pair, specs))
-        else:
-            covered.append((pair, by))
-    return kept, covered

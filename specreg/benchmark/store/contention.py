@@ -164,3 +164,23 @@ def run_notes(summaries: Iterable[ConditionSummary]) -> list[str]:
     rounds = "condition round" + ("s" if len(own) > 1 else "")
     head = f"{len(own)} {rounds} set aside (machine busy): left out of the speed-ups, intervals and decisions"
     return [head, *own]
+
+
+def every_round_set_aside(conds: list[ConditionRun], rows: list[RequestRow], aside: dict[Slot, str]) -> str | None:
+    """The first reason, when every slot measured so far was set aside (None: some were kept):
+    then there is nothing to price a draft length from or decide on (a busy machine's first pass
+    would price every length from set-aside rounds: a flat curve of "slow-downs")."""
+    measured = {(r.condition_idx, r.repeat) for r in rows}
+    if not measured or any(slot not in aside for slot in measured):
+        return None
+    return aside[min(measured)]
+
+
+def busy_line(why: str, busy_share: float, budget: bool = False) -> str:
+    """One line for a run whose every round was set aside, with the ways forward."""
+    spent = ", so the budget is not spent measuring again" if budget else ""
+    return (
+        f"every round so far was set aside as contended ({why}): nothing measured to decide on{spent}; "
+        f"wait for a quieter machine, raise --busy-share (now {busy_share:g}), or --busy-share off "
+        "(contended timings then count: a neighbour's load lands on whichever condition it hit)"
+    )

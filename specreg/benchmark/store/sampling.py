@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from specreg.schemas.bench import ConditionSpec, ConditionSummary, RunManifest, RuntimeInfo
+from specreg.schemas.bench import ConditionRun, ConditionSpec, ConditionSummary, RunManifest, RuntimeInfo
 from specreg.schemas.bench_settings import BenchSettings
 from specreg.schemas.methods import BASELINE
 from specreg.schemas.request_row import RequestRow
@@ -203,6 +203,50 @@ def _chi2(counts_a: np.ndarray, totals: np.ndarray, n_a: int, n: int) -> np.ndar
     exp_b = totals * (n_b / n)
     diff = counts_a - exp_a  # B's deviation is the negative of A's
     return np.asarray((diff**2 * (1 / exp_a + 1 / exp_b)).sum(axis=-1))
+
+
+def sampled_stage(
+    c: ConditionRun,
+    conds: list[ConditionRun],
+    rows: Sequence[RequestRow],
+    stored: Callable[[ConditionSpec], StoredGreedy],
+    told: set[int],
+    note: Callable[[str], None],
+) -> str | None:
+    """Why a sampled condition may not run (None: it may). PROTOCOL's stages in order: a
+    speculative condition is measured at temperature > 0 only once its greedy stage kept
+    output equivalence, in this run (its greedy twin, which the schedule ran first, among `rows`)
+    or in a stored run of the same pair, runtime and prompts (`stored`). `told`: the conditions
+    whose stored greedy stage was already named through `note`."""
+    spec = c.spec
+    if spec.temperature == 0:
+        return None
+    if spec.method == BASELINE:  # its conditions all refused: the baseline would run for nothing
+        partners = [x for x in conds if x is not c and arm(x.spec) == arm(spec) and x.status in ("pending", "running")]
+        refused = [why for x in partners if (why := sampled_stage(x, conds, rows, stored, told, note)) is not None]
+        if partners and len(refused) == len(partners):
+            return f"not run: every condition it is the baseline of was refused ({refused[0]})"
+        return None
+    twin = greedy_twin(spec, (x.spec for x in conds))
+    if twin is not None:
+        tc = next(x for x in conds if x.spec.name == twin.name)
+        problem = greedy_problem(tc.status, tc.failure, [r for r in rows if r.condition_idx == tc.idx])
+        return None if problem is None else f"sampled stage refused: {problem} ({twin.name})"
+    found = stored(spec)
+    if found.run_id is not None:
+        if c.idx not in told:
+            told.add(c.idx)
+            note(f"{spec.name}: greedy stage kept output equivalence in run {found.run_id}")
+        return None
+    if found.near is not None:
+        return (
+            f"sampled stage refused: stored run {found.near} measured its greedy stage, but {found.why}; "
+            "add --temperature 0 to measure it again in this run"
+        )
+    return (
+        "sampled stage refused: no greedy stage of this condition kept output equivalence (none in this "
+        "run, none stored for this pair, runtime and prompts); add --temperature 0 to measure it first"
+    )
 
 
 @dataclass(frozen=True)
