@@ -26,7 +26,7 @@ measured pair (0 without any); without a target probe v(k) = 1, its lower bound 
 r and v go through tune.py's step-cost curve (geometric acceptance S(j) = alpha^j, every step
 drafting) and the best draft length k is taken: the speed-up a `--tune` run would start from.
 
-The range carries every unknown at that k: acceptance (the prior's sigma, a family's spread,
+The range carries every unknown at that k: acceptance (two of the prior's sigmas, a family's spread,
 or this pair's runs), the prices (the probe's repetitions, fastest to slowest; without a probe,
 hardware-blind: v(k) anywhere from 1, a GPU's verify, to k+1, a CPU's that costs a decode per
 token, and r from the bytes ratio to 1, a decode as slow as the target's), and the step model
@@ -70,6 +70,10 @@ NGRAM_UNKNOWN_RANGE = (0.8, 1.5)  # no n-gram run anywhere: text repetition deci
 # pairs measure it: an assumption, stated on the statistics page.
 MODEL_SPREAD = (0.8, 1.15)
 MODEL_SPREAD_PAIRS = 10  # measured pairs from which their spread replaces MODEL_SPREAD
+# How far either side of the prior's logit(alpha) the acceptance range reaches, in sigmas: two, so
+# that the range holds about as many pairs as a 95% interval would (one sigma left a fresh
+# registry's measured pairs below the probed range as often as inside it).
+ALPHA_Z = 2.0
 _CLIP = (0.02, 0.98)  # alpha kept inside for the logit
 _SIZE_WORDS = ("instruct", "chat", "base", "it", "gguf")
 
@@ -431,7 +435,7 @@ def step_cost(book: Book, target_sha: str | None, br: float, prior: PriorFit, sk
 
 def _prior_alpha(prior: PriorFit, log_ratio: float, differs: float) -> tuple[float, float, float]:
     mu = prior.a + prior.b * log_ratio + prior.c * differs
-    return sigmoid(mu), sigmoid(mu - prior.sigma), sigmoid(mu + prior.sigma)
+    return sigmoid(mu), sigmoid(mu - ALPHA_Z * prior.sigma), sigmoid(mu + ALPHA_Z * prior.sigma)
 
 
 def _ratios(target: GGUFSummary, draft: GGUFSummary | None, method: str) -> tuple[float, float, float]:
@@ -482,7 +486,7 @@ def predict(
         # the range: the prior's residual spread over the n pairs it rests on (a family pair of
         # another size is moved along the prior's slope, so it is as uncertain as the prior,
         # less so the more pairs agree); a point range put no measured pair inside it
-        half = prior.sigma / math.sqrt(n)
+        half = ALPHA_Z * prior.sigma / math.sqrt(n)
         lo_a, hi_a = sigmoid(logit(alpha) - half), sigmoid(logit(alpha) + half)
         r_weights = r_fam if r_fam is not None else r_prior
         source, evidence = "same families", f"{n} pair{'s' if n != 1 else ''} of the same families"

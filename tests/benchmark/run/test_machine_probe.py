@@ -95,7 +95,10 @@ def test_the_machine_decides_the_sign_and_the_blind_range_holds_either_machine(t
         lo, hi = got[name].speedup_range
         assert lo <= got[name].speedup <= hi
     assert got["cpu"].verdict == "not faster on this machine", got["cpu"]
-    assert got["gpu"].verdict == "faster on this machine", got["gpu"]
+    # on the GPU the point is faster; the verdict says so only where even the low acceptance (the
+    # prior's two sigmas below, ALPHA_Z) stays above 1x: for a 1:4 draft on the prior alone, either way
+    assert got["gpu"].speedup > 1 > got["cpu"].speedup, got
+    assert got["gpu"].verdict == "either way on this machine", got["gpu"]
     assert (got["cpu"].draft_length or 0) < (got["gpu"].draft_length or 0)  # a costly verify step: short drafts
     lo, hi = blind.speedup_range
     assert lo <= got["cpu"].speedup and got["gpu"].speedup <= hi, (blind.speedup_range, got)
@@ -227,3 +230,14 @@ def test_a_busy_probe_is_taken_again_on_a_quiet_machine(
         again = mp.ensure(reg, [(probe.sha256, t)], key, bundled_command(), Pinning(None, None),
                           log_dir=probed["home"] / "logs")  # fmt: skip
     assert again.measured == [probe.sha256] and again.probes[probe.sha256].load == 0.0
+
+
+def test_the_verdict_reads_the_range_against_one() -> None:
+    """A probed range wholly above 1x is `faster on this machine`, wholly below `not faster`, across
+    it `either way`; a hardware-blind range says nothing about this machine."""
+    from specreg.audit.draft_prediction import verdict
+
+    assert verdict("machine probe", 1.05, 1.8) == "faster on this machine"
+    assert verdict("machine probe", 0.4, 0.95) == "not faster on this machine"
+    assert verdict("machine probe", 0.9, 1.2) == "either way on this machine"
+    assert verdict("hardware-blind", 1.05, 1.8) is None
