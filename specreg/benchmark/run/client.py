@@ -98,6 +98,8 @@ class LlamaClient:
                         raise ServerError(f"{path}: timed out after {timeout_s:g}s") from None
                     if attempt == 2:
                         raise ServerError(f"{path}: {type(exc).__name__}: {exc}") from exc
+                except httpx.TimeoutException:  # httpx's own per-read clock can fire before the deadline's
+                    raise ServerError(f"{path}: timed out after {timeout_s:g}s") from None
                 except httpx.HTTPError as exc:
                     raise ServerError(f"{path}: {type(exc).__name__}: {exc}") from exc
         raise AssertionError("unreachable")
