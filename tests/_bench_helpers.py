@@ -102,3 +102,17 @@ def changed_output(reg: Registry, run_id: str) -> None:
                 "AND stratum = ?",
                 (json.dumps(s), run_id, stratum),
             )
+
+
+def tiny_pair() -> tuple[int, Path]:
+    """The tiny target and its one-layer draft, admitted for draft-simple in this test's registry
+    (conftest's SPECREG_HOME / SPECREG_DB): (pair id, the home folder)."""
+    import os
+
+    from _registry_helpers import model
+
+    home = Path(os.environ["SPECREG_HOME"])  # per test (conftest)
+    target = model(home, "t.gguf")
+    draft = model(home, "d.gguf", name="tiny-draft")
+    with Registry(os.environ["SPECREG_DB"], show_progress=False) as reg:
+        return admit(reg, target, draft), home

@@ -31,6 +31,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 SPECREG = [sys.executable, "-m", "specreg.cli"]  # the argv a subprocess test spawns
 
 
@@ -158,3 +160,14 @@ def run_specreg(
             if timer:
                 signal.setitimer(signal.ITIMER_REAL, 0)
     return subprocess.CompletedProcess(["specreg", *argv], code, _text(out), _text(err))
+
+
+def main_captured(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """`specreg ARGS` through the real entry point (its error mapping included), in this process:
+    (exit code, stdout, stderr) as pytest's capsys caught them."""
+    from specreg.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(list(args))
+    out, err = capsys.readouterr()
+    return int(exit_.value.code or 0), out, err

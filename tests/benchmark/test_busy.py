@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 from _bench_helpers import ITEMS, admit, db_rows, workload
+from _bench_helpers import tiny_pair as _pair
+from _cli_helpers import main_captured as _main
 from _registry_helpers import cli, model
 
 from specreg.benchmark.store.ending import BUDGET_ENDED, continue_command, ending
@@ -25,23 +27,6 @@ from specreg.schemas.bench_settings import DEFAULT_BUSY_WAIT_S, BenchSettings, d
 from specreg.servers import load as server_load
 
 BURN = "import time\nend = time.monotonic() + 120\nwhile time.monotonic() < end:\n    pass\n"  # bounded
-
-
-def _main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    from specreg.cli import main
-
-    with pytest.raises(SystemExit) as exit_:
-        main(list(args))
-    out, err = capsys.readouterr()
-    return int(exit_.value.code or 0), out, err
-
-
-def _pair() -> tuple[int, Path]:
-    home = Path(os.environ["SPECREG_HOME"])  # per test (conftest)
-    target = model(home, "t.gguf")
-    draft = model(home, "d.gguf", name="tiny-draft")
-    with Registry(os.environ["SPECREG_DB"], show_progress=False) as reg:
-        return admit(reg, target, draft), home
 
 
 @pytest.fixture()

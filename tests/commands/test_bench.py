@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 from _bench_helpers import ITEMS, admit, db_rows, workload
+from _cli_helpers import main_captured as _main
 from _registry_helpers import model
 
 from specreg.registry.store import Registry
@@ -40,16 +41,6 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
-
-
-def _main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """The real entry point (its error mapping included), in-process: no interpreter start-up."""
-    from specreg.cli import main
-
-    with pytest.raises(SystemExit) as exit_:
-        main(list(args))
-    out, err = capsys.readouterr()
-    return int(exit_.value.code or 0), out, err
 
 
 def _home() -> Path:

@@ -17,20 +17,12 @@ from pathlib import Path
 
 import pytest
 from _bench_helpers import ITEMS, admit, db_rows, workload
+from _cli_helpers import main_captured as _main
 from _registry_helpers import model
 
 from specreg.registry.store import Registry
 
 BASE = ("--threads", "1", "--ctx-size", "512", "--repeat", "1", "--warmup", "1")
-
-
-def _main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    from specreg.cli import main
-
-    with pytest.raises(SystemExit) as exit_:
-        main(list(args))
-    out, err = capsys.readouterr()
-    return int(exit_.value.code or 0), out, err
 
 
 def _pair(home: Path) -> int:

@@ -10,29 +10,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from _bench_helpers import ITEMS, admit, db_rows, workload
+from _bench_helpers import ITEMS, db_rows, workload
+from _bench_helpers import tiny_pair as _pair
 from _bundle_helpers import rewrite
-from _registry_helpers import model
-
-from specreg.registry.store import Registry
-
-
-def _main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    from specreg.cli import main
-
-    with pytest.raises(SystemExit) as exit_:
-        main(list(args))
-    out, err = capsys.readouterr()
-    return int(exit_.value.code or 0), out, err
-
-
-def _pair() -> tuple[int, Path]:
-    home = Path(os.environ["SPECREG_HOME"])  # per test (conftest)
-    target = model(home, "t.gguf")
-    draft = model(home, "d.gguf", name="tiny-draft")
-    with Registry(os.environ["SPECREG_DB"], show_progress=False) as reg:
-        return admit(reg, target, draft), home
-
+from _cli_helpers import main_captured as _main
 
 BASE = ("--threads", "1", "--ctx-size", "512", "--repeat", "1", "--json")
 

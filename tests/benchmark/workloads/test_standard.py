@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from _bench_helpers import admit
+from _cli_helpers import main_captured as _main
 from _registry_helpers import model
 
 import specreg
@@ -31,15 +32,6 @@ from specreg.registry.store import Registry
 from specreg.schemas.bench import WorkloadItem
 
 Fetch = Callable[[str], Path]
-
-
-def _main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    from specreg.cli import main
-
-    with pytest.raises(SystemExit) as exit_:
-        main(list(args))
-    out, err = capsys.readouterr()
-    return int(exit_.value.code or 0), out, err
 
 
 def test_mt_bench_sample_one_is_one_first_turn_per_category(standard_workload: Fetch) -> None:
