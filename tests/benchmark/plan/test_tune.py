@@ -484,7 +484,7 @@ def test_a_settled_tuning_spends_the_budget_left_on_its_strata_and_deploy_answer
     # 35 s: --budget 2m would"), or that none within the horizon would; never measured for nothing
     told = re.search(rf"budget: structured \({name}\): (.*?) would; not measured further", flat)
     if told:
-        assert re.search(r"budget left \d+ s: --budget \d+m$", told[1]) or told[1].endswith(
+        assert re.search(r"budget left \d+ s: `bench continue` with --budget \d+m$", told[1]) or told[1].endswith(
             "no budget of up to 40 more rounds"
         ), told[1]
     # the strata rounds: the chosen length and its baseline, on the undecided strata's prompts only
