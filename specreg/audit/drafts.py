@@ -170,8 +170,11 @@ def _self_rows(
 
 
 def rank_key(row: DraftRow) -> tuple[float, int, int]:
-    """Highest predicted speed-up first; then what can run here, then the smaller draft."""
-    p = row.prediction.speedup if row.prediction else 0.0
+    """Highest speed-up first - the measured one where this pair has runs (its own evidence beats
+    the step model's reading of it), else the predicted; then what can run here, then the smaller
+    draft."""
+    pred = row.prediction
+    p = 0.0 if pred is None else pred.measured_speedup if pred.measured_speedup is not None else pred.speedup
     return (-round(p, 4), 0 if row.local else 1, row.size_bytes or 0)
 
 
