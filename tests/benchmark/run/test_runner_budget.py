@@ -139,6 +139,10 @@ def _budget_run(
     return run, err, Path(os.environ["SPECREG_DB"])
 
 
+# A variant of test_a_round_the_budget_has_no_room_for_is_measured_in_part (the same bound on the
+# run's end, and the header's measured rounds) and of benchmark/test_busy.py's budget test (forty
+# planned rounds cut short by --budget): the same paths, a fourth budgeted run of real servers.
+@pytest.mark.slow
 def test_a_run_ends_within_one_round_of_its_budget(capsys: pytest.CaptureFixture[str]) -> None:
     """Forty planned rounds and a 4 s budget: the rounds stop once the budget is spent, and the
     run ends at most one round's length past it (issue 32: a run past its budget by more than a
@@ -165,11 +169,14 @@ def test_a_round_the_budget_has_no_room_for_is_measured_in_part(capsys: pytest.C
     measured in part (the same first prompts of the baseline and the condition, so every one of
     its requests is a pair) instead of not at all, and the run still ends within one slot of its
     budget. Whether the last round is cut short depends on how the machine times it; when it is,
-    its pairs are whole."""
+    its pairs are whole. The header counts the rounds measured, not the one planned."""
     items = [{**it, "id": f"{it['id']}-{i}", "max_tokens": 24} for i in range(4) for it in ITEMS[:3]]
     budget = 10.0
     run, err, db = _budget_run(capsys, items, budget, repeat=1, min_speedup=0.9)
     assert _wall_s(run) <= budget + _longest_round_s(db) + 2.0, (_wall_s(run), _longest_round_s(db))
+    measured = db_rows(db, "SELECT DISTINCT repeat FROM bench_requests")
+    code, text, _ = _main(capsys, "runs", "show", run["info"]["run_id"])
+    assert code == 0 and f"rounds {len(measured)} (planned 1, then until decided)" in text, text
     flat = " ".join(err.split())
     if "prompts" in flat and "measuring " in flat:
         part = int(flat.split("measuring ", 1)[1].split()[0])
