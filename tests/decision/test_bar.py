@@ -63,6 +63,10 @@ def test_the_clip_is_sized_from_the_observations_before_only() -> None:
     assert bar.BarTest().add_logs([0.0] * 10).clip() == sequential.FLOOR
 
 
+# 400 simulated runs at four spreads: the thorough form of the A/A bound. The default suite runs
+# bar_stops in test_the_bench_s_vectorised_test_is_the_module_s and holds the A/A rate under drift,
+# outliers and set-aside rounds in benchmark/store/test_contention.py's error-rate test.
+@pytest.mark.slow
 def test_a_over_a_is_decided_faster_in_at_most_one_percent_of_400_runs() -> None:
     """The guarantee, on the runner's troubles (drift, the slot slope of the balanced order,
     outliers) at the bar itself, a look after every pair (the most any stop-and-continue pattern
