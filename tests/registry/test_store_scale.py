@@ -6,6 +6,7 @@ import hashlib
 import time
 from pathlib import Path
 
+import pytest
 from _registry_helpers import model
 from sqlite_utils import Database
 
@@ -46,6 +47,9 @@ def _fill(reg: Registry, tmp_path: Path) -> list[str]:
     return shas
 
 
+# Thousands of artifacts and pairs: the scale variant of the list views that tests/registry/test_store.py
+# runs on a few (the same queries); benchmarks/bench_registry.py measures their speed.
+@pytest.mark.slow
 def test_list_views_at_scale(tmp_path: Path) -> None:
     reg = Registry(tmp_path / "reg.db", show_progress=False)
     shas = _fill(reg, tmp_path)
