@@ -59,6 +59,9 @@ def test_audit_report_in_a_browser(audit_world: AuditWorld, browser: Browser, tm
     assert "more fail (" in decision and "more in the decisions per stratum" in decision
 
 
+# A variant of test_sweep_report_in_a_browser: the same page (`runs show --report`) and the same
+# looks, on a run of one level; the sweep's holds a failed condition too (ngram-mod c1).
+@pytest.mark.slow
 def test_run_report_in_a_browser(audit_world: AuditWorld, browser: Browser, tmp_path: Path) -> None:
     page = tmp_path / "run.html"
     code, _, err = specreg("runs", "show", audit_world.run_id, "--report", str(page), db=audit_world.db)
