@@ -29,11 +29,13 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, list[i
     return fake_world(tmp_path)
 
 
-def _bench(world: tuple[Path, list[int], Path, Path], mode: str, *pairs: int, timeout: float = 60) -> tuple:
+def _bench(
+    world: tuple[Path, list[int], Path, Path], mode: str, *pairs: int, timeout: float = 60, request_timeout: str = "2"
+) -> tuple:
     db, _, exe, wl = world
     os.environ["FAKE_LLAMA_MODE"] = mode
     args = ["bench", "admitted", "--server", str(exe), "--methods", "none", "--workload", str(wl)]
-    args += ["--request-timeout", "2", "--start-timeout", "20", "--repeat", "1", "--warmup", "0", "--json"]
+    args += ["--request-timeout", request_timeout, "--start-timeout", "20", "--repeat", "1", "--warmup", "0", "--json"]
     for p in pairs:
         args += ["--pair", str(p)]
     try:
@@ -57,7 +59,7 @@ def _runs(db: Path) -> list[dict]:
     ("mode", "row_error"),
     [
         ("nonewline", "server sent a line longer than 4 MiB"),
-        ("trickle", "timed out after 2s"),
+        ("trickle", "timed out after 1s"),  # a byte every 0.2 s: only the request's deadline ends it
         ("badtokens", "malformed event from server (a token id is 'x', not a count)"),
         ("badtimings", "malformed event from server (timings is a list, not an object)"),
         ("hugenumber", 'malformed event from server: \'{"content": "", "stop": true'),
@@ -67,7 +69,8 @@ def test_bad_streams_are_request_errors_and_the_next_pair_runs(
     world: tuple[Path, list[int], Path, Path], mode: str, row_error: str
 ) -> None:
     db, pairs, _, _ = world
-    rc, _, err, wall, rss = _bench(world, mode, *pairs)
+    # the trickle waits out the deadline on each pair; 1 s is five of its bytes, enough to show it
+    rc, _, err, wall, rss = _bench(world, mode, *pairs, request_timeout="1" if mode == "trickle" else "2")
     assert rc == 1 and "Traceback" not in err, (rc, err[-3000:])
     assert wall < 40 and rss < 300 * MB, (wall, rss // MB)
     runs = _runs(db)
