@@ -226,7 +226,7 @@ def test_a_busy_neighbour_sets_its_round_aside_and_the_budget_measures_again(tmp
     target, draft = model(home, "t.gguf"), model(home, "d.gguf", name="tiny-draft")
     wl = workload(home, ITEMS[:2])
     opts = BenchSettings(workload=str(wl), repeat=1, ctx_size=512, threads=1, methods=["draft-simple"],
-                         budget_s=20.0, min_speedup=100.0, busy_share=0.25, busy_wait_s=0, warmup=1)  # fmt: skip
+                         budget_s=10.0, min_speedup=100.0, busy_share=0.25, busy_wait_s=0, warmup=1)  # fmt: skip
     neighbour = _Neighbour()
     with Registry(db, show_progress=False) as reg:
         pid = admit(reg, target, draft)
