@@ -46,19 +46,25 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 # order, most tests first, which put the one-test demo last).
 LONGEST_FIRST = (
     "test_demo.py",  # builds the shared demo (demo_world) that commands/test_examples.py reads later
-    "commands/test_bench.py",
-    "benchmark/run/test_probe.py",
+    "watch/test_watcher.py",
     "servers/test_hostile_server.py",
-    "validators/test_memory_served.py",
     "report/test_html_browser.py",
-    "test_cli_startup.py",
-    "benchmark/run/test_runner.py",
-    "audit/test_deploy.py",
-    "exchange/test_bundle.py",
-    "benchmark/run/test_runner_budget.py",
-    "audit/test_drafts.py",
     "e2e/test_fuzz_oracle.py",
+    "benchmark/run/test_probe.py",
+    "benchmark/store/test_contention.py",
+    "benchmark/run/test_runner_budget.py",
+    "benchmark/test_busy.py",
+    "benchmark/run/test_runner.py",
+    "audit/test_drafts.py",
+    "validators/test_memory_served.py",
+    "benchmark/run/test_resume.py",
     "benchmark/store/test_digest_cache.py",
+    "sources/test_hub_fetch.py",
+    "commands/test_bench.py",
+    "watch/test_scrape_hostile.py",
+    "exchange/test_bundle.py",
+    "test_cli_startup.py",
+    "audit/test_deploy.py",
 )
 
 
