@@ -51,8 +51,8 @@ class PairProbeRequest(BaseModel):
 
     prompt: str  # the probe prompt's id (benchmark/run/pair_probe.py)
     tokens: int  # generated tokens (the same for both: greedy, end of text ignored)
-    base_ms: float  # the target alone: llama.cpp's predicted_ms for them
-    spec_ms: float  # the pair at draft length k
+    base_ms: float  # the target alone: llama.cpp's prompt_ms + predicted_ms (as `bench` times a request)
+    spec_ms: float  # the same with the draft at draft length k
     drafted: int
     accepted: int
     steps: int | None = None  # target steps that carried a draft (/metrics); None: not exposed
