@@ -4,7 +4,8 @@
 alpha (per drafted token) comes from the best evidence there is, in this order:
 
 1. **this pair**: runs of exactly this (target, draft, method) in the registry (alpha and the
-   draft's decode cost r as those runs measured them, bench_summaries' `all` stratum);
+   draft's decode cost r as those runs measured them, bench_summaries' `all` stratum; the
+   verify step from the target's machine probe where there is one, as for every candidate);
 2. **pair probe**: this pair run with the target on a few short prompts on this machine
    (benchmark/run/pair_probe.py): its acceptance and the speed-up it measured at its draft
    length, the prediction staying at that length;
@@ -528,7 +529,8 @@ def predict(
     own = book.measured.get(key) if key != skip else None
     if own is not None and own.alpha is not None:
         alpha, r = own.alpha, own.draft_cost if own.draft_cost is not None else r_prior
-        k, x = curve_best(alpha, r)
+        prices = book.prices(target_sha, draft_sha)  # the verify step as this machine's probe prices it
+        k, x = curve_best(alpha, r, prices.verify if prices is not None else ())
         sp = own.speedup
         rng = (min(x, sp[1][0]), max(x, sp[1][1])) if sp and sp[1] else (x, x)
         n = len(own.alphas)
