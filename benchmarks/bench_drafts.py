@@ -20,7 +20,8 @@ far its predictions are from what was measured.
    speed-up and interval, whether it fell in the range, and the load average as it was measured.
 4. Fresh registry (`--fresh`), the way a user meets it: each pair predicted by `drafts` in a
    registry of its own with no measured pair in it, once hardware-blind (`--no-probe`) and once
-   priced by the machine probes (`drafts` probes the target and its drafts), then measured by
+   priced by the machine probes and the pair probes (`drafts` probes the target and its drafts,
+   then runs the best drafts with the target on three prompts), then measured by
    `bench admitted` at the length each prediction names (`--draft-max`, one run per pair), on
    14 pairs: the tiny factory families (llama-like, gemma3-, gemma2-like; each target with its
    one-layer draft, a full-depth copy and other families' drafts) and the real SmolLM2-135M pair
@@ -331,6 +332,8 @@ def fresh_part(root: Path, env: dict[str, str], repeat: int, real: bool) -> None
                 for p in m["probes"]:
                     if p["sha256"] in m["measured"]:
                         probe_s.setdefault(p["name"], []).append((p["seconds"], p.get("cpu_seconds") or 0.0))
+                for p in m["pairs"]:  # the target alone and with this draft (no CPU count: two servers)
+                    probe_s.setdefault(f"{target} + {p['name']}", []).append((p["seconds"], 0.0))
                 print(f"predicted {fam}: drafts --no-probe, then drafts (probing {len(m['measured'])} model(s) "
                       f"in {m['seconds']:.1f} s; the command {wall:.1f} s), load {os.getloadavg()[0]:.1f}")  # fmt: skip
     load["measure"] = os.getloadavg()[0]
@@ -420,9 +423,12 @@ def _fresh_table(
         got = measured.get(("SmolLM2-F32", "SmolLM2-Q4_1"), {})
         shown = ", ".join(f"k{k} {v[0]:.2f}x" for k, v in sorted(got.items()) if v[0] is not None)
         print(f"  SmolLM2 F32 / Q4_1: predicted {smol['verdict'] or '-'}; measured {shown or '-'}")
-    for name, secs in sorted(probe_s.items()):
+    for name, secs in sorted(probe_s.items(), key=lambda kv: (" + " in kv[0], kv[0])):
         wall, cpu = max(secs)
-        print(f"  probe {name[:30]:30} {wall:5.1f} s wall, its server {cpu:5.1f} CPU-s (one start)")
+        if " + " in name:  # a pair probe: the target alone, then with the draft
+            print(f"  pair  {name[:38]:38} {wall:5.1f} s wall (two starts)")
+        else:
+            print(f"  probe {name[:30]:30} {wall:5.1f} s wall, its server {cpu:5.1f} CPU-s (one start)")
     print(f"  load average (1 min): {load['predict']:.1f} before predicting, {load['measure']:.1f} before measuring")
 
 

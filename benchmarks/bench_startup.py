@@ -19,7 +19,9 @@ that venv before any code of ours runs, so it is shown, not compared.
   against `python -c "import pydantic, typer"` (target: <= 1.3x: the two imports it cannot avoid);
 - `specreg check pair qwen2 qwen35`: with both files registered, with a registry that does not
   know them (hashing and registering both; budget: <= 2.0x `python -c "import pydantic, typer"`),
-  and with no registry at all (a first run: the registry is created too).
+  and with no registry at all (a first run: the registry is created too); beside it, check pair of
+  two generated files of a few hundred tokens, new to the registry: the part that does not grow
+  with the vocab.
 
 `--against REF` builds the wheel of git ref REF (e.g. the commit before a change) into a venv
 of its own and times every specreg case of it too, alternately with this tree's, each side with
@@ -102,7 +104,9 @@ def run_once(case: Case, env: dict[str, str], home: Path) -> None:
     case.cpu.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
 
 
-def specreg_cases(specreg: str, files: list[Path], check: list[str], prefix: str, home: Path | None) -> list[Case]:
+def specreg_cases(
+    specreg: str, files: list[Path], check: list[str], prefix: str, home: Path | None, small: list[str] | None = None
+) -> list[Case]:
     """The cases that time one specreg installation (`prefix` names its side in the report)."""
     cases = [
         Case(f"{prefix}specreg --version", [specreg, "--version"], home=home),
@@ -116,6 +120,8 @@ def specreg_cases(specreg: str, files: list[Path], check: list[str], prefix: str
         Case(f"{prefix}check pair (files new to the registry)", [specreg, *check], db="empty", home=home),
         Case(f"{prefix}check pair (no registry yet)", [specreg, *check], db="fresh", home=home),
     ]
+    if small:  # the same command where the files hold a few hundred tokens: what does not grow with the vocab
+        cases.append(Case(f"{prefix}check pair, small vocab (new files)", [specreg, *small], db="empty", home=home))
     return cases
 
 
@@ -151,6 +157,11 @@ def main() -> None:
         wheel_bin = wheel_venv(REPO, home / "specreg-wheel-venv")
         specreg, dev = str(wheel_bin / "specreg"), str(BIN / "specreg")
         check = ["check", "pair", str(qwen2), str(qwen35)]
+        from specreg.testing import ModelSpec, write_model
+
+        tiny = ModelSpec(name="Tiny-1B")
+        small = ["check", "pair", str(write_model(home / "tiny-target.gguf", tiny)),
+                 str(write_model(home / "tiny-draft.gguf", tiny.but(n_layer=1, name="Tiny-100M")))]  # fmt: skip
         cases = [
             Case("python -c pass", [str(wheel_bin / "python"), "-c", "pass"]),
             Case("python -c 'import pydantic, typer'", [str(wheel_bin / "python"), "-c", "import pydantic, typer"]),
@@ -161,7 +172,7 @@ def main() -> None:
             cases += [Case(f"gguf-parser {f.name}", [str(peer), "-m", "gguf_parser", str(f)]) for f in files]
         cases += [Case(f"dev venv: inspect {f.name}", [dev, "inspect", str(f)], db="none") for f in files]
         cases.append(Case("dev venv: check pair (registered)", [dev, *check]))
-        cases += specreg_cases(specreg, files, check, "", None)
+        cases += specreg_cases(specreg, files, check, "", None, small)
         env = {**os.environ, "COLUMNS": "80"}
         env.pop("SPECREG_DEBUG", None)
         # "quiet machine, .pyc files present": a PYTHONDONTWRITEBYTECODE of the caller's (some CI
@@ -171,7 +182,7 @@ def main() -> None:
         if args.against:
             ref_bin = wheel_venv(ref_tree(args.against, home / "ref-source"), home / "ref-wheel-venv")
             prepare(ref_bin, home / "ref", [*files, qwen35], env)
-            cases += specreg_cases(str(ref_bin / "specreg"), files, check, f"{ref}: ", home / "ref")
+            cases += specreg_cases(str(ref_bin / "specreg"), files, check, f"{ref}: ", home / "ref", small)
         for case in cases:  # warm the page cache and the .pyc files; not counted
             run_once(case, env, home)
             case.wall.clear()
@@ -232,6 +243,10 @@ def report(cases: list[Case], files: list[Path], repeat: int, ref: str | None) -
             wall <= CHECK_BUDGET * floor,
         )
     )
+    small = med.get("check pair, small vocab (new files)")
+    if small is not None:  # not the budget's case: shows what of it is the vocab's walk and hashing
+        print(f"check pair, small vocab (new files): {small[0]:.0f} ms, {small[0] / floor:.2f}x "
+              f"python -c 'import pydantic, typer' (the budget's case walks qwen2's and qwen35's vocab)")  # fmt: skip
     print(f"floors: python -c pass {base_wall:.0f} ms, import pydantic, typer {floor:.0f} ms")
     for text, ok in verdicts:
         print(f"{'PASS' if ok else 'MISS'}  {text}")

@@ -4,12 +4,16 @@
 alpha (per drafted token) comes from the best evidence there is, in this order:
 
 1. **this pair**: runs of exactly this (target, draft, method) in the registry (alpha and the
-   draft's decode cost r as those runs measured them, bench_summaries' `all` stratum);
-2. **same families**: runs of other pairs whose target and draft are of the same families as
+   draft's decode cost r as those runs measured them, bench_summaries' `all` stratum; the
+   verify step from the target's machine probe where there is one, as for every candidate);
+2. **pair probe**: this pair run with the target on a few short prompts on this machine
+   (benchmark/run/pair_probe.py): its acceptance and the speed-up it measured at its draft
+   length, the prediction staying at that length;
+3. **same families**: runs of other pairs whose target and draft are of the same families as
    these (family: the name without size or variant words, and the token list's SHA-256), each
    moved to this candidate's size (its logit(alpha) along the prior's slope b, its r as its
    cost offset plus this candidate's bytes ratio): a family's name carries no size;
-3. **prior**: logit(alpha) = a + b*log10(draft/target parameters) + c*[token lists differ].
+4. **prior**: logit(alpha) = a + b*log10(draft/target parameters) + c*[token lists differ].
    Its stated default passes through alpha 0.60 at a 1:100 draft and 0.95 at 1:1 (the same
    weights at another quant), c = -1 (a second tokenizer that llama.cpp admits still splits
    text differently), sigma 0.8 logits: assumptions, not measurements. Every measured
@@ -58,7 +62,7 @@ from specreg.schemas.methods import BASELINE, MODEL_DRAFTED
 if TYPE_CHECKING:
     from specreg.registry.store import Registry
     from specreg.schemas.gguf import GGUFSummary
-    from specreg.schemas.machine_probe import MachineProbe
+    from specreg.schemas.machine_probe import MachineProbe, PairProbe
     from specreg.servers.machine_key import MachineKey
 
 DEFAULT_PRIOR = (2.944, 1.269, -1.0)  # logit 0.95 at ratio 1; +1.269 per decade: logit 0.60 at 1:100
@@ -74,6 +78,12 @@ MODEL_SPREAD_PAIRS = 10  # measured pairs from which their spread replaces MODEL
 # that the range holds about as many pairs as a 95% interval would (one sigma left a fresh
 # registry's measured pairs below the probed range as often as inside it).
 ALPHA_Z = 2.0
+# A pair probe (benchmark/run/pair_probe.py) measures this pair's acceptance and its speed-up at one
+# draft length on a few short prompts that are not the user's workload: its acceptance range keeps at
+# least PROBE_SIGMA logits either side (times ALPHA_Z), and its speed-up PROBE_SPREAD, both stated
+# assumptions on the statistics page.
+PROBE_SIGMA = 0.4
+PROBE_SPREAD = (0.85, 1.15)
 _CLIP = (0.02, 0.98)  # alpha kept inside for the logit
 _SIZE_WORDS = ("instruct", "chat", "base", "it", "gguf")
 
@@ -237,8 +247,9 @@ def costs_for(prices: stepcost.Prices | None, r_weights: float, bytes_ratio: flo
                  prices.verify_low, prices.verify_high)  # fmt: skip
 
 
-def verdict(costs: CostSource, low: float, high: float) -> str | None:
-    """What the range says about this machine; nothing for a hardware-blind one."""
+def verdict(costs: CostSource | str, low: float, high: float) -> str | None:
+    """What the range says about this machine; nothing for a hardware-blind one (a pair probe
+    measured the machine, whatever priced the steps)."""
     if costs == "hardware-blind":
         return None
     if high < 1.0:
@@ -314,6 +325,7 @@ class Book:
     ngram_range: tuple[float, float]
     machine: MachineKey | None = None  # this machine's key when predictions are priced by probes
     probes: dict[str, MachineProbe] = field(default_factory=dict)  # SHA-256 -> its probe on `machine`
+    pair_probes: dict[tuple[str, str | None, str], PairProbe] = field(default_factory=dict)  # (target, draft, method)
 
     def families(self, sha: str | None) -> tuple[str | None, str | None]:
         return family(self.summaries.get(sha)) if sha else (None, None)
@@ -438,6 +450,51 @@ def _prior_alpha(prior: PriorFit, log_ratio: float, differs: float) -> tuple[flo
     return sigmoid(mu), sigmoid(mu - ALPHA_Z * prior.sigma), sigmoid(mu + ALPHA_Z * prior.sigma)
 
 
+def pair_alpha(probe: PairProbe) -> tuple[float, float, float] | None:
+    """(alpha, low, high) from a pair probe's draft counts, as a run's are read (accepted over
+    drafted at the mean draft length, statistics.alpha_from_rate); the range is the prompts'
+    spread in logits, at least PROBE_SIGMA, times ALPHA_Z. None when nothing was drafted."""
+    from specreg.benchmark.store.statistics import alpha_from_rate
+
+    def alpha(drafted: int, accepted: int, steps: int | None) -> float | None:
+        if drafted <= 0:
+            return None
+        return alpha_from_rate(accepted / drafted, drafted / steps if steps else float(probe.draft_length))
+
+    whole = alpha(*probe.counts())
+    if whole is None:
+        return None
+    each = [logit(a) for r in probe.requests if (a := alpha(r.drafted, r.accepted, r.steps)) is not None]
+    mu = logit(whole)
+    sd = math.sqrt(sum((x - mu) ** 2 for x in each) / (len(each) - 1)) if len(each) > 1 else 0.0
+    half = ALPHA_Z * max(sd, PROBE_SIGMA)
+    return whole, sigmoid(mu - half), sigmoid(mu + half)
+
+
+def _from_pair_probe(probe: PairProbe, c: Costs) -> Prediction | None:
+    """The prediction a pair probe gives, at the draft length it ran: the speed-up it measured
+    there (the median over its prompts: what the step model leaves out, a second tokenizer's
+    translation, the server's per-step work, is in it), its range the step model's reading of the
+    acceptance range at that length, times PROBE_SPREAD. The probe's length is the one a
+    prediction from the prior chose; `bench --tune` searches the others."""
+    got = pair_alpha(probe)
+    k = probe.draft_length
+    at_k = speed_at(k, got[0], c.r, c.verify) if got is not None else 0.0
+    if got is None or at_k <= 0:
+        return None
+    alpha, lo_a, hi_a = got
+    xs = sorted(r.speedup for r in probe.requests)
+    x = xs[len(xs) // 2]
+    f = x / at_k  # the step model scaled to what the probe measured at k
+    lo = min(x, speed_at(k, lo_a, c.r, c.verify) * f) * PROBE_SPREAD[0]
+    hi = max(x, speed_at(k, hi_a, c.r, c.verify) * f) * PROBE_SPREAD[1]
+    drafted, accepted, _ = probe.counts()
+    evidence = f"run with the target on {len(xs)} prompts: {accepted} of {drafted} drafted tokens accepted"
+    return Prediction(source="pair probe", evidence=evidence, alpha=alpha, alpha_range=(lo_a, hi_a), draft_cost=c.r,
+                      verify_cost=c.verify[k - 1], draft_length=k, speedup=x, speedup_range=(lo, hi), costs=c.source,
+                      verdict=verdict("pair probe", lo, hi))  # fmt: skip
+
+
 def _ratios(target: GGUFSummary, draft: GGUFSummary | None, method: str) -> tuple[float, float, float]:
     """(log10 size ratio, tokens differ, weight-bytes ratio) of a candidate."""
     if method == "draft-mtp" or draft is None:
@@ -472,7 +529,8 @@ def predict(
     own = book.measured.get(key) if key != skip else None
     if own is not None and own.alpha is not None:
         alpha, r = own.alpha, own.draft_cost if own.draft_cost is not None else r_prior
-        k, x = curve_best(alpha, r)
+        prices = book.prices(target_sha, draft_sha)  # the verify step as this machine's probe prices it
+        k, x = curve_best(alpha, r, prices.verify if prices is not None else ())
         sp = own.speedup
         rng = (min(x, sp[1][0]), max(x, sp[1][1])) if sp and sp[1] else (x, x)
         n = len(own.alphas)
@@ -480,6 +538,12 @@ def predict(
                           alpha_range=(alpha, alpha), draft_cost=r, draft_length=k, speedup=x, speedup_range=rng,
                           costs="measured runs", measured_speedup=sp[0] if sp else None,
                           measured_ci95=sp[1] if sp else None)  # fmt: skip
+    probed = book.pair_probes.get(key) if key != skip else None
+    if probed is not None:
+        c = costs_for(book.prices(target_sha, draft_sha), r_prior, br)
+        got = _from_pair_probe(probed, c)
+        if got is not None:
+            return got
     fam = _family_alpha(book, target_sha, draft_sha, method, (log_ratio, br), prior, skip)
     if fam is not None:
         alpha, r_fam, n = fam

@@ -12,7 +12,9 @@ The prediction is priced by machine probes (benchmark/run/machine_probe.py) when
 on this machine: the target and the `PROBE_LIMIT` best local drafts by the hardware-blind
 ranking are each started once (or read back from the registry, where a probe is kept by the
 file's SHA-256 and the machine's key), since the hardware decides the sign of a speed-up and
-the headers cannot tell it. `--no-probe` keeps the hardware-blind ranking and says so.
+the headers cannot tell it; the same best drafts by the probe-priced ranking are then run with
+the target on a few prompts (benchmark/run/pair_probe.py), which measures their acceptance and
+what the runtime adds. `--no-probe` keeps the hardware-blind ranking and says so.
 Nothing else is recorded here but the target (as `check pair` records it); `--bench` records
 what it measures (audit/draft_bench.py).
 """
@@ -242,6 +244,8 @@ def find_drafts(reg: Registry, target_arg: str, search: Search, progress: Progre
             for row in rows:
                 if row.admitted:
                     row.prediction = predict(book, row.method, t_sum, drafts_of[id(row)], t_rec.sha256, row.sha256)
+            for row in _pair_probe(reg, book, machine, t_rec.sha256, t_file, rows, opened, search, tell):
+                row.prediction = predict(book, row.method, t_sum, drafts_of[id(row)], t_rec.sha256, row.sha256)
     admitted = sorted((r for r in rows if r.admitted), key=rank_key)
     rejected = [r for r in rows if not r.admitted]
     by_reason = Counter(r.reason_code or "?" for r in rejected)
@@ -299,6 +303,41 @@ def _probe(
         use.blind = "the target could not be probed: the ranges hold any machine"
         return None, use
     return build_book(reg, key, got.probes), use
+
+
+def _pair_probe(
+    reg: Registry, book: Book, use: MachineUse, target_sha: str, target: GGUFFile, rows: list[DraftRow],
+    opened: list[cand.Found], search: Search, tell: Progress,
+) -> list[DraftRow]:  # fmt: skip
+    """Run the `PROBE_LIMIT` best local drafts by the machine-priced ranking with the target, each
+    at its predicted draft length (benchmark/run/pair_probe.py; kept ones read back), into the
+    book; the rows whose prediction a pair probe now informs."""
+    from specreg.benchmark.run import pair_probe as pp
+    from specreg.paths import data_dir
+    from specreg.servers.launcher import bundled_command, external_command
+    from specreg.servers.pinning import server_pinning
+
+    assert book.machine is not None and isinstance(target.path, Path)
+    files = {f.ref: f.file.path for f in opened if f.file is not None and isinstance(f.file.path, Path)}
+    chosen: list[tuple[DraftRow, pp.Candidate]] = []
+    for r in sorted((r for r in rows if r.admitted and r.prediction is not None), key=rank_key):
+        if len(chosen) >= PROBE_LIMIT:
+            break
+        k = r.prediction.draft_length if r.prediction else None
+        if r.method in MODEL_DRAFTED and r.method != Method.DRAFT_MTP and r.sha256 and r.ref in files and k:
+            chosen.append((r, pp.Candidate(r.sha256, files[r.ref or ""], r.method, k)))
+    if not chosen:
+        return []
+    cmd = external_command(search.server) if search.server else bundled_command()
+    got = pp.ensure(reg, target_sha, target.path, [c for _, c in chosen], book.machine, cmd,
+                    server_pinning(None, True), log_dir=data_dir() / "probes", progress=tell)  # fmt: skip
+    use.pairs = list(got.probes.values())
+    use.pairs_measured = len(got.measured)
+    use.seconds = round(use.seconds + got.seconds, 2)
+    use.failures += got.failures
+    for (sha, method), probe in got.probes.items():
+        book.pair_probes[(target_sha, sha, method)] = probe
+    return [r for r, c in chosen if (c.sha256, c.method) in got.probes]
 
 
 def check_limits(limit: int) -> None:

@@ -243,7 +243,6 @@ def pair_cmd(
     headers are read (HTTP range requests) and they are recorded as metadata only.
     """
     from specreg.allowance import allowing
-    from specreg.commands._probe import run_probe
     from specreg.commands.output import say
     from specreg.commands.views.check import show_verdict
     from specreg.errors import EXIT_ADMITTED, EXIT_NO_FIT, EXIT_REJECTED, UsageError
@@ -289,6 +288,8 @@ def pair_cmd(
             )
         )  # fmt: skip
         if probe:
+            from specreg.commands._probe import run_probe
+
             return run_probe(t_file, d_file, how, static, rules.id, server, show=not json_out, reg=reg)
         return []
 

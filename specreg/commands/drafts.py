@@ -55,7 +55,8 @@ def drafts_cmd(
         typer.Option(
             "--probe/--no-probe",
             help="Price the predictions on this machine: start the target and the best local drafts once "
-            "each (kept in the registry). --no-probe: hardware-blind ranges.",
+            "each, then run those drafts with the target on three short prompts (all kept in the registry). "
+            "--no-probe: hardware-blind ranges.",
         ),
     ] = True,
     workload: Annotated[

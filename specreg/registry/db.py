@@ -12,9 +12,9 @@ Also here, because every stage stores timestamps: the package's one `now()` (tim
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import resource
-import secrets
 import sqlite3
 import time
 from collections.abc import Iterator
@@ -35,6 +35,9 @@ BUSY_TIMEOUT_S = 60.0
 # megabytes into one JSON tree (measured slower than a call per row); 64 rows at a time is faster
 # than either.
 JSON_BATCH = 64
+# names of nested transactions' savepoints: unique within the process, so within any connection's
+# nesting (a counter, not random names: nothing to seed or import for a name nobody reads)
+_SAVEPOINTS = itertools.count(1)
 T = TypeVar("T")
 
 
@@ -308,7 +311,7 @@ class Database:
         if self.read_only:
             raise read_only_error(self.path)
         if conn.in_transaction:
-            savepoint = f"specreg_{secrets.token_hex(8)}"
+            savepoint = f"specreg_{next(_SAVEPOINTS)}"
             conn.execute(f"SAVEPOINT {savepoint}")
             try:
                 yield conn

@@ -111,7 +111,7 @@ migrations = MigrationSet("specreg")
 # on this machine: they do not travel either. What `specreg watch` saw of a deployed server (m024)
 # is evidence about this registry's own production, not a result another machine can re-derive:
 # it stays here too. Where a run came from (m026: its Ray node) is this registry's record as well;
-# a bundle carries the node in the run's manifest.
+# a bundle carries the node in the run's manifest. A pair probe (m027) prices a pair on this machine.
 LOCAL_ONLY = frozenset(
     {
         "m010_template_scans",
@@ -122,6 +122,7 @@ LOCAL_ONLY = frozenset(
         "m024_watch_windows",
         "m025_machine_probes",
         "m026_run_origin_nodes",
+        "m027_pair_probes",
     }
 )
 
@@ -731,3 +732,27 @@ def m026_run_origin_nodes(db: sqlite3.Connection) -> None:
     db.execute(f"INSERT INTO run_origins_new ({cols}) SELECT {cols} FROM run_origins")
     db.execute("DROP TABLE run_origins")
     db.execute("ALTER TABLE run_origins_new RENAME TO run_origins")
+
+
+@migrations()
+def m027_pair_probes(db: sqlite3.Connection) -> None:
+    """A target and a draft run together on a few prompts on one machine
+    (benchmark/run/pair_probe.py): per both files' SHA-256, method, draft length, hardware class,
+    runtime and speed flags, each prompt's decode time alone and with the draft and the draft
+    counts (schemas/machine_probe.py). A cache of a measurement, like a machine probe."""
+    db.execute(
+        """
+        CREATE TABLE pair_probes (
+            target_sha256 TEXT NOT NULL CHECK (length(target_sha256) = 64),
+            draft_sha256 TEXT NOT NULL CHECK (length(draft_sha256) = 64),
+            method TEXT NOT NULL,
+            draft_length INTEGER NOT NULL,
+            hardware TEXT NOT NULL,
+            runtime TEXT NOT NULL,
+            flags TEXT NOT NULL,
+            probe_json TEXT NOT NULL,
+            probed_at TEXT NOT NULL,
+            PRIMARY KEY (target_sha256, draft_sha256, method, draft_length, hardware, runtime, flags)
+        )
+        """
+    )

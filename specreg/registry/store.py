@@ -31,7 +31,7 @@ from specreg.schemas.registry import ArtifactRecord, LicenceSource, PairRecord, 
 if TYPE_CHECKING:
     from specreg.gguf.walk import TwinArray
     from specreg.registry.snapshot import Snapshot
-    from specreg.schemas.machine_probe import MachineProbe
+    from specreg.schemas.machine_probe import MachineProbe, PairProbe
 
 
 def _is_default(path: Path) -> bool:
@@ -254,3 +254,13 @@ class Registry:
     def record_machine_probe(self, probe: MachineProbe) -> bool:
         """Keep a probe under its key; False when this registry cannot be written (it is then not kept)."""
         return self._probes.put(probe)
+
+    def pair_probe(
+        self, target: str, draft: str, method: str, draft_length: int, hardware: str, runtime: str, flags: Iterable[str]
+    ) -> PairProbe | None:
+        """The pair probe of these files, method and draft length on one machine (None: never probed)."""
+        return self._probes.get_pair(target, draft, method, draft_length, hardware, runtime, flags)
+
+    def record_pair_probe(self, probe: PairProbe) -> bool:
+        """Keep a pair probe under its key; False when this registry cannot be written."""
+        return self._probes.put_pair(probe)

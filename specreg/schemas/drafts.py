@@ -12,9 +12,10 @@ from typing import Literal
 from pydantic import Field
 
 from specreg.schemas.base import BaseModel
-from specreg.schemas.machine_probe import MachineProbe
+from specreg.schemas.machine_probe import MachineProbe, PairProbe
 
-AcceptanceSource = Literal["this pair", "same families", "prior", "measured n-gram", "none"]
+# "pair probe": the pair run together on a few prompts on this machine (benchmark/run/pair_probe.py)
+AcceptanceSource = Literal["this pair", "pair probe", "same families", "prior", "measured n-gram", "none"]
 # where the step prices came from: both models' machine probes, the target's alone (the draft's
 # r from its weights), none (hardware-blind: any machine), or this pair's own runs
 CostSource = Literal["machine probe", "target probe", "hardware-blind", "measured runs"]
@@ -94,6 +95,8 @@ class MachineUse(BaseModel):
     key: str | None = None  # hardware class; runtime; speed flags (None: not probed)
     probes: list[MachineProbe] = Field(default_factory=list)  # the target's first, then the drafts'
     measured: list[str] = Field(default_factory=list)  # SHA-256s probed by this command (the rest were kept)
+    pairs: list[PairProbe] = Field(default_factory=list)  # the best local drafts run with the target
+    pairs_measured: int = 0  # of those, run by this command (the rest were kept)
     seconds: float = 0.0  # what this command's own probes took
     failures: list[str] = Field(default_factory=list)
     not_probed: int = 0  # local drafts past the probe limit (priced by the target's probe and their weights)

@@ -44,3 +44,43 @@ class MachineProbe(BaseModel):
     def decode_ms(self) -> list[float]:
         """Each round's decode time per token."""
         return [r.decode_ms for r in self.rounds]
+
+
+class PairProbeRequest(BaseModel):
+    """One probe prompt, generated to the same length by the target alone and by the pair."""
+
+    prompt: str  # the probe prompt's id (benchmark/run/pair_probe.py)
+    tokens: int  # generated tokens (the same for both: greedy, end of text ignored)
+    base_ms: float  # the target alone: llama.cpp's prompt_ms + predicted_ms (as `bench` times a request)
+    spec_ms: float  # the same with the draft at draft length k
+    drafted: int
+    accepted: int
+    steps: int | None = None  # target steps that carried a draft (/metrics); None: not exposed
+
+    @property
+    def speedup(self) -> float:
+        return self.base_ms / self.spec_ms
+
+
+class PairProbe(BaseModel):
+    """A target and draft run together on a few short prompts on one machine: the acceptance
+    this draft gets and what speculation at one draft length does to the decode time."""
+
+    target_sha256: str
+    draft_sha256: str
+    name: str | None = None  # the draft's file name when it was probed (for people)
+    method: str
+    draft_length: int  # --spec-draft-n-max of the pair's server
+    hardware: str
+    runtime: str
+    flags: list[str] = Field(default_factory=list)
+    requests: list[PairProbeRequest]
+    seconds: float  # both servers' starts and every request
+    load: float | None = None
+    probed_at: str
+
+    def counts(self) -> tuple[int, int, int | None]:
+        """(drafted, accepted, steps) over every prompt (steps None when a request had none)."""
+        steps = [r.steps for r in self.requests]
+        total = sum(s for s in steps if s is not None) if all(s is not None for s in steps) else None
+        return sum(r.drafted for r in self.requests), sum(r.accepted for r in self.requests), total

@@ -16,9 +16,6 @@ from specreg.schemas.checks import CheckResult, PairVerdict
 from specreg.schemas.methods import DRAFT_METHODS, SELF_METHODS, Method
 from specreg.validators import checks_common as common
 from specreg.validators import checks_simple as simple
-from specreg.validators.checks_dflash import check_dflash, is_dspark
-from specreg.validators.checks_eagle3 import check_eagle3
-from specreg.validators.checks_mtp import check_mtp, usable_target
 from specreg.validators.checks_structure import check_structure
 from specreg.validators.checks_template import check_template
 from specreg.validators.ruleset import RuleSet
@@ -77,9 +74,14 @@ def check_pair(
 
     t = Side.of("target", target, rule_set)
     d = None if draft is None else Side.of("draft", draft, rule_set)
+    # each method's own checks are imported where it is judged: a pair is judged for one method
     if method == Method.DRAFT_MTP:
+        from specreg.validators.checks_mtp import check_mtp
+
         checks = check_mtp(t, rule_set)
     elif method in SELF_METHODS:
+        from specreg.validators.checks_mtp import usable_target
+
         checks = usable_target(t)
     else:
         assert d is not None
@@ -88,8 +90,12 @@ def check_pair(
             checks += simple.runtime_rule(t, d, rule_set)
             checks += simple.advisories(t, d, rule_set)
         elif method == Method.DRAFT_EAGLE3:
+            from specreg.validators.checks_eagle3 import check_eagle3
+
             checks += check_eagle3(t, d, rule_set)
         else:
+            from specreg.validators.checks_dflash import check_dflash
+
             checks += check_dflash(t, d, rule_set, dspark=method == Method.DRAFT_DSPARK)
         checks += [
             common.vocab_only(t),
@@ -130,4 +136,4 @@ def verdict(
     )
 
 
-__all__ = ["check_pair", "detect_method", "is_dspark", "verdict"]
+__all__ = ["check_pair", "detect_method", "verdict"]

@@ -24,23 +24,27 @@ RULES_DIR = Path(__file__).parent / "rules"
 RULE_SET_DEFAULT = "llama.cpp-b11549"
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class _Strict:
     """A part of a rule set. `load_rule_set` makes them from the shipped files without pydantic
     (schemas.record.build), so `check pair` does not validate them again; the tests validate every shipped
-    file against these classes with pydantic, unknown keys refused (`__pydantic_config__`)."""
+    file against these classes with pydantic, unknown keys refused (`__pydantic_config__`).
+
+    Frozen (one cached instance is shared by every caller) but not compared by value (`eq=False`):
+    a rule set is named by its `id`, nothing compares two of them field by field, and value
+    equality would have every part generate `__eq__` and `__hash__` each time specreg starts."""
 
     __pydantic_config__ = {"extra": "forbid"}  # noqa: RUF012  # pydantic's ConfigDict, read as is
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class DraftSimpleRules(_Strict):
     max_size_difference: int
     check_start_token_id: int
     texts_compared_as_c_strings: bool = True
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class _SpecialIdDefaults(_Strict):
     """Special-token ids llama.cpp assumes when the file states none (None: no default)."""
 
@@ -52,7 +56,7 @@ class _SpecialIdDefaults(_Strict):
     mask: int | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class TokenizerModelRules(_SpecialIdDefaults):
     """Defaults llama.cpp's vocab loader applies for one `tokenizer.ggml.model`."""
 
@@ -64,7 +68,7 @@ class TokenizerModelRules(_SpecialIdDefaults):
     requires_merges: bool = False
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class PreTokenizerRules(_SpecialIdDefaults):
     """What one BPE `tokenizer.ggml.pre` value changes (pre type, add_bos, default bos)."""
 
@@ -84,13 +88,13 @@ class PreTokenizerRules(_SpecialIdDefaults):
         return frozenset(f.name for f in fields(_SpecialIdDefaults) if getattr(self, f.name) is not None)
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class MtpRules(_Strict):
     architectures: list[str]
     required_tensors: list[str]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class StructureRules(_Strict):
     """What llama.cpp's loader requires of a file's tensors, per architecture (see tools/extract_rules.py)."""
 
@@ -106,7 +110,7 @@ class StructureRules(_Strict):
     standard_qkv: dict[str, list[str]]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class MemoryRules(_Strict):
     """Facts the memory estimate needs that the file does not state."""
 
@@ -115,7 +119,7 @@ class MemoryRules(_Strict):
     swa_patterns: dict[str, tuple[int, bool]]
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class Eagle3Rules(_Strict):
     architecture: str
     n_target_layers: int
@@ -123,7 +127,7 @@ class Eagle3Rules(_Strict):
     d2t_ggml_type: int
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class DFlashRules(_Strict):
     architecture: str
     dspark_tensor: str
@@ -132,7 +136,7 @@ class DFlashRules(_Strict):
     d2t_ggml_type: int
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class AdvisoryRules(_Strict):
     """specreg's own thresholds for warnings (not llama.cpp's)."""
 
@@ -143,7 +147,7 @@ class AdvisoryRules(_Strict):
     template_warn_bytes: int = 64 << 10  # the largest real chat template in llama.cpp's models/ is 18 KB
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class ServerMetricNames(_Strict):
     """The `/metrics` samples a running server's speculation is read from (tools/server/
     server-task.cpp `to_metrics`); `requests` None: this build counts no requests there."""
@@ -159,7 +163,7 @@ class ServerMetricNames(_Strict):
     requests: str | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class ServerRules(_Strict):
     """What a running llama-server of this build shows about itself, as `specreg watch` reads it
     (no pair check uses these)."""
@@ -171,7 +175,7 @@ class ServerRules(_Strict):
     props_shows_speculation: bool
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, eq=False)
 class RuleSet(_Strict):
     """Everything a check needs to know about one llama.cpp build."""
 

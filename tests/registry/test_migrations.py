@@ -256,6 +256,18 @@ SCHEMA: dict[str, list[str]] = {
     ],
     # what a model costs on one machine, build and flags (m025, specreg/registry/machine_probes.py)
     "machine_probes": ["sha256", "hardware", "runtime", "flags", "probe_json", "probed_at"],
+    # a target and a draft run together on one machine (m027, specreg/registry/machine_probes.py)
+    "pair_probes": [
+        "target_sha256",
+        "draft_sha256",
+        "method",
+        "draft_length",
+        "hardware",
+        "runtime",
+        "flags",
+        "probe_json",
+        "probed_at",
+    ],
     # result bundles (m005, specreg/exchange/bundle.py); runs streamed from Ray nodes (m026)
     "run_origins": [
         "run_id",

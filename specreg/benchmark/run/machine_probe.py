@@ -114,7 +114,7 @@ def measure(
     spec = ConditionSpec(name="machine probe", method=BASELINE)
     opts = ServerOptions(ctx_size=CTX_SIZE, parallel=1, threads=pinning.threads, gpu_layers=gpu_layers)
     args = server_args(spec, str(path), opts)
-    load = _load()
+    load = load_average()
     t0 = time.monotonic()
     proc = launch(cmd, args, log_path, start_timeout_s=start_timeout_s, cpus=set(pinning.cpus or ()) or None)
     rounds: list[ProbeRound] = []
@@ -180,7 +180,7 @@ def busy(load: float | None) -> bool:
     return load is not None and load >= (os.cpu_count() or 1)
 
 
-def _load() -> float | None:
+def load_average() -> float | None:
     try:
         return os.getloadavg()[0]
     except OSError:
@@ -204,7 +204,7 @@ def ensure(
     never an exception: its prediction stays hardware-blind."""
     out = Probed(key)
     shas = [sha for sha, _ in files]
-    quiet = not busy(_load())
+    quiet = not busy(load_average())
     kept = reg.machine_probes(shas, key.hardware, key.runtime, key.flags)
     out.probes = {sha: p for sha, p in kept.items() if not (quiet and busy(p.load))}
     todo = [(sha, p) for sha, p in dict(files).items() if sha not in out.probes]

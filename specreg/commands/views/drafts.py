@@ -8,7 +8,7 @@ import time
 from specreg.commands.layout import Col
 from specreg.commands.output import err_console, print_listing, say
 from specreg.schemas.drafts import DraftReport, DraftRow
-from specreg.schemas.machine_probe import MachineProbe
+from specreg.schemas.machine_probe import MachineProbe, PairProbe
 from specreg.units import mib_text
 
 _EVERY_S = 1.0  # a progress line at most this often when stderr is not a terminal
@@ -114,6 +114,19 @@ def _median(xs: list[float]) -> float:
     return 0.0 if not n else ys[n // 2] if n % 2 else (ys[n // 2 - 1] + ys[n // 2]) / 2
 
 
+def _pair_line(probe: PairProbe) -> str:
+    """A pair probe in one line: the draft counts and the speed-up it measured at its length."""
+    from specreg.benchmark.run.machine_probe import busy
+
+    drafted, accepted, _ = probe.counts()
+    xs = sorted(r.speedup for r in probe.requests)
+    line = (f"{probe.name or probe.draft_sha256[:12]} at k{probe.draft_length}: {accepted} of {drafted} drafted "
+            f"tokens accepted, {xs[len(xs) // 2]:.2f}x over {len(xs)} prompts ({probe.seconds:.1f} s)")  # fmt: skip
+    if busy(probe.load):
+        line += f"; the machine was busy (load {probe.load:.1f})"
+    return line
+
+
 def _machine(report: DraftReport) -> None:
     """Which machine the prices are from (each probe, new or kept), or that they are blind."""
     m = report.machine
@@ -122,8 +135,11 @@ def _machine(report: DraftReport) -> None:
     target = m.probes[0] if m.probes and m.probes[0].sha256 == report.target_sha256 else None
     for p in m.probes:
         say(_probe_line(p, None if p is target else target, p.sha256 in m.measured), prefix="probe   ", indent=8)
-    if m.measured:
-        say(f"{len(m.measured)} probe(s) took {m.seconds:.1f} s; kept in the registry for this machine and build",
+    for pp in m.pairs:
+        say(_pair_line(pp), prefix="pair    ", indent=8)
+    if m.measured or m.pairs_measured:
+        n = len(m.measured) + m.pairs_measured
+        say(f"{n} probe(s) took {m.seconds:.1f} s; kept in the registry for this machine and build",
             prefix="        ", indent=8)  # fmt: skip
     if m.not_probed:
         say(f"{m.not_probed} more local draft(s) not probed (the best {len(m.probes) - 1} were): their r is "

@@ -181,6 +181,11 @@ def test_drafts_prices_the_ranking_on_this_machine_and_no_probe_is_blind(probed:
     (row,) = [r for r in rep["rows"] if r["method"] == "draft-simple"]
     pred = row["prediction"]
     assert pred["costs"] == "machine probe" and pred["verdict"].endswith("on this machine")
+    # the best local draft also ran with the target (benchmark/run/pair_probe.py): its acceptance
+    # and its ratio at the length the probes' pricing named
+    (pair,) = m["pairs"]
+    assert pair["name"] == "small.gguf" and pair["draft_length"] == pred["draft_length"]
+    assert pred["source"] == "pair probe" and "drafted tokens accepted" in pred["evidence"]
     assert pred["speedup_range"][0] <= pred["speedup"] <= pred["speedup_range"][1]
     assert pred["verify_cost"] >= 1 and pred["draft_cost"] > 0
     blind = json.loads(run_specreg([*args, "--json", "--no-probe"], env=_env(probed)).stdout)
@@ -194,6 +199,7 @@ def test_drafts_prices_the_ranking_on_this_machine_and_no_probe_is_blind(probed:
     flat = " ".join(text.split())
     assert "machine " in text and "probe target.gguf: " in flat and "kept from" in flat
     assert "small.gguf: " in flat and "of the target's" in flat
+    assert re.search(r"pair small\.gguf at k\d+: \d+ of \d+ drafted tokens accepted, [\d.]+x over 3 prompts", flat)
     text = run_specreg([*args, "--no-probe"], env=_env(probed)).stdout
     assert "hardware-blind (--no-probe" in " ".join(text.split()) and re.search(r"\]  +blind\b", text), text
 
@@ -223,10 +229,10 @@ def test_a_busy_probe_is_taken_again_on_a_quiet_machine(
     with Registry(probed["db"], show_progress=False) as reg:
         (probe,) = reg.machine_probes([sha256_file(t)], key.hardware, key.runtime, key.flags).values()
         reg.record_machine_probe(probe.model_copy(update={"load": 1000.0}))
-        monkeypatch.setattr(mp, "_load", lambda: 1000.0)  # still busy: kept
+        monkeypatch.setattr(mp, "load_average", lambda: 1000.0)  # still busy: kept
         assert mp.ensure(reg, [(probe.sha256, t)], key, bundled_command(), Pinning(None, None),
                          log_dir=probed["home"] / "logs").measured == []  # fmt: skip
-        monkeypatch.setattr(mp, "_load", lambda: 0.0)  # quiet now: taken again, and kept
+        monkeypatch.setattr(mp, "load_average", lambda: 0.0)  # quiet now: taken again, and kept
         again = mp.ensure(reg, [(probe.sha256, t)], key, bundled_command(), Pinning(None, None),
                           log_dir=probed["home"] / "logs")  # fmt: skip
     assert again.measured == [probe.sha256] and again.probes[probe.sha256].load == 0.0
