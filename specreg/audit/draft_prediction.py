@@ -78,12 +78,10 @@ MODEL_SPREAD_PAIRS = 10  # measured pairs from which their spread replaces MODEL
 # that the range holds about as many pairs as a 95% interval would (one sigma left a fresh
 # registry's measured pairs below the probed range as often as inside it).
 ALPHA_Z = 2.0
-# A pair probe (benchmark/run/pair_probe.py) measures this pair's acceptance and its speed-up at one
-# draft length on a few short prompts that are not the user's workload: its acceptance range keeps at
-# least PROBE_SIGMA logits either side (times ALPHA_Z), and its speed-up PROBE_SPREAD, both stated
-# assumptions on the statistics page.
+# A pair probe (benchmark/run/pair_probe.py) measures this pair's acceptance on a few short prompts
+# that are not the user's workload: its acceptance range keeps at least PROBE_SIGMA logits either side
+# (times ALPHA_Z), a stated assumption on the statistics page.
 PROBE_SIGMA = 0.4
-PROBE_SPREAD = (0.85, 1.15)
 _CLIP = (0.02, 0.98)  # alpha kept inside for the logit
 _SIZE_WORDS = ("instruct", "chat", "base", "it", "gguf")
 
@@ -472,11 +470,13 @@ def pair_alpha(probe: PairProbe) -> tuple[float, float, float] | None:
 
 
 def _from_pair_probe(probe: PairProbe, c: Costs) -> Prediction | None:
-    """The prediction a pair probe gives, at the draft length it ran: the speed-up it measured
-    there (the median over its prompts: what the step model leaves out, a second tokenizer's
-    translation, the server's per-step work, is in it), its range the step model's reading of the
-    acceptance range at that length, times PROBE_SPREAD. The probe's length is the one a
-    prediction from the prior chose; `bench --tune` searches the others."""
+    """The prediction a pair probe gives, at the draft length it ran: the decode speed-up it
+    measured there (the median over its prompts: what the step model leaves out, a second
+    tokenizer's translation, the server's per-step work, is in it). Its range holds every
+    prompt's ratio and the step model's reading of the acceptance range at that length (scaled
+    to the measured point), times MODEL_SPREAD: a few short prompts, decode only, against a
+    workload measured end to end. The probe's length is the one a prediction from the prior
+    chose; `bench --tune` searches the others."""
     got = pair_alpha(probe)
     k = probe.draft_length
     at_k = speed_at(k, got[0], c.r, c.verify) if got is not None else 0.0
@@ -486,8 +486,8 @@ def _from_pair_probe(probe: PairProbe, c: Costs) -> Prediction | None:
     xs = sorted(r.speedup for r in probe.requests)
     x = xs[len(xs) // 2]
     f = x / at_k  # the step model scaled to what the probe measured at k
-    lo = min(x, speed_at(k, lo_a, c.r, c.verify) * f) * PROBE_SPREAD[0]
-    hi = max(x, speed_at(k, hi_a, c.r, c.verify) * f) * PROBE_SPREAD[1]
+    lo = min(xs[0], speed_at(k, lo_a, c.r, c.verify) * f) * MODEL_SPREAD[0]
+    hi = max(xs[-1], speed_at(k, hi_a, c.r, c.verify) * f) * MODEL_SPREAD[1]
     drafted, accepted, _ = probe.counts()
     evidence = f"run with the target on {len(xs)} prompts: {accepted} of {drafted} drafted tokens accepted"
     return Prediction(source="pair probe", evidence=evidence, alpha=alpha, alpha_range=(lo_a, hi_a), draft_cost=c.r,

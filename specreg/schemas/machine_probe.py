@@ -51,7 +51,7 @@ class PairProbeRequest(BaseModel):
 
     prompt: str  # the probe prompt's id (benchmark/run/pair_probe.py)
     tokens: int  # generated tokens (the same for both: greedy, end of text ignored)
-    base_ms: float  # the target alone: llama.cpp's prompt_ms + predicted_ms (as `bench` times a request)
+    base_ms: float  # the target alone: llama.cpp's predicted_ms (the decode phase)
     spec_ms: float  # the same with the draft at draft length k
     drafted: int
     accepted: int

@@ -6,9 +6,8 @@ what only the runtime does (a second tokenizer's translation of every draft, the
 the server's per-step work). A prior's acceptance, drawn from sizes and tokenizers, is wide
 enough to hold both signs on a CPU. So the best candidates of `drafts` are also run as a pair:
 the target alone, then the target with the draft at the predicted draft length, generating the
-same tokens for the same prompts (greedy, end of text ignored), each timed by llama.cpp's own
-clock as `bench` times a request (prompt_ms + predicted_ms), the draft counts read from
-`/metrics`. The prediction takes its acceptance from these counts and calibrates the step model
+same tokens for the same prompts (greedy, end of text ignored), each decode timed by llama.cpp's
+own clock (`predicted_ms`), the draft counts read from `/metrics`. The prediction takes its acceptance from these counts and calibrates the step model
 to the measured ratio at that length (audit/draft_prediction.py).
 
 The prompts are ordinary prose, code and a list, not the user's workload, and few: the
@@ -66,14 +65,14 @@ class Candidate:
 
 
 def _generate(client: LlamaClient, ids: list[int]) -> tuple[int, float, dict[str, float]]:
-    """(generated tokens, the server's time, the request's timings) of one greedy, uncached
-    completion; the time as `bench` takes a request's (prompt_ms + predicted_ms: the draft's own
-    prompt processing is in a speculative request's)."""
+    """(generated tokens, predicted_ms, the request's timings) of one greedy, uncached completion:
+    the decode phase, as `drafts` predicts a decode speed-up (the prompt phase is the workload's:
+    how long its prompts are, which the probe's are not)."""
     t = client.timings(ids, max_tokens=GENERATED, ignore_eos=True)
-    n, ms, pms = t.get("predicted_n"), t.get("predicted_ms"), t.get("prompt_ms")
+    n, ms = t.get("predicted_n"), t.get("predicted_ms")
     if not isinstance(n, (int, float)) or not isinstance(ms, (int, float)) or n < 2 or ms <= 0:
         raise ServerError("/completion: the answer's timings hold no generated tokens")
-    return int(n), float(ms) + (float(pms) if isinstance(pms, (int, float)) and pms > 0 else 0.0), t
+    return int(n), float(ms), t
 
 
 def _server(
