@@ -7,8 +7,9 @@ the server's per-step work). A prior's acceptance, drawn from sizes and tokenize
 enough to hold both signs on a CPU. So the best candidates of `drafts` are also run as a pair:
 the target alone, then the target with the draft at the predicted draft length, generating the
 same tokens for the same prompts (greedy, end of text ignored), each decode timed by llama.cpp's
-own clock (`predicted_ms`), the draft counts read from `/metrics`. The prediction takes its acceptance from these counts and calibrates the step model
-to the measured ratio at that length (audit/draft_prediction.py).
+own clock (`predicted_ms`), the draft counts read from `/metrics`. The prediction takes its
+acceptance from these counts and calibrates the step model to the measured ratio at that length
+(audit/draft_prediction.py).
 
 The prompts are ordinary prose, code and a list, not the user's workload, and few: the
 prediction's range keeps a stated spread for that. The target alone is started once for all its
