@@ -473,10 +473,11 @@ def _from_pair_probe(probe: PairProbe, c: Costs) -> Prediction | None:
     """The prediction a pair probe gives, at the draft length it ran: the decode speed-up it
     measured there (the median over its prompts: what the step model leaves out, a second
     tokenizer's translation, the server's per-step work, is in it). Its range holds every
-    prompt's ratio and the step model's reading of the acceptance range at that length (scaled
-    to the measured point), times MODEL_SPREAD: a few short prompts, decode only, against a
-    workload measured end to end. The probe's length is the one a prediction from the prior
-    chose; `bench --tune` searches the others."""
+    prompt's ratio, decode only and end to end (a workload's prompt phase from none to the
+    probe's), and the step model's reading of the acceptance range at that length (scaled to
+    the measured point), times MODEL_SPREAD: a few short prompts are not a workload. The
+    probe's length is the one a prediction from the prior chose; `bench --tune` searches the
+    others."""
     got = pair_alpha(probe)
     k = probe.draft_length
     at_k = speed_at(k, got[0], c.r, c.verify) if got is not None else 0.0
@@ -486,8 +487,9 @@ def _from_pair_probe(probe: PairProbe, c: Costs) -> Prediction | None:
     xs = sorted(r.speedup for r in probe.requests)
     x = xs[len(xs) // 2]
     f = x / at_k  # the step model scaled to what the probe measured at k
-    lo = min(xs[0], speed_at(k, lo_a, c.r, c.verify) * f) * MODEL_SPREAD[0]
-    hi = max(xs[-1], speed_at(k, hi_a, c.r, c.verify) * f) * MODEL_SPREAD[1]
+    seen = xs + [r.end_to_end for r in probe.requests]
+    lo = min(*seen, speed_at(k, lo_a, c.r, c.verify) * f) * MODEL_SPREAD[0]
+    hi = max(*seen, speed_at(k, hi_a, c.r, c.verify) * f) * MODEL_SPREAD[1]
     drafted, accepted, _ = probe.counts()
     evidence = f"run with the target on {len(xs)} prompts: {accepted} of {drafted} drafted tokens accepted"
     return Prediction(source="pair probe", evidence=evidence, alpha=alpha, alpha_range=(lo_a, hi_a), draft_cost=c.r,

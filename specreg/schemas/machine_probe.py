@@ -53,13 +53,21 @@ class PairProbeRequest(BaseModel):
     tokens: int  # generated tokens (the same for both: greedy, end of text ignored)
     base_ms: float  # the target alone: llama.cpp's predicted_ms (the decode phase)
     spec_ms: float  # the same with the draft at draft length k
+    base_prompt_ms: float = 0.0  # the target alone: prompt_ms (the prompt phase)
+    spec_prompt_ms: float = 0.0  # with the draft (the draft's own prompt work shows in its decode)
     drafted: int
     accepted: int
     steps: int | None = None  # target steps that carried a draft (/metrics); None: not exposed
 
     @property
     def speedup(self) -> float:
+        """The decode phase's speed-up."""
         return self.base_ms / self.spec_ms
+
+    @property
+    def end_to_end(self) -> float:
+        """The request's, prompt phase included (as `bench` times a request)."""
+        return (self.base_prompt_ms + self.base_ms) / (self.spec_prompt_ms + self.spec_ms)
 
 
 class PairProbe(BaseModel):

@@ -65,15 +65,14 @@ class Candidate:
     draft_length: int
 
 
-def _generate(client: LlamaClient, ids: list[int]) -> tuple[int, float, dict[str, float]]:
-    """(generated tokens, predicted_ms, the request's timings) of one greedy, uncached completion:
-    the decode phase, as `drafts` predicts a decode speed-up (the prompt phase is the workload's:
-    how long its prompts are, which the probe's are not)."""
+def _generate(client: LlamaClient, ids: list[int]) -> tuple[int, float, float, dict[str, float]]:
+    """(generated tokens, predicted_ms, prompt_ms, the request's timings) of one greedy, uncached
+    completion: the decode phase, which `drafts` predicts, and the prompt phase beside it."""
     t = client.timings(ids, max_tokens=GENERATED, ignore_eos=True)
-    n, ms = t.get("predicted_n"), t.get("predicted_ms")
+    n, ms, pms = t.get("predicted_n"), t.get("predicted_ms"), t.get("prompt_ms")
     if not isinstance(n, (int, float)) or not isinstance(ms, (int, float)) or n < 2 or ms <= 0:
         raise ServerError("/completion: the answer's timings hold no generated tokens")
-    return int(n), float(ms), t
+    return int(n), float(ms), float(pms) if isinstance(pms, (int, float)) and pms > 0 else 0.0, t
 
 
 def _server(
@@ -84,7 +83,7 @@ def _server(
 
 def _baseline(
     cmd: ServerCommand, target: Path, opts: ServerOptions, log: Path, pinning: Pinning
-) -> tuple[dict[str, list[int]], dict[str, tuple[int, float]], float]:
+) -> tuple[dict[str, list[int]], dict[str, tuple[int, float, float]], float]:
     """The target alone: each prompt's ids (its own tokenizer's) and (tokens, its time); its seconds."""
     t0 = time.monotonic()
     proc = _server(cmd, ConditionSpec(name="pair probe baseline", method=BASELINE), target, opts, log, pinning)
@@ -92,19 +91,20 @@ def _baseline(
         with LlamaClient(proc.base_url, timeout_s=120.0, max_connections=2) as client:
             ids = {pid: client.tokenize(text) for pid, text in PROMPTS}
             client.timings(ids[PROMPTS[0][0]][:8], max_tokens=2)  # warm-up: the first request pays for allocations
-            base: dict[str, tuple[int, float]] = {}
+            base: dict[str, tuple[int, float, float]] = {}
             for _ in range(ROUNDS):
                 for pid, _text in PROMPTS:
-                    n, ms, _t = _generate(client, ids[pid])
-                    base[pid] = (n, min(ms, base.get(pid, (n, ms))[1]))
+                    n, ms, pms, _t = _generate(client, ids[pid])
+                    _, b_ms, b_pms = base.get(pid, (n, ms, pms))
+                    base[pid] = (n, min(ms, b_ms), min(pms, b_pms))
     finally:
         proc.stop()
     return ids, base, time.monotonic() - t0
 
 
 def _with_draft(
-    cmd: ServerCommand, target: Path, c: Candidate, ids: dict[str, list[int]], base: dict[str, tuple[int, float]],
-    opts: ServerOptions, log: Path, pinning: Pinning,
+    cmd: ServerCommand, target: Path, c: Candidate, ids: dict[str, list[int]],
+    base: dict[str, tuple[int, float, float]], opts: ServerOptions, log: Path, pinning: Pinning,
 ) -> list[PairProbeRequest]:  # fmt: skip
     spec = ConditionSpec(name="pair probe", method=c.method, draft_path=str(c.path), draft_n_max=c.draft_length)
     proc = _server(cmd, spec, target, opts, log, pinning)
@@ -114,17 +114,19 @@ def _with_draft(
             client.timings(ids[PROMPTS[0][0]][:8], max_tokens=2)
             for pid, _ in PROMPTS:
                 before = parse_metrics(client.metrics_text())
-                n, ms, t = _generate(client, ids[pid])
+                n, ms, pms, t = _generate(client, ids[pid])
                 counters = spec_counters(before, parse_metrics(client.metrics_text()))
-                b_n, b_ms = base[pid]
+                b_n, b_ms, b_pms = base[pid]
                 if n != b_n:  # the same ids, greedy, end of text ignored: the same length, or not comparable
                     raise ServerError(f"the pair generated {n} tokens where the target alone made {b_n}")
                 drafted = counters.drafted if counters else int(t.get("draft_n") or 0)
                 accepted = counters.accepted if counters else int(t.get("draft_n_accepted") or 0)
                 steps = counters.steps if counters and counters.steps else None
                 for _ in range(ROUNDS - 1):  # greedy: the same drafts again, only the time may differ
-                    ms = min(ms, _generate(client, ids[pid])[1])
+                    _n, again, again_p, _t = _generate(client, ids[pid])
+                    ms, pms = min(ms, again), min(pms, again_p)
                 out.append(PairProbeRequest(prompt=pid, tokens=n, base_ms=round(b_ms, 3), spec_ms=round(ms, 3),
+                                            base_prompt_ms=round(b_pms, 3), spec_prompt_ms=round(pms, 3),
                                             drafted=drafted, accepted=accepted, steps=steps))  # fmt: skip
     finally:
         proc.stop()

@@ -122,6 +122,7 @@ def test_the_pair_and_the_target_alone_generate_the_same_tokens(paired: dict[str
     assert probe.name == "small.gguf" and probe.draft_length == 3 and probe.seconds > 0 and got.seconds > 0
     for r in probe.requests:  # greedy, end of text ignored: both made GENERATED, the pair with drafts
         assert r.tokens == pp.GENERATED and r.base_ms > 0 and r.spec_ms > 0
+        assert r.base_prompt_ms > 0 and r.spec_prompt_ms > 0 and r.end_to_end > 0
         assert r.drafted > 0 and 0 <= r.accepted <= r.drafted
         assert r.steps is None or r.drafted <= 3 * r.steps  # never more than k per step
     assert pair_alpha(probe) is not None
