@@ -195,11 +195,15 @@ class LlamaClient:
         sampling: dict[str, float | int] | None = None,
         cache_prompt: bool = False,
         timeout_s: float | None = None,
+        ignore_eos: bool = False,
     ) -> Completion:
         """Stream one request (`/completion` for a prompt, `/v1/chat/completions` for messages);
-        `sampling` (temperature, top_p, top_k, min_p: schemas/sampling.py) overrides `temperature`."""
+        `sampling` (temperature, top_p, top_k, min_p: schemas/sampling.py) overrides `temperature`;
+        `ignore_eos` generates `max_tokens` whatever the model would end on (the pair probe)."""
         common = {"temperature": temperature, **(sampling or {}), "seed": seed, "stream": True}
         common["cache_prompt"] = cache_prompt
+        if ignore_eos:
+            common["ignore_eos"] = True
         if item.prompt is not None:
             path = "/completion"
             body: dict[str, Any] = {"prompt": item.prompt, "n_predict": max_tokens, **common}

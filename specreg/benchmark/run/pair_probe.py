@@ -6,10 +6,10 @@ what only the runtime does (a second tokenizer's translation of every draft, the
 the server's per-step work). A prior's acceptance, drawn from sizes and tokenizers, is wide
 enough to hold both signs on a CPU. So the best candidates of `drafts` are also run as a pair:
 the target alone, then the target with the draft at the predicted draft length, generating the
-same tokens for the same prompts (greedy, end of text ignored), each decode timed by llama.cpp's
-own clock (`predicted_ms`), the draft counts read from `/metrics`. The prediction takes its
-acceptance from these counts and calibrates the step model to the measured ratio at that length
-(audit/draft_prediction.py).
+same tokens for the same prompts (greedy, end of text ignored, streamed as `bench` and users
+stream), each decode timed by llama.cpp's own clock (`predicted_ms`), the draft counts read from
+`/metrics`. The prediction takes its acceptance from these counts and calibrates the step model
+to the measured ratio at that length (audit/draft_prediction.py).
 
 The prompts are ordinary prose, code and a list, not the user's workload, and few: the
 prediction's range keeps a stated spread for that. The target alone is started once for all its
@@ -29,7 +29,7 @@ from specreg.benchmark.plan.conditions import ServerOptions, server_args
 from specreg.benchmark.run import machine_probe as mp
 from specreg.benchmark.run.client import LlamaClient
 from specreg.errors import ServerError, SpecregError
-from specreg.schemas.bench import ConditionSpec
+from specreg.schemas.bench import ConditionSpec, WorkloadItem
 from specreg.schemas.machine_probe import PairProbe, PairProbeRequest
 from specreg.schemas.methods import BASELINE
 from specreg.servers.launcher import ServerCommand, ServerProcess, launch
@@ -62,10 +62,15 @@ class Candidate:
     draft_length: int
 
 
-def _generate(client: LlamaClient, ids: list[int]) -> tuple[int, float, float, dict[str, float]]:
-    """(generated tokens, predicted_ms, prompt_ms, the request's timings) of one greedy, uncached
-    completion: the decode phase, which `drafts` predicts, and the prompt phase beside it."""
-    t = client.timings(ids, max_tokens=GENERATED, ignore_eos=True)
+def _generate(client: LlamaClient, pid: str, text: str) -> tuple[int, float, float, dict[str, float]]:
+    """(generated tokens, predicted_ms, prompt_ms, the request's timings) of one greedy, uncached,
+    streamed completion, as `bench` and users make one (a speculative step streams its tokens
+    together): the decode phase, which `drafts` predicts, and the prompt phase beside it."""
+    item = WorkloadItem(id=pid, stratum="probe", prompt=text, max_tokens=GENERATED)
+    done = client.complete(item, max_tokens=GENERATED, seed=42, ignore_eos=True)
+    if not done.ok:
+        raise ServerError(f"the probe's request failed: {done.error}")
+    t = done.timings
     n, ms, pms = t.get("predicted_n"), t.get("predicted_ms"), t.get("prompt_ms")
     if not isinstance(n, (int, float)) or not isinstance(ms, (int, float)) or n < 2 or ms <= 0:
         raise ServerError("/completion: the answer's timings hold no generated tokens")
@@ -78,49 +83,53 @@ def _server(
     return launch(cmd, server_args(spec, str(target), opts), log, cpus=set(pinning.cpus or ()) or None)
 
 
+def _warm_up(client: LlamaClient) -> None:
+    """One short request first: the first request pays for allocations."""
+    client.timings(client.tokenize(PROMPTS[0][1])[:8], max_tokens=2)
+
+
 def _baseline(
     cmd: ServerCommand, target: Path, opts: ServerOptions, log: Path, pinning: Pinning
-) -> tuple[dict[str, list[int]], dict[str, tuple[int, float, float]], float]:
-    """The target alone: each prompt's ids (its own tokenizer's) and (tokens, its time); its seconds."""
+) -> tuple[dict[str, tuple[int, float, float]], float]:
+    """The target alone: each prompt's (tokens, decode ms, prompt ms), the fastest rounds; its seconds."""
     t0 = time.monotonic()
     proc = _server(cmd, ConditionSpec(name="pair probe baseline", method=BASELINE), target, opts, log, pinning)
     try:
         with LlamaClient(proc.base_url, timeout_s=120.0, max_connections=2) as client:
-            ids = {pid: client.tokenize(text) for pid, text in PROMPTS}
-            client.timings(ids[PROMPTS[0][0]][:8], max_tokens=2)  # warm-up: the first request pays for allocations
+            _warm_up(client)
             base: dict[str, tuple[int, float, float]] = {}
             for _ in range(ROUNDS):
-                for pid, _text in PROMPTS:
-                    n, ms, pms, _t = _generate(client, ids[pid])
+                for pid, text in PROMPTS:
+                    n, ms, pms, _t = _generate(client, pid, text)
                     _, b_ms, b_pms = base.get(pid, (n, ms, pms))
                     base[pid] = (n, min(ms, b_ms), min(pms, b_pms))
     finally:
         proc.stop()
-    return ids, base, time.monotonic() - t0
+    return base, time.monotonic() - t0
 
 
 def _with_draft(
-    cmd: ServerCommand, target: Path, c: Candidate, ids: dict[str, list[int]],
-    base: dict[str, tuple[int, float, float]], opts: ServerOptions, log: Path, pinning: Pinning,
+    cmd: ServerCommand, target: Path, c: Candidate, base: dict[str, tuple[int, float, float]], opts: ServerOptions,
+    log: Path, pinning: Pinning,
 ) -> list[PairProbeRequest]:  # fmt: skip
     spec = ConditionSpec(name="pair probe", method=c.method, draft_path=str(c.path), draft_n_max=c.draft_length)
     proc = _server(cmd, spec, target, opts, log, pinning)
     out = []
     try:
         with LlamaClient(proc.base_url, timeout_s=120.0, max_connections=2) as client:
-            client.timings(ids[PROMPTS[0][0]][:8], max_tokens=2)
-            for pid, _ in PROMPTS:
+            _warm_up(client)
+            for pid, text in PROMPTS:
                 before = parse_metrics(client.metrics_text())
-                n, ms, pms, t = _generate(client, ids[pid])
+                n, ms, pms, t = _generate(client, pid, text)
                 counters = spec_counters(before, parse_metrics(client.metrics_text()))
                 b_n, b_ms, b_pms = base[pid]
-                if n != b_n:  # the same ids, greedy, end of text ignored: the same length, or not comparable
+                if n != b_n:  # the same prompt, greedy, end of text ignored: the same length, or not comparable
                     raise ServerError(f"the pair generated {n} tokens where the target alone made {b_n}")
                 drafted = counters.drafted if counters else int(t.get("draft_n") or 0)
                 accepted = counters.accepted if counters else int(t.get("draft_n_accepted") or 0)
                 steps = counters.steps if counters and counters.steps else None
                 for _ in range(ROUNDS - 1):  # greedy: the same drafts again, only the time may differ
-                    _n, again, again_p, _t = _generate(client, ids[pid])
+                    _n, again, again_p, _t = _generate(client, pid, text)
                     ms, pms = min(ms, again), min(pms, again_p)
                 out.append(PairProbeRequest(prompt=pid, tokens=n, base_ms=round(b_ms, 3), spec_ms=round(ms, 3),
                                             base_prompt_ms=round(b_pms, 3), spec_prompt_ms=round(pms, 3),
@@ -177,7 +186,7 @@ def ensure(
     if progress is not None:
         progress("running the drafts with the target", 0, len(todo))
     try:
-        ids, base, base_s = _baseline(cmd, target, opts, log_dir / f"{stamp}-{target_sha[:12]}-alone.log", pinning)
+        base, base_s = _baseline(cmd, target, opts, log_dir / f"{stamp}-{target_sha[:12]}-alone.log", pinning)
     except SpecregError as exc:
         out.failures += [f"{c.path.name}: not run with the target: {exc.message}" for c in todo]
         return out
@@ -186,7 +195,7 @@ def ensure(
         t0 = time.monotonic()
         log = log_dir / f"{stamp}-{target_sha[:12]}-{c.sha256[:12]}-k{c.draft_length}.log"
         try:
-            requests = _with_draft(cmd, target, c, ids, base, opts, log, pinning)
+            requests = _with_draft(cmd, target, c, base, opts, log, pinning)
         except SpecregError as exc:
             out.failures.append(f"{c.path.name}: not run with the target: {exc.message}")
             continue
