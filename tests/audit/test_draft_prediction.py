@@ -6,16 +6,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from specreg.audit.draft_prediction import (
-    Book,
-    Point,
-    bytes_ratio,
-    fit_prior,
-    logit,
-    predict,
-    size_ratio,
-    step_cost,
-)
+from specreg.audit.acceptance_prior import Point, bytes_ratio, fit_prior, logit, size_ratio
+from specreg.audit.draft_prediction import Book, predict, step_cost
 from specreg.gguf.summary import summarize
 from specreg.schemas.drafts import ErrorStat
 from specreg.testing import ModelSpec, write_model

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from _cli_helpers import run_specreg
 
-from specreg.audit.draft_prediction import MODEL_SPREAD, Book, fit_prior, predict, speed_at
+from specreg.audit.acceptance_prior import fit_prior
+from specreg.audit.draft_prediction import MODEL_SPREAD, Book, predict, speed_at
 from specreg.benchmark.run import machine_probe as mp
 from specreg.benchmark.store.stepcost import probe_prices, robust_line
 from specreg.gguf.summary import summarize

@@ -11,13 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from specreg.audit.draft_prediction import (
-    MODEL_SPREAD,
-    Book,
-    fit_prior,
-    pair_alpha,
-    predict,
-)
+from specreg.audit.acceptance_prior import fit_prior
+from specreg.audit.draft_prediction import MODEL_SPREAD, Book, pair_alpha, predict
 from specreg.benchmark.run import pair_probe as pp
 from specreg.gguf.summary import summarize
 from specreg.registry.hashing import sha256_file
