@@ -60,21 +60,25 @@ class MachineProbes:
                 continue  # damaged: a miss, probed again
         return out
 
-    def put(self, probe: MachineProbe) -> bool:
-        """Keep a probe (replacing one of the same key); False when the registry cannot be written."""
+    def _keep(self, sql: str, params: tuple[object, ...]) -> bool:
+        """One INSERT OR REPLACE; False when the registry cannot be written (a cache not kept)."""
         if self.db.read_only:
             return False
         try:
             with self.db.keeping(wait_s=2.0) as conn:
-                conn.execute(
-                    "INSERT OR REPLACE INTO machine_probes (sha256, hardware, runtime, flags, probe_json, probed_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (probe.sha256, probe.hardware, probe.runtime, flags_key(probe.flags), probe.model_dump_json(),
-                     probe.probed_at),
-                )  # fmt: skip
+                conn.execute(sql, params)
         except (RegistryError, sqlite3.Error):
             return False
         return True
+
+    def put(self, probe: MachineProbe) -> bool:
+        """Keep a probe (replacing one of the same key); False when the registry cannot be written."""
+        return self._keep(
+            "INSERT OR REPLACE INTO machine_probes (sha256, hardware, runtime, flags, probe_json, probed_at) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (probe.sha256, probe.hardware, probe.runtime, flags_key(probe.flags), probe.model_dump_json(),
+             probe.probed_at),
+        )  # fmt: skip
 
     def get_pair(
         self, target: str, draft: str, method: str, draft_length: int, hardware: str, runtime: str, flags: Iterable[str]
@@ -101,16 +105,9 @@ class MachineProbes:
 
     def put_pair(self, probe: PairProbe) -> bool:
         """Keep a pair probe (replacing one of the same key); False when the registry cannot be written."""
-        if self.db.read_only:
-            return False
-        try:
-            with self.db.keeping(wait_s=2.0) as conn:
-                conn.execute(
-                    "INSERT OR REPLACE INTO pair_probes (target_sha256, draft_sha256, method, draft_length, hardware, "
-                    "runtime, flags, probe_json, probed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (probe.target_sha256, probe.draft_sha256, probe.method, probe.draft_length, probe.hardware,
-                     probe.runtime, flags_key(probe.flags), probe.model_dump_json(), probe.probed_at),
-                )  # fmt: skip
-        except (RegistryError, sqlite3.Error):
-            return False
-        return True
+        return self._keep(
+            "INSERT OR REPLACE INTO pair_probes (target_sha256, draft_sha256, method, draft_length, hardware, "
+            "runtime, flags, probe_json, probed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (probe.target_sha256, probe.draft_sha256, probe.method, probe.draft_length, probe.hardware,
+             probe.runtime, flags_key(probe.flags), probe.model_dump_json(), probe.probed_at),
+        )  # fmt: skip
