@@ -414,7 +414,11 @@ def continue_(
             say(f"run {run.info.run_id} is decided: every condition is faster or not faster; nothing to measure on")
             raise typer.Exit(0)
         settings = run.manifest.settings if run.manifest is not None else None
+        # the budget still needed; where no projection names one (a first round too noisy to
+        # project from), the run's own, so the command `runs show` prints works as printed
         seconds = _duration(budget) if budget is not None else budget_needed(run)
+        if seconds is None and settings is not None:
+            seconds = settings.budget_s
         if settings is None:
             raise UsageError(
                 f"run {run.info.run_id} records no settings (made before they were stored): measure it again"

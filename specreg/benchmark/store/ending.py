@@ -86,7 +86,8 @@ def budget_needed(run: BenchRun) -> float | None:
 
 def continue_command(run: BenchRun, db: Path | str | None = None) -> list[str] | None:
     """The command (argv) that measures on from `run`: `bench continue` with the budget still
-    needed (`budget_needed`; none when unknown: the command then asks for one). None for a run
+    needed (`budget_needed`; none when unknown: the command then takes the run's own budget, or
+    asks for one when the run had none). None for a run
     with no pair here (imported without it) or no stored settings (nothing to continue with)."""
     if run.info.pair_id is None or run.manifest is None or run.manifest.settings is None:
         return None
