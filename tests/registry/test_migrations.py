@@ -378,20 +378,32 @@ def test_a_failing_migration_changes_nothing(tmp_path: Path, monkeypatch: pytest
     assert db.execute("SELECT count(*) FROM _sqlite_migrations WHERE name = 'm998_broken'").fetchone()[0] == 0
 
 
+def _before(monkeypatch: pytest.MonkeyPatch, name: str) -> list:
+    """Only the migrations before `name` run (a registry an older specreg wrote); the shipped list,
+    to put back before the registry is opened again."""
+    shipped = mig.migrations._migrations
+    monkeypatch.setattr(mig.migrations, "_migrations", [m for m in shipped if m.name < name])
+    return shipped
+
+
+def _artifact(conn: sqlite3.Connection) -> None:
+    """One bare artifact row (SHA-256 a...a) for the older rows to point at."""
+    conn.execute(
+        "INSERT INTO artifacts (sha256, size, summary_json, licence_json, registered_at, updated_at) "
+        "VALUES (?, 1, '{}', '{}', 't', 't')",
+        ("a" * 64,),
+    )
+
+
 def test_m004_keeps_a_strict_check_beside_the_normal_verdict_of_existing_pairs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A registry written before m004 (a strict verdict recorded over a normal one) is upgraded:
     the pair stands on its normal verdict again and the strict one is kept beside it."""
     db_file = tmp_path / "r.db"
-    shipped = mig.migrations._migrations
-    monkeypatch.setattr(mig.migrations, "_migrations", [m for m in shipped if m.name < "m004"])
+    shipped = _before(monkeypatch, "m004")
     with Registry(db_file) as reg, reg.write() as conn:
-        conn.execute(
-            "INSERT INTO artifacts (sha256, size, summary_json, licence_json, registered_at, updated_at) "
-            "VALUES (?, 1, '{}', '{}', 't', 't')",
-            ("a" * 64,),
-        )
+        _artifact(conn)
         conn.execute(
             "INSERT INTO pairs (id, target_sha256, method, rule_set, admitted, strict, latest_verdict_id, "
             "n_verdicts, created_at, updated_at) VALUES (1, ?, 'ngram-simple', 'rs', 0, 1, 2, 2, ?, ?)",
@@ -413,14 +425,9 @@ def test_m026_keeps_the_origins_of_imported_runs(tmp_path: Path, monkeypatch: py
     """A registry written before m026 (a run imported from a bundle) keeps that run's origin when
     the table is made again to take runs streamed from Ray nodes (no bundle, a node)."""
     db_file = tmp_path / "r.db"
-    shipped = mig.migrations._migrations
-    monkeypatch.setattr(mig.migrations, "_migrations", [m for m in shipped if m.name < "m026"])
+    shipped = _before(monkeypatch, "m026")
     with Registry(db_file) as reg, reg.write() as conn:
-        conn.execute(
-            "INSERT INTO artifacts (sha256, size, summary_json, licence_json, registered_at, updated_at) "
-            "VALUES (?, 1, '{}', '{}', 't', 't')",
-            ("a" * 64,),
-        )
+        _artifact(conn)
         conn.execute(
             "INSERT INTO bench_runs (run_id, status, method, target_sha256, started_at) "
             "VALUES ('r1', 'complete', 'ngram-simple', ?, '2026-01-01')",
